@@ -1,0 +1,71 @@
+"""`fedtune` command line.
+
+Each verb lives in its own module ``fedtune/cli/<verb>.py`` exposing
+``register(subparsers) -> None``; the parser it adds sets ``func(args) -> int``.
+Heavy imports (torch, Ray, MLflow) happen inside ``func`` so ``fedtune --help`` is instant.
+Invalid input is reported as one line on stderr with exit code 2 (``ConfigError``/``DataError``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from fedtune.errors import ConfigError, DataError, FedtuneError
+
+__all__ = ["main"]
+
+#: verb modules, in the order `fedtune --help` lists them; a module that is absent is skipped
+VERBS = (
+    "train",
+    "tune",
+    "spaces",
+    "frontier",
+    "reproduce",
+    "serve",
+    "remote",
+    "worker",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"fedtune: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fedtune", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    for verb in VERBS:
+        try:
+            module = importlib.import_module(f"fedtune.cli.{verb}")
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("fedtune.cli"):
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, DataError) as exc:
+        print(f"fedtune: error: {exc}", file=sys.stderr)
+        return 2
+    except FedtuneError as exc:
+        print(f"fedtune: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fedtune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

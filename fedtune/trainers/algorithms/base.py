@@ -1,0 +1,81 @@
+"""The algorithm contract (FedJAX `federated_algorithm.py`, STYLE.md).
+
+An algorithm is ``init(params) -> ServerState`` plus ``apply(state, cohort, ctx) -> (state,
+diagnostics)``; ``broadcast(state)`` is the model the sampled clients receive (and on which
+their pre-training loss ℓ_t is measured). Server state is an explicit value: parameters, the
+server optimizer's state and algorithm extras (e.g. control variates), all tensors, so that a
+checkpoint after any round restores the run exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from ..runners import Runner
+from ..tasks.base import FederatedData, Task
+
+__all__ = ["Algorithm", "Cohort", "RoundContext", "ServerState", "tree_norm"]
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass
+class ServerState:
+    params: Params
+    opt_state: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cohort:
+    """The round's sampled clients, their batch rows [M, nb, B] and aggregation weights [M]."""
+
+    clients: torch.Tensor
+    batches: torch.Tensor
+    weights: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return int(self.clients.shape[0])
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    runner: Runner
+    loss_of: Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
+    data: FederatedData
+    task: Task
+    client_lr: float
+    server_lr: float
+    round: int
+
+
+class Algorithm(Protocol):
+    name: str
+
+    def num_batches(self) -> int: ...
+
+    def init(self, params: Params) -> ServerState: ...
+
+    def broadcast(self, state: ServerState) -> Params: ...
+
+    def apply(
+        self, state: ServerState, cohort: Cohort, ctx: RoundContext
+    ) -> tuple[ServerState, dict[str, float]]: ...
+
+
+def tree_norm(tree: Params) -> float:
+    return float(torch.sqrt(sum((v.double() ** 2).sum() for v in tree.values())))
+
+
+def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
+    """Σ_i w_i q_i over the leading (client) axis."""
+    out = {}
+    for k, v in stacked.items():
+        w = weights.to(v.dtype).reshape((-1,) + (1,) * (v.dim() - 1))
+        out[k] = (w * v).sum(0)
+    return out

@@ -1,0 +1,300 @@
+"""Algorithm registry: every method is a *recipe* — parts plus defaults — not a class.
+
+ALGORITHMS.md §1.5 table (`000_4bdc3753d62a87e2.txt` Table 1, `001_2dc7ddae5cbdc81f.txt` §2.1):
+
+=================  ======  =========================================  =====================
+name               Θ       client rule                                 server optimizer
+=================  ======  =========================================  =====================
+minibatch_sgd      Θ_1     one gradient (K = 1), γ irrelevant          SGD (any ServerOpt)
+fedsgd             Θ_1:K   γ = 0: K gradients at x_t                   any
+fedavg / reptile   Θ_1:K   K SGD steps, γ and η decoupled              SGD (any)
+fedavg_vanilla     Θ_1:K   model-delta message, η ≡ 1 (i.e. η = γ)     SGD
+fedavg_delta       Θ_1:K   model-delta message, server lr η_Δ          any
+fedprox            Θ_1:K   + proximal α(y − x_t)                       any
+lookahead          Θ_1:K   one client (|𝒫| = 1); η = α_LA·γ            SGD
+local_update       any Θ   explicit ``hparams.theta``, α               any
+fomaml             Θ_K     K − 1 adaptation steps, gradient at y_K     any
+maml               —       K inner steps, exact 2nd-order gradient     any
+fedavgm            Θ_1:K                                               heavy-ball / Nesterov β
+fedadam/yogi/adagrad Θ_1:K                                             Adam / Yogi / Adagrad
+=================  ======  =========================================  =====================
+
+A recipe declares which hyperparameters a user may set; any other is rejected with the field
+name. Other modules add methods with :func:`register` (e.g. the GradAlign/SCAFFOLD parts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedtune.errors import ConfigError
+
+from ..client import ClientRule
+from ..config import HParams, TrialConfig
+from ..server_opt import make_server_opt
+from ..tasks.base import Task
+from ..theta import theta_vector
+from .base import Algorithm
+from .local_update import LocalUpdate
+
+__all__ = ["Recipe", "algorithms", "get_recipe", "register", "resolve"]
+
+SERVER_PARAMS = (
+    "server_lr",
+    "server_opt",
+    "server_momentum",
+    "nesterov_form",
+    "server_beta1",
+    "server_beta2",
+    "server_eps",
+    "server_bias_correction",
+)
+ALL_OPTS = ("sgd", "momentum", "nesterov", "adam", "yogi", "adagrad")
+
+
+def _build_local_update(recipe: Recipe, hp: HParams, local_steps: int, task: Task) -> Algorithm:
+    rule = ClientRule(
+        theta=theta_vector(recipe.theta, local_steps, hp.theta),
+        prox_alpha=hp.prox_alpha,
+        second_order=recipe.second_order,
+        units=recipe.units,
+    )
+    return LocalUpdate(recipe.name, rule, make_server_opt(hp))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    summary: str
+    paper: str
+    params: tuple[str, ...]
+    theta: str = "sum"
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    server_opts: tuple[str, ...] = ALL_OPTS
+    second_order: bool = False
+    units: str = "gradient"
+    default_local_steps: int = 10
+    fixed_local_steps: int | None = None
+    max_clients_per_round: int | None = None
+    build: Callable[[Recipe, HParams, int, Task], Algorithm] = _build_local_update
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "paper": self.paper,
+            "params": list(self.params),
+            "defaults": dict(self.defaults),
+            "fixed": dict(self.fixed),
+            "server_opts": list(self.server_opts),
+        }
+
+
+_REGISTRY: dict[str, Recipe] = {}
+
+
+def register(recipe: Recipe) -> Recipe:
+    if recipe.name in _REGISTRY:
+        raise ValueError(f"algorithm {recipe.name!r} registered twice")
+    _REGISTRY[recipe.name] = recipe
+    return recipe
+
+
+def _load_extensions() -> None:
+    import importlib
+
+    for mod in ("fedtune.trainers.algorithms.extensions",):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+
+
+def algorithms() -> dict[str, Recipe]:
+    _load_extensions()
+    return dict(_REGISTRY)
+
+
+def get_recipe(name: str) -> Recipe:
+    known = algorithms()
+    if name not in known:
+        raise ConfigError(
+            "algorithm", f"unknown algorithm {name!r} (known: {', '.join(sorted(known))})"
+        )
+    return known[name]
+
+
+def effective_hparams(recipe: Recipe, config: TrialConfig) -> HParams:
+    """Recipe defaults < user values < recipe-fixed values; unknown-to-recipe keys are errors."""
+    for key in sorted(config.hparams_set):
+        if key not in recipe.params:
+            raise ConfigError(
+                f"hparams.{key}",
+                f"not a parameter of algorithm {recipe.name!r} "
+                f"(its parameters: {', '.join(recipe.params) or 'none'})",
+            )
+    values = dict(recipe.defaults)
+    values.update({k: getattr(config.hparams, k) for k in config.hparams_set})
+    values.update(recipe.fixed)
+    hp = dataclasses.replace(HParams(), **values)
+    hp.validate("hparams")
+    if hp.server_opt not in recipe.server_opts:
+        raise ConfigError(
+            "hparams.server_opt",
+            f"algorithm {recipe.name!r} supports {', '.join(recipe.server_opts)}, got {hp.server_opt!r}",
+        )
+    return hp
+
+
+def local_steps_of(recipe: Recipe, config: TrialConfig) -> int:
+    given = config.train.local_steps
+    if recipe.fixed_local_steps is not None:
+        if given is not None and given != recipe.fixed_local_steps:
+            raise ConfigError(
+                "train.local_steps",
+                f"algorithm {recipe.name!r} uses exactly {recipe.fixed_local_steps} local step(s)",
+            )
+        return recipe.fixed_local_steps
+    return recipe.default_local_steps if given is None else given
+
+
+def resolve(config: TrialConfig, task: Task) -> tuple[Algorithm, HParams, int]:
+    """Validate ``config`` against its algorithm's recipe and build the algorithm."""
+    recipe = get_recipe(config.algorithm)
+    hp = effective_hparams(recipe, config)
+    steps = local_steps_of(recipe, config)
+    if (
+        recipe.max_clients_per_round
+        and config.train.clients_per_round > recipe.max_clients_per_round
+    ):
+        raise ConfigError(
+            "train.clients_per_round",
+            f"algorithm {recipe.name!r} allows at most {recipe.max_clients_per_round}",
+        )
+    return recipe.build(recipe, hp, steps, task), hp, steps
+
+
+_CLIENT = ("client_lr",)
+_P000 = "000_4bdc3753d62a87e2.txt"
+_P001 = "001_2dc7ddae5cbdc81f.txt"
+
+for _recipe in (
+    Recipe(
+        "minibatch_sgd",
+        "distributed mini-batch SGD: one gradient per client (Θ_1)",
+        _P000,
+        SERVER_PARAMS,
+        theta="one",
+        fixed={"client_lr": 0.0},
+        fixed_local_steps=1,
+    ),
+    Recipe(
+        "fedsgd",
+        "FedSGD: K gradients at the broadcast point (γ = 0, Θ_1:K)",
+        _P000,
+        SERVER_PARAMS,
+        fixed={"client_lr": 0.0},
+    ),
+    Recipe(
+        "fedavg",
+        "generalised FedAvg: K local SGD steps, decoupled γ and η (Θ_1:K)",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+    ),
+    Recipe(
+        "fedavg_vanilla",
+        "original FedAvg: average of client models (η = γ tied)",
+        _P001,
+        _CLIENT,
+        units="delta",
+        fixed={"server_lr": 1.0},
+        server_opts=("sgd",),
+    ),
+    Recipe(
+        "fedavg_delta",
+        "model-delta averaging with server lr η_Δ (= LocalUpdate with η_Δ·γ)",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        units="delta",
+        defaults={"server_lr": 1.0},
+    ),
+    Recipe(
+        "reptile",
+        "Reptile: FedAvg read as meta-learning (Θ_1:K, separate η)",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+    ),
+    Recipe(
+        "fedprox",
+        "FedProx: local objective f_i(y) + (α/2)‖y − x_t‖² (Θ_1:K)",
+        _P000,
+        ("client_lr", "prox_alpha", *SERVER_PARAMS),
+        defaults={"prox_alpha": 0.1},
+    ),
+    Recipe(
+        "lookahead",
+        "Lookahead: one client, K fast steps, slow step η = α_LA·γ",
+        _P000,
+        ("client_lr", "server_lr"),
+        server_opts=("sgd",),
+        max_clients_per_round=1,
+    ),
+    Recipe(
+        "local_update",
+        "LocalUpdate with an explicit coefficient vector Θ",
+        _P000,
+        ("client_lr", "prox_alpha", "theta", *SERVER_PARAMS),
+    ),
+    Recipe(
+        "fomaml",
+        "first-order MAML: gradient at the K-th local iterate (Θ_K)",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+        theta="last",
+    ),
+    Recipe(
+        "maml",
+        "MAML: K inner steps, exact second-order meta-gradient by autodiff",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+        second_order=True,
+    ),
+    Recipe(
+        "fedavgm",
+        "FedAvg with server momentum β (heavy-ball or Nesterov)",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "momentum"},
+        server_opts=("momentum", "nesterov"),
+    ),
+    Recipe(
+        "fedadam",
+        "FedAdam: Adam on the server",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "adam", "server_lr": 0.01},
+        server_opts=("adam",),
+    ),
+    Recipe(
+        "fedyogi",
+        "FedYogi: Yogi on the server (β₁ 0.9, β₂ 0.99, ε 1e-5)",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "yogi", "server_lr": 0.01},
+        server_opts=("yogi",),
+    ),
+    Recipe(
+        "fedadagrad",
+        "FedAdagrad: Adagrad on the server",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "adagrad", "server_lr": 0.01},
+        server_opts=("adagrad",),
+    ),
+):
+    register(_recipe)

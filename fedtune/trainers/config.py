@@ -1,0 +1,257 @@
+"""Typed configuration of one training run (a *trial*).
+
+A trial configuration is plain YAML/JSON at the edges and frozen dataclasses inside::
+
+    task:      {name: digits, seed: 0, clients: 100, dirichlet: 0.3, model: cnn}
+    algorithm: fedavgm
+    train:     {rounds: 60, clients_per_round: 10, local_steps: 10, batch_size: 20, eval_every: 5}
+    hparams:   {client_lr: 0.1, server_lr: 1.0, server_momentum: 0.9}
+    decay:     {enabled: false}
+    seed:      0
+
+``task.seed`` is the *data* seed: it fixes the data, the split and the client-sampling sequence,
+so every trial of a study sees the same clients each round whatever its hyperparameters (the
+fairness protocol of `001_2dc7ddae5cbdc81f.txt` §8). ``seed`` is the *trial* seed: model
+initialisation and mini-batch draws.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fedtune.errors import ConfigError
+
+from .typed import check, from_mapping, to_dict
+
+__all__ = [
+    "DecayConfig",
+    "HParams",
+    "TaskConfig",
+    "TrainConfig",
+    "TrialConfig",
+    "apply_overrides",
+    "parse_trial_config",
+]
+
+ServerOptName = Literal["sgd", "momentum", "nesterov", "adam", "yogi", "adagrad"]
+SERVER_OPTS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "yogi", "adagrad")
+
+
+@dataclass(frozen=True)
+class HParams:
+    """Algorithm hyperparameters (client_*/server_* prefixes; ALGORITHMS.md §0 names).
+
+    Which of them an algorithm accepts is declared by its registry entry; setting one that the
+    algorithm does not use is an error, never silently ignored.
+    """
+
+    client_lr: float = 0.1  # γ
+    server_lr: float = 0.1  # η (gradient units: η = γ is original FedAvg)
+    prox_alpha: float = 0.0  # α, FedProx proximal strength
+    server_opt: str = "sgd"
+    server_momentum: float = 0.9  # β of heavy-ball / Nesterov
+    nesterov_form: Literal["keras", "theory"] = "keras"
+    server_beta1: float = 0.9
+    server_beta2: float = 0.99
+    server_eps: float = 1e-5
+    server_bias_correction: bool = False
+    theta: tuple[float, ...] = ()  # explicit Θ for `local_update`; empty = the recipe's preset
+
+    def validate(self, path: str = "hparams") -> None:
+        p = f"{path}." if path else ""
+        for name in ("client_lr", "prox_alpha"):
+            value = getattr(self, name)
+            check(math.isfinite(value) and value >= 0, f"{p}{name}", f"must be >= 0, got {value}")
+        check(
+            math.isfinite(self.server_lr) and self.server_lr > 0,
+            f"{p}server_lr",
+            f"must be > 0, got {self.server_lr}",
+        )
+        check(
+            self.server_opt in SERVER_OPTS,
+            f"{p}server_opt",
+            f"must be one of {', '.join(SERVER_OPTS)}, got {self.server_opt!r}",
+        )
+        check(0 <= self.server_momentum < 1, f"{p}server_momentum", "must be in [0, 1)")
+        check(0 <= self.server_beta1 < 1, f"{p}server_beta1", "must be in [0, 1)")
+        check(0 <= self.server_beta2 < 1, f"{p}server_beta2", "must be in [0, 1)")
+        check(self.server_eps > 0, f"{p}server_eps", "must be > 0")
+        check(all(t >= 0 for t in self.theta), f"{p}theta", "weights must be >= 0")
+        check(
+            not self.theta or any(t > 0 for t in self.theta), f"{p}theta", "needs a positive weight"
+        )
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How a trial is run (shared by every algorithm)."""
+
+    rounds: int = 100
+    clients_per_round: int = 10  # M
+    local_steps: int | None = None  # K; None = the algorithm's default
+    batch_size: int = 20  # B
+    eval_every: int = 10
+    weighting: Literal["uniform", "examples"] = "uniform"
+    batch_sampling: Literal["with_replacement", "shuffle", "full"] = "with_replacement"
+    runner: Literal["auto", "vectorized", "sequential"] = "auto"
+    device: str = "auto"
+    dtype: Literal["float32", "float64"] = "float32"
+    divergence_factor: float = 1e3
+    eval_batch_size: int = 4096
+
+    def validate(self, path: str = "train") -> None:
+        p = f"{path}." if path else ""
+        check(self.rounds >= 1, f"{p}rounds", f"must be >= 1, got {self.rounds}")
+        check(self.clients_per_round >= 1, f"{p}clients_per_round", "must be >= 1")
+        check(
+            self.local_steps is None or self.local_steps >= 1,
+            f"{p}local_steps",
+            f"must be >= 1, got {self.local_steps}",
+        )
+        check(self.batch_size >= 1, f"{p}batch_size", f"must be >= 1, got {self.batch_size}")
+        check(self.eval_every >= 1, f"{p}eval_every", "must be >= 1")
+        check(self.divergence_factor > 1, f"{p}divergence_factor", "must be > 1")
+        check(self.eval_batch_size >= 1, f"{p}eval_batch_size", "must be >= 1")
+        check(
+            self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"),
+            f"{p}device",
+            "must be auto, cpu, cuda or cuda:N",
+        )
+
+
+@dataclass(frozen=True)
+class DecayConfig:
+    """LocalUpdateDecay (`001_2dc7ddae5cbdc81f.txt` §9, ALGORITHMS.md §2); paper defaults."""
+
+    enabled: bool = False
+    window: int = 100  # W
+    patience: int = 100  # P
+    cooldown: int = 100  # C (also applied at the start of training)
+    threshold: float = 1e-4  # Δ
+    client_decay: float = 0.1  # factor applied to γ
+    server_decay: float = 0.9  # factor applied to η
+    reset_min_after_decay: bool = False
+
+    def validate(self, path: str = "decay") -> None:
+        p = f"{path}." if path else ""
+        for name in ("window", "patience"):
+            check(getattr(self, name) >= 1, f"{p}{name}", "must be >= 1")
+        check(self.cooldown >= 0, f"{p}cooldown", "must be >= 0")
+        check(self.threshold >= 0, f"{p}threshold", "must be >= 0")
+        for name in ("client_decay", "server_decay"):
+            value = getattr(self, name)
+            check(0 < value <= 1, f"{p}{name}", f"must be in (0, 1], got {value}")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """A task name, its data seed and its own parameters (validated by the task builder)."""
+
+    name: str
+    seed: int = 0
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | str, path: str = "task") -> TaskConfig:
+        if isinstance(data, str):
+            data = {"name": data}
+        if not isinstance(data, Mapping):
+            raise ConfigError(path, "must be a mapping with at least `name`")
+        if "name" not in data or not isinstance(data["name"], str):
+            raise ConfigError(f"{path}.name", "is required (a task name, e.g. digits)")
+        seed = data.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"{path}.seed", f"must be an integer, got {seed!r}")
+        rest = {k: v for k, v in data.items() if k not in ("name", "seed")}
+        return cls(name=data["name"], seed=seed, params=rest)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "seed": self.seed, **copy.deepcopy(dict(self.params))}
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One training run. ``hparams_set`` records which hyperparameters the user gave."""
+
+    task: TaskConfig
+    algorithm: str
+    train: TrainConfig = field(default_factory=TrainConfig)
+    hparams: HParams = field(default_factory=HParams)
+    decay: DecayConfig = field(default_factory=DecayConfig)
+    seed: int = 0
+    hparams_set: frozenset[str] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        hp = to_dict(self.hparams)
+        return {
+            "task": self.task.to_dict(),
+            "algorithm": self.algorithm,
+            "train": to_dict(self.train),
+            "hparams": {k: hp[k] for k in sorted(self.hparams_set)},
+            "decay": to_dict(self.decay),
+            "seed": self.seed,
+        }
+
+
+_TOP_KEYS = ("task", "algorithm", "train", "hparams", "decay", "seed")
+
+
+def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> TrialConfig:
+    """Validate a plain mapping into a :class:`TrialConfig` (errors name the dotted field).
+
+    The algorithm entry then checks which hyperparameters it accepts (see
+    ``fedtune.trainers.algorithms.resolve``).
+    """
+    try:
+        if not isinstance(data, Mapping):
+            raise ConfigError("<root>", "a training configuration must be a mapping")
+        unknown = sorted(set(data) - set(_TOP_KEYS))
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")
+        if "task" not in data:
+            raise ConfigError("task", "is required")
+        if not isinstance(data.get("algorithm"), str):
+            raise ConfigError("algorithm", "is required (an algorithm name, e.g. fedavg)")
+        seed = data.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError("seed", f"must be an integer, got {seed!r}")
+        raw_hp = data.get("hparams") or {}
+        hparams = from_mapping(HParams, raw_hp, "hparams")
+        return TrialConfig(
+            task=TaskConfig.from_dict(data["task"]),
+            algorithm=data["algorithm"],
+            train=from_mapping(TrainConfig, data.get("train"), "train"),
+            hparams=hparams,
+            decay=from_mapping(DecayConfig, data.get("decay"), "decay"),
+            seed=seed,
+            hparams_set=frozenset(raw_hp),
+        )
+    except ConfigError as exc:
+        if source and not exc.source:
+            raise ConfigError(exc.field, exc.reason, source) from None
+        raise
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a deep copy of ``data`` with dotted-path overrides (``hparams.client_lr``) set."""
+    out = copy.deepcopy(dict(data))
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        node: dict[str, Any] = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif isinstance(child, str) and part == "task":
+                child = node[part] = {"name": child}
+            elif not isinstance(child, dict):
+                raise ConfigError(
+                    ".".join(parts[: i + 1]), "is not a mapping; cannot set a sub-key"
+                )
+            node = child
+        node[parts[-1]] = value
+    return out

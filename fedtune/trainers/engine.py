@@ -1,0 +1,299 @@
+"""The training loop of one trial: ``run_trial(config, on_round) -> TrialResult``.
+
+One round (`001_2dc7ddae5cbdc81f.txt` Alg. 3 with ServerOpt, ALGORITHMS.md §1.3 and §2):
+
+1. sample the cohort I_t from the *data* seed (same clients for every hyperparameter setting);
+2. ℓ_t ← mean over I_t of each client's loss at the broadcast model, before local training;
+   non-finite ℓ_t or ℓ_t > divergence_factor·ℓ_1 ends the trial as ``diverged`` (an outcome);
+3. draw each client's batches from (trial seed, t, client) and let the algorithm update the
+   server state with the rates in force, γ_t = γ·a_c^{#decays}, η_t = η·a_s^{#decays};
+4. LocalUpdateDecay observes ℓ_t (a decay applies from the next round);
+5. every ``eval_every`` rounds (and the first and last), population loss and test metrics.
+
+The :class:`Trainer` exposes ``step()``, ``state_dict()`` and ``load_state_dict()``: the whole
+run state (model, server-optimizer state, algorithm extras such as per-client state, decay
+controller, records; randomness is a function of (seed, round, client)) is checkpointed after
+any round, and a restored run continues exactly as an uninterrupted one. Imports nothing from
+Ray, MLflow or FastAPI.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch.func import functional_call
+
+from fedtune.errors import ConfigError
+
+from .algorithms import Cohort, RoundContext, resolve
+from .config import TrialConfig, parse_trial_config
+from .decay import DecayController
+from .evaluation import client_mean_losses, dataset_metrics, population_loss
+from .records import Outcome, RoundRecord, TrialResult
+from .runners import make_runner
+from .sampling import batch_indices, sample_clients
+from .tasks import Task, build_task
+
+__all__ = ["Trainer", "pick_device", "run_trial"]
+
+OnRound = Callable[[RoundRecord], bool | None]
+_STATE_VERSION = 1
+
+
+def pick_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device", "CUDA requested but no GPU is available")
+    return device
+
+
+def _cast(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
+
+
+class Trainer:
+    """Runs one trial round by round (see module docstring)."""
+
+    def __init__(self, config: TrialConfig | Mapping[str, Any], task: Task | None = None) -> None:
+        self.config = config if isinstance(config, TrialConfig) else parse_trial_config(config)
+        cfg = self.config
+        self.task = (
+            task if task is not None else build_task(cfg.task.name, cfg.task.params, cfg.task.seed)
+        )
+        self.algorithm, self.hparams, self.local_steps = resolve(cfg, self.task)
+        self.device = pick_device(cfg.train.device)
+        self.dtype = torch.float64 if cfg.train.dtype == "float64" else torch.float32
+        t = self.task.train
+        self.data = type(t)(
+            _cast(t.inputs, self.device, self.dtype),
+            _cast(t.targets, self.device, self.dtype),
+            t.offsets,
+            t.counts,
+            t.client_ids,
+        )
+        self.test = None
+        if self.task.test is not None:
+            self.test = type(self.task.test)(
+                _cast(self.task.test.inputs, self.device, self.dtype),
+                _cast(self.task.test.targets, self.device, self.dtype),
+            )
+        gen = torch.Generator().manual_seed(cfg.seed)
+        self.model = self.task.model_fn(gen).to(device=self.device, dtype=self.dtype)
+        params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.state = self.algorithm.init(params)
+        self.decay = DecayController(cfg.decay)
+        self.runner = make_runner(cfg.train.runner)
+        self.records: list[RoundRecord] = []
+        self.outcome: Outcome | None = None
+        self.reason = ""
+        self.initial_loss: float | None = None
+        self._wall = 0.0
+        self._examples = 0
+
+    # -- functional model -------------------------------------------------------------
+    def per_example_loss(self, params, x, y) -> torch.Tensor:
+        return self.task.loss_fn(functional_call(self.model, params, (x,)), y)
+
+    def loss_of(self, params, x, y) -> torch.Tensor:
+        return self.per_example_loss(params, x, y).mean()
+
+    def _metric(self, fn):
+        return lambda params, x, y: fn(functional_call(self.model, params, (x,)), y)
+
+    # -- one round --------------------------------------------------------------------
+    @property
+    def round(self) -> int:
+        return len(self.records)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None or self.round >= self.config.train.rounds
+
+    def _cohort(self, t: int) -> Cohort:
+        cfg = self.config
+        clients = torch.from_numpy(
+            sample_clients(cfg.task.seed, t, self.data.num_clients, cfg.train.clients_per_round)
+        )
+        batches = (
+            torch.stack(
+                [
+                    batch_indices(
+                        cfg.seed,
+                        t,
+                        int(c),
+                        int(self.data.offsets[c]),
+                        int(self.data.counts[c]),
+                        self.algorithm.num_batches(),
+                        cfg.train.batch_size,
+                        cfg.train.batch_sampling,
+                    )
+                    for c in clients
+                ]
+            )
+            if cfg.train.batch_sampling != "full" or self._equal_counts(clients)
+            else None
+        )
+        if batches is None:
+            raise ConfigError("train.batch_sampling", "'full' needs sampled clients of equal size")
+        counts = self.data.counts[clients].to(self.dtype)
+        weights = counts if cfg.train.weighting == "examples" else torch.ones_like(counts)
+        return Cohort(
+            clients.to(self.device),
+            batches.to(self.device),
+            (weights / weights.sum()).to(self.device),
+        )
+
+    def _equal_counts(self, clients: torch.Tensor) -> bool:
+        return len(set(self.data.counts[clients].tolist())) == 1
+
+    def step(self) -> RoundRecord | None:
+        """Run one round; returns its record, or None when the trial has ended (diverged)."""
+        if self.done:
+            raise RuntimeError("the trial has already ended")
+        cfg, t = self.config, self.round
+        start = time.perf_counter()
+        cohort = self._cohort(t)
+        x = self.algorithm.broadcast(self.state)
+        losses = client_mean_losses(
+            self.per_example_loss, x, self.data, cohort.clients.cpu(), cfg.train.eval_batch_size
+        )
+        client_loss = float((cohort.weights * losses).sum())
+        if self.initial_loss is None and math.isfinite(client_loss):
+            self.initial_loss = max(abs(client_loss), 1e-12)
+        bound = cfg.train.divergence_factor * (self.initial_loss or 1.0)
+        if not math.isfinite(client_loss) or client_loss > bound:
+            self.outcome = Outcome.DIVERGED
+            self.reason = f"round {t + 1}: client loss {client_loss:.4g} (bound {bound:.4g})"
+            return None
+        client_lr = self.hparams.client_lr * self.decay.client_scale
+        server_lr = self.hparams.server_lr * self.decay.server_scale
+        ctx = RoundContext(self.runner, self.loss_of, self.data, self.task, client_lr, server_lr, t)
+        self.state, diag = self.algorithm.apply(self.state, cohort, ctx)
+        self.decay.observe(client_loss)
+        self._examples += cohort.size * int(cohort.batches.shape[1] * cohort.batches.shape[2])
+        train_loss, test = None, {}
+        if t == 0 or (t + 1) % cfg.train.eval_every == 0 or t + 1 == cfg.train.rounds:
+            train_loss, test = self._evaluate()
+        self._wall += time.perf_counter() - start
+        extra = {k: float(v) for k, v in diag.items() if k != "update_norm"}
+        record = RoundRecord(
+            round=t + 1,
+            client_loss=client_loss,
+            update_norm=float(diag["update_norm"]),
+            client_lr=client_lr,
+            server_lr=server_lr,
+            examples=self._examples,
+            wall_time=self._wall,
+            train_loss=train_loss,
+            test=test,
+            extra=extra,
+        )
+        self.records.append(record)
+        if self.round >= cfg.train.rounds:
+            self.outcome = Outcome.COMPLETED
+        return record
+
+    def _evaluate(self) -> tuple[float, dict[str, float]]:
+        params = self.state.params
+        bs = self.config.train.eval_batch_size
+        train_loss = population_loss(self.per_example_loss, params, self.data, bs)
+        test: dict[str, float] = {}
+        if self.test is not None:
+            metrics = {k: self._metric(f) for k, f in self.task.metric_fns.items()}
+            test = dataset_metrics(self.per_example_loss, metrics, params, self.test, bs)
+        return train_loss, test
+
+    def stop(self, reason: str = "stopped by caller") -> None:
+        if self.outcome is None:
+            self.outcome = Outcome.STOPPED
+            self.reason = reason
+
+    def result(self) -> TrialResult:
+        runner = getattr(self.runner, "effective_name", self.runner.name)
+        return TrialResult(
+            outcome=self.outcome or Outcome.STOPPED,
+            records=list(self.records),
+            config=self.config.to_dict(),
+            runner=runner,
+            device=str(self.device),
+            decays=self.decay.decays,
+            reason=self.reason,
+        )
+
+    # -- checkpointing ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return copy.deepcopy(
+            {
+                "version": _STATE_VERSION,
+                "config": self.config.to_dict(),
+                "params": self.state.params,
+                "opt_state": self.state.opt_state,
+                "extra": self.state.extra,
+                "decay": self.decay.state_dict(),
+                "records": [r.as_dict() for r in self.records],
+                "initial_loss": self.initial_loss,
+                "wall": self._wall,
+                "examples": self._examples,
+                "outcome": None if self.outcome is None else str(self.outcome),
+                "reason": self.reason,
+            }
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("version") != _STATE_VERSION:
+            raise ConfigError(
+                "checkpoint", f"unsupported checkpoint version {state.get('version')}"
+            )
+        mine, theirs = self.config.to_dict(), dict(state["config"])
+        for d in (mine, theirs):
+            d["train"] = {
+                k: v for k, v in d["train"].items() if k not in ("rounds", "device", "runner")
+            }
+        if mine != theirs:
+            raise ConfigError("checkpoint", "was written by a different configuration")
+        state = copy.deepcopy(dict(state))
+        self.state.params = _to_device(state["params"], self.device)
+        self.state.opt_state = _to_device(state["opt_state"], self.device)
+        self.state.extra = _to_device(state["extra"], self.device)
+        self.decay.load_state_dict(state["decay"])
+        self.records = [RoundRecord.from_dict(r) for r in state["records"]]
+        self.initial_loss = state["initial_loss"]
+        self._wall = float(state["wall"])
+        self._examples = int(state["examples"])
+        self.outcome = None if state["outcome"] in (None, "stopped") else Outcome(state["outcome"])
+        if self.outcome is None and self.round >= self.config.train.rounds:
+            self.outcome = Outcome.COMPLETED
+        self.reason = state["reason"]
+
+
+def _to_device(tree: Any, device: torch.device) -> Any:
+    if torch.is_tensor(tree):
+        return tree.to(device)
+    if isinstance(tree, dict):
+        return {k: _to_device(v, device) for k, v in tree.items()}
+    return tree
+
+
+def run_trial(
+    config: TrialConfig | Mapping[str, Any],
+    on_round: OnRound | None = None,
+    *,
+    task: Task | None = None,
+    resume_from: Mapping[str, Any] | None = None,
+) -> TrialResult:
+    """Train one configuration; ``on_round(record)`` returning False stops it (``stopped``)."""
+    trainer = Trainer(config, task=task)
+    if resume_from is not None:
+        trainer.load_state_dict(resume_from)
+    while not trainer.done:
+        record = trainer.step()
+        if record is not None and on_round is not None and on_round(record) is False:
+            trainer.stop()
+    return trainer.result()

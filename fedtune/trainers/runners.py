@@ -1,0 +1,77 @@
+"""Runners decide how the sampled clients execute (FedJAX `for_each_client`, STYLE.md).
+
+A runner maps a pure client function over the cohort::
+
+    runner.map(fn, shared=(x, lr), per_client=(xb, yb)) -> outputs stacked on a leading M axis
+
+* :class:`SequentialRunner` — the reference: a Python loop over clients.
+* :class:`VectorizedRunner` — ``torch.func.vmap`` over the cohort (parameters shared, batches
+  stacked ``[M, K, B, ...]``). It must give the same numbers as the sequential runner; a model
+  that cannot be vmapped (e.g. an op without a batching rule) falls back to the sequential runner
+  once, with the reason logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+__all__ = ["Runner", "SequentialRunner", "VectorizedRunner", "make_runner"]
+
+log = logging.getLogger("fedtune.trainers")
+
+
+class Runner:
+    name = "runner"
+
+    def map(self, fn: Callable[..., Any], shared: tuple, per_client: tuple) -> Any:
+        raise NotImplementedError
+
+
+class SequentialRunner(Runner):
+    name = "sequential"
+
+    def map(self, fn, shared, per_client):
+        m = pytree.tree_leaves(per_client)[0].shape[0]
+        outs = []
+        for i in range(m):
+            args = pytree.tree_map(lambda a, i=i: a[i], per_client)
+            outs.append(fn(*shared, *args))
+        return pytree.tree_map(lambda *xs: torch.stack(xs), *outs)
+
+
+class VectorizedRunner(Runner):
+    name = "vectorized"
+
+    def __init__(self) -> None:
+        self.fallback: SequentialRunner | None = None
+        self.fallback_reason: str | None = None
+
+    def map(self, fn, shared, per_client):
+        if self.fallback is not None:
+            return self.fallback.map(fn, shared, per_client)
+        in_dims = (None,) * len(shared) + (0,) * len(per_client)
+        try:
+            return torch.func.vmap(fn, in_dims=in_dims, randomness="different")(
+                *shared, *per_client
+            )
+        except (RuntimeError, NotImplementedError, ValueError) as exc:
+            self.fallback_reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            log.warning("vectorized runner unavailable, using sequential: %s", self.fallback_reason)
+            self.fallback = SequentialRunner()
+            return self.fallback.map(fn, shared, per_client)
+
+    @property
+    def effective_name(self) -> str:
+        return "sequential(fallback)" if self.fallback is not None else self.name
+
+
+def make_runner(kind: str) -> Runner:
+    """``auto`` and ``vectorized`` give the vectorized runner (with fallback)."""
+    if kind == "sequential":
+        return SequentialRunner()
+    return VectorizedRunner()

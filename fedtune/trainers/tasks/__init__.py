@@ -1,0 +1,16 @@
+"""Built-in tasks and file loaders (see ``registry``)."""
+
+from .base import CentralData, Dataset, FederatedData, Task
+from .registry import TaskInfo, build_task, register_task, task_names, tasks
+
+__all__ = [
+    "CentralData",
+    "Dataset",
+    "FederatedData",
+    "Task",
+    "TaskInfo",
+    "build_task",
+    "register_task",
+    "task_names",
+    "tasks",
+]
