@@ -1,0 +1,379 @@
+"""TFF-style HDF5 loaders: ``emnist``, ``cifar100``, ``shakespeare_tff``, ``stackoverflow_tp``,
+``stackoverflow_nwp`` (the datasets of `000_4bdc3753d62a87e2.txt` / `001_2dc7ddae5cbdc81f.txt`).
+
+Format (TFF's ``fed_emnist*.h5``, ``fed_cifar100_*.h5``, ``shakespeare_*.h5``,
+``stackoverflow_*.h5``): one dataset per client and feature, ``examples/<client_id>/<feature>``,
+all features of a client with the same leading length. Clients are ordered by id and the first
+``max_clients`` kept; the test file (``test_path``) is selected as in
+:func:`~fedtune.trainers.tasks.leaf.select_test_clients`. Nothing is downloaded.
+
+* ``emnist``: ``pixels`` float [n, 28, 28] → ``[n, 1, 28, 28]`` unchanged; ``label`` in
+  0..classes−1 (62, or 10 for the digits-only files).
+* ``cifar100``: ``image`` uint8 [n, 32, 32, 3] → centre crop ``crop``×``crop`` → per-image
+  standardisation (x − mean)/max(std, 1/√(#values)) → ``[n, 3, crop, crop]``. The papers' random
+  crop and random horizontal flip are per-step augmentations; they are **not applied** (the
+  trainer's data are fixed tensors), the deterministic centre crop stands in for the crop.
+* ``shakespeare_tff``: each ``snippets`` string → ``[bos] + chars + [eos]`` cut into windows of
+  ``seq_len + 1`` (input = window[:-1], target = window[1:]).
+* ``stackoverflow_tp``: ``tokens`` (space-separated) → bag of words over the ``vocab_size`` most
+  frequent words of the loaded training clients, normalised to sum 1; ``tags`` ('|'-separated)
+  → multi-hot over the ``num_tags`` most frequent tags. Loss: mean over tags of the binary
+  cross-entropy (one-vs-rest logistic regression, `001_2dc7ddae5cbdc81f.txt` App. C). Metric:
+  **precision@5** (fraction of the 5 top-scored tags that are true; chosen over recall@5
+  because it is defined for posts whose tags are all outside the top ``num_tags``).
+* ``stackoverflow_nwp``: first ``max_examples_per_client`` (128) posts, ``[bos] + words + [eos]``
+  truncated/padded to 21 symbols → 20-token input and target; accuracy ignores pad/oov/bos/eos.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import h5py
+import numpy as np
+import torch
+
+from fedtune.errors import DataError
+from fedtune.trainers.models import build_model
+from fedtune.trainers.typed import check, from_mapping
+
+from .base import Dataset, FederatedData, LossFn, Task
+from .leaf import select_test_clients
+from .registry import register_task
+from .synthetic import accuracy, check_model, cross_entropy
+from .text import (
+    SHAKESPEARE_VOCAB,
+    Vocab,
+    bag_of_words,
+    char_windows,
+    count_tokens,
+    most_frequent,
+    multi_hot,
+    multilabel_bce,
+    precision_at_k,
+    sequence_accuracy,
+    sequence_cross_entropy,
+    word_sequence,
+)
+
+__all__ = [
+    "Cifar100Params",
+    "EmnistParams",
+    "ShakespeareTffParams",
+    "StackOverflowNwpParams",
+    "StackOverflowTpParams",
+    "TffParams",
+    "read_clients",
+    "standardize_images",
+]
+
+_EXPECTED = "expected a TFF-style HDF5 file with examples/<client_id>/<feature> datasets"
+Raw = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TffParams:
+    """Parameters shared by every HDF5 task (each task adds its sizes in a subclass)."""
+
+    train_path: str = ""
+    test_path: str | None = None
+    max_clients: int | None = None
+    max_examples_per_client: int | None = None
+    model: str = ""
+
+    def validate(self, path: str) -> None:
+        check(bool(self.train_path), f"{path}.train_path", "required: the training HDF5 file")
+        for key in ("max_clients", "max_examples_per_client", *self._sizes):
+            value = getattr(self, key)
+            check(value is None or value >= 1, f"{path}.{key}", "must be at least 1")
+        check_model(self.model, path)
+
+    _sizes: ClassVar[tuple[str, ...]] = ()
+
+
+@dataclass(frozen=True)
+class EmnistParams(TffParams):
+    model: str = "femnist_cnn"
+    classes: int = 62
+    _sizes: ClassVar[tuple[str, ...]] = ("classes",)
+
+
+@dataclass(frozen=True)
+class Cifar100Params(TffParams):
+    model: str = "resnet18_gn"
+    classes: int = 100
+    crop: int = 24
+    _sizes: ClassVar[tuple[str, ...]] = ("classes",)
+
+    def validate(self, path: str) -> None:
+        super().validate(path)
+        check(1 <= self.crop <= 32, f"{path}.crop", "must be in 1..32")
+
+
+@dataclass(frozen=True)
+class ShakespeareTffParams(TffParams):
+    model: str = "char_lstm"
+    seq_len: int = 80
+    _sizes: ClassVar[tuple[str, ...]] = ("seq_len",)
+
+
+@dataclass(frozen=True)
+class StackOverflowTpParams(TffParams):
+    model: str = "bow_logistic"
+    vocab_size: int = 10000
+    num_tags: int = 500
+    _sizes: ClassVar[tuple[str, ...]] = ("vocab_size", "num_tags")
+
+
+@dataclass(frozen=True)
+class StackOverflowNwpParams(TffParams):
+    model: str = "word_lstm"
+    max_examples_per_client: int | None = 128
+    vocab_size: int = 10000
+    seq_len: int = 20
+    _sizes: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len")
+
+
+def read_clients(
+    path: Path, features: Sequence[str], choose: Callable[[list[str]], list[str]]
+) -> tuple[list[str], list[Raw]]:
+    """The ids ``choose(sorted ids)`` and, for each, ``{feature: array}`` from ``path``."""
+    if not path.is_file():
+        raise DataError(str(path), f"file not found; {_EXPECTED}")
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as exc:
+        raise DataError(str(path), f"cannot open as HDF5 ({exc}); {_EXPECTED}") from exc
+    with handle:
+        group = handle.get("examples")
+        if not isinstance(group, h5py.Group):
+            raise DataError(str(path), f"no 'examples' group; {_EXPECTED}")
+        ids = choose(sorted(group.keys()))
+        return ids, [_read_client(path, group, cid, features) for cid in ids]
+
+
+def _read_client(path: Path, group: h5py.Group, cid: str, features: Sequence[str]) -> Raw:
+    client = group[cid]
+    raw: Raw = {}
+    for feature in features:
+        if not isinstance(client, h5py.Group) or not isinstance(client.get(feature), h5py.Dataset):
+            raise DataError(
+                str(path),
+                f"client {cid!r} has no feature {feature!r}; expected examples/{cid}/{feature}",
+            )
+        raw[feature] = client[feature][()]
+    if len({len(a) for a in raw.values()}) > 1:
+        raise DataError(
+            str(path),
+            f"client {cid!r}: features {list(features)} have different "
+            "lengths; expected one entry per example in each",
+        )
+    return raw
+
+
+def _strings(values: np.ndarray) -> list[str]:
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.tolist()]
+
+
+def _texts(raws: list[Raw], feature: str) -> list[str]:
+    return [text for raw in raws for text in _strings(raw[feature])]
+
+
+def standardize_images(images: np.ndarray, crop: int) -> np.ndarray:
+    """uint8 ``[n, H, W, C]`` → centre crop → per-image standardisation → float32 ``[n, C, c, c]``."""
+    top, left = (images.shape[1] - crop) // 2, (images.shape[2] - crop) // 2
+    x = images[:, top : top + crop, left : left + crop, :].astype(np.float32)
+    mean = x.mean(axis=(1, 2, 3), keepdims=True)
+    floor = 1.0 / np.sqrt(x[0].size)
+    std = np.maximum(x.std(axis=(1, 2, 3), keepdims=True), floor)
+    out = ((x - mean) / std).astype(np.float32)
+    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+
+
+Convert = Callable[[Path, str, Raw], tuple[np.ndarray, np.ndarray]]
+
+
+def _load(p: TffParams, features: Sequence[str], convert: Convert, prepare=None):
+    """Train :class:`FederatedData` and pooled test :class:`Dataset` (or ``None``).
+
+    ``prepare(train_raw)`` runs before conversion (e.g. to build vocabularies)."""
+    train_path = Path(p.train_path)
+
+    def first(ids: list[str]) -> list[str]:
+        return ids[: p.max_clients]
+
+    ids, raws = read_clients(train_path, features, first)
+    raws = [_truncate(r, p.max_examples_per_client) for r in raws]
+    if prepare is not None:
+        prepare(raws)
+    clients = []
+    for cid, raw in zip(ids, raws, strict=True):
+        x, y = convert(train_path, cid, raw)
+        if len(x):
+            clients.append((cid, torch.from_numpy(x), torch.from_numpy(y)))
+    if not clients:
+        raise DataError(str(train_path), "no client has any example")
+    train = FederatedData.from_clients([(x, y) for _, x, y in clients], [c for c, _, _ in clients])
+    if p.test_path is None:
+        return train, None
+    test_path = Path(p.test_path)
+    kept = list(train.client_ids)
+    tids, traws = read_clients(
+        test_path, features, lambda all_ids: select_test_clients(all_ids, kept, p.max_clients)
+    )
+    parts = [
+        convert(test_path, cid, _truncate(r, p.max_examples_per_client))
+        for cid, r in zip(tids, traws, strict=True)
+    ]
+    parts = [(x, y) for x, y in parts if len(x)]
+    if not parts:
+        return train, None
+    test = Dataset(
+        torch.from_numpy(np.concatenate([x for x, _ in parts])),
+        torch.from_numpy(np.concatenate([y for _, y in parts])),
+    )
+    return train, test
+
+
+def _truncate(raw: Raw, limit: int | None) -> Raw:
+    return raw if limit is None else {k: v[:limit] for k, v in raw.items()}
+
+
+def _labels(path: Path, cid: str, labels: np.ndarray, classes: int) -> np.ndarray:
+    if (
+        labels.ndim != 1
+        or not np.issubdtype(labels.dtype, np.integer)
+        or (len(labels) and (labels.min() < 0 or labels.max() >= classes))
+    ):
+        raise DataError(str(path), f"client {cid!r}: 'label' must be integers in 0..{classes - 1}")
+    return labels.astype(np.int64)
+
+
+def _images(path: Path, cid: str, raw: np.ndarray, shape: tuple[int, ...], name: str) -> None:
+    if raw.shape[1:] != shape:
+        raise DataError(
+            str(path),
+            f"client {cid!r}: {name!r} has shape {raw.shape}; expected "
+            f"[n, {', '.join(map(str, shape))}]",
+        )
+
+
+def _task(name: str, p: TffParams, data, shape, outputs, loss: LossFn, metrics, meta) -> Task:
+    train, test = data
+    return Task(
+        name=name,
+        train=train,
+        model_fn=functools.partial(build_model, p.model, shape, outputs),
+        loss_fn=loss,
+        test=test,
+        metric_fns=metrics,
+        meta={**meta, "source": p.train_path},
+    )
+
+
+@register_task("emnist", "TFF federated EMNIST (62 or 10 classes) from a local HDF5 file")
+def build_emnist(params: Mapping[str, Any], seed: int) -> Task:
+    p = from_mapping(EmnistParams, params, "task")
+
+    def convert(path: Path, cid: str, raw: Raw):
+        _images(path, cid, raw["pixels"], (28, 28), "pixels")
+        x = raw["pixels"].astype(np.float32).reshape(-1, 1, 28, 28)
+        return x, _labels(path, cid, raw["label"], p.classes)
+
+    data = _load(p, ("pixels", "label"), convert)
+    metrics = {"accuracy": accuracy}
+    return _task("emnist", p, data, (1, 28, 28), p.classes, cross_entropy, metrics, {})
+
+
+@register_task("cifar100", "TFF federated CIFAR-100 from a local HDF5 file (centre crop)")
+def build_cifar100(params: Mapping[str, Any], seed: int) -> Task:
+    p = from_mapping(Cifar100Params, params, "task")
+
+    def convert(path: Path, cid: str, raw: Raw):
+        _images(path, cid, raw["image"], (32, 32, 3), "image")
+        x = standardize_images(raw["image"], p.crop)
+        return x, _labels(path, cid, raw["label"], p.classes)
+
+    data = _load(p, ("image", "label"), convert)
+    shape = (3, p.crop, p.crop)
+    metrics = {"accuracy": accuracy}
+    return _task("cifar100", p, data, shape, p.classes, cross_entropy, metrics, {})
+
+
+@register_task("shakespeare_tff", "TFF Shakespeare next-character prediction from local HDF5")
+def build_shakespeare_tff(params: Mapping[str, Any], seed: int) -> Task:
+    p = from_mapping(ShakespeareTffParams, params, "task")
+    vocab = SHAKESPEARE_VOCAB
+
+    def convert(path: Path, cid: str, raw: Raw):
+        windows = [char_windows(s, p.seq_len, vocab) for s in _strings(raw["snippets"])]
+        if not windows:
+            return np.zeros((0, p.seq_len), np.int64), np.zeros((0, p.seq_len), np.int64)
+        return np.concatenate([x for x, _ in windows]), np.concatenate([y for _, y in windows])
+
+    data = _load(p, ("snippets",), convert)
+    loss, metrics = sequence_cross_entropy(vocab.pad), {"accuracy": sequence_accuracy(vocab.pad)}
+    return _task(
+        "shakespeare_tff", p, data, (p.seq_len,), vocab.size, loss, metrics, {"vocab": vocab}
+    )
+
+
+@register_task("stackoverflow_tp", "TFF Stack Overflow tag prediction (bag of words) from HDF5")
+def build_stackoverflow_tp(params: Mapping[str, Any], seed: int) -> Task:
+    p = from_mapping(StackOverflowTpParams, params, "task")
+    index: dict[str, dict[str, int]] = {}
+
+    def prepare(raws: list[Raw]) -> None:
+        words = most_frequent(count_tokens(_texts(raws, "tokens"), None), p.vocab_size)
+        tags = most_frequent(count_tokens(_texts(raws, "tags"), "|"), p.num_tags)
+        index["words"] = {w: i for i, w in enumerate(words)}
+        index["tags"] = {t: i for i, t in enumerate(tags)}
+
+    def convert(path: Path, cid: str, raw: Raw):
+        docs = [s.split() for s in _strings(raw["tokens"])]
+        tags = [[t for t in s.split("|") if t] for s in _strings(raw["tags"])]
+        return (
+            bag_of_words(docs, index["words"], p.vocab_size),
+            multi_hot(tags, index["tags"], p.num_tags),
+        )
+
+    data = _load(p, ("tokens", "tags"), convert, prepare)
+    metrics = {"precision_at_5": precision_at_k(5)}
+    meta = {"words": tuple(index["words"]), "tags": tuple(index["tags"])}
+    return _task(
+        "stackoverflow_tp", p, data, (p.vocab_size,), p.num_tags, multilabel_bce, metrics, meta
+    )
+
+
+@register_task("stackoverflow_nwp", "TFF Stack Overflow next-word prediction from HDF5")
+def build_stackoverflow_nwp(params: Mapping[str, Any], seed: int) -> Task:
+    p = from_mapping(StackOverflowNwpParams, params, "task")
+    vocabs: list[Vocab] = []
+
+    def prepare(raws: list[Raw]) -> None:
+        vocabs.append(
+            Vocab(most_frequent(count_tokens(_texts(raws, "tokens"), None), p.vocab_size))
+        )
+
+    def convert(path: Path, cid: str, raw: Raw):
+        pairs = [word_sequence(s.split(), p.seq_len, vocabs[0]) for s in _strings(raw["tokens"])]
+        x = np.array([a for a, _ in pairs], dtype=np.int64).reshape(-1, p.seq_len)
+        return x, np.array([b for _, b in pairs], dtype=np.int64).reshape(-1, p.seq_len)
+
+    data = _load(p, ("tokens",), convert, prepare)
+    v = vocabs[0]
+    metrics = {"accuracy": sequence_accuracy(v.pad, ignore=(v.oov, v.bos, v.eos))}
+    return _task(
+        "stackoverflow_nwp",
+        p,
+        data,
+        (p.seq_len,),
+        v.size,
+        sequence_cross_entropy(v.pad),
+        metrics,
+        {"vocab": v},
+    )
