@@ -1,0 +1,78 @@
+# syntax=docker/dockerfile:1
+#
+# One image for every fedtune process: the API (`fedtune serve`), the study driver
+# (`fedtune worker run-study <STUDY_ID>`), the MLflow server (`mlflow server`) and Ray head/worker
+# pods (KubeRay runs `ray start ...` in it). See helm/fedtune/README.md for the contract.
+#
+#   CPU:  docker build -t fedtune:0.1.0 .
+#   CUDA: docker build --build-arg TORCH_VARIANT=cuda --build-arg CUDA_TAG=cu128 -t fedtune:0.1.0-cuda .
+#
+# The CUDA wheels bundle the CUDA runtime libraries, so the base stays python:slim; the nodes
+# only need the NVIDIA driver and device plugin.
+
+ARG PYTHON_VERSION=3.11
+
+# ---- build: a virtualenv with torch (CPU or CUDA wheels) and fedtune[service] -----------------
+FROM python:${PYTHON_VERSION}-slim-bookworm AS build
+
+# cpu | cuda
+ARG TORCH_VARIANT=cpu
+# PyTorch wheel index for TORCH_VARIANT=cuda (cu126, cu128, ...)
+ARG CUDA_TAG=cu128
+# Must equal the torch pin in pyproject.toml (tests/deploy/test_dockerfile.py checks it).
+ARG TORCH_VERSION=2.13.0
+# Optional extra runtime packages, e.g. "boto3" for MLflow's S3 artifact store.
+ARG EXTRA_PIP_PACKAGES=""
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+
+# torch first, from the index of the chosen variant; the pin in pyproject.toml then finds it
+# already satisfied (2.13.0+cpu / 2.13.0+cu128 match ==2.13.0).
+RUN set -eu; \
+    case "$TORCH_VARIANT" in \
+      cpu) index=cpu ;; \
+      cuda) index="$CUDA_TAG" ;; \
+      *) echo "TORCH_VARIANT must be cpu or cuda, got '$TORCH_VARIANT'" >&2; exit 2 ;; \
+    esac; \
+    pip install "torch==${TORCH_VERSION}" --index-url "https://download.pytorch.org/whl/${index}"
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY fedtune ./fedtune
+# `service` includes `tune` (Optuna, Ray Tune, MLflow); never `dev` in an image.
+RUN pip install ".[service]" ${EXTRA_PIP_PACKAGES} \
+    && python -c "import torch, fedtune; print('torch', torch.__version__)"
+
+# ---- runtime: the virtualenv, a non-root user, nothing else --------------------------------
+FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
+
+# bash: KubeRay starts Ray with `/bin/bash -c "ray start ..."`; wget: KubeRay's default probes.
+RUN set -eu; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends wget; \
+    rm -rf /var/lib/apt/lists/*; \
+    groupadd --system --gid 10001 fedtune; \
+    useradd --system --uid 10001 --gid 10001 --home-dir /home/fedtune --create-home \
+      --shell /bin/bash fedtune; \
+    install -d -o 10001 -g 10001 /data
+
+COPY --from=build /opt/venv /opt/venv
+
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    FEDTUNE_WORKDIR=/data \
+    XDG_CACHE_HOME=/tmp/.cache \
+    MPLCONFIGDIR=/tmp/matplotlib
+
+WORKDIR /data
+USER 10001:10001
+EXPOSE 8000
+
+ENTRYPOINT ["fedtune"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,253 @@
+"""Shared fixtures of the deployment tests: render the Helm chart offline, load the KubeRay CRDs.
+
+The chart is rendered and linted with ``helm-python-sdk`` (import name ``helm_python``), which
+binds Helm's own Go SDK (v4) through a bundled ``libhelm_c`` shared library: ``helm template`` /
+``helm lint`` semantics without a ``helm`` binary, a cluster or a network. It is part of the
+``dev`` extra (``pip install -e '.[dev]'``). Where the package or its native library is missing
+the Helm tests skip and say how to install it.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO_ROOT / "helm" / "fedtune"
+EXAMPLES_DIR = REPO_ROOT / "examples" / "helm"
+CRD_DIR = Path("/work/shared/k8s/crds")
+RELEASE = "demo"
+NAMESPACE = "ml"
+HELM_INSTALL_HINT = (
+    "install the dev extra: `pip install -e '.[dev]'` (helm-python-sdk bundles Helm's Go SDK as "
+    "libhelm_c, no helm binary needed; on a platform without a wheel set HELM_C_LIB to a built "
+    "libhelm_c)"
+)
+
+Manifest = dict[str, Any]
+Renderer = Callable[..., list[Manifest]]
+
+
+# libyaml's loader when PyYAML has it: the KubeRay CRDs are megabytes of YAML.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    with path.open() as handle:
+        return yaml.load(handle, Loader=_LOADER) or {}
+
+
+def scenario_values() -> dict[str, dict[str, Any]]:
+    """The value sets every chart-wide check runs on (the issue's four, plus the local backend)."""
+    return {
+        "defaults": {},
+        "gpu": load_yaml(EXAMPLES_DIR / "gpu-values.yaml"),
+        "external-db": load_yaml(EXAMPLES_DIR / "external-db-values.yaml"),
+        "ingress": {
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "tls": [{"secretName": "fedtune-tls", "hosts": ["fedtune.example.com"]}],
+            },
+            "auth": {"apiToken": "test-token-set-by-the-test"},
+        },
+        "local": {"backend": "local", "mlflow": {"enabled": False}},
+    }
+
+
+SCENARIOS = tuple(scenario_values())
+
+
+@pytest.fixture(scope="session")
+def helm() -> Any:
+    """The ``helm_python`` module with its native library loaded, or a skip with the install step."""
+    try:
+        import helm_python
+    except ImportError as exc:
+        pytest.skip(f"helm-python-sdk is not installed ({exc}); {HELM_INSTALL_HINT}")
+    try:
+        helm_python.helm_sdk_version()
+    except Exception as exc:  # the wheel is there but its libhelm_c cannot load
+        pytest.skip(f"libhelm_c could not be loaded ({exc}); {HELM_INSTALL_HINT}")
+    return helm_python
+
+
+@pytest.fixture(scope="session")
+def chart(helm: Any) -> Iterator[Any]:
+    with helm.Chart.load(CHART_DIR) as loaded:
+        yield loaded
+
+
+def split_manifests(rendered: dict[str, str]) -> list[Manifest]:
+    """YAML documents of every rendered template (NOTES.txt excluded), each tagged with its source."""
+    manifests = []
+    for source, text in sorted(rendered.items()):
+        if not source.endswith((".yaml", ".yml")):
+            continue
+        for document in yaml.safe_load_all(text):
+            if document:
+                document["__source__"] = source
+                manifests.append(document)
+    return manifests
+
+
+@pytest.fixture(scope="session")
+def render(chart: Any) -> Renderer:
+    """``render(values, name=..., namespace=...) -> [manifest]``: ``helm template`` offline."""
+
+    def _render(
+        values: dict[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE
+    ) -> list[Manifest]:
+        rendered = chart.render(
+            copy.deepcopy(values or {}), name=name, namespace=namespace, is_install=True
+        )
+        return split_manifests(rendered)
+
+    return _render
+
+
+@pytest.fixture(scope="session")
+def rendered_scenarios(render: Renderer) -> dict[str, list[Manifest]]:
+    return {name: render(values) for name, values in scenario_values().items()}
+
+
+def without_source(manifest: Manifest) -> Manifest:
+    return {key: value for key, value in manifest.items() if key != "__source__"}
+
+
+def find(manifests: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
+    return [
+        m
+        for m in manifests
+        if m["kind"] == kind and (name is None or m["metadata"]["name"] == name)
+    ]
+
+
+def one(manifests: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = find(manifests, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def pod_specs(manifest: Manifest) -> Iterator[tuple[str, Manifest, dict[str, Any]]]:
+    """(where, pod metadata, pod spec) of every pod a manifest runs: workloads, Pods, RayClusters."""
+    kind = manifest["kind"]
+    if kind == "Pod":
+        yield "pod", manifest["metadata"], manifest["spec"]
+    elif kind in {"Deployment", "StatefulSet", "DaemonSet", "Job"}:
+        template = manifest["spec"]["template"]
+        yield "template", template["metadata"], template["spec"]
+    elif kind == "RayCluster":
+        head = manifest["spec"]["headGroupSpec"]["template"]
+        yield "head", head["metadata"], head["spec"]
+        for group in manifest["spec"].get("workerGroupSpecs", []):
+            template = group["template"]
+            yield f"worker:{group['groupName']}", template["metadata"], template["spec"]
+
+
+def container_env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {item["name"]: item for item in container.get("env", [])}
+
+
+# ---- CRD schemas ---------------------------------------------------------------------------
+
+
+def _strict(schema: Any) -> Any:
+    """Close every object schema that lists properties, as `kubectl --validate=strict` does.
+
+    A real API server prunes unknown fields of custom resources silently; closing the schema turns
+    a misspelt field (``minReplica``) into a test failure instead of a silently ignored setting.
+    Objects marked ``x-kubernetes-preserve-unknown-fields`` or with ``additionalProperties``
+    stay as they are.
+    """
+    if isinstance(schema, list):
+        return [_strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: _strict(value) for key, value in schema.items()}
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        closed["additionalProperties"] = False
+    return closed
+
+
+def crd_schema(kind: str, version: str = "v1") -> dict[str, Any]:
+    """openAPIV3Schema of KubeRay's ``kind`` (RayCluster, RayJob), closed by :func:`_strict`."""
+    path = CRD_DIR / f"ray.io_{kind.lower()}s.yaml"
+    if not path.exists():
+        pytest.skip(f"KubeRay CRD {path} is not available")
+    return _crd_schema(path, kind, version)
+
+
+@functools.cache
+def _crd_schema(path: Path, kind: str, version: str) -> dict[str, Any]:
+    crd = load_yaml(path)
+    assert crd["spec"]["names"]["kind"] == kind
+    for entry in crd["spec"]["versions"]:
+        if entry["name"] == version:
+            return _strict(entry["schema"]["openAPIV3Schema"])
+    raise AssertionError(f"{path} has no version {version}")
+
+
+# ---- documented values ---------------------------------------------------------------------
+
+_KEY_LINE = re.compile(r'^("?)([A-Za-z0-9_.\-/]+)\1:(\s|$)')
+
+
+def documented_values(text: str) -> dict[tuple[str, ...], str]:
+    """Map each key of a values.yaml preceded by a ``# -- description`` line to that description.
+
+    Keys are tuples of path segments (segments may contain dots, e.g. ``nvidia.com/gpu``); lines
+    inside block lists belong to the list's key and are skipped.
+    """
+    documented: dict[tuple[str, ...], str] = {}
+    stack: list[tuple[int, str]] = []
+    pending: str | None = None
+    list_indent: int | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if not stripped:
+            pending = None
+            continue
+        if stripped.startswith("# --"):
+            pending = stripped[4:].strip()
+            continue
+        if stripped.startswith("#"):
+            continue
+        if list_indent is not None and (indent > list_indent or stripped.startswith("- ")):
+            continue
+        list_indent = None
+        if stripped.startswith("- "):
+            list_indent = indent
+            continue
+        match = _KEY_LINE.match(stripped)
+        if not match:
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = (*(key for _, key in stack), match.group(2))
+        if pending is not None:
+            documented[path] = pending
+            pending = None
+        stack.append((indent, match.group(2)))
+    return documented
+
+
+def leaf_paths(values: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Paths of the leaves of a values tree (lists and empty maps are leaves)."""
+    if isinstance(values, dict) and values:
+        for key, value in values.items():
+            yield from leaf_paths(value, (*prefix, str(key)))
+    else:
+        yield prefix

@@ -1,0 +1,572 @@
+"""The Helm chart, rendered offline (Helm 4 Go SDK via helm-python-sdk; see conftest.py).
+
+Scenarios: defaults, the GPU example, the external-database example (existing Secrets), an
+ingress with a token, and the local backend. Every rendered core object is validated with
+kubernetes-validate in strict mode and every RayCluster/RayJob against KubeRay's CRD schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.deploy.conftest import (
+    CHART_DIR,
+    NAMESPACE,
+    RELEASE,
+    SCENARIOS,
+    container_env,
+    crd_schema,
+    documented_values,
+    find,
+    leaf_paths,
+    one,
+    pod_specs,
+    scenario_values,
+    without_source,
+)
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+from kubernetes_validate.utils import latest_version  # noqa: E402
+
+CHART = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+MIN_KUBE = re.search(r"(\d+\.\d+)", CHART["kubeVersion"]).group(1) + ".0"
+KUBE_VERSIONS = (MIN_KUBE, latest_version())
+FULLNAME = f"{RELEASE}-fedtune"
+RAY_KINDS = {"RayCluster", "RayJob"}
+STANDARD_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/component",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+RAYJOB_VERBS = ["create", "get", "list", "watch", "delete"]
+
+
+def api_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
+
+
+def schema_error(chart: Any, helm: Any, values: dict[str, Any]) -> str:
+    with pytest.raises(helm.HelmValuesError) as caught:
+        chart.validate_schema(values)
+    return str(caught.value)
+
+
+# ---- helm lint / template / values schema -----------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_helm_lint_is_clean(helm: Any, scenario: str) -> None:
+    report = helm.lint(
+        CHART_DIR, scenario_values()[scenario], strict=True, kube_version=f"v{KUBE_VERSIONS[-1]}"
+    )
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], problems
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_values_pass_the_schema_in_helm_and_in_jsonschema(
+    chart: Any, scenario: str, rendered_scenarios: dict
+) -> None:
+    values = scenario_values()[scenario]
+    chart.validate_schema(values)
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.Draft7Validator(schema).validate(chart.merge_values(values))
+    assert rendered_scenarios[scenario], "nothing rendered"
+
+
+@pytest.mark.parametrize(
+    ("values", "path", "words"),
+    [
+        ({"api": {"replicas": -1}}, "/api/replicas", "minimum"),
+        ({"backend": "slurm"}, "/backend", "kubernetes"),
+        (
+            {"rayCluster": {"worker": {"maxReplicas": -2}}},
+            "/rayCluster/worker/maxReplicas",
+            "minimum",
+        ),
+        (
+            {"rayCluster": {"additionalWorkerGroups": {"big": {"replicas": 1}}}},
+            "/rayCluster/additionalWorkerGroups/big",
+            "minReplicas",
+        ),
+        ({"mlflow": {"replicas": -1}}, "/mlflow/replicas", "minimum"),
+        ({"mlflow": {"artifacts": {"type": "gcs"}}}, "/mlflow/artifacts/type", "pvc"),
+        (
+            {"postgresql": {"auth": {"password": "p@ss:w/rd"}}},
+            "/postgresql/auth/password",
+            "pattern",
+        ),
+        ({"api": {"replica": 2}}, "/api", "replica"),
+        (
+            {"kubernetesBackend": {"workerTemplate": {"nodeSelectr": {}}}},
+            "/kubernetesBackend/workerTemplate",
+            "nodeSelectr",
+        ),
+    ],
+)
+def test_schema_rejects_invalid_values_naming_the_field(
+    helm: Any, chart: Any, values: dict, path: str, words: str
+) -> None:
+    message = schema_error(chart, helm, values)
+    assert f"'{path}'" in message and words in message, message
+    with pytest.raises(helm.HelmValuesError, match=re.escape(path)):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    errors = list(jsonschema.Draft7Validator(schema).iter_errors(chart.merge_values(values)))
+    assert errors and all(e.json_path.startswith("$" + path.replace("/", ".")) for e in errors)
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        ({"backend": "ray"}, "rayCluster.enabled=true or ray.address"),
+        ({"postgresql": {"enabled": False}}, "externalDatabase.url is required"),
+        (
+            {
+                "rayCluster": {
+                    "enabled": True,
+                    "worker": {"minReplicas": 3, "maxReplicas": 2, "replicas": 2},
+                }
+            },
+            "rayCluster.worker: minReplicas (3) must not exceed maxReplicas (2)",
+        ),
+        ({"postgresql": {"auth": {"existingSecret": "pg"}}}, "set secret.existingSecret too"),
+        ({"mlflow": {"artifacts": {"type": "s3"}}}, "mlflow.artifacts.s3.bucket"),
+    ],
+)
+def test_impossible_combinations_fail_with_the_values_named(
+    helm: Any, chart: Any, values: dict, needle: str
+) -> None:
+    with pytest.raises(helm.HelmError, match=re.escape(needle)):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+# ---- every rendered object is valid --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_core_objects_validate_strictly(
+    rendered_scenarios: dict, scenario: str, kube_version: str
+) -> None:
+    checked = 0
+    for manifest in rendered_scenarios[scenario]:
+        if manifest["kind"] in RAY_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(without_source(manifest), kube_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(
+                f"{manifest['__source__']} {manifest['kind']}: {exc.message} at {list(exc.path)}"
+            )
+        checked += 1
+    assert checked >= 6
+
+
+@pytest.mark.parametrize("scenario", ["gpu", "defaults-with-raycluster"])
+def test_rayclusters_match_the_kuberay_crd(render: Any, scenario: str) -> None:
+    values = scenario_values().get(scenario) or {"rayCluster": {"enabled": True}}
+    clusters = find(render(values), "RayCluster")
+    assert len(clusters) == 1
+    jsonschema.Draft7Validator(crd_schema("RayCluster")).validate(without_source(clusters[0]))
+
+
+def test_strict_crd_schema_catches_a_misspelt_field(render: Any) -> None:
+    cluster = without_source(one(render({"rayCluster": {"enabled": True}}), "RayCluster"))
+    cluster["spec"]["workerGroupSpecs"][0]["minReplica"] = 1
+    with pytest.raises(jsonschema.ValidationError, match="minReplica"):
+        jsonschema.Draft7Validator(crd_schema("RayCluster")).validate(cluster)
+
+
+def test_worker_template_and_job_settings_make_a_valid_rayjob(render: Any) -> None:
+    """Apply FEDTUNE_K8S_* as documented in README.md to a RayJob; KubeRay's schema accepts it."""
+    env = container_env(api_container(render(scenario_values()["gpu"] | {"backend": "kubernetes"})))
+    template = json.loads(env["FEDTUNE_K8S_WORKER_TEMPLATE"]["value"])
+    assert template["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    container = {
+        "name": "ray-worker",
+        "image": env["FEDTUNE_K8S_IMAGE"]["value"],
+        "envFrom": [{"secretRef": {"name": env["FEDTUNE_K8S_ENV_SECRET"]["value"]}}],
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+    }
+    pod = {
+        "serviceAccountName": env["FEDTUNE_K8S_SERVICE_ACCOUNT"]["value"],
+        "containers": [container],
+    }
+    rayjob = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": "study-1", "namespace": NAMESPACE},
+        "spec": {
+            "entrypoint": "fedtune worker run-study 1",
+            "shutdownAfterJobFinishes": True,
+            "rayClusterSpec": {
+                "headGroupSpec": {"rayStartParams": {}, "template": {"spec": pod}},
+                "workerGroupSpecs": [
+                    {
+                        "groupName": "gpu",
+                        "replicas": 1,
+                        "minReplicas": 0,
+                        "maxReplicas": 2,
+                        "rayStartParams": {},
+                        "template": {"spec": pod | template},
+                    }
+                ],
+            },
+        },
+    }
+    jsonschema.Draft7Validator(crd_schema("RayJob")).validate(rayjob)
+
+
+# ---- labels, references, services ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_object_and_pod_carries_the_standard_labels(
+    rendered_scenarios: dict, scenario: str
+) -> None:
+    for manifest in rendered_scenarios[scenario]:
+        metas = [manifest["metadata"], *(meta for _, meta, _ in pod_specs(manifest))]
+        for meta in metas:
+            labels = meta.get("labels", {})
+            assert all(key in labels for key in STANDARD_LABELS), (manifest["__source__"], labels)
+            assert labels["app.kubernetes.io/instance"] == RELEASE
+            assert labels["app.kubernetes.io/version"] == CHART["appVersion"]
+            assert all(len(v) <= 63 and LABEL_VALUE.match(v) for v in labels.values()), labels
+        assert len(manifest["metadata"]["name"]) <= 63
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_services_select_pods_and_named_ports(rendered_scenarios: dict, scenario: str) -> None:
+    manifests = rendered_scenarios[scenario]
+    pods = [(meta["labels"], spec) for m in manifests for _, meta, spec in pod_specs(m)]
+    for service in find(manifests, "Service"):
+        selector = service["spec"]["selector"]
+        matched = [spec for labels, spec in pods if selector.items() <= labels.items()]
+        assert matched, f"Service {service['metadata']['name']} selects no pod"
+        names = {
+            p.get("name")
+            for spec in matched
+            for c in spec["containers"]
+            for p in c.get("ports", [])
+        }
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_referenced_secrets_accounts_and_claims_exist(
+    rendered_scenarios: dict, scenario: str
+) -> None:
+    """Everything a pod references is rendered, or is an existing-Secret name the values give."""
+    manifests = rendered_scenarios[scenario]
+    values = scenario_values()[scenario]
+    external = {values.get(block, {}).get("existingSecret") for block in ("secret", "auth")} | {
+        values.get("mlflow", {}).get("artifacts", {}).get("s3", {}).get("existingSecret")
+    }
+    names = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    for manifest in manifests:
+        for where, _, spec in pod_specs(manifest):
+            if "serviceAccountName" in spec:
+                assert ("ServiceAccount", spec["serviceAccountName"]) in names
+            for volume in spec.get("volumes", []):
+                if "persistentVolumeClaim" in volume:
+                    assert (
+                        "PersistentVolumeClaim",
+                        volume["persistentVolumeClaim"]["claimName"],
+                    ) in names
+                if "configMap" in volume:
+                    assert ("ConfigMap", volume["configMap"]["name"]) in names
+            for container in spec["containers"]:
+                refs = [
+                    e["valueFrom"]["secretKeyRef"]
+                    for e in container.get("env", [])
+                    if "secretKeyRef" in e.get("valueFrom", {})
+                ]
+                refs += [e["secretRef"] for e in container.get("envFrom", [])]
+                for ref in refs:
+                    ok = ("Secret", ref["name"]) in names or ref["name"] in external
+                    assert ok, f"{manifest['__source__']} {where}: Secret {ref['name']} missing"
+
+
+# ---- security, probes, RBAC ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_container_runs_hardened(rendered_scenarios: dict, scenario: str) -> None:
+    for manifest in rendered_scenarios[scenario]:
+        for where, _, spec in pod_specs(manifest):
+            pod_ctx = spec["securityContext"]
+            assert pod_ctx["runAsNonRoot"] is True and pod_ctx["runAsUser"] > 0, where
+            assert pod_ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+            mounts_tmp = True
+            for container in spec["containers"]:
+                ctx = container["securityContext"]
+                assert ctx["allowPrivilegeEscalation"] is False, where
+                assert ctx["readOnlyRootFilesystem"] is True, where
+                assert ctx["capabilities"] == {"drop": ["ALL"]}, where
+                assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, where
+                assert "resources" in container and container["resources"]["limits"], where
+                mounts_tmp &= manifest["kind"] == "Pod" or any(
+                    m["mountPath"] == "/tmp" for m in container["volumeMounts"]
+                )
+            assert mounts_tmp, f"{manifest['__source__']} {where}: no writable /tmp"
+
+
+def test_api_workdir_is_a_writable_emptydir_and_probes_follow_the_contract(
+    rendered_scenarios: dict,
+) -> None:
+    manifests = rendered_scenarios["defaults"]
+    pod = one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    workdir = container_env(container)["FEDTUNE_WORKDIR"]["value"]
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == workdir)
+    assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert port == {"http": 8000}
+    probes = {
+        k: container[k]["httpGet"] for k in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+    assert probes["livenessProbe"] == {"path": "/healthz", "port": "http"}
+    assert probes["readinessProbe"] == {"path": "/readyz", "port": "http"}
+    assert probes["startupProbe"] == {"path": "/healthz", "port": "http"}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_rbac_is_namespaced_and_exactly_the_rayjob_verbs(
+    rendered_scenarios: dict, scenario: str
+) -> None:
+    manifests = rendered_scenarios[scenario]
+    backend = (scenario_values()[scenario].get("backend")) or "kubernetes"
+    assert not find(manifests, "ClusterRole") and not find(manifests, "ClusterRoleBinding")
+    pod = one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is (backend == "kubernetes")
+    if backend != "kubernetes":
+        assert not find(manifests, "Role") and not find(manifests, "RoleBinding")
+        return
+    role = one(manifests, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": RAYJOB_VERBS},
+        {"apiGroups": ["ray.io"], "resources": ["rayjobs/status"], "verbs": ["get"]},
+    ]
+    binding = one(manifests, "RoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
+    ]
+
+
+# ---- secrets -------------------------------------------------------------------------------------
+
+SECRET_KEY = re.compile(r"(password|passwd|token|apikey|secretaccesskey)$", re.IGNORECASE)
+CREDENTIAL_URL = re.compile(r"://[^/@\s]+:[^/@\s]+@")
+
+
+def test_no_default_value_holds_a_secret() -> None:
+    values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    for path in leaf_paths(values):
+        value: Any = values
+        for key in path:
+            value = value[key]
+        if SECRET_KEY.search(path[-1]):
+            assert value == "", f"{'.'.join(path)} has a default secret"
+        if isinstance(value, str):
+            assert not CREDENTIAL_URL.search(value), f"{'.'.join(path)} embeds credentials"
+
+
+def test_generated_password_is_random_and_shared_by_every_url(render: Any) -> None:
+    passwords = []
+    for _ in range(2):
+        manifests = render({})
+        secret = one(manifests, "Secret", f"{FULLNAME}-postgresql")
+        password = base64.b64decode(secret["data"]["password"]).decode()
+        assert re.fullmatch(r"[A-Za-z0-9]{32}", password)
+        assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        env = one(manifests, "Secret", f"{FULLNAME}-env")["stringData"]
+        pg = f"{FULLNAME}-postgresql:5432"
+        assert (
+            env["FEDTUNE_DATABASE_URL"] == f"postgresql+psycopg://fedtune:{password}@{pg}/fedtune"
+        )
+        assert (
+            env["MLFLOW_BACKEND_STORE_URI"]
+            == f"postgresql+psycopg://fedtune:{password}@{pg}/mlflow"
+        )
+        passwords.append(password)
+    assert passwords[0] != passwords[1]
+
+
+def test_external_database_scenario_renders_no_secret_values(rendered_scenarios: dict) -> None:
+    manifests = rendered_scenarios["external-db"]
+    assert not [m for m in manifests if "postgresql" in m["metadata"]["name"]]
+    assert not find(manifests, "Secret")
+    env = container_env(api_container(manifests))
+    assert env["FEDTUNE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "fedtune-connection"
+    assert env["FEDTUNE_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "fedtune-api-token",
+        "key": "api-token",
+    }
+    assert env["FEDTUNE_K8S_ENV_SECRET"]["value"] == "fedtune-connection"
+    mlflow = one(manifests, "Deployment", f"{FULLNAME}-mlflow")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "--artifacts-destination=s3://ml-artifacts/fedtune/mlflow" in mlflow["args"]
+    assert (
+        container_env(mlflow)["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"]
+        == "fedtune-s3"
+    )
+
+
+# ---- the service contract ------------------------------------------------------------------------
+
+CONTRACT_ENV = {
+    "common": {
+        "FEDTUNE_BACKEND",
+        "FEDTUNE_MAX_CONCURRENT_STUDIES",
+        "FEDTUNE_WORKDIR",
+        "FEDTUNE_DATABASE_URL",
+        "MLFLOW_TRACKING_URI",
+    },
+    "ray": {"RAY_ADDRESS"},
+    "kubernetes": {
+        "FEDTUNE_K8S_NAMESPACE",
+        "FEDTUNE_K8S_IMAGE",
+        "FEDTUNE_K8S_ENV_SECRET",
+        "FEDTUNE_K8S_SERVICE_ACCOUNT",
+        "FEDTUNE_K8S_WORKER_TEMPLATE",
+    },
+    "local": set(),
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_api_environment_is_the_contract(rendered_scenarios: dict, scenario: str) -> None:
+    values = scenario_values()[scenario]
+    backend = values.get("backend", "kubernetes")
+    env = container_env(api_container(rendered_scenarios[scenario]))
+    token = {"FEDTUNE_API_TOKEN"} if values.get("auth") else set()
+    assert set(env) == CONTRACT_ENV["common"] | CONTRACT_ENV[backend] | token
+    assert env["FEDTUNE_BACKEND"]["value"] == backend
+
+
+def test_ray_backend_points_at_the_shared_clusters_head(rendered_scenarios: dict) -> None:
+    manifests = rendered_scenarios["gpu"]
+    cluster = one(manifests, "RayCluster")
+    address = container_env(api_container(manifests))["RAY_ADDRESS"]["value"]
+    # KubeRay names the head Service `<RayCluster name>-head-svc`; 8265 is the Ray Jobs API.
+    assert address == f"http://{cluster['metadata']['name']}-head-svc.{NAMESPACE}.svc:8265"
+    assert len(f"{cluster['metadata']['name']}-head-svc") <= 63
+
+
+def test_long_release_names_keep_kuberay_service_names_valid(render: Any) -> None:
+    manifests = render({"rayCluster": {"enabled": True}}, name="r" * 53)
+    assert len(one(manifests, "RayCluster")["metadata"]["name"] + "-head-svc") <= 63
+
+
+def test_gpu_example_builds_an_autoscaled_gpu_worker_group(rendered_scenarios: dict) -> None:
+    spec = one(rendered_scenarios["gpu"], "RayCluster")["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    assert spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    groups = {g["groupName"]: g for g in spec["workerGroupSpecs"]}
+    assert set(groups) == {"gpu", "cpu"}
+    gpu = groups["gpu"]
+    assert (gpu["minReplicas"], gpu["replicas"], gpu["maxReplicas"]) == (0, 0, 8)
+    pod = gpu["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert pod["automountServiceAccountToken"] is False
+    assert (
+        "nvidia.com/gpu"
+        not in groups["cpu"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    )
+    assert pod["containers"][0]["image"].endswith(":0.1.0-cuda")
+
+
+def test_disabled_worker_groups_are_left_out(render: Any) -> None:
+    spec = one(render({"rayCluster": {"enabled": True}}), "RayCluster")["spec"]
+    assert [g["groupName"] for g in spec["workerGroupSpecs"]] == ["gpu"]
+
+
+def test_local_backend_gets_shared_memory_and_no_mlflow(rendered_scenarios: dict) -> None:
+    manifests = rendered_scenarios["local"]
+    assert not [m for m in manifests if m["metadata"]["name"].endswith("-mlflow")]
+    pod = one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}} in pod["volumes"]
+    assert "MLFLOW_TRACKING_URI" not in one(manifests, "Secret", f"{FULLNAME}-env")["stringData"]
+
+
+def test_mlflow_uses_its_own_postgres_database_and_the_artifact_pvc(
+    rendered_scenarios: dict,
+) -> None:
+    manifests = rendered_scenarios["defaults"]
+    deployment = one(manifests, "Deployment", f"{FULLNAME}-mlflow")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["mlflow"] and container["args"][0] == "server"
+    assert (
+        container_env(container)["MLFLOW_BACKEND_STORE_URI"]["valueFrom"]["secretKeyRef"]["name"]
+        == f"{FULLNAME}-env"
+    )
+    assert "--artifacts-destination=file:///mlflow/artifacts" in container["args"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    init = one(manifests, "ConfigMap")["data"]["01-mlflow-database.sql"]
+    assert init.strip() == 'CREATE DATABASE "mlflow" OWNER "fedtune";'
+    uri = one(manifests, "Secret", f"{FULLNAME}-env")["stringData"]["MLFLOW_TRACKING_URI"]
+    assert uri == f"http://{FULLNAME}-mlflow.{NAMESPACE}.svc:5000"
+    hosts = next(a for a in container["args"] if a.startswith("--allowed-hosts="))
+    assert f"{FULLNAME}-mlflow.{NAMESPACE}.*" in hosts.split("=", 1)[1].split(",")
+
+
+def test_ingress_routes_to_the_api_service(rendered_scenarios: dict) -> None:
+    manifests = rendered_scenarios["ingress"]
+    ingress = one(manifests, "Ingress")
+    service = one(manifests, "Service", FULLNAME)
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": FULLNAME, "port": {"number": service["spec"]["ports"][0]["port"]}}
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"][0]["secretName"] == "fedtune-tls"
+    token = one(manifests, "Secret", f"{FULLNAME}-auth")["stringData"]["api-token"]
+    assert token == scenario_values()["ingress"]["auth"]["apiToken"]
+
+
+def test_helm_test_hook_calls_healthz_through_the_service(rendered_scenarios: dict) -> None:
+    manifests = rendered_scenarios["defaults"]
+    pod = one(manifests, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    service = one(manifests, "Service", FULLNAME)
+    url = f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/healthz"
+    assert url in pod["spec"]["containers"][0]["args"][0]
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+# ---- documentation -------------------------------------------------------------------------------
+
+
+def test_every_value_is_documented_in_values_yaml_and_readme() -> None:
+    text = (CHART_DIR / "values.yaml").read_text()
+    documented = documented_values(text)
+    for path in leaf_paths(yaml.safe_load(text)):
+        assert any(path[:n] in documented for n in range(1, len(path) + 1)), (
+            f"{'.'.join(path)} undocumented"
+        )
+    readme = (CHART_DIR / "README.md").read_text()
+    values_section = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `([^`]+)` \|", values_section, flags=re.MULTILINE))
+    assert rows == {".".join(path) for path in documented}
