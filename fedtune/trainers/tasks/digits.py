@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..models import build_model
 from ..typed import check, from_mapping
 from .base import Dataset, FederatedData, Task
+from .losses import accuracy, cross_entropy
 from .registry import register_task
 
-__all__ = ["accuracy", "cross_entropy", "dirichlet_split"]
+__all__ = ["dirichlet_split"]
 
 
 @dataclass(frozen=True)
@@ -37,14 +37,6 @@ class DigitsParams:
         check(self.dirichlet > 0, f"{path}.dirichlet", "must be > 0")
         check(0 < self.test_fraction < 0.9, f"{path}.test_fraction", "must be in (0, 0.9)")
         check(self.model in ("mlp", "cnn", "linear"), f"{path}.model", "must be mlp, cnn or linear")
-
-
-def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(outputs, targets.long(), reduction="none")
-
-
-def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return (outputs.argmax(-1) == targets.long()).to(outputs.dtype)
 
 
 def dirichlet_split(

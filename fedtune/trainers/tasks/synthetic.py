@@ -34,20 +34,10 @@ from fedtune.trainers.models import build_model, model_names
 from fedtune.trainers.typed import check, from_mapping
 
 from .base import Dataset, FederatedData, Task
+from .losses import accuracy, cross_entropy
 from .registry import register_task
 
 __all__ = ["SyntheticParams", "accuracy", "build_synthetic", "check_model", "cross_entropy"]
-
-
-def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-example cross-entropy of logits ``[B, C]`` against class ids ``[B]``."""
-    logp = torch.log_softmax(outputs, dim=-1)
-    return -logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
-
-
-def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Per-example 0/1 accuracy of the arg-max prediction."""
-    return (outputs.argmax(-1) == targets.long()).to(outputs.dtype)
 
 
 def check_model(model: str, path: str) -> None:
