@@ -1,0 +1,5 @@
+import sys
+
+from fedtune.cli import main
+
+sys.exit(main())
