@@ -1,0 +1,222 @@
+"""Load, validate and merge declarative search spaces (YAML files or plain mappings).
+
+A space file::
+
+    description: FedAvg with server momentum β
+    algorithms: [fedavgm]          # algorithms this space is the default for
+    extends: fedavg                # optional: shipped name(s) or file(s) merged underneath
+    parameters:
+      client_lr: {type: float, low: 1.0e-3, high: 10.0, log: true, grid: half-decade}
+      server_momentum: {type: float, low: 0.0, high: 0.99, when: 'server_opt == "momentum"'}
+      patience: {tie: window}      # the paper's W = P = C heuristic
+
+Entries are keyed by parameter name (short name or config path, see ``resolve_path``). Errors
+are :class:`~fedtune.errors.ConfigError` with ``field = parameters.<name>.<key>`` and
+``source`` = the file. An override (``merge``) updates single entries field by field, adds new
+ones, and removes one when given ``null``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedtune.errors import ConfigError
+
+from .model import Parameter, SearchSpace, resolve_path
+from .params import merge_raw, parse_parameter
+
+__all__ = [
+    "SHIPPED_DIR",
+    "combine",
+    "load_space",
+    "merge",
+    "parse_space",
+    "shipped_spaces",
+    "space_for_algorithm",
+]
+
+SHIPPED_DIR = Path(__file__).resolve().parent
+_TOP_KEYS = ("name", "description", "algorithms", "extends", "parameters")
+# (name, raw entry, error-field prefix, source)
+_Entry = tuple[str, Any, str, str | None]
+
+
+def shipped_spaces() -> dict[str, SearchSpace]:
+    """Every space shipped in the package, by name (file stem), sorted."""
+    return {p.stem: load_space(p) for p in sorted(SHIPPED_DIR.glob("*.yaml"))}
+
+
+def space_for_algorithm(algorithm: str) -> SearchSpace | None:
+    """The shipped space named like ``algorithm``, else the first one that lists it."""
+    if (SHIPPED_DIR / f"{algorithm}.yaml").is_file():
+        return load_space(algorithm)
+    return next((s for s in shipped_spaces().values() if algorithm in s.algorithms), None)
+
+
+def load_space(
+    name_or_path: str | Path, base_dir: str | Path | None = None, *, _stack: tuple = ()
+) -> SearchSpace:
+    """A shipped space by name (``fedavgm``) or a YAML file (relative to ``base_dir``/cwd)."""
+    text = str(name_or_path)
+    shipped = SHIPPED_DIR / f"{text}.yaml"
+    if "/" not in text and not text.endswith((".yaml", ".yml")) and shipped.is_file():
+        path = shipped
+    else:
+        path = Path(text)
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            names = ", ".join(p.stem for p in sorted(SHIPPED_DIR.glob("*.yaml")))
+            raise ConfigError("space", f"{text!r} is neither a shipped space ({names}) nor a file")
+    path = path.resolve()
+    if path in _stack:
+        raise ConfigError("extends", f"cycle: {' -> '.join(p.stem for p in (*_stack, path))}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError("<file>", f"cannot read a YAML space: {exc}", str(path)) from None
+    stack = (*_stack, path)
+    return parse_space(data, name=path.stem, source=str(path), base_dir=path.parent, _stack=stack)
+
+
+def parse_space(
+    data: Any,
+    *,
+    name: str | None = None,
+    source: str | None = None,
+    base_dir: str | Path | None = None,
+    field: str = "",
+    _stack: tuple = (),
+) -> SearchSpace:
+    """Validate a space mapping (the content of a file, or ``SearchSpace.to_dict()``)."""
+    pre = f"{field}." if field else ""
+    if not isinstance(data, Mapping):
+        raise ConfigError(field or "<root>", "a search space must be a mapping", source)
+    unknown = sorted(set(data) - set(_TOP_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{pre}{unknown[0]}", f"unknown key (known: {', '.join(_TOP_KEYS)})", source
+        )
+    name = data.get("name", name) or "inline"
+    description = data.get("description", "")
+    algorithms = data.get("algorithms", [])
+    if not isinstance(description, str):
+        raise ConfigError(f"{pre}description", "must be a string", source)
+    if not isinstance(algorithms, list) or not all(isinstance(a, str) for a in algorithms):
+        raise ConfigError(f"{pre}algorithms", "must be a list of algorithm names", source)
+    params = data.get("parameters", {})
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"{pre}parameters", "must be a mapping name -> parameter", source)
+    extends = data.get("extends", [])
+    extends = [extends] if isinstance(extends, str) else extends
+    if not isinstance(extends, list) or not all(isinstance(e, str) for e in extends):
+        raise ConfigError(f"{pre}extends", "must be a space name/file or a list of them", source)
+    if not params and not extends:
+        raise ConfigError(f"{pre}parameters", "a space needs at least one parameter", source)
+    bases = []
+    for base in extends:
+        try:
+            bases.append(load_space(base, base_dir, _stack=_stack))
+        except ConfigError as exc:
+            if exc.source:
+                raise
+            raise ConfigError(f"{pre}extends", exc.reason, source) from None
+    start = combine(bases) if bases else SearchSpace(name, ())
+    merged = merge(start, params, field=f"{pre}parameters", source=source)
+    return SearchSpace(name, merged.parameters, description, tuple(algorithms), source)
+
+
+def combine(spaces: Sequence[SearchSpace]) -> SearchSpace:
+    """Union of several spaces; a later space's entry overrides an earlier one field by field."""
+    out = spaces[0]
+    for space in spaces[1:]:
+        raw = {p.name: p.to_dict() for p in space.parameters}
+        out = merge(out, raw, field="parameters", source=space.source)
+    names = "+".join(s.name for s in spaces)
+    algorithms = tuple(dict.fromkeys(a for s in spaces for a in s.algorithms))
+    return SearchSpace(names, out.parameters, spaces[0].description, algorithms, spaces[0].source)
+
+
+def merge(
+    space: SearchSpace,
+    override: Mapping[str, Any] | SearchSpace,
+    *,
+    field: str = "override",
+    source: str | None = None,
+) -> SearchSpace:
+    """``space`` with ``override`` applied: entries update, add or (``None``) remove parameters.
+
+    Errors in an overriding entry name ``{field}.{name}.<key>``; errors that the override causes
+    in an untouched entry (e.g. a condition on a removed parameter) name that entry in its file.
+    """
+    if isinstance(override, SearchSpace):
+        override = {p.name: p.to_dict() for p in override.parameters}
+    if not isinstance(override, Mapping):
+        raise ConfigError(field, "must be a mapping name -> parameter", source)
+    entries: dict[str, _Entry] = {
+        p.path: (p.name, p.to_dict(), f"parameters.{p.name}", space.source)
+        for p in space.parameters
+    }
+    seen: set[str] = set()
+    for name, raw in override.items():
+        path = resolve_path(name) if isinstance(name, str) else None
+        if path is None:
+            raise ConfigError(f"{field}.{name}", _BAD_NAME, source)
+        if path in seen:
+            raise ConfigError(f"{field}.{name}", f"{path} is given twice", source)
+        seen.add(path)
+        if raw is None:
+            if path not in entries:
+                raise ConfigError(
+                    f"{field}.{name}", f"not in space {space.name!r}; nothing to remove", source
+                )
+            del entries[path]
+        elif path in entries:
+            base_name, base_raw, _, _ = entries[path]
+            entries[path] = (base_name, merge_raw(base_raw, raw), f"{field}.{name}", source)
+        else:
+            entries[path] = (name, raw, f"{field}.{name}", source)
+    params = _parse_entries(list(entries.items()))
+    return SearchSpace(space.name, params, space.description, space.algorithms, space.source)
+
+
+_BAD_NAME = (
+    "not a parameter name or config path (a short name, or hparams.<x>, train.<field>, "
+    "decay.<field>, task.<x>)"
+)
+
+
+def _parse_entries(items: list[tuple[str, _Entry]]) -> tuple[Parameter, ...]:
+    names: dict[str, str] = {}
+    for path, (name, _, _, _) in items:
+        names[name] = path
+        names[path] = path
+        names.setdefault(path.split(".", 1)[1], path)
+    params = [parse_parameter(n, path, raw, names, f, src) for path, (n, raw, f, src) in items]
+    origin = {path: (f, src) for path, (_, _, f, src) in items}
+    return _dependency_order(params, origin)
+
+
+def _dependency_order(
+    params: list[Parameter], origin: Mapping[str, tuple[str, str | None]]
+) -> tuple[Parameter, ...]:
+    """Stable topological order: file order, except that a parameter waits for its references."""
+    done: list[Parameter] = []
+    placed: set[str] = set()
+    pending = list(params)
+    while pending:
+        ready = next((p for p in pending if p.depends_on <= placed), None)
+        if ready is None:
+            p = pending[0]
+            cycle = ", ".join(q.name for q in pending)
+            key = "tie" if p.tie in {q.path for q in pending} else "when"
+            f, src = origin[p.path]
+            raise ConfigError(f"{f}.{key}", f"tie/condition cycle among: {cycle}", src)
+        done.append(ready)
+        placed.add(ready.path)
+        pending.remove(ready)
+    return tuple(done)

@@ -1,0 +1,490 @@
+"""The study specification (pydantic v2): a training configuration plus what to search and how.
+
+    name: digits-fedavgm
+    task: {name: digits, clients: 50, dirichlet: 0.3, model: mlp, seed: 0}
+    algorithm: fedavgm
+    train: {rounds: 30, clients_per_round: 10, local_steps: 5, batch_size: 20}
+    search: {space: fedavgm, override: {client_lr: {high: 1.0}}}
+    objective: {metric: train_loss, last_rounds: 10, mode: min}
+    sampler: {name: tpe, seed: 0}
+    scheduler: {name: asha, grace_rounds: 10}
+    budget: {trials: 16, max_concurrent: 2}
+
+``task/algorithm/train/hparams/decay/seed`` are exactly a trial configuration
+(``fedtune.trainers.parse_trial_config``); a trial's configuration is that base with the
+sampled ``{path: value}`` applied (:meth:`StudySpec.trial_config`). The default objective is the
+papers' selection rule, the mean training loss ℓ_t over the last N rounds
+(`001_2dc7ddae5cbdc81f.txt` §8.3); the multi-objective form (final loss, rounds to reach
+``target_loss``) explores the convergence–accuracy trade-off (`000_4bdc3753d62a87e2.txt` §4).
+
+Every invalid field raises ``ConfigError`` whose ``field`` is the dotted path in the spec
+(``budget.trials``, ``search.override.prox_alpha``); ``from_dict``/``from_file`` also run
+:meth:`StudySpec.validate_deep`, which checks the spec against the algorithm's recipe and
+the search space.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
+
+from fedtune.errors import ConfigError
+from fedtune.search_spaces import (
+    Parameter,
+    ParamType,
+    SearchSpace,
+    combine,
+    load_space,
+    merge,
+    resolve_path,
+    resolve_values,
+    space_for_algorithm,
+)
+from fedtune.trainers.algorithms.registry import (
+    Recipe,
+    effective_hparams,
+    get_recipe,
+    local_steps_of,
+)
+from fedtune.trainers.config import TrialConfig, apply_overrides, parse_trial_config
+
+__all__ = [
+    "MULTI_OBJECTIVE_SAMPLERS",
+    "BudgetSpec",
+    "Metric",
+    "Mode",
+    "MultiMetric",
+    "ObjectiveSpec",
+    "ResourcesSpec",
+    "SamplerName",
+    "SamplerSpec",
+    "SchedulerName",
+    "SchedulerSpec",
+    "SearchSpec",
+    "StudySpec",
+    "TrackingSpec",
+]
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+
+
+class Mode(enum.StrEnum):
+    MIN = "min"
+    MAX = "max"
+
+
+class Metric(enum.StrEnum):
+    TRAIN_LOSS = "train_loss"  # ℓ_t, RoundRecord.client_loss
+    TEST_ACCURACY = "test_accuracy"
+    TEST_LOSS = "test_loss"
+
+
+class MultiMetric(enum.StrEnum):
+    FINAL_LOSS = "final_loss"
+    ROUNDS_TO_TARGET = "rounds_to_target"
+
+
+class SamplerName(enum.StrEnum):
+    TPE = "tpe"
+    RANDOM = "random"
+    GRID = "grid"
+    NSGA2 = "nsga2"
+    GP = "gp"
+    CMAES = "cmaes"
+
+
+class SchedulerName(enum.StrEnum):
+    ASHA = "asha"
+    MEDIAN = "median"
+    NONE = "none"
+
+
+#: samplers that handle several objectives in Optuna 5 (CmaEsSampler raises on them)
+MULTI_OBJECTIVE_SAMPLERS = frozenset(
+    {SamplerName.TPE, SamplerName.RANDOM, SamplerName.GRID, SamplerName.NSGA2, SamplerName.GP}
+)
+#: field of ``RoundRecord.as_dict()`` each single-objective metric reads
+RECORD_FIELD = {
+    Metric.TRAIN_LOSS: "client_loss",
+    Metric.TEST_ACCURACY: "test_accuracy",
+    Metric.TEST_LOSS: "test_loss",
+}
+
+Count = Annotated[int, Field(strict=True, ge=1)]
+NonNegFloat = Annotated[float, Field(strict=True, ge=0)]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ObjectiveSpec(_Spec):
+    """Single (``metric``) or multi-objective (``metrics``: final loss, rounds to target)."""
+
+    metric: Metric | None = None
+    metrics: list[MultiMetric] | None = None
+    last_rounds: Count = 10
+    mode: Mode | None = None
+    target_loss: Annotated[float, Field(strict=True, allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ObjectiveSpec:
+        if self.metric is not None and self.metrics is not None:
+            raise ConfigError("metrics", "give either metric (single) or metrics (multi-objective)")
+        if self.metrics is not None:
+            if len(set(self.metrics)) != len(self.metrics) or len(self.metrics) < 2:
+                raise ConfigError("metrics", "needs at least two distinct metrics")
+            if self.mode not in (None, Mode.MIN):
+                raise ConfigError("mode", "every multi-objective metric is minimised")
+            if MultiMetric.ROUNDS_TO_TARGET in self.metrics and self.target_loss is None:
+                raise ConfigError("target_loss", "is required with rounds_to_target")
+        elif self.target_loss is not None:
+            raise ConfigError("target_loss", "is only used with metrics: [..., rounds_to_target]")
+        elif self.mode is not None and self.mode != self._natural_mode():
+            raise ConfigError("mode", f"{self.single_metric} is {self._natural_mode()}imised")
+        return self
+
+    @property
+    def single_metric(self) -> Metric:
+        return self.metric or Metric.TRAIN_LOSS
+
+    def _natural_mode(self) -> Mode:
+        return Mode.MAX if self.single_metric == Metric.TEST_ACCURACY else Mode.MIN
+
+    @property
+    def is_multi(self) -> bool:
+        return self.metrics is not None
+
+    @property
+    def directions(self) -> list[Mode]:
+        """One mode per objective (Optuna ``directions``: min -> minimize)."""
+        return [Mode.MIN] * len(self.metrics) if self.metrics else [self._natural_mode()]
+
+    @property
+    def record_field(self) -> str:
+        """The per-round record field the objective reads (``client_loss`` = ℓ_t)."""
+        return "client_loss" if self.is_multi else RECORD_FIELD[self.single_metric]
+
+
+class SamplerSpec(_Spec):
+    name: SamplerName = SamplerName.TPE
+    seed: Annotated[int, Field(strict=True)] | None = 0
+
+
+class SchedulerSpec(_Spec):
+    """Early stopping by rounds: ASHA rungs start at ``grace_rounds``, factor ``reduction_factor``."""
+
+    name: SchedulerName = SchedulerName.ASHA
+    grace_rounds: Count = 10
+    reduction_factor: Annotated[float, Field(strict=True, gt=1)] = 3.0
+
+
+class BudgetSpec(_Spec):
+    trials: Count = 16
+    max_concurrent: Count = 1
+    wall_clock_s: Annotated[float, Field(strict=True, gt=0)] | None = None
+
+
+class ResourcesSpec(_Spec):
+    """Per trial: CPUs (> 0) and GPUs (a fraction < 1 shares one GPU, else whole GPUs)."""
+
+    cpu: Annotated[float, Field(strict=True, gt=0)] = 1.0
+    gpu: NonNegFloat = 0.0
+
+    @model_validator(mode="after")
+    def _whole_gpus(self) -> ResourcesSpec:
+        if self.gpu > 1 and not float(self.gpu).is_integer():
+            raise ConfigError("gpu", f"use a fraction < 1 or whole GPUs, got {self.gpu}")
+        return self
+
+
+class TrackingSpec(_Spec):
+    experiment: str | None = None  # default: the study name
+    uri: str | None = None  # default: MLFLOW_TRACKING_URI or a local store
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class SearchSpec(_Spec):
+    """``space``: shipped name(s)/file(s), merged in order (default: the algorithm's space);
+    ``override``: single entries (``null`` removes one); ``parameters``: a full inline space."""
+
+    space: Annotated[list[str], BeforeValidator(_as_list)] | None = None
+    override: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
+    parameters: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_base(self) -> SearchSpec:
+        if self.space is not None and self.parameters is not None:
+            raise ConfigError("parameters", "give either search.space or search.parameters")
+        if self.space is not None and not self.space:
+            raise ConfigError("space", "must name at least one space")
+        if self.parameters is not None and not self.parameters:
+            raise ConfigError("parameters", "must define at least one parameter")
+        return self
+
+
+def _task(value: Any) -> Any:
+    return {"name": value} if isinstance(value, str) else value
+
+
+class StudySpec(_Spec):
+    """A study: see the module docstring. Build with :meth:`from_dict` / :meth:`from_file`."""
+
+    name: Annotated[str, Field(pattern=NAME_PATTERN)]
+    description: str = ""
+    task: Annotated[dict[str, Any], BeforeValidator(_task)]
+    algorithm: str
+    train: dict[str, Any] = Field(default_factory=dict)
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    decay: dict[str, Any] = Field(default_factory=dict)
+    seed: Annotated[int, Field(strict=True)] | None = None
+    seeds: list[Annotated[int, Field(strict=True)]] | None = None
+    search: SearchSpec = Field(default_factory=SearchSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    report_every: Count = 1
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _seeds(self) -> StudySpec:
+        if self.seeds is not None:
+            if self.seed is not None:
+                raise ConfigError("seeds", "give either seed or seeds")
+            if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+                raise ConfigError("seeds", "must be a non-empty list of distinct seeds")
+        return self
+
+    # ------------------------------------------------------------ construction
+
+    @classmethod
+    def from_dict(
+        cls, data: Any, *, base_dir: str | Path | None = None, source: str | None = None
+    ) -> StudySpec:
+        """Validate ``data`` (shape + :meth:`validate_deep`); paths of user space files are
+        relative to ``base_dir``."""
+        try:
+            try:
+                spec = cls.model_validate(data)
+            except ValidationError as exc:
+                raise error_from_validation(exc) from None
+            spec._base_dir = Path(base_dir) if base_dir is not None else None
+            spec.validate_deep()
+        except ConfigError as exc:
+            if source and not exc.source:
+                raise ConfigError(exc.field, exc.reason, source) from None
+            raise
+        return spec
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> StudySpec:
+        """A YAML (or ``.json``) study file."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, ValueError, yaml.YAMLError) as exc:
+            raise ConfigError("<file>", f"cannot read the study spec: {exc}", str(path)) from None
+        return cls.from_dict(data, base_dir=path.parent, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    # ------------------------------------------------------------ trial configurations
+
+    def trial_seeds(self) -> list[int]:
+        """Seeds each configuration is trained with (the objective averages over them)."""
+        return list(self.seeds) if self.seeds else [0 if self.seed is None else self.seed]
+
+    def base_trial_config(self) -> dict[str, Any]:
+        """The fixed part, as accepted by ``fedtune.trainers.parse_trial_config``."""
+        return {
+            "task": dict(self.task),
+            "algorithm": self.algorithm,
+            "train": dict(self.train),
+            "hparams": dict(self.hparams),
+            "decay": dict(self.decay),
+            "seed": self.trial_seeds()[0],
+        }
+
+    def trial_config(self, sampled: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
+        """Base configuration with the sampled ``{path: value}`` (and ``seed``) applied."""
+        config = apply_overrides(self.base_trial_config(), sampled)
+        if seed is not None:
+            config["seed"] = seed
+        return config
+
+    @property
+    def experiment(self) -> str:
+        return self.tracking.experiment or self.name
+
+    # ------------------------------------------------------------ search space
+
+    def search_space(self) -> SearchSpace:
+        """The resolved space: base (``space``/``parameters``/the algorithm's) + ``override``."""
+        s = self.search
+        if s.parameters is not None:
+            base = merge(
+                SearchSpace(f"{self.name}-inline", ()), s.parameters, field="search.parameters"
+            )
+        elif s.space:
+            base = combine([self._load(name, i) for i, name in enumerate(s.space)])
+        else:
+            found = space_for_algorithm(self.algorithm)
+            if found is None:
+                raise ConfigError(
+                    "search.space",
+                    f"no shipped space for algorithm "
+                    f"{self.algorithm!r}; give search.space or search.parameters",
+                )
+            base = found
+        return merge(base, s.override, field="search.override") if s.override else base
+
+    def _load(self, name: str, index: int) -> SearchSpace:
+        try:
+            return load_space(name, self._base_dir)
+        except ConfigError as exc:
+            if exc.source:  # an error inside the user's space file: keep file + field
+                raise
+            field = (
+                "search.space" if len(self.search.space or ()) == 1 else f"search.space[{index}]"
+            )
+            raise ConfigError(field, exc.reason) from None
+
+    def param_origin(self, path: str) -> str:
+        """Where the spec defines the searched ``path`` (for error messages)."""
+        for key in self.search.override:
+            if resolve_path(key) == path:
+                return f"search.override.{key}"
+        for key in self.search.parameters or {}:
+            if resolve_path(key) == path:
+                return f"search.parameters.{key}"
+        return "search.space"
+
+    # ------------------------------------------------------------ deep validation
+
+    def validate_deep(self) -> None:
+        """Checks that need the trainer registry and the search space:
+
+        1. the base trial configuration parses and suits the algorithm's recipe;
+        2. every searched hyperparameter is one the recipe accepts, is not also fixed, and every
+           bound/choice of the space yields a valid trial configuration;
+        3. the sampler suits the objective (CMA-ES is single-objective only) and the space
+           (grid search needs a grid for every parameter); round counts fit ``train.rounds``.
+        """
+        parsed = parse_trial_config(self.base_trial_config())
+        recipe = get_recipe(self.algorithm)
+        _check_recipe(recipe, parsed)
+        space = self.search_space()
+        for p in space.enabled:
+            self._check_searched(p, recipe)
+        self._check_values(space, recipe)
+        self._check_sampler(space)
+        rounds = parsed.train.rounds
+        for field, value in (
+            ("objective.last_rounds", self.objective.last_rounds),
+            ("report_every", self.report_every),
+            (
+                "scheduler.grace_rounds",
+                self.scheduler.grace_rounds if self.scheduler.name != SchedulerName.NONE else 1,
+            ),
+        ):
+            if value > rounds:
+                raise ConfigError(field, f"{value} exceeds train.rounds = {rounds}")
+
+    def _check_searched(self, p: Parameter, recipe: Recipe) -> None:
+        origin = self.param_origin(p.path)
+        section, key = p.path.split(".", 1)
+        if section == "hparams" and key not in recipe.params:
+            accepted = ", ".join(recipe.params) or "none"
+            raise ConfigError(
+                origin,
+                f"algorithm {recipe.name!r} has no hyperparameter {key!r} (it accepts: {accepted})",
+            )
+        if p.path == "train.local_steps" and recipe.fixed_local_steps is not None:
+            raise ConfigError(origin, f"algorithm {recipe.name!r} fixes local_steps")
+        if key in (self.task if section == "task" else getattr(self, section, {})):
+            raise ConfigError(
+                f"{section}.{key}",
+                f"is also searched ({origin}); set it in one "
+                "place (remove it here, or from the search with null)",
+            )
+        if section == "decay" and self.decay.get("enabled") is not True:
+            raise ConfigError(origin, f"searches {p.path} but decay.enabled is not true")
+
+    def _check_values(self, space: SearchSpace, recipe: Recipe) -> None:
+        """Every bound and choice, with the other parameters at their defaults, must parse."""
+        paths = set(space.paths)
+        for p in space.enabled:
+            if p.tied:
+                continue
+            values = p.choices if p.type == ParamType.CATEGORICAL else (p.low, p.high)
+            for v in values:
+                point = resolve_values(space, {p.path: v})
+                try:
+                    _check_recipe(recipe, parse_trial_config(self.trial_config(point)))
+                except ConfigError as exc:
+                    field = self.param_origin(exc.field) if exc.field in paths else exc.field
+                    raise ConfigError(field, f"with {p.name} = {v!r}: {exc.reason}") from None
+
+    def _check_sampler(self, space: SearchSpace) -> None:
+        name = self.sampler.name
+        if self.objective.is_multi and name not in MULTI_OBJECTIVE_SAMPLERS:
+            allowed = ", ".join(sorted(MULTI_OBJECTIVE_SAMPLERS))
+            raise ConfigError(
+                "sampler.name",
+                f"{name} optimises a single objective; with objective.metrics use one of {allowed}",
+            )
+        if name != SamplerName.GRID:
+            return
+        for p in space.enabled:
+            if not p.tied and p.grid_values() is None:
+                raise ConfigError(
+                    f"{self.param_origin(p.path)}.grid",
+                    f"the grid sampler needs a grid for {p.name}: give `grid: half-decade`, "
+                    "`grid: decade` or a list of values",
+                )
+
+
+def _check_recipe(recipe: Recipe, parsed: TrialConfig) -> None:
+    effective_hparams(recipe, parsed)
+    local_steps_of(recipe, parsed)
+
+
+def error_from_validation(exc: ValidationError) -> ConfigError:
+    """First pydantic error -> ``ConfigError(dotted path, reason)``.
+
+    The path is the error's ``loc`` joined with dots (list indices as ``[i]``); a
+    ``ConfigError`` raised inside a validator keeps its own (relative) field after that loc.
+    """
+    err = exc.errors()[0]
+    path = ""
+    for part in err["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, ConfigError):
+        return ConfigError(f"{path}.{inner.field}" if path else inner.field, inner.reason)
+    reason = {"extra_forbidden": "unknown key", "missing": "is required"}.get(
+        err["type"], err["msg"]
+    )
+    return ConfigError(path or "<root>", reason)

@@ -1,0 +1,337 @@
+"""The measured convergence–accuracy trade-off of a study (no MLflow, no Ray).
+
+Large client learning rates γ (or many local steps K) converge fast to a worse point, small ones
+slowly to a better point (`000_4bdc3753d62a87e2.txt` §4 and App. F; `001_2dc7ddae5cbdc81f.txt`
+§7–8; ALGORITHMS.md §8 #8). From the per-round training-loss curves ℓ_t of a study's trials this
+module computes, per trial and for targets τ:
+
+* smoothed curve  s_t = mean of the last ``smooth_window`` recorded ℓ (fewer at the start), so
+  one lucky noisy round never counts as "reached";
+* rounds to target  R_τ = first recorded round with s_t ≤ τ (∞ when never reached);
+* final loss  = mean of ℓ over the last ``last_rounds`` recorded rounds — the papers' selection
+  rule (`001_2dc7ddae5cbdc81f.txt` §8.3) — ∞ for a diverged trial or a non-finite value;
+* the Pareto set of (R_τ, final loss), both minimised, over trials with a finite final loss
+  (∞ compares above every finite value, so a trial that never reaches τ is on the set only
+  when no trial that reaches τ ends as low; equal points are all kept);
+* the lower envelope  E(R) = min_trials min_{t ≤ R} s_t  ("best loss reachable within R
+  rounds", the running minimum of the smoothed curve, i.e. keeping the best model so far),
+  with the trial attaining it and the *regime changes*: rounds where that trial changes. On a
+  tie the incumbent keeps the envelope. Diverged trials are left out of the envelope by default
+  (the papers omit diverging runs); stopped trials count up to the round they reached.
+
+JSON (``to_dict``) writes ∞ and NaN as ``null``; CSV rows (``to_csv_rows``) keep ``inf`` floats
+(written ``inf``, read back by ``float``).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedtune.errors import ConfigError
+from fedtune.trainers.records import Outcome, TrialResult
+
+__all__ = [
+    "EnvelopePoint",
+    "RegimeChange",
+    "TradeOff",
+    "TrialCurve",
+    "TrialSummary",
+    "analyze_tradeoff",
+    "lower_envelope",
+    "pareto_front",
+    "rounds_to_target",
+    "smooth",
+]
+
+TrialId = str | int
+
+
+@dataclass(frozen=True)
+class TrialCurve:
+    """One trial's loss curve: recorded rounds (increasing, ≥ 0) and ℓ at each (NaN -> ∞)."""
+
+    trial_id: TrialId
+    params: Mapping[str, Any]
+    rounds: Sequence[int]
+    losses: Sequence[float]
+    outcome: Outcome | str = Outcome.COMPLETED
+
+    def __post_init__(self) -> None:
+        rounds = tuple(int(r) for r in self.rounds)
+        losses = tuple(float(v) if math.isfinite(float(v)) else math.inf for v in self.losses)
+        where = f"curves[{self.trial_id}]"
+        if len(rounds) != len(losses):
+            raise ConfigError(f"{where}.losses", "needs one loss per round")
+        if any(b <= a for a, b in itertools.pairwise(rounds)) or (rounds and rounds[0] < 0):
+            raise ConfigError(f"{where}.rounds", "must be non-negative and strictly increasing")
+        if self.outcome not in tuple(Outcome):
+            raise ConfigError(f"{where}.outcome", f"must be one of {', '.join(Outcome)}")
+        object.__setattr__(self, "rounds", rounds)
+        object.__setattr__(self, "losses", losses)
+        object.__setattr__(self, "outcome", Outcome(self.outcome))
+        object.__setattr__(self, "params", dict(self.params))
+
+    @classmethod
+    def from_result(
+        cls,
+        trial_id: TrialId,
+        result: TrialResult,
+        params: Mapping[str, Any] | None = None,
+        metric: str = "client_loss",
+    ) -> TrialCurve:
+        """From a trainer result; ``params`` default to the result config's hparams."""
+        points = result.curve(metric)
+        params = dict(result.config.get("hparams", {})) if params is None else params
+        return cls(trial_id, params, [r for r, _ in points], [v for _, v in points], result.outcome)
+
+    def final_loss(self, last_rounds: int) -> float:
+        tail = self.losses[-last_rounds:]
+        if self.outcome == Outcome.DIVERGED or not tail:
+            return math.inf
+        return float(np.mean(tail))  # inf if any value in the tail is inf
+
+
+@dataclass(frozen=True)
+class TrialSummary:
+    trial_id: TrialId
+    params: Mapping[str, Any]
+    outcome: Outcome
+    last_round: int
+    final_loss: float
+    best_loss: float  # min of the smoothed curve
+    rounds_to_target: tuple[float, ...]  # aligned with TradeOff.targets; inf = never
+
+
+@dataclass(frozen=True)
+class EnvelopePoint:
+    round: int
+    loss: float
+    trial_id: TrialId | None  # None before any trial has a finite value
+
+
+@dataclass(frozen=True)
+class RegimeChange:
+    round: int
+    from_trial: TrialId
+    to_trial: TrialId
+    loss: float
+
+
+def smooth(losses: Sequence[float], window: int) -> np.ndarray:
+    """Trailing mean over ``window`` recorded values (expanding at the start; inf stays inf)."""
+    x = np.asarray(losses, dtype=float)
+    if window <= 1 or x.size == 0:
+        return x.copy()
+    finite = np.where(np.isfinite(x), x, 0.0)
+    bad = (~np.isfinite(x)).astype(int)
+    csum, cbad = np.concatenate([[0.0], np.cumsum(finite)]), np.concatenate([[0], np.cumsum(bad)])
+    idx = np.arange(x.size)
+    lo = np.maximum(idx + 1 - window, 0)
+    out = (csum[idx + 1] - csum[lo]) / (idx + 1 - lo)
+    out[(cbad[idx + 1] - cbad[lo]) > 0] = np.inf
+    return out
+
+
+def rounds_to_target(rounds: Sequence[int], smoothed: np.ndarray, target: float) -> float:
+    """First recorded round whose smoothed loss is ≤ ``target``; ``inf`` if none."""
+    hit = np.flatnonzero(np.asarray(smoothed) <= target)
+    return float(rounds[hit[0]]) if hit.size else math.inf
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the non-dominated points (both coordinates minimised; equal points kept).
+
+    q dominates p iff q ≤ p in both coordinates and q < p in at least one; ∞ is larger than
+    every finite value. Points with a NaN coordinate are never on the front.
+    """
+    pts = np.asarray(points, dtype=float).reshape(-1, 2)
+    ok = ~np.isnan(pts).any(axis=1)
+    le = (pts[:, None, :] <= pts[None, :, :]).all(axis=2)  # le[q, p]: q ≤ p everywhere
+    lt = (pts[:, None, :] < pts[None, :, :]).any(axis=2)
+    dominated = ((le & lt) & ok[:, None]).any(axis=0)
+    return [i for i in range(len(pts)) if ok[i] and not dominated[i]]
+
+
+def lower_envelope(
+    curves: Sequence[TrialCurve], grid: Iterable[int], smooth_window: int
+) -> tuple[list[EnvelopePoint], list[RegimeChange]]:
+    """E(R) = min over curves of the running minimum of the smoothed curve up to round R."""
+    grid = np.asarray(sorted(set(int(r) for r in grid)), dtype=int)
+    best = np.full((len(curves), grid.size), np.inf)
+    for i, c in enumerate(curves):
+        if not c.rounds:
+            continue
+        running = np.minimum.accumulate(smooth(c.losses, smooth_window))
+        pos = np.searchsorted(np.asarray(c.rounds), grid, side="right") - 1
+        best[i, pos >= 0] = running[pos[pos >= 0]]
+    points: list[EnvelopePoint] = []
+    changes: list[RegimeChange] = []
+    holder: int | None = None
+    for j, r in enumerate(grid):
+        column = best[:, j]
+        low = float(column.min()) if column.size else math.inf
+        if not math.isfinite(low):
+            points.append(EnvelopePoint(int(r), math.inf, None))
+            continue
+        if holder is None or column[holder] > low:
+            new = int(np.flatnonzero(column == low)[0])
+            if holder is not None:
+                changes.append(
+                    RegimeChange(int(r), curves[holder].trial_id, curves[new].trial_id, low)
+                )
+            holder = new
+        points.append(EnvelopePoint(int(r), low, curves[holder].trial_id))
+    return points, changes
+
+
+@dataclass(frozen=True)
+class TradeOff:
+    """Result of :func:`analyze_tradeoff` (see the module docstring for the definitions)."""
+
+    targets: tuple[float, ...]
+    pareto_target: float | None
+    last_rounds: int
+    smooth_window: int
+    trials: tuple[TrialSummary, ...]
+    pareto: tuple[TrialId, ...]  # by increasing rounds to pareto_target
+    envelope: tuple[EnvelopePoint, ...]
+    regime_changes: tuple[RegimeChange, ...]
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    def summary_of(self, trial_id: TrialId) -> TrialSummary:
+        return next(t for t in self.trials if t.trial_id == trial_id)
+
+    def best_final(self) -> TrialSummary | None:
+        """The trial the papers' selection rule picks (lowest final loss), if any is finite."""
+        finite = [t for t in self.trials if math.isfinite(t.final_loss)]
+        return min(finite, key=lambda t: t.final_loss) if finite else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; ∞/NaN become null."""
+        body = {
+            "targets": list(self.targets),
+            "pareto_target": self.pareto_target,
+            "last_rounds": self.last_rounds,
+            "smooth_window": self.smooth_window,
+            "trials": [
+                {
+                    **t.__dict__,
+                    "outcome": str(t.outcome),
+                    "params": dict(t.params),
+                    "rounds_to_target": list(t.rounds_to_target),
+                }
+                for t in self.trials
+            ],
+            "pareto": list(self.pareto),
+            "envelope": [p.__dict__ for p in self.envelope],
+            "regime_changes": [c.__dict__ for c in self.regime_changes],
+            "notes": dict(self.notes),
+        }
+        return _nullify(body)
+
+    def to_csv_rows(self) -> list[dict[str, Any]]:
+        """One row per trial: id, outcome, rounds, final/best loss, on_pareto, R_τ, params."""
+        keys = sorted({k for t in self.trials for k in t.params})
+        rows = []
+        for t in self.trials:
+            row: dict[str, Any] = {
+                "trial_id": t.trial_id,
+                "outcome": str(t.outcome),
+                "last_round": t.last_round,
+                "final_loss": t.final_loss,
+                "best_loss": t.best_loss,
+                "on_pareto": t.trial_id in self.pareto,
+            }
+            for target, r in zip(self.targets, t.rounds_to_target, strict=True):
+                row[f"rounds_to_{target:.4g}"] = r
+            row.update({f"param.{k}": t.params.get(k, "") for k in keys})
+            rows.append(row)
+        return rows
+
+    def write(self, directory: str | Path, stem: str = "tradeoff") -> dict[str, Path]:
+        """Write ``<stem>.json`` and ``<stem>.csv`` into ``directory``."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
+        paths["json"].write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False))
+        rows = self.to_csv_rows()
+        with paths["csv"].open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial_id"])
+            writer.writeheader()
+            writer.writerows(rows)
+        return paths
+
+
+def _nullify(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nullify(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nullify(v) for v in obj]
+    return obj
+
+
+def analyze_tradeoff(
+    curves: Sequence[TrialCurve],
+    *,
+    targets: Sequence[float] | None = None,
+    target_quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+    pareto_target: float | None = None,
+    last_rounds: int = 10,
+    smooth_window: int = 5,
+    grid: Iterable[int] | None = None,
+    include_diverged: bool = False,
+) -> TradeOff:
+    """Rounds-to-target, final losses, Pareto set and lower envelope of ``curves``.
+
+    ``targets`` default to the ``target_quantiles`` of the finite final losses;
+    ``pareto_target`` (the τ of the Pareto set) defaults to the median target. ``grid`` (rounds
+    R of the envelope) defaults to every recorded round.
+    """
+    if last_rounds < 1 or smooth_window < 1:
+        raise ConfigError("last_rounds" if last_rounds < 1 else "smooth_window", "must be >= 1")
+    finals = [c.final_loss(last_rounds) for c in curves]
+    finite = [f for f in finals if math.isfinite(f)]
+    if targets is None:
+        targets = [float(np.quantile(finite, q)) for q in target_quantiles] if finite else []
+    targets = sorted({float(t) for t in targets})
+    if pareto_target is None and targets:
+        pareto_target = targets[(len(targets) - 1) // 2]
+    if pareto_target is not None and pareto_target not in targets:
+        targets = sorted([*targets, float(pareto_target)])
+    summaries = [
+        _summarize(c, f, targets, smooth_window) for c, f in zip(curves, finals, strict=True)
+    ]
+    pareto: tuple[TrialId, ...] = ()
+    if pareto_target is not None:
+        k = targets.index(pareto_target)
+        cand = [t for t in summaries if math.isfinite(t.final_loss)]
+        pts = [(t.rounds_to_target[k], t.final_loss) for t in cand]
+        pareto = tuple(cand[i].trial_id for i in sorted(pareto_front(pts), key=lambda i: pts[i]))
+    kept = [c for c in curves if include_diverged or c.outcome != Outcome.DIVERGED]
+    grid = sorted({r for c in kept for r in c.rounds}) if grid is None else grid
+    envelope, changes = lower_envelope(kept, grid, smooth_window)
+    which = "included" if include_diverged else "excluded"
+    notes = {"envelope": f"running minimum of the smoothed curve; diverged trials {which}"}
+    return TradeOff(
+        tuple(targets), pareto_target, last_rounds, smooth_window, tuple(summaries), pareto,
+        tuple(envelope), tuple(changes), notes,
+    )  # fmt: skip
+
+
+def _summarize(c: TrialCurve, final: float, targets: Sequence[float], window: int) -> TrialSummary:
+    s = smooth(c.losses, window)
+    rtt = tuple(rounds_to_target(c.rounds, s, t) for t in targets)
+    best = float(s.min()) if s.size else math.inf
+    last = c.rounds[-1] if c.rounds else 0
+    return TrialSummary(c.trial_id, c.params, c.outcome, last, final, best, rtt)

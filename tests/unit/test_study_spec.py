@@ -1,0 +1,176 @@
+"""The study spec: the shipped example loads; every invalid field names its exact path."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from fedtune.errors import ConfigError
+from fedtune.search_spaces import suggest
+from fedtune.trainers.config import parse_trial_config
+from fedtune.tuning import Mode, SamplerName, SchedulerName, StudySpec
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
+BASE = yaml.safe_load(QUICKSTART.read_text())
+
+
+def spec_with(**changes) -> dict:
+    """The quickstart spec with dotted-path changes (value None deletes the key)."""
+    data = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return data
+
+
+def test_quickstart_loads_and_builds_trial_configs():
+    spec = StudySpec.from_file(QUICKSTART)
+    assert spec.algorithm in ("fedavgm", "fedavg") and spec.task["name"] == "digits"
+    assert spec.task["dirichlet"] == 0.3 and spec.task["model"] == "mlp"
+    assert spec.budget.trials >= 12
+    assert spec.sampler.name == SamplerName.TPE and spec.scheduler.name == SchedulerName.ASHA
+    space = spec.search_space()
+    enabled = {p.path: p for p in space.enabled}
+    assert set(enabled) == {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
+    assert enabled["hparams.client_lr"].log and enabled["hparams.server_lr"].log
+    assert spec.objective.record_field == "client_loss" and spec.objective.directions == [Mode.MIN]
+    assert parse_trial_config(spec.base_trial_config()).train.rounds == 30
+    trial = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0)).ask()
+    sampled = suggest(trial, space)
+    config = spec.trial_config(sampled, seed=5)
+    parsed = parse_trial_config(config)
+    assert parsed.seed == 5 and parsed.hparams.client_lr == sampled["hparams.client_lr"]
+    assert parsed.hparams_set == {"client_lr", "server_lr", "server_momentum"}
+    assert StudySpec.from_dict(spec.to_dict()).to_dict() == spec.to_dict()  # reloads unchanged
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"algorithm": "fedfoo"}, "algorithm"),
+        ({"budget__trials": -1}, "budget.trials"),
+        ({"budget__trials": True}, "budget.trials"),
+        ({"budget__trails": 3}, "budget.trails"),
+        ({"resources__gpu": -1}, "resources.gpu"),
+        ({"resources__gpu": 1.5}, "resources.gpu"),
+        ({"resources__cpu": 0}, "resources.cpu"),
+        ({"name": "x; rm -rf /"}, "name"),
+        ({"name": "Quickstart"}, "name"),
+        ({"name": "a" * 64}, "name"),
+        ({"name": None}, "name"),
+        ({"search__override__prox_alpha": {"type": "float", "low": 0.0, "high": 1.0}},
+         "search.override.prox_alpha"),
+        ({"search__override__server_momentum": {"high": 1.0, "grid": [0.0, 0.9]}},
+         "search.override.server_momentum"),
+        ({"search__override__server_lr": {"low": 0.0, "log": False, "grid": [0.0, 1.0]}}, "search.override.server_lr"),
+        ({"search__override__client_lr": {"low": 1.0, "high": 0.1}},
+         "search.override.client_lr.low"),
+        ({"search__space": "nope"}, "search.space"),
+        ({"search__parameters": {"client_lr": {"type": "float", "low": 0.1, "high": 1.0}}},
+         "search.parameters"),
+        ({"sampler__name": "bayes"}, "sampler.name"),
+        ({"objective": {"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.5},
+          "sampler": {"name": "cmaes"}}, "sampler.name"),
+        ({"objective": {"metrics": ["final_loss", "rounds_to_target"]}}, "objective.target_loss"),
+        ({"objective__mode": "max"}, "objective.mode"),
+        ({"scheduler__grace_rounds": 50}, "scheduler.grace_rounds"),
+        ({"report_every": 0}, "report_every"),
+        ({"train__rounds": 0}, "train.rounds"),
+        ({"train__rounds": 3}, "objective.last_rounds"),
+        ({"hparams": {"client_lr": 0.1}}, "hparams.client_lr"),
+        ({"hparams": {"prox_alpha": 0.1}}, "hparams.prox_alpha"),
+        ({"seeds": [1, 2]}, "seeds"),
+        ({"seed": None, "seeds": [1, "two"]}, "seeds[1]"),
+        ({"search__space": ["fedavgm", "decay"]}, "search.space"),
+        ({"task": {"clients": 10}}, "task.name"),
+        ({"unknown_key": 1}, "unknown_key"),
+    ],
+)  # fmt: skip
+def test_invalid_specs_name_the_exact_path(changes, field):
+    with pytest.raises(ConfigError) as err:
+        StudySpec.from_dict(spec_with(**changes))
+    assert err.value.field == field, err.value
+
+
+def test_reasons_are_specific():
+    with pytest.raises(ConfigError, match="no hyperparameter 'prox_alpha'") as err:
+        StudySpec.from_dict(
+            spec_with(search__override__prox_alpha={"type": "float", "low": 0, "high": 1})
+        )
+    assert "client_lr" in err.value.reason  # lists what fedavgm accepts
+    with pytest.raises(ConfigError, match=r"server_lr = 0.0: must be > 0"):
+        StudySpec.from_dict(
+            spec_with(search__override__server_lr={"low": 0.0, "log": False, "grid": [0.0, 1.0]})
+        )
+    with pytest.raises(ConfigError, match=r"decay\.enabled"):
+        StudySpec.from_dict(spec_with(search__space=["fedavgm", "decay"]))
+
+
+def test_valid_variants():
+    assert StudySpec.from_dict(spec_with(resources__gpu=0.25)).resources.gpu == 0.25
+    assert StudySpec.from_dict(spec_with(resources__gpu=2)).resources.gpu == 2.0
+    multi = StudySpec.from_dict(spec_with(
+        objective={"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.5},
+        sampler={"name": "nsga2", "seed": 1}))  # fmt: skip
+    assert multi.objective.is_multi and multi.objective.directions == [Mode.MIN, Mode.MIN]
+    accuracy = StudySpec.from_dict(spec_with(objective={"metric": "test_accuracy"}))
+    assert accuracy.objective.directions == [Mode.MAX]
+    assert accuracy.objective.record_field == "test_accuracy"
+    seeds = StudySpec.from_dict(spec_with(seed=None, seeds=[3, 4]))
+    assert seeds.trial_seeds() == [3, 4] and seeds.base_trial_config()["seed"] == 3
+    decay = StudySpec.from_dict(spec_with(search__space=["fedavgm", "decay"],
+                                          decay={"enabled": True}))  # fmt: skip
+    point = {p.path: p.initial() for p in decay.search_space().enabled if not p.tied}
+    assert "decay.window" in point and decay.search_space().find("cooldown").tie == "decay.window"
+    assert StudySpec.from_dict(spec_with(tracking={})).experiment == BASE["name"]
+
+
+def test_default_space_is_the_algorithms():
+    spec = StudySpec.from_dict(spec_with(algorithm="fedprox", search=None))
+    assert spec.search_space().name == "fedprox"
+    assert "prox_alpha" in spec.search_space()
+
+
+def test_grid_sampler_needs_a_grid():
+    inline = {"client_lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True}}
+    data = spec_with(search={"parameters": inline}, sampler={"name": "grid"})
+    with pytest.raises(ConfigError) as err:
+        StudySpec.from_dict(data)
+    assert err.value.field == "search.parameters.client_lr.grid"
+    inline["client_lr"]["grid"] = "half-decade"
+    assert StudySpec.from_dict(data).sampler.name == SamplerName.GRID
+    shipped = spec_with(sampler={"name": "grid"})  # every shipped parameter has a grid
+    assert StudySpec.from_dict(shipped).search_space().find("client_lr").grid_values()
+
+
+def test_files_user_spaces_and_sources(tmp_path):
+    space = {"extends": "fedavgm", "parameters": {"server_momentum": {"low": 0.5, "grid": [0.9]}}}
+    (tmp_path / "my_space.yaml").write_text(yaml.safe_dump(space))
+    data = spec_with(search={"space": "my_space.yaml"})
+    path = tmp_path / "study.json"
+    path.write_text(json.dumps(data))
+    spec = StudySpec.from_file(path)  # the space file is found next to the spec
+    assert spec.search_space().find("server_momentum").low == 0.5
+    (tmp_path / "my_space.yaml").write_text("parameters: {lr: {type: float, low: 2, high: 1}}\n")
+    with pytest.raises(ConfigError) as err:
+        StudySpec.from_file(path)
+    assert err.value.field == "parameters.lr.low" and err.value.source.endswith("my_space.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(spec_with(budget={"trials": 0})))
+    with pytest.raises(ConfigError) as err:
+        StudySpec.from_file(bad)
+    assert err.value.field == "budget.trials" and err.value.source == str(bad)
+    assert str(bad) in str(err.value)
+    with pytest.raises(ConfigError, match="cannot read"):
+        StudySpec.from_file(tmp_path / "missing.yaml")
