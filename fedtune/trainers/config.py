@@ -60,6 +60,24 @@ class HParams:
     server_eps: float = 1e-5
     server_bias_correction: bool = False
     theta: tuple[float, ...] = ()  # explicit Θ for `local_update`; empty = the recipe's preset
+    # GradAlign / FedGA / SCAFFOLD (002_db1681a79c495f30.txt); validated by their parts
+    ga_beta: float = 0.1  # β, displacement step
+    ga_form: Literal["once", "every_step"] = "once"  # FedGA Alg. 2 or Alg. 3
+    ga_full_batch: bool = True  # displacement gradient from all local data (else a mini-batch)
+    scaffold_option: int = 2  # control-variate update: 2 = from local steps, 1 = full gradient
+    # Mixed FL (003_ede07a1bb30cfed7.txt)
+    central_lr: float | None = None  # η_c; None = client_lr·server_lr
+    merge_lr: float = 1.0  # η_m
+    central_steps: int | None = None  # central steps; None = local_steps
+    central_batch_size: int | None = None  # None = S·B (PT, 2-w GT) or K·S·B (1-w GT); 0 = all
+    mixed_variant: Literal["pt", "gt1", "gt2"] = "pt"
+    mixed_gt2_init: Literal["zero", "fresh"] = "zero"
+    # FedAvg with MaSS (004_eaa0443f89ef694f.txt); η₁ is client_lr
+    mass_eta2: float = 0.01  # η₂ (0 = Nesterov)
+    mass_gamma: float = 0.9  # momentum γ
+    mass_form: Literal["form2", "form1", "form1_literal"] = "form2"
+    mass_grad_point: Literal["u", "w"] = "u"
+    mass_auto: bool = False  # the theorem's steps from estimated constants
 
     def validate(self, path: str = "hparams") -> None:
         p = f"{path}." if path else ""

@@ -174,7 +174,9 @@ class Trainer:
             return None
         client_lr = self.hparams.client_lr * self.decay.client_scale
         server_lr = self.hparams.server_lr * self.decay.server_scale
-        ctx = RoundContext(self.runner, self.loss_of, self.data, self.task, client_lr, server_lr, t)
+        ctx = RoundContext(
+            self.runner, self.loss_of, self.data, self.task, client_lr, server_lr, t, cfg.seed
+        )
         self.state, diag = self.algorithm.apply(self.state, cohort, ctx)
         self.decay.observe(client_loss)
         self._examples += cohort.size * int(cohort.batches.shape[1] * cohort.batches.shape[2])

@@ -23,6 +23,9 @@ def config_for(name: str, **overrides) -> dict:
     if "server_lr" in recipe.params and recipe.units == "gradient":
         hp["server_lr"] = 0.05
     cfg = quadratic_config(name, hparams=hp)
+    if recipe.needs_central:
+        cfg["task"] = {**cfg["task"], "name": "mixed_quadratic", "central_noise": 0.5,
+                       "central_examples": 20}
     for key, value in overrides.items():
         cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     if recipe.max_clients_per_round:
@@ -140,3 +143,14 @@ def test_zero_local_steps_gives_zero_update(name):
     assert record.update_norm == 0.0
     for k in before:
         assert torch.equal(before[k], trainer.state.params[k])
+
+
+def test_extension_hyperparameter_defaults_are_owned_by_hparams():
+    """The parts' own parameter dataclasses must not disagree with HParams (one owner)."""
+    from fedtune.trainers import HParams
+    from fedtune.trainers.algorithms.extensions import EXTENSION_PARAMS
+
+    base = HParams()
+    for cls in EXTENSION_PARAMS:
+        for f in dataclasses.fields(cls):
+            assert getattr(base, f.name) == f.default, f"{cls.__name__}.{f.name}"

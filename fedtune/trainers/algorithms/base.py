@@ -52,6 +52,7 @@ class RoundContext:
     client_lr: float
     server_lr: float
     round: int
+    seed: int = 0  # the trial seed, for algorithm-side draws (e.g. central batches)
 
 
 class Algorithm(Protocol):

@@ -80,6 +80,7 @@ class Recipe:
     default_local_steps: int = 10
     fixed_local_steps: int | None = None
     max_clients_per_round: int | None = None
+    needs_central: bool = False  # the task must hold central (server) data, e.g. Mixed FL
     build: Callable[[Recipe, HParams, int, Task], Algorithm] = _build_local_update
 
     def describe(self) -> dict[str, Any]:
@@ -175,6 +176,10 @@ def resolve(config: TrialConfig, task: Task) -> tuple[Algorithm, HParams, int]:
         raise ConfigError(
             "train.clients_per_round",
             f"algorithm {recipe.name!r} allows at most {recipe.max_clients_per_round}",
+        )
+    if recipe.needs_central and task.central is None:
+        raise ConfigError(
+            "task", f"algorithm {recipe.name!r} needs a task with central data (e.g. mixed_labels)"
         )
     return recipe.build(recipe, hp, steps, task), hp, steps
 

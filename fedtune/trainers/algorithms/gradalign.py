@@ -1,0 +1,251 @@
+"""GradAlign and FedGA (`002_db1681a79c495f30.txt` Algorithms 1–3, ALGORITHMS.md §4.3–4.4).
+
+One round with K local steps, client lr α (``client_lr``), displacement β (``ga_beta``), over
+the sampled clients with aggregation weights w_i::
+
+    g_i ← ∇f_i(x);  ḡ ← Σ_i w_i g_i;  v_i ← ḡ − g_i          # extra communication round
+    ga_form = "once"        (Alg. 2): y_0 = x − βv_i;  y_{k+1} = y_k − α ∇f_i(y_k; ζ_{i,k})
+    ga_form = "every_step"  (Alg. 3): y_0 = x;         y_{k+1} = y_k − α ∇f_i(y_k − βv_i; ζ_{i,k})
+    q ← Σ_i w_i Σ_k ∇f_i(·; ζ_{i,k})  (the gradients actually taken);   x ← ServerOpt(x, q, η)
+
+The paper averages the client models (x ← Σ_i w_i y_K): that is ``server_opt: sgd`` with
+η = α. In Alg. 2 the displacements −βv_i are not reverted; they cancel in the average because
+Σ_i w_i v_i = 0 (ḡ uses the same weights), so the message carries only the gradients and is well
+defined at α = 0. Alg. 2 and Alg. 3 visit the same points shifted by βv_i (the correct form of the
+rewrite in App. A.5, ALGORITHMS.md §9 item 13), hence give the same update. GradAlign is FedGA
+with K = 1: x ← x − η Σ_i w_i ∇f_i(x − βv_i), which for quadratic f_i is exactly gradient descent
+on f + βr (r of :mod:`.dissimilarity`).
+
+``ga_full_batch`` (the paper's Algorithm writes the full local gradient; ALGORITHMS.md §9 item 13
+notes it is unstated): g_i(x) from the client's full local data (default) or from one extra
+mini-batch drawn with the round's batches (then K + 1 batches are drawn, the last for g_i(x)).
+
+Round diagnostics: ``alignment_r`` = r(x) = ½ Σ_i w_i ‖g_i − ḡ‖² and ``grad_dissimilarity`` =
+Σ_i w_i ‖g_i − ḡ‖ over the cohort at the broadcast point; ``comm_rounds`` = 2 synchronisations
+and ``comm_vectors`` = 4 model-sized vectors per client (x and ḡ down, g_i and the update up;
+ALGORITHMS.md §4.6). The same class with ``mode="correct"`` is the SCAFFOLD variant of the paper
+(:mod:`.scaffold`): the drift correction v_i is added to every local gradient instead.
+
+This module also holds the local routine shared by the drift-corrected methods
+(:func:`local_sgd_fn`) and the reader of extension hyperparameters (:func:`extra_hparams`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch.func import grad
+
+from ..config import HParams
+from ..server_opt import ServerOpt, make_server_opt
+from ..tasks.base import Task
+from ..typed import check
+from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
+from .dissimilarity import (
+    alignment_regulariser,
+    cohort_gradients,
+    deviations,
+    gradient_dissimilarity,
+)
+from .registry import SERVER_PARAMS, Recipe, register
+
+__all__ = [
+    "AlignedLocalUpdate",
+    "GradAlignParams",
+    "extra_hparams",
+    "hparams_of",
+    "local_sgd_fn",
+]
+
+Params = dict[str, torch.Tensor]
+P002 = "002_db1681a79c495f30.txt"
+
+
+def extra_hparams(hp: Any, name: str, default: Any) -> Any:
+    """The extension hyperparameter ``name`` of ``hp`` (an HParams field; ``default`` only for
+    stand-in objects in tests — HParams owns the default, checked by the contract tests)."""
+    return getattr(hp, name, default)
+
+
+def hparams_of(cls: type, hp: Any, path: str = "hparams") -> Any:
+    """Build the frozen dataclass ``cls`` of extension hyperparameters from ``hp`` (field
+    defaults where ``hp`` has no such field) and validate it (``ConfigError`` at ``path.name``)."""
+    values = {f.name: extra_hparams(hp, f.name, f.default) for f in dataclasses.fields(cls)}
+    obj = cls(**values)
+    obj.validate(path)
+    return obj
+
+
+@dataclass(frozen=True)
+class GradAlignParams:
+    """Extension hyperparameters of GradAlign / FedGA / SCAFFOLD-GA."""
+
+    ga_beta: float = 0.1  # β, displacement step (regularisation strength)
+    ga_form: Literal["once", "every_step"] = "once"  # Alg. 2 or Alg. 3
+    ga_full_batch: bool = True  # g_i(x) on the full local data, else on one extra mini-batch
+
+    def validate(self, path: str = "hparams") -> None:
+        p = f"{path}." if path else ""
+        check(
+            math.isfinite(self.ga_beta) and self.ga_beta >= 0,
+            f"{p}ga_beta",
+            f"must be >= 0, got {self.ga_beta}",
+        )
+        check(
+            self.ga_form in ("once", "every_step"),
+            f"{p}ga_form",
+            f"must be 'once' or 'every_step', got {self.ga_form!r}",
+        )
+        check(isinstance(self.ga_full_batch, bool), f"{p}ga_full_batch", "must be true or false")
+
+
+def _pick(common: dict, own: dict, key: str) -> Params | None:
+    a, b = common.get(key), own.get(key)
+    if a is None or b is None:
+        return a if b is None else b
+    return {n: a[n] + b[n] for n in a}
+
+
+def local_sgd_fn(loss_of: Callable[..., torch.Tensor], steps: int) -> Callable[..., dict]:
+    """Pure ``fn(x, lr, common, xb, yb, own) -> {delta, gsum, graw, g0}`` for a runner.
+
+    ``common`` (shared) and ``own`` (per client) are dicts with optional parameter-shaped entries
+    ``start``, ``shift``, ``corr`` (summed when both give one)::
+
+        y_0 = x + start;   g_k = ∇f(y_k + shift; batch k);   y_{k+1} = y_k − lr (g_k + corr)
+
+    Returns delta = y_K − x, gsum = Σ_k (g_k + corr), graw = Σ_k g_k and g0 = g_0.
+    """
+    gradient = grad(loss_of)
+
+    def fn(x: Params, lr, common: dict, xb, yb, own: dict) -> dict:
+        start, shift, corr = (_pick(common, own, k) for k in ("start", "shift", "corr"))
+        y = x if start is None else {n: x[n] + start[n] for n in x}
+        gsum = graw = g0 = {n: torch.zeros_like(v) for n, v in x.items()}
+        for k in range(steps):
+            point = y if shift is None else {n: y[n] + shift[n] for n in y}
+            g = gradient(point, xb[k], yb[k])
+            if k == 0:
+                g0 = g
+            graw = {n: graw[n] + g[n] for n in g}
+            d = g if corr is None else {n: g[n] + corr[n] for n in g}
+            gsum = {n: gsum[n] + d[n] for n in d}
+            y = {n: y[n] - lr * d[n] for n in y}
+        return {"delta": {n: y[n] - x[n] for n in x}, "gsum": gsum, "graw": graw, "g0": g0}
+
+    return fn
+
+
+Mode = Literal["once", "every_step", "correct"]
+
+
+class AlignedLocalUpdate:
+    """FedGA (``once`` / ``every_step``) and SCAFFOLD-GA (``correct``); see module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        local_steps: int,
+        server_opt: ServerOpt,
+        mode: Mode,
+        beta: float = 0.0,
+        full_batch: bool = True,
+    ) -> None:
+        self.name = name
+        self.local_steps = local_steps
+        self.server_opt = server_opt
+        self.mode = mode
+        self.beta = beta
+        self.full_batch = full_batch
+
+    def num_batches(self) -> int:
+        return self.local_steps + (0 if self.full_batch else 1)
+
+    def init(self, params: Params) -> ServerState:
+        return ServerState(params=params, opt_state=self.server_opt.init(params))
+
+    def broadcast(self, state: ServerState) -> Params:
+        return self.server_opt.broadcast(state.params, state.opt_state)
+
+    def _own(self, dev: Params) -> dict:
+        """Per-client inputs of the local routine from the deviations g_i − ḡ = −v_i."""
+        if self.mode == "correct":  # ∇f_i(y) + ḡ − g_i
+            return {"corr": {k: -v for k, v in dev.items()}}
+        displaced = {k: self.beta * v for k, v in dev.items()}  # −β v_i
+        return {"start" if self.mode == "once" else "shift": displaced}
+
+    def apply(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
+        x = self.broadcast(state)
+        g = cohort_gradients(
+            ctx.runner,
+            ctx.loss_of,
+            ctx.data,
+            x,
+            cohort,
+            full_batch=self.full_batch,
+            batch_index=self.local_steps,
+        )
+        _, dev = deviations(g, cohort.weights)
+        rows = cohort.batches[:, : self.local_steps]
+        lr = torch.tensor(ctx.client_lr, dtype=next(iter(x.values())).dtype)
+        out = ctx.runner.map(
+            local_sgd_fn(ctx.loss_of, self.local_steps),
+            (x, lr, {}),
+            (ctx.data.inputs[rows], ctx.data.targets[rows], self._own(dev)),
+        )
+        q = weighted_mean(out["gsum"], cohort.weights)
+        params, opt_state = self.server_opt.step(state.params, state.opt_state, q, ctx.server_lr)
+        diag = {
+            "update_norm": tree_norm(q),
+            "alignment_r": alignment_regulariser(g, cohort.weights),
+            "grad_dissimilarity": gradient_dissimilarity(g, cohort.weights),
+            "comm_rounds": 2.0,
+            "comm_vectors": 4.0,
+        }
+        return ServerState(params, opt_state, state.extra), diag
+
+
+_GA_PARAMS = ("ga_beta", "ga_form", "ga_full_batch")
+
+
+def _build_fedga(recipe: Recipe, hp: HParams, local_steps: int, task: Task) -> AlignedLocalUpdate:
+    ga = hparams_of(GradAlignParams, hp)
+    return AlignedLocalUpdate(
+        recipe.name, local_steps, make_server_opt(hp), ga.ga_form, ga.ga_beta, ga.ga_full_batch
+    )
+
+
+def _build_gradalign(
+    recipe: Recipe, hp: HParams, local_steps: int, task: Task
+) -> AlignedLocalUpdate:
+    ga = hparams_of(GradAlignParams, hp)
+    return AlignedLocalUpdate(
+        recipe.name, 1, make_server_opt(hp), "every_step", ga.ga_beta, ga.ga_full_batch
+    )
+
+
+register(
+    Recipe(
+        "fedga",
+        "FedGA: FedAvg whose clients start displaced by −β(ḡ − g_i) (gradient alignment)",
+        P002,
+        ("client_lr", *_GA_PARAMS, *SERVER_PARAMS),
+        build=_build_fedga,
+    )
+)
+register(
+    Recipe(
+        "gradalign",
+        "GradAlign: x ← x − η mean_i ∇f_i(x − β(ḡ − g_i)) (= GD on f + βr for quadratics)",
+        P002,
+        ("ga_beta", "ga_full_batch", *SERVER_PARAMS),
+        fixed={"client_lr": 0.0},
+        fixed_local_steps=1,
+        build=_build_gradalign,
+    )
+)

@@ -1,0 +1,194 @@
+"""SCAFFOLD: the variant analysed in `002_db1681a79c495f30.txt` and the original stateful algorithm.
+
+``scaffold_ga`` — `002_db1681a79c495f30.txt` Algorithm 4 / App. A.6 (ALGORITHMS.md §4.5): fresh
+controls each round from an extra communication round, over the sampled clients::
+
+    g_i ← ∇f_i(x);  ḡ ← Σ_i w_i g_i
+    y_0 = x;  y_{k+1} = y_k − α (∇f_i(y_k; ζ_{i,k}) + ḡ − g_i)
+    q ← Σ_i w_i Σ_k (∇f_i(y_k; ζ_{i,k}) + ḡ − g_i);   x ← ServerOpt(x, q, η)   (paper: sgd, η = α)
+
+It is :class:`~.gradalign.AlignedLocalUpdate` with ``mode="correct"`` (same diagnostics:
+``alignment_r``, ``grad_dissimilarity``, 2 communication rounds, 4 vectors per client).
+``ga_full_batch`` picks full-data or mini-batch g_i(x) as for FedGA.
+
+``scaffold`` — the original stateful algorithm (Karimireddy et al. 2020, cited by
+`002_db1681a79c495f30.txt` and `003_ede07a1bb30cfed7.txt`; ALGORITHMS.md §9 item 14). The server
+keeps a global control c and one control c_i per client ever sampled (c_i = 0 before)::
+
+    y_0 = x;  y_{k+1} = y_k − α (∇f_i(y_k; ζ_{i,k}) − c_i + c)
+    option 2: c_i⁺ = c_i − c + (x − y_K)/(Kα) = (1/K) Σ_k ∇f_i(y_k; ζ_{i,k})
+    option 1: c_i⁺ = ∇f_i(x)   (full local data; one extra gradient per client)
+    q ← Σ_i w_i Σ_k (∇f_i(y_k) − c_i + c);  x ← ServerOpt(x, q, η)
+    c ← c + (1/N) Σ_{i∈S} (c_i⁺ − c_i)           (N clients in the federation: c = mean of all c_i)
+
+The original global step x ← x + η_g mean_i(y_K − x) is ``server_opt: sgd`` with η = η_g·α.
+Option 2 is computed from the gradient sum, so it is defined at α = 0. One communication round,
+4 vectors per client (x, c down; update and Δc_i up).
+
+State (``ServerState.extra``, tensors only, so checkpoints restore exactly): ``scaffold_c`` (c)
+and ``scaffold_controls`` — a client table ``{"ids": int64 [n], "rows": {name: [n, ...]}}``
+holding c_i of the n distinct clients seen so far, sorted by client index: memory grows as
+n·|x| (at most the federation size N), never with the number of rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config import HParams
+from ..server_opt import ServerOpt, make_server_opt
+from ..tasks.base import Task
+from ..typed import check
+from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
+from .dissimilarity import cohort_gradients
+from .gradalign import AlignedLocalUpdate, GradAlignParams, hparams_of, local_sgd_fn
+from .registry import SERVER_PARAMS, Recipe, register
+
+__all__ = [
+    "Scaffold",
+    "ScaffoldParams",
+    "table_gather",
+    "table_init",
+    "table_scatter",
+]
+
+Params = dict[str, torch.Tensor]
+Table = dict  # {"ids": LongTensor [n] (sorted), "rows": {name: Tensor [n, ...]}}
+P002 = "002_db1681a79c495f30.txt"
+
+
+def table_init(like: Params) -> Table:
+    """An empty per-client table whose rows have the shapes of ``like``."""
+    ref = next(iter(like.values()))
+    return {
+        "ids": torch.zeros(0, dtype=torch.long, device=ref.device),
+        "rows": {k: v.new_zeros((0, *v.shape)) for k, v in like.items()},
+    }
+
+
+def table_gather(table: Table, ids: torch.Tensor, fill: Params) -> Params:
+    """Rows [M, ...] of clients ``ids``; a client not in the table gets ``fill`` (unstacked)."""
+    known = table["ids"].to(ids.device)
+    pos = torch.searchsorted(known, ids).clamp(max=max(known.numel() - 1, 0))
+    found = (known[pos] == ids) if known.numel() else torch.zeros_like(ids, dtype=torch.bool)
+    out = {}
+    for k, rows in table["rows"].items():
+        base = fill[k].unsqueeze(0).expand(ids.shape[0], *fill[k].shape)
+        picked = rows[pos] if known.numel() else base
+        mask = found.reshape(-1, *([1] * fill[k].dim()))
+        out[k] = torch.where(mask, picked, base)
+    return out
+
+
+def table_scatter(table: Table, ids: torch.Tensor, rows: Params) -> Table:
+    """A new table with the rows of clients ``ids`` set (inserted if new), ids kept sorted."""
+    old = table["ids"].to(ids.device)
+    union = torch.unique(torch.cat([old, ids]))  # sorted
+    at_old, at_new = torch.searchsorted(union, old), torch.searchsorted(union, ids)
+    new_rows = {}
+    for k, v in rows.items():
+        merged = v.new_zeros((union.numel(), *v.shape[1:]))
+        merged[at_old] = table["rows"][k].to(v.device)
+        merged[at_new] = v
+        new_rows[k] = merged
+    return {"ids": union, "rows": new_rows}
+
+
+@dataclass(frozen=True)
+class ScaffoldParams:
+    scaffold_option: int = 2  # 2: c_i⁺ from the local steps; 1: c_i⁺ = full local ∇f_i(x)
+
+    def validate(self, path: str = "hparams") -> None:
+        p = f"{path}." if path else ""
+        check(
+            self.scaffold_option in (1, 2),
+            f"{p}scaffold_option",
+            f"must be 1 or 2, got {self.scaffold_option!r}",
+        )
+
+
+class Scaffold:
+    """The original stateful SCAFFOLD (see module docstring)."""
+
+    def __init__(self, name: str, local_steps: int, server_opt: ServerOpt, option: int = 2) -> None:
+        self.name = name
+        self.local_steps = local_steps
+        self.server_opt = server_opt
+        self.option = option
+
+    def num_batches(self) -> int:
+        return self.local_steps
+
+    def init(self, params: Params) -> ServerState:
+        zeros = {k: torch.zeros_like(v) for k, v in params.items()}
+        extra = {"scaffold_c": zeros, "scaffold_controls": table_init(params)}
+        return ServerState(params=params, opt_state=self.server_opt.init(params), extra=extra)
+
+    def broadcast(self, state: ServerState) -> Params:
+        return self.server_opt.broadcast(state.params, state.opt_state)
+
+    def apply(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
+        x = self.broadcast(state)
+        c = state.extra["scaffold_c"]
+        zeros = {k: torch.zeros_like(v) for k, v in c.items()}
+        c_i = table_gather(state.extra["scaffold_controls"], cohort.clients, zeros)
+        corr = {k: c[k].unsqueeze(0) - c_i[k] for k in c}
+        rows = cohort.batches
+        lr = torch.tensor(ctx.client_lr, dtype=next(iter(x.values())).dtype)
+        out = ctx.runner.map(
+            local_sgd_fn(ctx.loss_of, self.local_steps),
+            (x, lr, {}),
+            (ctx.data.inputs[rows], ctx.data.targets[rows], {"corr": corr}),
+        )
+        if self.option == 1:
+            new_ci = cohort_gradients(ctx.runner, ctx.loss_of, ctx.data, x, cohort, full_batch=True)
+        else:
+            new_ci = {k: v / self.local_steps for k, v in out["graw"].items()}
+        q = weighted_mean(out["gsum"], cohort.weights)
+        params, opt_state = self.server_opt.step(state.params, state.opt_state, q, ctx.server_lr)
+        n = ctx.data.num_clients
+        new_c = {k: c[k] + (new_ci[k] - c_i[k]).sum(0) / n for k in c}
+        table = table_scatter(state.extra["scaffold_controls"], cohort.clients, new_ci)
+        extra = {**state.extra, "scaffold_c": new_c, "scaffold_controls": table}
+        diag = {
+            "update_norm": tree_norm(q),
+            "control_norm": tree_norm(new_c),
+            "control_clients": float(table["ids"].numel()),
+            "comm_rounds": 1.0,
+            "comm_vectors": 4.0,
+        }
+        return ServerState(params, opt_state, extra), diag
+
+
+def _build_scaffold_ga(recipe: Recipe, hp: HParams, local_steps: int, task: Task):
+    ga = hparams_of(GradAlignParams, hp)
+    return AlignedLocalUpdate(
+        recipe.name, local_steps, make_server_opt(hp), "correct", full_batch=ga.ga_full_batch
+    )
+
+
+def _build_scaffold(recipe: Recipe, hp: HParams, local_steps: int, task: Task):
+    sp = hparams_of(ScaffoldParams, hp)
+    return Scaffold(recipe.name, local_steps, make_server_opt(hp), sp.scaffold_option)
+
+
+register(
+    Recipe(
+        "scaffold_ga",
+        "SCAFFOLD as analysed in 002: fresh controls ḡ − g_i from an extra round",
+        P002,
+        ("client_lr", "ga_full_batch", *SERVER_PARAMS),
+        build=_build_scaffold_ga,
+    )
+)
+register(
+    Recipe(
+        "scaffold",
+        "original SCAFFOLD: per-client control variates kept across rounds (option 1/2)",
+        P002,
+        ("client_lr", "scaffold_option", *SERVER_PARAMS),
+        build=_build_scaffold,
+    )
+)

@@ -1,0 +1,203 @@
+"""Tasks with a centralized dataset for Mixed FL (`003_ede07a1bb30cfed7.txt`, ALGORITHMS.md §5).
+
+``mixed_labels`` — the label-shift setting of the paper's smile experiment (§5.1), as
+prediction #33 of ALGORITHMS.md §8: binary logistic regression on two Gaussian classes
+x ~ N(±s·u, I_d) (u a random unit vector). Federated clients hold **only label-1** examples,
+the server holds **only label-0** examples, and the test split is balanced. The objective is
+f = w_f·(mean client loss) + w_c·(mean central loss) with w_c = ``central_weight`` and
+w_f = 1 − w_c (``task.meta["federated_weight"]``). ``oracle: true`` is the baseline that trains
+on the union: each client additionally holds an equal share of the label-0 examples and there is
+no central data (train it with ``fedavg``). FedAvg on the non-oracle task sees one class only.
+
+``mixed_quadratic`` — exact quadratics for the Mixed-FL checks (predictions #27–#32): client i
+has f_i(x; z) = ½ (x − c_i)ᵀ A_i (x − c_i) + ξ_zᵀ x and the server
+f_c(x; z) = ½ (x − c_c)ᵀ A_c (x − c_c) + ξ_zᵀ x (ξ centred, E‖ξ‖² = noise², per side), in the
+row format of the ``quadratic`` task. ``iid: true`` gives every client the same (A_f, c_f);
+otherwise c_i = c_f + heterogeneity·N(0, I/d) and A_i are drawn independently, or all equal to
+A_f with ``shared_hessian: true`` (the equal-Hessian case of ALGORITHMS.md §4.5, where FedGA,
+SCAFFOLD-GA and FedAvg coincide).
+c_c = c_f + ``central_distance``·u, so distance 0 with A_c ≠ A_f still has G̃ > 0 away from
+the optimum. ``meta["x_star"]`` is the minimiser of w_f·mean_i f_i + w_c·f_c.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..models import build_model
+from ..models.basic import QuadraticModel
+from ..theory.instances import spd_with_spectrum
+from ..typed import check, from_mapping
+from .base import CentralData, Dataset, FederatedData, Task
+from .registry import register_task
+from .synthetic import accuracy, check_model, cross_entropy
+
+__all__ = [
+    "MixedLabelsParams",
+    "MixedQuadraticParams",
+    "build_mixed_labels",
+    "build_mixed_quadratic",
+]
+
+
+@dataclass(frozen=True)
+class MixedLabelsParams:
+    clients: int = 20
+    examples: int = 50  # label-1 examples per client
+    central_examples: int = 1000  # label-0 examples on the server
+    test_examples: int = 2000  # balanced
+    dim: int = 5
+    separation: float = 1.0  # class means ±s·u
+    central_weight: float = 0.5  # w_c (w_f = 1 − w_c)
+    oracle: bool = False
+    model: str = "linear"
+
+    def validate(self, path: str) -> None:
+        p = f"{path}." if path else ""
+        for name in ("clients", "examples", "central_examples", "dim"):
+            check(getattr(self, name) >= 1, f"{p}{name}", "must be >= 1")
+        check(self.test_examples >= 2, f"{p}test_examples", "must be >= 2")
+        check(self.separation > 0, f"{p}separation", "must be > 0")
+        check(0 < self.central_weight < 1, f"{p}central_weight", "must be in (0, 1)")
+        check_model(self.model, path)
+
+
+def _blob(rng: np.random.Generator, n: int, mean: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(mean + rng.standard_normal((n, mean.shape[0]))).to(torch.float32)
+
+
+@register_task(
+    "mixed_labels", "Mixed FL label shift: clients hold label 1, the server label 0 (003)"
+)
+def build_mixed_labels(params: Mapping[str, Any], seed: int) -> Task:
+    p = from_mapping(MixedLabelsParams, params, "task")
+    rng = np.random.default_rng([0x3A, seed])
+    u = rng.standard_normal(p.dim)
+    mean = p.separation * u / np.linalg.norm(u)
+    clients = [_blob(rng, p.examples, mean) for _ in range(p.clients)]
+    central = _blob(rng, p.central_examples, -mean)
+    half = p.test_examples // 2
+    test_x = torch.cat([_blob(rng, half, mean), _blob(rng, p.test_examples - half, -mean)])
+    test_y = torch.cat(
+        [torch.ones(half, dtype=torch.long), torch.zeros(p.test_examples - half, dtype=torch.long)]
+    )
+    ones = lambda x: torch.ones(len(x), dtype=torch.long)  # noqa: E731
+    if p.oracle:
+        shares = torch.tensor_split(central, p.clients)
+        data = [
+            (torch.cat([x, s]), torch.cat([ones(x), ones(s) * 0]))
+            for x, s in zip(clients, shares, strict=True)
+        ]
+        central_data = None
+    else:
+        data = [(x, ones(x)) for x in clients]
+        central_data = CentralData(Dataset(central, ones(central) * 0), weight=p.central_weight)
+    return Task(
+        name="mixed_labels",
+        train=FederatedData.from_clients(data, [f"client_{k:04d}" for k in range(p.clients)]),
+        model_fn=functools.partial(build_model, p.model, (p.dim,), 2),
+        loss_fn=cross_entropy,
+        test=Dataset(test_x, test_y),
+        central=central_data,
+        metric_fns={"accuracy": accuracy},
+        meta={"federated_weight": 1.0 if p.oracle else 1.0 - p.central_weight, "oracle": p.oracle},
+    )
+
+
+@dataclass(frozen=True)
+class MixedQuadraticParams:
+    clients: int = 10
+    dim: int = 5
+    mu: float = 1.0
+    L: float = 10.0
+    examples: int = 20
+    noise: float = 0.0
+    iid: bool = True
+    shared_hessian: bool = False
+    heterogeneity: float = 0.0
+    central_examples: int = 100
+    central_noise: float = 0.0
+    central_distance: float = 1.0
+    central_weight: float = 0.5
+    federated_weight: float = 0.5
+    init_scale: float = 10.0
+
+    def validate(self, path: str) -> None:
+        p = f"{path}." if path else ""
+        for name in ("clients", "dim", "examples", "central_examples"):
+            check(getattr(self, name) >= 1, f"{p}{name}", "must be >= 1")
+        check(0 < self.mu <= self.L, f"{p}mu", "need 0 < mu <= L")
+        for name in ("noise", "heterogeneity", "central_noise", "central_distance", "init_scale"):
+            check(getattr(self, name) >= 0, f"{p}{name}", "must be >= 0")
+        for name in ("central_weight", "federated_weight"):
+            check(getattr(self, name) > 0, f"{p}{name}", "must be > 0")
+
+
+def _quadratic_rows(rng, A: np.ndarray, c: np.ndarray, n: int, noise: float) -> torch.Tensor:
+    d = c.shape[0]
+    xi = rng.standard_normal((n, d)) * (noise / np.sqrt(d))
+    xi = xi - xi.mean(0, keepdims=True) if n > 1 else np.zeros_like(xi)
+    rows = np.concatenate(
+        [np.broadcast_to(A.reshape(1, -1), (n, d * d)), np.broadcast_to(c, (n, d)), xi], axis=1
+    )
+    return torch.from_numpy(rows.copy())
+
+
+@register_task(
+    "mixed_quadratic", "quadratic clients plus a quadratic central loss (Mixed FL checks, 003)"
+)
+def build_mixed_quadratic(params: Mapping[str, Any], seed: int) -> Task:
+    p = from_mapping(MixedQuadraticParams, params, "task")
+    rng = np.random.default_rng([0x3B, seed])
+    A_f = spd_with_spectrum(p.dim, p.mu, p.L, rng)
+    c_f = rng.standard_normal(p.dim) / np.sqrt(p.dim)
+    same = p.iid or p.shared_hessian
+    A = np.stack(
+        [A_f if same else spd_with_spectrum(p.dim, p.mu, p.L, rng) for _ in range(p.clients)]
+    )
+    offsets = rng.standard_normal((p.clients, p.dim)) * (p.heterogeneity / np.sqrt(p.dim))
+    c = np.tile(c_f, (p.clients, 1)) + (0.0 if p.iid else offsets)
+    A_c = spd_with_spectrum(p.dim, p.mu, p.L, rng)
+    u = rng.standard_normal(p.dim)
+    c_c = c_f + p.central_distance * u / np.linalg.norm(u)
+    clients = [
+        (_quadratic_rows(rng, A[i], c[i], p.examples, p.noise), torch.zeros(p.examples))
+        for i in range(p.clients)
+    ]
+    central = _quadratic_rows(rng, A_c, c_c, p.central_examples, p.central_noise)
+    H = p.federated_weight * A.mean(0) + p.central_weight * A_c
+    b = p.federated_weight * np.einsum("ijk,ik->j", A, c) / p.clients + p.central_weight * A_c @ c_c
+
+    def model_fn(gen: torch.Generator) -> QuadraticModel:
+        model = QuadraticModel(p.dim).double()
+        with torch.no_grad():
+            model.x.copy_(
+                torch.randn(p.dim, generator=gen, dtype=torch.float64)
+                * p.init_scale
+                / np.sqrt(p.dim)
+            )
+        return model
+
+    return Task(
+        name="mixed_quadratic",
+        train=FederatedData.from_clients(clients),
+        model_fn=model_fn,
+        loss_fn=lambda outputs, targets: outputs,
+        central=CentralData(
+            Dataset(central, torch.zeros(p.central_examples)), weight=p.central_weight
+        ),
+        meta={
+            "federated_weight": p.federated_weight,
+            "A": A,
+            "c": c,
+            "A_c": A_c,
+            "c_c": c_c,
+            "x_star": np.linalg.solve(H, b),
+        },
+    )
