@@ -35,7 +35,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 EXPECTED = {
     "fedavg", "fedsgd", "fedprox", "fedavgm", "fedadam", "maml", "scaffold", "fedga", "mixed",
-    "mass", "decay",
+    "mass", "decay", "fedavg_vanilla", "lookahead", "gradalign", "mixed_gt1", "fedavg_nesterov",
 }  # fmt: skip
 HALF_DECADE = [10 ** (k / 2) for k in range(-6, 3)]  # {1e-3, 1e-2.5, ..., 1e1}
 
