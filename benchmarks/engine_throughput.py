@@ -78,8 +78,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (1: runs are not disturbed by other processes)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "engine_throughput.json"))
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     results = {}
     for label, model in (("logreg", "linear"), ("cnn", "cnn")):
         for runner in ("vectorized", "sequential", "centralized"):
@@ -97,7 +100,7 @@ def main() -> None:
             print(f"{label:7s} {runner:12s} {rps:8.2f} rounds/s  {rps * M * K * B:10.0f} examples/s",
                   flush=True)
     out = {"benchmark": "engine_throughput", "setting": {"M": M, "K": K, "B": B, "rounds": args.rounds,
-           "repeats": args.repeats, "task": "digits (50 clients)"},
+           "repeats": args.repeats, "threads": args.threads, "task": "digits (50 clients)"},
            "environment": environment(), "results": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))

@@ -102,3 +102,35 @@ def test_train_runs_on_the_requested_device():
     t = Trainer({"task": "quadratic", "algorithm": "fedavg", "train": {"rounds": 1, "device": "cpu"}})
     t.step()
     assert t.state.params["x"].device == torch.device("cpu")
+
+
+def test_cuda_requested_without_gpu_is_a_config_error():
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("a GPU is present: the error path cannot be exercised")
+    from fedtune.errors import ConfigError
+
+    try:
+        Trainer({"task": "quadratic", "algorithm": "fedavg", "train": {"device": "cuda"}})
+    except ConfigError as exc:
+        assert exc.field == "train.device" and "no GPU" in exc.reason
+    else:  # pragma: no cover
+        raise AssertionError("expected ConfigError")
+
+
+def test_engine_on_cuda_matches_cpu():
+    import pytest
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device on this machine (run on a GPU host to exercise the CUDA path)")
+    base = {"task": {"name": "digits", "clients": 10}, "algorithm": "fedavgm",
+            "train": {"rounds": 3, "clients_per_round": 4, "local_steps": 3, "dtype": "float64"}}
+    cpu = Trainer({**base, "train": {**base["train"], "device": "cpu"}})
+    gpu = Trainer({**base, "train": {**base["train"], "device": "cuda"}})
+    for t in (cpu, gpu):
+        while not t.done:
+            t.step()
+    assert all(v.is_cuda for v in gpu.state.params.values())
+    for a, b in zip(cpu.records, gpu.records, strict=True):
+        assert a.client_loss == pytest.approx(b.client_loss, rel=1e-9)
