@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/fedtune train examples/train-digits-fedavg.yaml
+	$(BIN)/fedtune tune examples/quickstart.yaml
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -42,6 +42,9 @@ class ConfigError(FedtuneError, ValueError):
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{field}: {reason}")
 
+    def __reduce__(self):  # picklable across processes (Ray workers)
+        return (type(self), (self.field, self.reason, self.source))
+
 
 class DataError(FedtuneError, ValueError):
     """A dataset file is missing or malformed: names the file and what was expected."""
@@ -52,6 +55,9 @@ class DataError(FedtuneError, ValueError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{path}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.reason))
 
 
 class NotFoundError(FedtuneError, LookupError):

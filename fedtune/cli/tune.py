@@ -1,0 +1,180 @@
+"""``fedtune tune STUDY.yaml``: run one study locally (Optuna + Ray Tune + MLflow), no service.
+
+While it runs, one progress line on stderr (trials done/running/total, outcomes, best value,
+elapsed, ETA). At the end: the best configuration, the Pareto set (rounds to reach the target
+loss vs final loss), where everything was written, and the commands that open the MLflow UI and
+optuna-dashboard on the stores. Re-running the same command resumes an interrupted study
+(Ctrl-C or a killed driver) without repeating finished trials; ``--trials N`` sets the study's
+total, so a larger N extends a finished study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="run a tuning study locally (Optuna + Ray Tune + MLflow)",
+        description="Run one tuning study locally (Optuna + Ray Tune + MLflow); re-running "
+        "the same command resumes it, --trials N extends it.",
+    )
+    p.add_argument("study", help="study specification (YAML)")
+    p.add_argument(
+        "--workdir", help="where the study's stores and files live (default: runs/<study name>)"
+    )
+    p.add_argument(
+        "--trials",
+        type=_positive,
+        metavar="N",
+        help="total number of trials (default: budget.trials); extends a finished study",
+    )
+    p.add_argument(
+        "--tracking-uri",
+        dest="tracking_uri",
+        metavar="URI",
+        help="MLflow tracking URI (default: spec, $MLFLOW_TRACKING_URI, "
+        "or sqlite:///<workdir>/mlflow.db)",
+    )
+    p.add_argument(
+        "--ray-address",
+        dest="ray_address",
+        metavar="ADDR",
+        help="connect to this Ray cluster instead of starting one",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.set_defaults(func=run)
+
+
+def _quiet_libraries() -> None:
+    import logging
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def _short(path: str) -> str:
+    return path.split(".", 1)[1] if path.startswith("hparams.") else path
+
+
+def _best_lines(result, spec) -> list[str]:
+    best = result.best
+    if best is None:
+        return ["no trial completed: there is no best configuration (see the outcomes above)"]
+    values = ", ".join(f"{k} = {_fmt(v)}" for k, v in best["values"].items())
+    rule = f"mean of the last {spec.objective.last_rounds} rounds"
+    lines = [f"best configuration: trial {best['number']} ({values}; {rule})"]
+    width = max((len(k) for k in best["params"]), default=0)
+    lines += [f"  {k:<{width}}  {_fmt(v)}" for k, v in best["params"].items()]
+    return lines
+
+
+def _pareto_lines(result) -> list[str]:
+    if not result.pareto:
+        return ["Pareto set: empty (no trial with a finite final loss)"]
+    target = (result.tradeoff or {}).get("pareto_target")
+    keys = list(result.pareto[0]["params"])
+    head = ["trial", f"rounds to loss <= {_fmt(target)}", "final loss", *map(_short, keys)]
+    rows = [
+        [
+            str(p["number"]),
+            _fmt(p["rounds_to_target"]),
+            _fmt(p["final_loss"]),
+            *(_fmt(p["params"].get(k)) for k in keys),
+        ]
+        for p in result.pareto
+    ]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    table = [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows]
+    ]
+    return ["Pareto set (fewer rounds vs lower final loss):", *table]
+
+
+def _summary(result, spec, study_path: str, workdir: str) -> str:
+    c = result.counts
+    outcomes = ", ".join(
+        f"{c.get(k, 0)} {k}" for k in ("completed", "diverged", "stopped", "failed")
+    )
+    took = result.timings.get("total_s", 0.0)
+    lines = [
+        f"study {result.name}: {c['trials']}/{result.target_trials} trials ({outcomes}) "
+        f"in {took:.0f} s, {result.ran} run now"
+    ]
+    if result.interrupted:
+        lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
+    lines += ["", *_best_lines(result, spec), "", *_pareto_lines(result), ""]
+    tradeoff = Path(result.workdir) / "tradeoff"
+    again = f"fedtune tune {shlex.quote(study_path)} --workdir {shlex.quote(workdir)}"
+    lines += [
+        f"optuna storage : {result.storage_url}",
+        f"MLflow         : {result.tracking_uri} (experiment {result.experiment_id}, "
+        f"parent run {result.parent_run_id})",
+        f"trade-off      : {tradeoff}/ (curves.png, pareto.png, envelope.png, tradeoff.json/.csv)",
+        "",
+        f"open the runs  : {result.commands['mlflow_ui']}",
+        f"open the study : {result.commands['optuna_dashboard']}",
+        f"resume/extend  : {again} [--trials N]",
+    ]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedtune.tuning.spec import StudySpec
+
+    spec = StudySpec.from_file(args.study)  # ConfigError -> one line, exit 2
+    from fedtune.tuning.study import run_study
+
+    workdir = args.workdir or str(Path("runs") / spec.name)
+    _quiet_libraries()
+    progress = None if args.json else sys.stderr
+    if progress is not None:
+        print(f"study {spec.name} -> {Path(workdir).resolve()}", file=sys.stderr)
+    try:
+        result = run_study(
+            spec,
+            workdir,
+            tracking_uri=args.tracking_uri,
+            ray_address=args.ray_address,
+            trials=args.trials,
+            progress=progress,
+        )
+    except KeyboardInterrupt:
+        print(
+            "\nstopped: finished trials are kept; run the same command again to resume",
+            file=sys.stderr,
+        )
+        raise
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(_summary(result, spec, args.study, workdir))
+    return 0 if result.best is not None else 1

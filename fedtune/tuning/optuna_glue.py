@@ -1,0 +1,390 @@
+"""Optuna side of a study: RDB storage, samplers, directions, the Tune searcher, resume.
+
+**Storage is the source of truth.** The study lives in an Optuna RDB storage (by default
+``sqlite:///<workdir>/optuna.db``), created with ``load_if_exists`` so ``optuna.load_study`` and
+``optuna-dashboard`` can open it at any time and a finished trial survives any crash of the
+driver. Only the driver process writes to it (workers never touch Optuna).
+
+**What the sampler is told** (:class:`FedtuneSearch`, an ``OptunaSearch`` whose trials are the
+storage's trials):
+
+* every round's value of the objective's record field → ``trial.report(value, step=round)``
+  (single objective; Optuna has no intermediate values for several objectives);
+* completed → ``COMPLETE`` with the objective value(s);
+* diverged → ``COMPLETE`` with the *worst* values (+∞ minimised / −∞ maximised, every
+  objective). We prefer a bad value to ``FAIL``: TPE, GP, NSGA-II and CMA-ES then learn that the
+  region is bad (a FAIL is simply ignored and the sampler would keep proposing diverging rates);
+  Optuna stores ±∞ exactly and the GP sampler clips it;
+* stopped by the scheduler (ASHA / median) or the wall-clock budget → ``PRUNED`` (single
+  objective: Optuna keeps the last intermediate value for TPE's ranking);
+* an exception in the trainable → ``FAIL``.
+
+User attributes: ``outcome`` (completed, diverged, stopped, failed, interrupted), ``rounds``,
+``reason``, ``mlflow_run_id``; system attribute ``fedtune:curve`` holds ℓ_t per round (the
+trade-off is recomputed from the storage alone).
+
+**Resume** (:func:`reconcile`): a driver killed with ``kill -9`` leaves its in-flight trials
+``RUNNING`` forever. At start-up (one driver per study: ``study.py`` holds a lock) every such
+trial is marked ``FAIL`` with ``outcome = interrupted`` and its parameters are re-enqueued
+(``user_attrs.requeue_of``), so the next ``ask`` re-runs exactly those points; interrupted trials
+do not count towards the budget (:func:`count_finished`). Optuna's heartbeat +
+``RetryFailedTrialCallback`` does the same inside ``study.optimize``, which Ray's ask/tell loop
+does not use. The sampler's seed is offset by the number of trials already in the storage, so a
+resumed TPE/random sampler does not replay its first draws.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
+from ray.tune.search.optuna import OptunaSearch
+
+from fedtune.errors import ConfigError
+from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_values, suggest
+
+from .spec import Mode, MultiMetric, SamplerName, StudySpec
+from .tradeoff import TrialCurve
+from .trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, RUNNING, TRIAL_KEY
+
+__all__ = [
+    "CURVE_ATTR",
+    "FedtuneSearch",
+    "Reconciled",
+    "best_trial",
+    "count_finished",
+    "directions",
+    "enqueue_grid",
+    "make_sampler",
+    "make_storage",
+    "open_study",
+    "reconcile",
+    "run_statuses",
+    "storage_url",
+    "study_counts",
+    "study_curves",
+    "target_trials",
+]
+
+CURVE_ATTR = "fedtune:curve"
+_ATTR_FINGERPRINT = "fedtune.space_fingerprint"
+_ATTR_DIRECTIONS = "fedtune.directions"
+
+
+def storage_url(workdir: str | Path) -> str:
+    return f"sqlite:///{Path(workdir).resolve() / 'optuna.db'}"
+
+
+def make_storage(url: str) -> RDBStorage:
+    """RDB storage; SQLite waits up to 30 s for a lock (a dashboard may be reading)."""
+    kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+    return RDBStorage(url, engine_kwargs=kwargs)
+
+
+def directions(spec: StudySpec) -> list[str]:
+    return ["maximize" if m == Mode.MAX else "minimize" for m in spec.objective.directions]
+
+
+def _metric_names(spec: StudySpec) -> list[str]:
+    obj = spec.objective
+    return [str(m) for m in obj.metrics] if obj.metrics else [str(obj.single_metric)]
+
+
+def open_study(spec: StudySpec, storage: RDBStorage, space: SearchSpace) -> optuna.Study:
+    """Create or load the study; a loaded one must have the same space and directions."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study = optuna.create_study(
+            storage=storage,
+            study_name=spec.name,
+            directions=directions(spec),
+            load_if_exists=True,
+        )
+    attrs = study.user_attrs
+    wanted = {_ATTR_FINGERPRINT: space.fingerprint(), _ATTR_DIRECTIONS: directions(spec)}
+    if not attrs:
+        for key, value in wanted.items():
+            study.set_user_attr(key, value)
+        study.set_user_attr("fedtune.spec", spec.to_dict())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            study.set_metric_names(_metric_names(spec))
+        return study
+    stored = [d.name.lower() for d in study.directions]
+    if stored != directions(spec) or attrs.get(_ATTR_DIRECTIONS) != directions(spec):
+        raise ConfigError(
+            "objective",
+            f"study {spec.name!r} exists in this storage with directions {stored}; "
+            "use another study name or workdir",
+        )
+    if attrs.get(_ATTR_FINGERPRINT) != space.fingerprint():
+        raise ConfigError(
+            "search",
+            f"study {spec.name!r} exists with a different search space (fingerprint "
+            f"{attrs.get(_ATTR_FINGERPRINT)} vs {space.fingerprint()}); "
+            "use another study name or workdir",
+        )
+    return study
+
+
+def target_trials(spec: StudySpec, space: SearchSpace, trials: int | None) -> int:
+    """Total trials wanted: ``--trials`` or the budget; a grid has at most its point count."""
+    total = trials if trials is not None else spec.budget.trials
+    if total < 1:
+        raise ConfigError("budget.trials", f"must be >= 1, got {total}")
+    if spec.sampler.name == SamplerName.GRID:
+        total = min(total, len(grid_points(space)))
+    return total
+
+
+def _interrupted(t: optuna.trial.FrozenTrial) -> bool:
+    return t.user_attrs.get("outcome") == "interrupted"
+
+
+def count_finished(study: optuna.Study) -> int:
+    """Trials that count towards the budget: finished, except interrupted ones (re-run)."""
+    return sum(
+        1 for t in study.get_trials(deepcopy=False) if t.state.is_finished() and not _interrupted(t)
+    )
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    finished: int
+    interrupted: tuple[int, ...]  # trial numbers marked FAIL (interrupted) in this call
+    requeued: int  # WAITING trials that the next asks will run
+
+
+def reconcile(study: optuna.Study) -> Reconciled:
+    """Mark orphaned RUNNING trials FAIL (interrupted) and re-enqueue their parameters."""
+    trials = study.get_trials(deepcopy=False)
+    queued_for = {t.user_attrs.get("requeue_of") for t in trials if t.state == TrialState.WAITING}
+    orphans = [t for t in trials if t.state == TrialState.RUNNING]
+    storage = study._storage
+    for t in orphans:
+        storage.set_trial_user_attr(t._trial_id, "outcome", "interrupted")
+        if t.number not in queued_for and t.params:
+            study.enqueue_trial(dict(t.params), user_attrs={"requeue_of": t.number})
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    waiting = sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
+    return Reconciled(count_finished(study), tuple(t.number for t in orphans), waiting)
+
+
+def run_statuses(study: optuna.Study) -> dict[str, str]:
+    """MLflow status each finished trial's child run must have (interrupted ones: KILLED)."""
+    out = {}
+    for t in study.get_trials(deepcopy=False):
+        run_id = t.user_attrs.get("mlflow_run_id")
+        if run_id and t.state.is_finished() and not _interrupted(t):
+            out[run_id] = "FAILED" if t.state == TrialState.FAIL else "FINISHED"
+    return out
+
+
+def enqueue_grid(study: optuna.Study, space: SearchSpace) -> None:
+    """Queue every grid point once (only into an empty study: a resume keeps the queue)."""
+    if study.get_trials(deepcopy=False):
+        return
+    for point in grid_points(space):
+        enqueue(study, space, point)
+
+
+def make_sampler(spec: StudySpec, target: int, offset: int = 0) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded with ``sampler.seed + offset`` (offset = trials so far).
+
+    TPE uses ``n_startup_trials = clamp(target // 3, 3, 10)`` random trials (Optuna's default of
+    10 would make a 12-trial study pure random search), multivariate + group (conditional
+    spaces) and the constant liar (concurrent trials). NSGA-II's population is
+    ``clamp(target // 2, 4, 50)``. ``grid`` enumerates the enqueued grid points; its fallback
+    sampler is random.
+    """
+    name = spec.sampler.name
+    seed = None if spec.sampler.seed is None else spec.sampler.seed + offset
+    samplers = optuna.samplers
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ExperimentalWarning for multivariate/group
+        if name == SamplerName.TPE:
+            startup = max(3, min(10, target // 3))
+            return samplers.TPESampler(
+                seed=seed,
+                n_startup_trials=startup,
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+            )
+        if name in (SamplerName.RANDOM, SamplerName.GRID):
+            return samplers.RandomSampler(seed=seed)
+        if name == SamplerName.NSGA2:
+            return samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, target // 2)))
+        if name == SamplerName.GP:
+            return samplers.GPSampler(seed=seed, n_startup_trials=max(3, min(10, target // 3)))
+        if importlib.util.find_spec("cmaes") is None:
+            raise ConfigError("sampler.name", "cmaes needs the `cmaes` package (pip install cmaes)")
+        return samplers.CmaEsSampler(seed=seed, n_startup_trials=max(3, min(10, target // 3)))
+
+
+class FedtuneSearch(OptunaSearch):
+    """``OptunaSearch`` on the study's storage, telling Optuna what fedtune's trials mean."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        space: SearchSpace,
+        storage: RDBStorage,
+        sampler: optuna.samplers.BaseSampler,
+    ) -> None:
+        modes = [str(m) for m in spec.objective.directions]
+        multi = spec.objective.is_multi
+        metric = [str(m) for m in spec.objective.metrics] if multi else OBJECTIVE
+        self._space_def = space
+        super().__init__(
+            space=self._define,
+            metric=metric,
+            mode=modes if multi else modes[0],
+            sampler=sampler,
+            study_name=spec.name,
+            storage=storage,
+        )
+        self._multi = multi
+        self._field = spec.objective.record_field
+        self._worst = [-math.inf if m == Mode.MAX else math.inf for m in spec.objective.directions]
+        self._seen: dict[str, int] = {}
+        self._curves: dict[str, tuple[list[int], list[float]]] = {}
+
+    def save(self, checkpoint_path: str) -> None:
+        """Tune's searcher checkpoint: the state lives in the Optuna storage, write a marker.
+
+        (``OptunaSearch.save`` pickles the whole searcher; the search space's compiled
+        conditions are not picklable, and resuming never reads this file.)
+        """
+        with open(checkpoint_path, "w") as fh:
+            fh.write(f"state in the Optuna storage, study {self._study_name}\n")
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Nothing to restore: see :meth:`save`."""
+
+    def _define(self, trial: optuna.Trial) -> dict[str, Any]:
+        return {**suggest(trial, self._space_def), TRIAL_KEY: trial.number}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        ot_trial = self._ot_trials[trial_id]
+        rounds, losses = self._curves.setdefault(trial_id, ([], []))
+        last = self._seen.get(trial_id, 0)
+        for row in result.get(HISTORY, ()):
+            if row[ROUND] <= last:
+                continue  # a result delivered twice (final result of a function trainable)
+            rounds.append(int(row[ROUND]))
+            losses.append(float(row["client_loss"]))
+            value = row.get(self._field)
+            if not self._multi and value is not None and math.isfinite(value):
+                ot_trial.report(float(value), int(row[ROUND]))
+            last = int(row[ROUND])
+        self._seen[trial_id] = last
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        if trial_id in self._completed_trials:
+            return
+        if result:
+            self.on_trial_result(trial_id, result)
+        ot_trial = self._ot_trials[trial_id]
+        outcome = (result or {}).get(OUTCOME)
+        state, values = TrialState.FAIL, None
+        if error or outcome is None:
+            outcome = "failed"
+        elif outcome == RUNNING:
+            state, outcome = TrialState.PRUNED, "stopped"
+        else:
+            state = TrialState.COMPLETE
+            keys = self.metric if isinstance(self.metric, list) else [self.metric]
+            values = [float(result[k]) for k in keys]
+            if outcome == "diverged":
+                values = list(self._worst)
+        self._set_attrs(ot_trial, trial_id, outcome, result or {})
+        self._ot_study.tell(ot_trial, values, state=state)
+        self._completed_trials.add(trial_id)
+
+    def _set_attrs(self, ot_trial: optuna.Trial, trial_id: str, outcome: str, result: Mapping):
+        storage, tid = self._ot_study._storage, ot_trial._trial_id
+        storage.set_trial_user_attr(tid, "outcome", outcome)
+        storage.set_trial_user_attr(tid, "rounds", int(result.get(ROUND, 0)))
+        if result.get("reason"):
+            storage.set_trial_user_attr(tid, "reason", str(result["reason"]))
+        rounds, losses = self._curves.get(trial_id, ([], []))
+        curve = {"rounds": rounds, "loss": [v if math.isfinite(v) else None for v in losses]}
+        storage.set_trial_system_attr(tid, CURVE_ATTR, curve)
+
+
+# -- reading a study back (the storage alone; used at the end and for the progress line) ----
+_OUTCOME_OF_STATE = {
+    TrialState.COMPLETE: "completed",
+    TrialState.PRUNED: "stopped",
+    TrialState.FAIL: "failed",
+}
+
+
+def _outcome(t: optuna.trial.FrozenTrial) -> str:
+    return t.user_attrs.get("outcome") or _OUTCOME_OF_STATE.get(t.state, "failed")
+
+
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def study_counts(study: optuna.Study) -> dict[str, int]:
+    """Finished trials by outcome; ``trials`` = those counting towards the budget."""
+    counts = dict.fromkeys(("trials", "completed", "diverged", "stopped", "failed"), 0)
+    counts["interrupted"] = 0
+    for t in study.get_trials(deepcopy=False, states=_FINISHED):
+        outcome = _outcome(t)
+        counts[outcome] = counts.get(outcome, 0) + 1
+        counts["trials"] += outcome != "interrupted"
+    return counts
+
+
+def study_curves(study: optuna.Study, space: SearchSpace) -> list[TrialCurve]:
+    """ℓ_t curves of the completed, diverged and stopped trials (for the trade-off)."""
+    curves = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        curve = t.system_attrs.get(CURVE_ATTR)
+        if curve is None:
+            continue
+        losses = [math.inf if v is None else v for v in curve["loss"]]
+        params = resolve_values(space, t.params)
+        curves.append(TrialCurve(t.number, params, curve["rounds"], losses, _outcome(t)))
+    return curves
+
+
+def best_trial(spec: StudySpec, study: optuna.Study, space: SearchSpace) -> dict[str, Any] | None:
+    """The best completed trial: by the objective, or (several objectives) the lowest final
+    loss on Optuna's Pareto front, ties broken by the other objectives."""
+    obj = spec.objective
+    names = [str(m) for m in obj.metrics] if obj.metrics else [str(obj.single_metric)]
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if _outcome(t) == "completed" and math.isfinite(t.values[0])
+    ]
+    if not done:
+        return None
+    if obj.is_multi:
+        first = names.index(str(MultiMetric.FINAL_LOSS))
+        best = min(done, key=lambda t: (t.values[first], *t.values))
+        value = best.values[first]
+    else:
+        sign = -1.0 if obj.directions[0] == Mode.MAX else 1.0
+        best = min(done, key=lambda t: (sign * t.values[0], t.number))
+        value = best.values[0]
+    params = resolve_values(space, best.params)
+    return {
+        "number": best.number,
+        "value": value,
+        "values": dict(zip(names, best.values, strict=True)),
+        "params": params,
+        "config": spec.trial_config(params),
+    }

@@ -1,0 +1,397 @@
+"""Run one study end to end: Optuna storage + Ray Tune + MLflow + the measured trade-off.
+
+``run_study(spec, workdir)`` (ARCHITECTURE.md §4):
+
+1. open (or create) the Optuna study in its RDB storage and *reconcile* it: trials left RUNNING
+   by a driver that died are marked interrupted and re-enqueued, their MLflow runs KILLED
+   (:mod:`.optuna_glue`, :mod:`.tracking`); only ``target − finished`` trials are run;
+2. start Ray embedded (or connect to ``ray_address``), check that the cluster can hold one
+   trial's CPUs/GPUs at all (fail fast instead of pending forever), and run a ``Tuner`` with
+   :class:`~.optuna_glue.FedtuneSearch`, the scheduler (ASHA / median / none — the only
+   early-stopping authority), ``tune.with_resources`` and ``max_concurrent_trials``;
+3. the driver's Tune callbacks log every reported result to MLflow and the progress line;
+4. at the end (also when nothing was left to run) the trade-off of every finished trial is
+   computed from the storage, written as PNG/JSON/CSV, logged on the parent run with summary
+   metrics, and returned with the best configuration and the Pareto set.
+
+Embedded Ray keeps its session files in ``<workdir>/ray`` when that path is at most
+:data:`RAY_TEMP_MAX` characters long; Ray puts unix sockets ~65 characters below its temp dir
+and Linux limits socket paths to 107 bytes, so a longer workdir gets
+``/tmp/fedtune-ray-<hash of workdir>`` instead. Ray Tune's own experiment state goes to
+``<workdir>/ray_results``. Ray is shut down afterwards unless the caller had it running.
+One driver per study: ``<workdir>/.lock`` (``flock``, released by the kernel even on kill -9).
+Ctrl-C stops the study at once (Tune's graceful SIGINT handler is disabled); in-flight trials
+are recorded as interrupted and re-run by the next invocation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import ray
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+from fedtune.errors import ConfigError, ConflictError
+from fedtune.trainers import parse_trial_config
+
+from . import optuna_glue as og
+from .plots import write_artifacts
+from .progress import ProgressCallback
+from .spec import SchedulerName, StudySpec
+from .tracking import MlflowCallback, StudyTracker, resolve_tracking_uri, ui_command
+from .tradeoff import analyze_tradeoff
+from .trainable import OBJECTIVE, ROUND, SMOOTH_WINDOW, TRIAL_KEY, make_trainable
+
+__all__ = ["RAY_TEMP_MAX", "StudyResult", "check_resources", "ray_temp_dir", "run_study"]
+
+RAY_TEMP_MAX = 40
+_OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only small results
+_TUNE_ENV = {
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the storage and MLflow are the record
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C raises KeyboardInterrupt at once
+    "RAY_AIR_NEW_OUTPUT": "0",  # its experiment header prints even with verbose=0
+}
+
+
+@dataclass
+class StudyResult:
+    """What a study produced (JSON-ready through :meth:`to_dict`)."""
+
+    name: str
+    workdir: str
+    storage_url: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    target_trials: int
+    finished: int
+    ran: int
+    counts: dict[str, int]
+    best: dict[str, Any] | None
+    pareto: list[dict[str, Any]]
+    tradeoff: dict[str, Any] | None
+    artifacts: dict[str, str]
+    interrupted: list[int] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def commands(self) -> dict[str, str]:
+        return {
+            "mlflow_ui": ui_command(self.tracking_uri),
+            "optuna_dashboard": f"optuna-dashboard {self.storage_url}",
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ±∞ and NaN (a diverged value, a never-reached target) become null."""
+        return _json_safe({**self.__dict__, "commands": self.commands})
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def run_study(
+    spec: StudySpec,
+    workdir: str | Path,
+    *,
+    tracking_uri: str | None = None,
+    ray_address: str | None = None,
+    trials: int | None = None,
+    progress: TextIO | None = None,
+    sinks: Sequence[Any] = (),
+) -> StudyResult:
+    """Run (or resume, or extend to ``trials`` in total) the study ``spec`` under ``workdir``.
+
+    ``progress``: a stream for the live progress line (e.g. ``sys.stderr``). ``sinks``: extra
+    Ray Tune callbacks run in the driver (each trial's config carries its Optuna trial number
+    under ``fedtune.trial``). Raises ``ConfigError`` (bad spec, incompatible stored study,
+    resources the cluster lacks) and ``ConflictError`` (another driver runs the study).
+    """
+    t0 = time.perf_counter()
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    with _study_lock(workdir):
+        session = _Session.open(spec, workdir, trials, t0)
+        with contextlib.ExitStack() as stack:
+            if session.remaining:
+                stack.enter_context(_ray_session(workdir, ray_address))
+                check_resources(spec, ray.cluster_resources())
+            session.open_tracking(tracking_uri)
+            if session.remaining:
+                session.fit(progress, sinks)
+        return session.finalize()
+
+
+@dataclass
+class _Session:
+    """One invocation of a study: its storage, target, tracking and timings."""
+
+    spec: StudySpec
+    workdir: Path
+    space: Any
+    storage: Any
+    study: Any
+    target: int
+    fixed: og.Reconciled
+    t0: float
+    tracker: StudyTracker | None = None
+    parent: str = ""
+    first_start: float | None = None
+    fit_s: float = 0.0
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.target - self.fixed.finished)
+
+    @classmethod
+    def open(cls, spec: StudySpec, workdir: Path, trials: int | None, t0: float) -> _Session:
+        space = spec.search_space()
+        target = og.target_trials(spec, space, trials)
+        og.make_sampler(spec, target)  # fails fast (e.g. cmaes not installed) before Ray starts
+        storage = og.make_storage(og.storage_url(workdir))
+        study = og.open_study(spec, storage, space)
+        if spec.sampler.name == "grid":
+            og.enqueue_grid(study, space)
+        fixed = og.reconcile(study)
+        return cls(spec, workdir, space, storage, study, target, fixed, t0)
+
+    def open_tracking(self, explicit_uri: str | None) -> None:
+        spec, workdir = self.spec, self.workdir
+        uri = resolve_tracking_uri(workdir, explicit_uri, spec.tracking.uri)
+        local = uri.startswith("sqlite:") or "://" not in uri
+        root = (workdir / "mlartifacts").as_uri() if local else None
+        self.tracker = StudyTracker(uri, spec.experiment, root)
+        space_doc = {**self.space.to_dict(), "fingerprint": self.space.fingerprint()}
+        previous = self.study.user_attrs.get("mlflow_parent_run_id")
+        self.parent = self.tracker.start_study(spec, space_doc, previous)
+        self.study.set_user_attr("mlflow_parent_run_id", self.parent)
+        self.tracker.reconcile(self.parent, og.run_statuses(self.study))
+
+    def fit(self, progress: TextIO | None, sinks: Sequence[Any]) -> None:
+        start = time.perf_counter()
+        try:
+            with _tune_environment():
+                _tuner(self, self._callbacks(progress, sinks)).fit()
+        except BaseException as exc:  # Ctrl-C or a driver error: in-flight trials re-run later
+            og.reconcile(self.study)
+            self.tracker.reconcile(self.parent, og.run_statuses(self.study))
+            status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+            self.tracker.finish_study(self.parent, {}, status)
+            raise
+        finally:
+            self.fit_s = time.perf_counter() - start
+
+    def _callbacks(self, progress: TextIO | None, sinks: Sequence[Any]) -> list[Any]:
+        session = self
+
+        class FirstStart(tune.Callback):
+            def on_trial_start(self, iteration, trials, trial, **info):
+                session.first_start = session.first_start or time.perf_counter()
+
+        out = [FirstStart(), MlflowCallback(self.tracker, self.parent, self.spec, self._remember)]
+        if progress is not None:
+            best = og.best_trial(self.spec, self.study, self.space)
+            counts = og.study_counts(self.study)
+            shown = {k: v for k, v in counts.items() if k not in ("trials", "interrupted")}
+            out.append(ProgressCallback(
+                progress, self.spec.name, self.target, self.fixed.finished,
+                (best["value"], best["number"]) if best else None, shown,
+                self.spec.objective.directions[0],
+            ))  # fmt: skip
+        return [*out, *sinks]
+
+    def _remember(self, number: int, run_id: str) -> None:
+        """Store the child run id on the Optuna trial (resume finds its MLflow run)."""
+        tid = self.storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
+        self.storage.set_trial_user_attr(tid, "mlflow_run_id", run_id)
+
+    def finalize(self) -> StudyResult:
+        start = time.perf_counter()
+        spec, study, tracker = self.spec, self.study, self.tracker
+        counts = og.study_counts(study)
+        best = og.best_trial(spec, study, self.space)
+        report = tradeoff_report(
+            spec, og.study_curves(study, self.space), self.workdir / "tradeoff"
+        )
+        metrics = {f"n_{k}": float(v) for k, v in counts.items()}
+        if best is not None:
+            metrics.update({f"best_{k}": v for k, v in best["values"].items()})
+        if report.envelope:
+            tracker.log_series(self.parent, "envelope_loss", report.envelope)
+        tracker.log_json(self.parent, {"best": best, "pareto": report.pareto}, "best.json")
+        tracker.finish_study(self.parent, metrics, "FINISHED", report.directory, "tradeoff")
+        finished = og.count_finished(study)
+        now = time.perf_counter()
+        startup = (self.first_start or start) - self.t0
+        timings = {"startup_s": startup, "tuning_s": self.fit_s, "finalize_s": now - start,
+                   "total_s": now - self.t0}  # fmt: skip
+        return StudyResult(
+            name=spec.name, workdir=str(self.workdir), storage_url=og.storage_url(self.workdir),
+            tracking_uri=tracker.uri, experiment_id=tracker.experiment_id,
+            parent_run_id=self.parent, target_trials=self.target, finished=finished,
+            ran=finished - self.fixed.finished, counts=counts, best=best,
+            pareto=report.pareto, tradeoff=report.tradeoff,
+            artifacts={k: str(v) for k, v in report.files.items()},
+            interrupted=list(self.fixed.interrupted), timings=timings,
+        )  # fmt: skip
+
+
+def _tuner(session: _Session, callbacks: list[Any]) -> tune.Tuner:
+    spec = session.spec
+    rounds = parse_trial_config(spec.base_trial_config()).train.rounds
+    offset = len(session.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
+    sampler = og.make_sampler(spec, session.target, offset=offset)
+    searcher = og.FedtuneSearch(spec, session.space, session.storage, sampler)
+    resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+    return tune.Tuner(
+        tune.with_resources(make_trainable(spec), resources),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher, scheduler=_scheduler(spec, rounds),
+            num_samples=session.remaining, max_concurrent_trials=spec.budget.max_concurrent,
+            time_budget_s=spec.budget.wall_clock_s, reuse_actors=True,
+            trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
+        ),
+        run_config=tune.RunConfig(
+            name=time.strftime("session-%Y%m%d-%H%M%S"),
+            storage_path=str(session.workdir / "ray_results"), callbacks=callbacks,
+            verbose=0, failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    )  # fmt: skip
+
+
+def _trial_name(trial: Any) -> str:
+    return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
+
+
+def _scheduler(spec: StudySpec, rounds: int) -> Any:
+    s, mode = spec.scheduler, str(spec.objective.directions[0])
+    common = {"time_attr": ROUND, "metric": OBJECTIVE, "mode": mode, "grace_period": s.grace_rounds}
+    if s.name == SchedulerName.ASHA:
+        return ASHAScheduler(max_t=rounds, reduction_factor=s.reduction_factor, **common)
+    if s.name == SchedulerName.MEDIAN:
+        return MedianStoppingRule(min_samples_required=3, **common)
+    return FIFOScheduler()
+
+
+# -- the trade-off ----------------------------------------------------------------------
+@dataclass
+class _Report:
+    tradeoff: dict[str, Any] | None = None
+    pareto: list[dict[str, Any]] = field(default_factory=list)
+    envelope: list[tuple[int, float]] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
+    directory: Path | None = None
+
+
+def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
+    """Trade-off of the finished trials (``tradeoff.py``), its files, Pareto rows and E(R)."""
+    if not curves:
+        return _Report()
+    target = spec.objective.target_loss if spec.objective.is_multi else None
+    t = analyze_tradeoff(curves, last_rounds=spec.objective.last_rounds,
+                         smooth_window=SMOOTH_WINDOW, pareto_target=target)  # fmt: skip
+    files = write_artifacts(t, curves, directory, color_by=next(iter(curves[0].params), None))
+    k = t.targets.index(t.pareto_target) if t.pareto_target is not None else 0
+    pareto = [
+        {"number": s.trial_id, "rounds_to_target": s.rounds_to_target[k],
+         "final_loss": s.final_loss, "params": dict(s.params)}
+        for s in map(t.summary_of, t.pareto)
+    ]  # fmt: skip
+    envelope = [(p.round, p.loss) for p in t.envelope if math.isfinite(p.loss)]
+    return _Report(t.to_dict(), pareto, envelope, files, directory)
+
+
+# -- process plumbing: lock, Ray, Tune's environment ----------------------------------
+@contextlib.contextmanager
+def _study_lock(workdir: Path) -> Iterator[None]:
+    with (workdir / ".lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            owner = fh.read().strip() or "?"
+            raise ConflictError(
+                f"{workdir}: another driver (pid {owner}) runs this study"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+
+
+def ray_temp_dir(workdir: Path) -> Path:
+    """``<workdir>/ray`` if short enough for Ray's unix sockets, else a hashed /tmp folder."""
+    inside = workdir / "ray"
+    if len(str(inside)) <= RAY_TEMP_MAX:
+        return inside
+    return Path("/tmp") / f"fedtune-ray-{hashlib.sha1(str(workdir).encode()).hexdigest()[:10]}"
+
+
+@contextlib.contextmanager
+def _ray_session(workdir: Path, address: str | None) -> Iterator[None]:
+    if ray.is_initialized():  # the caller's Ray: use it, leave it running
+        yield
+        return
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if address:
+        ray.init(address=address, **quiet)
+    else:
+        temp = ray_temp_dir(workdir)
+        temp.mkdir(parents=True, exist_ok=True)
+        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
+                 _temp_dir=str(temp), object_store_memory=_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def check_resources(spec: StudySpec, cluster: dict[str, float]) -> None:
+    """Fail fast when one trial's CPUs/GPUs exceed what the whole Ray cluster has."""
+    have = {"cpu": cluster.get("CPU", 0.0), "gpu": cluster.get("GPU", 0.0)}
+    for key in ("cpu", "gpu"):
+        want = getattr(spec.resources, key)
+        if want > have[key]:
+            raise ConfigError(
+                f"resources.{key}",
+                f"each trial asks for {want:g} {key.upper()}(s) but the Ray cluster has "
+                f"{have[key]:g} (CPU {have['cpu']:g}, GPU {have['gpu']:g}); "
+                "lower resources or use a cluster with them (--ray-address)",
+            )
+
+
+@contextlib.contextmanager
+def _tune_environment() -> Iterator[None]:
+    """Tune settings read from the environment at ``fit`` time, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in _TUNE_ENV}
+    os.environ.update(_TUNE_ENV)
+    tune_log = logging.getLogger("ray.tune")
+    level = tune_log.level
+    tune_log.setLevel(logging.CRITICAL)  # trial errors are reported by our callbacks
+    try:
+        yield
+    finally:
+        tune_log.setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,217 @@
+"""The Ray Tune function trainable of a study, and the schema of the results it reports.
+
+A trial's Tune ``config`` is the plain ``{config path: value}`` dict that the Optuna searcher
+sampled, plus the Optuna trial number under :data:`TRIAL_KEY`. The trainable turns it into a
+typed trial configuration on its first line (``spec.trial_config`` → ``parse_trial_config``),
+trains it round by round (one :class:`~fedtune.trainers.Trainer` per seed of ``spec.seeds``, in
+lockstep; per-round metrics are then means over seeds) and calls ``tune.report`` once every
+``spec.report_every`` rounds and at the end. Ray's result-throughput guidance is to report
+seconds, not milliseconds, apart; every report therefore carries the rounds since the previous
+one under :data:`HISTORY`, so nothing is lost when reports are sparse.
+
+Objective (the papers' selection rule, `001_2dc7ddae5cbdc81f.txt` §8.3): with the per-round
+values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
+
+    objective_t = mean(v_{t-N+1..t})   over the last N = ``objective.last_rounds`` values
+
+reported every time (ASHA / median compare trials on it). Multi-objective studies also report
+``final_loss`` (the same mean of ℓ_t) and ``rounds_to_target`` = first round whose trailing mean
+of :data:`SMOOTH_WINDOW` values of ℓ is ≤ ``objective.target_loss`` (∞ while not reached), the
+definitions of :mod:`fedtune.tuning.tradeoff`.
+
+A diverged trial (non-finite or exploding loss, an *outcome* of the engine) ends with a report
+whose :data:`OUTCOME` is ``diverged`` and whose objectives are the worst possible values
+(+∞ when minimised, −∞ when maximised); an exception raised here fails only this trial.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedtune.errors import FedtuneError
+from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
+
+from .spec import Mode, MultiMetric, StudySpec
+from .tradeoff import rounds_to_target, smooth
+
+__all__ = [
+    "HISTORY",
+    "OBJECTIVE",
+    "OUTCOME",
+    "ROUND",
+    "RUNNING",
+    "SMOOTH_WINDOW",
+    "TRIAL_KEY",
+    "ObjectiveTracker",
+    "TrialError",
+    "make_trainable",
+    "sampled_params",
+    "train_trial",
+    "trial_configs",
+]
+
+TRIAL_KEY = "fedtune.trial"  # Optuna trial number, added to the Tune config by the searcher
+ROUND = "round"
+OUTCOME = "outcome"
+OBJECTIVE = "objective"
+HISTORY = "history"
+RUNNING = "running"  # OUTCOME of every report but the last
+SMOOTH_WINDOW = 5  # trailing window of ℓ for rounds-to-target (study and trade-off share it)
+
+
+def sampled_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampled ``{path: value}`` of a Tune config (without fedtune's bookkeeping keys)."""
+    return {k: v for k, v in config.items() if k != TRIAL_KEY}
+
+
+def trial_configs(spec: StudySpec, config: Mapping[str, Any]) -> list[TrialConfig]:
+    """One typed trial configuration per seed of the study."""
+    sampled = sampled_params(config)
+    return [
+        parse_trial_config(spec.trial_config(sampled, seed=seed)) for seed in spec.trial_seeds()
+    ]
+
+
+class ObjectiveTracker:
+    """Running objective(s) of one trial from its per-round records (see module docstring)."""
+
+    def __init__(self, spec: StudySpec) -> None:
+        obj = spec.objective
+        self.field = obj.record_field
+        self.last_rounds = obj.last_rounds
+        self.multi = obj.is_multi
+        self.metrics = [str(m) for m in obj.metrics] if obj.metrics else []
+        self.target = obj.target_loss
+        self.mode = obj.directions[0]
+        self._tail: deque[float] = deque(maxlen=self.last_rounds)
+        self._loss_rounds: list[int] = []
+        self._losses: list[float] = []
+
+    def observe(self, row: Mapping[str, Any]) -> None:
+        value = row.get(self.field)
+        if value is not None:
+            self._tail.append(float(value))
+        self._loss_rounds.append(int(row[ROUND]))
+        self._losses.append(float(row["client_loss"]))
+
+    def worst(self) -> float:
+        return -math.inf if self.mode == Mode.MAX else math.inf
+
+    def values(self, diverged: bool = False) -> dict[str, float]:
+        """``objective`` (and the multi-objective metrics) now; worst values once diverged."""
+        if diverged:
+            out = {OBJECTIVE: self.worst()}
+            out.update({m: math.inf for m in self.metrics})
+            return out
+        objective = float(np.mean(self._tail)) if self._tail else self.worst()
+        out = {OBJECTIVE: objective}
+        if self.multi:
+            out[str(MultiMetric.FINAL_LOSS)] = objective
+            if self.target is not None:
+                smoothed = smooth(self._losses, SMOOTH_WINDOW)
+                out[str(MultiMetric.ROUNDS_TO_TARGET)] = rounds_to_target(
+                    self._loss_rounds, smoothed, self.target
+                )
+        return {k: out[k] for k in [OBJECTIVE, *self.metrics]}
+
+
+class _SeedRuns:
+    """One trainer per seed, stepped in lockstep; the task (data) is built once and shared."""
+
+    def __init__(self, configs: list[TrialConfig]) -> None:
+        first = Trainer(configs[0])
+        self.trainers = [first] + [Trainer(c, task=first.task) for c in configs[1:]]
+        self.rounds = configs[0].train.rounds
+
+    @property
+    def done(self) -> bool:
+        return any(t.done for t in self.trainers)
+
+    def step(self) -> dict[str, Any] | None:
+        """Mean record over seeds, or None when any seed diverged."""
+        rows = []
+        for trainer in self.trainers:
+            record = trainer.step()
+            if record is None:
+                return None
+            rows.append(record.as_dict())
+        if len(rows) == 1:
+            return rows[0]
+        keys = [k for k in rows[0] if all(k in r for r in rows)]
+        mean = {k: float(np.mean([r[k] for r in rows])) for k in keys}
+        mean[ROUND] = rows[0][ROUND]
+        return mean
+
+    def reason(self) -> str:
+        return next((t.reason for t in self.trainers if t.outcome == Outcome.DIVERGED), "")
+
+
+class TrialError(RuntimeError):
+    """A fedtune error inside a trial, re-raised in a form Ray can ship to the driver.
+
+    ``ConfigError``/``DataError`` take several constructor arguments and do not survive the
+    pickling Ray does between processes; the message (``ConfigError: field: reason``) does.
+    """
+
+
+def train_trial(config: dict[str, Any], spec: StudySpec) -> None:
+    """Ray Tune function trainable (see the module docstring)."""
+    try:
+        _train(config, spec)
+    except FedtuneError as exc:
+        raise TrialError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _train(config: dict[str, Any], spec: StudySpec) -> None:
+    runs = _SeedRuns(trial_configs(spec, config))
+    from ray import tune  # imported here: the engine never needs Ray
+
+    tracker = ObjectiveTracker(spec)
+    pending: list[dict[str, Any]] = []
+    last: dict[str, Any] = {ROUND: 0}
+    while not runs.done:
+        row = runs.step()
+        if row is None:
+            break
+        tracker.observe(row)
+        pending.append(row)
+        last = row
+        if row[ROUND] % spec.report_every == 0 and not runs.done:
+            tune.report(_result(last, pending, tracker, RUNNING, runs.rounds))
+            pending = []
+    diverged = any(t.outcome == Outcome.DIVERGED for t in runs.trainers)
+    outcome = Outcome.DIVERGED if diverged else Outcome.COMPLETED
+    final = _result(last, pending, tracker, str(outcome), runs.rounds)
+    if diverged:
+        final["reason"] = runs.reason()
+    tune.report(final)
+
+
+def _result(
+    last: Mapping[str, Any],
+    history: list[dict[str, Any]],
+    tracker: ObjectiveTracker,
+    outcome: str,
+    rounds: int,
+) -> dict[str, Any]:
+    metrics = {k: v for k, v in last.items() if k != ROUND}
+    return {
+        **metrics,
+        ROUND: int(last[ROUND]),
+        "rounds_total": rounds,
+        OUTCOME: outcome,
+        **tracker.values(diverged=outcome == Outcome.DIVERGED),
+        HISTORY: list(history),
+    }
+
+
+def make_trainable(spec: StudySpec) -> Any:
+    """``train_trial`` bound to ``spec`` (shipped once through Ray's object store)."""
+    from ray import tune
+
+    return tune.with_parameters(train_trial, spec=spec)

@@ -1,0 +1,178 @@
+"""Fixtures of the tuning integration tests: a real ``mlflow server``, one local Ray, small specs.
+
+* ``mlflow_server`` — ``mlflow server`` on a free port with a SQLite backend and an artifact
+  folder in tmp, started in its own process group and stopped by that group's id at teardown;
+* ``ray_local`` — one in-process Ray for the whole session (run_study uses a Ray that is already
+  running and leaves it up, so the in-process studies share one start-up); ``ray.shutdown()``
+  always runs at teardown. Tests that go through the CLI start their own embedded Ray;
+* ``quadratic_study`` — a tiny quadratic study spec (dict) to adapt per test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            text = log.read_text()[-2000:] if log else ""
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} not up after {timeout} s")
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 20.0) -> None:
+    """Stop a process started with ``start_new_session=True`` and its children (by pgid)."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of every descendant of ``pid`` (from /proc), children first."""
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                for child in (task / "children").read_text().split():
+                    out.append(int(child))
+                    stack.append(int(child))
+    return out
+
+
+def kill_pids(pids: list[int], timeout: float = 15.0) -> None:
+    """Wait for ``pids`` to exit on their own, then SIGKILL the ones still alive (by id)."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if Path(f"/proc/{p}").exists() and not _zombie(p)]
+        time.sleep(0.3)
+    for p in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return " Z " in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:4]
+    return True
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    log = root / "server.log"
+    cmd = [
+        str(BIN / "mlflow"), "server",
+        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination", str(root / "artifacts"),
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no GenAI job workers
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/health", proc, timeout=180, log=log)
+        yield url
+    finally:
+        stop_group(proc)
+
+
+@pytest.fixture(scope="session")
+def ray_local() -> Iterator[None]:
+    import logging
+
+    import ray
+
+    temp = tempfile.mkdtemp(prefix="ft-ray-", dir="/tmp")  # short: unix socket paths
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp,
+                 object_store_memory=256 * 1024**2, logging_level=logging.ERROR,
+                 log_to_driver=False)  # fmt: skip
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+_QUADRATIC_STUDY: dict[str, Any] = {
+    "name": "quad",
+    "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
+    "algorithm": "fedavg",
+    "train": {"rounds": 12, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
+              "eval_every": 4, "dtype": "float64"},
+    "search": {"space": "fedavg", "override": {"client_lr": {"low": 0.01, "high": 0.1},
+                                               "server_lr": {"low": 0.05, "high": 0.2}}},
+    "objective": {"metric": "train_loss", "last_rounds": 3},
+    "sampler": {"name": "tpe", "seed": 0},
+    "scheduler": {"name": "asha", "grace_rounds": 4, "reduction_factor": 2},
+    "budget": {"trials": 5, "max_concurrent": 2},
+}  # fmt: skip
+
+
+@pytest.fixture
+def quadratic_study():
+    """``quadratic_study(name, **top_level_overrides)`` -> a study spec dict."""
+
+    def make(name: str, **overrides: Any) -> dict[str, Any]:
+        spec = copy.deepcopy(_QUADRATIC_STUDY)
+        spec["name"] = name
+        spec.update(copy.deepcopy(overrides))
+        return spec
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def proc_tools():
+    """Helpers for tests that start and kill processes (module functions, as a namespace)."""
+    import types
+
+    return types.SimpleNamespace(bin=BIN, descendants=descendants, kill_pids=kill_pids)
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_tracking(monkeypatch):
+    """Tests choose their tracking store explicitly."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -1,0 +1,156 @@
+"""Resume: ``kill -9`` of a ``fedtune tune`` driver mid-study, re-run, then ``--trials`` extends.
+
+The driver runs as a subprocess with its own embedded Ray and logs to the real ``mlflow server``.
+Once the Optuna storage holds a finished trial *and* a running one, the driver gets SIGKILL
+(no cleanup code runs); the same command is run again and must finish the study with exactly
+the budgeted number of trials, re-running the interrupted points, leaving the trials finished
+before the kill untouched and creating no second finished MLflow run for any trial.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+pytestmark = pytest.mark.integration
+
+N = 5
+_STUDY = {
+    "name": "resume-quad",
+    "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
+    "algorithm": "fedavg",
+    "train": {"rounds": 80, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
+              "eval_every": 10, "dtype": "float64"},
+    "search": {"space": "fedavg", "override": {"client_lr": {"low": 0.02, "high": 0.1},
+                                               "server_lr": {"low": 0.05, "high": 0.15}}},
+    "objective": {"metric": "train_loss", "last_rounds": 10},
+    "sampler": {"name": "random", "seed": 1},
+    "scheduler": {"name": "none"},
+    "budget": {"trials": N, "max_concurrent": 2},
+    "report_every": 5,
+}  # fmt: skip
+
+
+def _states(db: Path) -> dict[str, int]:
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
+            rows = con.execute("select state, count(*) from trials group by state").fetchall()
+    except sqlite3.Error:
+        return {}
+    return dict(rows)
+
+
+def _snapshot(study: optuna.Study) -> dict[int, tuple]:
+    return {
+        t.number: (t.state, t.values, t.params, t.datetime_complete, t.intermediate_values)
+        for t in study.trials
+        if t.state.is_finished() and t.user_attrs.get("outcome") != "interrupted"
+    }
+
+
+def _tune(spec: Path, workdir: Path, uri: str, *extra: str) -> list[str]:
+    return [str(Path(sys.executable).parent / "fedtune"), "tune", str(spec), "--workdir", str(workdir),
+            "--tracking-uri", uri, *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
+    root = tmp_path_factory.mktemp("resume")
+    spec, workdir = root / "study.yaml", root / "w"
+    spec.write_text(yaml.safe_dump(_STUDY))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    with (root / "first.log").open("w") as log:
+        driver = subprocess.Popen(_tune(spec, workdir, mlflow_server), stdout=log,
+                                  stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            states = _states(workdir / "optuna.db")
+            if states.get("COMPLETE", 0) >= 1 and states.get("RUNNING", 0) >= 1:
+                break
+            time.sleep(0.3)
+        assert driver.poll() is None, (root / "first.log").read_text()
+        storage = f"sqlite:///{workdir / 'optuna.db'}"
+        before = _snapshot(optuna.load_study(study_name=_STUDY["name"], storage=storage))
+        children = proc_tools.descendants(driver.pid)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        proc_tools.kill_pids(children if "children" in locals() else [])
+    second = subprocess.run(_tune(spec, workdir, mlflow_server), capture_output=True,
+                            text=True, env=env, timeout=600)  # fmt: skip
+    assert second.returncode == 0, second.stderr[-3000:]
+    return {"spec": spec, "workdir": workdir, "storage": storage, "before": before,
+            "env": env, "second": second}  # fmt: skip
+
+
+def _children(uri: str, name: str) -> tuple[object, list]:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    parents = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{name}'")
+    assert len(parents) == 1  # the resumed driver reused the study's parent run
+    parent = parents[0]
+    runs = client.search_runs([experiment.experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")  # fmt: skip
+    return parent, runs
+
+
+def test_resume_after_kill_9(killed_and_resumed, mlflow_server):
+    ctx = killed_and_resumed
+    study = optuna.load_study(study_name=_STUDY["name"], storage=ctx["storage"])
+    assert ctx["before"], "no trial had finished before the kill"
+    interrupted = [t for t in study.trials if t.user_attrs.get("outcome") == "interrupted"]
+    counted = [t for t in study.trials if t.state.is_finished() and t not in interrupted]
+    assert len(interrupted) >= 1 and all(t.state.name == "FAIL" for t in interrupted)
+    assert len(counted) == N  # exactly the budget: nothing lost, nothing repeated
+    assert not [t for t in study.trials if not t.state.is_finished()]
+    # the interrupted points were re-run (same parameters), each exactly once
+    for t in interrupted:
+        reruns = [r for r in counted if r.user_attrs.get("requeue_of") == t.number]
+        assert len(reruns) == 1 and reruns[0].params == t.params
+    # trials finished before the kill are untouched
+    after = _snapshot(study)
+    assert {n: after[n] for n in ctx["before"]} == ctx["before"]
+    assert "re-ran interrupted trials" in ctx["second"].stdout
+    parent, runs = _children(mlflow_server, _STUDY["name"])
+    assert parent.info.status == "FINISHED"
+    finished = [
+        int(r.data.tags["optuna_trial_number"]) for r in runs if r.info.status == "FINISHED"
+    ]
+    assert sorted(finished) == sorted(t.number for t in counted)  # one finished run per trial
+    killed = {int(r.data.tags["optuna_trial_number"]) for r in runs if r.info.status == "KILLED"}
+    assert killed <= {t.number for t in interrupted}
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+
+
+def test_trials_option_extends_a_finished_study(killed_and_resumed, mlflow_server):
+    ctx = killed_and_resumed
+    before = _snapshot(optuna.load_study(study_name=_STUDY["name"], storage=ctx["storage"]))
+    cmd = _tune(ctx["spec"], ctx["workdir"], mlflow_server, "--trials", str(N + 2), "--json")
+    run = subprocess.run(cmd, capture_output=True, text=True, env=ctx["env"], timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout)
+    assert (result["finished"], result["ran"], result["target_trials"]) == (N + 2, 2, N + 2)
+    after = _snapshot(optuna.load_study(study_name=_STUDY["name"], storage=ctx["storage"]))
+    assert len(after) == N + 2
+    assert {n: after[n] for n in before} == before
+    parent, runs = _children(mlflow_server, _STUDY["name"])
+    assert parent.info.run_id == result["parent_run_id"]
+    finished = [
+        int(r.data.tags["optuna_trial_number"]) for r in runs if r.info.status == "FINISHED"
+    ]
+    assert sorted(finished) == sorted(after)
