@@ -1,0 +1,165 @@
+"""Remote verbs, through the SDK: ``fedtune submit | status | wait | cancel | trials | tradeoff``.
+
+    fedtune submit examples/study.yaml [--wait]      # prints the study id
+    fedtune status ID        fedtune wait ID [--timeout S]        fedtune cancel ID
+    fedtune trials ID [--state completed]             fedtune tradeoff ID
+
+``--url`` (default ``$FEDTUNE_URL`` or http://127.0.0.1:8000) and ``--token`` (default
+``$FEDTUNE_API_TOKEN``) on every verb; ``--json`` prints the service's answer as JSON.
+``wait`` (and ``submit --wait``) exits 0 when the study succeeded, 1 when it failed or was
+cancelled, 124 when ``--timeout`` passed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+EXIT_TIMEOUT = 124
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=os.environ.get("FEDTUNE_URL", "http://127.0.0.1:8000"))
+    p.add_argument("--token", default=None, help="bearer token (default $FEDTUNE_API_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("submit", help="submit a study spec to the service")
+    p.add_argument("spec", help="study spec (YAML or JSON)")
+    p.add_argument("--wait", action="store_true", help="wait for the study to finish")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
+    _common(p)
+    p.set_defaults(func=submit)
+
+    p = sub.add_parser("status", help="state and progress of a study")
+    p.add_argument("study_id")
+    _common(p)
+    p.set_defaults(func=status)
+
+    p = sub.add_parser("wait", help="wait for a study to finish (exit 0 if it succeeded)")
+    p.add_argument("study_id")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _common(p)
+    p.set_defaults(func=wait)
+
+    p = sub.add_parser("cancel", help="cancel a queued or running study")
+    p.add_argument("study_id")
+    _common(p)
+    p.set_defaults(func=cancel)
+
+    p = sub.add_parser("trials", help="a study's trials: state, value, parameters")
+    p.add_argument("study_id")
+    p.add_argument("--state", help="only trials in this state")
+    _common(p)
+    p.set_defaults(func=trials)
+
+    p = sub.add_parser("tradeoff", help="a study's Pareto set and lower envelope")
+    p.add_argument("study_id")
+    _common(p)
+    p.set_defaults(func=tradeoff)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from fedtune.client import Client
+
+    return Client(args.url, token=args.token or os.environ.get("FEDTUNE_API_TOKEN") or None)
+
+
+def _json(obj: Any) -> str:
+    if dataclasses.is_dataclass(obj):
+        obj = dataclasses.asdict(obj)
+    elif isinstance(obj, list):
+        obj = [dataclasses.asdict(o) if dataclasses.is_dataclass(o) else o for o in obj]
+    return json.dumps(obj, indent=2, default=str)
+
+
+def _show_status(s: Any) -> str:
+    p = s.progress
+    rows = [
+        ("study", f"{s.name} [{s.id}]"),
+        ("state", str(s.state) + (f" ({s.error})" if s.error else "")),
+        ("algorithm / task", f"{s.algorithm} / {s.task}"),
+        ("trials", f"{p.finished}/{p.requested} finished ({p.completed} completed, "
+                   f"{p.pruned} pruned, {p.failed} failed), {p.running} running"),
+        ("best", "-" if s.best is None else f"{s.best.value} (trial {s.best.number}) {s.best.params}"),
+        ("mlflow", s.mlflow.get("run_url") or s.mlflow.get("tracking_uri") or "-"),
+    ]  # fmt: skip
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def submit(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        study = client.submit(args.spec)
+        if not args.wait:
+            print(_json(study.status()) if args.json else study.id)
+            return 0
+        print(study.id, file=sys.stderr)
+        return _wait(study, args, progress=not args.json)
+
+
+def status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        s = client.study(args.study_id).status()
+        print(_json(s) if args.json else _show_status(s))
+    return 0
+
+
+def wait(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        return _wait(client.study(args.study_id), args, progress=not args.quiet)
+
+
+def _wait(study: Any, args: argparse.Namespace, progress: bool) -> int:
+    try:
+        final = study.wait(progress=progress, timeout=args.timeout)
+    except TimeoutError as exc:
+        print(f"fedtune: {exc}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    print(_json(final) if args.json else _show_status(final))
+    return 0 if final.state == "succeeded" else 1
+
+
+def cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        s = client.study(args.study_id).cancel()
+        print(_json(s) if args.json else f"{s.id} {s.state}")
+    return 0
+
+
+def trials(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        rows = client.study(args.study_id).trials(args.state)
+    if args.json:
+        print(_json(rows))
+        return 0
+    print(f"{'trial':>5}  {'state':<9}  {'value':>12}  {'rounds':>6}  params")
+    for t in rows:
+        value = "-" if t.value is None else f"{t.value:.6g}"
+        params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in t.params.items())  # fmt: skip
+        print(f"{t.number:>5}  {t.state!s:<9}  {value:>12}  {t.last_round:>6}  {params}")
+    return 0
+
+
+def tradeoff(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        t = client.study(args.study_id).tradeoff()
+    if args.json:
+        print(_json(t))
+        return 0
+    print(f"Pareto set (rounds to reach {t.pareto_target} vs final {t.metric}): trials {t.pareto}")
+    print("lower envelope E(R) = best loss reachable within R rounds:")
+    shown = [p for p in t.envelope if p.get("loss") is not None]
+    step = max(1, len(shown) // 20)
+    for point in shown[::step]:
+        print(f"  R={point['round']:>5}  E={point['loss']:.6g}  (trial {point['trial_id']})")
+    return 0

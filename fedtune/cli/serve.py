@@ -1,0 +1,49 @@
+"""``fedtune serve``: run the service (API + scheduler) with uvicorn.
+
+Embedded defaults: SQLite ``./fedtune.db``, backend ``local`` (drivers are child processes with
+embedded Ray), no token — a laptop service. Every option overrides its ``FEDTUNE_*`` variable;
+the rest comes from the environment (``fedtune.service.settings``). One process: the scheduler
+runs inside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the tuning service (REST API + scheduler)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
+    p.add_argument(
+        "--backend", choices=["local", "ray", "kubernetes", "none"], help="(FEDTUNE_BACKEND)"
+    )
+    p.add_argument("--workdir", help="studies' working directory (FEDTUNE_WORKDIR)")
+    p.add_argument("--max-concurrent-studies", type=int, help="(FEDTUNE_MAX_CONCURRENT_STUDIES)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from fedtune.service.api import create_app
+    from fedtune.service.settings import load_settings
+
+    overrides = {
+        "database_url": args.database_url,
+        "backend": args.backend,
+        "workdir": args.workdir,
+        "max_concurrent_studies": args.max_concurrent_studies,
+    }
+    settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
+    return 0

@@ -1,0 +1,33 @@
+"""``fedtune worker run-study ID``: the study driver (what every backend starts).
+
+Reads its settings from the environment (``FEDTUNE_DATABASE_URL``, ``FEDTUNE_WORKDIR``,
+``MLFLOW_TRACKING_URI``, ``RAY_ADDRESS``), runs the study and writes its progress and final
+state to the service database (``fedtune.service.driver``). Exit codes: 0 done, 1 failed,
+75 another driver holds the study, 143 stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="service-side processes (the study driver)")
+    verbs = p.add_subparsers(dest="worker_verb", metavar="VERB")
+    run_study = verbs.add_parser("run-study", help="drive one study of the service database")
+    run_study.add_argument("study_id", help="the study id (12 hex digits)")
+    run_study.add_argument(
+        "--attempt", type=int, help="dispatch attempt; the driver exits if it was superseded"
+    )
+    run_study.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fedtune.service.driver import run_driver
+    from fedtune.service.settings import load_settings
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run_driver(args.study_id, load_settings(), args.attempt)

@@ -1,0 +1,351 @@
+"""The Python SDK: a thin typed client of the fedtune service (only speaks HTTP).
+
+    from fedtune.client import Client
+
+    client = Client("http://127.0.0.1:8000", token=None)
+    study = client.submit("examples/study-quadratic.yaml")     # dict, YAML/JSON path or StudySpec
+    study.wait(progress=True, timeout=600)                     # live progress on stderr
+    study.trials(); study.curve(0); study.best(); study.tradeoff(); study.cancel()
+
+Shape taken from httpx: all I/O goes through one ``httpx.Client`` whose *transport* is
+injectable, so tests drive the real app in-process (``fastapi.testclient.TestClient(app)._transport``
+or any ``httpx.BaseTransport``). Errors are the service's typed exceptions, rebuilt from the
+stable ``code`` of the answer (``fedtune.service.errors.exception_from_body``):
+``ConfigError`` (422, with ``field``), ``StudyNotFoundError`` (404), ``IllegalStateChangeError``
+(409), ``UnauthorizedError`` (401), ``ForbiddenError`` (403) …
+
+Connection errors and 5xx answers are retried with exponential backoff (``backoff_s · 2^k``).
+That is safe for every call: reads are idempotent, cancelling a cancelled study is a no-op, and
+``submit`` sends an ``Idempotency-Key`` (one random key per call, reused by its retries), so a
+retried submission never creates a second study. After the
+last retry the SDK raises the service's last error (e.g. ``DatabaseUnavailableError``) or,
+when nothing answered, ``ServiceUnreachableError``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from fedtune.errors import ConfigError, FedtuneError
+from fedtune.service.errors import ServiceUnreachableError, exception_from_body
+from fedtune.service.states import StudyState, TrialState
+
+__all__ = [
+    "BestTrial",
+    "Client",
+    "CurvePoint",
+    "Progress",
+    "Study",
+    "StudyStatus",
+    "TradeOff",
+    "TrialInfo",
+]
+
+
+def _build(cls: type, data: Mapping[str, Any]) -> Any:
+    """A dataclass from a JSON object, ignoring keys this SDK version does not know."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _time(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value else None
+
+
+@dataclass(frozen=True)
+class Progress:
+    requested: int
+    finished: int
+    completed: int
+    pruned: int
+    failed: int
+    killed: int
+    running: int
+    fraction: float
+
+
+@dataclass(frozen=True)
+class BestTrial:
+    number: int
+    value: float | None
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StudyStatus:
+    id: str
+    name: str
+    state: StudyState
+    algorithm: str
+    task: str
+    trials_requested: int
+    progress: Progress
+    best: BestTrial | None
+    mlflow: dict[str, Any]
+    error: str | None = None
+    attempts: int = 0
+    backend: str | None = None
+    created_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    heartbeat_at: dt.datetime | None = None
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.state.terminal
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StudyStatus:
+        body = dict(data)
+        body["state"] = StudyState(body["state"])
+        body["progress"] = _build(Progress, body["progress"])
+        body["best"] = _build(BestTrial, body["best"]) if body.get("best") else None
+        for key in ("created_at", "started_at", "finished_at", "heartbeat_at"):
+            body[key] = _time(body.get(key))
+        return _build(cls, body)
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    number: int
+    state: TrialState
+    params: dict[str, Any]
+    value: float | None
+    outcome: str | None
+    last_round: int
+    mlflow_run_id: str | None = None
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TrialInfo:
+        body = dict(data, state=TrialState(data["state"]))
+        body["started_at"], body["finished_at"] = (
+            _time(data.get("started_at")), _time(data.get("finished_at")),
+        )  # fmt: skip
+        return _build(cls, body)
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    round: int
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TradeOff:
+    """Pareto set (trial numbers) and lower envelope of a study (∞ is ``None``)."""
+
+    metric: str
+    targets: list[float | None]
+    pareto_target: float | None
+    pareto: list[int]
+    envelope: list[dict[str, Any]]
+    trials: list[dict[str, Any]]
+    regime_changes: list[dict[str, Any]]
+    last_rounds: int = 10
+    smooth_window: int = 5
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+class Client:
+    """A client of one fedtune service (``url``), authenticated by ``token`` when given."""
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000",
+        token: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 30.0,
+        retries: int = 4,
+        backoff_s: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers["User-Agent"] = "fedtune-sdk"
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        )
+        self.retries, self.backoff_s, self._sleep = retries, backoff_s, sleep
+
+    # ---------------------------------------------------------------- plumbing
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One API call with retries; the decoded JSON answer or a typed exception."""
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self._sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                answer = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                last = exc
+                continue
+            if answer.is_server_error:
+                last = exception_from_body(answer.status_code, _decode(answer))
+                continue
+            if answer.is_error:
+                raise exception_from_body(answer.status_code, _decode(answer))
+            return _decode(answer)
+        if isinstance(last, FedtuneError):
+            raise last  # the service answered, with an error, every time
+        raise ServiceUnreachableError(
+            f"{method} {path}: no answer after {self.retries + 1} attempts ({last})"
+        ) from last
+
+    # ---------------------------------------------------------------- studies
+
+    def submit(self, spec: Any, *, idempotency_key: str | None = None) -> Study:
+        """Submit a study (dict, path of a YAML/JSON file, or an object with ``to_dict()``)."""
+        body = _spec_body(spec)
+        key = idempotency_key or uuid.uuid4().hex
+        data = self.request("POST", "/v1/studies", json=body, headers={"Idempotency-Key": key})
+        return Study(self, data["id"])
+
+    def study(self, study_id: str) -> Study:
+        return Study(self, study_id)
+
+    def studies(
+        self, state: StudyState | str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[StudyStatus]:
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state is not None:
+            params["state"] = str(StudyState(state))
+        page = self.request("GET", "/v1/studies", params=params)
+        return [StudyStatus.from_json(_with_defaults(s)) for s in page["items"]]
+
+    # ---------------------------------------------------------------- discovery
+
+    def algorithms(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/algorithms")
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/tasks")
+
+    def search_spaces(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/search-spaces")
+
+
+def _with_defaults(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A list item has no progress/best/mlflow: fill neutral values."""
+    zero = {k: 0 for k in ("finished", "completed", "pruned", "failed", "killed", "running")}
+    progress = {"requested": summary.get("trials_requested", 0), **zero, "fraction": 0.0}
+    return {"progress": progress, "best": None, "mlflow": {}, **summary}
+
+
+def _decode(answer: httpx.Response) -> Any:
+    try:
+        return answer.json()
+    except ValueError:
+        return {"error": {"code": "", "message": answer.text[:500] or answer.reason_phrase}}
+
+
+def _spec_body(spec: Any) -> dict[str, Any]:
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    if isinstance(spec, str | Path):
+        path = Path(spec)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError("<file>", f"cannot read the study spec: {exc}", str(path)) from None
+        import yaml
+
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        if not isinstance(data, Mapping):
+            raise ConfigError("<root>", "a study spec is a mapping", str(path))
+        return dict(data)
+    if hasattr(spec, "to_dict"):
+        return dict(spec.to_dict())
+    raise ConfigError("spec", f"expected a mapping, a file path or a StudySpec, got {type(spec)}")
+
+
+class Study:
+    """Handle on one study of the service."""
+
+    def __init__(self, client: Client, study_id: str) -> None:
+        self.client, self.id = client, study_id
+
+    def __repr__(self) -> str:
+        return f"Study({self.id!r})"
+
+    def _get(self, suffix: str = "", **kwargs: Any) -> Any:
+        return self.client.request("GET", f"/v1/studies/{self.id}{suffix}", **kwargs)
+
+    def status(self) -> StudyStatus:
+        return StudyStatus.from_json(self._get())
+
+    def wait(
+        self,
+        progress: bool = True,
+        timeout: float | None = None,
+        *,
+        poll_s: float = 1.0,
+        stream: TextIO | None = None,
+    ) -> StudyStatus:
+        """Poll until the study finishes; ``TimeoutError`` after ``timeout`` seconds."""
+        stream = stream or sys.stderr
+        deadline = None if timeout is None else time.monotonic() + timeout
+        shown = ""
+        while True:
+            status = self.status()
+            if progress:
+                line = _progress_line(status)
+                if line != shown:
+                    print(line, file=stream, flush=True)
+                    shown = line
+            if status.done:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"study {self.id} still {status.state} after {timeout} s")
+            time.sleep(poll_s)
+
+    def trials(self, state: TrialState | str | None = None) -> list[TrialInfo]:
+        params = {"state": str(TrialState(state))} if state is not None else None
+        return [TrialInfo.from_json(t) for t in self._get("/trials", params=params)]
+
+    def curve(self, number: int) -> list[CurvePoint]:
+        body = self._get(f"/trials/{int(number)}/curve")
+        return [CurvePoint(round=p["round"], metrics=p["metrics"]) for p in body["rounds"]]
+
+    def tradeoff(self) -> TradeOff:
+        return _build(TradeOff, self._get("/tradeoff"))
+
+    frontier = tradeoff
+
+    def best(self) -> BestTrial | None:
+        return self.status().best
+
+    def cancel(self) -> StudyStatus:
+        return StudyStatus.from_json(self.client.request("POST", f"/v1/studies/{self.id}/cancel"))
+
+
+def _progress_line(status: StudyStatus) -> str:
+    p, best = status.progress, ""
+    if status.best is not None and status.best.value is not None:
+        best = f", best {status.best.value:.6g} (trial {status.best.number})"
+    return (
+        f"study {status.name} [{status.id}] {status.state}: {p.finished}/{p.requested} trials "
+        f"finished, {p.running} running{best}"
+    )

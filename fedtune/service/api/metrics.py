@@ -1,0 +1,93 @@
+"""Prometheus metrics of the service, in a registry of its own (one per app).
+
+* ``fedtune_studies{state}`` — studies by state; ``fedtune_queue_length`` — queued studies;
+  ``fedtune_trials_running`` — running trials of running studies; ``fedtune_database_up``.
+  Read from the database at every scrape (a custom collector: always current, no bookkeeping).
+* ``fedtune_http_requests_total{method,route,status}`` and
+  ``fedtune_http_request_duration_seconds{method,route}`` (route = the path template).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fedtune.errors import FedtuneError
+
+from ..meta_services import metrics_snapshot
+from ..services import ServiceContext
+from ..states import StudyState
+
+__all__ = ["HttpMetrics", "StudyCollector", "make_registry"]
+
+
+class StudyCollector:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            snap = metrics_snapshot(self.ctx)
+        except FedtuneError:
+            yield GaugeMetricFamily("fedtune_database_up", "Database reachable", value=0)
+            return
+        yield GaugeMetricFamily("fedtune_database_up", "Database reachable", value=1)
+        studies = GaugeMetricFamily("fedtune_studies", "Studies by state", labels=["state"])
+        for state in StudyState:
+            studies.add_metric([str(state)], snap["studies"].get(str(state), 0))
+        yield studies
+        yield GaugeMetricFamily(
+            "fedtune_trials_running", "Running trials of running studies",
+            value=snap["trials_running"],
+        )  # fmt: skip
+        yield GaugeMetricFamily(
+            "fedtune_queue_length", "Studies waiting for a driver", value=snap["queue_length"]
+        )
+
+
+def make_registry(ctx: ServiceContext) -> tuple[CollectorRegistry, Counter, Histogram]:
+    registry = CollectorRegistry()
+    registry.register(StudyCollector(ctx))
+    requests = Counter(
+        "fedtune_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry
+    )
+    latency = Histogram(
+        "fedtune_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
+        registry=registry,
+    )  # fmt: skip
+    return registry, requests, latency
+
+
+class HttpMetrics:
+    """Pure ASGI middleware counting requests by route template (not by raw path)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = time.perf_counter()
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            runtime = getattr(scope["app"].state, "runtime", None)
+            route = getattr(scope.get("route"), "path", "<unmatched>")
+            if runtime is not None:
+                runtime.requests.labels(scope["method"], route, str(status)).inc()
+                runtime.latency.labels(scope["method"], route).observe(
+                    time.perf_counter() - started
+                )

@@ -1,0 +1,120 @@
+"""Studies and their trials: submit, list, get, cancel, trials, curve, trade-off.
+
+Handlers parse the request, call one service function and shape the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
+
+from .. import services
+from ..schemas import (
+    CurveOut,
+    ErrorResponse,
+    StudyDetail,
+    StudyPage,
+    TradeoffOut,
+    TrialOut,
+)
+from ..states import StudyState, TrialState
+from .auth import require_token
+from .deps import Ctx
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[Depends(require_token)])
+
+StudyId = Annotated[str, Path(description="the study id (12 hex digits)", max_length=64)]
+TrialNumber = Annotated[int, Path(ge=0, le=2**31 - 1, description="Optuna trial number")]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "no bearer token"},
+    403: {"model": ErrorResponse, "description": "wrong bearer token"},
+    404: {"model": ErrorResponse, "description": "no such study or trial"},
+}
+_EXAMPLE = {
+    "name": "quadratic-fedavg",
+    "task": {"name": "quadratic", "clients": 8, "dim": 4},
+    "algorithm": "fedavg",
+    "train": {"rounds": 20, "clients_per_round": 4, "local_steps": 5, "batch_size": 4},
+    "objective": {"last_rounds": 5},
+    "scheduler": {"name": "none"},
+    "budget": {"trials": 4, "max_concurrent": 1},
+}
+SpecBody = Annotated[
+    dict[str, Any],
+    Body(
+        description="A study spec (fedtune.tuning.StudySpec): task, algorithm, train, search, "
+        "objective, sampler, scheduler, budget, resources, tracking.",
+        openapi_examples={"quadratic": {"summary": "a tiny study", "value": _EXAMPLE}},
+    ),
+]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=StudyDetail,
+    responses={
+        200: {"model": StudyDetail, "description": "replayed: same Idempotency-Key and body"},
+        409: {"model": ErrorResponse, "description": "Idempotency-Key reused with another body"},
+        413: {"model": ErrorResponse},
+        422: {"model": ErrorResponse, "description": "invalid spec (field = dotted path)"},
+        **_ERRORS,
+    },
+)
+def submit_study(
+    ctx: Ctx,
+    response: Response,
+    spec: SpecBody,
+    idempotency_key: Annotated[
+        str | None,
+        Header(description="makes a retried submission return the first study", max_length=128),
+    ] = None,
+) -> StudyDetail:
+    study, created = services.submit_study(ctx, spec, idempotency_key)
+    if not created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    response.headers["Location"] = f"/v1/studies/{study.id}"
+    return study
+
+
+@router.get("", response_model=StudyPage, responses=_ERRORS)
+def list_studies(
+    ctx: Ctx,
+    state: StudyState | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+) -> StudyPage:
+    return services.list_studies(ctx, state, limit, offset)
+
+
+@router.get("/{study_id}", response_model=StudyDetail, responses=_ERRORS)
+def get_study(ctx: Ctx, study_id: StudyId) -> StudyDetail:
+    return services.get_study(ctx, study_id)
+
+
+@router.post(
+    "/{study_id}/cancel",
+    response_model=StudyDetail,
+    responses={409: {"model": ErrorResponse, "description": "already finished"}, **_ERRORS},
+)
+def cancel_study(ctx: Ctx, study_id: StudyId) -> StudyDetail:
+    return services.cancel_study(ctx, study_id)
+
+
+@router.get("/{study_id}/trials", response_model=list[TrialOut], responses=_ERRORS)
+def list_trials(ctx: Ctx, study_id: StudyId, state: TrialState | None = None) -> list[TrialOut]:
+    return services.list_trials(ctx, study_id, state)
+
+
+@router.get("/{study_id}/trials/{number}/curve", response_model=CurveOut, responses=_ERRORS)
+def get_curve(ctx: Ctx, study_id: StudyId, number: TrialNumber) -> CurveOut:
+    return services.get_curve(ctx, study_id, number)
+
+
+@router.get("/{study_id}/tradeoff", response_model=TradeoffOut, responses=_ERRORS)
+def get_tradeoff(ctx: Ctx, study_id: StudyId) -> TradeoffOut:
+    return services.get_tradeoff(ctx, study_id)

@@ -1,0 +1,102 @@
+"""The backend interface: where a study's driver (``fedtune worker run-study ID``) runs.
+
+Narrow on purpose (Optuna's sampler/pruner lesson): three required methods and a no-op hook.
+
+* ``launch(request) -> ref`` starts the driver of one dispatch attempt and returns a
+  JSON-serialisable reference (stored in ``studies.driver_ref``, so a restarted service can
+  find the driver again);
+* ``poll(ref) -> DriverStatus`` says whether that driver is still alive and how it ended;
+  ``GONE`` means the backend has no trace of it (killed, node lost, object deleted);
+* ``stop(ref)`` stops it and everything it started (idempotent; a driver already gone is fine);
+* ``close()`` releases clients.
+
+A backend raises ``BackendError`` when it cannot tell (API unreachable); the scheduler then
+leaves the study as it is and asks again on its next tick.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fedtune.errors import BackendError
+
+from ..settings import BackendKind
+
+__all__ = [
+    "Backend",
+    "DriverStatus",
+    "LaunchRequest",
+    "check_study_id",
+    "driver_argv",
+    "python_driver_argv",
+]
+
+_STUDY_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+class DriverStatus(enum.StrEnum):
+    PENDING = "pending"  # accepted, not started yet (pods scheduling, job queued)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # exited 0
+    FAILED = "failed"  # exited non-zero, stopped, or its deadline passed
+    GONE = "gone"  # the backend has no trace of it
+
+    @property
+    def alive(self) -> bool:
+        return self in (DriverStatus.PENDING, DriverStatus.RUNNING)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One dispatch attempt of a study, with the resources its trials need."""
+
+    study_id: str
+    attempt: int
+    cpu: float = 1.0  # per trial
+    gpu: float = 0.0  # per trial
+    max_concurrent: int = 1  # trials at once
+
+    def __post_init__(self) -> None:
+        check_study_id(self.study_id)
+        if self.attempt < 1 or self.max_concurrent < 1 or self.cpu <= 0 or self.gpu < 0:
+            raise ValueError(f"invalid launch request {self}")
+
+
+def check_study_id(study_id: str) -> str:
+    """Study ids reach argv lists, Ray submission ids and Kubernetes names: 12 hex digits only."""
+    if not isinstance(study_id, str) or not _STUDY_ID.match(study_id):
+        raise BackendError(f"refusing study id {study_id!r} (expected 12 hex digits)")
+    return study_id
+
+
+def driver_argv(study_id: str, attempt: int) -> list[str]:
+    """The driver command as an argv list (``fedtune`` on PATH, as in the image)."""
+    return ["fedtune", "worker", "run-study", check_study_id(study_id), "--attempt", str(attempt)]
+
+
+def python_driver_argv(study_id: str, attempt: int) -> list[str]:
+    """The same command run by this interpreter (no reliance on PATH)."""
+    code = "import sys; from fedtune.cli import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-c", code, *driver_argv(study_id, attempt)[1:]]
+
+
+class Backend(abc.ABC):
+    kind: ClassVar[BackendKind]
+
+    @abc.abstractmethod
+    def launch(self, request: LaunchRequest) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def poll(self, ref: Mapping[str, Any]) -> DriverStatus: ...
+
+    @abc.abstractmethod
+    def stop(self, ref: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients (no-op by default)."""

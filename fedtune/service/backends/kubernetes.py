@@ -1,0 +1,154 @@
+"""``kubernetes`` backend: one KubeRay ``RayJob`` per study attempt (``k8s_manifest.py``).
+
+Uses the ``kubernetes`` client's ``CustomObjectsApi`` with in-cluster configuration, or else the
+kubeconfig (``KUBECONFIG`` / ``~/.kube/config``). It needs exactly what the Helm chart's Role
+grants: create, get, delete on ``rayjobs.ray.io`` in ``FEDTUNE_K8S_NAMESPACE``.
+
+* launch: create the RayJob; a 409 for an object carrying this study's labels (a retried
+  launch) adopts it, any other 409 is a ``BackendError``;
+* poll: read it and map ``status`` (:func:`rayjob_status`); 404, or an object with another uid
+  (deleted and re-created by someone else), is ``GONE``;
+* stop: delete it (background propagation: KubeRay tears the RayCluster down); 404 is fine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from fedtune.errors import BackendError
+
+from ..settings import BackendKind, Settings
+from .base import Backend, DriverStatus, LaunchRequest
+from .k8s_manifest import GROUP, PLURAL, VERSION, rayjob_manifest
+
+__all__ = ["KubernetesBackend", "load_api_client", "rayjob_status"]
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 30
+
+
+def rayjob_status(obj: Mapping[str, Any]) -> DriverStatus:
+    """Map a RayJob's ``status.jobStatus`` / ``status.jobDeploymentStatus`` to a driver status."""
+    status = obj.get("status") or {}
+    job, deployment = status.get("jobStatus"), status.get("jobDeploymentStatus")
+    if job == "SUCCEEDED":
+        return DriverStatus.SUCCEEDED
+    if job in ("FAILED", "STOPPED") or deployment in ("Failed", "ValidationFailed"):
+        return DriverStatus.FAILED
+    if deployment == "Complete":  # finished without a job status: treat as failed
+        return DriverStatus.FAILED
+    if job == "RUNNING" or deployment == "Running":
+        return DriverStatus.RUNNING
+    return DriverStatus.PENDING  # New, Initializing, Waiting, Retrying, Suspended, no status
+
+
+def load_api_client() -> Any:
+    """An ``ApiClient``: in-cluster service account, else the kubeconfig (``$KUBECONFIG``,
+    read at call time, else ``~/.kube/config``)."""
+    from kubernetes import client, config
+
+    try:
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return client.ApiClient(configuration)
+    except config.ConfigException:
+        pass
+    try:
+        return config.new_client_from_config(
+            config_file=os.environ.get("KUBECONFIG") or None, persist_config=False
+        )
+    except (config.ConfigException, OSError) as exc:
+        raise BackendError(
+            f"no Kubernetes configuration (in-cluster or kubeconfig): {exc}"
+        ) from exc
+
+
+class KubernetesBackend(Backend):
+    kind = BackendKind.KUBERNETES
+
+    def __init__(self, settings: Settings, api_client: Any | None = None) -> None:
+        self.settings = settings
+        self.namespace = settings.k8s_namespace
+        self._api_client = api_client
+        self._api: Any = None
+
+    def _objects(self) -> Any:
+        if self._api is None:
+            from kubernetes import client
+
+            self._api_client = self._api_client or load_api_client()
+            self._api = client.CustomObjectsApi(self._api_client)
+        return self._api
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return fn(GROUP, VERSION, self.namespace, PLURAL, *args, _request_timeout=(5, TIMEOUT_S),
+                      **kwargs)  # fmt: skip
+        except ApiException:
+            raise
+        except Exception as exc:  # urllib3 connection errors, timeouts
+            raise BackendError(f"Kubernetes API unreachable ({what}): {exc}") from exc
+
+    def launch(self, request: LaunchRequest) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        body = rayjob_manifest(request, self.settings)
+        name = body["metadata"]["name"]
+        api = self._objects()
+        try:
+            created = self._call("create", api.create_namespaced_custom_object, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise BackendError(f"creating RayJob {name}: {exc.status} {exc.reason}") from exc
+            created = self._get(name)
+            labels = (created or {}).get("metadata", {}).get("labels", {})
+            if created is None or labels.get("fedtune.io/study") != request.study_id:
+                raise BackendError(f"RayJob {name} exists and is not this study's") from exc
+        log.info("study %s: RayJob %s created", request.study_id, name)
+        uid = created.get("metadata", {}).get("uid")
+        return {"name": name, "namespace": self.namespace, "uid": uid}
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._call("get", self._objects().get_namespaced_custom_object, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise BackendError(f"reading RayJob {name}: {exc.status} {exc.reason}") from exc
+
+    def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
+        obj = self._get(str(ref["name"]))
+        if obj is None:
+            return DriverStatus.GONE
+        if ref.get("uid") and obj.get("metadata", {}).get("uid") != ref["uid"]:
+            return DriverStatus.GONE
+        return rayjob_status(obj)
+
+    def stop(self, ref: Mapping[str, Any]) -> None:
+        """Delete the RayJob — only the object launched (uid precondition: 409 if replaced)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        name = str(ref["name"])
+        options = client.V1DeleteOptions(
+            propagation_policy="Background",
+            preconditions=client.V1Preconditions(uid=ref["uid"]) if ref.get("uid") else None,
+        )
+        try:
+            self._call(
+                "delete", self._objects().delete_namespaced_custom_object, name, body=options
+            )
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise BackendError(f"deleting RayJob {name}: {exc.status} {exc.reason}") from exc
+
+    def close(self) -> None:
+        if self._api_client is not None and hasattr(self._api_client, "close"):
+            self._api_client.close()

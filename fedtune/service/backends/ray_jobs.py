@@ -1,0 +1,127 @@
+"""``ray`` backend: the driver is a job submitted with the Ray Jobs API to ``RAY_ADDRESS``.
+
+One job per dispatch attempt, ``submission_id = fedtune-<study id>-<attempt>`` (the reference),
+entrypoint ``fedtune worker run-study <id> --attempt <n>`` (built with ``shlex.join`` from
+validated parts: Ray runs entrypoints through a shell). Inside the job Ray sets ``RAY_ADDRESS``,
+so the driver's trials run on that cluster.
+
+The cluster's processes must have the settings the driver reads — ``FEDTUNE_DATABASE_URL`` and
+``MLFLOW_TRACKING_URI`` — in their environment (the Helm chart's RayCluster gets the env Secret
+with ``envFrom``); they are deliberately *not* sent in the job's ``runtime_env``, which the Ray
+dashboard shows to anyone who can open it.
+
+A cluster with token authentication (Ray turns it on when a token exists) needs its token in
+``RAY_AUTH_TOKEN`` (Ray's own variable, read by the settings); it is sent as
+``Authorization: Bearer`` on every Jobs API call, independently of Ray's in-process auth state.
+
+Status mapping: PENDING → pending, RUNNING → running, SUCCEEDED → succeeded, FAILED/STOPPED →
+failed, 404 → gone; an unreachable dashboard raises ``BackendError`` (ask again later).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedtune.errors import BackendError
+
+from ..settings import BackendKind, Settings
+from .base import Backend, DriverStatus, LaunchRequest, driver_argv
+
+__all__ = ["RayJobsBackend", "submission_id"]
+
+log = logging.getLogger(__name__)
+
+_STATUS = {
+    "PENDING": DriverStatus.PENDING,
+    "RUNNING": DriverStatus.RUNNING,
+    "SUCCEEDED": DriverStatus.SUCCEEDED,
+    "FAILED": DriverStatus.FAILED,
+    "STOPPED": DriverStatus.FAILED,
+}
+
+
+def submission_id(study_id: str, attempt: int) -> str:
+    return f"fedtune-{study_id}-{attempt}"
+
+
+class RayJobsBackend(Backend):
+    kind = BackendKind.RAY
+
+    def __init__(self, settings: Settings, client_factory: Callable[[str], Any] | None = None):
+        if not settings.ray_address:
+            raise BackendError("backend 'ray' needs RAY_ADDRESS (the dashboard, http://host:8265)")
+        self.address = settings.ray_address
+        self.settings = settings
+        self._factory = client_factory
+        self._client: Any = None
+
+    def _jobs(self) -> Any:
+        if self._client is None:
+            factory = self._factory
+            if factory is None:
+                from ray.job_submission import JobSubmissionClient
+
+                token = self.settings.ray_auth_token
+                headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else None
+
+                def factory(address: str) -> Any:
+                    return JobSubmissionClient(address, headers=headers)
+
+            try:
+                self._client = factory(self.address)
+            except Exception as exc:  # requests.ConnectionError, RuntimeError, ...
+                raise BackendError(f"Ray Jobs API at {self.address} unreachable: {exc}") from exc
+        return self._client
+
+    def launch(self, request: LaunchRequest) -> dict[str, Any]:
+        sid = submission_id(request.study_id, request.attempt)
+        entrypoint = shlex.join(driver_argv(request.study_id, request.attempt))
+        try:
+            self._jobs().submit_job(
+                entrypoint=entrypoint,
+                submission_id=sid,
+                runtime_env={"env_vars": {"FEDTUNE_HEARTBEAT_S": str(self.settings.heartbeat_s)}},
+                metadata={
+                    "fedtune.study": request.study_id,
+                    "fedtune.attempt": str(request.attempt),
+                },
+            )
+        except BackendError:
+            raise
+        except Exception as exc:
+            self._client = None  # reconnect next time
+            raise BackendError(f"Ray job submission failed: {exc}") from exc
+        log.info("study %s: Ray job %s submitted", request.study_id, sid)
+        return {"submission_id": sid, "address": self.address}
+
+    def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
+        sid = str(ref["submission_id"])
+        try:
+            status = self._jobs().get_job_status(sid)
+        except BackendError:
+            raise
+        except RuntimeError as exc:
+            if "404" in str(exc) or "does not exist" in str(exc):
+                return DriverStatus.GONE
+            raise BackendError(f"Ray job {sid}: {exc}") from exc
+        except Exception as exc:  # connection errors
+            self._client = None
+            raise BackendError(f"Ray job {sid}: {exc}") from exc
+        return _STATUS.get(str(getattr(status, "value", status)), DriverStatus.RUNNING)
+
+    def stop(self, ref: Mapping[str, Any]) -> None:
+        sid = str(ref["submission_id"])
+        try:
+            self._jobs().stop_job(sid)
+        except BackendError:
+            raise
+        except RuntimeError as exc:
+            if "404" in str(exc) or "does not exist" in str(exc):
+                return
+            raise BackendError(f"stopping Ray job {sid}: {exc}") from exc
+        except Exception as exc:
+            self._client = None
+            raise BackendError(f"stopping Ray job {sid}: {exc}") from exc

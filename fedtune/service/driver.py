@@ -1,0 +1,238 @@
+"""The study driver: what ``fedtune worker run-study ID`` runs, wherever the backend put it.
+
+1. load the study from the service database; exit 0 at once unless it is ``running`` and this is
+   its current dispatch attempt (a superseded or cancelled driver must not run);
+2. ``run_study(spec, <FEDTUNE_WORKDIR>/studies/<id>, sinks=[DbSink])`` — trials, rounds and
+   MLflow run ids go to the database while it runs, so status and trials are always current.
+   Embedded Ray unless ``RAY_ADDRESS`` is set (inside a Ray job or a RayJob it is);
+3. a heartbeat thread stamps ``studies.heartbeat_at`` every ``FEDTUNE_HEARTBEAT_S`` and stops
+   the driver (SIGINT to itself) when the study is cancelled or re-dispatched elsewhere;
+4. at the end, synchronise trial states from the Optuna storage and write the final state with
+   a compare-and-set on ``running``: ``succeeded`` (best trial, MLflow ids) or ``failed`` (the
+   error). Stopped by SIGINT (the local backend, the heartbeat) or SIGTERM before Ray starts:
+   ``run_study`` records in-flight trials as interrupted and marks MLflow runs KILLED; the
+   driver writes no state (the service decided: cancelled, or re-queued to resume) and exits
+   143. Once Ray runs, SIGTERM (a Ray job stopped, a pod deleted) is Ray's ``sys.exit``; the
+   service then marks the MLflow runs KILLED itself.
+
+Exit codes: 0 done (or nothing to do), 1 the study failed, 75 another driver holds the study's
+lock, 143 stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from fedtune.errors import ConfigError, ConflictError, FedtuneError
+
+from .db import Database
+from .models import utcnow
+from .optuna_sync import OptunaView
+from .paths import study_tracking_uri, study_workdir
+from .repository import Repository
+from .settings import Settings
+from .specs import load_spec
+from .states import StudyState
+
+__all__ = ["EXIT_LOCKED", "EXIT_STOPPED", "Heartbeat", "run_driver"]
+
+log = logging.getLogger(__name__)
+EXIT_LOCKED, EXIT_STOPPED = 75, 143
+
+
+class Heartbeat(threading.Thread):
+    """Stamp ``heartbeat_at``; call ``on_lost`` once the study is no longer ours to run."""
+
+    def __init__(self, db: Database, study_id: str, attempt: int, every_s: float,
+                 on_lost: Callable[[], None]) -> None:  # fmt: skip
+        super().__init__(name="fedtune-heartbeat", daemon=True)
+        self.db, self.study_id, self.attempt, self.every_s = db, study_id, attempt, every_s
+        self.on_lost = on_lost
+        self.halt = threading.Event()
+        self._lock = threading.Lock()
+
+    def stop(self) -> None:
+        """No ``on_lost`` after this returns (the lock orders it against a beat in flight)."""
+        with self._lock:
+            self.halt.set()
+        self.join(self.every_s + 30)
+
+    def beat(self) -> bool:
+        """One heartbeat; False when the study was cancelled or re-dispatched."""
+        with self.db.session() as session:
+            repo = Repository(session)
+            study = repo.require_study(self.study_id)
+            if study.state != StudyState.RUNNING or study.attempts != self.attempt:
+                return False
+            repo.update_study(self.study_id, heartbeat_at=utcnow())
+        return True
+
+    def run(self) -> None:
+        while not self.halt.wait(self.every_s):
+            try:
+                alive = self.beat()
+            except FedtuneError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            if not alive:
+                with self._lock:
+                    if self.halt.is_set():
+                        return
+                    log.warning("study %s is no longer running here; stopping", self.study_id)
+                    self.on_lost()
+                return
+
+
+def _claim(db: Database, study_id: str, attempt: int | None) -> tuple[dict[str, Any], int] | None:
+    with db.session(readonly=True) as session:
+        study = Repository(session).require_study(study_id)
+        if study.state != StudyState.RUNNING:
+            log.warning("study %s is %s; nothing to do", study_id, study.state)
+            return None
+        if attempt is not None and study.attempts != attempt:
+            log.warning("study %s: attempt %s superseded by %s", study_id, attempt, study.attempts)
+            return None
+        return dict(study.spec), study.attempts
+
+
+def _restart_if_storage_lost(db: Database, study_id: str, view: OptunaView) -> None:
+    """Trials recorded but no Optuna storage (a fresh pod): the study starts over, cleanly."""
+    if view.exists():
+        return
+    with db.session() as session:
+        dropped = Repository(session).delete_trials(study_id)
+    if dropped:
+        log.warning("study %s: Optuna storage %s missing; %d recorded trial(s) dropped, "
+                    "the study starts over", study_id, view.path, dropped)  # fmt: skip
+
+
+def _finish(db: Database, study_id: str, state: StudyState, **values: Any) -> None:
+    with db.session() as session:
+        if not Repository(session).transition(
+            study_id, state, expected=[StudyState.RUNNING], **values
+        ):
+            log.warning("study %s changed state meanwhile; %s not recorded", study_id, state)
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def run_driver(
+    study_id: str,
+    settings: Settings,
+    attempt: int | None = None,
+    *,
+    run_study: Callable[..., Any] | None = None,
+) -> int:
+    """Run study ``study_id`` to its end (see the module docstring); returns the exit code."""
+    if run_study is None:
+        from fedtune.tuning.study import run_study
+
+    db = Database(settings.database_url)
+    try:
+        claimed = _claim(db, study_id, attempt)
+        if claimed is None:
+            return 0
+        document, attempts = claimed
+        workdir = study_workdir(settings, study_id)
+        workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            spec = load_spec(document)
+        except ConfigError as exc:
+            _finish(db, study_id, StudyState.FAILED, error=f"invalid stored spec: {exc}")
+            return 1
+        view = OptunaView(workdir, spec.name)
+        _restart_if_storage_lost(db, study_id, view)
+        return _drive(db, study_id, attempts, settings, spec, workdir, view, run_study)
+    finally:
+        db.dispose()
+
+
+def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> int:
+    from .sink import DbSink, TrialRecorder  # Ray Tune: imported in the driver only
+
+    uri = study_tracking_uri(settings, study_id)
+    mlflow_ids = _MlflowIds(db, study_id, view, uri)
+    sink = DbSink(TrialRecorder(db, study_id), run_id_of=mlflow_ids.trial_run)
+    heartbeat = Heartbeat(db, study_id, attempts, settings.heartbeat_s,
+                          lambda: os.kill(os.getpid(), signal.SIGINT))  # fmt: skip
+    previous = signal.signal(signal.SIGTERM, _stop_on_signal)
+    # SIGINT must raise KeyboardInterrupt even when the driver was started with it ignored
+    # (background jobs of a non-interactive shell inherit SIG_IGN)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    heartbeat.start()
+    try:
+        try:
+            result = run_study(spec, workdir, tracking_uri=uri,
+                               ray_address=os.environ.get("RAY_ADDRESS") or None, sinks=[sink])  # fmt: skip
+        finally:
+            heartbeat.stop()  # before any final write, and before the handlers are restored
+    except KeyboardInterrupt:
+        log.warning("study %s: driver stopped", study_id)
+        view.sync_into(db, study_id)
+        return EXIT_STOPPED
+    except ConflictError as exc:
+        log.error("study %s: %s", study_id, exc)
+        return EXIT_LOCKED
+    except Exception as exc:
+        log.exception("study %s failed", study_id)
+        view.sync_into(db, study_id)
+        _finish(db, study_id, StudyState.FAILED, error=_one_line(exc))
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
+    view.sync_into(db, study_id)
+    best = result.best or {}
+    _finish(db, study_id, StudyState.SUCCEEDED, error=None,
+            best_trial=best.get("number"), best_value=_finite(best.get("value")),
+            mlflow_experiment_id=result.experiment_id, mlflow_run_id=result.parent_run_id)  # fmt: skip
+    log.info("study %s succeeded (%d trials)", study_id, result.finished)
+    return 0
+
+
+class _MlflowIds:
+    """Record the study's MLflow parent run (once) as trials start; return each trial's run."""
+
+    def __init__(self, db: Database, study_id: str, view: OptunaView, uri: str) -> None:
+        self.db, self.study_id, self.view, self.uri = db, study_id, view, uri
+        self._parent: str | None = None
+
+    def trial_run(self, number: int) -> str | None:
+        if self._parent is None:
+            self._parent = self.view.parent_run_id()
+            if self._parent:
+                with self.db.session() as session:
+                    Repository(session).update_study(
+                        self.study_id,
+                        mlflow_run_id=self._parent,
+                        mlflow_experiment_id=self._experiment(self._parent),
+                    )
+        return self.view.run_id_of(number)
+
+    def _experiment(self, run_id: str) -> str | None:
+        try:
+            from mlflow.tracking import MlflowClient
+
+            return MlflowClient(tracking_uri=self.uri).get_run(run_id).info.experiment_id
+        except Exception:  # the id is a convenience for links; never fail the study on it
+            return None
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text[:2000]

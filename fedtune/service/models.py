@@ -1,0 +1,145 @@
+"""SQLAlchemy 2.0 typed models (the database's shape; API schemas live in ``schemas.py``).
+
+Tables: ``studies`` (one row per submitted study), ``trials`` (one per Optuna trial number,
+unique per study: a resumed driver upserts, never duplicates), ``trial_rounds`` (the per-round
+curve, primary key (trial, round)), ``idempotency_keys`` (submissions already answered).
+The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
+them (``tests/service/test_migrations.py`` compares the two).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from .states import StudyState, TrialState
+
+__all__ = ["Base", "IdempotencyKey", "Study", "Trial", "TrialRound", "utcnow"]
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class UTCDateTime(TypeDecorator[dt.datetime]):
+    """Aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime; use fedtune.service.models.utcnow()")
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def _enum(cls: type) -> Enum:
+    # VARCHAR with the enum's *values*; no native type, so adding a state needs no ALTER TYPE
+    return Enum(cls, native_enum=False, length=16, values_callable=lambda e: [m.value for m in e])
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dt.datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class Study(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    state: Mapped[StudyState] = mapped_column(_enum(StudyState), index=True)
+    spec: Mapped[dict[str, Any]]
+    algorithm: Mapped[str] = mapped_column(String(64))
+    task: Mapped[str] = mapped_column(String(64))
+    trials_requested: Mapped[int] = mapped_column(Integer)
+    backend: Mapped[str | None] = mapped_column(String(16))
+    driver_ref: Mapped[dict[str, Any] | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    mlflow_experiment_id: Mapped[str | None] = mapped_column(String(64))
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    best_trial: Mapped[int | None] = mapped_column(Integer)
+    best_value: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow, onupdate=utcnow)
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    # revision 0002
+    heartbeat_at: Mapped[dt.datetime | None]
+
+    trials: Mapped[list[Trial]] = relationship(
+        back_populates="study", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+    __table_args__ = (Index("ix_studies_state_created_at", "state", "created_at"),)
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[TrialState] = mapped_column(_enum(TrialState))
+    params: Mapped[dict[str, Any]]
+    value: Mapped[float | None] = mapped_column(Float)
+    outcome: Mapped[str | None] = mapped_column(String(32))
+    last_round: Mapped[int] = mapped_column(Integer, default=0)
+    mlflow_run_id: Mapped[str | None] = mapped_column(String(64))
+    started_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[dt.datetime | None]
+
+    study: Mapped[Study] = relationship(back_populates="trials")
+
+    __table_args__ = (UniqueConstraint("study_id", "number", name="uq_trials_study_number"),)
+
+
+class TrialRound(Base):
+    __tablename__ = "trial_rounds"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    metrics: Mapped[dict[str, Any]]
+
+
+class IdempotencyKey(Base):
+    __tablename__ = "idempotency_keys"
+
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

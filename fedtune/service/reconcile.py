@@ -1,0 +1,86 @@
+"""Reconciliation: make the database agree with the drivers that actually run.
+
+A study is ``running`` in the database while its driver works. When the backend says that
+driver is no longer alive and the study is still ``running`` (the driver died without writing
+its final state: ``kill -9``, a lost node, a deleted RayJob, a restart of the service that had
+it as a child), the study is *recovered*: its in-flight trials are marked ``killed`` and the study
+goes back to ``queued``; the scheduler dispatches it again and ``run_study`` resumes from its
+Optuna storage — finished trials are kept, interrupted ones re-run under new trial numbers, so
+nothing is lost or counted twice. After ``FEDTUNE_MAX_DISPATCH_ATTEMPTS`` dispatches the study
+fails instead.
+
+The service runs :func:`reconcile_running` once at start and the scheduler on every tick. Every
+write is a compare-and-set on ``state = running``, so a driver that finishes at the same moment
+wins and nothing is overwritten.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from fedtune.errors import BackendError
+
+from .backends.base import Backend, DriverStatus
+from .db import Database
+from .repository import Repository
+from .states import StudyState
+
+__all__ = ["Recovery", "reconcile_running", "recover_study"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    study_id: str
+    action: str  # requeued | failed | skipped (lost a race with the driver)
+    reason: str
+
+
+def recover_study(
+    db: Database, study_id: str, attempts: int, reason: str, max_attempts: int
+) -> Recovery:
+    """A running study whose driver is gone: re-queue it (resume) or fail it after the limit."""
+    with db.session() as session:
+        repo = Repository(session)
+        if attempts < max_attempts:
+            note = f"{reason}; re-dispatching (attempt {attempts + 1} of {max_attempts})"
+            target, action = StudyState.QUEUED, "requeued"
+        else:
+            note = f"{reason}; gave up after {attempts} attempts"
+            target, action = StudyState.FAILED, "failed"
+        if not repo.transition(study_id, target, expected=[StudyState.RUNNING], error=note):
+            return Recovery(study_id, "skipped", "the study is no longer running")
+        repo.kill_running_trials(study_id)
+    log.warning("study %s %s: %s", study_id, action, note)
+    return Recovery(study_id, action, note)
+
+
+def reconcile_running(db: Database, backend: Backend, max_attempts: int) -> list[Recovery]:
+    """Poll the driver of every running study and recover those whose driver is gone."""
+    with db.session(readonly=True) as session:
+        running = [
+            (s.id, s.backend, dict(s.driver_ref) if s.driver_ref else None, s.attempts)
+            for s in Repository(session).studies_in(StudyState.RUNNING)
+        ]
+    done = []
+    for study_id, kind, ref, attempts in running:
+        if kind != str(backend.kind):
+            reason = f"was running on backend {kind!r}; this service uses {backend.kind!r}"
+            done.append(recover_study(db, study_id, max_attempts, reason, max_attempts))
+            continue
+        if ref is None:
+            reason = "dispatched but never launched"
+            done.append(recover_study(db, study_id, attempts, reason, max_attempts))
+            continue
+        try:
+            status = backend.poll(ref)
+        except BackendError as exc:
+            log.warning("study %s: cannot poll its driver (%s); will retry", study_id, exc)
+            continue
+        if status.alive:
+            continue
+        reason = f"driver {'exited' if status != DriverStatus.GONE else 'is gone'} ({status})"
+        done.append(recover_study(db, study_id, attempts, reason, max_attempts))
+    return done

@@ -1,0 +1,262 @@
+"""The repository: every query of the service, the scheduler and the driver (none in handlers).
+
+A :class:`Repository` wraps one session opened by ``Database.session()`` (the transaction
+boundary); its methods never commit. State changes are compare-and-set updates
+(``UPDATE … WHERE state IN (…)``) so the service, the scheduler and a driver racing on one study
+cannot both win. Trial writes are keyed by (study, Optuna trial number) and rounds by
+(trial, round): a driver that resumes and reports a trial again updates it, never duplicates it.
+Non-finite floats are stored as NULL (JSON has no ∞/NaN; PostgreSQL rejects them in JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from .errors import IllegalStateChangeError, StudyNotFoundError, TrialNotFoundError
+from .models import IdempotencyKey, Study, Trial, TrialRound, utcnow
+from .states import TERMINAL, StudyState, TrialState, can_transition
+
+__all__ = ["Repository", "json_safe"]
+
+_TRIAL_DONE = frozenset(
+    {TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED, TrialState.KILLED}
+)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats replaced by ``None`` (recursively)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
+class Repository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    # ---------------------------------------------------------------- studies
+
+    def add_study(self, study: Study) -> Study:
+        self.session.add(study)
+        self.session.flush()
+        return study
+
+    def get_study(self, study_id: str) -> Study | None:
+        return self.session.get(Study, study_id)
+
+    def require_study(self, study_id: str) -> Study:
+        study = self.get_study(study_id)
+        if study is None:
+            raise StudyNotFoundError(f"no study {study_id!r}")
+        return study
+
+    def list_studies(
+        self, state: StudyState | None = None, limit: int = 50, offset: int = 0
+    ) -> tuple[list[Study], int]:
+        """A page of studies, newest first, and the total matching ``state``."""
+        query = select(Study)
+        count = select(func.count()).select_from(Study)
+        if state is not None:
+            query, count = query.where(Study.state == state), count.where(Study.state == state)
+        query = query.order_by(Study.created_at.desc(), Study.id.desc()).limit(limit).offset(offset)
+        return list(self.session.scalars(query)), int(self.session.scalar(count) or 0)
+
+    def studies_in(self, state: StudyState, limit: int | None = None) -> list[Study]:
+        """Studies in ``state``, oldest first (the scheduler's FIFO order)."""
+        query = select(Study).where(Study.state == state)
+        query = query.order_by(Study.created_at, Study.id).limit(limit)
+        return list(self.session.scalars(query))
+
+    def count_by_state(self) -> dict[StudyState, int]:
+        rows = self.session.execute(select(Study.state, func.count()).group_by(Study.state))
+        counts = dict.fromkeys(StudyState, 0)
+        counts.update({StudyState(state): int(n) for state, n in rows})
+        return counts
+
+    def transition(
+        self,
+        study_id: str,
+        to: StudyState,
+        *,
+        expected: Iterable[StudyState] | None = None,
+        **values: Any,
+    ) -> bool:
+        """Compare-and-set ``state`` to ``to`` from one of ``expected`` (default: every state
+        that may legally move to ``to``); False when the study was not in one of them."""
+        allowed = [s for s in (expected or StudyState) if can_transition(s, to)]
+        if not allowed:
+            raise IllegalStateChangeError(f"no state may move to {to}")
+        now = utcnow()
+        stamps: dict[str, Any] = {"updated_at": now}
+        if to == StudyState.RUNNING:
+            stamps["started_at"] = now
+        if to in TERMINAL:
+            stamps["finished_at"] = now
+        statement = (
+            update(Study)
+            .where(Study.id == study_id, Study.state.in_(allowed))
+            .values(state=to, **stamps, **values)
+            .execution_options(synchronize_session=False)
+        )
+        changed = self.session.execute(statement).rowcount == 1
+        if changed:
+            self.session.expire_all()
+        return changed
+
+    def update_study(self, study_id: str, **values: Any) -> None:
+        """Set columns other than ``state`` (heartbeat, MLflow ids, driver reference …)."""
+        if "state" in values:
+            raise ValueError("use transition() to change a study's state")
+        statement = update(Study).where(Study.id == study_id).values(**values)
+        self.session.execute(statement.execution_options(synchronize_session=False))
+        self.session.expire_all()
+
+    # ---------------------------------------------------------------- trials
+
+    def get_trial(self, study_id: str, number: int, *, lock: bool = False) -> Trial | None:
+        query = select(Trial).where(Trial.study_id == study_id, Trial.number == number)
+        return self.session.scalars(query.with_for_update() if lock else query).first()
+
+    def require_trial(self, study_id: str, number: int) -> Trial:
+        trial = self.get_trial(study_id, number)
+        if trial is None:
+            raise TrialNotFoundError(f"study {study_id!r} has no trial {number}")
+        return trial
+
+    def start_trial(
+        self,
+        study_id: str,
+        number: int,
+        params: Mapping[str, Any],
+        mlflow_run_id: str | None = None,
+    ) -> Trial:
+        """Create trial ``number`` (or refresh it: a resumed driver may report it again)."""
+        trial = self.get_trial(study_id, number, lock=True)
+        if trial is None:
+            trial = Trial(study_id=study_id, number=number, state=TrialState.RUNNING, params={})
+            self.session.add(trial)
+        trial.params = json_safe(dict(params))
+        if mlflow_run_id:
+            trial.mlflow_run_id = mlflow_run_id
+        if trial.state not in _TRIAL_DONE:
+            trial.state = TrialState.RUNNING
+        self.session.flush()
+        return trial
+
+    def record_round(
+        self, study_id: str, number: int, round_: int, metrics: Mapping[str, Any]
+    ) -> None:
+        """Store one round of trial ``number`` (replacing a round reported before)."""
+        trial = self.get_trial(study_id, number, lock=True) or self.start_trial(
+            study_id, number, {}
+        )
+        row = self.session.get(TrialRound, (trial.id, round_))
+        if row is None:
+            self.session.add(
+                TrialRound(trial_id=trial.id, round=round_, metrics=json_safe(metrics))
+            )
+        else:
+            row.metrics = json_safe(dict(metrics))
+        trial.last_round = max(trial.last_round or 0, round_)
+        self.session.flush()
+
+    def finish_trial(
+        self,
+        study_id: str,
+        number: int,
+        state: TrialState,
+        value: float | None = None,
+        outcome: str | None = None,
+    ) -> Trial:
+        trial = self.get_trial(study_id, number, lock=True) or self.start_trial(
+            study_id, number, {}
+        )
+        trial.state = TrialState(state)
+        trial.value = _finite(value)
+        trial.outcome = outcome
+        trial.finished_at = utcnow()
+        self.session.flush()
+        return trial
+
+    def kill_running_trials(self, study_id: str) -> list[Trial]:
+        """Mark the study's running trials ``killed`` (cancel, or a driver that died)."""
+        query = select(Trial).where(Trial.study_id == study_id, Trial.state == TrialState.RUNNING)
+        trials = list(self.session.scalars(query.with_for_update()))
+        now = utcnow()
+        for trial in trials:
+            trial.state, trial.finished_at = TrialState.KILLED, now
+        self.session.flush()
+        return trials
+
+    def delete_trials(self, study_id: str) -> int:
+        """Forget a study's trials (its Optuna storage was lost: the study restarts)."""
+        trials = list(self.session.scalars(select(Trial).where(Trial.study_id == study_id)))
+        for trial in trials:
+            self.session.delete(trial)
+        self.session.flush()
+        return len(trials)
+
+    def list_trials(self, study_id: str, state: TrialState | None = None) -> list[Trial]:
+        query = select(Trial).where(Trial.study_id == study_id)
+        if state is not None:
+            query = query.where(Trial.state == state)
+        return list(self.session.scalars(query.order_by(Trial.number)))
+
+    def trial_counts(self, study_id: str) -> dict[TrialState, int]:
+        query = (
+            select(Trial.state, func.count())
+            .where(Trial.study_id == study_id)
+            .group_by(Trial.state)
+        )
+        counts = dict.fromkeys(TrialState, 0)
+        counts.update({TrialState(s): int(n) for s, n in self.session.execute(query)})
+        return counts
+
+    def running_trials_total(self) -> int:
+        query = (
+            select(func.count())
+            .select_from(Trial)
+            .join(Study, Study.id == Trial.study_id)
+            .where(Trial.state == TrialState.RUNNING, Study.state == StudyState.RUNNING)
+        )
+        return int(self.session.scalar(query) or 0)
+
+    def curve(self, study_id: str, number: int) -> list[TrialRound]:
+        trial = self.require_trial(study_id, number)
+        query = select(TrialRound).where(TrialRound.trial_id == trial.id)
+        return list(self.session.scalars(query.order_by(TrialRound.round)))
+
+    def curves(self, study_id: str) -> dict[int, list[TrialRound]]:
+        """Every trial's rounds, by trial number (for the trade-off)."""
+        query = (
+            select(Trial.number, TrialRound)
+            .join(TrialRound, TrialRound.trial_id == Trial.id)
+            .where(Trial.study_id == study_id)
+            .order_by(Trial.number, TrialRound.round)
+        )
+        out: dict[int, list[TrialRound]] = {}
+        for number, row in self.session.execute(query):
+            out.setdefault(int(number), []).append(row)
+        return out
+
+    # ---------------------------------------------------------------- idempotency
+
+    def get_idempotency(self, key: str) -> IdempotencyKey | None:
+        return self.session.get(IdempotencyKey, key)
+
+    def put_idempotency(self, key: str, request_hash: str, study_id: str) -> None:
+        self.session.add(IdempotencyKey(key=key, request_hash=request_hash, study_id=study_id))
+        self.session.flush()

@@ -1,0 +1,298 @@
+"""Service functions: what each API handler calls (one call per handler).
+
+They validate, open one transaction through ``Database.session`` (the commit/rollback
+boundary), use the repository and return API schemas. Nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fedtune.errors import ConflictError
+
+from .db import Database
+from .errors import (
+    IdempotencyKeyReusedError,
+    IllegalStateChangeError,
+    InvalidRequestError,
+    StudyNotFoundError,
+)
+from .models import Study, Trial
+from .paths import study_tracking_uri
+from .repository import Repository
+from .schemas import (
+    BestTrial,
+    CurveOut,
+    CurvePoint,
+    MlflowLinks,
+    Progress,
+    StudyDetail,
+    StudyOut,
+    StudyPage,
+    TradeoffOut,
+    TrialOut,
+)
+from .settings import Settings
+from .specs import accept_spec, request_hash
+from .states import StudyState, TrialState
+
+__all__ = [
+    "ServiceContext",
+    "StopRequester",
+    "cancel_study",
+    "get_curve",
+    "get_study",
+    "get_tradeoff",
+    "list_studies",
+    "list_trials",
+    "new_study_id",
+    "submit_study",
+]
+
+log = logging.getLogger(__name__)
+_KEY = re.compile(r"^[A-Za-z0-9._:+/=-]{1,128}$")
+STUDY_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+class StopRequester(Protocol):
+    """Who stops a cancelled study's driver (the scheduler)."""
+
+    def request_stop(self, study_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class ServiceContext:
+    """What service functions work with (built once by the app, injected into handlers)."""
+
+    db: Database
+    settings: Settings
+    stopper: StopRequester | None = None
+
+
+def new_study_id() -> str:
+    """12 hex digits: safe in paths, Ray submission ids and Kubernetes names."""
+    return uuid.uuid4().hex[:12]
+
+
+# ------------------------------------------------------------------------ studies
+
+
+def submit_study(
+    ctx: ServiceContext, body: Any, idempotency_key: str | None = None
+) -> tuple[StudyDetail, bool]:
+    """Queue a study; ``(study, created)``. A repeated ``idempotency_key`` with the same body
+    returns the study created the first time (``created`` False), with another body → 409."""
+    digest = request_hash(body)
+    if idempotency_key is not None and not _KEY.match(idempotency_key):
+        raise InvalidRequestError("Idempotency-Key", "1-128 characters of [A-Za-z0-9._:+/=-]")
+    replay = _replayed(ctx, idempotency_key, digest)
+    if replay is not None:
+        return replay, False
+    accepted = accept_spec(body)
+    study = Study(
+        id=new_study_id(),
+        name=accepted.name,
+        state=StudyState.QUEUED,
+        spec=accepted.document,
+        algorithm=accepted.algorithm,
+        task=accepted.task,
+        trials_requested=accepted.trials,
+        attempts=0,
+    )
+    try:
+        with ctx.db.session() as session:
+            repo = Repository(session)
+            repo.add_study(study)
+            if idempotency_key is not None:
+                repo.put_idempotency(idempotency_key, digest, study.id)
+    except ConflictError:
+        # a concurrent request with the same key won the insert: answer with its study
+        replay = _replayed(ctx, idempotency_key, digest)
+        if replay is None:
+            raise
+        return replay, False
+    log.info("study %s (%s) queued", study.id, study.name)
+    return get_study(ctx, study.id), True
+
+
+def _replayed(ctx: ServiceContext, key: str | None, digest: str) -> StudyDetail | None:
+    if key is None:
+        return None
+    with ctx.db.session(readonly=True) as session:
+        seen = Repository(session).get_idempotency(key)
+        if seen is None:
+            return None
+        if seen.request_hash != digest:
+            raise IdempotencyKeyReusedError(
+                "this Idempotency-Key was used with a different request body"
+            )
+        study_id = seen.study_id
+    return get_study(ctx, study_id)
+
+
+def list_studies(
+    ctx: ServiceContext, state: StudyState | None = None, limit: int = 50, offset: int = 0
+) -> StudyPage:
+    with ctx.db.session(readonly=True) as session:
+        studies, total = Repository(session).list_studies(state, limit, offset)
+        items = [StudyOut.model_validate(s) for s in studies]
+    return StudyPage(items=items, total=total, limit=limit, offset=offset)
+
+
+def _known(study_id: str) -> str:
+    """Ids are 12 hex digits; anything else is not found without asking the database."""
+    if not STUDY_ID.match(study_id):
+        raise StudyNotFoundError(f"no study {study_id!r}")
+    return study_id
+
+
+def get_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
+    _known(study_id)
+    with ctx.db.session(readonly=True) as session:
+        repo = Repository(session)
+        study = repo.require_study(study_id)
+        counts = repo.trial_counts(study_id)
+        trials = repo.list_trials(study_id, TrialState.COMPLETED)
+        base = StudyOut.model_validate(study).model_dump()
+        return StudyDetail(
+            **base,
+            spec=study.spec,
+            progress=_progress(study.trials_requested, counts),
+            best=_best(study, trials),
+            mlflow=_mlflow_links(study, study_tracking_uri(ctx.settings, study_id)),
+        )
+
+
+def cancel_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
+    """Cancel a queued or running study (idempotent on a cancelled one; 409 once finished)."""
+    _known(study_id)
+    with ctx.db.session() as session:
+        repo = Repository(session)
+        study = repo.require_study(study_id)
+        was = study.state
+        if was == StudyState.CANCELLED:
+            pass
+        elif was.terminal:
+            raise IllegalStateChangeError(f"study {study_id} already {was}; it cannot be cancelled")
+        elif not repo.transition(study_id, StudyState.CANCELLED, expected=[was]):
+            raise IllegalStateChangeError(f"study {study_id} changed state; retry")
+        else:
+            repo.kill_running_trials(study_id)
+    if was == StudyState.RUNNING and ctx.stopper is not None:
+        ctx.stopper.request_stop(study_id)
+    return get_study(ctx, study_id)
+
+
+def _progress(requested: int, counts: Mapping[TrialState, int]) -> Progress:
+    done = counts[TrialState.COMPLETED] + counts[TrialState.PRUNED] + counts[TrialState.FAILED]
+    return Progress(
+        requested=requested,
+        finished=done,
+        completed=counts[TrialState.COMPLETED],
+        pruned=counts[TrialState.PRUNED],
+        failed=counts[TrialState.FAILED],
+        killed=counts[TrialState.KILLED],
+        running=counts[TrialState.RUNNING],
+        fraction=min(1.0, done / requested) if requested else 1.0,
+    )
+
+
+def _maximise(spec: Mapping[str, Any]) -> bool | None:
+    """Direction of the study's objective; ``None`` for a multi-objective study."""
+    objective = spec.get("objective") or {}
+    if objective.get("metrics"):
+        return None
+    return objective.get("metric") == "test_accuracy"
+
+
+def _best(study: Study, completed: list[Trial]) -> BestTrial | None:
+    """The driver's pick once the study finished; meanwhile the best completed trial so far."""
+    if study.best_trial is not None:
+        trial = next((t for t in completed if t.number == study.best_trial), None)
+        params = trial.params if trial is not None else {}
+        return BestTrial(number=study.best_trial, value=study.best_value, params=params)
+    maximise = _maximise(study.spec)
+    scored = [t for t in completed if t.value is not None and t.outcome != "diverged"]
+    if maximise is None or not scored:
+        return None
+    pick = max if maximise else min
+    trial = pick(scored, key=lambda t: t.value)
+    return BestTrial(number=trial.number, value=trial.value, params=trial.params)
+
+
+def _mlflow_links(study: Study, tracking_uri: str | None) -> MlflowLinks:
+    url = None
+    if tracking_uri and tracking_uri.startswith(("http://", "https://")) and study.mlflow_run_id:
+        url = (
+            f"{tracking_uri.rstrip('/')}/#/experiments/{study.mlflow_experiment_id}"
+            f"/runs/{study.mlflow_run_id}"
+        )
+    return MlflowLinks(
+        tracking_uri=tracking_uri,
+        experiment_id=study.mlflow_experiment_id,
+        run_id=study.mlflow_run_id,
+        run_url=url,
+    )
+
+
+# ------------------------------------------------------------------------ trials
+
+
+def list_trials(
+    ctx: ServiceContext, study_id: str, state: TrialState | None = None
+) -> list[TrialOut]:
+    _known(study_id)
+    with ctx.db.session(readonly=True) as session:
+        repo = Repository(session)
+        repo.require_study(study_id)
+        return [TrialOut.model_validate(t) for t in repo.list_trials(study_id, state)]
+
+
+def get_curve(ctx: ServiceContext, study_id: str, number: int) -> CurveOut:
+    _known(study_id)
+    with ctx.db.session(readonly=True) as session:
+        repo = Repository(session)
+        repo.require_study(study_id)
+        rows = repo.curve(study_id, number)
+        points = [CurvePoint(round=r.round, metrics=r.metrics) for r in rows]
+    return CurveOut(study_id=study_id, trial=number, rounds=points)
+
+
+def get_tradeoff(ctx: ServiceContext, study_id: str) -> TradeoffOut:
+    """Pareto set and lower envelope of the study's stored curves (``fedtune.tuning.tradeoff``)."""
+    _known(study_id)
+    from fedtune.tuning.tradeoff import TrialCurve, analyze_tradeoff
+
+    with ctx.db.session(readonly=True) as session:
+        repo = Repository(session)
+        study = repo.require_study(study_id)
+        spec, trials, rounds = study.spec, repo.list_trials(study_id), repo.curves(study_id)
+        objective = spec.get("objective") or {}
+        metric = "test_loss" if objective.get("metric") == "test_loss" else "client_loss"
+        curves = []
+        for trial in trials:
+            points = [(r.round, r.metrics.get(metric)) for r in rounds.get(trial.number, [])]
+            points = [(r, float("inf") if v is None else float(v)) for r, v in points]
+            if points:
+                curves.append(
+                    TrialCurve(
+                        trial_id=trial.number,
+                        params=trial.params,
+                        rounds=[r for r, _ in points],
+                        losses=[v for _, v in points],
+                        outcome=_outcome(trial),
+                    )
+                )
+    result = analyze_tradeoff(curves, last_rounds=int(objective.get("last_rounds") or 10))
+    return TradeoffOut(study_id=study_id, metric=metric, **result.to_dict())
+
+
+def _outcome(trial: Trial) -> str:
+    if trial.outcome in ("completed", "diverged", "stopped"):
+        return trial.outcome
+    return "stopped" if trial.state in (TrialState.PRUNED, TrialState.KILLED) else "completed"

@@ -1,0 +1,160 @@
+"""Service settings: environment → one typed, frozen object (STYLE.md habit 3 and 7).
+
+Every setting is read from the environment exactly here (``FEDTUNE_*``, plus ``RAY_ADDRESS`` and
+``MLFLOW_TRACKING_URI`` under their usual names). Like full-stack-fastapi-template's config, it
+refuses placeholder secrets ("changethis", short tokens) instead of starting insecurely.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from fedtune.errors import ConfigError
+
+__all__ = ["PLACEHOLDER_SECRETS", "BackendKind", "Settings", "load_settings"]
+
+#: values that are never accepted as a token or a database password
+PLACEHOLDER_SECRETS = frozenset(
+    {"changethis", "changeme", "change-me", "secret", "password", "token", "admin", "test", "xxx"}
+)
+MIN_TOKEN_LENGTH = 16
+#: pod-spec fields the worker template may set (the Helm chart's contract)
+WORKER_TEMPLATE_KEYS = frozenset(
+    {"nodeSelector", "tolerations", "affinity", "priorityClassName", "runtimeClassName"}
+)
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: registry/repository[:tag][@digest] — no spaces, quotes or shell metacharacters
+_IMAGE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+
+
+class BackendKind(enum.StrEnum):
+    LOCAL = "local"  # driver = child process of the service, embedded Ray
+    RAY = "ray"  # driver = a Ray Jobs API job on RAY_ADDRESS
+    KUBERNETES = "kubernetes"  # driver = entrypoint of a KubeRay RayJob per study
+    NONE = "none"  # accept studies, never dispatch them (API-only replica, benchmarks)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="FEDTUNE_", frozen=True, extra="ignore", validate_by_name=True
+    )
+
+    database_url: str = "sqlite:///./fedtune.db"
+    api_token: SecretStr | None = None
+    backend: BackendKind = BackendKind.LOCAL
+    max_concurrent_studies: int = Field(2, ge=1, le=10_000)
+    workdir: Path = Path("./fedtune-work")
+    ray_address: str | None = Field(None, validation_alias=AliasChoices("RAY_ADDRESS"))
+    #: Ray's own variable: the token of a Ray cluster with token authentication
+    ray_auth_token: SecretStr | None = Field(None, validation_alias=AliasChoices("RAY_AUTH_TOKEN"))
+    mlflow_tracking_uri: str | None = Field(
+        None, validation_alias=AliasChoices("MLFLOW_TRACKING_URI")
+    )
+    k8s_namespace: str = "default"
+    k8s_image: str = "fedtune:0.1.0"
+    k8s_env_secret: str | None = None
+    k8s_service_account: str | None = None
+    #: PVC mounted at the workdir of RayJob head pods, so a re-dispatched study finds its Optuna
+    #: storage (ReadWriteMany, or ReadWriteOnce on a single node); unset = ephemeral workdir
+    k8s_workdir_claim: str | None = None
+    k8s_worker_template: dict[str, Any] = Field(default_factory=dict)
+    k8s_ttl_seconds_after_finished: int = Field(300, ge=0)
+    k8s_active_deadline_seconds: int = Field(7 * 24 * 3600, ge=60)
+    max_request_bytes: int = Field(1 << 20, ge=1024)
+    scheduler_interval_s: float = Field(1.0, gt=0, le=300)
+    max_dispatch_attempts: int = Field(3, ge=1, le=100)
+    heartbeat_s: float = Field(5.0, gt=0, le=600)
+
+    @field_validator(
+        "api_token",
+        "ray_address",
+        "ray_auth_token",
+        "mlflow_tracking_uri",
+        "k8s_env_secret",
+        "k8s_service_account",
+        "k8s_workdir_claim",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return None if value in ("", None) else value
+
+    @field_validator("api_token")
+    @classmethod
+    def _refuse_placeholder_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        raw = value.get_secret_value()
+        if raw.strip().lower() in PLACEHOLDER_SECRETS or len(raw) < MIN_TOKEN_LENGTH:
+            raise ValueError(
+                f"refusing a placeholder or short token; use at least {MIN_TOKEN_LENGTH} "
+                "random characters (e.g. `openssl rand -hex 32`)"
+            )
+        if any(ch.isspace() for ch in raw):
+            raise ValueError("must not contain whitespace")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _refuse_placeholder_password(cls, value: str) -> str:
+        password = urlsplit(value).password
+        if password is not None and password.lower() in PLACEHOLDER_SECRETS:
+            raise ValueError("the database password is a placeholder; set a real one")
+        if "://" not in value:
+            raise ValueError("must be an SQLAlchemy URL such as sqlite:///./fedtune.db")
+        return value
+
+    @field_validator("k8s_namespace", "k8s_env_secret", "k8s_service_account", "k8s_workdir_claim")
+    @classmethod
+    def _dns1123(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > 253 or not _DNS1123.match(value)):
+            raise ValueError("must be a DNS-1123 name (lower-case letters, digits, '-', '.')")
+        return value
+
+    @field_validator("k8s_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if len(value) > 512 or not _IMAGE.match(value):
+            raise ValueError("must be an image reference such as registry/fedtune:0.1.0")
+        return value
+
+    @field_validator("k8s_worker_template")
+    @classmethod
+    def _worker_template(cls, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(value) - WORKER_TEMPLATE_KEYS)
+        if unknown:
+            allowed = ", ".join(sorted(WORKER_TEMPLATE_KEYS))
+            raise ValueError(f"unknown keys {unknown}; allowed: {allowed}")
+        return value
+
+    @property
+    def token(self) -> str | None:
+        return self.api_token.get_secret_value() if self.api_token else None
+
+
+_ENV_NAMES = {
+    "ray_address": "RAY_ADDRESS",
+    "ray_auth_token": "RAY_AUTH_TOKEN",
+    "mlflow_tracking_uri": "MLFLOW_TRACKING_URI",
+}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment (``overrides`` win); errors name the variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "settings"
+        env = _ENV_NAMES.get(name, f"FEDTUNE_{name.upper()}")
+        raise ConfigError(env, first["msg"].removeprefix("Value error, ")) from None

@@ -1,0 +1,140 @@
+"""Write a running study's trials into the service database (the driver's side of progress).
+
+``run_study(..., sinks=[...])`` (``fedtune/tuning/study.py``) takes extra **Ray Tune callbacks**
+run in the driver; each trial's Tune config carries its Optuna trial number under
+``fedtune.trial`` and every result the rounds since the previous report under ``history``.
+:class:`DbSink` is that callback; it forwards to :class:`TrialRecorder`, which is Ray-free (unit
+tests drive it directly) and has the three-method shape::
+
+    on_trial_start(number, params, mlflow_run_id=None)
+    on_trial_result(number, rows)              # rows: [{"round": r, metric: value, ...}, ...]
+    on_trial_end(number, state, value, outcome)
+
+Writes are keyed by (study, trial number) and (trial, round), so a resumed driver that reports a
+trial again updates it instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ray.tune import Callback
+
+from .db import Database
+from .repository import Repository
+from .states import TrialState
+
+__all__ = ["DbSink", "TrialRecorder"]
+
+log = logging.getLogger(__name__)
+
+TRIAL_KEY, ROUND, HISTORY, OUTCOME, OBJECTIVE = (
+    "fedtune.trial",
+    "round",
+    "history",
+    "outcome",
+    "objective",
+)
+
+
+class TrialRecorder:
+    """Trial events → rows of ``trials`` / ``trial_rounds`` (one transaction per event)."""
+
+    def __init__(self, db: Database, study_id: str) -> None:
+        self.db, self.study_id = db, study_id
+
+    def on_trial_start(
+        self, number: int, params: Mapping[str, Any], mlflow_run_id: str | None = None
+    ) -> None:
+        with self.db.session() as session:
+            Repository(session).start_trial(self.study_id, number, params, mlflow_run_id)
+
+    def on_trial_result(self, number: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        rows = list(rows)
+        if not rows:
+            return
+        with self.db.session() as session:
+            repo = Repository(session)
+            for row in rows:
+                metrics = {k: v for k, v in row.items() if k != ROUND}
+                repo.record_round(self.study_id, number, int(row[ROUND]), metrics)
+
+    def on_trial_end(
+        self, number: int, state: TrialState, value: float | None, outcome: str | None
+    ) -> None:
+        with self.db.session() as session:
+            Repository(session).finish_trial(self.study_id, number, state, value, outcome)
+
+
+class DbSink(Callback):
+    """Ray Tune callback (driver side) feeding a :class:`TrialRecorder`.
+
+    ``run_id_of(number)`` returns the MLflow run of trial ``number`` when known (the driver reads
+    it from the Optuna storage, where ``run_study`` records it before this callback runs).
+    """
+
+    def __init__(
+        self, recorder: TrialRecorder, run_id_of: Callable[[int], str | None] | None = None
+    ) -> None:
+        self.recorder = recorder
+        self._run_id_of = run_id_of
+        self._seen: dict[str, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its callbacks into the experiment state (for Tuner.restore, which the
+        # driver never uses): a copy is inert instead of carrying a database engine.
+        return {"recorder": None, "_run_id_of": None, "_seen": {}}
+
+    @staticmethod
+    def _number(trial: Any) -> int:
+        return int(trial.config[TRIAL_KEY])
+
+    def _safe(self, what: str, fn: Callable[[], None]) -> None:
+        if self.recorder is None:
+            return
+        try:
+            fn()
+        except Exception as exc:  # progress writes must never kill the study
+            log.warning("recording %s failed: %s", what, exc)
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        number = self._number(trial)
+        params = {k: v for k, v in trial.config.items() if k != TRIAL_KEY}
+        run_id = None
+        if self._run_id_of is not None:
+            try:
+                run_id = self._run_id_of(number)
+            except Exception:
+                run_id = None
+        self._safe("trial start", lambda: self.recorder.on_trial_start(number, params, run_id))
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        last = self._seen.get(trial.trial_id, 0)
+        rows = [r for r in result.get(HISTORY, ()) if int(r[ROUND]) > last]
+        if rows:
+            self._seen[trial.trial_id] = int(rows[-1][ROUND])
+            number = self._number(trial)
+            self._safe("rounds", lambda: self.recorder.on_trial_result(number, rows))
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        result = trial.last_result or {}
+        self.on_trial_result(iteration, trials, trial, result)
+        outcome = result.get(OUTCOME)
+        if outcome == "running":  # stopped early by the scheduler
+            state, outcome = TrialState.PRUNED, "stopped"
+        elif outcome is None:
+            state, outcome = TrialState.FAILED, "failed"
+        else:
+            state = TrialState.COMPLETED
+        value = result.get(OBJECTIVE)
+        number = self._number(trial)
+        self._safe("trial end", lambda: self.recorder.on_trial_end(number, state, value, outcome))
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        number = self._number(trial)
+        self._safe(
+            "trial error",
+            lambda: self.recorder.on_trial_end(number, TrialState.FAILED, None, "failed"),
+        )

@@ -1,0 +1,70 @@
+"""Fixtures of the service tests: databases (SQLite and PostgreSQL), settings, apps, specs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fedtune.service.db import Database
+from fedtune.service.migrate import upgrade_database
+from fedtune.service.settings import Settings, load_settings
+
+from .helpers import FakeBackend, pg_schema, pg_unreachable_reason
+
+TOKEN = "t0ken-for-the-service-tests-0123456789"
+
+
+@pytest.fixture(scope="session")
+def pg_available() -> None:
+    reason = pg_unreachable_reason()
+    if reason:
+        print(f"\nskipping PostgreSQL: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind (PostgreSQL: its own schema, dropped after)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fedtune.db'}"
+        return
+    request.getfixturevalue("pg_available")
+    with pg_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def database(db_url: str) -> Iterator[Database]:
+    db = Database(db_url)
+    upgrade_database(db)
+    yield db
+    db.dispose()
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[Database]:
+    db = Database(f"sqlite:///{tmp_path / 'fedtune.db'}")
+    upgrade_database(db)
+    yield db
+    db.dispose()
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    def make(**overrides) -> Settings:
+        base = {
+            "database_url": f"sqlite:///{tmp_path / 'fedtune.db'}",
+            "workdir": str(tmp_path / "work"),
+            "backend": "none",
+            "scheduler_interval_s": 0.05,
+        }
+        return load_settings(**(base | overrides))
+
+    return make
+
+
+@pytest.fixture
+def fake_backend() -> FakeBackend:
+    return FakeBackend()

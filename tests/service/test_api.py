@@ -1,0 +1,285 @@
+"""The REST API in-process (FastAPI TestClient), with a scripted backend."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fedtune.service.api import create_app
+from fedtune.service.backends.base import DriverStatus
+from fedtune.service.errors import DatabaseUnavailableError
+from fedtune.service.repository import Repository
+from fedtune.service.states import StudyState, TrialState
+
+from .conftest import TOKEN
+from .helpers import FakeBackend, tiny_spec
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def client(make_settings: Callable, fake_backend: FakeBackend) -> Iterator[TestClient]:
+    app = create_app(make_settings(api_token=TOKEN, max_request_bytes=64 * 1024),
+                     backend=fake_backend, schedule=False)  # fmt: skip
+    with TestClient(app, headers=AUTH) as c:
+        yield c
+
+
+def _runtime(c: TestClient):
+    return c.app.state.runtime
+
+
+def _submit(c: TestClient, **kw) -> dict:
+    r = c.post("/v1/studies", json=tiny_spec(**kw))
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+# ---------------------------------------------------------------- health, auth, limits
+
+
+def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> None:
+    bare = {"Authorization": ""}
+    assert client.get("/healthz", headers=bare).json() == {"status": "ok"}
+    ready = client.get("/readyz", headers=bare).json()
+    assert ready == {"status": "ready", "database": "sqlite", "revision": "0002"}
+    assert client.get("/metrics", headers=bare).status_code == 200
+    spec = client.get("/openapi.json", headers=bare).json()
+    assert {"/v1/studies", "/v1/studies/{study_id}/tradeoff", "/v1/algorithms"} <= set(
+        spec["paths"]
+    )
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_readiness_fails_when_the_database_does(client: TestClient, monkeypatch) -> None:
+    def down() -> None:
+        raise DatabaseUnavailableError("the database is unavailable; retry later")
+
+    monkeypatch.setattr(_runtime(client).db, "ping", down)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "database_unavailable"
+
+
+@pytest.mark.parametrize("path", ["/v1/studies", "/v1/algorithms", "/v1/studies/0123456789ab"])
+def test_bearer_token_required(client: TestClient, path: str, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    r = client.get(path, headers={"Authorization": ""})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+    assert r.headers["WWW-Authenticate"] == "Bearer"
+    r = client.get(path, headers={"Authorization": "Bearer wrong-token-of-some-length"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    r = client.post("/v1/studies", json=tiny_spec(), headers={"Authorization": "Basic abc"})
+    assert r.status_code == 401
+    assert all(TOKEN not in rec.getMessage() and "wrong-token" not in rec.getMessage()
+               for rec in caplog.records)  # fmt: skip
+
+
+def test_request_size_limit(client: TestClient) -> None:
+    spec = tiny_spec(description="x" * 70_000)
+    r = client.post("/v1/studies", json=spec)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+    chunks = (b" " * 1024 for _ in range(80))  # streamed, no Content-Length
+    r = client.post("/v1/studies", content=chunks, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+    assert client.get("/v1/studies").json()["total"] == 0
+
+
+# ---------------------------------------------------------------- submit, validate, idempotency
+
+
+def test_submit_returns_the_queued_study(client: TestClient) -> None:
+    r = client.post("/v1/studies", json=tiny_spec(trials=3))
+    assert r.status_code == 201
+    body = r.json()
+    assert r.headers["Location"] == f"/v1/studies/{body['id']}"
+    assert body["state"] == "queued" and body["trials_requested"] == 3
+    assert body["progress"]["requested"] == 3 and body["progress"]["finished"] == 0
+    assert body["spec"]["budget"]["trials"] == 3 and body["spec"]["sampler"]["name"] == "random"
+    assert body["best"] is None
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"budget": {"trials": 0}}, "budget.trials"),
+        ({"name": "Bad Name; rm -rf /"}, "name"),
+        ({"budgett": {}}, "budgett"),
+        ({"algorithm": "nope"}, "algorithm"),
+        ({"search": {"space": "../../etc/passwd"}}, "search.space"),
+        ({"search": {"space": ["fedavg", "/tmp/x.yaml"]}}, "search.space[1]"),
+        ({"tracking": {"uri": "file:///etc"}}, "tracking.uri"),
+        ({"budget": {"trials": 10**6}}, "budget.trials"),
+    ],
+)
+def test_invalid_specs_are_422_with_the_field_path(client: TestClient, change, field) -> None:
+    r = client.post("/v1/studies", json=tiny_spec() | change)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_config" and error["field"] == field, error
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b"{not json", b'"spec"'])
+def test_malformed_bodies_are_422(client: TestClient, body: bytes) -> None:
+    r = client.post("/v1/studies", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+
+
+def test_idempotency_key(client: TestClient) -> None:
+    key = {"Idempotency-Key": "submit-1"}
+    first = client.post("/v1/studies", json=tiny_spec(), headers=key)
+    again = client.post("/v1/studies", json=tiny_spec(), headers=key)
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    other = client.post("/v1/studies", json=tiny_spec(name="other"), headers=key)
+    assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
+    bad = client.post("/v1/studies", json=tiny_spec(), headers={"Idempotency-Key": "a b"})
+    assert bad.status_code == 422
+    assert client.get("/v1/studies").json()["total"] == 1
+
+
+def test_concurrent_retries_with_one_key_create_one_study(client: TestClient) -> None:
+    answers: list[int] = []
+
+    def post() -> None:
+        r = client.post("/v1/studies", json=tiny_spec(), headers={"Idempotency-Key": "same"})
+        answers.append(r.status_code)
+
+    threads = [threading.Thread(target=post) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers) == [200] * 7 + [201]
+    assert client.get("/v1/studies").json()["total"] == 1
+
+
+# ---------------------------------------------------------------- list, get, cancel
+
+
+def test_list_filters_and_paginates(client: TestClient) -> None:
+    ids = [_submit(client, name=f"s{i}")["id"] for i in range(5)]
+    client.post(f"/v1/studies/{ids[0]}/cancel")
+    page = client.get("/v1/studies", params={"limit": 2, "offset": 1}).json()
+    assert page["total"] == 5 and [s["id"] for s in page["items"]] == [ids[3], ids[2]]
+    queued = client.get("/v1/studies", params={"state": "queued"}).json()
+    assert queued["total"] == 4 and ids[0] not in [s["id"] for s in queued["items"]]
+    for bad in ({"state": "sleeping"}, {"limit": 0}, {"limit": 501}, {"offset": -1}):
+        r = client.get("/v1/studies", params=bad)
+        assert r.status_code == 422 and r.json()["error"]["field"].startswith("query."), bad
+
+
+def test_unknown_studies_are_404(client: TestClient) -> None:
+    for path in ("/v1/studies/0123456789ab", "/v1/studies/not-an-id",
+                 "/v1/studies/0123456789ab/trials", "/v1/studies/0123456789ab/tradeoff",
+                 "/v1/studies/0123456789ab/trials/0/curve"):  # fmt: skip
+        r = client.get(path)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "study_not_found", path
+    r = client.post("/v1/studies/0123456789ab/cancel")
+    assert r.status_code == 404
+    sid = _submit(client)["id"]
+    r = client.get(f"/v1/studies/{sid}/trials/5/curve")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "trial_not_found"
+
+
+def test_cancel_lifecycle(client: TestClient, fake_backend: FakeBackend) -> None:
+    killed: list = []
+    scheduler = _runtime(client).scheduler
+    scheduler._kill_runs = lambda *args: killed.append(args)
+    queued = _submit(client, name="q")["id"]
+    r = client.post(f"/v1/studies/{queued}/cancel")
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    assert client.post(f"/v1/studies/{queued}/cancel").json()["state"] == "cancelled"
+
+    running = _submit(client, name="r")["id"]
+    scheduler.tick()  # dispatches it
+    assert client.get(f"/v1/studies/{running}").json()["state"] == "running"
+    db = _runtime(client).db
+    with db.session() as s:
+        Repository(s).start_trial(running, 0, {"hparams.client_lr": 0.1})
+        Repository(s).update_study(running, mlflow_run_id="a" * 32, mlflow_experiment_id="1")
+    body = client.post(f"/v1/studies/{running}/cancel").json()
+    assert body["state"] == "cancelled" and body["progress"]["killed"] == 1
+    scheduler.tick()  # stops the driver and marks MLflow runs KILLED
+    assert fake_backend.stopped == [{"study": running, "attempt": 1}]
+    assert killed and killed[0][1:3] == ("1", "a" * 32)
+
+    with db.session() as s:
+        done = _submit(client, name="d")["id"]
+        Repository(s).transition(done, StudyState.RUNNING)
+        Repository(s).transition(done, StudyState.SUCCEEDED)
+    r = client.post(f"/v1/studies/{done}/cancel")
+    assert r.status_code == 409 and r.json()["error"]["code"] == "illegal_state_change"
+
+
+# ---------------------------------------------------------------- trials, curves, trade-off
+
+
+def test_trials_curves_tradeoff_and_best(client: TestClient) -> None:
+    sid = _submit(client, trials=3)["id"]
+    curves = {0: [4.0, 3.0, 1.0, 0.5], 1: [2.0, 1.5, 1.4, 1.4]}
+    with _runtime(client).db.session() as s:
+        repo = Repository(s)
+        for n, losses in curves.items():
+            repo.start_trial(sid, n, {"hparams.client_lr": 0.1 * (n + 1)})
+            for r, loss in enumerate(losses, start=1):
+                repo.record_round(sid, n, r, {"client_loss": loss, "update_norm": 1.0})
+            repo.finish_trial(sid, n, TrialState.COMPLETED, sum(losses[-2:]) / 2, "completed")
+        repo.start_trial(sid, 2, {"hparams.client_lr": 0.3})
+    trials = client.get(f"/v1/studies/{sid}/trials").json()
+    assert [(t["number"], t["state"]) for t in trials] == [
+        (0, "completed"),
+        (1, "completed"),
+        (2, "running"),
+    ]
+    assert (
+        client.get(f"/v1/studies/{sid}/trials", params={"state": "running"}).json()[0]["number"]
+        == 2
+    )
+    curve = client.get(f"/v1/studies/{sid}/trials/0/curve").json()
+    assert [p["round"] for p in curve["rounds"]] == [1, 2, 3, 4]
+    assert curve["rounds"][2]["metrics"]["client_loss"] == 1.0
+    detail = client.get(f"/v1/studies/{sid}").json()
+    assert detail["best"] == {"number": 0, "value": 0.75, "params": {"hparams.client_lr": 0.1}}
+    assert detail["progress"] | {} == detail["progress"] and detail["progress"]["finished"] == 2
+    assert detail["progress"]["running"] == 1 and detail["progress"]["fraction"] == pytest.approx(
+        2 / 3
+    )
+    t = client.get(f"/v1/studies/{sid}/tradeoff").json()
+    assert t["metric"] == "client_loss" and 0 in t["pareto"]
+    losses = [p["loss"] for p in t["envelope"]]
+    assert losses == sorted(losses, reverse=True) and t["envelope"][0]["trial_id"] == 1
+    assert {s["trial_id"] for s in t["trials"]} == {0, 1}
+
+
+# ---------------------------------------------------------------- discovery, metrics
+
+
+def test_discovery(client: TestClient) -> None:
+    algorithms = {a["name"]: a for a in client.get("/v1/algorithms").json()}
+    assert "fedavg" in algorithms and "client_lr" in algorithms["fedavg"]["params"]
+    assert "quadratic" in {t["name"] for t in client.get("/v1/tasks").json()}
+    spaces = {s["name"]: s for s in client.get("/v1/search-spaces").json()}
+    assert "fedavg" in spaces and spaces["fedavg"]["parameters"]
+
+
+def test_metrics_reflect_the_database(client: TestClient, fake_backend: FakeBackend) -> None:
+    ids = [_submit(client, name=f"m{i}")["id"] for i in range(3)]
+    _runtime(client).scheduler.tick()  # max_concurrent_studies = 2 → two dispatched
+    with _runtime(client).db.session() as s:
+        Repository(s).start_trial(ids[0], 0, {})
+    text = client.get("/metrics").text
+    assert 'fedtune_studies{state="running"} 2.0' in text
+    assert 'fedtune_studies{state="queued"} 1.0' in text
+    assert "fedtune_queue_length 1.0" in text and "fedtune_trials_running 1.0" in text
+    assert 'route="/v1/studies",status="201"' in text
+    fake_backend.finish(ids[0], 1, DriverStatus.SUCCEEDED)  # exited without a final state
+    _runtime(client).scheduler.tick()  # recovered and re-dispatched first (FIFO by creation)
+    again = client.get(f"/v1/studies/{ids[0]}").json()
+    assert again["state"] == "running" and again["attempts"] == 2
+    assert "re-dispatching" in again["error"]
+    assert client.get(f"/v1/studies/{ids[2]}").json()["state"] == "queued"

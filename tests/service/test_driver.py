@@ -1,0 +1,175 @@
+"""The study driver with a stand-in ``run_study`` that plays Ray Tune's callback sequence."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+from fedtune.errors import ConfigError
+from fedtune.service.db import Database
+from fedtune.service.driver import EXIT_STOPPED, run_driver
+from fedtune.service.paths import study_workdir
+from fedtune.service.repository import Repository
+from fedtune.service.services import ServiceContext, submit_study
+from fedtune.service.states import StudyState, TrialState
+
+from .helpers import tiny_spec
+
+
+@pytest.fixture
+def ctx(sqlite_db: Database, make_settings) -> ServiceContext:
+    return ServiceContext(sqlite_db, make_settings(database_url=sqlite_db.url, heartbeat_s=0.05))
+
+
+def _running(ctx: ServiceContext, **spec) -> str:
+    sid = submit_study(ctx, tiny_spec(**spec))[0].id
+    with ctx.db.session() as s:
+        Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
+    return sid
+
+
+def _trial(number: int, last_result: dict | None = None) -> SimpleNamespace:
+    config = {"fedtune.trial": number, "hparams.client_lr": 0.1 * (number + 1)}
+    return SimpleNamespace(config=config, trial_id=f"t{number}", last_result=last_result)
+
+
+def _rows(*losses: float, start: int = 1) -> list[dict]:
+    return [{"round": r, "client_loss": v, "update_norm": 1.0} for r, v in enumerate(losses, start)]
+
+
+def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks):
+    """Two trials as Tune reports them: results in batches, a completion, an error."""
+    [sink] = sinks
+    fake_run_study.seen = {"workdir": workdir, "tracking_uri": tracking_uri, "ray": ray_address}
+    t0, t1 = _trial(0), _trial(1)
+    sink.on_trial_start(0, [], t0)
+    sink.on_trial_result(0, [], t0, {"history": _rows(3.0, 2.0)})
+    sink.on_trial_result(0, [], t0, {"history": _rows(2.0, 1.0, start=2)})  # round 2 again
+    t0.last_result = {"history": _rows(0.5, start=4), "outcome": "completed", "objective": 0.75}
+    sink.on_trial_complete(0, [], t0)
+    sink.on_trial_start(0, [], t1)
+    sink.on_trial_error(0, [], t1)
+    return SimpleNamespace(best={"number": 0, "value": 0.75}, experiment_id="3",
+                           parent_run_id="c" * 32, finished=2)  # fmt: skip
+
+
+def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> None:
+    sid = _running(ctx)
+    assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study) == 0
+    assert fake_run_study.seen["workdir"] == study_workdir(ctx.settings, sid)
+    assert fake_run_study.seen["tracking_uri"].endswith(f"studies/{sid}/mlflow.db")
+    with ctx.db.session(readonly=True) as s:
+        repo = Repository(s)
+        study = repo.require_study(sid)
+        assert study.state == StudyState.SUCCEEDED and study.error is None
+        assert (study.best_trial, study.best_value) == (0, 0.75)
+        assert (study.mlflow_experiment_id, study.mlflow_run_id) == ("3", "c" * 32)
+        trials = repo.list_trials(sid)
+        assert [(t.number, t.state, t.value, t.outcome) for t in trials] == [
+            (0, TrialState.COMPLETED, 0.75, "completed"), (1, TrialState.FAILED, None, "failed")]  # fmt: skip
+        assert trials[0].params == {"hparams.client_lr": 0.1}
+        curve = [(r.round, r.metrics["client_loss"]) for r in repo.curve(sid, 0)]
+        assert curve == [(1, 3.0), (2, 2.0), (3, 1.0), (4, 0.5)]
+
+
+@pytest.mark.parametrize("case", ["queued", "cancelled", "superseded"])
+def test_a_driver_with_nothing_to_do_exits_at_once(ctx: ServiceContext, case: str) -> None:
+    sid = submit_study(ctx, tiny_spec())[0].id
+    with ctx.db.session() as s:
+        repo = Repository(s)
+        if case == "cancelled":
+            repo.transition(sid, StudyState.CANCELLED)
+        if case == "superseded":
+            repo.transition(sid, StudyState.RUNNING, attempts=2)
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("run_study called")
+
+    assert run_driver(sid, ctx.settings, 1, run_study=must_not_run) == 0
+
+
+def test_a_failing_study_is_marked_failed(ctx: ServiceContext) -> None:
+    sid = _running(ctx)
+
+    def bad(*args, **kwargs):
+        raise ConfigError("resources.gpu", "each trial asks for 1 GPU(s) but the cluster has 0")
+
+    assert run_driver(sid, ctx.settings, 1, run_study=bad) == 1
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.FAILED and "resources.gpu" in study.error
+
+
+def test_cancelling_stops_a_running_driver(ctx: ServiceContext) -> None:
+    sid = _running(ctx)
+    heartbeats = []
+
+    def endless(spec, workdir, *, sinks, **kwargs):
+        with ctx.db.session() as s:
+            Repository(s).transition(sid, StudyState.CANCELLED)  # the user cancels
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with ctx.db.session(readonly=True) as s:
+                heartbeats.append(Repository(s).require_study(sid).heartbeat_at)
+            time.sleep(0.02)
+        raise AssertionError("the driver was not stopped")
+
+    assert run_driver(sid, ctx.settings, 1, run_study=endless) == EXIT_STOPPED
+    with ctx.db.session(readonly=True) as s:
+        assert Repository(s).require_study(sid).state == StudyState.CANCELLED
+
+
+def test_final_states_are_synchronised_from_optuna(ctx: ServiceContext) -> None:
+    sid = _running(ctx, name="synced")
+    workdir = study_workdir(ctx.settings, sid)
+    workdir.mkdir(parents=True)
+    storage = f"sqlite:///{workdir / 'optuna.db'}"
+    study = optuna.create_study(study_name="synced", storage=storage)
+    dist = {"hparams.client_lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True)}
+    for number, (state, value, outcome) in enumerate([
+        (optuna.trial.TrialState.COMPLETE, 0.5, "completed"),
+        (optuna.trial.TrialState.FAIL, None, "interrupted"),
+        (optuna.trial.TrialState.PRUNED, None, "stopped"),
+    ]):  # fmt: skip
+        trial = optuna.trial.create_trial(
+            params={"hparams.client_lr": 0.01 * (number + 1)}, distributions=dist, value=value,
+            state=state, user_attrs={"outcome": outcome},
+            system_attrs={"fedtune:curve": {"rounds": [1, 2], "loss": [1.0, None]}},
+        )  # fmt: skip
+        study.add_trial(trial)
+    with ctx.db.session() as s:  # the sink saw trial 0 start, nothing else
+        Repository(s).start_trial(sid, 0, {"hparams.client_lr": 0.01})
+
+    def quiet(*args, **kwargs):
+        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=2)
+
+    assert run_driver(sid, ctx.settings, 1, run_study=quiet) == 0
+    with ctx.db.session(readonly=True) as s:
+        repo = Repository(s)
+        states = [(t.number, t.state, t.value) for t in repo.list_trials(sid)]
+        assert states == [(0, TrialState.COMPLETED, 0.5), (1, TrialState.KILLED, None),
+                          (2, TrialState.PRUNED, None)]  # fmt: skip
+        assert [r.metrics for r in repo.curve(sid, 2)] == [
+            {"client_loss": 1.0},
+            {"client_loss": None},
+        ]
+
+
+def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) -> None:
+    sid = _running(ctx)
+    with ctx.db.session() as s:
+        Repository(s).finish_trial(sid, 0, TrialState.COMPLETED, 1.0, "completed")
+    seen: list[int] = []
+
+    def count(*args, **kwargs):
+        with ctx.db.session(readonly=True) as s:
+            seen.append(len(Repository(s).list_trials(sid)))
+        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0)
+
+    assert run_driver(sid, ctx.settings, 1, run_study=count) == 0
+    assert seen == [0]
+    assert not Path(study_workdir(ctx.settings, sid) / "optuna.db").exists()

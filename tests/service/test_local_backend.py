@@ -1,0 +1,145 @@
+"""The local backend with real child processes (a stand-in driver, not a study)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedtune.service.backends.base import DriverStatus, LaunchRequest, python_driver_argv
+from fedtune.service.backends.local import LocalBackend, process_start_ticks
+
+SID = "0123456789ab"
+
+# A stand-in driver: starts a grandchild (as Ray would), records both pids and the environment,
+# then sleeps; IGNORE_SIGNALS makes it ignore SIGINT and SIGTERM; EXIT=<n> makes it exit at once.
+DRIVER = r"""
+import json, os, signal, subprocess, sys, time
+out = sys.argv[1]
+if os.environ.get("IGNORE_SIGNALS"):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as the real driver does
+if "EXIT" in os.environ:
+    sys.exit(int(os.environ["EXIT"]))
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+env = {k: os.environ.get(k) for k in ("FEDTUNE_DATABASE_URL", "FEDTUNE_API_TOKEN", "RAY_ADDRESS")}
+with open(out + ".tmp", "w") as f:
+    json.dump({"pid": os.getpid(), "child": child.pid, "env": env}, f)
+os.rename(out + ".tmp", out)
+time.sleep(60)
+"""
+
+
+def _alive(pid: int) -> bool:
+    return process_start_ticks(pid) is not None
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+@pytest.fixture
+def backend(make_settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("FEDTUNE_API_TOKEN", "s" * 32)
+    monkeypatch.setenv("RAY_ADDRESS", "http://somewhere:8265")
+    info = tmp_path / "driver.json"
+    settings = make_settings(backend="local", database_url="sqlite:////tmp/never-opened.db")
+    argv = lambda sid, attempt: [sys.executable, "-c", DRIVER, str(info)]  # noqa: E731
+    b = LocalBackend(settings, argv=argv, grace_s=1.0)
+    b.info = info
+    yield b
+    b.close()
+
+
+def _info(b: LocalBackend) -> dict:
+    assert _wait_for(b.info.exists), "the stand-in driver did not start"
+    return json.loads(b.info.read_text())
+
+
+def test_launch_poll_stop_kills_the_whole_group(backend: LocalBackend) -> None:
+    ref = backend.launch(LaunchRequest(SID, 1))
+    info = _info(backend)
+    assert ref["pid"] == info["pid"] and ref["start_ticks"] == process_start_ticks(ref["pid"])
+    assert backend.poll(ref) == DriverStatus.RUNNING
+    assert info["env"] == {"FEDTUNE_DATABASE_URL": "sqlite:////tmp/never-opened.db",
+                           "FEDTUNE_API_TOKEN": None, "RAY_ADDRESS": None}  # fmt: skip
+    assert Path(ref["log"]).name == f"study-{SID}-1.log"
+    backend.stop(ref)
+    assert _wait_for(lambda: backend.poll(ref) == DriverStatus.FAILED)
+    assert _wait_for(lambda: not _alive(info["child"]))
+
+
+def test_a_driver_ignoring_signals_is_killed_after_the_grace(backend, monkeypatch) -> None:
+    monkeypatch.setenv("IGNORE_SIGNALS", "1")
+    ref = backend.launch(LaunchRequest(SID, 1))
+    info = _info(backend)
+    started = time.monotonic()
+    backend.stop(ref)
+    assert _wait_for(lambda: not _alive(info["pid"]) and not _alive(info["child"]))
+    assert time.monotonic() - started >= 2.9  # SIGKILL came after grace_s + the SIGTERM wait
+    assert backend.poll(ref) == DriverStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    ("code", "status"), [(0, DriverStatus.SUCCEEDED), (3, DriverStatus.FAILED)]
+)
+def test_exit_codes(backend: LocalBackend, monkeypatch, code: int, status: DriverStatus) -> None:
+    monkeypatch.setenv("EXIT", str(code))
+    ref = backend.launch(LaunchRequest(SID, 1))
+    assert _wait_for(lambda: backend.poll(ref) == status)
+
+
+def test_a_restarted_service_adopts_and_can_stop_its_drivers(backend, make_settings) -> None:
+    ref = backend.launch(LaunchRequest(SID, 1))
+    info = _info(backend)
+    successor = LocalBackend(make_settings(backend="local"), grace_s=1.0)
+    assert successor.poll(ref) == DriverStatus.RUNNING  # via /proc, not a child of it
+    successor.stop(ref)
+    assert _wait_for(lambda: not _alive(info["pid"]) and not _alive(info["child"]))
+    assert successor.poll(ref) == DriverStatus.GONE
+
+
+def test_processes_that_are_not_ours_are_never_signalled(make_settings) -> None:
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
+                                start_new_session=True)  # fmt: skip
+    try:
+        b = LocalBackend(make_settings(backend="local"), grace_s=0.5)
+        ticks = process_start_ticks(stranger.pid)
+        assert _wait_for(lambda: process_start_ticks(stranger.pid) is not None)
+        reused = {"pid": stranger.pid, "start_ticks": ticks - 1, "host": b._host}
+        other_host = {"pid": stranger.pid, "start_ticks": ticks, "host": "another-node"}
+        for ref in (reused, other_host):
+            assert b.poll(ref) == DriverStatus.GONE
+            b.stop(ref)
+        time.sleep(1.0)
+        assert stranger.poll() is None  # still running
+    finally:
+        os.killpg(stranger.pid, signal.SIGKILL)
+        stranger.wait()
+
+
+def test_close_stops_the_children(backend: LocalBackend) -> None:
+    backend.launch(LaunchRequest(SID, 1))
+    info = _info(backend)
+    backend.close()
+    assert not _alive(info["pid"]) and _wait_for(lambda: not _alive(info["child"]))
+
+
+def test_the_real_driver_command_is_an_argv_list() -> None:
+    argv = python_driver_argv(SID, 2)
+    assert argv[0] == sys.executable and argv[-5:] == ["worker", "run-study", SID, "--attempt", "2"]
+    with pytest.raises(Exception, match="12 hex"):
+        python_driver_argv("abc; rm -rf /", 1)
