@@ -21,7 +21,9 @@ def environment() -> dict:
         "machine": platform.machine(),
         "processor": platform.processor() or None,
         "cpu_count": os.cpu_count(),
-        "versions": {n: version(n) for n in ("fedtune", "torch", "numpy", "ray", "optuna", "mlflow")},
+        "versions": {
+            n: version(n) for n in ("fedtune", "torch", "numpy", "ray", "optuna", "mlflow")
+        },
     }
     try:
         import torch

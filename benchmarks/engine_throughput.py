@@ -37,8 +37,14 @@ def config(model: str, runner: str, rounds: int) -> dict:
     return {
         "task": {"name": "digits", "clients": 50, "dirichlet": 0.5, "model": model, "seed": 0},
         "algorithm": "fedavg",
-        "train": {"rounds": rounds + 2, "clients_per_round": M, "local_steps": K, "batch_size": B,
-                  "eval_every": 10**6, "runner": runner},
+        "train": {
+            "rounds": rounds + 2,
+            "clients_per_round": M,
+            "local_steps": K,
+            "batch_size": B,
+            "eval_every": 10**6,
+            "runner": runner,
+        },
         "hparams": {"client_lr": 0.05, "server_lr": 0.05},
     }
 
@@ -78,16 +84,23 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (1: runs are not disturbed by other processes)")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "engine_throughput.json"))
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1: runs are not disturbed by other processes)",
+    )
+    parser.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "engine_throughput.json")
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results = {}
     for label, model in (("logreg", "linear"), ("cnn", "cnn")):
         for runner in ("vectorized", "sequential", "centralized"):
             samples = [
-                time_centralized(model, args.rounds) if runner == "centralized"
+                time_centralized(model, args.rounds)
+                if runner == "centralized"
                 else time_engine(model, runner, args.rounds)
                 for _ in range(args.repeats)
             ]
@@ -97,11 +110,24 @@ def main() -> None:
                 "examples_per_s": rps * M * K * B,
                 "samples_rounds_per_s": samples,
             }
-            print(f"{label:7s} {runner:12s} {rps:8.2f} rounds/s  {rps * M * K * B:10.0f} examples/s",
-                  flush=True)
-    out = {"benchmark": "engine_throughput", "setting": {"M": M, "K": K, "B": B, "rounds": args.rounds,
-           "repeats": args.repeats, "threads": args.threads, "task": "digits (50 clients)"},
-           "environment": environment(), "results": results}
+            print(
+                f"{label:7s} {runner:12s} {rps:8.2f} rounds/s  {rps * M * K * B:10.0f} examples/s",
+                flush=True,
+            )
+    out = {
+        "benchmark": "engine_throughput",
+        "setting": {
+            "M": M,
+            "K": K,
+            "B": B,
+            "rounds": args.rounds,
+            "repeats": args.repeats,
+            "threads": args.threads,
+            "task": "digits (50 clients)",
+        },
+        "environment": environment(),
+        "results": results,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(f"wrote {args.out}")

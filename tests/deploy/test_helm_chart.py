@@ -570,3 +570,16 @@ def test_every_value_is_documented_in_values_yaml_and_readme() -> None:
     values_section = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
     rows = set(re.findall(r"^\| `([^`]+)` \|", values_section, flags=re.MULTILINE))
     assert rows == {".".join(path) for path in documented}
+
+
+def test_workdir_claim_reaches_the_kubernetes_backend(render) -> None:
+    env = container_env(
+        api_container(render({"kubernetesBackend": {"workdirClaim": "fedtune-work"}}))
+    )
+    assert env["FEDTUNE_K8S_WORKDIR_CLAIM"]["value"] == "fedtune-work"
+    from fedtune.service.settings import load_settings
+
+    settings = load_settings(
+        backend="kubernetes", k8s_workdir_claim=env["FEDTUNE_K8S_WORKDIR_CLAIM"]["value"]
+    )
+    assert settings.k8s_workdir_claim == "fedtune-work"

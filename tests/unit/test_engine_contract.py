@@ -24,8 +24,12 @@ def config_for(name: str, **overrides) -> dict:
         hp["server_lr"] = 0.05
     cfg = quadratic_config(name, hparams=hp)
     if recipe.needs_central:
-        cfg["task"] = {**cfg["task"], "name": "mixed_quadratic", "central_noise": 0.5,
-                       "central_examples": 20}
+        cfg["task"] = {
+            **cfg["task"],
+            "name": "mixed_quadratic",
+            "central_noise": 0.5,
+            "central_examples": 20,
+        }
     for key, value in overrides.items():
         cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
     if recipe.max_clients_per_round:

@@ -107,6 +107,7 @@ def test_checkpoint_restore_continues_identically(algorithm, hp, decay, tmp_path
     resumed.load_state_dict(torch.load(path, weights_only=False))
     while not resumed.done:
         resumed.step()
+
     def strip(t):
         return [{k: v for k, v in r.as_dict().items() if k != "wall_time"} for r in t.records]
 

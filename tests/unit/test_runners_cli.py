@@ -40,8 +40,11 @@ def _task() -> Task:
 
 
 def test_unvmappable_model_falls_back_with_reason(caplog):
-    cfg = {"task": {"name": "digits", "clients": 10}, "algorithm": "fedavg",
-           "train": {"rounds": 2, "clients_per_round": 3, "local_steps": 2, "runner": "vectorized"}}
+    cfg = {
+        "task": {"name": "digits", "clients": 10},
+        "algorithm": "fedavg",
+        "train": {"rounds": 2, "clients_per_round": 3, "local_steps": 2, "runner": "vectorized"},
+    }
     with caplog.at_level(logging.WARNING, logger="fedtune.trainers"):
         vec = Trainer(cfg, task=_task())
         vec.step()
@@ -56,9 +59,11 @@ def test_unvmappable_model_falls_back_with_reason(caplog):
 
 def test_train_cli_json(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("task: {name: quadratic, clients: 4, dim: 2}\nalgorithm: fedavgm\n"
-                   "train: {rounds: 3, clients_per_round: 2, local_steps: 2, dtype: float64}\n"
-                   "hparams: {client_lr: 0.01, server_lr: 0.01}\n")
+    cfg.write_text(
+        "task: {name: quadratic, clients: 4, dim: 2}\nalgorithm: fedavgm\n"
+        "train: {rounds: 3, clients_per_round: 2, local_steps: 2, dtype: float64}\n"
+        "hparams: {client_lr: 0.01, server_lr: 0.01}\n"
+    )
     assert main(["train", str(cfg), "--json", "--set", "train.rounds=4"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["outcome"] == "completed" and out["rounds"] == 4 and len(out["records"]) == 4
@@ -66,7 +71,9 @@ def test_train_cli_json(tmp_path, capsys):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fedtune.cli", *args], capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "fedtune.cli", *args], capture_output=True, text=True
+    )
 
 
 def test_train_cli_invalid_config_exits_2_with_one_line(tmp_path):
@@ -89,9 +96,11 @@ def test_train_cli_invalid_config_exits_2_with_one_line(tmp_path):
 
 def test_train_cli_shows_summary_table(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("task: {name: quadratic, clients: 4, dim: 2}\nalgorithm: fedavg\n"
-                   "train: {rounds: 3, clients_per_round: 2, local_steps: 2}\n"
-                   "hparams: {client_lr: 0.01, server_lr: 0.01}\n")
+    cfg.write_text(
+        "task: {name: quadratic, clients: 4, dim: 2}\nalgorithm: fedavg\n"
+        "train: {rounds: 3, clients_per_round: 2, local_steps: 2}\n"
+        "hparams: {client_lr: 0.01, server_lr: 0.01}\n"
+    )
     proc = _cli("train", str(cfg))
     assert proc.returncode == 0, proc.stderr
     assert "outcome" in proc.stdout and "completed" in proc.stdout and "final loss" in proc.stdout
@@ -99,7 +108,9 @@ def test_train_cli_shows_summary_table(tmp_path):
 
 
 def test_train_runs_on_the_requested_device():
-    t = Trainer({"task": "quadratic", "algorithm": "fedavg", "train": {"rounds": 1, "device": "cpu"}})
+    t = Trainer(
+        {"task": "quadratic", "algorithm": "fedavg", "train": {"rounds": 1, "device": "cpu"}}
+    )
     t.step()
     assert t.state.params["x"].device == torch.device("cpu")
 
@@ -124,8 +135,11 @@ def test_engine_on_cuda_matches_cpu():
 
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device on this machine (run on a GPU host to exercise the CUDA path)")
-    base = {"task": {"name": "digits", "clients": 10}, "algorithm": "fedavgm",
-            "train": {"rounds": 3, "clients_per_round": 4, "local_steps": 3, "dtype": "float64"}}
+    base = {
+        "task": {"name": "digits", "clients": 10},
+        "algorithm": "fedavgm",
+        "train": {"rounds": 3, "clients_per_round": 4, "local_steps": 3, "dtype": "float64"},
+    }
     cpu = Trainer({**base, "train": {**base["train"], "device": "cpu"}})
     gpu = Trainer({**base, "train": {**base["train"], "device": "cuda"}})
     for t in (cpu, gpu):

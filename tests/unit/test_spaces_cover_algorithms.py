@@ -18,9 +18,15 @@ def test_algorithm_has_a_valid_shipped_space(name):
     train = {"rounds": 20}
     if recipe.max_clients_per_round:
         train["clients_per_round"] = recipe.max_clients_per_round
-    spec = StudySpec.from_dict({
-        "name": f"cover-{name.replace('_', '-')}", "task": task, "algorithm": name,
-        "train": train, "search": {"space": space.name}, "budget": {"trials": 2},
-    })
+    spec = StudySpec.from_dict(
+        {
+            "name": f"cover-{name.replace('_', '-')}",
+            "task": task,
+            "algorithm": name,
+            "train": train,
+            "search": {"space": space.name},
+            "budget": {"trials": 2},
+        }
+    )
     searched = spec.search_space()
     assert searched.parameters, name
