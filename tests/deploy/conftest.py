@@ -22,7 +22,8 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "helm" / "fedtune"
 EXAMPLES_DIR = REPO_ROOT / "examples" / "helm"
-CRD_DIR = Path("/work/shared/k8s/crds")
+# `shared/` sits beside the checkout (../shared), as in the development and CI layouts
+CRD_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "k8s" / "crds"
 RELEASE = "demo"
 NAMESPACE = "ml"
 HELM_INSTALL_HINT = (

@@ -23,7 +23,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-CRD = Path("/work/shared/k8s/crds/ray.io_rayjobs.yaml")
+# `shared/` sits beside the checkout (../shared), as in the development and CI layouts
+CRD = Path(__file__).resolve().parents[2].parent / "shared" / "k8s" / "crds" / "ray.io_rayjobs.yaml"
 _PATH = re.compile(r"^/apis/ray\.io/v1/namespaces/([a-z0-9-]+)/rayjobs(?:/([a-z0-9.-]+))?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
