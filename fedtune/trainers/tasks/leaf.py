@@ -38,8 +38,9 @@ from fedtune.trainers.models import build_model
 from fedtune.trainers.typed import check, from_mapping
 
 from .base import Dataset, FederatedData, Task
+from .losses import accuracy, cross_entropy
 from .registry import register_task
-from .synthetic import accuracy, check_model, cross_entropy
+from .synthetic import check_model
 from .text import SHAKESPEARE_VOCAB, next_char_example, sequence_accuracy, sequence_cross_entropy
 
 __all__ = [

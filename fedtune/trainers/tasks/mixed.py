@@ -31,12 +31,13 @@ import numpy as np
 import torch
 
 from ..models import build_model
-from ..models.basic import QuadraticModel
 from ..theory.instances import spd_with_spectrum
 from ..typed import check, from_mapping
 from .base import CentralData, Dataset, FederatedData, Task
+from .losses import accuracy, cross_entropy
+from .quadratic import per_example_value, quadratic_model_fn, quadratic_rows
 from .registry import register_task
-from .synthetic import accuracy, check_model, cross_entropy
+from .synthetic import check_model
 
 __all__ = [
     "MixedLabelsParams",
@@ -139,16 +140,6 @@ class MixedQuadraticParams:
             check(getattr(self, name) > 0, f"{p}{name}", "must be > 0")
 
 
-def _quadratic_rows(rng, A: np.ndarray, c: np.ndarray, n: int, noise: float) -> torch.Tensor:
-    d = c.shape[0]
-    xi = rng.standard_normal((n, d)) * (noise / np.sqrt(d))
-    xi = xi - xi.mean(0, keepdims=True) if n > 1 else np.zeros_like(xi)
-    rows = np.concatenate(
-        [np.broadcast_to(A.reshape(1, -1), (n, d * d)), np.broadcast_to(c, (n, d)), xi], axis=1
-    )
-    return torch.from_numpy(rows.copy())
-
-
 @register_task(
     "mixed_quadratic", "quadratic clients plus a quadratic central loss (Mixed FL checks, 003)"
 )
@@ -167,28 +158,18 @@ def build_mixed_quadratic(params: Mapping[str, Any], seed: int) -> Task:
     u = rng.standard_normal(p.dim)
     c_c = c_f + p.central_distance * u / np.linalg.norm(u)
     clients = [
-        (_quadratic_rows(rng, A[i], c[i], p.examples, p.noise), torch.zeros(p.examples))
+        (quadratic_rows(rng, A[i], c[i], p.examples, p.noise), torch.zeros(p.examples))
         for i in range(p.clients)
     ]
-    central = _quadratic_rows(rng, A_c, c_c, p.central_examples, p.central_noise)
+    central = quadratic_rows(rng, A_c, c_c, p.central_examples, p.central_noise)
     H = p.federated_weight * A.mean(0) + p.central_weight * A_c
     b = p.federated_weight * np.einsum("ijk,ik->j", A, c) / p.clients + p.central_weight * A_c @ c_c
-
-    def model_fn(gen: torch.Generator) -> QuadraticModel:
-        model = QuadraticModel(p.dim).double()
-        with torch.no_grad():
-            model.x.copy_(
-                torch.randn(p.dim, generator=gen, dtype=torch.float64)
-                * p.init_scale
-                / np.sqrt(p.dim)
-            )
-        return model
 
     return Task(
         name="mixed_quadratic",
         train=FederatedData.from_clients(clients),
-        model_fn=model_fn,
-        loss_fn=lambda outputs, targets: outputs,
+        model_fn=quadratic_model_fn(p.dim, p.init_scale),
+        loss_fn=per_example_value,
         central=CentralData(
             Dataset(central, torch.zeros(p.central_examples)), weight=p.central_weight
         ),

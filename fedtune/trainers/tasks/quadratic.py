@@ -48,8 +48,35 @@ class QuadraticParams:
         check(self.noise >= 0, f"{path}.noise", "must be >= 0")
 
 
-def _per_example_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def per_example_value(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The quadratic model's output already is the per-example loss f(x; z)."""
     return outputs
+
+
+def quadratic_rows(
+    rng: np.random.Generator, A: np.ndarray, c: np.ndarray, n: int, noise: float
+) -> torch.Tensor:
+    """``n`` rows (vec A, c, ξ_z) of one quadratic client; ξ centred, E‖ξ‖² = noise²."""
+    d = c.shape[0]
+    xi = rng.standard_normal((n, d)) * (noise / np.sqrt(d))
+    xi = xi - xi.mean(0, keepdims=True) if n > 1 else np.zeros_like(xi)
+    rows = np.concatenate(
+        [np.broadcast_to(A.reshape(1, -1), (n, d * d)), np.broadcast_to(c, (n, d)), xi], axis=1
+    )
+    return torch.from_numpy(rows.copy())
+
+
+def quadratic_model_fn(dim: int, init_scale: float):
+    """Model factory: x_0 ~ N(0, init_scale²/d · I) drawn from the trial's generator."""
+
+    def model_fn(gen: torch.Generator) -> QuadraticModel:
+        model = QuadraticModel(dim).double()
+        with torch.no_grad():
+            x0 = torch.randn(dim, generator=gen, dtype=torch.float64)
+            model.x.copy_(x0 * init_scale / np.sqrt(dim))
+        return model
+
+    return model_fn
 
 
 @register_task("quadratic", "random quadratic clients with exact A_i, c_i (theory of 000/001)")
@@ -57,38 +84,14 @@ def build(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(QuadraticParams, params, "task")
     rng = np.random.default_rng([0x9A, seed])
     inst = random_instance(p.clients, p.dim, p.mu, p.L, rng, p.radius, p.heterogeneity)
-    clients = []
-    for i in range(p.clients):
-        xi = rng.standard_normal((p.examples, p.dim)) * (p.noise / np.sqrt(p.dim))
-        if p.examples > 1:
-            xi -= xi.mean(0, keepdims=True)
-        else:
-            xi[:] = 0.0
-        rows = np.concatenate(
-            [
-                np.broadcast_to(inst.A[i].reshape(1, -1), (p.examples, p.dim * p.dim)),
-                np.broadcast_to(inst.c[i], (p.examples, p.dim)),
-                xi,
-            ],
-            axis=1,
-        )
-        clients.append((torch.from_numpy(rows.copy()), torch.zeros(p.examples)))
-    data = FederatedData.from_clients(clients)
-
-    def model_fn(gen: torch.Generator) -> QuadraticModel:
-        model = QuadraticModel(p.dim).double()
-        with torch.no_grad():
-            model.x.copy_(
-                torch.randn(p.dim, generator=gen, dtype=torch.float64)
-                * p.init_scale
-                / np.sqrt(p.dim)
-            )
-        return model
-
+    clients = [
+        (quadratic_rows(rng, inst.A[i], inst.c[i], p.examples, p.noise), torch.zeros(p.examples))
+        for i in range(p.clients)
+    ]
     return Task(
         name="quadratic",
-        train=data,
-        model_fn=model_fn,
-        loss_fn=_per_example_loss,
+        train=FederatedData.from_clients(clients),
+        model_fn=quadratic_model_fn(p.dim, p.init_scale),
+        loss_fn=per_example_value,
         meta={"instance": inst, "noise": p.noise},
     )

@@ -43,8 +43,9 @@ from fedtune.trainers.typed import check, from_mapping
 
 from .base import Dataset, FederatedData, LossFn, Task
 from .leaf import select_test_clients
+from .losses import accuracy, cross_entropy
 from .registry import register_task
-from .synthetic import accuracy, check_model, cross_entropy
+from .synthetic import check_model
 from .text import (
     SHAKESPEARE_VOCAB,
     Vocab,
