@@ -96,8 +96,13 @@ def test_study_end_to_end(tmp_path, ray_local, mlflow_server, quadratic_study):
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"spec.yaml", "search_space.yaml", "best.json", "tradeoff"} <= names
     files = {a.path: a.file_size for a in client.list_artifacts(parent.info.run_id, "tradeoff")}
-    for name in ("curves.png", "pareto.png", "envelope.png", "tradeoff.json", "tradeoff.csv"):
+    for name in ("curves.png", "pareto.png", "envelope.png", "tradeoff.json", "tradeoff.csv",
+                 "theory.png", "theory.json"):  # fmt: skip
         assert files[f"tradeoff/{name}"] > 200
+    theory = json.loads(Path(client.download_artifacts(
+        parent.info.run_id, "tradeoff/theory.json", str(tmp_path))).read_text())  # fmt: skip
+    assert theory and all(0 < r["rho_predicted"] and 0 <= r["delta_predicted"] <= 1
+                          for r in theory)  # fmt: skip
     local = Path(client.download_artifacts(parent.info.run_id, "best.json", str(tmp_path)))
     assert json.loads(local.read_text())["best"]["number"] == best.number
     spec_file = Path(client.download_artifacts(parent.info.run_id, "spec.yaml", str(tmp_path)))
