@@ -101,7 +101,7 @@ def test_study_end_to_end(tmp_path, ray_local, mlflow_server, quadratic_study):
         assert files[f"tradeoff/{name}"] > 200
     theory = json.loads(Path(client.download_artifacts(
         parent.info.run_id, "tradeoff/theory.json", str(tmp_path))).read_text())  # fmt: skip
-    assert theory and all(0 < r["rho_predicted"] and 0 <= r["delta_predicted"] <= 1
+    assert theory and all(r["rho_predicted"] > 0 and 0 <= r["delta_predicted"] <= 1
                           for r in theory)  # fmt: skip
     local = Path(client.download_artifacts(parent.info.run_id, "best.json", str(tmp_path)))
     assert json.loads(local.read_text())["best"]["number"] == best.number
