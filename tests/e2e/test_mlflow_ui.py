@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.integration.conftest import make_quadratic_study
+
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -35,19 +37,14 @@ FLAGS = [
     "--disable-component-update", "--disable-sync", "--no-first-run",
     "--virtual-time-budget=15000",
 ]  # fmt: skip
-STUDY = {
-    "name": "ui-quad",
-    "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
-    "algorithm": "fedavg",
-    "train": {"rounds": 8, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
-              "eval_every": 4, "dtype": "float64"},
-    "search": {"space": "fedavg", "override": {"client_lr": {"low": 0.01, "high": 0.1},
-                                               "server_lr": {"low": 0.05, "high": 0.2}}},
-    "objective": {"metric": "train_loss", "last_rounds": 3},
-    "sampler": {"name": "random", "seed": 0},
-    "scheduler": {"name": "none"},
-    "budget": {"trials": 3, "max_concurrent": 2},
-}  # fmt: skip
+STUDY = make_quadratic_study(
+    "ui-quad",
+    train={"rounds": 8, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
+           "eval_every": 4, "dtype": "float64"},
+    sampler={"name": "random", "seed": 0},
+    scheduler={"name": "none"},
+    budget={"trials": 3, "max_concurrent": 2},
+)  # fmt: skip
 
 
 def _free_port() -> int:

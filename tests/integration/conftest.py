@@ -151,17 +151,18 @@ _QUADRATIC_STUDY: dict[str, Any] = {
 }  # fmt: skip
 
 
+def make_quadratic_study(name: str, **overrides: Any) -> dict[str, Any]:
+    """A tiny quadratic study spec (dict) with top-level ``overrides``."""
+    spec = copy.deepcopy(_QUADRATIC_STUDY)
+    spec["name"] = name
+    spec.update(copy.deepcopy(overrides))
+    return spec
+
+
 @pytest.fixture
 def quadratic_study():
     """``quadratic_study(name, **top_level_overrides)`` -> a study spec dict."""
-
-    def make(name: str, **overrides: Any) -> dict[str, Any]:
-        spec = copy.deepcopy(_QUADRATIC_STUDY)
-        spec["name"] = name
-        spec.update(copy.deepcopy(overrides))
-        return spec
-
-    return make
+    return make_quadratic_study
 
 
 @pytest.fixture(scope="session")

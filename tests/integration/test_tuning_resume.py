@@ -23,23 +23,23 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from tests.integration.conftest import make_quadratic_study
+
 pytestmark = pytest.mark.integration
 
 N = 5
-_STUDY = {
-    "name": "resume-quad",
-    "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
-    "algorithm": "fedavg",
-    "train": {"rounds": 80, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
-              "eval_every": 10, "dtype": "float64"},
-    "search": {"space": "fedavg", "override": {"client_lr": {"low": 0.02, "high": 0.1},
-                                               "server_lr": {"low": 0.05, "high": 0.15}}},
-    "objective": {"metric": "train_loss", "last_rounds": 10},
-    "sampler": {"name": "random", "seed": 1},
-    "scheduler": {"name": "none"},
-    "budget": {"trials": N, "max_concurrent": 2},
-    "report_every": 5,
-}  # fmt: skip
+_STUDY = make_quadratic_study(
+    "resume-quad",
+    train={"rounds": 80, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
+           "eval_every": 10, "dtype": "float64"},
+    search={"space": "fedavg", "override": {"client_lr": {"low": 0.02, "high": 0.1},
+                                            "server_lr": {"low": 0.05, "high": 0.15}}},
+    objective={"metric": "train_loss", "last_rounds": 10},
+    sampler={"name": "random", "seed": 1},
+    scheduler={"name": "none"},
+    budget={"trials": N, "max_concurrent": 2},
+    report_every=5,
+)  # fmt: skip
 
 
 def _states(db: Path) -> dict[str, int]:
