@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import logging
 import math
 import os
@@ -50,6 +49,7 @@ from . import optuna_glue as og
 from .plots import write_artifacts
 from .progress import ProgressCallback
 from .spec import SchedulerName, StudySpec
+from .theory_link import theory_report
 from .tracking import MlflowCallback, StudyTracker, resolve_tracking_uri, ui_command
 from .tradeoff import analyze_tradeoff
 from .trainable import OBJECTIVE, ROUND, SMOOTH_WINDOW, TRIAL_KEY, make_trainable
@@ -318,39 +318,6 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     envelope = [(p.round, p.loss) for p in t.envelope if math.isfinite(p.loss)]
     files.update(theory_report(spec, curves, directory))
     return _Report(t.to_dict(), pareto, envelope, files, directory)
-
-
-def theory_report(spec: StudySpec, curves: list, directory: Path) -> dict[str, Path]:
-    """On a ``quadratic`` task: each configuration's predicted (ρ, Δ) beside its measured
-    contraction and limit (``theory_link``), as ``theory.png`` and ``theory.json``.
-
-    The measured rate fits ℓ_t − ℓ_∞ ∝ ρ^t (exponent 1: the limit x*(α, γ, Θ) is not the
-    optimum, so the loss gap is linear in the distance to it)."""
-    if spec.task.get("name") != "quadratic":
-        return {}
-    from fedtune.trainers import build_task
-
-    from .plots import plot_theory, theory_table
-    from .theory_link import predict
-
-    params = {k: v for k, v in spec.task.items() if k not in ("name", "seed")}
-    instance = build_task("quadratic", params, spec.task.get("seed", 0)).meta["instance"]
-    predicted = {}
-    for c in curves:
-        p = predict(spec.trial_config(dict(c.params)), instance)
-        if p is not None:
-            predicted[c.trial_id] = (p.rho, p.delta)
-    rows = theory_table(curves, predicted, last_rounds=spec.objective.last_rounds,
-                        loss_exponent=1.0)  # fmt: skip
-    if not rows:
-        return {}
-    out = {"theory": plot_theory(rows, directory / "theory.png")}
-    table = [{"trial": r.trial_id, "rho_predicted": r.rho_predicted,
-              "delta_predicted": r.delta_predicted, "rho_measured": r.rho_measured,
-              "final_loss": r.final_loss, "params": dict(r.params)} for r in rows]  # fmt: skip
-    (directory / "theory.json").write_text(json.dumps(table, indent=2, default=str))
-    out["theory_table"] = directory / "theory.json"
-    return out
 
 
 # -- process plumbing: lock, Ray, Tune's environment ----------------------------------

@@ -16,14 +16,16 @@ prediction (``None``) rather than a wrong one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedtune.errors import ConfigError
-from fedtune.trainers import get_recipe, parse_trial_config
+from fedtune.trainers import build_task, get_recipe, parse_trial_config
 from fedtune.trainers.algorithms.registry import effective_hparams, local_steps_of
 from fedtune.trainers.theory import QuadraticInstance, delta_eq17, rate, theta_last, theta_sum
 from fedtune.trainers.theory.surrogate import (
@@ -32,7 +34,10 @@ from fedtune.trainers.theory.surrogate import (
     surrogate_spectrum,
 )
 
-__all__ = ["Prediction", "predict"]
+from .plots import plot_theory, theory_table
+from .spec import StudySpec
+
+__all__ = ["Prediction", "predict", "theory_report"]
 
 _THETA = {"sum": theta_sum, "last": theta_last}
 _MOMENTUM = {"momentum": "heavy_ball", "nesterov": "nesterov"}
@@ -78,3 +83,31 @@ def predict(config: Mapping[str, Any], instance: QuadraticInstance) -> Predictio
         return Prediction(rho, delta, spec.kappa, float(excess), "configured")
     rho = float(rate(spec.kappa, _MOMENTUM[hp.server_opt]))
     return Prediction(rho, delta, spec.kappa, float(excess), "tuned")
+
+
+def theory_report(spec: StudySpec, curves: list, directory: Path) -> dict[str, Path]:
+    """On a ``quadratic`` task: each configuration's predicted (ρ, Δ) beside its measured
+    contraction and limit, as ``theory.png`` and ``theory.json``.
+
+    The measured rate fits ℓ_t − ℓ_∞ ∝ ρ^t (exponent 1: the limit x*(α, γ, Θ) is not the
+    optimum, so the loss gap is linear in the distance to it)."""
+    if spec.task.get("name") != "quadratic":
+        return {}
+    params = {k: v for k, v in spec.task.items() if k not in ("name", "seed")}
+    instance = build_task("quadratic", params, spec.task.get("seed", 0)).meta["instance"]
+    predicted = {}
+    for c in curves:
+        p = predict(spec.trial_config(dict(c.params)), instance)
+        if p is not None:
+            predicted[c.trial_id] = (p.rho, p.delta)
+    rows = theory_table(curves, predicted, last_rounds=spec.objective.last_rounds,
+                        loss_exponent=1.0)  # fmt: skip
+    if not rows:
+        return {}
+    out = {"theory": plot_theory(rows, directory / "theory.png")}
+    table = [{"trial": r.trial_id, "rho_predicted": r.rho_predicted,
+              "delta_predicted": r.delta_predicted, "rho_measured": r.rho_measured,
+              "final_loss": r.final_loss, "params": dict(r.params)} for r in rows]  # fmt: skip
+    (directory / "theory.json").write_text(json.dumps(table, indent=2, default=str))
+    out["theory_table"] = directory / "theory.json"
+    return out
