@@ -190,6 +190,10 @@ class _Session:
         try:
             with _tune_environment():
                 _tuner(self, self._callbacks(progress, sinks)).fit()
+            # a wall-clock budget ends the fit with trials in flight: record them as
+            # interrupted (re-run by the next invocation), exactly as after a Ctrl-C
+            if og.reconcile(self.study).interrupted:
+                self.tracker.reconcile(self.parent, og.run_statuses(self.study))
         except BaseException as exc:  # Ctrl-C or a driver error: in-flight trials re-run later
             og.reconcile(self.study)
             self.tracker.reconcile(self.parent, og.run_statuses(self.study))

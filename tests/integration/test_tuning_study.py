@@ -270,3 +270,17 @@ def test_invalid_trials_argument_exits_2(tmp_path, capsys, quadratic_study):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--trials" in err[0]
+
+
+def test_wall_clock_budget_ends_the_study_early(tmp_path, ray_local, quadratic_study):
+    """``budget.wall_clock_s`` stops launching trials; the study still ends cleanly."""
+    raw = quadratic_study("short-budget", sampler={"name": "random", "seed": 0},
+                          scheduler={"name": "none"},
+                          budget={"trials": 200, "max_concurrent": 1, "wall_clock_s": 10})  # fmt: skip
+    result = run_study(StudySpec.from_dict(raw), tmp_path / "study")
+    assert 0 < result.finished < 200, result.counts
+    study = optuna.load_study(study_name="short-budget",
+                              storage=f"sqlite:///{tmp_path / 'study' / 'optuna.db'}")  # fmt: skip
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    runs = MlflowClient(result.tracking_uri).search_runs([result.experiment_id])
+    assert runs and not [r for r in runs if r.info.status == "RUNNING"]
