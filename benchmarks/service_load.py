@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,6 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment
+
+from fedtune.service.testing import temporary_pg_schema
 
 PG_URL = os.environ.get("FEDTUNE_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TOKEN = "benchmark-token-0123456789abcdef"
@@ -97,20 +98,9 @@ def server(url: str, workdir: Path) -> Iterator[str]:
         log.close()
 
 
-@contextlib.contextmanager
-def pg_schema() -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-
-    name = f"fedtune_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{name}"'))
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
-        admin.dispose()
+def pg_schema():
+    """A fresh schema; yields a URL whose search_path is that schema; drops it afterwards."""
+    return temporary_pg_schema(PG_URL, "fedtune_bench")
 
 
 def pg_version() -> str | None:

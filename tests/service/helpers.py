@@ -9,8 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import httpx
 from fedtune.errors import BackendError
 from fedtune.service.backends.base import Backend, DriverStatus, LaunchRequest
 from fedtune.service.settings import BackendKind
+from fedtune.service.testing import temporary_pg_schema
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -71,21 +71,9 @@ def pg_unreachable_reason() -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def pg_schema() -> Iterator[str]:
+def pg_schema():
     """A fresh schema; yields a URL whose search_path is that schema; drops it afterwards."""
-    from sqlalchemy import create_engine, text
-
-    name = f"fedtune_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{name}"'))
-    try:
-        yield f"{PG_URL}?options=-csearch_path%3D{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
-        admin.dispose()
+    return temporary_pg_schema(PG_URL, "fedtune_test")
 
 
 # ---------------------------------------------------------------------- a scripted backend
