@@ -21,11 +21,14 @@ VERBS = (
     "train",
     "tune",
     "spaces",
+    "tasks",
+    "algorithms",
     "frontier",
     "reproduce",
     "serve",
     "remote",
     "worker",
+    "db",
 )
 
 

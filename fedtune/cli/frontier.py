@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from fedtune.cli.common import count
 from fedtune.errors import ConfigError
 
 __all__ = ["register"]
@@ -27,10 +28,18 @@ def register(subparsers) -> None:
     p.add_argument("--L", type=float, default=10.0)
     p.add_argument("--alpha", type=float, nargs="+", default=[0.0], help="one curve per value")
     p.add_argument("--gamma", default="half-L", help="client lr: a number, 'half-L' or 'half-KL'")
-    p.add_argument("--K-range", dest="k_range", type=int, nargs=2, default=[1, 10**6])
+    p.add_argument(
+        "--K-range",
+        dest="k_range",
+        type=count,
+        nargs=2,
+        default=[1, 10**6],
+        metavar=("LO", "HI"),
+        help="whole numbers; scientific notation such as 1e6 is accepted",
+    )
     p.add_argument("--gamma-range", dest="gamma_range", type=float, nargs=2)
-    p.add_argument("--K", dest="k", type=int, help="fixed K when sweeping gamma")
-    p.add_argument("--points", type=int, default=200)
+    p.add_argument("--K", dest="k", type=count, help="fixed K when sweeping gamma")
+    p.add_argument("--points", type=count, default=200)
     p.add_argument("--theta", choices=["sum", "last"], default="sum")
     p.add_argument(
         "--server-opt",

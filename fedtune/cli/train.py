@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import load_yaml, parse_sets
+from .common import load_yaml, parse_sets, resolve_code
 
 __all__ = ["register"]
 
@@ -53,11 +53,14 @@ def _fmt(v) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from tqdm import tqdm
 
     from fedtune.trainers import Trainer, apply_overrides, parse_trial_config
 
     raw = apply_overrides(load_yaml(args.config), parse_sets(args.set))
+    raw = resolve_code(raw, Path(args.config).parent)
     config = parse_trial_config(raw, source=args.config)
     trainer = Trainer(config)
     show = not (args.quiet or args.json)

@@ -10,6 +10,10 @@ Grammar (``when:`` in a space file)::
 ``NAME`` is a parameter of the same space (short name such as ``server_opt`` or a dotted path
 such as ``hparams.server_opt``). A comparison whose parameter is *inactive* (its own condition is
 false) is false, whatever the operator, so a chain of conditions switches off as a whole.
+
+``not`` is pushed down to the comparisons (De Morgan) before evaluating, so it never turns an
+inactive comparison true: ``not x == 1`` is ``x != 1``, ``not x in [..]`` is ``x not in [..]``,
+``not (A and B)`` is ``not A or not B``; all of them are false while ``x`` is inactive.
 """
 
 from __future__ import annotations
@@ -87,6 +91,19 @@ def _tokens(text: str) -> list[tuple[str, Any]]:
     return out
 
 
+_Eval = Callable[[Mapping[str, Any], bool], bool]
+
+
+def _junction(parts: list[_Eval], *, disjunction: bool) -> _Eval:
+    """``or`` (``disjunction``) / ``and`` of ``parts``; negated, it is the dual over negated parts."""
+
+    def evaluate(v: Mapping[str, Any], positive: bool) -> bool:
+        combine = any if disjunction == positive else all
+        return combine(p(v, positive) for p in parts)
+
+    return evaluate
+
+
 class _Parser:
     def __init__(self, text: str, rename: Mapping[str, str]) -> None:
         self.toks = _tokens(text)
@@ -112,39 +129,41 @@ class _Parser:
             return True
         return False
 
-    def expr(self) -> Callable[[Mapping[str, Any]], bool]:
+    # Each builder returns ``f(values, positive)``: ``positive=False`` evaluates the negation with
+    # ``not`` pushed down to the comparisons, each of which is false on an inactive parameter.
+    def expr(self) -> _Eval:
         parts = [self.conj()]
         while self.accept("kw", "or"):
             parts.append(self.conj())
-        return parts[0] if len(parts) == 1 else (lambda v: any(p(v) for p in parts))
+        return parts[0] if len(parts) == 1 else _junction(parts, disjunction=True)
 
-    def conj(self) -> Callable[[Mapping[str, Any]], bool]:
+    def conj(self) -> _Eval:
         parts = [self.atom()]
         while self.accept("kw", "and"):
             parts.append(self.atom())
-        return parts[0] if len(parts) == 1 else (lambda v: all(p(v) for p in parts))
+        return parts[0] if len(parts) == 1 else _junction(parts, disjunction=False)
 
-    def atom(self) -> Callable[[Mapping[str, Any]], bool]:
+    def atom(self) -> _Eval:
         if self.accept("op", "("):
             inner = self.expr()
             self.take("op", ")")
             return inner
         if self.accept("kw", "not"):
             inner = self.atom()
-            return lambda v: not inner(v)
+            return lambda v, positive: inner(v, not positive)
         name = self.take("name")
         name = self.rename.get(name, name)
         self.names.add(name)
         if self.accept("op", "=="):
             value = self.take("value")
-            return lambda v: name in v and v[name] == value
+            return lambda v, positive: name in v and ((v[name] == value) == positive)
         if self.accept("op", "!="):
             value = self.take("value")
-            return lambda v: name in v and v[name] != value
+            return lambda v, positive: name in v and ((v[name] != value) == positive)
         negate = self.accept("kw", "not")
         self.take("kw", "in")
         choices = self.value_list()
-        return lambda v: name in v and ((v[name] in choices) != negate)
+        return lambda v, positive: name in v and ((v[name] in choices) != negate) == positive
 
     def value_list(self) -> tuple[Any, ...]:
         self.take("op", "[")
@@ -160,7 +179,9 @@ def parse_condition(text: str, rename: Mapping[str, str] | None = None) -> Condi
     if not isinstance(text, str) or not text.strip():
         raise ConditionSyntaxError("a condition must be a non-empty string")
     parser = _Parser(text, rename or {})
-    fn = parser.expr()
+    evaluate = parser.expr()
     if parser.peek() is not None:
         raise ConditionSyntaxError(f"unexpected {parser.peek()[1]!r} after a complete condition")
-    return Condition(text=text.strip(), names=frozenset(parser.names), _fn=fn)
+    return Condition(
+        text=text.strip(), names=frozenset(parser.names), _fn=lambda v: evaluate(v, True)
+    )

@@ -18,6 +18,11 @@ autodiff, for any model) of the loss on batch S_{K+1} at the adapted point:
 ∇_x f(U_K(x); S_{K+1}).
 
 Client functions are pure ``fn(x, lr, xb, yb) -> message`` so a runner can vmap them.
+
+Heterogeneous local work (``train.local_epochs``, :mod:`fedtune.trainers.steps`):
+:func:`make_masked_client_fn` gives ``fn(x, lr, xb, yb, theta, mask) -> message`` over K_max
+padded steps with the client's own Θ row (Θ_{1:τ_i} or Θ_{τ_i}) and step mask; a masked step
+leaves y and msg bit for bit unchanged, so the message equals that of τ_i unpadded steps.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from dataclasses import dataclass
 import torch
 from torch.func import grad
 
-__all__ = ["ClientRule", "make_client_fn"]
+from .steps import where_step
+
+__all__ = ["ClientRule", "make_client_fn", "make_masked_client_fn"]
 
 Params = dict[str, torch.Tensor]
 LossOf = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -42,6 +49,7 @@ class ClientRule:
     prox_alpha: float = 0.0
     second_order: bool = False  # MAML: differentiate through the inner steps
     units: str = "gradient"  # or "delta"
+    preset: str = "sum"  # the Θ preset (per-client Θ rows with heterogeneous steps)
 
     @property
     def num_batches(self) -> int:
@@ -52,17 +60,48 @@ def _axpy(a: Params, s, b: Params) -> Params:
     return {k: a[k] + s * b[k] for k in a}
 
 
-def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
-    """Build ``fn(x, lr, xb [nb, B, ...], yb [nb, B, ...]) -> message`` for ``rule``."""
+def _local_grad_fn(loss_of: LossOf, alpha: float) -> Callable[..., Params]:
+    """g = ∇f(y; batch) + α (y − x)."""
     gradient = grad(loss_of)
-    alpha = rule.prox_alpha
-    weights = [float(t) for t in rule.theta]
 
     def local_grad(y: Params, x: Params, xk, yk) -> Params:
         g = gradient(y, xk, yk)
         if alpha:
             g = {n: g[n] + alpha * (y[n] - x[n]) for n in g}
         return g
+
+    return local_grad
+
+
+def make_masked_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
+    """Build ``fn(x, lr, xb [K_max, B, ...], yb, theta [K_max], mask [K_max]) -> message``.
+
+    The first-order ClientUpdate over the steps with ``mask[k]`` set (the first τ_i), with the
+    client's own Θ row; masked steps are exact no-ops (``torch.where``).
+    """
+    if rule.second_order:
+        raise ValueError("second-order MAML needs a fixed K (no masked form)")
+    local_grad = _local_grad_fn(loss_of, rule.prox_alpha)
+
+    def fn(x: Params, lr, xb, yb, theta, mask) -> Params:
+        y = x
+        msg = {n: torch.zeros_like(v) for n, v in x.items()}
+        for k in range(xb.shape[0]):
+            g = local_grad(y, x, xb[k], yb[k])
+            msg = where_step(mask[k], _axpy(msg, theta[k], g), msg)
+            y = where_step(mask[k], _axpy(y, -lr, g), y)
+        if rule.units == "delta":
+            return {n: lr * msg[n] for n in msg}
+        return msg
+
+    return fn
+
+
+def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
+    """Build ``fn(x, lr, xb [nb, B, ...], yb [nb, B, ...]) -> message`` for ``rule``."""
+    alpha = rule.prox_alpha
+    weights = [float(t) for t in rule.theta]
+    local_grad = _local_grad_fn(loss_of, alpha)
 
     def first_order(x: Params, lr, xb, yb) -> Params:
         y = x

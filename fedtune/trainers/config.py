@@ -8,6 +8,7 @@ A trial configuration is plain YAML/JSON at the edges and frozen dataclasses ins
     hparams:   {client_lr: 0.1, server_lr: 1.0, server_momentum: 0.9}
     decay:     {enabled: false}
     seed:      0
+    code:      {path: /abs/my_lab, modules: [my_lab.tasks]}   # optional: user code to import
 
 ``task.seed`` is the *data* seed: it fixes the data, the split and the client-sampling sequence,
 so every trial of a study sees the same clients each round whatever its hyperparameters (the
@@ -25,6 +26,7 @@ from typing import Any, Literal
 
 from fedtune.errors import ConfigError
 
+from .code import CodeSpec, load_code, parse_code_spec
 from .typed import check, from_mapping, to_dict
 
 __all__ = [
@@ -111,6 +113,7 @@ class TrainConfig:
     rounds: int = 100
     clients_per_round: int = 10  # M
     local_steps: int | None = None  # K; None = the algorithm's default
+    local_epochs: float | None = None  # E: client i runs ⌈E·n_i/B⌉ steps (instead of K)
     batch_size: int = 20  # B
     eval_every: int = 10
     weighting: Literal["uniform", "examples"] = "uniform"
@@ -131,6 +134,7 @@ class TrainConfig:
             f"must be >= 1, got {self.local_steps}",
         )
         check(self.batch_size >= 1, f"{p}batch_size", f"must be >= 1, got {self.batch_size}")
+        self._validate_epochs(p)
         check(self.eval_every >= 1, f"{p}eval_every", "must be >= 1")
         check(self.divergence_factor > 1, f"{p}divergence_factor", "must be > 1")
         check(self.eval_batch_size >= 1, f"{p}eval_batch_size", "must be >= 1")
@@ -140,29 +144,67 @@ class TrainConfig:
             "must be auto, cpu, cuda or cuda:N",
         )
 
+    def _validate_epochs(self, p: str) -> None:
+        if self.local_epochs is None:
+            return
+        check(
+            self.local_steps is None,
+            f"{p}local_epochs",
+            "set either local_steps (K) or local_epochs (E), not both",
+        )
+        check(
+            math.isfinite(self.local_epochs) and self.local_epochs > 0,
+            f"{p}local_epochs",
+            f"must be a finite number > 0, got {self.local_epochs}",
+        )
+        check(
+            self.batch_sampling != "full",
+            f"{p}local_epochs",
+            "needs batch_sampling with_replacement or shuffle ('full' uses every example at "
+            "every step, so an epoch is not a number of batches)",
+        )
+
 
 @dataclass(frozen=True)
 class DecayConfig:
-    """LocalUpdateDecay (`001_2dc7ddae5cbdc81f.txt` §9, ALGORITHMS.md §2); paper defaults."""
+    """LocalUpdateDecay (`001_2dc7ddae5cbdc81f.txt` §9, ALGORITHMS.md §2); paper defaults.
+
+    ``semantics``: ``paper`` (eq. 25 as written) or ``reference`` (the TFF research code the
+    paper's experiments ran, google-research/federated ``adaptive_lr_decay``); see
+    :mod:`fedtune.trainers.decay` for the exact rules of each.
+    """
 
     enabled: bool = False
+    semantics: Literal["paper", "reference"] = "paper"
+    mode: Literal["min", "max"] = "min"  # max: the monitored value should grow (e.g. accuracy)
     window: int = 100  # W
-    patience: int = 100  # P
+    patience: int = 100  # P (0 acts as 1: decay at the first non-improving round)
     cooldown: int = 100  # C (also applied at the start of training)
-    threshold: float = 1e-4  # Δ
+    threshold: float = 1e-4  # Δ (min_delta of the reference code)
     client_decay: float = 0.1  # factor applied to γ
     server_decay: float = 0.9  # factor applied to η
-    reset_min_after_decay: bool = False
+    min_lr: float = 0.0  # no rate is decayed below this (γ and η alike, as the reference)
+    reset_min_after_decay: bool = False  # paper semantics only
 
     def validate(self, path: str = "decay") -> None:
         p = f"{path}." if path else ""
-        for name in ("window", "patience"):
-            check(getattr(self, name) >= 1, f"{p}{name}", "must be >= 1")
+        check(self.window >= 1, f"{p}window", "must be >= 1")
+        check(self.patience >= 0, f"{p}patience", "must be >= 0")
         check(self.cooldown >= 0, f"{p}cooldown", "must be >= 0")
         check(self.threshold >= 0, f"{p}threshold", "must be >= 0")
         for name in ("client_decay", "server_decay"):
             value = getattr(self, name)
             check(0 < value <= 1, f"{p}{name}", f"must be in (0, 1], got {value}")
+        check(
+            math.isfinite(self.min_lr) and self.min_lr >= 0,
+            f"{p}min_lr",
+            f"must be >= 0, got {self.min_lr}",
+        )
+        check(
+            not (self.reset_min_after_decay and self.semantics == "reference"),
+            f"{p}reset_min_after_decay",
+            "has no meaning with semantics: reference (its best is never reset)",
+        )
 
 
 @dataclass(frozen=True)
@@ -202,10 +244,11 @@ class TrialConfig:
     decay: DecayConfig = field(default_factory=DecayConfig)
     seed: int = 0
     hparams_set: frozenset[str] = frozenset()
+    code: CodeSpec | None = None
 
     def to_dict(self) -> dict[str, Any]:
         hp = to_dict(self.hparams)
-        return {
+        out = {
             "task": self.task.to_dict(),
             "algorithm": self.algorithm,
             "train": to_dict(self.train),
@@ -213,16 +256,21 @@ class TrialConfig:
             "decay": to_dict(self.decay),
             "seed": self.seed,
         }
+        if self.code is not None:
+            out["code"] = self.code.model_dump()
+        return out
 
 
-_TOP_KEYS = ("task", "algorithm", "train", "hparams", "decay", "seed")
+_TOP_KEYS = ("task", "algorithm", "train", "hparams", "decay", "seed", "code")
 
 
 def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> TrialConfig:
     """Validate a plain mapping into a :class:`TrialConfig` (errors name the dotted field).
 
     The algorithm entry then checks which hyperparameters it accepts (see
-    ``fedtune.trainers.algorithms.resolve``).
+    ``fedtune.trainers.algorithms.resolve``). A ``code`` section is imported first
+    (:func:`~fedtune.trainers.code.load_code`; a relative ``path`` is relative to the working
+    directory), so that the names it registers validate.
     """
     try:
         if not isinstance(data, Mapping):
@@ -230,6 +278,10 @@ def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> Tr
         unknown = sorted(set(data) - set(_TOP_KEYS))
         if unknown:
             raise ConfigError(unknown[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")
+        code = None
+        if data.get("code") is not None:
+            code = parse_code_spec(data["code"]).resolved(".")
+            load_code(code)
         if "task" not in data:
             raise ConfigError("task", "is required")
         if not isinstance(data.get("algorithm"), str):
@@ -247,10 +299,11 @@ def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> Tr
             decay=from_mapping(DecayConfig, data.get("decay"), "decay"),
             seed=seed,
             hparams_set=frozenset(raw_hp),
+            code=code,
         )
     except ConfigError as exc:
         if source and not exc.source:
-            raise ConfigError(exc.field, exc.reason, source) from None
+            raise exc.with_source(source) from None
         raise
 
 

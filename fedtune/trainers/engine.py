@@ -37,7 +37,9 @@ from .evaluation import client_mean_losses, dataset_metrics, population_loss
 from .records import Outcome, RoundRecord, TrialResult
 from .runners import make_runner
 from .sampling import batch_indices, sample_clients
+from .steps import epoch_steps, padded_batches, step_summary
 from .tasks import Task, build_task
+from .tasks.base import InMemoryData
 
 __all__ = ["Trainer", "pick_device", "run_trial"]
 
@@ -54,10 +56,6 @@ def pick_device(requested: str) -> torch.device:
     return device
 
 
-def _cast(t: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
-
-
 class Trainer:
     """Runs one trial round by round (see module docstring)."""
 
@@ -70,25 +68,18 @@ class Trainer:
         self.algorithm, self.hparams, self.local_steps = resolve(cfg, self.task)
         self.device = pick_device(cfg.train.device)
         self.dtype = torch.float64 if cfg.train.dtype == "float64" else torch.float32
-        t = self.task.train
-        self.data = type(t)(
-            _cast(t.inputs, self.device, self.dtype),
-            _cast(t.targets, self.device, self.dtype),
-            t.offsets,
-            t.counts,
-            t.client_ids,
-        )
+        # in memory: cast once here; file-backed: each cohort is cast when it is loaded
+        self.data = self.task.train.to(self.device, self.dtype)
         self.test = None
         if self.task.test is not None:
-            self.test = type(self.task.test)(
-                _cast(self.task.test.inputs, self.device, self.dtype),
-                _cast(self.task.test.targets, self.device, self.dtype),
-            )
+            self.test = self.task.test.to(self.device, self.dtype)
         gen = torch.Generator().manual_seed(cfg.seed)
         self.model = self.task.model_fn(gen).to(device=self.device, dtype=self.dtype)
         params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         self.state = self.algorithm.init(params)
-        self.decay = DecayController(cfg.decay)
+        self.decay = DecayController(
+            cfg.decay, base_rates=(self.hparams.client_lr, self.hparams.server_lr)
+        )
         self.runner = make_runner(cfg.train.runner)
         self.records: list[RoundRecord] = []
         self.outcome: Outcome | None = None
@@ -96,6 +87,7 @@ class Trainer:
         self.initial_loss: float | None = None
         self._wall = 0.0
         self._examples = 0
+        self._last_view: tuple[tuple[int, ...], InMemoryData] | None = None
 
     # -- functional model -------------------------------------------------------------
     def per_example_loss(self, params, x, y) -> torch.Tensor:
@@ -116,20 +108,33 @@ class Trainer:
     def done(self) -> bool:
         return self.outcome is not None or self.round >= self.config.train.rounds
 
+    def _view(self, clients: torch.Tensor) -> InMemoryData:
+        """The data of ``clients``: only they are loaded (``FederatedData.cohort``); the last
+        view is kept so that the round's batches and its training read the same load."""
+        key = tuple(clients.tolist())
+        if self._last_view is None or self._last_view[0] != key:
+            self._last_view = (key, self.data.cohort(clients))
+        return self._last_view[1]
+
     def _cohort(self, t: int) -> Cohort:
+        """The round's clients, their batch rows (into :meth:`_view`) and weights."""
         cfg = self.config
         clients = torch.from_numpy(
             sample_clients(cfg.task.seed, t, self.data.num_clients, cfg.train.clients_per_round)
         )
-        batches = (
-            torch.stack(
+        data = self._view(clients)
+        steps = None
+        if cfg.train.local_epochs is not None:
+            steps, batches = self._epoch_batches(t, clients, data)
+        elif cfg.train.batch_sampling != "full" or self._equal_counts(clients):
+            batches = torch.stack(
                 [
                     batch_indices(
                         cfg.seed,
                         t,
                         int(c),
-                        int(self.data.offsets[c]),
-                        int(self.data.counts[c]),
+                        int(data.offsets[c]),
+                        int(data.counts[c]),
                         self.algorithm.num_batches(),
                         cfg.train.batch_size,
                         cfg.train.batch_sampling,
@@ -137,21 +142,34 @@ class Trainer:
                     for c in clients
                 ]
             )
-            if cfg.train.batch_sampling != "full" or self._equal_counts(clients)
-            else None
-        )
-        if batches is None:
+        else:
             raise ConfigError("train.batch_sampling", "'full' needs sampled clients of equal size")
-        counts = self.data.counts[clients].to(self.dtype)
+        counts = self.data.client_sizes[clients].to(self.dtype)
         weights = counts if cfg.train.weighting == "examples" else torch.ones_like(counts)
         return Cohort(
             clients.to(self.device),
             batches.to(self.device),
             (weights / weights.sum()).to(self.device),
+            None if steps is None else steps.to(self.device),
         )
 
+    def _epoch_batches(
+        self, t: int, clients: torch.Tensor, data: InMemoryData
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """τ_i = ⌈E·n_i/B⌉ and the padded rows [M, K_max + extra, B] into the cohort view
+        ``data`` (see ``steps.py``)."""
+        train = self.config.train
+        counts = data.counts[clients]
+        steps = epoch_steps(counts, train.local_epochs, train.batch_size)
+        extra = self.algorithm.num_batches() - self.local_steps  # e.g. FedGA's g_i(x) batch
+        batches = padded_batches(
+            self.config.seed, t, clients, data.offsets[clients], counts, steps, extra,
+            train.batch_size, train.batch_sampling,
+        )  # fmt: skip
+        return steps, batches
+
     def _equal_counts(self, clients: torch.Tensor) -> bool:
-        return len(set(self.data.counts[clients].tolist())) == 1
+        return len(set(self.data.client_sizes[clients].tolist())) == 1
 
     def step(self) -> RoundRecord | None:
         """Run one round; returns its record, or None when the trial has ended (diverged)."""
@@ -160,9 +178,10 @@ class Trainer:
         cfg, t = self.config, self.round
         start = time.perf_counter()
         cohort = self._cohort(t)
+        data = self._view(cohort.clients.cpu())
         x = self.algorithm.broadcast(self.state)
         losses = client_mean_losses(
-            self.per_example_loss, x, self.data, cohort.clients.cpu(), cfg.train.eval_batch_size
+            self.per_example_loss, x, data, cohort.clients.cpu(), cfg.train.eval_batch_size
         )
         client_loss = float((cohort.weights * losses).sum())
         if self.initial_loss is None and math.isfinite(client_loss):
@@ -175,16 +194,23 @@ class Trainer:
         client_lr = self.hparams.client_lr * self.decay.client_scale
         server_lr = self.hparams.server_lr * self.decay.server_scale
         ctx = RoundContext(
-            self.runner, self.loss_of, self.data, self.task, client_lr, server_lr, t, cfg.seed
+            self.runner, self.loss_of, data, self.task, client_lr, server_lr, t, cfg.seed
         )
         self.state, diag = self.algorithm.apply(self.state, cohort, ctx)
+        # an algorithm that sets its own rates (e.g. MaSS with mass_auto) reports those in force
+        client_lr = float(diag.pop("client_lr", client_lr))
+        server_lr = float(diag.pop("server_lr", server_lr))
+        del data, ctx
+        self._last_view = None  # free the cohort's tensors before the population evaluation
         self.decay.observe(client_loss)
-        self._examples += cohort.size * int(cohort.batches.shape[1] * cohort.batches.shape[2])
+        self._examples += self._round_examples(cohort)
         train_loss, test = None, {}
         if t == 0 or (t + 1) % cfg.train.eval_every == 0 or t + 1 == cfg.train.rounds:
             train_loss, test = self._evaluate()
         self._wall += time.perf_counter() - start
         extra = {k: float(v) for k, v in diag.items() if k != "update_norm"}
+        if cohort.steps is not None:
+            extra.update(step_summary(cohort.steps))
         record = RoundRecord(
             round=t + 1,
             client_loss=client_loss,
@@ -201,6 +227,12 @@ class Trainer:
         if self.round >= cfg.train.rounds:
             self.outcome = Outcome.COMPLETED
         return record
+
+    @staticmethod
+    def _round_examples(cohort: Cohort) -> int:
+        if cohort.steps is None:
+            return cohort.size * int(cohort.batches.shape[1] * cohort.batches.shape[2])
+        return int(cohort.steps.sum()) * int(cohort.batches.shape[2])
 
     def _evaluate(self) -> tuple[float, dict[str, float]]:
         params = self.state.params

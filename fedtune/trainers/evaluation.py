@@ -2,7 +2,11 @@
 
 All functions run under ``torch.no_grad`` in chunks of ``batch_size`` rows. The population
 training loss is f(x) = (1/N) Σ_i f_i(x) with f_i the mean loss over client i's examples (𝒫
-uniform over clients, as in the papers).
+uniform over clients, as in the papers). It walks the population through
+:meth:`~fedtune.trainers.tasks.base.FederatedData.row_chunks` (windows of ``chunk_rows`` rows,
+a multiple of ``batch_size``), so a file-backed store never materialises all clients at once;
+per-client sums accumulate row by row in index order, hence the result does not depend on the
+window size.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import torch
 
 from .tasks.base import Dataset, FederatedData
 
-__all__ = ["client_mean_losses", "dataset_metrics", "population_loss"]
+__all__ = ["chunk_rows", "client_mean_losses", "dataset_metrics", "population_loss"]
 
 PerExample = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -31,7 +35,8 @@ def _per_example(fn: PerExample, params, inputs, targets, batch_size: int) -> to
 def client_mean_losses(
     fn: PerExample, params, data: FederatedData, clients: torch.Tensor, batch_size: int
 ) -> torch.Tensor:
-    """[M] mean loss of each listed client on *all* its examples."""
+    """[M] mean loss of each listed client on *all* its examples (``data`` holds them: the
+    round's cohort view, addressed by global client index)."""
     spans = [(int(data.offsets[c]), int(data.counts[c])) for c in clients.tolist()]
     rows = torch.cat([torch.arange(lo, lo + n) for lo, n in spans]).to(data.inputs.device)
     seg = torch.cat([torch.full((n,), j, dtype=torch.long) for j, (_, n) in enumerate(spans)])
@@ -44,15 +49,22 @@ def client_mean_losses(
     return sums / counts
 
 
+def chunk_rows(data: FederatedData, batch_size: int) -> int | None:
+    """The store's evaluation window rounded down to whole batches (at least one batch)."""
+    rows = data.eval_chunk_rows
+    return None if rows is None else max(1, rows // batch_size) * batch_size
+
+
 @torch.no_grad()
 def population_loss(fn: PerExample, params, data: FederatedData, batch_size: int) -> float:
-    losses = _per_example(fn, params, data.inputs, data.targets, batch_size)
-    owner = torch.repeat_interleave(
-        torch.arange(data.num_clients, device=losses.device), data.counts.to(losses.device)
-    )
-    sums = torch.zeros(data.num_clients, dtype=losses.dtype, device=losses.device)
-    sums.index_add_(0, owner, losses)
-    return float((sums / data.counts.to(losses.device, losses.dtype)).mean())
+    sums: torch.Tensor | None = None
+    for inputs, targets, owner in data.row_chunks(chunk_rows(data, batch_size)):
+        losses = _per_example(fn, params, inputs, targets, batch_size)
+        if sums is None:
+            sums = torch.zeros(data.num_clients, dtype=losses.dtype, device=losses.device)
+        sums.index_add_(0, owner.to(losses.device), losses)
+    assert sums is not None  # every store has at least one example
+    return float((sums / data.client_sizes.to(sums.device, sums.dtype)).mean())
 
 
 @torch.no_grad()

@@ -9,6 +9,7 @@
     sampler: {name: tpe, seed: 0}
     scheduler: {name: asha, grace_rounds: 10}
     budget: {trials: 16, max_concurrent: 2}
+    code: {path: ./my_lab, modules: [my_lab.tasks]}     # optional user code (fedtune.extend)
 
 ``task/algorithm/train/hparams/decay/seed`` are exactly a trial configuration
 (``fedtune.trainers.parse_trial_config``); a trial's configuration is that base with the
@@ -20,7 +21,10 @@ papers' selection rule, the mean training loss ℓ_t over the last N rounds
 Every invalid field raises ``ConfigError`` whose ``field`` is the dotted path in the spec
 (``budget.trials``, ``search.override.prox_alpha``); ``from_dict``/``from_file`` also run
 :meth:`StudySpec.validate_deep`, which checks the spec against the algorithm's recipe and
-the search space.
+the search space. A ``code`` section (a directory or wheel relative to the study file, and the
+modules that register the study's task/model/algorithm) is imported before that
+(:func:`fedtune.extend.load_code`) unless ``import_code=False`` (the service validates user code
+in a subprocess instead).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from pydantic import (
     model_validator,
 )
 
-from fedtune.errors import ConfigError
+from fedtune.errors import CodeError, ConfigError
 from fedtune.search_spaces import (
     Parameter,
     ParamType,
@@ -57,8 +61,10 @@ from fedtune.trainers.algorithms.registry import (
     Recipe,
     effective_hparams,
     get_recipe,
+    local_epochs_refusal,
     local_steps_of,
 )
+from fedtune.trainers.code import CodeSpec, LoadReport, load_code
 from fedtune.trainers.config import TrialConfig, apply_overrides, parse_trial_config
 
 __all__ = [
@@ -263,6 +269,7 @@ class StudySpec(_Spec):
     report_every: Count = 1
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    code: CodeSpec | None = None
 
     _base_dir: Path | None = PrivateAttr(default=None)
 
@@ -279,22 +286,41 @@ class StudySpec(_Spec):
 
     @classmethod
     def from_dict(
-        cls, data: Any, *, base_dir: str | Path | None = None, source: str | None = None
+        cls,
+        data: Any,
+        *,
+        base_dir: str | Path | None = None,
+        source: str | None = None,
+        import_code: bool = True,
     ) -> StudySpec:
-        """Validate ``data`` (shape + :meth:`validate_deep`); paths of user space files are
-        relative to ``base_dir``."""
+        """Validate ``data`` (shape + :meth:`validate_deep`); paths of user space files and of
+        ``code.path`` are relative to ``base_dir``. With a ``code`` section and
+        ``import_code=False`` only the shape is checked (the caller validates in a subprocess
+        with :meth:`load_code` + :meth:`validate_deep`)."""
         try:
             try:
                 spec = cls.model_validate(data)
             except ValidationError as exc:
                 raise error_from_validation(exc) from None
             spec._base_dir = Path(base_dir) if base_dir is not None else None
+            if spec.code is not None and not import_code:
+                return spec
+            spec.load_code()
             spec.validate_deep()
         except ConfigError as exc:
             if source and not exc.source:
-                raise ConfigError(exc.field, exc.reason, source) from None
+                raise exc.with_source(source) from None
             raise
         return spec
+
+    def load_code(self) -> LoadReport | None:
+        """Import the study's ``code`` (idempotent); None without a code section."""
+        return None if self.code is None else load_code(self.code, self._base_dir)
+
+    @property
+    def resolved_code(self) -> CodeSpec | None:
+        """``code`` with its path made absolute (as trial configurations carry it)."""
+        return None if self.code is None else self.code.resolved(self._base_dir or ".")
 
     @classmethod
     def from_file(cls, path: str | Path) -> StudySpec:
@@ -318,7 +344,7 @@ class StudySpec(_Spec):
 
     def base_trial_config(self) -> dict[str, Any]:
         """The fixed part, as accepted by ``fedtune.trainers.parse_trial_config``."""
-        return {
+        base = {
             "task": dict(self.task),
             "algorithm": self.algorithm,
             "train": dict(self.train),
@@ -326,6 +352,9 @@ class StudySpec(_Spec):
             "decay": dict(self.decay),
             "seed": self.trial_seeds()[0],
         }
+        if self.code is not None:
+            base["code"] = self.resolved_code.model_dump()
+        return base
 
     def trial_config(self, sampled: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
         """Base configuration with the sampled ``{path: value}`` (and ``seed``) applied."""
@@ -392,6 +421,7 @@ class StudySpec(_Spec):
         3. the sampler suits the objective (CMA-ES is single-objective only) and the space
            (grid search needs a grid for every parameter); round counts fit ``train.rounds``.
         """
+        self._check_registered()
         parsed = parse_trial_config(self.base_trial_config())
         recipe = get_recipe(self.algorithm)
         _check_recipe(recipe, parsed)
@@ -412,6 +442,35 @@ class StudySpec(_Spec):
             if value > rounds:
                 raise ConfigError(field, f"{value} exceeds train.rounds = {rounds}")
 
+    def _check_registered(self) -> None:
+        """The task and algorithm the study names exist; with user code, a missing one is a
+        ``CodeError`` that says what the code's modules did register."""
+        from fedtune.trainers.algorithms.registry import REGISTRY as ALGORITHMS
+        from fedtune.trainers.tasks.registry import REGISTRY as TASKS
+
+        for field, registry, name in (
+            ("task.name", TASKS, self.task.get("name")),
+            ("algorithm", ALGORITHMS, self.algorithm),
+        ):
+            if not isinstance(name, str):
+                continue  # parse_trial_config names the problem
+            try:
+                registry.get(name)
+            except ConfigError as exc:
+                if self.code is None:
+                    raise
+                report = self.load_code()
+                kind = registry.kind
+                found = getattr(report, f"{kind}s")
+                mods = ", ".join(report.modules)
+                files = ", ".join(f for f in report.files.values() if f)
+                raise CodeError(
+                    field,
+                    f"{kind} {name!r} is not registered: the study's code ({mods}) registered "
+                    f"{', '.join(found) or 'no ' + kind + 's'}; {exc.reason}",
+                    files or None,
+                ) from None
+
     def _check_searched(self, p: Parameter, recipe: Recipe) -> None:
         origin = self.param_origin(p.path)
         section, key = p.path.split(".", 1)
@@ -423,6 +482,8 @@ class StudySpec(_Spec):
             )
         if p.path == "train.local_steps" and recipe.fixed_local_steps is not None:
             raise ConfigError(origin, f"algorithm {recipe.name!r} fixes local_steps")
+        if p.path == "train.local_epochs" and (why := local_epochs_refusal(recipe)):
+            raise ConfigError(origin, f"algorithm {recipe.name!r} needs a fixed local_steps: {why}")
         if key in (self.task if section == "task" else getattr(self, section, {})):
             raise ConfigError(
                 f"{section}.{key}",

@@ -19,6 +19,12 @@ reported every time (ASHA / median compare trials on it). Multi-objective studie
 of :data:`SMOOTH_WINDOW` values of ℓ is ≤ ``objective.target_loss`` (∞ while not reached), the
 definitions of :mod:`fedtune.tuning.tradeoff`.
 
+GPU trials (``resources.gpu > 0``) compute on CUDA: ``train.device: auto`` becomes ``cuda``, and
+when CUDA is not available in the trial's process (a CPU image, a node without a driver, Ray's
+logical GPUs) the trial fails at once with one line (:func:`gpu_device`) instead of training
+on CPU while holding GPUs. ``train.device: cpu`` stated in the spec is obeyed (the GPUs are then
+a scheduling reservation only, e.g. logical GPUs in tests).
+
 A diverged trial (non-finite or exploding loss, an *outcome* of the engine) ends with a report
 whose :data:`OUTCOME` is ``diverged`` and whose objectives are the worst possible values
 (+∞ when minimised, −∞ when maximised); an exception raised here fails only this trial.
@@ -27,6 +33,7 @@ whose :data:`OUTCOME` is ``diverged`` and whose objectives are the worst possibl
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -49,6 +56,7 @@ __all__ = [
     "TRIAL_KEY",
     "ObjectiveTracker",
     "TrialError",
+    "gpu_device",
     "make_trainable",
     "sampled_params",
     "train_trial",
@@ -70,11 +78,31 @@ def sampled_params(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def trial_configs(spec: StudySpec, config: Mapping[str, Any]) -> list[TrialConfig]:
-    """One typed trial configuration per seed of the study."""
+    """One typed trial configuration per seed of the study (GPU trials: see :func:`gpu_device`)."""
     sampled = sampled_params(config)
-    return [
-        parse_trial_config(spec.trial_config(sampled, seed=seed)) for seed in spec.trial_seeds()
-    ]
+    raw = [spec.trial_config(sampled, seed=seed) for seed in spec.trial_seeds()]
+    if spec.resources.gpu > 0:
+        for cfg in raw:
+            train = cfg.setdefault("train", {})
+            train["device"] = gpu_device(spec.resources.gpu, train.get("device", "auto"))
+    return [parse_trial_config(cfg) for cfg in raw]
+
+
+def gpu_device(gpu: float, requested: str) -> str:
+    """The device of a trial holding ``gpu`` GPUs: ``cpu`` only when the spec says so; else
+    CUDA, which must be available in this process (else one-line ``TrialError``)."""
+    if requested == "cpu":
+        return requested
+    import torch
+
+    if not torch.cuda.is_available():
+        raise TrialError(
+            f"resources.gpu={gpu:g} but CUDA is not available in this trial's process "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); run "
+            "GPU trials on CUDA nodes with the CUDA image, or set train.device: cpu explicitly"
+        )
+    return "cuda" if requested == "auto" else requested
 
 
 class ObjectiveTracker:

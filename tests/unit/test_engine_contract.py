@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import pytest
 import torch
 
+from fedtune.errors import ConfigError
 from fedtune.trainers import Trainer, algorithms, get_recipe
 from fedtune.trainers.algorithms import Cohort, LocalUpdate, RoundContext
 from tests.conftest import quadratic_config
@@ -158,3 +160,179 @@ def test_extension_hyperparameter_defaults_are_owned_by_hparams():
     for cls in EXTENSION_PARAMS:
         for f in dataclasses.fields(cls):
             assert getattr(base, f.name) == f.default, f"{cls.__name__}.{f.name}"
+
+
+# -- heterogeneous local work: train.local_epochs (issue 10 requirement 5) -------------------
+
+
+def _supports_epochs(name: str) -> bool:
+    recipe = get_recipe(name)
+    return not recipe.fixed_k_reason and recipe.fixed_local_steps is None
+
+
+EPOCH_ALGORITHMS = [n for n in ALGORITHMS if _supports_epochs(n)]
+FIXED_K_ALGORITHMS = [n for n in ALGORITHMS if not _supports_epochs(n)]
+# cohorts of several clients, hence padded and masked steps (lookahead has one client)
+COHORT_EPOCH_ALGORITHMS = [n for n in EPOCH_ALGORITHMS if not get_recipe(n).max_clients_per_round]
+
+
+def epochs_config(name: str, epochs: float = 1.0, **overrides) -> dict:
+    """Unequal clients (n_i in [2, 12], B = 2): τ_i = ⌈E·n_i/2⌉ differ within a round."""
+    cfg = config_for(name, **overrides)
+    if not get_recipe(name).needs_central:
+        cfg["task"] = {**cfg["task"], "examples": 2, "examples_max": 12}
+    cfg["train"] = {k: v for k, v in cfg["train"].items() if k != "local_steps"}
+    cfg["train"]["local_epochs"] = epochs
+    return cfg
+
+
+def test_epoch_contract_covers_the_registry():
+    assert {"fedavg", "fedprox", "fedavgm", "scaffold", "fedga", "fednova"} <= set(EPOCH_ALGORITHMS)
+    assert {"maml", "minibatch_sgd", "gradalign", "mixed_pt"} <= set(FIXED_K_ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", EPOCH_ALGORITHMS)
+def test_local_epochs_vectorized_equals_sequential_bit_for_bit(name):
+    vec = run(epochs_config(name, train={"runner": "vectorized"}))
+    seq = run(epochs_config(name, train={"runner": "sequential"}))
+    assert vec.runner.name == "vectorized" and getattr(vec.runner, "fallback", None) is None
+    cv, cs = curve(vec), curve(seq)
+    assert cv == cs
+    if name in COHORT_EPOCH_ALGORITHMS:
+        assert any(r["steps_min"] < r["steps_max"] for r in cv), "the steps should differ"
+    for k in vec.state.params:
+        assert torch.equal(vec.state.params[k], seq.state.params[k]), k
+
+
+@pytest.mark.parametrize("name", EPOCH_ALGORITHMS)
+def test_local_epochs_deterministic_and_seeded(name):
+    a, b = run(epochs_config(name)), run(epochs_config(name))
+    assert curve(a) == curve(b)
+    assert curve(a) != curve(run(epochs_config(name, seed=8)))
+
+
+@pytest.mark.parametrize("name", EPOCH_ALGORITHMS)
+def test_local_epochs_equal_sizes_equals_local_steps(name):
+    """n_i = 8, B = 2, E = 0.75 ⇒ τ_i = 3 = K: the masked path is the fixed-K path, bit for bit."""
+    fixed = run(config_for(name))
+    cfg = config_for(name)
+    cfg["train"] = {k: v for k, v in cfg["train"].items() if k != "local_steps"}
+    cfg["train"]["local_epochs"] = 0.75
+    epochs = run(cfg)
+    for rf, re in zip(curve(fixed), curve(epochs), strict=True):
+        assert (re["steps_min"], re["steps_max"]) == (3.0, 3.0)
+        assert {k: re[k] for k in rf} == rf
+    for k in fixed.state.params:
+        assert torch.equal(fixed.state.params[k], epochs.state.params[k]), k
+
+
+def _nan_padded(trainer: Trainer, cohort: Cohort) -> tuple[Trainer, Cohort]:
+    """The same cohort whose masked steps read a row of NaN inputs."""
+    data = trainer.data
+    nan_row = torch.full_like(data.inputs[:1], float("nan"))
+    poisoned = type(data)(
+        torch.cat([data.inputs, nan_row]),
+        torch.cat([data.targets, data.targets[:1]]),
+        data.offsets,
+        data.counts,
+        data.client_ids,
+    )
+    batches = cohort.batches.clone()
+    k_max = int(cohort.steps.max())
+    pad = ~cohort.mask()
+    batches[:, :k_max][pad] = data.num_examples
+    twin = copy.copy(trainer)
+    twin.data = poisoned
+    return twin, Cohort(cohort.clients, batches, cohort.weights, cohort.steps)
+
+
+def _apply_state(trainer: Trainer, cohort: Cohort):
+    state = copy.deepcopy(trainer.state)
+    ctx = RoundContext(
+        trainer.runner,
+        trainer.loss_of,
+        trainer.data,
+        trainer.task,
+        trainer.hparams.client_lr,
+        trainer.hparams.server_lr,
+        0,
+    )
+    return trainer.algorithm.apply(state, cohort, ctx)[0]
+
+
+def _flat(tree, prefix=""):
+    if torch.is_tensor(tree):
+        return {prefix: tree}
+    if isinstance(tree, dict):
+        out = {}
+        for k, v in tree.items():
+            out.update(_flat(v, f"{prefix}.{k}"))
+        return out
+    return {prefix: torch.tensor(float(tree))}
+
+
+@pytest.mark.parametrize("name", COHORT_EPOCH_ALGORITHMS)
+def test_masked_steps_are_exact_no_ops(name):
+    """NaN data in every masked step changes nothing: parameters, server-optimizer state and
+    the algorithm's per-client state (controls, momenta) are bit for bit those of the run."""
+    trainer = Trainer(epochs_config(name, train={"clients_per_round": 4}))
+    trainer.step()  # warm states (momentum, controls) first
+    cohort = trainer._cohort(1)
+    assert bool((~cohort.mask()).any()), "the cohort needs masked steps"
+    clean = _apply_state(trainer, cohort)
+    twin, poisoned = _nan_padded(trainer, cohort)
+    dirty = _apply_state(twin, poisoned)
+    for part in ("params", "opt_state", "extra"):
+        a, b = _flat(getattr(clean, part)), _flat(getattr(dirty, part))
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), f"{part}{k}"
+
+
+@pytest.mark.parametrize("name", COHORT_EPOCH_ALGORITHMS)
+def test_local_epochs_independent_of_client_order(name):
+    trainer = Trainer(epochs_config(name, train={"clients_per_round": 4}))
+    cohort = trainer._cohort(0)
+    perm = torch.tensor([2, 0, 3, 1])
+    permuted = Cohort(
+        cohort.clients[perm], cohort.batches[perm], cohort.weights[perm], cohort.steps[perm]
+    )
+    a, b = _apply(trainer, cohort), _apply(trainer, permuted)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("epochs", [0.5, 1.0, 2.5])
+def test_step_counts_are_ceil_epochs_times_size_over_batch(epochs):
+    trainer = Trainer(epochs_config("fedavg", epochs=epochs))
+    for t in range(3):
+        cohort = trainer._cohort(t)
+        n = trainer.data.counts[cohort.clients.cpu()].tolist()
+        expected = [math.ceil(epochs * k / 2) for k in n]
+        assert cohort.steps.tolist() == expected
+        assert cohort.batches.shape[1] == max(expected)
+        assert cohort.mask().sum(1).tolist() == expected
+    record = trainer.step()
+    assert record.extra["steps_max"] >= record.extra["steps_min"] >= 1
+    assert record.examples == int(trainer._cohort(0).steps.sum()) * 2
+
+
+@pytest.mark.parametrize("name", FIXED_K_ALGORITHMS)
+def test_fixed_k_algorithms_reject_local_epochs(name):
+    with pytest.raises(ConfigError) as err:
+        Trainer(epochs_config(name))
+    assert err.value.field == "train.local_epochs"
+    assert name in err.value.reason
+
+
+def test_local_epochs_and_local_steps_are_exclusive():
+    cfg = epochs_config("fedavg")
+    cfg["train"]["local_steps"] = 3
+    with pytest.raises(ConfigError) as err:
+        Trainer(cfg)
+    assert err.value.field == "train.local_epochs" and "not both" in err.value.reason
+    for bad in (0, -1.0, float("inf")):
+        with pytest.raises(ConfigError, match="local_epochs"):
+            Trainer(epochs_config("fedavg", epochs=bad))
+    with pytest.raises(ConfigError, match="local_epochs"):
+        Trainer(epochs_config("fedavg", train={"batch_sampling": "full"}))

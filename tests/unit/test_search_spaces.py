@@ -36,6 +36,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 EXPECTED = {
     "fedavg", "fedsgd", "fedprox", "fedavgm", "fedadam", "maml", "scaffold", "fedga", "mixed",
     "mass", "decay", "fedavg_vanilla", "lookahead", "gradalign", "mixed_gt1", "fedavg_nesterov",
+    "fednova",
 }  # fmt: skip
 HALF_DECADE = [10 ** (k / 2) for k in range(-6, 3)]  # {1e-3, 1e-2.5, ..., 1e1}
 
@@ -273,6 +274,35 @@ def test_condition_language():
     for bad in ("a = 1", "a ==", "__import__('os')", "a == 1 b", "a in 1", "", "a == 1 or"):
         with pytest.raises(ValueError):
             parse_condition(bad)
+
+
+def test_condition_operators_on_inactive_parameters():
+    """Module docstring: a comparison on an inactive parameter is false whatever the operator,
+    and ``not`` never turns it true (``not x == v`` is ``x != v``) — issue 13 item 6."""
+    inactive = {"other": 1}  # "x" is absent: inactive
+    false_on_inactive = [
+        "x == 1", "x != 1", "x in [1, 2]", "x not in [1, 2]",
+        "not x == 1", "not x != 1", "not x in [1, 2]", "not x not in [1, 2]",
+        "not (x == 1)", "not not x == 1", "not not x != 1", "not (x == 1 or x != 1)",
+        "not (x == 1 and other == 1)", "not (x in [1] or other == 2)",
+        "x == 1 or x != 1", "not x == 1 or not x != 1",
+    ]  # fmt: skip
+    for text in false_on_inactive:
+        assert parse_condition(text)(inactive) is False, text
+    # the same texts on an active x: every negated form equals its operator dual
+    duals = {
+        "not x == 1": "x != 1", "not x != 1": "x == 1", "not x in [1, 2]": "x not in [1, 2]",
+        "not x not in [1, 2]": "x in [1, 2]", "not not x == 1": "x == 1",
+        "not (x == 1 or other == 1)": "x != 1 and other != 1",
+        "not (x == 1 and other == 1)": "x != 1 or other != 1",
+    }  # fmt: skip
+    for values in ({"x": 1, "other": 1}, {"x": 3, "other": 1}, {"x": 2, "other": 5}, inactive):
+        for negated, dual in duals.items():
+            got, want = parse_condition(negated)(values), parse_condition(dual)(values)
+            assert got is want, (negated, dual, values)
+    # an active other parameter still decides an ``or`` whose other side is inactive
+    assert parse_condition("not (x == 1) or other == 1")(inactive) is True
+    assert parse_condition("not (x == 1 and other == 2)")(inactive) is True  # other != 2 holds
 
 
 # ---------------------------------------------------------------- Optuna

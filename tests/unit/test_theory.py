@@ -381,6 +381,35 @@ def test_cli_frontier_free_form_and_errors(tmp_path, capsys):
     assert cli_main(["frontier", "--out", str(out), "--figure", "6"]) == 2
 
 
+def test_cli_frontier_readme_command_accepts_scientific_notation(tmp_path, capsys):
+    """The README's ``--K-range 1 1e6`` runs (issue 13 item 7); non-whole numbers are rejected."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    line = re.search(r"fedtune (frontier [^\n]*--K-range[^\n]*)\\\n\s*([^\n]*)", readme)
+    assert line, "README no longer shows the --K-range frontier command"
+    argv = shlex.split(line.group(1) + " " + line.group(2))
+    argv[argv.index("--out") + 1] = str(tmp_path / "prox")
+    assert argv[argv.index("--K-range") + 2] == "1e6"
+    assert cli_main(argv) == 0
+    doc = json.loads((tmp_path / "prox" / "frontier.json").read_text())
+    ks = [p["K"] for p in doc["panels"][0]["curves"][0]["points"]]
+    assert ks[0] == 1 and ks[-1] == 10**6
+    out = str(tmp_path / "k")
+    assert cli_main(["frontier", "--out", out, "--K-range", "1E1", "2.0e3", "--points", "5"]) == 0
+    doc = json.loads((tmp_path / "k" / "frontier.json").read_text())
+    assert [p["K"] for p in doc["panels"][0]["curves"][0]["points"]][-1] == 2000
+    capsys.readouterr()
+    for bad in ("1.5", "1e-1", "inf", "ten"):
+        with pytest.raises(SystemExit) as exc:
+            cli_main(["frontier", "--out", out, "--K-range", "1", bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "--K-range" in err and f"expected a whole number, got {bad!r}" in err
+
+
 def test_cli_frontier_figure(tmp_path, capsys):
     assert cli_main(["frontier", "--figure", "3", "--out", str(tmp_path), "--quick"]) == 0
     for ext in ("png", "csv", "json"):

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 import torch
 
 from ..runners import Runner
-from ..tasks.base import FederatedData, Task
+from ..steps import step_mask
+from ..tasks.base import InMemoryData, Task
 
 __all__ = ["Algorithm", "Cohort", "RoundContext", "ServerState", "tree_norm"]
 
@@ -32,22 +33,44 @@ class ServerState:
 
 @dataclass(frozen=True)
 class Cohort:
-    """The round's sampled clients, their batch rows [M, nb, B] and aggregation weights [M]."""
+    """The round's sampled clients, their batch rows [M, nb, B] and aggregation weights [M].
+
+    ``steps`` [M] (int64) is None when every client runs the algorithm's fixed K; with
+    ``train.local_epochs`` it holds τ_i = ⌈E·n_i/B⌉ and ``batches`` is padded to
+    [M, K_max + extra, B] (the real steps first, see :mod:`fedtune.trainers.steps`).
+    """
 
     clients: torch.Tensor
     batches: torch.Tensor
     weights: torch.Tensor
+    steps: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
         return int(self.clients.shape[0])
+
+    def k_max(self, fixed: int) -> int:
+        """Local-step loop length: ``fixed`` K, or max_i τ_i with heterogeneous steps."""
+        return fixed if self.steps is None else int(self.steps.max())
+
+    def step_counts(self, fixed: int) -> torch.Tensor:
+        """τ_i of every client [M] (all ``fixed`` when the steps are homogeneous)."""
+        if self.steps is not None:
+            return self.steps
+        return torch.full((self.size,), fixed, dtype=torch.long, device=self.clients.device)
+
+    def mask(self) -> torch.Tensor | None:
+        """Bool [M, K_max] of real steps, or None when every client runs K steps."""
+        if self.steps is None:
+            return None
+        return step_mask(self.steps)
 
 
 @dataclass(frozen=True)
 class RoundContext:
     runner: Runner
     loss_of: Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
-    data: FederatedData
+    data: InMemoryData  # the round's cohort view: its clients addressed by global index
     task: Task
     client_lr: float
     server_lr: float

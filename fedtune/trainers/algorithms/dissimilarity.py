@@ -27,7 +27,7 @@ import torch
 from torch.func import grad
 
 from ..runners import Runner
-from ..tasks.base import FederatedData
+from ..tasks.base import InMemoryData
 from .base import Cohort, weighted_mean
 
 __all__ = [
@@ -55,7 +55,7 @@ def _shared_grad(loss_of: LossOf) -> Callable[..., Params]:
 def cohort_gradients(
     runner: Runner,
     loss_of: LossOf,
-    data: FederatedData,
+    data: InMemoryData,
     x: Params,
     cohort: Cohort,
     *,

@@ -13,6 +13,7 @@ mixed_fl               Mixed FL with ``mixed_variant`` as a hyperparameter
 fedavg_mass            FedAvg with MaSS, form 2 (:mod:`.mass`)
 fedavg_mass_literal    FedAvg with MaSS, the note's literal form 1 sync rule
 fedavg_nesterov        FedAvg with local Nesterov momentum (MaSS with η₂ = 0)
+fednova                FedNova, normalized averaging of heterogeneous local work (:mod:`.fednova`)
 =====================  ==================================================================
 
 Their method-specific hyperparameters live in small frozen dataclasses (one per module); until
@@ -27,6 +28,7 @@ import dataclasses
 import typing
 from typing import Any
 
+from . import fednova  # noqa: F401  (registers fednova)
 from .gradalign import GradAlignParams, extra_hparams
 from .mass import MassParams
 from .mixed import MixedParams

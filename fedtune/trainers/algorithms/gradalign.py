@@ -43,6 +43,7 @@ from torch.func import grad
 
 from ..config import HParams
 from ..server_opt import ServerOpt, make_server_opt
+from ..steps import where_step
 from ..tasks.base import Task
 from ..typed import check
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
@@ -119,12 +120,15 @@ def local_sgd_fn(loss_of: Callable[..., torch.Tensor], steps: int) -> Callable[.
 
         y_0 = x + start;   g_k = ∇f(y_k + shift; batch k);   y_{k+1} = y_k − lr (g_k + corr)
 
-    Returns delta = y_K − x, gsum = Σ_k (g_k + corr), graw = Σ_k g_k and g0 = g_0.
+    Returns delta = y_K − x, gsum = Σ_k (g_k + corr), graw = Σ_k g_k and g0 = g_0. An ``own``
+    entry ``mask`` [steps] (heterogeneous local work, :mod:`fedtune.trainers.steps`) makes the
+    steps where it is unset exact no-ops: y, gsum and graw keep their values bit for bit.
     """
     gradient = grad(loss_of)
 
     def fn(x: Params, lr, common: dict, xb, yb, own: dict) -> dict:
         start, shift, corr = (_pick(common, own, k) for k in ("start", "shift", "corr"))
+        mask = own.get("mask")
         y = x if start is None else {n: x[n] + start[n] for n in x}
         gsum = graw = g0 = {n: torch.zeros_like(v) for n, v in x.items()}
         for k in range(steps):
@@ -132,10 +136,17 @@ def local_sgd_fn(loss_of: Callable[..., torch.Tensor], steps: int) -> Callable[.
             g = gradient(point, xb[k], yb[k])
             if k == 0:
                 g0 = g
-            graw = {n: graw[n] + g[n] for n in g}
             d = g if corr is None else {n: g[n] + corr[n] for n in g}
-            gsum = {n: gsum[n] + d[n] for n in d}
-            y = {n: y[n] - lr * d[n] for n in y}
+            new = (
+                {n: graw[n] + g[n] for n in g},
+                {n: gsum[n] + d[n] for n in d},
+                {n: y[n] - lr * d[n] for n in y},
+            )
+            if mask is not None:
+                new = tuple(
+                    where_step(mask[k], a, b) for a, b in zip(new, (graw, gsum, y), strict=True)
+                )
+            graw, gsum, y = new
         return {"delta": {n: y[n] - x[n] for n in x}, "gsum": gsum, "graw": graw, "g0": g0}
 
     return fn
@@ -181,6 +192,7 @@ class AlignedLocalUpdate:
 
     def apply(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
         x = self.broadcast(state)
+        K = cohort.k_max(self.local_steps)  # padded steps first, then the g_i(x) batch
         g = cohort_gradients(
             ctx.runner,
             ctx.loss_of,
@@ -188,15 +200,18 @@ class AlignedLocalUpdate:
             x,
             cohort,
             full_batch=self.full_batch,
-            batch_index=self.local_steps,
+            batch_index=K,
         )
         _, dev = deviations(g, cohort.weights)
-        rows = cohort.batches[:, : self.local_steps]
+        rows = cohort.batches[:, :K]
         lr = torch.tensor(ctx.client_lr, dtype=next(iter(x.values())).dtype)
+        own = self._own(dev)
+        if cohort.steps is not None:
+            own["mask"] = cohort.mask()
         out = ctx.runner.map(
-            local_sgd_fn(ctx.loss_of, self.local_steps),
+            local_sgd_fn(ctx.loss_of, K),
             (x, lr, {}),
-            (ctx.data.inputs[rows], ctx.data.targets[rows], self._own(dev)),
+            (ctx.data.inputs[rows], ctx.data.targets[rows], own),
         )
         q = weighted_mean(out["gsum"], cohort.weights)
         params, opt_state = self.server_opt.step(state.params, state.opt_state, q, ctx.server_lr)

@@ -1,7 +1,8 @@
 """FedAvg with MaSS acceleration (`004_eaa0443f89ef694f.txt`, ALGORITHMS.md §6).
 
-Every round is one communication period of E = K local steps on mini-batches of m examples;
-each device keeps its own momentum sequence across rounds. Form 2 (the one the proof analyses,
+Every round is one communication period of E = K local steps on mini-batches of m examples
+(with ``train.local_epochs``, device i runs its own τ_i steps; masked steps leave w, v, u
+unchanged); each device keeps its own momentum sequence across rounds. Form 2 (the one the proof analyses,
 default ``mass_form: form2``), with step η, momentum weight α and δ::
 
     g_t = ∇F_k(u_t; ξ_t)        (``mass_grad_point: u``; ``w`` gives the note's literal ∇F_k(w_t))
@@ -24,7 +25,11 @@ Hyperparameters: η₁ = ``client_lr``, η₂ = ``mass_eta2``, γ = ``mass_gamma
 replaces all three by the theorem's choice η = 1/L_m, α = 1/√(κ_m κ̃_m), δ = η/(α κ̃_m) from
 the constants of the task's per-device data (linear regression tasks, e.g. ``linreg_interp``),
 taking the worst device (largest L_m and κ̃_m, smallest μ) so that all devices share them.
-The effective η₁, η₂, γ, α, δ are reported in every round record.
+With ``mass_auto: true`` the configuration may not also set ``client_lr``, ``mass_gamma`` or
+``mass_eta2``, nor enable LocalUpdateDecay (it would decay γ = η₁, which the theorem fixes): each
+is an error naming the field, never silently ignored. The effective η₁, η₂, γ, α, δ are
+reported in every round record, η₁ also as the record's ``client_lr``, and the record's
+``server_lr`` is the 1.0 in force (the server model is the plain average).
 
 State (``ServerState.extra["mass_state"]``): a client table (see :mod:`.scaffold`) holding v
 (form 2) or u (form 1) of every device seen; a device's first round starts at v = u = w̄ (no
@@ -46,7 +51,8 @@ from torch.func import grad
 
 from fedtune.errors import ConfigError
 
-from ..config import HParams
+from ..config import HParams, TrialConfig
+from ..steps import where_step
 from ..tasks.base import Task
 from ..typed import check
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
@@ -154,25 +160,33 @@ def form2_from_form1(eta1: float, eta2: float, gamma: float) -> tuple[float, flo
 
 
 def _client_fn(loss_of, steps: int, form: Form, at_u: bool, eta, alpha, delta, eta2, gamma):
+    """``fn(x, xb, yb, state[, mask]) -> {w, s}``; a step with ``mask[k]`` unset (heterogeneous
+    local work) leaves w, v and u bit for bit unchanged."""
     gradient = grad(loss_of)
 
-    def form2(x: Params, xb, yb, v: Params) -> dict:
+    def keep(mask, k, new: tuple, old: tuple) -> tuple:
+        if mask is None:
+            return new
+        return tuple(where_step(mask[k], a, b) for a, b in zip(new, old, strict=True))
+
+    def form2(x: Params, xb, yb, v: Params, mask=None) -> dict:
         w = x
         u = {k: (alpha * v[k] + x[k]) / (1 + alpha) for k in x}
         for s in range(steps):
             g = gradient(u if at_u else w, xb[s], yb[s])
-            v = {k: (1 - alpha) * v[k] + alpha * u[k] - delta * g[k] for k in x}
-            w = {k: u[k] - eta * g[k] for k in x}
-            u = {k: (alpha * v[k] + w[k]) / (1 + alpha) for k in x}
+            v_n = {k: (1 - alpha) * v[k] + alpha * u[k] - delta * g[k] for k in x}
+            w_n = {k: u[k] - eta * g[k] for k in x}
+            u_n = {k: (alpha * v_n[k] + w_n[k]) / (1 + alpha) for k in x}
+            v, w, u = keep(mask, s, (v_n, w_n, u_n), (v, w, u))
         return {"w": w, "s": v}
 
-    def form1(x: Params, xb, yb, u: Params) -> dict:
+    def form1(x: Params, xb, yb, u: Params, mask=None) -> dict:
         w = x
         for s in range(steps):
             g = gradient(u if at_u else w, xb[s], yb[s])
             w_new = {k: u[k] - eta * g[k] for k in x}
-            u = {k: w_new[k] + gamma * (w_new[k] - w[k]) + eta2 * g[k] for k in x}
-            w = w_new
+            u_n = {k: w_new[k] + gamma * (w_new[k] - w[k]) + eta2 * g[k] for k in x}
+            u, w = keep(mask, s, (u_n, w_new), (u, w))
         return {"w": w, "s": u}
 
     return form2 if form == "form2" else form1
@@ -225,7 +239,7 @@ class FedAvgMaSS:
         form = self.p.mass_form
         fn = _client_fn(
             ctx.loss_of,
-            self.local_steps,
+            cohort.k_max(self.local_steps),
             form,
             self.p.mass_grad_point == "u",
             eta,
@@ -236,7 +250,10 @@ class FedAvgMaSS:
         )
         own = table_gather(state.extra["mass_state"], cohort.clients, x)
         rows = cohort.batches
-        out = ctx.runner.map(fn, (x,), (ctx.data.inputs[rows], ctx.data.targets[rows], own))
+        per_client = (ctx.data.inputs[rows], ctx.data.targets[rows], own)
+        if cohort.steps is not None:
+            per_client += (cohort.mask(),)
+        out = ctx.runner.map(fn, (x,), per_client)
         w_bar = weighted_mean(out["w"], cohort.weights)
         kept = out["s"]
         if form != "form2":  # sync rule: u ← u_loc + c (w̄ − w_loc)
@@ -245,6 +262,8 @@ class FedAvgMaSS:
         table = table_scatter(state.extra["mass_state"], cohort.clients, kept)
         diag = {
             "update_norm": tree_norm({k: w_bar[k] - x[k] for k in x}),
+            "client_lr": eta,  # the rates in force, recorded instead of the configured ones
+            "server_lr": 1.0,
             "comm_vectors": 2.0,
             "mass_eta1": eta,
             "mass_eta2": eta2,
@@ -253,6 +272,29 @@ class FedAvgMaSS:
             "mass_delta": delta,
         }
         return ServerState(w_bar, {}, {**state.extra, "mass_state": table}), diag
+
+
+_AUTO_FIXES = ("client_lr", "mass_gamma", "mass_eta2")
+
+
+def check_auto(config: TrialConfig) -> None:
+    """``mass_auto: true`` takes η₁, η₂, γ from the theorem: setting them, or decaying γ, is an
+    error (naming the field) rather than a value silently ignored."""
+    if not ("mass_auto" in config.hparams_set and config.hparams.mass_auto):
+        return
+    for name in _AUTO_FIXES:
+        if name in config.hparams_set:
+            raise ConfigError(
+                f"hparams.{name}",
+                "is not used when hparams.mass_auto is true (the theorem fixes η₁, η₂, γ); "
+                "remove it or set mass_auto: false",
+            )
+    if config.decay.enabled:
+        raise ConfigError(
+            "decay.enabled",
+            "LocalUpdateDecay would decay η₁ (client_lr), which hparams.mass_auto fixes "
+            "from the theorem; disable one of them",
+        )
 
 
 def _builder(nesterov: bool, form: Form | None):
@@ -312,5 +354,6 @@ for _name, _params, _nesterov, _form, _summary in (
             units="delta",
             default_local_steps=5,
             build=_builder(_nesterov, _form),
+            check=check_auto,
         )
     )

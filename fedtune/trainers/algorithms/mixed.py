@@ -291,6 +291,10 @@ def movie_cost_model(
 
 
 _MIXED = ("client_lr", *SERVER_PARAMS)
+_FIXED_K = (
+    "the central branch runs K_c = K steps on |B_c| = K·S·B (1-w GT) by default and 2-w GT's "
+    "g̃_f divides by K (003_ede07a1bb30cfed7.txt Alg. 1-2 assume one K)"
+)
 _CENTRAL = ("central_lr", "merge_lr", "central_steps", "central_batch_size")
 _OPTS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 
@@ -331,4 +335,5 @@ _RECIPES = {  # name: (variant, parameters, summary)
 }
 for _name, (_variant, _params, _summary) in _RECIPES.items():
     register(Recipe(_name, _summary, P003, _params, defaults={"server_lr": 1.0}, server_opts=_OPTS,
-                    units="delta", needs_central=True, build=_builder(_variant)))  # fmt: skip
+                    units="delta", needs_central=True, build=_builder(_variant),
+                    fixed_k_reason=_FIXED_K))  # fmt: skip

@@ -34,13 +34,22 @@ from fedtune.errors import ConfigError
 
 from ..client import ClientRule
 from ..config import HParams, TrialConfig
+from ..plugins import Origin, Registry
 from ..server_opt import make_server_opt
 from ..tasks.base import Task
 from ..theta import theta_vector
 from .base import Algorithm
 from .local_update import LocalUpdate
 
-__all__ = ["Recipe", "algorithms", "get_recipe", "register", "resolve"]
+__all__ = [
+    "Recipe",
+    "algorithm_origin",
+    "algorithms",
+    "get_recipe",
+    "local_epochs_refusal",
+    "register",
+    "resolve",
+]
 
 SERVER_PARAMS = (
     "server_lr",
@@ -61,6 +70,7 @@ def _build_local_update(recipe: Recipe, hp: HParams, local_steps: int, task: Tas
         prox_alpha=hp.prox_alpha,
         second_order=recipe.second_order,
         units=recipe.units,
+        preset=recipe.theta,
     )
     return LocalUpdate(recipe.name, rule, make_server_opt(hp))
 
@@ -81,6 +91,9 @@ class Recipe:
     fixed_local_steps: int | None = None
     max_clients_per_round: int | None = None
     needs_central: bool = False  # the task must hold central (server) data, e.g. Mixed FL
+    # cross-field rules of the method (e.g. mass_auto excludes client_lr); raises ConfigError
+    check: Callable[[TrialConfig], None] | None = None
+    fixed_k_reason: str = ""  # why the method needs one K for all clients (rejects local_epochs)
     build: Callable[[Recipe, HParams, int, Task], Algorithm] = _build_local_update
 
     def describe(self) -> dict[str, Any]:
@@ -95,16 +108,6 @@ class Recipe:
         }
 
 
-_REGISTRY: dict[str, Recipe] = {}
-
-
-def register(recipe: Recipe) -> Recipe:
-    if recipe.name in _REGISTRY:
-        raise ValueError(f"algorithm {recipe.name!r} registered twice")
-    _REGISTRY[recipe.name] = recipe
-    return recipe
-
-
 def _load_extensions() -> None:
     import importlib
 
@@ -116,18 +119,25 @@ def _load_extensions() -> None:
                 raise
 
 
+REGISTRY: Registry[Recipe] = Registry("algorithm", "algorithm", _load_extensions)
+
+
+def register(recipe: Recipe) -> Recipe:
+    """Register ``recipe`` (built-ins and user code alike; see :mod:`fedtune.trainers.plugins`)."""
+    REGISTRY.add(recipe.name, recipe)
+    return recipe
+
+
 def algorithms() -> dict[str, Recipe]:
-    _load_extensions()
-    return dict(_REGISTRY)
+    return REGISTRY.all()
 
 
 def get_recipe(name: str) -> Recipe:
-    known = algorithms()
-    if name not in known:
-        raise ConfigError(
-            "algorithm", f"unknown algorithm {name!r} (known: {', '.join(sorted(known))})"
-        )
-    return known[name]
+    return REGISTRY.get(name)
+
+
+def algorithm_origin(name: str) -> Origin:
+    return REGISTRY.origin(name)
 
 
 def effective_hparams(recipe: Recipe, config: TrialConfig) -> HParams:
@@ -139,6 +149,8 @@ def effective_hparams(recipe: Recipe, config: TrialConfig) -> HParams:
                 f"not a parameter of algorithm {recipe.name!r} "
                 f"(its parameters: {', '.join(recipe.params) or 'none'})",
             )
+    if recipe.check is not None:
+        recipe.check(config)
     values = dict(recipe.defaults)
     values.update({k: getattr(config.hparams, k) for k in config.hparams_set})
     values.update(recipe.fixed)
@@ -153,6 +165,12 @@ def effective_hparams(recipe: Recipe, config: TrialConfig) -> HParams:
 
 
 def local_steps_of(recipe: Recipe, config: TrialConfig) -> int:
+    """K of the run. With ``train.local_epochs`` the clients run ⌈E·n_i/B⌉ steps each round
+    (see ``steps.py``) and K is only the nominal size the parts are built with (the recipe's
+    default); methods whose definition needs one fixed K reject local_epochs here."""
+    if config.train.local_epochs is not None:
+        _check_local_epochs(recipe, config)
+        return recipe.default_local_steps
     given = config.train.local_steps
     if recipe.fixed_local_steps is not None:
         if given is not None and given != recipe.fixed_local_steps:
@@ -162,6 +180,26 @@ def local_steps_of(recipe: Recipe, config: TrialConfig) -> int:
             )
         return recipe.fixed_local_steps
     return recipe.default_local_steps if given is None else given
+
+
+def local_epochs_refusal(recipe: Recipe, theta: tuple[float, ...] = ()) -> str:
+    """Why ``recipe`` (with an explicit Θ ``theta``) cannot run ``train.local_epochs``; ""
+    when it can."""
+    if recipe.fixed_local_steps is not None:
+        return f"it runs exactly {recipe.fixed_local_steps} local step(s)"
+    if theta:
+        return "an explicit hparams.theta fixes K(Θ) = its length"
+    return recipe.fixed_k_reason
+
+
+def _check_local_epochs(recipe: Recipe, config: TrialConfig) -> None:
+    theta = config.hparams.theta if "theta" in config.hparams_set else ()
+    reason = local_epochs_refusal(recipe, theta)
+    if reason:
+        raise ConfigError(
+            "train.local_epochs",
+            f"algorithm {recipe.name!r} needs a fixed train.local_steps: {reason}",
+        )
 
 
 def resolve(config: TrialConfig, task: Task) -> tuple[Algorithm, HParams, int]:
@@ -268,6 +306,8 @@ for _recipe in (
         _P000,
         _CLIENT + SERVER_PARAMS,
         second_order=True,
+        fixed_k_reason="its meta-gradient differentiates through exactly K inner steps "
+        "(≡ Θ_{2K+1}, 000_4bdc3753d62a87e2.txt Thm 2)",
     ),
     Recipe(
         "fedavgm",

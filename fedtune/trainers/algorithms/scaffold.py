@@ -16,7 +16,8 @@ It is :class:`~.gradalign.AlignedLocalUpdate` with ``mode="correct"`` (same diag
 keeps a global control c and one control c_i per client ever sampled (c_i = 0 before)::
 
     y_0 = x;  y_{k+1} = y_k − α (∇f_i(y_k; ζ_{i,k}) − c_i + c)
-    option 2: c_i⁺ = c_i − c + (x − y_K)/(Kα) = (1/K) Σ_k ∇f_i(y_k; ζ_{i,k})
+    option 2: c_i⁺ = c_i − c + (x − y_K)/(Kα) = (1/K) Σ_k ∇f_i(y_k; ζ_{i,k})   (K → τ_i with
+              train.local_epochs: each client's own step count)
     option 1: c_i⁺ = ∇f_i(x)   (full local data; one extra gradient per client)
     q ← Σ_i w_i Σ_k (∇f_i(y_k) − c_i + c);  x ← ServerOpt(x, q, η)
     c ← c + (1/N) Σ_{i∈S} (c_i⁺ − c_i)           (N clients in the federation: c = mean of all c_i)
@@ -134,18 +135,20 @@ class Scaffold:
         c = state.extra["scaffold_c"]
         zeros = {k: torch.zeros_like(v) for k, v in c.items()}
         c_i = table_gather(state.extra["scaffold_controls"], cohort.clients, zeros)
-        corr = {k: c[k].unsqueeze(0) - c_i[k] for k in c}
+        own = {"corr": {k: c[k].unsqueeze(0) - c_i[k] for k in c}}
+        if cohort.steps is not None:
+            own["mask"] = cohort.mask()
         rows = cohort.batches
         lr = torch.tensor(ctx.client_lr, dtype=next(iter(x.values())).dtype)
         out = ctx.runner.map(
-            local_sgd_fn(ctx.loss_of, self.local_steps),
+            local_sgd_fn(ctx.loss_of, cohort.k_max(self.local_steps)),
             (x, lr, {}),
-            (ctx.data.inputs[rows], ctx.data.targets[rows], {"corr": corr}),
+            (ctx.data.inputs[rows], ctx.data.targets[rows], own),
         )
         if self.option == 1:
             new_ci = cohort_gradients(ctx.runner, ctx.loss_of, ctx.data, x, cohort, full_batch=True)
         else:
-            new_ci = {k: v / self.local_steps for k, v in out["graw"].items()}
+            new_ci = _mean_over_steps(out["graw"], cohort, self.local_steps)
         q = weighted_mean(out["gsum"], cohort.weights)
         params, opt_state = self.server_opt.step(state.params, state.opt_state, q, ctx.server_lr)
         n = ctx.data.num_clients
@@ -160,6 +163,15 @@ class Scaffold:
             "comm_vectors": 4.0,
         }
         return ServerState(params, opt_state, extra), diag
+
+
+def _mean_over_steps(graw: Params, cohort: Cohort, fixed: int) -> Params:
+    """c_i⁺ = (1/τ_i) Σ_k ∇f_i(y_k) (option 2; τ_i = K unless the steps are heterogeneous)."""
+    if cohort.steps is None:
+        return {k: v / fixed for k, v in graw.items()}
+    return {
+        k: v / cohort.steps.to(v.dtype).reshape(-1, *([1] * (v.dim() - 1))) for k, v in graw.items()
+    }
 
 
 def _build_scaffold_ga(recipe: Recipe, hp: HParams, local_steps: int, task: Task):

@@ -1,26 +1,51 @@
 """What a task is: a federated dataset, a model factory and a per-example loss.
 
-All clients' examples live in one tensor; client ``i`` owns rows
-``offsets[i] : offsets[i] + counts[i]``. Runners gather mini-batches with global row indices,
-which lets the vectorized runner stack a cohort's batches as ``[M, K, B, ...]`` whatever the
-clients' sizes.
+Federated data is an interface, :class:`FederatedData`. The engine asks a store for:
+
+* ``num_clients`` and ``client_sizes`` (n_i, int64 ``[C]`` on the CPU) — cheap metadata that
+  is always in memory (hetero local work reads n_i from here);
+* ``cohort(clients)`` — the round's clients materialised as an :class:`InMemoryData` *view*:
+  its rows are those clients' examples, in the order given, and ``offsets[c]`` / ``counts[c]``
+  address client ``c`` by its *global* index, so runners and algorithms gather mini-batches with
+  ``view.inputs[rows]`` whatever the store. Only the listed clients are addressable in a view;
+  the other clients' offsets point past its last row;
+* ``row_chunks(max_rows)`` — the population as consecutive windows of at most ``max_rows`` rows
+  (clients in index order) with each row's owner, for the population loss
+  f(x) = (1/C) Σ_i (1/n_i) Σ_{j ∈ client i} ℓ(x; ξ_j), so evaluation never holds more than
+  ``max_rows`` rows (plus the clients straddling a window edge) at once.
+
+:class:`InMemoryData` is the default (every built-in task and ``from_clients``): all clients'
+examples live in one tensor, client ``i`` owning rows ``offsets[i] : offsets[i] + counts[i]``;
+its cohort is itself and its one chunk is the whole population, i.e. exactly the computation of
+the engine before the interface existed. File-backed stores (:mod:`.lazy`: TFF HDF5, LEAF
+JSON) load per cohort, so the memory of a round does not grow with the population.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["CentralData", "Dataset", "FederatedData", "Task"]
+__all__ = ["CentralData", "Dataset", "FederatedData", "InMemoryData", "RowChunk", "Task"]
 
 #: per-example loss: (model outputs [B, ...], targets [B, ...]) -> losses [B]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: builds a freshly initialised model from a seeded generator
 ModelFn = Callable[[torch.Generator], nn.Module]
+#: (inputs [R, ...], targets [R, ...], owner [R] global client index) of one population window
+RowChunk = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def cast(t: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None) -> torch.Tensor:
+    """Move ``t`` to ``device``; floating tensors also to ``dtype`` (integer ids stay ids)."""
+    if dtype is not None and t.is_floating_point():
+        return t.to(device=device, dtype=dtype)
+    return t.to(device)
 
 
 @dataclass(frozen=True)
@@ -33,26 +58,76 @@ class Dataset:
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
-    def to(self, device: torch.device | str) -> Dataset:
-        return Dataset(self.inputs.to(device), self.targets.to(device))
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Dataset:
+        return Dataset(cast(self.inputs, device, dtype), cast(self.targets, device, dtype))
 
 
-@dataclass(frozen=True)
-class FederatedData:
-    """Per-client examples stored contiguously (see module docstring)."""
+class FederatedData(ABC):
+    """Per-client examples, in memory or on disk (see module docstring).
 
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    offsets: torch.Tensor  # [C] int64
-    counts: torch.Tensor  # [C] int64
-    client_ids: tuple[str, ...]
+    Required: ``num_clients``, ``client_sizes``, ``cohort``, ``to`` and a ``client_ids``
+    attribute.
+    ``row_chunks`` has a default built on ``cohort``; a store overrides it when it can do
+    better. Deterministic: the same store yields the same tensors for the same clients.
+    """
+
+    #: rows per population-evaluation window (``None``: the whole population at once)
+    eval_chunk_rows: int | None = None
+    #: the clients' ids in index order (an attribute or property of each store)
+    client_ids: Sequence[str]
+
+    @property
+    @abstractmethod
+    def num_clients(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def client_sizes(self) -> torch.Tensor:
+        """n_i of every client, int64 ``[C]`` on the CPU (every n_i ≥ 1)."""
+
+    @abstractmethod
+    def cohort(self, clients: Sequence[int] | torch.Tensor) -> InMemoryData:
+        """The listed clients' examples as a view addressed by global client index."""
+
+    @abstractmethod
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> FederatedData:
+        """This data with materialised tensors on ``device`` (floating ones as ``dtype``)."""
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.client_sizes.sum())
+
+    def client(self, i: int) -> Dataset:
+        return self.cohort([i]).client(i)
+
+    def row_chunks(self, max_rows: int | None) -> Iterator[RowChunk]:
+        """Windows ``[a, a + max_rows)`` of the population's rows; each loads only the clients
+        that overlap it."""
+        sizes = self.client_sizes
+        ends = torch.cumsum(sizes, 0)
+        total = int(ends[-1])
+        step = total if max_rows is None else max_rows
+        for a in range(0, total, step):
+            b = min(a + step, total)
+            lo = int(torch.searchsorted(ends, a, right=True))
+            hi = int(torch.searchsorted(ends, b - 1, right=True))
+            view = self.cohort(list(range(lo, hi + 1)))
+            first = a - int(ends[lo] - sizes[lo])  # row of client lo where the window starts
+            start = int(view.offsets[lo]) + first
+            owner = torch.repeat_interleave(torch.arange(lo, hi + 1), sizes[lo : hi + 1])
+            yield (
+                view.inputs[start : start + b - a],
+                view.targets[start : start + b - a],
+                owner[first : first + b - a],
+            )
 
     @classmethod
     def from_clients(
         cls,
         clients: Sequence[tuple[torch.Tensor, torch.Tensor]],
         client_ids: Sequence[str] | None = None,
-    ) -> FederatedData:
+    ) -> InMemoryData:
+        """The in-memory store of ``clients`` = [(inputs_i, targets_i), ...]."""
         if not clients:
             raise ValueError("a federated dataset needs at least one client")
         counts = torch.tensor([len(x) for x, _ in clients], dtype=torch.long)
@@ -60,7 +135,7 @@ class FederatedData:
             raise ValueError("every client needs at least one example")
         offsets = torch.cumsum(counts, 0) - counts
         ids = tuple(client_ids) if client_ids is not None else tuple(map(str, range(len(clients))))
-        return cls(
+        return InMemoryData(
             inputs=torch.cat([x for x, _ in clients]),
             targets=torch.cat([y for _, y in clients]),
             offsets=offsets,
@@ -68,13 +143,38 @@ class FederatedData:
             client_ids=ids,
         )
 
+
+@dataclass(frozen=True)
+class InMemoryData(FederatedData):
+    """All clients' examples in one tensor; client ``i`` owns ``offsets[i] : offsets[i] +
+    counts[i]`` (offsets and counts stay on the CPU)."""
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    offsets: torch.Tensor  # [C] int64
+    counts: torch.Tensor  # [C] int64
+    client_ids: Sequence[str]
+
     @property
     def num_clients(self) -> int:
         return int(self.counts.shape[0])
 
     @property
+    def client_sizes(self) -> torch.Tensor:
+        return self.counts
+
+    @property
     def num_examples(self) -> int:
         return int(self.inputs.shape[0])
+
+    def cohort(self, clients: Sequence[int] | torch.Tensor) -> InMemoryData:
+        return self
+
+    def row_chunks(self, max_rows: int | None) -> Iterator[RowChunk]:
+        owner = torch.repeat_interleave(torch.arange(self.num_clients), self.counts)
+        step = self.num_examples if max_rows is None else max_rows
+        for a in range(0, self.num_examples, step):
+            yield self.inputs[a : a + step], self.targets[a : a + step], owner[a : a + step]
 
     def client(self, i: int) -> Dataset:
         lo = int(self.offsets[i])
@@ -84,13 +184,35 @@ class FederatedData:
     def pooled(self) -> Dataset:
         return Dataset(self.inputs, self.targets)
 
-    def to(self, device: torch.device | str) -> FederatedData:
-        return FederatedData(
-            self.inputs.to(device),
-            self.targets.to(device),
-            self.offsets.to(device),
-            self.counts.to(device),
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> InMemoryData:
+        return InMemoryData(
+            cast(self.inputs, device, dtype),
+            cast(self.targets, device, dtype),
+            self.offsets,
+            self.counts,
             self.client_ids,
+        )
+
+    @classmethod
+    def view(
+        cls,
+        clients: Sequence[int],
+        parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
+        sizes: torch.Tensor,
+        client_ids: Sequence[str],
+    ) -> InMemoryData:
+        """A cohort view: ``parts[j]`` holds client ``clients[j]``'s examples (see module doc)."""
+        counts = torch.tensor([len(x) for x, _ in parts], dtype=torch.long)
+        if not torch.equal(counts, sizes[torch.as_tensor(list(clients), dtype=torch.long)]):
+            raise ValueError("cohort parts do not match the store's client sizes")
+        offsets = torch.full_like(sizes, int(counts.sum()))
+        offsets[torch.as_tensor(list(clients), dtype=torch.long)] = torch.cumsum(counts, 0) - counts
+        return cls(
+            inputs=torch.cat([x for x, _ in parts]),
+            targets=torch.cat([y for _, y in parts]),
+            offsets=offsets,
+            counts=sizes,
+            client_ids=client_ids,
         )
 
 

@@ -31,24 +31,31 @@ class DigitsParams:
     dirichlet: float = 0.5
     model: str = "mlp"
     test_fraction: float = 0.2
+    size_skew: float | None = None  # unequal sizes: shares of the examples ~ Dir(size_skew)
 
     def validate(self, path: str) -> None:
         check(2 <= self.clients <= 500, f"{path}.clients", "must be in [2, 500]")
         check(self.dirichlet > 0, f"{path}.dirichlet", "must be > 0")
         check(0 < self.test_fraction < 0.9, f"{path}.test_fraction", "must be in (0, 0.9)")
+        check(self.size_skew is None or self.size_skew > 0, f"{path}.size_skew", "must be > 0")
         check(self.model in ("mlp", "cnn", "linear"), f"{path}.model", "must be mlp, cnn or linear")
 
 
 def dirichlet_split(
-    labels: np.ndarray, clients: int, concentration: float, rng: np.random.Generator
+    labels: np.ndarray,
+    clients: int,
+    concentration: float,
+    rng: np.random.Generator,
+    sizes: list[int] | None = None,
 ) -> list[np.ndarray]:
-    """Indices of each client's examples; equal client sizes, label priors ~ Dir(c·p)."""
+    """Indices of each client's examples; label priors ~ Dir(c·p); equal client sizes unless
+    ``sizes`` are given."""
     classes = np.unique(labels)
     pools = {k: list(rng.permutation(np.flatnonzero(labels == k))) for k in classes}
     prior = np.array([len(pools[k]) for k in classes], dtype=float) / len(labels)
-    size = len(labels) // clients
+    sizes = sizes or [len(labels) // clients] * clients
     out = []
-    for _ in range(clients):
+    for size in sizes:
         q = rng.dirichlet(concentration * prior * len(classes))
         take: list[int] = []
         while len(take) < size:
@@ -59,6 +66,15 @@ def dirichlet_split(
             take.append(pools[k].pop())
         out.append(np.array(take))
     return out
+
+
+def _sizes(p: DigitsParams, seed: int, n: int) -> list[int] | None:
+    """Quantity skew: n_i = 1 + ⌊s_i (n − C)⌋ with shares s ~ Dir(size_skew·1) drawn from the
+    data seed (a stream of its own); None = equal sizes ⌊n/C⌋."""
+    if p.size_skew is None:
+        return None
+    shares = np.random.default_rng([0xD2, seed]).dirichlet([p.size_skew] * p.clients)
+    return (1 + np.floor(shares * (n - p.clients)).astype(np.int64)).tolist()
 
 
 @register_task("digits", "scikit-learn handwritten digits split non-IID with a Dirichlet prior")
@@ -73,7 +89,8 @@ def build(params: Mapping[str, Any], seed: int) -> Task:
     order = rng.permutation(len(y))
     n_test = round(p.test_fraction * len(y))
     test_idx, train_idx = order[:n_test], order[n_test:]
-    parts = dirichlet_split(y[train_idx], p.clients, p.dirichlet, rng)
+    n_train = len(train_idx)
+    parts = dirichlet_split(y[train_idx], p.clients, p.dirichlet, rng, _sizes(p, seed, n_train))
     clients = [
         (torch.from_numpy(x[train_idx[ix]]), torch.from_numpy(y[train_idx[ix]])) for ix in parts
     ]

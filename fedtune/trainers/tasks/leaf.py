@@ -7,7 +7,9 @@ Format: a directory ``path`` with ``train/*.json`` and optionally ``test/*.json`
 
 and the users of one split may be spread over several files. Users are ordered by id and the
 first ``max_clients`` are kept (no randomness: the data seed does not change a file-backed
-dataset). Clients without examples are skipped. The test split pools the test examples of the
+dataset). Clients without examples are skipped. ``lazy: true`` keeps the training users in the
+files and reads each cohort's byte ranges (:mod:`.leaf_store`); the test split stays pooled in
+memory. The test split pools the test examples of the
 kept training clients (LEAF splits each user's samples), or — when the test files share no
 user with them — of the first ``max_clients`` test users.
 
@@ -38,12 +40,14 @@ from fedtune.trainers.models import build_model
 from fedtune.trainers.typed import check, from_mapping
 
 from .base import Dataset, FederatedData, Task
+from .leaf_store import LeafClientData, index_leaf_dir
 from .losses import accuracy, cross_entropy
 from .registry import register_task
 from .synthetic import check_model
 from .text import SHAKESPEARE_VOCAB, next_char_example, sequence_accuracy, sequence_cross_entropy
 
 __all__ = [
+    "LeafClientData",
     "LeafParams",
     "LeafShakespeareParams",
     "load_clients",
@@ -62,6 +66,7 @@ class LeafParams:
     path: str = ""
     max_clients: int | None = None
     model: str = "femnist_cnn"
+    lazy: bool = False  # keep users in the files, read per cohort (LeafClientData)
 
     def validate(self, path: str) -> None:
         check(bool(self.path), f"{path}.path", "required: the LEAF data directory")
@@ -169,16 +174,28 @@ def _pool(clients: list[Examples]) -> Dataset:
 
 
 def load_clients(
-    root: Path, max_clients: int | None, convert: Callable[[str, RawUser], Examples]
+    root: Path,
+    max_clients: int | None,
+    convert: Callable[[str, RawUser], Examples],
+    lazy: bool = False,
 ) -> tuple[FederatedData, Dataset | None]:
-    """Train clients (first ``max_clients`` by id) and the pooled test split of a LEAF dir."""
+    """Train clients (first ``max_clients`` by id) and the pooled test split of a LEAF dir;
+    ``lazy``: the training users stay in the files (:class:`LeafClientData`)."""
     if not root.is_dir():
         raise DataError(str(root), f"file not found; {_EXPECTED}")
-    users = read_leaf_dir(root / "train")
-    ids = [u for u in sorted(users) if users[u][0]][:max_clients]
-    if not ids:
-        raise DataError(str(root / "train"), "no user has any example")
-    train = FederatedData.from_clients([convert(u, users[u]) for u in ids], ids)
+    train: FederatedData
+    if lazy:
+        index = index_leaf_dir(root / "train", _EXPECTED)
+        ids = [u for u in sorted(index) if index[u][3]][:max_clients]
+        if not ids:
+            raise DataError(str(root / "train"), "no user has any example")
+        train = LeafClientData(index, ids, convert)
+    else:
+        users = read_leaf_dir(root / "train")
+        ids = [u for u in sorted(users) if users[u][0]][:max_clients]
+        if not ids:
+            raise DataError(str(root / "train"), "no user has any example")
+        train = FederatedData.from_clients([convert(u, users[u]) for u in ids], ids)
     if not (root / "test").exists():
         return train, None
     tests = read_leaf_dir(root / "test")
@@ -205,28 +222,25 @@ def _femnist_user(user: str, raw: RawUser) -> Examples:
     return torch.from_numpy(x).reshape(-1, 1, 28, 28), torch.from_numpy(y.astype(np.int64))
 
 
-def _shakespeare_user(seq_len: int) -> Callable[[str, RawUser], Examples]:
-    def convert(user: str, raw: RawUser) -> Examples:
-        xs, ys, file = raw
-        pairs = []
-        for x, y in zip(xs, ys, strict=True):
-            if not isinstance(x, str) or not isinstance(y, str) or len(y) != 1 or len(x) > seq_len:
-                raise DataError(
-                    str(file),
-                    f"user {user!r}: expected x = strings of at most "
-                    f"{seq_len} characters and y = single characters",
-                )
-            pairs.append(next_char_example(x, y, seq_len, SHAKESPEARE_VOCAB))
-        inputs, targets = zip(*pairs, strict=True)
-        return torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
-
-    return convert
+def _shakespeare_user(seq_len: int, user: str, raw: RawUser) -> Examples:
+    xs, ys, file = raw
+    pairs = []
+    for x, y in zip(xs, ys, strict=True):
+        if not isinstance(x, str) or not isinstance(y, str) or len(y) != 1 or len(x) > seq_len:
+            raise DataError(
+                str(file),
+                f"user {user!r}: expected x = strings of at most "
+                f"{seq_len} characters and y = single characters",
+            )
+        pairs.append(next_char_example(x, y, seq_len, SHAKESPEARE_VOCAB))
+    inputs, targets = zip(*pairs, strict=True)
+    return torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
 
 
 @register_task("femnist", "LEAF FEMNIST from local JSON files (62-class handwritten characters)")
 def build_femnist(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LeafParams, params, "task")
-    train, test = load_clients(Path(p.path), p.max_clients, _femnist_user)
+    train, test = load_clients(Path(p.path), p.max_clients, _femnist_user, p.lazy)
     return Task(
         name="femnist",
         train=train,
@@ -242,7 +256,8 @@ def build_femnist(params: Mapping[str, Any], seed: int) -> Task:
 def build_shakespeare(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LeafShakespeareParams, params, "task")
     vocab = SHAKESPEARE_VOCAB
-    train, test = load_clients(Path(p.path), p.max_clients, _shakespeare_user(p.seq_len))
+    convert = functools.partial(_shakespeare_user, p.seq_len)
+    train, test = load_clients(Path(p.path), p.max_clients, convert, p.lazy)
     return Task(
         name="shakespeare",
         train=train,

@@ -4,7 +4,9 @@ Client i holds ``examples`` examples z with per-example loss
 f(x; z) = ½ (x − c_i)ᵀ A_i (x − c_i) + ξ_zᵀ x, where the noise vectors ξ_z are Gaussian with
 E‖ξ‖² = G² (``noise``) and centred per client, so f_i(x) = ½ (x − c_i)ᵀ A_i (x − c_i) + const is
 exact and the mini-batch gradient noise has variance ≤ G²/B (`001_2dc7ddae5cbdc81f.txt` A4).
-A_i have spectra in [μ, L]; ‖c_i‖ ≤ ``radius``; ``heterogeneity`` ∈ [0, 1] moves the c_i from
+With ``examples_max`` the client sizes n_i differ (uniform in [examples, examples_max]; the
+client losses f_i do not depend on n_i), e.g. for ``train.local_epochs``. A_i have spectra in
+[μ, L]; ‖c_i‖ ≤ ``radius``; ``heterogeneity`` ∈ [0, 1] moves the c_i from
 identical to independent. The exact instance is exposed as ``task.meta["instance"]``
 (:class:`~fedtune.trainers.theory.instances.QuadraticInstance`) for the theory module.
 The model starts at x_0 ~ N(0, init_scale²/d · I) from the trial seed.
@@ -35,6 +37,7 @@ class QuadraticParams:
     radius: float = 1.0
     heterogeneity: float = 1.0
     examples: int = 40
+    examples_max: int | None = None  # unequal sizes: n_i uniform in [examples, examples_max]
     noise: float = 0.0
     init_scale: float = 10.0
 
@@ -45,6 +48,11 @@ class QuadraticParams:
         check(self.radius > 0, f"{path}.radius", "must be > 0")
         check(0 <= self.heterogeneity <= 1, f"{path}.heterogeneity", "must be in [0, 1]")
         check(self.examples >= 1, f"{path}.examples", "must be >= 1")
+        check(
+            self.examples_max is None or self.examples_max >= self.examples,
+            f"{path}.examples_max",
+            "must be >= examples",
+        )
         check(self.noise >= 0, f"{path}.noise", "must be >= 0")
 
 
@@ -79,14 +87,24 @@ def quadratic_model_fn(dim: int, init_scale: float):
     return model_fn
 
 
+def _client_sizes(p: QuadraticParams, seed: int) -> list[int]:
+    """n_i: all ``examples``, or uniform in [examples, examples_max] from the data seed (a
+    stream of its own, so the instance does not change)."""
+    if p.examples_max is None:
+        return [p.examples] * p.clients
+    rng = np.random.default_rng([0x9B, seed])
+    return rng.integers(p.examples, p.examples_max + 1, size=p.clients).tolist()
+
+
 @register_task("quadratic", "random quadratic clients with exact A_i, c_i (theory of 000/001)")
 def build(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(QuadraticParams, params, "task")
     rng = np.random.default_rng([0x9A, seed])
     inst = random_instance(p.clients, p.dim, p.mu, p.L, rng, p.radius, p.heterogeneity)
+    sizes = _client_sizes(p, seed)
     clients = [
-        (quadratic_rows(rng, inst.A[i], inst.c[i], p.examples, p.noise), torch.zeros(p.examples))
-        for i in range(p.clients)
+        (quadratic_rows(rng, inst.A[i], inst.c[i], int(n), p.noise), torch.zeros(int(n)))
+        for i, n in enumerate(sizes)
     ]
     return Task(
         name="quadratic",

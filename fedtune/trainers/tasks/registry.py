@@ -2,6 +2,8 @@
 
 A builder validates its own parameters (``task.<key>`` in errors) and must be deterministic in
 ``seed`` (the *data* seed: it fixes the data, the split and nothing about hyperparameters).
+Built-in tasks and user tasks (entry point ``fedtune.tasks``, a study's ``code:``) register
+through the same :func:`register_task` (see :mod:`fedtune.trainers.plugins`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fedtune.errors import ConfigError
-
+from ..plugins import Origin, Registry
 from .base import Task
 
-__all__ = ["TaskInfo", "build_task", "register_task", "task_names", "tasks"]
+__all__ = ["TaskInfo", "build_task", "register_task", "task_names", "task_origin", "tasks"]
 
+#: ``builder(params, seed) -> Task``: validates ``params`` (errors name ``task.<key>``) and is
+#: deterministic in the data ``seed``
 Builder = Callable[[Mapping[str, Any], int], Task]
 
 
@@ -26,35 +29,36 @@ class TaskInfo:
     description: str
 
 
-_TASKS: dict[str, TaskInfo] = {}
-
-
-def register_task(name: str, description: str) -> Callable[[Builder], Builder]:
-    def deco(builder: Builder) -> Builder:
-        if name in _TASKS:
-            raise ValueError(f"task {name!r} registered twice")
-        _TASKS[name] = TaskInfo(name, builder, description)
-        return builder
-
-    return deco
-
-
 def _load_builtin() -> None:
     # importing the modules registers the built-in tasks
     from . import builtin  # noqa: F401
 
 
+REGISTRY: Registry[TaskInfo] = Registry("task", "task.name", _load_builtin)
+
+
+def register_task(name: str, description: str = "") -> Callable[[Builder], Builder]:
+    """Decorator: register ``builder(params, seed) -> Task`` as task ``name``."""
+
+    def deco(builder: Builder) -> Builder:
+        doc = description or (builder.__doc__ or "").strip().split("\n")[0]
+        REGISTRY.add(name, TaskInfo(name, builder, doc))
+        return builder
+
+    return deco
+
+
 def tasks() -> dict[str, TaskInfo]:
-    _load_builtin()
-    return dict(_TASKS)
+    return REGISTRY.all()
 
 
 def task_names() -> list[str]:
     return sorted(tasks())
 
 
+def task_origin(name: str) -> Origin:
+    return REGISTRY.origin(name)
+
+
 def build_task(name: str, params: Mapping[str, Any], seed: int) -> Task:
-    known = tasks()
-    if name not in known:
-        raise ConfigError("task.name", f"unknown task {name!r} (known: {', '.join(sorted(known))})")
-    return known[name].builder(params, seed)
+    return REGISTRY.get(name).builder(params, seed)

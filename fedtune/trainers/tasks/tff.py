@@ -5,7 +5,10 @@ Format (TFF's ``fed_emnist*.h5``, ``fed_cifar100_*.h5``, ``shakespeare_*.h5``,
 ``stackoverflow_*.h5``): one dataset per client and feature, ``examples/<client_id>/<feature>``,
 all features of a client with the same leading length. Clients are ordered by id and the first
 ``max_clients`` kept; the test file (``test_path``) is selected as in
-:func:`~fedtune.trainers.tasks.leaf.select_test_clients`. Nothing is downloaded.
+:func:`~fedtune.trainers.tasks.leaf.select_test_clients`. Nothing is downloaded. With
+``lazy: true`` the training clients stay in the file and each cohort's groups are read when the
+engine asks for them (:class:`~fedtune.trainers.tasks.hdf5.HDF5ClientData`; vocabularies and
+client sizes come from one streamed pass at load time); the test split stays pooled in memory.
 
 * ``emnist``: ``pixels`` float [n, 28, 28] → ``[n, 1, 28, 28]`` unchanged; ``label`` in
   0..classes−1 (62, or 10 for the digits-only files).
@@ -28,12 +31,12 @@ all features of a client with the same leading length. Clients are ordered by id
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import h5py
 import numpy as np
 import torch
 
@@ -42,6 +45,7 @@ from fedtune.trainers.models import build_model
 from fedtune.trainers.typed import check, from_mapping
 
 from .base import Dataset, FederatedData, LossFn, Task
+from .hdf5 import Convert, HDF5ClientData, Raw, read_clients, truncate
 from .leaf import select_test_clients
 from .losses import accuracy, cross_entropy
 from .registry import register_task
@@ -51,7 +55,6 @@ from .text import (
     Vocab,
     bag_of_words,
     char_windows,
-    count_tokens,
     most_frequent,
     multi_hot,
     multilabel_bce,
@@ -64,6 +67,7 @@ from .text import (
 __all__ = [
     "Cifar100Params",
     "EmnistParams",
+    "HDF5ClientData",
     "ShakespeareTffParams",
     "StackOverflowNwpParams",
     "StackOverflowTpParams",
@@ -71,9 +75,6 @@ __all__ = [
     "read_clients",
     "standardize_images",
 ]
-
-_EXPECTED = "expected a TFF-style HDF5 file with examples/<client_id>/<feature> datasets"
-Raw = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class TffParams:
     max_clients: int | None = None
     max_examples_per_client: int | None = None
     model: str = ""
+    lazy: bool = False  # keep clients on disk, read per cohort (HDF5ClientData)
 
     def validate(self, path: str) -> None:
         check(bool(self.train_path), f"{path}.train_path", "required: the training HDF5 file")
@@ -139,49 +141,17 @@ class StackOverflowNwpParams(TffParams):
     _sizes: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len")
 
 
-def read_clients(
-    path: Path, features: Sequence[str], choose: Callable[[list[str]], list[str]]
-) -> tuple[list[str], list[Raw]]:
-    """The ids ``choose(sorted ids)`` and, for each, ``{feature: array}`` from ``path``."""
-    if not path.is_file():
-        raise DataError(str(path), f"file not found; {_EXPECTED}")
-    try:
-        handle = h5py.File(path, "r")
-    except OSError as exc:
-        raise DataError(str(path), f"cannot open as HDF5 ({exc}); {_EXPECTED}") from exc
-    with handle:
-        group = handle.get("examples")
-        if not isinstance(group, h5py.Group):
-            raise DataError(str(path), f"no 'examples' group; {_EXPECTED}")
-        ids = choose(sorted(group.keys()))
-        return ids, [_read_client(path, group, cid, features) for cid in ids]
-
-
-def _read_client(path: Path, group: h5py.Group, cid: str, features: Sequence[str]) -> Raw:
-    client = group[cid]
-    raw: Raw = {}
-    for feature in features:
-        if not isinstance(client, h5py.Group) or not isinstance(client.get(feature), h5py.Dataset):
-            raise DataError(
-                str(path),
-                f"client {cid!r} has no feature {feature!r}; expected examples/{cid}/{feature}",
-            )
-        raw[feature] = client[feature][()]
-    if len({len(a) for a in raw.values()}) > 1:
-        raise DataError(
-            str(path),
-            f"client {cid!r}: features {list(features)} have different "
-            "lengths; expected one entry per example in each",
-        )
-    return raw
-
-
 def _strings(values: np.ndarray) -> list[str]:
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.tolist()]
 
 
-def _texts(raws: list[Raw], feature: str) -> list[str]:
-    return [text for raw in raws for text in _strings(raw[feature])]
+def _count(raws: Iterable[Raw], feature: str, sep: str | None) -> Counter[str]:
+    """Token counts of ``feature`` over all clients (one pass; see text.count_tokens)."""
+    counts: Counter[str] = Counter()
+    for raw in raws:
+        for text in _strings(raw[feature]):
+            counts.update(t for t in text.split(sep) if t)
+    return counts
 
 
 def standardize_images(images: np.ndarray, crop: int) -> np.ndarray:
@@ -195,30 +165,32 @@ def standardize_images(images: np.ndarray, crop: int) -> np.ndarray:
     return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
 
 
-Convert = Callable[[Path, str, Raw], tuple[np.ndarray, np.ndarray]]
+Prepare = Callable[[Iterable[Raw]], Any]
 
 
-def _load(p: TffParams, features: Sequence[str], convert: Convert, prepare=None):
+def _load(
+    p: TffParams,
+    features: Sequence[str],
+    make_convert: Callable[[Any], Convert],
+    prepare: Prepare | None = None,
+    rows_are_examples: bool = True,
+):
     """Train :class:`FederatedData` and pooled test :class:`Dataset` (or ``None``).
 
-    ``prepare(train_raw)`` runs before conversion (e.g. to build vocabularies)."""
-    train_path = Path(p.train_path)
-
-    def first(ids: list[str]) -> list[str]:
-        return ids[: p.max_clients]
-
-    ids, raws = read_clients(train_path, features, first)
-    raws = [_truncate(r, p.max_examples_per_client) for r in raws]
-    if prepare is not None:
-        prepare(raws)
-    clients = []
-    for cid, raw in zip(ids, raws, strict=True):
-        x, y = convert(train_path, cid, raw)
-        if len(x):
-            clients.append((cid, torch.from_numpy(x), torch.from_numpy(y)))
-    if not clients:
-        raise DataError(str(train_path), "no client has any example")
-    train = FederatedData.from_clients([(x, y) for _, x, y in clients], [c for c, _, _ in clients])
+    ``prepare(train raws)`` runs before conversion (one pass, e.g. to build vocabularies) and
+    ``make_convert(its result)`` gives the per-client conversion. ``lazy``: the clients stay in
+    the file (:class:`~fedtune.trainers.tasks.hdf5.HDF5ClientData`)."""
+    train_path, limit = Path(p.train_path), p.max_examples_per_client
+    if p.lazy:
+        train: FederatedData = HDF5ClientData.index(
+            train_path, features, p.max_clients, limit, prepare, make_convert, rows_are_examples
+        )
+        convert = train.convert  # type: ignore[attr-defined]
+    else:
+        ids, raws = read_clients(train_path, features, lambda ids: ids[: p.max_clients])
+        raws = [truncate(r, limit) for r in raws]
+        convert = make_convert(prepare(raws) if prepare is not None else None)
+        train = _in_memory(train_path, ids, raws, convert)
     if p.test_path is None:
         return train, None
     test_path = Path(p.test_path)
@@ -227,8 +199,7 @@ def _load(p: TffParams, features: Sequence[str], convert: Convert, prepare=None)
         test_path, features, lambda all_ids: select_test_clients(all_ids, kept, p.max_clients)
     )
     parts = [
-        convert(test_path, cid, _truncate(r, p.max_examples_per_client))
-        for cid, r in zip(tids, traws, strict=True)
+        convert(test_path, cid, truncate(r, limit)) for cid, r in zip(tids, traws, strict=True)
     ]
     parts = [(x, y) for x, y in parts if len(x)]
     if not parts:
@@ -240,8 +211,15 @@ def _load(p: TffParams, features: Sequence[str], convert: Convert, prepare=None)
     return train, test
 
 
-def _truncate(raw: Raw, limit: int | None) -> Raw:
-    return raw if limit is None else {k: v[:limit] for k, v in raw.items()}
+def _in_memory(path: Path, ids: list[str], raws: list[Raw], convert: Convert) -> FederatedData:
+    clients = []
+    for cid, raw in zip(ids, raws, strict=True):
+        x, y = convert(path, cid, raw)
+        if len(x):
+            clients.append((cid, torch.from_numpy(x), torch.from_numpy(y)))
+    if not clients:
+        raise DataError(str(path), "no client has any example")
+    return FederatedData.from_clients([(x, y) for _, x, y in clients], [c for c, _, _ in clients])
 
 
 def _labels(path: Path, cid: str, labels: np.ndarray, classes: int) -> np.ndarray:
@@ -276,16 +254,49 @@ def _task(name: str, p: TffParams, data, shape, outputs, loss: LossFn, metrics, 
     )
 
 
+# Converters are module-level functions bound with functools.partial, so that a lazy store
+# (which keeps its converter) pickles with the standard library.
+
+
+def _convert_emnist(classes: int, path: Path, cid: str, raw: Raw):
+    _images(path, cid, raw["pixels"], (28, 28), "pixels")
+    x = raw["pixels"].astype(np.float32).reshape(-1, 1, 28, 28)
+    return x, _labels(path, cid, raw["label"], classes)
+
+
+def _convert_cifar(crop: int, classes: int, path: Path, cid: str, raw: Raw):
+    _images(path, cid, raw["image"], (32, 32, 3), "image")
+    return standardize_images(raw["image"], crop), _labels(path, cid, raw["label"], classes)
+
+
+def _convert_shakespeare(seq_len: int, path: Path, cid: str, raw: Raw):
+    vocab = SHAKESPEARE_VOCAB
+    windows = [char_windows(s, seq_len, vocab) for s in _strings(raw["snippets"])]
+    if not windows:
+        return np.zeros((0, seq_len), np.int64), np.zeros((0, seq_len), np.int64)
+    return np.concatenate([x for x, _ in windows]), np.concatenate([y for _, y in windows])
+
+
+def _convert_tp(words: dict, tags: dict, vocab_size: int, num_tags: int, path, cid, raw: Raw):
+    docs = [s.split() for s in _strings(raw["tokens"])]
+    labels = [[t for t in s.split("|") if t] for s in _strings(raw["tags"])]
+    return bag_of_words(docs, words, vocab_size), multi_hot(labels, tags, num_tags)
+
+
+def _convert_nwp(vocab: Vocab, seq_len: int, path: Path, cid: str, raw: Raw):
+    pairs = [word_sequence(s.split(), seq_len, vocab) for s in _strings(raw["tokens"])]
+    x = np.array([a for a, _ in pairs], dtype=np.int64).reshape(-1, seq_len)
+    return x, np.array([b for _, b in pairs], dtype=np.int64).reshape(-1, seq_len)
+
+
+def _bind(fn, *args) -> Callable[[Any], Convert]:
+    return lambda _prepared: functools.partial(fn, *args)
+
+
 @register_task("emnist", "TFF federated EMNIST (62 or 10 classes) from a local HDF5 file")
 def build_emnist(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(EmnistParams, params, "task")
-
-    def convert(path: Path, cid: str, raw: Raw):
-        _images(path, cid, raw["pixels"], (28, 28), "pixels")
-        x = raw["pixels"].astype(np.float32).reshape(-1, 1, 28, 28)
-        return x, _labels(path, cid, raw["label"], p.classes)
-
-    data = _load(p, ("pixels", "label"), convert)
+    data = _load(p, ("pixels", "label"), _bind(_convert_emnist, p.classes))
     metrics = {"accuracy": accuracy}
     return _task("emnist", p, data, (1, 28, 28), p.classes, cross_entropy, metrics, {})
 
@@ -293,13 +304,7 @@ def build_emnist(params: Mapping[str, Any], seed: int) -> Task:
 @register_task("cifar100", "TFF federated CIFAR-100 from a local HDF5 file (centre crop)")
 def build_cifar100(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(Cifar100Params, params, "task")
-
-    def convert(path: Path, cid: str, raw: Raw):
-        _images(path, cid, raw["image"], (32, 32, 3), "image")
-        x = standardize_images(raw["image"], p.crop)
-        return x, _labels(path, cid, raw["label"], p.classes)
-
-    data = _load(p, ("image", "label"), convert)
+    data = _load(p, ("image", "label"), _bind(_convert_cifar, p.crop, p.classes))
     shape = (3, p.crop, p.crop)
     metrics = {"accuracy": accuracy}
     return _task("cifar100", p, data, shape, p.classes, cross_entropy, metrics, {})
@@ -309,14 +314,8 @@ def build_cifar100(params: Mapping[str, Any], seed: int) -> Task:
 def build_shakespeare_tff(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(ShakespeareTffParams, params, "task")
     vocab = SHAKESPEARE_VOCAB
-
-    def convert(path: Path, cid: str, raw: Raw):
-        windows = [char_windows(s, p.seq_len, vocab) for s in _strings(raw["snippets"])]
-        if not windows:
-            return np.zeros((0, p.seq_len), np.int64), np.zeros((0, p.seq_len), np.int64)
-        return np.concatenate([x for x, _ in windows]), np.concatenate([y for _, y in windows])
-
-    data = _load(p, ("snippets",), convert)
+    convert = _bind(_convert_shakespeare, p.seq_len)
+    data = _load(p, ("snippets",), convert, rows_are_examples=False)
     loss, metrics = sequence_cross_entropy(vocab.pad), {"accuracy": sequence_accuracy(vocab.pad)}
     return _task(
         "shakespeare_tff", p, data, (p.seq_len,), vocab.size, loss, metrics, {"vocab": vocab}
@@ -328,21 +327,21 @@ def build_stackoverflow_tp(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(StackOverflowTpParams, params, "task")
     index: dict[str, dict[str, int]] = {}
 
-    def prepare(raws: list[Raw]) -> None:
-        words = most_frequent(count_tokens(_texts(raws, "tokens"), None), p.vocab_size)
-        tags = most_frequent(count_tokens(_texts(raws, "tags"), "|"), p.num_tags)
-        index["words"] = {w: i for i, w in enumerate(words)}
-        index["tags"] = {t: i for i, t in enumerate(tags)}
+    def prepare(raws: Iterable[Raw]) -> None:
+        words: Counter[str] = Counter()
+        tags: Counter[str] = Counter()
+        for raw in raws:  # one pass: a lazy store streams the file once
+            words.update(_count([raw], "tokens", None))
+            tags.update(_count([raw], "tags", "|"))
+        index["words"] = {w: i for i, w in enumerate(most_frequent(words, p.vocab_size))}
+        index["tags"] = {t: i for i, t in enumerate(most_frequent(tags, p.num_tags))}
 
-    def convert(path: Path, cid: str, raw: Raw):
-        docs = [s.split() for s in _strings(raw["tokens"])]
-        tags = [[t for t in s.split("|") if t] for s in _strings(raw["tags"])]
-        return (
-            bag_of_words(docs, index["words"], p.vocab_size),
-            multi_hot(tags, index["tags"], p.num_tags),
+    def make_convert(_prepared) -> Convert:
+        return functools.partial(
+            _convert_tp, index["words"], index["tags"], p.vocab_size, p.num_tags
         )
 
-    data = _load(p, ("tokens", "tags"), convert, prepare)
+    data = _load(p, ("tokens", "tags"), make_convert, prepare)
     metrics = {"precision_at_5": precision_at_k(5)}
     meta = {"words": tuple(index["words"]), "tags": tuple(index["tags"])}
     return _task(
@@ -353,19 +352,17 @@ def build_stackoverflow_tp(params: Mapping[str, Any], seed: int) -> Task:
 @register_task("stackoverflow_nwp", "TFF Stack Overflow next-word prediction from HDF5")
 def build_stackoverflow_nwp(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(StackOverflowNwpParams, params, "task")
+
     vocabs: list[Vocab] = []
 
-    def prepare(raws: list[Raw]) -> None:
-        vocabs.append(
-            Vocab(most_frequent(count_tokens(_texts(raws, "tokens"), None), p.vocab_size))
-        )
+    def prepare(raws: Iterable[Raw]) -> Vocab:
+        vocabs.append(Vocab(most_frequent(_count(raws, "tokens", None), p.vocab_size)))
+        return vocabs[0]
 
-    def convert(path: Path, cid: str, raw: Raw):
-        pairs = [word_sequence(s.split(), p.seq_len, vocabs[0]) for s in _strings(raw["tokens"])]
-        x = np.array([a for a, _ in pairs], dtype=np.int64).reshape(-1, p.seq_len)
-        return x, np.array([b for _, b in pairs], dtype=np.int64).reshape(-1, p.seq_len)
+    def make_convert(vocab: Vocab) -> Convert:
+        return functools.partial(_convert_nwp, vocab, p.seq_len)
 
-    data = _load(p, ("tokens",), convert, prepare)
+    data = _load(p, ("tokens",), make_convert, prepare)
     v = vocabs[0]
     metrics = {"accuracy": sequence_accuracy(v.pad, ignore=(v.oov, v.bos, v.eos))}
     return _task(

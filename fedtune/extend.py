@@ -1,0 +1,128 @@
+"""The public extension API: bring your own task, model and method.
+
+Everything a user module needs, importable from one place::
+
+    from fedtune.extend import FederatedData, Dataset, Task, register_task, register_model
+
+    @register_model("my_mlp")
+    def my_mlp(input_shape, num_outputs):               # -> torch.nn.Module
+        ...
+
+    @register_task("my_lab_digits", "my digits split")
+    def build(params, seed):                            # -> Task, deterministic in ``seed``
+        ...
+
+    register_algorithm("fedavg_clip", summary="...", aggregator=ClippedMean())
+
+Contracts
+---------
+* **Task builder** ``builder(params: Mapping, seed: int) -> Task``. ``params`` are the study's
+  ``task:`` keys other than ``name``/``seed``; the builder validates them (raise
+  ``ConfigError("task.<key>", reason)``). It must be deterministic in ``seed`` (the *data*
+  seed: data, split and client sampling; never hyperparameters).
+* **FederatedData** is the interface of a task's clients (``num_clients``, ``client_sizes``
+  int64 ``[C]``, ``cohort(clients)`` -> an :class:`InMemoryData` view addressed by global
+  client index, ``to(device, dtype)``). In memory: ``FederatedData.from_clients([(x_i, y_i),
+  ...])`` (client ``i`` owns rows ``offsets[i]:offsets[i]+counts[i]``); on disk, loaded per
+  cohort: :class:`CallableData` (``load(i) -> (x_i, y_i)``) or a :class:`LazyFederatedData`
+  subclass. Same clients -> same tensors (determinism). ``Dataset`` is a pooled split (test,
+  central data).
+* **Task**: ``model_fn(generator) -> nn.Module`` (parameters drawn from ``generator`` only, e.g.
+  via :func:`build_model`), ``loss_fn(outputs [B, ...], targets [B, ...]) -> [B]`` per-example
+  losses, optional ``test`` split and ``metric_fns`` (per-example, like the loss).
+* **Model factory** ``factory(input_shape, num_outputs) -> nn.Module``. The model must be a pure
+  function of (parameters, inputs) — no dropout, no BatchNorm — because the vectorized runner
+  ``torch.func.vmap``-s the clients' local steps over the cohort (per-client batches stacked
+  ``[M, K, B, ...]``); a model that cannot be vmapped falls back to the sequential runner.
+* **Algorithms** are recipes of parts (client rule, message rule, aggregator, server optimizer)
+  registered with :func:`register_algorithm`; see that function.
+
+User modules are found three ways, listed with their origin by ``fedtune tasks``,
+``fedtune algorithms`` and ``fedtune spaces``: built in; an installed distribution's entry
+points (groups ``fedtune.tasks``, ``fedtune.models``, ``fedtune.algorithms``; the entry point
+names a module to import or a zero-argument function to call); or a study's
+``code: {path: ./my_lab, modules: [my_lab.tasks]}`` section, imported by :func:`load_code`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedtune.errors import CodeError, ConfigError
+from fedtune.trainers.algorithms.base import (
+    Algorithm,
+    Cohort,
+    RoundContext,
+    ServerState,
+    tree_norm,
+    weighted_mean,
+)
+from fedtune.trainers.algorithms.local_update import LocalUpdate
+from fedtune.trainers.algorithms.registry import Recipe, algorithm_origin, algorithms, register
+from fedtune.trainers.client import ClientRule
+from fedtune.trainers.code import CodeSpec, LoadReport, load_code
+from fedtune.trainers.models.registry import build_model, model_names, register_model
+from fedtune.trainers.plugins import Origin
+from fedtune.trainers.server_opt import ServerOpt, make_server_opt
+from fedtune.trainers.tasks.base import CentralData, Dataset, FederatedData, InMemoryData, Task
+from fedtune.trainers.tasks.lazy import CallableData, LazyFederatedData
+from fedtune.trainers.tasks.registry import Builder as TaskBuilder
+from fedtune.trainers.tasks.registry import register_task, task_origin, tasks
+
+__all__ = [
+    "Algorithm",
+    "CallableData",
+    "CentralData",
+    "ClientRule",
+    "CodeError",
+    "CodeSpec",
+    "Cohort",
+    "ConfigError",
+    "Dataset",
+    "FederatedData",
+    "InMemoryData",
+    "LazyFederatedData",
+    "LoadReport",
+    "LocalUpdate",
+    "Origin",
+    "Recipe",
+    "RoundContext",
+    "ServerOpt",
+    "ServerState",
+    "Task",
+    "TaskBuilder",
+    "algorithm_origin",
+    "algorithms",
+    "build_model",
+    "load_code",
+    "make_server_opt",
+    "model_names",
+    "register_algorithm",
+    "register_model",
+    "register_task",
+    "task_origin",
+    "tasks",
+    "tree_norm",
+    "weighted_mean",
+]
+
+
+def register_algorithm(name: str, **recipe: Any) -> Recipe:
+    """Register the algorithm ``name`` as a :class:`Recipe` (keyword arguments are its fields:
+    ``summary``, ``paper``, ``params``, ``theta``, ``units``, ``defaults``, ``fixed``,
+    ``server_opts``, ``build`` …) through the same registry as the built-ins."""
+    recipe.setdefault("summary", "")
+    recipe.setdefault("paper", "")
+    recipe.setdefault("params", ())
+    return register(Recipe(name, **_fields(recipe)))
+
+
+def _fields(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    known = set(Recipe.__dataclass_fields__) - {"name"}
+    unknown = sorted(set(recipe) - known)
+    if unknown:
+        raise CodeError(
+            f"algorithm.{unknown[0]}", f"unknown recipe field (known: {', '.join(sorted(known))})"
+        )
+    return {**recipe, "params": tuple(recipe["params"])}
