@@ -19,11 +19,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.needs import crd_dir, need
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "helm" / "fedtune"
 EXAMPLES_DIR = REPO_ROOT / "examples" / "helm"
 # `shared/` sits beside the checkout (../shared), as in the development and CI layouts
-CRD_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "k8s" / "crds"
+CRD_DIR = crd_dir()
 RELEASE = "demo"
 NAMESPACE = "ml"
 HELM_INSTALL_HINT = (
@@ -45,9 +47,35 @@ def load_yaml(path: Path) -> dict[str, Any]:
         return yaml.load(handle, Loader=_LOADER) or {}
 
 
+#: what an offline render needs besides the example files: the chart refuses to invent a password
+#: or Ray token that `lookup` could not read back (issue 11, finding 9)
+PG_PASSWORD = "offline-render-password-0123456789"
+RAY_TOKEN = "offline-render-ray-token-0123456789"
+OFFLINE_SECRETS = {
+    "postgresql": {"auth": {"password": PG_PASSWORD}},
+    "rayCluster": {"auth": {"token": RAY_TOKEN}},
+}
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in (maps recursively, like Helm merges values files)."""
+    merged = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def with_offline_secrets(values: dict[str, Any]) -> dict[str, Any]:
+    return deep_merge(OFFLINE_SECRETS, values)
+
+
 def scenario_values() -> dict[str, dict[str, Any]]:
-    """The value sets every chart-wide check runs on (the issue's four, plus the local backend)."""
-    return {
+    """The value sets every chart-wide check runs on (the issue's four, plus the local backend),
+    each with the secrets an offline render must be given."""
+    plain = {
         "defaults": {},
         "gpu": load_yaml(EXAMPLES_DIR / "gpu-values.yaml"),
         "external-db": load_yaml(EXAMPLES_DIR / "external-db-values.yaml"),
@@ -60,7 +88,9 @@ def scenario_values() -> dict[str, dict[str, Any]]:
             "auth": {"apiToken": "test-token-set-by-the-test"},
         },
         "local": {"backend": "local", "mlflow": {"enabled": False}},
+        "raycluster-defaults": {"backend": "ray", "rayCluster": {"enabled": True}},
     }
+    return {name: with_offline_secrets(values) for name, values in plain.items()}
 
 
 SCENARIOS = tuple(scenario_values())
@@ -72,11 +102,11 @@ def helm() -> Any:
     try:
         import helm_python
     except ImportError as exc:
-        pytest.skip(f"helm-python-sdk is not installed ({exc}); {HELM_INSTALL_HINT}")
+        need("helm", f"helm-python-sdk is not installed ({exc}); {HELM_INSTALL_HINT}")
     try:
         helm_python.helm_sdk_version()
     except Exception as exc:  # the wheel is there but its libhelm_c cannot load
-        pytest.skip(f"libhelm_c could not be loaded ({exc}); {HELM_INSTALL_HINT}")
+        need("helm", f"libhelm_c could not be loaded ({exc}); {HELM_INSTALL_HINT}")
     return helm_python
 
 
@@ -101,13 +131,22 @@ def split_manifests(rendered: dict[str, str]) -> list[Manifest]:
 
 @pytest.fixture(scope="session")
 def render(chart: Any) -> Renderer:
-    """``render(values, name=..., namespace=...) -> [manifest]``: ``helm template`` offline."""
+    """``render(values, name=..., namespace=...) -> [manifest]``: ``helm template`` offline, with
+    :data:`OFFLINE_SECRETS` merged under ``values`` unless ``offline_secrets=False``."""
 
     def _render(
-        values: dict[str, Any] | None = None, *, name: str = RELEASE, namespace: str = NAMESPACE
+        values: dict[str, Any] | None = None,
+        *,
+        name: str = RELEASE,
+        namespace: str = NAMESPACE,
+        offline_secrets: bool = True,
+        upgrade: bool = False,
     ) -> list[Manifest]:
+        values = copy.deepcopy(values or {})
+        if offline_secrets:
+            values = with_offline_secrets(values)
         rendered = chart.render(
-            copy.deepcopy(values or {}), name=name, namespace=namespace, is_install=True
+            values, name=name, namespace=namespace, is_install=not upgrade, is_upgrade=upgrade
         )
         return split_manifests(rendered)
 
@@ -142,7 +181,7 @@ def pod_specs(manifest: Manifest) -> Iterator[tuple[str, Manifest, dict[str, Any
     kind = manifest["kind"]
     if kind == "Pod":
         yield "pod", manifest["metadata"], manifest["spec"]
-    elif kind in {"Deployment", "StatefulSet", "DaemonSet", "Job"}:
+    elif kind in {"Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet"}:
         template = manifest["spec"]["template"]
         yield "template", template["metadata"], template["spec"]
     elif kind == "RayCluster":
@@ -186,7 +225,7 @@ def crd_schema(kind: str, version: str = "v1") -> dict[str, Any]:
     """openAPIV3Schema of KubeRay's ``kind`` (RayCluster, RayJob), closed by :func:`_strict`."""
     path = CRD_DIR / f"ray.io_{kind.lower()}s.yaml"
     if not path.exists():
-        pytest.skip(f"KubeRay CRD {path} is not available")
+        need("crds", f"KubeRay CRD {path} is not available (set FEDTUNE_CRD_DIR)")
     return _crd_schema(path, kind, version)
 
 

@@ -29,6 +29,7 @@ from tests.deploy.conftest import (
     one,
     pod_specs,
     scenario_values,
+    with_offline_secrets,
     without_source,
 )
 
@@ -49,7 +50,24 @@ STANDARD_LABELS = (
     "helm.sh/chart",
 )
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-RAYJOB_VERBS = ["create", "get", "list", "watch", "delete"]
+BACKEND_SOURCE = CHART_DIR.parents[1] / "fedtune" / "service" / "backends" / "kubernetes.py"
+#: CustomObjectsApi method prefix -> RBAC verb
+API_VERBS = {
+    "create": "create",
+    "get": "get",
+    "list": "list",
+    "delete": "delete",
+    "patch": "patch",
+    "replace": "update",
+}
+
+
+def rayjob_verbs_the_code_uses() -> list[str]:
+    """RBAC verbs of the CustomObjectsApi calls in the kubernetes backend (issue 11, finding 14)."""
+    calls = re.findall(r"\.(\w+?)_namespaced_custom_object(_status)?\b", BACKEND_SOURCE.read_text())
+    assert calls, "the kubernetes backend makes no CustomObjectsApi call?"
+    assert not [c for c in calls if c[1]], "a status subresource call needs its own rule"
+    return sorted({API_VERBS[name] for name, _ in calls})
 
 
 def api_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -122,7 +140,7 @@ def test_schema_rejects_invalid_values_naming_the_field(
     message = schema_error(chart, helm, values)
     assert f"'{path}'" in message and words in message, message
     with pytest.raises(helm.HelmValuesError, match=re.escape(path)):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        chart.render(with_offline_secrets(values), name=RELEASE, namespace=NAMESPACE)
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     errors = list(jsonschema.Draft7Validator(schema).iter_errors(chart.merge_values(values)))
     assert errors and all(e.json_path.startswith("$" + path.replace("/", ".")) for e in errors)
@@ -150,7 +168,7 @@ def test_impossible_combinations_fail_with_the_values_named(
     helm: Any, chart: Any, values: dict, needle: str
 ) -> None:
     with pytest.raises(helm.HelmError, match=re.escape(needle)):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        chart.render(with_offline_secrets(values), name=RELEASE, namespace=NAMESPACE)
 
 
 # ---- every rendered object is valid --------------------------------------------------------------
@@ -358,8 +376,7 @@ def test_rbac_is_namespaced_and_exactly_the_rayjob_verbs(
     role = one(manifests, "Role")
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [
-        {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": RAYJOB_VERBS},
-        {"apiGroups": ["ray.io"], "resources": ["rayjobs/status"], "verbs": ["get"]},
+        {"apiGroups": ["ray.io"], "resources": ["rayjobs"], "verbs": rayjob_verbs_the_code_uses()}
     ]
     binding = one(manifests, "RoleBinding")
     assert binding["roleRef"] == {
@@ -390,38 +407,44 @@ def test_no_default_value_holds_a_secret() -> None:
             assert not CREDENTIAL_URL.search(value), f"{'.'.join(path)} embeds credentials"
 
 
-def test_generated_password_is_random_and_shared_by_every_url(render: Any) -> None:
-    passwords = []
-    for _ in range(2):
-        manifests = render({})
-        secret = one(manifests, "Secret", f"{FULLNAME}-postgresql")
-        password = base64.b64decode(secret["data"]["password"]).decode()
-        assert re.fullmatch(r"[A-Za-z0-9]{32}", password)
-        assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-        env = one(manifests, "Secret", f"{FULLNAME}-env")["stringData"]
-        pg = f"{FULLNAME}-postgresql:5432"
-        assert (
-            env["FEDTUNE_DATABASE_URL"] == f"postgresql+psycopg://fedtune:{password}@{pg}/fedtune"
-        )
-        assert (
-            env["MLFLOW_BACKEND_STORE_URI"]
-            == f"postgresql+psycopg://fedtune:{password}@{pg}/mlflow"
-        )
-        passwords.append(password)
-    assert passwords[0] != passwords[1]
+def test_role_passwords_derive_from_the_given_password_and_urls_use_them(render: Any) -> None:
+    manifests = render({"postgresql": {"auth": {"password": "p" * 24}}})
+    secret = one(manifests, "Secret", f"{FULLNAME}-postgresql")
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert data["password"] == "p" * 24
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len({data["password"], data["fedtune-password"], data["mlflow-password"]}) == 3
+    env = one(manifests, "Secret", f"{FULLNAME}-env")["stringData"]
+    pg = f"{FULLNAME}-postgresql:5432"
+    assert env["FEDTUNE_DATABASE_URL"] == (
+        f"postgresql+psycopg://fedtune:{data['fedtune-password']}@{pg}/fedtune"
+    )
+    assert env["MLFLOW_BACKEND_STORE_URI"] == (
+        f"postgresql+psycopg://mlflow:{data['mlflow-password']}@{pg}/mlflow"
+    )
+    again = one(
+        render({"postgresql": {"auth": {"password": "p" * 24}}}),
+        "Secret",
+        secret["metadata"]["name"],
+    )
+    assert again["data"] == secret["data"], "derived passwords must be stable across renders"
 
 
 def test_external_database_scenario_renders_no_secret_values(rendered_scenarios: dict) -> None:
     manifests = rendered_scenarios["external-db"]
     assert not [m for m in manifests if "postgresql" in m["metadata"]["name"]]
-    assert not find(manifests, "Secret")
+    assert not [
+        s
+        for s in find(manifests, "Secret")
+        if "helm.sh/hook" not in s["metadata"].get("annotations", {})
+    ]
     env = container_env(api_container(manifests))
     assert env["FEDTUNE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "fedtune-connection"
     assert env["FEDTUNE_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {
         "name": "fedtune-api-token",
         "key": "api-token",
     }
-    assert env["FEDTUNE_K8S_ENV_SECRET"]["value"] == "fedtune-connection"
+    assert env["FEDTUNE_K8S_ENV_SECRET"]["value"] == "fedtune-driver"
     mlflow = one(manifests, "Deployment", f"{FULLNAME}-mlflow")["spec"]["template"]["spec"][
         "containers"
     ][0]
@@ -441,6 +464,7 @@ CONTRACT_ENV = {
         "FEDTUNE_WORKDIR",
         "FEDTUNE_DATABASE_URL",
         "MLFLOW_TRACKING_URI",
+        "FEDTUNE_MIGRATE_ON_START",
     },
     "ray": {"RAY_ADDRESS"},
     "kubernetes": {
@@ -449,6 +473,11 @@ CONTRACT_ENV = {
         "FEDTUNE_K8S_ENV_SECRET",
         "FEDTUNE_K8S_SERVICE_ACCOUNT",
         "FEDTUNE_K8S_WORKER_TEMPLATE",
+        "FEDTUNE_K8S_MEMORY_PER_TRIAL_GI",
+        "FEDTUNE_K8S_MEMORY_PER_GPU_GI",
+        "FEDTUNE_K8S_SHM_GI",
+        "FEDTUNE_K8S_PRE_RUNNING_DEADLINE_SECONDS",
+        "FEDTUNE_K8S_RAY_TOKEN_AUTH",
     },
     "local": set(),
 }
@@ -460,7 +489,17 @@ def test_api_environment_is_the_contract(rendered_scenarios: dict, scenario: str
     backend = values.get("backend", "kubernetes")
     env = container_env(api_container(rendered_scenarios[scenario]))
     token = {"FEDTUNE_API_TOKEN"} if values.get("auth") else set()
-    assert set(env) == CONTRACT_ENV["common"] | CONTRACT_ENV[backend] | token
+    ray_token = (
+        {"RAY_AUTH_TOKEN"}
+        if backend == "ray" and values.get("rayCluster", {}).get("enabled")
+        else set()
+    )
+    pulls = (
+        {"FEDTUNE_K8S_IMAGE_PULL_SECRETS"}
+        if backend == "kubernetes" and values.get("imagePullSecrets")
+        else set()
+    )
+    assert set(env) == CONTRACT_ENV["common"] | CONTRACT_ENV[backend] | token | ray_token | pulls
     assert env["FEDTUNE_BACKEND"]["value"] == backend
 
 
@@ -526,8 +565,8 @@ def test_mlflow_uses_its_own_postgres_database_and_the_artifact_pvc(
     )
     assert "--artifacts-destination=file:///mlflow/artifacts" in container["args"]
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    init = one(manifests, "ConfigMap")["data"]["01-mlflow-database.sql"]
-    assert init.strip() == 'CREATE DATABASE "mlflow" OWNER "fedtune";'
+    init = one(manifests, "ConfigMap")["data"]["01-roles.sh"]
+    assert 'CREATE DATABASE :"mlflow_db" OWNER :"mlflow_user";' in init
     uri = one(manifests, "Secret", f"{FULLNAME}-env")["stringData"]["MLFLOW_TRACKING_URI"]
     assert uri == f"http://{FULLNAME}-mlflow.{NAMESPACE}.svc:5000"
     hosts = next(a for a in container["args"] if a.startswith("--allowed-hosts="))
@@ -570,6 +609,20 @@ def test_every_value_is_documented_in_values_yaml_and_readme() -> None:
     values_section = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
     rows = set(re.findall(r"^\| `([^`]+)` \|", values_section, flags=re.MULTILINE))
     assert rows == {".".join(path) for path in documented}
+
+
+def test_code_upload_is_off_by_default_and_one_value_turns_it_on(render) -> None:
+    from fedtune.service.settings import load_settings
+
+    assert "FEDTUNE_ALLOW_CODE_UPLOAD" not in container_env(api_container(render({})))
+    assert load_settings().allow_code_upload is False
+    env = container_env(api_container(render({"codeUpload": {"enabled": True}})))
+    settings = load_settings(
+        allow_code_upload=env["FEDTUNE_ALLOW_CODE_UPLOAD"]["value"],
+        public_url=env["FEDTUNE_PUBLIC_URL"]["value"],
+    )
+    assert settings.allow_code_upload is True
+    assert settings.public_url.startswith("http://") and settings.public_url.endswith(".svc:8000")
 
 
 def test_workdir_claim_reaches_the_kubernetes_backend(render) -> None:

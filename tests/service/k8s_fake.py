@@ -23,8 +23,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from tests.needs import crd_dir
+
 # `shared/` sits beside the checkout (../shared), as in the development and CI layouts
-CRD = Path(__file__).resolve().parents[2].parent / "shared" / "k8s" / "crds" / "ray.io_rayjobs.yaml"
+CRD = crd_dir() / "ray.io_rayjobs.yaml"
 _PATH = re.compile(r"^/apis/ray\.io/v1/namespaces/([a-z0-9-]+)/rayjobs(?:/([a-z0-9.-]+))?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -8,7 +8,12 @@ Narrow on purpose (Optuna's sampler/pruner lesson): three required methods and a
 * ``poll(ref) -> DriverStatus`` says whether that driver is still alive and how it ended;
   ``GONE`` means the backend has no trace of it (killed, node lost, object deleted);
 * ``stop(ref)`` stops it and everything it started (idempotent; a driver already gone is fine);
-* ``close()`` releases clients.
+* ``close()`` releases clients;
+* ``describe(ref)`` (optional) says why the driver is in the state the last ``poll`` saw (a
+  RayJob's ``status.reason``/``message``), recorded with the study's error;
+* ``release(ref)`` (optional, for backends with ``keeps_finished``) deletes what the backend
+  keeps of a finished driver (a RayJob object); the scheduler calls it once the study is final
+  and clears ``driver_ref`` when it returns True.
 
 A backend raises ``BackendError`` when it cannot tell (API unreachable); the scheduler then
 leaves the study as it is and asks again on its next tick.
@@ -88,6 +93,8 @@ def python_driver_argv(study_id: str, attempt: int) -> list[str]:
 
 class Backend(abc.ABC):
     kind: ClassVar[BackendKind]
+    #: the backend keeps an object per finished driver until ``release`` deletes it
+    keeps_finished: ClassVar[bool] = False
 
     @abc.abstractmethod
     def launch(self, request: LaunchRequest) -> dict[str, Any]: ...
@@ -100,3 +107,11 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients (no-op by default)."""
+
+    def describe(self, ref: Mapping[str, Any]) -> str | None:
+        """Why the driver is in the state the last ``poll`` saw, in one line (None: no idea)."""
+        return None
+
+    def release(self, ref: Mapping[str, Any]) -> bool:
+        """Delete what is kept of a finished driver; True once nothing is left (default)."""
+        return True

@@ -1,41 +1,64 @@
 """The KubeRay ``RayJob`` (``ray.io/v1``) that runs one study attempt on Kubernetes.
 
     RayJob fedtune-<study>-<attempt>
-      entrypoint               fedtune worker run-study <study> --attempt <n>   (runs on the head)
-      shutdownAfterJobFinishes true    the RayCluster goes away when the driver exits
-      ttlSecondsAfterFinished  FEDTUNE_K8S_TTL_SECONDS_AFTER_FINISHED, then the RayJob too
-      activeDeadlineSeconds    FEDTUNE_K8S_ACTIVE_DEADLINE_SECONDS, a study's wall-clock limit
-      backoffLimit 0           re-dispatch is the scheduler's job (it resumes, KubeRay would not)
-      head group               num-cpus 0: the driver only, no trial lands on the head
-      worker group "trials"    replicas = pods needed for budget.max_concurrent trials at once
+      entrypoint                 fedtune worker run-study <study> --attempt <n>   (on the head)
+      runtimeEnvYAML             py_modules: [code_uri]   only with a study code package
+      shutdownAfterJobFinishes   true: KubeRay deletes the RayCluster (the pods)
+      ttlSecondsAfterFinished    FEDTUNE_K8S_TTL_SECONDS_AFTER_FINISHED after the job finished
+      activeDeadlineSeconds      FEDTUNE_K8S_ACTIVE_DEADLINE_SECONDS, a study's wall-clock limit
+      preRunningDeadlineSeconds  FEDTUNE_K8S_PRE_RUNNING_DEADLINE_SECONDS: a job whose pods never
+                                 run (image pull errors, unschedulable) fails with
+                                 PreRunningDeadlineExceeded instead of waiting for the above
+      backoffLimit 0             re-dispatch is the scheduler's job (it resumes, KubeRay would not)
+      submitterPodTemplate       a hardened submitter (KubeRay's default one has no securityContext)
+      rayClusterSpec
+        rayVersion               the Ray installed here (the image's: one lock file builds both)
+        authOptions.mode token   with FEDTUNE_K8S_RAY_TOKEN_AUTH (KubeRay >= 1.5 makes the token)
+        head group               num-cpus 0: the driver only, no trial lands on the head
+        worker group "trials"    replicas = pods needed for budget.max_concurrent trials at once
+
+The RayJob object itself is *not* deleted by KubeRay (``shutdownAfterJobFinishes`` removes only
+the RayCluster; the ``deletionStrategy`` field needs an alpha feature gate): the service deletes
+it once the study's driver is final (``KubernetesBackend.release``, called by the scheduler).
 
 Sizing from the study's ``resources`` (per trial ``cpu``, ``gpu``): a whole-GPU trial gets a pod
-with ``nvidia.com/gpu: ceil(gpu)``; fractional GPUs (gpu < 1) pack ⌊1/gpu⌋ trials per one-GPU
-pod; CPU trials get one pod each. Every pod gets the image ``FEDTUNE_K8S_IMAGE``, ``envFrom`` the
-Secret ``FEDTUNE_K8S_ENV_SECRET`` (database and MLflow URLs), the ServiceAccount
-``FEDTUNE_K8S_SERVICE_ACCOUNT``, no mounted API token and a restricted security context; worker
-pods also get ``FEDTUNE_K8S_WORKER_TEMPLATE`` (nodeSelector, tolerations, affinity,
-priorityClassName, runtimeClassName). With ``FEDTUNE_K8S_WORKDIR_CLAIM`` the head pod (where the
-driver runs) mounts that PVC at ``FEDTUNE_WORKDIR``, so a re-dispatched attempt finds the study's
-Optuna storage and resumes instead of starting over. Every value here is validated (settings) or generated
+with ``nvidia.com/gpu: ceil(gpu)`` (a limit only: Kubernetes sets the request equal); fractional
+GPUs (gpu < 1) pack ⌊1/gpu⌋ trials per one-GPU pod; CPU trials get one pod each. Worker memory is
+``max(trials × FEDTUNE_K8S_MEMORY_PER_TRIAL_GI, GPUs × FEDTUNE_K8S_MEMORY_PER_GPU_GI) +
+FEDTUNE_K8S_SHM_GI`` (``/dev/shm`` is memory-backed and counts against the limit); Ray's object
+store is sized to fit in ``/dev/shm``. Pod templates, their security contexts and which
+variables each pod gets: ``k8s_pods.py``. Every value here is validated (settings) or generated
 (study id, numbers): no spec string reaches the manifest or the entrypoint.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.metadata
 import math
 import shlex
 from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from fedtune.errors import BackendError
 
 from ..settings import Settings
 from .base import LaunchRequest, check_study_id, driver_argv
+from .k8s_pods import gib, head_pod, object_store_bytes, submitter_pod, worker_pod
 
-__all__ = ["GROUP", "PLURAL", "VERSION", "rayjob_manifest", "rayjob_name", "worker_layout"]
+__all__ = [
+    "GROUP",
+    "PLURAL",
+    "VERSION",
+    "ray_version",
+    "rayjob_manifest",
+    "rayjob_name",
+    "runtime_env_yaml",
+    "worker_layout",
+]
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
-MEMORY_PER_TRIAL_GI = 2
 HEAD_MEMORY_GI = 2
 
 
@@ -71,88 +94,92 @@ def _quantity(cpu: float) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
-def _container(name: str, settings: Settings, resources: dict[str, Any]) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": name,
-        "image": settings.k8s_image,
-        "imagePullPolicy": "IfNotPresent",
-        "env": [{"name": "FEDTUNE_HEARTBEAT_S", "value": str(settings.heartbeat_s)}],
-        "resources": resources,
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-    }
-    if settings.k8s_env_secret:
-        container["envFrom"] = [{"secretRef": {"name": settings.k8s_env_secret}}]
-    return container
-
-
-def _pod(labels: dict[str, str], settings: Settings, container: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"automountServiceAccountToken": False, "containers": [container]}
-    if settings.k8s_service_account:
-        spec["serviceAccountName"] = settings.k8s_service_account
-    return {"metadata": {"labels": dict(labels)}, "spec": spec}
-
-
-def _head_pod(labels: dict[str, str], settings: Settings, resources: dict[str, Any]) -> dict:
-    container = _container("ray-head", settings, resources)
-    pod = _pod(labels, settings, container)
-    if settings.k8s_workdir_claim:
-        workdir = str(settings.workdir)
-        container["env"].append({"name": "FEDTUNE_WORKDIR", "value": workdir})
-        container["volumeMounts"] = [{"name": "fedtune-workdir", "mountPath": workdir}]
-        pod["spec"]["volumes"] = [
-            {"name": "fedtune-workdir",
-             "persistentVolumeClaim": {"claimName": settings.k8s_workdir_claim}}
-        ]  # fmt: skip
-    return pod
-
-
-def _ray_version() -> str | None:
+def ray_version() -> str:
+    """The installed Ray's version (the image's): RayJob pods must run exactly this Ray."""
     try:
         return importlib.metadata.version("ray")
     except importlib.metadata.PackageNotFoundError:
-        return None
+        raise BackendError("Ray is not installed: cannot set the RayJob's rayVersion") from None
 
 
-def rayjob_manifest(request: LaunchRequest, settings: Settings) -> dict[str, Any]:
-    """The RayJob object to create for ``request`` (see the module docstring)."""
-    labels = _labels(request)
+def runtime_env_yaml(code_uri: str) -> str:
+    """``runtimeEnvYAML`` that ships the study's code package (a ``.zip`` or ``.whl`` URL)."""
+    parts = urlsplit(code_uri)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.netloc
+        or any(ch.isspace() for ch in code_uri)
+    ):
+        raise BackendError(f"code_uri must be an http(s) URL, not {code_uri!r}")
+    if not parts.path.endswith((".zip", ".whl")):
+        raise BackendError("code_uri must name a .zip or .whl (Ray's remote py_modules)")
+    return yaml.safe_dump({"py_modules": [code_uri]}, sort_keys=False)
+
+
+def _worker_group(request: LaunchRequest, settings: Settings, labels: dict) -> dict[str, Any]:
     layout = worker_layout(request)
-    head_res = {
-        "requests": {"cpu": "1", "memory": f"{HEAD_MEMORY_GI}Gi"},
-        "limits": {"memory": f"{HEAD_MEMORY_GI * 2}Gi"},
-    }
-    memory = f"{MEMORY_PER_TRIAL_GI * layout['trials_per_pod']}Gi"
-    limits: dict[str, Any] = {"cpu": _quantity(layout["cpu"]), "memory": memory}
-    worker_params = {"num-cpus": str(math.ceil(layout["cpu"]))}
+    memory = max(layout["trials_per_pod"] * settings.k8s_memory_per_trial_gi,
+                 layout["gpu"] * settings.k8s_memory_per_gpu_gi) + settings.k8s_shm_gi  # fmt: skip
+    cpu = _quantity(layout["cpu"])
+    limits: dict[str, Any] = {"cpu": cpu, "memory": gib(memory)}
+    params = {"num-cpus": str(math.ceil(layout["cpu"])),
+              "object-store-memory": str(object_store_bytes(settings))}  # fmt: skip
     if layout["gpu"]:
         limits["nvidia.com/gpu"] = str(layout["gpu"])
-        worker_params["num-gpus"] = str(layout["gpu"])
-    worker_res = {"requests": {"cpu": _quantity(layout["cpu"]), "memory": memory}, "limits": limits}
-    worker_pod = _pod(labels, settings, _container("ray-worker", settings, worker_res))
-    worker_pod["spec"].update(copy.deepcopy(settings.k8s_worker_template))
-    cluster: dict[str, Any] = {
-        "headGroupSpec": {
-            "rayStartParams": {"num-cpus": "0"},
-            "template": _head_pod(labels, settings, head_res),
-        },
-        "workerGroupSpecs": [
-            {
-                "groupName": "trials",
-                "replicas": layout["replicas"],
-                "minReplicas": layout["replicas"],
-                "maxReplicas": layout["replicas"],
-                "rayStartParams": worker_params,
-                "template": worker_pod,
-            }
-        ],
+        params["num-gpus"] = str(layout["gpu"])
+    resources = {"requests": {"cpu": cpu, "memory": gib(memory)}, "limits": limits}
+    return {
+        "groupName": "trials",
+        "replicas": layout["replicas"],
+        "minReplicas": layout["replicas"],
+        "maxReplicas": layout["replicas"],
+        "rayStartParams": params,
+        "template": worker_pod(labels, settings, resources),
     }
-    version = _ray_version()
-    if version:
-        cluster["rayVersion"] = version
+
+
+def _cluster(request: LaunchRequest, settings: Settings, labels: dict) -> dict[str, Any]:
+    head_memory = HEAD_MEMORY_GI + settings.k8s_shm_gi
+    head_res = {
+        "requests": {"cpu": "1", "memory": gib(head_memory)},
+        "limits": {"memory": gib(head_memory + HEAD_MEMORY_GI)},
+    }
+    head_params = {"num-cpus": "0", "object-store-memory": str(object_store_bytes(settings))}
+    cluster: dict[str, Any] = {
+        "rayVersion": ray_version(),
+        "headGroupSpec": {
+            "rayStartParams": head_params,
+            "template": head_pod(labels, settings, head_res),
+        },
+        "workerGroupSpecs": [_worker_group(request, settings, labels)],
+    }
+    if settings.k8s_ray_token_auth:
+        cluster["authOptions"] = {"mode": "token"}
+    return cluster
+
+
+def rayjob_manifest(
+    request: LaunchRequest, settings: Settings, *, code_uri: str | None = None
+) -> dict[str, Any]:
+    """The RayJob object to create for ``request`` (see the module docstring).
+
+    ``code_uri``: where the service serves this study's code package (with its per-study
+    credential); rendered as the job's ``py_modules``, so the driver and every trial import it.
+    """
+    labels = _labels(request)
+    spec: dict[str, Any] = {
+        "entrypoint": shlex.join(driver_argv(request.study_id, request.attempt)),
+        "submissionMode": "K8sJobMode",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": settings.k8s_ttl_seconds_after_finished,
+        "activeDeadlineSeconds": settings.k8s_active_deadline_seconds,
+        "preRunningDeadlineSeconds": settings.k8s_pre_running_deadline_seconds,
+        "backoffLimit": 0,
+        "rayClusterSpec": _cluster(request, settings, labels),
+        "submitterPodTemplate": submitter_pod(labels, settings),
+    }
+    if code_uri is not None:
+        spec["runtimeEnvYAML"] = runtime_env_yaml(code_uri)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RayJob",
@@ -161,13 +188,5 @@ def rayjob_manifest(request: LaunchRequest, settings: Settings) -> dict[str, Any
             "namespace": settings.k8s_namespace,
             "labels": labels,
         },
-        "spec": {
-            "entrypoint": shlex.join(driver_argv(request.study_id, request.attempt)),
-            "submissionMode": "K8sJobMode",
-            "shutdownAfterJobFinishes": True,
-            "ttlSecondsAfterFinished": settings.k8s_ttl_seconds_after_finished,
-            "activeDeadlineSeconds": settings.k8s_active_deadline_seconds,
-            "backoffLimit": 0,
-            "rayClusterSpec": cluster,
-        },
+        "spec": spec,
     }

@@ -8,11 +8,18 @@ grants: create, get, delete on ``rayjobs.ray.io`` in ``FEDTUNE_K8S_NAMESPACE``.
   launch) adopts it, any other 409 is a ``BackendError``;
 * poll: read it and map ``status`` (:func:`rayjob_status`); 404, or an object with another uid
   (deleted and re-created by someone else), is ``GONE``;
-* stop: delete it (background propagation: KubeRay tears the RayCluster down); 404 is fine.
+* stop: delete it (background propagation: KubeRay tears the RayCluster down); 404 is fine;
+* describe: the last polled object's ``status.reason: status.message`` (KubeRay writes e.g.
+  ``PreRunningDeadlineExceeded``, ``DeadlineExceeded``, ``SubmissionFailed``, ``AppFailed``),
+  which the scheduler records in the study's error;
+* release: KubeRay deletes only the RayCluster of a finished RayJob, never the RayJob object;
+  once the job is final and ``ttlSecondsAfterFinished`` has passed since ``status.endTime``
+  (the pods' logs stay readable that long), delete it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 from collections.abc import Mapping
@@ -24,7 +31,7 @@ from ..settings import BackendKind, Settings
 from .base import Backend, DriverStatus, LaunchRequest
 from .k8s_manifest import GROUP, PLURAL, VERSION, rayjob_manifest
 
-__all__ = ["KubernetesBackend", "load_api_client", "rayjob_status"]
+__all__ = ["KubernetesBackend", "load_api_client", "rayjob_reason", "rayjob_status"]
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30
@@ -43,6 +50,27 @@ def rayjob_status(obj: Mapping[str, Any]) -> DriverStatus:
     if job == "RUNNING" or deployment == "Running":
         return DriverStatus.RUNNING
     return DriverStatus.PENDING  # New, Initializing, Waiting, Retrying, Suspended, no status
+
+
+def rayjob_reason(obj: Mapping[str, Any]) -> str | None:
+    """``status.reason: status.message`` of a RayJob, in one line (None when both are empty)."""
+    status = obj.get("status") or {}
+    parts = [str(status[k]).strip() for k in ("reason", "message") if status.get(k)]
+    if not parts:
+        return None
+    name = (obj.get("metadata") or {}).get("name", "?")
+    return " ".join(f"RayJob {name}: {': '.join(parts)}".split())[:1000]
+
+
+def _ended_before(obj: Mapping[str, Any], seconds: int) -> bool:
+    end = (obj.get("status") or {}).get("endTime")
+    if not end:
+        return True
+    try:
+        ended = dt.datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    return dt.datetime.now(dt.UTC) - ended >= dt.timedelta(seconds=seconds)
 
 
 def load_api_client() -> Any:
@@ -68,12 +96,14 @@ def load_api_client() -> Any:
 
 class KubernetesBackend(Backend):
     kind = BackendKind.KUBERNETES
+    keeps_finished = True
 
     def __init__(self, settings: Settings, api_client: Any | None = None) -> None:
         self.settings = settings
         self.namespace = settings.k8s_namespace
         self._api_client = api_client
         self._api: Any = None
+        self._seen: dict[str, Mapping[str, Any]] = {}  # last object polled, by name
 
     def _objects(self) -> Any:
         if self._api is None:
@@ -123,13 +153,36 @@ class KubernetesBackend(Backend):
                 return None
             raise BackendError(f"reading RayJob {name}: {exc.status} {exc.reason}") from exc
 
-    def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
+    def _ours(self, ref: Mapping[str, Any]) -> dict[str, Any] | None:
         obj = self._get(str(ref["name"]))
+        if obj is None or (ref.get("uid") and obj.get("metadata", {}).get("uid") != ref["uid"]):
+            return None
+        return obj
+
+    def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
+        obj = self._ours(ref)
         if obj is None:
+            self._seen.pop(str(ref["name"]), None)
             return DriverStatus.GONE
-        if ref.get("uid") and obj.get("metadata", {}).get("uid") != ref["uid"]:
-            return DriverStatus.GONE
+        self._seen[str(ref["name"])] = obj
         return rayjob_status(obj)
+
+    def describe(self, ref: Mapping[str, Any]) -> str | None:
+        obj = self._seen.get(str(ref["name"]))
+        return rayjob_reason(obj) if obj is not None else None
+
+    def release(self, ref: Mapping[str, Any]) -> bool:
+        obj = self._ours(ref)
+        if obj is None:
+            return True
+        if rayjob_status(obj).alive:
+            return False
+        if not _ended_before(obj, self.settings.k8s_ttl_seconds_after_finished):
+            return False
+        self.stop(ref)
+        self._seen.pop(str(ref["name"]), None)
+        log.info("RayJob %s deleted (finished)", ref["name"])
+        return True
 
     def stop(self, ref: Mapping[str, Any]) -> None:
         """Delete the RayJob — only the object launched (uid precondition: 409 if replaced)."""

@@ -10,19 +10,27 @@ component,managed-by}, helm.sh/chart, app.kubernetes.io/part-of.
 {{- end -}}
 
 {{/*
-Full name prefix of every object. Truncated to 40 characters so that the longest derived name
-(`<fullname>-ray-head-svc`, made by KubeRay from the RayCluster name) stays a 63-character DNS label.
+Full name prefix of every object, at most 40 characters so that the longest derived name
+(`<fullname>-ray-head-svc`, made by KubeRay from the RayCluster name) stays a 63-character DNS
+label. A longer name is cut to 33 characters plus `-` and 6 hex digits of its SHA-256, so two
+releases whose names share their first 40 characters never collide.
 */}}
 {{- define "fedtune.fullname" -}}
+{{- $full := "" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- $full = .Values.fullnameOverride -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- $full = .Release.Name -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- $full = printf "%s-%s" .Release.Name $name -}}
 {{- end -}}
+{{- end -}}
+{{- if gt (len $full) 40 -}}
+{{- printf "%s-%s" ($full | trunc 33 | trimSuffix "-") (sha256sum $full | trunc 6) -}}
+{{- else -}}
+{{- $full | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
@@ -82,6 +90,35 @@ app.kubernetes.io/part-of: fedtune
 {{- default (printf "%s-env" (include "fedtune.fullname" .)) .Values.secret.existingSecret -}}
 {{- end -}}
 
+{{/* Secret of RayJob study drivers (FEDTUNE_K8S_ENV_SECRET): FEDTUNE_DATABASE_URL and MLFLOW_TRACKING_URI only. */}}
+{{- define "fedtune.driverSecretName" -}}
+{{- if .Values.secret.existingSecret -}}
+{{- .Values.secret.existingDriverSecret -}}
+{{- else -}}
+{{- printf "%s-driver" (include "fedtune.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Standard container securityContext of chart-made containers that have no value of their own (Pod Security "restricted"). */}}
+{{- define "fedtune.restrictedContainer" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Resource memory quantity in MiB (float): "16Gi" -> 16384. Plain numbers are bytes. */}}
+{{- define "fedtune.memoryMi" -}}
+{{- $q := toString . -}}
+{{- $num := regexReplaceAll "^([0-9.]+).*$" $q "${1}" | float64 -}}
+{{- $unit := regexReplaceAll "^[0-9.]+" $q "" -}}
+{{- $factor := dict "Ki" (divf 1 1024) "Mi" 1.0 "Gi" 1024.0 "Ti" 1048576.0 "k" (divf 1000 1048576) "K" (divf 1000 1048576) "M" (divf 1000000 1048576) "G" (divf 1000000000 1048576) "T" (divf 1000000000000 1048576) "" (divf 1 1048576) -}}
+{{- mulf $num (get $factor $unit | default 0.0) -}}
+{{- end -}}
+
 {{/* Secret with the API token; empty when no token is configured. */}}
 {{- define "fedtune.authSecretName" -}}
 {{- if .Values.auth.existingSecret -}}
@@ -103,40 +140,84 @@ app.kubernetes.io/part-of: fedtune
 {{- default (include "fedtune.postgresql.fullname" .) .Values.postgresql.auth.existingSecret -}}
 {{- end -}}
 
-{{- define "fedtune.postgresql.secretKey" -}}
-{{- if .Values.postgresql.auth.existingSecret -}}{{ .Values.postgresql.auth.existingSecretKey }}{{- else -}}password{{- end -}}
-{{- end -}}
 
 {{/*
-Password of the bundled PostgreSQL, computed once per render and shared by every template:
-the value given, else the one stored in the release's Secret (lookup; stable across upgrades),
-else a fresh random one (first install; `helm template` always takes this branch).
+A generated secret that stays stable: (dict "ctx" $ "memo" <key> "secret" <Secret name> "key" <data key> "values" <value names for the message>).
+Computed once per render (memoised in .Values.__fedtuneGenerated): the value stored in the
+release's Secret (lookup; stable across upgrades), else — only on a first install against a live
+cluster — 32 random alphanumerics. An offline render (`helm template`, GitOps tools,
+`--dry-run=client`: `lookup` answers nothing) or an upgrade whose Secret is gone fails instead:
+a value that changes on every render would lock the services out of their data. "Live" means
+`lookup` sees the namespace's `default` ServiceAccount.
 */}}
+{{- define "fedtune.stableRandom" -}}
+{{- $ctx := .ctx -}}
+{{- $memo := $ctx.Values.__fedtuneGenerated | default dict -}}
+{{- if not (hasKey $memo .memo) -}}
+{{- $existing := lookup "v1" "Secret" $ctx.Release.Namespace .secret -}}
+{{- $stored := dig "data" .key "" $existing -}}
+{{- $live := lookup "v1" "ServiceAccount" $ctx.Release.Namespace "default" -}}
+{{- if $stored -}}
+{{- $_ := set $memo .memo (b64dec $stored) -}}
+{{- else if and $ctx.Release.IsInstall $live -}}
+{{- $_ := set $memo .memo (randAlphaNum 32) -}}
+{{- else -}}
+{{- fail (printf "%s is required: the chart cannot read a generated value back from Secret %s (offline render such as `helm template` or a GitOps tool, or an upgrade whose Secret is gone); pass the same value on every install and upgrade, e.g. `openssl rand -hex 24`" .values .secret) -}}
+{{- end -}}
+{{- $_ := set $ctx.Values "__fedtuneGenerated" $memo -}}
+{{- end -}}
+{{- get $memo .memo -}}
+{{- end -}}
+
+{{/* Superuser password of the bundled PostgreSQL: the value given, else fedtune.stableRandom. */}}
 {{- define "fedtune.postgresql.password" -}}
 {{- if .Values.postgresql.auth.password -}}
 {{- .Values.postgresql.auth.password -}}
 {{- else -}}
-{{- $memo := .Values.__fedtuneGenerated | default dict -}}
-{{- if not (hasKey $memo "postgresqlPassword") -}}
-{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "fedtune.postgresql.fullname" .) -}}
-{{- $stored := dig "data" "password" "" $existing -}}
-{{- $_ := set $memo "postgresqlPassword" (ternary (b64dec $stored) (randAlphaNum 32) (ne $stored "")) -}}
-{{- $_ := set .Values "__fedtuneGenerated" $memo -}}
-{{- end -}}
-{{- get $memo "postgresqlPassword" -}}
+{{- include "fedtune.stableRandom" (dict "ctx" . "memo" "postgresqlPassword" "secret" (include "fedtune.postgresql.fullname" .) "key" "password" "values" "postgresql.auth.password (or postgresql.auth.existingSecret with secret.existingSecret)") -}}
 {{- end -}}
 {{- end -}}
 
-{{/* SQLAlchemy URL of one database of the bundled PostgreSQL: (dict "ctx" $ "database" "fedtune"). */}}
+{{/* Secret holding the Ray token (key auth_token) of the shared RayCluster. */}}
+{{- define "fedtune.rayAuthSecretName" -}}
+{{- default (printf "%s-ray-auth" (include "fedtune.fullname" .)) .Values.rayCluster.auth.existingSecret -}}
+{{- end -}}
+
+{{/* Ray token of the shared RayCluster when the chart owns its Secret. */}}
+{{- define "fedtune.rayAuthToken" -}}
+{{- if .Values.rayCluster.auth.token -}}
+{{- .Values.rayCluster.auth.token -}}
+{{- else -}}
+{{- include "fedtune.stableRandom" (dict "ctx" . "memo" "rayAuthToken" "secret" (include "fedtune.rayAuthSecretName" .) "key" "auth_token" "values" "rayCluster.auth.token (or rayCluster.auth.existingSecret)") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the shared RayCluster uses token authentication ("true" or ""). */}}
+{{- define "fedtune.rayAuthEnabled" -}}
+{{- if and .Values.rayCluster.enabled .Values.rayCluster.auth.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Password of one login role of the bundled PostgreSQL (`fedtune` or `mlflow`), derived from the
+superuser password with SHA-256, so the user keeps one secret while each service only ever sees
+its own role's password (which does not reveal the superuser's or the other role's).
+*/}}
+{{- define "fedtune.postgresql.rolePassword" -}}
+{{- printf "fedtune-role:%s:%s" .role (include "fedtune.postgresql.password" .ctx) | sha256sum | trunc 40 -}}
+{{- end -}}
+
+{{/* SQLAlchemy URL of one role's database of the bundled PostgreSQL: (dict "ctx" $ "role" "fedtune"|"mlflow"). */}}
 {{- define "fedtune.postgresql.url" -}}
 {{- $pg := .ctx.Values.postgresql -}}
-{{- printf "postgresql+psycopg://%s:%s@%s:%d/%s" $pg.auth.username (include "fedtune.postgresql.password" .ctx) (include "fedtune.postgresql.fullname" .ctx) (int $pg.service.port) .database -}}
+{{- $user := ternary $pg.auth.username $pg.auth.mlflowUsername (eq .role "fedtune") -}}
+{{- $database := ternary $pg.auth.database $pg.auth.mlflowDatabase (eq .role "fedtune") -}}
+{{- printf "postgresql+psycopg://%s:%s@%s:%d/%s" $user (include "fedtune.postgresql.rolePassword" .) (include "fedtune.postgresql.fullname" .ctx) (int $pg.service.port) $database -}}
 {{- end -}}
 
 {{/* FEDTUNE_DATABASE_URL when the chart generates the env Secret. */}}
 {{- define "fedtune.databaseUrl" -}}
 {{- if .Values.postgresql.enabled -}}
-{{- include "fedtune.postgresql.url" (dict "ctx" . "database" .Values.postgresql.auth.database) -}}
+{{- include "fedtune.postgresql.url" (dict "ctx" . "role" "fedtune") -}}
 {{- else -}}
 {{- required "externalDatabase.url is required when postgresql.enabled is false and secret.existingSecret is not set" .Values.externalDatabase.url -}}
 {{- end -}}
@@ -145,7 +226,7 @@ else a fresh random one (first install; `helm template` always takes this branch
 {{/* MLFLOW_BACKEND_STORE_URI when the chart generates the env Secret. */}}
 {{- define "fedtune.mlflowBackendStoreUri" -}}
 {{- if .Values.postgresql.enabled -}}
-{{- include "fedtune.postgresql.url" (dict "ctx" . "database" .Values.postgresql.auth.mlflowDatabase) -}}
+{{- include "fedtune.postgresql.url" (dict "ctx" . "role" "mlflow") -}}
 {{- else -}}
 {{- required "externalDatabase.mlflowUrl is required when mlflow.enabled is true, postgresql.enabled is false and secret.existingSecret is not set" .Values.externalDatabase.mlflowUrl -}}
 {{- end -}}
@@ -205,6 +286,14 @@ Cross-field checks that values.schema.json cannot express; each failure names th
 {{- if and .Values.mlflow.enabled (eq .Values.mlflow.artifacts.type "s3") (not .Values.mlflow.artifacts.s3.bucket) -}}
 {{- fail "mlflow.artifacts.type=s3 needs mlflow.artifacts.s3.bucket" -}}
 {{- end -}}
+{{- with .Values.auth.apiToken -}}
+{{- if or (lt (len .) 16) (regexMatch "\\s" .) -}}
+{{- fail "auth.apiToken: use at least 16 random characters without whitespace (the service refuses shorter tokens), e.g. `openssl rand -hex 32`; better, auth.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.secret.existingSecret (eq .Values.backend "kubernetes") (not .Values.secret.existingDriverSecret) -}}
+{{- fail "secret.existingDriverSecret is required with secret.existingSecret and backend=kubernetes: a Secret with only FEDTUNE_DATABASE_URL and MLFLOW_TRACKING_URI for study drivers (they must not see MLflow's database credentials)" -}}
+{{- end -}}
 {{- if .Values.rayCluster.enabled -}}
 {{- include "fedtune.validateWorkerGroup" (dict "path" "rayCluster.worker" "group" .Values.rayCluster.worker) -}}
 {{- range $name, $group := .Values.rayCluster.additionalWorkerGroups -}}
@@ -215,6 +304,19 @@ Cross-field checks that values.schema.json cannot express; each failure names th
 
 {{- define "fedtune.validateWorkerGroup" -}}
 {{- $g := .group -}}
+{{- if not $g.disabled -}}
+{{- $limits := dig "limits" dict ($g.resources | default dict) -}}
+{{- if or (not (get $limits "cpu")) (not (get $limits "memory")) -}}
+{{- fail (printf "%s.resources.limits: cpu and memory are required (KubeRay derives Ray's num-cpus and memory from them; without them a trial pod may take a whole node)" .path) -}}
+{{- end -}}
+{{- $gpus := int (get $limits "nvidia.com/gpu" | default 0) -}}
+{{- if gt $gpus 0 -}}
+{{- $need := addf (mulf $gpus 8192.0) (include "fedtune.memoryMi" ($g.shmSize | default "0")) -}}
+{{- if lt (include "fedtune.memoryMi" $limits.memory | float64) $need -}}
+{{- fail (printf "%s.resources.limits.memory (%s) must be at least 8Gi per GPU (%d) plus shmSize (%s)" .path (toString $limits.memory) $gpus (toString ($g.shmSize | default "0"))) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if gt (int $g.minReplicas) (int $g.maxReplicas) -}}
 {{- fail (printf "%s: minReplicas (%d) must not exceed maxReplicas (%d)" .path (int $g.minReplicas) (int $g.maxReplicas)) -}}
 {{- end -}}

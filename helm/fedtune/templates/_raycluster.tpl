@@ -1,6 +1,17 @@
+{{/* Image of one worker group: its own `image` fields, else rayCluster.image's, else `image`'s. */}}
+{{- define "fedtune.groupImage" -}}
+{{- $ctx := .ctx -}}
+{{- $own := .group.image | default dict -}}
+{{- $rc := $ctx.Values.rayCluster.image | default dict -}}
+{{- $repository := default (default $ctx.Values.image.repository $rc.repository) $own.repository -}}
+{{- $tag := default (default (default $ctx.Chart.AppVersion $ctx.Values.image.tag) $rc.tag) $own.tag -}}
+{{- printf "%s:%s" $repository $tag -}}
+{{- end -}}
+
 {{/*
-One KubeRay worker group: (dict "ctx" $ "name" <groupName> "group" <values> "image" <ref> "envSecret" <name>).
-Value names mirror WorkerGroupSpec fields; GPUs are `nvidia.com/gpu` in resources (KubeRay derives num-gpus).
+One KubeRay worker group: (dict "ctx" $ "name" <groupName> "group" <values> "image" <ref>).
+Value names mirror WorkerGroupSpec fields; GPUs are `nvidia.com/gpu` resource limits (KubeRay
+derives num-gpus). Trials get no database credentials: only the (credential-free) MLflow URL.
 */}}
 {{- define "fedtune.rayWorkerGroup" -}}
 {{- $g := .group -}}
@@ -33,12 +44,16 @@ Value names mirror WorkerGroupSpec fields; GPUs are `nvidia.com/gpu` in resource
         - name: ray-worker
           image: {{ .image | quote }}
           imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
-          envFrom:
-            - secretRef:
-                name: {{ .envSecret }}
-          {{- with $g.env }}
+          {{- $tracking := include "fedtune.mlflowTrackingUri" .ctx }}
+          {{- if or $tracking $g.env }}
           env:
+            {{- with $tracking }}
+            - name: MLFLOW_TRACKING_URI
+              value: {{ . | quote }}
+            {{- end }}
+            {{- with $g.env }}
             {{- toYaml . | nindent 12 }}
+            {{- end }}
           {{- end }}
           resources:
             {{- toYaml $g.resources | nindent 12 }}
@@ -47,9 +62,16 @@ Value names mirror WorkerGroupSpec fields; GPUs are `nvidia.com/gpu` in resource
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            - name: dshm
+              mountPath: /dev/shm
       volumes:
         - name: tmp
           emptyDir: {}
+        # Ray's object store and torch DataLoader workers use /dev/shm (counted as pod memory).
+        - name: dshm
+          emptyDir:
+            medium: Memory
+            sizeLimit: {{ $g.shmSize | default "2Gi" }}
       {{- with $g.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
