@@ -21,6 +21,7 @@ def environment() -> dict:
         "machine": platform.machine(),
         "processor": platform.processor() or None,
         "cpu_count": os.cpu_count(),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "versions": {
             n: version(n) for n in ("fedtune", "torch", "numpy", "ray", "optuna", "mlflow")
         },

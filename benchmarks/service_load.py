@@ -11,9 +11,14 @@ Ray, so the numbers are the HTTP + validation + transaction path alone) and a be
 * ``status``: ``GET /v1/studies/{id}`` of random submitted studies, the same two ways;
 * ``list``: ``GET /v1/studies?limit=50``, one at a time.
 
+* ``cold start``: seconds from process start to ``/readyz`` = 200 and the latency of the first
+  submission after that (the service loads the tuning stack before it says ready).
+
 Each client thread has its own keep-alive ``httpx.Client``. Reports p50/p90/p99/max latency
-(ms) and requests/s; every answer must be 2xx. Writes ``benchmarks/results/service_load.json``
-with the machine, versions and settings. Usage:
+(ms) and requests/s; a non-2xx answer or an exception in a client thread is counted and sampled
+in ``errors`` (never a lost thread). A server that never gets ready fails loudly. The JSON
+(``benchmarks/results/service_load.json``, machine, versions, settings) is written whatever
+happens; the exit code is 1 when any store failed. Usage:
 ``python benchmarks/service_load.py [--requests 300] [--concurrency 8] [--stores sqlite postgresql]``.
 """
 
@@ -64,38 +69,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class ServerNotReady(RuntimeError):
+    """The server exited, or did not answer ``/readyz`` = 200 within the time limit."""
+
+
 @contextlib.contextmanager
-def server(url: str, workdir: Path) -> Iterator[str]:
+def server(
+    url: str, workdir: Path, *, ready_timeout: float = 300.0, argv: list[str] | None = None
+) -> Iterator[str]:
+    """A ``fedtune serve`` process on a free port; yields its base URL once ready (the start-up
+    seconds are in ``server.ready_s``). ``argv`` replaces the command (tests)."""
     port = free_port()
     env = {**os.environ, "FEDTUNE_DATABASE_URL": url, "FEDTUNE_BACKEND": "none",
            "FEDTUNE_API_TOKEN": TOKEN, "FEDTUNE_WORKDIR": str(workdir)}  # fmt: skip
-    argv = [
-        sys.executable,
-        "-m",
-        "fedtune.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    log = (workdir / f"serve-{port}.log").open("wb")
+    argv = argv or [sys.executable, "-m", "fedtune.cli", "serve", "--port", str(port),
+                    "--log-level", "warning"]  # fmt: skip
+    log_path = workdir / f"serve-{port}.log"
+    log = log_path.open("wb")
+    start = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited {proc.returncode}")
-            time.sleep(0.2)
+        _wait_ready(proc, base, start + ready_timeout, log_path)
+        server.ready_s = round(time.monotonic() - start, 3)  # type: ignore[attr-defined]
         yield base
     finally:
         proc.terminate()
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
         log.close()
+
+
+def _wait_ready(proc: subprocess.Popen, base: str, deadline: float, log_path: Path) -> None:
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                return
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-500:].strip()
+            raise ServerNotReady(f"server exited with {proc.returncode}: {tail}")
+        time.sleep(0.2)
+    raise ServerNotReady(f"server at {base} not ready (GET /readyz = 200) in time; "
+                         f"log: {log_path}")  # fmt: skip
 
 
 def pg_schema():
@@ -119,7 +137,7 @@ Call = Callable[[httpx.Client, int], httpx.Response]
 def measure(base: str, call: Call, n: int, threads: int) -> dict:
     """``n`` calls spread over ``threads`` clients: latency percentiles (ms) and requests/s."""
     latencies: list[float] = []
-    failures: list[int] = []
+    failures: list[str] = []
     lock = threading.Lock()
     counter = iter(range(n))
 
@@ -132,12 +150,16 @@ def measure(base: str, call: Call, n: int, threads: int) -> dict:
                 if i is None:
                     return
                 t0 = time.perf_counter()
-                answer = call(client, i)
+                try:
+                    answer = call(client, i)
+                    failure = None if answer.is_success else f"HTTP {answer.status_code}"
+                except Exception as exc:  # a failed call is a data point, not a lost thread
+                    failure = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
                 dt = time.perf_counter() - t0
                 with lock:
                     latencies.append(dt)
-                    if not answer.is_success:
-                        failures.append(answer.status_code)
+                    if failure is not None:
+                        failures.append(failure)
 
     start = time.perf_counter()
     pool = [threading.Thread(target=worker) for _ in range(threads)]
@@ -149,6 +171,7 @@ def measure(base: str, call: Call, n: int, threads: int) -> dict:
     ms = np.asarray(latencies) * 1000
     return {
         "requests": n, "clients": threads, "errors": len(failures),
+        "error_samples": sorted(set(failures))[:5],
         "p50_ms": round(float(np.percentile(ms, 50)), 2),
         "p90_ms": round(float(np.percentile(ms, 90)), 2),
         "p99_ms": round(float(np.percentile(ms, 99)), 2),
@@ -175,8 +198,12 @@ def run_store(name: str, url: str, args: argparse.Namespace, workdir: Path) -> d
         return client.get("/v1/studies", params={"limit": 50})
 
     with server(url, workdir) as base:
-        measure(base, submit, 20, 1)  # warm-up: imports, connection pools, first pages
+        first = measure(base, submit, 1, 1)  # the first submission after /readyz said ready
+        cold = {"ready_s": server.ready_s, "first_submit_ms": first["p50_ms"],  # type: ignore[attr-defined]
+                "first_submit_errors": first["errors"]}  # fmt: skip
+        measure(base, submit, 20, 1)  # warm-up: connection pools, first pages
         results = {
+            "cold_start": cold,
             "submit_sequential": measure(base, submit, args.requests, 1),
             "submit_concurrent": measure(base, submit, args.requests, args.concurrency),
             "status_sequential": measure(base, status, args.requests, 1),
@@ -186,7 +213,8 @@ def run_store(name: str, url: str, args: argparse.Namespace, workdir: Path) -> d
     results["studies_in_store"] = len(ids)
     print(f"{name}: " + ", ".join(
         f"{k} p50 {v['p50_ms']} ms p99 {v['p99_ms']} ms {v['throughput_rps']}/s"
-        for k, v in results.items() if isinstance(v, dict)))  # fmt: skip
+        for k, v in results.items() if isinstance(v, dict) and "p50_ms" in v))  # fmt: skip
+    print(f"{name}: ready after {cold['ready_s']} s, first submission {cold['first_submit_ms']} ms")
     return results
 
 
@@ -216,24 +244,40 @@ def main() -> int:
 
     report["environment"]["versions"]["sqlite"] = sqlite3.sqlite_version
     report["environment"]["versions"]["postgresql_server"] = pg_version()
-    with tempfile.TemporaryDirectory(prefix="fedtune-load-") as tmp:
-        workdir = Path(tmp)
-        for store in args.stores:
+    failed = False
+    try:
+        with tempfile.TemporaryDirectory(prefix="fedtune-load-") as tmp:
+            for store in args.stores:
+                failed |= not run_one(store, args, Path(tmp), report["stores"])
+    finally:  # the JSON is written whatever happened, with what was measured
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.output}")
+    return 1 if failed else 0
+
+
+def run_one(store: str, args: argparse.Namespace, workdir: Path, out: dict) -> bool:
+    """Measure ``store`` into ``out[store]``; False (with the reason recorded) when it failed."""
+    try:
+        with contextlib.ExitStack() as stack:
             if store == "sqlite":
                 url = f"sqlite:///{workdir / 'fedtune.db'}"
-                report["stores"]["sqlite"] = run_store("sqlite", url, args, workdir)
-                continue
-            try:
-                with pg_schema() as url:
-                    report["stores"]["postgresql"] = run_store("postgresql", url, args, workdir)
-            except Exception as exc:  # unreachable server: say so in the report
-                reason = f"skipped: {type(exc).__name__}: {exc}".splitlines()[0]
-                print(f"postgresql {reason}")
-                report["stores"]["postgresql"] = {"skipped": reason}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {args.output}")
-    return 0
+            else:
+                try:
+                    url = stack.enter_context(pg_schema())
+                except Exception as exc:  # unreachable server: a skip, said in the report
+                    reason = f"skipped: {type(exc).__name__}: {exc}".splitlines()[0]
+                    print(f"postgresql {reason}")
+                    out[store] = {"skipped": reason}
+                    return True
+            out[store] = run_store(store, url, args, workdir)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        print(f"{store} FAILED: {reason}", file=sys.stderr)
+        out[store] = {"failed": reason}
+        return False
+    errors = sum(v.get("errors", 0) for v in out[store].values() if isinstance(v, dict))
+    return errors == 0
 
 
 if __name__ == "__main__":

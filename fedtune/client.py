@@ -4,13 +4,15 @@
 
     client = Client("http://127.0.0.1:8000", token=None)
     study = client.submit("examples/study-quadratic.yaml")     # dict, YAML/JSON path or StudySpec
+    study = client.submit("study.yaml", code="./my_lab")       # with user code (uploaded, zipped)
     study.wait(progress=True, timeout=600)                     # live progress on stderr
     study.trials(); study.curve(0); study.best(); study.tradeoff(); study.cancel()
 
 Shape taken from httpx: all I/O goes through one ``httpx.Client`` whose *transport* is
 injectable, so tests drive the real app in-process (``fastapi.testclient.TestClient(app)._transport``
 or any ``httpx.BaseTransport``). Errors are the service's typed exceptions, rebuilt from the
-stable ``code`` of the answer (``fedtune.service.errors.exception_from_body``):
+stable ``code`` of the answer (``fedtune.wire.exception_from_body``; the SDK imports no server
+module, so ``pip install fedtune`` is enough):
 ``ConfigError`` (422, with ``field``), ``StudyNotFoundError`` (404), ``IllegalStateChangeError``
 (409), ``UnauthorizedError`` (401), ``ForbiddenError`` (403) …
 
@@ -36,9 +38,9 @@ from typing import Any, TextIO
 
 import httpx
 
-from fedtune.errors import ConfigError, FedtuneError
-from fedtune.service.errors import ServiceUnreachableError, exception_from_body
-from fedtune.service.states import StudyState, TrialState
+from fedtune.errors import ConfigError, FedtuneError, ServiceUnreachableError
+from fedtune.states import StudyState, TrialState
+from fedtune.wire import exception_from_body
 
 __all__ = [
     "BestTrial",
@@ -52,10 +54,16 @@ __all__ = [
 ]
 
 
+#: the SDK packs up to this much; the service refuses above FEDTUNE_MAX_CODE_BYTES (413)
+MAX_PACKAGE_BYTES = 1 << 30
+
+
 def _build(cls: type, data: Mapping[str, Any]) -> Any:
-    """A dataclass from a JSON object, ignoring keys this SDK version does not know."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    """A dataclass from a JSON object; keys this SDK version does not know are kept in ``extra``
+    (a newer service's fields are never dropped)."""
+    names = {f.name for f in fields(cls)} - {"extra"}
+    known = {k: v for k, v in data.items() if k in names}
+    return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
 
 def _time(value: str | None) -> dt.datetime | None:
@@ -72,6 +80,7 @@ class Progress:
     killed: int
     running: int
     fraction: float
+    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class BestTrial:
     number: int
     value: float | None
     params: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
 
 @dataclass(frozen=True)
@@ -96,10 +106,13 @@ class StudyStatus:
     attempts: int = 0
     backend: str | None = None
     created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     heartbeat_at: dt.datetime | None = None
     spec: dict[str, Any] = field(default_factory=dict)
+    code_sha256: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
     @property
     def done(self) -> bool:
@@ -111,7 +124,7 @@ class StudyStatus:
         body["state"] = StudyState(body["state"])
         body["progress"] = _build(Progress, body["progress"])
         body["best"] = _build(BestTrial, body["best"]) if body.get("best") else None
-        for key in ("created_at", "started_at", "finished_at", "heartbeat_at"):
+        for key in ("created_at", "updated_at", "started_at", "finished_at", "heartbeat_at"):
             body[key] = _time(body.get(key))
         return _build(cls, body)
 
@@ -127,6 +140,7 @@ class TrialInfo:
     mlflow_run_id: str | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrialInfo:
@@ -141,6 +155,7 @@ class TrialInfo:
 class CurvePoint:
     round: int
     metrics: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
 
 @dataclass(frozen=True)
@@ -157,6 +172,8 @@ class TradeOff:
     last_rounds: int = 10
     smooth_window: int = 5
     notes: dict[str, str] = field(default_factory=dict)
+    study_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
 
 class Client:
@@ -216,12 +233,41 @@ class Client:
 
     # ---------------------------------------------------------------- studies
 
-    def submit(self, spec: Any, *, idempotency_key: str | None = None) -> Study:
-        """Submit a study (dict, path of a YAML/JSON file, or an object with ``to_dict()``)."""
+    def submit(
+        self, spec: Any, *, code: str | Path | None = None, idempotency_key: str | None = None
+    ) -> Study:
+        """Submit a study (dict, path of a YAML/JSON file, or an object with ``to_dict()``).
+
+        User code — ``code`` (a directory or wheel), else the spec's ``code.path`` (relative to
+        the spec file) — is packed, uploaded (:meth:`upload_code`) and named by its digest:
+        the spec goes out as ``code: {sha256, modules}``.
+        """
         body = _spec_body(spec)
+        base = Path(spec).parent if isinstance(spec, str | Path) else Path.cwd()
+        section = body.get("code")
+        if code is not None or (isinstance(section, Mapping) and section.get("path")):
+            modules = section.get("modules") if isinstance(section, Mapping) else None
+            if not modules:
+                raise ConfigError(
+                    "code.modules", "name the modules to import: code: {modules: [...]}"
+                )
+            path = Path(code) if code is not None else base / str(section["path"])
+            body["code"] = {"sha256": self.upload_code(path), "modules": list(modules)}
         key = idempotency_key or uuid.uuid4().hex
         data = self.request("POST", "/v1/studies", json=body, headers={"Idempotency-Key": key})
         return Study(self, data["id"])
+
+    def upload_code(self, path: str | Path) -> str:
+        """Pack a directory (or take a wheel/zip) and upload it; its SHA-256. Identical code is
+        stored once by the service, so uploading again is cheap and safe to retry."""
+        from fedtune.code_package import pack
+
+        package = pack(path, max_bytes=MAX_PACKAGE_BYTES)  # the service applies its own limit
+        answer = self.request("POST", "/v1/code", content=package.data,
+                              headers={"Content-Type": "application/zip"})  # fmt: skip
+        if answer.get("sha256") != package.sha256:
+            raise ConfigError("code", "the service stored a different digest than was sent")
+        return package.sha256
 
     def study(self, study_id: str) -> Study:
         return Study(self, study_id)
@@ -327,7 +373,7 @@ class Study:
 
     def curve(self, number: int) -> list[CurvePoint]:
         body = self._get(f"/trials/{int(number)}/curve")
-        return [CurvePoint(round=p["round"], metrics=p["metrics"]) for p in body["rounds"]]
+        return [_build(CurvePoint, p) for p in body["rounds"]]
 
     def tradeoff(self) -> TradeOff:
         return _build(TradeOff, self._get("/tradeoff"))

@@ -6,21 +6,42 @@ exit 2 and the service can answer 422 with the path.
 
     FedtuneError
     ├── ConfigError        invalid configuration / spec / search space (field + reason)
+    │   └── CodeError      user code (a study's ``code:``, an entry point) failed to import or
+    │                      register: field + reason + ``location`` (file:line of the error)
     ├── DataError          a dataset file is missing or malformed (file + what was expected)
     ├── NotFoundError      an object (study, trial, algorithm, task) does not exist
     ├── ConflictError      an illegal state change (e.g. cancelling a finished study)
     └── BackendError       an execution backend failed (Ray, Kubernetes)
+
+The service's errors (study not found, unauthorized, payload too large …) extend the same tree
+here, so that the SDK rebuilds them from an HTTP answer without importing any server module;
+their HTTP status and stable code are in :mod:`fedtune.wire`.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "BackendError",
+    "CodeError",
+    "CodePackageTooLargeError",
+    "CodeUploadDisabledError",
     "ConfigError",
     "ConflictError",
     "DataError",
+    "DatabaseError",
+    "DatabaseUnavailableError",
     "FedtuneError",
+    "ForbiddenError",
+    "IdempotencyKeyReusedError",
+    "IllegalStateChangeError",
+    "InvalidRequestError",
     "NotFoundError",
+    "PayloadTooLargeError",
+    "ServiceUnreachableError",
+    "ServiceWarmingUpError",
+    "StudyNotFoundError",
+    "TrialNotFoundError",
+    "UnauthorizedError",
 ]
 
 
@@ -44,6 +65,32 @@ class ConfigError(FedtuneError, ValueError):
 
     def __reduce__(self):  # picklable across processes (Ray workers)
         return (type(self), (self.field, self.reason, self.source))
+
+    def with_source(self, source: str | None) -> ConfigError:
+        """The same error (same type and extras) attributed to the file ``source``."""
+        fn, args = self.__reduce__()[:2]
+        new = fn(*args)
+        new.source = source
+        where = f"{source}: " if source else ""
+        new.args = (f"{where}{new.field}: {new.reason}",)
+        return new
+
+
+class CodeError(ConfigError):
+    """User code failed at import or registration time (syntax error, import error, a
+    registration without bounds, a missing registration). ``field`` is the spec field that named
+    the code (``code.modules[0]``, ``task.name``); ``location`` is ``file:line`` of the error."""
+
+    def __init__(
+        self, field: str, reason: str, location: str | None = None, source: str | None = None
+    ) -> None:
+        self.location = location
+        full = f"{reason} (at {location})" if location else reason
+        super().__init__(field, full, source)
+        self.bare_reason = reason
+
+    def __reduce__(self):
+        return (type(self), (self.field, self.bare_reason, self.location, self.source))
 
 
 class DataError(FedtuneError, ValueError):
@@ -70,3 +117,65 @@ class ConflictError(FedtuneError):
 
 class BackendError(FedtuneError, RuntimeError):
     code = "backend_error"
+
+
+# --- errors of the service and its SDK (HTTP status and code: fedtune.wire.ERROR_TABLE)
+
+
+class InvalidRequestError(ConfigError):
+    """The request itself is malformed (JSON body, query parameter): names the field."""
+
+
+class StudyNotFoundError(NotFoundError):
+    pass
+
+
+class TrialNotFoundError(NotFoundError):
+    pass
+
+
+class IllegalStateChangeError(ConflictError):
+    """E.g. cancelling a study that already succeeded."""
+
+
+class IdempotencyKeyReusedError(ConflictError):
+    """An ``Idempotency-Key`` sent again with a different body."""
+
+
+class DatabaseUnavailableError(BackendError):
+    """The database cannot be reached (connection refused, timeout, locked too long)."""
+
+
+class ServiceWarmingUpError(BackendError):
+    """The service has started but is still loading the tuning stack (``/readyz`` only)."""
+
+
+class ServiceUnreachableError(BackendError):
+    """Raised by the SDK: the service did not answer (connection errors, 5xx) after retries."""
+
+
+class DatabaseError(FedtuneError):
+    """Any other database failure (the transaction was rolled back)."""
+
+
+class UnauthorizedError(FedtuneError):
+    """No bearer token, or a malformed ``Authorization`` header, while one is required."""
+
+
+class ForbiddenError(FedtuneError):
+    """A bearer token was sent but it is not the configured one."""
+
+
+class PayloadTooLargeError(FedtuneError):
+    pass
+
+
+class CodeUploadDisabledError(ForbiddenError):
+    """A study with user code while the operator has not enabled uploads
+    (``FEDTUNE_ALLOW_CODE_UPLOAD``)."""
+
+    field = "code"
+
+
+class CodePackageTooLargeError(ConfigError):
+    """A code package (or what it unpacks to) exceeds ``FEDTUNE_MAX_CODE_BYTES`` (413)."""

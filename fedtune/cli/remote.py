@@ -1,6 +1,7 @@
 """Remote verbs, through the SDK: ``fedtune submit | status | wait | cancel | trials | tradeoff``.
 
     fedtune submit examples/study.yaml [--wait]      # prints the study id
+    fedtune submit study.yaml --code ./my_lab        # uploads the user code package first
     fedtune status ID        fedtune wait ID [--timeout S]        fedtune cancel ID
     fedtune trials ID [--state completed]             fedtune tradeoff ID
 
@@ -35,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="study spec (YAML or JSON)")
     p.add_argument("--wait", action="store_true", help="wait for the study to finish")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
+    p.add_argument(
+        "--code", metavar="DIR", help="user code to upload (default: the spec's code.path)"
+    )
     _common(p)
     p.set_defaults(func=submit)
 
@@ -98,7 +102,7 @@ def _show_status(s: Any) -> str:
 
 def submit(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        study = client.submit(args.spec)
+        study = client.submit(args.spec, code=args.code)
         if not args.wait:
             print(_json(study.status()) if args.json else study.id)
             return 0

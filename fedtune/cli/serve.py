@@ -44,6 +44,15 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if not settings.migrate_on_start:  # fail here with one line, not in uvicorn's lifespan
+        from fedtune.service.db import Database
+        from fedtune.service.migrate import require_current_schema
+
+        db = Database(settings.database_url)
+        try:
+            require_current_schema(db)
+        finally:
+            db.dispose()
     app = create_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
     return 0

@@ -1,5 +1,8 @@
 """The study driver: what ``fedtune worker run-study ID`` runs, wherever the backend put it.
 
+0. check that ``FEDTUNE_WORKDIR`` is writable (a read-only root file system without a mounted
+   workdir): if not, record that one line as the study's error (when the study is ours to run),
+   and exit 2 with it;
 1. load the study from the service database; exit 0 at once unless it is ``running`` and this is
    its current dispatch attempt (a superseded or cancelled driver must not run);
 2. ``run_study(spec, <FEDTUNE_WORKDIR>/studies/<id>, sinks=[DbSink])`` — trials, rounds and
@@ -15,8 +18,8 @@
    143. Once Ray runs, SIGTERM (a Ray job stopped, a pod deleted) is Ray's ``sys.exit``; the
    service then marks the MLflow runs KILLED itself.
 
-Exit codes: 0 done (or nothing to do), 1 the study failed, 75 another driver holds the study's
-lock, 143 stopped.
+Exit codes: 0 done (or nothing to do), 1 the study failed, 2 misconfigured (an unwritable
+workdir), 75 another driver holds the study's lock, 143 stopped.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from fedtune.errors import ConfigError, ConflictError, FedtuneError
 from .db import Database
 from .models import utcnow
 from .optuna_sync import OptunaView
-from .paths import study_tracking_uri, study_workdir
+from .paths import check_workdir, study_tracking_uri, study_workdir
 from .repository import Repository
 from .settings import Settings
 from .specs import load_spec
@@ -136,6 +139,12 @@ def run_driver(
 
     db = Database(settings.database_url)
     try:
+        try:
+            check_workdir(settings)
+        except ConfigError as exc:
+            if _claim(db, study_id, attempt) is not None:
+                _finish(db, study_id, StudyState.FAILED, error=str(exc))
+            raise
         claimed = _claim(db, study_id, attempt)
         if claimed is None:
             return 0

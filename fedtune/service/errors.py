@@ -1,46 +1,29 @@
-"""Service errors and the one table mapping every error to (HTTP status, stable code).
-
-The tree extends :mod:`fedtune.errors` (never edits it)::
-
-    FedtuneError                         500 internal_error
-    ├── ConfigError                      422 invalid_config      (field = dotted path)
-    │   └── InvalidRequestError          422 invalid_request     (malformed body / query)
-    ├── DataError                        422 invalid_data
-    ├── NotFoundError                    404 not_found
-    │   ├── StudyNotFoundError           404 study_not_found
-    │   └── TrialNotFoundError           404 trial_not_found
-    ├── ConflictError                    409 conflict
-    │   ├── IllegalStateChangeError      409 illegal_state_change
-    │   └── IdempotencyKeyReusedError    409 idempotency_key_reused
-    ├── BackendError                     502 backend_error
-    │   ├── ServiceUnreachableError      503 service_unreachable (SDK: no answer after retries)
-    │   └── DatabaseUnavailableError     503 database_unavailable
-    ├── DatabaseError                    500 database_error
-    ├── UnauthorizedError                401 unauthorized        (no / malformed bearer token)
-    ├── ForbiddenError                   403 forbidden           (wrong token)
-    └── PayloadTooLargeError             413 payload_too_large
-
-The answer body is ``{"error": {"code", "message", "field"}}``. The SDK rebuilds the typed
-exception from ``code`` with :func:`exception_from_body`, so this module imports nothing beyond
-:mod:`fedtune.errors` (the SDK installs without FastAPI or SQLAlchemy).
-"""
-
-from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
+"""Service errors: the tree lives in :mod:`fedtune.errors` and the HTTP contract (status, code,
+body) in :mod:`fedtune.wire`, both shared with the SDK; this module re-exports them for the
+server side."""
 
 from fedtune.errors import (
-    BackendError,
-    ConfigError,
-    ConflictError,
-    DataError,
-    FedtuneError,
-    NotFoundError,
+    CodePackageTooLargeError,
+    CodeUploadDisabledError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    ForbiddenError,
+    IdempotencyKeyReusedError,
+    IllegalStateChangeError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+    ServiceUnreachableError,
+    ServiceWarmingUpError,
+    StudyNotFoundError,
+    TrialNotFoundError,
+    UnauthorizedError,
 )
+from fedtune.wire import ERROR_TABLE, error_body, exception_from_body, status_and_code
 
 __all__ = [
     "ERROR_TABLE",
+    "CodePackageTooLargeError",
+    "CodeUploadDisabledError",
     "DatabaseError",
     "DatabaseUnavailableError",
     "ForbiddenError",
@@ -49,6 +32,7 @@ __all__ = [
     "InvalidRequestError",
     "PayloadTooLargeError",
     "ServiceUnreachableError",
+    "ServiceWarmingUpError",
     "StudyNotFoundError",
     "TrialNotFoundError",
     "UnauthorizedError",
@@ -56,128 +40,3 @@ __all__ = [
     "exception_from_body",
     "status_and_code",
 ]
-
-
-class InvalidRequestError(ConfigError):
-    """The request itself is malformed (JSON body, query parameter): names the field."""
-
-
-class StudyNotFoundError(NotFoundError):
-    pass
-
-
-class TrialNotFoundError(NotFoundError):
-    pass
-
-
-class IllegalStateChangeError(ConflictError):
-    """E.g. cancelling a study that already succeeded."""
-
-
-class IdempotencyKeyReusedError(ConflictError):
-    """An ``Idempotency-Key`` sent again with a different body."""
-
-
-class DatabaseUnavailableError(BackendError):
-    """The database cannot be reached (connection refused, timeout, locked too long)."""
-
-
-class ServiceUnreachableError(BackendError):
-    """Raised by the SDK: the service did not answer (connection errors, 5xx) after retries."""
-
-
-class DatabaseError(FedtuneError):
-    """Any other database failure (the transaction was rolled back)."""
-
-
-class UnauthorizedError(FedtuneError):
-    """No bearer token, or a malformed ``Authorization`` header, while one is required."""
-
-
-class ForbiddenError(FedtuneError):
-    """A bearer token was sent but it is not the configured one."""
-
-
-class PayloadTooLargeError(FedtuneError):
-    pass
-
-
-#: exception class → (HTTP status, stable code), looked up along the MRO. Within one status the
-#: generic class comes last: an unknown code falls back on it (see _class_for_status).
-ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
-    InvalidRequestError: (422, "invalid_request"),
-    DataError: (422, "invalid_data"),
-    ConfigError: (422, "invalid_config"),
-    StudyNotFoundError: (404, "study_not_found"),
-    TrialNotFoundError: (404, "trial_not_found"),
-    NotFoundError: (404, "not_found"),
-    IllegalStateChangeError: (409, "illegal_state_change"),
-    IdempotencyKeyReusedError: (409, "idempotency_key_reused"),
-    ConflictError: (409, "conflict"),
-    ServiceUnreachableError: (503, "service_unreachable"),
-    DatabaseUnavailableError: (503, "database_unavailable"),
-    BackendError: (502, "backend_error"),
-    DatabaseError: (500, "database_error"),
-    UnauthorizedError: (401, "unauthorized"),
-    ForbiddenError: (403, "forbidden"),
-    PayloadTooLargeError: (413, "payload_too_large"),
-    FedtuneError: (500, "internal_error"),
-}
-
-_BY_CODE: dict[str, type[FedtuneError]] = {code: cls for cls, (_, code) in ERROR_TABLE.items()}
-
-# One owner for each code: the table above. Classes carry it as ``code`` for convenience.
-for _cls, (_status, _code) in ERROR_TABLE.items():
-    _cls.code = _code  # type: ignore[attr-defined]
-
-
-def status_and_code(exc: BaseException) -> tuple[int, str]:
-    """(HTTP status, code) of ``exc``: its most specific class in the table, else 500."""
-    for cls in type(exc).__mro__:
-        if cls in ERROR_TABLE:
-            return ERROR_TABLE[cls]
-    return 500, "internal_error"
-
-
-def error_body(exc: BaseException) -> dict[str, Any]:
-    """``{"error": {"code", "message", "field"}}`` — never a traceback."""
-    _, code = status_and_code(exc)
-    if isinstance(exc, ConfigError):
-        message, field = exc.reason, exc.field
-    elif isinstance(exc, DataError):
-        message, field = exc.reason, exc.path
-    elif isinstance(exc, FedtuneError):
-        message, field = str(exc), getattr(exc, "field", None)
-    else:
-        message, field = "internal server error", None
-    return {"error": {"code": code, "message": message, "field": field}}
-
-
-def exception_from_body(status: int, body: Any) -> FedtuneError:
-    """Rebuild the typed exception from an error answer (unknown codes fall back on status).
-
-    The result carries ``status``, ``code`` and ``field`` attributes.
-    """
-    err = body.get("error") if isinstance(body, Mapping) else None
-    err = err if isinstance(err, Mapping) else {}
-    code = str(err.get("code") or "")
-    message = str(err.get("message") or f"HTTP {status}")
-    field = err.get("field")
-    cls = _BY_CODE.get(code) or _class_for_status(status)
-    if issubclass(cls, ConfigError):
-        exc: FedtuneError = cls(str(field or ""), message)
-    elif issubclass(cls, DataError):
-        exc = cls(str(field or ""), message)
-    else:
-        exc = cls(message)
-    exc.status = status  # type: ignore[attr-defined]
-    exc.code = code or ERROR_TABLE[cls][1]  # type: ignore[attr-defined]
-    exc.field = field  # type: ignore[attr-defined]
-    return exc
-
-
-def _class_for_status(status: int) -> type[FedtuneError]:
-    for cls, (st, _) in reversed(ERROR_TABLE.items()):  # generic classes come last
-        if st == status:
-            return cls  # type: ignore[return-value]
-    return FedtuneError

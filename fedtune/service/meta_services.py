@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .errors import ServiceWarmingUpError
 from .repository import Repository
 from .schemas import AlgorithmOut, Readiness, SearchSpaceOut, TaskOut
 from .services import ServiceContext
@@ -50,9 +51,12 @@ def list_search_spaces() -> list[SearchSpaceOut]:
 
 
 def readiness(ctx: ServiceContext) -> Readiness:
-    """Raises ``DatabaseUnavailableError`` (503) unless the database answers."""
+    """Raises ``DatabaseUnavailableError`` (503) unless the database answers, and
+    ``ServiceWarmingUpError`` (503) until the tuning stack is loaded (a submission is fast)."""
     from .migrate import current_revision
 
+    if ctx.warmup is not None and not ctx.warmup.done.is_set():
+        raise ServiceWarmingUpError("loading the tuning stack; submissions would be slow")
     ctx.db.ping()
     revision = current_revision(ctx.db.engine)
     return Readiness(status="ready", database=ctx.db.dialect, revision=revision)

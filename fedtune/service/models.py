@@ -2,7 +2,9 @@
 
 Tables: ``studies`` (one row per submitted study), ``trials`` (one per Optuna trial number,
 unique per study: a resumed driver upserts, never duplicates), ``trial_rounds`` (the per-round
-curve, primary key (trial, round)), ``idempotency_keys`` (submissions already answered).
+curve, primary key (trial, round)), ``idempotency_keys`` (submissions already answered),
+``code_packages`` (uploaded user code, content-addressed by SHA-256: identical code is stored
+once; a study names its package in ``studies.code_sha256``).
 The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
 them (``tests/service/test_migrations.py`` compares the two).
 """
@@ -20,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -30,7 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .states import StudyState, TrialState
 
-__all__ = ["Base", "IdempotencyKey", "Study", "Trial", "TrialRound", "utcnow"]
+__all__ = ["Base", "CodePackageRow", "IdempotencyKey", "Study", "Trial", "TrialRound", "utcnow"]
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -98,6 +101,8 @@ class Study(Base):
     finished_at: Mapped[dt.datetime | None]
     # revision 0002
     heartbeat_at: Mapped[dt.datetime | None]
+    # revision 0003
+    code_sha256: Mapped[str | None] = mapped_column(String(64), index=True)
 
     trials: Mapped[list[Trial]] = relationship(
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True
@@ -142,4 +147,15 @@ class IdempotencyKey(Base):
     key: Mapped[str] = mapped_column(String(128), primary_key=True)
     request_hash: Mapped[str] = mapped_column(String(64))
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class CodePackageRow(Base):
+    """One uploaded code package (``fedtune.code_package``): the zip and its SHA-256."""
+
+    __tablename__ = "code_packages"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

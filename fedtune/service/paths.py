@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
+
+from fedtune.errors import ConfigError
 
 from .settings import Settings
 
-__all__ = ["study_tracking_uri", "study_workdir"]
+__all__ = ["check_workdir", "study_tracking_uri", "study_workdir"]
+
+
+def check_workdir(settings: Settings) -> Path:
+    """``FEDTUNE_WORKDIR``, created if missing, after proving this process can write in it;
+    otherwise a ``ConfigError`` whose one line says which path, which user and why."""
+    path = Path(settings.workdir).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".fedtune-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            "FEDTUNE_WORKDIR",
+            f"{path} is not writable by uid {os.getuid()} ({exc.strerror or exc}); mount a "
+            "writable volume there (emptyDir or PersistentVolumeClaim) or point it at one",
+        ) from None
+    return path
 
 
 def study_workdir(settings: Settings, study_id: str) -> Path:

@@ -9,6 +9,11 @@ Optuna storage — finished trials are kept, interrupted ones re-run under new t
 nothing is lost or counted twice. After ``FEDTUNE_MAX_DISPATCH_ATTEMPTS`` dispatches the study
 fails instead.
 
+The reason recorded names how the driver ended and, where the backend knows it, why
+(``Backend.describe``: e.g. a RayJob's ``PreRunningDeadlineExceeded: ...``). A re-queued study's
+old driver is stopped (its RayJob deleted) before the new attempt replaces the reference; a
+final study's driver object is deleted by :func:`release_finished` (``Backend.release``).
+
 The service runs :func:`reconcile_running` once at start and the scheduler on every tick. Every
 write is a compare-and-set on ``state = running``, so a driver that finishes at the same moment
 wins and nothing is overwritten.
@@ -26,7 +31,7 @@ from .db import Database
 from .repository import Repository
 from .states import StudyState
 
-__all__ = ["Recovery", "reconcile_running", "recover_study"]
+__all__ = ["Recovery", "reconcile_running", "recover_study", "release_finished"]
 
 log = logging.getLogger(__name__)
 
@@ -82,5 +87,38 @@ def reconcile_running(db: Database, backend: Backend, max_attempts: int) -> list
         if status.alive:
             continue
         reason = f"driver {'exited' if status != DriverStatus.GONE else 'is gone'} ({status})"
-        done.append(recover_study(db, study_id, attempts, reason, max_attempts))
+        why = backend.describe(ref)
+        recovery = recover_study(db, study_id, attempts, f"{reason}: {why}" if why else reason,
+                                 max_attempts)  # fmt: skip
+        done.append(recovery)
+        if recovery.action == "requeued" and status != DriverStatus.GONE:
+            _stop_quietly(backend, study_id, ref)  # the next attempt replaces the reference
     return done
+
+
+def _stop_quietly(backend: Backend, study_id: str, ref: dict) -> None:
+    try:
+        backend.stop(ref)
+    except BackendError as exc:
+        log.warning("study %s: removing its old driver failed (%s)", study_id, exc)
+
+
+def release_finished(db: Database, backend: Backend, limit: int = 50) -> list[str]:
+    """``Backend.release`` the drivers of final studies (kept objects: RayJobs); clear each
+    ``driver_ref`` released. Returns the study ids released."""
+    if not backend.keeps_finished:
+        return []
+    with db.session(readonly=True) as session:
+        pending = Repository(session).finished_with_driver(str(backend.kind), limit)
+    released = []
+    for study_id, ref in pending:
+        try:
+            if ref and not backend.release(ref):
+                continue
+        except BackendError as exc:
+            log.warning("study %s: releasing its driver failed (%s); will retry", study_id, exc)
+            continue
+        with db.session() as session:
+            Repository(session).clear_driver_ref(study_id)
+        released.append(study_id)
+    return released

@@ -14,11 +14,11 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, null, select, update
 from sqlalchemy.orm import Session
 
 from .errors import IllegalStateChangeError, StudyNotFoundError, TrialNotFoundError
-from .models import IdempotencyKey, Study, Trial, TrialRound, utcnow
+from .models import CodePackageRow, IdempotencyKey, Study, Trial, TrialRound, utcnow
 from .states import TERMINAL, StudyState, TrialState, can_transition
 
 __all__ = ["Repository", "json_safe"]
@@ -79,6 +79,21 @@ class Repository:
         query = select(Study).where(Study.state == state)
         query = query.order_by(Study.created_at, Study.id).limit(limit)
         return list(self.session.scalars(query))
+
+    def finished_with_driver(self, backend: str, limit: int) -> list[tuple[str, dict | None]]:
+        """``(id, driver_ref)`` of final studies on ``backend`` that still hold a reference."""
+        final = [s for s in StudyState if s.terminal]
+        query = (
+            select(Study.id, Study.driver_ref)
+            .where(Study.state.in_(final), Study.backend == backend, Study.driver_ref.is_not(None))
+            .order_by(Study.updated_at, Study.id)
+            .limit(limit)
+        )
+        return [(sid, dict(ref) if ref else None) for sid, ref in self.session.execute(query)]
+
+    def clear_driver_ref(self, study_id: str) -> None:
+        """SQL NULL (not JSON ``null``), so :meth:`finished_with_driver` skips the study."""
+        self.update_study(study_id, driver_ref=null())
 
     def count_by_state(self) -> dict[StudyState, int]:
         rows = self.session.execute(select(Study.state, func.count()).group_by(Study.state))
@@ -260,3 +275,22 @@ class Repository:
     def put_idempotency(self, key: str, request_hash: str, study_id: str) -> None:
         self.session.add(IdempotencyKey(key=key, request_hash=request_hash, study_id=study_id))
         self.session.flush()
+
+    # ---------------------------------------------------------------- code packages
+
+    def has_code_package(self, sha256: str) -> bool:
+        query = select(CodePackageRow.sha256).where(CodePackageRow.sha256 == sha256)
+        return self.session.scalar(query) is not None
+
+    def put_code_package(self, sha256: str, data: bytes) -> bool:
+        """Store a package under its digest; False when it was stored already (content
+        addressing: identical code is one row)."""
+        if self.has_code_package(sha256):
+            return False
+        self.session.add(CodePackageRow(sha256=sha256, size=len(data), data=data))
+        self.session.flush()
+        return True
+
+    def get_code_package(self, sha256: str) -> bytes | None:
+        row = self.session.get(CodePackageRow, sha256)
+        return None if row is None else bytes(row.data)

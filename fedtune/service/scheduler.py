@@ -7,7 +7,8 @@ study is cancelled):
    driver with its trials); once the driver is gone, the study's MLflow runs are marked
    ``KILLED`` (``tracking.kill_runs``);
 2. **watch** — :func:`reconcile.reconcile_running`: a running study whose driver is gone is
-   re-queued (it resumes) or failed after ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``;
+   re-queued (it resumes) or failed after ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``; the drivers of final
+   studies are released (:func:`reconcile.release_finished`: their RayJobs deleted);
 3. **dispatch** — oldest queued studies first, while fewer than
    ``FEDTUNE_MAX_CONCURRENT_STUDIES`` run: claim (compare-and-set queued → running, attempt + 1),
    then ``backend.launch``. A launch the backend refuses puts the study back in the queue
@@ -31,7 +32,7 @@ from fedtune.errors import BackendError, FedtuneError
 from .backends.base import Backend, LaunchRequest
 from .db import Database
 from .paths import study_tracking_uri
-from .reconcile import Recovery, reconcile_running
+from .reconcile import Recovery, reconcile_running, release_finished
 from .repository import Repository
 from .settings import Settings
 from .states import StudyState
@@ -47,6 +48,7 @@ STOP_WAIT_S = 120.0  # how long a stopped driver may take to exit before runs ar
 class TickReport:
     stopped: list[str] = field(default_factory=list)
     recovered: list[Recovery] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
     dispatched: list[str] = field(default_factory=list)
 
 
@@ -112,6 +114,7 @@ class Scheduler:
             report.recovered = reconcile_running(
                 self.db, self.backend, self.settings.max_dispatch_attempts
             )
+            report.released = release_finished(self.db, self.backend)
             if self._clock() >= self._not_before:
                 report.dispatched = self._dispatch()
             return report

@@ -16,6 +16,7 @@ from .states import StudyState, TrialState
 __all__ = [
     "AlgorithmOut",
     "BestTrial",
+    "CodeOut",
     "CurveOut",
     "CurvePoint",
     "ErrorDetail",
@@ -63,6 +64,13 @@ class StudyOut(_Out):
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     heartbeat_at: dt.datetime | None
+    code_sha256: str | None = Field(None, description="SHA-256 of the study's uploaded code")
+
+
+class CodeOut(_Out):
+    sha256: str = Field(description="SHA-256 of the package: name it as code.sha256 in a spec")
+    size: int
+    created: bool = Field(description="False when identical code was stored before")
 
 
 class Progress(_Out):

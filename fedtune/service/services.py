@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from fedtune.errors import ConflictError
 
+from .code_services import accept_code_study
 from .db import Database
 from .errors import (
     IdempotencyKeyReusedError,
@@ -40,6 +41,7 @@ from .schemas import (
 from .settings import Settings
 from .specs import accept_spec, request_hash
 from .states import StudyState, TrialState
+from .warmup import Warmup
 
 __all__ = [
     "ServiceContext",
@@ -72,6 +74,7 @@ class ServiceContext:
     db: Database
     settings: Settings
     stopper: StopRequester | None = None
+    warmup: Warmup | None = None  # readiness waits for it (fedtune.service.warmup)
 
 
 def new_study_id() -> str:
@@ -93,7 +96,11 @@ def submit_study(
     replay = _replayed(ctx, idempotency_key, digest)
     if replay is not None:
         return replay, False
-    accepted = accept_spec(body)
+    code_sha256 = None
+    if isinstance(body, Mapping) and body.get("code") is not None:
+        accepted, code_sha256 = accept_code_study(ctx, body)  # user code: checked in a child
+    else:
+        accepted = accept_spec(body)
     study = Study(
         id=new_study_id(),
         name=accepted.name,
@@ -103,6 +110,7 @@ def submit_study(
         task=accepted.task,
         trials_requested=accepted.trials,
         attempts=0,
+        code_sha256=code_sha256,
     )
     try:
         with ctx.db.session() as session:

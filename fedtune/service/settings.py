@@ -10,11 +10,11 @@ from __future__ import annotations
 import enum
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fedtune.errors import ConfigError
 
@@ -70,10 +70,37 @@ class Settings(BaseSettings):
     k8s_worker_template: dict[str, Any] = Field(default_factory=dict)
     k8s_ttl_seconds_after_finished: int = Field(300, ge=0)
     k8s_active_deadline_seconds: int = Field(7 * 24 * 3600, ge=60)
+    #: a RayJob not Running this long after it started fails (PreRunningDeadlineExceeded):
+    #: image pull errors, unschedulable pods (KubeRay >= 1.6; older operators ignore it)
+    k8s_pre_running_deadline_seconds: int = Field(1800, ge=60)
+    #: Secrets (kubernetes.io/dockerconfigjson) for pulling the image, on every RayJob pod
+    k8s_image_pull_secrets: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: memory of a Ray worker pod: max(trials × per-trial, GPUs × per-GPU) + /dev/shm
+    k8s_memory_per_trial_gi: float = Field(4.0, gt=0, le=4096)
+    k8s_memory_per_gpu_gi: float = Field(16.0, ge=8, le=4096)
+    #: size of /dev/shm (an emptyDir in memory, charged to the pod's memory) of every Ray pod;
+    #: Ray's object store is sized to fit in it
+    k8s_shm_gi: float = Field(2.0, ge=0.25, le=1024)
+    #: KubeRay ``authOptions.mode: token`` (Ray token authentication on the dashboard/Jobs API)
+    k8s_ray_token_auth: bool = True
     max_request_bytes: int = Field(1 << 20, ge=1024)
     scheduler_interval_s: float = Field(1.0, gt=0, le=300)
     max_dispatch_attempts: int = Field(3, ge=1, le=100)
     heartbeat_s: float = Field(5.0, gt=0, le=600)
+    #: apply migrations when the service starts (laptop default); false = refuse an old schema
+    #: and leave migrating to ``fedtune db upgrade`` (the Helm chart's hook Job)
+    migrate_on_start: bool = True
+    #: accept studies with a ``code:`` package (uploaded user code runs with the driver's and the
+    #: workers' rights: an operator decision, off by default)
+    allow_code_upload: bool = False
+    max_code_bytes: int = Field(16 * 1024**2, ge=1024, le=1 << 30)
+    #: time limit of the subprocess that imports uploaded code at submission
+    code_check_timeout_s: float = Field(60.0, gt=0, le=3600)
+    #: the service's URL as RayJobs reach it (the kubernetes backend's code ``working_dir`` URI)
+    public_url: str | None = None
+    #: key of the per-study code download credentials (default: derived from the API token, else
+    #: a random key kept in ``<workdir>/code-url.key``)
+    code_url_key: SecretStr | None = None
 
     @field_validator(
         "api_token",
@@ -83,6 +110,8 @@ class Settings(BaseSettings):
         "k8s_env_secret",
         "k8s_service_account",
         "k8s_workdir_claim",
+        "public_url",
+        "code_url_key",
         mode="before",
     )
     @classmethod
@@ -114,11 +143,35 @@ class Settings(BaseSettings):
             raise ValueError("must be an SQLAlchemy URL such as sqlite:///./fedtune.db")
         return value
 
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+            raise ValueError("must be an http(s) URL such as http://fedtune.fedtune.svc:8000")
+        return value.rstrip("/")
+
     @field_validator("k8s_namespace", "k8s_env_secret", "k8s_service_account", "k8s_workdir_claim")
     @classmethod
     def _dns1123(cls, value: str | None) -> str | None:
         if value is not None and (len(value) > 253 or not _DNS1123.match(value)):
             raise ValueError("must be a DNS-1123 name (lower-case letters, digits, '-', '.')")
+        return value
+
+    @field_validator("k8s_image_pull_secrets", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("k8s_image_pull_secrets")
+    @classmethod
+    def _dns1123_list(cls, value: list[str]) -> list[str]:
+        for name in value:
+            cls._dns1123(name)
         return value
 
     @field_validator("k8s_image")

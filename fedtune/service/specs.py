@@ -25,7 +25,7 @@ from fedtune.errors import ConfigError
 
 from .errors import InvalidRequestError
 
-__all__ = ["AcceptedSpec", "accept_spec", "load_spec", "request_hash"]
+__all__ = ["AcceptedSpec", "accept_spec", "load_spec", "request_hash", "service_rules"]
 
 #: largest budget one submission may ask for (a typo such as 10**9 trials is refused)
 MAX_TRIALS = 100_000
@@ -44,7 +44,7 @@ class AcceptedSpec:
     document: dict[str, Any]
 
 
-def _service_rules(data: Mapping[str, Any]) -> None:
+def service_rules(data: Mapping[str, Any]) -> None:
     search = data.get("search")
     if isinstance(search, Mapping):
         spaces = search.get("space")
@@ -70,7 +70,7 @@ def accept_spec(data: Any) -> AcceptedSpec:
 
     if not isinstance(data, Mapping):
         raise InvalidRequestError("<body>", "the study spec must be a JSON object")
-    _service_rules(data)
+    service_rules(data)
     spec = StudySpec.from_dict(dict(data))
     document = spec.to_dict()
     bad = _non_finite(document)

@@ -1,53 +1,6 @@
-"""Lifecycle states of studies and trials, and the legal study transitions.
+"""Study and trial states: defined in :mod:`fedtune.states` (shared with the SDK), re-exported
+here for the server side."""
 
-    queued ──► running ──► succeeded
-      │           │  └───► failed
-      │           └──────► cancelled
-      ├──────────────────► cancelled
-      └◄── running (re-dispatch: the driver is gone, the study resumes)
-
-Pure Python (no SQLAlchemy) so the SDK can import it.
-"""
-
-from __future__ import annotations
-
-import enum
+from fedtune.states import TERMINAL, TRANSITIONS, StudyState, TrialState, can_transition
 
 __all__ = ["TERMINAL", "TRANSITIONS", "StudyState", "TrialState", "can_transition"]
-
-
-class StudyState(enum.StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-
-class TrialState(enum.StrEnum):
-    RUNNING = "running"
-    COMPLETED = "completed"
-    PRUNED = "pruned"  # stopped early by the scheduler (ASHA/median)
-    FAILED = "failed"
-    KILLED = "killed"  # cancelled with its study, or abandoned by a driver that died
-
-
-TERMINAL = frozenset({StudyState.SUCCEEDED, StudyState.FAILED, StudyState.CANCELLED})
-
-TRANSITIONS: dict[StudyState, frozenset[StudyState]] = {
-    StudyState.QUEUED: frozenset({StudyState.RUNNING, StudyState.CANCELLED}),
-    StudyState.RUNNING: frozenset(
-        {StudyState.QUEUED, StudyState.SUCCEEDED, StudyState.FAILED, StudyState.CANCELLED}
-    ),
-    StudyState.SUCCEEDED: frozenset(),
-    StudyState.FAILED: frozenset(),
-    StudyState.CANCELLED: frozenset(),
-}
-
-
-def can_transition(old: StudyState, new: StudyState) -> bool:
-    return new in TRANSITIONS[StudyState(old)]

@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from tests.integration.conftest import make_quadratic_study
+from tests.needs import need
 
 pytestmark = pytest.mark.e2e
 
@@ -90,10 +91,8 @@ def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
 
 
 def test_mlflow_ui_shows_the_study(tmp_path):
-    if not CHROMIUM.is_file():
-        reason = f"{CHROMIUM} is not installed (apt-get install chromium)"
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
+    need("chromium", None if CHROMIUM.is_file()
+         else f"{CHROMIUM} is not installed (apt-get install chromium)")  # fmt: skip
     spec = tmp_path / "study.yaml"
     spec.write_text(yaml.safe_dump(STUDY))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}

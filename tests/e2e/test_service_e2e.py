@@ -27,8 +27,10 @@ import pytest
 
 from fedtune.client import Client, StudyStatus
 from fedtune.service.db import Database
+from fedtune.service.models import CodePackageRow
 from fedtune.service.repository import Repository
 from fedtune.service.states import StudyState, TrialState
+from tests.needs import need
 from tests.service.helpers import Server, pg_schema, pg_unreachable_reason, tiny_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -43,7 +45,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
     def start(database_url: str | None = None, backend: str = "local", token: str | None = TOKEN,
-              log: str = "serve.log") -> Server:  # fmt: skip
+              log: str = "serve.log", **extra: str) -> Server:  # fmt: skip
         env = {
             "FEDTUNE_DATABASE_URL": database_url or f"sqlite:///{tmp_path / 'fedtune.db'}",
             "FEDTUNE_WORKDIR": str(tmp_path / "work"),
@@ -51,6 +53,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
             "FEDTUNE_API_TOKEN": token or "",
             "FEDTUNE_MAX_CONCURRENT_STUDIES": "1",
             **FAST,
+            **extra,
         }
         env.pop("MLFLOW_TRACKING_URI", None)
         server = Server(env, tmp_path / log)
@@ -162,10 +165,7 @@ def test_a_study_end_to_end_on_sqlite(serve) -> None:
 
 
 def test_a_study_end_to_end_on_postgresql(serve) -> None:
-    reason = pg_unreachable_reason()
-    if reason:
-        print(f"\nskipping PostgreSQL: {reason}")
-        pytest.skip(reason)
+    need("postgres", pg_unreachable_reason())
     with pg_schema() as url:
         server = serve(database_url=url)
         try:
@@ -278,7 +278,7 @@ def test_bearer_token(serve) -> None:
 
 
 def test_openapi_fuzzing_finds_no_server_errors(serve, tmp_path: Path) -> None:
-    server = serve(backend="none")
+    server = serve(backend="none", FEDTUNE_ALLOW_CODE_UPLOAD="1")
     # one worker: schemathesis' worker threads can trip CPython 3.11's ast.parse ("AST
     # constructor recursion depth mismatch") while describing strategies — a tool error
     argv = [
@@ -287,8 +287,22 @@ def test_openapi_fuzzing_finds_no_server_errors(serve, tmp_path: Path) -> None:
         "--max-examples", "25", "--seed", "1", "--workers", "1",
         "--generation-database", "none", "--no-color",
     ]  # fmt: skip
+    # st_hooks registers a generator for POST /v1/code's application/zip body
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "st_hooks",
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
     run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                         check=False)  # fmt: skip
+                         check=False, env=env)  # fmt: skip
     assert run.returncode == 0, run.stdout[-4000:]
-    assert "passed" in run.stdout and "13/13" in run.stdout
+    assert "passed" in run.stdout and "15/15" in run.stdout
     assert " 500 " not in server.log.read_text()
+    db = Database(server.env["FEDTUNE_DATABASE_URL"])  # the zip generator reached the store
+    try:
+        with db.session(readonly=True) as s:
+            assert s.query(CodePackageRow).count() >= 1
+    finally:
+        db.dispose()

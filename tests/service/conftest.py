@@ -11,6 +11,7 @@ from fedtune.service.db import Database
 from fedtune.service.migrate import upgrade_database
 from fedtune.service.settings import Settings, load_settings
 
+from ..needs import need
 from .helpers import FakeBackend, pg_schema, pg_unreachable_reason
 
 TOKEN = "t0ken-for-the-service-tests-0123456789"
@@ -18,10 +19,7 @@ TOKEN = "t0ken-for-the-service-tests-0123456789"
 
 @pytest.fixture(scope="session")
 def pg_available() -> None:
-    reason = pg_unreachable_reason()
-    if reason:
-        print(f"\nskipping PostgreSQL: {reason}")
-        pytest.skip(reason)
+    need("postgres", pg_unreachable_reason())
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -14,6 +18,7 @@ from fedtune.service.backends.base import DriverStatus
 from fedtune.service.errors import DatabaseUnavailableError
 from fedtune.service.repository import Repository
 from fedtune.service.states import StudyState, TrialState
+from fedtune.service.warmup import Warmup
 
 from .conftest import TOKEN
 from .helpers import FakeBackend, tiny_spec
@@ -45,14 +50,51 @@ def _submit(c: TestClient, **kw) -> dict:
 def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> None:
     bare = {"Authorization": ""}
     assert client.get("/healthz", headers=bare).json() == {"status": "ok"}
+    assert _runtime(client).ctx.warmup.done.wait(300)
     ready = client.get("/readyz", headers=bare).json()
-    assert ready == {"status": "ready", "database": "sqlite", "revision": "0002"}
+    assert ready == {"status": "ready", "database": "sqlite", "revision": "0003"}
     assert client.get("/metrics", headers=bare).status_code == 200
     spec = client.get("/openapi.json", headers=bare).json()
     assert {"/v1/studies", "/v1/studies/{study_id}/tradeoff", "/v1/algorithms"} <= set(
         spec["paths"]
     )
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_readiness_waits_for_the_warm_up(client: TestClient, monkeypatch) -> None:
+    loading = Warmup()  # never started: still loading
+    monkeypatch.setattr(_runtime(client), "ctx", replace(_runtime(client).ctx, warmup=loading))
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "warming_up"
+    loading.done.set()
+    assert client.get("/readyz").status_code == 200
+
+
+def test_the_first_submission_after_ready_imports_nothing(tmp_path) -> None:
+    """Once /readyz says ready, a submission loads no module (the tuning stack is warm)."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from fastapi.testclient import TestClient
+        from fedtune.service.api import create_app
+        from fedtune.service.settings import Settings
+
+        app = create_app(Settings(database_url="sqlite:///{tmp_path}/w.db"), backend=None)
+        with TestClient(app) as client:
+            app.state.runtime.ctx.warmup.done.wait(300)
+            assert client.get("/readyz").status_code == 200
+            before = set(sys.modules)
+            r = client.post("/v1/studies", json={{**WARM_SPEC, "name": "first"}})
+            assert r.status_code == 201, r.text
+            print("new", sorted(m for m in set(sys.modules) - before
+                                if m.split(".")[0] in ("fedtune", "optuna", "torch", "pydantic")))
+        """
+    )
+    prelude = "from fedtune.service.warmup import WARM_SPEC\n"
+    out = subprocess.run([sys.executable, "-c", prelude + script], capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "new []" in out.stdout, out.stdout
 
 
 def test_readiness_fails_when_the_database_does(client: TestClient, monkeypatch) -> None:
@@ -122,10 +164,58 @@ def test_invalid_specs_are_422_with_the_field_path(client: TestClient, change, f
     assert error["code"] == "invalid_config" and error["field"] == field, error
 
 
-@pytest.mark.parametrize("body", [b"[1, 2]", b"{not json", b'"spec"'])
-def test_malformed_bodies_are_422(client: TestClient, body: bytes) -> None:
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"spec"'])
+def test_bodies_that_are_not_objects_are_422(client: TestClient, body: bytes) -> None:
     r = client.post("/v1/studies", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
+
+
+def test_a_body_that_is_not_json_is_400(client: TestClient) -> None:
+    r = client.post("/v1/studies", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+
+
+@pytest.mark.parametrize(("auth", "status"), [("", 401), ("Bearer wrong-token-0123456789", 403)])
+@pytest.mark.parametrize("body", [b"{not json", b"[1]", b"x" * 64])
+def test_auth_is_checked_before_the_body(client: TestClient, auth, status, body) -> None:
+    """An unauthenticated request gets 401/403 whatever its body: malformed, invalid or over the
+    size limit (the body is never read)."""
+    headers = {"Content-Type": "application/json", "Authorization": auth}
+    r = client.post("/v1/studies", content=body, headers=headers)
+    assert r.status_code == status, r.text
+    huge = {**headers, "Content-Length": str(10**12)}
+    r = client.post("/v1/studies", content=body, headers=huge)
+    assert r.status_code == status, r.text
+
+
+def test_openapi_documents_every_error_and_the_real_body(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    for path, operations in spec["paths"].items():
+        if not path.startswith("/v1"):
+            continue
+        for method, operation in operations.items():
+            for status in ("400", "401", "403", "413", "422"):
+                answer = operation["responses"].get(status)
+                assert answer, f"{method.upper()} {path} does not document {status}"
+                schema = answer["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ErrorResponse"}
+    body = spec["paths"]["/v1/studies"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/StudySpec"}
+    study = spec["components"]["schemas"]["StudySpec"]
+    assert {"task", "algorithm", "train", "search", "budget", "resources"} <= set(study["properties"])
+    refs = {v["$ref"].rsplit("/", 1)[1] for v in _refs(study)}
+    assert refs and refs <= set(spec["components"]["schemas"]), refs
+
+
+def _refs(node):
+    if isinstance(node, dict):
+        if "$ref" in node:
+            yield node
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
 
 
 def test_idempotency_key(client: TestClient) -> None:

@@ -173,3 +173,27 @@ def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) ->
     assert run_driver(sid, ctx.settings, 1, run_study=count) == 0
     assert seen == [0]
     assert not Path(study_workdir(ctx.settings, sid) / "optuna.db").exists()
+
+
+def test_an_unwritable_workdir_fails_at_start_with_one_line(ctx, tmp_path, monkeypatch, capsys):
+    """Issue 11 finding 1: a driver whose FEDTUNE_WORKDIR cannot be written (a read-only root
+    without a mounted workdir; here: a path below a regular file, since tests run as root)
+    exits 2 at start with one line naming the variable, and the study records that line."""
+    from fedtune.cli import main
+
+    sid = _running(ctx)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("FEDTUNE_DATABASE_URL", ctx.settings.database_url)
+    monkeypatch.setenv("FEDTUNE_WORKDIR", str(blocker / "work"))
+    assert main(["worker", "run-study", sid, "--attempt", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "FEDTUNE_WORKDIR" in err and str(blocker) in err
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.FAILED and study.error in err
+    # a superseded attempt still refuses to start, but leaves the study alone
+    other = _running(ctx)
+    assert main(["worker", "run-study", other, "--attempt", "7"]) == 2
+    with ctx.db.session(readonly=True) as s:
+        assert Repository(s).require_study(other).state == StudyState.RUNNING

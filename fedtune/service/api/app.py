@@ -1,7 +1,9 @@
 """The FastAPI application: ``create_app(settings) -> FastAPI``.
 
-At start (lifespan): open the database, apply the Alembic migrations, build the configured
-backend, reconcile running studies with their drivers, start the scheduler. At shutdown: stop
+At start (lifespan): open the database, apply the Alembic migrations (or, with
+``FEDTUNE_MIGRATE_ON_START=false``, refuse a schema that is not at head), build the configured
+backend, reconcile running studies with their drivers, start the scheduler, and load the tuning
+stack in a thread (``/readyz`` answers 503 ``warming_up`` until then; ``service/warmup.py``). At shutdown: stop
 the scheduler and close the backend (the local backend stops its child drivers; their studies
 resume on the next start). Routes: ``/healthz``, ``/readyz``, ``/metrics`` (open) and the API
 under ``/v1`` (bearer token when ``FEDTUNE_API_TOKEN`` is set); OpenAPI at ``/openapi.json``,
@@ -21,16 +23,19 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..backends import Backend, make_backend
 from ..db import Database
-from ..migrate import upgrade_database
+from ..migrate import require_current_schema, upgrade_database
 from ..reconcile import reconcile_running
 from ..scheduler import Scheduler
 from ..services import ServiceContext
 from ..settings import Settings, load_settings
 from ..tracking import kill_runs
-from . import routes_health, routes_meta, routes_studies
+from ..warmup import Warmup
+from . import routes_code, routes_health, routes_meta, routes_studies
+from .auth import BearerAuth
 from .errors import install_error_handlers
 from .limits import BodySizeLimit
 from .metrics import HttpMetrics, make_registry
+from .openapi import install_openapi
 
 __all__ = ["Runtime", "create_app"]
 
@@ -56,9 +61,11 @@ class Runtime:
         cls, settings: Settings, backend: Backend | None, *, migrate: bool, schedule: bool
     ) -> Runtime:
         db = Database(settings.database_url)
-        if migrate:
+        if migrate and settings.migrate_on_start:
             revision = upgrade_database(db)
             log.info("database at revision %s (%s)", revision, db.dialect)
+        elif migrate:
+            log.info("database at revision %s (%s)", require_current_schema(db), db.dialect)
         scheduler = None
         if backend is not None:
             recovered = reconcile_running(db, backend, settings.max_dispatch_attempts)
@@ -67,7 +74,9 @@ class Runtime:
             scheduler = Scheduler(db, backend, settings, kill_runs=kill_runs)
             if schedule:
                 scheduler.start()
-        ctx = ServiceContext(db=db, settings=settings, stopper=scheduler)
+        warmup = Warmup()
+        warmup.start()
+        ctx = ServiceContext(db=db, settings=settings, stopper=scheduler, warmup=warmup)
         registry, requests, latency = make_registry(ctx)
         return cls(settings, db, backend, scheduler, ctx, registry, requests, latency)
 
@@ -107,10 +116,16 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=settings.max_request_bytes,
+        per_path={"/v1/code": (settings.max_code_bytes, "code")},
+    )
+    app.add_middleware(BearerAuth, token=settings.token)  # outside the size limit: 401 first
     app.add_middleware(HttpMetrics)
     install_error_handlers(app)
-    for module in (routes_health, routes_studies, routes_meta):  # one router per resource
+    install_openapi(app)
+    for module in (routes_health, routes_studies, routes_code, routes_meta):  # one per resource
         app.include_router(module.router)
     return app
 

@@ -1,7 +1,8 @@
 """Exception handlers: every error answer is ``{"error": {"code", "message", "field"}}``.
 
-Service errors use the table in ``fedtune/service/errors.py``; request validation errors become
-422 ``invalid_request`` with the offending field (``query.limit``, ``body``); framework HTTP
+Service errors use the table in ``fedtune/wire.py``; a body that is not JSON is 400
+``bad_request``; request validation errors become 422 ``invalid_request`` with the offending
+field (``query.limit``, ``body``); framework HTTP
 errors keep their status with a code (404 ``not_found``, 405 ``method_not_allowed``, 413
 ``payload_too_large``). Unexpected exceptions are logged and answered 500 ``internal_error``
 without details. A 401 carries ``WWW-Authenticate: Bearer``.
@@ -53,6 +54,8 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
     loc = [str(p) for p in first.get("loc", ())]
     field = ".".join(loc) if loc else None
+    if first.get("type") == "json_invalid":  # not JSON at all: malformed, not invalid
+        return _answer(400, "bad_request", f"malformed JSON: {first.get('msg')}", field)
     return _answer(422, "invalid_request", str(first.get("msg", "invalid request")), field)
 
 

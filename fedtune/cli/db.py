@@ -1,0 +1,59 @@
+"""``fedtune db upgrade``: bring the service database to the schema this fedtune needs.
+
+Applies the Alembic migrations shipped in the package (idempotent; on PostgreSQL an advisory
+lock serialises concurrent runs) and prints the revision reached. The Helm chart runs it as a
+pre-install/pre-upgrade hook Job, and its API pods start with ``FEDTUNE_MIGRATE_ON_START=false``
+so they refuse an old schema instead of migrating while another pod still serves.
+``fedtune db current`` prints the database's revision and the one this fedtune needs (exit 1 when
+they differ).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("db", help="service database schema (Alembic migrations)")
+    verbs = p.add_subparsers(dest="db_verb", metavar="VERB")
+    for name, func, text in (
+        ("upgrade", _upgrade, "apply the migrations up to this fedtune's revision"),
+        ("current", _current, "print the database's revision and the one this fedtune needs"),
+    ):
+        verb = verbs.add_parser(name, help=text)
+        verb.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
+        verb.set_defaults(func=func)
+
+
+def _database(args: argparse.Namespace) -> Any:
+    from fedtune.service.db import Database
+    from fedtune.service.settings import load_settings
+
+    overrides = {"database_url": args.database_url} if args.database_url else {}
+    return Database(load_settings(**overrides).database_url)
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    from fedtune.service.migrate import upgrade_database
+
+    db = _database(args)
+    try:
+        print(f"database at revision {upgrade_database(db)} ({db.dialect})")
+    finally:
+        db.dispose()
+    return 0
+
+
+def _current(args: argparse.Namespace) -> int:
+    from fedtune.service.migrate import current_revision, head_revision
+
+    db = _database(args)
+    try:
+        current, head = current_revision(db.engine), head_revision()
+    finally:
+        db.dispose()
+    print(f"database {current or 'empty'}, fedtune needs {head}")
+    return 0 if current == head else 1

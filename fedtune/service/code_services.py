@@ -1,0 +1,119 @@
+"""Service functions for user code: upload a package, accept a study that uses one, serve it.
+
+* :func:`upload_code` (``POST /v1/code``): check the zip (``fedtune.code_package.check_package``:
+  size, paths inside the root, no links) and store it under its SHA-256 — identical code is
+  stored once; answers the digest;
+* :func:`accept_code_study`: a submitted spec whose ``code`` names an uploaded package
+  (``code: {sha256, modules}``) is validated by a subprocess that imports it
+  (:mod:`.code_check`); the stored document keeps ``code: {modules}`` and the study row the
+  digest (``studies.code_sha256``), next to the study in the same database;
+* :func:`study_code_zip` (``GET /v1/studies/{id}/code.zip?token=…``): the package of one study
+  for its RayJob, authorised by the per-study credential of :mod:`.code_url`.
+
+Nothing is accepted unless the operator enabled uploads (``FEDTUNE_ALLOW_CODE_UPLOAD``): the
+code runs with the rights of the study driver and the Ray workers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
+from fedtune.errors import ConfigError, ConflictError
+
+from .code_check import check_in_subprocess
+from .code_url import code_url_key, verify_code_token
+from .errors import CodeUploadDisabledError, ForbiddenError, StudyNotFoundError
+from .repository import Repository
+from .specs import AcceptedSpec, service_rules
+
+__all__ = ["CodeOut", "accept_code_study", "study_code_zip", "upload_code"]
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class CodeOut:
+    sha256: str
+    size: int
+    created: bool
+
+
+def _enabled(ctx: Any) -> None:
+    if not ctx.settings.allow_code_upload:
+        raise CodeUploadDisabledError(
+            "this service does not accept user code (the operator sets FEDTUNE_ALLOW_CODE_UPLOAD"
+            "=true, Helm value codeUpload.enabled); uploaded code runs with the driver's rights"
+        )
+
+
+def upload_code(ctx: Any, data: bytes) -> CodeOut:
+    """Store a code package (content-addressed); ``created`` is False for known code."""
+    _enabled(ctx)
+    check_package(data, max_bytes=ctx.settings.max_code_bytes, field="code")
+    digest = sha256_of(data)
+    try:
+        with ctx.db.session() as session:
+            created = Repository(session).put_code_package(digest, data)
+    except ConflictError:  # a concurrent upload of the same code won the insert
+        created = False
+    return CodeOut(digest, len(data), created)
+
+
+def code_reference(code: Any) -> tuple[str, list[Any]]:
+    """``(sha256, modules)`` of a submitted ``code`` section; the service never reads a path."""
+    if not isinstance(code, Mapping):
+        raise ConfigError("code", "must be a mapping {sha256, modules}")
+    if code.get("path") is not None:
+        raise ConfigError(
+            "code.path",
+            "the service does not read files of its own disk; upload the package "
+            "(fedtune submit --code DIR, Client.submit(spec, code=DIR))",
+        )
+    unknown = sorted(set(code) - {"sha256", "modules", "path"})
+    if unknown:
+        raise ConfigError(f"code.{unknown[0]}", "unknown key")
+    digest = code.get("sha256")
+    if not isinstance(digest, str) or not _SHA256.match(digest):
+        raise ConfigError("code.sha256", "must be the 64 hex digits of an uploaded package")
+    modules = code.get("modules")
+    if not isinstance(modules, list) or not modules:
+        raise ConfigError("code.modules", "must list the modules to import")
+    return digest, modules
+
+
+def accept_code_study(ctx: Any, body: Mapping[str, Any]) -> tuple[AcceptedSpec, str]:
+    """Validate a spec with uploaded code in a subprocess; ``(accepted, sha256)``."""
+    _enabled(ctx)
+    digest, modules = code_reference(body["code"])
+    service_rules(body)
+    with ctx.db.session(readonly=True) as session:
+        package = Repository(session).get_code_package(digest)
+    if package is None:
+        raise ConfigError(
+            "code.sha256", "no uploaded package has this digest; upload it first (POST /v1/code)"
+        )
+    spec = {**body, "code": {"modules": modules}}
+    checked = check_in_subprocess(
+        spec, package, timeout_s=ctx.settings.code_check_timeout_s,
+        scratch=Path(ctx.settings.workdir).resolve() / "tmp",
+    )  # fmt: skip
+    return AcceptedSpec(**checked["summary"], document=checked["document"]), digest
+
+
+def study_code_zip(ctx: Any, study_id: str, token: str) -> bytes:
+    """The package of ``study_id`` wrapped for Ray's remote ``working_dir`` (one top folder)."""
+    with ctx.db.session(readonly=True) as session:
+        repo = Repository(session)
+        study = repo.get_study(study_id)
+        digest = study.code_sha256 if study is not None else None
+        package = repo.get_code_package(digest) if digest else None
+    if package is None:
+        raise StudyNotFoundError(f"no study {study_id!r} with a code package")
+    if not verify_code_token(code_url_key(ctx.settings), study_id, digest, token):
+        raise ForbiddenError("the code token is not valid for this study")
+    return wrap_single_top_level(package)

@@ -1,0 +1,143 @@
+"""The HTTP error contract shared by the service and the SDK: one table mapping every error to
+(HTTP status, stable code), the answer body, and the typed exception rebuilt from it.
+
+The tree::
+
+    FedtuneError                         500 internal_error
+    ├── ConfigError                      422 invalid_config      (field = dotted path)
+    │   └── InvalidRequestError          422 invalid_request     (malformed body / query)
+    ├── DataError                        422 invalid_data
+    ├── NotFoundError                    404 not_found
+    │   ├── StudyNotFoundError           404 study_not_found
+    │   └── TrialNotFoundError           404 trial_not_found
+    ├── ConflictError                    409 conflict
+    │   ├── IllegalStateChangeError      409 illegal_state_change
+    │   └── IdempotencyKeyReusedError    409 idempotency_key_reused
+    ├── BackendError                     502 backend_error
+    │   ├── ServiceUnreachableError      503 service_unreachable (SDK: no answer after retries)
+    │   ├── ServiceWarmingUpError        503 warming_up          (/readyz while loading)
+    │   └── DatabaseUnavailableError     503 database_unavailable
+    ├── DatabaseError                    500 database_error
+    ├── UnauthorizedError                401 unauthorized        (no / malformed bearer token)
+    ├── ForbiddenError                   403 forbidden           (wrong token)
+    └── PayloadTooLargeError             413 payload_too_large
+
+The answer body is ``{"error": {"code", "message", "field"}}``. The SDK rebuilds the typed
+exception from ``code`` with :func:`exception_from_body`. Pure Python: this module imports nothing
+beyond :mod:`fedtune.errors`, so ``pip install fedtune`` gives a working ``fedtune.Client``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedtune.errors import (
+    BackendError,
+    CodeError,
+    CodePackageTooLargeError,
+    CodeUploadDisabledError,
+    ConfigError,
+    ConflictError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    DataError,
+    FedtuneError,
+    ForbiddenError,
+    IdempotencyKeyReusedError,
+    IllegalStateChangeError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ServiceUnreachableError,
+    ServiceWarmingUpError,
+    StudyNotFoundError,
+    TrialNotFoundError,
+    UnauthorizedError,
+)
+
+__all__ = ["ERROR_TABLE", "error_body", "exception_from_body", "status_and_code"]
+
+#: exception class → (HTTP status, stable code), looked up along the MRO. Within one status the
+#: generic class comes last: an unknown code falls back on it (see _class_for_status).
+ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
+    CodePackageTooLargeError: (413, "code_too_large"),
+    CodeError: (422, "invalid_code"),
+    InvalidRequestError: (422, "invalid_request"),
+    DataError: (422, "invalid_data"),
+    ConfigError: (422, "invalid_config"),
+    StudyNotFoundError: (404, "study_not_found"),
+    TrialNotFoundError: (404, "trial_not_found"),
+    NotFoundError: (404, "not_found"),
+    IllegalStateChangeError: (409, "illegal_state_change"),
+    IdempotencyKeyReusedError: (409, "idempotency_key_reused"),
+    ConflictError: (409, "conflict"),
+    ServiceUnreachableError: (503, "service_unreachable"),
+    ServiceWarmingUpError: (503, "warming_up"),
+    DatabaseUnavailableError: (503, "database_unavailable"),
+    BackendError: (502, "backend_error"),
+    DatabaseError: (500, "database_error"),
+    UnauthorizedError: (401, "unauthorized"),
+    CodeUploadDisabledError: (403, "code_upload_disabled"),
+    ForbiddenError: (403, "forbidden"),
+    PayloadTooLargeError: (413, "payload_too_large"),
+    FedtuneError: (500, "internal_error"),
+}
+
+_BY_CODE: dict[str, type[FedtuneError]] = {code: cls for cls, (_, code) in ERROR_TABLE.items()}
+
+# One owner for each code: the table above. Classes carry it as ``code`` for convenience.
+for _cls, (_status, _code) in ERROR_TABLE.items():
+    _cls.code = _code  # type: ignore[attr-defined]
+
+
+def status_and_code(exc: BaseException) -> tuple[int, str]:
+    """(HTTP status, code) of ``exc``: its most specific class in the table, else 500."""
+    for cls in type(exc).__mro__:
+        if cls in ERROR_TABLE:
+            return ERROR_TABLE[cls]
+    return 500, "internal_error"
+
+
+def error_body(exc: BaseException) -> dict[str, Any]:
+    """``{"error": {"code", "message", "field"}}`` — never a traceback."""
+    _, code = status_and_code(exc)
+    if isinstance(exc, ConfigError):
+        message, field = exc.reason, exc.field
+    elif isinstance(exc, DataError):
+        message, field = exc.reason, exc.path
+    elif isinstance(exc, FedtuneError):
+        message, field = str(exc), getattr(exc, "field", None)
+    else:
+        message, field = "internal server error", None
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def exception_from_body(status: int, body: Any) -> FedtuneError:
+    """Rebuild the typed exception from an error answer (unknown codes fall back on status).
+
+    The result carries ``status``, ``code`` and ``field`` attributes.
+    """
+    err = body.get("error") if isinstance(body, Mapping) else None
+    err = err if isinstance(err, Mapping) else {}
+    code = str(err.get("code") or "")
+    message = str(err.get("message") or f"HTTP {status}")
+    field = err.get("field")
+    cls = _BY_CODE.get(code) or _class_for_status(status)
+    if issubclass(cls, ConfigError):
+        exc: FedtuneError = cls(str(field or ""), message)
+    elif issubclass(cls, DataError):
+        exc = cls(str(field or ""), message)
+    else:
+        exc = cls(message)
+    exc.status = status  # type: ignore[attr-defined]
+    exc.code = code or ERROR_TABLE[cls][1]  # type: ignore[attr-defined]
+    exc.field = field  # type: ignore[attr-defined]
+    return exc
+
+
+def _class_for_status(status: int) -> type[FedtuneError]:
+    for cls, (st, _) in reversed(ERROR_TABLE.items()):  # generic classes come last
+        if st == status:
+            return cls  # type: ignore[return-value]
+    return FedtuneError
