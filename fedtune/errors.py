@@ -12,6 +12,9 @@ exit 2 and the service can answer 422 with the path.
     ├── NotFoundError      an object (study, trial, algorithm, task) does not exist
     ├── ConflictError      an illegal state change (e.g. cancelling a finished study)
     └── BackendError       an execution backend failed (Ray, Kubernetes)
+        └── TransientError a fault that may pass (a cluster starting, a connection lost):
+            │              the service re-dispatches the study with backoff
+            └── RayStartError  Ray did not start after the retries of ``start_ray``
 
 The service's errors (study not found, unauthorized, payload too large …) extend the same tree
 here, so that the SDK rebuilds them from an HTTP answer without importing any server module;
@@ -37,9 +40,11 @@ __all__ = [
     "InvalidRequestError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "RayStartError",
     "ServiceUnreachableError",
     "ServiceWarmingUpError",
     "StudyNotFoundError",
+    "TransientError",
     "TrialNotFoundError",
     "UnauthorizedError",
 ]
@@ -117,6 +122,16 @@ class ConflictError(FedtuneError):
 
 class BackendError(FedtuneError, RuntimeError):
     code = "backend_error"
+
+
+class TransientError(BackendError):
+    """A fault that may pass if the same work is tried again later (a Ray cluster starting or
+    restarting, a lost connection). The service re-dispatches such a study with backoff up to
+    ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``; a permanent error fails it at once."""
+
+
+class RayStartError(TransientError):
+    """Ray did not start (or could not be reached) after every attempt; one-line message."""
 
 
 # --- errors of the service and its SDK (HTTP status and code: fedtune.wire.ERROR_TABLE)

@@ -14,6 +14,8 @@ The tree::
     │   ├── IllegalStateChangeError      409 illegal_state_change
     │   └── IdempotencyKeyReusedError    409 idempotency_key_reused
     ├── BackendError                     502 backend_error
+    │   ├── TransientError               503 transient_backend_error (retried later)
+    │   │   └── RayStartError            503 ray_start_failed
     │   ├── ServiceUnreachableError      503 service_unreachable (SDK: no answer after retries)
     │   ├── ServiceWarmingUpError        503 warming_up          (/readyz while loading)
     │   └── DatabaseUnavailableError     503 database_unavailable
@@ -49,9 +51,11 @@ from fedtune.errors import (
     InvalidRequestError,
     NotFoundError,
     PayloadTooLargeError,
+    RayStartError,
     ServiceUnreachableError,
     ServiceWarmingUpError,
     StudyNotFoundError,
+    TransientError,
     TrialNotFoundError,
     UnauthorizedError,
 )
@@ -75,6 +79,8 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     ServiceUnreachableError: (503, "service_unreachable"),
     ServiceWarmingUpError: (503, "warming_up"),
     DatabaseUnavailableError: (503, "database_unavailable"),
+    RayStartError: (503, "ray_start_failed"),
+    TransientError: (503, "transient_backend_error"),
     BackendError: (502, "backend_error"),
     DatabaseError: (500, "database_error"),
     UnauthorizedError: (401, "unauthorized"),

@@ -17,8 +17,11 @@
 Embedded Ray keeps its session files in ``<workdir>/ray`` when that path is at most
 :data:`RAY_TEMP_MAX` characters long; Ray puts unix sockets ~65 characters below its temp dir
 and Linux limits socket paths to 107 bytes, so a longer workdir gets
-``/tmp/fedtune-ray-<hash of workdir>`` instead. Ray Tune's own experiment state goes to
-``<workdir>/ray_results``. Ray is shut down afterwards unless the caller had it running.
+``/tmp/fedtune-ray-<hash of workdir>`` instead (:mod:`.ray_runtime`). Ray Tune's own experiment
+state goes to ``<workdir>/ray_results``. Ray start-up is retried (:func:`.ray_runtime.start_ray`,
+then ``RayStartError``); before it, the Ray processes a killed earlier driver of this study left
+in that temp dir are reaped. Ray is shut down afterwards unless the caller had it running, and
+the ``/tmp/fedtune-ray-*`` dir is removed, also when the study failed.
 One driver per study: ``<workdir>/.lock`` (``flock``, released by the kernel even on kill -9).
 Ctrl-C stops the study at once (Tune's graceful SIGINT handler is disabled); in-flight trials
 are recorded as interrupted and re-run by the next invocation.
@@ -28,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import math
 import os
@@ -48,6 +50,7 @@ from fedtune.trainers import parse_trial_config
 from . import optuna_glue as og
 from .plots import write_artifacts
 from .progress import ProgressCallback
+from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
 from .spec import SchedulerName, StudySpec
 from .theory_link import theory_report
 from .tracking import MlflowCallback, StudyTracker, resolve_tracking_uri, ui_command
@@ -56,7 +59,6 @@ from .trainable import OBJECTIVE, ROUND, SMOOTH_WINDOW, TRIAL_KEY, make_trainabl
 
 __all__ = ["RAY_TEMP_MAX", "StudyResult", "check_resources", "ray_temp_dir", "run_study"]
 
-RAY_TEMP_MAX = 40
 _OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only small results
 _TUNE_ENV = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the storage and MLflow are the record
@@ -343,31 +345,33 @@ def _study_lock(workdir: Path) -> Iterator[None]:
         yield
 
 
-def ray_temp_dir(workdir: Path) -> Path:
-    """``<workdir>/ray`` if short enough for Ray's unix sockets, else a hashed /tmp folder."""
-    inside = workdir / "ray"
-    if len(str(inside)) <= RAY_TEMP_MAX:
-        return inside
-    return Path("/tmp") / f"fedtune-ray-{hashlib.sha1(str(workdir).encode()).hexdigest()[:10]}"
-
-
 @contextlib.contextmanager
 def _ray_session(workdir: Path, address: str | None) -> Iterator[None]:
+    """Ray for one invocation (the study lock is held: no other driver uses its temp dir)."""
     if ray.is_initialized():  # the caller's Ray: use it, leave it running
         yield
         return
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address:
-        ray.init(address=address, **quiet)
-    else:
-        temp = ray_temp_dir(workdir)
-        temp.mkdir(parents=True, exist_ok=True)
-        ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
-                 _temp_dir=str(temp), object_store_memory=_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+        start_ray(address=address, **quiet)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+        return
+    temp = ray_temp_dir(workdir)
+    reap_orphans(temp)  # Ray agents and workers of an earlier driver killed with SIGKILL
     try:
-        yield
+        temp.mkdir(parents=True, exist_ok=True)
+        start_ray(temp_dir=temp, num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
+                  object_store_memory=_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+        try:
+            yield
+        finally:
+            ray.shutdown()
     finally:
-        ray.shutdown()
+        reap_orphans(temp)  # stragglers of a shutdown that did not wait for every agent
+        remove_temp_dir(temp)
 
 
 def check_resources(spec: StudySpec, cluster: dict[str, float]) -> None:

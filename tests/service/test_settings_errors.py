@@ -70,12 +70,14 @@ def test_refused_settings_name_the_variable(overrides: dict, field: str) -> None
 
 
 def test_every_error_class_has_one_status_and_code() -> None:
-    classes = list(dict.fromkeys(  # the service module re-exports the tree of fedtune.errors
-        getattr(mod, name)
-        for mod in (base, svc)
-        for name in mod.__all__
-        if isinstance(getattr(mod, name), type) and issubclass(getattr(mod, name), Exception)
-    ))
+    classes = list(
+        dict.fromkeys(  # the service module re-exports the tree of fedtune.errors
+            getattr(mod, name)
+            for mod in (base, svc)
+            for name in mod.__all__
+            if isinstance(getattr(mod, name), type) and issubclass(getattr(mod, name), Exception)
+        )
+    )
     codes = [svc.ERROR_TABLE[c][1] for c in classes]
     assert set(classes) <= set(svc.ERROR_TABLE) and len(set(codes)) == len(codes)
     assert all(c.code == svc.ERROR_TABLE[c][1] for c in classes)
@@ -92,6 +94,8 @@ def test_every_error_class_has_one_status_and_code() -> None:
     svc.ForbiddenError("token"),
     svc.DatabaseUnavailableError("down"),
     base.BackendError("ray down"),
+    base.TransientError("connection reset"),
+    base.RayStartError("Ray did not start (embedded) after 3 attempt(s): TimeoutError: ..."),
 ])  # fmt: skip
 def test_the_sdk_rebuilds_the_typed_exception(exc: Exception) -> None:
     status, code = svc.status_and_code(exc)
@@ -105,6 +109,14 @@ def test_unknown_codes_fall_back_on_the_status() -> None:
     assert type(svc.exception_from_body(404, {"error": {"code": "new"}})) is base.NotFoundError
     assert type(svc.exception_from_body(422, "not json")) is ConfigError
     assert type(svc.exception_from_body(418, {})) is base.FedtuneError
+    assert type(svc.exception_from_body(503, {})) is base.TransientError  # "try again later"
+
+
+def test_transient_errors_answer_503_with_their_own_codes() -> None:
+    assert svc.status_and_code(base.RayStartError("x")) == (503, "ray_start_failed")
+    assert svc.status_and_code(base.TransientError("x")) == (503, "transient_backend_error")
+    assert issubclass(base.RayStartError, base.TransientError)
+    assert issubclass(base.TransientError, base.BackendError)
 
 
 def test_internal_errors_do_not_leak_details() -> None:

@@ -1,0 +1,229 @@
+"""Ray start-up and clean-up for a study's driver (ARCHITECTURE.md §4, step 2).
+
+* :func:`start_ray` — ``ray.init`` retried: a start-up that fails (the raylet did not register
+  within Ray's 30 s on a loaded machine, a cluster that is restarting) is shut down, the
+  processes it left in the study's temp dir are reaped, and it is tried again after a backoff
+  (``backoff_s · 2^(attempt−1)``), up to :class:`RayStartPolicy` ``attempts``. Then it raises
+  :class:`~fedtune.errors.RayStartError`, whose message is one line. An embedded cluster also
+  gets a generous worker-registration timeout (:data:`WORKER_REGISTER_TIMEOUT_S`).
+* :func:`ray_temp_dir` — where an embedded Ray keeps its session (sockets, logs): the
+  workdir's ``ray/`` when short enough for unix socket paths, else
+  ``/tmp/fedtune-ray-<hash of the workdir>`` (:data:`TEMP_PREFIX`), one per study;
+* :func:`reap_orphans` — a driver killed with SIGKILL runs no clean-up: Ray's agents and trial
+  workers outlive it (a minute and more, computing). They are found by the study's temp dir:
+  a process whose command line names a path inside it or that holds a file open inside it
+  (agents and workers rename themselves ``ray::…`` but keep their log files there). Only
+  processes of this user and that temp dir are signalled — never another Ray cluster;
+* :func:`remove_temp_dir` — a hashed temp dir is deleted at the end of the study.
+
+Nothing here imports Ray until :func:`start_ray` runs, so the service can reap without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedtune.errors import ConfigError, RayStartError
+
+__all__ = [
+    "RAY_TEMP_MAX",
+    "TEMP_PREFIX",
+    "WORKER_REGISTER_TIMEOUT_S",
+    "RayStartPolicy",
+    "ray_temp_dir",
+    "reap_orphans",
+    "remove_temp_dir",
+    "start_ray",
+]
+
+log = logging.getLogger(__name__)
+
+RAY_TEMP_MAX = 40  # Ray puts unix sockets ~65 characters below its temp dir; Linux allows 107
+TEMP_PREFIX = "fedtune-ray-"
+SYSTEM_TEMP = Path("/tmp")  # short on purpose (socket paths), whatever TMPDIR says
+WORKER_REGISTER_TIMEOUT_S = 180  # Ray's default 60 s is too short on a loaded machine
+_TERM_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class RayStartPolicy:
+    """How often :func:`start_ray` tries, and how long it waits before the n-th retry."""
+
+    attempts: int = 3
+    backoff_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigError("FEDTUNE_RAY_START_ATTEMPTS", f"must be >= 1, got {self.attempts}")
+        if not self.backoff_s >= 0:
+            raise ConfigError("FEDTUNE_RAY_START_BACKOFF_S", f"must be >= 0, got {self.backoff_s}")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based)."""
+        return self.backoff_s * 2 ** (attempt - 1)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> RayStartPolicy:
+        """``FEDTUNE_RAY_START_ATTEMPTS`` / ``FEDTUNE_RAY_START_BACKOFF_S``, else the defaults."""
+        values: dict[str, Any] = {}
+        for field, var, kind in (("attempts", "FEDTUNE_RAY_START_ATTEMPTS", int),
+                                 ("backoff_s", "FEDTUNE_RAY_START_BACKOFF_S", float)):  # fmt: skip
+            raw = environ.get(var, "").strip()
+            if raw:
+                try:
+                    values[field] = kind(raw)
+                except ValueError:
+                    raise ConfigError(var, f"expected a number, got {raw!r}") from None
+        return cls(**values)
+
+
+def start_ray(
+    policy: RayStartPolicy | None = None,
+    *,
+    temp_dir: Path | None = None,
+    init: Callable[..., Any] | None = None,
+    shutdown: Callable[[], Any] | None = None,
+    sleep: Callable[[float], Any] = time.sleep,
+    **kwargs: Any,
+) -> None:
+    """``ray.init(**kwargs)`` (embedded in ``temp_dir`` when given), retried per ``policy``.
+
+    Raises :class:`RayStartError` (one line) when every attempt failed. Argument errors
+    (``ValueError``, ``TypeError``) and Ctrl-C are not retried.
+    """
+    import ray
+
+    policy = policy or RayStartPolicy.from_env()
+    init, shutdown = init or ray.init, shutdown or ray.shutdown
+    if temp_dir is not None:
+        kwargs["_temp_dir"] = str(temp_dir)
+        kwargs.setdefault("_system_config", {})
+        kwargs["_system_config"].setdefault(
+            "worker_register_timeout_seconds", WORKER_REGISTER_TIMEOUT_S
+        )
+    where = kwargs.get("address") or "embedded"
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            init(**kwargs)
+            return
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:
+            last = exc
+        with contextlib.suppress(Exception):
+            shutdown()  # half-started: its processes go, the next attempt starts clean
+        if temp_dir is not None:
+            reap_orphans(temp_dir)
+        if attempt < policy.attempts:
+            log.warning("Ray start-up failed (attempt %d of %d): %s; retrying in %.0f s",
+                        attempt, policy.attempts, _first_line(last), policy.delay(attempt))  # fmt: skip
+            sleep(policy.delay(attempt))
+    raise RayStartError(
+        f"Ray did not start ({where}) after {policy.attempts} attempt(s): {_first_line(last)}"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+# -- the study's temp dir and what is left in it ------------------------------------------
+def ray_temp_dir(workdir: Path) -> Path:
+    """``<workdir>/ray`` if short enough for Ray's unix sockets, else a hashed /tmp folder."""
+    inside = Path(workdir) / "ray"
+    if len(str(inside)) <= RAY_TEMP_MAX:
+        return inside
+    digest = hashlib.sha1(str(workdir).encode()).hexdigest()[:10]
+    return SYSTEM_TEMP / f"{TEMP_PREFIX}{digest}"
+
+
+def _inside(text: str, root: str) -> bool:
+    """``text`` names ``root`` or a path below it (``root`` followed by '/' or its end)."""
+    start = text.find(root)
+    while start != -1:
+        end = start + len(root)
+        if end == len(text) or text[end] == "/":
+            return True
+        start = text.find(root, start + 1)
+    return False
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _marked(pid: int, roots: tuple[str, ...]) -> bool:
+    proc = Path(f"/proc/{pid}")
+    with contextlib.suppress(OSError):
+        args = proc.joinpath("cmdline").read_bytes().decode(errors="replace").split("\0")
+        if any(_inside(arg, root) for arg in args for root in roots):
+            return True
+    with contextlib.suppress(OSError):
+        for fd in proc.joinpath("fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if any(_inside(target, root) for root in roots):
+                    return True
+    return False
+
+
+def _candidates(roots: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+    me, uid = os.getpid(), os.getuid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        with contextlib.suppress(OSError):
+            if entry.stat().st_uid != uid:
+                continue
+            ticks = _start_ticks(pid)
+            if ticks is not None and _marked(pid, roots):
+                yield pid, ticks
+
+
+def reap_orphans(temp_dir: Path, grace_s: float = _TERM_GRACE_S) -> list[int]:
+    """Stop every process of this user marked by ``temp_dir`` (SIGTERM, then SIGKILL after
+    ``grace_s``); returns their pids. Call it only while no live driver uses ``temp_dir``."""
+    roots = tuple({os.path.abspath(temp_dir), os.path.realpath(temp_dir)})
+    found = dict(_candidates(roots))
+    if not found:
+        return []
+    log.warning("stopping %d Ray process(es) left in %s (a killed driver's): pids %s",
+                len(found), temp_dir, sorted(found))  # fmt: skip
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        alive = {p: t for p, t in found.items() if _start_ticks(p) == t}
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = {p: t for p, t in alive.items() if _start_ticks(p) == t}
+        if not alive:
+            break
+    return sorted(found)
+
+
+def remove_temp_dir(temp_dir: Path) -> bool:
+    """Delete a hashed ``/tmp/fedtune-ray-*`` temp dir (never anything else); True if removed."""
+    temp_dir = Path(temp_dir)
+    if temp_dir.parent != SYSTEM_TEMP or not temp_dir.name.startswith(TEMP_PREFIX):
+        return False
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    return not temp_dir.exists()

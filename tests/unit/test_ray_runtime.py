@@ -1,0 +1,152 @@
+"""Ray start-up retries, the one-line ``RayStartError`` and reaping a killed driver's Ray
+processes (issue 15, items 3 and 9); ``fedtune tune`` when Ray never starts."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedtune.cli import main
+from fedtune.errors import ConfigError, RayStartError, TransientError
+from fedtune.tuning import ray_runtime as rr
+from fedtune.tuning.ray_runtime import (
+    RayStartPolicy,
+    ray_temp_dir,
+    reap_orphans,
+    remove_temp_dir,
+    start_ray,
+)
+
+_TIMEOUT = TimeoutError(
+    "Timed out after 60 seconds while waiting for node to startup.\n"
+    "Did not find socket name /tmp/x/sockets/plasma_store in the list of object store socket names."
+)
+
+
+class FlakyInit:
+    """``ray.init`` that fails ``failures`` times, then succeeds; records its calls."""
+
+    def __init__(self, failures: int, error: Exception = _TIMEOUT) -> None:
+        self.failures, self.error, self.calls = failures, error, []
+
+    def __call__(self, **kwargs):
+        self.calls.append(kwargs)
+        if len(self.calls) <= self.failures:
+            raise self.error
+
+
+def test_start_up_is_retried_with_backoff_then_succeeds(tmp_path: Path) -> None:
+    init, sleeps, shutdowns = FlakyInit(2), [], []
+    start_ray(RayStartPolicy(attempts=3, backoff_s=0.5), temp_dir=tmp_path, init=init,
+              shutdown=lambda: shutdowns.append(1), sleep=sleeps.append, num_cpus=1)  # fmt: skip
+    assert len(init.calls) == 3 and sleeps == [0.5, 1.0] and len(shutdowns) == 2
+    kwargs = init.calls[-1]
+    assert kwargs["_temp_dir"] == str(tmp_path) and kwargs["num_cpus"] == 1
+    assert kwargs["_system_config"]["worker_register_timeout_seconds"] >= 120
+
+
+def test_when_every_attempt_fails_the_error_is_one_transient_line() -> None:
+    init, sleeps = FlakyInit(99), []
+    with pytest.raises(RayStartError) as err:
+        start_ray(RayStartPolicy(attempts=2, backoff_s=1.0), init=init, shutdown=lambda: None,
+                  sleep=sleeps.append, address="ray://head:10001")  # fmt: skip
+    message = str(err.value)
+    assert "\n" not in message and len(init.calls) == 2 and sleeps == [1.0]
+    assert message.startswith("Ray did not start (ray://head:10001) after 2 attempt(s)")
+    assert "TimeoutError: Timed out after 60 seconds" in message
+    assert isinstance(err.value, TransientError)
+
+
+def test_argument_errors_are_not_retried() -> None:
+    init = FlakyInit(99, ValueError("unknown argument"))
+    with pytest.raises(ValueError):
+        start_ray(RayStartPolicy(attempts=3), init=init, shutdown=lambda: None, sleep=print)
+    assert len(init.calls) == 1
+
+
+@pytest.mark.parametrize(("env", "field"), [
+    ({"FEDTUNE_RAY_START_ATTEMPTS": "0"}, "FEDTUNE_RAY_START_ATTEMPTS"),
+    ({"FEDTUNE_RAY_START_ATTEMPTS": "three"}, "FEDTUNE_RAY_START_ATTEMPTS"),
+    ({"FEDTUNE_RAY_START_BACKOFF_S": "-1"}, "FEDTUNE_RAY_START_BACKOFF_S"),
+])  # fmt: skip
+def test_the_policy_from_the_environment_names_a_bad_variable(env: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        RayStartPolicy.from_env(env)
+    assert err.value.field == field
+    policy = RayStartPolicy.from_env({"FEDTUNE_RAY_START_ATTEMPTS": "5"})
+    assert (policy.attempts, policy.backoff_s) == (5, RayStartPolicy().backoff_s)
+
+
+def test_the_temp_dir_is_short_and_only_hashed_dirs_are_removed(tmp_path: Path) -> None:
+    assert ray_temp_dir(Path("/w/s")) == Path("/w/s/ray")
+    long = ray_temp_dir(tmp_path / ("x" * 60))
+    assert long.parent == Path("/tmp") and long.name.startswith("fedtune-ray-")
+    assert len(long.name) == len("fedtune-ray-") + 10
+    mine = tmp_path / "ray"
+    mine.mkdir()
+    assert not remove_temp_dir(mine) and mine.is_dir()  # never anything but /tmp/fedtune-ray-*
+
+
+def _spawn(argv: list[str], stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL)
+
+
+def test_reaping_stops_only_the_processes_of_that_temp_dir(tmp_path: Path) -> None:
+    temp = tmp_path / "fedtune-ray-0123456789"
+    logs = temp / "session_2026-01-01_00-00-00_1_1" / "logs"
+    logs.mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    procs = {}
+    try:
+        with (logs / "worker-1.out").open("w") as out:  # like ray::IDLE: a log file held open
+            procs["fd"] = _spawn(["sleep", "600"], stdout=out)
+        procs["argv"] = _spawn([*sleeper, f"--temp_dir={temp}"])  # like raylet, gcs_server
+        procs["sibling"] = _spawn([*sleeper, f"--temp_dir={temp}0/session"])  # another dir
+        procs["other"] = _spawn(["sleep", "600"])  # another cluster, anything else
+        reaped = reap_orphans(temp, grace_s=10)
+        assert sorted(reaped) == sorted([procs["fd"].pid, procs["argv"].pid])
+        for name in ("fd", "argv"):
+            assert procs[name].wait(10) < 0  # ended by a signal
+        assert procs["sibling"].poll() is None and procs["other"].poll() is None
+        assert reap_orphans(temp) == []
+    finally:
+        for proc in procs.values():
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait(10)
+
+
+def test_fedtune_tune_prints_one_line_when_ray_never_starts(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    import ray
+
+    from tests.integration.conftest import make_quadratic_study
+
+    calls = []
+
+    def never(**kwargs):
+        calls.append(kwargs)
+        raise _TIMEOUT
+
+    monkeypatch.setattr(ray, "init", never)
+    monkeypatch.setattr(rr.time, "sleep", lambda s: None)
+    monkeypatch.setenv("FEDTUNE_RAY_START_ATTEMPTS", "2")
+    spec = tmp_path / "study.yaml"
+    spec.write_text(yaml.safe_dump(make_quadratic_study("no-ray")))
+    workdir = tmp_path / "a-workdir-long-enough-for-a-hashed-ray-temp-dir"
+    code = main(["tune", str(spec), "--workdir", str(workdir), "--json"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(calls) == 2
+    assert err[-1].startswith("fedtune: error: Ray did not start (embedded) after 2 attempt(s)")
+    assert "Traceback" not in "\n".join(err)
+    # one error line; the only other lines (when logging reaches stderr): one notice per retry
+    assert [line for line in err if not line.startswith("Ray start-up failed (attempt 1")] == [
+        err[-1]
+    ]
+    assert not ray_temp_dir(workdir.resolve()).exists()  # cleaned up although it failed
