@@ -30,9 +30,12 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
 
-# torch first, from the index of the chosen variant; the pin in pyproject.toml then finds it
-# already satisfied (2.13.0+cpu / 2.13.0+cu128 match ==2.13.0).
+# 1. Dependencies, from the lock only: this layer is rebuilt when constraints/image.txt or a
+#    build argument changes, never for a code change. torch first, from the index of the chosen
+#    variant; the lock's `torch==2.13.0` then finds it satisfied (2.13.0+cpu / +cu128 match).
+COPY constraints/image.txt ./constraints/image.txt
 RUN set -eu; \
     case "$TORCH_VARIANT" in \
       cpu) index=cpu ;; \
@@ -40,13 +43,15 @@ RUN set -eu; \
       *) echo "TORCH_VARIANT must be cpu or cuda, got '$TORCH_VARIANT'" >&2; exit 2 ;; \
     esac; \
     pip install "torch==${TORCH_VERSION}" --index-url "https://download.pytorch.org/whl/${index}"
+RUN pip install -r constraints/image.txt -c constraints/image.txt ${EXTRA_PIP_PACKAGES}
 
-WORKDIR /src
+# 2. The project itself, without touching the dependencies (`service` includes `tune`: Optuna,
+#    Ray Tune, MLflow; never `dev` in an image); `pip check` proves the lock was complete.
 COPY pyproject.toml README.md ./
 COPY fedtune ./fedtune
-# `service` includes `tune` (Optuna, Ray Tune, MLflow); never `dev` in an image.
-RUN pip install ".[service]" ${EXTRA_PIP_PACKAGES} \
-    && python -c "import torch, fedtune; print('torch', torch.__version__)"
+RUN pip install --no-deps --no-build-isolation ".[service]" \
+    && pip check \
+    && python -c "import torch, fedtune, ray; print('torch', torch.__version__, 'ray', ray.__version__)"
 
 # ---- runtime: the virtualenv, a non-root user, nothing else --------------------------------
 FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
@@ -62,6 +67,14 @@ RUN set -eu; \
     install -d -o 10001 -g 10001 /data
 
 COPY --from=build /opt/venv /opt/venv
+
+# KubeRay < 1.4 starts Ray with `/bin/bash -lc`: a login shell's /etc/profile resets PATH and
+# loses /opt/venv/bin (`ray: command not found`). Put the venv back first for login shells, and
+# link the commands pods run into /usr/local/bin for any other shell.
+RUN set -eu; \
+    printf '%s\n' 'case ":$PATH:" in *:/opt/venv/bin:*) ;; *) PATH="/opt/venv/bin:$PATH"; export PATH ;; esac' \
+      > /etc/profile.d/fedtune-venv.sh; \
+    for tool in fedtune ray mlflow; do ln -s "/opt/venv/bin/$tool" "/usr/local/bin/$tool"; done
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -6,13 +6,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench lock clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/image.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[all,dev]'
+	$(BIN)/python -m pip install -q -c constraints/image.txt -e '.[all,dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -27,6 +27,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_throughput.py
+
+# Rewrite the image's lock from this environment (after changing dependencies in pyproject.toml).
+lock: $(STAMP)
+	$(BIN)/python constraints/freeze.py --write
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
