@@ -12,7 +12,8 @@ Everything a user module needs, importable from one place::
     def build(params, seed):                            # -> Task, deterministic in ``seed``
         ...
 
-    register_algorithm("fedavg_clip", summary="...", aggregator=ClippedMean())
+    register_algorithm("fedavg_clip", summary="...", params=("client_lr", "server_lr"),
+                       aggregator=ClippedMean())     # (messages, weights, steps, γ) -> q
 
 Contracts
 ---------
@@ -58,8 +59,14 @@ from fedtune.trainers.algorithms.base import (
     tree_norm,
     weighted_mean,
 )
-from fedtune.trainers.algorithms.local_update import LocalUpdate
-from fedtune.trainers.algorithms.registry import Recipe, algorithm_origin, algorithms, register
+from fedtune.trainers.algorithms.local_update import Aggregator, LocalUpdate, mean_aggregator
+from fedtune.trainers.algorithms.registry import (
+    Recipe,
+    _build_local_update,
+    algorithm_origin,
+    algorithms,
+    register,
+)
 from fedtune.trainers.client import ClientRule
 from fedtune.trainers.code import CodeSpec, LoadReport, load_code
 from fedtune.trainers.models.registry import build_model, model_names, register_model
@@ -71,6 +78,7 @@ from fedtune.trainers.tasks.registry import Builder as TaskBuilder
 from fedtune.trainers.tasks.registry import register_task, task_origin, tasks
 
 __all__ = [
+    "Aggregator",
     "Algorithm",
     "CallableData",
     "CentralData",
@@ -97,6 +105,7 @@ __all__ = [
     "build_model",
     "load_code",
     "make_server_opt",
+    "mean_aggregator",
     "model_names",
     "register_algorithm",
     "register_model",
@@ -108,14 +117,40 @@ __all__ = [
 ]
 
 
-def register_algorithm(name: str, **recipe: Any) -> Recipe:
+def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **recipe: Any) -> Recipe:
     """Register the algorithm ``name`` as a :class:`Recipe` (keyword arguments are its fields:
     ``summary``, ``paper``, ``params``, ``theta``, ``units``, ``defaults``, ``fixed``,
-    ``server_opts``, ``build`` …) through the same registry as the built-ins."""
+    ``server_opts``, ``build`` …) through the same registry as the built-ins.
+
+    ``aggregator``: the method's aggregation part, ``aggregator(messages [M, ...], weights [M],
+    steps τ [M], client_lr) -> (q, diagnostics)`` (see :class:`Aggregator`), used in place of
+    the weighted mean Σ_i w_i q_i of :class:`LocalUpdate` — e.g. FedNova's normalized
+    averaging. It runs once per round on the stacked messages, after the clients' (vectorized)
+    local steps. Give either ``aggregator`` or ``build``, not both.
+    """
     recipe.setdefault("summary", "")
     recipe.setdefault("paper", "")
     recipe.setdefault("params", ())
+    if aggregator is not None:
+        if "build" in recipe:
+            raise CodeError("algorithm.aggregator", "give either aggregator or build, not both")
+        if not callable(aggregator):
+            raise CodeError(
+                "algorithm.aggregator",
+                f"must be callable (messages, weights, steps, client_lr), got {aggregator!r}",
+            )
+        recipe["build"] = _with_aggregator(aggregator)
     return register(Recipe(name, **_fields(recipe)))
+
+
+def _with_aggregator(aggregator: Aggregator):
+    """``Recipe.build`` of a LocalUpdate method with its own aggregator part."""
+
+    def build_with_aggregator(recipe: Recipe, hp: Any, local_steps: int, task: Task):
+        base = _build_local_update(recipe, hp, local_steps, task)
+        return LocalUpdate(recipe.name, base.rule, base.server_opt, aggregator)
+
+    return build_with_aggregator
 
 
 def _fields(recipe: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,10 +1,17 @@
-"""The contract table (STYLE.md habit 2): every registered algorithm through the same checks."""
+"""The contract table (STYLE.md habit 2): every registered algorithm through the same checks.
+
+User algorithms go through the same table: ``FEDTUNE_CONTRACT_CODE=PATH:mod1,mod2`` imports that
+user code with fedtune's own code loader (``fedtune.extend.load_code``, as a study's ``code:``
+section does) before the table is built. ``tests/unit/test_user_contract.py`` runs this file so
+in a child process for the example project ``examples/byo``.
+"""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
@@ -13,6 +20,12 @@ from fedtune.errors import ConfigError
 from fedtune.trainers import Trainer, algorithms, get_recipe
 from fedtune.trainers.algorithms import Cohort, LocalUpdate, RoundContext
 from tests.conftest import quadratic_config
+
+if os.environ.get("FEDTUNE_CONTRACT_CODE"):
+    from fedtune.extend import load_code
+
+    _path, _, _modules = os.environ["FEDTUNE_CONTRACT_CODE"].rpartition(":")
+    load_code({"path": _path, "modules": _modules.split(",")})
 
 ALGORITHMS = sorted(algorithms())
 

@@ -221,3 +221,33 @@ def test_broken_entry_point_is_one_line_exit_2(tmp_path):
     assert out.returncode == 2
     assert "entry_points.fedtune.tasks.bad" in out.stderr
     assert f"{site / 'ft_bad_ep' / 'plugin.py'}:2" in out.stderr
+
+
+def test_register_algorithm_takes_an_aggregator_part():
+    """The documented ``register_algorithm(..., aggregator=...)``: a LocalUpdate method whose
+    round average is the user's part, called with the stacked messages and every τ_i."""
+    from fedtune.extend import register_algorithm, weighted_mean
+    from tests.conftest import quadratic_config
+
+    calls = []
+
+    def half_mean(messages, weights, steps, client_lr):
+        calls.append((next(iter(messages.values())).shape[0], steps.tolist(), client_lr))
+        return weighted_mean(messages, weights / 2), {"half": 0.5}
+
+    register_algorithm("ft_test_half_mean", summary="half the FedAvg average",
+                       params=("client_lr", "server_lr"), aggregator=half_mean)  # fmt: skip
+    cfg = quadratic_config("ft_test_half_mean", hparams={"client_lr": 0.05, "server_lr": 0.1})
+    half = run_trial(cfg)
+    cfg = quadratic_config("fedavg", hparams={"client_lr": 0.05, "server_lr": 0.05})
+    fedavg = run_trial(cfg)  # η/2 with the full mean is the same step
+    assert calls[0] == (3, [3, 3, 3], 0.05)
+    assert half.records[-1].extra["half"] == 0.5
+    for a, b in zip(half.records, fedavg.records, strict=True):
+        assert a.client_loss == pytest.approx(b.client_loss, rel=1e-12)
+    with pytest.raises(CodeError) as err:
+        register_algorithm("ft_test_both", aggregator=half_mean, build=lambda *a: None)
+    assert err.value.field == "algorithm.aggregator"
+    with pytest.raises(CodeError) as err:
+        register_algorithm("ft_test_not_callable", aggregator=3)
+    assert err.value.field == "algorithm.aggregator" and "callable" in err.value.reason
