@@ -3,7 +3,7 @@
 Reads its settings from the environment (``FEDTUNE_DATABASE_URL``, ``FEDTUNE_WORKDIR``,
 ``MLFLOW_TRACKING_URI``, ``RAY_ADDRESS``), runs the study and writes its progress and final
 state to the service database (``fedtune.service.driver``). Exit codes: 0 done, 1 failed,
-75 another driver holds the study, 143 stopped.
+69 a transient error re-queued the study, 75 another driver holds the study, 143 stopped.
 """
 
 from __future__ import annotations

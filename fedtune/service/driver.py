@@ -16,10 +16,15 @@
    ``run_study`` records in-flight trials as interrupted and marks MLflow runs KILLED; the
    driver writes no state (the service decided: cancelled, or re-queued to resume) and exits
    143. Once Ray runs, SIGTERM (a Ray job stopped, a pod deleted) is Ray's ``sys.exit``; the
-   service then marks the MLflow runs KILLED itself.
+   service then marks the MLflow runs KILLED itself;
+5. an error is *transient* or *permanent* (:mod:`.faults`): a transient one (Ray did not start,
+   a connection lost) puts the study back in the queue after ``FEDTUNE_RETRY_BACKOFF_S ·
+   2^(attempt−1)`` seconds while ``attempt < FEDTUNE_MAX_DISPATCH_ATTEMPTS`` (the scheduler
+   re-dispatches it and it resumes), else fails it; a permanent one fails it at once.
 
 Exit codes: 0 done (or nothing to do), 1 the study failed, 2 misconfigured (an unwritable
-workdir), 75 another driver holds the study's lock, 143 stopped.
+workdir), 69 a transient error: the study was re-queued, 75 another driver holds the study's
+lock, 143 stopped.
 """
 
 from __future__ import annotations
@@ -28,24 +33,27 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from fedtune.errors import ConfigError, ConflictError, FedtuneError
 
 from .db import Database
+from .faults import is_transient, retry_delay_s
 from .models import utcnow
 from .optuna_sync import OptunaView
 from .paths import check_workdir, study_tracking_uri, study_workdir
+from .reconcile import recover_study
 from .repository import Repository
 from .settings import Settings
 from .specs import load_spec
 from .states import StudyState
 
-__all__ = ["EXIT_LOCKED", "EXIT_STOPPED", "Heartbeat", "run_driver"]
+__all__ = ["EXIT_LOCKED", "EXIT_REQUEUED", "EXIT_STOPPED", "Heartbeat", "run_driver"]
 
 log = logging.getLogger(__name__)
-EXIT_LOCKED, EXIT_STOPPED = 75, 143
+EXIT_REQUEUED, EXIT_LOCKED, EXIT_STOPPED = 69, 75, 143
 
 
 class Heartbeat(threading.Thread):
@@ -132,8 +140,10 @@ def run_driver(
     attempt: int | None = None,
     *,
     run_study: Callable[..., Any] | None = None,
+    sleep: Callable[[float], Any] = time.sleep,
 ) -> int:
-    """Run study ``study_id`` to its end (see the module docstring); returns the exit code."""
+    """Run study ``study_id`` to its end (see the module docstring); returns the exit code.
+    ``sleep`` waits out the backoff before a transient error re-queues the study."""
     if run_study is None:
         from fedtune.tuning.study import run_study
 
@@ -158,12 +168,15 @@ def run_driver(
             return 1
         view = OptunaView(workdir, spec.name)
         _restart_if_storage_lost(db, study_id, view)
-        return _drive(db, study_id, attempts, settings, spec, workdir, view, run_study)
+        code = _drive(db, study_id, attempts, settings, spec, workdir, view, run_study)
+        if isinstance(code, BaseException):  # a transient error: back in the queue, or failed
+            return _retry_later(db, study_id, attempts, settings, code, sleep)
+        return code
     finally:
         db.dispose()
 
 
-def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> int:
+def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> int | Exception:
     from .sink import DbSink, TrialRecorder  # Ray Tune: imported in the driver only
 
     uri = study_tracking_uri(settings, study_id)
@@ -190,8 +203,11 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
         log.error("study %s: %s", study_id, exc)
         return EXIT_LOCKED
     except Exception as exc:
-        log.exception("study %s failed", study_id)
         view.sync_into(db, study_id)
+        if is_transient(exc):
+            log.warning("study %s: transient error: %s", study_id, _one_line(exc))
+            return exc
+        log.exception("study %s failed", study_id)
         _finish(db, study_id, StudyState.FAILED, error=_one_line(exc))
         return 1
     finally:
@@ -204,6 +220,20 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
             mlflow_experiment_id=result.experiment_id, mlflow_run_id=result.parent_run_id)  # fmt: skip
     log.info("study %s succeeded (%d trials)", study_id, result.finished)
     return 0
+
+
+def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:
+    """Re-queue the study after the backoff (attempts left) or fail it (the last one)."""
+    reason = _one_line(exc)
+    if attempt < settings.max_dispatch_attempts:
+        delay = retry_delay_s(settings.retry_backoff_s, attempt)
+        log.warning("study %s: re-queued in %.0f s", study_id, delay)
+        try:
+            sleep(delay)
+        except KeyboardInterrupt:  # stopped meanwhile: the service decides (module docstring)
+            return EXIT_STOPPED
+    recovery = recover_study(db, study_id, attempt, reason, settings.max_dispatch_attempts)
+    return EXIT_REQUEUED if recovery.action == "requeued" else 1
 
 
 class _MlflowIds:

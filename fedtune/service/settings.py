@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(1 << 20, ge=1024)
     scheduler_interval_s: float = Field(1.0, gt=0, le=300)
     max_dispatch_attempts: int = Field(3, ge=1, le=100)
+    #: a study whose driver hit a transient error (Ray did not start, a connection lost) goes
+    #: back in the queue after ``retry_backoff_s · 2^(attempt−1)`` seconds (``service.faults``)
+    retry_backoff_s: float = Field(5.0, ge=0, le=3600)
     heartbeat_s: float = Field(5.0, gt=0, le=600)
     #: apply migrations when the service starts (laptop default); false = refuse an old schema
     #: and leave migrating to ``fedtune db upgrade`` (the Helm chart's hook Job)

@@ -9,11 +9,14 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, RayStartError
+from fedtune.service.backends.base import DriverStatus
 from fedtune.service.db import Database
-from fedtune.service.driver import EXIT_STOPPED, run_driver
+from fedtune.service.driver import EXIT_REQUEUED, EXIT_STOPPED, run_driver
+from fedtune.service.faults import is_transient
 from fedtune.service.paths import study_workdir
 from fedtune.service.repository import Repository
+from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.states import StudyState, TrialState
 
@@ -197,3 +200,109 @@ def test_an_unwritable_workdir_fails_at_start_with_one_line(ctx, tmp_path, monke
     assert main(["worker", "run-study", other, "--attempt", "7"]) == 2
     with ctx.db.session(readonly=True) as s:
         assert Repository(s).require_study(other).state == StudyState.RUNNING
+
+
+# -- transient and permanent errors (issue 15, item 3) ------------------------------------
+_RAY_DOWN = "Ray did not start (embedded) after 3 attempt(s): TimeoutError: Timed out after 60 s"
+
+
+@pytest.fixture
+def dispatching(sqlite_db: Database, make_settings, fake_backend):
+    """``(ctx, scheduler, backend)``: the real scheduler dispatching to a scripted backend."""
+    settings = make_settings(database_url=sqlite_db.url, heartbeat_s=0.05, retry_backoff_s=2.0,
+                             max_dispatch_attempts=3)  # fmt: skip
+    scheduler = Scheduler(sqlite_db, fake_backend, settings)
+    return ServiceContext(sqlite_db, settings, scheduler), scheduler, fake_backend
+
+
+def _drive_attempts(ctx, scheduler, backend, sid, outcomes) -> tuple[list[int], list[float]]:
+    """Dispatch ``sid`` and run its driver once per outcome (an exception, or success)."""
+    codes, sleeps = [], []
+
+    def flaky(spec, workdir, **kwargs):
+        outcome = outcomes[len(codes)]
+        if outcome is not None:
+            raise outcome
+        return fake_run_study(spec, workdir, **kwargs)
+
+    for attempt in range(1, len(outcomes) + 1):
+        assert scheduler.tick().dispatched == [sid]
+        assert backend.launched[-1].attempt == attempt
+        codes.append(run_driver(sid, ctx.settings, attempt, run_study=flaky, sleep=sleeps.append))
+        backend.finish(
+            sid, attempt, DriverStatus.SUCCEEDED if codes[-1] == 0 else DriverStatus.FAILED
+        )
+        if codes[-1] == EXIT_REQUEUED:
+            study = _study(ctx, sid)
+            assert study.state == StudyState.QUEUED and study.attempts == attempt
+            assert f"re-dispatching (attempt {attempt + 1} of 3)" in study.error
+    return codes, sleeps
+
+
+def _study(ctx: ServiceContext, sid: str):
+    with ctx.db.session(readonly=True) as s:
+        return Repository(s).require_study(sid)
+
+
+def test_transient_errors_requeue_with_backoff_then_the_study_succeeds(dispatching) -> None:
+    ctx, scheduler, backend = dispatching
+    sid = submit_study(ctx, tiny_spec())[0].id
+    refused = ConnectionRefusedError(111, "Connection refused")
+    codes, sleeps = _drive_attempts(ctx, scheduler, backend, sid, [RayStartError(_RAY_DOWN),
+                                                                   refused, None])  # fmt: skip
+    assert codes == [EXIT_REQUEUED, EXIT_REQUEUED, 0]
+    assert sleeps == [2.0, 4.0]  # retry_backoff_s · 2^(attempt−1)
+    study = _study(ctx, sid)
+    assert study.state == StudyState.SUCCEEDED and study.attempts == 3 and study.error is None
+
+
+def test_a_transient_error_on_the_last_attempt_fails_the_study(dispatching) -> None:
+    ctx, scheduler, backend = dispatching
+    sid = submit_study(ctx, tiny_spec())[0].id
+    codes, sleeps = _drive_attempts(ctx, scheduler, backend, sid, [RayStartError(_RAY_DOWN)] * 3)
+    assert codes == [EXIT_REQUEUED, EXIT_REQUEUED, 1] and sleeps == [2.0, 4.0]
+    study = _study(ctx, sid)
+    assert study.state == StudyState.FAILED and study.attempts == 3
+    assert study.error.startswith("RayStartError: Ray did not start")
+    assert "gave up after 3 attempts" in study.error and "\n" not in study.error
+    assert scheduler.tick().dispatched == []
+
+
+def _user_code_error():
+    try:
+        raise ConnectionResetError("the dataset server went away")
+    except ConnectionResetError as exc:
+        raise ConfigError("task.train_path", "cannot be read") from exc
+
+
+@pytest.mark.parametrize("error", [
+    ConfigError("resources.gpu", "each trial asks for 1 GPU(s) but the cluster has 0"),
+    ZeroDivisionError("division by zero"),  # user code
+])  # fmt: skip
+def test_a_permanent_error_fails_the_study_at_once(dispatching, error) -> None:
+    ctx, scheduler, backend = dispatching
+    sid = submit_study(ctx, tiny_spec())[0].id
+    codes, sleeps = _drive_attempts(ctx, scheduler, backend, sid, [error])
+    assert codes == [1] and sleeps == []
+    study = _study(ctx, sid)
+    assert study.state == StudyState.FAILED and study.attempts == 1
+    assert scheduler.tick().dispatched == []
+
+
+def test_errors_are_classified_through_their_causes() -> None:
+    import requests
+
+    assert is_transient(RayStartError(_RAY_DOWN)) and is_transient(TimeoutError("read"))
+    assert is_transient(requests.exceptions.ConnectionError("mlflow server down"))
+    try:
+        try:
+            raise ConnectionRefusedError(111, "refused")
+        except ConnectionRefusedError as exc:
+            raise RuntimeError("MLflow logging failed") from exc
+    except RuntimeError as exc:
+        wrapped = exc
+    assert is_transient(wrapped)
+    with pytest.raises(ConfigError) as err:
+        _user_code_error()
+    assert not is_transient(err.value)  # a fedtune error says what to fix, whatever its cause
+    assert not is_transient(ValueError("bad hyperparameter")) and not is_transient(KeyError(1))

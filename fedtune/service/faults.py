@@ -1,0 +1,59 @@
+"""Which driver errors are worth another dispatch (issue 15, item 3).
+
+A study driver that fails does so for one of two kinds of reasons:
+
+* **transient** — the same work may succeed a little later: Ray did not start (a loaded
+  machine, a cluster restarting: :class:`~fedtune.errors.RayStartError` and every other
+  :class:`~fedtune.errors.TransientError`), a connection refused, reset or timed out (builtin
+  ``ConnectionError``/``TimeoutError``, ``requests``' connection errors: an MLflow server
+  restarting). The driver puts the study back in the queue after
+  ``FEDTUNE_RETRY_BACKOFF_S · 2^(attempt−1)`` seconds while ``attempt <
+  FEDTUNE_MAX_DISPATCH_ATTEMPTS`` (the scheduler re-dispatches it: attempt + 1; it resumes from
+  its Optuna storage), and fails it after the last attempt;
+* **permanent** — anything else: an invalid spec, resources the cluster lacks, user code that
+  raises. Trying again gives the same answer, so the study fails at once.
+
+An error is transient when it, or an error it was raised from (``__cause__``/``__context__``),
+is of a transient kind — unless the error itself is a fedtune error that is not transient (a
+``ConfigError`` says what to fix, whatever it was raised from).
+"""
+
+from __future__ import annotations
+
+from fedtune.errors import FedtuneError, TransientError
+
+__all__ = ["is_transient", "retry_delay_s"]
+
+#: ``module.Class`` names of third-party errors that mean "could not reach it (yet)"
+_TRANSIENT_NAMES = frozenset({
+    "requests.exceptions.ConnectionError",
+    "requests.exceptions.Timeout",
+    "urllib3.exceptions.NewConnectionError",
+    "urllib3.exceptions.MaxRetryError",
+})  # fmt: skip
+_MAX_CHAIN = 20
+
+
+def _transient_kind(exc: BaseException) -> bool:
+    if isinstance(exc, (TransientError, ConnectionError, TimeoutError)):
+        return True
+    return any(f"{c.__module__}.{c.__qualname__}" in _TRANSIENT_NAMES for c in type(exc).__mro__)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when another dispatch of the same study may succeed (see the module docstring)."""
+    if isinstance(exc, FedtuneError) and not isinstance(exc, TransientError):
+        return False
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen and len(seen) < _MAX_CHAIN:
+        if _transient_kind(node):
+            return True
+        seen.add(id(node))
+        node = node.__cause__ or node.__context__
+    return False
+
+
+def retry_delay_s(backoff_s: float, attempt: int) -> float:
+    """Seconds before a study whose attempt ``attempt`` (1-based) failed goes back in the queue."""
+    return backoff_s * 2 ** max(0, attempt - 1)
