@@ -5,8 +5,10 @@
 1. open (or create) the Optuna study in its RDB storage and *reconcile* it: trials left RUNNING
    by a driver that died are marked interrupted and re-enqueued, their MLflow runs KILLED
    (:mod:`.optuna_glue`, :mod:`.tracking`); only ``target − finished`` trials are run;
-2. start Ray embedded (or connect to ``ray_address``), check that the cluster can hold one
-   trial's CPUs/GPUs at all (fail fast instead of pending forever), and run a ``Tuner`` with
+2. start Ray embedded (or connect to ``ray_address``) with the study's ``code`` in the job's
+   ``runtime_env`` (:mod:`.code_shipping`: every node's workers get it from Ray), check that
+   the cluster can hold one trial's CPUs/GPUs at all (fail fast instead of pending forever),
+   and run a ``Tuner`` with
    :class:`~.optuna_glue.FedtuneSearch`, the scheduler (ASHA / median / none — the only
    early-stopping authority), ``tune.with_resources`` and ``max_concurrent_trials``;
 3. the driver's Tune callbacks log every reported result to MLflow and the progress line;
@@ -48,6 +50,7 @@ from fedtune.errors import ConfigError, ConflictError
 from fedtune.trainers import parse_trial_config
 
 from . import optuna_glue as og
+from .code_shipping import code_runtime_env, worker_spec
 from .plots import write_artifacts
 from .progress import ProgressCallback
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
@@ -134,7 +137,8 @@ def run_study(
         session = _Session.open(spec, workdir, trials, t0)
         with contextlib.ExitStack() as stack:
             if session.remaining:
-                stack.enter_context(_ray_session(workdir, ray_address))
+                env = code_runtime_env(spec, workdir)
+                session.shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
                 check_resources(spec, ray.cluster_resources())
             session.open_tracking(tracking_uri)
             if session.remaining:
@@ -157,6 +161,7 @@ class _Session:
     tracker: StudyTracker | None = None
     parent: str = ""
     first_start: float | None = None
+    shipped: bool = False  # the code reaches the trials through the job's runtime_env
     fit_s: float = 0.0
 
     @property
@@ -268,7 +273,8 @@ def _tuner(session: _Session, callbacks: list[Any]) -> tune.Tuner:
     searcher = og.FedtuneSearch(spec, session.space, session.storage, sampler)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     return tune.Tuner(
-        tune.with_resources(make_trainable(spec), resources),
+        tune.with_resources(make_trainable(worker_spec(spec) if session.shipped else spec),
+                            resources),
         tune_config=tune.TuneConfig(
             search_alg=searcher, scheduler=_scheduler(spec, rounds),
             num_samples=session.remaining, max_concurrent_trials=spec.budget.max_concurrent,
@@ -346,16 +352,21 @@ def _study_lock(workdir: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _ray_session(workdir: Path, address: str | None) -> Iterator[None]:
-    """Ray for one invocation (the study lock is held: no other driver uses its temp dir)."""
+def _ray_session(
+    workdir: Path, address: str | None, runtime_env: dict[str, Any] | None = None
+) -> Iterator[bool]:
+    """Ray for one invocation (the study lock is held: no other driver uses its temp dir);
+    yields whether ``runtime_env`` (the study's code) is the job's."""
     if ray.is_initialized():  # the caller's Ray: use it, leave it running
-        yield
+        yield False
         return
-    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if runtime_env:
+        quiet["runtime_env"] = runtime_env
     if address:
         start_ray(address=address, **quiet)
         try:
-            yield
+            yield bool(runtime_env)
         finally:
             ray.shutdown()
         return
@@ -366,7 +377,7 @@ def _ray_session(workdir: Path, address: str | None) -> Iterator[None]:
         start_ray(temp_dir=temp, num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
                   object_store_memory=_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
         try:
-            yield
+            yield bool(runtime_env)
         finally:
             ray.shutdown()
     finally:

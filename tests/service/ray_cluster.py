@@ -1,5 +1,5 @@
-"""A throw-away local Ray cluster for the ``ray`` backend tests, and a ``ray stop`` that stops
-only it.
+"""A throw-away local Ray cluster for the tests — a head and, on demand, worker nodes on this
+machine — and a ``ray stop`` that stops only it.
 
 ``ray start --head`` runs in a new session (``start_new_session``) with free ports and its own
 ``--temp-dir`` (so its address file never makes anyone else's ``ray.init()`` connect to it) and
@@ -9,11 +9,19 @@ Every process of that cluster keeps the session id. Plain ``ray stop`` kills *ev
 process of the machine — other people's clusters included — so :meth:`LocalRayCluster.stop`
 runs Ray's own ``ray stop`` with its process scan restricted to that session, then SIGKILLs
 whatever of the session is left.
+
+:meth:`LocalRayCluster.add_node` starts a worker node (``ray start --address=<head's GCS>``) in
+a session of its own, with its own temp dir and ports, ``--num-gpus`` *logical* GPUs and a
+custom resource ``ft_node_<name>`` that tells the nodes apart (``ray.nodes()`` shows it). A
+node's processes — its raylet, agents and the worker processes that run its tasks — all carry
+that session, so :meth:`RayNode.kill` takes exactly one node down (``SIGKILL``, as a lost
+machine) and nothing else. Start-ups are given generous time and one retry (a loaded machine).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -27,6 +35,7 @@ from pathlib import Path
 from .helpers import free_port
 
 BIN = Path(sys.executable).parent
+START_TIMEOUT_S = 240
 
 _STOP = r"""
 import os, sys
@@ -60,45 +69,122 @@ def session_pids(session: int) -> list[int]:
     return pids
 
 
-class LocalRayCluster:
-    def __init__(self, env: Mapping[str, str]) -> None:
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="ftray-", dir="/tmp"))  # short: socket paths
-        self.dashboard_port = free_port()
-        self.address = f"http://127.0.0.1:{self.dashboard_port}"
-        self.client_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-        self.env = {**os.environ, **env, **self.client_env, "RAY_USAGE_STATS_ENABLED": "0",
-                    "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}  # fmt: skip
-        self.env.pop("RAY_ADDRESS", None)
+def _kill_session(session: int) -> None:
+    for pid in session_pids(session):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _node_ports() -> list[str]:
+    names = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")  # fmt: skip
+    return [f"--{name}={free_port()}" for name in names]
+
+
+class _Started:
+    """One ``ray start`` (head or worker node): its session, temp dir and stop/kill."""
+
+    def __init__(self, env: Mapping[str, str], prefix: str) -> None:
+        self.env = dict(env)
+        self.temp_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: sockets
         self.session: int | None = None
 
-    def start(self) -> LocalRayCluster:
-        ports = {
-            "port": free_port(), "dashboard-port": self.dashboard_port,
-            "ray-client-server-port": free_port(), "node-manager-port": free_port(),
-            "object-manager-port": free_port(), "dashboard-agent-listen-port": free_port(),
-            "dashboard-agent-grpc-port": free_port(), "metrics-export-port": free_port(),
-            "runtime-env-agent-port": free_port(),
-        }  # fmt: skip
-        argv = [str(BIN / "ray"), "start", "--head", "--num-cpus=1", "--disable-usage-stats",
-                f"--temp-dir={self.temp_dir}", "--dashboard-host=127.0.0.1",
-                "--include-dashboard=true", "--object-store-memory=100000000",
-                *(f"--{k}={v}" for k, v in ports.items())]  # fmt: skip
-        proc = subprocess.Popen(argv, env=self.env, start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-        self.session = proc.pid
-        out, _ = proc.communicate(timeout=180)
-        if proc.returncode != 0:
-            self.stop()
-            raise RuntimeError(f"ray start failed:\n{out.decode()[-3000:]}")
-        return self
+    def _start(self, argv: list[str], retries: int = 1) -> None:
+        for attempt in range(retries + 1):
+            proc = subprocess.Popen([*argv, f"--temp-dir={self.temp_dir}"], env=self.env,
+                                    start_new_session=True, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
+            self.session = proc.pid
+            try:
+                out, _ = proc.communicate(timeout=START_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                out, proc.returncode = b"(timed out)", -1
+            if proc.returncode == 0:
+                return
+            self._halt()
+            self.temp_dir.mkdir(parents=True, exist_ok=True)
+            if attempt == retries:
+                self.close()
+                raise RuntimeError(f"{argv[:3]} failed:\n{out.decode()[-3000:]}")
 
-    def stop(self) -> None:
+    def _halt(self) -> None:
         if self.session is None:
             return
         subprocess.run([sys.executable, "-c", _STOP, str(self.session)], env=self.env,
                        capture_output=True, timeout=120, check=False)  # fmt: skip
-        for pid in session_pids(self.session):  # stragglers of *this* session only
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        self.session = None
+        _kill_session(self.session)  # stragglers of *this* session only
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL every process of this session at once (a node lost, no goodbye)."""
+        if self.session is not None:
+            _kill_session(self.session)
+
+    def close(self) -> None:
+        self._halt()
+        self.session = None
+
+    @property
+    def pids(self) -> list[int]:
+        return [] if self.session is None else session_pids(self.session)
+
+
+class RayNode(_Started):
+    """A worker node of a :class:`LocalRayCluster` (see the module docstring)."""
+
+    def __init__(self, cluster: LocalRayCluster, name: str, env: Mapping[str, str]) -> None:
+        super().__init__({**cluster.env, **env}, "ftrw-")
+        self.name = name
+        self.resource = f"ft_node_{name}"
+
+
+class LocalRayCluster(_Started):
+    def __init__(self, env: Mapping[str, str], head_cpus: int = 1) -> None:
+        self.client_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+        full = {**os.environ, **env, **self.client_env, "RAY_USAGE_STATS_ENABLED": "0",
+                "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}  # fmt: skip
+        full.pop("RAY_ADDRESS", None)
+        super().__init__(full, "ftray-")
+        self.head_cpus = head_cpus
+        self.dashboard_port = free_port()
+        self.gcs_port = free_port()
+        self.address = f"http://127.0.0.1:{self.dashboard_port}"
+        self.gcs_address = f"127.0.0.1:{self.gcs_port}"
+        self.nodes: list[RayNode] = []
+
+    def start(self) -> LocalRayCluster:
+        argv = [str(BIN / "ray"), "start", "--head", f"--num-cpus={self.head_cpus}",
+                "--disable-usage-stats", "--dashboard-host=127.0.0.1",
+                "--include-dashboard=true", "--object-store-memory=100000000",
+                f"--port={self.gcs_port}", f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={free_port()}", *_node_ports()]  # fmt: skip
+        self._start(argv)
+        return self
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        num_cpus: int = 1,
+        num_gpus: int = 0,
+        env: Mapping[str, str] | None = None,
+    ) -> RayNode:
+        """Start a worker node ``name`` (its resource ``ft_node_<name>``: 1) and return it."""
+        node = RayNode(self, name, env or {})
+        argv = [str(BIN / "ray"), "start", f"--address={self.gcs_address}",
+                f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+                f"--resources={json.dumps({node.resource: 1})}", "--disable-usage-stats",
+                "--object-store-memory=100000000", *_node_ports()]  # fmt: skip
+        node._start(argv)
+        self.nodes.append(node)
+        return node
+
+    def stop(self) -> None:
+        """Stop the worker nodes, then the head (each by its own session only)."""
+        for node in self.nodes:
+            node.close()
+        self.close()
+
+    @property
+    def sessions(self) -> list[int]:
+        return [s for s in (self.session, *(n.session for n in self.nodes)) if s is not None]
