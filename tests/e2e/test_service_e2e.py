@@ -34,6 +34,7 @@ from tests.needs import need
 from tests.service.helpers import Server, pg_schema, pg_unreachable_reason, tiny_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+FUZZ_REQUEST_TIMEOUT_S = 120
 
 TOKEN = "e2e-token-0123456789abcdef"
 FAST = {"FEDTUNE_SCHEDULER_INTERVAL_S": "0.2", "FEDTUNE_HEARTBEAT_S": "1"}
@@ -286,6 +287,8 @@ def test_openapi_fuzzing_finds_no_server_errors(serve, tmp_path: Path) -> None:
         "--checks", "not_a_server_error", "-H", f"Authorization: Bearer {TOKEN}",
         "--max-examples", "25", "--seed", "1", "--workers", "1",
         "--generation-database", "none", "--no-color",
+        # not schemathesis' 10 s: the first POST of a loaded machine may take longer
+        "--request-timeout", str(FUZZ_REQUEST_TIMEOUT_S), "--wait-for-schema", "60",
     ]  # fmt: skip
     # st_hooks registers a generator for POST /v1/code's application/zip body
     env = {

@@ -3,8 +3,9 @@
 * ``mlflow_server`` — ``mlflow server`` on a free port with a SQLite backend and an artifact
   folder in tmp, started in its own process group and stopped by that group's id at teardown;
 * ``ray_local`` — one in-process Ray for the whole session (run_study uses a Ray that is already
-  running and leaves it up, so the in-process studies share one start-up); ``ray.shutdown()``
-  always runs at teardown. Tests that go through the CLI start their own embedded Ray;
+  running and leaves it up, so the in-process studies share one start-up), started with one
+  retry (``tests/ray_start.py``); ``ray.shutdown()`` always runs at teardown. Tests that go
+  through the CLI start their own embedded Ray;
 * ``quadratic_study`` — a tiny quadratic study spec (dict) to adapt per test.
 """
 
@@ -125,11 +126,12 @@ def ray_local() -> Iterator[None]:
 
     import ray
 
+    from tests.ray_start import init_ray
+
     temp = tempfile.mkdtemp(prefix="ft-ray-", dir="/tmp")  # short: unix socket paths
     try:
-        ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp,
-                 object_store_memory=256 * 1024**2, logging_level=logging.ERROR,
-                 log_to_driver=False)  # fmt: skip
+        init_ray(temp, num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
+                 logging_level=logging.ERROR, log_to_driver=False)  # fmt: skip
         yield
     finally:
         ray.shutdown()

@@ -4,6 +4,7 @@ processes (issue 15, items 3 and 9); ``fedtune tune`` when Ray never starts."""
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,18 @@ def test_fedtune_tune_prints_one_line_when_ray_never_starts(
         err[-1]
     ]
     assert not ray_temp_dir(workdir.resolve()).exists()  # cleaned up although it failed
+
+
+def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
+    """Issue 15, item 11: in-process ``ray.init`` in the tests goes through tests/ray_start.py."""
+    from tests import ray_start
+
+    tests = Path(__file__).resolve().parents[1]
+    direct = [
+        f"{path.relative_to(tests)}:{number}"
+        for path in sorted(tests.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"\s*ray\.init\(", line)
+    ]
+    assert direct == []
+    assert ray_start.POLICY.attempts == 2 and ray_start.START_TIMEOUT_S >= 180
