@@ -129,7 +129,7 @@ def _check(spec: dict[str, Any], root: str) -> dict[str, Any]:
     data = {**spec, "code": {"path": root, "modules": modules}}
     if "code" not in StudySpec.model_fields:  # the spec has no code section: import here
         _load(data.pop("code"), root)
-    accepted = accept_spec(data)
+    accepted = accept_spec(data, rules=False)  # the parent applied service_rules
     _check_task_registered(accepted.task, modules)
     document = dict(accepted.document)
     document["code"] = {"modules": modules}  # the scratch path means nothing later

@@ -90,7 +90,7 @@ def accept_code_study(ctx: Any, body: Mapping[str, Any]) -> tuple[AcceptedSpec, 
     """Validate a spec with uploaded code in a subprocess; ``(accepted, sha256)``."""
     _enabled(ctx)
     digest, modules = code_reference(body["code"])
-    service_rules(body)
+    service_rules(body, ctx.settings)
     with ctx.db.session(readonly=True) as session:
         package = Repository(session).get_code_package(digest)
     if package is None:

@@ -100,7 +100,7 @@ def submit_study(
     if isinstance(body, Mapping) and body.get("code") is not None:
         accepted, code_sha256 = accept_code_study(ctx, body)  # user code: checked in a child
     else:
-        accepted = accept_spec(body)
+        accepted = accept_spec(body, ctx.settings)
     study = Study(
         id=new_study_id(),
         name=accepted.name,

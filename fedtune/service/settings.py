@@ -8,6 +8,7 @@ refuses placeholder secrets ("changethis", short tokens) instead of starting ins
 from __future__ import annotations
 
 import enum
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -104,6 +105,22 @@ class Settings(BaseSettings):
     #: key of the per-study code download credentials (default: derived from the API token, else
     #: a random key kept in ``<workdir>/code-url.key``)
     code_url_key: SecretStr | None = None
+    # ---- what one study may ask for (typo guards; each refusal is a 422 naming the field)
+    #: directories task data paths (``task.train_path``, ``task.path``, …) must lie under, after
+    #: resolving symlinks and ``..``; empty = studies cannot name data files (comma-separated)
+    data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    max_trials: int = Field(100_000, ge=1, le=10**9)
+    max_rounds: int = Field(100_000, ge=1, le=10**9)
+    max_clients: int = Field(1_000_000, ge=1, le=10**9)  # task.clients, train.clients_per_round
+    max_dim: int = Field(100_000, ge=1, le=10**9)  # task.dim
+    max_concurrent_trials: int = Field(256, ge=1, le=100_000)  # budget.max_concurrent
+    max_trial_cpu: float = Field(256.0, gt=0, le=100_000)  # resources.cpu
+    max_trial_gpu: float = Field(16.0, ge=0, le=10_000)  # resources.gpu
+    #: choices (and grid values) of one searched parameter, and searched parameters per spec
+    max_choices: int = Field(1000, ge=1, le=100_000)
+    max_search_parameters: int = Field(64, ge=1, le=10_000)
+    #: submissions validated at once (a dedicated pool); more at the same time get 503 ``busy``
+    max_concurrent_validations: int = Field(2, ge=1, le=64)
 
     @field_validator(
         "api_token",
@@ -163,7 +180,7 @@ class Settings(BaseSettings):
             raise ValueError("must be a DNS-1123 name (lower-case letters, digits, '-', '.')")
         return value
 
-    @field_validator("k8s_image_pull_secrets", mode="before")
+    @field_validator("k8s_image_pull_secrets", "data_roots", mode="before")
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -176,6 +193,14 @@ class Settings(BaseSettings):
         for name in value:
             cls._dns1123(name)
         return value
+
+    @field_validator("data_roots")
+    @classmethod
+    def _absolute_roots(cls, value: list[Path]) -> list[Path]:
+        for root in value:
+            if not root.is_absolute():
+                raise ValueError(f"{str(root)!r} is not an absolute directory")
+        return [Path(os.path.realpath(root)) for root in value]
 
     @field_validator("k8s_image")
     @classmethod

@@ -3,8 +3,10 @@
 ``StudySpec.from_dict`` (``fedtune/tuning/spec.py``) validates the study; the service adds the
 rules of a multi-user server on top, each reported as ``ConfigError(field, reason)`` (→ 422):
 
-* ``search.space`` entries must be *shipped* space names: a request must not make the server read
-  files of its own file system (inline a space with ``search.parameters`` instead);
+* ``search.space`` entries must be *shipped* space names and task data paths must lie under the
+  operator's data roots: a request must not make the server read files of its own file system;
+* sizes (rounds, clients, dim, concurrency, resources, choices per searched parameter) are
+  bounded by settings (:mod:`.spec_limits`);
 * ``tracking.uri`` is refused: the tracking server is the service's setting
   (``MLFLOW_TRACKING_URI``), so a request cannot point drivers at another host or a local path.
 
@@ -24,11 +26,9 @@ from typing import Any
 from fedtune.errors import ConfigError
 
 from .errors import InvalidRequestError
+from .spec_limits import check_data_paths, check_sizes, check_spaces
 
 __all__ = ["AcceptedSpec", "accept_spec", "load_spec", "request_hash", "service_rules"]
-
-#: largest budget one submission may ask for (a typo such as 10**9 trials is refused)
-MAX_TRIALS = 100_000
 
 
 @dataclass(frozen=True)
@@ -44,19 +44,16 @@ class AcceptedSpec:
     document: dict[str, Any]
 
 
-def service_rules(data: Mapping[str, Any]) -> None:
+def service_rules(data: Mapping[str, Any], settings: Any = None) -> None:
+    """The server's own rules (:mod:`.spec_limits`; sizes and data roots from ``settings``,
+    defaults when None); cheap checks on the raw body, run before ``StudySpec`` validates it."""
+    from .settings import Settings
+
+    settings = settings if settings is not None else Settings()
     search = data.get("search")
-    if isinstance(search, Mapping):
-        spaces = search.get("space")
-        spaces = [spaces] if isinstance(spaces, str) else spaces
-        for i, name in enumerate(spaces if isinstance(spaces, list) else []):
-            if not isinstance(name, str) or "/" in name or name.endswith((".yaml", ".yml")):
-                field = "search.space" if len(spaces) == 1 else f"search.space[{i}]"
-                raise ConfigError(
-                    field,
-                    "the service accepts shipped space names only; "
-                    "inline a space with search.parameters",
-                )
+    check_spaces(search)
+    check_sizes(data, settings)
+    check_data_paths(data.get("task"), search, list(settings.data_roots))
     tracking = data.get("tracking")
     if isinstance(tracking, Mapping) and tracking.get("uri") is not None:
         raise ConfigError(
@@ -64,20 +61,20 @@ def service_rules(data: Mapping[str, Any]) -> None:
         )
 
 
-def accept_spec(data: Any) -> AcceptedSpec:
-    """Validate a submitted spec; raise ``ConfigError`` with the dotted field path."""
+def accept_spec(data: Any, settings: Any = None, *, rules: bool = True) -> AcceptedSpec:
+    """Validate a submitted spec; raise ``ConfigError`` with the dotted field path.
+    ``rules=False``: the caller already applied :func:`service_rules` (the code-check child)."""
     from fedtune.tuning.spec import StudySpec
 
     if not isinstance(data, Mapping):
         raise InvalidRequestError("<body>", "the study spec must be a JSON object")
-    service_rules(data)
+    if rules:
+        service_rules(data, settings)
     spec = StudySpec.from_dict(dict(data))
     document = spec.to_dict()
     bad = _non_finite(document)
     if bad is not None:
         raise ConfigError(bad, "must be a finite number (JSON has no NaN or Infinity)")
-    if spec.budget.trials > MAX_TRIALS:
-        raise ConfigError("budget.trials", f"must be at most {MAX_TRIALS}")
     return AcceptedSpec(
         name=spec.name,
         algorithm=spec.algorithm,
