@@ -41,6 +41,7 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "RayStartError",
+    "ServiceBusyError",
     "ServiceUnreachableError",
     "ServiceWarmingUpError",
     "StudyNotFoundError",
@@ -163,6 +164,11 @@ class DatabaseUnavailableError(BackendError):
 
 class ServiceWarmingUpError(BackendError):
     """The service has started but is still loading the tuning stack (``/readyz`` only)."""
+
+
+class ServiceBusyError(BackendError):
+    """Every submission-validation slot is taken (``FEDTUNE_MAX_CONCURRENT_VALIDATIONS``);
+    retry after the answer's ``Retry-After`` seconds (the SDK does)."""
 
 
 class ServiceUnreachableError(BackendError):

@@ -18,6 +18,7 @@ The tree::
     │   │   └── RayStartError            503 ray_start_failed
     │   ├── ServiceUnreachableError      503 service_unreachable (SDK: no answer after retries)
     │   ├── ServiceWarmingUpError        503 warming_up          (/readyz while loading)
+    │   ├── ServiceBusyError             503 busy                (validation slots full)
     │   └── DatabaseUnavailableError     503 database_unavailable
     ├── DatabaseError                    500 database_error
     ├── UnauthorizedError                401 unauthorized        (no / malformed bearer token)
@@ -52,6 +53,7 @@ from fedtune.errors import (
     NotFoundError,
     PayloadTooLargeError,
     RayStartError,
+    ServiceBusyError,
     ServiceUnreachableError,
     ServiceWarmingUpError,
     StudyNotFoundError,
@@ -78,6 +80,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     ConflictError: (409, "conflict"),
     ServiceUnreachableError: (503, "service_unreachable"),
     ServiceWarmingUpError: (503, "warming_up"),
+    ServiceBusyError: (503, "busy"),
     DatabaseUnavailableError: (503, "database_unavailable"),
     RayStartError: (503, "ray_start_failed"),
     TransientError: (503, "transient_backend_error"),

@@ -119,8 +119,9 @@ class Settings(BaseSettings):
     #: choices (and grid values) of one searched parameter, and searched parameters per spec
     max_choices: int = Field(1000, ge=1, le=100_000)
     max_search_parameters: int = Field(64, ge=1, le=10_000)
-    #: submissions validated at once (a dedicated pool); more at the same time get 503 ``busy``
+    #: submissions validated at once (a dedicated pool) and waiting for it; beyond both: 503
     max_concurrent_validations: int = Field(2, ge=1, le=64)
+    validation_queue: int = Field(16, ge=0, le=10_000)
 
     @field_validator(
         "api_token",

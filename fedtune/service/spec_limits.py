@@ -25,7 +25,13 @@ from typing import Any
 from fedtune.errors import ConfigError
 from fedtune.search_spaces import SHIPPED_DIR, resolve_path
 
-__all__ = ["check_data_paths", "check_sizes", "check_spaces", "is_data_path_key"]
+__all__ = [
+    "check_data_paths",
+    "check_sizes",
+    "check_spaces",
+    "describe_limits",
+    "is_data_path_key",
+]
 
 _PATH_SUFFIXES = ("_path", "_dir", "_root", "_file")
 
@@ -159,3 +165,39 @@ def _searched(search: Any):
             if isinstance(name, str) and isinstance(entry, Mapping):
                 path = resolve_path(name)
                 yield f"search.{block}.{name}", entry, path or name
+
+
+def describe_limits(settings: Any) -> str:
+    """This server's limits on a spec, as Markdown (the OpenAPI description of the submit)."""
+    roots = ", ".join(f"`{r}`" for r in settings.data_roots) or "none: no data paths accepted"
+    rows = [
+        ("budget.trials", settings.max_trials, "FEDTUNE_MAX_TRIALS"),
+        ("train.rounds", settings.max_rounds, "FEDTUNE_MAX_ROUNDS"),
+        ("task.clients, train.clients_per_round", settings.max_clients, "FEDTUNE_MAX_CLIENTS"),
+        ("task.dim", settings.max_dim, "FEDTUNE_MAX_DIM"),
+        ("budget.max_concurrent", settings.max_concurrent_trials,
+         "FEDTUNE_MAX_CONCURRENT_TRIALS"),
+        ("resources.cpu", settings.max_trial_cpu, "FEDTUNE_MAX_TRIAL_CPU"),
+        ("resources.gpu", settings.max_trial_gpu, "FEDTUNE_MAX_TRIAL_GPU"),
+        ("choices (or grid values) of one searched parameter", settings.max_choices,
+         "FEDTUNE_MAX_CHOICES"),
+        ("searched parameters (search.parameters + search.override)",
+         settings.max_search_parameters, "FEDTUNE_MAX_SEARCH_PARAMETERS"),
+        ("submissions validated at once", settings.max_concurrent_validations,
+         "FEDTUNE_MAX_CONCURRENT_VALIDATIONS"),
+        ("submissions waiting for validation (more: 503 busy)", settings.validation_queue,
+         "FEDTUNE_VALIDATION_QUEUE"),
+        ("request body bytes (more: 413)", settings.max_request_bytes,
+         "FEDTUNE_MAX_REQUEST_BYTES"),
+    ]  # fmt: skip
+    table = "\n".join(f"| {what} | {limit:g} | `{env}` |" for what, limit, env in rows)
+    return (
+        "**Limits of this server** (each refusal is a 422 whose `field` is the dotted path):\n\n"
+        "| what | at most | setting |\n|---|---|---|\n"
+        f"{table}\n\n"
+        "`search.space` may name only shipped spaces (`GET /v1/search-spaces`); give other "
+        "spaces inline with `search.parameters`. Task data paths (`task.train_path`, "
+        "`task.test_path`, `task.path`, any `*_path`/`*_dir`/`*_root`/`*_file` key) must be "
+        f"absolute and lie under a data root (`FEDTUNE_DATA_ROOTS`: {roots}) once symlinks "
+        "and `..` are resolved. The server opens no file a spec names."
+    )

@@ -67,6 +67,8 @@ from fedtune.trainers.algorithms.registry import (
 from fedtune.trainers.code import CodeSpec, LoadReport, load_code
 from fedtune.trainers.config import TrialConfig, apply_overrides, parse_trial_config
 
+from .choices import can_check_cheaply, check_choice
+
 __all__ = [
     "MULTI_OBJECTIVE_SAMPLERS",
     "BudgetSpec",
@@ -494,16 +496,34 @@ class StudySpec(_Spec):
             raise ConfigError(origin, f"searches {p.path} but decay.enabled is not true")
 
     def _check_values(self, space: SearchSpace, recipe: Recipe) -> None:
-        """Every bound and choice, with the other parameters at their defaults, must parse."""
+        """Every bound and choice, with the other parameters at their defaults, must be valid.
+
+        Bounds and the first choice are checked on a whole trial configuration; every other
+        choice gets the cheap check of :func:`check_choice` (the field's declared type and range,
+        then the recipe), so validation does not rebuild a configuration per choice. A choice
+        that other parameters tie to or are conditioned on changes them too: such a parameter's
+        choices are all checked on whole configurations (their number is bounded by the
+        service's ``FEDTUNE_MAX_CHOICES``).
+        """
         paths = set(space.paths)
         for p in space.enabled:
             if p.tied:
                 continue
             values = p.choices if p.type == ParamType.CATEGORICAL else (p.low, p.high)
-            for v in values:
-                point = resolve_values(space, {p.path: v})
+            cheap = (
+                p.type == ParamType.CATEGORICAL
+                and can_check_cheaply(p.path)
+                and not _drives_others(space, p)
+            )
+            base = None
+            for i, v in enumerate(values):
                 try:
-                    _check_recipe(recipe, parse_trial_config(self.trial_config(point)))
+                    if cheap and i > 0:
+                        _check_recipe(recipe, check_choice(base, p.path, v))
+                    else:
+                        point = resolve_values(space, {p.path: v})
+                        base = parse_trial_config(self.trial_config(point))
+                        _check_recipe(recipe, base)
                 except ConfigError as exc:
                     field = self.param_origin(exc.field) if exc.field in paths else exc.field
                     raise ConfigError(field, f"with {p.name} = {v!r}: {exc.reason}") from None
@@ -525,6 +545,11 @@ class StudySpec(_Spec):
                     f"the grid sampler needs a grid for {p.name}: give `grid: half-decade`, "
                     "`grid: decade` or a list of values",
                 )
+
+
+def _drives_others(space: SearchSpace, p: Parameter) -> bool:
+    """Whether another parameter is tied to ``p`` or conditioned on it."""
+    return any(q.path != p.path and p.path in q.depends_on for q in space.parameters)
 
 
 def _check_recipe(recipe: Recipe, parsed: TrialConfig) -> None:

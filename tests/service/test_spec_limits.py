@@ -223,6 +223,7 @@ def builds(monkeypatch) -> list[int]:
 
 
 def test_trial_config_builds_do_not_grow_with_the_choices(client: TestClient, builds) -> None:
+    assert client.app.state.runtime.ctx.warmup.done.wait(300)  # its builds are not ours
     counts = {}
     for n in (10, 1000):
         builds.clear()
@@ -234,6 +235,7 @@ def test_trial_config_builds_do_not_grow_with_the_choices(client: TestClient, bu
 
 @pytest.mark.parametrize(("bad", "message"), [(-1.0, "server_lr"), ("fast", "must be a number")])
 def test_every_choice_is_still_checked(client: TestClient, builds, bad, message) -> None:
+    assert client.app.state.runtime.ctx.warmup.done.wait(300)
     spec = _choices_spec(500)
     spec["search"]["override"]["server_lr"]["choices"][321] = bad
     error = _error(client.post("/v1/studies", json=spec))
@@ -269,7 +271,7 @@ def test_validation_runs_in_a_bounded_pool(make_client, monkeypatch) -> None:
     (no request thread waits on it); reads are not affected; the slot frees afterwards."""
     import fedtune.service.services as services
 
-    c = make_client(max_concurrent_validations=1)
+    c = make_client(max_concurrent_validations=1, validation_queue=0)
     entered, release = threading.Event(), threading.Event()
     real = services.accept_spec
     threads_seen: list[str] = []

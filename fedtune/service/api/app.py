@@ -7,7 +7,8 @@ stack in a thread (``/readyz`` answers 503 ``warming_up`` until then; ``service/
 the scheduler and close the backend (the local backend stops its child drivers; their studies
 resume on the next start). Routes: ``/healthz``, ``/readyz``, ``/metrics`` (open) and the API
 under ``/v1`` (bearer token when ``FEDTUNE_API_TOKEN`` is set); OpenAPI at ``/openapi.json``,
-docs at ``/docs``. Request bodies above ``FEDTUNE_MAX_REQUEST_BYTES`` are answered 413.
+docs at ``/docs``. Request bodies above ``FEDTUNE_MAX_REQUEST_BYTES`` are answered 413;
+submissions are validated in a bounded pool of their own (``pool.py``; 503 ``busy`` when full).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .errors import install_error_handlers
 from .limits import BodySizeLimit
 from .metrics import HttpMetrics, make_registry
 from .openapi import install_openapi
+from .pool import ValidationPool
 
 __all__ = ["Runtime", "create_app"]
 
@@ -55,6 +57,7 @@ class Runtime:
     registry: CollectorRegistry
     requests: Counter
     latency: Histogram
+    validation: ValidationPool  # where submissions are validated (pool.py)
 
     @classmethod
     def start(
@@ -78,9 +81,11 @@ class Runtime:
         warmup.start()
         ctx = ServiceContext(db=db, settings=settings, stopper=scheduler, warmup=warmup)
         registry, requests, latency = make_registry(ctx)
-        return cls(settings, db, backend, scheduler, ctx, registry, requests, latency)
+        validation = ValidationPool(settings.max_concurrent_validations, settings.validation_queue)
+        return cls(settings, db, backend, scheduler, ctx, registry, requests, latency, validation)
 
     def close(self) -> None:
+        self.validation.close()
         if self.scheduler is not None:
             self.scheduler.stop()
         if self.backend is not None:
@@ -124,7 +129,7 @@ def create_app(
     app.add_middleware(BearerAuth, token=settings.token)  # outside the size limit: 401 first
     app.add_middleware(HttpMetrics)
     install_error_handlers(app)
-    install_openapi(app)
+    install_openapi(app, settings)
     for module in (routes_health, routes_studies, routes_code, routes_meta):  # one per resource
         app.include_router(module.router)
     return app

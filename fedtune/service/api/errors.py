@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fedtune.errors import FedtuneError
 
-from ..errors import UnauthorizedError, error_body, status_and_code
+from ..errors import ServiceBusyError, UnauthorizedError, error_body, status_and_code
 
 __all__ = ["install_error_handlers"]
 
@@ -46,6 +46,8 @@ async def _fedtune_error(request: Request, exc: Exception) -> JSONResponse:
     if status >= 500:
         log.warning("%s %s -> %d %s", request.method, request.url.path, status, exc)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None
+    if isinstance(exc, ServiceBusyError):
+        headers = {"Retry-After": "1"}
     return JSONResponse(error_body(exc), status_code=status, headers=headers)
 
 

@@ -5,7 +5,8 @@
   request, ``field`` = dotted path), all with the ``ErrorResponse`` body.
 * ``POST /v1/studies`` reads its body as a plain object (``accept_spec`` validates it and names
   the dotted field), so FastAPI would document ``object``; the real schema is the study spec's,
-  :class:`fedtune.tuning.spec.StudySpec`, added to ``components/schemas``.
+  :class:`fedtune.tuning.spec.StudySpec`, added to ``components/schemas``; its description
+  states this server's limits on a spec (``fedtune.service.spec_limits.describe_limits``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ ERROR_STATUSES: dict[str, str] = {
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
 
 
-def install_openapi(app: FastAPI) -> None:
+def install_openapi(app: FastAPI, settings: Any = None) -> None:
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -34,6 +35,8 @@ def install_openapi(app: FastAPI) -> None:
             document = build()
             _document_errors(document)
             _study_spec_body(document)
+            if settings is not None:
+                _submission_limits(document, settings)
             app.openapi_schema = document
         return app.openapi_schema
 
@@ -65,3 +68,10 @@ def _study_spec_body(document: dict[str, Any]) -> None:
         media["schema"] = {"$ref": "#/components/schemas/StudySpec"}
         if examples:
             media["examples"] = examples
+
+
+def _submission_limits(document: dict[str, Any], settings: Any) -> None:
+    from ..spec_limits import describe_limits
+
+    post = document["paths"]["/v1/studies"]["post"]
+    post["description"] = f"{post.get('description', '').strip()}\n\n{describe_limits(settings)}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Response
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
 
 from .. import services
 from ..schemas import (
@@ -61,10 +61,16 @@ SpecBody = Annotated[
         409: {"model": ErrorResponse, "description": "Idempotency-Key reused with another body"},
         413: {"model": ErrorResponse},
         422: {"model": ErrorResponse, "description": "invalid spec (field = dotted path)"},
+        503: {
+            "model": ErrorResponse,
+            "description": "busy: every validation slot is taken "
+            "(FEDTUNE_MAX_CONCURRENT_VALIDATIONS); retry after Retry-After seconds",
+        },
         **_ERRORS,
     },
 )
-def submit_study(
+async def submit_study(
+    request: Request,
     ctx: Ctx,
     response: Response,
     spec: SpecBody,
@@ -73,7 +79,10 @@ def submit_study(
         Header(description="makes a retried submission return the first study", max_length=128),
     ] = None,
 ) -> StudyDetail:
-    study, created = services.submit_study(ctx, spec, idempotency_key)
+    """Queue a study. The spec is validated before the answer (422 names the dotted field),
+    in a bounded pool of its own (503 ``busy`` with ``Retry-After`` when every slot is taken)."""
+    pool = request.app.state.runtime.validation  # off the request thread pool, bounded
+    study, created = await pool.run(services.submit_study, ctx, spec, idempotency_key)
     if not created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
