@@ -457,6 +457,15 @@ def test_external_database_scenario_renders_no_secret_values(rendered_scenarios:
 
 # ---- the service contract ------------------------------------------------------------------------
 
+#: studyLimits.<value> -> FEDTUNE_<variable> (issue 15 item 6), plus dataRoots (item 2)
+STUDY_LIMITS = {
+    "maxTrials": "MAX_TRIALS", "maxRounds": "MAX_ROUNDS", "maxClients": "MAX_CLIENTS",
+    "maxDim": "MAX_DIM", "maxConcurrentTrials": "MAX_CONCURRENT_TRIALS",
+    "maxTrialCpu": "MAX_TRIAL_CPU", "maxTrialGpu": "MAX_TRIAL_GPU", "maxChoices": "MAX_CHOICES",
+    "maxSearchParameters": "MAX_SEARCH_PARAMETERS",
+    "maxConcurrentValidations": "MAX_CONCURRENT_VALIDATIONS", "validationQueue": "VALIDATION_QUEUE",
+    "dataRoots": "DATA_ROOTS",
+}  # fmt: skip
 CONTRACT_ENV = {
     "common": {
         "FEDTUNE_BACKEND",
@@ -465,6 +474,7 @@ CONTRACT_ENV = {
         "FEDTUNE_DATABASE_URL",
         "MLFLOW_TRACKING_URI",
         "FEDTUNE_MIGRATE_ON_START",
+        *(f"FEDTUNE_{name}" for name in STUDY_LIMITS.values()),
     },
     "ray": {"RAY_ADDRESS"},
     "kubernetes": {
@@ -636,3 +646,22 @@ def test_workdir_claim_reaches_the_kubernetes_backend(render) -> None:
         backend="kubernetes", k8s_workdir_claim=env["FEDTUNE_K8S_WORKDIR_CLAIM"]["value"]
     )
     assert settings.k8s_workdir_claim == "fedtune-work"
+
+
+def test_study_limits_and_data_roots_reach_the_service_settings(render) -> None:
+    """The chart's defaults are the service's defaults; changed values arrive typed."""
+    from fedtune.service.settings import load_settings
+
+    def settings_of(values: dict):
+        env = container_env(api_container(render(values)))
+        return load_settings(**{name.lower(): env[f"FEDTUNE_{name}"]["value"]
+                                for name in STUDY_LIMITS.values()})  # fmt: skip
+
+    defaults, fields = load_settings(), [name.lower() for name in STUDY_LIMITS.values()]
+    assert {f: getattr(settings_of({}), f) for f in fields} == {
+        f: getattr(defaults, f) for f in fields
+    }
+    custom = settings_of({"dataRoots": ["/data/leaf", "/data/tff"],
+                          "studyLimits": {"maxClients": 5000000, "maxTrialCpu": 0.5}})  # fmt: skip
+    assert [str(root) for root in custom.data_roots] == ["/data/leaf", "/data/tff"]
+    assert (custom.max_clients, custom.max_trial_cpu) == (5_000_000, 0.5)
