@@ -211,6 +211,7 @@ def reap_orphans(temp_dir: Path, grace_s: float = _TERM_GRACE_S) -> list[int]:
         for pid in alive:
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
+                os.kill(pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only then
         deadline = time.monotonic() + wait_s
         while alive and time.monotonic() < deadline:
             time.sleep(0.1)

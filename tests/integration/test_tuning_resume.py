@@ -5,10 +5,16 @@ Once the Optuna storage holds a finished trial *and* a running one, the driver g
 (no cleanup code runs); the same command is run again and must finish the study with exactly
 the budgeted number of trials, re-running the interrupted points, leaving the trials finished
 before the kill untouched and creating no second finished MLflow run for any trial.
+
+The killed driver's Ray agents and trial workers outlive it (about a minute, idle or still
+computing). They are frozen with SIGSTOP right after the kill — as hung processes would be,
+so that none can end on its own — and the next run must stop them (issue 15, item 9) and remove
+the study's ``/tmp/fedtune-ray-*`` temp dir at its end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +29,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from fedtune.tuning.ray_runtime import ray_temp_dir
 from tests.integration.conftest import make_quadratic_study
 
 pytestmark = pytest.mark.integration
@@ -87,15 +94,56 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
         children = proc_tools.descendants(driver.pid)
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
+        time.sleep(1)  # Ray's own children of the driver get their death signal
+        orphans = _freeze(children)
+        temp = ray_temp_dir(workdir.resolve())
+        leftovers = {"orphans": sorted(orphans), "temp_dir_after_kill": temp.is_dir()}
+        second = subprocess.run(_tune(spec, workdir, mlflow_server), capture_output=True,
+                                text=True, env=env, timeout=600)  # fmt: skip
+        leftovers["alive_after_rerun"] = sorted(p for p, t in orphans.items() if _ticks(p) == t)
     finally:
         if driver.poll() is None:
             driver.kill()
-        proc_tools.kill_pids(children if "children" in locals() else [])
-    second = subprocess.run(_tune(spec, workdir, mlflow_server), capture_output=True,
-                            text=True, env=env, timeout=600)  # fmt: skip
+        if "orphans" in locals():  # only the processes we froze, if still the same
+            for pid, ticks in orphans.items():
+                if _ticks(pid) == ticks:
+                    os.kill(pid, signal.SIGKILL)
+        else:
+            proc_tools.kill_pids(children if "children" in locals() else [])
     assert second.returncode == 0, second.stderr[-3000:]
     return {"spec": spec, "workdir": workdir, "storage": storage, "before": before,
-            "env": env, "second": second}  # fmt: skip
+            "env": env, "second": second, "temp": temp, **leftovers}  # fmt: skip
+
+
+def _ticks(pid: int) -> int | None:
+    """Start time of a live (not zombie) process, None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _freeze(pids: list[int]) -> dict[int, int]:
+    """SIGSTOP those of ``pids`` still alive; returns them with their start times."""
+    frozen = {}
+    for pid in pids:
+        ticks = _ticks(pid)
+        if ticks is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                frozen[pid] = ticks
+    return frozen
+
+
+def test_the_next_run_reaps_a_killed_drivers_ray_processes(killed_and_resumed):
+    ctx = killed_and_resumed
+    assert ctx["orphans"], "no Ray process outlived the killed driver"
+    assert ctx["temp"].parent == Path("/tmp") and ctx["temp"].name.startswith("fedtune-ray-")
+    assert ctx["temp_dir_after_kill"]  # what a SIGKILL leaves behind ...
+    assert ctx["alive_after_rerun"] == []  # ... the next run stopped
+    assert not ctx["temp"].exists()  # ... and removed at its end
 
 
 def _children(uri: str, name: str) -> tuple[object, list]:
