@@ -14,7 +14,9 @@
   a process whose command line names a path inside it or that holds a file open inside it
   (agents and workers rename themselves ``ray::…`` but keep their log files there). Only
   processes of this user and that temp dir are signalled — never another Ray cluster;
-* :func:`remove_temp_dir` — a hashed temp dir is deleted at the end of the study.
+* :func:`remove_temp_dir` — a hashed temp dir is deleted at the end of the study;
+* :func:`reap_study` — both, by the service (local backend) once a study's driver is found dead
+  and no other driver holds the study's lock: a study that is not run again leaves nothing.
 
 Nothing here imports Ray until :func:`start_ray` runs, so the service can reap without it.
 """
@@ -22,6 +24,7 @@ Nothing here imports Ray until :func:`start_ray` runs, so the service can reap w
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -42,6 +45,7 @@ __all__ = [
     "RayStartPolicy",
     "ray_temp_dir",
     "reap_orphans",
+    "reap_study",
     "remove_temp_dir",
     "start_ray",
 ]
@@ -219,6 +223,26 @@ def reap_orphans(temp_dir: Path, grace_s: float = _TERM_GRACE_S) -> list[int]:
         if not alive:
             break
     return sorted(found)
+
+
+def reap_study(workdir: Path) -> list[int]:
+    """The service's clean-up after a study's driver died: reap the Ray processes of the study
+    in ``workdir`` and remove its hashed temp dir — unless a live driver holds the study's lock
+    (``<workdir>/.lock``, as :func:`fedtune.tuning.study.run_study` takes it). Returns the pids."""
+    workdir = Path(workdir)
+    if not workdir.is_dir():
+        return []
+    with (workdir / ".lock").open("a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return []  # a driver runs the study: its processes are not orphans
+        try:
+            reaped = reap_orphans(ray_temp_dir(workdir))
+            remove_temp_dir(ray_temp_dir(workdir))
+            return reaped
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def remove_temp_dir(temp_dir: Path) -> bool:

@@ -143,3 +143,52 @@ def test_the_real_driver_command_is_an_argv_list() -> None:
     assert argv[0] == sys.executable and argv[-5:] == ["worker", "run-study", SID, "--attempt", "2"]
     with pytest.raises(Exception, match="12 hex"):
         python_driver_argv("abc; rm -rf /", 1)
+
+
+# A stand-in driver of study SID as run_study is: it holds the study's lock and starts a "Ray
+# agent" that keeps a log file open in the study's Ray temp dir, then waits to be killed.
+RAY_DRIVER = r"""
+import fcntl, json, os, subprocess, sys, time
+workdir, temp, out = sys.argv[1:4]
+os.makedirs(workdir, exist_ok=True)
+lock = open(os.path.join(workdir, ".lock"), "a+")
+fcntl.flock(lock, fcntl.LOCK_EX)
+logs = os.path.join(temp, "session_1", "logs")
+os.makedirs(logs, exist_ok=True)
+with open(os.path.join(logs, "dashboard_agent.out"), "w") as log:
+    agent = subprocess.Popen(["sleep", "600"], stdout=log)  # renamed ray::DashboardAgent in Ray
+with open(out + ".tmp", "w") as f:
+    json.dump({"pid": os.getpid(), "child": agent.pid}, f)
+os.rename(out + ".tmp", out)
+time.sleep(600)
+"""
+
+
+def test_a_killed_drivers_ray_processes_are_reaped_and_its_temp_dir_removed(
+    make_settings, tmp_path: Path
+) -> None:
+    """Issue 15, item 9: the service cleans up after a driver killed with SIGKILL."""
+    from fedtune.service.paths import study_workdir
+    from fedtune.tuning.ray_runtime import ray_temp_dir
+
+    settings = make_settings(backend="local", database_url="sqlite:////tmp/never-opened.db")
+    workdir = study_workdir(settings, SID)
+    temp = ray_temp_dir(workdir)
+    assert str(temp).startswith("/tmp/fedtune-ray-")
+    info = tmp_path / "driver.json"
+    argv = lambda sid, attempt: [sys.executable, "-c", RAY_DRIVER, str(workdir), str(temp),  # noqa: E731
+                                 str(info)]  # fmt: skip
+    b = LocalBackend(settings, argv=argv, grace_s=1.0)
+    b.info = info
+    try:
+        ref = b.launch(LaunchRequest(SID, 1))
+        pids = _info(b)
+        assert b.poll(ref) == DriverStatus.RUNNING and temp.is_dir()
+        os.kill(pids["pid"], signal.SIGKILL)
+        assert _alive(pids["child"])  # the "agent" outlives its driver
+        assert _wait_for(lambda: b.poll(ref) == DriverStatus.FAILED)
+        assert not _alive(pids["child"]) and not temp.exists()
+    finally:
+        b.close()
+        if "pids" in locals() and _alive(pids["child"]):
+            os.kill(pids["child"], signal.SIGKILL)

@@ -8,6 +8,8 @@ handler with ``sys.exit``) — then, after ``grace_s``, SIGTERM and SIGKILL to t
 records the pid *and* its start time (``/proc/<pid>/stat`` field 22), and a pid whose start time
 differs (the pid was reused) is treated as gone, never killed. A restarted service adopts the
 drivers of its predecessor the same way (it cannot wait for them, so it watches ``/proc``).
+A driver found dead (``kill -9``: no clean-up ran) has its study's orphaned Ray processes
+stopped and its ``/tmp/fedtune-ray-*`` dir removed, unless a new driver already runs the study.
 Commands are argv lists; nothing goes through a shell.
 """
 
@@ -27,8 +29,9 @@ from typing import Any
 
 from fedtune.errors import BackendError
 
+from ..paths import study_workdir
 from ..settings import BackendKind, Settings
-from .base import Backend, DriverStatus, LaunchRequest, python_driver_argv
+from .base import Backend, DriverStatus, LaunchRequest, check_study_id, python_driver_argv
 
 __all__ = ["LocalBackend", "process_start_ticks"]
 
@@ -115,9 +118,26 @@ class LocalBackend(Backend):
             self._start_ticks[proc.pid] = ticks
             self._exit_codes.pop(proc.pid, None)
         log.info("study %s: driver pid %d started", request.study_id, proc.pid)
-        return {"pid": proc.pid, "start_ticks": ticks, "host": self._host, "log": str(log_path)}
+        return {"pid": proc.pid, "start_ticks": ticks, "host": self._host, "log": str(log_path),
+                "study": request.study_id}  # fmt: skip
 
     def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
+        status = self._poll(ref)
+        if not status.alive and ref.get("study") and ref.get("host") == self._host:
+            self._reap_study(str(ref["study"]))
+        return status
+
+    def _reap_study(self, study_id: str) -> None:
+        """A dead driver's Ray agents and workers (kill -9 leaves them): stopped by the study's
+        temp dir, which is removed (``ray_runtime.reap_study``; skipped while a driver runs)."""
+        from fedtune.tuning.ray_runtime import reap_study
+
+        try:
+            reap_study(study_workdir(self.settings, check_study_id(study_id)))
+        except (OSError, BackendError) as exc:
+            log.warning("study %s: cleaning up after its driver failed: %s", study_id, exc)
+
+    def _poll(self, ref: Mapping[str, Any]) -> DriverStatus:
         pid = int(ref["pid"])
         with self._lock:  # reaping and group signals never interleave (see _terminate)
             child = self._children.get(pid)
