@@ -32,10 +32,11 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.ray_start import START_RETRIES, START_TIMEOUT_S
+
 from .helpers import free_port
 
 BIN = Path(sys.executable).parent
-START_TIMEOUT_S = 240
 
 _STOP = r"""
 import os, sys
@@ -89,7 +90,7 @@ class _Started:
         self.temp_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: sockets
         self.session: int | None = None
 
-    def _start(self, argv: list[str], retries: int = 1) -> None:
+    def _start(self, argv: list[str], retries: int = START_RETRIES) -> None:
         for attempt in range(retries + 1):
             proc = subprocess.Popen([*argv, f"--temp-dir={self.temp_dir}"], env=self.env,
                                     start_new_session=True, stdout=subprocess.PIPE,

@@ -166,3 +166,7 @@ def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
     ]
     assert direct == []
     assert ray_start.POLICY.attempts == 2 and ray_start.START_TIMEOUT_S >= 180
+    from tests.service import ray_cluster  # `ray start` subprocesses: the same timeout, retry
+
+    assert ray_cluster.START_TIMEOUT_S is ray_start.START_TIMEOUT_S
+    assert ray_cluster._Started._start.__defaults__ == (ray_start.START_RETRIES,)
