@@ -214,7 +214,8 @@ def test_half_gpu_trials_pack_two_per_gpu_and_spread_over_nodes(world: World, pa
 def test_a_gpu_trial_without_cuda_fails_fast_and_the_study_goes_on(world: World) -> None:
     doc = world.study("nocuda", resources={"cpu": 1, "gpu": 0.5})
     run = world.tune(doc)
-    assert run.proc.returncode == 0, run.log
+    assert run.proc.returncode == 1, run.log  # the study ended; no trial completed
+    assert json.loads(run.proc.stdout)["counts"]["failed"] == 2
     trials = run.trials()
     assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL] * 2
     assert all(t.user_attrs["outcome"] == "failed" for t in trials)
