@@ -19,6 +19,7 @@ import torch
 from fedtune.errors import ConfigError
 from fedtune.trainers import Trainer, algorithms, get_recipe
 from fedtune.trainers.algorithms import Cohort, LocalUpdate, RoundContext
+from tests.cohorts import assert_reorders_distinct_clients
 from tests.conftest import quadratic_config
 
 if os.environ.get("FEDTUNE_CONTRACT_CODE"):
@@ -127,18 +128,31 @@ def _apply(trainer: Trainer, cohort: Cohort):
     return new_state.params
 
 
-@pytest.mark.parametrize("name", ALGORITHMS)
+# methods that run one client per round have no client order to test
+ORDERABLE = [n for n in ALGORITHMS if (get_recipe(n).max_clients_per_round or 4) >= 4]
+
+
+@pytest.mark.parametrize("name", ORDERABLE)
 def test_independent_of_client_order(name):
     trainer = Trainer(config_for(name, train={"clients_per_round": 4}))
     cohort = trainer._cohort(0)
-    perm = (
-        torch.tensor([2, 0, 3, 1])[: cohort.size] if cohort.size == 4 else torch.arange(cohort.size)
-    )
+    perm = torch.tensor([2, 0, 3, 1])
     permuted = Cohort(cohort.clients[perm], cohort.batches[perm], cohort.weights[perm])
+    assert_reorders_distinct_clients(trainer, cohort, permuted)
     a, b = _apply(trainer, cohort), _apply(trainer, permuted)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-12, atol=1e-13)
     assert any(not torch.equal(a[k], trainer.state.params[k]) for k in a), "the round did nothing"
+
+
+def test_only_single_client_methods_skip_the_order_test():
+    """Lookahead (one client per round) is the only method left out, and it refuses more."""
+    assert sorted(set(ALGORITHMS) - set(ORDERABLE)) == ["lookahead"]
+    cfg = config_for("lookahead")
+    cfg["train"]["clients_per_round"] = 2
+    with pytest.raises(ConfigError) as err:
+        Trainer(cfg)
+    assert err.value.field == "train.clients_per_round"
 
 
 @pytest.mark.parametrize(
@@ -310,6 +324,8 @@ def test_local_epochs_independent_of_client_order(name):
     permuted = Cohort(
         cohort.clients[perm], cohort.batches[perm], cohort.weights[perm], cohort.steps[perm]
     )
+    assert_reorders_distinct_clients(trainer, cohort, permuted)
+    assert len(set(cohort.steps.tolist())) > 1  # the clients' step counts differ too
     a, b = _apply(trainer, cohort), _apply(trainer, permuted)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-12, atol=1e-13)

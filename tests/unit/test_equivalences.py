@@ -74,11 +74,18 @@ def test_zero_client_lr_is_fedsgd():  # prediction #19, first half
 
 def test_model_delta_with_zero_client_lr_makes_no_progress():  # prediction #19
     t = run(quadratic_config("fedavg_delta", hparams={"client_lr": 0.0, "server_lr": 1.0}))
-    losses = {r.client_loss for r in t.records}
     first = Trainer(quadratic_config("fedavg_delta", hparams={"client_lr": 0.0})).state.params
     for k in first:
         assert torch.equal(first[k], t.state.params[k])
-    assert len(t.records) == 4 and all(r.update_norm == 0 for r in t.records) and losses
+    assert len(t.records) == 4 and all(r.update_norm == 0 for r in t.records)
+    # no progress: the population loss of every evaluation (rounds 1, 2, 4) is the first one
+    train = [r.train_loss for r in t.records if r.train_loss is not None]
+    assert len(train) == 3 and train == [train[0]] * 3
+    # round 1 sees x_0 in both runs; the client losses vary only because the cohorts do
+    moving = run(quadratic_config("fedavg_delta", hparams={"client_lr": 0.05, "server_lr": 1.0}))
+    assert t.records[0].client_loss == moving.records[0].client_loss
+    assert len({r.client_loss for r in t.records}) > 1
+    assert moving.records[-1].train_loss < train[0]  # with γ > 0 the same setting does progress
 
 
 @pytest.mark.parametrize("gamma", [0.01, 0.1])

@@ -8,7 +8,6 @@ import copy
 import dataclasses
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,11 +21,13 @@ from fedtune.trainers.algorithms.dissimilarity import quadratic_alignment
 from fedtune.trainers.algorithms.extensions import extension_hparams
 from fedtune.trainers.algorithms.gradalign import AlignedLocalUpdate
 from fedtune.trainers.server_opt import make_server_opt
+from tests.cohorts import assert_reorders_distinct_clients
 from tests.conftest import quadratic_config
 
 MODULES = {f"fedtune.trainers.algorithms.{m}" for m in ("gradalign", "scaffold", "mixed", "mass")}
 EXTENSIONS = sorted(n for n, r in algorithms().items() if r.build.__module__ in MODULES)
 EXTRA_NAMES = {name for name, *_ in extension_hparams()}
+HPARAM_FIELDS = {f.name for f in dataclasses.fields(HParams)}
 MIXED_TASK = {
     "name": "mixed_quadratic",
     "clients": 6,
@@ -58,15 +59,12 @@ def config_for(name: str, **overrides) -> dict:
 
 
 def trainer_for(name: str, extras: dict | None = None, **overrides) -> Trainer:
-    """A Trainer whose algorithm is built with extension hyperparameters ``extras`` (read by
-    ``getattr``, so this works before and after HParams gains the fields)."""
-    trainer = Trainer(config_for(name, **overrides))
+    """A Trainer built by the real config path: extension hyperparameters ``extras`` go into
+    the trial config's ``hparams`` (parsed into :class:`HParams`, validated, handed to the
+    recipe by the engine), as a user's ``fedtune train`` file would set them."""
     if extras:
-        recipe = get_recipe(name)
-        hp = SimpleNamespace(**{**dataclasses.asdict(trainer.hparams), **extras})
-        trainer.algorithm = recipe.build(recipe, hp, trainer.local_steps, trainer.task)
-        trainer.state = trainer.algorithm.init(trainer.state.params)
-    return trainer
+        overrides = {**overrides, "hparams": {**overrides.get("hparams", {}), **extras}}
+    return Trainer(config_for(name, **overrides))
 
 
 def run(trainer: Trainer) -> Trainer:
@@ -139,7 +137,8 @@ def test_vectorized_equals_sequential(name, extras):
     assert_params_close(vec, seq, rtol=1e-10, atol=1e-12)
 
 
-def _apply(trainer: Trainer, cohort: Cohort, client_lr: float | None = None):
+def _apply(trainer: Trainer, cohort: Cohort, client_lr: float | None = None, algorithm=None):
+    """One round of ``algorithm`` (default: the trainer's own) on a copy of its state."""
     state = copy.deepcopy(trainer.state)
     lr = trainer.hparams.client_lr if client_lr is None else client_lr
     ctx = RoundContext(
@@ -151,7 +150,7 @@ def _apply(trainer: Trainer, cohort: Cohort, client_lr: float | None = None):
         trainer.hparams.server_lr,
         0,
     )
-    return trainer.algorithm.apply(state, cohort, ctx)[0]
+    return (algorithm or trainer.algorithm).apply(state, cohort, ctx)[0]
 
 
 @pytest.mark.parametrize(("name", "extras"), VARIANTS, ids=IDS)
@@ -161,6 +160,7 @@ def test_independent_of_client_order(name, extras):
     cohort = trainer._cohort(1)
     perm = torch.tensor([2, 0, 3, 1])
     permuted = Cohort(cohort.clients[perm], cohort.batches[perm], cohort.weights[perm])
+    assert_reorders_distinct_clients(trainer, cohort, permuted)
     a, b = _apply(trainer, cohort), _apply(trainer, permuted)
     for k in a.params:
         torch.testing.assert_close(a.params[k], b.params[k], rtol=1e-12, atol=1e-13)
@@ -190,7 +190,7 @@ def test_checkpoint_restores_exactly(name, extras):
 @pytest.mark.parametrize("name", [n for n in EXTENSIONS if get_recipe(n).units == "delta"])
 def test_zero_client_lr_gives_zero_update(name):
     """Model-delta methods: γ = 0 (so η_c = γ·η_s = 0 and MaSS's η₁ = η₂ = 0) moves nothing."""
-    extras = {"mass_eta2": 0.0} if "mass" in name or "nesterov" in name else None
+    extras = {"mass_eta2": 0.0} if "mass" in name else None  # Nesterov fixes η₂ = 0 itself
     trainer = trainer_for(name, extras)
     new = _apply(trainer, trainer._cohort(0), client_lr=0.0)
     for k in new.params:
@@ -199,11 +199,18 @@ def test_zero_client_lr_gives_zero_update(name):
 
 @pytest.mark.parametrize("mode", ["once", "every_step", "correct"])
 def test_zero_local_steps_gives_zero_update(mode):
-    trainer = trainer_for("fedga")
-    trainer.algorithm = AlignedLocalUpdate("fedga", 0, make_server_opt(trainer.hparams), mode, 0.5)
-    new = _apply(trainer, trainer._cohort(0))
+    """K = 0 cannot be configured (``train.local_steps`` must be >= 1, checked here), so the
+    class itself runs with K = 0 on the configured trainer's state and cohort."""
+    with pytest.raises(ConfigError) as err:
+        trainer_for("fedga", train={"local_steps": 0})
+    assert err.value.field == "train.local_steps"
+    trainer = trainer_for("fedga", {"ga_beta": 0.5})
+    zero = AlignedLocalUpdate("fedga", 0, make_server_opt(trainer.hparams), mode, 0.5)
+    new = _apply(trainer, trainer._cohort(0), algorithm=zero)
     for k in new.params:
         assert torch.equal(new.params[k], trainer.state.params[k])
+    moved = _apply(trainer, trainer._cohort(0))  # the configured K = 3 does move
+    assert any(not torch.equal(moved.params[k], trainer.state.params[k]) for k in moved.params)
 
 
 # -- exact equivalences (ALGORITHMS.md §4.4, §4.5, §5.5, §6.4) ------------------------------
@@ -366,30 +373,27 @@ def test_mixed_needs_central_data():
     ],
 )
 def test_invalid_extension_hparams_name_the_field(name, extras, field):
+    cfg = config_for(name, hparams=extras)
+    if extras.get("mass_auto"):
+        del cfg["hparams"]["client_lr"]  # with mass_auto a client_lr is itself an error
     with pytest.raises(ConfigError) as err:
-        trainer_for(name, extras)
+        Trainer(cfg)
     assert err.value.field == field
 
 
 @pytest.mark.parametrize("name", ["train-fedga", "train-scaffold", "train-mixed-pt", "train-mass"])
 def test_examples_parse_and_run(name):
-    """The `fedtune train` examples: base keys parse as a trial config, the extension keys are
-    accepted by the recipe and validate, and two rounds run."""
+    """The `fedtune train` examples parse as trial configs as they stand (extension keys
+    included), every hparam of the file is the one in force, and two rounds run."""
     raw = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
     assert raw["algorithm"] in EXTENSIONS
-    hp_fields = {f.name for f in dataclasses.fields(HParams)}
-    extras = {k: v for k, v in raw["hparams"].items() if k not in hp_fields}
-    assert set(extras) <= EXTRA_NAMES
-    base = {
-        **raw,
-        "hparams": {k: v for k, v in raw["hparams"].items() if k in hp_fields},
-        "train": {**raw["train"], "rounds": 2, "eval_every": 1},
-    }
+    assert {k for k in raw["hparams"] if k not in HPARAM_FIELDS} == set()
+    assert set(raw["hparams"]) & EXTRA_NAMES  # each example sets an extension hyperparameter
+    base = {**raw, "train": {**raw["train"], "rounds": 2, "eval_every": 1}}
     trainer = Trainer(parse_trial_config(base))
     recipe = get_recipe(raw["algorithm"])
     assert set(raw["hparams"]) <= set(recipe.params)
-    hp = SimpleNamespace(**{**dataclasses.asdict(trainer.hparams), **extras})
-    trainer.algorithm = recipe.build(recipe, hp, trainer.local_steps, trainer.task)
-    trainer.state = trainer.algorithm.init(trainer.state.params)
+    for key, value in raw["hparams"].items():  # every key of the file is the value in force
+        assert getattr(trainer.hparams, key) == value, key
     run(trainer)
     assert trainer.outcome == "completed" and len(trainer.records) == 2

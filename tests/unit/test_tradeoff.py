@@ -23,6 +23,7 @@ from fedtune.tuning import (
     theory_table,
     write_artifacts,
 )
+from tests.images import assert_tuning_plot
 
 T = 200
 ROUNDS = np.arange(1, T + 1)
@@ -208,23 +209,22 @@ def test_contraction_rate_and_theory_table():
     assert rows[1].final_loss == pytest.approx(2.0, rel=1e-9)
 
 
-def _is_png(path) -> bool:
-    return path.stat().st_size > 2000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
 def test_plots_are_written(tmp_path, curves):
     diverged = TrialCurve("boom", {"client_lr": 10.0}, [1, 2, 3], [5.0, 80.0, math.inf], "diverged")
     everything = [*curves, diverged]
     out = analyze_tradeoff(everything, smooth_window=3)
     paths = write_artifacts(out, everything, tmp_path / "log", color_by="client_lr")
     assert set(paths) == {"json", "csv", "curves", "pareto", "envelope"}
-    assert all(_is_png(paths[k]) for k in ("curves", "pareto", "envelope"))
+    for kind in ("curves", "pareto", "envelope"):
+        assert_tuning_plot(paths[kind], kind)
     # categorical colouring and no colouring also render
     cat = [
         TrialCurve(c.trial_id, {"opt": str(i % 2)}, c.rounds, c.losses, c.outcome)
         for i, c in enumerate(curves)
     ]
-    assert _is_png(write_artifacts(out, cat, tmp_path / "cat", color_by="opt")["curves"])
-    assert _is_png(write_artifacts(out, curves, tmp_path / "plain")["curves"])
+    assert_tuning_plot(
+        write_artifacts(out, cat, tmp_path / "cat", color_by="opt")["curves"], "curves"
+    )
+    assert_tuning_plot(write_artifacts(out, curves, tmp_path / "plain")["curves"], "curves")
     rows = theory_table(curves, {"fast": (0.8, 0.5), "slow": (0.97, 0.1)}, floor=None)
-    assert _is_png(plot_theory(rows, tmp_path / "theory.png"))
+    assert_tuning_plot(plot_theory(rows, tmp_path / "theory.png"), "theory")
