@@ -475,6 +475,7 @@ CONTRACT_ENV = {
         "MLFLOW_TRACKING_URI",
         "FEDTUNE_MIGRATE_ON_START",
         *(f"FEDTUNE_{name}" for name in STUDY_LIMITS.values()),
+        "HOME",
     },
     "ray": {"RAY_ADDRESS"},
     "kubernetes": {

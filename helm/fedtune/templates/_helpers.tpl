@@ -325,6 +325,13 @@ Cross-field checks that values.schema.json cannot express; each failure names th
 {{- end -}}
 {{- end -}}
 
+{{/* HOME of every fedtune container: the image user's home is on the read-only root file
+system, and Ray (~/.ray), matplotlib and others write below $HOME; /tmp is always a volume. */}}
+{{- define "fedtune.homeEnv" -}}
+- name: HOME
+  value: /tmp
+{{- end -}}
+
 {{/* Hardened container volumes shared by fedtune pods: a writable /tmp on a read-only root. */}}
 {{- define "fedtune.tmpVolume" -}}
 - name: tmp

@@ -44,17 +44,15 @@ derives num-gpus). Trials get no database credentials: only the (credential-free
         - name: ray-worker
           image: {{ .image | quote }}
           imagePullPolicy: {{ .ctx.Values.image.pullPolicy }}
-          {{- $tracking := include "fedtune.mlflowTrackingUri" .ctx }}
-          {{- if or $tracking $g.env }}
           env:
-            {{- with $tracking }}
+            {{- include "fedtune.homeEnv" . | nindent 12 }}
+            {{- with include "fedtune.mlflowTrackingUri" .ctx }}
             - name: MLFLOW_TRACKING_URI
               value: {{ . | quote }}
             {{- end }}
             {{- with $g.env }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
-          {{- end }}
           resources:
             {{- toYaml $g.resources | nindent 12 }}
           securityContext:

@@ -1,0 +1,270 @@
+"""Issue 11, "Running the pods' own commands": the study driver's container as rendered — the
+chart's shared RayCluster head (backend ``ray``) and the head of ``rayjob_manifest()`` (backend
+``kubernetes``, with the settings the chart gives the API) — run on this machine through a small
+study end to end, against the real PostgreSQL (a throw-away schema) and a real ``mlflow server``.
+
+How a pod is run (tests/deploy/pod_sandbox.py): bubblewrap, UID/GID from the pod's
+``securityContext`` (10001), no capabilities, ``no_new_privs``, a read-only root file system
+laid out like the image, and only the container's rendered ``volumeMounts`` writable (each a
+fresh directory, as a new emptyDir or PVC with ``fsGroup``). Everything else is taken from the
+render: the container's ``env`` (``value``, ``secretKeyRef`` and ``envFrom`` resolved from the
+rendered Secrets, ``fieldRef`` ``metadata.namespace``), its ``workingDir`` (else the image's
+``WORKDIR``), the image's ``ENV`` (read from the Dockerfile), and the command:
+
+* backend ``ray``: the entrypoint and ``runtime_env`` env vars that ``RayJobsBackend.launch``
+  submits (its Jobs API client records them), built from the API container's rendered env;
+* backend ``kubernetes``: ``spec.entrypoint`` of ``rayjob_manifest()`` for settings loaded from
+  the rendered API container's env; the head pod is that manifest's head template.
+
+Ray's job supervisor runs an entrypoint with ``/bin/sh -c`` in the head container; the test does
+the same. Translated, and nothing else:
+
+=========================== ====================================================================
+rendered                    on this machine
+=========================== ====================================================================
+``FEDTUNE_DATABASE_URL``    the chart's PostgreSQL Service URL -> a throw-away schema of
+                            127.0.0.1:5432/test (asserted to be the chart's URL first)
+``MLFLOW_TRACKING_URI``     ``http://<release>-fedtune-mlflow.<ns>.svc:5000`` -> the test's
+                            ``mlflow server`` on 127.0.0.1 (asserted first)
+``PYTHONPATH``              added: this checkout (the image has fedtune inside /opt/venv)
+``RAY_ADDRESS``             not set: the driver starts Ray inside the pod (embedded) instead of
+                            joining the head's ``ray start`` (not run here)
+image paths                 see pod_sandbox.py (/opt/venv is this machine's venv, read-only)
+=========================== ====================================================================
+
+The control case is the head as it was before finding 1 was fixed — the rendered spec with the
+``workdir`` mount removed: the driver stops at start with one line naming FEDTUNE_WORKDIR, and
+the study records that line.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from fedtune.service.backends.base import LaunchRequest
+from fedtune.service.backends.k8s_manifest import rayjob_manifest
+from fedtune.service.backends.ray_jobs import RayJobsBackend
+from fedtune.service.db import Database
+from fedtune.service.migrate import upgrade_database
+from fedtune.service.repository import Repository
+from fedtune.service.services import ServiceContext, submit_study
+from fedtune.service.settings import Settings, load_settings
+from fedtune.service.states import StudyState
+from tests.deploy.conftest import NAMESPACE, RELEASE, one
+from tests.deploy.pod_sandbox import REPO_ROOT, Sandbox, bwrap_missing, image_env
+from tests.deploy.test_dockerfile import DOCKERFILE, parse_dockerfile
+from tests.integration.conftest import mlflow_server  # noqa: F401  (a real `mlflow server`)
+from tests.needs import need
+from tests.service.helpers import pg_schema, pg_unreachable_reason, tiny_spec
+
+pytestmark = pytest.mark.integration
+
+FULLNAME = f"{RELEASE}-fedtune"
+RAY_VALUES = {"backend": "ray", "rayCluster": {"enabled": True}}
+K8S_VALUES: dict[str, Any] = {}  # the chart's default backend: kubernetes
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _machine() -> None:
+    need("bwrap", bwrap_missing())
+    need("postgres", pg_unreachable_reason())
+
+
+@pytest.fixture
+def db_url() -> Any:
+    with pg_schema() as url:
+        yield url
+
+
+# ---- reading the render --------------------------------------------------------------------
+
+
+def _secrets(manifests: list[dict]) -> dict[str, dict[str, str]]:
+    out = {}
+    for secret in (m for m in manifests if m["kind"] == "Secret"):
+        data = {k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()}
+        out[secret["metadata"]["name"]] = data | secret.get("stringData", {})
+    return out
+
+
+def container_env(container: dict, manifests: list[dict]) -> dict[str, str]:
+    """The container's environment as the kubelet builds it from the rendered objects."""
+    secrets, env = _secrets(manifests), {}
+    for source in container.get("envFrom", []):
+        env |= secrets[source["secretRef"]["name"]]
+    for item in container.get("env", []):
+        ref = item.get("valueFrom", {})
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        elif "secretKeyRef" in ref:
+            key_ref = ref["secretKeyRef"]
+            value = secrets.get(key_ref["name"], {}).get(key_ref["key"])
+            if value is None:
+                assert key_ref.get("optional"), f"{item['name']}: {key_ref} is not rendered"
+                continue
+            env[item["name"]] = value
+        elif ref.get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
+            env[item["name"]] = NAMESPACE
+        else:
+            raise AssertionError(f"unsupported env source {item}")
+    return env
+
+
+def translate(env: dict[str, str], db_url: str, mlflow_url: str) -> dict[str, str]:
+    """The two service URLs of the cluster -> this machine's (see the module docstring)."""
+    rendered = make_url(env["FEDTUNE_DATABASE_URL"])
+    assert (rendered.host, rendered.port) == (f"{FULLNAME}-postgresql", 5432), rendered
+    assert env["MLFLOW_TRACKING_URI"] == f"http://{FULLNAME}-mlflow.{NAMESPACE}.svc:5000"
+    return env | {"FEDTUNE_DATABASE_URL": db_url, "MLFLOW_TRACKING_URI": mlflow_url}
+
+
+def api_settings(manifests: list[dict], db_url: str, monkeypatch) -> Settings:
+    """The API pod's settings: its rendered environment, read as the service reads it."""
+    api = one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
+    env = container_env(api, manifests) | {"FEDTUNE_DATABASE_URL": db_url}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return load_settings()
+
+
+# ---- running a pod's container -------------------------------------------------------------
+
+
+def run_container(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
+                  entrypoint: str) -> Any:  # fmt: skip
+    """Run ``entrypoint`` as Ray's job supervisor would, inside ``container`` of ``pod``."""
+    security = pod.get("securityContext", {}) | container.get("securityContext", {})
+    assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
+    sandbox = Sandbox(tmp_path / "pod", uid=security["runAsUser"], gid=security["runAsGroup"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for mount in container.get("volumeMounts", []):
+        volume = volumes[mount["name"]]
+        assert {"emptyDir", "persistentVolumeClaim"} & set(volume), volume
+        sandbox.volume(mount["mountPath"], read_only=mount.get("readOnly", False))
+    image = parse_dockerfile(DOCKERFILE.read_text()).final
+    full_env = image_env(DOCKERFILE.read_text()) | {"HOME": "/home/fedtune"} | env
+    full_env["PYTHONPATH"] = str(REPO_ROOT)
+    cwd = container.get("workingDir") or image.last("WORKDIR").args
+    done = sandbox.run(["/bin/sh", "-c", entrypoint], env=full_env, cwd=cwd, timeout=900)
+    return done, sandbox
+
+
+def _study(db_url: str, settings: Settings) -> tuple[Database, str]:
+    """A submitted study, dispatched as attempt 1 (what the scheduler does before launching)."""
+    db = Database(db_url)
+    upgrade_database(db)
+    spec = tiny_spec(name="pod-commands", trials=2, rounds=3)
+    sid = submit_study(ServiceContext(db, settings), spec)[0].id
+    with db.session() as session:
+        Repository(session).transition(sid, StudyState.RUNNING, attempts=1)
+    return db, sid
+
+
+class _RecordingJobs:
+    """The Jobs API client of RayJobsBackend: records what would be submitted to the head."""
+
+    def submit_job(self, **kwargs: Any) -> str:
+        self.submitted = kwargs
+        return kwargs["submission_id"]
+
+
+def ray_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[dict, dict, dict, str]:
+    manifests = render(RAY_VALUES)
+    settings = api_settings(manifests, db_url, monkeypatch)
+    _db, sid = sid_of(settings)
+    jobs = _RecordingJobs()
+    RayJobsBackend(settings, client_factory=lambda address: jobs).launch(LaunchRequest(sid, 1))
+    head = one(manifests, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
+    container = head["containers"][0]
+    env = translate(container_env(container, manifests), db_url, mlflow_url)
+    env |= jobs.submitted["runtime_env"]["env_vars"]
+    return head, container, env, jobs.submitted["entrypoint"]
+
+
+def rayjob_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[dict, dict, dict, str]:  # fmt: skip
+    manifests = render(K8S_VALUES)
+    settings = api_settings(manifests, db_url, monkeypatch)
+    _db, sid = sid_of(settings)
+    manifest = rayjob_manifest(LaunchRequest(sid, 1), settings)
+    head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    container = head["containers"][0]
+    env = translate(container_env(container, manifests), db_url, mlflow_url)
+    return head, container, env, manifest["spec"]["entrypoint"]
+
+
+CASES = {"raycluster-head": ray_head_case, "rayjob-head": rayjob_head_case}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_rendered_driver_runs_a_study_end_to_end(
+    case,
+    render, db_url, mlflow_server, monkeypatch, tmp_path  # noqa: F811
+) -> None:  # fmt: skip
+    studies: dict[str, Database] = {}
+
+    def sid_of(settings: Settings) -> tuple[Database, str]:
+        db, sid = _study(db_url, settings)
+        studies[sid] = db
+        return db, sid
+
+    pod, container, env, entrypoint = CASES[case](render, db_url, mlflow_server, monkeypatch,
+                                                  sid_of)  # fmt: skip
+    ((sid, db),) = studies.items()
+    assert shlex.split(entrypoint) == ["fedtune", "worker", "run-study", sid, "--attempt", "1"]
+    done, sandbox = run_container(tmp_path, pod, container, env, entrypoint)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+
+    with db.session(readonly=True) as session:
+        repo = Repository(session)
+        study = repo.require_study(sid)
+        trials = repo.list_trials(sid)
+    assert study.state == StudyState.SUCCEEDED, study.error
+    assert len(trials) == 2 and study.best_trial is not None
+    workdir = sandbox.volumes[env["FEDTUNE_WORKDIR"]]
+    assert (workdir / "studies" / sid).is_dir()  # the driver's files are on the workdir volume
+
+    from mlflow.tracking import MlflowClient
+
+    runs = MlflowClient(mlflow_server).search_runs([study.mlflow_experiment_id])
+    assert study.mlflow_run_id in {run.info.run_id for run in runs} and len(runs) >= 3
+    db.dispose()
+
+
+def test_the_head_before_finding_1_fails_at_start_with_one_line(
+    render, db_url, mlflow_server, monkeypatch, tmp_path  # noqa: F811
+) -> None:  # fmt: skip
+    """The shared head as rendered before the fix: no workdir volume, /data on the read-only
+    root. The driver must stop before any work with one line, recorded as the study's error."""
+    studies: dict[str, Database] = {}
+
+    def sid_of(settings: Settings) -> tuple[Database, str]:
+        db, sid = _study(db_url, settings)
+        studies[sid] = db
+        return db, sid
+
+    pod, container, env, entrypoint = ray_head_case(render, db_url, mlflow_server, monkeypatch,
+                                                    sid_of)  # fmt: skip
+    ((sid, db),) = studies.items()
+    old = copy.deepcopy(container)
+    old["volumeMounts"] = [
+        m for m in old["volumeMounts"] if m["mountPath"] != env["FEDTUNE_WORKDIR"]
+    ]
+    assert len(old["volumeMounts"]) == len(container["volumeMounts"]) - 1
+    done, _ = run_container(tmp_path, pod, old, env, entrypoint)
+    assert done.returncode == 2, (done.stdout + done.stderr)[-4000:]
+    # one line says what is wrong (other lines are start-up log records, e.g. matplotlib's)
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("fedtune: error: FEDTUNE_WORKDIR: /data is not writable by uid 10001 "
+                            "(Read-only file system)"), done.stderr  # fmt: skip
+    assert "Traceback" not in done.stderr and done.stderr.count("FEDTUNE_WORKDIR") == 1
+    with db.session(readonly=True) as session:
+        study = Repository(session).require_study(sid)
+    assert study.state == StudyState.FAILED and study.error in error
+    db.dispose()
