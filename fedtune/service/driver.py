@@ -12,10 +12,12 @@
    the driver (SIGINT to itself) when the study is cancelled or re-dispatched elsewhere;
 4. at the end, synchronise trial states from the Optuna storage and write the final state with
    a compare-and-set on ``running``: ``succeeded`` (best trial, MLflow ids) or ``failed`` (the
-   error). Stopped by SIGINT (the local backend, the heartbeat) or SIGTERM before Ray starts:
+   error; also when every finished trial failed, with the first trial's error as the reason).
+   Stopped by SIGINT (the local backend, the heartbeat) or SIGTERM before Ray starts:
    ``run_study`` records in-flight trials as interrupted and marks MLflow runs KILLED; the
    driver writes no state (the service decided: cancelled, or re-queued to resume) and exits
-   143. Once Ray runs, SIGTERM (a Ray job stopped, a pod deleted) is Ray's ``sys.exit``; the
+   143; for a cancelled study it first drops the trials still queued in Optuna (no ``WAITING``
+   trial is left). Once Ray runs, SIGTERM (a Ray job stopped, a pod deleted) is Ray's ``sys.exit``; the
    service then marks the MLflow runs KILLED itself;
 5. an error is *transient* or *permanent* (:mod:`.faults`): a transient one (Ray did not start,
    a connection lost) puts the study back in the queue after ``FEDTUNE_RETRY_BACKOFF_S ·
@@ -198,6 +200,7 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
     except KeyboardInterrupt:
         log.warning("study %s: driver stopped", study_id)
         view.sync_into(db, study_id)
+        _drop_queue_if_cancelled(db, study_id, view)
         return EXIT_STOPPED
     except ConflictError as exc:
         log.error("study %s: %s", study_id, exc)
@@ -215,11 +218,25 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
         signal.signal(signal.SIGINT, previous_int)
     view.sync_into(db, study_id)
     best = result.best or {}
+    if getattr(result, "all_failed", False):  # nothing succeeded: say so, with the first error
+        reason = f"all {result.counts['trials']} trials failed; {result.first_error or 'no error'}"
+        _finish(db, study_id, StudyState.FAILED, error=reason[:2000],
+                mlflow_experiment_id=result.experiment_id, mlflow_run_id=result.parent_run_id)  # fmt: skip
+        log.error("study %s failed: %s", study_id, reason)
+        return 1
     _finish(db, study_id, StudyState.SUCCEEDED, error=None,
             best_trial=best.get("number"), best_value=_finite(best.get("value")),
             mlflow_experiment_id=result.experiment_id, mlflow_run_id=result.parent_run_id)  # fmt: skip
     log.info("study %s succeeded (%d trials)", study_id, result.finished)
     return 0
+
+
+def _drop_queue_if_cancelled(db: Database, study_id: str, view: OptunaView) -> None:
+    """A cancelled study leaves no WAITING trial in its Optuna storage (issue 15 item 4)."""
+    with db.session(readonly=True) as session:
+        cancelled = Repository(session).require_study(study_id).state == StudyState.CANCELLED
+    if cancelled and (dropped := view.discard_waiting()):
+        log.info("study %s cancelled: %d queued trial(s) dropped", study_id, dropped)
 
 
 def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:

@@ -93,6 +93,19 @@ class OptunaView:
             log.info("study %s: %d trial(s) synchronised from the Optuna storage", study_id, fixed)
         return fixed
 
+    def discard_waiting(self) -> int:
+        """Drop the study's queued (``WAITING``) trials: a cancelled study leaves none behind
+        (``fedtune.tuning.failures.discard_waiting``); returns how many."""
+        opened = self._open()
+        if opened is None:
+            return 0
+        import optuna
+
+        from fedtune.tuning.failures import discard_waiting
+
+        study = optuna.load_study(study_name=self.study_name, storage=opened[0])
+        return discard_waiting(study)
+
 
 def _state(t: Any) -> TrialState | None:
     name = t.state.name
@@ -101,6 +114,8 @@ def _state(t: Any) -> TrialState | None:
     if name == "PRUNED":
         return TrialState.PRUNED
     if name == "FAIL":
+        if t.user_attrs.get("outcome") == "cancelled":  # queued, dropped by a cancel: never ran
+            return None
         return (
             TrialState.KILLED if t.user_attrs.get("outcome") == "interrupted" else TrialState.FAILED
         )

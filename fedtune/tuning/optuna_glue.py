@@ -19,7 +19,8 @@ storage's trials):
   objective: Optuna keeps the last intermediate value for TPE's ranking);
 * an exception in the trainable → ``FAIL``.
 
-User attributes: ``outcome`` (completed, diverged, stopped, failed, interrupted), ``rounds``,
+User attributes: ``outcome`` (completed, diverged, stopped, failed, interrupted, cancelled: a
+queued trial dropped when the service cancelled the study, see ``failures.py``), ``rounds``,
 ``reason``, ``mlflow_run_id``; system attribute ``fedtune:curve`` holds ℓ_t per round (the
 trade-off is recomputed from the storage alone).
 
@@ -146,7 +147,8 @@ def target_trials(spec: StudySpec, space: SearchSpace, trials: int | None) -> in
 
 
 def _interrupted(t: optuna.trial.FrozenTrial) -> bool:
-    return t.user_attrs.get("outcome") == "interrupted"
+    """Stopped before its end: interrupted (re-run) or dropped from the queue by a cancel."""
+    return t.user_attrs.get("outcome") in ("interrupted", "cancelled")
 
 
 def count_finished(study: optuna.Study) -> int:
@@ -343,7 +345,7 @@ def study_counts(study: optuna.Study) -> dict[str, int]:
     for t in study.get_trials(deepcopy=False, states=_FINISHED):
         outcome = _outcome(t)
         counts[outcome] = counts.get(outcome, 0) + 1
-        counts["trials"] += outcome != "interrupted"
+        counts["trials"] += outcome not in ("interrupted", "cancelled")  # never ran to an end
     return counts
 
 

@@ -51,6 +51,7 @@ from fedtune.trainers import parse_trial_config
 
 from . import optuna_glue as og
 from .code_shipping import code_runtime_env, worker_spec
+from .failures import FirstErrorCallback, all_failed, first_error
 from .plots import write_artifacts
 from .progress import ProgressCallback
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
@@ -90,6 +91,13 @@ class StudyResult:
     artifacts: dict[str, str]
     interrupted: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    #: ``trial N: <error>`` of the first failed trial (``failures.first_error``), if any
+    first_error: str | None = None
+
+    @property
+    def all_failed(self) -> bool:
+        """Trials finished and every one of them failed (the study did not succeed)."""
+        return all_failed(self.counts)
 
     @property
     def commands(self) -> dict[str, str]:
@@ -217,7 +225,8 @@ class _Session:
             def on_trial_start(self, iteration, trials, trial, **info):
                 session.first_start = session.first_start or time.perf_counter()
 
-        out = [FirstStart(), MlflowCallback(self.tracker, self.parent, self.spec, self._remember)]
+        out = [FirstStart(), FirstErrorCallback(self.study),
+               MlflowCallback(self.tracker, self.parent, self.spec, self._remember)]  # fmt: skip
         if progress is not None:
             best = og.best_trial(self.spec, self.study, self.space)
             counts = og.study_counts(self.study)
@@ -262,6 +271,7 @@ class _Session:
             pareto=report.pareto, tradeoff=report.tradeoff,
             artifacts={k: str(v) for k, v in report.files.items()},
             interrupted=list(self.fixed.interrupted), timings=timings,
+            first_error=first_error(study),
         )  # fmt: skip
 
 

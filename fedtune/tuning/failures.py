@@ -1,0 +1,85 @@
+"""Honest ends of a study: the first trial error is kept, and a cancelled study leaves no queue.
+
+* :class:`FirstErrorCallback` (a Ray Tune callback in the driver) stores the first failing
+  trial's error, one line, on the Optuna study (user attribute ``fedtune:first_error``, so a
+  resumed study keeps it); :func:`first_error` reads it back and :func:`all_failed` says whether
+  every finished trial failed — the service then ends the study ``failed`` with that error as
+  its reason instead of ``succeeded`` with none.
+* :func:`discard_waiting` empties the study's queue: trials ``WAITING`` in Optuna (re-enqueued
+  interrupted trials, grid points not run yet) are marked ``FAIL`` with ``outcome: cancelled``.
+  The service calls it when a cancelled study's driver stops, so nothing of a cancelled study is
+  left to be run; such trials never ran and count towards nothing
+  (``optuna_glue.study_counts``, ``service.optuna_sync``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+from ray import tune
+
+from .trainable import TRIAL_KEY
+
+__all__ = [
+    "CANCELLED",
+    "FIRST_ERROR_ATTR",
+    "FirstErrorCallback",
+    "all_failed",
+    "discard_waiting",
+    "first_error",
+]
+
+FIRST_ERROR_ATTR = "fedtune:first_error"
+CANCELLED = "cancelled"  # the ``outcome`` of a queued trial dropped by a cancellation
+_MAX_CHARS = 2000
+
+
+def error_line(trial: Any) -> str:
+    """One line for a failed Tune trial: the last line of its error trace (``TrialError: …``)."""
+    try:  # Tune writes error.txt in the trial's local directory before calling back
+        local = getattr(trial, "error_file", None)
+        text = Path(local).read_text(errors="replace") if local else trial.get_error() or ""
+    except Exception:  # the error file may be gone; the fact of the failure is what matters
+        text = ""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return (lines[-1] if lines else "the trial failed without an error message")[:_MAX_CHARS]
+
+
+class FirstErrorCallback(tune.Callback):
+    """Keep the first trial error of the study on the Optuna study (see the module docstring)."""
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.study = study
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if FIRST_ERROR_ATTR in self.study.user_attrs:
+            return
+        number = trial.config.get(TRIAL_KEY)
+        self.study.set_user_attr(FIRST_ERROR_ATTR, {"trial": number, "error": error_line(trial)})
+
+
+def first_error(study: optuna.Study) -> str | None:
+    """``trial N: <error line>`` of the study's first failed trial, if one was recorded."""
+    found = study.user_attrs.get(FIRST_ERROR_ATTR)
+    if not isinstance(found, Mapping):
+        return None
+    return f"trial {found.get('trial')}: {found.get('error')}"
+
+
+def all_failed(counts: Mapping[str, int]) -> bool:
+    """Whether trials finished and every one of them failed (``optuna_glue.study_counts``)."""
+    return counts.get("trials", 0) > 0 and counts.get("failed", 0) == counts["trials"]
+
+
+def discard_waiting(study: optuna.Study) -> int:
+    """Mark every ``WAITING`` trial ``FAIL`` with ``outcome: cancelled``; returns how many."""
+    storage = study._storage
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    for t in waiting:
+        storage.set_trial_user_attr(t._trial_id, "outcome", CANCELLED)
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    return len(waiting)

@@ -1,0 +1,168 @@
+"""Issue 15, item 4: honest final states, through the real driver and a real Optuna storage.
+
+* a study whose trials all failed ends ``failed`` with the first trial's error as its reason
+  (it used to end ``succeeded`` with ``error: null``);
+* a cancelled study leaves no ``WAITING`` trial in its Optuna storage (re-enqueued interrupted
+  trials and queued grid points used to stay there); a study that is only re-dispatched keeps
+  its queue, since it resumes from it.
+
+The end-to-end case with real Ray trials that raise is ``tests/integration/test_study_failures.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import optuna
+import pytest
+
+from fedtune.service.db import Database
+from fedtune.service.driver import EXIT_STOPPED, run_driver
+from fedtune.service.paths import study_workdir
+from fedtune.service.repository import Repository
+from fedtune.service.services import ServiceContext, submit_study
+from fedtune.service.states import StudyState, TrialState
+from fedtune.tuning import optuna_glue as og
+from fedtune.tuning.failures import FIRST_ERROR_ATTR, FirstErrorCallback, first_error
+from fedtune.tuning.study import StudyResult
+
+from .helpers import tiny_spec
+
+WAITING = optuna.trial.TrialState.WAITING
+
+
+@pytest.fixture
+def ctx(sqlite_db: Database, make_settings) -> ServiceContext:
+    return ServiceContext(sqlite_db, make_settings(database_url=sqlite_db.url, heartbeat_s=0.05))
+
+
+def _running(ctx: ServiceContext, **spec) -> str:
+    sid = submit_study(ctx, tiny_spec(**spec))[0].id
+    with ctx.db.session() as s:
+        Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
+    return sid
+
+
+def _result(counts: dict[str, int], error: str | None) -> StudyResult:
+    return StudyResult(
+        name="tiny", workdir="w", storage_url="sqlite://", tracking_uri="t", experiment_id="3",
+        parent_run_id="c" * 32, target_trials=counts["trials"], finished=counts["trials"],
+        ran=counts["trials"], counts=counts, best=None, pareto=[], tradeoff=None, artifacts={},
+        first_error=error,
+    )  # fmt: skip
+
+
+def _counts(**outcomes: int) -> dict[str, int]:
+    counts = dict.fromkeys(("completed", "diverged", "stopped", "failed", "interrupted"), 0)
+    counts.update(outcomes)
+    counts["trials"] = sum(v for k, v in outcomes.items() if k != "interrupted")
+    return counts
+
+
+def test_a_study_whose_trials_all_failed_ends_failed_with_the_first_error(ctx) -> None:
+    sid = _running(ctx)
+    error = "trial 0: TrialError: DataError: /data/x.h5: not an HDF5 file"
+
+    def all_fail(*args, **kwargs):
+        return _result(_counts(failed=2, interrupted=1), error)
+
+    assert run_driver(sid, ctx.settings, 1, run_study=all_fail) == 1
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.FAILED
+    assert study.error == f"all 2 trials failed; {error}"
+    assert study.mlflow_run_id == "c" * 32  # the runs stay reachable from the failed study
+
+
+@pytest.mark.parametrize(
+    "counts", [_counts(failed=2, completed=1), _counts(diverged=2), _counts(failed=1, stopped=1)]
+)
+def test_a_study_with_one_trial_that_ran_to_its_end_succeeds(ctx, counts) -> None:
+    sid = _running(ctx)
+    assert run_driver(sid, ctx.settings, 1, run_study=lambda *a, **k: _result(counts, "x")) == 0
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.SUCCEEDED and study.error is None
+
+
+def test_the_first_trial_error_is_kept_on_the_optuna_study() -> None:
+    """The Tune callback keeps the first error's last trace line (as Ray writes error.txt)."""
+    study = optuna.create_study()
+    callback = FirstErrorCallback(study)
+    trace = ("Failure # 1 (occurred at 2026-11-23)\nray::ImplicitFunc.train() (pid=1)\n"
+             '  File "trainable.py", line 190\n'
+             "fedtune.tuning.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file\n")  # fmt: skip
+    for number, text in ((1, trace), (0, "later: another error")):
+        trial = SimpleNamespace(config={"fedtune.trial": number}, get_error=lambda t=text: t)
+        callback.on_trial_error(0, [], trial)
+    assert study.user_attrs[FIRST_ERROR_ATTR]["trial"] == 1
+    assert first_error(study) == (
+        "trial 1: fedtune.tuning.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file"
+    )
+    assert first_error(optuna.create_study()) is None
+
+
+# ---------------------------------------------------------------- cancel: no WAITING trial
+
+
+def _stopped_while_queued(ctx, sid: str, lose) -> callable:
+    """A run_study that leaves what a real one leaves when stopped: an interrupted trial
+    re-enqueued and queued points (``WAITING``) in the study's Optuna storage."""
+
+    def run(spec, workdir, *, sinks, **kwargs):
+        study = optuna.create_study(study_name=spec.name, storage=og.storage_url(workdir))
+        for lr in (0.01, 0.02, 0.03):
+            study.enqueue_trial({"hparams.client_lr": lr})
+        running = study.ask()  # takes the first queued point
+        running.suggest_float("hparams.client_lr", 1e-3, 1.0, log=True)
+        lose()
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline:  # until the heartbeat stops the driver
+                time.sleep(0.02)
+        except KeyboardInterrupt:
+            og.reconcile(study)  # what run_study does on a stop: interrupted + re-enqueued
+            assert running.number == 0
+            raise
+        raise AssertionError("the driver was not stopped")
+
+    return run
+
+
+def _storage_states(ctx, sid: str, name: str) -> list:
+    storage = og.storage_url(study_workdir(ctx.settings, sid))
+    study = optuna.load_study(study_name=name, storage=storage)
+    return [(t.state, t.user_attrs.get("outcome")) for t in study.get_trials()]
+
+
+def test_a_cancelled_study_leaves_no_waiting_trial_in_optuna(ctx) -> None:
+    sid = _running(ctx, name="cancelled")
+
+    def cancel() -> None:
+        with ctx.db.session() as s:
+            Repository(s).transition(sid, StudyState.CANCELLED)
+
+    run = _stopped_while_queued(ctx, sid, cancel)
+    assert run_driver(sid, ctx.settings, 1, run_study=run) == EXIT_STOPPED
+    states = _storage_states(ctx, sid, "cancelled")
+    assert [s for s, _ in states if s == WAITING] == [], states
+    assert states.count((optuna.trial.TrialState.FAIL, "cancelled")) == 3  # 2 queued + 1 requeued
+    with ctx.db.session(readonly=True) as s:
+        repo = Repository(s)
+        assert repo.require_study(sid).state == StudyState.CANCELLED
+        trials = [(t.number, t.state) for t in repo.list_trials(sid)]
+    assert trials == [(0, TrialState.KILLED)]  # the dropped queue is not shown as trials
+
+
+def test_a_redispatched_study_keeps_its_queue_to_resume_from(ctx) -> None:
+    sid = _running(ctx, name="moved")
+
+    def supersede() -> None:
+        with ctx.db.session() as s:
+            Repository(s).update_study(sid, attempts=2)  # re-dispatched elsewhere
+
+    run = _stopped_while_queued(ctx, sid, supersede)
+    assert run_driver(sid, ctx.settings, 1, run_study=run) == EXIT_STOPPED
+    states = _storage_states(ctx, sid, "moved")
+    assert sum(1 for s, _ in states if s == WAITING) == 3, states
