@@ -32,6 +32,7 @@ __all__ = [
     "TheoryRow",
     "config_label",
     "contraction_rate",
+    "pareto_figure",
     "plot_curves",
     "plot_envelope",
     "plot_pareto",
@@ -114,6 +115,14 @@ def plot_curves(
 
 def plot_pareto(tradeoff: TradeOff, path: str | Path) -> Path:
     """Scatter of (rounds to the Pareto target, final loss); the Pareto set joined in order."""
+    return _save(pareto_figure(tradeoff), path)
+
+
+def pareto_figure(tradeoff: TradeOff) -> Figure:
+    """The figure of :func:`plot_pareto`: every point labelled with its trial number; trials
+    that ran to the end as dots (▶ at the right edge: never reached τ), stopped trials as
+    hollow squares at the loss of the round they reached (never on the Pareto set), diverged
+    and blown-up trials left out (counted in the title)."""
     fig = Figure(figsize=(6, 4.5))
     ax = fig.add_subplot()
     k = (
@@ -121,20 +130,20 @@ def plot_pareto(tradeoff: TradeOff, path: str | Path) -> Path:
         if tradeoff.pareto_target is not None
         else None
     )
-    pts = [(t, t.rounds_to_target[k] if k is not None else math.inf) for t in tradeoff.trials]
+    shown = [t for t in tradeoff.trials if t.flag in ("", "stopped")]
+    pts = [(t, t.rounds_to_target[k] if k is not None else math.inf) for t in shown]
     pts = [(t, r) for t, r in pts if math.isfinite(t.final_loss)]
     finite_r = [r for _, r in pts if math.isfinite(r)]
     edge = 1.1 * max(finite_r) if finite_r else 1.0
     for t, r in pts:
-        reached = math.isfinite(r)
-        ax.scatter(
-            r if reached else edge,
-            t.final_loss,
-            marker="o" if reached else ">",
-            color="C0" if reached else "C7",
-            s=22,
-            zorder=2,
-        )
+        reached, stopped = math.isfinite(r), t.flag == "stopped"
+        x = r if reached else edge
+        marker = "s" if stopped else ("o" if reached else ">")
+        colour = "C1" if stopped else ("C0" if reached else "C7")
+        ax.scatter(x, t.final_loss, marker=marker, s=22, zorder=2,
+                   facecolors="none" if stopped else colour, edgecolors=colour)  # fmt: skip
+        ax.annotate(str(t.trial_id), (x, t.final_loss), fontsize=7, xytext=(3, 3),
+                    textcoords="offset points")  # fmt: skip
     front = [next((t, r) for t, r in pts if t.trial_id == i) for i in tradeoff.pareto]
     if front:
         xs = [r if math.isfinite(r) else edge for _, r in front]
@@ -147,14 +156,21 @@ def plot_pareto(tradeoff: TradeOff, path: str | Path) -> Path:
             label="Pareto set",
             marker="o",
         )
+    if any(t.flag == "stopped" for t, _ in pts):
+        ax.scatter([], [], marker="s", facecolors="none", edgecolors="C1",
+                   label="stopped early (loss at its last round)")  # fmt: skip
+    if front or any(t.flag == "stopped" for t, _ in pts):
         ax.legend(fontsize=8)
+    left_out = len(tradeoff.trials) - len(shown)
+    if left_out:
+        ax.set_title(f"{left_out} diverged / blown-up trial(s) not shown", fontsize=9)
     ax.set_yscale("log")
     target = f"{tradeoff.pareto_target:.4g}" if tradeoff.pareto_target is not None else "—"
     ax.set(
         xlabel=f"rounds to reach loss {target} (▶ = never)",
         ylabel=f"final loss (mean of last {tradeoff.last_rounds} rounds)",
     )
-    return _save(fig, path)
+    return fig
 
 
 def plot_envelope(

@@ -10,14 +10,23 @@ module computes, per trial and for targets τ:
 * rounds to target  R_τ = first recorded round with s_t ≤ τ (∞ when never reached);
 * final loss  = mean of ℓ over the last ``last_rounds`` recorded rounds — the papers' selection
   rule (`001_2dc7ddae5cbdc81f.txt` §8.3) — ∞ for a diverged trial or a non-finite value;
-* the Pareto set of (R_τ, final loss), both minimised, over trials with a finite final loss
-  (∞ compares above every finite value, so a trial that never reaches τ is on the set only
-  when no trial that reaches τ ends as low; equal points are all kept);
+* the starting loss ℓ_0 = median of the trials' first recorded ℓ (every trial starts from the
+  same model on the same clients), and a **flag** per trial: ``diverged`` (the engine said so),
+  ``blown_up`` (final loss ≥ ``blowup`` × ℓ_0: finite but far above the start), ``stopped``
+  (ended before the last round by a scheduler; compared on the rounds it reached), or empty;
+* default targets τ = ``target_quantiles`` of the *best* smoothed loss of the trials that ran
+  to the end unflagged, keeping only those strictly below ℓ_0 (a target at or above the
+  starting loss is reached by every trial at once and says nothing);
+* the Pareto set of (R_τ, final loss), both minimised, over the unflagged trials that ran to
+  the end (a stopped trial's "final" loss is from an earlier round and is not comparable; ∞
+  compares above every finite value, so a trial that never reaches τ is on the set only when
+  no trial that reaches τ ends as low; equal points are all kept);
 * the lower envelope  E(R) = min_trials min_{t ≤ R} s_t  ("best loss reachable within R
   rounds", the running minimum of the smoothed curve, i.e. keeping the best model so far),
   with the trial attaining it and the *regime changes*: rounds where that trial changes. On a
-  tie the incumbent keeps the envelope. Diverged trials are left out of the envelope by default
-  (the papers omit diverging runs); stopped trials count up to the round they reached.
+  tie the incumbent keeps the envelope. Diverged and blown-up trials are left out of the
+  envelope by default (the papers omit diverging runs); stopped trials count up to the round
+  they reached.
 
 JSON (``to_dict``) writes ∞ and NaN as ``null``; CSV rows (``to_csv_rows``) keep ``inf`` floats
 (written ``inf``, read back by ``float``).
@@ -40,6 +49,10 @@ from fedtune.errors import ConfigError
 from fedtune.trainers.records import Outcome, TrialResult
 
 __all__ = [
+    "BLOWUP",
+    "FLAG_BLOWN_UP",
+    "FLAG_DIVERGED",
+    "FLAG_STOPPED",
     "EnvelopePoint",
     "RegimeChange",
     "TradeOff",
@@ -53,6 +66,7 @@ __all__ = [
 ]
 
 TrialId = str | int
+BLOWUP = 2.0  # final loss ≥ BLOWUP × starting loss: blown up (finite, but far above the start)
 
 
 @dataclass(frozen=True)
@@ -100,15 +114,25 @@ class TrialCurve:
         return float(np.mean(tail))  # inf if any value in the tail is inf
 
 
+#: flags of :class:`TrialSummary` (empty: a trial that ran to the end and is compared fully)
+FLAG_DIVERGED, FLAG_BLOWN_UP, FLAG_STOPPED = "diverged", "blown_up", "stopped"
+
+
 @dataclass(frozen=True)
 class TrialSummary:
     trial_id: TrialId
     params: Mapping[str, Any]
     outcome: Outcome
     last_round: int
-    final_loss: float
+    final_loss: float  # on the rounds the trial reached
     best_loss: float  # min of the smoothed curve
     rounds_to_target: tuple[float, ...]  # aligned with TradeOff.targets; inf = never
+    flag: str = ""  # "", diverged, blown_up, stopped (module docstring)
+
+    @property
+    def comparable(self) -> bool:
+        """Ran to the end without diverging or blowing up: on the final-loss front if best."""
+        return not self.flag
 
 
 @dataclass(frozen=True)
@@ -206,6 +230,8 @@ class TradeOff:
     envelope: tuple[EnvelopePoint, ...]
     regime_changes: tuple[RegimeChange, ...]
     notes: Mapping[str, str] = field(default_factory=dict)
+    start_loss: float = math.nan  # ℓ_0: median first recorded loss
+    metric: str = "client_loss"  # the record field the curves are
 
     def summary_of(self, trial_id: TrialId) -> TrialSummary:
         return next(t for t in self.trials if t.trial_id == trial_id)
@@ -218,6 +244,8 @@ class TradeOff:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ∞/NaN become null."""
         body = {
+            "metric": self.metric,
+            "start_loss": self.start_loss,
             "targets": list(self.targets),
             "pareto_target": self.pareto_target,
             "last_rounds": self.last_rounds,
@@ -249,6 +277,7 @@ class TradeOff:
                 "last_round": t.last_round,
                 "final_loss": t.final_loss,
                 "best_loss": t.best_loss,
+                "flag": t.flag,
                 "on_pareto": t.trial_id in self.pareto,
             }
             for target, r in zip(self.targets, t.rounds_to_target, strict=True):
@@ -291,47 +320,102 @@ def analyze_tradeoff(
     smooth_window: int = 5,
     grid: Iterable[int] | None = None,
     include_diverged: bool = False,
+    blowup: float = BLOWUP,
+    rounds_total: int | None = None,
+    metric: str = "client_loss",
 ) -> TradeOff:
-    """Rounds-to-target, final losses, Pareto set and lower envelope of ``curves``.
+    """Rounds-to-target, final losses, flags, Pareto set and lower envelope of ``curves``.
 
-    ``targets`` default to the ``target_quantiles`` of the finite final losses;
-    ``pareto_target`` (the τ of the Pareto set) defaults to the median target. ``grid`` (rounds
-    R of the envelope) defaults to every recorded round.
+    ``targets`` default to the ``target_quantiles`` of the best smoothed losses of the trials
+    that ran to the end unflagged, below the starting loss (module docstring);
+    ``pareto_target`` (the τ of the Pareto set) defaults to the median target. A trial is
+    ``stopped`` when its outcome says so or it ended before ``rounds_total`` (default: the last
+    round any trial reached). ``grid`` (rounds R of the envelope) defaults to every recorded
+    round.
     """
     if last_rounds < 1 or smooth_window < 1:
         raise ConfigError("last_rounds" if last_rounds < 1 else "smooth_window", "must be >= 1")
+    if not blowup > 1:
+        raise ConfigError("blowup", f"must be > 1, got {blowup}")
+    start_loss = _start_loss(curves)
+    if rounds_total is None:
+        rounds_total = max((c.rounds[-1] for c in curves if c.rounds), default=0)
     finals = [c.final_loss(last_rounds) for c in curves]
-    finite = [f for f in finals if math.isfinite(f)]
+    flags = [
+        _flag(c, f, start_loss, blowup, rounds_total) for c, f in zip(curves, finals, strict=True)
+    ]
+    given = targets is not None
     if targets is None:
-        targets = [float(np.quantile(finite, q)) for q in target_quantiles] if finite else []
+        targets = _default_targets(curves, flags, start_loss, smooth_window, target_quantiles)
     targets = sorted({float(t) for t in targets})
     if pareto_target is None and targets:
         pareto_target = targets[(len(targets) - 1) // 2]
     if pareto_target is not None and pareto_target not in targets:
         targets = sorted([*targets, float(pareto_target)])
     summaries = [
-        _summarize(c, f, targets, smooth_window) for c, f in zip(curves, finals, strict=True)
+        _summarize(c, f, flag, targets, smooth_window)
+        for c, f, flag in zip(curves, finals, flags, strict=True)
     ]
     pareto: tuple[TrialId, ...] = ()
     if pareto_target is not None:
         k = targets.index(pareto_target)
-        cand = [t for t in summaries if math.isfinite(t.final_loss)]
+        cand = [t for t in summaries if t.comparable and math.isfinite(t.final_loss)]
         pts = [(t.rounds_to_target[k], t.final_loss) for t in cand]
         pareto = tuple(cand[i].trial_id for i in sorted(pareto_front(pts), key=lambda i: pts[i]))
-    kept = [c for c in curves if include_diverged or c.outcome != Outcome.DIVERGED]
+    bad = (FLAG_DIVERGED, FLAG_BLOWN_UP)
+    kept = [c for c, f in zip(curves, flags, strict=True) if include_diverged or f not in bad]
     grid = sorted({r for c in kept for r in c.rounds}) if grid is None else grid
     envelope, changes = lower_envelope(kept, grid, smooth_window)
     which = "included" if include_diverged else "excluded"
-    notes = {"envelope": f"running minimum of the smoothed curve; diverged trials {which}"}
+    notes = {
+        "envelope": f"running minimum of the smoothed curve; diverged and blown-up trials {which}",
+        "targets": "given by the study"
+        if given
+        else f"quantiles {list(target_quantiles)} of the best smoothed loss of the trials that ran "
+        "to the end unflagged, strictly below the starting loss",
+        "flags": f"diverged: the engine stopped it; blown_up: final loss >= {blowup:g} x start "
+        "loss; stopped: ended before the last round (compared on the rounds it reached, never "
+        "on the Pareto set)",
+    }
     return TradeOff(
         tuple(targets), pareto_target, last_rounds, smooth_window, tuple(summaries), pareto,
-        tuple(envelope), tuple(changes), notes,
+        tuple(envelope), tuple(changes), notes, start_loss, metric,
     )  # fmt: skip
 
 
-def _summarize(c: TrialCurve, final: float, targets: Sequence[float], window: int) -> TrialSummary:
+def _start_loss(curves: Sequence[TrialCurve]) -> float:
+    first = [c.losses[0] for c in curves if c.losses and math.isfinite(c.losses[0])]
+    return float(np.median(first)) if first else math.nan
+
+
+def _flag(c: TrialCurve, final: float, start: float, blowup: float, rounds_total: int) -> str:
+    if c.outcome == Outcome.DIVERGED or (c.losses and not math.isfinite(final)):
+        return FLAG_DIVERGED
+    if math.isfinite(start) and final >= blowup * abs(start):
+        return FLAG_BLOWN_UP
+    if c.outcome == Outcome.STOPPED or not c.rounds or c.rounds[-1] < rounds_total:
+        return FLAG_STOPPED
+    return ""
+
+
+def _default_targets(curves, flags, start, window, quantiles) -> list[float]:
+    best = [
+        float(smooth(c.losses, window).min())
+        for c, f in zip(curves, flags, strict=True)
+        if not f and c.losses
+    ]
+    best = [b for b in best if math.isfinite(b)]
+    if not best:
+        return []
+    found = [float(np.quantile(best, q)) for q in quantiles]
+    return [t for t in found if not math.isfinite(start) or t < start]
+
+
+def _summarize(
+    c: TrialCurve, final: float, flag: str, targets: Sequence[float], window: int
+) -> TrialSummary:
     s = smooth(c.losses, window)
     rtt = tuple(rounds_to_target(c.rounds, s, t) for t in targets)
     best = float(s.min()) if s.size else math.inf
     last = c.rounds[-1] if c.rounds else 0
-    return TrialSummary(c.trial_id, c.params, c.outcome, last, final, best, rtt)
+    return TrialSummary(c.trial_id, c.params, c.outcome, last, final, best, rtt, flag)

@@ -150,11 +150,57 @@ def test_all_diverged_gives_empty_results():
     assert json.loads(json.dumps(out.to_dict(), allow_nan=False))["trials"][0]["final_loss"] is None
 
 
-def test_default_targets_are_quantiles_of_final_losses(curves):
+def test_default_targets_are_quantiles_of_best_smoothed_losses(curves):
     out = analyze_tradeoff(curves, target_quantiles=(0.0, 0.5, 1.0), last_rounds=5, smooth_window=1)
-    finals = sorted(s.final_loss for s in out.trials)
-    assert out.targets == pytest.approx(finals)
+    best = sorted(s.best_loss for s in out.trials)
+    assert out.targets == pytest.approx(best)
     assert out.pareto_target == out.targets[1]
+    assert out.start_loss == pytest.approx(np.median([c.losses[0] for c in curves]))
+
+
+def _issue_curves():
+    """The issue's study: ℓ_0 ≈ 2.77; one trial blows up to ~21 without going non-finite, one
+    is stopped by ASHA at round 10 (its round-10 loss looks better than any final loss)."""
+    r = np.arange(1, 31)
+    t = r - 1.0
+    good = TrialCurve(0, {"client_lr": 0.1}, r, 0.5 + 2.27 * np.exp(-t / 8.0))
+    fast = TrialCurve(1, {"client_lr": 0.3}, r, 0.9 + 1.87 * np.exp(-t / 2.0))
+    boom = TrialCurve(2, {"client_lr": 3.0}, r, 2.77 * np.exp(t / 14.0))  # ends ≈ 22.6
+    cut = TrialCurve(3, {"client_lr": 0.2}, r[:10], 0.1 + 2.67 * np.exp(-t[:10] / 0.8), "stopped")
+    return [good, fast, boom, cut]
+
+
+def test_blown_up_trials_are_flagged_and_targets_stay_below_the_start():
+    out = analyze_tradeoff(_issue_curves(), last_rounds=10, smooth_window=5)
+    assert out.start_loss == pytest.approx(2.77, rel=0.05)
+    assert out.targets and all(t < out.start_loss for t in out.targets)
+    assert [s.flag for s in out.trials] == ["", "", "blown_up", "stopped"]
+    assert 2 not in out.pareto and all(p.trial_id != 2 for p in out.envelope)
+    # a target no trial reaches at round 1: the fastest needs several rounds
+    assert all(s.rounds_to_target[0] > 1 for s in out.trials if s.trial_id in (0, 1))
+    rows = {r["trial_id"]: r for r in out.to_csv_rows()}
+    assert rows[2]["flag"] == "blown_up" and not rows[2]["on_pareto"]
+
+
+def test_a_stopped_trial_is_not_on_the_final_loss_front():
+    out = analyze_tradeoff(_issue_curves(), last_rounds=10, smooth_window=5)
+    cut = out.summary_of(3)
+    assert cut.flag == "stopped" and cut.last_round == 10
+    # its loss at round 10 is below every finished trial's final loss, yet it is not on the set
+    assert cut.final_loss < min(out.summary_of(i).final_loss for i in (0, 1))
+    assert 3 not in out.pareto and set(out.pareto) <= {0, 1} and out.pareto
+    # it is compared on the rounds it reached: it reaches the targets and may hold E(R) early
+    assert any(math.isfinite(r) for r in cut.rounds_to_target)
+    assert 3 in {p.trial_id for p in out.envelope}
+
+
+def test_a_trial_that_ends_at_the_start_gives_no_target_at_or_above_it():
+    r = np.arange(1, 21)
+    flat = [TrialCurve(i, {}, r, np.full(20, 2.32)) for i in (0, 1)]
+    down = TrialCurve(2, {}, r, 1.0 + 1.32 * np.exp(-(r - 1) / 4.0))
+    out = analyze_tradeoff([*flat, down], target_quantiles=(0.1, 0.5, 0.9), smooth_window=3)
+    assert out.start_loss == pytest.approx(2.32)
+    assert out.targets and max(out.targets) < 2.32
 
 
 def test_json_and_csv(tmp_path, curves):
@@ -228,3 +274,13 @@ def test_plots_are_written(tmp_path, curves):
     assert_tuning_plot(write_artifacts(out, curves, tmp_path / "plain")["curves"], "curves")
     rows = theory_table(curves, {"fast": (0.8, 0.5), "slow": (0.97, 0.1)}, floor=None)
     assert_tuning_plot(plot_theory(rows, tmp_path / "theory.png"), "theory")
+
+
+def test_pareto_plot_labels_every_point_with_its_trial_number():
+    from fedtune.tuning.plots import pareto_figure
+
+    out = analyze_tradeoff(_issue_curves(), last_rounds=10, smooth_window=5)
+    fig = pareto_figure(out)
+    labels = {t.get_text() for t in fig.axes[0].texts}
+    assert labels == {"0", "1", "3"}  # the blown-up trial 2 is left out, and said so
+    assert "1 diverged / blown-up" in fig.axes[0].get_title()
