@@ -5,24 +5,26 @@
 ``optuna-dashboard`` can open it at any time and a finished trial survives any crash of the
 driver. Only the driver process writes to it (workers never touch Optuna).
 
-**What the sampler is told** (:class:`FedtuneSearch`, an ``OptunaSearch`` whose trials are the
-storage's trials):
+**What the sampler is told** (:class:`FedtuneSearch`, a Ray Tune ``Searcher`` that asks and
+tells the storage's study through Optuna's public ask/tell API):
 
-* every round's value of the objective's record field → ``trial.report(value, step=round)``
-  (single objective; Optuna has no intermediate values for several objectives);
+* every round's running objective (the mean of the last N values of the objective's record
+  field, ``fedtune.tuning.trainable``) → ``trial.report(value, step=round)`` (single
+  objective; Optuna has no intermediate values for several objectives);
 * completed → ``COMPLETE`` with the objective value(s);
 * diverged → ``COMPLETE`` with the *worst* values (+∞ minimised / −∞ maximised, every
   objective). We prefer a bad value to ``FAIL``: TPE, GP, NSGA-II and CMA-ES then learn that the
   region is bad (a FAIL is simply ignored and the sampler would keep proposing diverging rates);
   Optuna stores ±∞ exactly and the GP sampler clips it;
-* stopped by the scheduler (ASHA / median) or the wall-clock budget → ``PRUNED`` (single
-  objective: Optuna keeps the last intermediate value for TPE's ranking);
+* stopped by the scheduler (ASHA / median) or the wall-clock budget → ``PRUNED``; Optuna keeps
+  the last intermediate value as the trial's value: the objective at the round it reached, the
+  one definition MLflow, the service and the trade-off use too;
 * an exception in the trainable → ``FAIL``.
 
 User attributes: ``outcome`` (completed, diverged, stopped, failed, interrupted, cancelled: a
 queued trial dropped when the service cancelled the study, see ``failures.py``), ``rounds``,
-``reason``, ``mlflow_run_id``; system attribute ``fedtune:curve`` holds ℓ_t per round (the
-trade-off is recomputed from the storage alone).
+``reason``, ``mlflow_run_id``, ``decays``/``decay_rounds``; system attribute ``fedtune:curve``
+holds ℓ_t per round — all written and read through :class:`~.store.StudyStore`.
 
 **Resume** (:func:`reconcile`): a driver killed with ``kill -9`` leaves its in-flight trials
 ``RUNNING`` forever. At start-up (one driver per study: ``study.py`` holds a lock) every such
@@ -41,20 +43,20 @@ import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
-from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search import Searcher
 
 from fedtune.errors import ConfigError
 from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_values, suggest
 
 from .spec import Mode, MultiMetric, SamplerName, StudySpec
+from .store import CURVE_ATTR, StudyStore, make_storage, outcome_of, storage_url
 from .tradeoff import TrialCurve
-from .trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, RUNNING, TRIAL_KEY
+from .trainable import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, RUNNING, TRIAL_KEY
 
 __all__ = [
     "CURVE_ATTR",
@@ -75,19 +77,8 @@ __all__ = [
     "target_trials",
 ]
 
-CURVE_ATTR = "fedtune:curve"
 _ATTR_FINGERPRINT = "fedtune.space_fingerprint"
 _ATTR_DIRECTIONS = "fedtune.directions"
-
-
-def storage_url(workdir: str | Path) -> str:
-    return f"sqlite:///{Path(workdir).resolve() / 'optuna.db'}"
-
-
-def make_storage(url: str) -> RDBStorage:
-    """RDB storage; SQLite waits up to 30 s for a lock (a dashboard may be reading)."""
-    kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
-    return RDBStorage(url, engine_kwargs=kwargs)
 
 
 def directions(spec: StudySpec) -> list[str]:
@@ -165,17 +156,15 @@ class Reconciled:
     requeued: int  # WAITING trials that the next asks will run
 
 
-def reconcile(study: optuna.Study) -> Reconciled:
+def reconcile(study: optuna.Study, store: StudyStore) -> Reconciled:
     """Mark orphaned RUNNING trials FAIL (interrupted) and re-enqueue their parameters."""
     trials = study.get_trials(deepcopy=False)
     queued_for = {t.user_attrs.get("requeue_of") for t in trials if t.state == TrialState.WAITING}
     orphans = [t for t in trials if t.state == TrialState.RUNNING]
-    storage = study._storage
     for t in orphans:
-        storage.set_trial_user_attr(t._trial_id, "outcome", "interrupted")
         if t.number not in queued_for and t.params:
             study.enqueue_trial(dict(t.params), user_attrs={"requeue_of": t.number})
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        store.mark_interrupted(t.number)
     waiting = sum(1 for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING)
     return Reconciled(count_finished(study), tuple(t.number for t in orphans), waiting)
 
@@ -232,51 +221,53 @@ def make_sampler(spec: StudySpec, target: int, offset: int = 0) -> optuna.sample
         return samplers.CmaEsSampler(seed=seed, n_startup_trials=max(3, min(10, target // 3)))
 
 
-class FedtuneSearch(OptunaSearch):
-    """``OptunaSearch`` on the study's storage, telling Optuna what fedtune's trials mean."""
+class FedtuneSearch(Searcher):
+    """Ray Tune searcher on the study's storage, telling Optuna what fedtune's trials mean
+    (module docstring); Optuna's public ask/tell API only."""
 
     def __init__(
         self,
         spec: StudySpec,
         space: SearchSpace,
-        storage: RDBStorage,
+        store: StudyStore,
         sampler: optuna.samplers.BaseSampler,
     ) -> None:
-        modes = [str(m) for m in spec.objective.directions]
         multi = spec.objective.is_multi
-        metric = [str(m) for m in spec.objective.metrics] if multi else OBJECTIVE
-        self._space_def = space
-        super().__init__(
-            space=self._define,
-            metric=metric,
-            mode=modes if multi else modes[0],
-            sampler=sampler,
-            study_name=spec.name,
-            storage=storage,
-        )
-        self._multi = multi
-        self._field = spec.objective.record_field
+        modes = [str(m) for m in spec.objective.directions]
+        super().__init__(metric=None if multi else OBJECTIVE, mode=None if multi else modes[0])
+        self._space_def, self._store, self._multi = space, store, multi
+        self._keys = [str(m) for m in spec.objective.metrics] if multi else [OBJECTIVE]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._study = optuna.load_study(
+                study_name=spec.name, storage=store.storage, sampler=sampler
+            )
         self._worst = [-math.inf if m == Mode.MAX else math.inf for m in spec.objective.directions]
+        self._trials: dict[str, optuna.Trial] = {}
+        self._done: set[str] = set()
         self._seen: dict[str, int] = {}
         self._curves: dict[str, tuple[list[int], list[float]]] = {}
 
-    def save(self, checkpoint_path: str) -> None:
-        """Tune's searcher checkpoint: the state lives in the Optuna storage, write a marker.
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return not config  # the space is the study's; Tune's param_space stays empty
 
-        (``OptunaSearch.save`` pickles the whole searcher; the search space's compiled
-        conditions are not picklable, and resuming never reads this file.)
-        """
+    def save(self, checkpoint_path: str) -> None:
+        """Tune's searcher checkpoint: the state lives in the Optuna storage, write a marker."""
         with open(checkpoint_path, "w") as fh:
-            fh.write(f"state in the Optuna storage, study {self._study_name}\n")
+            fh.write(f"state in the Optuna storage, study {self._store.name}\n")
 
     def restore(self, checkpoint_path: str) -> None:
         """Nothing to restore: see :meth:`save`."""
 
-    def _define(self, trial: optuna.Trial) -> dict[str, Any]:
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        trial = self._study.ask()  # an enqueued (re-run or grid) point first
+        self._trials[trial_id] = trial
         return {**suggest(trial, self._space_def), TRIAL_KEY: trial.number}
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        ot_trial = self._ot_trials[trial_id]
+        trial = self._trials.get(trial_id)
+        if trial is None:
+            return
         rounds, losses = self._curves.setdefault(trial_id, ([], []))
         last = self._seen.get(trial_id, 0)
         for row in result.get(HISTORY, ()):
@@ -284,57 +275,46 @@ class FedtuneSearch(OptunaSearch):
                 continue  # a result delivered twice (final result of a function trainable)
             rounds.append(int(row[ROUND]))
             losses.append(float(row["client_loss"]))
-            value = row.get(self._field)
+            value = row.get(OBJECTIVE)
             if not self._multi and value is not None and math.isfinite(value):
-                ot_trial.report(float(value), int(row[ROUND]))
+                trial.report(float(value), int(row[ROUND]))
             last = int(row[ROUND])
         self._seen[trial_id] = last
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        if trial_id in self._completed_trials:
+        trial = self._trials.get(trial_id)
+        if trial is None or trial_id in self._done:
             return
         if result:
             self.on_trial_result(trial_id, result)
-        ot_trial = self._ot_trials[trial_id]
         outcome = (result or {}).get(OUTCOME)
         state, values = TrialState.FAIL, None
         if error or outcome is None:
             outcome = "failed"
         elif outcome == RUNNING:
-            state, outcome = TrialState.PRUNED, "stopped"
+            state, outcome = TrialState.PRUNED, "stopped"  # value: the last reported objective
         else:
             state = TrialState.COMPLETE
-            keys = self.metric if isinstance(self.metric, list) else [self.metric]
-            values = [float(result[k]) for k in keys]
+            values = [float(result[k]) for k in self._keys]
             if outcome == "diverged":
                 values = list(self._worst)
-        self._set_attrs(ot_trial, trial_id, outcome, result or {})
-        self._ot_study.tell(ot_trial, values, state=state)
-        self._completed_trials.add(trial_id)
+        self._record(trial.number, trial_id, outcome, result or {})
+        self._study.tell(trial, values, state=state)
+        self._done.add(trial_id)
 
-    def _set_attrs(self, ot_trial: optuna.Trial, trial_id: str, outcome: str, result: Mapping):
-        storage, tid = self._ot_study._storage, ot_trial._trial_id
-        storage.set_trial_user_attr(tid, "outcome", outcome)
-        storage.set_trial_user_attr(tid, "rounds", int(result.get(ROUND, 0)))
+    def _record(self, number: int, trial_id: str, outcome: str, result: Mapping) -> None:
+        attrs: dict[str, Any] = {"outcome": outcome, "rounds": int(result.get(ROUND, 0))}
         if result.get("reason"):
-            storage.set_trial_user_attr(tid, "reason", str(result["reason"]))
+            attrs["reason"] = str(result["reason"])
+        if DECAY_ROUNDS in result:
+            attrs.update(decays=len(result[DECAY_ROUNDS]), decay_rounds=list(result[DECAY_ROUNDS]))
+        self._store.set_trial_attrs(number, **attrs)
         rounds, losses = self._curves.get(trial_id, ([], []))
-        curve = {"rounds": rounds, "loss": [v if math.isfinite(v) else None for v in losses]}
-        storage.set_trial_system_attr(tid, CURVE_ATTR, curve)
+        self._store.set_curve(number, rounds, losses)
 
 
 # -- reading a study back (the storage alone; used at the end and for the progress line) ----
-_OUTCOME_OF_STATE = {
-    TrialState.COMPLETE: "completed",
-    TrialState.PRUNED: "stopped",
-    TrialState.FAIL: "failed",
-}
-
-
-def _outcome(t: optuna.trial.FrozenTrial) -> str:
-    return t.user_attrs.get("outcome") or _OUTCOME_OF_STATE.get(t.state, "failed")
-
-
+_outcome = outcome_of
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -349,17 +329,9 @@ def study_counts(study: optuna.Study) -> dict[str, int]:
     return counts
 
 
-def study_curves(study: optuna.Study, space: SearchSpace) -> list[TrialCurve]:
+def study_curves(store: StudyStore, space: SearchSpace) -> list[TrialCurve]:
     """ℓ_t curves of the completed, diverged and stopped trials (for the trade-off)."""
-    curves = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        curve = t.system_attrs.get(CURVE_ATTR)
-        if curve is None:
-            continue
-        losses = [math.inf if v is None else v for v in curve["loss"]]
-        params = resolve_values(space, t.params)
-        curves.append(TrialCurve(t.number, params, curve["rounds"], losses, _outcome(t)))
-    return curves
+    return store.curves(lambda params: resolve_values(space, params))
 
 
 def best_trial(spec: StudySpec, study: optuna.Study, space: SearchSpace) -> dict[str, Any] | None:

@@ -84,6 +84,7 @@ __all__ = [
     "SearchSpec",
     "StudySpec",
     "TrackingSpec",
+    "TradeoffSpec",
 ]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -219,6 +220,28 @@ class ResourcesSpec(_Spec):
         return self
 
 
+FiniteFloat = Annotated[float, Field(strict=False, allow_inf_nan=False)]
+
+
+class TradeoffSpec(_Spec):
+    """Targets τ of the trade-off (``fedtune.tuning.tradeoff``), single- or multi-objective.
+
+    ``targets``: losses to report rounds-to-target for (default: quantiles of the best smoothed
+    loss of the trials that ran to the end, below the starting loss); ``pareto_target``: the τ
+    of the Pareto set (default: ``objective.target_loss`` with several objectives, else the
+    median target).
+    """
+
+    targets: list[FiniteFloat] | None = None
+    pareto_target: FiniteFloat | None = None
+
+    @model_validator(mode="after")
+    def _given(self) -> TradeoffSpec:
+        if self.targets is not None and not self.targets:
+            raise ConfigError("targets", "give at least one target loss, or leave it out")
+        return self
+
+
 class TrackingSpec(_Spec):
     experiment: str | None = None  # default: the study name
     uri: str | None = None  # default: MLFLOW_TRACKING_URI or a local store
@@ -271,6 +294,7 @@ class StudySpec(_Spec):
     report_every: Count = 1
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    tradeoff: TradeoffSpec = Field(default_factory=TradeoffSpec)
     code: CodeSpec | None = None
 
     _base_dir: Path | None = PrivateAttr(default=None)

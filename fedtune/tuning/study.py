@@ -56,6 +56,7 @@ from .plots import write_artifacts
 from .progress import ProgressCallback
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
 from .spec import SchedulerName, StudySpec
+from .store import StudyStore
 from .theory_link import theory_report
 from .tracking import MlflowCallback, StudyTracker, resolve_tracking_uri, ui_command
 from .tradeoff import analyze_tradeoff
@@ -161,7 +162,7 @@ class _Session:
     spec: StudySpec
     workdir: Path
     space: Any
-    storage: Any
+    store: StudyStore
     study: Any
     target: int
     fixed: og.Reconciled
@@ -183,10 +184,11 @@ class _Session:
         og.make_sampler(spec, target)  # fails fast (e.g. cmaes not installed) before Ray starts
         storage = og.make_storage(og.storage_url(workdir))
         study = og.open_study(spec, storage, space)
+        store = StudyStore(storage, spec.name)
         if spec.sampler.name == "grid":
             og.enqueue_grid(study, space)
-        fixed = og.reconcile(study)
-        return cls(spec, workdir, space, storage, study, target, fixed, t0)
+        fixed = og.reconcile(study, store)
+        return cls(spec, workdir, space, store, study, target, fixed, t0)
 
     def open_tracking(self, explicit_uri: str | None) -> None:
         spec, workdir = self.spec, self.workdir
@@ -195,9 +197,9 @@ class _Session:
         root = (workdir / "mlartifacts").as_uri() if local else None
         self.tracker = StudyTracker(uri, spec.experiment, root)
         space_doc = {**self.space.to_dict(), "fingerprint": self.space.fingerprint()}
-        previous = self.study.user_attrs.get("mlflow_parent_run_id")
+        previous = self.store.parent_run_id()
         self.parent = self.tracker.start_study(spec, space_doc, previous)
-        self.study.set_user_attr("mlflow_parent_run_id", self.parent)
+        self.store.set_parent_run_id(self.parent)
         self.tracker.reconcile(self.parent, og.run_statuses(self.study))
 
     def fit(self, progress: TextIO | None, sinks: Sequence[Any]) -> None:
@@ -207,10 +209,10 @@ class _Session:
                 _tuner(self, self._callbacks(progress, sinks)).fit()
             # a wall-clock budget ends the fit with trials in flight: record them as
             # interrupted (re-run by the next invocation), exactly as after a Ctrl-C
-            if og.reconcile(self.study).interrupted:
+            if og.reconcile(self.study, self.store).interrupted:
                 self.tracker.reconcile(self.parent, og.run_statuses(self.study))
         except BaseException as exc:  # Ctrl-C or a driver error: in-flight trials re-run later
-            og.reconcile(self.study)
+            og.reconcile(self.study, self.store)
             self.tracker.reconcile(self.parent, og.run_statuses(self.study))
             status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
             self.tracker.finish_study(self.parent, {}, status)
@@ -240,8 +242,7 @@ class _Session:
 
     def _remember(self, number: int, run_id: str) -> None:
         """Store the child run id on the Optuna trial (resume finds its MLflow run)."""
-        tid = self.storage.get_trial_id_from_study_id_trial_number(self.study._study_id, number)
-        self.storage.set_trial_user_attr(tid, "mlflow_run_id", run_id)
+        self.store.set_run_id(number, run_id)
 
     def finalize(self) -> StudyResult:
         start = time.perf_counter()
@@ -249,16 +250,22 @@ class _Session:
         counts = og.study_counts(study)
         best = og.best_trial(spec, study, self.space)
         report = tradeoff_report(
-            spec, og.study_curves(study, self.space), self.workdir / "tradeoff"
+            spec, og.study_curves(self.store, self.space), self.workdir / "tradeoff"
         )
+        finished = og.count_finished(study)
         metrics = {f"n_{k}": float(v) for k, v in counts.items()}
         if best is not None:
             metrics.update({f"best_{k}": v for k, v in best["values"].items()})
         if report.envelope:
             tracker.log_series(self.parent, "envelope_loss", report.envelope)
         tracker.log_json(self.parent, {"best": best, "pareto": report.pareto}, "best.json")
-        tracker.finish_study(self.parent, metrics, "FINISHED", report.directory, "tradeoff")
-        finished = og.count_finished(study)
+        best_run = self.store.run_id_of(best["number"]) if best is not None else None
+        tracker.mark_best(self.parent, best_run, best["number"] if best else None)
+        table = summary_table(self.store, report.tradeoff, self.space)
+        if table["number"]:
+            tracker.log_table(self.parent, table, "trials_table.json")
+        tracker.finish_study(self.parent, metrics, "FINISHED", report.directory, "tradeoff",
+                             step=finished)  # fmt: skip
         now = time.perf_counter()
         startup = (self.first_start or start) - self.t0
         timings = {"startup_s": startup, "tuning_s": self.fit_s, "finalize_s": now - start,
@@ -280,7 +287,7 @@ def _tuner(session: _Session, callbacks: list[Any]) -> tune.Tuner:
     rounds = parse_trial_config(spec.base_trial_config()).train.rounds
     offset = len(session.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
     sampler = og.make_sampler(spec, session.target, offset=offset)
-    searcher = og.FedtuneSearch(spec, session.space, session.storage, sampler)
+    searcher = og.FedtuneSearch(spec, session.space, session.store, sampler)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     return tune.Tuner(
         tune.with_resources(make_trainable(worker_spec(spec) if session.shipped else spec),
@@ -327,9 +334,14 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     """Trade-off of the finished trials (``tradeoff.py``), its files, Pareto rows and E(R)."""
     if not curves:
         return _Report()
-    target = spec.objective.target_loss if spec.objective.is_multi else None
-    t = analyze_tradeoff(curves, last_rounds=spec.objective.last_rounds,
-                         smooth_window=SMOOTH_WINDOW, pareto_target=target)  # fmt: skip
+    obj, given = spec.objective, spec.tradeoff
+    target = given.pareto_target
+    if target is None and obj.is_multi:
+        target = obj.target_loss
+    rounds = parse_trial_config(spec.base_trial_config()).train.rounds
+    t = analyze_tradeoff(curves, targets=given.targets, last_rounds=obj.last_rounds,
+                         smooth_window=SMOOTH_WINDOW, pareto_target=target,
+                         rounds_total=rounds, metric="client_loss")  # fmt: skip
     files = write_artifacts(t, curves, directory, color_by=next(iter(curves[0].params), None))
     k = t.targets.index(t.pareto_target) if t.pareto_target is not None else 0
     pareto = [
@@ -340,6 +352,40 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     envelope = [(p.round, p.loss) for p in t.envelope if math.isfinite(p.loss)]
     files.update(theory_report(spec, curves, directory))
     return _Report(t.to_dict(), pareto, envelope, files, directory)
+
+
+def summary_table(
+    store: StudyStore, tradeoff: dict[str, Any] | None, space: Any
+) -> dict[str, list]:
+    """One row per finished trial: number, outcome, params, objective, rounds reached,
+    rounds to the Pareto target, decays (an MLflow table: ``trials_table.json``)."""
+    from fedtune.search_spaces import resolve_values
+
+    by_number = {s["trial_id"]: s for s in (tradeoff or {}).get("trials", [])}
+    k = None
+    if tradeoff and tradeoff.get("pareto_target") is not None:
+        k = tradeoff["targets"].index(tradeoff["pareto_target"])
+    trials = [t for t in store.trials() if t.state.is_finished()]
+    keys = sorted({p for t in trials for p in t.params})
+    cols: dict[str, list] = {c: [] for c in ("number", "outcome", "objective", "rounds",
+                                              "rounds_to_target", "flag", "decays")}  # fmt: skip
+    cols.update({f"param.{p}": [] for p in keys})
+    for t in sorted(trials, key=lambda t: t.number):
+        summary = by_number.get(t.number, {})
+        rtt = summary.get("rounds_to_target") or []
+        value = t.values[0] if t.values else None
+        cols["number"].append(t.number)
+        cols["outcome"].append(og.outcome_of(t))
+        cols["objective"].append(value if value is not None and math.isfinite(value) else None)
+        cols["rounds"].append(t.user_attrs.get("rounds"))
+        cols["rounds_to_target"].append(rtt[k] if k is not None and rtt else None)
+        cols["flag"].append(summary.get("flag", ""))
+        cols["decays"].append(t.user_attrs.get("decays"))
+        params = resolve_values(space, t.params) if t.params else {}
+        for p in keys:
+            value = params.get(p)
+            cols[f"param.{p}"].append(value if value is None else str(value))
+    return cols
 
 
 # -- process plumbing: lock, Ray, Tune's environment ----------------------------------

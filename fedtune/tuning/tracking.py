@@ -1,6 +1,8 @@
 """MLflow behind one adapter (STYLE.md habit 11): ``MlflowClient`` with explicit run ids only.
 
-Run tree of a study (all written from the *driver*; Ray workers never talk to MLflow):
+Run tree of a study (all written from the *driver*; Ray workers never talk to MLflow). The
+experiment carries the tag ``mlflow.experimentKind = custom_model_development``, so the MLflow
+UI shows it as a model-training experiment (its runs table) instead of the GenAI pages.
 
 * one parent run per study (name = study name; params = a summary of the spec; artifacts =
   ``spec.yaml``, ``search_space.yaml``, ``best.json`` and the trade-off under ``tradeoff/``;
@@ -8,9 +10,20 @@ Run tree of a study (all written from the *driver*; Ray workers never talk to ML
 * one child run per Optuna trial (tag ``mlflow.parentRunId``; name ``trial-NNNN``; params = the
   trial's hyperparameters; per-round metrics with ``step = round`` sent with ``log_batch`` in
   chunks of at most 1000 entities; tags ``study``, ``algorithm``, ``task``, ``outcome``,
-  ``optuna_trial_number``). Final status: ``FINISHED`` for completed, diverged and stopped
+  ``optuna_trial_number``, ``objective_metric`` = what the metric ``objective`` is). Every
+  round logs ``objective`` (the running objective, Optuna's intermediate value) and, with decay,
+  ``decays``; at the end the trial's value is logged as ``objective`` (∞ for a diverged trial is
+  stored by MLflow as the largest float, so it sorts last), with decay the param
+  ``decay_rounds``. Final status: ``FINISHED`` for completed, diverged and stopped
   trials (the ``outcome`` tag says which), ``FAILED`` when the trainable raised, ``KILLED``
   when the driver was interrupted (the trial is re-run as a new child run on resume).
+
+After every invocation (:meth:`StudyTracker.mark_best`) the best child run has the tag
+``best_trial = true`` (removed from a previous best), and the parent the tags ``best_trial``
+(its number) and ``best_run_id``; the parent gets ``trials_table.json`` (an MLflow table: one
+row per trial) and summary metrics logged at ``step = finished trials``. A resume that changed
+nothing logs nothing new, an extension only the points that changed
+(:meth:`StudyTracker.log_series`): metric histories are never duplicated.
 
 Tracking URI: ``--tracking-uri`` > the spec's ``tracking.uri`` > ``MLFLOW_TRACKING_URI`` > a
 local SQLite store ``sqlite:///<workdir>/mlflow.db`` whose artifacts go to
@@ -35,7 +48,16 @@ from mlflow.exceptions import MlflowException
 from ray.tune import Callback
 
 from .spec import StudySpec
-from .trainable import HISTORY, OUTCOME, ROUND, RUNNING, TRIAL_KEY, sampled_params
+from .trainable import (
+    DECAY_ROUNDS,
+    HISTORY,
+    OBJECTIVE,
+    OUTCOME,
+    ROUND,
+    RUNNING,
+    TRIAL_KEY,
+    sampled_params,
+)
 
 __all__ = [
     "MAX_BATCH",
@@ -48,8 +70,12 @@ __all__ = [
 
 MAX_BATCH = 1000  # MLflow's limit of entities (metrics + params + tags) per log_batch
 _MAX_PARAMS = 100
+_MAX_FLOAT = 1.7976931348623157e308
 _MAX_PARAM_LEN = 6000
 PARENT_TAG = "mlflow.parentRunId"
+KIND_TAG, KIND_TRAINING = "mlflow.experimentKind", "custom_model_development"
+BEST_TAG = "best_trial"
+TRADEOFF_FILE = "tradeoff/tradeoff.json"
 
 
 def resolve_tracking_uri(
@@ -127,8 +153,12 @@ class StudyTracker:
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
             self.experiment_id = found.experiment_id
+            if found.tags.get(KIND_TAG) is None:  # made by an older fedtune: say what it is
+                self.client.set_experiment_tag(self.experiment_id, KIND_TAG, KIND_TRAINING)
         else:
-            self.experiment_id = self.client.create_experiment(experiment, artifact_root)
+            self.experiment_id = self.client.create_experiment(
+                experiment, artifact_root, tags={KIND_TAG: KIND_TRAINING}
+            )
 
     # -- parent run ----------------------------------------------------------------
     def start_study(
@@ -161,10 +191,14 @@ class StudyTracker:
         status: str,
         artifacts: Path | None = None,
         artifact_path: str | None = None,
+        step: int = 0,
     ) -> None:
-        """Summary metrics (finite ones), an artifact folder, and the parent's final status."""
+        """Summary metrics (finite ones, at ``step``; a value already there is not logged
+        again), an artifact folder, and the parent's final status."""
         ts = _now()
-        items = [Metric(k, float(v), ts, 0) for k, v in metrics.items() if math.isfinite(v)]
+        latest = self._latest(run_id)
+        items = [Metric(k, float(v), ts, step) for k, v in metrics.items()
+                 if math.isfinite(v) and latest.get(k) != (step, float(v))]  # fmt: skip
         for chunk in _chunks(items, MAX_BATCH):
             self.client.log_batch(run_id, metrics=chunk)
         if artifacts is not None:
@@ -172,11 +206,55 @@ class StudyTracker:
         with _no_run_links():
             self.client.set_terminated(run_id, status)
 
+    def _latest(self, run_id: str) -> dict[str, tuple[int, float]]:
+        run = self.client.get_run(run_id)
+        keys = run.data.metrics
+        out = {}
+        for key in keys:
+            history = self.client.get_metric_history(run_id, key)
+            if history:
+                last = max(history, key=lambda m: (m.step, m.timestamp))
+                out[key] = (last.step, last.value)
+        return out
+
     def log_series(self, run_id: str, key: str, points: Iterable[tuple[int, float]]) -> None:
+        """``(step, value)`` points of ``key``; a point equal to the latest value already at its
+        step is skipped (a resumed or extended study never duplicates a history)."""
         ts = _now()
-        items = [Metric(key, float(v), ts, int(s)) for s, v in points if math.isfinite(v)]
+        now: dict[int, float] = {}
+        for m in sorted(self.client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
+            now[m.step] = m.value
+        items = [Metric(key, float(v), ts, int(s)) for s, v in points
+                 if math.isfinite(v) and now.get(int(s)) != float(v)]  # fmt: skip
         for chunk in _chunks(items, MAX_BATCH):
             self.client.log_batch(run_id, metrics=chunk)
+
+    def mark_best(self, parent: str, best_run: str | None, number: int | None) -> None:
+        """Tag the best child run (and only it) and point the parent at it."""
+        for run in self.child_runs(parent):
+            rid = run.info.run_id
+            if rid != best_run and run.data.tags.get(BEST_TAG) is not None:
+                self.client.delete_tag(rid, BEST_TAG)
+        if best_run is None:
+            for key in (BEST_TAG, "best_run_id"):
+                with contextlib.suppress(MlflowException):
+                    self.client.delete_tag(parent, key)
+            return
+        self.client.set_tag(best_run, BEST_TAG, "true")
+        tags = [RunTag(BEST_TAG, str(number)), RunTag("best_run_id", best_run)]
+        self.client.log_batch(parent, tags=tags)
+
+    def log_table(self, run_id: str, columns: Mapping[str, list], name: str) -> None:
+        """An MLflow table artifact (the UI shows it as a table)."""
+        self.client.log_table(run_id, data=dict(columns), artifact_file=name)
+
+    def read_text(self, run_id: str, path: str) -> str:
+        """An artifact's text, exactly as stored."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            local = self.client.download_artifacts(run_id, path, tmp)
+            return Path(local).read_text()
 
     def log_json(self, run_id: str, data: Any, name: str) -> None:
         self.client.log_text(run_id, json.dumps(data, indent=2, default=str), name)
@@ -196,10 +274,27 @@ class StudyTracker:
         for chunk in _chunks(round_metrics(rows, _now()), MAX_BATCH):
             self.client.log_batch(run_id, metrics=chunk)
 
-    def end_trial(self, run_id: str, status: str, tags: Mapping[str, str]) -> None:
+    def end_trial(
+        self,
+        run_id: str,
+        status: str,
+        tags: Mapping[str, str],
+        metrics: Mapping[str, float] | None = None,
+        params: Mapping[str, str] | None = None,
+        step: int = 0,
+    ) -> None:
+        """Close a child run: final tags, metrics at ``step`` (±∞ kept: MLflow stores the
+        largest float) and params."""
         items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
-        if items:
-            self.client.log_batch(run_id, tags=items)
+        ts = _now()
+        values = [Metric(k, float(v), ts, step) for k, v in (metrics or {}).items()
+                  if not math.isnan(v)]  # fmt: skip
+        values = [m if math.isfinite(m.value) else
+                  Metric(m.key, math.copysign(_MAX_FLOAT, m.value), ts, step) for m in values]  # fmt: skip
+        if items or values:
+            self.client.log_batch(run_id, metrics=values, tags=items)
+        if params:
+            self._log_params(run_id, params)
         with _no_run_links():
             self.client.set_terminated(run_id, status)
 
@@ -263,7 +358,9 @@ class MlflowCallback(Callback):
             "study": spec.name,
             "algorithm": spec.algorithm,
             "task": str(spec.task.get("name", "")),
+            "objective_metric": objective_description(spec),
         }
+        self._finals = [OBJECTIVE, *(str(m) for m in spec.objective.metrics or ())]
         self._on_run_created = on_run_created
         self.runs: dict[str, str] = {}  # Tune trial id -> MLflow run id (open runs)
         self._logged: dict[str, int] = {}
@@ -291,12 +388,29 @@ class MlflowCallback(Callback):
         self.on_trial_result(iteration, trials, trial, result)
         outcome = result.get(OUTCOME, "failed")
         outcome = "stopped" if outcome == RUNNING else outcome
-        self._close(trial, RunStatus.to_string(RunStatus.FINISHED), {"outcome": outcome})
+        metrics = {k: float(result[k]) for k in self._finals if k in result}
+        params = {}
+        if DECAY_ROUNDS in result:
+            params[DECAY_ROUNDS] = ",".join(map(str, result[DECAY_ROUNDS])) or "none"
+            metrics["decays"] = float(len(result[DECAY_ROUNDS]))
+        self._close(trial, RunStatus.to_string(RunStatus.FINISHED), {"outcome": outcome},
+                    metrics, params, int(result.get(ROUND, 0)))  # fmt: skip
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         self._close(trial, "FAILED", {"outcome": "failed", "error": error_line(trial)})
 
-    def _close(self, trial: Any, status: str, tags: Mapping[str, str]) -> None:
+    def _close(self, trial: Any, status: str, tags: Mapping[str, str],
+               metrics: Mapping[str, float] | None = None,
+               params: Mapping[str, str] | None = None, step: int = 0) -> None:  # fmt: skip
         run_id = self.runs.pop(trial.trial_id, None)
         if run_id is not None:
-            self.tracker.end_trial(run_id, status, tags)
+            self.tracker.end_trial(run_id, status, tags, metrics, params, step)
+
+
+def objective_description(spec: StudySpec) -> str:
+    """What the metric ``objective`` of a trial run is, in one line."""
+    obj = spec.objective
+    what = "train_loss" if obj.is_multi else str(obj.single_metric)
+    mode = "min" if obj.is_multi else str(obj.directions[0])
+    return (f"{what} ({mode}): mean {obj.record_field} over the last {obj.last_rounds} rounds "
+            "reached; diverged = worst")  # fmt: skip

@@ -14,7 +14,13 @@ values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
 
     objective_t = mean(v_{t-N+1..t})   over the last N = ``objective.last_rounds`` values
 
-reported every time (ASHA / median compare trials on it). Multi-objective studies also report
+reported every time (ASHA / median compare trials on it) and carried in every round row of
+:data:`HISTORY` under :data:`OBJECTIVE`, so the searcher reports it to Optuna as the
+intermediate value and MLflow logs it per round. **One value per trial**: the objective at the
+last round the trial reached — a completed trial's final objective, a stopped (pruned) trial's
+objective at the round it was stopped (Optuna's value of a PRUNED trial is its last
+intermediate value, i.e. exactly this), the worst value for a diverged one — used by Optuna,
+MLflow, the service and the trade-off files alike. Multi-objective studies also report
 ``final_loss`` (the same mean of ℓ_t) and ``rounds_to_target`` = first round whose trailing mean
 of :data:`SMOOTH_WINDOW` values of ℓ is ≤ ``objective.target_loss`` (∞ while not reached), the
 definitions of :mod:`fedtune.tuning.tradeoff`.
@@ -24,6 +30,9 @@ when CUDA is not available in the trial's process (a CPU image, a node without a
 logical GPUs) the trial fails at once with one line (:func:`gpu_device`) instead of training
 on CPU while holding GPUs. ``train.device: cpu`` stated in the spec is obeyed (the GPUs are then
 a scheduling reservation only, e.g. logical GPUs in tests).
+
+With ``decay.enabled`` every row also carries :data:`DECAYS` (decays so far, mean over seeds)
+and the final report :data:`DECAY_ROUNDS` (the rounds after which a rate decayed).
 
 A diverged trial (non-finite or exploding loss, an *outcome* of the engine) ends with a report
 whose :data:`OUTCOME` is ``diverged`` and whose objectives are the worst possible values
@@ -47,6 +56,8 @@ from .spec import Mode, MultiMetric, StudySpec
 from .tradeoff import rounds_to_target, smooth
 
 __all__ = [
+    "DECAYS",
+    "DECAY_ROUNDS",
     "HISTORY",
     "OBJECTIVE",
     "OUTCOME",
@@ -68,6 +79,8 @@ ROUND = "round"
 OUTCOME = "outcome"
 OBJECTIVE = "objective"
 HISTORY = "history"
+DECAYS = "decays"
+DECAY_ROUNDS = "decay_rounds"
 RUNNING = "running"  # OUTCOME of every report but the last
 SMOOTH_WINDOW = 5  # trailing window of ℓ for rounds-to-target (study and trade-off share it)
 
@@ -127,6 +140,10 @@ class ObjectiveTracker:
         self._loss_rounds.append(int(row[ROUND]))
         self._losses.append(float(row["client_loss"]))
 
+    def current(self) -> float | None:
+        """The running objective after the rows seen so far (None before any value)."""
+        return float(np.mean(self._tail)) if self._tail else None
+
     def worst(self) -> float:
         return -math.inf if self.mode == Mode.MAX else math.inf
 
@@ -178,6 +195,13 @@ class _SeedRuns:
     def reason(self) -> str:
         return next((t.reason for t in self.trainers if t.outcome == Outcome.DIVERGED), "")
 
+    @property
+    def decay_enabled(self) -> bool:
+        return any(t.decay.config.enabled for t in self.trainers)
+
+    def decays(self) -> float:
+        return float(np.mean([t.decay.decays for t in self.trainers]))
+
 
 class TrialError(RuntimeError):
     """A fedtune error inside a trial, re-raised in a form Ray can ship to the driver.
@@ -202,11 +226,20 @@ def _train(config: dict[str, Any], spec: StudySpec) -> None:
     tracker = ObjectiveTracker(spec)
     pending: list[dict[str, Any]] = []
     last: dict[str, Any] = {ROUND: 0}
+    decay_rounds: list[int] = []
     while not runs.done:
         row = runs.step()
         if row is None:
             break
         tracker.observe(row)
+        row = dict(row)
+        if (value := tracker.current()) is not None:
+            row[OBJECTIVE] = value
+        if runs.decay_enabled:
+            before = last.get(DECAYS, 0.0)
+            row[DECAYS] = runs.decays()
+            if row[DECAYS] > before:  # a rate decayed after this round's loss
+                decay_rounds.append(int(row[ROUND]))
         pending.append(row)
         last = row
         if row[ROUND] % spec.report_every == 0 and not runs.done:
@@ -217,6 +250,8 @@ def _train(config: dict[str, Any], spec: StudySpec) -> None:
     final = _result(last, pending, tracker, str(outcome), runs.rounds)
     if diverged:
         final["reason"] = runs.reason()
+    if runs.decay_enabled:
+        final[DECAY_ROUNDS] = decay_rounds
     tune.report(final)
 
 
@@ -227,7 +262,7 @@ def _result(
     outcome: str,
     rounds: int,
 ) -> dict[str, Any]:
-    metrics = {k: v for k, v in last.items() if k != ROUND}
+    metrics = {k: v for k, v in last.items() if k not in (ROUND, OBJECTIVE)}
     return {
         **metrics,
         ROUND: int(last[ROUND]),
