@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     max_search_parameters: int = Field(64, ge=1, le=10_000)
     #: submissions validated at once (a dedicated pool) and waiting for it; beyond both: 503
     max_concurrent_validations: int = Field(2, ge=1, le=64)
-    validation_queue: int = Field(16, ge=0, le=10_000)
+    validation_queue: int = Field(64, ge=0, le=10_000)
 
     @field_validator(
         "api_token",
