@@ -111,10 +111,8 @@ def start_ray(
     init, shutdown = init or ray.init, shutdown or ray.shutdown
     if temp_dir is not None:
         kwargs["_temp_dir"] = str(temp_dir)
-        kwargs.setdefault("_system_config", {})
-        kwargs["_system_config"].setdefault(
-            "worker_register_timeout_seconds", WORKER_REGISTER_TIMEOUT_S
-        )
+        generous = {"worker_register_timeout_seconds": WORKER_REGISTER_TIMEOUT_S}
+        kwargs["_system_config"] = {**generous, **(kwargs.get("_system_config") or {})}
     where = kwargs.get("address") or "embedded"
     for attempt in range(1, policy.attempts + 1):
         try:
