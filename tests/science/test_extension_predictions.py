@@ -465,17 +465,16 @@ def test_31_two_way_transfer_diverges_before_parallel_training(thresholds):
     assert thresholds["mixed_gt2"] < thresholds["mixed_pt"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "does not hold on deterministic quadratics: 1-w GT applies one central gradient K times "
-        "(an explicit step of size ηK on f_c), so it diverges at η ≈ O(1/(K·L_c)) while PT's K "
-        "separate central steps stay stable up to η ≈ 2/(w_c·L). Measured K = 5, L = 10: "
-        "PT 0.30, 1-w GT 0.095, 2-w GT 0.042 (seeds 0–3, K ∈ {2, 5, 10}: PT ≥ 1-w in all 12)"
-    ),
-)
-def test_31_parallel_training_diverges_no_later_than_one_way(thresholds):
-    assert thresholds["mixed_pt"] <= thresholds["mixed_gt1"]
+def test_31_one_way_transfer_diverges_before_parallel_training_on_quadratics(thresholds):
+    """The other half of #31 (PT diverges no later than 1-w GT) is measured false here, so the
+    measured ordering is what is asserted: 1-w GT applies one central gradient K times (an
+    explicit step of size ηK on f_c), so it diverges at η ≈ O(1/(K·L_c)) while PT's K separate
+    central steps stay stable up to η ≈ 2/(w_c·L). Measured K = 5, L = 10, seed 0: thresholds
+    2-w GT 0.042 < 1-w GT 0.095 < PT 0.30 (seeds 0–3, K ∈ {2, 5, 10}: PT ≥ 1-w in all 12)."""
+    pt, gt1, gt2 = (thresholds[n] for n in ("mixed_pt", "mixed_gt1", "mixed_gt2"))
+    assert gt2 < gt1 < pt
+    assert pt > 2 * gt1  # not a tie within the bisection's resolution (ratio measured 3.2)
+    assert (pt, gt1, gt2) == pytest.approx((0.30, 0.095, 0.042), rel=0.05)
 
 
 def test_32_two_way_upload_trick_recovers_the_client_gradient():

@@ -232,3 +232,33 @@ def test_reference_state_roundtrip():
     tail = [2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     assert [c.observe(v) for v in tail] == [d.observe(v) for v in tail]
     assert c.state_dict() == d.state_dict()
+
+
+def test_readme_design_note_names_the_default_and_a_valid_reference_recipe():
+    """Issue 13: the README's design notes say which semantics a user gets by default and how to
+    reproduce the paper's experiments; both statements are checked against the code."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from fedtune.trainers import parse_trial_config
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    notes = readme[readme.index("## Design notes") :]
+    note = notes[notes.index("**Which LocalUpdateDecay you get.**") :].split("\n* ", 1)[0]
+    assert "By default (`decay.semantics: paper`)" in note
+    assert DecayConfig().semantics == "paper"
+    snippet = re.search(r"`(decay: \{[^`]*semantics: reference[^`]*\})`", note, re.S)
+    assert snippet, "the note no longer shows the reference-semantics decay section"
+    decay = yaml.safe_load(snippet.group(1))["decay"]
+    cfg = parse_trial_config({"task": {"name": "quadratic"}, "algorithm": "fedavg", "decay": decay})
+    assert cfg.decay.semantics == "reference" and cfg.decay.enabled
+    # the TFF research code's flag defaults: window = patience = cooldown = 100, Δ = 1e-4
+    assert (cfg.decay.window, cfg.decay.patience, cfg.decay.cooldown) == (100, 100, 100)
+    assert (cfg.decay.threshold, cfg.decay.client_decay, cfg.decay.server_decay) == (
+        1e-4, 0.1, 0.9)  # fmt: skip
+    # and the recipe behaves as the note says: no decay for a loss falling 1e-5 per round
+    slow = [1.0 - 1e-5 * t for t in range(700)]
+    c = DecayController(cfg.decay)
+    assert not any(c.observe(v) for v in slow)
