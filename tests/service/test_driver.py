@@ -306,3 +306,29 @@ def test_errors_are_classified_through_their_causes() -> None:
         _user_code_error()
     assert not is_transient(err.value)  # a fedtune error says what to fix, whatever its cause
     assert not is_transient(ValueError("bad hyperparameter")) and not is_transient(KeyError(1))
+
+
+def test_ray_not_starting_under_the_real_run_study_requeues_the_study(
+    dispatching, monkeypatch
+) -> None:
+    """``run_study`` retries Ray start-up, then its ``RayStartError`` re-queues the study."""
+    import ray
+
+    calls = []
+
+    def never(**kwargs):
+        calls.append(kwargs)
+        raise Exception("The current node timed out during startup.")  # Ray's own words
+
+    monkeypatch.setattr(ray, "init", never)
+    monkeypatch.setenv("FEDTUNE_RAY_START_ATTEMPTS", "2")
+    monkeypatch.setenv("FEDTUNE_RAY_START_BACKOFF_S", "0")
+    ctx, scheduler, backend = dispatching
+    sid = submit_study(ctx, tiny_spec())[0].id
+    assert scheduler.tick().dispatched == [sid]
+    sleeps = []
+    assert run_driver(sid, ctx.settings, 1, sleep=sleeps.append) == EXIT_REQUEUED
+    study = _study(ctx, sid)
+    assert len(calls) == 2 and sleeps == [2.0] and study.state == StudyState.QUEUED
+    assert study.error.startswith("RayStartError: Ray did not start (embedded) after 2 attempt(s)")
+    assert scheduler.tick().dispatched == [sid] and backend.launched[-1].attempt == 2
