@@ -244,6 +244,60 @@ def test_network_policies_admit_only_fedtune_pods_to_postgresql_and_the_api_to_r
     assert not find(rendered_all["no-netpol-no-pdb"], "NetworkPolicy")
 
 
+def test_rayjob_heads_admit_their_own_pods_and_no_other_job(render, tmp_path) -> None:
+    """Finding 3: the Jobs API of a RayJob's head (8265) is reached by the RayJob's own pods
+    (KubeRay's submitter carries rayjob_manifest's labels) and networkPolicy.rayDashboardFrom;
+    before, any Job pod of the namespace (`batch.kubernetes.io/job-name` exists) was admitted."""
+    from fedtune.service.backends.base import LaunchRequest
+    from fedtune.service.backends.k8s_manifest import rayjob_manifest
+
+    operator = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay"}}}]
+    manifests = render({"networkPolicy": {"rayDashboardFrom": operator}})
+    policy = one(manifests, "NetworkPolicy", f"{FULLNAME}-rayjobs")
+    settings = load_settings(backend="kubernetes", k8s_namespace=NAMESPACE, k8s_image="i:1",
+                             database_url=f"sqlite:///{tmp_path / 'x.db'}")  # fmt: skip
+    job = rayjob_manifest(LaunchRequest("0123456789ab", 1), settings)["spec"]
+    head = job["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
+    assert _selects(policy["spec"]["podSelector"], head | {"ray.io/node-type": "head"})
+    submitter = job["submitterPodTemplate"]["metadata"]["labels"] | {
+        "batch.kubernetes.io/job-name": "fedtune-0123456789ab-1"
+    }
+    assert _admitted(policy, submitter, 8265)
+    assert not _admitted(policy, {"batch.kubernetes.io/job-name": "nightly-backup"}, 8265)
+    assert not _admitted(policy, _labels_of(manifests, "mlflow"), 8265)
+    assert any(
+        rule.get("ports") == [{"port": 8265, "protocol": "TCP"}] and rule["from"] == operator
+        for rule in policy["spec"]["ingress"]
+    )
+
+
+SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def test_only_the_autoscaler_sidecar_gets_a_kubernetes_api_token(render) -> None:
+    """Found in this audit (finding 3): the head pod opts out of token automounting (drivers and
+    user code run there), but KubeRay's autoscaler sidecar must call the Kubernetes API, so the
+    chart's default (autoscaling on) could never scale. A projected token reaches the autoscaler
+    alone, through autoscalerOptions.volumeMounts; the ray-head container mounts none."""
+    cluster = one(render(RAY), "RayCluster")
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["automountServiceAccountToken"] is False
+    mounts = [m for m in cluster["spec"]["autoscalerOptions"]["volumeMounts"]
+              if m["mountPath"] == SA_PATH]  # fmt: skip
+    assert len(mounts) == 1 and mounts[0]["readOnly"] is True
+    volume = next(v for v in head["volumes"] if v["name"] == mounts[0]["name"])
+    sources = {key for source in volume["projected"]["sources"] for key in source}
+    assert sources == {"serviceAccountToken", "configMap", "downwardAPI"}
+    for container in head["containers"]:
+        for mount in container.get("volumeMounts", []):
+            assert mount["name"] != volume["name"] and not mount["mountPath"].startswith(SA_PATH)
+    values = {**RAY, "rayCluster": {"enabled": True, "enableInTreeAutoscaling": False}}
+    off = one(render(values), "RayCluster")
+    assert "autoscalerOptions" not in off["spec"]
+    assert volume["name"] not in {v["name"] for v in off["spec"]["headGroupSpec"]["template"][
+        "spec"]["volumes"]}  # fmt: skip
+
+
 def test_shared_raycluster_uses_ray_token_auth_and_the_api_sends_the_token(render) -> None:
     manifests = render(RAY)
     cluster = one(manifests, "RayCluster")
@@ -338,7 +392,8 @@ def _with_autoscaler(manifest: dict[str, Any]) -> dict[str, Any]:
         return manifest
     out = copy.deepcopy(manifest)
     options = out["spec"].get("autoscalerOptions", {})
-    sidecar = {"name": "autoscaler", "securityContext": options.get("securityContext", {})}
+    sidecar = {"name": "autoscaler", "securityContext": options.get("securityContext", {}),
+               "volumeMounts": options.get("volumeMounts", [])}  # fmt: skip
     out["spec"]["headGroupSpec"]["template"]["spec"]["containers"].append(sidecar)
     return out
 

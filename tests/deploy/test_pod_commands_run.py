@@ -17,7 +17,8 @@ rendered Secrets, ``fieldRef`` ``metadata.namespace``), its ``workingDir`` (else
   the rendered API container's env; the head pod is that manifest's head template.
 
 Ray's job supervisor runs an entrypoint with ``/bin/sh -c`` in the head container; the test does
-the same. Translated, and nothing else:
+the same. Both objects are validated against KubeRay's CRDs (``FEDTUNE_CRD_DIR``, closed
+schemas) before their pods run. Translated, and nothing else:
 
 =========================== ====================================================================
 rendered                    on this machine
@@ -45,6 +46,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -57,14 +59,14 @@ from fedtune.service.repository import Repository
 from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.settings import Settings, load_settings
 from fedtune.service.states import StudyState
-from tests.deploy.conftest import NAMESPACE, RELEASE, one
+from tests.deploy.conftest import NAMESPACE, RELEASE, crd_schema, one
 from tests.deploy.pod_sandbox import REPO_ROOT, Sandbox, bwrap_missing, image_env
 from tests.deploy.test_dockerfile import DOCKERFILE, parse_dockerfile
 from tests.integration.conftest import mlflow_server  # noqa: F401  (a real `mlflow server`)
 from tests.needs import need
 from tests.service.helpers import pg_schema, pg_unreachable_reason, tiny_spec
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FULLNAME = f"{RELEASE}-fedtune"
 RAY_VALUES = {"backend": "ray", "rayCluster": {"enabled": True}}
@@ -167,6 +169,10 @@ def _study(db_url: str, settings: Settings) -> tuple[Database, str]:
     return db, sid
 
 
+def _plain(manifest: dict) -> dict:
+    return {key: value for key, value in manifest.items() if key != "__source__"}
+
+
 class _RecordingJobs:
     """The Jobs API client of RayJobsBackend: records what would be submitted to the head."""
 
@@ -181,7 +187,9 @@ def ray_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[dict
     _db, sid = sid_of(settings)
     jobs = _RecordingJobs()
     RayJobsBackend(settings, client_factory=lambda address: jobs).launch(LaunchRequest(sid, 1))
-    head = one(manifests, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]
+    cluster = one(manifests, "RayCluster")
+    jsonschema.Draft7Validator(crd_schema("RayCluster")).validate(_plain(cluster))
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     container = head["containers"][0]
     env = translate(container_env(container, manifests), db_url, mlflow_url)
     env |= jobs.submitted["runtime_env"]["env_vars"]
@@ -193,6 +201,7 @@ def rayjob_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[d
     settings = api_settings(manifests, db_url, monkeypatch)
     _db, sid = sid_of(settings)
     manifest = rayjob_manifest(LaunchRequest(sid, 1), settings)
+    jsonschema.Draft7Validator(crd_schema("RayJob")).validate(manifest)
     head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     container = head["containers"][0]
     env = translate(container_env(container, manifests), db_url, mlflow_url)

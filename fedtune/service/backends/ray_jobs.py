@@ -6,9 +6,9 @@ validated parts: Ray runs entrypoints through a shell). Inside the job Ray sets 
 so the driver's trials run on that cluster.
 
 The cluster's processes must have the settings the driver reads — ``FEDTUNE_DATABASE_URL`` and
-``MLFLOW_TRACKING_URI`` — in their environment (the Helm chart's RayCluster gets the env Secret
-with ``envFrom``); they are deliberately *not* sent in the job's ``runtime_env``, which the Ray
-dashboard shows to anyone who can open it.
+``MLFLOW_TRACKING_URI`` — in their environment (the Helm chart's RayCluster head reads those two
+keys of the env Secret, and its workers get none); they are deliberately *not* sent in the job's
+``runtime_env``, which the Ray dashboard shows to anyone who can open it.
 
 A cluster with token authentication (Ray turns it on when a token exists) needs its token in
 ``RAY_AUTH_TOKEN`` (Ray's own variable, read by the settings); it is sent as
