@@ -26,8 +26,11 @@ model's memory does not depend on the population, the data's would. Files go to 
 (default /tmp/fedtune-ooc, reused across runs when their generator version matches; never
 committed).
 
+``--posts-max`` lowers the clip of posts per client (default 128) where generating the largest
+population takes too long on a small machine; the number of clients is what must not shrink.
+
 Usage: ``python benchmarks/ooc_memory.py [--populations 10000 342477 1000000] [--rounds 4]
-[--repeats 1] [--vocab 100] [--in-memory-max 342477]``. Writes ``benchmarks/results/ooc_memory.json``.
+[--repeats 1] [--vocab 100] [--in-memory-max 342477] [--posts-max 128]``. Writes ``benchmarks/results/ooc_memory.json``.
 """
 
 from __future__ import annotations
@@ -56,9 +59,14 @@ BLOCK = 10_000  # clients generated per vectorised block
 # ---------------------------------------------------------------- data generation
 
 
-def _posts(rng: np.random.Generator, clients: int) -> tuple[np.ndarray, list[bytes]]:
+POSTS_MAX = 128  # default clip of posts per client (files written before the option have it)
+
+
+def _posts(
+    rng: np.random.Generator, clients: int, posts_max: int = POSTS_MAX
+) -> tuple[np.ndarray, list[bytes]]:
     """Posts per client and the posts' texts of one block of clients."""
-    per_client = np.clip(np.rint(rng.lognormal(0.5, 1.0, clients)), 1, 128).astype(np.int64)
+    per_client = np.clip(np.rint(rng.lognormal(0.5, 1.0, clients)), 1, posts_max).astype(np.int64)
     lengths = np.clip(np.rint(rng.lognormal(2.3, 0.6, int(per_client.sum()))), 1, 40)
     words = rng.zipf(1.2, int(lengths.sum())) % WORDS
     vocab = np.array([f"w{i}".encode() for i in range(WORDS)], dtype=object)
@@ -70,13 +78,14 @@ def _posts(rng: np.random.Generator, clients: int) -> tuple[np.ndarray, list[byt
     return per_client, texts
 
 
-def generate(path: Path, clients: int, seed: int = 0) -> dict:
+def generate(path: Path, clients: int, seed: int = 0, posts_max: int = POSTS_MAX) -> dict:
     """Write ``clients`` clients to ``path`` with h5py's low-level API (one group and one
     variable-length string dataset per client); reuse an existing file of the same recipe."""
-    recipe = {"generator": GENERATOR, "clients": clients, "seed": seed}
+    recipe = {"generator": GENERATOR, "clients": clients, "seed": seed, "posts_max": posts_max}
     if path.exists():
         with h5py.File(path, "r") as f:
-            if all(f.attrs.get(k) == v for k, v in recipe.items()):
+            found = {k: f.attrs.get(k, POSTS_MAX if k == "posts_max" else None) for k in recipe}
+            if found == recipe:
                 return {
                     "reused": True,
                     "bytes": path.stat().st_size,
@@ -90,7 +99,7 @@ def generate(path: Path, clients: int, seed: int = 0) -> dict:
     with h5py.File(tmp, "w", libver="latest") as f:
         examples = f.create_group("examples").id
         for lo in range(0, clients, BLOCK):
-            per_client, texts = _posts(rng, min(BLOCK, clients - lo))
+            per_client, texts = _posts(rng, min(BLOCK, clients - lo), posts_max)
             offset = 0
             for k, n in enumerate(per_client.tolist()):
                 data = np.array(texts[offset : offset + n], dtype=string)
@@ -248,6 +257,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=100)
     parser.add_argument("--clients-per-round", type=int, default=50)
     parser.add_argument("--in-memory-max", type=int, default=342_477)
+    parser.add_argument("--posts-max", type=int, default=POSTS_MAX)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fedtune-ooc"))
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "ooc_memory.json"
@@ -255,6 +265,8 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--in-memory", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rounds < 2:
+        parser.error("--rounds must be >= 2 (round 1 also evaluates the population)")
     if args.child:
         result = child(
             args.child, args.rounds, not args.in_memory, args.vocab, args.clients_per_round
@@ -274,9 +286,10 @@ def main() -> None:
     plan = [(n, True) for n in args.populations]  # lazy first: the point of the benchmark
     plan += [(n, False) for n in args.populations if n <= args.in_memory_max]
     for n, lazy in plan:
-        path = args.workdir / f"stackoverflow_shaped_{n}.h5"
+        suffix = "" if args.posts_max == POSTS_MAX else f"_p{args.posts_max}"
+        path = args.workdir / f"stackoverflow_shaped_{n}{suffix}.h5"
         if str(n) not in results["files"]:
-            results["files"][str(n)] = generate(path, n)
+            results["files"][str(n)] = generate(path, n, posts_max=args.posts_max)
             print(f"{n} clients: file {results['files'][str(n)]}", flush=True)
         runs = [run_child(path, args, lazy) for _ in range(args.repeats)]
         summary = summarise(runs)

@@ -25,6 +25,7 @@ from fedtune.tuning.study import run_study
 from fedtune.tuning.tradeoff import rounds_to_target as rounds_to_target_of
 from fedtune.tuning.tradeoff import smooth
 from fedtune.tuning.trainable import SMOOTH_WINDOW
+from tests.images import assert_tuning_plot
 
 pytestmark = pytest.mark.integration
 
@@ -106,6 +107,9 @@ def test_study_end_to_end(tmp_path, ray_local, mlflow_server, quadratic_study):
     for name in ("curves.png", "pareto.png", "envelope.png", "tradeoff.json", "tradeoff.csv",
                  "theory.png", "theory.json"):  # fmt: skip
         assert files[f"tradeoff/{name}"] > 200
+    for kind in ("curves", "pareto", "envelope", "theory"):  # decoded, not only sized
+        png = client.download_artifacts(parent.info.run_id, f"tradeoff/{kind}.png", str(tmp_path))
+        assert_tuning_plot(png, kind)
     theory = json.loads(Path(client.download_artifacts(
         parent.info.run_id, "tradeoff/theory.json", str(tmp_path))).read_text())  # fmt: skip
     assert theory and all(r["rho_predicted"] > 0 and 0 <= r["delta_predicted"] <= 1
