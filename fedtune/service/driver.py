@@ -5,6 +5,7 @@
    and exit 2 with it;
 1. load the study from the service database; exit 0 at once unless it is ``running`` and this is
    its current dispatch attempt (a superseded or cancelled driver must not run);
+   A study with uploaded code finds its package in the database (:mod:`.study_code`);
 2. ``run_study(spec, <FEDTUNE_WORKDIR>/studies/<id>, sinks=[DbSink])`` — trials, rounds and
    MLflow run ids go to the database while it runs, so status and trials are always current.
    Embedded Ray unless ``RAY_ADDRESS`` is set (inside a Ray job or a RayJob it is);
@@ -51,6 +52,7 @@ from .repository import Repository
 from .settings import Settings
 from .specs import load_spec
 from .states import StudyState
+from .study_code import with_study_code
 
 __all__ = ["EXIT_LOCKED", "EXIT_REQUEUED", "EXIT_STOPPED", "Heartbeat", "run_driver"]
 
@@ -101,7 +103,9 @@ class Heartbeat(threading.Thread):
                 return
 
 
-def _claim(db: Database, study_id: str, attempt: int | None) -> tuple[dict[str, Any], int] | None:
+def _claim(
+    db: Database, study_id: str, attempt: int | None
+) -> tuple[dict[str, Any], int, str | None] | None:
     with db.session(readonly=True) as session:
         study = Repository(session).require_study(study_id)
         if study.state != StudyState.RUNNING:
@@ -110,7 +114,7 @@ def _claim(db: Database, study_id: str, attempt: int | None) -> tuple[dict[str, 
         if attempt is not None and study.attempts != attempt:
             log.warning("study %s: attempt %s superseded by %s", study_id, attempt, study.attempts)
             return None
-        return dict(study.spec), study.attempts
+        return dict(study.spec), study.attempts, study.code_sha256
 
 
 def _restart_if_storage_lost(db: Database, study_id: str, view: OptunaView) -> None:
@@ -160,11 +164,11 @@ def run_driver(
         claimed = _claim(db, study_id, attempt)
         if claimed is None:
             return 0
-        document, attempts = claimed
+        document, attempts, code_sha256 = claimed
         workdir = study_workdir(settings, study_id)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            spec = load_spec(document)
+            spec = load_spec(with_study_code(db, settings, document, code_sha256))
         except ConfigError as exc:
             _finish(db, study_id, StudyState.FAILED, error=f"invalid stored spec: {exc}")
             return 1

@@ -178,7 +178,7 @@ class Scheduler:
             if free <= 0:
                 return []
             queued = [
-                (s.id, s.attempts, _request_fields(s.spec))
+                (s.id, s.attempts, {**_request_fields(s.spec), "code_sha256": s.code_sha256})
                 for s in repo.studies_in(StudyState.QUEUED, free)
             ]
         dispatched = []

@@ -34,6 +34,7 @@ from .algorithms import Cohort, RoundContext, resolve
 from .config import TrialConfig, parse_trial_config
 from .decay import DecayController
 from .evaluation import client_mean_losses, dataset_metrics, population_loss
+from .model_check import check_model_outputs
 from .records import Outcome, RoundRecord, TrialResult
 from .runners import make_runner
 from .sampling import batch_indices, sample_clients
@@ -76,6 +77,7 @@ class Trainer:
         gen = torch.Generator().manual_seed(cfg.seed)
         self.model = self.task.model_fn(gen).to(device=self.device, dtype=self.dtype)
         params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        check_model_outputs(self.task, self.model, params, self.data)
         self.state = self.algorithm.init(params)
         self.decay = DecayController(
             cfg.decay, base_rates=(self.hparams.client_lr, self.hparams.server_lr)

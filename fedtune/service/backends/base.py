@@ -66,6 +66,7 @@ class LaunchRequest:
     cpu: float = 1.0  # per trial
     gpu: float = 0.0  # per trial
     max_concurrent: int = 1  # trials at once
+    code_sha256: str | None = None  # the study's uploaded code package, if any
 
     def __post_init__(self) -> None:
         check_study_id(self.study_id)

@@ -127,7 +127,12 @@ class KubernetesBackend(Backend):
     def launch(self, request: LaunchRequest) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
 
-        body = rayjob_manifest(request, self.settings)
+        uri = None
+        if request.code_sha256:  # the study's package, served by the API to its RayJob
+            from ..code_url import code_uri
+
+            uri = code_uri(self.settings, request.study_id, request.code_sha256)
+        body = rayjob_manifest(request, self.settings, code_uri=uri)
         name = body["metadata"]["name"]
         api = self._objects()
         try:

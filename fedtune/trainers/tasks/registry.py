@@ -12,7 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..plugins import Origin, Registry
+from fedtune.errors import CodeError, ConfigError, DataError
+
+from ..plugins import Origin, Registry, error_location
 from .base import Task
 
 __all__ = ["TaskInfo", "build_task", "register_task", "task_names", "task_origin", "tasks"]
@@ -61,4 +63,21 @@ def task_origin(name: str) -> Origin:
 
 
 def build_task(name: str, params: Mapping[str, Any], seed: int) -> Task:
-    return REGISTRY.get(name).builder(params, seed)
+    """Build task ``name``. A *user* builder (entry point or ``code:``) that raises anything but
+    ``ConfigError``/``DataError`` becomes ``CodeError("task.name", …)`` naming the task, the
+    exception and the builder's ``file:line`` — the one line a failed trial reports."""
+    info = REGISTRY.get(name)
+    try:
+        return info.builder(params, seed)
+    except (ConfigError, DataError):
+        raise
+    except Exception as exc:
+        origin = REGISTRY.origin(name)
+        if origin.is_builtin:
+            raise
+        prefer = origin.detail if origin.kind == "code" else None
+        raise CodeError(
+            "task.name",
+            f"the builder of task {name!r} ({origin}) raised {type(exc).__name__}: {exc}",
+            error_location(exc, prefer),
+        ) from exc

@@ -1,0 +1,67 @@
+"""A study driver's user code: the uploaded package, found again wherever the driver runs.
+
+A study submitted with code (``fedtune submit --code``, ``Client.submit(code=…)``) is stored as
+``code: {modules}`` plus the package's digest in ``studies.code_sha256``; the package itself is a
+row of ``code_packages`` in the service database (durable: a restarted service, a re-dispatched
+driver or a fresh pod reads it from there, not from any file system).
+
+:func:`with_study_code` gives the driver the spec it can load:
+
+* the modules are already importable — a RayJob's ``runtime_env`` (``py_modules`` = the study's
+  package URL) put them on the driver's and every worker's path, or they are installed: the
+  spec is used as stored (no ``path``, so trials on other nodes import them the same way);
+* otherwise (the local backend) the package is extracted once per digest under
+  ``<FEDTUNE_WORKDIR>/code/<sha256>`` and named as ``code.path``; trials of the driver's
+  embedded Ray read it there.
+
+A digest with no stored package (deleted by hand) is a ``ConfigError`` naming ``code.sha256``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedtune.errors import ConfigError
+
+from .db import Database
+from .repository import Repository
+from .settings import Settings
+
+__all__ = ["code_dir", "with_study_code"]
+
+
+def code_dir(settings: Settings, sha256: str) -> Path:
+    """Where the package ``sha256`` is extracted for drivers on this machine."""
+    return Path(settings.workdir).resolve() / "code" / sha256
+
+
+def _importable(modules: list[str]) -> bool:
+    try:
+        return all(importlib.util.find_spec(m.split(".")[0]) is not None for m in modules)
+    except (ImportError, ValueError):
+        return False
+
+
+def with_study_code(
+    db: Database, settings: Settings, document: Mapping[str, Any], sha256: str | None
+) -> dict[str, Any]:
+    """``document`` whose ``code`` section the driver can import (see the module docstring)."""
+    document = dict(document)
+    code = document.get("code")
+    if not sha256 or not isinstance(code, Mapping) or code.get("path"):
+        return document
+    modules = list(code.get("modules") or [])
+    if _importable(modules):
+        return document
+    with db.session(readonly=True) as session:
+        package = Repository(session).get_code_package(sha256)
+    if package is None:
+        raise ConfigError("code.sha256", f"the study's code package {sha256} is not stored")
+    from fedtune.code_package import extract
+
+    root = extract(package, code_dir(settings, sha256), max_bytes=settings.max_code_bytes)
+    document["code"] = {**code, "path": str(root)}
+    return document
