@@ -105,6 +105,32 @@ def test_the_cli_lists_the_user_entries_with_their_origin(tmp_path: Path) -> Non
     assert f"code {EXAMPLE}" in line and "median" in line
 
 
+def test_installed_the_entry_points_register_it(tmp_path: Path) -> None:
+    """``pip install`` route: the project's own pyproject.toml builds a wheel whose entry points
+    register the task, model and method without a ``code:`` section."""
+    import zipfile
+
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(tmp_path / "dist"), str(src)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("fedlab-0.1.0-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    env = {**_env(tmp_path), "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
+    for verb, name in (("tasks", "fedlab_wine"), ("algorithms", "nova_medclip")):
+        listed = subprocess.run([sys.executable, "-m", "fedtune.cli", verb], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        line = next(ln for ln in listed.stdout.splitlines() if ln.startswith(name + " "))
+        assert "entry point fedlab==0.1.0" in line
+
+
 def test_tuned_locally_from_another_directory(tmp_path: Path) -> None:
     import optuna
     from mlflow.tracking import MlflowClient
@@ -120,7 +146,8 @@ def test_tuned_locally_from_another_directory(tmp_path: Path) -> None:
     study = optuna.load_study(study_name="byo-wine-nova-medclip", storage=storage)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(done) == 4 and len(study.trials) == 4
-    assert all(set(t.params) == {"client_lr", "server_lr", "server_momentum"} for t in done)
+    searched = {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
+    assert all(set(t.params) == searched for t in done)
 
     client = MlflowClient(tracking_uri=result["tracking_uri"])
     children = client.search_runs(
@@ -162,7 +189,19 @@ def _submitted_study_succeeds(server, tmp_path: Path) -> None:
 
 
 def test_through_the_service_on_sqlite(serve, tmp_path: Path) -> None:
-    _submitted_study_succeeds(serve(**CODE), tmp_path)
+    from fedtune.errors import ConfigError
+
+    server = serve(**CODE)
+    _submitted_study_succeeds(server, tmp_path)
+    # a hyperparameter of the user's method declared without bounds: refused, no study
+    spec = _spec()
+    spec["search"]["parameters"]["server_momentum"] = {"type": "float", "default": 0.9}
+    with Client(server.url, token=TOKEN, timeout=30) as sdk:
+        with pytest.raises(ConfigError) as err:
+            sdk.submit({**spec, "code": {"modules": spec["code"]["modules"]}}, code=EXAMPLE)
+        assert err.value.field == "search.parameters.server_momentum.low"
+        assert "is required" in str(err.value)
+        assert len(sdk.studies(limit=10)) == 1
 
 
 def test_through_the_service_on_postgresql_with_the_cli(serve, tmp_path: Path) -> None:
@@ -240,7 +279,7 @@ RUNTIME_BAD = {
 
 def test_run_time_errors_of_user_code_fail_the_study_with_the_reason(serve, tmp_path) -> None:
     server = serve(**CODE)
-    one_trial = {"budget": {"trials": 1, "max_concurrent": 1}, "train": {"rounds": 3}}
+    one_trial = {"budget": {"trials": 1, "max_concurrent": 1}, "train": {"rounds": 5}}
     submitted = {}
     with Client(server.url, token=TOKEN, timeout=30) as sdk:
         for kind, (file, old, new, _) in RUNTIME_BAD.items():

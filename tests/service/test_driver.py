@@ -57,7 +57,8 @@ def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks):
     sink.on_trial_start(0, [], t1)
     sink.on_trial_error(0, [], t1)
     return SimpleNamespace(best={"number": 0, "value": 0.75}, experiment_id="3",
-                           parent_run_id="c" * 32, finished=2)  # fmt: skip
+                           parent_run_id="c" * 32, finished=2,
+                           counts={"trials": 2, "completed": 1, "failed": 1})  # fmt: skip
 
 
 def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> None:
@@ -148,7 +149,8 @@ def test_final_states_are_synchronised_from_optuna(ctx: ServiceContext) -> None:
         Repository(s).start_trial(sid, 0, {"hparams.client_lr": 0.01})
 
     def quiet(*args, **kwargs):
-        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=2)
+        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=2,
+                               counts={"trials": 2, "completed": 1, "stopped": 1})  # fmt: skip
 
     assert run_driver(sid, ctx.settings, 1, run_study=quiet) == 0
     with ctx.db.session(readonly=True) as s:
@@ -171,7 +173,8 @@ def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) ->
     def count(*args, **kwargs):
         with ctx.db.session(readonly=True) as s:
             seen.append(len(Repository(s).list_trials(sid)))
-        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0)
+        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0,
+                               counts={"trials": 0})  # fmt: skip
 
     assert run_driver(sid, ctx.settings, 1, run_study=count) == 0
     assert seen == [0]
@@ -332,3 +335,99 @@ def test_ray_not_starting_under_the_real_run_study_requeues_the_study(
     assert len(calls) == 2 and sleeps == [2.0] and study.state == StudyState.QUEUED
     assert study.error.startswith("RayStartError: Ray did not start (embedded) after 2 attempt(s)")
     assert scheduler.tick().dispatched == [sid] and backend.launched[-1].attempt == 2
+
+
+# ---------------------------------------------------------------- issue 10: user code, failures
+
+
+DRV_LAB = {
+    "drv_lab/__init__.py": b"",
+    "drv_lab/tasks.py": (
+        b"from fedtune.extend import register_task\n"
+        b"from fedtune.trainers.tasks import build_task\n\n"
+        b"@register_task('drv_quadratic', 'the quadratic task, from uploaded code')\n"
+        b"def build(params, seed):\n"
+        b"    return build_task('quadratic', params, seed)\n"
+    ),
+}
+
+
+def _forget_drv_lab() -> None:
+    """As in a new process: drv_lab neither imported nor on sys.path."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "drv_lab" or m.startswith("drv_lab.")]:
+        del sys.modules[name]
+    sys.path[:] = [p for p in sys.path if "/work/code/" not in p]
+
+
+def _with_code(ctx: ServiceContext) -> tuple[str, str]:
+    """A running study whose spec names uploaded code, stored as the service stores it."""
+    import io
+    import zipfile
+
+    _forget_drv_lab()
+    from fedtune.code_package import sha256_of
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in DRV_LAB.items():
+            archive.writestr(name, data)
+    package = buffer.getvalue()
+    sha = sha256_of(package)
+    sid = _running(ctx)
+    with ctx.db.session() as s:
+        repo = Repository(s)
+        spec = dict(repo.require_study(sid).spec)
+        spec["task"] = {**spec["task"], "name": "drv_quadratic"}
+        spec["code"] = {"modules": ["drv_lab.tasks"]}
+        repo.put_code_package(sha, package)
+        repo.update_study(sid, spec=spec, task="drv_quadratic", code_sha256=sha)
+    return sid, sha
+
+
+def test_the_driver_finds_uploaded_code_in_the_database(ctx: ServiceContext) -> None:
+    """Before: the stored spec ``code: {modules}`` had no path, so the driver could not import
+    the user's modules and the study failed as an invalid stored spec."""
+    import shutil
+
+    from fedtune.service.study_code import code_dir
+
+    sid, sha = _with_code(ctx)
+    seen = []
+
+    def killed(spec, workdir, **kwargs):  # the first driver dies mid-study
+        seen.append((spec.code.path, spec.task["name"]))
+        raise KeyboardInterrupt
+
+    def record(spec, workdir, **kwargs):
+        seen.append((spec.code.path, spec.task["name"]))
+        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0,
+                               counts={"trials": 0})  # fmt: skip
+
+    assert run_driver(sid, ctx.settings, 1, run_study=killed) == EXIT_STOPPED
+    where = code_dir(ctx.settings, sha)
+    assert seen == [(str(where), "drv_quadratic")]
+    assert (where / "drv_lab" / "tasks.py").read_bytes() == DRV_LAB["drv_lab/tasks.py"]
+    # re-dispatched on a fresh machine: no extracted copy, a new process (nothing imported)
+    shutil.rmtree(where)
+    _forget_drv_lab()
+    with ctx.db.session() as s:
+        assert Repository(s).transition(sid, StudyState.QUEUED)
+        assert Repository(s).transition(sid, StudyState.RUNNING, attempts=2)
+    assert run_driver(sid, ctx.settings, 2, run_study=record) == 0
+    assert seen[-1] == (str(where), "drv_quadratic")
+    assert (where / "drv_lab" / "tasks.py").is_file()
+
+
+def test_a_missing_code_package_fails_the_study_naming_the_digest(ctx: ServiceContext) -> None:
+    from fedtune.service.models import CodePackageRow
+
+    sid, sha = _with_code(ctx)
+    with ctx.db.session() as s:
+        s.query(CodePackageRow).delete()
+    assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study) == 1
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.FAILED
+    assert "code.sha256" in study.error and sha in study.error
