@@ -290,7 +290,7 @@ def test_run_time_errors_of_user_code_fail_the_study_with_the_reason(serve, tmp_
         for kind, study in submitted.items():
             final = study.wait(progress=False, timeout=400, poll_s=0.5)
             assert final.state == StudyState.FAILED, (kind, final.state, final.error)
-            assert final.error.startswith("all 1 trial(s) failed; trial 0: ")
+            assert final.error.startswith("all 1 trials failed; trial 0: ")
             for words in RUNTIME_BAD[kind][3]:
                 assert words in final.error, (kind, final.error)
             assert [t.state for t in study.trials()] == [TrialState.FAILED]

@@ -337,7 +337,7 @@ def test_ray_not_starting_under_the_real_run_study_requeues_the_study(
     assert scheduler.tick().dispatched == [sid] and backend.launched[-1].attempt == 2
 
 
-# ---------------------------------------------------------------- issue 10: user code, failures
+# ---------------------------------------------------------------- issue 10: uploaded user code
 
 
 DRV_LAB = {
