@@ -14,6 +14,11 @@ Everything a user module needs, importable from one place::
 
     register_algorithm("fedavg_clip", summary="...", params=("client_lr", "server_lr"),
                        aggregator=ClippedMean())     # (messages, weights, steps, γ) -> q
+    register_algorithm(
+        "fedavg_damped", summary="...", build=build_damped,        # build(recipe, hp, K, task)
+        hparams=(HParam("damping", float, 0.5, bounds=(0.0, 1.0), open="low",
+                        space=Space(0.05, 1.0, log=True), doc="server step damping"),),
+    )
 
 Contracts
 ---------
@@ -37,6 +42,11 @@ Contracts
   ``[M, K, B, ...]``); a model that cannot be vmapped falls back to the sequential runner.
 * **Algorithms** are recipes of parts (client rule, message rule, aggregator, server optimizer)
   registered with :func:`register_algorithm`; see that function.
+* **Hyperparameters** are declared once by the part that reads them, as :class:`HParam`
+  (type, default, ``bounds=(low, high)`` — required for numbers, ``math.inf`` for no limit —
+  and an optional default search entry :class:`Space`). The declaration validates trial
+  configurations (errors name ``hparams.<name>``), gives the algorithm's default search space
+  when no shipped space lists it (``fedtune spaces NAME``), and bounds every searched range.
 
 User modules are found three ways, listed with their origin by ``fedtune tasks``,
 ``fedtune algorithms`` and ``fedtune spaces``: built in; an installed distribution's entry
@@ -61,6 +71,7 @@ from fedtune.trainers.algorithms.base import (
 )
 from fedtune.trainers.algorithms.local_update import Aggregator, LocalUpdate, mean_aggregator
 from fedtune.trainers.algorithms.registry import (
+    SERVER_PARAMS,
     Recipe,
     _build_local_update,
     algorithm_origin,
@@ -69,8 +80,9 @@ from fedtune.trainers.algorithms.registry import (
 )
 from fedtune.trainers.client import ClientRule
 from fedtune.trainers.code import CodeSpec, LoadReport, load_code
+from fedtune.trainers.hparams import HParam, Space
 from fedtune.trainers.models.registry import build_model, model_names, register_model
-from fedtune.trainers.plugins import Origin
+from fedtune.trainers.plugins import Origin, caller_location
 from fedtune.trainers.server_opt import ServerOpt, make_server_opt
 from fedtune.trainers.tasks.base import CentralData, Dataset, FederatedData, InMemoryData, Task
 from fedtune.trainers.tasks.lazy import CallableData, LazyFederatedData
@@ -89,6 +101,7 @@ __all__ = [
     "ConfigError",
     "Dataset",
     "FederatedData",
+    "HParam",
     "InMemoryData",
     "LazyFederatedData",
     "LoadReport",
@@ -98,6 +111,7 @@ __all__ = [
     "RoundContext",
     "ServerOpt",
     "ServerState",
+    "Space",
     "Task",
     "TaskBuilder",
     "algorithm_origin",
@@ -119,8 +133,15 @@ __all__ = [
 
 def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **recipe: Any) -> Recipe:
     """Register the algorithm ``name`` as a :class:`Recipe` (keyword arguments are its fields:
-    ``summary``, ``paper``, ``params``, ``theta``, ``units``, ``defaults``, ``fixed``,
-    ``server_opts``, ``build`` …) through the same registry as the built-ins.
+    ``summary``, ``paper``, ``hparams``, ``params``, ``theta``, ``units``, ``defaults``,
+    ``fixed``, ``server_opts``, ``build`` …) through the same registry as the built-ins.
+
+    ``hparams``: :class:`HParam` declarations of the hyperparameters your parts read besides
+    the client rule's (``client_lr``, ``prox_alpha``, ``theta``) and the server optimizer's
+    (``server_*``); ``build(recipe, hp, local_steps, task)`` reads them as ``hp.<name>``.
+    ``params``: the names a study may set (default: ``client_lr``, the server optimizer's and
+    all of yours, less ``fixed``). A name in ``params``/``defaults``/``fixed`` that no part
+    declares, or a numeric declaration without bounds, is a ``CodeError`` naming it.
 
     ``aggregator``: the method's aggregation part, ``aggregator(messages [M, ...], weights [M],
     steps τ [M], client_lr) -> (q, diagnostics)`` (see :class:`Aggregator`), used in place of
@@ -130,7 +151,14 @@ def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **rec
     """
     recipe.setdefault("summary", "")
     recipe.setdefault("paper", "")
-    recipe.setdefault("params", ())
+    own = recipe.get("hparams", ())
+    if isinstance(own, HParam) or not all(isinstance(h, HParam) for h in own):
+        raise CodeError(
+            "algorithm.hparams", "must be a tuple of HParam declarations", caller_location()
+        )
+    fixed = recipe.get("fixed", {})
+    names = ("client_lr", *SERVER_PARAMS, *(h.name for h in own))
+    recipe.setdefault("params", tuple(n for n in names if n not in fixed))
     if aggregator is not None:
         if "build" in recipe:
             raise CodeError("algorithm.aggregator", "give either aggregator or build, not both")
@@ -154,10 +182,14 @@ def _with_aggregator(aggregator: Aggregator):
 
 
 def _fields(recipe: Mapping[str, Any]) -> dict[str, Any]:
-    known = set(Recipe.__dataclass_fields__) - {"name"}
+    known = {f.name for f in Recipe.__dataclass_fields__.values() if f.init} - {"name"}
     unknown = sorted(set(recipe) - known)
     if unknown:
         raise CodeError(
             f"algorithm.{unknown[0]}", f"unknown recipe field (known: {', '.join(sorted(known))})"
         )
-    return {**recipe, "params": tuple(recipe["params"])}
+    return {
+        **recipe,
+        "params": tuple(recipe["params"]),
+        "hparams": tuple(recipe.get("hparams", ())),
+    }

@@ -1,6 +1,8 @@
 """Declarative search spaces: one YAML file per algorithm family, shipped in the package.
 
-Each parameter has a distribution (``type: float|int|categorical``, ``low``/``high``, ``log``,
+An algorithm that no shipped space lists (a user's method) gets the space its parts declare
+(:func:`declared_space`); every searched hyperparameter must stay inside its declared bounds
+(:func:`declaration_problem`). Each parameter has a distribution (``type: float|int|categorical``, ``low``/``high``, ``log``,
 ``step``, ``choices``), a ``default``, an optional ``grid`` for grid search (``half-decade`` =
 the papers' {10⁻³, 10^−2.5, …, 10¹} learning-rate grid, `001_2dc7ddae5cbdc81f.txt` §8.3), an
 optional condition (``when: 'server_opt == "momentum"'``), an optional ``tie`` (value copied
@@ -21,6 +23,7 @@ from typing import Any
 
 from .assign import default_point, grid_points, is_active, resolve_values
 from .conditions import Condition, parse_condition
+from .declared import declaration_problem, declared_space, default_space, space_entry
 from .loader import (
     SHIPPED_DIR,
     combine,
@@ -39,7 +42,10 @@ __all__ = [
     "Parameter",
     "SearchSpace",
     "combine",
+    "declaration_problem",
+    "declared_space",
     "default_point",
+    "default_space",
     "enqueue",
     "grid_points",
     "grid_search_space",
@@ -51,6 +57,7 @@ __all__ = [
     "resolve_path",
     "resolve_values",
     "shipped_spaces",
+    "space_entry",
     "space_for_algorithm",
     "suggest",
     "to_optuna_distributions",

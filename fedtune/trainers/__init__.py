@@ -7,7 +7,6 @@ control and checkpoints.
 from .algorithms import algorithms, get_recipe
 from .config import (
     DecayConfig,
-    HParams,
     TaskConfig,
     TrainConfig,
     TrialConfig,
@@ -20,7 +19,6 @@ from .tasks import build_task, task_names, tasks
 
 __all__ = [
     "DecayConfig",
-    "HParams",
     "Outcome",
     "RoundRecord",
     "TaskConfig",

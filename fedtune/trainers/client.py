@@ -23,19 +23,41 @@ Heterogeneous local work (``train.local_epochs``, :mod:`fedtune.trainers.steps`)
 :func:`make_masked_client_fn` gives ``fn(x, lr, xb, yb, theta, mask) -> message`` over K_max
 padded steps with the client's own Θ row (Θ_{1:τ_i} or Θ_{τ_i}) and step mask; a masked step
 leaves y and msg bit for bit unchanged, so the message equals that of τ_i unpadded steps.
+
+The client rule is a part: :data:`CLIENT_HPARAMS` declares γ, α and Θ
+(:mod:`fedtune.trainers.hparams`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch.func import grad
 
+from .hparams import HParam, Space
 from .steps import where_step
 
-__all__ = ["ClientRule", "make_client_fn", "make_masked_client_fn"]
+__all__ = ["CLIENT_HPARAMS", "ClientRule", "make_client_fn", "make_masked_client_fn"]
+
+CLIENT_HPARAMS = (
+    HParam(
+        "client_lr", float, 0.1, bounds=(0.0, math.inf),
+        space=Space(1e-3, 10.0, log=True, grid="half-decade"),
+        doc="γ, client (inner) learning rate",
+    ),
+    HParam(
+        "prox_alpha", float, 0.0, bounds=(0.0, math.inf),
+        space=Space(1e-3, 10.0, log=True, grid="decade", default=0.1),
+        doc="α, FedProx proximal strength (α = 0 is FedAvg)",
+    ),
+    HParam(
+        "theta", tuple, (), bounds=(0.0, math.inf),
+        doc="explicit Θ for local_update (weights >= 0, one positive); empty = the preset",
+    ),
+)  # fmt: skip
 
 Params = dict[str, torch.Tensor]
 LossOf = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]

@@ -14,6 +14,10 @@ A trial configuration is plain YAML/JSON at the edges and frozen dataclasses ins
 so every trial of a study sees the same clients each round whatever its hyperparameters (the
 fairness protocol of `001_2dc7ddae5cbdc81f.txt` §8). ``seed`` is the *trial* seed: model
 initialisation and mini-batch draws.
+
+``hparams`` holds the values the user gave, validated against the algorithm's declarations
+(each part owns its hyperparameters: :mod:`fedtune.trainers.hparams`); the values a run uses
+(recipe defaults < user < recipe-fixed) are ``fedtune.trainers.algorithms.resolve``'s.
 """
 
 from __future__ import annotations
@@ -31,79 +35,12 @@ from .typed import check, from_mapping, to_dict
 
 __all__ = [
     "DecayConfig",
-    "HParams",
     "TaskConfig",
     "TrainConfig",
     "TrialConfig",
     "apply_overrides",
     "parse_trial_config",
 ]
-
-ServerOptName = Literal["sgd", "momentum", "nesterov", "adam", "yogi", "adagrad"]
-SERVER_OPTS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "yogi", "adagrad")
-
-
-@dataclass(frozen=True)
-class HParams:
-    """Algorithm hyperparameters (client_*/server_* prefixes; ALGORITHMS.md §0 names).
-
-    Which of them an algorithm accepts is declared by its registry entry; setting one that the
-    algorithm does not use is an error, never silently ignored.
-    """
-
-    client_lr: float = 0.1  # γ
-    server_lr: float = 0.1  # η (gradient units: η = γ is original FedAvg)
-    prox_alpha: float = 0.0  # α, FedProx proximal strength
-    server_opt: str = "sgd"
-    server_momentum: float = 0.9  # β of heavy-ball / Nesterov
-    nesterov_form: Literal["keras", "theory"] = "keras"
-    server_beta1: float = 0.9
-    server_beta2: float = 0.99
-    server_eps: float = 1e-5
-    server_bias_correction: bool = False
-    theta: tuple[float, ...] = ()  # explicit Θ for `local_update`; empty = the recipe's preset
-    # GradAlign / FedGA / SCAFFOLD (002_db1681a79c495f30.txt); validated by their parts
-    ga_beta: float = 0.1  # β, displacement step
-    ga_form: Literal["once", "every_step"] = "once"  # FedGA Alg. 2 or Alg. 3
-    ga_full_batch: bool = True  # displacement gradient from all local data (else a mini-batch)
-    scaffold_option: int = 2  # control-variate update: 2 = from local steps, 1 = full gradient
-    # Mixed FL (003_ede07a1bb30cfed7.txt)
-    central_lr: float | None = None  # η_c; None = client_lr·server_lr
-    merge_lr: float = 1.0  # η_m
-    central_steps: int | None = None  # central steps; None = local_steps
-    central_batch_size: int | None = None  # None = S·B (PT, 2-w GT) or K·S·B (1-w GT); 0 = all
-    mixed_variant: Literal["pt", "gt1", "gt2"] = "pt"
-    mixed_gt2_init: Literal["zero", "fresh"] = "zero"
-    # FedAvg with MaSS (004_eaa0443f89ef694f.txt); η₁ is client_lr
-    mass_eta2: float = 0.01  # η₂ (0 = Nesterov)
-    mass_gamma: float = 0.9  # momentum γ
-    mass_form: Literal["form2", "form1", "form1_literal"] = "form2"
-    mass_grad_point: Literal["u", "w"] = "u"
-    mass_auto: bool = False  # the theorem's steps from estimated constants
-
-    def validate(self, path: str = "hparams") -> None:
-        p = f"{path}." if path else ""
-        for name in ("client_lr", "prox_alpha"):
-            value = getattr(self, name)
-            check(math.isfinite(value) and value >= 0, f"{p}{name}", f"must be >= 0, got {value}")
-        check(
-            math.isfinite(self.server_lr) and self.server_lr > 0,
-            f"{p}server_lr",
-            f"must be > 0, got {self.server_lr}",
-        )
-        check(
-            self.server_opt in SERVER_OPTS,
-            f"{p}server_opt",
-            f"must be one of {', '.join(SERVER_OPTS)}, got {self.server_opt!r}",
-        )
-        check(0 <= self.server_momentum < 1, f"{p}server_momentum", "must be in [0, 1)")
-        check(0 <= self.server_beta1 < 1, f"{p}server_beta1", "must be in [0, 1)")
-        check(0 <= self.server_beta2 < 1, f"{p}server_beta2", "must be in [0, 1)")
-        check(self.server_eps > 0, f"{p}server_eps", "must be > 0")
-        check(all(t >= 0 for t in self.theta), f"{p}theta", "weights must be >= 0")
-        check(
-            not self.theta or any(t > 0 for t in self.theta), f"{p}theta", "needs a positive weight"
-        )
 
 
 @dataclass(frozen=True)
@@ -235,24 +172,27 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class TrialConfig:
-    """One training run. ``hparams_set`` records which hyperparameters the user gave."""
+    """One training run. ``hparams``: the hyperparameters the user gave (validated, typed)."""
 
     task: TaskConfig
     algorithm: str
     train: TrainConfig = field(default_factory=TrainConfig)
-    hparams: HParams = field(default_factory=HParams)
+    hparams: Mapping[str, Any] = field(default_factory=dict)
     decay: DecayConfig = field(default_factory=DecayConfig)
     seed: int = 0
-    hparams_set: frozenset[str] = frozenset()
     code: CodeSpec | None = None
 
+    @property
+    def hparams_set(self) -> frozenset[str]:
+        """Names of the hyperparameters the user gave."""
+        return frozenset(self.hparams)
+
     def to_dict(self) -> dict[str, Any]:
-        hp = to_dict(self.hparams)
         out = {
             "task": self.task.to_dict(),
             "algorithm": self.algorithm,
             "train": to_dict(self.train),
-            "hparams": {k: hp[k] for k in sorted(self.hparams_set)},
+            "hparams": {k: to_dict(self.hparams[k]) for k in sorted(self.hparams)},
             "decay": to_dict(self.decay),
             "seed": self.seed,
         }
@@ -267,8 +207,8 @@ _TOP_KEYS = ("task", "algorithm", "train", "hparams", "decay", "seed", "code")
 def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> TrialConfig:
     """Validate a plain mapping into a :class:`TrialConfig` (errors name the dotted field).
 
-    The algorithm entry then checks which hyperparameters it accepts (see
-    ``fedtune.trainers.algorithms.resolve``). A ``code`` section is imported first
+    ``hparams`` are checked against the algorithm's recipe: only the names it accepts, each
+    typed and within the bounds its part declares. A ``code`` section is imported first
     (:func:`~fedtune.trainers.code.load_code`; a relative ``path`` is relative to the working
     directory), so that the names it registers validate.
     """
@@ -289,8 +229,9 @@ def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> Tr
         seed = data.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ConfigError("seed", f"must be an integer, got {seed!r}")
-        raw_hp = data.get("hparams") or {}
-        hparams = from_mapping(HParams, raw_hp, "hparams")
+        from .algorithms.registry import get_recipe
+
+        hparams = get_recipe(data["algorithm"]).given_hparams(data.get("hparams"))
         return TrialConfig(
             task=TaskConfig.from_dict(data["task"]),
             algorithm=data["algorithm"],
@@ -298,7 +239,6 @@ def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> Tr
             hparams=hparams,
             decay=from_mapping(DecayConfig, data.get("decay"), "decay"),
             seed=seed,
-            hparams_set=frozenset(raw_hp),
             code=code,
         )
     except ConfigError as exc:

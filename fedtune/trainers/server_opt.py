@@ -19,18 +19,66 @@ the adaptive federated optimizers of Reddi et al. that the papers use; the docum
 Each optimizer is a pair of pure functions over dicts of tensors: ``init(params) -> state`` and
 ``step(params, state, q, lr) -> (params, state)``; ``broadcast(params, state)`` is the point the
 clients are sent (differs from ``params`` only for the theory form of Nesterov).
+
+The server optimizer is a part: :data:`SERVER_HPARAMS` declares its hyperparameters (type,
+default, bounds, default search entry; :mod:`fedtune.trainers.hparams`), once for every recipe.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from .config import HParams
+from .hparams import HParam, Space
 
-__all__ = ["ServerOpt", "make_server_opt"]
+__all__ = ["SERVER_HPARAMS", "SERVER_OPTS", "ServerOpt", "make_server_opt"]
+
+SERVER_OPTS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "yogi", "adagrad")
+_OPEN_RANGE = (0.0, math.inf)
+
+SERVER_HPARAMS = (
+    HParam(
+        "server_lr", float, 0.1, bounds=_OPEN_RANGE, open="low",
+        space=Space(1e-3, 10.0, log=True, grid="half-decade"),
+        doc="η, server (outer) learning rate (gradient units; η = γ is original FedAvg)",
+    ),
+    HParam(
+        "server_opt", str, "sgd", choices=SERVER_OPTS, space=Space(enabled=False),
+        doc="server optimizer (a recipe may allow only some)",
+    ),
+    HParam(
+        "server_momentum", float, 0.9, bounds=(0.0, 1.0), open="high",
+        space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9, 0.99), enabled=False),
+        doc="β, heavy-ball / Nesterov coefficient",
+    ),
+    HParam(
+        "nesterov_form", str, "keras", choices=("keras", "theory"), space=Space(enabled=False),
+        doc="which Nesterov recursion (ALGORITHMS.md §1.4); only with server_opt nesterov",
+    ),
+    HParam(
+        "server_beta1", float, 0.9, bounds=(0.0, 1.0), open="high",
+        space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9), enabled=False),
+        doc="β₁, first-moment decay (unused by Adagrad)",
+    ),
+    HParam(
+        "server_beta2", float, 0.99, bounds=(0.0, 1.0), open="high",
+        space=Space(0.9, 0.9999, grid=(0.9, 0.99, 0.999), enabled=False),
+        doc="β₂, second-moment decay",
+    ),
+    HParam(
+        "server_eps", float, 1e-5, bounds=_OPEN_RANGE, open="low",
+        space=Space(1e-8, 1e-1, log=True, grid="decade", enabled=False),
+        doc="ε, adaptivity floor",
+    ),
+    HParam(
+        "server_bias_correction", bool, False,
+        doc="bias-corrected moments m̂, v̂ (off, as in Reddi et al.; ALGORITHMS.md §9 item 12)",
+    ),
+)  # fmt: skip
 
 Params = dict[str, torch.Tensor]
 
@@ -88,7 +136,7 @@ def _nesterov_theory(beta: float) -> ServerOpt:
     )
 
 
-def _adaptive(name: str, hp: HParams) -> ServerOpt:
+def _adaptive(name: str, hp: Any) -> ServerOpt:
     b1, b2, eps, correct = (
         hp.server_beta1,
         hp.server_beta2,
@@ -118,8 +166,9 @@ def _adaptive(name: str, hp: HParams) -> ServerOpt:
     return ServerOpt(name, init, step, _identity_broadcast)
 
 
-def make_server_opt(hp: HParams) -> ServerOpt:
-    """Build the server optimizer named by ``hp.server_opt`` with ``hp``'s constants."""
+def make_server_opt(hp: Any) -> ServerOpt:
+    """Build the server optimizer named by ``hp.server_opt`` with ``hp``'s constants (``hp``:
+    a recipe's validated hyperparameters, :data:`SERVER_HPARAMS` among them)."""
     if hp.server_opt == "sgd":
         return _sgd()
     if hp.server_opt == "momentum":

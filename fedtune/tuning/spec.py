@@ -51,11 +51,12 @@ from fedtune.search_spaces import (
     ParamType,
     SearchSpace,
     combine,
+    declaration_problem,
+    default_space,
     load_space,
     merge,
     resolve_path,
     resolve_values,
-    space_for_algorithm,
 )
 from fedtune.trainers.algorithms.registry import (
     Recipe,
@@ -405,12 +406,12 @@ class StudySpec(_Spec):
         elif s.space:
             base = combine([self._load(name, i) for i, name in enumerate(s.space)])
         else:
-            found = space_for_algorithm(self.algorithm)
+            found = default_space(self.algorithm)
             if found is None:
                 raise ConfigError(
                     "search.space",
-                    f"no shipped space for algorithm "
-                    f"{self.algorithm!r}; give search.space or search.parameters",
+                    f"no shipped space for algorithm {self.algorithm!r} and its parts declare "
+                    "no search space; give search.space or search.parameters",
                 )
             base = found
         return merge(base, s.override, field="search.override") if s.override else base
@@ -442,8 +443,9 @@ class StudySpec(_Spec):
         """Checks that need the trainer registry and the search space:
 
         1. the base trial configuration parses and suits the algorithm's recipe;
-        2. every searched hyperparameter is one the recipe accepts, is not also fixed, and every
-           bound/choice of the space yields a valid trial configuration;
+        2. every searched hyperparameter is one the recipe accepts, stays inside the bounds its
+           part declares, is not also fixed, and every bound/choice of the space yields a
+           valid trial configuration;
         3. the sampler suits the objective (CMA-ES is single-objective only) and the space
            (grid search needs a grid for every parameter); round counts fit ``train.rounds``.
         """
@@ -506,6 +508,8 @@ class StudySpec(_Spec):
                 origin,
                 f"algorithm {recipe.name!r} has no hyperparameter {key!r} (it accepts: {accepted})",
             )
+        if section == "hparams" and (problem := declaration_problem(p, recipe.declared[key])):
+            raise ConfigError(origin, problem)
         if p.path == "train.local_steps" and recipe.fixed_local_steps is not None:
             raise ConfigError(origin, f"algorithm {recipe.name!r} fixes local_steps")
         if p.path == "train.local_epochs" and (why := local_epochs_refusal(recipe)):

@@ -82,7 +82,7 @@ def predict(config: Mapping[str, Any], instance: QuadraticInstance) -> Predictio
     recipe = get_recipe(cfg.algorithm)
     if recipe.build.__name__ != "_build_local_update" or recipe.second_order:
         return None
-    if recipe.theta not in _THETA or cfg.hparams.theta or cfg.train.local_epochs is not None:
+    if recipe.theta not in _THETA or cfg.hparams.get("theta") or cfg.train.local_epochs is not None:
         return None  # the theory needs one Θ (one K) for every client
     hp = effective_hparams(recipe, cfg)
     if hp.server_opt not in ("sgd", *_MOMENTUM):

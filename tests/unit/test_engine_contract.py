@@ -178,15 +178,18 @@ def test_zero_local_steps_gives_zero_update(name):
         assert torch.equal(before[k], trainer.state.params[k])
 
 
-def test_extension_hyperparameter_defaults_are_owned_by_hparams():
-    """The parts' own parameter dataclasses must not disagree with HParams (one owner)."""
-    from fedtune.trainers import HParams
-    from fedtune.trainers.algorithms.extensions import EXTENSION_PARAMS
-
-    base = HParams()
-    for cls in EXTENSION_PARAMS:
-        for f in dataclasses.fields(cls):
-            assert getattr(base, f.name) == f.default, f"{cls.__name__}.{f.name}"
+def test_every_hyperparameter_has_one_declaration():
+    """Each hyperparameter is declared once, by the part that reads it (issue 10 req. 2): every
+    recipe's validated type is built from the same declaration object, with the declared
+    default unless the recipe sets its own."""
+    owners: dict = {}
+    for name in ALGORITHMS:
+        recipe = get_recipe(name)
+        values = {**recipe.defaults, **recipe.fixed}
+        for key, declared in recipe.declared.items():
+            assert owners.setdefault(key, declared) is declared, f"{name}: {key} re-declared"
+            field = recipe.hparams_type.__dataclass_fields__[key]
+            assert field.default == values.get(key, declared.default), f"{name}.{key}"
 
 
 # -- heterogeneous local work: train.local_epochs (issue 10 requirement 5) -------------------

@@ -53,7 +53,7 @@ def test_records_hold_the_rates_in_force():
     while not t.done:
         t.step()
     eta1 = t.records[0].extra["mass_eta1"]
-    assert eta1 != pytest.approx(0.1)  # the HParams default, which is not in force
+    assert eta1 != pytest.approx(0.1)  # the declared default, which is not in force
     for r in t.records:
         assert r.client_lr == eta1 == r.extra["mass_eta1"]
         assert r.server_lr == 1.0

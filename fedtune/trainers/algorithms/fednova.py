@@ -32,9 +32,10 @@ aggregator. Round diagnostic: ``fednova_tau_eff``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from ..config import HParams
 from ..tasks.base import Task
 from .base import Params, weighted_mean
 from .local_update import LocalUpdate
@@ -70,7 +71,7 @@ class NormalizedAveraging:
         return weighted_mean(messages, scaled), {"fednova_tau_eff": float(tau_eff)}
 
 
-def _build_fednova(recipe: Recipe, hp: HParams, local_steps: int, task: Task) -> LocalUpdate:
+def _build_fednova(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> LocalUpdate:
     base = _build_local_update(recipe, hp, local_steps, task)
     return LocalUpdate(recipe.name, base.rule, base.server_opt, NormalizedAveraging(hp.prox_alpha))
 

@@ -27,25 +27,23 @@ ALGORITHMS.md §4.6). The same class with ``mode="correct"`` is the SCAFFOLD var
 (:mod:`.scaffold`): the drift correction v_i is added to every local gradient instead.
 
 This module also holds the local routine shared by the drift-corrected methods
-(:func:`local_sgd_fn`) and the reader of extension hyperparameters (:func:`extra_hparams`).
+(:func:`local_sgd_fn`). The alignment part declares its hyperparameters in :data:`GA_HPARAMS`
+(:mod:`fedtune.trainers.hparams`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch.func import grad
 
-from ..config import HParams
+from ..hparams import HParam, Space
 from ..server_opt import ServerOpt, make_server_opt
 from ..steps import where_step
 from ..tasks.base import Task
-from ..typed import check
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import (
     alignment_regulariser,
@@ -55,54 +53,29 @@ from .dissimilarity import (
 )
 from .registry import SERVER_PARAMS, Recipe, register
 
-__all__ = [
-    "AlignedLocalUpdate",
-    "GradAlignParams",
-    "extra_hparams",
-    "hparams_of",
-    "local_sgd_fn",
-]
+__all__ = ["GA_HPARAMS", "AlignedLocalUpdate", "local_sgd_fn"]
 
 Params = dict[str, torch.Tensor]
 P002 = "002_db1681a79c495f30.txt"
 
 
-def extra_hparams(hp: Any, name: str, default: Any) -> Any:
-    """The extension hyperparameter ``name`` of ``hp`` (an HParams field; ``default`` only for
-    stand-in objects in tests — HParams owns the default, checked by the contract tests)."""
-    return getattr(hp, name, default)
-
-
-def hparams_of(cls: type, hp: Any, path: str = "hparams") -> Any:
-    """Build the frozen dataclass ``cls`` of extension hyperparameters from ``hp`` (field
-    defaults where ``hp`` has no such field) and validate it (``ConfigError`` at ``path.name``)."""
-    values = {f.name: extra_hparams(hp, f.name, f.default) for f in dataclasses.fields(cls)}
-    obj = cls(**values)
-    obj.validate(path)
-    return obj
-
-
-@dataclass(frozen=True)
-class GradAlignParams:
-    """Extension hyperparameters of GradAlign / FedGA / SCAFFOLD-GA."""
-
-    ga_beta: float = 0.1  # β, displacement step (regularisation strength)
-    ga_form: Literal["once", "every_step"] = "once"  # Alg. 2 or Alg. 3
-    ga_full_batch: bool = True  # g_i(x) on the full local data, else on one extra mini-batch
-
-    def validate(self, path: str = "hparams") -> None:
-        p = f"{path}." if path else ""
-        check(
-            math.isfinite(self.ga_beta) and self.ga_beta >= 0,
-            f"{p}ga_beta",
-            f"must be >= 0, got {self.ga_beta}",
-        )
-        check(
-            self.ga_form in ("once", "every_step"),
-            f"{p}ga_form",
-            f"must be 'once' or 'every_step', got {self.ga_form!r}",
-        )
-        check(isinstance(self.ga_full_batch, bool), f"{p}ga_full_batch", "must be true or false")
+GA_HPARAMS = (
+    HParam(
+        "ga_beta", float, 0.1, bounds=(0.0, math.inf),
+        space=Space(1e-3, 10.0, log=True,
+                    grid=(0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 1.5, 2.5, 3.5, 5.0)),
+        doc="β: displacement step of GradAlign/FedGA (regularisation strength of r)",
+    ),
+    HParam(
+        "ga_form", str, "once", choices=("once", "every_step"), space=Space(enabled=False),
+        doc="FedGA form: 'once' (Alg. 2, displace the start) or 'every_step' (Alg. 3)",
+    ),
+    HParam(
+        "ga_full_batch", bool, True,
+        doc="g_i(x) for displacement/controls from the full local data (else one extra "
+        "mini-batch)",
+    ),
+)  # fmt: skip
 
 
 def _pick(common: dict, own: dict, key: str) -> Params | None:
@@ -228,19 +201,15 @@ class AlignedLocalUpdate:
 _GA_PARAMS = ("ga_beta", "ga_form", "ga_full_batch")
 
 
-def _build_fedga(recipe: Recipe, hp: HParams, local_steps: int, task: Task) -> AlignedLocalUpdate:
-    ga = hparams_of(GradAlignParams, hp)
+def _build_fedga(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> AlignedLocalUpdate:
     return AlignedLocalUpdate(
-        recipe.name, local_steps, make_server_opt(hp), ga.ga_form, ga.ga_beta, ga.ga_full_batch
+        recipe.name, local_steps, make_server_opt(hp), hp.ga_form, hp.ga_beta, hp.ga_full_batch
     )
 
 
-def _build_gradalign(
-    recipe: Recipe, hp: HParams, local_steps: int, task: Task
-) -> AlignedLocalUpdate:
-    ga = hparams_of(GradAlignParams, hp)
+def _build_gradalign(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> AlignedLocalUpdate:
     return AlignedLocalUpdate(
-        recipe.name, 1, make_server_opt(hp), "every_step", ga.ga_beta, ga.ga_full_batch
+        recipe.name, 1, make_server_opt(hp), "every_step", hp.ga_beta, hp.ga_full_batch
     )
 
 
@@ -250,6 +219,7 @@ register(
         "FedGA: FedAvg whose clients start displaced by −β(ḡ − g_i) (gradient alignment)",
         P002,
         ("client_lr", *_GA_PARAMS, *SERVER_PARAMS),
+        hparams=GA_HPARAMS,
         build=_build_fedga,
     )
 )
@@ -259,6 +229,7 @@ register(
         "GradAlign: x ← x − η mean_i ∇f_i(x − β(ḡ − g_i)) (= GD on f + βr for quadratics)",
         P002,
         ("ga_beta", "ga_full_batch", *SERVER_PARAMS),
+        hparams=GA_HPARAMS,
         fixed={"client_lr": 0.0},
         fixed_local_steps=1,
         build=_build_gradalign,

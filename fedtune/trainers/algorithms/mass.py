@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -51,19 +51,18 @@ from torch.func import grad
 
 from fedtune.errors import ConfigError
 
-from ..config import HParams, TrialConfig
+from ..config import TrialConfig
+from ..hparams import HParam, Space
 from ..steps import where_step
 from ..tasks.base import Task
-from ..typed import check
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
-from .gradalign import hparams_of
 from .registry import Recipe, register
 from .scaffold import table_gather, table_init, table_scatter
 
 __all__ = [
+    "MASS_HPARAMS",
     "FedAvgMaSS",
     "MassConstants",
-    "MassParams",
     "device_constants",
     "form1_from_form2",
     "form2_from_form1",
@@ -75,28 +74,31 @@ P004 = "004_eaa0443f89ef694f.txt"
 Form = Literal["form2", "form1", "form1_literal"]
 
 
-@dataclass(frozen=True)
-class MassParams:
-    mass_eta2: float = 0.01  # η₂, compensation step (0 = Nesterov)
-    mass_gamma: float = 0.9  # γ, momentum
-    mass_form: Form = "form2"
-    mass_grad_point: Literal["u", "w"] = "u"
-    mass_auto: bool = False  # theorem's η₁, η₂, γ from estimated constants
-
-    def validate(self, path: str = "hparams") -> None:
-        p = f"{path}." if path else ""
-        check(
-            math.isfinite(self.mass_eta2) and self.mass_eta2 >= 0, f"{p}mass_eta2", "must be >= 0"
-        )
-        check(
-            0 <= self.mass_gamma < 1, f"{p}mass_gamma", f"must be in [0, 1), got {self.mass_gamma}"
-        )
-        check(
-            self.mass_form in ("form2", "form1", "form1_literal"),
-            f"{p}mass_form",
-            f"must be form2, form1 or form1_literal, got {self.mass_form!r}",
-        )
-        check(self.mass_grad_point in ("u", "w"), f"{p}mass_grad_point", "must be u or w")
+MASS_HPARAMS = (
+    HParam(
+        "mass_eta2", float, 0.01, bounds=(0.0, math.inf),
+        space=Space(0.0, 0.1, grid=(0.0, 0.0001, 0.001, 0.01), default=0.001),
+        doc="η₂, MaSS compensation step (0 = Nesterov)",
+    ),
+    HParam(
+        "mass_gamma", float, 0.9, bounds=(0.0, 1.0), open="high",
+        space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9, 0.99)),
+        doc="γ, MaSS/Nesterov momentum",
+    ),
+    HParam(
+        "mass_form", str, "form2", choices=("form2", "form1", "form1_literal"),
+        space=Space(choices=("form2", "form1"), enabled=False),
+        doc="form2 (default), form1 (same with corrected sync) or form1_literal",
+    ),
+    HParam(
+        "mass_grad_point", str, "u", choices=("u", "w"), space=Space(enabled=False),
+        doc="where the stochastic gradient is taken: u (look-ahead, default) or w",
+    ),
+    HParam(
+        "mass_auto", bool, False,
+        doc="use the theorem's η₁, η₂, γ from the task's data constants (linear regression)",
+    ),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ class FedAvgMaSS:
         self,
         name: str,
         local_steps: int,
-        params: MassParams,
+        params: Any,
         nesterov: bool = False,
         features: list[np.ndarray] | None = None,
     ) -> None:
@@ -280,7 +282,7 @@ _AUTO_FIXES = ("client_lr", "mass_gamma", "mass_eta2")
 def check_auto(config: TrialConfig) -> None:
     """``mass_auto: true`` takes η₁, η₂, γ from the theorem: setting them, or decaying γ, is an
     error (naming the field) rather than a value silently ignored."""
-    if not ("mass_auto" in config.hparams_set and config.hparams.mass_auto):
+    if not config.hparams.get("mass_auto"):
         return
     for name in _AUTO_FIXES:
         if name in config.hparams_set:
@@ -297,13 +299,10 @@ def check_auto(config: TrialConfig) -> None:
         )
 
 
-def _builder(nesterov: bool, form: Form | None):
-    def build(recipe: Recipe, hp: HParams, local_steps: int, task: Task) -> FedAvgMaSS:
-        mp = hparams_of(MassParams, hp)
-        if form is not None:
-            mp = MassParams(mp.mass_eta2, mp.mass_gamma, form, mp.mass_grad_point, mp.mass_auto)
+def _builder(nesterov: bool):
+    def build(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> FedAvgMaSS:
         features = None
-        if mp.mass_auto:
+        if hp.mass_auto:
             if not task.meta.get("linear_regression"):
                 raise ConfigError(
                     "hparams.mass_auto",
@@ -314,7 +313,7 @@ def _builder(nesterov: bool, form: Form | None):
             features = [
                 data.client(i).inputs.double().cpu().numpy() for i in range(data.num_clients)
             ]
-        return FedAvgMaSS(recipe.name, local_steps, mp, nesterov, features)
+        return FedAvgMaSS(recipe.name, local_steps, hp, nesterov, features)
 
     return build
 
@@ -349,11 +348,12 @@ for _name, _params, _nesterov, _form, _summary in (
             _summary,
             P004,
             _params,
-            fixed={"server_lr": 1.0},
+            MASS_HPARAMS,
+            fixed={"server_lr": 1.0, **({"mass_form": _form} if _form else {})},
             server_opts=("sgd",),
             units="delta",
             default_local_steps=5,
-            build=_builder(_nesterov, _form),
+            build=_builder(_nesterov),
             check=check_auto,
         )
     )

@@ -40,8 +40,7 @@ depend on the trial seed), so runs are reproducible.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -49,16 +48,15 @@ from torch.func import functional_call, grad
 
 from fedtune.errors import ConfigError
 
-from ..config import HParams
+from ..hparams import HParam, Space
 from ..server_opt import ServerOpt, make_server_opt
 from ..tasks.base import Task
-from ..typed import check
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients, mixed_dissimilarity
-from .gradalign import hparams_of, local_sgd_fn
+from .gradalign import local_sgd_fn
 from .registry import SERVER_PARAMS, Recipe, register
 
-__all__ = ["MixedFL", "MixedParams", "movie_cost_model"]
+__all__ = ["MIXED_HPARAMS", "MixedFL", "movie_cost_model"]
 
 Params = dict[str, torch.Tensor]
 P003 = "003_ede07a1bb30cfed7.txt"
@@ -66,46 +64,36 @@ Variant = Literal["pt", "gt1", "gt2"]
 _STREAM = 0xCE
 
 
-@dataclass(frozen=True)
-class MixedParams:
-    central_lr: float | None = None  # η_c; None = η·η_s
-    merge_lr: float = 1.0  # η_m
-    central_steps: int | None = None  # K_c; None = K
-    central_batch_size: int | None = None  # |𝓑_c|; None = S·B (PT, 2-w) or K·S·B (1-w); 0 = all
-    mixed_variant: Variant = "pt"
-    mixed_gt2_init: Literal["zero", "fresh"] = "zero"
-
-    def validate(self, path: str = "hparams") -> None:
-        p = f"{path}." if path else ""
-        lr = self.central_lr
-        check(
-            lr is None or (math.isfinite(lr) and lr >= 0),
-            f"{p}central_lr",
-            f"must be >= 0, got {lr}",
-        )
-        check(
-            math.isfinite(self.merge_lr) and self.merge_lr > 0,
-            f"{p}merge_lr",
-            f"must be > 0, got {self.merge_lr}",
-        )
-        check(
-            self.central_steps is None or self.central_steps >= 1,
-            f"{p}central_steps",
-            "must be >= 1",
-        )
-        check(
-            self.central_batch_size is None or self.central_batch_size >= 0,
-            f"{p}central_batch_size",
-            "must be >= 0 (0 = the whole central dataset)",
-        )
-        check(
-            self.mixed_variant in ("pt", "gt1", "gt2"),
-            f"{p}mixed_variant",
-            f"must be pt, gt1 or gt2, got {self.mixed_variant!r}",
-        )
-        check(
-            self.mixed_gt2_init in ("zero", "fresh"), f"{p}mixed_gt2_init", "must be zero or fresh"
-        )
+_POSITIVE = (0.0, math.inf)
+MIXED_HPARAMS = (
+    HParam(
+        "central_lr", float, None, bounds=_POSITIVE, nullable=True,
+        space=Space(1e-3, 10.0, log=True, grid="half-decade", enabled=False),
+        doc="η_c, central (server-data) step size; null = client_lr·server_lr",
+    ),
+    HParam(
+        "merge_lr", float, 1.0, bounds=_POSITIVE, open="low",
+        space=Space(0.1, 2.0, grid=(0.5, 1.0), enabled=False),
+        doc="η_m, merge step on Δ_c + Δ_f (PT, 2-w GT)",
+    ),
+    HParam(
+        "central_steps", int, None, bounds=(1, math.inf), nullable=True,
+        space=Space(1, 50, log=True, grid=(1, 2, 5, 10, 20), enabled=False),
+        doc="K_c, central steps per round (PT, 2-w GT); null = local_steps",
+    ),
+    HParam(
+        "central_batch_size", int, None, bounds=(0, math.inf), nullable=True,
+        doc="|B_c|; null = S·B (PT, 2-w GT) or K·S·B (1-w GT); 0 = whole central set",
+    ),
+    HParam(
+        "mixed_variant", str, "pt", choices=("pt", "gt1", "gt2"), space=Space(),
+        doc="Mixed FL variant for recipe mixed_fl: pt, gt1 or gt2",
+    ),
+    HParam(
+        "mixed_gt2_init", str, "zero", choices=("zero", "fresh"), space=Space(enabled=False),
+        doc="2-w GT initial augmenting gradients: zero or fresh (gradients at x⁰)",
+    ),
+)  # fmt: skip
 
 
 class _Central:
@@ -161,7 +149,7 @@ class MixedFL:
         variant: Variant,
         local_steps: int,
         server_opt: ServerOpt,
-        params: MixedParams,
+        params: Any,
     ) -> None:
         self.name, self.variant, self.local_steps = name, variant, local_steps
         self.server_opt, self.p = server_opt, params
@@ -300,16 +288,15 @@ _OPTS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 
 
 def _builder(variant: Variant | None):
-    def build(recipe: Recipe, hp: HParams, local_steps: int, task: Task) -> MixedFL:
+    def build(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> MixedFL:
         if task.central is None:
             raise ConfigError(
                 "task",
                 f"algorithm {recipe.name!r} needs a task with central data "
                 "(e.g. mixed_labels or mixed_quadratic)",
             )
-        mp = hparams_of(MixedParams, hp)
         return MixedFL(
-            recipe.name, variant or mp.mixed_variant, local_steps, make_server_opt(hp), mp
+            recipe.name, variant or hp.mixed_variant, local_steps, make_server_opt(hp), hp
         )
 
     return build
@@ -334,6 +321,7 @@ _RECIPES = {  # name: (variant, parameters, summary)
     ),
 }
 for _name, (_variant, _params, _summary) in _RECIPES.items():
-    register(Recipe(_name, _summary, P003, _params, defaults={"server_lr": 1.0}, server_opts=_OPTS,
+    register(Recipe(_name, _summary, P003, _params, MIXED_HPARAMS, defaults={"server_lr": 1.0},
+                    server_opts=_OPTS,
                     units="delta", needs_central=True, build=_builder(_variant),
                     fixed_k_reason=_FIXED_K))  # fmt: skip

@@ -19,23 +19,28 @@ fedavgm            Θ_1:K                                               heavy-ba
 fedadam/yogi/adagrad Θ_1:K                                             Adam / Yogi / Adagrad
 =================  ======  =========================================  =====================
 
-A recipe declares which hyperparameters a user may set; any other is rejected with the field
-name. Other modules add methods with :func:`register` (e.g. the GradAlign/SCAFFOLD parts).
+Hyperparameters are declared by the parts that read them (:mod:`fedtune.trainers.hparams`):
+every recipe carries the client rule's :data:`~fedtune.trainers.client.CLIENT_HPARAMS` and the
+server optimizer's :data:`~fedtune.trainers.server_opt.SERVER_HPARAMS`, plus the declarations
+of its own parts (``Recipe.hparams``, e.g. FedGA's β). ``params`` names those a user may set
+(any other is rejected with the field name), ``defaults`` and ``fixed`` give recipe values; the
+recipe's validated hyperparameters are a frozen dataclass made from the declarations
+(:attr:`Recipe.hparams_type`). Other modules add methods with :func:`register`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import CodeError, ConfigError
 
-from ..client import ClientRule
-from ..config import HParams, TrialConfig
-from ..plugins import Origin, Registry
-from ..server_opt import make_server_opt
+from ..client import CLIENT_HPARAMS, ClientRule
+from ..config import TrialConfig
+from ..hparams import HParam, hparams_type, merge_declarations, validate_hparams
+from ..plugins import Origin, Registry, caller_location
+from ..server_opt import SERVER_HPARAMS, SERVER_OPTS, make_server_opt
 from ..tasks.base import Task
 from ..theta import theta_vector
 from .base import Algorithm
@@ -51,20 +56,13 @@ __all__ = [
     "resolve",
 ]
 
-SERVER_PARAMS = (
-    "server_lr",
-    "server_opt",
-    "server_momentum",
-    "nesterov_form",
-    "server_beta1",
-    "server_beta2",
-    "server_eps",
-    "server_bias_correction",
-)
-ALL_OPTS = ("sgd", "momentum", "nesterov", "adam", "yogi", "adagrad")
+SERVER_PARAMS = tuple(h.name for h in SERVER_HPARAMS)
+ALL_OPTS = SERVER_OPTS
+#: declared by the parts every recipe has (client rule, server optimizer)
+BASE_HPARAMS = (*CLIENT_HPARAMS, *SERVER_HPARAMS)
 
 
-def _build_local_update(recipe: Recipe, hp: HParams, local_steps: int, task: Task) -> Algorithm:
+def _build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> Algorithm:
     rule = ClientRule(
         theta=theta_vector(recipe.theta, local_steps, hp.theta),
         prox_alpha=hp.prox_alpha,
@@ -77,10 +75,15 @@ def _build_local_update(recipe: Recipe, hp: HParams, local_steps: int, task: Tas
 
 @dataclass(frozen=True)
 class Recipe:
+    """An algorithm: its parts, the hyperparameters a user may set (``params``) and recipe
+    values (``defaults`` < user < ``fixed``). ``hparams`` declares the hyperparameters of the
+    method's own parts beyond the client rule and server optimizer (see module docstring)."""
+
     name: str
     summary: str
     paper: str
     params: tuple[str, ...]
+    hparams: tuple[HParam, ...] = ()
     theta: str = "sum"
     defaults: Mapping[str, Any] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
@@ -94,7 +97,52 @@ class Recipe:
     # cross-field rules of the method (e.g. mass_auto excludes client_lr); raises ConfigError
     check: Callable[[TrialConfig], None] | None = None
     fixed_k_reason: str = ""  # why the method needs one K for all clients (rejects local_epochs)
-    build: Callable[[Recipe, HParams, int, Task], Algorithm] = _build_local_update
+    build: Callable[[Recipe, Any, int, Task], Algorithm] = _build_local_update
+    hparams_type: type = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            declared = merge_declarations(BASE_HPARAMS, self.hparams)
+            names = {h.name for h in declared}
+            for what, keys in (("params", self.params), ("defaults", self.defaults),
+                               ("fixed", self.fixed)):  # fmt: skip
+                for key in keys:
+                    if key not in names:
+                        raise ConfigError(
+                            f"hparams.{key}",
+                            f"recipe {self.name!r} names {key!r} in {what}, but no part "
+                            "declares it (declare it with HParam(...) in hparams=)",
+                        )
+            values = {**self.defaults, **self.fixed}
+            cls = hparams_type(f"{self.name}_hparams", declared, values)
+            validate_hparams(cls, values)
+        except CodeError:
+            raise
+        except ConfigError as exc:
+            raise CodeError(exc.field, exc.reason, caller_location()) from None
+        object.__setattr__(self, "hparams_type", cls)
+
+    @property
+    def declared(self) -> dict[str, HParam]:
+        """Every hyperparameter of the recipe's parts, by name (settable ones: ``params``)."""
+        return dict(self.hparams_type.declared)
+
+    def given_hparams(self, raw: Any) -> dict[str, Any]:
+        """Validate the user's ``hparams:`` mapping: only ``params``, each typed and within its
+        declared bounds (``ConfigError`` at ``hparams.<name>``); returns the coerced values."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError("hparams", f"must be a mapping, got {type(raw).__name__}")
+        for key in sorted(raw):
+            if key not in self.params:
+                raise ConfigError(
+                    f"hparams.{key}",
+                    f"not a parameter of algorithm {self.name!r} "
+                    f"(its parameters: {', '.join(self.params) or 'none'})",
+                )
+        hp = validate_hparams(self.hparams_type, raw)
+        return {k: getattr(hp, k) for k in raw}
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -140,22 +188,13 @@ def algorithm_origin(name: str) -> Origin:
     return REGISTRY.origin(name)
 
 
-def effective_hparams(recipe: Recipe, config: TrialConfig) -> HParams:
-    """Recipe defaults < user values < recipe-fixed values; unknown-to-recipe keys are errors."""
-    for key in sorted(config.hparams_set):
-        if key not in recipe.params:
-            raise ConfigError(
-                f"hparams.{key}",
-                f"not a parameter of algorithm {recipe.name!r} "
-                f"(its parameters: {', '.join(recipe.params) or 'none'})",
-            )
+def effective_hparams(recipe: Recipe, config: TrialConfig) -> Any:
+    """Recipe defaults < user values < recipe-fixed values, validated against the parts'
+    declarations (an instance of ``recipe.hparams_type``); unknown-to-recipe keys are errors."""
+    given = recipe.given_hparams(config.hparams)
     if recipe.check is not None:
         recipe.check(config)
-    values = dict(recipe.defaults)
-    values.update({k: getattr(config.hparams, k) for k in config.hparams_set})
-    values.update(recipe.fixed)
-    hp = dataclasses.replace(HParams(), **values)
-    hp.validate("hparams")
+    hp = validate_hparams(recipe.hparams_type, {**recipe.defaults, **given, **recipe.fixed})
     if hp.server_opt not in recipe.server_opts:
         raise ConfigError(
             "hparams.server_opt",
@@ -193,7 +232,7 @@ def local_epochs_refusal(recipe: Recipe, theta: tuple[float, ...] = ()) -> str:
 
 
 def _check_local_epochs(recipe: Recipe, config: TrialConfig) -> None:
-    theta = config.hparams.theta if "theta" in config.hparams_set else ()
+    theta = config.hparams.get("theta", ())
     reason = local_epochs_refusal(recipe, theta)
     if reason:
         raise ConfigError(
@@ -202,7 +241,7 @@ def _check_local_epochs(recipe: Recipe, config: TrialConfig) -> None:
         )
 
 
-def resolve(config: TrialConfig, task: Task) -> tuple[Algorithm, HParams, int]:
+def resolve(config: TrialConfig, task: Task) -> tuple[Algorithm, Any, int]:
     """Validate ``config`` against its algorithm's recipe and build the algorithm."""
     recipe = get_recipe(config.algorithm)
     hp = effective_hparams(recipe, config)

@@ -34,22 +34,21 @@ n·|x| (at most the federation size N), never with the number of rounds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ..config import HParams
+from ..hparams import HParam, Space
 from ..server_opt import ServerOpt, make_server_opt
 from ..tasks.base import Task
-from ..typed import check
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients
-from .gradalign import AlignedLocalUpdate, GradAlignParams, hparams_of, local_sgd_fn
+from .gradalign import GA_HPARAMS, AlignedLocalUpdate, local_sgd_fn
 from .registry import SERVER_PARAMS, Recipe, register
 
 __all__ = [
+    "SCAFFOLD_HPARAMS",
     "Scaffold",
-    "ScaffoldParams",
     "table_gather",
     "table_init",
     "table_scatter",
@@ -97,17 +96,12 @@ def table_scatter(table: Table, ids: torch.Tensor, rows: Params) -> Table:
     return {"ids": union, "rows": new_rows}
 
 
-@dataclass(frozen=True)
-class ScaffoldParams:
-    scaffold_option: int = 2  # 2: c_i⁺ from the local steps; 1: c_i⁺ = full local ∇f_i(x)
-
-    def validate(self, path: str = "hparams") -> None:
-        p = f"{path}." if path else ""
-        check(
-            self.scaffold_option in (1, 2),
-            f"{p}scaffold_option",
-            f"must be 1 or 2, got {self.scaffold_option!r}",
-        )
+SCAFFOLD_HPARAMS = (
+    HParam(
+        "scaffold_option", int, 2, choices=(1, 2), space=Space(enabled=False),
+        doc="SCAFFOLD control update: 2 = from the local steps, 1 = full local gradient at x",
+    ),
+)  # fmt: skip
 
 
 class Scaffold:
@@ -174,16 +168,14 @@ def _mean_over_steps(graw: Params, cohort: Cohort, fixed: int) -> Params:
     }
 
 
-def _build_scaffold_ga(recipe: Recipe, hp: HParams, local_steps: int, task: Task):
-    ga = hparams_of(GradAlignParams, hp)
+def _build_scaffold_ga(recipe: Recipe, hp: Any, local_steps: int, task: Task):
     return AlignedLocalUpdate(
-        recipe.name, local_steps, make_server_opt(hp), "correct", full_batch=ga.ga_full_batch
+        recipe.name, local_steps, make_server_opt(hp), "correct", full_batch=hp.ga_full_batch
     )
 
 
-def _build_scaffold(recipe: Recipe, hp: HParams, local_steps: int, task: Task):
-    sp = hparams_of(ScaffoldParams, hp)
-    return Scaffold(recipe.name, local_steps, make_server_opt(hp), sp.scaffold_option)
+def _build_scaffold(recipe: Recipe, hp: Any, local_steps: int, task: Task):
+    return Scaffold(recipe.name, local_steps, make_server_opt(hp), hp.scaffold_option)
 
 
 register(
@@ -192,6 +184,7 @@ register(
         "SCAFFOLD as analysed in 002: fresh controls ḡ − g_i from an extra round",
         P002,
         ("client_lr", "ga_full_batch", *SERVER_PARAMS),
+        hparams=GA_HPARAMS,
         build=_build_scaffold_ga,
     )
 )
@@ -201,6 +194,7 @@ register(
         "original SCAFFOLD: per-client control variates kept across rounds (option 1/2)",
         P002,
         ("client_lr", "scaffold_option", *SERVER_PARAMS),
+        hparams=SCAFFOLD_HPARAMS,
         build=_build_scaffold,
     )
 )

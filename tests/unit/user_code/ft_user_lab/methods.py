@@ -6,12 +6,18 @@ import torch
 from torch import nn
 
 from fedtune.extend import (
+    ClientRule,
     FederatedData,
+    HParam,
+    LocalUpdate,
+    Space,
     Task,
     build_model,
+    make_server_opt,
     register_algorithm,
     register_model,
     register_task,
+    weighted_mean,
 )
 
 
@@ -47,3 +53,33 @@ register_algorithm(
     units="delta",
     defaults={"server_lr": 1.0},
 )
+
+
+class DampedMean:
+    """A user aggregator part: q = ρ Σ_i w_i q_i, with its own hyperparameter ρ."""
+
+    def __init__(self, damping: float) -> None:
+        self.damping = damping
+
+    def __call__(self, messages, weights, steps, client_lr):
+        q = weighted_mean(messages, weights)
+        return {k: self.damping * v for k, v in q.items()}, {"ft_damping": self.damping}
+
+
+def build_damped(recipe, hp, local_steps, task):
+    base = LocalUpdate(recipe.name, ClientRule(torch.ones(local_steps)), make_server_opt(hp))
+    return LocalUpdate(recipe.name, base.rule, base.server_opt, DampedMean(hp.ft_damping))
+
+
+register_algorithm(
+    "ft_user_damped",
+    summary="user recipe: FedAvg whose aggregator damps the mean by ρ",
+    hparams=(
+        HParam(
+            "ft_damping", float, 0.5, bounds=(0.0, 1.0), open="low",
+            space=Space(0.05, 1.0, log=True, grid=(0.1, 0.5, 1.0)),
+            doc="ρ, damping of the averaged message",
+        ),
+    ),
+    build=build_damped,
+)  # fmt: skip
