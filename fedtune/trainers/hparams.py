@@ -35,6 +35,7 @@ from pydantic import ValidationError as _ValidationError
 from fedtune.errors import CodeError, ConfigError
 
 from .plugins import caller_location
+from .typed import config_error, number
 
 __all__ = ["HParam", "Space", "hparams_type", "validate_hparams"]
 
@@ -178,25 +179,11 @@ class HParam:
         lo_key = "gt" if self.open in ("low", "both") else "ge"
         hi_key = "lt" if self.open in ("high", "both") else "le"
         limits = {k: v for k, v in ((lo_key, lo), (hi_key, hi)) if not math.isinf(v)}
-        return Annotated[
-            kind, BeforeValidator(_number_input(kind)), Field(allow_inf_nan=False, **limits)
-        ]
+        return number(kind, Field(allow_inf_nan=False, **limits))
 
 
 def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(value)
-
-
-def _number_input(kind: type):
-    """Booleans are never numbers; an int is not parsed from a string (YAML 1.1 reads
-    ``1e-3`` as a string, so a float is)."""
-
-    def check(value: Any) -> Any:
-        if isinstance(value, bool) or (kind is int and isinstance(value, str)):
-            raise ValueError(f"must be {'an integer' if kind is int else 'a number'}")
-        return value
-
-    return check
 
 
 def _exact(kind: type):
@@ -247,36 +234,12 @@ def validate_hparams(cls: type, values: Mapping[str, Any], path: str = "hparams"
     try:
         return cls._validator.validate_python(dict(values))
     except _ValidationError as exc:
-        err = exc.errors()[0]
-        field = path
-        for part in err["loc"]:
-            field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else part)
-        raise ConfigError(field, _reason(err, cls.declared.get(err["loc"][0]))) from None
+        raise config_error(exc, path, lambda name: _bounds_text(cls, name)) from None
 
 
-def _reason(err: Mapping[str, Any], declared: HParam | None) -> str:
-    kind, got = err["type"], err.get("input")
-    ctx = err.get("ctx") or {}
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        if declared is not None:
-            return f"must be {declared.bounds_text()}, got {got!r}"
-        return f"{err['msg']}, got {got!r}"
-    if kind == "value_error":
-        return f"{ctx.get('error')}, got {got!r}"
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected')}, got {got!r}"
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
-        return "unknown key"
-    what = {
-        "bool": "true or false",
-        "int": "an integer",
-        "float": "a number",
-        "finite": "a finite number",
-        "string": "a string",
-        "tuple": "a list",
-        "list": "a list",
-    }.get(kind.split("_", 1)[0])
-    return f"must be {what}, got {got!r}" if what else err["msg"]
+def _bounds_text(cls: type, name: str) -> str:
+    declared = cls.declared.get(name)
+    return "" if declared is None or declared.bounds is None else declared.bounds_text()
 
 
 def merge_declarations(*groups: Iterable[HParam]) -> tuple[HParam, ...]:

@@ -1,24 +1,32 @@
-"""Plain dicts -> frozen, validated dataclasses (STYLE.md habit 3: typed early).
+"""Plain dicts -> frozen, validated dataclasses, by pydantic (STYLE.md habit 3: typed early).
 
-``from_mapping(cls, data, path)`` builds a frozen dataclass from a mapping, rejecting unknown
-keys and values of the wrong type with a :class:`~fedtune.errors.ConfigError` that names the
-dotted path (``train.local_steps``) and the reason. Each dataclass may define
-``validate(self, path)`` for range checks.
+``from_mapping(cls, data, path)`` builds a frozen dataclass (``TrainConfig``, a task's
+parameters) from a mapping: unknown keys are refused, values are validated by pydantic against
+the field annotations, and each dataclass may define ``validate(self, path)`` for range checks.
+Every error is a :class:`~fedtune.errors.ConfigError` naming the dotted path
+(``train.local_steps``, ``hparams.theta[1]``) and the reason. The same rules apply to the
+hyperparameters the parts declare (:mod:`fedtune.trainers.hparams`): a boolean is never a
+number, an integer is never read from a string, a float may be (YAML 1.1 reads ``1e-3`` as a
+string), an integral float is an integer, strings and booleans are strict.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, TypeAdapter, create_model
+from pydantic import ValidationError as _ValidationError
 
 from fedtune.errors import ConfigError
 
 T = TypeVar("T")
 
-__all__ = ["check", "from_mapping", "to_dict"]
+__all__ = ["check", "coerce", "config_error", "from_mapping", "number", "to_dict"]
 
 
 def check(condition: bool, field: str, reason: str) -> None:
@@ -27,64 +35,50 @@ def check(condition: bool, field: str, reason: str) -> None:
         raise ConfigError(field, reason)
 
 
-def _coerce(value: Any, hint: Any, path: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if hint is Any:
+def _number_input(kind: type):
+    def refuse(value: Any) -> Any:
+        if isinstance(value, bool) or (kind is int and isinstance(value, str)):
+            raise ValueError(f"must be {'an integer' if kind is int else 'a number'}")
         return value
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, path)
-            except ConfigError as exc:
-                errors.append(exc.reason)
-        raise ConfigError(path, "; ".join(errors) or f"invalid value {value!r}")
-    if origin is typing.Literal:
-        if value not in args:
-            raise ConfigError(path, f"must be one of {', '.join(map(repr, args))}, got {value!r}")
-        return value
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(path, f"must be a list, got {type(value).__name__}")
-        item = args[0] if args else Any
-        return tuple(_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value))
-    if origin in (dict, Mapping) or hint is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(path, f"must be a mapping, got {type(value).__name__}")
-        return dict(value)
-    if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
-            return value
-        return from_mapping(hint, value, path)
+
+    return refuse
+
+
+def number(kind: type, *constraints: Any) -> Any:
+    """``int``/``float`` with fedtune's input rules (see module docstring) and pydantic
+    ``constraints`` (e.g. ``Field(ge=0)``)."""
+    return Annotated[kind, BeforeValidator(_number_input(kind)), *constraints]
+
+
+def _strict(hint: Any) -> Any:
+    """``hint`` with fedtune's input rules applied to every scalar inside it."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(path, f"must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(path, f"must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            if isinstance(value, str):
-                try:
-                    return float(value)
-                except ValueError:
-                    pass
-            raise ConfigError(path, f"must be a number, got {value!r}")
-        return float(value)
+        return StrictBool
+    if hint in (int, float):
+        return number(hint)
     if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(path, f"must be a string, got {value!r}")
-        return value
-    return value
+        return StrictStr
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[tuple(_strict(a) for a in args)]  # noqa: UP007
+    if origin in (tuple, list):
+        item = args[0] if args else Any
+        return tuple[_strict(item), ...]
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        return dict[str, Any]
+    if dataclasses.is_dataclass(hint):
+        return _model(hint)
+    return hint
+
+
+@functools.cache
+def _model(cls: type) -> type:
+    """A pydantic model with the (strict-input) fields of the dataclass ``cls``."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: (_strict(hints[f.name]), None) for f in dataclasses.fields(cls) if f.init}
+    return create_model(
+        f"{cls.__name__}Input", __config__=ConfigDict(extra="forbid", frozen=True), **fields
+    )
 
 
 def from_mapping(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
@@ -92,20 +86,83 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(path or cls.__name__, f"must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
     prefix = f"{path}." if path else ""
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(
-            f"{prefix}{unknown[0]}", f"unknown key (known: {', '.join(sorted(fields))})"
-        )
-    kwargs = {k: _coerce(v, hints[k], f"{prefix}{k}") for k, v in data.items()}
-    obj = cls(**kwargs)
+        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown key (known: {', '.join(known)})")
+    try:
+        parsed = _model(cls).model_validate(dict(data))
+    except _ValidationError as exc:
+        raise config_error(exc, path) from None
+    obj = cls(**{k: _value(getattr(parsed, k), cls, k) for k in data})
     validate = getattr(obj, "validate", None)
     if callable(validate):
         validate(path)
     return obj
+
+
+def _value(value: Any, cls: type, name: str) -> Any:
+    """A validated value as the dataclass field holds it (nested dataclasses rebuilt)."""
+    hint = typing.get_type_hints(cls)[name]
+    if hasattr(value, "model_dump") and dataclasses.is_dataclass(hint):
+        return hint(**{k: _value(getattr(value, k), hint, k) for k in value.model_fields_set})
+    return value
+
+
+@functools.cache
+def _adapter(hint: Any) -> TypeAdapter:
+    return TypeAdapter(_strict(hint))
+
+
+def coerce(value: Any, hint: Any, path: str) -> Any:
+    """``value`` validated against the annotation ``hint`` (``ConfigError`` at ``path``)."""
+    try:
+        return _adapter(hint).validate_python(value)
+    except _ValidationError as exc:
+        raise config_error(exc, path) from None
+
+
+def config_error(
+    exc: _ValidationError, path: str = "", bounds: typing.Callable[[str], str] | None = None
+) -> ConfigError:
+    """The first pydantic error as ``ConfigError(dotted path, reason)``; ``bounds(name)`` may
+    word a range error from the field's declaration (``in [0, 1)``)."""
+    err = exc.errors()[0]
+    field = path
+    for part in err["loc"]:
+        if isinstance(part, str) and part.startswith(("function-", "tuple[", "union[")):
+            continue  # pydantic's names of validator layers, not fields
+        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else part)
+    return ConfigError(field or "<root>", _reason(err, bounds))
+
+
+def _reason(err: Mapping[str, Any], bounds: typing.Callable[[str], str] | None) -> str:
+    kind, got = err["type"], err.get("input")
+    ctx = err.get("ctx") or {}
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        name = next((p for p in err["loc"] if isinstance(p, str)), "")
+        if bounds is not None and bounds(name):
+            return f"must be {bounds(name)}, got {got!r}"
+        return f"{err['msg'].replace('Input should be', 'must be')}, got {got!r}"
+    if kind == "value_error":
+        return f"{ctx.get('error')}, got {got!r}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}, got {got!r}"
+    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+        return "unknown key"
+    what = {
+        "bool": "true or false",
+        "int": "an integer",
+        "float": "a number",
+        "finite": "a finite number",
+        "string": "a string",
+        "tuple": "a list",
+        "list": "a list",
+        "dict": "a mapping",
+        "model": "a mapping",
+    }.get(kind.split("_", 1)[0])
+    return f"must be {what}, got {got!r}" if what else err["msg"]
 
 
 def to_dict(obj: Any) -> Any:

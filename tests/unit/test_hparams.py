@@ -270,3 +270,28 @@ def test_recipe_values_are_typed_and_validated_once():
     assert parsed.to_dict()["hparams"] == {"client_lr": 0.01, "server_momentum": 0.0}
     theta = parse_trial_config(quadratic_config("local_update", hparams={"theta": [1, 0, 2]}))
     assert theta.to_dict()["hparams"]["theta"] == [1.0, 0.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "field", "reason"),
+    [
+        ("train", {"local_steps": "5"}, "train.local_steps", "must be an integer, got '5'"),
+        ("train", {"local_steps": True}, "train.local_steps", "must be an integer"),
+        ("train", {"divergence_factor": "1e3", "rounds": 2.5}, "train.rounds", "an integer"),
+        ("train", {"weighting": "sizes"}, "train.weighting", "'uniform' or 'examples'"),
+        ("decay", {"enabled": 1}, "decay.enabled", "must be true or false, got 1"),
+        ("train", {"speed": 3}, "train.speed", "unknown key (known: batch_sampling"),
+        ("task", {"dirichlet": "high"}, "task.dirichlet", "must be a number, got 'high'"),
+    ],
+)
+def test_sections_share_the_one_validation_system(section, value, field, reason):
+    """train/decay/task fields go through the same pydantic rules as hyperparameters."""
+    cfg = quadratic_config("fedavg")
+    cfg[section] = {**cfg.get(section, {}), **value}
+    with pytest.raises(ConfigError) as err:
+        if section == "task":
+            run_trial({**cfg, "task": {"name": "digits", **value}})
+        else:
+            parse_trial_config(cfg)
+    assert err.value.field == field
+    assert reason in err.value.reason

@@ -1,0 +1,148 @@
+"""The plain local-update methods: one :class:`~.local_update.LocalUpdate` with different
+client rules and server optimizers (registered when the algorithm registry is first used).
+
+ALGORITHMS.md §1.5 table (`000_4bdc3753d62a87e2.txt` Table 1, `001_2dc7ddae5cbdc81f.txt` §2.1):
+
+=================  ======  =========================================  =====================
+name               Θ       client rule                                 server optimizer
+=================  ======  =========================================  =====================
+minibatch_sgd      Θ_1     one gradient (K = 1), γ irrelevant          SGD (any ServerOpt)
+fedsgd             Θ_1:K   γ = 0: K gradients at x_t                   any
+fedavg / reptile   Θ_1:K   K SGD steps, γ and η decoupled              SGD (any)
+fedavg_vanilla     Θ_1:K   model-delta message, η ≡ 1 (i.e. η = γ)     SGD
+fedavg_delta       Θ_1:K   model-delta message, server lr η_Δ          any
+fedprox            Θ_1:K   + proximal α(y − x_t)                       any
+lookahead          Θ_1:K   one client (|𝒫| = 1); η = α_LA·γ            SGD
+local_update       any Θ   explicit ``hparams.theta``, α               any
+fomaml             Θ_K     K − 1 adaptation steps, gradient at y_K     any
+maml               —       K inner steps, exact 2nd-order gradient     any
+fedavgm            Θ_1:K                                               heavy-ball / Nesterov β
+fedadam/yogi/adagrad Θ_1:K                                             Adam / Yogi / Adagrad
+=================  ======  =========================================  =====================
+"""
+
+from __future__ import annotations
+
+from .registry import SERVER_PARAMS, Recipe, register
+
+_CLIENT = ("client_lr",)
+_P000 = "000_4bdc3753d62a87e2.txt"
+_P001 = "001_2dc7ddae5cbdc81f.txt"
+
+for _recipe in (
+    Recipe(
+        "minibatch_sgd",
+        "distributed mini-batch SGD: one gradient per client (Θ_1)",
+        _P000,
+        SERVER_PARAMS,
+        theta="one",
+        fixed={"client_lr": 0.0},
+        fixed_local_steps=1,
+    ),
+    Recipe(
+        "fedsgd",
+        "FedSGD: K gradients at the broadcast point (γ = 0, Θ_1:K)",
+        _P000,
+        SERVER_PARAMS,
+        fixed={"client_lr": 0.0},
+    ),
+    Recipe(
+        "fedavg",
+        "generalised FedAvg: K local SGD steps, decoupled γ and η (Θ_1:K)",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+    ),
+    Recipe(
+        "fedavg_vanilla",
+        "original FedAvg: average of client models (η = γ tied)",
+        _P001,
+        _CLIENT,
+        units="delta",
+        fixed={"server_lr": 1.0},
+        server_opts=("sgd",),
+    ),
+    Recipe(
+        "fedavg_delta",
+        "model-delta averaging with server lr η_Δ (= LocalUpdate with η_Δ·γ)",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        units="delta",
+        defaults={"server_lr": 1.0},
+    ),
+    Recipe(
+        "reptile",
+        "Reptile: FedAvg read as meta-learning (Θ_1:K, separate η)",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+    ),
+    Recipe(
+        "fedprox",
+        "FedProx: local objective f_i(y) + (α/2)‖y − x_t‖² (Θ_1:K)",
+        _P000,
+        ("client_lr", "prox_alpha", *SERVER_PARAMS),
+        defaults={"prox_alpha": 0.1},
+    ),
+    Recipe(
+        "lookahead",
+        "Lookahead: one client, K fast steps, slow step η = α_LA·γ",
+        _P000,
+        ("client_lr", "server_lr"),
+        server_opts=("sgd",),
+        max_clients_per_round=1,
+    ),
+    Recipe(
+        "local_update",
+        "LocalUpdate with an explicit coefficient vector Θ",
+        _P000,
+        ("client_lr", "prox_alpha", "theta", *SERVER_PARAMS),
+    ),
+    Recipe(
+        "fomaml",
+        "first-order MAML: gradient at the K-th local iterate (Θ_K)",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+        theta="last",
+    ),
+    Recipe(
+        "maml",
+        "MAML: K inner steps, exact second-order meta-gradient by autodiff",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+        second_order=True,
+        fixed_k_reason="its meta-gradient differentiates through exactly K inner steps "
+        "(≡ Θ_{2K+1}, 000_4bdc3753d62a87e2.txt Thm 2)",
+    ),
+    Recipe(
+        "fedavgm",
+        "FedAvg with server momentum β (heavy-ball or Nesterov)",
+        _P000,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "momentum"},
+        server_opts=("momentum", "nesterov"),
+    ),
+    Recipe(
+        "fedadam",
+        "FedAdam: Adam on the server",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "adam", "server_lr": 0.01},
+        server_opts=("adam",),
+    ),
+    Recipe(
+        "fedyogi",
+        "FedYogi: Yogi on the server (β₁ 0.9, β₂ 0.99, ε 1e-5)",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "yogi", "server_lr": 0.01},
+        server_opts=("yogi",),
+    ),
+    Recipe(
+        "fedadagrad",
+        "FedAdagrad: Adagrad on the server",
+        _P001,
+        _CLIENT + SERVER_PARAMS,
+        defaults={"server_opt": "adagrad", "server_lr": 0.01},
+        server_opts=("adagrad",),
+    ),
+):
+    register(_recipe)
