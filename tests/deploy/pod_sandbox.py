@@ -170,6 +170,13 @@ class Sandbox:
         return subprocess.run(self.argv(command, cwd=cwd), env=dict(env), capture_output=True,
                               text=True, timeout=timeout)  # fmt: skip
 
+    def popen(self, command: Sequence[str], *, env: Mapping[str, str], cwd: str = "/data",
+              log: Path) -> subprocess.Popen:  # fmt: skip
+        """A long-running container process (a server), its output in ``log``."""
+        with log.open("w") as handle:
+            return subprocess.Popen(self.argv(command, cwd=cwd), env=dict(env), stdout=handle,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
+
 
 def image_env(dockerfile_text: str) -> dict[str, str]:
     """The environment a container of the image starts with: the base image's ``ENV`` and then

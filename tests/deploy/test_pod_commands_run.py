@@ -139,12 +139,14 @@ def api_settings(manifests: list[dict], db_url: str, monkeypatch) -> Settings:
 # ---- running a pod's container -------------------------------------------------------------
 
 
-def run_container(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
-                  entrypoint: str) -> Any:  # fmt: skip
-    """Run ``entrypoint`` as Ray's job supervisor would, inside ``container`` of ``pod``."""
+def pod_process(tmp_path: Path, pod: dict, container: dict,
+                env: dict[str, str]) -> tuple[Sandbox, dict[str, str], str]:  # fmt: skip
+    """The sandbox of ``container`` in ``pod`` (its user, its writable mounts), the process
+    environment (image ENV, then the container's) and the working directory."""
     security = pod.get("securityContext", {}) | container.get("securityContext", {})
     assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
-    sandbox = Sandbox(tmp_path / "pod", uid=security["runAsUser"], gid=security["runAsGroup"])
+    sandbox = Sandbox(tmp_path / container["name"], uid=security["runAsUser"],
+                      gid=security["runAsGroup"])  # fmt: skip
     volumes = {v["name"]: v for v in pod["volumes"]}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
@@ -154,6 +156,23 @@ def run_container(tmp_path: Path, pod: dict, container: dict, env: dict[str, str
     full_env = image_env(DOCKERFILE.read_text()) | {"HOME": "/home/fedtune"} | env
     full_env["PYTHONPATH"] = str(REPO_ROOT)
     cwd = container.get("workingDir") or image.last("WORKDIR").args
+    return sandbox, full_env, cwd
+
+
+def container_argv(container: dict) -> list[str]:
+    """What the container runtime executes: ``command`` else the image's ENTRYPOINT, followed by
+    ``args`` (or, without command and args, the image's CMD)."""
+    image = parse_dockerfile(DOCKERFILE.read_text()).final
+    if "command" in container:
+        return [*container["command"], *container.get("args", [])]
+    args = container.get("args", image.last("CMD").exec_form())
+    return [*image.last("ENTRYPOINT").exec_form(), *args]
+
+
+def run_container(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
+                  entrypoint: str) -> Any:  # fmt: skip
+    """Run ``entrypoint`` as Ray's job supervisor would, inside ``container`` of ``pod``."""
+    sandbox, full_env, cwd = pod_process(tmp_path, pod, container, env)
     done = sandbox.run(["/bin/sh", "-c", entrypoint], env=full_env, cwd=cwd, timeout=900)
     return done, sandbox
 
