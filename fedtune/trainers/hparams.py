@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StrictBool, TypeAdapter
 from pydantic import ValidationError as _ValidationError
 
-from fedtune.errors import CodeError, ConfigError
+from fedtune.errors import CodeError
 
 from .plugins import caller_location
 from .typed import config_error, number
@@ -154,10 +154,14 @@ class HParam:
 
     def value_problem(self, value: Any) -> str:
         """Why ``value`` is not valid for this hyperparameter ("" when it is)."""
+        validator = self.__dict__.get("_validator")
+        if validator is None:
+            validator = TypeAdapter(self.annotation())
+            object.__setattr__(self, "_validator", validator)
         try:
-            validate_hparams(_class_for((self,)), {self.name: value}, "")
-        except ConfigError as exc:
-            return exc.reason
+            validator.validate_python(value)
+        except _ValidationError as exc:
+            return config_error(exc, self.name, lambda _: self.bounds_text()).reason
         return ""
 
     def annotation(self) -> Any:
@@ -203,8 +207,6 @@ def _some_positive(values: tuple[float, ...]) -> tuple[float, ...]:
 
 # -- validated types ---------------------------------------------------------------------
 
-_CLASSES: dict[tuple[HParam, ...], type] = {}
-
 
 def hparams_type(name: str, declared: Sequence[HParam], defaults: Mapping[str, Any] = {}) -> type:
     """A frozen dataclass with one field per declaration (default: ``defaults`` or the
@@ -218,12 +220,6 @@ def hparams_type(name: str, declared: Sequence[HParam], defaults: Mapping[str, A
         "declared": {h.name: h for h in declared},
     }
     return dataclasses.make_dataclass(name, fields, frozen=True, namespace=ns)
-
-
-def _class_for(declared: tuple[HParam, ...]) -> type:
-    if declared not in _CLASSES:
-        _CLASSES[declared] = hparams_type("HParams", declared)
-    return _CLASSES[declared]
 
 
 def validate_hparams(cls: type, values: Mapping[str, Any], path: str = "hparams") -> Any:

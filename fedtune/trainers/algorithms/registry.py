@@ -82,34 +82,39 @@ class Recipe:
     check: Callable[[TrialConfig], None] | None = None
     fixed_k_reason: str = ""  # why the method needs one K for all clients (rejects local_epochs)
     build: Callable[[Recipe, Any, int, Task], Algorithm] = _build_local_update
-    hparams_type: type = field(init=False, repr=False, compare=False)
+    declared: Mapping[str, HParam] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        try:
-            declared = merge_declarations(BASE_HPARAMS, self.hparams)
-            names = {h.name for h in declared}
-            for what, keys in (("params", self.params), ("defaults", self.defaults),
-                               ("fixed", self.fixed)):  # fmt: skip
-                for key in keys:
-                    if key not in names:
-                        raise ConfigError(
-                            f"hparams.{key}",
-                            f"recipe {self.name!r} names {key!r} in {what}, but no part "
-                            "declares it (declare it with HParam(...) in hparams=)",
-                        )
-            values = {**self.defaults, **self.fixed}
-            cls = hparams_type(f"{self.name}_hparams", declared, values)
-            validate_hparams(cls, values)
-        except CodeError:
-            raise
-        except ConfigError as exc:
-            raise CodeError(exc.field, exc.reason, caller_location()) from None
-        object.__setattr__(self, "hparams_type", cls)
+        """Every name the recipe uses is declared by a part, every recipe value is valid
+        (``CodeError`` at the registering line otherwise)."""
+        declared = {h.name: h for h in merge_declarations(BASE_HPARAMS, self.hparams)}
+        object.__setattr__(self, "declared", declared)
+        for what, keys in (("params", self.params), ("defaults", self.defaults),
+                           ("fixed", self.fixed)):  # fmt: skip
+            for key in keys:
+                if key not in declared:
+                    raise CodeError(
+                        f"hparams.{key}",
+                        f"recipe {self.name!r} names {key!r} in {what}, but no part declares "
+                        "it (declare it with HParam(...) in hparams=)",
+                        caller_location(),
+                    )
+                problem = what != "params" and declared[key].value_problem(keys[key])
+                if problem:
+                    raise CodeError(
+                        f"hparams.{key}", f"{what} of {self.name!r}: {problem}", caller_location()
+                    )
 
     @property
-    def declared(self) -> dict[str, HParam]:
-        """Every hyperparameter of the recipe's parts, by name (settable ones: ``params``)."""
-        return dict(self.hparams_type.declared)
+    def hparams_type(self) -> type:
+        """The frozen dataclass of the recipe's validated hyperparameters (one field per
+        declaration; default: the recipe's value, else the declared one), built on first use."""
+        cls = self.__dict__.get("_hparams_type")
+        if cls is None:
+            values = {**self.defaults, **self.fixed}
+            cls = hparams_type(f"{self.name}_hparams", tuple(self.declared.values()), values)
+            object.__setattr__(self, "_hparams_type", cls)
+        return cls
 
     def given_hparams(self, raw: Any) -> dict[str, Any]:
         """Validate the user's ``hparams:`` mapping: only ``params``, each typed and within its
