@@ -160,7 +160,8 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class TradeOff:
-    """Pareto set (trial numbers) and lower envelope of a study (∞ is ``None``)."""
+    """Pareto set (trial numbers) and lower envelope of a study (∞ is ``None``); once the study
+    has ended, exactly MLflow's ``tradeoff/tradeoff.json``."""
 
     metric: str
     targets: list[float | None]
@@ -172,7 +173,7 @@ class TradeOff:
     last_rounds: int = 10
     smooth_window: int = 5
     notes: dict[str, str] = field(default_factory=dict)
-    study_id: str = ""
+    start_loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
 

@@ -135,10 +135,11 @@ class CurveOut(_Out):
 
 
 class TradeoffOut(_Out):
-    """``fedtune.tuning.tradeoff.TradeOff.to_dict()`` of the stored curves (∞ → null)."""
+    """``fedtune.tuning.tradeoff.TradeOff.to_dict()`` (∞ → null): once the study has ended,
+    MLflow's ``tradeoff/tradeoff.json`` of its parent run, byte for byte."""
 
-    study_id: str
     metric: str
+    start_loss: float | None = None
     targets: list[float | None]
     pareto_target: float | None
     last_rounds: int

@@ -35,7 +35,6 @@ from .schemas import (
     StudyDetail,
     StudyOut,
     StudyPage,
-    TradeoffOut,
     TrialOut,
 )
 from .settings import Settings
@@ -271,33 +270,35 @@ def get_curve(ctx: ServiceContext, study_id: str, number: int) -> CurveOut:
     return CurveOut(study_id=study_id, trial=number, rounds=points)
 
 
-def get_tradeoff(ctx: ServiceContext, study_id: str) -> TradeoffOut:
-    """Pareto set and lower envelope of the study's stored curves (``fedtune.tuning.tradeoff``)."""
+def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
+    """The study's trade-off as JSON text: once the study has ended, MLflow's
+    ``tradeoff/tradeoff.json`` of its parent run byte for byte (computed once, by the driver);
+    before, the same computation (``fedtune.tuning.report``) on the trials finished so far,
+    with a ``notes.provisional`` line."""
     _known(study_id)
-    from fedtune.tuning.tradeoff import TrialCurve, analyze_tradeoff
+    from fedtune.tuning.report import tradeoff_of, tradeoff_text
+    from fedtune.tuning.tracking import stored_tradeoff
+    from fedtune.tuning.tradeoff import TrialCurve
 
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
         study = repo.require_study(study_id)
+        ended, run_id = study.state.terminal, study.mlflow_run_id
         spec, trials, rounds = study.spec, repo.list_trials(study_id), repo.curves(study_id)
-        objective = spec.get("objective") or {}
-        metric = "test_loss" if objective.get("metric") == "test_loss" else "client_loss"
         curves = []
         for trial in trials:
-            points = [(r.round, r.metrics.get(metric)) for r in rounds.get(trial.number, [])]
+            if trial.state not in (TrialState.COMPLETED, TrialState.PRUNED):
+                continue  # as the driver: completed, diverged and stopped trials
+            points = [(r.round, r.metrics.get("client_loss")) for r in rounds.get(trial.number, [])]
             points = [(r, float("inf") if v is None else float(v)) for r, v in points]
             if points:
-                curves.append(
-                    TrialCurve(
-                        trial_id=trial.number,
-                        params=trial.params,
-                        rounds=[r for r, _ in points],
-                        losses=[v for _, v in points],
-                        outcome=_outcome(trial),
-                    )
-                )
-    result = analyze_tradeoff(curves, last_rounds=int(objective.get("last_rounds") or 10))
-    return TradeoffOut(study_id=study_id, metric=metric, **result.to_dict())
+                curves.append(TrialCurve(trial.number, trial.params, [r for r, _ in points],
+                                         [v for _, v in points], _outcome(trial)))  # fmt: skip
+    if ended and run_id:
+        text = stored_tradeoff(study_tracking_uri(ctx.settings, study_id), run_id)
+        if text is not None:
+            return text
+    return tradeoff_text(tradeoff_of(spec, curves, provisional=True))
 
 
 def _outcome(trial: Trial) -> str:

@@ -55,12 +55,12 @@ from .failures import FirstErrorCallback, all_failed, first_error
 from .plots import write_artifacts
 from .progress import ProgressCallback
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
+from .report import tradeoff_of
 from .spec import SchedulerName, StudySpec
 from .store import StudyStore
 from .theory_link import theory_report
 from .tracking import MlflowCallback, StudyTracker, resolve_tracking_uri, ui_command
-from .tradeoff import analyze_tradeoff
-from .trainable import OBJECTIVE, ROUND, SMOOTH_WINDOW, TRIAL_KEY, make_trainable
+from .trainable import OBJECTIVE, ROUND, TRIAL_KEY, make_trainable
 
 __all__ = ["RAY_TEMP_MAX", "StudyResult", "check_resources", "ray_temp_dir", "run_study"]
 
@@ -334,14 +334,9 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     """Trade-off of the finished trials (``tradeoff.py``), its files, Pareto rows and E(R)."""
     if not curves:
         return _Report()
-    obj, given = spec.objective, spec.tradeoff
-    target = given.pareto_target
-    if target is None and obj.is_multi:
-        target = obj.target_loss
+    document = spec.to_dict()
     rounds = parse_trial_config(spec.base_trial_config()).train.rounds
-    t = analyze_tradeoff(curves, targets=given.targets, last_rounds=obj.last_rounds,
-                         smooth_window=SMOOTH_WINDOW, pareto_target=target,
-                         rounds_total=rounds, metric="client_loss")  # fmt: skip
+    t = tradeoff_of({**document, "train": {**document["train"], "rounds": rounds}}, curves)
     files = write_artifacts(t, curves, directory, color_by=next(iter(curves[0].params), None))
     k = t.targets.index(t.pareto_target) if t.pareto_target is not None else 0
     pareto = [

@@ -65,6 +65,7 @@ __all__ = [
     "StudyTracker",
     "error_line",
     "resolve_tracking_uri",
+    "stored_tradeoff",
     "ui_command",
 ]
 
@@ -328,6 +329,18 @@ class StudyTracker:
         items = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in params.items()]
         for chunk in _chunks(items, _MAX_PARAMS):
             self.client.log_batch(run_id, params=chunk)
+
+
+def stored_tradeoff(uri: str, parent_run_id: str) -> str | None:
+    """The text of a study's ``tradeoff/tradeoff.json`` in MLflow (None when not there yet)."""
+    import tempfile
+
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            return Path(client.download_artifacts(parent_run_id, TRADEOFF_FILE, tmp)).read_text()
+    except (MlflowException, OSError):
+        return None
 
 
 def error_line(trial: Any) -> str:

@@ -291,7 +291,8 @@ class TradeOff:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
-        paths["json"].write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False))
+        paths["json"].write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False))  # as
+        # fedtune.tuning.report.tradeoff_text, the bytes the service returns
         rows = self.to_csv_rows()
         with paths["csv"].open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial_id"])

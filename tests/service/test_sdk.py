@@ -147,7 +147,8 @@ def test_wait_progress_trials_curve_tradeoff_best(app_client: TestClient, sleeps
         with app_client.app.state.runtime.db.session() as s:
             repo = Repository(s)
             repo.transition(study.id, StudyState.RUNNING)
-            for n, losses in {0: [3.0, 2.0, 1.0], 1: [2.0, 2.0, 2.0]}.items():
+            # every trial ran all 4 rounds of tiny_spec (an earlier end would be "stopped")
+            for n, losses in {0: [3.0, 2.0, 1.0, 1.0], 1: [2.0, 2.0, 2.0, 2.0]}.items():
                 repo.start_trial(study.id, n, {"hparams.client_lr": 0.1 * (n + 1)})
                 for r, loss in enumerate(losses, 1):
                     repo.record_round(study.id, n, r, {"client_loss": loss})
@@ -163,7 +164,7 @@ def test_wait_progress_trials_curve_tradeoff_best(app_client: TestClient, sleeps
         assert all(isinstance(t, TrialInfo) for t in trials)
         assert [(t.number, t.state, t.value) for t in trials] == [
             (0, TrialState.COMPLETED, 1.0), (1, TrialState.COMPLETED, 2.0)]  # fmt: skip
-        assert [p.metrics["client_loss"] for p in study.curve(0)] == [3.0, 2.0, 1.0]
+        assert [p.metrics["client_loss"] for p in study.curve(0)] == [3.0, 2.0, 1.0, 1.0]
         best = study.best()
         assert best is not None and (best.number, best.value) == (0, 1.0)
         tradeoff = study.tradeoff()

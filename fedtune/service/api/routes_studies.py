@@ -125,5 +125,6 @@ def get_curve(ctx: Ctx, study_id: StudyId, number: TrialNumber) -> CurveOut:
 
 
 @router.get("/{study_id}/tradeoff", response_model=TradeoffOut, responses=_ERRORS)
-def get_tradeoff(ctx: Ctx, study_id: StudyId) -> TradeoffOut:
-    return services.get_tradeoff(ctx, study_id)
+def get_tradeoff(ctx: Ctx, study_id: StudyId) -> Response:
+    """Once the study has ended: MLflow's ``tradeoff/tradeoff.json``, byte for byte."""
+    return Response(services.get_tradeoff(ctx, study_id), media_type="application/json")
