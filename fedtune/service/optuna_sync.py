@@ -99,12 +99,10 @@ class OptunaView:
         opened = self._open()
         if opened is None:
             return 0
-        import optuna
-
         from fedtune.tuning.failures import discard_waiting
+        from fedtune.tuning.store import StudyStore
 
-        study = optuna.load_study(study_name=self.study_name, storage=opened[0])
-        return discard_waiting(study)
+        return discard_waiting(StudyStore(opened[0], self.study_name))
 
 
 def _state(t: Any) -> TrialState | None:

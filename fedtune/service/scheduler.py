@@ -5,7 +5,9 @@ study is cancelled):
 
 1. **stop** — drivers of studies cancelled since the last tick: ``backend.stop(ref)`` (the whole
    driver with its trials); once the driver is gone, the study's MLflow runs are marked
-   ``KILLED`` (``tracking.kill_runs``);
+   ``KILLED`` (``tracking.kill_runs``) and, where its Optuna storage is on this machine's workdir,
+   trials still queued there are dropped (the driver does it when it stops gracefully; this covers
+   a driver killed first);
 2. **watch** — :func:`reconcile.reconcile_running`: a running study whose driver is gone is
    re-queued (it resumes) or failed after ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``; the drivers of final
    studies are released (:func:`reconcile.release_finished`: their RayJobs deleted);
@@ -31,7 +33,8 @@ from fedtune.errors import BackendError, FedtuneError
 
 from .backends.base import Backend, LaunchRequest
 from .db import Database
-from .paths import study_tracking_uri
+from .optuna_sync import OptunaView
+from .paths import study_tracking_uri, study_workdir
 from .reconcile import Recovery, reconcile_running, release_finished
 from .repository import Repository
 from .settings import Settings
@@ -157,6 +160,7 @@ class Scheduler:
                 study = repo.require_study(study_id)
                 ref, kind = study.driver_ref, study.backend
                 mlflow = (study.mlflow_experiment_id, study.mlflow_run_id)
+                name = study.name
                 runs = [t.mlflow_run_id for t in repo.list_trials(study_id) if t.mlflow_run_id]
             if ref and kind == str(self.backend.kind) and self._clock() < deadline:
                 try:
@@ -165,11 +169,22 @@ class Scheduler:
                 except BackendError:
                     continue
             del self._stopping[study_id]
+            self._drop_queue(study_id, name)
             if self._kill_runs is not None and (mlflow[1] or runs):
                 try:
                     self._kill_runs(study_tracking_uri(self.settings, study_id), *mlflow, runs)
                 except Exception as exc:  # MLflow down: the cancellation itself stands
                     log.warning("study %s: marking MLflow runs KILLED failed: %s", study_id, exc)
+
+    def _drop_queue(self, study_id: str, name: str) -> None:
+        """No WAITING trial of a cancelled study stays in its Optuna storage (issue 15 item 4)."""
+        view = OptunaView(study_workdir(self.settings, study_id), name)
+        if not view.exists():
+            return  # never started here, or on a pod's disk
+        try:
+            view.discard_waiting()
+        except Exception as exc:  # a locked or damaged storage: the cancellation itself stands
+            log.warning("study %s: dropping queued Optuna trials failed: %s", study_id, exc)
 
     def _dispatch(self) -> list[str]:
         with self.db.session(readonly=True) as session:

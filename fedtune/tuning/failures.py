@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import TrialState
 from ray import tune
 
+from .store import StudyStore
 from .trainable import TRIAL_KEY
 
 __all__ = [
@@ -75,11 +76,9 @@ def all_failed(counts: Mapping[str, int]) -> bool:
     return counts.get("trials", 0) > 0 and counts.get("failed", 0) == counts["trials"]
 
 
-def discard_waiting(study: optuna.Study) -> int:
+def discard_waiting(store: StudyStore) -> int:
     """Mark every ``WAITING`` trial ``FAIL`` with ``outcome: cancelled``; returns how many."""
-    storage = study._storage
-    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    waiting = store.trials((TrialState.WAITING,))
     for t in waiting:
-        storage.set_trial_user_attr(t._trial_id, "outcome", CANCELLED)
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        store.mark_cancelled(t.number)
     return len(waiting)

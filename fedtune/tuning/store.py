@@ -118,6 +118,12 @@ class StudyStore:
         self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, "interrupted")
         self.storage.set_trial_state_values(tid, TrialState.FAIL)
 
+    def mark_cancelled(self, number: int) -> None:
+        """A queued (WAITING) trial of a cancelled study: FAIL with outcome ``cancelled``."""
+        tid = self.trial_id(number)
+        self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, "cancelled")
+        self.storage.set_trial_state_values(tid, TrialState.FAIL)
+
     def set_parent_run_id(self, run_id: str) -> None:
         self.storage.set_study_user_attr(self.study_id, PARENT_ATTR, run_id)
 

@@ -236,6 +236,13 @@ def test_cancel_stops_the_driver_and_kills_mlflow_runs(serve, tmp_path: Path) ->
         again = study.status()
         assert again.state == StudyState.CANCELLED  # the dying driver did not overwrite it
         assert all(t.state != TrialState.RUNNING for t in study.trials())
+    # issue 15 item 4: the interrupted trial is not left queued (WAITING) in Optuna
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'work' / 'studies' / study.id / 'optuna.db'}"
+    left = optuna.load_study(study_name="cancelled", storage=storage).get_trials()
+    assert left and not [t.number for t in left if t.state == optuna.trial.TrialState.WAITING]
+    assert all(t.state.is_finished() for t in left), [t.state for t in left]
 
 
 # ---------------------------------------------------------------- concurrency, auth, fuzzing

@@ -21,13 +21,15 @@ from fedtune.service.db import Database
 from fedtune.service.driver import EXIT_STOPPED, run_driver
 from fedtune.service.paths import study_workdir
 from fedtune.service.repository import Repository
-from fedtune.service.services import ServiceContext, submit_study
+from fedtune.service.scheduler import Scheduler
+from fedtune.service.services import ServiceContext, cancel_study, submit_study
 from fedtune.service.states import StudyState, TrialState
 from fedtune.tuning import optuna_glue as og
 from fedtune.tuning.failures import FIRST_ERROR_ATTR, FirstErrorCallback, first_error
+from fedtune.tuning.store import StudyStore
 from fedtune.tuning.study import StudyResult
 
-from .helpers import tiny_spec
+from .helpers import FakeBackend, tiny_spec
 
 WAITING = optuna.trial.TrialState.WAITING
 
@@ -122,7 +124,7 @@ def _stopped_while_queued(ctx, sid: str, lose) -> callable:
             while time.monotonic() < deadline:  # until the heartbeat stops the driver
                 time.sleep(0.02)
         except KeyboardInterrupt:
-            og.reconcile(study)  # what run_study does on a stop: interrupted + re-enqueued
+            og.reconcile(study, StudyStore.at(workdir, spec.name))  # as run_study on a stop
             assert running.number == 0
             raise
         raise AssertionError("the driver was not stopped")
@@ -166,3 +168,24 @@ def test_a_redispatched_study_keeps_its_queue_to_resume_from(ctx) -> None:
     assert run_driver(sid, ctx.settings, 1, run_study=run) == EXIT_STOPPED
     states = _storage_states(ctx, sid, "moved")
     assert sum(1 for s, _ in states if s == WAITING) == 3, states
+
+
+def test_the_service_drops_the_queue_of_a_cancelled_study_whose_driver_was_killed(
+    sqlite_db: Database, make_settings, fake_backend: FakeBackend
+) -> None:
+    """A driver killed before it could clean up (SIGKILL after the grace, a deleted pod with a
+    shared workdir) leaves WAITING trials; the scheduler drops them once the driver is gone."""
+    settings = make_settings(database_url=sqlite_db.url)
+    scheduler = Scheduler(sqlite_db, fake_backend, settings)
+    ctx = ServiceContext(sqlite_db, settings, stopper=scheduler)
+    sid = submit_study(ctx, tiny_spec(name="killed"))[0].id
+    scheduler.tick()  # dispatched: a (fake) driver runs
+    workdir = study_workdir(settings, sid)
+    workdir.mkdir(parents=True)
+    study = optuna.create_study(study_name="killed", storage=og.storage_url(workdir))
+    for lr in (0.01, 0.02):
+        study.enqueue_trial({"hparams.client_lr": lr})  # what the killed driver left queued
+    assert cancel_study(ctx, sid).state == StudyState.CANCELLED
+    scheduler.tick()  # stops the driver (the fake one is gone at once) and finishes the stop
+    assert fake_backend.stopped
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL] * 2
