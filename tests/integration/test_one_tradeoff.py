@@ -16,6 +16,7 @@ outside:
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -139,3 +140,64 @@ def test_rest_tradeoff_is_mlflow_tradeoff_byte_for_byte(tmp_path, ray_local, mlf
         parent, "trials_table.json", str(tmp_path))).read_text())  # fmt: skip
     assert sorted(row[0] for row in table["data"]) == sorted(runs)
     assert {"number", "outcome", "objective", "rounds", "rounds_to_target"} <= set(table["columns"])
+
+
+DECAYING = make_quadratic_study(
+    "one-resume",
+    decay={"enabled": True, "window": 1, "patience": 1, "cooldown": 2, "threshold": 1e9},
+    sampler={"name": "random", "seed": 3},
+    scheduler={"name": "none"},
+    budget={"trials": 2, "max_concurrent": 1},
+)  # threshold 1e9: no round "improves", so a rate decays every few rounds
+
+
+def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def test_resume_and_extension_add_no_duplicate_parent_metrics(tmp_path, ray_local, mlflow_server):
+    from fedtune.tuning.spec import StudySpec
+    from fedtune.tuning.study import run_study
+
+    spec = StudySpec.from_dict(DECAYING)
+    first = run_study(spec, tmp_path / "s", tracking_uri=mlflow_server)
+    client = MlflowClient(mlflow_server)
+    parent = first.parent_run_id
+    envelope = _history(client, parent, "envelope_loss")
+    assert len(envelope) == len({s for s, _ in envelope}) == 12  # one point per round
+
+    again = run_study(spec, tmp_path / "s", tracking_uri=mlflow_server)  # nothing left to run
+    assert again.ran == 0 and again.parent_run_id == parent
+    assert _history(client, parent, "envelope_loss") == envelope
+    assert _history(client, parent, "n_trials") == [(2, 2.0)]
+
+    more = run_study(spec, tmp_path / "s", tracking_uri=mlflow_server, trials=3)
+    assert more.ran == 1
+    assert _history(client, parent, "n_trials") == [(2, 2.0), (3, 3.0)]
+    stored = json.loads(Path(client.download_artifacts(
+        parent, "tradeoff/tradeoff.json", str(tmp_path))).read_text())  # fmt: skip
+    latest = {}
+    for m in sorted(client.get_metric_history(parent, "envelope_loss"), key=lambda m: m.timestamp):
+        latest[m.step] = m.value
+    assert latest == {p["round"]: p["loss"] for p in stored["envelope"]}
+    steps = [s for s, _ in _history(client, parent, "envelope_loss")]
+    assert all(steps.count(s) <= 2 for s in set(steps))  # a new point only where E(R) changed
+
+    # the best-trial marks follow the extension
+    runs = {int(r.data.tags["optuna_trial_number"]): r for r in client.search_runs(
+        [more.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'")}  # fmt: skip
+    marked = [n for n, r in runs.items() if r.data.tags.get("best_trial") == "true"]
+    assert marked == [more.best["number"]]
+    assert client.get_run(parent).data.tags["best_trial"] == str(more.best["number"])
+
+    # decay is visible per trial: count and rounds, consistent with the logged client_lr
+    study = optuna.load_study(study_name=spec.name, storage=more.storage_url)
+    for t in study.trials:
+        run = runs[t.number]
+        rounds = t.user_attrs["decay_rounds"]
+        assert rounds and t.user_attrs["decays"] == len(rounds)
+        assert run.data.params["decay_rounds"] == ",".join(map(str, rounds))
+        assert run.data.metrics["decays"] == len(rounds)
+        lr = _history(client, run.info.run_id, "client_lr")
+        drops = [s - 1 for (_, a), (s, b) in itertools.pairwise(lr) if b < a]
+        assert drops == [r for r in rounds if r < 12]  # a decay takes effect the next round
