@@ -236,6 +236,15 @@ def summarise(runs: list[dict]) -> dict:
         "examples": runs[0]["load"]["examples"],
         "median_round_peak_rss_mib": round(med(r["peak_rss_mib"] for r in later), 1),
         "max_round_peak_rss_mib": round(max(r["peak_rss_mib"] for r in later), 1),
+        # what a round adds on top of the loaded store (the store's own index is in the load)
+        "median_round_peak_above_load_mib": round(
+            med(
+                r["peak_rss_mib"] - run["load"]["rss_after_mib"]
+                for run in runs
+                for r in run["rounds"][1:]
+            ),
+            1,
+        ),
         "median_first_round_peak_rss_mib": round(med(r["peak_rss_mib"] for r in first), 1),
         "median_round_seconds": round(med(r["seconds"] for r in later), 3),
         "median_first_round_seconds": round(med(r["seconds"] for r in first), 1),
@@ -249,6 +258,22 @@ def summarise(runs: list[dict]) -> dict:
     }
 
 
+def _appended(old: dict, settings: dict, parser: argparse.ArgumentParser) -> dict:
+    """``old`` results extended by this run: every setting but the populations must match (so
+    that the populations stay comparable); the environment is that of the latest run."""
+    differ = sorted(
+        k for k in settings if k != "populations" and old["settings"].get(k) != settings[k]
+    )
+    if differ:
+        parser.error(f"--append: settings differ from the existing file: {', '.join(differ)}")
+    populations = sorted(set(old["settings"]["populations"]) | set(settings["populations"]))
+    return {
+        **old,
+        "settings": {**settings, "populations": populations},
+        "environment": {**environment(), "earlier": old["environment"]},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--populations", type=int, nargs="+", default=[10_000, 342_477, 1_000_000])
@@ -258,6 +283,11 @@ def main() -> None:
     parser.add_argument("--clients-per-round", type=int, default=50)
     parser.add_argument("--in-memory-max", type=int, default=342_477)
     parser.add_argument("--posts-max", type=int, default=POSTS_MAX)
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="add these populations to an existing --out file measured with the same settings",
+    )
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/fedtune-ooc"))
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "ooc_memory.json"
@@ -273,16 +303,21 @@ def main() -> None:
         )
         print(json.dumps(result))
         return
+    settings = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("child", "in_memory", "out", "workdir", "append")
+    }
     results: dict = {
         "benchmark": "ooc_memory",
-        "settings": {
-            k: v for k, v in vars(args).items() if k not in ("child", "in_memory", "out", "workdir")
-        },
+        "settings": settings,
         "environment": environment(),
         "files": {},
         "lazy": {},
         "in_memory": {},
     }
+    if args.append and args.out.exists():
+        results = _appended(json.loads(args.out.read_text()), settings, parser)
     plan = [(n, True) for n in args.populations]  # lazy first: the point of the benchmark
     plan += [(n, False) for n in args.populations if n <= args.in_memory_max]
     for n, lazy in plan:

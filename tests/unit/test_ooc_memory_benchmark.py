@@ -40,13 +40,27 @@ def test_generated_file_has_the_loader_layout_and_is_reused(bench, tmp_path):
     assert bench.generate(path, 31, posts_max=4)["reused"] is False  # another recipe: rewritten
 
 
+def _bench(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=timeout,
+        check=False,
+    )  # fmt: skip
+
+
 def test_script_writes_per_population_rss_and_reads_only_the_cohort(tmp_path):
+    """Two invocations, the second ``--append``-ing a population to the first's JSON (how the
+    README's numbers were collected); one whose settings differ is refused."""
     out = tmp_path / "ooc.json"
-    cmd = [sys.executable, str(BENCH), "--populations", "40", "120", "--rounds", "2",
-           "--clients-per-round", "5", "--in-memory-max", "40", "--posts-max", "4",
-           "--workdir", str(tmp_path / "files"), "--out", str(out)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
+    common = ["--rounds", "2", "--clients-per-round", "5", "--in-memory-max", "40",
+              "--posts-max", "4", "--workdir", str(tmp_path / "files"), "--out", str(out)]  # fmt: skip
+    done = _bench("--populations", "40", *common)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "wrote" in done.stdout
+    done = _bench("--populations", "120", "--append", *common)
+    assert done.returncode == 0, done.stderr[-2000:]
+    refused = _bench("--populations", "120", "--append", *common, "--vocab", "50", timeout=120)
+    assert refused.returncode == 2 and "settings differ" in refused.stderr
+    assert "vocab" in refused.stderr
     report = json.loads(out.read_text())
     assert report["benchmark"] == "ooc_memory" and report["environment"]
     assert report["settings"]["populations"] == [40, 120]
@@ -65,12 +79,9 @@ def test_script_writes_per_population_rss_and_reads_only_the_cohort(tmp_path):
         assert [r["population_eval"] for r in run["rounds"]] == [True, False]
         assert all(r["peak_rss_mib"] >= r["rss_after_mib"] > 0 for r in run["rounds"])
     assert report["in_memory"]["40"]["median_clients_read_per_round"] == 0  # nothing lazy
-    assert "wrote" in done.stdout
+    assert report["environment"]["earlier"]["python"]  # the first run's machine is kept
 
 
 def test_rounds_below_two_are_refused():
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--rounds", "1", "--populations", "10"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = _bench("--rounds", "1", "--populations", "10", timeout=120)
     assert done.returncode == 2 and "--rounds" in done.stderr
