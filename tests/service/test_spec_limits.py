@@ -300,3 +300,40 @@ def test_validation_runs_in_a_bounded_pool(make_client, monkeypatch) -> None:
     assert threads_seen[0].startswith("fedtune-validate")
     monkeypatch.setattr(services, "accept_spec", real)
     assert c.post("/v1/studies", json=tiny_spec(name="third")).status_code == 201
+
+
+def test_the_pool_admits_its_slots_and_queue_then_refuses() -> None:
+    """``slots`` run, ``queue`` wait (holding no server thread), the next is refused at once."""
+    import asyncio
+
+    from fedtune.service.api.pool import ValidationPool
+    from fedtune.service.errors import ServiceBusyError
+
+    pool = ValidationPool(slots=1, queue=1)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def job(name: str) -> str:
+        if name == "first":
+            assert release.wait(60)
+        ran.append(name)
+        return name
+
+    async def scenario() -> list[str]:
+        first = asyncio.create_task(pool.run(job, "first"))
+        queued = asyncio.create_task(pool.run(job, "queued"))
+        await asyncio.sleep(0)  # both tasks ran up to their first await: both admitted
+        with pytest.raises(ServiceBusyError, match="FEDTUNE_VALIDATION_QUEUE"):
+            await pool.run(job, "refused")
+        assert ran == []  # the queued one waits for the slot
+        release.set()
+        done = [await first, await queued]
+        assert await pool.run(job, "later") == "later"  # places are given back
+        return done
+
+    try:
+        assert asyncio.run(scenario()) == ["first", "queued"]
+        assert ran == ["first", "queued", "later"]
+    finally:
+        release.set()
+        pool.close()
