@@ -11,8 +11,8 @@ driver or a fresh pod reads it from there, not from any file system).
   package URL) put them on the driver's and every worker's path, or they are installed: the
   spec is used as stored (no ``path``, so trials on other nodes import them the same way);
 * otherwise (the local backend) the package is extracted once per digest under
-  ``<FEDTUNE_WORKDIR>/code/<sha256>`` and named as ``code.path``; trials of the driver's
-  embedded Ray read it there.
+  ``<FEDTUNE_WORKDIR>/code/<sha256>`` and named as ``code.path``; ``run_study`` ships it from
+  there to every trial through Ray's ``runtime_env`` (``fedtune.tuning.code_shipping``).
 
 A digest with no stored package (deleted by hand) is a ``ConfigError`` naming ``code.sha256``.
 """
