@@ -251,3 +251,65 @@ def test_register_algorithm_takes_an_aggregator_part():
     with pytest.raises(CodeError) as err:
         register_algorithm("ft_test_not_callable", aggregator=3)
     assert err.value.field == "algorithm.aggregator" and "callable" in err.value.reason
+
+
+_RUNTIME_BAD = {
+    "builder": (
+        """
+        from fedtune.extend import register_task
+
+        @register_task("{name}_task")
+        def build(params, seed):
+            x = 1
+            raise OSError("the data share is not mounted")
+        """,
+        "task.name",
+        ["the builder of task '{name}_task'", "OSError: the data share is not mounted"],
+        7,
+    ),
+    "shape": (
+        """
+        import torch
+        from torch import nn
+        from fedtune.extend import FederatedData, Task, build_model, register_model, register_task
+        from fedtune.trainers.tasks.losses import cross_entropy
+
+        @register_model("{name}_flat")
+        def flat(input_shape, num_outputs):
+            return nn.Sequential(nn.Linear(input_shape[0], num_outputs), nn.Flatten(0))
+
+        @register_task("{name}_task")
+        def build(params, seed):
+            g = torch.Generator().manual_seed(seed)
+            data = [(torch.randn(4, 3, generator=g), torch.tensor([0, 1, 2, 1])) for _ in range(3)]
+            return Task("{name}_task", FederatedData.from_clients(data),
+                        lambda gen: build_model("{name}_flat", (3,), 3, gen), cross_entropy)
+        """,
+        "task.model",
+        ["outputs of shape [6]", "targets of shape [2]", "'{name}_task'"],
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_RUNTIME_BAD))
+def test_user_code_that_fails_only_at_run_time_names_the_field(tmp_path, kind):
+    """A task builder that raises (CodeError naming task.name and the builder's file:line) and
+    a model whose outputs do not fit the loss (ConfigError naming task.model): one line each,
+    before any training, instead of a traceback from inside the vectorized runner."""
+    from fedtune.trainers import Trainer
+
+    source, field, words, line = _RUNTIME_BAD[kind]
+    name = f"rt_{kind}_{tmp_path.name.replace('-', '_')}"
+    write_pkg(tmp_path, name, {"mod.py": source.replace("{name}", name)})
+    load_code({"path": str(tmp_path), "modules": [f"{name}.mod"]})
+    cfg = {"task": {"name": f"{name}_task"}, "algorithm": "fedavg",
+           "train": {"rounds": 1, "clients_per_round": 2, "local_steps": 1, "batch_size": 2},
+           "hparams": {"client_lr": 0.1}}  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        Trainer(cfg)
+    assert err.value.field == field
+    for w in words:
+        assert w.replace("{name}", name) in str(err.value), str(err.value)
+    if line is not None:
+        assert err.value.location == f"{tmp_path / name / 'mod.py'}:{line}"
