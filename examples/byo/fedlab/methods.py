@@ -21,7 +21,7 @@ not pull the model towards their own optimum); clipping at the median bounds how
 client — a small client with a single class, say — can move the model in a round, with no
 threshold to tune (adaptive clipping at the 0.5 quantile, cf. Andrew et al. 2021,
 arXiv:1905.03871). When every client ran the same τ steps and no update is longer than the
-median (e.g. two clients with equal norms), it is exactly FedAvgM.
+median — always so with one client per round — it is exactly FedAvgM.
 
 Hyperparameters: γ ``client_lr``, η ``server_lr``, β ``server_momentum``, ``server_opt``
 (``momentum`` default, ``nesterov``, ``sgd``), ``nesterov_form``. Round diagnostics:
