@@ -124,22 +124,31 @@ def _summary(result, spec, study_path: str, workdir: str) -> str:
         f"{c.get(k, 0)} {k}" for k in ("completed", "diverged", "stopped", "failed")
     )
     took = result.timings.get("total_s", 0.0)
-    lines = [
-        f"study {result.name}: {c['trials']}/{result.target_trials} trials ({outcomes}) "
-        f"in {took:.0f} s, {result.ran} run now"
-    ]
+    count = f"{c['trials']}/{result.target_trials} trials"
+    if c["trials"] > result.target_trials:  # extended earlier with --trials, resumed without
+        count = (f"{c['trials']} trials (more than this run's target of {result.target_trials}:"
+                 " the study was extended with --trials before)")  # fmt: skip
+    lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
     if result.interrupted:
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
     lines += ["", *_best_lines(result, spec), "", *_pareto_lines(result), ""]
     tradeoff = Path(result.workdir) / "tradeoff"
-    again = f"fedtune tune {shlex.quote(study_path)} --workdir {shlex.quote(workdir)}"
+    from fedtune.tuning.tracking import executable
+
+    again = (f"{executable('fedtune')} tune {shlex.quote(str(Path(study_path).resolve()))} "
+             f"--workdir {shlex.quote(str(Path(workdir).resolve()))}")  # fmt: skip
     lines += [
         f"optuna storage : {result.storage_url}",
         f"MLflow         : {result.tracking_uri} (experiment {result.experiment_id}, "
         f"parent run {result.parent_run_id})",
         f"trade-off      : {tradeoff}/ (curves.png, pareto.png, envelope.png, tradeoff.json/.csv)",
         "",
-        f"open the runs  : {result.commands['mlflow_ui']}",
+        *(
+            [f"start the UI   : {result.commands['mlflow_ui']}"]
+            if result.commands["mlflow_ui"]
+            else []
+        ),
+        f"open the runs  : {result.commands['mlflow_page']}",
         f"open the study : {result.commands['optuna_dashboard']}",
         f"resume/extend  : {again} [--trials N]",
     ]

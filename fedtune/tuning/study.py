@@ -59,7 +59,14 @@ from .report import tradeoff_of
 from .spec import SchedulerName, StudySpec
 from .store import StudyStore
 from .theory_link import theory_report
-from .tracking import MlflowCallback, StudyTracker, resolve_tracking_uri, ui_command
+from .tracking import (
+    MlflowCallback,
+    StudyTracker,
+    executable,
+    resolve_tracking_uri,
+    ui_command,
+    ui_url,
+)
 from .trainable import OBJECTIVE, ROUND, TRIAL_KEY, make_trainable
 
 __all__ = ["RAY_TEMP_MAX", "StudyResult", "check_resources", "ray_temp_dir", "run_study"]
@@ -104,7 +111,8 @@ class StudyResult:
     def commands(self) -> dict[str, str]:
         return {
             "mlflow_ui": ui_command(self.tracking_uri),
-            "optuna_dashboard": f"optuna-dashboard {self.storage_url}",
+            "mlflow_page": ui_url(self.tracking_uri, self.experiment_id),
+            "optuna_dashboard": f"{executable('optuna-dashboard')} {self.storage_url}",
         }
 
     def to_dict(self) -> dict[str, Any]:

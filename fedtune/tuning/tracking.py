@@ -67,6 +67,7 @@ __all__ = [
     "resolve_tracking_uri",
     "stored_tradeoff",
     "ui_command",
+    "ui_url",
 ]
 
 MAX_BATCH = 1000  # MLflow's limit of entities (metrics + params + tags) per log_batch
@@ -90,11 +91,32 @@ def resolve_tracking_uri(
     return uri or f"sqlite:///{Path(workdir).resolve() / 'mlflow.db'}"
 
 
+def executable(name: str) -> str:
+    """``name`` as a plain shell finds it: the absolute path of the script installed beside
+    this Python (a virtual environment need not be active), else the bare name."""
+    import shlex
+    import sys
+
+    beside = Path(sys.executable).parent / name
+    return shlex.quote(str(beside)) if beside.is_file() else name
+
+
 def ui_command(uri: str) -> str:
-    """How to look at the runs: ``mlflow ui`` on a local store, the server's URL otherwise."""
+    """How to look at the runs: ``mlflow ui`` on a local store (runnable from any shell and
+    directory); with a tracking server there is nothing to start (see :func:`ui_url`)."""
     if uri.startswith(("http://", "https://")):
-        return f"open {uri}"
-    return f"mlflow ui --backend-store-uri {uri}"
+        return ""
+    return f"{executable('mlflow')} ui --backend-store-uri {uri}"
+
+
+UI_QUERY = "workflowType=machine_learning"  # MLflow 3 opens on GenAI pages without it
+
+
+def ui_url(uri: str, experiment_id: str) -> str:
+    """The experiment's runs table: on the tracking server, or on ``mlflow ui``'s default
+    address (127.0.0.1:5000) for a local store."""
+    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
+    return f"{base}/#/experiments/{experiment_id}/runs?{UI_QUERY}"
 
 
 @contextlib.contextmanager

@@ -1,10 +1,13 @@
 """The MLflow UI shows a finished study: headless Chromium renders the experiment's runs page.
 
-What a user does after ``fedtune tune``: run the printed ``mlflow ui --backend-store-uri …``
-command and open the experiment. The runs list of MLflow 3 lives at
-``#/experiments/<id>/runs``; nested runs are collapsed under their parent unless the list is
-sorted by something else than the start time, so the page is opened sorted by run name, which
-lists the parent run and every trial run. Chromium's ``--dump-dom`` gives the rendered DOM after
+What a user does after ``fedtune tune``: from a plain shell (no virtual environment on PATH,
+another directory) run the printed follow-up commands exactly — resume/extend, the
+``optuna-dashboard`` command, ``mlflow ui`` — and open the printed page. MLflow 3 opens an
+experiment on its GenAI "Overview / Traces" pages unless the URL asks for the model-training
+workflow, so the printed page must land on the runs table (issue 12, requirement 3). Nested runs
+are collapsed under their parent unless the list is sorted by something else than the start
+time, so the list is also opened sorted by run name, which shows every trial run; the best
+trial's page shows its ``objective``. Chromium's ``--dump-dom`` gives the rendered DOM after
 the single-page app has fetched the runs (``--virtual-time-budget``), ``--screenshot`` a PNG.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -26,6 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedtune.tuning.tracking import UI_QUERY
 from tests.integration.conftest import make_quadratic_study
 from tests.needs import need
 
@@ -54,26 +59,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _plain_env(home: Path) -> dict[str, str]:
+    """A plain shell's environment: no virtual environment on PATH, no tracking URI (a
+    PYTHONPATH of the checkout under test is kept: it selects the code, not the tools)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no GenAI job workers  # fmt: skip
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
 @contextlib.contextmanager
-def _mlflow_ui(command: str, port: int, log: Path):
-    """The printed ``mlflow ui`` command on ``port``, stopped by its process group id."""
-    argv = shlex.split(command)
-    assert argv[:2] == ["mlflow", "ui"], command
-    argv = [str(BIN / "mlflow"), *argv[1:], "--host", "127.0.0.1", "--port", str(port)]
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no GenAI job workers
+def _serve(argv: list[str], health: str, log: Path, env: dict[str, str], cwd: Path):
+    """Start ``argv`` (as printed, plus host/port), wait for ``health``, stop by group id."""
     with log.open("w") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                 start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while True:
             assert proc.poll() is None, log.read_text()[-2000:]
-            health = f"http://127.0.0.1:{port}/health"
             with contextlib.suppress(OSError), urllib.request.urlopen(health, timeout=2):
                 break
-            assert time.monotonic() < deadline, "mlflow ui did not come up"
+            assert time.monotonic() < deadline, f"{argv[0]} did not come up"
             time.sleep(0.5)
-        yield f"http://127.0.0.1:{port}"
+        yield
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -82,6 +92,22 @@ def _mlflow_ui(command: str, port: int, log: Path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def _printed(stdout: str) -> dict[str, str]:
+    """The follow-up lines of ``fedtune tune``'s summary: ``label : command``."""
+    out = {}
+    for line in stdout.splitlines():
+        label, sep, value = line.partition(" : ")
+        if sep:
+            out[label.strip()] = value.strip()
+    return out
+
+
+def _text(dom: str) -> str:
+    return re.sub(
+        r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"(?s)<(script|style).*?</\1>", "", dom))
+    )
 
 
 def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
@@ -97,26 +123,68 @@ def test_mlflow_ui_shows_the_study(tmp_path):
     spec.write_text(yaml.safe_dump(STUDY))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     tune = subprocess.run(
-        [str(BIN / "fedtune"), "tune", str(spec), "--workdir", str(tmp_path / "w"), "--json"],
+        [str(BIN / "fedtune"), "tune", str(spec), "--workdir", str(tmp_path / "w")],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert tune.returncode == 0, tune.stderr[-3000:]
-    result = json.loads(tune.stdout)
+    printed = _printed(tune.stdout)
+    elsewhere = tmp_path / "elsewhere"  # a plain shell, in another directory
+    elsewhere.mkdir()
+    plain = _plain_env(elsewhere)
+
+    # resume/extend, as printed (plus --json to read the result): nothing left to run
+    again = shlex.split(printed["resume/extend"].removesuffix("[--trials N]"))
+    rerun = subprocess.run([*again, "--json"], capture_output=True, text=True, env=plain,
+                           cwd=elsewhere, timeout=300)  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    result = json.loads(rerun.stdout)
+    assert result["ran"] == 0 and result["finished"] == 3
     trials = [f"trial-{n:04d}" for n in range(result["finished"])]
-    assert len(trials) == 3
+    assert printed["open the runs"] == result["commands"]["mlflow_page"]
 
-    with _mlflow_ui(result["commands"]["mlflow_ui"], _free_port(), tmp_path / "ui.log") as base:
-        url = (f"{base}/#/experiments/{result['experiment_id']}/runs"
-               "?orderByKey=attributes.run_name&orderByAsc=true")  # fmt: skip
-        dom = _chromium(["--dump-dom", url], tmp_path / "profile-dom")
+    # optuna-dashboard, as printed: serves the study
+    port = _free_port()
+    dash = [*shlex.split(printed["open the study"]), "--host", "127.0.0.1", "--port", str(port)]
+    api = f"http://127.0.0.1:{port}/api/studies"
+    with _serve(dash, api, tmp_path / "dash.log", plain, elsewhere):
+        body = urllib.request.urlopen(api, timeout=10).read().decode()
+    assert "ui-quad" in body
+
+    # mlflow ui, as printed; the printed page is the runs table of a model-training experiment
+    port = _free_port()
+    ui = [*shlex.split(printed["start the UI"]), "--host", "127.0.0.1", "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    page = printed["open the runs"].replace("http://127.0.0.1:5000", base)
+    assert page.startswith(f"{base}/#/experiments/{result['experiment_id']}/runs?")
+    sorted_page = f"{page}&orderByKey=attributes.run_name&orderByAsc=true"  # trials not folded
+    from mlflow import MlflowClient
+
+    client = MlflowClient(result["tracking_uri"])
+    children = client.search_runs([result["experiment_id"]],
+                                  f"tags.`mlflow.parentRunId` = '{result['parent_run_id']}'")  # fmt: skip
+    best = next(r for r in children if r.data.tags.get("best_trial") == "true")
+    child = f"{base}/#/experiments/{result['experiment_id']}/runs/{best.info.run_id}?{UI_QUERY}"
+    with _serve(ui, f"{base}/health", tmp_path / "ui.log", plain, elsewhere):
+        landing = _chromium(["--dump-dom", page], tmp_path / "profile-landing")
+        listed = _chromium(["--dump-dom", sorted_page], tmp_path / "profile-dom")
+        run_page = _chromium(["--dump-dom", child], tmp_path / "profile-run")
         shot = tmp_path / "runs.png"
-        _chromium(["--window-size=1400,900", f"--screenshot={shot}", url], tmp_path / "profile-png")
+        _chromium(["--window-size=1400,900", f"--screenshot={shot}", page],
+                  tmp_path / "profile-png")  # fmt: skip
 
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "Training runs" in dom.stdout or "Runs" in dom.stdout
-    assert "ui-quad" in dom.stdout  # the study's parent run (and experiment)
+    for dom in (landing, listed, run_page):
+        assert dom.returncode == 0, dom.stderr[-2000:]
+    text = _text(landing.stdout)
+    assert f"Runs - Experiment {result['experiment_id']}" in landing.stdout, text[:500]
+    assert "Overview - Experiment" not in landing.stdout  # not the GenAI landing page
+    assert "ui-quad" in text and "Run Name" in text  # the runs table with the parent run
+    listed_text = _text(listed.stdout)
     for name in trials:
-        assert name in dom.stdout, f"{name} missing from the rendered runs list"
+        assert name in listed_text, f"{name} missing from the rendered runs list"
+    run_text = _text(run_page.stdout)
+    value = best.data.metrics["objective"]
+    assert re.search(r"\bobjective\b", run_text) and f"{value:.6g}"[:6] in run_text
+    assert "objective_metric" in run_text and "best_trial" in run_text
     assert shot.is_file() and shot.stat().st_size > 20_000
     from matplotlib.image import imread
 
