@@ -471,14 +471,21 @@ class StudySpec(_Spec):
                 raise ConfigError(field, f"{value} exceeds train.rounds = {rounds}")
 
     def _check_registered(self) -> None:
-        """The task and algorithm the study names exist; with user code, a missing one is a
+        """The task, model and algorithm the study names exist (before Ray starts: an unknown
+        model used to fail every trial in turn); with user code, a missing one is a
         ``CodeError`` that says what the code's modules did register."""
         from fedtune.trainers.algorithms.registry import REGISTRY as ALGORITHMS
+        from fedtune.trainers.models.registry import REGISTRY as MODELS
         from fedtune.trainers.tasks.registry import REGISTRY as TASKS
 
+        models = [("task.model", self.task.get("model"))] if "model" in self.task else []
+        for key, entry in (self.search.override or {}).items():  # a searched model
+            if resolve_path(key) == "task.model" and entry and entry.get("choices"):
+                models += [(f"search.override.{key}.choices", m) for m in entry["choices"]]
         for field, registry, name in (
             ("task.name", TASKS, self.task.get("name")),
             ("algorithm", ALGORITHMS, self.algorithm),
+            *((f, MODELS, m) for f, m in models),
         ):
             if not isinstance(name, str):
                 continue  # parse_trial_config names the problem

@@ -261,6 +261,9 @@ def _count_trials(workdir) -> int:
             },
             "search.override.prox_alpha",
         ),
+        # unknown model / algorithm parameter: exit 2 before Ray starts (issue 12, item 8)
+        ({"task": {"name": "quadratic", "clients": 10, "dim": 5, "model": "nope"}}, "task.model"),
+        ({"hparams": {"client_lrr": 0.1}}, "hparams.client_lrr"),
     ],
 )
 def test_invalid_spec_exits_2_with_one_line(tmp_path, capsys, quadratic_study, patch, field):

@@ -155,6 +155,9 @@ def test_submit_returns_the_queued_study(client: TestClient) -> None:
         ({"search": {"space": ["fedavg", "/tmp/x.yaml"]}}, "search.space[1]"),
         ({"tracking": {"uri": "file:///etc"}}, "tracking.uri"),
         ({"budget": {"trials": 10**6}}, "budget.trials"),
+        # an unknown model used to pass and fail every trial in turn (issue 12, item 8)
+        ({"task": {"name": "quadratic", "clients": 6, "dim": 3, "model": "nope"}}, "task.model"),
+        ({"hparams": {"client_lrr": 0.1}}, "hparams.client_lrr"),
     ],
 )
 def test_invalid_specs_are_422_with_the_field_path(client: TestClient, change, field) -> None:
@@ -171,7 +174,9 @@ def test_bodies_that_are_not_objects_are_422(client: TestClient, body: bytes) ->
 
 
 def test_a_body_that_is_not_json_is_400(client: TestClient) -> None:
-    r = client.post("/v1/studies", content=b"{not json", headers={"Content-Type": "application/json"})
+    r = client.post(
+        "/v1/studies", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
 
 
@@ -202,7 +207,9 @@ def test_openapi_documents_every_error_and_the_real_body(client: TestClient) -> 
     body = spec["paths"]["/v1/studies"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"] == {"$ref": "#/components/schemas/StudySpec"}
     study = spec["components"]["schemas"]["StudySpec"]
-    assert {"task", "algorithm", "train", "search", "budget", "resources"} <= set(study["properties"])
+    assert {"task", "algorithm", "train", "search", "budget", "resources"} <= set(
+        study["properties"]
+    )
     refs = {v["$ref"].rsplit("/", 1)[1] for v in _refs(study)}
     assert refs and refs <= set(spec["components"]["schemas"]), refs
 
