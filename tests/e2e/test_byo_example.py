@@ -202,6 +202,29 @@ def test_through_the_service_on_sqlite(serve, tmp_path: Path) -> None:
         assert err.value.field == "search.parameters.server_momentum.low"
         assert "is required" in str(err.value)
         assert len(sdk.studies(limit=10)) == 1
+        # a part of the user's method declaring its own hyperparameter without bounds: the
+        # service's import check refuses it (422) naming the module and the file:line
+        lab = _lab_copy(
+            tmp_path / "nobounds",
+            "methods.py",
+            "from fedtune.extend import register_algorithm, weighted_mean\n",
+            "from fedtune.extend import HParam, register_algorithm, weighted_mean\n",
+        )
+        methods = lab / "fedlab" / "methods.py"
+        text = methods.read_text().replace(
+            "    aggregator=MedianClippedNova(),\n",
+            "    aggregator=MedianClippedNova(),\n"
+            "    hparams=(HParam('medclip_quantile', float, 0.5),),\n")  # fmt: skip
+        methods.write_text(text)
+        line = text.splitlines().index("    hparams=(HParam('medclip_quantile', float, 0.5),),") + 1
+        spec = _spec(name="nobounds")
+        with pytest.raises(ConfigError) as err:
+            sdk.submit({**spec, "code": {"modules": spec["code"]["modules"]}}, code=lab)
+        assert err.value.field == "code.modules[2]"
+        message = str(err.value)
+        assert "medclip_quantile" in message and "without bounds" in message
+        assert f"fedlab/methods.py:{line}" in message, message
+        assert len(sdk.studies(limit=10)) == 1
 
 
 def test_through_the_service_on_postgresql_with_the_cli(serve, tmp_path: Path) -> None:
@@ -300,8 +323,9 @@ def test_run_time_errors_of_user_code_fail_the_study_with_the_reason(serve, tmp_
 def test_a_study_with_every_bad_kind_of_code_is_covered() -> None:
     """The other bad-code cases of issue 10 are refused before a study exists (tests elsewhere;
     this keeps the list honest): syntax error, import error, missing registration, a zip over
-    the limit, a zip escaping its root in ``tests/service/test_code_upload.py``; a
-    hyperparameter without bounds in the study's search space in ``tests/unit``."""
+    the limit, a zip escaping its root in ``tests/service/test_code_upload.py``; a user part's
+    hyperparameter declared without bounds in ``tests/unit/test_hparams.py`` and, through the
+    service, in ``test_through_the_service_on_sqlite`` above."""
     upload = (REPO / "tests/service/test_code_upload.py").read_text()
     for name in (
         "test_bad_code_is_a_422_naming_the_field_and_file_line",
@@ -310,6 +334,7 @@ def test_a_study_with_every_bad_kind_of_code_is_covered() -> None:
         '"escapes the package root"',
     ):
         assert name in upload, name  # fmt: skip
+    assert '"without bounds"' in (REPO / "tests/unit/test_hparams.py").read_text()
     fixtures = (REPO / "tests/service/code_fixtures.py").read_text()
     assert '"syntax":' in fixtures and '"import":' in fixtures
 
