@@ -27,6 +27,7 @@ from .declared import declaration_problem, declared_space, default_space, space_
 from .loader import (
     SHIPPED_DIR,
     combine,
+    combine_errors,
     load_space,
     merge,
     parse_space,
@@ -42,6 +43,7 @@ __all__ = [
     "Parameter",
     "SearchSpace",
     "combine",
+    "combine_errors",
     "declaration_problem",
     "declared_space",
     "default_point",

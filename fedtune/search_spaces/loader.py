@@ -32,6 +32,7 @@ from .params import merge_raw, parse_parameter
 __all__ = [
     "SHIPPED_DIR",
     "combine",
+    "combine_errors",
     "load_space",
     "merge",
     "parse_space",
@@ -190,13 +191,41 @@ _BAD_NAME = (
 )
 
 
+def combine_errors(errors: list[ConfigError], field: str | None = None) -> ConfigError:
+    """One error for several: the only one, or ``<common field>: N conflicts: a: …; b: …`` (one
+    line; combined errors are flattened, their parts kept in ``.parts``)."""
+    flat = [part for e in errors for part in getattr(e, "parts", [e])]
+    if len(flat) == 1:
+        return flat[0]
+    common = [f.split(".") for f in (e.field for e in flat)]
+    prefix = []
+    for parts in zip(*common, strict=False):
+        if len(set(parts)) != 1:
+            break
+        prefix.append(parts[0])
+    parts = "; ".join(f"{e.field}: {e.reason}" for e in flat)
+    sources = {e.source for e in flat}
+    source = sources.pop() if len(sources) == 1 else None
+    out = ConfigError(field or ".".join(prefix) or "<spec>", f"{len(flat)} conflicts: {parts}",
+                      source)  # fmt: skip
+    out.parts = flat
+    return out
+
+
 def _parse_entries(items: list[tuple[str, _Entry]]) -> tuple[Parameter, ...]:
     names: dict[str, str] = {}
     for path, (name, _, _, _) in items:
         names[name] = path
         names[path] = path
         names.setdefault(path.split(".", 1)[1], path)
-    params = [parse_parameter(n, path, raw, names, f, src) for path, (n, raw, f, src) in items]
+    params, errors = [], []
+    for path, (n, raw, f, src) in items:  # every entry, so that all conflicts show at once
+        try:
+            params.append(parse_parameter(n, path, raw, names, f, src))
+        except ConfigError as exc:
+            errors.append(exc)
+    if errors:
+        raise combine_errors(errors)
     origin = {path: (f, src) for path, (_, _, f, src) in items}
     return _dependency_order(params, origin)
 

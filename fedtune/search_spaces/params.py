@@ -168,8 +168,17 @@ def parse_parameter(
     if default is not None:
         if kind != ParamType.CATEGORICAL:
             default = _number(ctx, "default", default, kind == ParamType.INT)
-        if not param.contains(default):
-            raise ctx.error("default", f"{default!r} lies outside the parameter's range/choices")
+        if not param.contains(default):  # with the grid's problem, if any: both at once
+            outside = ctx.error(
+                "default", f"{default!r} lies outside the parameter's range/choices"
+            )
+            try:
+                _grid(ctx, raw, param)
+            except ConfigError as grid_error:
+                from .loader import combine_errors
+
+                raise combine_errors([outside, grid_error]) from None
+            raise outside
     return dataclasses.replace(param, default=default, grid=_grid(ctx, raw, param))
 
 

@@ -51,6 +51,7 @@ from fedtune.search_spaces import (
     ParamType,
     SearchSpace,
     combine,
+    combine_errors,
     declaration_problem,
     default_space,
     load_space,
@@ -453,7 +454,7 @@ class StudySpec(_Spec):
         parsed = parse_trial_config(self.base_trial_config())
         recipe = get_recipe(self.algorithm)
         _check_recipe(recipe, parsed)
-        space = self.search_space()
+        space = self._space_or_all_conflicts()
         for p in space.enabled:
             self._check_searched(p, recipe)
         self._check_values(space, recipe)
@@ -505,6 +506,28 @@ class StudySpec(_Spec):
                     f"{', '.join(found) or 'no ' + kind + 's'}; {exc.reason}",
                     files or None,
                 ) from None
+
+    def _space_or_all_conflicts(self) -> SearchSpace:
+        """The space; a narrowed space's conflicts — with its own ranges, defaults and grids,
+        and with values the base configuration fixes — are reported all at once."""
+        fixed = []
+        for key in self.search.override:
+            path = resolve_path(key) if isinstance(key, str) else None
+            if path is None or self.search.override[key] is None:
+                continue
+            section, name = path.split(".", 1)
+            where = self.task if section == "task" else getattr(self, section, None)
+            if isinstance(where, dict) and name in where:
+                fixed.append(ConfigError(
+                    f"{section}.{name}", f"is also searched (search.override.{key}); set it in "
+                    "one place (remove it here, or from the search with null)"))  # fmt: skip
+        try:
+            space = self.search_space()
+        except ConfigError as exc:
+            raise combine_errors([exc, *fixed], "search.override" if fixed else None) from None
+        if fixed:
+            raise combine_errors(fixed)
+        return space
 
     def _check_searched(self, p: Parameter, recipe: Recipe) -> None:
         origin = self.param_origin(p.path)

@@ -175,3 +175,32 @@ def test_files_user_spaces_and_sources(tmp_path):
     assert str(bad) in str(err.value)
     with pytest.raises(ConfigError, match="cannot read"):
         StudySpec.from_file(tmp_path / "missing.yaml")
+
+
+def test_narrowing_a_shipped_space_reports_every_conflict_at_once():
+    """Issue 12, item 10: defaults and grids outside the narrowed ranges and a value the base
+    configuration also fixes, in one error (it used to stop at the first)."""
+    from fedtune.tuning.spec import StudySpec
+
+    raw = {
+        "name": "narrow",
+        "task": {"name": "quadratic", "clients": 6, "dim": 3},
+        "algorithm": "fedavg",
+        "train": {"rounds": 10},
+        "hparams": {"client_lr": 0.01},
+        "search": {"space": "fedavg", "override": {
+            "client_lr": {"high": 0.005},
+            "server_lr": {"low": 2.0, "grid": [0.5, 3.0]},
+        }},
+    }  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        StudySpec.from_dict(raw)
+    err = info.value
+    assert err.field == "search.override" and err.reason.startswith("4 conflicts: ")
+    assert [e.field for e in err.parts] == [
+        "search.override.client_lr.default",
+        "search.override.server_lr.default",
+        "search.override.server_lr.grid",
+        "hparams.client_lr",
+    ]
+    assert "\n" not in str(err)  # one line for the CLI
