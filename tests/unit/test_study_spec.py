@@ -204,3 +204,20 @@ def test_narrowing_a_shipped_space_reports_every_conflict_at_once():
         "hparams.client_lr",
     ]
     assert "\n" not in str(err)  # one line for the CLI
+
+
+def test_the_readme_override_example_is_what_fedtune_says_and_its_fix_validates():
+    from fedtune.tuning.spec import StudySpec
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    printed = next(ln.strip() for ln in readme.splitlines()
+                   if ln.strip().startswith("fedtune: error: study.yaml: search.override: 4"))  # fmt: skip
+    blocks = [b.split("```", 1)[0] for b in readme.split("```yaml\n")[1:]]
+    bad = next(b for b in blocks if "server_lr: {low: 2.0, grid: [0.5, 3.0]}" in b)
+    fixed = next(b for b in blocks if "server_lr: {low: 2.0, default: 3.0" in b)
+    raw = {"name": "narrow", "task": {"name": "quadratic", "clients": 6, "dim": 3},
+           "algorithm": "fedavg", "train": {"rounds": 10}}  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        StudySpec.from_dict({**raw, **yaml.safe_load(bad)}, source="study.yaml")
+    assert printed == f"fedtune: error: {info.value}"
+    StudySpec.from_dict({**raw, **yaml.safe_load(fixed)})
