@@ -278,9 +278,9 @@ class _MlflowIds:
 
     def _experiment(self, run_id: str) -> str | None:
         try:
-            from mlflow.tracking import MlflowClient
+            from fedtune.tuning.tracking import run_experiment_id
 
-            return MlflowClient(tracking_uri=self.uri).get_run(run_id).info.experiment_id
+            return run_experiment_id(self.uri, run_id)
         except Exception:  # the id is a convenience for links; never fail the study on it
             return None
 

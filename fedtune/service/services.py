@@ -235,9 +235,11 @@ def _best(study: Study, completed: list[Trial]) -> BestTrial | None:
 def _mlflow_links(study: Study, tracking_uri: str | None) -> MlflowLinks:
     url = None
     if tracking_uri and tracking_uri.startswith(("http://", "https://")) and study.mlflow_run_id:
+        from fedtune.tuning.tracking import UI_QUERY  # the model-training page, not GenAI's
+
         url = (
             f"{tracking_uri.rstrip('/')}/#/experiments/{study.mlflow_experiment_id}"
-            f"/runs/{study.mlflow_run_id}"
+            f"/runs/{study.mlflow_run_id}?{UI_QUERY}"
         )
     return MlflowLinks(
         tracking_uri=tracking_uri,

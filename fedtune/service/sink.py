@@ -22,6 +22,8 @@ from typing import Any
 
 from ray.tune import Callback
 
+from fedtune.tuning.trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY  # the schema
+
 from .db import Database
 from .repository import Repository
 from .states import TrialState
@@ -29,14 +31,6 @@ from .states import TrialState
 __all__ = ["DbSink", "TrialRecorder"]
 
 log = logging.getLogger(__name__)
-
-TRIAL_KEY, ROUND, HISTORY, OUTCOME, OBJECTIVE = (
-    "fedtune.trial",
-    "round",
-    "history",
-    "outcome",
-    "objective",
-)
 
 
 class TrialRecorder:

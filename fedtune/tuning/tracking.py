@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -64,7 +66,9 @@ __all__ = [
     "MlflowCallback",
     "StudyTracker",
     "error_line",
+    "kill_study_runs",
     "resolve_tracking_uri",
+    "run_experiment_id",
     "stored_tradeoff",
     "ui_command",
     "ui_url",
@@ -363,6 +367,42 @@ def stored_tradeoff(uri: str, parent_run_id: str) -> str | None:
             return Path(client.download_artifacts(parent_run_id, TRADEOFF_FILE, tmp)).read_text()
     except (MlflowException, OSError):
         return None
+
+
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+_LIVE = ("RUNNING", "SCHEDULED")
+log = logging.getLogger(__name__)
+
+
+def kill_study_runs(
+    tracking_uri: str | None,
+    experiment_id: str | None,
+    parent_run_id: str | None,
+    run_ids: Iterable[str | None] = (),
+) -> list[str]:
+    """Set the unfinished runs of a study to KILLED; returns the ids changed."""
+    client = MlflowClient(tracking_uri=tracking_uri) if tracking_uri else MlflowClient()
+    ids = {r for r in (*run_ids, parent_run_id) if r and _RUN_ID.match(r)}
+    if parent_run_id and _RUN_ID.match(parent_run_id) and experiment_id:
+        children = client.search_runs(
+            [str(experiment_id)], filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
+        )
+        ids.update(run.info.run_id for run in children)
+    killed = []
+    for run_id in sorted(ids):
+        live = (*_LIVE, "FAILED") if run_id == parent_run_id else _LIVE
+        try:
+            if client.get_run(run_id).info.status in live:
+                client.set_terminated(run_id, status="KILLED")
+                killed.append(run_id)
+        except Exception as exc:  # an unknown/deleted run must not stop the others
+            log.warning("cannot mark MLflow run %s KILLED: %s", run_id, exc)
+    return killed
+
+
+def run_experiment_id(uri: str, run_id: str) -> str:
+    """The experiment of run ``run_id``."""
+    return MlflowClient(tracking_uri=uri).get_run(run_id).info.experiment_id
 
 
 def error_line(trial: Any) -> str:
