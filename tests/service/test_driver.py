@@ -324,6 +324,9 @@ def test_ray_not_starting_under_the_real_run_study_requeues_the_study(
         raise Exception("The current node timed out during startup.")  # Ray's own words
 
     monkeypatch.setattr(ray, "init", never)
+    # a session fixture may hold a Ray of its own in this process; run_study would reuse it
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)  # and must not stop it
     monkeypatch.setenv("FEDTUNE_RAY_START_ATTEMPTS", "2")
     monkeypatch.setenv("FEDTUNE_RAY_START_BACKOFF_S", "0")
     ctx, scheduler, backend = dispatching

@@ -136,6 +136,9 @@ def test_fedtune_tune_prints_one_line_when_ray_never_starts(
         raise _TIMEOUT
 
     monkeypatch.setattr(ray, "init", never)
+    # a session fixture may hold a Ray of its own in this process; run_study would reuse it
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)  # and must not stop it
     monkeypatch.setattr(rr.time, "sleep", lambda s: None)
     monkeypatch.setenv("FEDTUNE_RAY_START_ATTEMPTS", "2")
     spec = tmp_path / "study.yaml"
