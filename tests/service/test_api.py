@@ -101,6 +101,7 @@ def test_readiness_fails_when_the_database_does(client: TestClient, monkeypatch)
     def down() -> None:
         raise DatabaseUnavailableError("the database is unavailable; retry later")
 
+    assert _runtime(client).ctx.warmup.done.wait(300)  # readiness then reflects the database
     monkeypatch.setattr(_runtime(client).db, "ping", down)
     r = client.get("/readyz")
     assert r.status_code == 503 and r.json()["error"]["code"] == "database_unavailable"
