@@ -18,7 +18,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from tests.service.helpers import tiny_spec
+from tests.service.helpers import tiny_spec, until
 from tests.service.ray_cluster import LocalRayCluster, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,16 +36,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 USER_CODE = Path(__file__).resolve().parents[1] / "unit" / "user_code" / "ft_user_lab"
 FEDTUNE = str(Path(sys.executable).parent / "fedtune")
 NO_CUDA_LINE = "CUDA is not available in this trial's process"
-
-
-def _until(predicate, timeout: float, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    return predicate()
 
 
 class World:
@@ -258,7 +247,7 @@ def test_the_ray_backend_runs_the_driver_on_the_head_and_trials_on_workers(world
         with db.session(readonly=True) as s:
             ref = Repository(s).require_study(sid).driver_ref
         done = (DriverStatus.PENDING, DriverStatus.RUNNING)
-        final = _until(lambda: (st := backend.poll(ref)) not in done and st, 300)
+        final = until(lambda: (st := backend.poll(ref)) not in done and st, 300)
         jobs = backend._jobs()
         assert final == DriverStatus.SUCCEEDED, jobs.get_job_logs(ref["submission_id"])[-3000:]
         with db.session(readonly=True) as s:
@@ -290,7 +279,7 @@ def test_killing_a_worker_node_mid_study_loses_no_trial(world: World) -> None:
     probe = Path(doc["task"]["probe_dir"])
     try:
         # three trials on three one-CPU nodes: one of them is parked on the victim
-        assert _until(lambda: list(probe.glob("holding-*")), 300), "no trial reached the victim"
+        assert until(lambda: list(probe.glob("holding-*")), 300), "no trial reached the victim"
         victim.kill()
         assert driver.wait(timeout=420) == 0, (world.root / "killed.err").read_text()[-3000:]
     finally:

@@ -29,6 +29,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from fedtune.tuning.ray_runtime import _start_ticks as _ticks  # live (not zombie) start time
 from fedtune.tuning.ray_runtime import ray_temp_dir
 from tests.integration.conftest import make_quadratic_study
 
@@ -113,16 +114,6 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
     assert second.returncode == 0, second.stderr[-3000:]
     return {"spec": spec, "workdir": workdir, "storage": storage, "before": before,
             "env": env, "second": second, "temp": temp, **leftovers}  # fmt: skip
-
-
-def _ticks(pid: int) -> int | None:
-    """Start time of a live (not zombie) process, None once it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def _freeze(pids: list[int]) -> dict[int, int]:

@@ -9,6 +9,7 @@ import pytest
 
 from fedtune.service.db import Database
 from fedtune.service.migrate import upgrade_database
+from fedtune.service.services import ServiceContext
 from fedtune.service.settings import Settings, load_settings
 
 from ..needs import need
@@ -61,6 +62,12 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
         return load_settings(**(base | overrides))
 
     return make
+
+
+@pytest.fixture
+def ctx(sqlite_db: Database, make_settings) -> ServiceContext:
+    """A service context on a throw-away SQLite store with a fast heartbeat (driver tests)."""
+    return ServiceContext(sqlite_db, make_settings(database_url=sqlite_db.url, heartbeat_s=0.05))
 
 
 @pytest.fixture

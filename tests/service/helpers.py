@@ -165,3 +165,26 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def until(predicate, timeout: float, every: float = 0.5):
+    """Poll ``predicate`` until it returns something truthy or ``timeout`` s pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    return predicate()
+
+
+def running_study(ctx: Any, **spec: Any) -> str:
+    """Submit ``tiny_spec(**spec)`` and mark it RUNNING at attempt 1, as a dispatch would."""
+    from fedtune.service.repository import Repository
+    from fedtune.service.services import submit_study
+    from fedtune.service.states import StudyState
+
+    sid = submit_study(ctx, tiny_spec(**spec))[0].id
+    with ctx.db.session() as s:
+        Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
+    return sid

@@ -20,19 +20,7 @@ from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.states import StudyState, TrialState
 
-from .helpers import tiny_spec
-
-
-@pytest.fixture
-def ctx(sqlite_db: Database, make_settings) -> ServiceContext:
-    return ServiceContext(sqlite_db, make_settings(database_url=sqlite_db.url, heartbeat_s=0.05))
-
-
-def _running(ctx: ServiceContext, **spec) -> str:
-    sid = submit_study(ctx, tiny_spec(**spec))[0].id
-    with ctx.db.session() as s:
-        Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
-    return sid
+from .helpers import running_study, tiny_spec
 
 
 def _trial(number: int, last_result: dict | None = None) -> SimpleNamespace:
@@ -62,7 +50,7 @@ def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks):
 
 
 def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> None:
-    sid = _running(ctx)
+    sid = running_study(ctx)
     assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study) == 0
     assert fake_run_study.seen["workdir"] == study_workdir(ctx.settings, sid)
     assert fake_run_study.seen["tracking_uri"].endswith(f"studies/{sid}/mlflow.db")
@@ -97,7 +85,7 @@ def test_a_driver_with_nothing_to_do_exits_at_once(ctx: ServiceContext, case: st
 
 
 def test_a_failing_study_is_marked_failed(ctx: ServiceContext) -> None:
-    sid = _running(ctx)
+    sid = running_study(ctx)
 
     def bad(*args, **kwargs):
         raise ConfigError("resources.gpu", "each trial asks for 1 GPU(s) but the cluster has 0")
@@ -109,7 +97,7 @@ def test_a_failing_study_is_marked_failed(ctx: ServiceContext) -> None:
 
 
 def test_cancelling_stops_a_running_driver(ctx: ServiceContext) -> None:
-    sid = _running(ctx)
+    sid = running_study(ctx)
     heartbeats = []
 
     def endless(spec, workdir, *, sinks, **kwargs):
@@ -128,7 +116,7 @@ def test_cancelling_stops_a_running_driver(ctx: ServiceContext) -> None:
 
 
 def test_final_states_are_synchronised_from_optuna(ctx: ServiceContext) -> None:
-    sid = _running(ctx, name="synced")
+    sid = running_study(ctx, name="synced")
     workdir = study_workdir(ctx.settings, sid)
     workdir.mkdir(parents=True)
     storage = f"sqlite:///{workdir / 'optuna.db'}"
@@ -165,7 +153,7 @@ def test_final_states_are_synchronised_from_optuna(ctx: ServiceContext) -> None:
 
 
 def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) -> None:
-    sid = _running(ctx)
+    sid = running_study(ctx)
     with ctx.db.session() as s:
         Repository(s).finish_trial(sid, 0, TrialState.COMPLETED, 1.0, "completed")
     seen: list[int] = []
@@ -187,7 +175,7 @@ def test_an_unwritable_workdir_fails_at_start_with_one_line(ctx, tmp_path, monke
     exits 2 at start with one line naming the variable, and the study records that line."""
     from fedtune.cli import main
 
-    sid = _running(ctx)
+    sid = running_study(ctx)
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     monkeypatch.setenv("FEDTUNE_DATABASE_URL", ctx.settings.database_url)
@@ -199,7 +187,7 @@ def test_an_unwritable_workdir_fails_at_start_with_one_line(ctx, tmp_path, monke
         study = Repository(s).require_study(sid)
     assert study.state == StudyState.FAILED and study.error in err
     # a superseded attempt still refuses to start, but leaves the study alone
-    other = _running(ctx)
+    other = running_study(ctx)
     assert main(["worker", "run-study", other, "--attempt", "7"]) == 2
     with ctx.db.session(readonly=True) as s:
         assert Repository(s).require_study(other).state == StudyState.RUNNING
@@ -378,7 +366,7 @@ def _with_code(ctx: ServiceContext) -> tuple[str, str]:
             archive.writestr(name, data)
     package = buffer.getvalue()
     sha = sha256_of(package)
-    sid = _running(ctx)
+    sid = running_study(ctx)
     with ctx.db.session() as s:
         repo = Repository(s)
         spec = dict(repo.require_study(sid).spec)

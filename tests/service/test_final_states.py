@@ -29,21 +29,9 @@ from fedtune.tuning.failures import FIRST_ERROR_ATTR, FirstErrorCallback, first_
 from fedtune.tuning.store import StudyStore
 from fedtune.tuning.study import StudyResult
 
-from .helpers import FakeBackend, tiny_spec
+from .helpers import FakeBackend, running_study, tiny_spec
 
 WAITING = optuna.trial.TrialState.WAITING
-
-
-@pytest.fixture
-def ctx(sqlite_db: Database, make_settings) -> ServiceContext:
-    return ServiceContext(sqlite_db, make_settings(database_url=sqlite_db.url, heartbeat_s=0.05))
-
-
-def _running(ctx: ServiceContext, **spec) -> str:
-    sid = submit_study(ctx, tiny_spec(**spec))[0].id
-    with ctx.db.session() as s:
-        Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
-    return sid
 
 
 def _result(counts: dict[str, int], error: str | None) -> StudyResult:
@@ -63,7 +51,7 @@ def _counts(**outcomes: int) -> dict[str, int]:
 
 
 def test_a_study_whose_trials_all_failed_ends_failed_with_the_first_error(ctx) -> None:
-    sid = _running(ctx)
+    sid = running_study(ctx)
     error = "trial 0: TrialError: DataError: /data/x.h5: not an HDF5 file"
 
     def all_fail(*args, **kwargs):
@@ -81,7 +69,7 @@ def test_a_study_whose_trials_all_failed_ends_failed_with_the_first_error(ctx) -
     "counts", [_counts(failed=2, completed=1), _counts(diverged=2), _counts(failed=1, stopped=1)]
 )
 def test_a_study_with_one_trial_that_ran_to_its_end_succeeds(ctx, counts) -> None:
-    sid = _running(ctx)
+    sid = running_study(ctx)
     assert run_driver(sid, ctx.settings, 1, run_study=lambda *a, **k: _result(counts, "x")) == 0
     with ctx.db.session(readonly=True) as s:
         study = Repository(s).require_study(sid)
@@ -139,7 +127,7 @@ def _storage_states(ctx, sid: str, name: str) -> list:
 
 
 def test_a_cancelled_study_leaves_no_waiting_trial_in_optuna(ctx) -> None:
-    sid = _running(ctx, name="cancelled")
+    sid = running_study(ctx, name="cancelled")
 
     def cancel() -> None:
         with ctx.db.session() as s:
@@ -158,7 +146,7 @@ def test_a_cancelled_study_leaves_no_waiting_trial_in_optuna(ctx) -> None:
 
 
 def test_a_redispatched_study_keeps_its_queue_to_resume_from(ctx) -> None:
-    sid = _running(ctx, name="moved")
+    sid = running_study(ctx, name="moved")
 
     def supersede() -> None:
         with ctx.db.session() as s:

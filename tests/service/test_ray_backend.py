@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.settings import load_settings
 from fedtune.service.states import StudyState, TrialState
 
-from .helpers import tiny_spec
+from .helpers import tiny_spec, until
 from .ray_cluster import LocalRayCluster, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -45,16 +44,6 @@ def world(tmp_path_factory: pytest.TempPathFactory):
         db.dispose()
 
 
-def _until(predicate, timeout: float, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    return predicate()
-
-
 def test_a_study_runs_as_a_ray_job(world) -> None:
     ctx, cluster = world
     backend = RayJobsBackend(ctx.settings)
@@ -68,7 +57,7 @@ def test_a_study_runs_as_a_ray_job(world) -> None:
     with ctx.db.session(readonly=True) as s:
         ref = Repository(s).require_study(sid).driver_ref
     assert ref == {"submission_id": submission_id(sid, 1), "address": cluster.address}
-    final = _until(
+    final = until(
         lambda: (
             (st := backend.poll(ref)) not in (DriverStatus.PENDING, DriverStatus.RUNNING) and st
         ),
@@ -93,7 +82,7 @@ def test_stopping_a_ray_job(world) -> None:
     with ctx.db.session() as s:
         Repository(s).transition(sid, StudyState.RUNNING, attempts=1, backend="ray")
     ref = backend.launch(LaunchRequest(sid, 1))
-    assert _until(lambda: backend.poll(ref) == DriverStatus.RUNNING, 60)
+    assert until(lambda: backend.poll(ref) == DriverStatus.RUNNING, 60)
     backend.stop(ref)
-    assert _until(lambda: backend.poll(ref) == DriverStatus.FAILED, 60)  # STOPPED
+    assert until(lambda: backend.poll(ref) == DriverStatus.FAILED, 60)  # STOPPED
     backend.stop(ref)  # idempotent

@@ -114,18 +114,7 @@ def test_vectorized_equals_sequential(name):
 
 
 def _apply(trainer: Trainer, cohort: Cohort):
-    state = copy.deepcopy(trainer.state)
-    ctx = RoundContext(
-        trainer.runner,
-        trainer.loss_of,
-        trainer.data,
-        trainer.task,
-        trainer.hparams.client_lr,
-        trainer.hparams.server_lr,
-        0,
-    )
-    new_state, _ = trainer.algorithm.apply(state, cohort, ctx)
-    return new_state.params
+    return _apply_state(trainer, cohort).params
 
 
 # methods that run one client per round have no client order to test
