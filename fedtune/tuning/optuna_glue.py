@@ -137,9 +137,12 @@ def target_trials(spec: StudySpec, space: SearchSpace, trials: int | None) -> in
     return total
 
 
+_NEVER_ENDED = ("interrupted", "cancelled")  # interrupted (re-run) or dropped by a cancel
+
+
 def _interrupted(t: optuna.trial.FrozenTrial) -> bool:
     """Stopped before its end: interrupted (re-run) or dropped from the queue by a cancel."""
-    return t.user_attrs.get("outcome") in ("interrupted", "cancelled")
+    return t.user_attrs.get("outcome") in _NEVER_ENDED
 
 
 def count_finished(study: optuna.Study) -> int:
@@ -314,7 +317,6 @@ class FedtuneSearch(Searcher):
 
 
 # -- reading a study back (the storage alone; used at the end and for the progress line) ----
-_outcome = outcome_of
 _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
@@ -323,9 +325,9 @@ def study_counts(study: optuna.Study) -> dict[str, int]:
     counts = dict.fromkeys(("trials", "completed", "diverged", "stopped", "failed"), 0)
     counts["interrupted"] = 0
     for t in study.get_trials(deepcopy=False, states=_FINISHED):
-        outcome = _outcome(t)
+        outcome = outcome_of(t)
         counts[outcome] = counts.get(outcome, 0) + 1
-        counts["trials"] += outcome not in ("interrupted", "cancelled")  # never ran to an end
+        counts["trials"] += outcome not in _NEVER_ENDED
     return counts
 
 
@@ -342,7 +344,7 @@ def best_trial(spec: StudySpec, study: optuna.Study, space: SearchSpace) -> dict
     done = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if _outcome(t) == "completed" and math.isfinite(t.values[0])
+        if outcome_of(t) == "completed" and math.isfinite(t.values[0])
     ]
     if not done:
         return None
