@@ -12,7 +12,6 @@ ended, and while it runs the same function on the trials finished so far, marked
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -56,4 +55,4 @@ def tradeoff_of(
 
 def tradeoff_text(t: TradeOff) -> str:
     """The exact text of ``tradeoff.json`` (∞/NaN as null)."""
-    return json.dumps(t.to_dict(), indent=2, allow_nan=False)
+    return t.to_json()

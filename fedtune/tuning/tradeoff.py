@@ -241,6 +241,10 @@ class TradeOff:
         finite = [t for t in self.trials if math.isfinite(t.final_loss)]
         return min(finite, key=lambda t: t.final_loss) if finite else None
 
+    def to_json(self) -> str:
+        """The text of ``tradeoff.json`` (∞/NaN as null): the bytes the service returns."""
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ∞/NaN become null."""
         body = {
@@ -291,8 +295,7 @@ class TradeOff:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
-        paths["json"].write_text(json.dumps(self.to_dict(), indent=2, allow_nan=False))  # as
-        # fedtune.tuning.report.tradeoff_text, the bytes the service returns
+        paths["json"].write_text(self.to_json())
         rows = self.to_csv_rows()
         with paths["csv"].open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial_id"])
