@@ -114,14 +114,15 @@ class StudyStore:
 
     def mark_interrupted(self, number: int) -> None:
         """A trial left RUNNING by a dead driver: FAIL with outcome ``interrupted``."""
-        tid = self.trial_id(number)
-        self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, "interrupted")
-        self.storage.set_trial_state_values(tid, TrialState.FAIL)
+        self._fail_with(number, "interrupted")
 
     def mark_cancelled(self, number: int) -> None:
         """A queued (WAITING) trial of a cancelled study: FAIL with outcome ``cancelled``."""
+        self._fail_with(number, "cancelled")
+
+    def _fail_with(self, number: int, outcome: str) -> None:
         tid = self.trial_id(number)
-        self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, "cancelled")
+        self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, outcome)
         self.storage.set_trial_state_values(tid, TrialState.FAIL)
 
     def set_parent_run_id(self, run_id: str) -> None:
