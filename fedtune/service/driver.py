@@ -5,7 +5,9 @@
    and exit 2 with it;
 1. load the study from the service database; exit 0 at once unless it is ``running`` and this is
    its current dispatch attempt (a superseded or cancelled driver must not run);
-   A study with uploaded code finds its package in the database (:mod:`.study_code`);
+   A study with uploaded code finds its package in the database (:mod:`.study_code`); code
+   that does not import here fails the study with "the study's code failed to load on the
+   driver's machine: <field>: <error> (at <file:line>)";
 2. ``run_study(spec, <FEDTUNE_WORKDIR>/studies/<id>, sinks=[DbSink])`` — trials, rounds and
    MLflow run ids go to the database while it runs, so status and trials are always current.
    Embedded Ray unless ``RAY_ADDRESS`` is set (inside a Ray job or a RayJob it is);
@@ -40,7 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fedtune.errors import ConfigError, ConflictError, FedtuneError
+from fedtune.errors import CodeError, ConfigError, ConflictError, FedtuneError
 
 from .db import Database
 from .faults import is_transient, retry_delay_s
@@ -170,7 +172,11 @@ def run_driver(
         try:
             spec = load_spec(with_study_code(db, settings, document, code_sha256))
         except ConfigError as exc:
-            _finish(db, study_id, StudyState.FAILED, error=f"invalid stored spec: {exc}")
+            what = "invalid stored spec"
+            if isinstance(exc, CodeError):  # the service's check imported it, this machine not
+                what = "the study's code failed to load on the driver's machine"
+            log.error("study %s failed: %s: %s", study_id, what, exc)
+            _finish(db, study_id, StudyState.FAILED, error=f"{what}: {exc}")
             return 1
         view = OptunaView(workdir, spec.name)
         _restart_if_storage_lost(db, study_id, view)

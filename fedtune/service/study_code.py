@@ -15,11 +15,14 @@ driver or a fresh pod reads it from there, not from any file system).
   there to every trial through Ray's ``runtime_env`` (``fedtune.tuning.code_shipping``).
 
 A digest with no stored package (deleted by hand) is a ``ConfigError`` naming ``code.sha256``.
+The driver logs where the package went (``code package <sha256> unpacked from the database to
+<dir>``): under the ``ray`` backend that is the Ray job's log, on the head.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,8 @@ from .repository import Repository
 from .settings import Settings
 
 __all__ = ["code_dir", "with_study_code"]
+
+log = logging.getLogger(__name__)
 
 
 def code_dir(settings: Settings, sha256: str) -> Path:
@@ -63,5 +68,6 @@ def with_study_code(
     from fedtune.code_package import extract
 
     root = extract(package, code_dir(settings, sha256), max_bytes=settings.max_code_bytes)
+    log.info("code package %s unpacked from the database to %s", sha256, root)
     document["code"] = {**code, "path": str(root)}
     return document

@@ -86,3 +86,18 @@ def test_stopping_a_ray_job(world) -> None:
     backend.stop(ref)
     assert until(lambda: backend.poll(ref) == DriverStatus.FAILED, 60)  # STOPPED
     backend.stop(ref)  # idempotent
+
+
+def test_without_a_tracking_uri_the_backend_warns(tmp_path: Path, caplog, monkeypatch) -> None:
+    """Each driver's default MLflow store is in the Ray head's workdir: a service that does not
+    share it finds no runs there (found by ``tests/e2e/test_byo_ray_backend.py``)."""
+    base = dict(database_url=f"sqlite:///{tmp_path / 'db'}", workdir=str(tmp_path), backend="ray",
+                ray_address="http://127.0.0.1:8265")  # fmt: skip
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with caplog.at_level("WARNING", logger="fedtune.service.backends.ray_jobs"):
+        RayJobsBackend(load_settings(**base))
+    assert "backend 'ray' without MLFLOW_TRACKING_URI" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fedtune.service.backends.ray_jobs"):
+        RayJobsBackend(load_settings(**base, mlflow_tracking_uri="http://mlflow:5000"))
+    assert caplog.text == ""

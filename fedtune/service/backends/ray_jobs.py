@@ -8,7 +8,15 @@ so the driver's trials run on that cluster.
 The cluster's processes must have the settings the driver reads — ``FEDTUNE_DATABASE_URL`` and
 ``MLFLOW_TRACKING_URI`` — in their environment (the Helm chart's RayCluster head reads those two
 keys of the env Secret, and its workers get none); they are deliberately *not* sent in the job's
-``runtime_env``, which the Ray dashboard shows to anyone who can open it.
+``runtime_env``, which the Ray dashboard shows to anyone who can open it. Without a
+``MLFLOW_TRACKING_URI`` each driver writes MLflow to a SQLite file in the *head's* workdir, which
+the service cannot read unless it shares that workdir: the backend warns at start.
+
+A study with uploaded code needs nothing more here: the driver reads the package from the
+database and unpacks it under the head's ``FEDTUNE_WORKDIR/code/<sha256>``
+(:mod:`fedtune.service.study_code`), and its ``ray.init`` ships it to the trials on every node as
+``runtime_env`` ``py_modules`` (:mod:`fedtune.tuning.code_shipping`; Ray merges that with the
+job's own ``runtime_env``).
 
 A cluster with token authentication (Ray turns it on when a token exists) needs its token in
 ``RAY_AUTH_TOKEN`` (Ray's own variable, read by the settings); it is sent as
@@ -55,6 +63,13 @@ class RayJobsBackend(Backend):
             raise BackendError("backend 'ray' needs RAY_ADDRESS (the dashboard, http://host:8265)")
         self.address = settings.ray_address
         self.settings = settings
+        if not settings.mlflow_tracking_uri:
+            log.warning(
+                "backend 'ray' without MLFLOW_TRACKING_URI: each driver logs to a SQLite store in "
+                "the Ray head's FEDTUNE_WORKDIR, which this service reads only if it shares that "
+                "workdir (MLflow ids and trade-offs); give the service and the cluster one "
+                "tracking URI"
+            )
         self._factory = client_factory
         self._client: Any = None
 

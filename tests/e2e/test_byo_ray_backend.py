@@ -1,0 +1,239 @@
+"""Bring your own code through the service's ``ray`` backend (issue 10 §4, Ray Jobs): a real
+uvicorn ``fedtune serve`` with ``FEDTUNE_BACKEND=ray`` submits each study's driver to a real
+multi-node Ray cluster started here (:class:`tests.service.ray_cluster.LocalRayCluster`: a head
+with no CPUs, as the Helm chart's, and one worker node ``w`` with two), and the example project
+``examples/byo`` (package ``fedlab``) is uploaded by the SDK.
+
+* the study succeeds with the user's task, model and method: the driver, a Ray job on the head,
+  unpacked the package from the service database into the head's ``FEDTUNE_WORKDIR`` (empty
+  before; its log says so), the trials on the worker node imported it from Ray's
+  ``runtime_env`` (``py_modules``, unpacked by that node's runtime-env agent), and the service,
+  Optuna and MLflow agree on the trials;
+* code that the service's import check accepts but the cluster cannot import (a dependency the
+  API machine has and the Ray cluster lacks) ends the study ``failed`` with the import error.
+
+The example package is on no process's ``sys.path``: not this one's, not the service's, not the
+cluster's (the cluster's processes inherit this process's environment).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fedtune.client import Client
+from fedtune.code_package import pack
+from fedtune.service.states import StudyState, TrialState
+from tests.service.helpers import Server
+from tests.service.ray_cluster import LocalRayCluster, session_pids
+
+from .test_service_e2e import FAST, TOKEN, _mlflow_runs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "byo"
+STUDY = EXAMPLE / "study.yaml"
+#: a module the service's machine has and the Ray cluster lacks (see the failure test)
+ONLY_ON_THE_API = "wine_cellar_stats"
+
+
+@dataclass
+class World:
+    root: Path
+    cluster: LocalRayCluster
+    server: Server
+    head_workdir: Path  # FEDTUNE_WORKDIR of the cluster's processes (the driver's)
+
+    def logs(self, study_id: str, attempt: int = 1) -> str:
+        from ray.job_submission import JobSubmissionClient
+
+        from fedtune.service.backends.ray_jobs import submission_id
+
+        token = self.cluster.client_env["RAY_AUTH_TOKEN"]
+        jobs = JobSubmissionClient(self.cluster.address,
+                                   headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        return jobs.get_job_logs(submission_id(study_id, attempt))
+
+
+@pytest.fixture(autouse=True)
+def _example_stays_out_of_this_process() -> Iterator[None]:
+    assert importlib.util.find_spec("fedlab") is None, "fedlab must not be importable here"
+    yield
+    assert "fedlab" not in sys.modules and importlib.util.find_spec("fedlab") is None
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root: Path = tmp_path_factory.mktemp("byo-ray")
+    url = f"sqlite:///{root / 'fedtune.db'}"  # one machine: the head's driver opens it too
+    head_workdir = root / "head"
+    api_only = root / "api-site"  # on the service's PYTHONPATH only
+    api_only.mkdir()
+    (api_only / f"{ONLY_ON_THE_API}.py").write_text("MEDIAN = 0.5\n")
+    # the cluster's processes carry the driver's settings (the Helm chart: envFrom the Secret)
+    # and one MLflow store that the service reads too (the chart: an MLflow server)
+    mlflow = f"sqlite:///{root / 'mlflow.db'}"
+    env = {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(head_workdir),
+           "MLFLOW_TRACKING_URI": mlflow, "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cluster = LocalRayCluster(env, head_cpus=0)
+    server: Server | None = None
+    try:
+        cluster.start()
+        cluster.add_node("w", num_cpus=2)
+        server = Server(
+            {
+                "FEDTUNE_DATABASE_URL": url,
+                "FEDTUNE_WORKDIR": str(root / "api"),  # not the head's: nothing shared on disk
+                "FEDTUNE_BACKEND": "ray",
+                "RAY_ADDRESS": cluster.address,
+                "RAY_AUTH_TOKEN": cluster.client_env["RAY_AUTH_TOKEN"],
+                "FEDTUNE_API_TOKEN": TOKEN,
+                "FEDTUNE_ALLOW_CODE_UPLOAD": "1",
+                "FEDTUNE_MAX_CONCURRENT_STUDIES": "2",
+                "MLFLOW_TRACKING_URI": mlflow,
+                "PYTHONPATH": os.pathsep.join([str(REPO), str(api_only)]),
+                **FAST,
+            },
+            root / "serve.log",
+        )
+        server.start()
+        yield World(root, cluster, server, head_workdir)
+    finally:
+        if server is not None:
+            server.stop()
+        sessions = cluster.sessions
+        cluster.stop()
+        assert not [p for s in sessions for p in session_pids(s)], "cluster processes survived"
+
+
+def _small(**changes) -> dict:
+    """The example's study file with fewer trials and rounds, its code named by ``code=``."""
+    spec = yaml.safe_load(STUDY.read_text())
+    spec["code"] = {"modules": spec["code"]["modules"]}
+    for key, value in changes.items():
+        spec[key] = {**spec[key], **value} if isinstance(value, dict) else value
+    return spec
+
+
+def _lab_needing_a_dependency(root: Path) -> tuple[Path, int]:
+    """A copy of the example whose ``fedlab/tasks.py`` imports :data:`ONLY_ON_THE_API`; the
+    project and the line of that import."""
+    lab = root / "lab-needs-a-dependency"
+    shutil.copytree(EXAMPLE, lab, ignore=shutil.ignore_patterns("__pycache__"))
+    tasks = lab / "fedlab" / "tasks.py"
+    text, anchor = tasks.read_text(), "from __future__ import annotations\n"
+    assert anchor in text
+    statement = f"import {ONLY_ON_THE_API}  # noqa: F401"
+    tasks.write_text(text.replace(anchor, f"{anchor}\n{statement}\n"))
+    return lab, tasks.read_text().splitlines().index(statement) + 1
+
+
+@dataclass
+class Submitted:
+    id: str
+    final: Any  # StudyStatus
+    trials: list[Any]
+    logs: str  # the driver's Ray job log
+
+
+@pytest.fixture(scope="module")
+def studies(world: World) -> dict[str, Submitted]:
+    """Both studies, submitted together (two drivers on the head at once) and waited for."""
+    sha = pack(EXAMPLE).sha256
+    assert not (world.head_workdir / "code" / sha).exists()  # nothing on the head beforehand
+    lab, _ = _lab_needing_a_dependency(world.root)
+    with Client(world.server.url, token=TOKEN, timeout=30) as sdk:
+        handles = {
+            "example": sdk.submit(
+                _small(budget={"trials": 2, "max_concurrent": 2},
+                       train={"rounds": 4, "eval_every": 2}, objective={"last_rounds": 2}),
+                code=EXAMPLE,
+            ),
+            "needs-a-dependency": sdk.submit(
+                _small(name="needs-a-dependency", budget={"trials": 1}), code=lab
+            ),
+        }  # fmt: skip
+        done = {}
+        for key, study in handles.items():
+            final = study.wait(progress=False, timeout=400, poll_s=0.5)
+            done[key] = Submitted(study.id, final, study.trials(), world.logs(study.id))
+    return done
+
+
+def test_the_uploaded_example_is_tuned_by_a_ray_job(
+    world: World, studies: dict[str, Submitted]
+) -> None:
+    import optuna
+
+    study = studies["example"]
+    final, trials, logs = study.final, study.trials, study.logs
+    sha = pack(EXAMPLE).sha256
+    assert final.state == StudyState.SUCCEEDED, (final.error, logs[-3000:])
+    assert (final.task, final.algorithm) == ("fedlab_wine", "nova_medclip")
+    assert final.code_sha256 == sha
+    assert final.spec["code"] == {"modules": ["fedlab.models", "fedlab.tasks",
+                                              "fedlab.methods"]}  # fmt: skip
+    assert [t.state for t in trials] == [TrialState.COMPLETED] * 2
+    assert final.progress.completed == 2
+    with Client(world.server.url, token=TOKEN, timeout=30) as sdk:
+        curve = sdk.study(study.id).curve(trials[0].number)
+    assert [p.round for p in curve] == list(range(1, 5))
+    assert all("medclip_bound" in p.metrics for p in curve)  # the user's aggregator ran
+
+    # the driver (a Ray job on the head) unpacked the package from the database
+    unpacked = world.head_workdir / "code" / sha
+    assert f"code package {sha} unpacked from the database to {unpacked}" in logs, logs[-3000:]
+    assert (unpacked / "fedlab" / "methods.py").read_bytes() == (
+        EXAMPLE / "fedlab" / "methods.py"
+    ).read_bytes()
+    # the trials ran on the worker node, with the code its runtime-env agent unpacked
+    [node] = world.cluster.nodes
+    shipped = list(node.temp_dir.glob("session_*/runtime_resources/py_modules_files/*/fedlab"))
+    assert shipped and (shipped[0] / "methods.py").is_file(), list(node.temp_dir.rglob("fedlab"))
+
+    # Optuna (in the head's workdir) and MLflow agree with the service
+    storage = f"sqlite:///{world.head_workdir / 'studies' / study.id / 'optuna.db'}"
+    optuna_study = optuna.load_study(study_name=final.name, storage=storage)
+    done = [t for t in optuna_study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == len(optuna_study.trials) == 2
+    assert sorted(t.number for t in done) == sorted(t.number for t in trials)
+    searched = {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
+    assert all(set(t.params) == searched for t in done)  # the user's method's hyperparameters
+    parent, children = _mlflow_runs(final)
+    assert parent.info.status == "FINISHED" and len(children) == 2
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert (child.data.tags["task"], child.data.tags["algorithm"]) == (
+            "fedlab_wine",
+            "nova_medclip",
+        )
+
+
+def test_code_the_cluster_cannot_import_fails_the_study_with_the_reason(
+    world: World, studies: dict[str, Submitted]
+) -> None:
+    """The service's import check runs where the service runs; the cluster may lack a
+    dependency the API machine has. The driver's import of the uploaded code fails on the head:
+    the study ends ``failed`` with the import error, never ``succeeded`` and never re-queued."""
+    study = studies["needs-a-dependency"]
+    final = study.final
+    _, line = _lab_needing_a_dependency(world.root / "again")
+    assert final.state == StudyState.FAILED, (final.state, study.logs[-3000:])
+    assert final.error.startswith(
+        "the study's code failed to load on the driver's machine: code.modules[1]: "
+        "importing 'fedlab.tasks' failed: "
+    ), final.error  # not "invalid stored spec": the spec is fine, the cluster lacks a module
+    assert f"No module named '{ONLY_ON_THE_API}'" in final.error, final.error
+    assert final.error in study.logs  # the Ray job's log says why, too
+    assert f"fedlab/tasks.py:{line}" in final.error, final.error
+    assert final.attempts == 1 and study.trials == []
