@@ -352,8 +352,9 @@ def _forget_drv_lab() -> None:
     sys.path[:] = [p for p in sys.path if "/work/code/" not in p]
 
 
-def _with_code(ctx: ServiceContext) -> tuple[str, str]:
-    """A running study whose spec names uploaded code, stored as the service stores it."""
+def _with_code(ctx: ServiceContext, files: dict[str, bytes] = DRV_LAB) -> tuple[str, str]:
+    """A running study whose spec names uploaded code (``files``), stored as the service
+    stores it."""
     import io
     import zipfile
 
@@ -362,7 +363,7 @@ def _with_code(ctx: ServiceContext) -> tuple[str, str]:
 
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        for name, data in DRV_LAB.items():
+        for name, data in files.items():
             archive.writestr(name, data)
     package = buffer.getvalue()
     sha = sha256_of(package)
@@ -409,6 +410,27 @@ def test_the_driver_finds_uploaded_code_in_the_database(ctx: ServiceContext) -> 
     assert run_driver(sid, ctx.settings, 2, run_study=record) == 0
     assert seen[-1] == (str(where), "drv_quadratic")
     assert (where / "drv_lab" / "tasks.py").is_file()
+
+
+def test_code_that_does_not_import_on_the_drivers_machine_fails_the_study_as_such(
+    ctx: ServiceContext,
+) -> None:
+    """The service's check imported it; the driver's machine lacks a dependency (a Ray cluster
+    without a package the API machine has). Before: "invalid stored spec: …"."""
+    tasks = b"import drv_lab_missing_dependency\n" + DRV_LAB["drv_lab/tasks.py"]
+    sid, _ = _with_code(ctx, {**DRV_LAB, "drv_lab/tasks.py": tasks})
+    try:
+        assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study) == 1
+    finally:
+        _forget_drv_lab()
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.FAILED
+    assert study.error.startswith(
+        "the study's code failed to load on the driver's machine: code.modules[0]: "
+        "importing 'drv_lab.tasks' failed: No module named 'drv_lab_missing_dependency' (at "
+    ), study.error
+    assert study.error.endswith("drv_lab/tasks.py:1)"), study.error
 
 
 def test_a_missing_code_package_fails_the_study_naming_the_digest(ctx: ServiceContext) -> None:
