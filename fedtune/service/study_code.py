@@ -7,12 +7,17 @@ driver or a fresh pod reads it from there, not from any file system).
 
 :func:`with_study_code` gives the driver the spec it can load:
 
-* the modules are already importable — a RayJob's ``runtime_env`` (``py_modules`` = the study's
-  package URL) put them on the driver's and every worker's path, or they are installed: the
-  spec is used as stored (no ``path``, so trials on other nodes import them the same way);
-* otherwise (the local backend) the package is extracted once per digest under
+* the Ray job the driver runs in ships code itself — a RayJob's ``runtime_env`` (``py_modules``
+  = the study's package URL, which Ray hands the driver in ``RAY_JOB_CONFIG_JSON_ENV_VAR``) put
+  the modules on the driver's and every worker's path: the spec is used as stored (no
+  ``path``, so trials on other nodes import them the same way);
+* otherwise (the local and the ``ray`` backend) the package is extracted once per digest under
   ``<FEDTUNE_WORKDIR>/code/<sha256>`` and named as ``code.path``; ``run_study`` ships it from
-  there to every trial through Ray's ``runtime_env`` (``fedtune.tuning.code_shipping``).
+  there to every trial through Ray's ``runtime_env`` (``fedtune.tuning.code_shipping``). This
+  holds even when modules of the same names are installed where the driver runs (an older
+  version in the cluster's image): ``code.path`` comes first on the driver's ``sys.path`` and
+  ``py_modules`` first on the workers' ``PYTHONPATH``, so the study runs the code of its
+  ``code_sha256``, never whatever happens to be importable.
 
 A digest with no stored package (deleted by hand) is a ``ConfigError`` naming ``code.sha256``.
 The driver logs where the package went (``code package <sha256> unpacked from the database to
@@ -22,7 +27,9 @@ The driver logs where the package went (``code package <sha256> unpacked from th
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +50,18 @@ def code_dir(settings: Settings, sha256: str) -> Path:
     return Path(settings.workdir).resolve() / "code" / sha256
 
 
+def _shipped_by_the_job() -> bool:
+    """The Ray job this driver runs in has ``py_modules`` of its own (a RayJob's runtime_env)."""
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")  # set by Ray's job supervisor
+    if not raw:
+        return False
+    try:
+        runtime_env = json.loads(raw).get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        return False
+    return bool(isinstance(runtime_env, dict) and runtime_env.get("py_modules"))
+
+
 def _importable(modules: list[str]) -> bool:
     try:
         return all(importlib.util.find_spec(m.split(".")[0]) is not None for m in modules)
@@ -59,7 +78,7 @@ def with_study_code(
     if not sha256 or not isinstance(code, Mapping) or code.get("path"):
         return document
     modules = list(code.get("modules") or [])
-    if _importable(modules):
+    if _shipped_by_the_job() and _importable(modules):
         return document
     with db.session(readonly=True) as session:
         package = Repository(session).get_code_package(sha256)

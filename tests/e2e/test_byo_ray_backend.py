@@ -12,8 +12,9 @@ with no CPUs, as the Helm chart's, and one worker node ``w`` with two), and the 
 * code that the service's import check accepts but the cluster cannot import (a dependency the
   API machine has and the Ray cluster lacks) ends the study ``failed`` with the import error.
 
-The example package is on no process's ``sys.path``: not this one's, not the service's, not the
-cluster's (the cluster's processes inherit this process's environment).
+The uploaded package wins over an older ``fedlab`` installed on the cluster (on the PYTHONPATH of
+every cluster process, as in an image built earlier): the study runs the code of its
+``code_sha256``. The example is on no ``sys.path`` of this process or the service.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ EXAMPLE = REPO / "examples" / "byo"
 STUDY = EXAMPLE / "study.yaml"
 #: a module the service's machine has and the Ray cluster lacks (see the failure test)
 ONLY_ON_THE_API = "wine_cellar_stats"
+#: the round diagnostic of the older fedlab installed on the cluster (see ``_installed_copy``)
+INSTALLED_MARK = "installed_copy_ran"
 
 
 @dataclass
@@ -72,6 +75,18 @@ def _example_stays_out_of_this_process() -> Iterator[None]:
     assert "fedlab" not in sys.modules and importlib.util.find_spec("fedlab") is None
 
 
+def _installed_copy(site: Path) -> Path:
+    """An older ``fedlab`` installed on the cluster (as in an image built earlier): the same
+    names, plus a round diagnostic :data:`INSTALLED_MARK` that the uploaded code lacks."""
+    shutil.copytree(EXAMPLE / "fedlab", site / "fedlab",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    methods = site / "fedlab" / "methods.py"
+    old = '{"medclip_bound": float(bound),'
+    assert old in methods.read_text()
+    methods.write_text(methods.read_text().replace(old, f'{{"{INSTALLED_MARK}": 1.0, ' + old[1:]))
+    return site
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root: Path = tmp_path_factory.mktemp("byo-ray")
@@ -80,11 +95,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     api_only = root / "api-site"  # on the service's PYTHONPATH only
     api_only.mkdir()
     (api_only / f"{ONLY_ON_THE_API}.py").write_text("MEDIAN = 0.5\n")
+    installed = _installed_copy(root / "cluster-site")  # on the cluster's PYTHONPATH only
     # the cluster's processes carry the driver's settings (the Helm chart: envFrom the Secret)
     # and one MLflow store that the service reads too (the chart: an MLflow server)
     mlflow = f"sqlite:///{root / 'mlflow.db'}"
     env = {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(head_workdir),
-           "MLFLOW_TRACKING_URI": mlflow, "OMP_NUM_THREADS": "1"}  # fmt: skip
+           "MLFLOW_TRACKING_URI": mlflow, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(installed)])}  # fmt: skip
     cluster = LocalRayCluster(env, head_cpus=0)
     server: Server | None = None
     try:
@@ -189,6 +206,8 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
         curve = sdk.study(study.id).curve(trials[0].number)
     assert [p.round for p in curve] == list(range(1, 5))
     assert all("medclip_bound" in p.metrics for p in curve)  # the user's aggregator ran
+    assert not [p for p in curve if INSTALLED_MARK in p.metrics]  # the uploaded one, not
+    # the older fedlab installed on the cluster: the package of the study's code_sha256 wins
 
     # the driver (a Ray job on the head) unpacked the package from the database
     unpacked = world.head_workdir / "code" / sha
@@ -213,6 +232,7 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
     assert parent.info.status == "FINISHED" and len(children) == 2
     for child in children:
         assert child.info.status == "FINISHED"
+        assert "medclip_bound" in child.data.metrics and INSTALLED_MARK not in child.data.metrics
         assert (child.data.tags["task"], child.data.tags["algorithm"]) == (
             "fedlab_wine",
             "nova_medclip",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -431,6 +432,43 @@ def test_code_that_does_not_import_on_the_drivers_machine_fails_the_study_as_suc
         "importing 'drv_lab.tasks' failed: No module named 'drv_lab_missing_dependency' (at "
     ), study.error
     assert study.error.endswith("drv_lab/tasks.py:1)"), study.error
+
+
+def test_uploaded_code_wins_over_an_installed_package_of_the_same_name(
+    ctx: ServiceContext, tmp_path, monkeypatch
+) -> None:
+    """An older ``drv_lab`` importable where the driver runs (a cluster image built earlier):
+    the driver still unpacks and names the study's uploaded package. Before: the installed
+    copy, found importable, was used instead — the study ran code other than its digest's."""
+    from fedtune.service.study_code import code_dir
+
+    sid, sha = _with_code(ctx)
+    installed = tmp_path / "site"
+    (installed / "drv_lab").mkdir(parents=True)
+    for name, data in DRV_LAB.items():
+        (installed / name).write_bytes(data)
+    monkeypatch.syspath_prepend(str(installed))
+    seen = []
+
+    def record(spec, workdir, **kwargs):
+        seen.append(spec.code.path)
+        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0,
+                               counts={"trials": 0})  # fmt: skip
+
+    try:
+        assert run_driver(sid, ctx.settings, 1, run_study=record) == 0
+    finally:
+        _forget_drv_lab()
+    assert seen == [str(code_dir(ctx.settings, sha))]
+    # inside a RayJob whose own runtime_env ships py_modules, the modules are used as stored
+    sid, sha = _with_code(ctx)
+    job = {"runtime_env": {"py_modules": ["http://fedtune:8000/v1/studies/x/code.zip"]}}
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
+    try:
+        assert run_driver(sid, ctx.settings, 1, run_study=record) == 0
+    finally:
+        _forget_drv_lab()
+    assert seen[-1] is None
 
 
 def test_a_missing_code_package_fails_the_study_naming_the_digest(ctx: ServiceContext) -> None:
