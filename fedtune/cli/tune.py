@@ -156,10 +156,16 @@ def _summary(result, spec, study_path: str, workdir: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedtune.tuning import timeline
+
+    timeline.mark("cli")
     from fedtune.tuning.spec import StudySpec
 
     spec = StudySpec.from_file(args.study)  # ConfigError -> one line, exit 2
+    timeline.mark("spec_loaded")
     from fedtune.tuning.study import run_study
+
+    timeline.mark("driver_imported")
 
     workdir = args.workdir or str(Path("runs") / spec.name)
     _quiet_libraries()

@@ -5,21 +5,11 @@
 * :func:`analyze_tradeoff` — rounds-to-target vs final loss, Pareto set and the lower envelope
   "best loss reachable within R rounds" from the trials' curves (``tradeoff``).
 * :func:`write_artifacts` and the ``plot_*`` functions — PNG figures (``plots``).
-* :func:`run_study` — run/resume a study with Optuna + Ray Tune + MLflow (``study``); it and the
-  other execution names below are imported lazily, so the spec needs no Ray or MLflow.
+* :func:`run_study` — run/resume a study with Optuna + Ray Tune + MLflow (``study``); it, the
+  other execution names and the figures are imported lazily, so the spec (and a trial process)
+  needs no MLflow or matplotlib.
 """
 
-from .plots import (
-    TheoryRow,
-    config_label,
-    contraction_rate,
-    plot_curves,
-    plot_envelope,
-    plot_pareto,
-    plot_theory,
-    theory_table,
-    write_artifacts,
-)
 from .spec import (
     MULTI_OBJECTIVE_SAMPLERS,
     BudgetSpec,
@@ -65,28 +55,23 @@ __all__ = [
     "SchedulerSpec",
     "SearchSpec",
     "StudySpec",
-    "TheoryRow",
     "TrackingSpec",
     "TradeOff",
     "TrialCurve",
     "TrialSummary",
     "analyze_tradeoff",
-    "config_label",
-    "contraction_rate",
     "lower_envelope",
     "pareto_front",
-    "plot_curves",
-    "plot_envelope",
-    "plot_pareto",
-    "plot_theory",
     "rounds_to_target",
     "smooth",
-    "theory_table",
-    "write_artifacts",
 ]
 
-# Execution (Optuna + Ray Tune + MLflow), imported on first use: name -> module.
+# Execution (Optuna + Ray Tune + MLflow) and the figures (matplotlib), imported on first use
+# (a trial process imports this package and needs neither): name -> module.
+_PLOTS = ("TheoryRow", "config_label", "contraction_rate", "plot_curves", "plot_envelope",
+          "plot_pareto", "plot_theory", "theory_table", "write_artifacts")  # fmt: skip
 _LAZY = {
+    **dict.fromkeys(_PLOTS, "plots"),
     "run_study": "study",
     "StudyResult": "study",
     "StudyTracker": "tracking",

@@ -38,9 +38,10 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import ray
 from ray import tune
@@ -50,24 +51,26 @@ from fedtune.errors import ConfigError, ConflictError
 from fedtune.trainers import parse_trial_config
 
 from . import optuna_glue as og
+from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error
-from .plots import write_artifacts
-from .progress import ProgressCallback
-from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
-from .report import tradeoff_of
+from .ray_runtime import (
+    RAY_TEMP_MAX,
+    ray_temp_dir,
+    reap_orphans,
+    remove_temp_dir,
+    start_ray,
+)
 from .spec import SchedulerName, StudySpec
 from .store import StudyStore
-from .theory_link import theory_report
-from .tracking import (
-    MlflowCallback,
-    StudyTracker,
-    executable,
-    resolve_tracking_uri,
-    ui_command,
-    ui_url,
-)
 from .trainable import OBJECTIVE, ROUND, TRIAL_KEY, make_trainable
+
+if TYPE_CHECKING:
+    from .tracking import StudyTracker
+
+# MLflow (.tracking), matplotlib (.plots) and the theory report are imported where used: MLflow
+# by the thread that opens the tracking store while Ray starts (run_study), so neither is paid
+# before Ray's start begins.
 
 __all__ = ["RAY_TEMP_MAX", "StudyResult", "check_resources", "ray_temp_dir", "run_study"]
 
@@ -109,6 +112,8 @@ class StudyResult:
 
     @property
     def commands(self) -> dict[str, str]:
+        from .tracking import executable, ui_command, ui_url
+
         return {
             "mlflow_ui": ui_command(self.tracking_uri),
             "mlflow_page": ui_url(self.tracking_uri, self.experiment_id),
@@ -150,14 +155,22 @@ def run_study(
     t0 = time.perf_counter()
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
+    timeline.mark("run_study")
     with _study_lock(workdir):
         session = _Session.open(spec, workdir, trials, t0)
+        timeline.mark("optuna_opened")
         with contextlib.ExitStack() as stack:
             if session.remaining:
+                # MLflow's imports and store are made ready by a thread while Ray starts
+                pool = stack.enter_context(ThreadPoolExecutor(1, "fedtune-tracking"))
+                connecting = pool.submit(session.connect_tracking, tracking_uri)
                 env = code_runtime_env(spec, workdir)
                 session.shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
                 check_resources(spec, ray.cluster_resources())
+                timeline.mark("ray_started")
+                connecting.result()
             session.open_tracking(tracking_uri)
+            timeline.mark("mlflow_opened")
             if session.remaining:
                 session.fit(progress, sinks)
         return session.finalize()
@@ -198,15 +211,25 @@ class _Session:
         fixed = og.reconcile(study, store)
         return cls(spec, workdir, space, store, study, target, fixed, t0)
 
-    def open_tracking(self, explicit_uri: str | None) -> None:
+    def connect_tracking(self, explicit_uri: str | None) -> None:
+        """The study's MLflow experiment (store created if new); also imports what the fit and
+        the end of the study need, so that a thread can do it while Ray starts."""
+        from . import plots, progress  # noqa: F401 — imported here, off the critical path
+        from .tracking import StudyTracker, resolve_tracking_uri
+
         spec, workdir = self.spec, self.workdir
         uri = resolve_tracking_uri(workdir, explicit_uri, spec.tracking.uri)
         local = uri.startswith("sqlite:") or "://" not in uri
         root = (workdir / "mlartifacts").as_uri() if local else None
         self.tracker = StudyTracker(uri, spec.experiment, root)
+
+    def open_tracking(self, explicit_uri: str | None) -> None:
+        """The parent run (created, or the resumed study's), its child runs reconciled."""
+        if self.tracker is None:
+            self.connect_tracking(explicit_uri)
         space_doc = {**self.space.to_dict(), "fingerprint": self.space.fingerprint()}
         previous = self.store.parent_run_id()
-        self.parent = self.tracker.start_study(spec, space_doc, previous)
+        self.parent = self.tracker.start_study(self.spec, space_doc, previous)
         self.store.set_parent_run_id(self.parent)
         self.tracker.reconcile(self.parent, og.run_statuses(self.study))
 
@@ -214,7 +237,10 @@ class _Session:
         start = time.perf_counter()
         try:
             with _tune_environment():
-                _tuner(self, self._callbacks(progress, sinks)).fit()
+                tuner = _tuner(self, self._callbacks(progress, sinks))
+                timeline.mark("fit")
+                tuner.fit()
+                timeline.mark("fit_done")
             # a wall-clock budget ends the fit with trials in flight: record them as
             # interrupted (re-run by the next invocation), exactly as after a Ctrl-C
             if og.reconcile(self.study, self.store).interrupted:
@@ -229,10 +255,15 @@ class _Session:
             self.fit_s = time.perf_counter() - start
 
     def _callbacks(self, progress: TextIO | None, sinks: Sequence[Any]) -> list[Any]:
+        from .progress import ProgressCallback
+        from .tracking import MlflowCallback
+
         session = self
 
         class FirstStart(tune.Callback):
             def on_trial_start(self, iteration, trials, trial, **info):
+                if session.first_start is None:
+                    timeline.mark("first_trial_scheduled")
                 session.first_start = session.first_start or time.perf_counter()
 
         out = [FirstStart(), FirstErrorCallback(self.study),
@@ -275,6 +306,7 @@ class _Session:
         tracker.finish_study(self.parent, metrics, "FINISHED", report.directory, "tradeoff",
                              step=finished)  # fmt: skip
         now = time.perf_counter()
+        timeline.mark("finalized")
         startup = (self.first_start or start) - self.t0
         timings = {"startup_s": startup, "tuning_s": self.fit_s, "finalize_s": now - start,
                    "total_s": now - self.t0}  # fmt: skip
@@ -342,6 +374,10 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     """Trade-off of the finished trials (``tradeoff.py``), its files, Pareto rows and E(R)."""
     if not curves:
         return _Report()
+    from .plots import write_artifacts
+    from .report import tradeoff_of
+    from .theory_link import theory_report
+
     document = spec.to_dict()
     rounds = parse_trial_config(spec.base_trial_config()).train.rounds
     t = tradeoff_of({**document, "train": {**document["train"], "rounds": rounds}}, curves)

@@ -27,7 +27,8 @@ nothing logs nothing new, an extension only the points that changed
 
 Tracking URI: ``--tracking-uri`` > the spec's ``tracking.uri`` > ``MLFLOW_TRACKING_URI`` > a
 local SQLite store ``sqlite:///<workdir>/mlflow.db`` whose artifacts go to
-``<workdir>/mlartifacts`` (the experiment's artifact location).
+``<workdir>/mlartifacts`` (the experiment's artifact location). A new SQLite store is a copy of
+a cached empty one (:mod:`.sqlite_template`: no migrations at every study's start).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from mlflow.exceptions import MlflowException
 from ray.tune import Callback
 
 from .spec import StudySpec
+from .sqlite_template import seed_sqlite_store
 from .trainable import (
     DECAY_ROUNDS,
     HISTORY,
@@ -176,6 +178,7 @@ class StudyTracker:
 
     def __init__(self, uri: str, experiment: str, artifact_root: str | None = None) -> None:
         self.uri = uri
+        seed_sqlite_store(uri)  # a new SQLite store without MLflow's migrations
         self.client = MlflowClient(tracking_uri=uri)
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:

@@ -52,6 +52,7 @@ import numpy as np
 from fedtune.errors import FedtuneError
 from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
 
+from . import timeline
 from .spec import Mode, MultiMetric, StudySpec
 from .tradeoff import rounds_to_target, smooth
 
@@ -213,6 +214,8 @@ class TrialError(RuntimeError):
 
 def train_trial(config: dict[str, Any], spec: StudySpec) -> None:
     """Ray Tune function trainable (see the module docstring)."""
+    timeline.mark("trial_process_start", timeline.process_start())
+    timeline.mark("trial_entered")
     try:
         _train(config, spec)
     except FedtuneError as exc:
@@ -222,6 +225,8 @@ def train_trial(config: dict[str, Any], spec: StudySpec) -> None:
 def _train(config: dict[str, Any], spec: StudySpec) -> None:
     runs = _SeedRuns(trial_configs(spec, config))
     from ray import tune  # imported here: the engine never needs Ray
+
+    timeline.mark("trial_built")
 
     tracker = ObjectiveTracker(spec)
     pending: list[dict[str, Any]] = []
@@ -253,6 +258,7 @@ def _train(config: dict[str, Any], spec: StudySpec) -> None:
     if runs.decay_enabled:
         final[DECAY_ROUNDS] = decay_rounds
     tune.report(final)
+    timeline.mark("trial_reported")
 
 
 def _result(

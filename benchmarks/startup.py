@@ -1,0 +1,251 @@
+"""Study start-up and per-trial overhead: ``fedtune tune`` against plain Ray Tune + OptunaSearch.
+
+Issue 14 req. 3: a study's fixed cost (process start → first trial running) no more than plain
+Ray Tune + ``OptunaSearch``'s on the same machine, and a per-trial overhead ≤ 0.1 s. Both are
+run here side by side, interleaved, each as a fresh process (``subprocess``) per repeat, both
+with a fresh embedded Ray:
+
+* **plain** — a ``python -c`` script: ``ray.tune.Tuner`` (Ray started by ``fit`` with its
+  defaults) with ``OptunaSearch`` on one uniform parameter, ``num_samples = N``,
+  ``max_concurrent_trials = 1``, a function trainable that appends its start and end times to a
+  stamp file and reports one value;
+* **fedtune** — ``python -m fedtune.cli tune STUDY.yaml --workdir <fresh dir> --json`` on the
+  equivalent trivial study (quadratic task with 1 client of dimension 1 and 1 example, 1 round,
+  random sampler, no scheduler, ``budget.trials = N``, ``max_concurrent = 1``), with the real
+  defaults: Optuna SQLite storage and MLflow SQLite store in the workdir. The environment
+  variable ``FEDTUNE_TIMELINE`` (:mod:`fedtune.tuning.timeline`) makes the driver and the trial
+  processes stamp their phases, so the fixed cost is split into: interpreter + CLI start, spec
+  (imports of the engine), driver imports, Optuna storage, Ray start, MLflow store, Tuner
+  construction, first trial scheduled (driver), trial process start → trainable entered.
+
+Per run: ``fixed_s`` = first trial entered − process launch; ``total_s`` = process exit −
+launch. Per variant, medians over repeats; ``per_trial_s`` = (median total at N_max − median
+total at N_min) / (N_max − N_min); ``per_trial_overhead_s`` = that minus the median time the
+trainable itself ran (entered → last report; the engine's work for fedtune). ``gap_s``: median
+time from one trial's end to the next one's start (N_max runs): scheduling overhead alone.
+
+The MLflow store template (:mod:`fedtune.tuning.tracking`) is built before the repeats (one
+extra run, reported as ``cold_template``), as any earlier study on the machine does.
+
+Usage: ``python benchmarks/startup.py [--repeats 5] [--trials 1 9] [--out PATH]``
+(writes ``benchmarks/results/startup.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _env import environment
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = Path(__file__).resolve().parent / "results" / "startup.json"
+
+PLAIN = textwrap.dedent(
+    """
+    import sys, time
+    n, stamps = int(sys.argv[1]), sys.argv[2]
+
+    def stamp(what):
+        with open(stamps, "a") as fh:
+            fh.write(f"{what} {time.time()}\\n")
+
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+    stamp("imported")
+
+    def trainable(config):
+        stamp("trial_entered")
+        tune.report({"loss": (config["x"] - 0.3) ** 2})
+        stamp("trial_reported")
+
+    tuner = tune.Tuner(
+        trainable,
+        param_space={"x": tune.uniform(0.0, 1.0)},
+        tune_config=tune.TuneConfig(search_alg=OptunaSearch(metric="loss", mode="min", seed=0),
+                                    num_samples=n, max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=sys.argv[3], verbose=0),
+    )
+    tuner.fit()
+    ray.shutdown()
+    """
+)
+
+STUDY = textwrap.dedent(
+    """
+    name: startup-probe
+    task: {name: quadratic, clients: 1, dim: 1, examples: 1, seed: 0}
+    algorithm: fedavg
+    train: {rounds: 1, clients_per_round: 1, local_steps: 1, batch_size: 1, eval_every: 1,
+            dtype: float64}
+    search: {space: fedavg}
+    sampler: {name: random, seed: 0}
+    scheduler: {name: none}
+    objective: {metric: train_loss, last_rounds: 1}
+    budget: {trials: 1, max_concurrent: 1}
+    """
+)
+
+#: driver phases of the fedtune timeline, in order (a phase's time = its mark − the previous)
+DRIVER_PHASES = ("cli", "spec_loaded", "driver_imported", "optuna_opened", "ray_started",
+                 "mlflow_opened", "fit", "first_trial_scheduled")  # fmt: skip
+
+
+def _stamps(path: Path) -> list[tuple[str, float, int]]:
+    """(phase, time, pid) rows of a plain stamp file or a fedtune timeline (JSON lines)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.startswith("{"):
+            d = json.loads(line)
+            if d["t"] is not None:
+                rows.append((d["phase"], float(d["t"]), int(d["pid"])))
+        elif line.strip():
+            what, t = line.split()
+            rows.append((what, float(t), 0))
+    return rows
+
+
+def _trial_times(rows: list[tuple[str, float, int]]) -> tuple[list[float], list[float]]:
+    starts = sorted(t for p, t, _ in rows if p == "trial_entered")
+    ends = sorted(t for p, t, _ in rows if p == "trial_reported")
+    return starts, ends
+
+
+def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str, Any]:
+    """One fresh process of ``kind`` (plain / fedtune) running ``n`` trials."""
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{kind}-{n}-", dir=scratch))
+    stamps = run_dir / "stamps"
+    env = dict(env)
+    if kind == "plain":
+        cmd = [sys.executable, "-c", PLAIN, str(n), str(stamps), str(run_dir / "ray_results")]
+    else:
+        study = run_dir / "study.yaml"
+        study.write_text(STUDY.replace("trials: 1,", f"trials: {n},"))
+        env["FEDTUNE_TIMELINE"] = str(stamps)
+        cmd = [sys.executable, "-m", "fedtune.cli", "tune", str(study),
+               "--workdir", str(run_dir / "w"), "--json"]  # fmt: skip
+    load = os.getloadavg()[0]
+    launch = time.time()
+    proc = subprocess.run(cmd, env=env, cwd=run_dir, capture_output=True, text=True)
+    end = time.time()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} N={n} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = _stamps(stamps)
+    starts, ends = _trial_times(rows)
+    if len(starts) != n or len(ends) != n:
+        raise RuntimeError(f"{kind} N={n}: {len(starts)} trial starts, {len(ends)} ends")
+    out: dict[str, Any] = {
+        "kind": kind, "trials": n, "load_1min": round(load, 2),
+        "fixed_s": starts[0] - launch, "total_s": end - launch,
+        "trial_work_s": statistics.median(e - s for s, e in zip(starts, ends, strict=True)),
+        "gaps_s": [b - a for a, b in zip(ends, starts[1:], strict=False)],
+    }  # fmt: skip
+    if kind == "plain":
+        out["phases"] = {"imports": next(t for p, t, _ in rows if p == "imported") - launch}
+    else:
+        out["phases"] = fedtune_phases(rows, launch)
+    return out
+
+
+def fedtune_phases(rows: list[tuple[str, float, int]], launch: float) -> dict[str, float]:
+    """Durations of the driver's phases and of the first trial's process start."""
+    driver = min((pid for p, _, pid in rows if p == "cli"), default=None)
+    marks = {p: t for p, t, pid in reversed(rows) if pid == driver}
+    phases, last = {}, launch
+    for name in DRIVER_PHASES:
+        if name in marks:
+            phases[name] = marks[name] - last
+            last = marks[name]
+    trial = [(p, t) for p, t, pid in rows if pid != driver]
+    entered = min(t for p, t in trial if p == "trial_entered")
+    proc_start = min((t for p, t in trial if p == "trial_process_start"), default=None)
+    phases["first_trial_scheduled_to_entered"] = entered - last
+    if proc_start is not None:
+        phases["trial_process_start_to_entered"] = entered - proc_start
+        phases["trial_process_started_after_launch"] = proc_start - launch
+    return phases
+
+
+def summarize(runs: list[dict[str, Any]], kind: str, ns: list[int]) -> dict[str, Any]:
+    mine = [r for r in runs if r["kind"] == kind]
+    fixed = statistics.median(r["fixed_s"] for r in mine)
+    totals = {n: statistics.median(r["total_s"] for r in mine if r["trials"] == n) for n in ns}
+    lo, hi = min(ns), max(ns)
+    per_trial = (totals[hi] - totals[lo]) / (hi - lo) if hi > lo else None
+    work = statistics.median(r["trial_work_s"] for r in mine)
+    gaps = [g for r in mine if r["trials"] == hi for g in r["gaps_s"]]
+    phase_names = list(dict.fromkeys(k for r in mine for k in r["phases"]))
+    phases = {k: statistics.median(r["phases"][k] for r in mine if k in r["phases"])
+              for k in phase_names}  # fmt: skip
+    return {
+        "fixed_s_median": fixed,
+        "fixed_s_all": [round(r["fixed_s"], 3) for r in mine],
+        "total_s_median": {str(n): totals[n] for n in ns},
+        "per_trial_s": per_trial,
+        "trial_work_s_median": work,
+        "per_trial_overhead_s": None if per_trial is None else per_trial - work,
+        "gap_s_median": statistics.median(gaps) if gaps else None,
+        "phases_s_median": phases,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--trials", type=int, nargs="+", default=[1, 9])
+    p.add_argument("--kinds", nargs="+", choices=("plain", "fedtune"), default=["plain", "fedtune"])
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    started = time.time()
+    report: dict[str, Any] = {"benchmark": "startup", "environment": environment(),
+                              "settings": {"repeats": args.repeats, "trials": args.trials,
+                                           "study": STUDY, "plain": PLAIN}}  # fmt: skip
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="fedtune-startup-") as tmp:
+        scratch = Path(tmp)
+        if "fedtune" in args.kinds:
+            report["cold_template"] = run_once("fedtune", 1, scratch, env)
+        for rep in range(args.repeats):
+            for n in args.trials:
+                kinds = args.kinds if rep % 2 == 0 else list(reversed(args.kinds))
+                for kind in kinds:
+                    r = run_once(kind, n, scratch, env)
+                    r["repeat"] = rep
+                    runs.append(r)
+                    print(f"{kind:8s} N={n} fixed {r['fixed_s']:.2f} s total {r['total_s']:.2f}"
+                          f" s (load {r['load_1min']})", file=sys.stderr, flush=True)  # fmt: skip
+    report["runs"] = runs
+    report["summary"] = {k: summarize(runs, k, args.trials) for k in args.kinds}
+    if set(args.kinds) == {"plain", "fedtune"}:
+        f, pl = report["summary"]["fedtune"], report["summary"]["plain"]
+        report["goal"] = {
+            "fixed_ratio_fedtune_over_plain": f["fixed_s_median"] / pl["fixed_s_median"],
+            "fixed_met": f["fixed_s_median"] <= pl["fixed_s_median"],
+            "per_trial_overhead_met": (f["per_trial_overhead_s"] or 0.0) <= 0.1,
+        }
+    report["load_average_at_end"] = list(os.getloadavg())
+    report["wall_s"] = time.time() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({"summary": report["summary"], "goal": report.get("goal")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

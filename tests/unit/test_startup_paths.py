@@ -1,0 +1,140 @@
+"""Start-up paths of a study (issue 14 req. 3): the MLflow store template, the light driver
+imports and the start-up timeline. Timing is measured by
+``benchmarks/startup.py``, never asserted here."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedtune.tuning import sqlite_template, timeline
+from fedtune.tuning.sqlite_template import seed_sqlite_store, template_path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        return con.execute(sql).fetchall()
+
+
+def _schema(db: Path) -> list[tuple]:
+    return _rows(db, "SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "cache"
+    monkeypatch.setenv("FEDTUNE_CACHE_DIR", str(path))
+    monkeypatch.chdir(tmp_path)
+    return path
+
+
+def test_seeded_store_is_the_store_mlflow_creates(tmp_path: Path, cache: Path) -> None:
+    from mlflow import MlflowClient
+
+    made = tmp_path / "made.db"
+    MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments()
+    seeded = tmp_path / "w" / "mlflow.db"
+    before = int(time.time() * 1000)
+    assert seed_sqlite_store(f"sqlite:///{seeded}")
+    assert template_path().is_file() and template_path().parent == cache
+    assert _schema(seeded) == _schema(made)
+    version = "SELECT version_num FROM alembic_version"
+    assert _rows(seeded, version) == _rows(made, version)
+    cols = "SELECT experiment_id, name, artifact_location, lifecycle_stage FROM experiments"
+    assert _rows(seeded, cols) == _rows(made, cols)  # Default: <cwd>/mlruns/0 as MLflow sets it
+    (created,) = _rows(seeded, "SELECT creation_time FROM experiments WHERE experiment_id = 0")
+    assert created[0] >= before
+    client = MlflowClient(tracking_uri=f"sqlite:///{seeded}")  # MLflow accepts it as is
+    exp = client.create_experiment("e")
+    run = client.create_run(exp)
+    client.log_metric(run.info.run_id, "m", 1.0)
+    assert client.get_run(run.info.run_id).data.metrics == {"m": 1.0}
+
+
+def test_seed_keeps_an_existing_store_and_ignores_other_stores(tmp_path: Path, cache: Path) -> None:
+    existing = tmp_path / "mine.db"
+    existing.write_bytes(b"not touched")
+    assert not seed_sqlite_store(f"sqlite:///{existing}")
+    assert existing.read_bytes() == b"not touched"
+    for uri in ("sqlite:///:memory:", "postgresql://u@h/db", "http://127.0.0.1:5000", "mlruns"):
+        assert not seed_sqlite_store(uri)
+    assert not cache.exists()  # nothing built for them
+
+
+def test_unwritable_cache_leaves_the_store_to_mlflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedtune.tuning.tracking import StudyTracker
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("FEDTUNE_CACHE_DIR", str(blocker / "cache"))  # below a file: OSError
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert not seed_sqlite_store(uri)
+    tracker = StudyTracker(uri, "exp")  # MLflow migrates the new store itself
+    assert tracker.client.get_experiment(tracker.experiment_id).name == "exp"
+
+
+def test_study_tracker_starts_a_new_store_from_the_template(tmp_path: Path, cache: Path) -> None:
+    from fedtune.tuning.tracking import StudyTracker
+
+    first = StudyTracker(f"sqlite:///{tmp_path / 'a.db'}", "exp")
+    assert template_path().is_file()  # built once, by MLflow
+    stamp = template_path().stat().st_mtime_ns
+    second = StudyTracker(f"sqlite:///{tmp_path / 'b.db'}", "exp")
+    assert template_path().stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert first.experiment_id == second.experiment_id == "1"
+
+
+def test_cache_dir_precedence(tmp_path: Path) -> None:
+    home = Path.home() / ".cache" / "fedtune"
+    assert sqlite_template.cache_dir({}) == home
+    assert sqlite_template.cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/fedtune")
+    env = {"XDG_CACHE_HOME": "/x", "FEDTUNE_CACHE_DIR": str(tmp_path)}
+    assert sqlite_template.cache_dir(env) == tmp_path
+
+
+def _imported_after(code: str) -> set[str]:
+    """Top-level modules a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                         check=True)  # fmt: skip
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_driver_and_trial_imports_leave_mlflow_and_matplotlib_out() -> None:
+    """The driver imports MLflow in a thread while Ray starts; a trial process needs neither
+    MLflow nor matplotlib (figures are drawn by the driver at the end)."""
+    loaded = _imported_after("import fedtune.tuning.study, fedtune.tuning.trainable")
+    assert "ray" in loaded and "optuna" in loaded
+    assert "mlflow" not in loaded
+    assert "matplotlib" not in loaded
+    from fedtune.tuning import write_artifacts  # the lazy names still resolve
+
+    assert callable(write_artifacts)
+
+
+def test_timeline_marks_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "timeline.jsonl"
+    monkeypatch.delenv(timeline.ENV, raising=False)
+    timeline.mark("off")
+    assert not path.exists()
+    monkeypatch.setenv(timeline.ENV, str(path))
+    timeline.mark("a")
+    timeline.mark("b", 12.5)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["phase"] for r in rows] == ["a", "b"]
+    assert rows[1]["t"] == 12.5 and rows[0]["pid"] == os.getpid()
+    started = timeline.process_start()
+    assert started is not None and started <= time.time()
