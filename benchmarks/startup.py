@@ -19,15 +19,21 @@ with a fresh embedded Ray:
   construction, first trial scheduled (driver), trial process start → trainable entered.
 
 Per run: ``fixed_s`` = first trial entered − process launch; ``total_s`` = process exit −
-launch. Per variant, medians over repeats; ``per_trial_s`` = (median total at N_max − median
-total at N_min) / (N_max − N_min); ``per_trial_overhead_s`` = that minus the median time the
-trainable itself ran (entered → last report; the engine's work for fedtune). ``gap_s``: median
-time from one trial's end to the next one's start (N_max runs): scheduling overhead alone.
+launch; the gaps: from one trial's last report (in the trial) to the next trial's entry, i.e.
+everything the driver, Tune, Optuna and MLflow do per trial. Per variant, medians over
+repeats: ``per_trial_overhead_s`` = the median gap (runs with the most trials); with several
+``--trials`` values also ``per_trial_s_slope`` = (median total at N_max − at N_min) /
+(N_max − N_min), which adds the trial's own work and the end-of-study work per trial.
+
+``--profile-trials N`` adds a cProfile of one in-process ``run_study`` of the same study with N
+trials: per trial, the SQLite commits (Optuna and MLflow, each an fsync) and the driver's time
+in the searcher, the MLflow callback and Tune's actor reset — what the per-trial overhead is.
 
 The MLflow store template (:mod:`fedtune.tuning.tracking`) is built before the repeats (one
 extra run, reported as ``cold_template``), as any earlier study on the machine does.
 
-Usage: ``python benchmarks/startup.py [--repeats 5] [--trials 1 9] [--out PATH]``
+Usage: ``python benchmarks/startup.py [--repeats 5] [--trials 6] [--profile-trials 12]
+[--out PATH]``
 (writes ``benchmarks/results/startup.json``).
 """
 
@@ -184,7 +190,7 @@ def summarize(runs: list[dict[str, Any]], kind: str, ns: list[int]) -> dict[str,
     fixed = statistics.median(r["fixed_s"] for r in mine)
     totals = {n: statistics.median(r["total_s"] for r in mine if r["trials"] == n) for n in ns}
     lo, hi = min(ns), max(ns)
-    per_trial = (totals[hi] - totals[lo]) / (hi - lo) if hi > lo else None
+    slope = (totals[hi] - totals[lo]) / (hi - lo) if hi > lo else None
     work = statistics.median(r["trial_work_s"] for r in mine)
     gaps = [g for r in mine if r["trials"] == hi for g in r["gaps_s"]]
     phase_names = list(dict.fromkeys(k for r in mine for k in r["phases"]))
@@ -194,19 +200,58 @@ def summarize(runs: list[dict[str, Any]], kind: str, ns: list[int]) -> dict[str,
         "fixed_s_median": fixed,
         "fixed_s_all": [round(r["fixed_s"], 3) for r in mine],
         "total_s_median": {str(n): totals[n] for n in ns},
-        "per_trial_s": per_trial,
+        "per_trial_overhead_s": statistics.median(gaps) if gaps else None,
+        "per_trial_s_slope": slope,
         "trial_work_s_median": work,
-        "per_trial_overhead_s": None if per_trial is None else per_trial - work,
-        "gap_s_median": statistics.median(gaps) if gaps else None,
         "phases_s_median": phases,
     }
+
+
+#: (file suffix, function) -> name in the per-trial profile
+_PROFILED = {
+    ("<method 'commit' of 'sqlite3.Connection' objects>", ""): "sqlite_commit",
+    ("fedtune/tuning/optuna_glue.py", "suggest"): "searcher_suggest (Optuna ask)",
+    ("fedtune/tuning/optuna_glue.py", "on_trial_complete"): "searcher_complete (Optuna tell)",
+    ("fedtune/tuning/tracking.py", "on_trial_start"): "mlflow_trial_start",
+    ("fedtune/tuning/tracking.py", "on_trial_result"): "mlflow_trial_result",
+    ("fedtune/tuning/tracking.py", "on_trial_complete"): "mlflow_trial_complete",
+    ("ray/tune/execution/tune_controller.py", "_on_trial_reset"): "tune_actor_reset",
+}
+
+
+def profile_per_trial(trials: int, scratch: Path) -> dict[str, Any]:
+    """cProfile of one in-process study of ``trials`` trials: driver seconds per trial."""
+    import cProfile
+    import pstats
+
+    import yaml
+
+    from fedtune.tuning.spec import StudySpec
+    from fedtune.tuning.study import run_study
+
+    doc = yaml.safe_load(STUDY)
+    doc["budget"]["trials"] = trials
+    profile = cProfile.Profile()
+    profile.enable()
+    result = run_study(StudySpec.from_dict(doc), scratch / "profiled")
+    profile.disable()
+    out: dict[str, Any] = {"trials": trials, "tuning_s": result.timings["tuning_s"]}
+    for (file, _, func), (_, calls, tottime, cumtime, _) in pstats.Stats(profile).stats.items():
+        for (suffix, name), label in _PROFILED.items():
+            hit = func == suffix if not name else file.endswith(suffix) and func == name
+            if hit:
+                entry = out.setdefault(label, {"calls_per_trial": 0.0, "s_per_trial": 0.0})
+                entry["calls_per_trial"] += calls / trials
+                entry["s_per_trial"] += (tottime if not name else cumtime) / trials
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--trials", type=int, nargs="+", default=[1, 9])
+    p.add_argument("--trials", type=int, nargs="+", default=[6])
     p.add_argument("--kinds", nargs="+", choices=("plain", "fedtune"), default=["plain", "fedtune"])
+    p.add_argument("--profile-trials", type=int, default=12, help="0: no profile")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
 
@@ -230,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(r)
                     print(f"{kind:8s} N={n} fixed {r['fixed_s']:.2f} s total {r['total_s']:.2f}"
                           f" s (load {r['load_1min']})", file=sys.stderr, flush=True)  # fmt: skip
+        if args.profile_trials:
+            report["per_trial_profile"] = profile_per_trial(args.profile_trials, scratch)
     report["runs"] = runs
     report["summary"] = {k: summarize(runs, k, args.trials) for k in args.kinds}
     if set(args.kinds) == {"plain", "fedtune"}:

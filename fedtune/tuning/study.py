@@ -16,6 +16,12 @@
    computed from the storage, written as PNG/JSON/CSV, logged on the parent run with summary
    metrics, and returned with the best configuration and the Pareto set.
 
+Start-up (issue 14 req. 3, ``benchmarks/startup.py``): the stores are opened by a thread while
+the driver starts Ray — a new study's Optuna storage *and* MLflow store (created as a copy of
+an empty one, :mod:`.sqlite_template`); an existing study's storage is opened first (Ray starts
+only when trials remain), its MLflow store by the thread. Spec errors (budget, sampler) fail
+before either. MLflow, matplotlib and the theory report are imported where used, not at import.
+
 Embedded Ray keeps its session files in ``<workdir>/ray`` when that path is at most
 :data:`RAY_TEMP_MAX` characters long; Ray puts unix sockets ~65 characters below its temp dir
 and Linux limits socket paths to 107 bytes, so a longer workdir gets
@@ -38,7 +44,7 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -157,19 +163,32 @@ def run_study(
     workdir.mkdir(parents=True, exist_ok=True)
     timeline.mark("run_study")
     with _study_lock(workdir):
-        session = _Session.open(spec, workdir, trials, t0)
-        timeline.mark("optuna_opened")
         with contextlib.ExitStack() as stack:
-            if session.remaining:
-                # MLflow's imports and store are made ready by a thread while Ray starts
-                pool = stack.enter_context(ThreadPoolExecutor(1, "fedtune-tracking"))
-                connecting = pool.submit(session.connect_tracking, tracking_uri)
-                env = code_runtime_env(spec, workdir)
-                session.shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
-                check_resources(spec, ray.cluster_resources())
+            # the stores are opened by a thread while Ray starts (start-up, issue 14 req. 3)
+            pool = stack.enter_context(ThreadPoolExecutor(1, "fedtune-stores"))
+            session: _Session | None = None
+            shipped = False
+            if _stored(workdir):  # resumed or extended: Ray if trials remain
+                session = _Session.open(spec, workdir, trials, t0)
+                timeline.mark("optuna_opened")
+                stores = pool.submit(session.open_tracking, tracking_uri)
+                start = session.remaining > 0
+            else:  # a new study runs trials: its stores are created while Ray starts
+                _Session.check(spec, trials)
+                stores = pool.submit(_Session.create, spec, workdir, trials, t0, tracking_uri)
+                start = True
+            if start:
+                try:
+                    env = code_runtime_env(spec, workdir)
+                    shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
+                    check_resources(spec, ray.cluster_resources())
+                except BaseException:
+                    _fail_opened(stores, session)
+                    raise
                 timeline.mark("ray_started")
-                connecting.result()
-            session.open_tracking(tracking_uri)
+            session = stores.result() or session
+            assert session is not None
+            session.shipped = shipped
             timeline.mark("mlflow_opened")
             if session.remaining:
                 session.fit(progress, sinks)
@@ -198,11 +217,27 @@ class _Session:
     def remaining(self) -> int:
         return max(0, self.target - self.fixed.finished)
 
+    @staticmethod
+    def check(spec: StudySpec, trials: int | None) -> int:
+        """The target number of trials; fails fast (e.g. cmaes not installed) before Ray."""
+        target = og.target_trials(spec, spec.search_space(), trials)
+        og.make_sampler(spec, target)
+        return target
+
+    @classmethod
+    def create(
+        cls, spec: StudySpec, workdir: Path, trials: int | None, t0: float, uri: str | None
+    ) -> _Session:
+        """A new study's session with its Optuna study and MLflow experiment (a thread)."""
+        session = cls.open(spec, workdir, trials, t0)
+        timeline.mark("optuna_opened")
+        session.open_tracking(uri)
+        return session
+
     @classmethod
     def open(cls, spec: StudySpec, workdir: Path, trials: int | None, t0: float) -> _Session:
         space = spec.search_space()
-        target = og.target_trials(spec, space, trials)
-        og.make_sampler(spec, target)  # fails fast (e.g. cmaes not installed) before Ray starts
+        target = cls.check(spec, trials)
         storage = og.make_storage(og.storage_url(workdir))
         study = og.open_study(spec, storage, space)
         store = StudyStore(storage, spec.name)
@@ -211,9 +246,10 @@ class _Session:
         fixed = og.reconcile(study, store)
         return cls(spec, workdir, space, store, study, target, fixed, t0)
 
-    def connect_tracking(self, explicit_uri: str | None) -> None:
-        """The study's MLflow experiment (store created if new); also imports what the fit and
-        the end of the study need, so that a thread can do it while Ray starts."""
+    def open_tracking(self, explicit_uri: str | None) -> None:
+        """The study's MLflow experiment (store created if new) and parent run (created, or the
+        resumed study's), its child runs reconciled; also imports what the fit and the end of
+        the study need — a thread does it while Ray starts."""
         from . import plots, progress  # noqa: F401 — imported here, off the critical path
         from .tracking import StudyTracker, resolve_tracking_uri
 
@@ -222,11 +258,6 @@ class _Session:
         local = uri.startswith("sqlite:") or "://" not in uri
         root = (workdir / "mlartifacts").as_uri() if local else None
         self.tracker = StudyTracker(uri, spec.experiment, root)
-
-    def open_tracking(self, explicit_uri: str | None) -> None:
-        """The parent run (created, or the resumed study's), its child runs reconciled."""
-        if self.tracker is None:
-            self.connect_tracking(explicit_uri)
         space_doc = {**self.space.to_dict(), "fingerprint": self.space.fingerprint()}
         previous = self.store.parent_run_id()
         self.parent = self.tracker.start_study(self.spec, space_doc, previous)
@@ -428,6 +459,20 @@ def summary_table(
 
 
 # -- process plumbing: lock, Ray, Tune's environment ----------------------------------
+def _fail_opened(stores: Future, session: _Session | None) -> None:
+    """Ray did not start (or lacks the resources): the parent run that the stores' thread
+    opened meanwhile ends FAILED, as after a failed fit."""
+    with contextlib.suppress(Exception):
+        session = stores.result() or session
+        if session is not None and session.parent:
+            session.tracker.finish_study(session.parent, {}, "FAILED")
+
+
+def _stored(workdir: Path) -> bool:
+    """The study's Optuna storage exists (a resume or an extension, not a new study)."""
+    return Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
+
+
 @contextlib.contextmanager
 def _study_lock(workdir: Path) -> Iterator[None]:
     with (workdir / ".lock").open("a+") as fh:

@@ -138,3 +138,89 @@ def test_timeline_marks_only_when_asked(tmp_path: Path, monkeypatch: pytest.Monk
     assert rows[1]["t"] == 12.5 and rows[0]["pid"] == os.getpid()
     started = timeline.process_start()
     assert started is not None and started <= time.time()
+
+
+def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
+    """run_study with Ray and the fit replaced: records where the stores were opened."""
+    import threading
+
+    from fedtune.tuning import study
+
+    real_open = study._Session.open.__func__
+
+    def open_(cls, *args, **kwargs):
+        calls.append(f"optuna:{threading.current_thread().name}")
+        return real_open(cls, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def ray_session(*args, **kwargs):
+        calls.append("ray")
+        yield False
+
+    monkeypatch.setattr(study._Session, "open", classmethod(open_))
+    monkeypatch.setattr(study, "_ray_session", ray_session)
+    monkeypatch.setattr(study.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(study._Session, "fit", lambda self, progress, sinks: None)
+
+
+def _tiny_spec():
+    from fedtune.tuning.spec import StudySpec
+
+    return StudySpec.from_dict({
+        "name": "tiny", "algorithm": "fedavg",
+        "task": {"name": "quadratic", "clients": 1, "dim": 1, "examples": 1, "seed": 0},
+        "train": {"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
+        "search": {"space": "fedavg"}, "sampler": {"name": "random", "seed": 0},
+        "scheduler": {"name": "none"}, "budget": {"trials": 2},
+        "objective": {"metric": "train_loss", "last_rounds": 1},
+    })  # fmt: skip
+
+
+def test_a_new_study_opens_its_stores_while_ray_starts(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedtune.tuning.study import run_study
+
+    calls: list[str] = []
+    _without_ray(monkeypatch, calls)
+    workdir = tmp_path / "study"
+    result = run_study(_tiny_spec(), workdir)
+    assert calls[0] == "optuna:fedtune-stores_0" and "ray" in calls  # a thread, not the driver
+    assert (workdir / "optuna.db").is_file() and (workdir / "mlflow.db").is_file()
+    assert result.parent_run_id and result.target_trials == 2
+    calls.clear()
+    run_study(_tiny_spec(), workdir)  # stored: opened first, Ray only if trials remain
+    assert calls == ["optuna:MainThread", "ray"]
+
+
+def test_a_bad_budget_fails_before_ray_starts(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedtune.errors import ConfigError
+    from fedtune.tuning.study import run_study
+
+    calls: list[str] = []
+    _without_ray(monkeypatch, calls)
+    with pytest.raises(ConfigError, match=r"budget\.trials"):
+        run_study(_tiny_spec(), tmp_path / "study", trials=0)
+    assert calls == []  # neither Ray nor the stores
+
+
+def test_the_parent_run_opened_while_ray_started_ends_failed_when_ray_fails(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+
+    from fedtune.errors import ConfigError
+    from fedtune.tuning import study
+
+    calls: list[str] = []
+    _without_ray(monkeypatch, calls)
+    monkeypatch.setattr(study.ray, "cluster_resources", lambda: {"CPU": 0.0})  # no CPU at all
+    workdir = tmp_path / "study"
+    with pytest.raises(ConfigError, match=r"resources\.cpu"):
+        study.run_study(_tiny_spec(), workdir)
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    runs = client.search_runs([experiment.experiment_id])
+    assert [(r.info.run_name, r.info.status) for r in runs] == [("tiny", "FAILED")]
