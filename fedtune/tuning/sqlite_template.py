@@ -1,7 +1,8 @@
 """A new local MLflow SQLite store starts as a copy of an empty one (start-up, issue 14 req. 3).
 
 MLflow creates a SQLite tracking store by running every Alembic migration of its history
-(~60 of them: 3–8 s on 2 loaded CPUs) — the largest fixed cost of a study after Ray's start.
+(~70 of them: 8–11 s measured on 2 loaded CPUs), once the largest fixed cost of a study after
+Ray's start.
 The result is always the same empty schema plus the ``Default`` experiment, so it is built once
 per MLflow version (by MLflow itself, through ``MlflowClient``) into a cache file
 
