@@ -182,8 +182,8 @@ def run_study(
                     env = code_runtime_env(spec, workdir)
                     shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
                     check_resources(spec, ray.cluster_resources())
-                except BaseException:
-                    _fail_opened(stores, session)
+                except BaseException as exc:
+                    _fail_opened(stores, session, exc)
                     raise
                 timeline.mark("ray_started")
             session = stores.result() or session
@@ -459,13 +459,14 @@ def summary_table(
 
 
 # -- process plumbing: lock, Ray, Tune's environment ----------------------------------
-def _fail_opened(stores: Future, session: _Session | None) -> None:
+def _fail_opened(stores: Future, session: _Session | None, exc: BaseException) -> None:
     """Ray did not start (or lacks the resources): the parent run that the stores' thread
-    opened meanwhile ends FAILED, as after a failed fit."""
+    opened meanwhile ends as after a failed fit (KILLED after Ctrl-C, else FAILED)."""
+    status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
     with contextlib.suppress(Exception):
         session = stores.result() or session
         if session is not None and session.parent:
-            session.tracker.finish_study(session.parent, {}, "FAILED")
+            session.tracker.finish_study(session.parent, {}, status)
 
 
 def _stored(workdir: Path) -> bool:

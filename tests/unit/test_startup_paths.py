@@ -228,3 +228,26 @@ def test_the_parent_run_opened_while_ray_started_ends_failed_when_ray_fails(
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     runs = client.search_runs([experiment.experiment_id])
     assert [(r.info.run_name, r.info.status) for r in runs] == [("tiny", "FAILED")]
+
+
+def test_ctrl_c_while_ray_starts_kills_the_parent_run(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow import MlflowClient
+
+    from fedtune.tuning import study
+
+    calls: list[str] = []
+    _without_ray(monkeypatch, calls)
+
+    def interrupted() -> dict:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study.ray, "cluster_resources", interrupted)
+    workdir = tmp_path / "study"
+    with pytest.raises(KeyboardInterrupt):
+        study.run_study(_tiny_spec(), workdir)
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    runs = client.search_runs([experiment.experiment_id])
+    assert [r.info.status for r in runs] == ["KILLED"]
