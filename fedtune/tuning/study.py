@@ -60,13 +60,7 @@ from . import optuna_glue as og
 from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error
-from .ray_runtime import (
-    RAY_TEMP_MAX,
-    ray_temp_dir,
-    reap_orphans,
-    remove_temp_dir,
-    start_ray,
-)
+from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
 from .spec import SchedulerName, StudySpec
 from .store import StudyStore
 from .trainable import OBJECTIVE, ROUND, TRIAL_KEY, make_trainable
@@ -260,7 +254,7 @@ class _Session:
         self.tracker = StudyTracker(uri, spec.experiment, root)
         space_doc = {**self.space.to_dict(), "fingerprint": self.space.fingerprint()}
         previous = self.store.parent_run_id()
-        self.parent = self.tracker.start_study(self.spec, space_doc, previous)
+        self.parent = self.tracker.start_study(spec, space_doc, previous)
         self.store.set_parent_run_id(self.parent)
         self.tracker.reconcile(self.parent, og.run_statuses(self.study))
 

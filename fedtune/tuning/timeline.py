@@ -14,9 +14,14 @@ import json
 import os
 import time
 
-__all__ = ["ENV", "mark", "process_start"]
+__all__ = ["ENV", "enabled", "mark", "process_start"]
 
 ENV = "FEDTUNE_TIMELINE"
+
+
+def enabled() -> bool:
+    """A timeline file is set (compute what only the timeline needs only then)."""
+    return bool(os.environ.get(ENV))
 
 
 def mark(phase: str, t: float | None = None) -> None:

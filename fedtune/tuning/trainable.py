@@ -214,8 +214,9 @@ class TrialError(RuntimeError):
 
 def train_trial(config: dict[str, Any], spec: StudySpec) -> None:
     """Ray Tune function trainable (see the module docstring)."""
-    timeline.mark("trial_process_start", timeline.process_start())
-    timeline.mark("trial_entered")
+    if timeline.enabled():
+        timeline.mark("trial_process_start", timeline.process_start())
+        timeline.mark("trial_entered")
     try:
         _train(config, spec)
     except FedtuneError as exc:

@@ -133,8 +133,9 @@ def test_timeline_marks_only_when_asked(tmp_path: Path, monkeypatch: pytest.Monk
     path = tmp_path / "timeline.jsonl"
     monkeypatch.delenv(timeline.ENV, raising=False)
     timeline.mark("off")
-    assert not path.exists()
+    assert not path.exists() and not timeline.enabled()
     monkeypatch.setenv(timeline.ENV, str(path))
+    assert timeline.enabled()
     timeline.mark("a")
     timeline.mark("b", 12.5)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
