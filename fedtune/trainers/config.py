@@ -60,6 +60,10 @@ class TrainConfig:
     dtype: Literal["float32", "float64"] = "float32"
     divergence_factor: float = 1e3
     eval_batch_size: int = 4096
+    # population loss on evaluation rounds: every client, a seeded sample of eval_clients
+    # clients (a function of the data seed and the round), or none (train_loss stays None)
+    eval_population: Literal["full", "sample", "off"] = "full"
+    eval_clients: int | None = None  # S, with eval_population: sample
 
     def validate(self, path: str = "train") -> None:
         p = f"{path}." if path else ""
@@ -75,11 +79,26 @@ class TrainConfig:
         check(self.eval_every >= 1, f"{p}eval_every", "must be >= 1")
         check(self.divergence_factor > 1, f"{p}divergence_factor", "must be > 1")
         check(self.eval_batch_size >= 1, f"{p}eval_batch_size", "must be >= 1")
+        self._validate_eval_population(p)
         check(
             self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"),
             f"{p}device",
             "must be auto, cpu, cuda or cuda:N",
         )
+
+    def _validate_eval_population(self, p: str) -> None:
+        if self.eval_population == "sample":
+            check(
+                self.eval_clients is not None and self.eval_clients >= 1,
+                f"{p}eval_clients",
+                f"eval_population: sample needs eval_clients >= 1 (S), got {self.eval_clients}",
+            )
+        else:
+            check(
+                self.eval_clients is None,
+                f"{p}eval_clients",
+                f"is only used with eval_population: sample (got {self.eval_population!r})",
+            )
 
     def _validate_epochs(self, p: str) -> None:
         if self.local_epochs is None:

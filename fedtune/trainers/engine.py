@@ -33,7 +33,12 @@ from fedtune.errors import ConfigError
 from .algorithms import Cohort, RoundContext, resolve
 from .config import TrialConfig, parse_trial_config
 from .decay import DecayController
-from .evaluation import client_mean_losses, dataset_metrics, population_loss
+from .evaluation import (
+    client_mean_losses,
+    dataset_metrics,
+    evaluation_clients,
+    population_loss,
+)
 from .model_check import check_model_outputs
 from .records import Outcome, RoundRecord, TrialResult
 from .runners import make_runner
@@ -206,11 +211,11 @@ class Trainer:
         self._last_view = None  # free the cohort's tensors before the population evaluation
         self.decay.observe(client_loss)
         self._examples += self._round_examples(cohort)
-        train_loss, test = None, {}
+        train_loss, test, evaluated = None, {}, {}
         if t == 0 or (t + 1) % cfg.train.eval_every == 0 or t + 1 == cfg.train.rounds:
-            train_loss, test = self._evaluate()
+            train_loss, test, evaluated = self._evaluate(t)
         self._wall += time.perf_counter() - start
-        extra = {k: float(v) for k, v in diag.items() if k != "update_norm"}
+        extra = {k: float(v) for k, v in diag.items() if k != "update_norm"} | evaluated
         if cohort.steps is not None:
             extra.update(step_summary(cohort.steps))
         record = RoundRecord(
@@ -236,15 +241,26 @@ class Trainer:
             return cohort.size * int(cohort.batches.shape[1] * cohort.batches.shape[2])
         return int(cohort.steps.sum()) * int(cohort.batches.shape[2])
 
-    def _evaluate(self) -> tuple[float, dict[str, float]]:
-        params = self.state.params
-        bs = self.config.train.eval_batch_size
-        train_loss = population_loss(self.per_example_loss, params, self.data, bs)
+    def _evaluate(self, t: int) -> tuple[float | None, dict[str, float], dict[str, float]]:
+        """Population loss per ``train.eval_population`` (full, a sample E_t from the data seed
+        and round ``t``, or off), test metrics, and ``{"eval_clients": |E_t|}`` (0 when off)."""
+        params, train = self.state.params, self.config.train
+        bs = train.eval_batch_size
+        train_loss, evaluated = None, 0
+        if train.eval_population != "off":
+            clients = None
+            if train.eval_population == "sample":
+                assert train.eval_clients is not None  # validated
+                clients = evaluation_clients(
+                    self.config.task.seed, t, self.data.num_clients, train.eval_clients
+                )
+            train_loss = population_loss(self.per_example_loss, params, self.data, bs, clients)
+            evaluated = self.data.num_clients if clients is None else len(clients)
         test: dict[str, float] = {}
         if self.test is not None:
             metrics = {k: self._metric(f) for k, f in self.task.metric_fns.items()}
             test = dataset_metrics(self.per_example_loss, metrics, params, self.test, bs)
-        return train_loss, test
+        return train_loss, test, {"eval_clients": float(evaluated)}
 
     def stop(self, reason: str = "stopped by caller") -> None:
         if self.outcome is None:

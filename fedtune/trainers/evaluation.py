@@ -7,17 +7,36 @@ uniform over clients, as in the papers). It walks the population through
 a multiple of ``batch_size``), so a file-backed store never materialises all clients at once;
 per-client sums accumulate row by row in index order, hence the result does not depend on the
 window size.
+
+``train.eval_population`` (:class:`~fedtune.trainers.config.TrainConfig`) chooses what an
+evaluation round measures: ``full`` is f(x) above; ``sample`` is the unbiased estimate
+f̂(x) = (1/S) Σ_{i ∈ E_t} f_i(x) over S clients E_t drawn uniformly without replacement by
+:func:`evaluation_clients` from the *data* seed and the round only (a stream of its own, apart
+from the cohort's), so every hyperparameter setting of a study is evaluated on the same clients
+— the fairness protocol of `001_2dc7ddae5cbdc81f.txt` §8 that the cohort sampling follows;
+``off`` measures nothing. The sample is read in the same bounded row windows
+(:meth:`~fedtune.trainers.tasks.base.FederatedData.client_row_chunks`), so its cost is O(S)
+rows, not O(population).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import numpy as np
 import torch
 
-from .tasks.base import Dataset, FederatedData
+from .tasks.base import Dataset, FederatedData, client_rows
 
-__all__ = ["chunk_rows", "client_mean_losses", "dataset_metrics", "population_loss"]
+__all__ = [
+    "chunk_rows",
+    "client_mean_losses",
+    "dataset_metrics",
+    "evaluation_clients",
+    "population_loss",
+]
+
+_EVAL_STREAM = 0xE7
 
 PerExample = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -37,16 +56,26 @@ def client_mean_losses(
 ) -> torch.Tensor:
     """[M] mean loss of each listed client on *all* its examples (``data`` holds them: the
     round's cohort view, addressed by global client index)."""
-    spans = [(int(data.offsets[c]), int(data.counts[c])) for c in clients.tolist()]
-    rows = torch.cat([torch.arange(lo, lo + n) for lo, n in spans]).to(data.inputs.device)
-    seg = torch.cat([torch.full((n,), j, dtype=torch.long) for j, (_, n) in enumerate(spans)])
+    counts = data.counts[clients]
+    rows = client_rows(data.offsets[clients], counts).to(data.inputs.device)
+    seg = torch.repeat_interleave(torch.arange(len(counts)), counts)
     losses = _per_example(fn, params, data.inputs[rows], data.targets[rows], batch_size)
     seg = seg.to(losses.device)
-    sums = torch.zeros(len(spans), dtype=losses.dtype, device=losses.device).index_add_(
+    sums = torch.zeros(len(counts), dtype=losses.dtype, device=losses.device).index_add_(
         0, seg, losses
     )
-    counts = torch.tensor([n for _, n in spans], dtype=losses.dtype, device=losses.device)
-    return sums / counts
+    return sums / counts.to(losses.dtype).to(losses.device)
+
+
+def evaluation_clients(
+    data_seed: int, round_idx: int, num_clients: int, size: int
+) -> torch.Tensor | None:
+    """E_t: ``size`` clients drawn uniformly without replacement from (data seed, round) only,
+    sorted; ``None`` (every client) when ``size`` ≥ the population."""
+    if size >= num_clients:
+        return None
+    rng = np.random.default_rng([_EVAL_STREAM, data_seed, round_idx])
+    return torch.from_numpy(np.sort(rng.choice(num_clients, size=size, replace=False)))
 
 
 def chunk_rows(data: FederatedData, batch_size: int) -> int | None:
@@ -56,15 +85,30 @@ def chunk_rows(data: FederatedData, batch_size: int) -> int | None:
 
 
 @torch.no_grad()
-def population_loss(fn: PerExample, params, data: FederatedData, batch_size: int) -> float:
+def population_loss(
+    fn: PerExample,
+    params,
+    data: FederatedData,
+    batch_size: int,
+    clients: torch.Tensor | None = None,
+) -> float:
+    """f(x) = mean over clients of f_i(x) — over every client, or over the listed ``clients``
+    (global indices, each once), read in windows of :func:`chunk_rows` rows."""
+    if clients is None:
+        sizes = data.client_sizes
+        chunks = data.row_chunks(chunk_rows(data, batch_size))
+    else:
+        sizes = data.client_sizes[clients]
+        chunks = data.client_row_chunks(clients, chunk_rows(data, batch_size))
     sums: torch.Tensor | None = None
-    for inputs, targets, owner in data.row_chunks(chunk_rows(data, batch_size)):
+    for inputs, targets, owner in chunks:
         losses = _per_example(fn, params, inputs, targets, batch_size)
         if sums is None:
-            sums = torch.zeros(data.num_clients, dtype=losses.dtype, device=losses.device)
+            sums = torch.zeros(len(sizes), dtype=losses.dtype, device=losses.device)
         sums.index_add_(0, owner.to(losses.device), losses)
+        del inputs, targets, owner, losses  # one window at a time
     assert sums is not None  # every store has at least one example
-    return float((sums / data.client_sizes.to(sums.device, sums.dtype)).mean())
+    return float((sums / sizes.to(sums.device, sums.dtype)).mean())
 
 
 @torch.no_grad()

@@ -121,6 +121,27 @@ class FederatedData(ABC):
                 owner[first : first + b - a],
             )
 
+    def client_row_chunks(self, clients: torch.Tensor, max_rows: int | None) -> Iterator[RowChunk]:
+        """The rows of the listed clients (global indices), client after client in the order
+        given, as windows of at most ``max_rows`` rows; ``owner`` is each row's *position* in
+        ``clients``. Each window loads only the clients that overlap it, so evaluating a sample
+        of S clients holds one window, not S clients, whatever the store."""
+        clients = torch.as_tensor(clients, dtype=torch.long)
+        sizes = self.client_sizes[clients]
+        ends = torch.cumsum(sizes, 0)
+        total = int(ends[-1])
+        step = total if max_rows is None else max_rows
+        for a in range(0, total, step):
+            b = min(a + step, total)
+            lo = int(torch.searchsorted(ends, a, right=True))
+            hi = int(torch.searchsorted(ends, b - 1, right=True))
+            view = self.cohort(clients[lo : hi + 1])
+            rows = client_rows(view.offsets[clients[lo : hi + 1]], sizes[lo : hi + 1])
+            first = a - int(ends[lo] - sizes[lo])
+            take = rows[first : first + b - a]
+            owner = torch.repeat_interleave(torch.arange(lo, hi + 1), sizes[lo : hi + 1])
+            yield view.inputs[take], view.targets[take], owner[first : first + b - a]
+
     @classmethod
     def from_clients(
         cls,
@@ -142,6 +163,13 @@ class FederatedData(ABC):
             counts=counts,
             client_ids=ids,
         )
+
+
+def client_rows(offsets: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Row indices ``offsets[j] : offsets[j] + counts[j]`` of every j, concatenated (no Python
+    loop over clients)."""
+    starts = torch.repeat_interleave(offsets - (torch.cumsum(counts, 0) - counts), counts)
+    return starts + torch.arange(int(counts.sum()))
 
 
 @dataclass(frozen=True)
