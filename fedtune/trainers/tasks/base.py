@@ -143,6 +143,24 @@ class FederatedData(ABC):
             yield view.inputs[take], view.targets[take], owner[first : first + b - a]
 
     @classmethod
+    def from_arrays(
+        cls,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        counts: torch.Tensor,
+        client_ids: Sequence[str] | None = None,
+    ) -> InMemoryData:
+        """The in-memory store of all clients' rows at once: client ``i`` owns the next
+        ``counts[i]`` rows (the vectorized builders' form of :meth:`from_clients`)."""
+        counts = torch.as_tensor(counts, dtype=torch.long)
+        if counts.ndim != 1 or not len(counts) or int(counts.min()) <= 0:
+            raise ValueError("every client needs at least one example")
+        if int(counts.sum()) != len(inputs) or len(inputs) != len(targets):
+            raise ValueError("client sizes do not add up to the number of rows")
+        ids = tuple(client_ids) if client_ids is not None else tuple(map(str, range(len(counts))))
+        return InMemoryData(inputs, targets, torch.cumsum(counts, 0) - counts, counts, ids)
+
+    @classmethod
     def from_clients(
         cls,
         clients: Sequence[tuple[torch.Tensor, torch.Tensor]],

@@ -24,7 +24,7 @@ import torch
 from ..models.basic import QuadraticModel
 from ..theory.instances import random_instance
 from ..typed import check, from_mapping
-from .base import FederatedData, Task
+from .base import InMemoryData, Task
 from .registry import register_task
 
 
@@ -65,13 +65,30 @@ def quadratic_rows(
     rng: np.random.Generator, A: np.ndarray, c: np.ndarray, n: int, noise: float
 ) -> torch.Tensor:
     """``n`` rows (vec A, c, ξ_z) of one quadratic client; ξ centred, E‖ξ‖² = noise²."""
-    d = c.shape[0]
-    xi = rng.standard_normal((n, d)) * (noise / np.sqrt(d))
-    xi = xi - xi.mean(0, keepdims=True) if n > 1 else np.zeros_like(xi)
-    rows = np.concatenate(
-        [np.broadcast_to(A.reshape(1, -1), (n, d * d)), np.broadcast_to(c, (n, d)), xi], axis=1
-    )
-    return torch.from_numpy(rows.copy())
+    return quadratic_rows_batch(rng, A[None], c[None], np.array([n]), noise)
+
+
+def quadratic_rows_batch(
+    rng: np.random.Generator, A: np.ndarray, c: np.ndarray, sizes: np.ndarray, noise: float
+) -> torch.Tensor:
+    """The rows of clients ``A`` [C, d, d], ``c`` [C, d] with ``sizes`` [C] examples, client
+    after client: the same values as one :func:`quadratic_rows` call per client in order (one
+    draw of all ξ, centred per client in groups of equal size, no loop over clients)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    d, total = c.shape[1], int(sizes.sum())
+    xi = rng.standard_normal((total, d)) * (noise / np.sqrt(d))
+    starts = np.cumsum(sizes) - sizes
+    for n in np.unique(sizes).tolist():
+        of = np.flatnonzero(sizes == n)
+        rows = (starts[of][:, None] + np.arange(n)).reshape(-1)
+        if n == 1:
+            xi[rows] = 0.0
+            continue
+        block = xi[rows].reshape(len(of), n, d)
+        xi[rows] = (block - block.mean(1, keepdims=True)).reshape(-1, d)
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    rows = np.concatenate([A.reshape(len(A), d * d)[owner], c[owner], xi], axis=1)
+    return torch.from_numpy(rows)
 
 
 def quadratic_model_fn(dim: int, init_scale: float):
@@ -87,13 +104,13 @@ def quadratic_model_fn(dim: int, init_scale: float):
     return model_fn
 
 
-def _client_sizes(p: QuadraticParams, seed: int) -> list[int]:
+def _client_sizes(p: QuadraticParams, seed: int) -> np.ndarray:
     """n_i: all ``examples``, or uniform in [examples, examples_max] from the data seed (a
     stream of its own, so the instance does not change)."""
     if p.examples_max is None:
-        return [p.examples] * p.clients
+        return np.full(p.clients, p.examples, dtype=np.int64)
     rng = np.random.default_rng([0x9B, seed])
-    return rng.integers(p.examples, p.examples_max + 1, size=p.clients).tolist()
+    return rng.integers(p.examples, p.examples_max + 1, size=p.clients).astype(np.int64)
 
 
 @register_task("quadratic", "random quadratic clients with exact A_i, c_i (theory of 000/001)")
@@ -102,13 +119,10 @@ def build(params: Mapping[str, Any], seed: int) -> Task:
     rng = np.random.default_rng([0x9A, seed])
     inst = random_instance(p.clients, p.dim, p.mu, p.L, rng, p.radius, p.heterogeneity)
     sizes = _client_sizes(p, seed)
-    clients = [
-        (quadratic_rows(rng, inst.A[i], inst.c[i], int(n), p.noise), torch.zeros(int(n)))
-        for i, n in enumerate(sizes)
-    ]
+    rows = quadratic_rows_batch(rng, inst.A, inst.c, sizes, p.noise)
     return Task(
         name="quadratic",
-        train=FederatedData.from_clients(clients),
+        train=InMemoryData.from_arrays(rows, torch.zeros(len(rows)), torch.from_numpy(sizes)),
         model_fn=quadratic_model_fn(p.dim, p.init_scale),
         loss_fn=per_example_value,
         meta={"instance": inst, "noise": p.noise},

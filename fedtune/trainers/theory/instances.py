@@ -94,6 +94,28 @@ def spd_with_spectrum(dim: int, mu: float, L: float, rng: np.random.Generator) -
     return 0.5 * (A + A.T)
 
 
+def spd_with_spectrum_batch(
+    n: int, dim: int, mu: float, L: float, rng: np.random.Generator
+) -> np.ndarray:
+    """``n`` matrices [n, d, d], the same as ``n`` calls of :func:`spd_with_spectrum` on ``rng``
+    (same draws in the same order, one batched QR and product instead of ``n``)."""
+    if not 0 < mu <= L:
+        raise ValueError("need 0 < mu <= L")
+    if dim == 1:
+        lam = np.full(n, mu) if mu == L else rng.uniform(mu, L, size=n)
+        return lam.reshape(n, 1, 1).astype(np.float64)
+    lam = np.empty((n, dim))
+    lam[:, 0], lam[:, 1] = mu, L
+    g = np.empty((n, dim, dim))
+    for i in range(n):  # interleaved uniform and normal draws: one pair of calls per matrix
+        lam[i, 2:] = rng.uniform(mu, L, size=dim - 2)
+        g[i] = rng.standard_normal((dim, dim))
+    q, r = np.linalg.qr(g)
+    q = q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
+    A = (q * lam[:, None, :]) @ q.transpose(0, 2, 1)
+    return 0.5 * (A + A.transpose(0, 2, 1))
+
+
 def spd_affine_gaussian(dim: int, mu: float, L: float, rng: np.random.Generator) -> np.ndarray:
     """A = a·GᵀG + b·I with λ_min(A) = μ, λ_max(A) = L (`000_4bdc3753d62a87e2.txt` App. D.1)."""
     G = rng.standard_normal((dim, dim))
@@ -118,7 +140,7 @@ def random_instance(
 
     ``heterogeneity`` = 0 gives identical minimisers (A_i still differ); 1 gives independent ones.
     """
-    A = np.stack([spd_with_spectrum(dim, mu, L, rng) for _ in range(num_clients)])
+    A = spd_with_spectrum_batch(num_clients, dim, mu, L, rng)
     center = rng.standard_normal(dim)
     spread = rng.standard_normal((num_clients, dim))
     c = (1.0 - heterogeneity) * center[None, :] + heterogeneity * spread
