@@ -31,11 +31,16 @@ import numpy as np
 import torch
 
 from ..models import build_model
-from ..theory.instances import spd_with_spectrum
+from ..theory.instances import spd_with_spectrum, spd_with_spectrum_batch
 from ..typed import check, from_mapping
-from .base import CentralData, Dataset, FederatedData, Task
+from .base import CentralData, Dataset, InMemoryData, Task
 from .losses import accuracy, cross_entropy
-from .quadratic import per_example_value, quadratic_model_fn, quadratic_rows
+from .quadratic import (
+    per_example_value,
+    quadratic_model_fn,
+    quadratic_rows,
+    quadratic_rows_batch,
+)
 from .registry import register_task
 from .synthetic import check_model
 
@@ -73,6 +78,32 @@ def _blob(rng: np.random.Generator, n: int, mean: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(mean + rng.standard_normal((n, mean.shape[0]))).to(torch.float32)
 
 
+def _ids(clients: int) -> list[str]:
+    return [f"client_{k:04d}" for k in range(clients)]
+
+
+def _interleave(
+    a: tuple[torch.Tensor, torch.Tensor],
+    b: tuple[torch.Tensor, torch.Tensor],
+    count_a: torch.Tensor,
+    count_b: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Client k's rows = its ``count_a[k]`` rows of ``a`` then its ``count_b[k]`` rows of ``b``
+    (each side client after client); returns inputs, targets, sizes."""
+    sizes = count_a + count_b
+    start = torch.cumsum(sizes, 0) - sizes
+    pos_a = torch.repeat_interleave(start - (torch.cumsum(count_a, 0) - count_a), count_a)
+    pos_b = torch.repeat_interleave(start + count_a - (torch.cumsum(count_b, 0) - count_b), count_b)
+    rows_a = pos_a + torch.arange(len(pos_a))
+    rows_b = pos_b + torch.arange(len(pos_b))
+    out = []
+    for x, y in zip(a, b, strict=True):
+        t = x.new_empty((int(sizes.sum()), *x.shape[1:]))
+        t[rows_a], t[rows_b] = x, y
+        out.append(t)
+    return out[0], out[1], sizes
+
+
 @register_task(
     "mixed_labels", "Mixed FL label shift: clients hold label 1, the server label 0 (003)"
 )
@@ -81,27 +112,32 @@ def build_mixed_labels(params: Mapping[str, Any], seed: int) -> Task:
     rng = np.random.default_rng([0x3A, seed])
     u = rng.standard_normal(p.dim)
     mean = p.separation * u / np.linalg.norm(u)
-    clients = [_blob(rng, p.examples, mean) for _ in range(p.clients)]
+    clients = _blob(rng, p.clients * p.examples, mean)  # every client's rows, client by client
     central = _blob(rng, p.central_examples, -mean)
     half = p.test_examples // 2
     test_x = torch.cat([_blob(rng, half, mean), _blob(rng, p.test_examples - half, -mean)])
     test_y = torch.cat(
         [torch.ones(half, dtype=torch.long), torch.zeros(p.test_examples - half, dtype=torch.long)]
     )
-    ones = lambda x: torch.ones(len(x), dtype=torch.long)  # noqa: E731
+    counts = torch.full((p.clients,), p.examples, dtype=torch.long)
+    labels = torch.ones(len(clients), dtype=torch.long)
     if p.oracle:
-        shares = torch.tensor_split(central, p.clients)
-        data = [
-            (torch.cat([x, s]), torch.cat([ones(x), ones(s) * 0]))
-            for x, s in zip(clients, shares, strict=True)
-        ]
+        # client k: its label-1 rows, then its share of the central rows (tensor_split's shares)
+        share = torch.tensor(
+            [len(s) for s in torch.tensor_split(torch.arange(len(central)), p.clients)]
+        )
+        inputs, labels, counts = _interleave(
+            (clients, labels), (central, torch.zeros(len(central), dtype=torch.long)), counts, share
+        )
+        train = InMemoryData.from_arrays(inputs, labels, counts, _ids(p.clients))
         central_data = None
     else:
-        data = [(x, ones(x)) for x in clients]
-        central_data = CentralData(Dataset(central, ones(central) * 0), weight=p.central_weight)
+        train = InMemoryData.from_arrays(clients, labels, counts, _ids(p.clients))
+        zeros = torch.zeros(len(central), dtype=torch.long)
+        central_data = CentralData(Dataset(central, zeros), weight=p.central_weight)
     return Task(
         name="mixed_labels",
-        train=FederatedData.from_clients(data, [f"client_{k:04d}" for k in range(p.clients)]),
+        train=train,
         model_fn=functools.partial(build_model, p.model, (p.dim,), 2),
         loss_fn=cross_entropy,
         test=Dataset(test_x, test_y),
@@ -149,25 +185,25 @@ def build_mixed_quadratic(params: Mapping[str, Any], seed: int) -> Task:
     A_f = spd_with_spectrum(p.dim, p.mu, p.L, rng)
     c_f = rng.standard_normal(p.dim) / np.sqrt(p.dim)
     same = p.iid or p.shared_hessian
-    A = np.stack(
-        [A_f if same else spd_with_spectrum(p.dim, p.mu, p.L, rng) for _ in range(p.clients)]
+    A = (
+        np.broadcast_to(A_f, (p.clients, p.dim, p.dim)).copy()
+        if same
+        else spd_with_spectrum_batch(p.clients, p.dim, p.mu, p.L, rng)
     )
     offsets = rng.standard_normal((p.clients, p.dim)) * (p.heterogeneity / np.sqrt(p.dim))
     c = np.tile(c_f, (p.clients, 1)) + (0.0 if p.iid else offsets)
     A_c = spd_with_spectrum(p.dim, p.mu, p.L, rng)
     u = rng.standard_normal(p.dim)
     c_c = c_f + p.central_distance * u / np.linalg.norm(u)
-    clients = [
-        (quadratic_rows(rng, A[i], c[i], p.examples, p.noise), torch.zeros(p.examples))
-        for i in range(p.clients)
-    ]
+    sizes = np.full(p.clients, p.examples, dtype=np.int64)
+    rows = quadratic_rows_batch(rng, A, c, sizes, p.noise)
     central = quadratic_rows(rng, A_c, c_c, p.central_examples, p.central_noise)
     H = p.federated_weight * A.mean(0) + p.central_weight * A_c
     b = p.federated_weight * np.einsum("ijk,ik->j", A, c) / p.clients + p.central_weight * A_c @ c_c
 
     return Task(
         name="mixed_quadratic",
-        train=FederatedData.from_clients(clients),
+        train=InMemoryData.from_arrays(rows, torch.zeros(len(rows)), torch.from_numpy(sizes)),
         model_fn=quadratic_model_fn(p.dim, p.init_scale),
         loss_fn=per_example_value,
         central=CentralData(

@@ -33,11 +33,19 @@ import torch
 from fedtune.trainers.models import build_model, model_names
 from fedtune.trainers.typed import check, from_mapping
 
-from .base import Dataset, FederatedData, Task
+from .base import Dataset, InMemoryData, Task
 from .losses import accuracy, cross_entropy
 from .registry import register_task
 
-__all__ = ["SyntheticParams", "accuracy", "build_synthetic", "check_model", "cross_entropy"]
+__all__ = [
+    "SyntheticParams",
+    "accuracy",
+    "build_synthetic",
+    "check_model",
+    "cross_entropy",
+    "generate",
+    "generate_arrays",
+]
 
 
 def check_model(model: str, path: str) -> None:
@@ -87,55 +95,75 @@ def _client_sizes(p: SyntheticParams, rng: np.random.Generator) -> np.ndarray:
 
 def generate(p: SyntheticParams, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each client's ``(x float64 [n_k, d], y int64 [n_k])`` following the module docstring."""
+    x, y, sizes = generate_arrays(p, seed)
+    cuts = np.cumsum(sizes)[:-1]
+    return list(zip(np.split(x, cuts), np.split(y, cuts), strict=True))
+
+
+def generate_arrays(p: SyntheticParams, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All clients at once: ``x`` float64 [N, d], ``y`` int64 [N] (client after client) and the
+    sizes n_k [C].
+
+    The draws are those of the per-client recipe (client k: W_k, b_k, v_k, then its x, every
+    one a standard normal shifted by its mean), taken as one ``standard_normal`` call and cut
+    per client, so the data are bit for bit those of a loop over clients; the logits are one
+    stacked matmul per group of equal-size clients (the same BLAS call per client)."""
     rng = np.random.default_rng(seed)
     sizes = _client_sizes(p, rng)
     u = rng.normal(0.0, p.alpha, p.clients)
     b_mean = rng.normal(0.0, p.beta, p.clients)
     sd = np.arange(1, p.dim + 1, dtype=np.float64) ** -0.6  # sqrt of Σ_jj = j^{-1.2}
+    d, k, n_rows = p.dim, p.classes, int(sizes.sum())
+    owner = np.repeat(np.arange(p.clients), sizes)
     if p.iid:
-        w_shared = rng.normal(0.0, 1.0, (p.dim, p.classes))
-        b_shared = rng.normal(0.0, 1.0, p.classes)
-    clients = []
-    for k in range(p.clients):
-        if p.iid:
-            w, b, v = w_shared, b_shared, np.zeros(p.dim)
-        else:
-            w = rng.normal(u[k], 1.0, (p.dim, p.classes))
-            b = rng.normal(u[k], 1.0, p.classes)
-            v = rng.normal(b_mean[k], 1.0, p.dim)
-        x = v + sd * rng.standard_normal((int(sizes[k]), p.dim))
-        y = np.argmax(x @ w + b, axis=1).astype(np.int64)
-        clients.append((x, y))
-    return clients
+        w = np.broadcast_to(rng.normal(0.0, 1.0, (d, k)), (p.clients, d, k))
+        b = np.broadcast_to(rng.normal(0.0, 1.0, k), (p.clients, k))
+        v = np.zeros((p.clients, d))
+        z = rng.standard_normal((n_rows, d))
+    else:
+        head = d * k + k + d  # W_k, b_k, v_k of each client, before its x
+        block = head + sizes * d
+        start = np.cumsum(block) - block
+        draws = rng.standard_normal(int(block.sum()))
+        own = draws[start[:, None] + np.arange(head)]  # [C, head]
+        w = u[:, None, None] + 1.0 * own[:, : d * k].reshape(p.clients, d, k)
+        b = u[:, None] + 1.0 * own[:, d * k : d * k + k]
+        v = b_mean[:, None] + 1.0 * own[:, d * k + k :]
+        first = np.repeat(start + head - (np.cumsum(sizes) - sizes) * d, sizes)
+        z = draws[(first + np.arange(n_rows) * d)[:, None] + np.arange(d)]
+        del draws, own
+    x = v[owner] + sd * z
+    y = np.empty(n_rows, dtype=np.int64)
+    offsets = np.cumsum(sizes) - sizes
+    for n in np.unique(sizes).tolist():
+        of = np.flatnonzero(sizes == n)
+        rows = (offsets[of][:, None] + np.arange(n)).reshape(-1)
+        logits = x[rows].reshape(len(of), n, d) @ w[of] + b[of][:, None, :]
+        y[rows] = np.argmax(logits, axis=2).reshape(-1)
+    return x, y, sizes
 
 
-def split_holdout(
-    clients: list[tuple[torch.Tensor, torch.Tensor]], fraction: float
-) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], Dataset | None]:
-    """Hold out the last ⌊fraction·n_k⌋ examples of every client (each keeps ≥ 1 for training)
-    and pool them into one test set (``None`` when nothing is held out)."""
-    train, test_x, test_y = [], [], []
-    for x, y in clients:
-        n_test = min(int(fraction * len(x)), len(x) - 1)
-        cut = len(x) - n_test
-        train.append((x[:cut], y[:cut]))
-        test_x.append(x[cut:])
-        test_y.append(y[cut:])
-    if sum(len(t) for t in test_y) == 0:
-        return train, None
-    return train, Dataset(torch.cat(test_x), torch.cat(test_y))
+def holdout_mask(sizes: np.ndarray, fraction: float) -> np.ndarray:
+    """Rows kept for training: all but the last ⌊fraction·n_k⌋ of every client (each keeps ≥ 1);
+    the rest are pooled, in client order, into the test split."""
+    n_test = np.minimum((fraction * sizes).astype(np.int64), sizes - 1)
+    position = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return position < np.repeat(sizes - n_test, sizes)
 
 
 @register_task("synthetic", "LEAF/FedProx synthetic(α, β) multinomial logistic regression")
 def build_synthetic(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(SyntheticParams, params, "task")
-    data = [
-        (torch.from_numpy(x).to(torch.float32), torch.from_numpy(y)) for x, y in generate(p, seed)
-    ]
-    train, test = split_holdout(data, p.test_fraction)
+    x, y, sizes = generate_arrays(p, seed)
+    keep = holdout_mask(sizes, p.test_fraction)
+    inputs, targets = torch.from_numpy(x).to(torch.float32), torch.from_numpy(y)
+    mask = torch.from_numpy(keep)
+    test = None if keep.all() else Dataset(inputs[~mask], targets[~mask])
+    counts = torch.from_numpy(np.add.reduceat(keep.astype(np.int64), np.cumsum(sizes) - sizes))
+    ids = [f"client_{k:04d}" for k in range(p.clients)]
     return Task(
         name="synthetic",
-        train=FederatedData.from_clients(train, [f"client_{k:04d}" for k in range(p.clients)]),
+        train=InMemoryData.from_arrays(inputs[mask], targets[mask], counts, ids),
         model_fn=functools.partial(build_model, p.model, (p.dim,), p.classes),
         loss_fn=cross_entropy,
         test=test,

@@ -106,10 +106,13 @@ def spd_with_spectrum_batch(
         return lam.reshape(n, 1, 1).astype(np.float64)
     lam = np.empty((n, dim))
     lam[:, 0], lam[:, 1] = mu, L
-    g = np.empty((n, dim, dim))
-    for i in range(n):  # interleaved uniform and normal draws: one pair of calls per matrix
-        lam[i, 2:] = rng.uniform(mu, L, size=dim - 2)
-        g[i] = rng.standard_normal((dim, dim))
+    if dim == 2:  # no uniform draws in between: one normal draw for all
+        g = rng.standard_normal((n, dim, dim))
+    else:
+        g = np.empty((n, dim, dim))
+        for i in range(n):  # interleaved uniform and normal draws: a pair of calls per matrix
+            lam[i, 2:] = rng.uniform(mu, L, size=dim - 2)
+            g[i] = rng.standard_normal((dim, dim))
     q, r = np.linalg.qr(g)
     q = q * np.sign(np.diagonal(r, axis1=1, axis2=2))[:, None, :]
     A = (q * lam[:, None, :]) @ q.transpose(0, 2, 1)
