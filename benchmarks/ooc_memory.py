@@ -133,7 +133,15 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")  # Linux ≥ 4.0: VmHWM := VmRSS
 
 
-def child(path: str, rounds: int, lazy: bool, vocab: int, clients_per_round: int) -> dict:
+def child(
+    path: str,
+    rounds: int,
+    lazy: bool,
+    vocab: int,
+    clients_per_round: int,
+    eval_population: str = "full",
+    eval_clients: int | None = None,
+) -> dict:
     import torch
     from torch import nn
 
@@ -162,6 +170,8 @@ def child(path: str, rounds: int, lazy: bool, vocab: int, clients_per_round: int
             "batch_size": 16,
             "eval_every": 10**6,
             "eval_batch_size": 1024,
+            "eval_population": eval_population,
+            "eval_clients": eval_clients,
             "dtype": "float32",
             "device": "cpu",
         },
@@ -190,6 +200,7 @@ def child(path: str, rounds: int, lazy: bool, vocab: int, clients_per_round: int
             {
                 "round": t + 1,
                 "population_eval": record.train_loss is not None,
+                "eval_clients": record.extra.get("eval_clients"),
                 "seconds": time.perf_counter() - start,
                 "peak_rss_mib": _status("VmHWM"),
                 "rss_after_mib": _status("VmRSS"),
@@ -219,7 +230,11 @@ def run_child(path: Path, args: argparse.Namespace, lazy: bool) -> dict:
         str(args.vocab),
         "--clients-per-round",
         str(args.clients_per_round),
-    ] + ([] if lazy else ["--in-memory"])
+        "--eval-population",
+        args.eval_population,
+    ]
+    cmd += [] if args.eval_clients is None else ["--eval-clients", str(args.eval_clients)]
+    cmd += [] if lazy else ["--in-memory"]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
@@ -252,10 +267,39 @@ def summarise(runs: list[dict]) -> dict:
         "median_load_seconds": round(med(run["load"]["seconds"] for run in runs), 1),
         "median_load_peak_rss_mib": round(med(run["load"]["peak_rss_mib"] for run in runs), 1),
         "median_rss_after_load_mib": round(med(run["load"]["rss_after_mib"] for run in runs), 1),
+        "median_rss_after_imports_mib": round(med(run["rss_after_imports_mib"] for run in runs), 1),
+        # what the loaded store keeps resident (load RSS − RSS after the imports)
+        "median_load_growth_mib": round(
+            med(run["load"]["rss_after_mib"] - run["rss_after_imports_mib"] for run in runs), 1
+        ),
+        "median_first_round_peak_above_load_mib": round(
+            med(run["rounds"][0]["peak_rss_mib"] - run["load"]["rss_after_mib"] for run in runs), 1
+        ),
         "median_load_ru_maxrss_mib": round(med(run["load"]["ru_maxrss_mib"] for run in runs), 1),
         "median_process_peak_rss_mib": round(med(run["process_peak_rss_mib"] for run in runs), 1),
         "runs": runs,
     }
+
+
+def slopes(lazy: dict) -> dict:
+    """Bytes per client of the resident set's growth with the population, between the smallest
+    and the largest population measured (least squares over all of them): what the loaded store
+    keeps, the first round's peak (it evaluates the population) and the later rounds' peak, each
+    above the loaded store."""
+    if len(lazy) < 2:
+        return {}
+    n = np.array([float(k) for k in lazy])
+    out = {}
+    for key in (
+        "median_load_growth_mib",
+        "median_first_round_peak_above_load_mib",
+        "median_round_peak_above_load_mib",
+    ):
+        y = np.array([lazy[k][key] for k in lazy]) * 2**20
+        out[key.replace("median_", "").replace("_mib", "")] = round(
+            float(np.polyfit(n, y, 1)[0]), 2
+        )
+    return out
 
 
 def _appended(old: dict, settings: dict, parser: argparse.ArgumentParser) -> dict:
@@ -284,6 +328,15 @@ def main() -> None:
     parser.add_argument("--in-memory-max", type=int, default=342_477)
     parser.add_argument("--posts-max", type=int, default=POSTS_MAX)
     parser.add_argument(
+        "--eval-population",
+        choices=["full", "sample", "off"],
+        default="full",
+        help="train.eval_population of round 1 (full: the whole population, in windows)",
+    )
+    parser.add_argument(
+        "--eval-clients", type=int, default=None, help="S for --eval-population sample"
+    )
+    parser.add_argument(
         "--append",
         action="store_true",
         help="add these populations to an existing --out file measured with the same settings",
@@ -299,7 +352,13 @@ def main() -> None:
         parser.error("--rounds must be >= 2 (round 1 also evaluates the population)")
     if args.child:
         result = child(
-            args.child, args.rounds, not args.in_memory, args.vocab, args.clients_per_round
+            args.child,
+            args.rounds,
+            not args.in_memory,
+            args.vocab,
+            args.clients_per_round,
+            args.eval_population,
+            args.eval_clients,
         )
         print(json.dumps(result))
         return
@@ -331,6 +390,7 @@ def main() -> None:
         results["lazy" if lazy else "in_memory"][str(n)] = summary
         brief = {k: v for k, v in summary.items() if k != "runs"}
         print(f"{n} clients, {'lazy' if lazy else 'in-memory'}: {brief}", flush=True)
+        results["slopes_bytes_per_client"] = slopes(results["lazy"])
         results["environment"]["load_average_1_5_15_at_end"] = [
             round(x, 2) for x in os.getloadavg()
         ]

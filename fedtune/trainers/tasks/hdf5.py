@@ -26,7 +26,7 @@ import torch
 
 from fedtune.errors import DataError
 
-from .lazy import LazyFederatedData
+from .lazy import LazyFederatedData, release_freed_memory
 
 __all__ = ["EXPECTED", "HDF5ClientData", "Raw", "open_examples", "read_client", "read_clients"]
 
@@ -145,28 +145,62 @@ class HDF5ClientData(LazyFederatedData):
         clients without examples are dropped, as in the in-memory path."""
         handle, group = open_examples(path)
         with handle:
-            ids = np.array([k.encode() for k in sorted(group.keys())[:max_clients]], np.bytes_)
-            names = [i.decode() for i in ids.tolist()]
-            rows: list[int] = []  # filled by the prepare pass, when there is one
+            ids = sorted_names(group)[:max_clients]
+            rows = np.zeros(len(ids), dtype=np.int64)  # filled by the prepare pass, if any
+            seen = 0
 
             def raws() -> Iterator[Raw]:
-                for cid in names:
+                nonlocal seen
+                for i, cid in enumerate(_decoded(ids)):
                     raw = truncate(read_client(path, group, cid, features), limit)
-                    rows.append(len(raw[features[0]]))
+                    rows[i], seen = len(raw[features[0]]), i + 1
                     yield raw
 
             convert = make_convert(prepare(raws()) if prepare is not None else None)
             if not rows_are_examples:
-                sizes = [len(convert(path, c, r)[0]) for c, r in zip(names, raws(), strict=True)]
-            elif prepare is not None and len(rows) == len(names):
+                sizes = np.zeros(len(ids), dtype=np.int64)
+                for i, (cid, raw) in enumerate(zip(_decoded(ids), raws(), strict=True)):
+                    sizes[i] = len(convert(path, cid, raw)[0])
+            elif prepare is not None and seen == len(ids):
                 sizes = rows  # one pass: the prepare pass already saw every client
             else:
-                sizes = [_rows(path, group, cid, features[0], limit) for cid in names]
-        sizes_np = np.array(sizes, dtype=np.int64)
-        keep = sizes_np > 0
+                sizes = np.fromiter(
+                    (_rows(path, group, cid, features[0], limit) for cid in _decoded(ids)),
+                    dtype=np.int64,
+                    count=len(ids),
+                )
+        keep = sizes > 0
         if not keep.any():
             raise DataError(str(path), "no client has any example")
-        return cls(path, ids[keep], sizes_np[keep], features, limit, convert)
+        store = cls(path, ids[keep], sizes[keep], features, limit, convert)
+        release_freed_memory()
+        return store
+
+
+def sorted_names(group: h5py.Group, block: int = 65536) -> np.ndarray:
+    """The group's link names, sorted (as ``sorted(group.keys())``), as one fixed-width bytes
+    array: names are collected ``block`` at a time, so no Python list of every name (≈ 60 B
+    per name, left behind as heap fragments after it is freed) is ever built."""
+    blocks: list[np.ndarray] = []
+    pending: list[bytes] = []
+
+    def visit(name: bytes) -> None:
+        pending.append(name)
+        if len(pending) == block:
+            blocks.append(np.array(pending, dtype=np.bytes_))
+            pending.clear()
+
+    group.id.links.iterate(visit)
+    blocks.append(np.array(pending, dtype=np.bytes_))
+    width = max(b.dtype.itemsize for b in blocks)
+    names = np.concatenate([b.astype(f"S{width}") for b in blocks])
+    names.sort()  # UTF-8 byte order is code-point order, i.e. Python's str order
+    return names
+
+
+def _decoded(ids: np.ndarray) -> Iterator[str]:
+    for i in range(len(ids)):
+        yield ids[i].decode("utf-8")
 
 
 def _rows(path: Path, group: h5py.Group, cid: str, feature: str, limit: int | None) -> int:

@@ -16,6 +16,8 @@ examples, the same tensors every time (determinism in the data seed is the build
 from __future__ import annotations
 
 import copy
+import ctypes
+import gc
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 
@@ -24,9 +26,25 @@ import torch
 
 from .base import FederatedData, InMemoryData
 
-__all__ = ["CallableData", "LazyFederatedData"]
+__all__ = ["CallableData", "LazyFederatedData", "release_freed_memory"]
 
 Examples = tuple[torch.Tensor, torch.Tensor]
+
+
+def release_freed_memory() -> None:
+    """Hand the heap memory freed by an index pass back to the operating system.
+
+    An index pass makes and drops millions of small objects (names, decoded texts, per-client
+    arrays); glibc keeps the freed pages in its heap, so the process stayed hundreds of MiB
+    larger than what it holds (≈ 0.27 KiB per client). ``malloc_trim(0)`` returns them; where
+    the C library has no such call (musl, macOS) this does nothing."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 class _Ids(Sequence[str]):

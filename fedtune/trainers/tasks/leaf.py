@@ -40,6 +40,7 @@ from fedtune.trainers.models import build_model
 from fedtune.trainers.typed import check, from_mapping
 
 from .base import Dataset, FederatedData, Task
+from .lazy import release_freed_memory
 from .leaf_store import LeafClientData, index_leaf_dir
 from .losses import accuracy, cross_entropy
 from .registry import register_task
@@ -190,6 +191,8 @@ def load_clients(
         if not ids:
             raise DataError(str(root / "train"), "no user has any example")
         train = LeafClientData(index, ids, convert)
+        del index  # the store keeps int64 arrays, not the per-user dict
+        release_freed_memory()
     else:
         users = read_leaf_dir(root / "train")
         ids = [u for u in sorted(users) if users[u][0]][:max_clients]
