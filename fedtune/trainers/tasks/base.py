@@ -97,6 +97,12 @@ class FederatedData(ABC):
     def num_examples(self) -> int:
         return int(self.client_sizes.sum())
 
+    def release(self) -> None:
+        """Called after each evaluation window: a file-backed store hands the memory its reads
+        freed back to the operating system, so that the population's evaluation peaks at one
+        window's working set whatever the number of windows (nothing to do in memory)."""
+        return None
+
     def client(self, i: int) -> Dataset:
         return self.cohort([i]).client(i)
 
@@ -120,6 +126,8 @@ class FederatedData(ABC):
                 view.targets[start : start + b - a],
                 owner[first : first + b - a],
             )
+            del view, owner
+            self.release()
 
     def client_row_chunks(self, clients: torch.Tensor, max_rows: int | None) -> Iterator[RowChunk]:
         """The rows of the listed clients (global indices), client after client in the order
@@ -141,6 +149,8 @@ class FederatedData(ABC):
             take = rows[first : first + b - a]
             owner = torch.repeat_interleave(torch.arange(lo, hi + 1), sizes[lo : hi + 1])
             yield view.inputs[take], view.targets[take], owner[first : first + b - a]
+            del view, rows, take, owner
+            self.release()
 
     @classmethod
     def from_arrays(

@@ -15,7 +15,9 @@ at a time, so the pass holds one client in memory.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,16 @@ class HDF5ClientData(LazyFederatedData):
             out.append((torch.from_numpy(x), torch.from_numpy(y)))
         return out
 
+    def release(self) -> None:
+        """Close the read handle (the next read reopens it): its metadata cache held ≈ 0.6 KiB
+        per client read, ≈ 60 MiB after a population evaluation of 100,000 clients; then hand
+        HDF5's free lists and the freed heap back to the operating system."""
+        if self._handle is not None:
+            self._handle[1].close()
+            self._handle = None
+        release_hdf5_free_lists()
+        release_freed_memory()
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_handle": None}
 
@@ -173,7 +185,7 @@ class HDF5ClientData(LazyFederatedData):
         if not keep.any():
             raise DataError(str(path), "no client has any example")
         store = cls(path, ids[keep], sizes[keep], features, limit, convert)
-        release_freed_memory()
+        store.release()
         return store
 
 
@@ -196,6 +208,32 @@ def sorted_names(group: h5py.Group, block: int = 65536) -> np.ndarray:
     names = np.concatenate([b.astype(f"S{width}") for b in blocks])
     names.sort()  # UTF-8 byte order is code-point order, i.e. Python's str order
     return names
+
+
+def release_hdf5_free_lists() -> None:
+    """``H5garbage_collect()``: HDF5 keeps the blocks it frees (object headers, B-tree and heap
+    nodes of every client group it opened) on free lists of its own, which neither Python nor
+    ``malloc_trim`` can return; after a pass over 342,477 clients they held ≈ 60 MiB. h5py does
+    not expose the call, so the library h5py loaded is found in ``/proc/self/maps`` (Linux; a
+    no-op elsewhere)."""
+    global _HDF5_LIBS
+    if _HDF5_LIBS is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            maps = ""
+        paths = {line.split()[-1] for line in maps.splitlines() if line.count("/")}
+        _HDF5_LIBS = []
+        for lib in sorted(p for p in paths if re.search(r"/libhdf5[-.]", p)):
+            try:
+                _HDF5_LIBS.append(ctypes.CDLL(lib).H5garbage_collect)
+            except (OSError, AttributeError):
+                continue
+    for collect in _HDF5_LIBS:
+        collect()
+
+
+_HDF5_LIBS: list | None = None
 
 
 def _decoded(ids: np.ndarray) -> Iterator[str]:

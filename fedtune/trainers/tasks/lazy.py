@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import gc
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 
@@ -38,7 +37,6 @@ def release_freed_memory() -> None:
     arrays); glibc keeps the freed pages in its heap, so the process stayed hundreds of MiB
     larger than what it holds (≈ 0.27 KiB per client). ``malloc_trim(0)`` returns them; where
     the C library has no such call (musl, macOS) this does nothing."""
-    gc.collect()
     try:
         libc = ctypes.CDLL(None)
         trim = libc.malloc_trim
@@ -104,6 +102,9 @@ class LazyFederatedData(FederatedData):
         self.loaded += len(ids)
         view = InMemoryData.view(ids, parts, self._sizes, self.client_ids)
         return view.to(self.device, self.dtype)
+
+    def release(self) -> None:
+        release_freed_memory()
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None):
         out = copy.copy(self)
