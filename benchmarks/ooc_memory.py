@@ -26,11 +26,18 @@ model's memory does not depend on the population, the data's would. Files go to 
 (default /tmp/fedtune-ooc, reused across runs when their generator version matches; never
 committed).
 
+``--eval-population sample --eval-clients S`` makes round 1 evaluate S clients instead of the
+population (``train.eval_population``). ``slopes_bytes_per_client`` fits, over the populations
+measured, how many bytes per client the loaded store keeps (``load_growth``: RSS after the load
+minus RSS after the imports) and how many a round adds on top of it (first round, which
+evaluates, and the later ones): what "does not grow with the population" is checked against.
+
 ``--posts-max`` lowers the clip of posts per client (default 128) where generating the largest
 population takes too long on a small machine; the number of clients is what must not shrink.
 
 Usage: ``python benchmarks/ooc_memory.py [--populations 10000 342477 1000000] [--rounds 4]
-[--repeats 1] [--vocab 100] [--in-memory-max 342477] [--posts-max 128]``. Writes ``benchmarks/results/ooc_memory.json``.
+[--repeats 1] [--vocab 100] [--in-memory-max 342477] [--posts-max 128]
+[--eval-population full|sample|off] [--eval-clients S] [--append]``. Writes ``benchmarks/results/ooc_memory.json``.
 """
 
 from __future__ import annotations
@@ -282,23 +289,26 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def slopes(lazy: dict) -> dict:
-    """Bytes per client of the resident set's growth with the population, between the smallest
-    and the largest population measured (least squares over all of them): what the loaded store
-    keeps, the first round's peak (it evaluates the population) and the later rounds' peak, each
-    above the loaded store."""
+    """Bytes per client of the resident set's growth with the population: what the loaded
+    store keeps (``load_growth``), the first round's peak (it evaluates the population) and the
+    later rounds' peak, each above the loaded store. ``fit``: least squares over every
+    population; ``largest_two``: between the two largest, where both evaluate in full
+    ``eval_chunk_rows`` windows (a population smaller than one window evaluates in a smaller
+    one, which lowers its peak for a reason that is not the population)."""
     if len(lazy) < 2:
         return {}
-    n = np.array([float(k) for k in lazy])
-    out = {}
+    keys = sorted(lazy, key=int)
+    n = np.array([float(k) for k in keys])
+    out: dict = {"fit": {}, "largest_two": {}}
     for key in (
         "median_load_growth_mib",
         "median_first_round_peak_above_load_mib",
         "median_round_peak_above_load_mib",
     ):
-        y = np.array([lazy[k][key] for k in lazy]) * 2**20
-        out[key.replace("median_", "").replace("_mib", "")] = round(
-            float(np.polyfit(n, y, 1)[0]), 2
-        )
+        y = np.array([lazy[k][key] for k in keys]) * 2**20
+        name = key.replace("median_", "").replace("_mib", "")
+        out["fit"][name] = round(float(np.polyfit(n, y, 1)[0]), 2)
+        out["largest_two"][name] = round(float((y[-1] - y[-2]) / (n[-1] - n[-2])), 2)
     return out
 
 
