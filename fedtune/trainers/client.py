@@ -17,7 +17,11 @@ on batches S_1…S_K, then the message is the exact gradient (through the inner 
 autodiff, for any model) of the loss on batch S_{K+1} at the adapted point:
 ∇_x f(U_K(x); S_{K+1}).
 
-Client functions are pure ``fn(x, lr, xb, yb) -> message`` so a runner can vmap them.
+Client functions are pure ``fn(x, lr, xb, yb) -> message`` so a runner can vmap them. When
+``loss_of`` is a :class:`~fedtune.trainers.module_loss.ModuleLoss` with an eager twin, the
+first-order functions carry ``fn.eager``: the same ClientUpdate for one client, with eager
+autograd on the module instead of torch.func (the sequential runner calls it; same operators in
+the same order, so the same bits — tests/unit/test_eager_runner.py).
 
 Heterogeneous local work (``train.local_epochs``, :mod:`fedtune.trainers.steps`):
 :func:`make_masked_client_fn` gives ``fn(x, lr, xb, yb, theta, mask) -> message`` over K_max
@@ -38,6 +42,7 @@ import torch
 from torch.func import grad
 
 from .hparams import HParam, Space
+from .module_loss import ModuleLoss
 from .steps import where_step
 
 __all__ = ["CLIENT_HPARAMS", "ClientRule", "make_client_fn", "make_masked_client_fn"]
@@ -116,6 +121,8 @@ def make_masked_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Pa
             return {n: lr * msg[n] for n in msg}
         return msg
 
+    if _has_eager(loss_of):
+        fn.eager = _eager_client(loss_of, rule, masked=True)  # type: ignore[attr-defined]
     return fn
 
 
@@ -150,4 +157,59 @@ def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
 
         return grad(adapted_loss)(x)
 
-    return maml if rule.second_order else first_order
+    if rule.second_order:
+        return maml
+    if _has_eager(loss_of):
+        first_order.eager = _eager_client(loss_of, rule, masked=False)  # type: ignore[attr-defined]
+    return first_order
+
+
+def _is_one(theta_k) -> bool:
+    return not torch.is_tensor(theta_k) and theta_k == 1.0
+
+
+def _has_eager(loss_of: LossOf) -> bool:
+    return isinstance(loss_of, ModuleLoss) and loss_of.eager
+
+
+def _eager_client(loss: ModuleLoss, rule: ClientRule, masked: bool) -> Callable[..., Params]:
+    """One client's first-order ClientUpdate with eager autograd (see the module docstring).
+
+    Every arithmetic step is the expression of the functional form (``_axpy``: a + s·b, with
+    the same s), so the message is bit for bit the same; a masked step (``mask[k]`` unset, the
+    steps after τ_i) is skipped, which is what ``where_step`` makes of it.
+    """
+    alpha = rule.prox_alpha
+    names = loss.names
+    fixed = [float(t) for t in rule.theta]
+
+    def fn(x: Params, lr, xb, yb, theta=None, mask=None) -> Params:
+        if x.keys() != set(names):
+            raise KeyError("parameters do not match the module's")
+        x_leaves = [x[n] for n in names]
+        y = x_leaves
+        msg = [torch.zeros_like(v) for v in x_leaves]
+        neg_lr = -lr
+        steps = int(xb.shape[0]) if masked else len(fixed)
+        for k in range(steps):
+            if masked and not bool(mask[k]):
+                break  # the real steps come first: the rest are exact no-ops
+            g = loss.grad(ModuleLoss.leaves(y), xb[k], yb[k])
+            if alpha:
+                g = [gi + alpha * (yi - xi) for gi, yi, xi in zip(g, y, x_leaves, strict=True)]
+            theta_k = theta[k] if masked else fixed[k]
+            if masked or theta_k:
+                # m + θ_k·g; θ_k = 1 multiplies exactly, so it is left out
+                torch._foreach_add_(msg, g if _is_one(theta_k) else torch._foreach_mul(g, theta_k))
+            if masked or k < steps - 1:
+                step = torch._foreach_mul(g, neg_lr)
+                if y is x_leaves:
+                    y = torch._foreach_add(y, step)  # the broadcast x is never written
+                else:
+                    torch._foreach_add_(y, step)
+        if rule.units == "delta":
+            msg = torch._foreach_mul(msg, lr)
+        out = dict(zip(names, msg, strict=True))
+        return {n: out[n] for n in x}
+
+    return fn

@@ -40,16 +40,20 @@ from .evaluation import (
     population_loss,
 )
 from .model_check import check_model_outputs
+from .module_loss import ModuleLoss
 from .records import Outcome, RoundRecord, TrialResult
-from .runners import make_runner
-from .sampling import batch_indices, sample_clients
+from .runners import choose_runner, make_runner
+from .sampling import cohort_batch_indices, sample_clients
 from .steps import epoch_steps, padded_batches, step_summary
 from .tasks import Task, build_task
 from .tasks.base import InMemoryData
 
-__all__ = ["Trainer", "pick_device", "run_trial"]
+__all__ = ["RUNNER_METRIC", "Trainer", "pick_device", "run_trial"]
 
 OnRound = Callable[[RoundRecord], bool | None]
+#: round-record extra: 1.0 when the round's clients ran vectorized, 0.0 when sequentially
+#: (``runner: sequential``, ``auto`` choosing it, or the vectorized runner's fallback)
+RUNNER_METRIC = "runner_vectorized"
 _STATE_VERSION = 1
 
 
@@ -83,11 +87,19 @@ class Trainer:
         self.model = self.task.model_fn(gen).to(device=self.device, dtype=self.dtype)
         params = {n: p.detach().clone() for n, p in self.model.named_parameters()}
         check_model_outputs(self.task, self.model, params, self.data)
+        self.loss_of = ModuleLoss(self.model, self.task.loss_fn)
         self.state = self.algorithm.init(params)
         self.decay = DecayController(
             cfg.decay, base_rates=(self.hparams.client_lr, self.hparams.server_lr)
         )
-        self.runner = make_runner(cfg.train.runner)
+        self.runner_kind = choose_runner(
+            cfg.train.runner,
+            sum(p.numel() for p in params.values()),
+            self.device,
+            cfg.train.clients_per_round,
+            self.local_steps,
+        )
+        self.runner = make_runner(self.runner_kind)
         self.records: list[RoundRecord] = []
         self.outcome: Outcome | None = None
         self.reason = ""
@@ -98,10 +110,7 @@ class Trainer:
 
     # -- functional model -------------------------------------------------------------
     def per_example_loss(self, params, x, y) -> torch.Tensor:
-        return self.task.loss_fn(functional_call(self.model, params, (x,)), y)
-
-    def loss_of(self, params, x, y) -> torch.Tensor:
-        return self.per_example_loss(params, x, y).mean()
+        return self.loss_of.evaluate(params, x, y)
 
     def _metric(self, fn):
         return lambda params, x, y: fn(functional_call(self.model, params, (x,)), y)
@@ -134,20 +143,15 @@ class Trainer:
         if cfg.train.local_epochs is not None:
             steps, batches = self._epoch_batches(t, clients, data)
         elif cfg.train.batch_sampling != "full" or self._equal_counts(clients):
-            batches = torch.stack(
-                [
-                    batch_indices(
-                        cfg.seed,
-                        t,
-                        int(c),
-                        int(data.offsets[c]),
-                        int(data.counts[c]),
-                        self.algorithm.num_batches(),
-                        cfg.train.batch_size,
-                        cfg.train.batch_sampling,
-                    )
-                    for c in clients
-                ]
+            batches = cohort_batch_indices(
+                cfg.seed,
+                t,
+                clients,
+                data.offsets[clients],
+                data.counts[clients],
+                self.algorithm.num_batches(),
+                cfg.train.batch_size,
+                cfg.train.batch_sampling,
             )
         else:
             raise ConfigError("train.batch_sampling", "'full' needs sampled clients of equal size")
@@ -216,6 +220,7 @@ class Trainer:
             train_loss, test, evaluated = self._evaluate(t)
         self._wall += time.perf_counter() - start
         extra = {k: float(v) for k, v in diag.items() if k != "update_norm"} | evaluated
+        extra[RUNNER_METRIC] = float(self.runner_name == "vectorized")
         if cohort.steps is not None:
             extra.update(step_summary(cohort.steps))
         record = RoundRecord(
@@ -267,13 +272,18 @@ class Trainer:
             self.outcome = Outcome.STOPPED
             self.reason = reason
 
+    @property
+    def runner_name(self) -> str:
+        """The runner that ran the last round: ``vectorized``, ``sequential`` or
+        ``sequential(fallback)`` (the vectorized runner fell back)."""
+        return getattr(self.runner, "effective_name", self.runner.name)
+
     def result(self) -> TrialResult:
-        runner = getattr(self.runner, "effective_name", self.runner.name)
         return TrialResult(
             outcome=self.outcome or Outcome.STOPPED,
             records=list(self.records),
             config=self.config.to_dict(),
-            runner=runner,
+            runner=self.runner_name,
             device=str(self.device),
             decays=self.decay.decays,
             reason=self.reason,

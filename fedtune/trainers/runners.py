@@ -4,7 +4,9 @@ A runner maps a pure client function over the cohort::
 
     runner.map(fn, shared=(x, lr), per_client=(xb, yb)) -> outputs stacked on a leading M axis
 
-* :class:`SequentialRunner` — the reference: a Python loop over clients.
+* :class:`SequentialRunner` — the reference: a Python loop over clients. A client function
+  with an eager twin (``fn.eager``, :mod:`fedtune.trainers.client`) runs that: the same
+  arithmetic with eager autograd on the module, without torch.func's per-step dispatch.
 * :class:`VectorizedRunner` — ``torch.func.vmap`` over the cohort (parameters shared, batches
   stacked ``[M, K, B, ...]``). It must give the same numbers as the sequential runner; a model
   that cannot be vmapped (e.g. an op without a batching rule) falls back to the sequential runner
@@ -20,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-__all__ = ["Runner", "SequentialRunner", "VectorizedRunner", "make_runner"]
+__all__ = ["Runner", "SequentialRunner", "VectorizedRunner", "choose_runner", "make_runner"]
 
 log = logging.getLogger("fedtune.trainers")
 
@@ -36,6 +38,7 @@ class SequentialRunner(Runner):
     name = "sequential"
 
     def map(self, fn, shared, per_client):
+        fn = getattr(fn, "eager", fn)
         m = pytree.tree_leaves(per_client)[0].shape[0]
         outs = []
         for i in range(m):
@@ -70,8 +73,30 @@ class VectorizedRunner(Runner):
         return "sequential(fallback)" if self.fallback is not None else self.name
 
 
+#: ``runner: auto`` on a CPU: models with at least this many parameters run sequentially
+AUTO_SEQUENTIAL_MIN_PARAMS = 1_000_000
+
+
+def choose_runner(
+    kind: str, num_params: int, device: torch.device, clients: int, steps: int | None
+) -> str:
+    """The runner ``train.runner`` = ``kind`` stands for: ``vectorized`` or ``sequential``.
+
+    ``auto`` is a fixed rule (never a timing, so a trial's numbers do not depend on the load
+    of the machine it ran on), read off ``benchmarks/results/engine_throughput.json``:
+    sequential on a CPU for one client per round or models of at least
+    :data:`AUTO_SEQUENTIAL_MIN_PARAMS` parameters, vectorized otherwise.
+    """
+    if kind != "auto":
+        return kind
+    if device.type == "cpu" and (clients <= 1 or num_params >= AUTO_SEQUENTIAL_MIN_PARAMS):
+        return "sequential"
+    return "vectorized"
+
+
 def make_runner(kind: str) -> Runner:
-    """``auto`` and ``vectorized`` give the vectorized runner (with fallback)."""
+    """``vectorized`` gives the vectorized runner (with fallback), ``sequential`` the loop;
+    resolve ``auto`` with :func:`choose_runner` first (``auto`` here means vectorized)."""
     if kind == "sequential":
         return SequentialRunner()
     return VectorizedRunner()

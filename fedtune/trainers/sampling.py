@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["batch_indices", "sample_clients"]
+__all__ = ["batch_indices", "cohort_batch_indices", "sample_clients"]
 
 _COHORT_STREAM = 0xC0
 _BATCH_STREAM = 0xBA
@@ -43,11 +43,45 @@ def batch_indices(
     if mode == "full":
         rows = torch.arange(count, dtype=torch.long) + offset
         return rows.unsqueeze(0).expand(steps, count).clone()
-    rng = np.random.default_rng([_BATCH_STREAM, trial_seed, round_idx, client])
-    need = steps * batch_size
-    if mode == "with_replacement":
-        local = rng.integers(0, count, size=need)
-    else:  # shuffle: consecutive permutations
-        reps = -(-need // count)
-        local = np.concatenate([rng.permutation(count) for _ in range(reps)])[:need]
+    local = _local_draws(trial_seed, round_idx, client, count, steps * batch_size, mode)
     return torch.from_numpy(local.reshape(steps, batch_size).astype(np.int64) + offset)
+
+
+def _local_draws(
+    trial_seed: int, round_idx: int, client: int, count: int, need: int, mode: str
+) -> np.ndarray:
+    """``need`` positions in ``[0, count)`` from the stream of (trial seed, round, client)."""
+    rng = np.random.default_rng([_BATCH_STREAM, trial_seed, round_idx, client])
+    if mode == "with_replacement":
+        return rng.integers(0, count, size=need)
+    reps = -(-need // count)  # shuffle: consecutive permutations
+    return np.concatenate([rng.permutation(count) for _ in range(reps)])[:need]
+
+
+def cohort_batch_indices(
+    trial_seed: int,
+    round_idx: int,
+    clients: torch.Tensor,
+    offsets: torch.Tensor,
+    counts: torch.Tensor,
+    steps: int,
+    batch_size: int,
+    mode: str,
+) -> torch.Tensor:
+    """Rows [M, steps, B] of a cohort (``offsets``/``counts`` aligned with ``clients``): row i
+    is ``batch_indices(trial_seed, round_idx, clients[i], offsets[i], counts[i], …)``.
+
+    Each client keeps its own generator (its rows do not depend on the rest of the cohort);
+    what is done once for the cohort is the rest: one numpy array of draws, the offsets added
+    in one operation, one tensor (``full``: one broadcast)."""
+    m = int(clients.shape[0])
+    if mode == "full":
+        count = int(counts[0])  # equal sizes (checked by the caller)
+        rows = torch.arange(count, dtype=torch.long).expand(m, steps, count)
+        return rows + offsets.to(torch.long).view(m, 1, 1)
+    need = steps * batch_size
+    local = np.empty((m, need), dtype=np.int64)
+    for i, (c, n) in enumerate(zip(clients.tolist(), counts.tolist(), strict=True)):
+        local[i] = _local_draws(trial_seed, round_idx, c, n, need, mode)
+    local += offsets.numpy().astype(np.int64)[:, None]
+    return torch.from_numpy(local).view(m, steps, batch_size)

@@ -25,7 +25,7 @@ import torch
 
 from fedtune.errors import ConfigError
 
-from .sampling import batch_indices
+from .sampling import cohort_batch_indices
 
 __all__ = [
     "epoch_steps",
@@ -119,13 +119,17 @@ def padded_batches(
     :func:`pad_steps`.
     """
     k_max = int(steps.max())
-    rows = [
-        pad_steps(
-            batch_indices(trial_seed, round_idx, int(c), int(o), int(n), int(s) + extra,
-                          batch_size, mode),
-            int(s),
-            k_max,
-        )
-        for c, o, n, s in zip(clients, offsets, counts, steps, strict=True)
-    ]  # fmt: skip
-    return torch.stack(rows)
+    # client i's τ_i + extra batches are a prefix of its stream's K_max + extra batches
+    rows = cohort_batch_indices(
+        trial_seed, round_idx, clients, offsets, counts, k_max + extra, batch_size, mode
+    )
+    return rows.gather(1, _padded_steps(steps, k_max, extra)[:, :, None].expand_as(rows))
+
+
+def _padded_steps(steps: torch.Tensor, k_max: int, extra: int) -> torch.Tensor:
+    """[M, K_max + extra]: which of a client's drawn batches fills each padded slot — what
+    :func:`pad_steps` does to each client: its τ_i batches, the last of them repeated up to
+    K_max, then its ``extra`` batches (drawn right after its τ_i)."""
+    j = torch.arange(k_max + extra).unsqueeze(0)
+    tau = steps.to(torch.long).unsqueeze(1)
+    return torch.where(j < tau, j, torch.where(j < k_max, tau - 1, tau + (j - k_max)))

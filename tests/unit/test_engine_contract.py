@@ -19,8 +19,12 @@ import torch
 from fedtune.errors import ConfigError
 from fedtune.trainers import Trainer, algorithms, get_recipe
 from fedtune.trainers.algorithms import Cohort, LocalUpdate, RoundContext
+from fedtune.trainers.engine import RUNNER_METRIC
 from tests.cohorts import assert_reorders_distinct_clients
 from tests.conftest import quadratic_config
+
+# what differs between runs by design: timing and which runner ran
+UNTIMED = ("wall_time", RUNNER_METRIC)
 
 if os.environ.get("FEDTUNE_CONTRACT_CODE"):
     from fedtune.extend import load_code
@@ -57,7 +61,7 @@ def config_for(name: str, **overrides) -> dict:
 
 def curve(trainer_or_result) -> list[dict]:
     records = trainer_or_result.records
-    return [{k: v for k, v in r.as_dict().items() if k != "wall_time"} for r in records]
+    return [{k: v for k, v in r.as_dict().items() if k not in UNTIMED} for r in records]
 
 
 def run(cfg) -> Trainer:

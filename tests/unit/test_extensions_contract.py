@@ -19,9 +19,13 @@ from fedtune.trainers.algorithms import Cohort, RoundContext
 from fedtune.trainers.algorithms.dissimilarity import quadratic_alignment
 from fedtune.trainers.algorithms.extensions import extension_hparams
 from fedtune.trainers.algorithms.gradalign import AlignedLocalUpdate
+from fedtune.trainers.engine import RUNNER_METRIC
 from fedtune.trainers.server_opt import make_server_opt
 from tests.cohorts import assert_reorders_distinct_clients
 from tests.conftest import quadratic_config
+
+# what differs between runs by design: timing and which runner ran
+UNTIMED = ("wall_time", RUNNER_METRIC)
 
 MODULES = {f"fedtune.trainers.algorithms.{m}" for m in ("gradalign", "scaffold", "mixed", "mass")}
 EXTENSIONS = sorted(n for n, r in algorithms().items() if r.build.__module__ in MODULES)
@@ -72,7 +76,7 @@ def run(trainer: Trainer) -> Trainer:
 
 
 def curve(trainer: Trainer) -> list[dict]:
-    return [{k: v for k, v in r.as_dict().items() if k != "wall_time"} for r in trainer.records]
+    return [{k: v for k, v in r.as_dict().items() if k not in UNTIMED} for r in trainer.records]
 
 
 def assert_params_close(a: Trainer, b: Trainer, rtol=1e-12, atol=1e-12):

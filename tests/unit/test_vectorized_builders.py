@@ -3,9 +3,6 @@ bit (same seed, same draws in the same order): the loops are kept here as the re
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -13,6 +10,7 @@ import torch
 from fedtune.trainers import build_task
 from fedtune.trainers.tasks import FederatedData
 from fedtune.trainers.theory.instances import spd_with_spectrum, spd_with_spectrum_batch
+from tests.benchmarks import load_benchmark
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -29,15 +27,9 @@ def _same_train(got: FederatedData, want: FederatedData) -> bool:
     )
 
 
-LOOPS = Path(__file__).resolve().parents[2] / "benchmarks" / "_loop_builders.py"
-
-
 @pytest.fixture(scope="module")
 def loops():
-    spec = importlib.util.spec_from_file_location("loop_builders", LOOPS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("_loop_builders.py")
 
 
 # ----------------------------------------------------------------- the comparisons

@@ -110,15 +110,8 @@ class FederatedData(ABC):
         """Windows ``[a, a + max_rows)`` of the population's rows; each loads only the clients
         that overlap it."""
         sizes = self.client_sizes
-        ends = torch.cumsum(sizes, 0)
-        total = int(ends[-1])
-        step = total if max_rows is None else max_rows
-        for a in range(0, total, step):
-            b = min(a + step, total)
-            lo = int(torch.searchsorted(ends, a, right=True))
-            hi = int(torch.searchsorted(ends, b - 1, right=True))
+        for a, b, lo, hi, first in _windows(sizes, max_rows):
             view = self.cohort(list(range(lo, hi + 1)))
-            first = a - int(ends[lo] - sizes[lo])  # row of client lo where the window starts
             start = int(view.offsets[lo]) + first
             owner = torch.repeat_interleave(torch.arange(lo, hi + 1), sizes[lo : hi + 1])
             yield (
@@ -136,16 +129,9 @@ class FederatedData(ABC):
         of S clients holds one window, not S clients, whatever the store."""
         clients = torch.as_tensor(clients, dtype=torch.long)
         sizes = self.client_sizes[clients]
-        ends = torch.cumsum(sizes, 0)
-        total = int(ends[-1])
-        step = total if max_rows is None else max_rows
-        for a in range(0, total, step):
-            b = min(a + step, total)
-            lo = int(torch.searchsorted(ends, a, right=True))
-            hi = int(torch.searchsorted(ends, b - 1, right=True))
+        for a, b, lo, hi, first in _windows(sizes, max_rows):
             view = self.cohort(clients[lo : hi + 1])
             rows = client_rows(view.offsets[clients[lo : hi + 1]], sizes[lo : hi + 1])
-            first = a - int(ends[lo] - sizes[lo])
             take = rows[first : first + b - a]
             owner = torch.repeat_interleave(torch.arange(lo, hi + 1), sizes[lo : hi + 1])
             yield view.inputs[take], view.targets[take], owner[first : first + b - a]
@@ -191,6 +177,20 @@ class FederatedData(ABC):
             counts=counts,
             client_ids=ids,
         )
+
+
+def _windows(sizes: torch.Tensor, max_rows: int | None) -> Iterator[tuple[int, int, int, int, int]]:
+    """Windows ``[a, b)`` of at most ``max_rows`` of the rows of clients of ``sizes`` laid end to
+    end: ``(a, b, lo, hi, first)`` — positions ``lo..hi`` overlap it, and it starts at row
+    ``first`` of position ``lo``."""
+    ends = torch.cumsum(sizes, 0)
+    total = int(ends[-1])
+    step = total if max_rows is None else max_rows
+    for a in range(0, total, step):
+        b = min(a + step, total)
+        lo = int(torch.searchsorted(ends, a, right=True))
+        hi = int(torch.searchsorted(ends, b - 1, right=True))
+        yield a, b, lo, hi, a - int(ends[lo] - sizes[lo])
 
 
 def client_rows(offsets: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
