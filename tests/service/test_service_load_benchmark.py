@@ -4,31 +4,27 @@ records errors instead of losing client threads, and always writes its JSON."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "service_load.py"
+from tests.benchmarks import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("service_load_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("service_load.py")
 
 
 def test_a_server_that_never_gets_ready_fails_loudly(bench, tmp_path) -> None:
     never = [sys.executable, "-c", "import time; time.sleep(120)"]  # alive, never serving
     t0 = time.monotonic()
-    with pytest.raises(bench.ServerNotReady, match="not ready"), bench.server(
-        "sqlite://", tmp_path, ready_timeout=3, argv=never
+    with (
+        pytest.raises(bench.ServerNotReady, match="not ready"),
+        bench.server("sqlite://", tmp_path, ready_timeout=3, argv=never),
     ):
         pytest.fail("the benchmark went on against a server that never got ready")
     assert time.monotonic() - t0 < 60
@@ -36,8 +32,9 @@ def test_a_server_that_never_gets_ready_fails_loudly(bench, tmp_path) -> None:
 
 def test_a_server_that_exits_is_reported_with_its_log(bench, tmp_path) -> None:
     dies = [sys.executable, "-c", "import sys; print('boom: no database'); sys.exit(3)"]
-    with pytest.raises(bench.ServerNotReady, match="exited with 3: boom"), bench.server(
-        "sqlite://", tmp_path, ready_timeout=60, argv=dies
+    with (
+        pytest.raises(bench.ServerNotReady, match="exited with 3: boom"),
+        bench.server("sqlite://", tmp_path, ready_timeout=60, argv=dies),
     ):
         pass
 
@@ -61,8 +58,12 @@ def test_the_json_is_written_when_a_store_fails(bench, tmp_path, monkeypatch) ->
 
     monkeypatch.setattr(bench, "server", broken)
     out = tmp_path / "load.json"
-    monkeypatch.setattr(sys, "argv", ["service_load.py", "--stores", "sqlite", "--output", str(out)])
+    monkeypatch.setattr(
+        sys, "argv", ["service_load.py", "--stores", "sqlite", "--output", str(out)]
+    )
     assert bench.main() == 1
     report = json.loads(out.read_text())
-    assert report["stores"]["sqlite"] == {"failed": "ServerNotReady: server exited with 1: no such database"}
+    assert report["stores"]["sqlite"] == {
+        "failed": "ServerNotReady: server exited with 1: no such database"
+    }
     assert report["environment"]["machine"]
