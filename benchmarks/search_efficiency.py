@@ -1,21 +1,33 @@
-"""Search efficiency of TPE+ASHA and random search against the papers' full (γ × η) grid.
+"""Search efficiency of fedtune's search strategies against the papers' full grid, on two tasks.
 
-Task: a heterogeneous quadratic (20 clients, d = 10, gradient noise), FedAvg with K local steps;
-objective = the papers' selection rule, mean ℓ_t over the last 10 rounds
-(`001_2dc7ddae5cbdc81f.txt` §8.3). The grid is the papers' protocol: γ and η on the half-decade
-grid {10⁻³, 10^−2.5, …, 10¹} (9 × 9 = 81 runs, `000_4bdc3753d62a87e2.txt` App. F), run with the
-engine directly; a diverged run stops early, so the grid's *executed* rounds are below 81·R.
+* ``quadratic``: a heterogeneous quadratic (20 clients, d = 10, gradient noise), FedAvg with K = 5
+  local steps, 60 rounds; searched: γ and η on [10⁻³, 10]; grid: the papers' protocol, γ and η on
+  the half-decade grid {10⁻³, 10^−2.5, …, 10¹} (9 × 9 = 81 runs, `000_4bdc3753d62a87e2.txt` App. F).
+* ``digits_mlp`` (harder: four parameters, a non-convex model): scikit-learn digits, 50 clients
+  split non-IID (Dirichlet 0.3), MLP, FedAvgM (server heavy-ball β), 10 clients per round, batch
+  20, **30 rounds** (kept small so the grid is affordable on 2 cores); searched: γ, η on
+  [10⁻³, 10] (log), β on [0, 0.99], K on [1, 20] (int, log); grid: γ, η half-decade × β ∈ {0, 0.9}
+  × K ∈ {1, 5, 20} = 486 runs, computed once and cached in the JSON (``--reuse-grid``).
 
-Then ``fedtune``'s real study path (``run_study``: Optuna RDB storage + Ray Tune + MLflow) runs
-TPE + ASHA, TPE alone and random search (both without early stopping) over the same continuous
-log-ranges, one trial at a time, for each seed. One run of ``max(budgets)`` trials per method and seed is read at every
-budget B as its first B trials — exact with one trial at a time, since neither sampler knows the
-budget (TPE's startup count is fixed to that of the largest budget). Reported, medians over seeds:
+Objective = the papers' selection rule, mean ℓ_t over the last 10 rounds (`001_2dc7ddae5cbdc81f.txt`
+§8.3). The grid runs on the engine directly; a diverged run stops early, so the grid's *executed*
+rounds are below points · R.
 
-* rounds (summed over trials, as executed: ASHA stops and divergence count what ran) until the
-  best completed trial is within 1 % / 5 % of the grid's best value, as a fraction of the grid's
-  executed rounds (``null``: not reached within the largest budget);
-* per budget B: share of seeds that reached 1 % / 5 %, and the relative gap of the best value.
+Then ``fedtune``'s real study path (``run_study``: Optuna RDB storage + Ray Tune + MLflow) runs each
+strategy of ``search.strategy`` — ``tradeoff`` (the default of a new study: theory-guided sweep,
+selection-rule stopping, TPE), ``tpe``, ``random`` (no early stopping) and ``tpe_asha`` (TPE + ASHA,
+grace 10 rounds / 5 for digits, factor 3) — over the same continuous ranges, one trial at a time,
+every trial reporting each round, for each seed (the sampler's seed; the trade-off sweep draws its
+phase from it). One run of ``max(budgets)`` trials per method and seed is read at every budget B as
+its first B trials — exact with one trial at a time, since no strategy knows the budget (TPE's
+startup count is fixed to that of the largest budget). Reported per task, medians over seeds:
+
+* rounds (summed over trials, as executed: stopped and diverged trials count what ran) until the
+  best *completed* trial is within 1 % / 5 % of the grid's best value, as a fraction of the grid's
+  executed rounds (``null``: not reached within the largest budget), and per seed;
+* per budget B: share of seeds that reached 1 % / 5 %, and the relative gap of the best value;
+* ``goal``: issue 14 req. 5 — within 1 % using ≤ 10 % of the grid's rounds, median over the seeds,
+  reached on every seed.
 
 Overheads: a study whose trials do no work (1 client, d = 1, 1 round): wall time of the tuning
 loop / trials (one at a time) minus the engine's own time for such a trial (this includes the
@@ -24,7 +36,8 @@ trial completions minus the engine time; and the study
 start-up time (``run_study`` call → first trial start) with embedded Ray started from nothing,
 and with Ray already running. Writes ``benchmarks/results/search_efficiency.json``.
 
-Usage: ``python benchmarks/search_efficiency.py [--seeds 0 1 2] [--budgets 8 16 32] [--rounds 60]``
+Usage: ``python benchmarks/search_efficiency.py [--tasks quadratic digits_mlp] [--seeds 0 1 2 3 4]
+[--budgets 8 16 32 64] [--reuse-grid]``
 """
 
 from __future__ import annotations
@@ -45,15 +58,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment
 
-from fedtune.search_spaces import grid_points, load_space
+from fedtune.search_spaces import grid_points
 from fedtune.trainers import run_trial
 from fedtune.tuning.spec import StudySpec
 
 OUT = Path(__file__).resolve().parent / "results" / "search_efficiency.json"
 LAST = 10
+GOAL = {"tolerance": 0.01, "max_fraction_of_grid_rounds": 0.10}
 
 
-def base(rounds: int) -> dict[str, Any]:
+def quadratic_base(rounds: int) -> dict[str, Any]:
     return {
         "task": {"name": "quadratic", "clients": 20, "dim": 10, "noise": 0.5, "seed": 0},
         "algorithm": "fedavg",
@@ -63,14 +77,45 @@ def base(rounds: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_grid(rounds: int) -> dict[str, Any]:
-    """Every half-decade (γ, η) point with the engine; best value and executed rounds."""
-    points = grid_points(load_space("fedavg"))
+def digits_base(rounds: int) -> dict[str, Any]:
+    return {
+        "task": {"name": "digits", "clients": 50, "dirichlet": 0.3, "model": "mlp", "seed": 0},
+        "algorithm": "fedavgm",
+        "train": {"rounds": rounds, "clients_per_round": 10, "batch_size": 20,
+                  "eval_every": rounds},
+        "seed": 0,
+    }  # fmt: skip
+
+
+DIGITS_SEARCH = {
+    "space": "fedavgm",
+    "override": {
+        "server_momentum": {"grid": [0.0, 0.9]},
+        "local_steps": {"enabled": True, "low": 1, "high": 20, "default": 5, "grid": [1, 5, 20]},
+    },
+}
+TASKS = {  # base, search section, default rounds, ASHA grace
+    "quadratic": (quadratic_base, {"space": "fedavg"}, 60, 10),
+    "digits_mlp": (digits_base, DIGITS_SEARCH, 30, 5),
+}
+BUDGETS = {"quadratic": [8, 16, 32, 64], "digits_mlp": [16, 32, 64]}  # trials
+METHODS = ("tradeoff", "tpe", "random", "tpe_asha")  # search.strategy (tpe_asha = asha)
+
+
+def task_spec(task: str, rounds: int, name: str = "grid", **extra: Any) -> StudySpec:
+    base, search, _, _ = TASKS[task]
+    return StudySpec.from_dict({"name": name, **base(rounds), "search": {**search},
+                                "objective": {"metric": "train_loss", "last_rounds": LAST},
+                                **extra})  # fmt: skip
+
+
+def run_grid(task: str, rounds: int) -> dict[str, Any]:
+    """Every grid point with the engine; best value and executed rounds."""
+    spec = task_spec(task, rounds)
+    points = grid_points(spec.search_space())
     start, best, executed = time.perf_counter(), (math.inf, None), 0
     for point in points:
-        cfg = base(rounds)
-        cfg["hparams"] = {k.split(".", 1)[1]: v for k, v in point.items()}
-        result = run_trial(cfg)
+        result = run_trial(spec.trial_config(point))
         executed += result.rounds_completed
         value = result.final_loss(LAST)
         if value < best[0]:
@@ -80,21 +125,19 @@ def run_grid(rounds: int) -> dict[str, Any]:
             "wall_s": time.perf_counter() - start}  # fmt: skip
 
 
-METHODS = ("tpe_asha", "tpe", "random")  # sampler [+ scheduler]; plain names: no early stopping
-
-
-def study_spec(name: str, rounds: int, method: str, seed: int, trials: int) -> StudySpec:
-    tpe, asha = method.startswith("tpe"), method.endswith("_asha")
-    return StudySpec.from_dict({
-        "name": name, **base(rounds),
-        "search": {"space": "fedavg"},
-        "objective": {"metric": "train_loss", "last_rounds": LAST},
-        "sampler": {"name": "tpe" if tpe else "random", "seed": seed},
-        "scheduler": {"name": "asha", "grace_rounds": 10, "reduction_factor": 3}
-        if asha else {"name": "none"},
+def study_spec(task: str, name: str, rounds: int, method: str, seed: int, trials: int) -> StudySpec:
+    strategy = "asha" if method == "tpe_asha" else method
+    extra: dict[str, Any] = {
+        "search": {**TASKS[task][1], "strategy": strategy},
+        "sampler": {"seed": seed},
         "budget": {"trials": trials, "max_concurrent": 1},
-        "report_every": 5,
-    })  # fmt: skip
+        # the trade-off rule decides every round; ASHA's rungs (grace 5/10, factor 3) fall on
+        # multiples of 5 and TPE/random do not stop trials, so 5 changes none of their rounds
+        "report_every": 1 if method == "tradeoff" else 5,
+    }
+    if method == "tpe_asha":
+        extra["scheduler"] = {"grace_rounds": TASKS[task][3], "reduction_factor": 3}
+    return task_spec(task, rounds, name, **extra)
 
 
 def trace(result) -> list[tuple[int, float]]:
@@ -184,13 +227,81 @@ def engine_time(spec: StudySpec, repeats: int = 20) -> float:
     return (time.perf_counter() - start) / repeats
 
 
+def goal_status(entry: dict[str, Any], seeds: int) -> dict[str, Any]:
+    w = entry["within_1pct"]
+    frac = w["median_fraction_of_grid_rounds"]
+    met = (
+        frac is not None
+        and frac <= GOAL["max_fraction_of_grid_rounds"]
+        and (w["seeds_reached"] == seeds)
+    )
+    return {"met": met, "median_fraction_of_grid_rounds": frac,
+            "seeds_reached": w["seeds_reached"], "seeds": seeds}  # fmt: skip
+
+
+def run_task(task: str, args: argparse.Namespace, root: Path, cached: dict | None) -> dict:
+    from fedtune.tuning.study import run_study
+
+    rounds = args.rounds or TASKS[task][2]
+    budgets = args.budgets or BUDGETS[task]
+    settings = {"rounds": rounds, "seeds": args.seeds, "budgets": budgets,
+                "last_rounds": LAST, "base": TASKS[task][0](rounds),
+                "search": TASKS[task][1], "concurrency": 1,
+                "report_every": {"tradeoff": 1, "others": 5},
+                "asha": {"grace_rounds": TASKS[task][3], "reduction_factor": 3}}  # fmt: skip
+    grid = (cached or {}).get("grid") if args.reuse_grid else None
+    if grid is None or (cached or {}).get("settings", {}).get("rounds") != rounds:
+        grid = run_grid(task, rounds)
+        grid["computed"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        grid["load_average_at_start"] = os.getloadavg()
+    print(f"{task} grid: best {grid['best_value']:.6g} at {grid['best_point']}, "
+          f"{grid['executed_rounds']} rounds executed", file=sys.stderr)  # fmt: skip
+    runs: dict[str, list] = {m: [] for m in args.methods}
+    walls: dict[str, list] = {m: [] for m in args.methods}
+    starts = []
+    for method, seed in itertools.product(runs, args.seeds):
+        name = f"{task.replace('_', '-')}-{method.replace('_', '-')}-s{seed}"
+        spec = study_spec(task, name, rounds, method, seed, max(budgets))
+        result = run_study(spec, root / name)
+        runs[method].append(trace(result))
+        walls[method].append(result.timings["total_s"])
+        starts.append(result.timings["startup_s"])
+        print(f"{name}: {result.counts} in {result.timings['total_s']:.1f} s", file=sys.stderr)
+    search = summarize(runs, grid, budgets)
+    measured = {"command": "python benchmarks/search_efficiency.py " + " ".join(sys.argv[1:]),
+                "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load_average": os.getloadavg()}  # fmt: skip
+    for method, entry in search.items():
+        entry["median_study_wall_s"] = statistics.median(walls[method])
+        entry["measured"] = measured
+    if cached and args.reuse_grid:  # methods not run now keep their measured results
+        for method in set(cached.get("search", {})) - set(runs):
+            search[method] = cached["search"][method]
+            runs[method] = cached["traces"][method]
+    return {
+        "settings": settings,
+        "load_average_at_start": os.getloadavg(),
+        "grid": grid,
+        "search": search,
+        "goal": {m: goal_status(e, len(args.seeds)) for m, e in search.items()},
+        "traces": runs,
+        "median_startup_with_ray_running_s": statistics.median(starts),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--budgets", type=int, nargs="+", default=[8, 16, 32])
-    p.add_argument("--rounds", type=int, default=60)
+    p.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--budgets", type=int, nargs="+", default=None, help=f"default: {BUDGETS}")
+    p.add_argument("--rounds", type=int, default=None, help="default: 60 quadratic, 30 digits")
     p.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    p.add_argument(
+        "--reuse-grid",
+        action="store_true",
+        help="take each task's grid from the existing JSON (same rounds)",
+    )
     p.add_argument("--overhead-trials", type=int, default=20)
+    p.add_argument("--skip-overhead", action="store_true", help="keep the JSON's overhead")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
 
@@ -202,72 +313,66 @@ def main(argv: list[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     root = Path(tempfile.mkdtemp(prefix="ftb-", dir="/tmp"))
+    previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
     load = os.getloadavg()
     t0 = time.perf_counter()
 
-    # 1) start-up from nothing (embedded Ray) + per-trial overhead of do-nothing trials
-    spec = overhead_spec("overhead-cold", args.overhead_trials)
-    cold = run_study(spec, root / "cold")
-    per_trial_engine = engine_time(spec)
-    n = cold.counts["trials"]
-    cycle = statistics.median(cycle_times(cold))
-    overhead = {
-        "trials": n,
-        "tuning_loop_s": cold.timings["tuning_s"],
-        "wall_per_trial_s": cold.timings["tuning_s"] / n,
-        "engine_per_trial_s": per_trial_engine,
-        "overhead_per_trial_s": cold.timings["tuning_s"] / n - per_trial_engine,
-        "steady_state_cycle_s": cycle,
-        "steady_state_overhead_per_trial_s": cycle - per_trial_engine,
-    }
-    startup = {"embedded_ray_from_nothing_s": cold.timings["startup_s"]}
+    overhead, startup = previous.get("overhead"), dict(previous.get("startup") or {})
+    if not args.skip_overhead:
+        # 1) start-up from nothing (embedded Ray) + per-trial overhead of do-nothing trials
+        spec = overhead_spec("overhead-cold", args.overhead_trials)
+        cold = run_study(spec, root / "cold")
+        per_trial_engine = engine_time(spec)
+        n = cold.counts["trials"]
+        cycle = statistics.median(cycle_times(cold))
+        overhead = {
+            "trials": n,
+            "tuning_loop_s": cold.timings["tuning_s"],
+            "wall_per_trial_s": cold.timings["tuning_s"] / n,
+            "engine_per_trial_s": per_trial_engine,
+            "overhead_per_trial_s": cold.timings["tuning_s"] / n - per_trial_engine,
+            "steady_state_cycle_s": cycle,
+            "steady_state_overhead_per_trial_s": cycle - per_trial_engine,
+        }
+        startup = {"embedded_ray_from_nothing_s": cold.timings["startup_s"]}
 
-    # 2) the grid, directly on the engine
-    grid = run_grid(args.rounds)
-    print(f"grid: best {grid['best_value']:.6g} at {grid['best_point']}, "
-          f"{grid['executed_rounds']} rounds executed in {grid['wall_s']:.1f} s", file=sys.stderr)  # fmt: skip
+    # 2) per task: the grid on the engine, then the searches through run_study (Ray started once);
+    # the JSON is rewritten after each task
+    tasks = dict(previous.get("tasks") or {})
+    for entry in tasks.values():  # results of an earlier run keep the command that measured them
+        for method in entry.get("search", {}).values():
+            method.setdefault("measured", {"command": previous.get("command"),
+                                           "load_average": entry.get("load_average_at_start")})  # fmt: skip
 
-    # 3) searches through run_study, Ray started once for all of them
+    def write() -> None:
+        warm = [tasks[t]["median_startup_with_ray_running_s"] for t in args.tasks if t in tasks]
+        if warm:
+            startup["with_ray_running_median_s"] = statistics.median(warm)
+        report = {
+            "benchmark": "search_efficiency",
+            "environment": environment(),
+            "load_average_at_start": load,
+            "goal": {"description": "within 1 % of the grid's best using <= 10 % of the grid's "
+                     "executed rounds, median over seeds, reached on every seed", **GOAL},
+            "tasks": tasks,
+            "overhead": overhead,
+            "startup": startup,
+            "wall_s": time.perf_counter() - t0,
+            "command": "python benchmarks/search_efficiency.py " + " ".join(argv or sys.argv[1:]),
+        }  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(_finite(report), indent=2, default=str))
+
     ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
              _temp_dir=str(root / "ray"), logging_level=logging.ERROR, log_to_driver=False)  # fmt: skip
-    runs: dict[str, list] = {m: [] for m in args.methods}
-    warm = []
     try:
-        for method, seed in itertools.product(runs, args.seeds):
-            name = f"{method}-s{seed}"
-            result = run_study(study_spec(name, args.rounds, method, seed, max(args.budgets)),
-                               root / name)  # fmt: skip
-            warm.append(result.timings["startup_s"])
-            runs[method].append(trace(result))
-            print(f"{name}: {result.counts} in {result.timings['total_s']:.1f} s", file=sys.stderr)
+        for task in args.tasks:
+            tasks[task] = run_task(task, args, root, tasks.get(task))
+            write()
     finally:
         ray.shutdown()
-    startup["with_ray_running_median_s"] = statistics.median(warm)
-
-    report = {
-        "benchmark": "search_efficiency",
-        "environment": environment(),
-        "load_average_at_start": load,
-        "settings": {
-            "rounds": args.rounds,
-            "seeds": args.seeds,
-            "budgets": args.budgets,
-            "last_rounds": LAST,
-            "task": base(args.rounds)["task"],
-            "train": base(args.rounds)["train"],
-            "concurrency": 1,
-            "asha": {"grace_rounds": 10, "reduction_factor": 3},
-        },
-        "grid": grid,
-        "search": summarize(runs, grid, args.budgets),
-        "traces": runs,
-        "overhead": overhead,
-        "startup": startup,
-        "wall_s": time.perf_counter() - t0,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(_finite(report), indent=2, default=str))
-    print(json.dumps(_finite({k: report[k] for k in ("search", "overhead", "startup")}), indent=2))
+    brief = {t: {"grid_best": v["grid"]["best_value"], "goal": v["goal"]} for t, v in tasks.items()}
+    print(json.dumps(_finite(brief), indent=2))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -23,6 +23,7 @@ from .spec import (
     SchedulerName,
     SchedulerSpec,
     SearchSpec,
+    Strategy,
     StudySpec,
     TrackingSpec,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "SchedulerName",
     "SchedulerSpec",
     "SearchSpec",
+    "Strategy",
     "StudySpec",
     "TrackingSpec",
     "TradeOff",

@@ -56,6 +56,7 @@ from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_val
 from .spec import Mode, MultiMetric, SamplerName, StudySpec
 from .store import CURVE_ATTR, StudyStore, make_storage, outcome_of, storage_url
 from .tradeoff import TrialCurve
+from .tradeoff_search import SWEEP_ATTR, Observed, TradeoffState
 from .trainable import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, RUNNING, TRIAL_KEY
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "storage_url",
     "study_counts",
     "study_curves",
+    "sweep_history",
     "target_trials",
 ]
 
@@ -132,7 +134,7 @@ def target_trials(spec: StudySpec, space: SearchSpace, trials: int | None) -> in
     total = trials if trials is not None else spec.budget.trials
     if total < 1:
         raise ConfigError("budget.trials", f"must be >= 1, got {total}")
-    if spec.sampler.name == SamplerName.GRID:
+    if spec.sampler_name == SamplerName.GRID:
         total = min(total, len(grid_points(space)))
     return total
 
@@ -199,7 +201,7 @@ def make_sampler(spec: StudySpec, target: int, offset: int = 0) -> optuna.sample
     ``clamp(target // 2, 4, 50)``. ``grid`` enumerates the enqueued grid points; its fallback
     sampler is random.
     """
-    name = spec.sampler.name
+    name = spec.sampler_name
     seed = None if spec.sampler.seed is None else spec.sampler.seed + offset
     samplers = optuna.samplers
     with warnings.catch_warnings():
@@ -234,6 +236,7 @@ class FedtuneSearch(Searcher):
         space: SearchSpace,
         store: StudyStore,
         sampler: optuna.samplers.BaseSampler,
+        proposer: TradeoffState | None = None,
     ) -> None:
         multi = spec.objective.is_multi
         modes = [str(m) for m in spec.objective.directions]
@@ -250,6 +253,7 @@ class FedtuneSearch(Searcher):
         self._done: set[str] = set()
         self._seen: dict[str, int] = {}
         self._curves: dict[str, tuple[list[int], list[float]]] = {}
+        self._proposer = proposer
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return not config  # the space is the study's; Tune's param_space stays empty
@@ -263,9 +267,26 @@ class FedtuneSearch(Searcher):
         """Nothing to restore: see :meth:`save`."""
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        trial = self._study.ask()  # an enqueued (re-run or grid) point first
+        if self._proposer is not None and not self._waiting():
+            self._propose()
+        trial = self._study.ask()  # an enqueued (re-run, grid or sweep) point first
         self._trials[trial_id] = trial
+        if self._proposer is not None:
+            self._proposer.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
         return {**suggest(trial, self._space_def), TRIAL_KEY: trial.number}
+
+    def _waiting(self) -> bool:
+        return bool(self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    def _propose(self) -> None:
+        """Queue the trade-off sweep's next point (tagged), if the sweep has one."""
+        proposal = self._proposer.propose()
+        if proposal is None:
+            return
+        tag, point = proposal
+        tied = {p.path for p in self._space_def.parameters if p.tied}
+        sampled = {k: v for k, v in point.items() if k not in tied}
+        self._study.enqueue_trial(sampled, user_attrs={SWEEP_ATTR: tag})
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         trial = self._trials.get(trial_id)
@@ -302,6 +323,9 @@ class FedtuneSearch(Searcher):
             if outcome == "diverged":
                 values = list(self._worst)
         self._record(trial.number, trial_id, outcome, result or {})
+        if self._proposer is not None:
+            value = values[0] if values and outcome == "completed" else None
+            self._proposer.complete(trial.number, outcome, value)
         self._study.tell(trial, values, state=state)
         self._done.add(trial_id)
 
@@ -309,11 +333,26 @@ class FedtuneSearch(Searcher):
         attrs: dict[str, Any] = {"outcome": outcome, "rounds": int(result.get(ROUND, 0))}
         if result.get("reason"):
             attrs["reason"] = str(result["reason"])
+        if self._proposer is not None and number in self._proposer.stops:
+            attrs["stop_rule"] = str(self._proposer.stops[number])
         if DECAY_ROUNDS in result:
             attrs.update(decays=len(result[DECAY_ROUNDS]), decay_rounds=list(result[DECAY_ROUNDS]))
         self._store.set_trial_attrs(number, **attrs)
         rounds, losses = self._curves.get(trial_id, ([], []))
         self._store.set_curve(number, rounds, losses)
+
+
+def sweep_history(study: optuna.Study) -> dict[int, tuple[str | None, Observed | None]]:
+    """Tags and outcomes of an earlier invocation's trials (a resumed trade-off study)."""
+    out: dict[int, tuple[str | None, Observed | None]] = {}
+    for t in study.get_trials(deepcopy=False):
+        tag = t.user_attrs.get(SWEEP_ATTR)
+        if tag is None or not t.state.is_finished() or _interrupted(t):
+            continue
+        outcome = outcome_of(t)
+        value = t.values[0] if outcome == "completed" and t.values else None
+        out[t.number] = (tag, Observed(tag, outcome, value, t.user_attrs.get("stop_rule")))
+    return out
 
 
 # -- reading a study back (the storage alone; used at the end and for the progress line) ----

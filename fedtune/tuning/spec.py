@@ -84,6 +84,7 @@ __all__ = [
     "SchedulerName",
     "SchedulerSpec",
     "SearchSpec",
+    "Strategy",
     "StudySpec",
     "TrackingSpec",
     "TradeoffSpec",
@@ -121,6 +122,33 @@ class SchedulerName(enum.StrEnum):
     ASHA = "asha"
     MEDIAN = "median"
     NONE = "none"
+
+
+class Strategy(enum.StrEnum):
+    """``search.strategy``: how trials are proposed and stopped (sampler + scheduler).
+
+    ``tradeoff`` (the default of a new single-objective study): theory-guided learning-rate
+    sweep, selection-rule stopping against the incumbent, then TPE
+    (:mod:`fedtune.tuning.tradeoff_search`); ``tpe`` / ``random``: no early stopping;
+    ``asha``: TPE + ASHA; ``median``: TPE + the median stopping rule. Without a strategy, a study
+    that names ``sampler.name`` or ``scheduler.name`` (or has several objectives) uses those.
+    """
+
+    TRADEOFF = "tradeoff"
+    TPE = "tpe"
+    RANDOM = "random"
+    ASHA = "asha"
+    MEDIAN = "median"
+
+
+#: (sampler, scheduler) of each strategy; tradeoff's scheduler is its own stop rule
+STRATEGY_PARTS = {
+    Strategy.TRADEOFF: (SamplerName.TPE, None),
+    Strategy.TPE: (SamplerName.TPE, SchedulerName.NONE),
+    Strategy.RANDOM: (SamplerName.RANDOM, SchedulerName.NONE),
+    Strategy.ASHA: (SamplerName.TPE, SchedulerName.ASHA),
+    Strategy.MEDIAN: (SamplerName.TPE, SchedulerName.MEDIAN),
+}
 
 
 #: samplers that handle several objectives in Optuna 5 (CmaEsSampler raises on them)
@@ -191,14 +219,17 @@ class ObjectiveSpec(_Spec):
 
 
 class SamplerSpec(_Spec):
-    name: SamplerName = SamplerName.TPE
+    """``name``: None = the search strategy's sampler (TPE without a strategy)."""
+
+    name: SamplerName | None = None
     seed: Annotated[int, Field(strict=True)] | None = 0
 
 
 class SchedulerSpec(_Spec):
-    """Early stopping by rounds: ASHA rungs start at ``grace_rounds``, factor ``reduction_factor``."""
+    """Early stopping by rounds: ASHA rungs start at ``grace_rounds``, factor ``reduction_factor``.
+    ``name``: None = the search strategy's (ASHA without a strategy)."""
 
-    name: SchedulerName = SchedulerName.ASHA
+    name: SchedulerName | None = None
     grace_rounds: Count = 10
     reduction_factor: Annotated[float, Field(strict=True, gt=1)] = 3.0
 
@@ -255,11 +286,13 @@ def _as_list(value: Any) -> Any:
 
 class SearchSpec(_Spec):
     """``space``: shipped name(s)/file(s), merged in order (default: the algorithm's space);
-    ``override``: single entries (``null`` removes one); ``parameters``: a full inline space."""
+    ``override``: single entries (``null`` removes one); ``parameters``: a full inline space;
+    ``strategy``: see :class:`Strategy` (default: ``tradeoff``, :attr:`StudySpec.strategy`)."""
 
     space: Annotated[list[str], BeforeValidator(_as_list)] | None = None
     override: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     parameters: dict[str, Any] | None = None
+    strategy: Strategy | None = None
 
     @model_validator(mode="after")
     def _one_base(self) -> SearchSpec:
@@ -309,6 +342,53 @@ class StudySpec(_Spec):
             if not self.seeds or len(set(self.seeds)) != len(self.seeds):
                 raise ConfigError("seeds", "must be a non-empty list of distinct seeds")
         return self
+
+    @model_validator(mode="after")
+    def _strategy(self) -> StudySpec:
+        chosen = self.search.strategy
+        if chosen is None:
+            return self
+        for section, part in (("sampler", self.sampler), ("scheduler", self.scheduler)):
+            if part.name is not None:
+                raise ConfigError(
+                    "search.strategy",
+                    f"strategy {chosen} sets the sampler and the scheduler; remove "
+                    f"{section}.name = {part.name} (or the strategy, to combine them freely)",
+                )
+        if chosen == Strategy.TRADEOFF and self.objective.is_multi:
+            raise ConfigError(
+                "search.strategy",
+                "tradeoff stops trials on one selection-rule value; with objective.metrics use "
+                "tpe, random or sampler/scheduler",
+            )
+        return self
+
+    # ------------------------------------------------------------ strategy
+
+    @property
+    def strategy(self) -> Strategy | None:
+        """The search strategy; None = ``sampler`` and ``scheduler`` as given (see
+        :class:`Strategy`): a new single-objective study naming neither gets ``tradeoff``."""
+        if self.search.strategy is not None:
+            return self.search.strategy
+        named = self.sampler.name is not None or self.scheduler.name is not None
+        return None if named or self.objective.is_multi else Strategy.TRADEOFF
+
+    @property
+    def sampler_name(self) -> SamplerName:
+        """The sampler the study uses (the strategy's, else ``sampler.name``)."""
+        strategy = self.strategy
+        if strategy is None:
+            return self.sampler.name or SamplerName.TPE
+        return STRATEGY_PARTS[strategy][0]
+
+    @property
+    def scheduler_name(self) -> SchedulerName | None:
+        """The Ray Tune scheduler (None: the trade-off strategy's own stop rule)."""
+        strategy = self.strategy
+        if strategy is None:
+            return self.scheduler.name or SchedulerName.ASHA
+        return STRATEGY_PARTS[strategy][1]
 
     # ------------------------------------------------------------ construction
 
@@ -465,7 +545,9 @@ class StudySpec(_Spec):
             ("report_every", self.report_every),
             (
                 "scheduler.grace_rounds",
-                self.scheduler.grace_rounds if self.scheduler.name != SchedulerName.NONE else 1,
+                self.scheduler.grace_rounds
+                if self.scheduler_name in (SchedulerName.ASHA, SchedulerName.MEDIAN)
+                else 1,
             ),
         ):
             if value > rounds:
@@ -587,7 +669,7 @@ class StudySpec(_Spec):
                     raise ConfigError(field, f"with {p.name} = {v!r}: {exc.reason}") from None
 
     def _check_sampler(self, space: SearchSpace) -> None:
-        name = self.sampler.name
+        name = self.sampler_name
         if self.objective.is_multi and name not in MULTI_OBJECTIVE_SAMPLERS:
             allowed = ", ".join(sorted(MULTI_OBJECTIVE_SAMPLERS))
             raise ConfigError(

@@ -61,8 +61,10 @@ from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
-from .spec import SchedulerName, StudySpec
+from .spec import Mode, SchedulerName, Strategy, StudySpec
 from .store import StudyStore
+from .tradeoff_scheduler import TradeoffScheduler
+from .tradeoff_search import StopRule, TheorySweep, TradeoffState
 from .trainable import OBJECTIVE, ROUND, TRIAL_KEY, make_trainable
 
 if TYPE_CHECKING:
@@ -235,7 +237,7 @@ class _Session:
         storage = og.make_storage(og.storage_url(workdir))
         study = og.open_study(spec, storage, space)
         store = StudyStore(storage, spec.name)
-        if spec.sampler.name == "grid":
+        if spec.sampler_name == "grid":
             og.enqueue_grid(study, space)
         fixed = og.reconcile(study, store)
         return cls(spec, workdir, space, store, study, target, fixed, t0)
@@ -352,13 +354,14 @@ def _tuner(session: _Session, callbacks: list[Any]) -> tune.Tuner:
     rounds = parse_trial_config(spec.base_trial_config()).train.rounds
     offset = len(session.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
     sampler = og.make_sampler(spec, session.target, offset=offset)
-    searcher = og.FedtuneSearch(spec, session.space, session.store, sampler)
+    state = _tradeoff_state(spec, session, rounds)
+    searcher = og.FedtuneSearch(spec, session.space, session.store, sampler, state)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     return tune.Tuner(
         tune.with_resources(make_trainable(worker_spec(spec) if session.shipped else spec),
                             resources),
         tune_config=tune.TuneConfig(
-            search_alg=searcher, scheduler=_scheduler(spec, rounds),
+            search_alg=searcher, scheduler=_scheduler(spec, rounds, state),
             num_samples=session.remaining, max_concurrent_trials=spec.budget.max_concurrent,
             time_budget_s=spec.budget.wall_clock_s, reuse_actors=True,
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
@@ -375,12 +378,28 @@ def _trial_name(trial: Any) -> str:
     return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
 
 
-def _scheduler(spec: StudySpec, rounds: int) -> Any:
+def _tradeoff_state(spec: StudySpec, session: _Session, rounds: int) -> TradeoffState | None:
+    """The trade-off strategy's sweep + stop rule (with a resumed study's sweep so far)."""
+    if spec.strategy != Strategy.TRADEOFF:
+        return None
+    minimize = spec.objective.directions[0] == Mode.MIN
+    state = TradeoffState(
+        TheorySweep(session.space, spec.sampler.seed, minimize),
+        StopRule.for_study(rounds, spec.objective.last_rounds, minimize),
+    )
+    state.seed_history(og.sweep_history(session.study))
+    return state
+
+
+def _scheduler(spec: StudySpec, rounds: int, state: TradeoffState | None = None) -> Any:
     s, mode = spec.scheduler, str(spec.objective.directions[0])
+    if state is not None:
+        return TradeoffScheduler(state)
+    name = spec.scheduler_name
     common = {"time_attr": ROUND, "metric": OBJECTIVE, "mode": mode, "grace_period": s.grace_rounds}
-    if s.name == SchedulerName.ASHA:
+    if name == SchedulerName.ASHA:
         return ASHAScheduler(max_t=rounds, reduction_factor=s.reduction_factor, **common)
-    if s.name == SchedulerName.MEDIAN:
+    if name == SchedulerName.MEDIAN:
         return MedianStoppingRule(min_samples_required=3, **common)
     return FIFOScheduler()
 

@@ -1,0 +1,52 @@
+"""The default (trade-off) strategy through the real study path: Ray Tune + Optuna storage.
+
+A tiny quadratic whose spec names no strategy, sampler or scheduler: its first trials are the
+theory sweep's (tagged on the Optuna trial, γ = η on the line), bad ones are stopped by the stop
+rule (recorded as ``stop_rule``), and a resumed study continues the sweep instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from fedtune.tuning import Strategy
+from fedtune.tuning.spec import StudySpec
+from fedtune.tuning.study import run_study
+from fedtune.tuning.tradeoff_search import SWEEP_ATTR
+
+pytestmark = pytest.mark.integration
+
+SPEC = {
+    "name": "tradeoff-quad",
+    "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
+    "algorithm": "fedavg",
+    "train": {"rounds": 24, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
+              "eval_every": 24, "dtype": "float64"},
+    "objective": {"metric": "train_loss", "last_rounds": 4},
+    "budget": {"trials": 6, "max_concurrent": 1},
+}  # fmt: skip
+
+
+def test_default_strategy_sweeps_stops_and_resumes(tmp_path, ray_local):
+    spec = StudySpec.from_dict(SPEC)
+    assert spec.strategy == Strategy.TRADEOFF
+    result = run_study(spec, tmp_path / "study")
+    study = optuna.load_study(study_name=result.name, storage=result.storage_url)
+    trials = sorted(study.get_trials(), key=lambda t: t.number)
+    tags = [t.user_attrs.get(SWEEP_ATTR) for t in trials]
+    assert tags[:3] == ["line:0", "line:1", "line:2"]
+    for t in trials[:3]:
+        assert t.params["hparams.client_lr"] == pytest.approx(t.params["hparams.server_lr"])
+    outcomes = {t.user_attrs.get("outcome") for t in trials}
+    assert "completed" in outcomes and result.best is not None
+    for t in trials:  # a stopped trial says which rule stopped it
+        if t.user_attrs.get("outcome") == "stopped":
+            assert t.user_attrs.get("stop_rule") in ("worse", "plateau")
+
+    resumed = run_study(spec, tmp_path / "study", trials=9)
+    study = optuna.load_study(study_name=resumed.name, storage=resumed.storage_url)
+    tags = [t.user_attrs.get(SWEEP_ATTR) for t in study.get_trials()]
+    swept = [t for t in tags if t]
+    assert len(swept) == len(set(swept))  # the resumed sweep did not repeat a point
+    assert resumed.finished == 9
