@@ -24,6 +24,8 @@ from typing import Any
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from .sqlite_commits import fast_commits
+from .sqlite_template import sqlite_path
 from .tradeoff import TrialCurve
 
 __all__ = ["CURVE_ATTR", "PARENT_ATTR", "RUN_ATTR", "StudyStore", "TrialRecord", "storage_url"]
@@ -44,7 +46,13 @@ def storage_url(workdir: str | Path) -> str:
 
 
 def make_storage(url: str) -> RDBStorage:
-    """RDB storage; SQLite waits up to 30 s for a lock (a dashboard may be reading)."""
+    """RDB storage; SQLite waits up to 30 s for a lock (a dashboard may be reading).
+
+    A local SQLite file commits in WAL mode with ``synchronous=NORMAL`` (:mod:`.sqlite_commits`).
+    """
+    path = sqlite_path(url)
+    if path is not None:
+        fast_commits(path)
     kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
     return RDBStorage(url, engine_kwargs=kwargs)
 
