@@ -128,12 +128,21 @@ def generate(path: Path, clients: int, seed: int = 0, posts_max: int = POSTS_MAX
 # ---------------------------------------------------------------- one measured process
 
 
-def _status(key: str) -> float:
-    """``VmHWM`` / ``VmRSS`` of this process in MiB."""
+def _memory() -> dict[str, float]:
+    """``VmHWM`` and ``VmRSS`` in MiB from *one* read of ``/proc/self/status`` (the kernel
+    reports them together, so the peak is never below the current size, as it could be with two
+    reads while the process grows)."""
+    out = {}
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(key)
+        key = line.split(":", 1)[0]
+        if key in ("VmHWM", "VmRSS"):
+            out[key] = int(line.split()[1]) / 1024
+    return out
+
+
+def _peak_and_after() -> dict[str, float]:
+    mem = _memory()
+    return {"peak_rss_mib": mem["VmHWM"], "rss_after_mib": mem["VmRSS"]}
 
 
 def _reset_peak() -> None:
@@ -185,13 +194,12 @@ def child(
         "hparams": {"client_lr": 0.1, "server_lr": 1.0},
         "seed": 0,
     }
-    out = {"rss_after_imports_mib": _status("VmRSS")}
+    out = {"rss_after_imports_mib": _memory()["VmRSS"]}
     start = time.perf_counter()
     trainer = Trainer(config)
     out["load"] = {
         "seconds": time.perf_counter() - start,
-        "peak_rss_mib": _status("VmHWM"),
-        "rss_after_mib": _status("VmRSS"),
+        **_peak_and_after(),
         "clients": trainer.data.num_clients,
         "examples": trainer.data.num_examples,
     }
@@ -209,8 +217,7 @@ def child(
                 "population_eval": record.train_loss is not None,
                 "eval_clients": record.extra.get("eval_clients"),
                 "seconds": time.perf_counter() - start,
-                "peak_rss_mib": _status("VmHWM"),
-                "rss_after_mib": _status("VmRSS"),
+                **_peak_and_after(),
                 "clients_read": None if read is None else trainer.data.loaded - read,
                 "client_loss": record.client_loss,
                 "train_loss": record.train_loss,

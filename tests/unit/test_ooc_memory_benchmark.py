@@ -4,24 +4,21 @@ the JSON the README's table is read from."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import h5py
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "ooc_memory.py"
+from tests.benchmarks import BENCHMARKS, load_benchmark
+
+BENCH = BENCHMARKS / "ooc_memory.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("ooc_memory_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ooc_memory.py")
 
 
 def test_generated_file_has_the_loader_layout_and_is_reused(bench, tmp_path):
