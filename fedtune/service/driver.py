@@ -16,7 +16,8 @@
 4. at the end, synchronise trial states from the Optuna storage and write the final state with
    a compare-and-set on ``running``: ``succeeded`` (best trial, MLflow ids) or ``failed`` (the
    error; also when every finished trial failed, with the first trial's error as the reason).
-   Stopped by SIGINT (the local backend, the heartbeat) or SIGTERM before Ray starts:
+   Stopped by SIGINT (the local backend, the heartbeat) or SIGTERM before Ray starts — the
+   first signal only; later ones are ignored so the clean-up runs to its end —
    ``run_study`` records in-flight trials as interrupted and marks MLflow runs KILLED; the
    driver writes no state (the service decided: cancelled, or re-queued to resume) and exits
    143; for a cancelled study it first drops the trials still queued in Optuna (no ``WAITING``
@@ -105,6 +106,22 @@ class Heartbeat(threading.Thread):
                 return
 
 
+class _StopOnce:
+    """SIGINT handler: the first signal raises ``KeyboardInterrupt``; later ones are logged and
+    ignored, so the clean-up that the first one started (in-flight trials recorded as
+    interrupted, MLflow runs KILLED, the queue dropped) runs to its end."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.stopping:
+            log.info("already stopping; signal %d ignored", signum)
+            return
+        self.stopping = True
+        raise KeyboardInterrupt
+
+
 def _claim(
     db: Database, study_id: str, attempt: int | None
 ) -> tuple[dict[str, Any], int, str | None] | None:
@@ -136,10 +153,6 @@ def _finish(db: Database, study_id: str, state: StudyState, **values: Any) -> No
             study_id, state, expected=[StudyState.RUNNING], **values
         ):
             log.warning("study %s changed state meanwhile; %s not recorded", study_id, state)
-
-
-def _stop_on_signal(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def run_driver(
@@ -196,10 +209,13 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
     sink = DbSink(TrialRecorder(db, study_id), run_id_of=mlflow_ids.trial_run)
     heartbeat = Heartbeat(db, study_id, attempts, settings.heartbeat_s,
                           lambda: os.kill(os.getpid(), signal.SIGINT))  # fmt: skip
-    previous = signal.signal(signal.SIGTERM, _stop_on_signal)
+    stop = _StopOnce()
+    previous = signal.signal(signal.SIGTERM, stop)
     # SIGINT must raise KeyboardInterrupt even when the driver was started with it ignored
-    # (background jobs of a non-interactive shell inherit SIG_IGN)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # (background jobs of a non-interactive shell inherit SIG_IGN) — but only once: a cancel
+    # stops the driver twice (the backend's SIGINT and the heartbeat's), and a second
+    # KeyboardInterrupt inside the clean-up would leave its in-flight trials RUNNING
+    previous_int = signal.signal(signal.SIGINT, stop)
     heartbeat.start()
     try:
         try:

@@ -74,15 +74,16 @@ class OptunaView:
             log.info("study %s: %d trial(s) synchronised from the Optuna storage", study_id, fixed)
         return fixed
 
-    def discard_waiting(self) -> int:
+    def discard_waiting(self, *, orphans: bool = False) -> int:
         """Drop the study's queued (``WAITING``) trials: a cancelled study leaves none behind
-        (``fedtune.tuning.failures.discard_waiting``); returns how many."""
+        (``fedtune.tuning.failures.discard_waiting``); with ``orphans`` (its driver is gone) the
+        trials it left ``RUNNING`` end interrupted; returns how many."""
         store = self._open()
         if store is None:
             return 0
         from fedtune.tuning.failures import discard_waiting
 
-        return discard_waiting(store)
+        return discard_waiting(store, orphans=orphans)
 
 
 def _state(t: Any) -> TrialState | None:

@@ -6,8 +6,8 @@ study is cancelled):
 1. **stop** — drivers of studies cancelled since the last tick: ``backend.stop(ref)`` (the whole
    driver with its trials); once the driver is gone, the study's MLflow runs are marked
    ``KILLED`` (``tracking.kill_runs``) and, where its Optuna storage is on this machine's workdir,
-   trials still queued there are dropped (the driver does it when it stops gracefully; this covers
-   a driver killed first);
+   trials still queued there are dropped and trials left running there end interrupted (the
+   driver does both when it stops gracefully; this covers a driver killed first);
 2. **watch** — :func:`reconcile.reconcile_running`: a running study whose driver is gone is
    re-queued (it resumes) or failed after ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``; the drivers of final
    studies are released (:func:`reconcile.release_finished`: their RayJobs deleted);
@@ -162,27 +162,30 @@ class Scheduler:
                 mlflow = (study.mlflow_experiment_id, study.mlflow_run_id)
                 name = study.name
                 runs = [t.mlflow_run_id for t in repo.list_trials(study_id) if t.mlflow_run_id]
-            if ref and kind == str(self.backend.kind) and self._clock() < deadline:
+            gone = False  # known to have exited: nothing of it can still write the storage
+            if ref and kind == str(self.backend.kind):
                 try:
-                    if self.backend.poll(ref).alive:
-                        continue
+                    gone = not self.backend.poll(ref).alive
                 except BackendError:
+                    gone = False
+                if not gone and self._clock() < deadline:
                     continue
             del self._stopping[study_id]
-            self._drop_queue(study_id, name)
+            self._drop_queue(study_id, name, gone)
             if self._kill_runs is not None and (mlflow[1] or runs):
                 try:
                     self._kill_runs(study_tracking_uri(self.settings, study_id), *mlflow, runs)
                 except Exception as exc:  # MLflow down: the cancellation itself stands
                     log.warning("study %s: marking MLflow runs KILLED failed: %s", study_id, exc)
 
-    def _drop_queue(self, study_id: str, name: str) -> None:
-        """No WAITING trial of a cancelled study stays in its Optuna storage (issue 15 item 4)."""
+    def _drop_queue(self, study_id: str, name: str, driver_gone: bool = False) -> None:
+        """No WAITING trial of a cancelled study stays in its Optuna storage (issue 15 item 4),
+        nor, once its driver is gone, a RUNNING one (the driver was killed before its clean-up)."""
         view = OptunaView(study_workdir(self.settings, study_id), name)
         if not view.exists():
             return  # never started here, or on a pod's disk
         try:
-            view.discard_waiting()
+            view.discard_waiting(orphans=driver_gone)
         except Exception as exc:  # a locked or damaged storage: the cancellation itself stands
             log.warning("study %s: dropping queued Optuna trials failed: %s", study_id, exc)
 

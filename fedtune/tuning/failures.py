@@ -9,7 +9,9 @@
   interrupted trials, grid points not run yet) are marked ``FAIL`` with ``outcome: cancelled``.
   The service calls it when a cancelled study's driver stops, so nothing of a cancelled study is
   left to be run; such trials never ran and count towards nothing
-  (``optuna_glue.study_counts``, ``service.optuna_sync``).
+  (``optuna_glue.study_counts``, ``service.optuna_sync``). With ``orphans=True`` (only once the
+  driver is known to be gone: killed before its clean-up ran) trials it left ``RUNNING`` are
+  marked ``FAIL`` with ``outcome: interrupted`` too, as its own clean-up would have.
 """
 
 from __future__ import annotations
@@ -76,9 +78,13 @@ def all_failed(counts: Mapping[str, int]) -> bool:
     return counts.get("trials", 0) > 0 and counts.get("failed", 0) == counts["trials"]
 
 
-def discard_waiting(store: StudyStore) -> int:
-    """Mark every ``WAITING`` trial ``FAIL`` with ``outcome: cancelled``; returns how many."""
+def discard_waiting(store: StudyStore, *, orphans: bool = False) -> int:
+    """Mark every ``WAITING`` trial ``FAIL`` with ``outcome: cancelled`` and, with ``orphans``,
+    every ``RUNNING`` one ``FAIL`` with ``outcome: interrupted``; returns how many."""
     waiting = store.trials((TrialState.WAITING,))
     for t in waiting:
         store.mark_cancelled(t.number)
-    return len(waiting)
+    running = store.trials((TrialState.RUNNING,)) if orphans else []
+    for t in running:
+        store.mark_interrupted(t.number)
+    return len(waiting) + len(running)

@@ -482,3 +482,31 @@ def test_a_missing_code_package_fails_the_study_naming_the_digest(ctx: ServiceCo
         study = Repository(s).require_study(sid)
     assert study.state == StudyState.FAILED
     assert "code.sha256" in study.error and sha in study.error
+
+
+def test_a_second_stop_signal_does_not_cut_the_clean_up_short(ctx: ServiceContext) -> None:
+    """A cancel stops the driver twice (the backend's SIGINT, then the heartbeat's): the second
+    used to raise inside the clean-up the first started, leaving in-flight trials RUNNING."""
+    import os
+    import signal
+
+    sid = running_study(ctx)
+    cleaned: list[str] = []
+
+    def stopped_twice(spec, workdir, *, sinks, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the backend's stop
+            time.sleep(10)
+            raise AssertionError("the first SIGINT did not stop the driver")
+        except KeyboardInterrupt:
+            os.kill(os.getpid(), signal.SIGINT)  # the heartbeat's, during the clean-up
+            for _ in range(20):  # bytecodes run: a Python signal handler has its chance
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGTERM)  # and a SIGTERM: also ignored while stopping
+            time.sleep(0.05)
+            cleaned.append("trials recorded as interrupted")
+            raise
+
+    assert run_driver(sid, ctx.settings, 1, run_study=stopped_twice) == EXIT_STOPPED
+    assert cleaned == ["trials recorded as interrupted"]
+    assert signal.getsignal(signal.SIGINT) is not None  # the previous handlers came back

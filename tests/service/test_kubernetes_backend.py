@@ -22,7 +22,11 @@ from .k8s_fake import CRD, FakeKubeApi, rayjob_schema
 
 @pytest.fixture(autouse=True)
 def _crd_present() -> None:
-    need("crds", None if CRD.exists() else f"KubeRay CRD {CRD} is not available (set FEDTUNE_CRD_DIR)")
+    need(
+        "crds",
+        None if CRD.exists() else f"KubeRay CRD {CRD} is not available (set FEDTUNE_CRD_DIR)",
+    )
+
 
 SID = "0123456789ab"
 TEMPLATE = {
