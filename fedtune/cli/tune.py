@@ -155,13 +155,59 @@ def _summary(result, spec, study_path: str, workdir: str) -> str:
     return "\n".join(lines)
 
 
+def _early_ray(args: argparse.Namespace) -> Any:
+    """Start the study's embedded Ray now, before the engine's imports and the spec's
+    validation (``fedtune.tuning.ray_session.EarlyRay``: they overlap), when what Ray needs is
+    known from the file alone: a local Ray (no ``--ray-address``, no ``RAY_ADDRESS``), no
+    ``code:`` section (its ``runtime_env`` needs the validated spec), and a study that will run
+    trials (new, or ``--trials`` given). Otherwise, or if the file does not parse, None: the
+    usual path reports everything."""
+    import os
+
+    import yaml
+
+    if args.ray_address or os.environ.get("RAY_ADDRESS"):
+        return None
+    try:
+        doc = yaml.safe_load(Path(args.study).read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("code") is not None:
+        return None
+    name = doc.get("name")
+    if args.workdir is None and not isinstance(name, str):
+        return None
+    workdir = Path(args.workdir or Path("runs") / name).resolve()
+    if (workdir / "optuna.db").exists() and args.trials is None:
+        return None  # a stored study: finished ones need no Ray
+    from fedtune.tuning.ray_session import EarlyRay
+
+    return EarlyRay.begin(workdir)
+
+
 def run(args: argparse.Namespace) -> int:
     from fedtune.tuning import timeline
 
     timeline.mark("cli")
+    early = _early_ray(args)
+    try:
+        return _run(args, early)
+    finally:
+        if early is not None:
+            early.close()  # a spec error, Ctrl-C: Ray stops once its start has finished
+
+
+def _run(args: argparse.Namespace, early: Any) -> int:
+    from fedtune.errors import ConfigError, DataError
+    from fedtune.tuning import timeline
     from fedtune.tuning.spec import StudySpec
 
-    spec = StudySpec.from_file(args.study)  # ConfigError -> one line, exit 2
+    try:
+        spec = StudySpec.from_file(args.study)
+    except (ConfigError, DataError) as exc:
+        # said at once (one line, exit 2); an early Ray is stopped after it, in run's finally
+        print(f"fedtune: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     timeline.mark("spec_loaded")
     from fedtune.tuning.study import run_study
 
@@ -180,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
             ray_address=args.ray_address,
             trials=args.trials,
             progress=progress,
+            early=early,
         )
     except KeyboardInterrupt:
         print(

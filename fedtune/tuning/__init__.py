@@ -7,38 +7,8 @@
 * :func:`write_artifacts` and the ``plot_*`` functions — PNG figures (``plots``).
 * :func:`run_study` — run/resume a study with Optuna + Ray Tune + MLflow (``study``); it, the
   other execution names and the figures are imported lazily, so the spec (and a trial process)
-  needs no MLflow or matplotlib.
+  needs no MLflow or matplotlib, and the package itself imports nothing heavy.
 """
-
-from .spec import (
-    MULTI_OBJECTIVE_SAMPLERS,
-    BudgetSpec,
-    Metric,
-    Mode,
-    MultiMetric,
-    ObjectiveSpec,
-    ResourcesSpec,
-    SamplerName,
-    SamplerSpec,
-    SchedulerName,
-    SchedulerSpec,
-    SearchSpec,
-    Strategy,
-    StudySpec,
-    TrackingSpec,
-)
-from .tradeoff import (
-    EnvelopePoint,
-    RegimeChange,
-    TradeOff,
-    TrialCurve,
-    TrialSummary,
-    analyze_tradeoff,
-    lower_envelope,
-    pareto_front,
-    rounds_to_target,
-    smooth,
-)
 
 __all__ = [
     "MULTI_OBJECTIVE_SAMPLERS",
@@ -68,11 +38,21 @@ __all__ = [
     "smooth",
 ]
 
-# Execution (Optuna + Ray Tune + MLflow) and the figures (matplotlib), imported on first use
-# (a trial process imports this package and needs neither): name -> module.
+# Every name is imported on first use (PEP 562), so importing a light submodule — the
+# timeline, the Ray plumbing that ``fedtune tune`` starts before anything else — costs no
+# torch: the spec (torch, pydantic), the trade-off (numpy), execution (Optuna + Ray Tune +
+# MLflow) and the figures (matplotlib) load when asked for. name -> module.
+_SPEC = ("MULTI_OBJECTIVE_SAMPLERS", "BudgetSpec", "Metric", "Mode", "MultiMetric",
+         "ObjectiveSpec", "ResourcesSpec", "SamplerName", "SamplerSpec", "SchedulerName",
+         "SchedulerSpec", "SearchSpec", "Strategy", "StudySpec", "TrackingSpec")  # fmt: skip
+_TRADEOFF = ("EnvelopePoint", "RegimeChange", "TradeOff", "TrialCurve", "TrialSummary",
+             "analyze_tradeoff", "lower_envelope", "pareto_front", "rounds_to_target",
+             "smooth")  # fmt: skip
 _PLOTS = ("TheoryRow", "config_label", "contraction_rate", "plot_curves", "plot_envelope",
           "plot_pareto", "plot_theory", "theory_table", "write_artifacts")  # fmt: skip
 _LAZY = {
+    **dict.fromkeys(_SPEC, "spec"),
+    **dict.fromkeys(_TRADEOFF, "tradeoff"),
     **dict.fromkeys(_PLOTS, "plots"),
     "run_study": "study",
     "StudyResult": "study",
@@ -82,7 +62,7 @@ _LAZY = {
     "ProgressCallback": "progress",
     "make_trainable": "trainable",
 }
-__all__ += sorted(_LAZY)
+__all__ += sorted(set(_LAZY) - set(__all__))
 
 
 def __getattr__(name: str):

@@ -38,7 +38,6 @@ are recorded as interrupted and re-run by the next invocation.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import math
 import os
@@ -53,14 +52,17 @@ import ray
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
-from fedtune.errors import ConfigError, ConflictError
+from fedtune.errors import ConfigError
 from fedtune.trainers import parse_trial_config
 
 from . import optuna_glue as og
 from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error
-from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
+from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
+from .ray_session import EarlyRay
+from .ray_session import ray_session as _ray_session
+from .ray_session import study_lock as _study_lock
 from .spec import Mode, SchedulerName, Strategy, StudySpec
 from .store import StudyStore
 from .tradeoff_scheduler import TradeoffScheduler
@@ -76,7 +78,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RAY_TEMP_MAX", "StudyResult", "check_resources", "ray_temp_dir", "run_study"]
 
-_OBJECT_STORE_BYTES = 256 * 1024**2  # trials exchange only small results
 _TUNE_ENV = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the storage and MLflow are the record
     "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C raises KeyboardInterrupt at once
@@ -146,19 +147,27 @@ def run_study(
     trials: int | None = None,
     progress: TextIO | None = None,
     sinks: Sequence[Any] = (),
+    early: EarlyRay | None = None,
 ) -> StudyResult:
     """Run (or resume, or extend to ``trials`` in total) the study ``spec`` under ``workdir``.
 
     ``progress``: a stream for the live progress line (e.g. ``sys.stderr``). ``sinks``: extra
     Ray Tune callbacks run in the driver (each trial's config carries its Optuna trial number
-    under ``fedtune.trial``). Raises ``ConfigError`` (bad spec, incompatible stored study,
-    resources the cluster lacks) and ``ConflictError`` (another driver runs the study).
+    under ``fedtune.trial``). ``early``: the study's lock and embedded Ray, already starting
+    (:class:`.ray_session.EarlyRay`, begun by ``fedtune tune`` before its imports); used unless
+    the study needs another Ray (``ray_address``, code shipped in a ``runtime_env``), and
+    closed here. Raises ``ConfigError`` (bad spec, incompatible stored study, resources the
+    cluster lacks) and ``ConflictError`` (another driver runs the study).
     """
     t0 = time.perf_counter()
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     timeline.mark("run_study")
-    with _study_lock(workdir):
+    if early is not None and early.workdir != workdir:
+        early.close()  # begun for another directory: not this study's lock
+        early = None
+    lock = contextlib.closing(early.claim()) if early is not None else _study_lock(workdir)
+    with lock:
         with contextlib.ExitStack() as stack:
             # the stores are opened by a thread while Ray starts (start-up, issue 14 req. 3)
             pool = stack.enter_context(ThreadPoolExecutor(1, "fedtune-stores"))
@@ -176,7 +185,13 @@ def run_study(
             if start:
                 try:
                     env = code_runtime_env(spec, workdir)
-                    shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
+                    if early is not None and not env and not ray_address:
+                        shipped = early.ready()
+                        stack.callback(early.stop_ray)
+                    else:
+                        if early is not None:
+                            early.stop_ray()  # this study needs a Ray of its own
+                        shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
                     check_resources(spec, ray.cluster_resources())
                 except BaseException as exc:
                     _fail_opened(stores, session, exc)
@@ -485,58 +500,6 @@ def _fail_opened(stores: Future, session: _Session | None, exc: BaseException) -
 def _stored(workdir: Path) -> bool:
     """The study's Optuna storage exists (a resume or an extension, not a new study)."""
     return Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
-
-
-@contextlib.contextmanager
-def _study_lock(workdir: Path) -> Iterator[None]:
-    with (workdir / ".lock").open("a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            owner = fh.read().strip() or "?"
-            raise ConflictError(
-                f"{workdir}: another driver (pid {owner}) runs this study"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        yield
-
-
-@contextlib.contextmanager
-def _ray_session(
-    workdir: Path, address: str | None, runtime_env: dict[str, Any] | None = None
-) -> Iterator[bool]:
-    """Ray for one invocation (the study lock is held: no other driver uses its temp dir);
-    yields whether ``runtime_env`` (the study's code) is the job's."""
-    if ray.is_initialized():  # the caller's Ray: use it, leave it running
-        yield False
-        return
-    quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
-    if runtime_env:
-        quiet["runtime_env"] = runtime_env
-    if address:
-        start_ray(address=address, **quiet)
-        try:
-            yield bool(runtime_env)
-        finally:
-            ray.shutdown()
-        return
-    temp = ray_temp_dir(workdir)
-    reap_orphans(temp)  # Ray agents and workers of an earlier driver killed with SIGKILL
-    try:
-        temp.mkdir(parents=True, exist_ok=True)
-        start_ray(temp_dir=temp, num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
-                  object_store_memory=_OBJECT_STORE_BYTES, **quiet)  # fmt: skip
-        try:
-            yield bool(runtime_env)
-        finally:
-            ray.shutdown()
-    finally:
-        reap_orphans(temp)  # stragglers of a shutdown that did not wait for every agent
-        remove_temp_dir(temp)
 
 
 def check_resources(spec: StudySpec, cluster: dict[str, float]) -> None:

@@ -24,14 +24,18 @@ def test_one_cell_writes_the_json_and_the_table(bench, tmp_path, capsys):
     )
     assert list(doc["cells"]) == ["linear/10/1"]
     cell = json.loads(out.read_text())["cells"]["linear/10/1"]
-    assert set(cell["rounds_per_s"]) == {"vectorized", "sequential", "plain", "fedavg_loop"}
+    assert set(cell["rounds_per_s"]) == {
+        "vectorized", "sequential", "plain", "fedavg_loop", "fedavg_loop_lt"
+    }  # fmt: skip
     assert cell["auto_picks"] in ("vectorized", "sequential")
     assert set(cell["goal_met"]) == {
         "req1_sequential_ge_fedavg_loop",
         "req2_vectorized_ge_plain",
         "req2_auto_ge_plain",
         "req2_met",
+        "same_work_sequential_ge_fedavg_loop_lt",
     }
+    assert cell["ratios"]["sequential_vs_fedavg_loop_lt"] > 0
     assert len(cell["load_average_1min"]) == 2
     for name in cell.get("profiles", {}):
         assert cell["profiles"][name]["top_by_own_time"]
@@ -74,3 +78,19 @@ def test_resnet_sized_image_task(bench):
     net = task.model_fn(torch.Generator().manual_seed(0))
     assert sum(p.numel() for p in net.parameters()) > 10_000_000
     assert net(task.train.inputs[:2]).shape == (2, 10)
+
+
+def test_the_same_work_baseline_evaluates_every_client_before_training(bench) -> None:
+    """fedavg_loop_lt does the engine's ℓ_t: each cohort client's mean loss on all its data at
+    the global weights, before its local steps (the plain fedavg_loop does not)."""
+    task = bench.digits_task("linear")
+    one_round = bench.fedavg_loop_round(task, 10, 1, lt=True)
+    one_round()
+    losses = one_round.client_losses
+    assert len(losses) == 10 and all(torch.isfinite(v) and v > 0 for v in losses)
+    plain = bench.fedavg_loop_round(task, 10, 1)
+    plain()
+    assert plain.client_losses == []
+    fresh = bench.fedavg_loop_round(task, 10, 1, lt=True)
+    fresh()
+    assert torch.equal(fresh.client_losses[0], losses[0])  # same cohort, same global weights

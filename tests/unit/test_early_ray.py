@@ -1,0 +1,214 @@
+"""``fedtune tune`` starts its embedded Ray before its imports (issue 14 req. 3, start-up):
+``fedtune.tuning.ray_session.EarlyRay`` holds the study lock, starts Ray in a thread, hands both
+to ``run_study``, and never leaves Ray running — after a spec error, a finished study, Ctrl-C.
+Timing is measured by ``benchmarks/startup.py``; here only what must hold."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fedtune.errors import ConflictError, RayStartError
+from fedtune.tuning import ray_session as rs
+from fedtune.tuning.ray_runtime import _candidates, ray_temp_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+STUDY = textwrap.dedent(
+    """
+    name: early
+    task: {name: quadratic, clients: 2, dim: 2, examples: 2, seed: 0}
+    algorithm: fedavg
+    train: {rounds: 2, clients_per_round: 2, local_steps: 1, batch_size: 1, dtype: float64}
+    search: {space: fedavg}
+    sampler: {name: random, seed: 0}
+    scheduler: {name: none}
+    objective: {metric: train_loss, last_rounds: 1}
+    budget: {trials: 2, max_concurrent: 1}
+    """
+)
+
+
+def test_the_early_ray_module_imports_nothing_heavy() -> None:
+    """It is imported before anything else so that Ray starts at once: no torch, no Ray (the
+    early thread imports Ray), no Optuna — also through the ``fedtune.tuning`` package."""
+    code = (
+        "import sys, fedtune.tuning.ray_session, fedtune.tuning.timeline\n"
+        "print(sorted(m for m in ('torch', 'ray', 'optuna', 'mlflow', 'pydantic') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120, check=True)  # fmt: skip
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@contextlib.contextmanager
+def _fake_ray(calls: list[str], error: BaseException | None = None):
+    @contextlib.contextmanager
+    def session(workdir, address, runtime_env=None):
+        calls.append("start")
+        if error is not None:
+            raise error
+        try:
+            yield False
+        finally:
+            calls.append("stop")
+
+    yield session
+
+
+def test_it_holds_the_study_lock_from_begin_to_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    with _fake_ray(calls) as session:
+        monkeypatch.setattr(rs, "ray_session", session)
+        early = rs.EarlyRay.begin(tmp_path / "w")
+        assert early is not None and early.ready() is False and calls == ["start"]
+        assert early._thread.is_alive()  # Ray's GCS and raylet die with the thread that began them
+        with (
+            pytest.raises(ConflictError, match=f"pid {os.getpid()}"),
+            rs.study_lock(tmp_path / "w"),
+        ):
+            pass
+        assert rs.EarlyRay.begin(tmp_path / "w") is None  # another driver's study: not touched
+        early.claim()  # as run_study does
+        early.close()
+        early.close()  # idempotent
+        assert calls == ["start", "stop"]
+        with rs.study_lock(tmp_path / "w"):  # released
+            pass
+
+
+def test_unclaimed_it_leaves_no_workdir_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closed before run_study took it (the spec failed validation): the lock file and the
+    directories it made go; a directory that existed before, or holds more, stays."""
+    calls: list[str] = []
+    with _fake_ray(calls) as session:
+        monkeypatch.setattr(rs, "ray_session", session)
+        rs.EarlyRay.begin(tmp_path / "runs" / "study").close()
+        assert not (tmp_path / "runs").exists() and calls == ["start", "stop"]
+        (tmp_path / "old").mkdir()
+        rs.EarlyRay.begin(tmp_path / "old").close()
+        assert (tmp_path / "old").is_dir() and not (tmp_path / "old" / ".lock").exists()
+
+
+def test_a_failed_start_is_raised_where_ray_is_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    error = RayStartError("Ray did not start (embedded) after 3 attempt(s): boom")
+    with _fake_ray(calls, error) as session:
+        monkeypatch.setattr(rs, "ray_session", session)
+        early = rs.EarlyRay.begin(tmp_path / "w").claim()
+        with pytest.raises(RayStartError, match="boom"):
+            early.ready()
+        early.close()
+        with rs.study_lock(tmp_path / "w"):
+            pass
+
+
+def _args(study: Path, **kw) -> argparse.Namespace:
+    base = {"study": str(study), "workdir": None, "trials": None, "ray_address": None}
+    return argparse.Namespace(**(base | kw))
+
+
+@pytest.mark.parametrize(
+    ("text", "kw", "stored", "env", "begins"),
+    [
+        (STUDY, {}, False, {}, True),  # a new study: Ray at once
+        (STUDY, {}, True, {}, False),  # stored: it may be finished and need no Ray
+        (STUDY, {"trials": 4}, True, {}, True),  # extended: it will run trials
+        (STUDY, {"ray_address": "10.0.0.1:6379"}, False, {}, False),  # a cluster's Ray
+        (STUDY, {}, False, {"RAY_ADDRESS": "10.0.0.1:6379"}, False),
+        (STUDY + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False),  # runtime_env
+        ("name: [unclosed\n", {}, False, {}, False),  # the usual path reports the error
+    ],
+)
+def test_when_the_cli_starts_ray_early(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text, kw, stored, env, begins
+) -> None:
+    from fedtune.cli import tune
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    study = tmp_path / "study.yaml"
+    study.write_text(text)
+    if stored:
+        (tmp_path / "runs" / "early").mkdir(parents=True)
+        (tmp_path / "runs" / "early" / "optuna.db").touch()
+    begun: list[Path] = []
+    monkeypatch.setattr(rs.EarlyRay, "begin", classmethod(lambda cls, w: begun.append(w)))
+    tune._early_ray(_args(study, **kw))
+    assert begun == ([tmp_path / "runs" / "early"] if begins else [])
+
+
+def _ray_processes(workdir: Path) -> list[int]:
+    return [pid for pid, _ in _candidates((str(ray_temp_dir(workdir.resolve())),))]
+
+
+def _tune(
+    tmp_path: Path, study: Path, workdir: Path, timeline: Path
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "FEDTUNE_TIMELINE": str(timeline),
+        "FEDTUNE_CACHE_DIR": str(tmp_path / "c"),
+    }
+    env.pop("RAY_ADDRESS", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedtune.cli",
+        "tune",
+        str(study),
+        "--workdir",
+        str(workdir),
+        "--json",
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+
+
+def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(tmp_path: Path) -> None:
+    study, workdir, timeline = tmp_path / "study.yaml", tmp_path / "w", tmp_path / "t.jsonl"
+    study.write_text(STUDY)
+    run = _tune(tmp_path, study, workdir, timeline)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout)
+    assert result["finished"] == 2 and result["best"] is not None
+    marks = {}
+    for line in timeline.read_text().splitlines():
+        row = json.loads(line)
+        marks.setdefault(row["phase"], row["t"])
+    assert marks["early_ray"] < marks["spec_loaded"] < marks["driver_imported"]
+    assert marks["early_ray_ready"] <= marks["ray_started"]  # run_study used that Ray
+    assert marks["trial_entered"] > marks["early_ray_ready"]
+    assert not ray_temp_dir(workdir.resolve()).exists() and _ray_processes(workdir) == []
+    assert "SIGTERM handler" not in run.stderr  # Ray's note about its thread stays quiet
+
+
+def test_a_spec_error_is_one_line_at_once_and_leaves_no_ray(tmp_path: Path) -> None:
+    study, workdir, timeline = tmp_path / "study.yaml", tmp_path / "w", tmp_path / "t.jsonl"
+    study.write_text(STUDY.replace("rounds: 2", "rounds: -2"))
+    started = time.monotonic()
+    run = _tune(tmp_path, study, workdir, timeline)
+    assert run.returncode == 2, run.stderr[-3000:]
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fedtune: error:") and "train.rounds" in lines[0]
+    assert "early_ray" in timeline.read_text()  # Ray had been started, and was stopped:
+    assert _ray_processes(workdir) == []
+    assert not workdir.exists()  # nothing of the study is left, as without the early start
+    assert time.monotonic() - started < 600
