@@ -9,6 +9,9 @@ with a fresh embedded Ray:
   defaults) with ``OptunaSearch`` on one uniform parameter, ``num_samples = N``,
   ``max_concurrent_trials = 1``, a function trainable that appends its start and end times to a
   stamp file and reports one value;
+* **plain_torch** — the same script whose trainable imports torch first, as every PyTorch
+  trainable does (fedtune's trial process imports its engine, hence torch, before its trainable
+  runs): the same work as fedtune's first trial up to its start;
 * **fedtune** — ``python -m fedtune.cli tune STUDY.yaml --workdir <fresh dir> --json`` on the
   equivalent trivial study (quadratic task with 1 client of dimension 1 and 1 example, 1 round,
   random sampler, no scheduler, ``budget.trials = N``, ``max_concurrent = 1``), with the real
@@ -59,8 +62,8 @@ OUT = Path(__file__).resolve().parent / "results" / "startup.json"
 
 PLAIN = textwrap.dedent(
     """
-    import sys, time
-    n, stamps = int(sys.argv[1]), sys.argv[2]
+    import os, sys, time
+    n, stamps, TORCH = int(sys.argv[1]), sys.argv[2], sys.argv[4] == "torch"
 
     def stamp(what):
         with open(stamps, "a") as fh:
@@ -71,7 +74,18 @@ PLAIN = textwrap.dedent(
     from ray.tune.search.optuna import OptunaSearch
     stamp("imported")
 
+    def process_start():
+        with open("/proc/self/stat") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
     def trainable(config):
+        if TORCH:
+            import torch  # noqa: F401
+        with open(stamps, "a") as fh:
+            fh.write(f"trial_process_start {process_start()}\\n")
         stamp("trial_entered")
         tune.report({"loss": (config["x"] - 0.3) ** 2})
         stamp("trial_reported")
@@ -103,9 +117,11 @@ STUDY = textwrap.dedent(
     """
 )
 
+KINDS = ("plain", "plain_torch", "fedtune")
+
 #: driver phases of the fedtune timeline, in order (a phase's time = its mark − the previous)
 DRIVER_PHASES = ("cli", "spec_loaded", "driver_imported", "optuna_opened", "ray_started",
-                 "mlflow_opened", "fit", "first_trial_scheduled")  # fmt: skip
+                 "session_ready", "fit", "first_trial_scheduled")  # fmt: skip
 
 
 def _stamps(path: Path) -> list[tuple[str, float, int]]:
@@ -135,8 +151,10 @@ def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str,
     run_dir = Path(tempfile.mkdtemp(prefix=f"{kind}-{n}-", dir=scratch))
     stamps = run_dir / "stamps"
     env = dict(env)
-    if kind == "plain":
-        cmd = [sys.executable, "-c", PLAIN, str(n), str(stamps), str(run_dir / "ray_results")]
+    if kind.startswith("plain"):
+        torch = "torch" if kind == "plain_torch" else "-"
+        cmd = [sys.executable, "-c", PLAIN, str(n), str(stamps), str(run_dir / "ray_results"),
+               torch]  # fmt: skip
     else:
         study = run_dir / "study.yaml"
         study.write_text(STUDY.replace("trials: 1,", f"trials: {n},"))
@@ -159,8 +177,11 @@ def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str,
         "trial_work_s": statistics.median(e - s for s, e in zip(starts, ends, strict=True)),
         "gaps_s": [b - a for a, b in zip(ends, starts[1:], strict=False)],
     }  # fmt: skip
-    if kind == "plain":
+    if kind.startswith("plain"):
         out["phases"] = {"imports": next(t for p, t, _ in rows if p == "imported") - launch}
+        proc = min(t for p, t, _ in rows if p == "trial_process_start")
+        out["phases"]["trial_process_start_to_entered"] = starts[0] - proc
+        out["phases"]["trial_process_started_after_launch"] = proc - launch
     else:
         out["phases"] = fedtune_phases(rows, launch)
     return out
@@ -175,6 +196,12 @@ def fedtune_phases(rows: list[tuple[str, float, int]], launch: float) -> dict[st
         if name in marks:
             phases[name] = marks[name] - last
             last = marks[name]
+    if "mlflow_opened" in marks:  # in a thread, concurrently with the phases above
+        phases["mlflow_opened_after_launch"] = marks["mlflow_opened"] - launch
+    if "early_ray" in marks:  # fedtune tune's Ray, started in a thread before the imports
+        phases["ray_start_began_after_launch"] = marks["early_ray"] - launch
+        if "early_ray_ready" in marks:
+            phases["ray_start_s"] = marks["early_ray_ready"] - marks["early_ray"]
     trial = [(p, t) for p, t, pid in rows if pid != driver]
     entered = min(t for p, t in trial if p == "trial_entered")
     proc_start = min((t for p, t in trial if p == "trial_process_start"), default=None)
@@ -248,15 +275,21 @@ def profile_per_trial(trials: int, scratch: Path) -> dict[str, Any]:
 
 #: what each phase of the fedtune timeline is (the gap's explanation refers to these)
 PHASES = {
-    "cli": "interpreter start, `fedtune` CLI, import of fedtune.tuning (spec: engine, torch)",
-    "spec_loaded": "StudySpec.from_file: YAML, search space, validation",
+    "cli": "interpreter start, `fedtune` CLI (fedtune.tuning imports nothing heavy)",
+    "ray_start_began_after_launch": "launch → the embedded Ray's start begins (EarlyRay's "
+    "thread, before the imports below; it runs concurrently with them)",
+    "ray_start_s": "the embedded Ray's start in that thread (ray import, ray.init)",
+    "spec_loaded": "StudySpec.from_file: the engine's imports (torch), YAML, search space, "
+    "validation",
     "driver_imported": "import fedtune.tuning.study: Ray, Ray Tune (searcher), Optuna",
     "optuna_opened": "study lock, Optuna RDB storage (SQLite) and study; for a new study in "
     "the stores' thread, concurrently with Ray's start",
-    "ray_started": "embedded ray.init (GCS, raylet, agents, Ray's dashboard process even "
-    "without the dashboard) and the resource check; MLflow import, store (template copy) and "
-    "parent run in the stores' thread meanwhile",
-    "mlflow_opened": "waiting for the stores' thread after Ray started",
+    "ray_started": "waiting for the embedded Ray (started early, see ray_start_s) and the "
+    "resource check; MLflow import, store (template copy) and parent run in the stores' "
+    "thread meanwhile",
+    "session_ready": "waiting for the Optuna storage's thread after Ray started",
+    "mlflow_opened_after_launch": "launch → MLflow store and parent run open (a thread; the "
+    "MLflow callback waits for it at the first trial's start, not before Tune's set-up)",
     "fit": "Tuner construction",
     "first_trial_scheduled": "Tune's set-up until the first trial starts (driver side)",
     "trial_process_start_to_entered": "the trial's Ray worker: interpreter, Ray, Ray Tune, "
@@ -270,7 +303,7 @@ def derive(report: dict[str, Any]) -> None:
     ns = sorted({r["trials"] for r in runs})
     report["summary"] = {k: summarize(runs, k, ns) for k in kinds}
     report["phases_meaning"] = PHASES
-    if set(kinds) != {"plain", "fedtune"}:
+    if not {"plain", "fedtune"} <= set(kinds):
         return
     f, pl = report["summary"]["fedtune"], report["summary"]["plain"]
     report["goal"] = {
@@ -281,7 +314,9 @@ def derive(report: dict[str, Any]) -> None:
         / pl["per_trial_overhead_s"],
     }
     ph = f["phases_s_median"]
-    before = sum(ph.get(k, 0.0) for k in ("cli", "spec_loaded", "driver_imported"))
+    before = ph.get("ray_start_began_after_launch")
+    if before is None:  # Ray started after the imports (the driver path before EarlyRay)
+        before = sum(ph.get(k, 0.0) for k in ("cli", "spec_loaded", "driver_imported"))
     worker = ph.get("trial_process_start_to_entered", 0.0)
     report["gap"] = {
         "fixed_gap_s": f["fixed_s_median"] - pl["fixed_s_median"],
@@ -290,15 +325,27 @@ def derive(report: dict[str, Any]) -> None:
             "fedtune": f["fixed_s_median"] - before,
             "plain": pl["fixed_s_median"] - pl["phases_s_median"]["imports"],
             "fedtune_trial_process_start_to_entered": worker,
+            "plain_trial_process_start_to_entered": pl["phases_s_median"].get(
+                "trial_process_start_to_entered"
+            ),
         },
     }
+    if "plain_torch" in report["summary"]:  # the same work up to the first trial's start
+        pt = report["summary"]["plain_torch"]
+        report["goal"]["fixed_ratio_fedtune_over_plain_torch"] = (
+            f["fixed_s_median"] / pt["fixed_s_median"]
+        )
+        report["goal"]["same_work_fixed_met"] = f["fixed_s_median"] <= pt["fixed_s_median"]
+        report["gap"]["ray_start_to_first_trial_s"][
+            "plain_torch_trial_process_start_to_entered"
+        ] = pt["phases_s_median"].get("trial_process_start_to_entered")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--trials", type=int, nargs="+", default=[6])
-    p.add_argument("--kinds", nargs="+", choices=("plain", "fedtune"), default=["plain", "fedtune"])
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--profile-trials", type=int, default=12, help="0: no profile")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument(

@@ -16,11 +16,13 @@
    computed from the storage, written as PNG/JSON/CSV, logged on the parent run with summary
    metrics, and returned with the best configuration and the Pareto set.
 
-Start-up (issue 14 req. 3, ``benchmarks/startup.py``): the stores are opened by a thread while
-the driver starts Ray — a new study's Optuna storage *and* MLflow store (created as a copy of
-an empty one, :mod:`.sqlite_template`); an existing study's storage is opened first (Ray starts
-only when trials remain), its MLflow store by the thread. Spec errors (budget, sampler) fail
-before either. MLflow, matplotlib and the theory report are imported where used, not at import.
+Start-up (issue 14 req. 3, ``benchmarks/startup.py``): the stores are opened by threads while
+the driver starts Ray (or waits for the Ray ``fedtune tune`` began before its imports,
+:class:`.ray_session.EarlyRay`) — a new study's Optuna storage, then its MLflow store (created
+as a copy of an empty one, :mod:`.sqlite_template`) and parent run, which may still be opening
+while Tune sets up and the first trial's worker starts: the MLflow callback waits for it at the
+first trial's start. An existing study's storage is opened first (Ray starts only when trials
+remain), its MLflow store by a thread. Spec errors (budget, sampler) fail before either. MLflow, matplotlib and the theory report are imported where used, not at import.
 
 Embedded Ray keeps its session files in ``<workdir>/ray`` when that path is at most
 :data:`RAY_TEMP_MAX` characters long; Ray puts unix sockets ~65 characters below its temp dir
@@ -169,18 +171,20 @@ def run_study(
     lock = contextlib.closing(early.claim()) if early is not None else _study_lock(workdir)
     with lock:
         with contextlib.ExitStack() as stack:
-            # the stores are opened by a thread while Ray starts (start-up, issue 14 req. 3)
-            pool = stack.enter_context(ThreadPoolExecutor(1, "fedtune-stores"))
+            # the stores are opened by threads while Ray starts, MLflow's until the first trial
+            # starts (start-up, issue 14 req. 3)
+            pool = stack.enter_context(ThreadPoolExecutor(2, "fedtune-stores"))
             session: _Session | None = None
+            opened: Future | None = None
             shipped = False
             if _stored(workdir):  # resumed or extended: Ray if trials remain
                 session = _Session.open(spec, workdir, trials, t0)
                 timeline.mark("optuna_opened")
-                stores = pool.submit(session.open_tracking, tracking_uri)
+                session.track(pool, tracking_uri)
                 start = session.remaining > 0
             else:  # a new study runs trials: its stores are created while Ray starts
                 _Session.check(spec, trials)
-                stores = pool.submit(_Session.create, spec, workdir, trials, t0, tracking_uri)
+                opened = pool.submit(_Session.create, spec, workdir, trials, t0, tracking_uri, pool)
                 start = True
             if start:
                 try:
@@ -194,13 +198,14 @@ def run_study(
                         shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
                     check_resources(spec, ray.cluster_resources())
                 except BaseException as exc:
-                    _fail_opened(stores, session, exc)
+                    _fail_opened(opened, session, exc)
                     raise
                 timeline.mark("ray_started")
-            session = stores.result() or session
+            session = opened.result() if opened is not None else session
             assert session is not None
             session.shipped = shipped
-            timeline.mark("mlflow_opened")
+            session.raise_if_tracking_failed()  # known already: before any trial runs
+            timeline.mark("session_ready")
             if session.remaining:
                 session.fit(progress, sinks)
         return session.finalize()
@@ -220,6 +225,7 @@ class _Session:
     t0: float
     tracker: StudyTracker | None = None
     parent: str = ""
+    tracking: Future | None = None  # open_tracking in a thread (see track)
     first_start: float | None = None
     shipped: bool = False  # the code reaches the trials through the job's runtime_env
     fit_s: float = 0.0
@@ -237,12 +243,19 @@ class _Session:
 
     @classmethod
     def create(
-        cls, spec: StudySpec, workdir: Path, trials: int | None, t0: float, uri: str | None
+        cls,
+        spec: StudySpec,
+        workdir: Path,
+        trials: int | None,
+        t0: float,
+        uri: str | None,
+        pool: ThreadPoolExecutor,
     ) -> _Session:
-        """A new study's session with its Optuna study and MLflow experiment (a thread)."""
+        """A new study's session with its Optuna study (run in a thread of ``pool``), its MLflow
+        experiment opening in another (:meth:`track`)."""
         session = cls.open(spec, workdir, trials, t0)
         timeline.mark("optuna_opened")
-        session.open_tracking(uri)
+        session.track(pool, uri)
         return session
 
     @classmethod
@@ -256,6 +269,36 @@ class _Session:
             og.enqueue_grid(study, space)
         fixed = og.reconcile(study, store)
         return cls(spec, workdir, space, store, study, target, fixed, t0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Tune pickles its callbacks (which hold the session) into its experiment state; the
+        thread's future does not pickle and a restored copy has no use for it."""
+        return {**self.__dict__, "tracking": None}
+
+    def track(self, pool: ThreadPoolExecutor, uri: str | None) -> None:
+        """Open the MLflow store and parent run in a thread of ``pool``: the driver goes on to
+        Tune's set-up and the first trial's worker start meanwhile; what needs MLflow waits
+        (:meth:`wait_tracking`, the MLflow callback at the first trial's start)."""
+        self.tracking = pool.submit(self.open_tracking, uri)
+
+    def wait_tracking(self) -> None:
+        """Until the tracking store is open; re-raises the error that prevented it."""
+        if self.tracking is not None:
+            self.tracking.result()
+
+    def raise_if_tracking_failed(self) -> None:
+        """The tracking store's error, if it has already failed (nothing is waited for)."""
+        if self.tracking is not None and self.tracking.done():
+            self.tracking.result()
+
+    def tracking_opened(self) -> bool:
+        """Wait for the tracking store; False when it failed to open (the error is raised
+        where the caller has nothing else to raise)."""
+        try:
+            self.wait_tracking()
+        except Exception:
+            return False
+        return self.tracker is not None and bool(self.parent)
 
     def open_tracking(self, explicit_uri: str | None) -> None:
         """The study's MLflow experiment (store created if new) and parent run (created, or the
@@ -274,6 +317,7 @@ class _Session:
         self.parent = self.tracker.start_study(spec, space_doc, previous)
         self.store.set_parent_run_id(self.parent)
         self.tracker.reconcile(self.parent, og.run_statuses(self.study))
+        timeline.mark("mlflow_opened")
 
     def fit(self, progress: TextIO | None, sinks: Sequence[Any]) -> None:
         start = time.perf_counter()
@@ -283,12 +327,17 @@ class _Session:
                 timeline.mark("fit")
                 tuner.fit()
                 timeline.mark("fit_done")
+            self.wait_tracking()  # a fit without trials never asked for it
             # a wall-clock budget ends the fit with trials in flight: record them as
             # interrupted (re-run by the next invocation), exactly as after a Ctrl-C
             if og.reconcile(self.study, self.store).interrupted:
                 self.tracker.reconcile(self.parent, og.run_statuses(self.study))
         except BaseException as exc:  # Ctrl-C or a driver error: in-flight trials re-run later
             og.reconcile(self.study, self.store)
+            if not self.tracking_opened():  # the tracking store's error is the study's
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self.wait_tracking()
             self.tracker.reconcile(self.parent, og.run_statuses(self.study))
             status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
             self.tracker.finish_study(self.parent, {}, status)
@@ -298,7 +347,6 @@ class _Session:
 
     def _callbacks(self, progress: TextIO | None, sinks: Sequence[Any]) -> list[Any]:
         from .progress import ProgressCallback
-        from .tracking import MlflowCallback
 
         session = self
 
@@ -308,8 +356,7 @@ class _Session:
                     timeline.mark("first_trial_scheduled")
                 session.first_start = session.first_start or time.perf_counter()
 
-        out = [FirstStart(), FirstErrorCallback(self.study),
-               MlflowCallback(self.tracker, self.parent, self.spec, self._remember)]  # fmt: skip
+        out = [FirstStart(), FirstErrorCallback(self.study), _AfterTracking(self)]
         if progress is not None:
             best = og.best_trial(self.spec, self.study, self.space)
             counts = og.study_counts(self.study)
@@ -326,6 +373,7 @@ class _Session:
         self.store.set_run_id(number, run_id)
 
     def finalize(self) -> StudyResult:
+        self.wait_tracking()
         start = time.perf_counter()
         spec, study, tracker = self.spec, self.study, self.tracker
         counts = og.study_counts(study)
@@ -487,14 +535,46 @@ def summary_table(
 
 
 # -- process plumbing: lock, Ray, Tune's environment ----------------------------------
-def _fail_opened(stores: Future, session: _Session | None, exc: BaseException) -> None:
-    """Ray did not start (or lacks the resources): the parent run that the stores' thread
+def _fail_opened(opened: Future | None, session: _Session | None, exc: BaseException) -> None:
+    """Ray did not start (or lacks the resources): the parent run that the stores' threads
     opened meanwhile ends as after a failed fit (KILLED after Ctrl-C, else FAILED)."""
     status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
     with contextlib.suppress(Exception):
-        session = stores.result() or session
-        if session is not None and session.parent:
+        session = opened.result() if opened is not None else session
+        if session is not None and session.tracking_opened():
             session.tracker.finish_study(session.parent, {}, status)
+
+
+class _AfterTracking(tune.Callback):
+    """The MLflow callback (:class:`.tracking.MlflowCallback`), built at its first event once
+    the tracking store is open — it opens in a thread while Tune sets up and the first trial's
+    worker process starts, so neither waits for MLflow (start-up, issue 14 req. 3). Its
+    import of MLflow happens there too. A store that failed to open raises its error here."""
+
+    def __init__(self, session: _Session) -> None:
+        self._session = session
+        self._inner: Any = None
+
+    def _callback(self) -> Any:
+        if self._inner is None:
+            from .tracking import MlflowCallback
+
+            s = self._session
+            s.wait_tracking()
+            self._inner = MlflowCallback(s.tracker, s.parent, s.spec, s._remember)
+        return self._inner
+
+    def on_trial_start(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_start(*args, **kwargs)
+
+    def on_trial_result(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_result(*args, **kwargs)
+
+    def on_trial_complete(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_complete(*args, **kwargs)
+
+    def on_trial_error(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_error(*args, **kwargs)
 
 
 def _stored(workdir: Path) -> bool:
