@@ -107,8 +107,8 @@ class Heartbeat(threading.Thread):
 
 
 class _StopOnce:
-    """SIGINT handler: the first signal raises ``KeyboardInterrupt``; later ones are logged and
-    ignored, so the clean-up that the first one started (in-flight trials recorded as
+    """SIGINT and SIGTERM handler: the first signal raises ``KeyboardInterrupt``; later ones are
+    logged and ignored, so the clean-up that the first one started (in-flight trials recorded as
     interrupted, MLflow runs KILLED, the queue dropped) runs to its end."""
 
     def __init__(self) -> None:

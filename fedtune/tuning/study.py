@@ -22,7 +22,8 @@ the driver starts Ray (or waits for the Ray ``fedtune tune`` began before its im
 as a copy of an empty one, :mod:`.sqlite_template`) and parent run, which may still be opening
 while Tune sets up and the first trial's worker starts: the MLflow callback waits for it at the
 first trial's start. An existing study's storage is opened first (Ray starts only when trials
-remain), its MLflow store by a thread. Spec errors (budget, sampler) fail before either. MLflow, matplotlib and the theory report are imported where used, not at import.
+remain), its MLflow store by a thread. Spec errors (budget, sampler) fail before either.
+MLflow, matplotlib and the theory report are imported where used, not at import.
 
 Embedded Ray keeps its session files in ``<workdir>/ray`` when that path is at most
 :data:`RAY_TEMP_MAX` characters long; Ray puts unix sockets ~65 characters below its temp dir

@@ -179,20 +179,30 @@ def test_the_service_drops_the_queue_of_a_cancelled_study_whose_driver_was_kille
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.FAIL] * 2
 
 
+def _dispatched_with_storage(sqlite_db, make_settings, fake_backend, name, clock=None):
+    """A dispatched study (its fake driver running) with its Optuna storage on this workdir:
+    (context, scheduler, study id, the Optuna study)."""
+    settings = make_settings(database_url=sqlite_db.url)
+    extra = {} if clock is None else {"clock": clock}
+    scheduler = Scheduler(sqlite_db, fake_backend, settings, **extra)
+    ctx = ServiceContext(sqlite_db, settings, stopper=scheduler)
+    sid = submit_study(ctx, tiny_spec(name=name))[0].id
+    scheduler.tick()
+    workdir = study_workdir(settings, sid)
+    workdir.mkdir(parents=True)
+    study = optuna.create_study(study_name=name, storage=og.storage_url(workdir))
+    return ctx, scheduler, sid, study
+
+
 def test_the_service_ends_the_running_trials_of_a_cancelled_study_whose_driver_was_killed(
     sqlite_db: Database, make_settings, fake_backend: FakeBackend
 ) -> None:
     """A driver killed during its clean-up leaves its in-flight trial RUNNING in Optuna (the CI
     failure of test_cancel_stops_the_driver_and_kills_mlflow_runs); once the driver is gone the
     scheduler ends it ``FAIL`` / interrupted, as the driver's own clean-up would have."""
-    settings = make_settings(database_url=sqlite_db.url)
-    scheduler = Scheduler(sqlite_db, fake_backend, settings)
-    ctx = ServiceContext(sqlite_db, settings, stopper=scheduler)
-    sid = submit_study(ctx, tiny_spec(name="orphan"))[0].id
-    scheduler.tick()
-    workdir = study_workdir(settings, sid)
-    workdir.mkdir(parents=True)
-    study = optuna.create_study(study_name="orphan", storage=og.storage_url(workdir))
+    ctx, scheduler, sid, study = _dispatched_with_storage(
+        sqlite_db, make_settings, fake_backend, "orphan"
+    )
     trial = study.ask()  # in flight when the driver died
     trial.suggest_float("hparams.client_lr", 1e-3, 1.0, log=True)
     study.enqueue_trial({"hparams.client_lr": 0.02})
@@ -210,15 +220,10 @@ def test_the_service_leaves_running_trials_alone_while_the_driver_may_live(
 ) -> None:
     """Past the stop deadline with the driver still alive (or its state unknown) the queue is
     dropped but a RUNNING trial is the driver's: it may still tell it."""
-    settings = make_settings(database_url=sqlite_db.url)
     now = [0.0]
-    scheduler = Scheduler(sqlite_db, fake_backend, settings, clock=lambda: now[0])
-    ctx = ServiceContext(sqlite_db, settings, stopper=scheduler)
-    sid = submit_study(ctx, tiny_spec(name="alive"))[0].id
-    scheduler.tick()
-    workdir = study_workdir(settings, sid)
-    workdir.mkdir(parents=True)
-    study = optuna.create_study(study_name="alive", storage=og.storage_url(workdir))
+    ctx, scheduler, sid, study = _dispatched_with_storage(
+        sqlite_db, make_settings, fake_backend, "alive", clock=lambda: now[0]
+    )
     study.ask().suggest_float("hparams.client_lr", 1e-3, 1.0, log=True)
     fake_backend.poll_error = True  # the backend cannot tell whether the driver lives
     assert cancel_study(ctx, sid).state == StudyState.CANCELLED
