@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch.func import functional_call
 
 from fedtune.errors import ConfigError
 
@@ -113,7 +112,7 @@ class Trainer:
         return self.loss_of.evaluate(params, x, y)
 
     def _metric(self, fn):
-        return lambda params, x, y: fn(functional_call(self.model, params, (x,)), y)
+        return lambda params, x, y: fn(self.loss_of.forward(params, x), y)
 
     # -- one round --------------------------------------------------------------------
     @property

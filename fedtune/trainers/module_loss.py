@@ -82,13 +82,17 @@ class ModuleLoss:
         loss = self.loss_fn(self.outputs(leaves, x), y).mean()
         return torch.autograd.grad(loss, leaves)
 
-    def evaluate(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-example losses at ``params`` outside torch.func (the evaluations: ℓ_t, population
-        loss, test loss): the eager forward where the model has one, else ``functional_call``.
-        The same operators either way, hence the same values."""
+    def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:
+        """``module(x)`` at ``params`` outside torch.func (the evaluations: ℓ_t, population and
+        test loss, test metrics): the eager forward where the model has one, else
+        ``functional_call``. The same operators either way, hence the same values."""
         if not self.eager:
-            return self.per_example(params, x, y)
-        return self.loss_fn(self.outputs([params[n] for n in self.names], x), y)
+            return functional_call(self.module, params, (x,))
+        return self.outputs([params[n] for n in self.names], x)
+
+    def evaluate(self, params: Params, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-example losses at ``params`` outside torch.func (:meth:`forward`)."""
+        return self.loss_fn(self.forward(params, x), y)
 
     @staticmethod
     def leaves(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
