@@ -298,10 +298,10 @@ class TradeoffState:
 
     def complete(self, number: int, outcome: str, value: float | None) -> None:
         tag = self.tags.get(number)
+        observed = Observed(tag or "", outcome, value, self.stops.get(number))
         if tag:
-            self.finished[number] = Observed(tag, outcome, value, self.stops.get(number))
-        good = outcome == "completed" and value is not None and math.isfinite(value)
-        if not good:
+            self.finished[number] = observed
+        if not observed.good:
             return
         if self.incumbent is None or relative_gap(value, self.incumbent[0], self.rule.minimize) < 0:
             self.incumbent = (value, list(self.curves.get(number, [])))
