@@ -30,7 +30,15 @@ import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["NETWORK_FILESYSTEMS", "fast_commits", "filesystem_type", "wal_allowed"]
+from .sqlite_template import sqlite_path
+
+__all__ = [
+    "NETWORK_FILESYSTEMS",
+    "fast_commits",
+    "fast_commits_for",
+    "filesystem_type",
+    "wal_allowed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +123,10 @@ def fast_commits(path: Path, environ: Mapping[str, str] = os.environ) -> bool:
     _FAST.add(str(path.resolve()))
     _listen()
     return True
+
+
+def fast_commits_for(uri: str) -> bool:
+    """:func:`fast_commits` for the store a SQLAlchemy/MLflow URI names; False for anything but a
+    ``sqlite:///`` file (PostgreSQL, a tracking server, in-memory SQLite)."""
+    path = sqlite_path(uri)
+    return path is not None and fast_commits(path)

@@ -24,8 +24,7 @@ from typing import Any
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from .sqlite_commits import fast_commits
-from .sqlite_template import sqlite_path
+from .sqlite_commits import fast_commits_for
 from .tradeoff import TrialCurve
 
 __all__ = ["CURVE_ATTR", "PARENT_ATTR", "RUN_ATTR", "StudyStore", "TrialRecord", "storage_url"]
@@ -50,9 +49,7 @@ def make_storage(url: str) -> RDBStorage:
 
     A local SQLite file commits in WAL mode with ``synchronous=NORMAL`` (:mod:`.sqlite_commits`).
     """
-    path = sqlite_path(url)
-    if path is not None:
-        fast_commits(path)
+    fast_commits_for(url)
     kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
     return RDBStorage(url, engine_kwargs=kwargs)
 

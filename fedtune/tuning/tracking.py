@@ -51,8 +51,8 @@ from mlflow.exceptions import MlflowException
 from ray.tune import Callback
 
 from .spec import StudySpec
-from .sqlite_commits import fast_commits
-from .sqlite_template import seed_sqlite_store, sqlite_path
+from .sqlite_commits import fast_commits_for
+from .sqlite_template import seed_sqlite_store
 from .trainable import (
     DECAY_ROUNDS,
     HISTORY,
@@ -180,8 +180,7 @@ class StudyTracker:
     def __init__(self, uri: str, experiment: str, artifact_root: str | None = None) -> None:
         self.uri = uri
         seed_sqlite_store(uri)  # a new SQLite store without MLflow's migrations
-        if (path := sqlite_path(uri)) is not None:
-            fast_commits(path)  # WAL + synchronous=NORMAL (.sqlite_commits)
+        fast_commits_for(uri)  # WAL + synchronous=NORMAL (.sqlite_commits)
         self.client = MlflowClient(tracking_uri=uri)
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
