@@ -155,6 +155,11 @@ def _summary(result, spec, study_path: str, workdir: str) -> str:
     return "\n".join(lines)
 
 
+def _workdir(args: argparse.Namespace, name: str) -> str:
+    """``--workdir``, else ``runs/<study name>``."""
+    return args.workdir or str(Path("runs") / name)
+
+
 def _early_ray(args: argparse.Namespace) -> Any:
     """Start the study's embedded Ray now, before the engine's imports and the spec's
     validation (``fedtune.tuning.ray_session.EarlyRay``: they overlap), when what Ray needs is
@@ -177,7 +182,7 @@ def _early_ray(args: argparse.Namespace) -> Any:
     name = doc.get("name")
     if args.workdir is None and not isinstance(name, str):
         return None
-    workdir = Path(args.workdir or Path("runs") / name).resolve()
+    workdir = Path(_workdir(args, name)).resolve()
     if (workdir / "optuna.db").exists() and args.trials is None:
         return None  # a stored study: finished ones need no Ray
     from fedtune.tuning.ray_session import EarlyRay
@@ -213,7 +218,7 @@ def _run(args: argparse.Namespace, early: Any) -> int:
 
     timeline.mark("driver_imported")
 
-    workdir = args.workdir or str(Path("runs") / spec.name)
+    workdir = _workdir(args, spec.name)
     _quiet_libraries()
     progress = None if args.json else sys.stderr
     if progress is not None:
