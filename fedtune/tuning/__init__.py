@@ -10,34 +10,6 @@
   needs no MLflow or matplotlib, and the package itself imports nothing heavy.
 """
 
-__all__ = [
-    "MULTI_OBJECTIVE_SAMPLERS",
-    "BudgetSpec",
-    "EnvelopePoint",
-    "Metric",
-    "Mode",
-    "MultiMetric",
-    "ObjectiveSpec",
-    "RegimeChange",
-    "ResourcesSpec",
-    "SamplerName",
-    "SamplerSpec",
-    "SchedulerName",
-    "SchedulerSpec",
-    "SearchSpec",
-    "Strategy",
-    "StudySpec",
-    "TrackingSpec",
-    "TradeOff",
-    "TrialCurve",
-    "TrialSummary",
-    "analyze_tradeoff",
-    "lower_envelope",
-    "pareto_front",
-    "rounds_to_target",
-    "smooth",
-]
-
 # Every name is imported on first use (PEP 562), so importing a light submodule — the
 # timeline, the Ray plumbing that ``fedtune tune`` starts before anything else — costs no
 # torch: the spec (torch, pydantic), the trade-off (numpy), execution (Optuna + Ray Tune +
@@ -62,7 +34,7 @@ _LAZY = {
     "ProgressCallback": "progress",
     "make_trainable": "trainable",
 }
-__all__ += sorted(set(_LAZY) - set(__all__))
+__all__ = sorted(_LAZY)
 
 
 def __getattr__(name: str):
