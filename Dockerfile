@@ -6,14 +6,19 @@
 #
 #   CPU:  docker build -t fedtune:0.1.0 .
 #   CUDA: docker build --build-arg TORCH_VARIANT=cuda --build-arg CUDA_TAG=cu128 -t fedtune:0.1.0-cuda .
+#   here: make image   (buildah without a daemon, a Debian base and the torch wheel on disk;
+#                       deploy/build_image.py, see README "Build the image without Docker")
 #
 # The CUDA wheels bundle the CUDA runtime libraries, so the base stays python:slim; the nodes
 # only need the NVIDIA driver and device plugin.
 
 ARG PYTHON_VERSION=3.11
+# Any Debian bookworm image with Python at `python` (and its venv module) and apt; both stages
+# use it. Default: the official image. deploy/debian_base.sh makes one from Debian's packages.
+ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim-bookworm
 
 # ---- build: a virtualenv with torch (CPU or CUDA wheels) and fedtune[service] -----------------
-FROM python:${PYTHON_VERSION}-slim-bookworm AS build
+FROM ${BASE_IMAGE} AS build
 
 # cpu | cuda
 ARG TORCH_VARIANT=cpu
@@ -21,11 +26,18 @@ ARG TORCH_VARIANT=cpu
 ARG CUDA_TAG=cu128
 # Must equal the torch pin in pyproject.toml (tests/deploy/test_dockerfile.py checks it).
 ARG TORCH_VERSION=2.13.0
+# Where torch comes from: empty = PyTorch's index of the variant; else a pip --find-links
+# location (a directory served over HTTP, e.g. a local mirror holding torch-2.13.0+cpu) whose
+# wheel wins over PyPI's (2.13.0+cpu sorts above 2.13.0); torch's own dependencies come from PyPI.
+ARG TORCH_FIND_LINKS=""
 # Optional extra runtime packages, e.g. "boto3" for MLflow's S3 artifact store.
 ARG EXTRA_PIP_PACKAGES=""
+# Behind a TLS-intercepting proxy: a CA bundle path that the builder mounts for the build's pip
+# (deploy/build_image.py mounts the host's); unset by default, never part of the image.
+ARG PIP_CERT
 
-ENV PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+# pip's downloads are cached between builds in a cache mount (never in a layer)
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
 RUN python -m venv /opt/venv
@@ -36,25 +48,31 @@ WORKDIR /src
 #    build argument changes, never for a code change. torch first, from the index of the chosen
 #    variant; the lock's `torch==2.13.0` then finds it satisfied (2.13.0+cpu / +cu128 match).
 COPY constraints/image.txt ./constraints/image.txt
-RUN set -eu; \
+RUN --mount=type=cache,target=/root/.cache/pip set -eu; \
     case "$TORCH_VARIANT" in \
       cpu) index=cpu ;; \
       cuda) index="$CUDA_TAG" ;; \
       *) echo "TORCH_VARIANT must be cpu or cuda, got '$TORCH_VARIANT'" >&2; exit 2 ;; \
     esac; \
-    pip install "torch==${TORCH_VERSION}" --index-url "https://download.pytorch.org/whl/${index}"
-RUN pip install -r constraints/image.txt -c constraints/image.txt ${EXTRA_PIP_PACKAGES}
+    if [ -n "$TORCH_FIND_LINKS" ]; then \
+      pip install "torch==${TORCH_VERSION}" --find-links "$TORCH_FIND_LINKS"; \
+    else \
+      pip install "torch==${TORCH_VERSION}" --index-url "https://download.pytorch.org/whl/${index}"; \
+    fi
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install -r constraints/image.txt -c constraints/image.txt ${EXTRA_PIP_PACKAGES}
 
 # 2. The project itself, without touching the dependencies (`service` includes `tune`: Optuna,
 #    Ray Tune, MLflow; never `dev` in an image); `pip check` proves the lock was complete.
 COPY pyproject.toml README.md ./
 COPY fedtune ./fedtune
-RUN pip install --no-deps --no-build-isolation ".[service]" \
+RUN pip install --no-cache-dir --no-deps --no-build-isolation ".[service]" \
     && pip check \
-    && python -c "import torch, fedtune, ray; print('torch', torch.__version__, 'ray', ray.__version__)"
+    && python -c "import torch, fedtune, ray; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'ray', ray.__version__)" \
+    && if [ "$TORCH_VARIANT" = cuda ]; then python -c "import sys, torch; sys.exit(0 if torch.version.cuda else 'the CUDA image got a torch without CUDA: ' + torch.__version__)"; fi
 
 # ---- runtime: the virtualenv, a non-root user, nothing else --------------------------------
-FROM python:${PYTHON_VERSION}-slim-bookworm AS runtime
+FROM ${BASE_IMAGE} AS runtime
 
 # bash: KubeRay starts Ray with `/bin/bash -c "ray start ..."`; wget: KubeRay's default probes.
 RUN set -eu; \

@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench lock clean
+.PHONY: run test lint bench lock image clean
 
 $(STAMP): pyproject.toml constraints/image.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,12 @@ bench: $(STAMP)
 # Rewrite the image's lock from this environment (after changing dependencies in pyproject.toml).
 lock: $(STAMP)
 	$(BIN)/python constraints/freeze.py --write
+
+# The image, localhost/fedtune:<version>: docker/podman where a daemon answers, else buildah
+# (no daemon) from a Debian base made with debootstrap; IMAGE_ARGS, e.g. --variant cuda.
+IMAGE_ARGS ?=
+image:
+	$(PYTHON) deploy/build_image.py $(IMAGE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -12,6 +12,7 @@ chromium     ``FEDTUNE_REQUIRE_CHROMIUM=1``
 helm         ``FEDTUNE_REQUIRE_HELM=1``
 crds         ``FEDTUNE_REQUIRE_CRDS=1``
 bwrap        ``FEDTUNE_REQUIRE_BWRAP=1``
+image        ``FEDTUNE_REQUIRE_IMAGE=1``  (buildah, root: the built image's root file system)
 ============ ===============================
 
 The KubeRay CRDs are read from ``FEDTUNE_CRD_DIR``, by default ``../shared/k8s/crds`` beside
@@ -32,6 +33,7 @@ REQUIRE_VARS = {
     "helm": "FEDTUNE_REQUIRE_HELM",
     "crds": "FEDTUNE_REQUIRE_CRDS",
     "bwrap": "FEDTUNE_REQUIRE_BWRAP",
+    "image": "FEDTUNE_REQUIRE_IMAGE",
 }
 
 

@@ -97,6 +97,22 @@ SCENARIOS = tuple(scenario_values())
 
 
 @pytest.fixture(scope="session")
+def image_root() -> Iterator[Any]:
+    """The built image's root file system (``tests/deploy/image_rootfs.py``): built once per
+    session (warm: the code layers only), one working container mounted, removed at the end."""
+    from tests.deploy import image_rootfs
+    from tests.deploy.pod_sandbox import bwrap_missing
+
+    need("bwrap", bwrap_missing())
+    need("image", image_rootfs.missing_reason())
+    root = image_rootfs.mount(image_rootfs.build_image())
+    try:
+        yield root
+    finally:
+        image_rootfs.unmount(root)
+
+
+@pytest.fixture(scope="session")
 def helm() -> Any:
     """The ``helm_python`` module with its native library loaded, or a skip with the install step."""
     try:

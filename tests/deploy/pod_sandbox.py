@@ -1,56 +1,47 @@
-"""Run a container's command on this machine the way a pod runs it in fedtune's image: as UID
-10001 with no capabilities, on a read-only root file system where only the pod's writable
-volume mounts can be written (bubblewrap, ``bwrap`` from Debian; no Kubernetes, no Docker).
+"""Run a container's command the way a pod runs it: from the built image's root file system
+(``tests/deploy/image_rootfs.py``: ``localhost/fedtune:<version>``, mounted with buildah), as
+UID 10001 with no capabilities, on a read-only root where only the pod's volume mounts can be
+written (bubblewrap, ``bwrap`` from Debian; no Kubernetes, no Docker).
 
-The image's file system is emulated, and every difference from the image is listed here:
+What a container runtime does and the sandbox does too:
 
 ============================ =====================================================================
-image path                   in the sandbox
+runtime                      in the sandbox
 ============================ =====================================================================
-``/usr``, ``/etc``, ``/bin``  this machine's, read-only (Debian 12 "bookworm", the base of
-                             ``python:3.11-slim-bookworm``, so ``/etc/profile`` is the image's)
-``/etc/passwd``, group       this machine's plus the ``fedtune`` user (10001) the Dockerfile adds
-``/home/fedtune``            ``/etc/skel``, read-only (``useradd --create-home`` copies it)
-``/opt/venv``                this machine's virtualenv, read-only; it is also mounted at its own
-                             path (its scripts' ``#!`` lines name it) with its base interpreter
-this checkout                read-only at its own path and first on ``PYTHONPATH`` (the image has
-                             fedtune installed in the venv; the venv's editable install may point
-                             at another checkout)
-``/data``, ``/tmp``, ...      directories of the read-only root, unless the pod mounts a volume
-                             there: each rendered ``volumeMount`` is a fresh host directory owned
-                             by 10001 (an emptyDir or a new PVC with ``fsGroup``), read-only when
-                             the mount says ``readOnly``
+image root file system       the mounted working container, ``--ro-bind`` at ``/``; mount points
+                             the pod needs and the image lacks are created in that container's
+                             own layer first (as a runtime does), never in the image
+``readOnlyRootFilesystem``   the root stays read-only; each rendered ``volumeMount`` is a fresh
+                             host directory owned by the pod's user (an emptyDir or a new PVC
+                             with ``fsGroup``), read-only when the mount says ``readOnly``
+``runAsUser``/``Group``      ``setpriv`` from the image drops to UID/GID with empty capability
+``capabilities: drop: ALL``  sets, no bounding set and ``no_new_privs`` (as root; as another
+``allowPrivilegeEscalation`` user, a user namespace maps the pod's UID onto that user)
+image ``Env``                the image's own configuration (``buildah inspect``), then the
+                             container's rendered ``env``
+/proc, /dev, /sys            a new /proc of a new PID namespace, a minimal /dev with a tmpfs
+                             ``/dev/shm`` (mode 1777, as a runtime gives every container), /sys
+                             read-only
 ============================ =====================================================================
 
-The network is this machine's, so a pod's service URLs are translated by the caller. As root,
-bwrap mounts everything and ``setpriv`` then becomes 10001:10001 with empty capability sets and
-``no_new_privs`` (``allowPrivilegeEscalation: false``, ``capabilities: drop: [ALL]``); as another
-user, a user namespace maps 10001 onto that user.
+The network is this machine's unless the caller runs the sandbox inside a network namespace
+(``tests/deploy/netbox.py``), so a pod's service URLs are translated by the caller.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.deploy.image_rootfs import ImageRoot
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGE_VENV = "/opt/venv"
 IMAGE_HOME = "/home/fedtune"
-#: the ``ENV`` of ``python:3.11-slim-bookworm`` that the Dockerfile builds on
-BASE_IMAGE_ENV = {
-    "PATH": "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "LANG": "C.UTF-8",
-}
-#: directories of the image's root file system and their modes (read-only at run time)
-IMAGE_DIRS = {"/data": "0755", "/tmp": "1777", "/var/tmp": "1777", "/run": "0755",
-              "/home": "0755"}  # fmt: skip
 
 
 def bwrap_missing() -> str | None:
@@ -65,36 +56,14 @@ def bwrap_missing() -> str | None:
     return None
 
 
-def _editable_source() -> Path | None:
-    """Where the venv's editable fedtune points (it must be readable for the venv to start)."""
-    try:
-        text = importlib.metadata.distribution("fedtune").read_text("direct_url.json")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    url = json.loads(text or "{}").get("url", "")
-    return Path(url.removeprefix("file://")) if url.startswith("file://") else None
-
-
-def host_python_paths() -> list[Path]:
-    """Host directories the venv needs at their own paths (venv, base interpreter, checkouts)."""
-    paths = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), REPO_ROOT]
-    source = _editable_source()
-    if source is not None and source.exists():
-        paths.append(source.resolve())
-    unique: list[Path] = []
-    for path in sorted(set(paths), key=lambda p: len(p.parts)):
-        if not any(path.is_relative_to(parent) for parent in unique):
-            unique.append(path)
-    return unique
-
-
 @dataclass
 class Sandbox:
-    """One pod's file system. ``volumes``: mountPath -> host directory (writable unless listed
-    in ``readonly_mounts``); ``overlays``: image path -> host path mounted read-only over it
-    (e.g. files the Dockerfile writes)."""
+    """One pod's container over the image ``root``. ``volumes``: mountPath -> host directory
+    (writable unless listed in ``readonly_mounts``); ``overlays``: image path -> host path
+    mounted read-only over it (e.g. a translated ``/etc/hosts``)."""
 
     scratch: Path
+    root: ImageRoot
     volumes: dict[str, Path] = field(default_factory=dict)
     readonly_mounts: set[str] = field(default_factory=set)
     overlays: dict[str, Path] = field(default_factory=dict)
@@ -112,43 +81,30 @@ class Sandbox:
             self.readonly_mounts.add(mount_path)
         return host
 
-    def _identity_files(self) -> list[str]:
-        etc = self.scratch / "etc"
-        etc.mkdir(parents=True, exist_ok=True)
-        passwd, group = etc / "passwd", etc / "group"
-        passwd.write_text(Path("/etc/passwd").read_text()
-                          + f"fedtune:x:{self.uid}:{self.gid}::{IMAGE_HOME}:/bin/bash\n")  # fmt: skip
-        group.write_text(Path("/etc/group").read_text() + f"fedtune:x:{self.gid}:\n")
-        return ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
+    def _mount_points(self) -> None:
+        """Create what the mounts need in the working container's layer (a runtime does)."""
+        for target, host in [*self.overlays.items(), *self.volumes.items()]:
+            inside = self.root.path / target.lstrip("/")
+            if not inside.exists() and not inside.is_symlink():
+                if host.is_dir():
+                    inside.mkdir(parents=True)
+                else:
+                    inside.parent.mkdir(parents=True, exist_ok=True)
+                    inside.touch()
 
     def argv(self, command: Sequence[str], *, cwd: str) -> list[str]:
+        self._mount_points()
         args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-pid",
-                "--unshare-ipc", "--new-session"]  # fmt: skip
-        for path, mode in IMAGE_DIRS.items():
-            args += ["--perms", mode, "--dir", path]
-        targets = [*map(str, host_python_paths()), IMAGE_VENV, *self.overlays, *self.volumes]
-        for parent in sorted({str(p) for t in targets for p in Path(t).parents} - {"/"}):
-            if parent not in IMAGE_DIRS:  # e.g. /root of /root/.pyenv: traversable
-                args += ["--perms", "0755", "--dir", parent]
-        args += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-        for link in ("bin", "sbin", "lib", "lib64"):
-            if Path(f"/{link}").is_symlink():
-                args += ["--symlink", os.readlink(f"/{link}"), f"/{link}"]
-            elif Path(f"/{link}").exists():
-                args += ["--ro-bind", f"/{link}", f"/{link}"]
-        args += self._identity_files()
-        args += ["--ro-bind", "/etc/skel", IMAGE_HOME]
-        args += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
-        for path in host_python_paths():
-            args += ["--ro-bind", str(path), str(path)]
-        args += ["--ro-bind", str(Path(sys.prefix)), IMAGE_VENV]
+                "--unshare-ipc", "--new-session", "--ro-bind", str(self.root.path), "/",
+                "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
+                "--ro-bind", "/sys", "/sys"]  # fmt: skip
         for target, host in self.overlays.items():
             args += ["--ro-bind", str(host), target]
         for mount_path, host in sorted(self.volumes.items()):
             ro = mount_path in self.readonly_mounts
             args += ["--ro-bind" if ro else "--bind", str(host), mount_path]
-        args += ["--remount-ro", "/", "--chdir", cwd]
-        if self.uid == 0:  # a Dockerfile RUN step (root in the image)
+        args += ["--chdir", cwd]
+        if self.uid == 0:  # root in the image (a Dockerfile RUN step)
             args += [] if os.geteuid() == 0 else ["--unshare-user", "--uid", "0", "--gid", "0"]
         elif os.geteuid() == 0:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
@@ -158,6 +114,10 @@ class Sandbox:
         else:
             args += ["--unshare-user", "--uid", str(self.uid), "--gid", str(self.gid)]
         return [*args, *command]
+
+    def env(self, container_env: Mapping[str, str]) -> dict[str, str]:
+        """The process environment: the image's ``Env``, then the container's."""
+        return {**self.root.env, **container_env}
 
     def run(
         self,
@@ -176,20 +136,3 @@ class Sandbox:
         with log.open("w") as handle:
             return subprocess.Popen(self.argv(command, cwd=cwd), env=dict(env), stdout=handle,
                                     stderr=subprocess.STDOUT)  # fmt: skip
-
-
-def image_env(dockerfile_text: str) -> dict[str, str]:
-    """The environment a container of the image starts with: the base image's ``ENV`` and then
-    the final stage's ``ENV`` instructions, ``$VAR`` references expanded as Docker does."""
-    import re
-    import shlex
-
-    from tests.deploy.test_dockerfile import parse_dockerfile
-
-    env = dict(BASE_IMAGE_ENV)
-    for instruction in parse_dockerfile(dockerfile_text).final.all("ENV"):
-        for word in shlex.split(instruction.args):
-            name, _, value = word.partition("=")
-            env[name] = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?",
-                               lambda m: env.get(m.group(1), ""), value)  # fmt: skip
-    return env

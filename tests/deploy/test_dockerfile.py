@@ -169,7 +169,7 @@ def test_multi_stage_build_ships_only_the_virtualenv(dockerfile: Dockerfile) -> 
 
 
 def _torch_install_script(dockerfile: Dockerfile) -> str:
-    runs = [r.args for r in dockerfile.stage("build").all("RUN") if "TORCH_VARIANT" in r.args]
+    runs = [r.args for r in dockerfile.stage("build").all("RUN") if "--index-url" in r.args]
     assert len(runs) == 1
     return runs[0]
 
@@ -198,6 +198,29 @@ def test_torch_variant_selects_the_wheel_index(
     version = args["TORCH_VERSION"]
     expected = f"pip install torch=={version} --index-url https://download.pytorch.org/whl/{index}"
     assert done.stdout.strip() == expected
+
+
+def test_torch_find_links_replaces_the_index(dockerfile: Dockerfile) -> None:
+    """``TORCH_FIND_LINKS`` (a mirror holding the wheel; ``make image`` serves the one on disk)
+    instead of PyTorch's index, whatever the variant."""
+    sh = shutil.which("sh") or pytest.skip("no POSIX sh")
+    args = arg_defaults(dockerfile.stage("build").instructions)
+    assert args["TORCH_FIND_LINKS"] == ""  # the default build uses PyTorch's index
+    env = {"PATH": "/usr/bin:/bin", **args, "TORCH_FIND_LINKS": "http://127.0.0.1:8111/"}
+    script = 'pip() { echo "pip $*"; }\n' + _torch_install_script(dockerfile)
+    done = subprocess.run([sh, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == (
+        f"pip install torch=={args['TORCH_VERSION']} --find-links http://127.0.0.1:8111/"
+    )
+
+
+def test_the_base_image_is_an_argument_defaulting_to_the_official_one(
+    dockerfile: Dockerfile,
+) -> None:
+    args = arg_defaults(dockerfile.global_args)
+    assert args["BASE_IMAGE"] == "python:${PYTHON_VERSION}-slim-bookworm"
+    assert args["PYTHON_VERSION"] == "3.11"
+    assert [stage.base for stage in dockerfile.stages] == ["${BASE_IMAGE}", "${BASE_IMAGE}"]
 
 
 def test_unknown_torch_variant_stops_the_build(dockerfile: Dockerfile) -> None:

@@ -3,13 +3,14 @@ chart's shared RayCluster head (backend ``ray``) and the head of ``rayjob_manife
 ``kubernetes``, with the settings the chart gives the API) — run on this machine through a small
 study end to end, against the real PostgreSQL (a throw-away schema) and a real ``mlflow server``.
 
-How a pod is run (tests/deploy/pod_sandbox.py): bubblewrap, UID/GID from the pod's
-``securityContext`` (10001), no capabilities, ``no_new_privs``, a read-only root file system
-laid out like the image, and only the container's rendered ``volumeMounts`` writable (each a
-fresh directory, as a new emptyDir or PVC with ``fsGroup``). Everything else is taken from the
-render: the container's ``env`` (``value``, ``secretKeyRef`` and ``envFrom`` resolved from the
-rendered Secrets, ``fieldRef`` ``metadata.namespace``), its ``workingDir`` (else the image's
-``WORKDIR``), the image's ``ENV`` (read from the Dockerfile), and the command:
+How a pod is run (tests/deploy/pod_sandbox.py): from the BUILT image's root file system
+(issue 22: ``localhost/fedtune:<version>``, built by the session with ``deploy/build_image.py``)
+under bubblewrap, UID/GID from the pod's ``securityContext`` (10001), no capabilities,
+``no_new_privs``, that root read-only, and only the container's rendered ``volumeMounts``
+writable (each a fresh directory, as a new emptyDir or PVC with ``fsGroup``). Everything else is
+taken from the render: the container's ``env`` (``value``, ``secretKeyRef`` and ``envFrom``
+resolved from the rendered Secrets, ``fieldRef`` ``metadata.namespace``), its ``workingDir``
+(else the image's ``WorkingDir``), the image's own ``Env``, and the command:
 
 * backend ``ray``: the entrypoint and ``runtime_env`` env vars that ``RayJobsBackend.launch``
   submits (its Jobs API client records them), built from the API container's rendered env;
@@ -27,10 +28,10 @@ rendered                    on this machine
                             127.0.0.1:5432/test (asserted to be the chart's URL first)
 ``MLFLOW_TRACKING_URI``     ``http://<release>-fedtune-mlflow.<ns>.svc:5000`` -> the test's
                             ``mlflow server`` on 127.0.0.1 (asserted first)
-``PYTHONPATH``              added: this checkout (the image has fedtune inside /opt/venv)
 ``RAY_ADDRESS``             not set: the driver starts Ray inside the pod (embedded) instead of
                             joining the head's ``ray start`` (not run here)
-image paths                 see pod_sandbox.py (/opt/venv is this machine's venv, read-only)
+network                     this machine's (the pods reach 127.0.0.1); the cluster in a box,
+                            tests/deploy/test_cluster_box.py, gives each pod its own
 =========================== ====================================================================
 
 The control case is the head as it was before finding 1 was fixed — the rendered spec with the
@@ -60,13 +61,14 @@ from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.settings import Settings, load_settings
 from fedtune.service.states import StudyState
 from tests.deploy.conftest import NAMESPACE, RELEASE, crd_schema, one
-from tests.deploy.pod_sandbox import REPO_ROOT, Sandbox, bwrap_missing, image_env
+from tests.deploy.image_rootfs import ImageRoot
+from tests.deploy.pod_sandbox import Sandbox
 from tests.deploy.test_dockerfile import DOCKERFILE, parse_dockerfile
 from tests.integration.conftest import mlflow_server  # noqa: F401  (a real `mlflow server`)
 from tests.needs import need
 from tests.service.helpers import pg_schema, pg_unreachable_reason, tiny_spec
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.image]
 
 FULLNAME = f"{RELEASE}-fedtune"
 RAY_VALUES = {"backend": "ray", "rayCluster": {"enabled": True}}
@@ -75,7 +77,6 @@ K8S_VALUES: dict[str, Any] = {}  # the chart's default backend: kubernetes
 
 @pytest.fixture(scope="module", autouse=True)
 def _machine() -> None:
-    need("bwrap", bwrap_missing())
     need("postgres", pg_unreachable_reason())
 
 
@@ -139,24 +140,23 @@ def api_settings(manifests: list[dict], db_url: str, monkeypatch) -> Settings:
 # ---- running a pod's container -------------------------------------------------------------
 
 
-def pod_process(tmp_path: Path, pod: dict, container: dict,
-                env: dict[str, str]) -> tuple[Sandbox, dict[str, str], str]:  # fmt: skip
-    """The sandbox of ``container`` in ``pod`` (its user, its writable mounts), the process
-    environment (image ENV, then the container's) and the working directory."""
+def pod_process(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
+                root: ImageRoot) -> tuple[Sandbox, dict[str, str], str]:  # fmt: skip
+    """The sandbox of ``container`` in ``pod`` over the image ``root`` (its user, its writable
+    mounts), the process environment (the image's Env, then the container's) and the working
+    directory."""
     security = pod.get("securityContext", {}) | container.get("securityContext", {})
     assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
-    sandbox = Sandbox(tmp_path / container["name"], uid=security["runAsUser"],
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    sandbox = Sandbox(tmp_path / container["name"], root, uid=security["runAsUser"],
                       gid=security["runAsGroup"])  # fmt: skip
     volumes = {v["name"]: v for v in pod["volumes"]}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
         assert {"emptyDir", "persistentVolumeClaim"} & set(volume), volume
         sandbox.volume(mount["mountPath"], read_only=mount.get("readOnly", False))
-    image = parse_dockerfile(DOCKERFILE.read_text()).final
-    full_env = image_env(DOCKERFILE.read_text()) | {"HOME": "/home/fedtune"} | env
-    full_env["PYTHONPATH"] = str(REPO_ROOT)
-    cwd = container.get("workingDir") or image.last("WORKDIR").args
-    return sandbox, full_env, cwd
+    return sandbox, sandbox.env(env), container.get("workingDir") or root.workdir
 
 
 def container_argv(container: dict) -> list[str]:
@@ -170,9 +170,9 @@ def container_argv(container: dict) -> list[str]:
 
 
 def run_container(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
-                  entrypoint: str) -> Any:  # fmt: skip
+                  entrypoint: str, root: ImageRoot) -> Any:  # fmt: skip
     """Run ``entrypoint`` as Ray's job supervisor would, inside ``container`` of ``pod``."""
-    sandbox, full_env, cwd = pod_process(tmp_path, pod, container, env)
+    sandbox, full_env, cwd = pod_process(tmp_path, pod, container, env, root)
     done = sandbox.run(["/bin/sh", "-c", entrypoint], env=full_env, cwd=cwd, timeout=900)
     return done, sandbox
 
@@ -233,7 +233,7 @@ CASES = {"raycluster-head": ray_head_case, "rayjob-head": rayjob_head_case}
 @pytest.mark.parametrize("case", CASES)
 def test_the_rendered_driver_runs_a_study_end_to_end(
     case,
-    render, db_url, mlflow_server, monkeypatch, tmp_path  # noqa: F811
+    render, db_url, mlflow_server, monkeypatch, tmp_path, image_root  # noqa: F811
 ) -> None:  # fmt: skip
     studies: dict[str, Database] = {}
 
@@ -246,7 +246,7 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
                                                   sid_of)  # fmt: skip
     ((sid, db),) = studies.items()
     assert shlex.split(entrypoint) == ["fedtune", "worker", "run-study", sid, "--attempt", "1"]
-    done, sandbox = run_container(tmp_path, pod, container, env, entrypoint)
+    done, sandbox = run_container(tmp_path, pod, container, env, entrypoint, image_root)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
     with db.session(readonly=True) as session:
@@ -266,7 +266,7 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
 
 
 def test_the_head_before_finding_1_fails_at_start_with_one_line(
-    render, db_url, mlflow_server, monkeypatch, tmp_path  # noqa: F811
+    render, db_url, mlflow_server, monkeypatch, tmp_path, image_root  # noqa: F811
 ) -> None:  # fmt: skip
     """The shared head as rendered before the fix: no workdir volume, /data on the read-only
     root. The driver must stop before any work with one line, recorded as the study's error."""
@@ -285,7 +285,7 @@ def test_the_head_before_finding_1_fails_at_start_with_one_line(
         m for m in old["volumeMounts"] if m["mountPath"] != env["FEDTUNE_WORKDIR"]
     ]
     assert len(old["volumeMounts"]) == len(container["volumeMounts"]) - 1
-    done, _ = run_container(tmp_path, pod, old, env, entrypoint)
+    done, _ = run_container(tmp_path, pod, old, env, entrypoint, image_root)
     assert done.returncode == 2, (done.stdout + done.stderr)[-4000:]
     # one line says what is wrong (other lines are start-up log records, e.g. matplotlib's)
     error = done.stderr.strip().splitlines()[-1]

@@ -20,19 +20,17 @@ import pytest
 from sqlalchemy import create_engine, inspect
 
 from tests.deploy.conftest import RELEASE, one
-from tests.deploy.pod_sandbox import bwrap_missing
 from tests.deploy.test_pod_commands_run import container_argv, container_env, pod_process
 from tests.needs import need
 from tests.service.helpers import free_port, pg_schema, pg_unreachable_reason
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.image]
 
 FULLNAME = f"{RELEASE}-fedtune"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _machine() -> None:
-    need("bwrap", bwrap_missing())
     need("postgres", pg_unreachable_reason())
 
 
@@ -40,24 +38,24 @@ def _pod(manifests: list[dict], kind: str, name: str) -> dict[str, Any]:
     return one(manifests, kind, name)["spec"]["template"]["spec"]
 
 
-def _run(tmp_path, pod, container, manifests, urls: dict[str, str], timeout: float = 300):
+def _run(tmp_path, pod, container, manifests, urls: dict[str, str], root, timeout: float = 300):
     env = container_env(container, manifests)
     assert set(urls) <= set(env), (set(urls), set(env))
-    sandbox, full_env, cwd = pod_process(tmp_path, pod, container, env | urls)
+    sandbox, full_env, cwd = pod_process(tmp_path, pod, container, env | urls, root)
     return sandbox.run(container_argv(container), env=full_env, cwd=cwd, timeout=timeout)
 
 
-def test_migration_job_then_the_api_start_in_their_pods(render, tmp_path) -> None:
+def test_migration_job_then_the_api_start_in_their_pods(render, tmp_path, image_root) -> None:
     manifests = render({})
     job = _pod(manifests, "Job", f"{FULLNAME}-db-init")
     api = _pod(manifests, "Deployment", FULLNAME)
     with pg_schema() as url:
         urls = {"FEDTUNE_DATABASE_URL": url}
-        done = _run(tmp_path / "job", job, job["containers"][0], manifests, urls)
+        done = _run(tmp_path / "job", job, job["containers"][0], manifests, urls, image_root)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
         wait = api["initContainers"][0]
-        done = _run(tmp_path / "init", api, wait, manifests, urls, timeout=120)
+        done = _run(tmp_path / "init", api, wait, manifests, urls, image_root, timeout=120)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
 
         container = api["containers"][0]
@@ -65,7 +63,7 @@ def test_migration_job_then_the_api_start_in_their_pods(render, tmp_path) -> Non
         assert container["args"][-2:] == ["--port", "8000"]
         served = {**container, "args": [*container["args"][:-1], str(port)]}
         env = container_env(container, manifests) | urls
-        sandbox, full_env, cwd = pod_process(tmp_path / "api", api, served, env)
+        sandbox, full_env, cwd = pod_process(tmp_path / "api", api, served, env, image_root)
         log = tmp_path / "api.log"
         process = sandbox.popen(container_argv(served), env=full_env, cwd=cwd, log=log)
         try:
@@ -89,12 +87,12 @@ def _wait_ready(url: str, process, deadline_s: float) -> bool:
     return False
 
 
-def test_mlflow_init_container_migrates_in_its_pod(render, tmp_path) -> None:
+def test_mlflow_init_container_migrates_in_its_pod(render, tmp_path, image_root) -> None:
     manifests = render({})
     pod = _pod(manifests, "Deployment", f"{FULLNAME}-mlflow")
     init = pod["initContainers"][0]
     with pg_schema() as url:
-        done = _run(tmp_path, pod, init, manifests, {"MLFLOW_BACKEND_STORE_URI": url})
+        done = _run(tmp_path, pod, init, manifests, {"MLFLOW_BACKEND_STORE_URI": url}, image_root)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         engine = create_engine(url)
         try:

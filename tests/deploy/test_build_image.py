@@ -1,0 +1,77 @@
+"""``make image`` (deploy/build_image.py, issue 22): what it asks the builder for, without building
+(the build itself runs once per session for the image tests: tests/deploy/image_rootfs.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.needs import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "deploy" / "build_image.py"
+
+
+@pytest.fixture(scope="module")
+def build_image():
+    spec = importlib.util.spec_from_file_location("build_image", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(argv: list[str]) -> dict[str, str]:
+    pairs = [argv[i + 1] for i, word in enumerate(argv) if word == "--build-arg"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def test_buildah_mounts_the_wheels_and_the_ca_at_fixed_paths(build_image, tmp_path) -> None:
+    """Fixed in-build paths: a build argument that changed every build (a random port of a
+    wheel server) invalidated every layer after it — the cache must hold between builds."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    argv = build_image.build_command("buildah", "localhost/fedtune:9", {"TORCH_VARIANT": "cpu"},
+                                     wheels=tmp_path, ca_bundle=ca)  # fmt: skip
+    assert argv[:5] == ["buildah", "bud", "--isolation", "chroot", "--layers"]
+    assert f"{tmp_path}:{build_image.BUILD_WHEELS}:ro" in argv
+    assert f"{ca}:{build_image.BUILD_CA}:ro" in argv
+    assert _args(argv) == {"TORCH_VARIANT": "cpu", "TORCH_FIND_LINKS": build_image.BUILD_WHEELS,
+                           "PIP_CERT": build_image.BUILD_CA}  # fmt: skip
+    again = build_image.build_command("buildah", "localhost/fedtune:9", {"TORCH_VARIANT": "cpu"},
+                                      wheels=tmp_path, ca_bundle=ca)  # fmt: skip
+    assert again == argv and argv[-1] == str(REPO_ROOT)
+
+
+def test_docker_builds_the_dockerfile_as_it_is(build_image, tmp_path) -> None:
+    argv = build_image.build_command("docker", "t", {"TORCH_VARIANT": "cpu"}, wheels=tmp_path,
+                                     ca_bundle=tmp_path / "ca.pem")  # fmt: skip
+    assert argv[:2] == ["docker", "build"] and "--volume" not in argv
+    assert _args(argv) == {"TORCH_VARIANT": "cpu"}  # official base, PyTorch's index
+
+
+def test_the_tag_and_the_torch_pin(build_image) -> None:
+    import tomllib
+
+    version = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert build_image.default_tag("cpu") == f"localhost/fedtune:{version}"
+    assert build_image.default_tag("cuda") == f"localhost/fedtune:{version}-cuda"
+    assert build_image.torch_pin() == "2.13.0"
+
+
+def test_wheels_are_found_only_with_the_pinned_cpu_build(build_image, tmp_path) -> None:
+    assert build_image.find_torch_wheels(None) in (None, Path("/opt/wheels"))
+    with pytest.raises(build_image.BuildError, match=r"no torch-2\.13\.0\+cpu wheel"):
+        build_image.find_torch_wheels(tmp_path)
+    (tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    assert build_image.find_torch_wheels(tmp_path) == tmp_path
+
+
+def test_a_missing_builder_is_one_line_exit_1(tmp_path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--engine", "podman"],
+                          capture_output=True, text=True,
+                          env={"PATH": str(tmp_path)})  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == "build_image: error: podman is not installed"
