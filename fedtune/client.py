@@ -112,6 +112,10 @@ class StudyStatus:
     heartbeat_at: dt.datetime | None = None
     spec: dict[str, Any] = field(default_factory=dict)
     code_sha256: str | None = None
+    project: str | None = None
+    owner: str | None = None
+    priority: int = 0
+    queued_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
     @property
@@ -253,18 +257,21 @@ class Client:
                     "code.modules", "name the modules to import: code: {modules: [...]}"
                 )
             path = Path(code) if code is not None else base / str(section["path"])
-            body["code"] = {"sha256": self.upload_code(path), "modules": list(modules)}
+            project = body.get("project") or "default"  # the package is the project's
+            body["code"] = {"sha256": self.upload_code(path, project=project),
+                            "modules": list(modules)}  # fmt: skip
         key = idempotency_key or uuid.uuid4().hex
         data = self.request("POST", "/v1/studies", json=body, headers={"Idempotency-Key": key})
         return Study(self, data["id"])
 
-    def upload_code(self, path: str | Path) -> str:
-        """Pack a directory (or take a wheel/zip) and upload it; its SHA-256. Identical code is
-        stored once by the service, so uploading again is cheap and safe to retry."""
+    def upload_code(self, path: str | Path, project: str = "default") -> str:
+        """Pack a directory (or take a wheel/zip) and upload it for ``project``; its SHA-256.
+        Identical code is stored once by the service, so uploading again is cheap and safe to
+        retry; a package belongs to the projects that uploaded it."""
         from fedtune.code_package import pack
 
         package = pack(path, max_bytes=MAX_PACKAGE_BYTES)  # the service applies its own limit
-        answer = self.request("POST", "/v1/code", content=package.data,
+        answer = self.request("POST", "/v1/code", content=package.data, params={"project": project},
                               headers={"Content-Type": "application/zip"})  # fmt: skip
         if answer.get("sha256") != package.sha256:
             raise ConfigError("code", "the service stored a different digest than was sent")
@@ -274,11 +281,15 @@ class Client:
         return Study(self, study_id)
 
     def studies(
-        self, state: StudyState | str | None = None, limit: int = 50, offset: int = 0
+        self, state: StudyState | str | None = None, limit: int = 50, offset: int = 0,
+        project: str | None = None,
     ) -> list[StudyStatus]:
+        """The studies this caller may read (of ``project`` only, when given), newest first."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         if state is not None:
             params["state"] = str(StudyState(state))
+        if project is not None:
+            params["project"] = project
         page = self.request("GET", "/v1/studies", params=params)
         return [StudyStatus.from_json(_with_defaults(s)) for s in page["items"]]
 
@@ -292,6 +303,52 @@ class Client:
 
     def search_spaces(self) -> list[dict[str, Any]]:
         return self.request("GET", "/v1/search-spaces")
+
+    # ---------------------------------------------------------------- identity (issue 20)
+
+    def whoami(self) -> dict[str, Any]:
+        """``{name, admin, projects: {project: role}, via}`` of this client's token."""
+        return self.request("GET", "/v1/whoami")
+
+    def users(self) -> list[dict[str, Any]]:
+        """Every user with roles and live token ids (admins only)."""
+        return self.request("GET", "/v1/users")
+
+    def create_user(self, name: str, project: str | None = None, role: str = "member", *,
+                    admin: bool = False, expires_in_days: float | None = None) -> dict[str, Any]:  # fmt: skip
+        """A new user and its first token (``token``: shown once). Admins only."""
+        body = {"name": name, "project": project, "role": role, "admin": admin,
+                "expires_in_days": expires_in_days}  # fmt: skip
+        return self.request("POST", "/v1/users", json=body)
+
+    def new_token(self, user: str, expires_in_days: float | None = None) -> dict[str, Any]:
+        """Another token for ``user`` (rotation; a user may make its own)."""
+        return self.request("POST", f"/v1/users/{user}/tokens",
+                            json={"expires_in_days": expires_in_days})  # fmt: skip
+
+    def revoke(self, user: str, token_id: str | None = None) -> int:
+        """Revoke ``user``'s tokens (or one); how many were live. Admins only."""
+        return self.request("POST", f"/v1/users/{user}/revoke", json={"token_id": token_id})[
+            "revoked"
+        ]
+
+    def set_role(self, user: str, project: str, role: str = "member") -> dict[str, Any]:
+        return self.request("PUT", f"/v1/users/{user}/projects/{project}", json={"role": role})
+
+    def projects(self) -> list[dict[str, Any]]:
+        """The projects this caller belongs to (an admin: all), with quotas."""
+        return self.request("GET", "/v1/projects")
+
+    def project(self, name: str) -> dict[str, Any]:
+        """A project's quota and usage now."""
+        return self.request("GET", f"/v1/projects/{name}")
+
+    def create_project(self, name: str) -> dict[str, Any]:
+        return self.request("POST", "/v1/projects", json={"name": name})
+
+    def set_quota(self, name: str, **quota: float | int | None) -> dict[str, Any]:
+        """``gpus``, ``trials``, ``studies``, ``weight``, ``max_priority`` (None: unlimited)."""
+        return self.request("PUT", f"/v1/projects/{name}/quota", json=quota)
 
 
 def _with_defaults(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,8 @@ VERBS = (
     "remote",
     "worker",
     "db",
+    "users",
+    "manifest",
 )
 
 

@@ -4,9 +4,10 @@
     fedtune submit study.yaml --code ./my_lab        # uploads the user code package first
     fedtune status ID        fedtune wait ID [--timeout S]        fedtune cancel ID
     fedtune trials ID [--state completed]             fedtune tradeoff ID
+    fedtune whoami                                    # who the token is, its projects
 
 ``--url`` (default ``$FEDTUNE_URL`` or http://127.0.0.1:8000) and ``--token`` (default
-``$FEDTUNE_API_TOKEN``) on every verb; ``--json`` prints the service's answer as JSON.
+``$FEDTUNE_TOKEN``, else ``$FEDTUNE_API_TOKEN``) on every verb; ``--json`` prints the service's answer as JSON.
 ``wait`` (and ``submit --wait``) exits 0 when the study succeeded, 1 when it failed or was
 cancelled, 124 when ``--timeout`` passed first.
 """
@@ -27,7 +28,8 @@ EXIT_TIMEOUT = 124
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=os.environ.get("FEDTUNE_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--token", default=None, help="bearer token (default $FEDTUNE_API_TOKEN)")
+    p.add_argument("--token", default=None,
+                   help="bearer token (default $FEDTUNE_TOKEN, else $FEDTUNE_API_TOKEN)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -70,11 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.set_defaults(func=tradeoff)
 
+    p = sub.add_parser("whoami", help="who the token authenticates, and its projects")
+    _common(p)
+    p.set_defaults(func=whoami)
+
 
 def _client(args: argparse.Namespace) -> Any:
     from fedtune.client import Client
 
-    return Client(args.url, token=args.token or os.environ.get("FEDTUNE_API_TOKEN") or None)
+    token = args.token or os.environ.get("FEDTUNE_TOKEN") or os.environ.get("FEDTUNE_API_TOKEN")
+    return Client(args.url, token=token or None)
 
 
 def _json(obj: Any) -> str:
@@ -89,7 +96,9 @@ def _show_status(s: Any) -> str:
     p = s.progress
     rows = [
         ("study", f"{s.name} [{s.id}]"),
-        ("state", str(s.state) + (f" ({s.error})" if s.error else "")),
+        ("state", str(s.state) + (f" ({s.error})" if s.error else "")
+         + (f" — {s.queued_reason}" if str(s.state) == "queued" and s.queued_reason else "")),
+        ("project", f"{s.project or 'default'} (owner {s.owner or '-'}, priority {s.priority})"),
         ("algorithm / task", f"{s.algorithm} / {s.task}"),
         ("trials", f"{p.finished}/{p.requested} finished ({p.completed} completed, "
                    f"{p.pruned} pruned, {p.failed} failed), {p.running} running"),
@@ -145,12 +154,14 @@ def trials(args: argparse.Namespace) -> int:
     if args.json:
         print(_json(rows))
         return 0
-    print(f"{'trial':>5}  {'state':<9}  {'value':>12}  {'rounds':>6}  params")
+    print(f"{'trial':>5}  {'state':<9}  {'outcome':<11}  {'value':>12}  {'rounds':>6}  params")
     for t in rows:
         value = "-" if t.value is None else f"{t.value:.6g}"
         params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in t.params.items())  # fmt: skip
-        print(f"{t.number:>5}  {t.state!s:<9}  {value:>12}  {t.last_round:>6}  {params}")
+        outcome = t.outcome or "-"  # completed, diverged, stopped, failed, interrupted
+        print(f"{t.number:>5}  {t.state!s:<9}  {outcome:<11}  {value:>12}  {t.last_round:>6}  "
+              f"{params}")
     return 0
 
 
@@ -166,4 +177,15 @@ def tradeoff(args: argparse.Namespace) -> int:
     step = max(1, len(shown) // 20)
     for point in shown[::step]:
         print(f"  R={point['round']:>5}  E={point['loss']:.6g}  (trial {point['trial_id']})")
+    return 0
+
+
+def whoami(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        me = client.whoami()
+    if args.json:
+        print(_json(me))
+        return 0
+    roles = ", ".join(f"{p} ({r})" for p, r in sorted(me["projects"].items())) or "none"
+    print(f"{me['name']}{' (admin)' if me['admin'] else ''} via {me['via']}; projects: {roles}")
     return 0

@@ -27,7 +27,8 @@ from fedtune.errors import ConfigError, ConflictError
 
 from .code_check import check_in_subprocess
 from .code_url import code_url_key, verify_code_token
-from .errors import CodeUploadDisabledError, ForbiddenError, StudyNotFoundError
+from .errors import CodeUploadDisabledError, StudyNotFoundError
+from .models import DEFAULT_PROJECT
 from .repository import Repository
 from .specs import AcceptedSpec, service_rules
 
@@ -51,16 +52,24 @@ def _enabled(ctx: Any) -> None:
         )
 
 
-def upload_code(ctx: Any, data: bytes) -> CodeOut:
-    """Store a code package (content-addressed); ``created`` is False for known code."""
+def upload_code(ctx: Any, data: bytes, project: str = DEFAULT_PROJECT) -> CodeOut:
+    """Store a code package (content-addressed) for ``project``; ``created`` is False for code
+    that project uploaded before. The bytes are stored once whoever uploads them, but a package
+    belongs to the projects that uploaded it: another project's study cannot name it by its
+    digest (issue 20 req. 2) — it uploads it too (``created`` True for it, nothing is copied)."""
     _enabled(ctx)
     check_package(data, max_bytes=ctx.settings.max_code_bytes, field="code")
     digest = sha256_of(data)
-    try:
-        with ctx.db.session() as session:
-            created = Repository(session).put_code_package(digest, data)
-    except ConflictError:  # a concurrent upload of the same code won the insert
-        created = False
+    for _ in range(2):  # a concurrent upload of the same code may win the insert: once more
+        try:
+            with ctx.db.session() as session:
+                repo = Repository(session)
+                created = not repo.owns_code_package(digest, project)
+                repo.put_code_package(digest, data)
+                repo.own_code_package(digest, project)
+            break
+        except ConflictError:
+            created = False
     return CodeOut(digest, len(data), created)
 
 
@@ -86,13 +95,16 @@ def code_reference(code: Any) -> tuple[str, list[Any]]:
     return digest, modules
 
 
-def accept_code_study(ctx: Any, body: Mapping[str, Any]) -> tuple[AcceptedSpec, str]:
-    """Validate a spec with uploaded code in a subprocess; ``(accepted, sha256)``."""
+def accept_code_study(ctx: Any, body: Mapping[str, Any],
+                      project: str = DEFAULT_PROJECT) -> tuple[AcceptedSpec, str]:  # fmt: skip
+    """Validate a spec with uploaded code in a subprocess; ``(accepted, sha256)``. The package
+    must have been uploaded for the study's ``project`` (else it is unknown, as no package)."""
     _enabled(ctx)
     digest, modules = code_reference(body["code"])
     service_rules(body, ctx.settings)
     with ctx.db.session(readonly=True) as session:
-        package = Repository(session).get_code_package(digest)
+        repo = Repository(session)
+        package = repo.get_code_package(digest) if repo.owns_code_package(digest, project) else None
     if package is None:
         raise ConfigError(
             "code.sha256", "no uploaded package has this digest; upload it first (POST /v1/code)"
@@ -115,5 +127,6 @@ def study_code_zip(ctx: Any, study_id: str, token: str) -> bytes:
     if package is None:
         raise StudyNotFoundError(f"no study {study_id!r} with a code package")
     if not verify_code_token(code_url_key(ctx.settings), study_id, digest, token):
-        raise ForbiddenError("the code token is not valid for this study")
+        # as for a study without code: a wrong credential tells nothing (no existence oracle)
+        raise StudyNotFoundError(f"no study {study_id!r} with a code package")
     return wrap_single_top_level(package)

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import functools
+import logging
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from .errors import ServiceWarmingUpError
+from .errors import ServiceWarmingUpError, WorkdirUnwritableError
 from .repository import Repository
 from .schemas import AlgorithmOut, Readiness, SearchSpaceOut, TaskOut
 from .services import ServiceContext
 from .states import StudyState
 
 __all__ = [
+    "check_writable",
     "list_algorithms",
     "list_search_spaces",
     "list_tasks",
     "metrics_snapshot",
     "readiness",
 ]
+
+log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------ discovery
@@ -51,25 +58,62 @@ def list_search_spaces() -> list[SearchSpaceOut]:
 
 
 def readiness(ctx: ServiceContext) -> Readiness:
-    """Raises ``DatabaseUnavailableError`` (503) unless the database answers, and
-    ``ServiceWarmingUpError`` (503) until the tuning stack is loaded (a submission is fast)."""
+    """Raises ``DatabaseUnavailableError`` (503) unless the database answers,
+    ``ServiceWarmingUpError`` (503) until the tuning stack is loaded (a submission is fast), and
+    ``WorkdirUnwritableError`` (503) while the work directory cannot take a byte (full disk:
+    studies' stores, logs and code live there)."""
     from .migrate import current_revision
 
     if ctx.warmup is not None and not ctx.warmup.done.is_set():
         raise ServiceWarmingUpError("loading the tuning stack; submissions would be slow")
+    check_writable(Path(ctx.settings.workdir))
     ctx.db.ping()
     revision = current_revision(ctx.db.engine)
     return Readiness(status="ready", database=ctx.db.dialect, revision=revision)
 
 
+def check_writable(workdir: Path) -> None:
+    """Write, flush to disk and remove one byte in ``workdir`` (created if missing); else
+    ``WorkdirUnwritableError`` with the system's reason (the path is logged, never answered:
+    ``/readyz`` is open)."""
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=workdir, prefix=".ready-") as probe:
+            probe.write(b"\0")
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        log.warning("work directory %s cannot be written: %s", workdir, exc)
+        raise WorkdirUnwritableError(
+            f"the work directory (FEDTUNE_WORKDIR) cannot be written: {exc.strerror or exc}"
+        ) from None
+
+
 def metrics_snapshot(ctx: ServiceContext) -> dict[str, Any]:
     """Studies by state, running trials and queue length (read at every /metrics scrape)."""
+    from .identity import projects
+    from .project_usage import project_usage
+
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
         by_state = repo.count_by_state()
         running_trials = repo.running_trials_total()
+        usage = {p.name: (p, project_usage(session, p.name)) for p in projects(session)}
     return {
         "studies": {str(k): v for k, v in by_state.items()},
         "trials_running": running_trials,
         "queue_length": by_state[StudyState.QUEUED],
+        "projects": {name: _project_figures(p, u) for name, (p, u) in usage.items()},
+    }
+
+
+def _project_figures(project: Any, usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "gpus": usage["gpus"],
+        "trials": usage["trials"],
+        "queued": usage["studies"]["queued"],
+        "running": usage["studies"]["running"],
+        "quota_gpus": project.quota_gpus,
+        "quota_trials": project.quota_trials,
+        "quota_studies": project.quota_studies,
     }

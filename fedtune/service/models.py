@@ -4,7 +4,11 @@ Tables: ``studies`` (one row per submitted study), ``trials`` (one per Optuna tr
 unique per study: a resumed driver upserts, never duplicates), ``trial_rounds`` (the per-round
 curve, primary key (trial, round)), ``idempotency_keys`` (submissions already answered),
 ``code_packages`` (uploaded user code, content-addressed by SHA-256: identical code is stored
-once; a study names its package in ``studies.code_sha256``).
+once; a study names its package in ``studies.code_sha256``), and since revision 0004 the team's
+tables: ``users``, ``projects`` (ownership, quotas, fair-share weight), ``memberships`` (a user's
+role in a project), ``api_tokens`` (hashed per-user tokens), ``code_package_owners`` (which
+projects uploaded a package) and ``scheduler_lease`` (the one scheduler leader and its fencing
+token).
 The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
 them (``tests/service/test_migrations.py`` compares the two).
 """
@@ -16,6 +20,8 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
+    Boolean,
     DateTime,
     Enum,
     Float,
@@ -33,7 +39,27 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .states import StudyState, TrialState
 
-__all__ = ["Base", "CodePackageRow", "IdempotencyKey", "Study", "Trial", "TrialRound", "utcnow"]
+__all__ = [
+    "BOOTSTRAP_ADMIN",
+    "DEFAULT_PROJECT",
+    "ApiToken",
+    "Base",
+    "CodePackageOwner",
+    "CodePackageRow",
+    "IdempotencyKey",
+    "Membership",
+    "Project",
+    "SchedulerLease",
+    "Study",
+    "Trial",
+    "TrialRound",
+    "User",
+    "utcnow",
+]
+
+#: the project existing studies move to (revision 0004) and the user FEDTUNE_API_TOKEN names
+DEFAULT_PROJECT = "default"
+BOOTSTRAP_ADMIN = "admin"
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -103,12 +129,26 @@ class Study(Base):
     heartbeat_at: Mapped[dt.datetime | None]
     # revision 0003
     code_sha256: Mapped[str | None] = mapped_column(String(64), index=True)
+    # revision 0004
+    # nullable only in the database (SQLite adds a REFERENCES column with a NULL default alone)
+    project: Mapped[str] = mapped_column(
+        ForeignKey("projects.name"), nullable=True, default=DEFAULT_PROJECT
+    )
+    owner: Mapped[str | None] = mapped_column(String(64))
+    priority: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
+    reserved_gpus: Mapped[float] = mapped_column(Float, server_default="0", default=0.0)
+    reserved_trials: Mapped[int] = mapped_column(Integer, server_default="0", default=0)
+    queued_reason: Mapped[str | None] = mapped_column(Text)
+    dispatch_token: Mapped[int | None] = mapped_column(BigInteger)
 
     trials: Mapped[list[Trial]] = relationship(
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True
     )
 
-    __table_args__ = (Index("ix_studies_state_created_at", "state", "created_at"),)
+    __table_args__ = (
+        Index("ix_studies_state_created_at", "state", "created_at"),
+        Index("ix_studies_project_state_created_at", "project", "state", "created_at"),
+    )
 
 
 class Trial(Base):
@@ -159,3 +199,86 @@ class CodePackageRow(Base):
     size: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class User(Base):
+    """A person (or robot) who calls the API; ``is_admin`` may do everything."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    disabled_at: Mapped[dt.datetime | None]
+
+
+class Project(Base):
+    """The unit of ownership and quota; NULL quotas are unlimited."""
+
+    __tablename__ = "projects"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(ForeignKey("users.name", ondelete="SET NULL"))
+    quota_gpus: Mapped[float | None] = mapped_column(Float)
+    quota_trials: Mapped[int | None] = mapped_column(Integer)
+    quota_studies: Mapped[int | None] = mapped_column(Integer)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    max_priority: Mapped[int] = mapped_column(Integer, default=0)
+    queue_name: Mapped[str | None] = mapped_column(String(63))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Membership(Base):
+    """A user's role in a project: ``member`` (submit, read, cancel) or ``viewer`` (read)."""
+
+    __tablename__ = "memberships"
+
+    user_name: Mapped[str] = mapped_column(
+        ForeignKey("users.name", ondelete="CASCADE"), primary_key=True
+    )
+    project: Mapped[str] = mapped_column(
+        ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class ApiToken(Base):
+    """A user's bearer token: ``id`` is its public prefix, only the secret's SHA-256 is kept."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(24), primary_key=True)
+    user_name: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64))
+    label: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]
+    last_used_at: Mapped[dt.datetime | None]
+
+
+class CodePackageOwner(Base):
+    """A project that uploaded a code package (the bytes are stored once, in ``code_packages``)."""
+
+    __tablename__ = "code_package_owners"
+
+    sha256: Mapped[str] = mapped_column(
+        ForeignKey("code_packages.sha256", ondelete="CASCADE"), primary_key=True
+    )
+    project: Mapped[str] = mapped_column(
+        ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True
+    )
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class SchedulerLease(Base):
+    """The scheduler leader's lease: ``token`` (fencing) grows by one at every new holder."""
+
+    __tablename__ = "scheduler_lease"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(128))
+    token: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[dt.datetime | None]
+    renewed_at: Mapped[dt.datetime | None]

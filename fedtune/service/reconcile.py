@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from fedtune.errors import BackendError
 
@@ -44,52 +45,73 @@ class Recovery:
 
 
 def recover_study(
-    db: Database, study_id: str, attempts: int, reason: str, max_attempts: int
+    db: Database, study_id: str, attempts: int, reason: str, max_attempts: int,
+    *, counts: bool = True, fence: Any = None,
 ) -> Recovery:
-    """A running study whose driver is gone: re-queue it (resume) or fail it after the limit."""
+    """A running study whose driver is gone: re-queue it (resume) or fail it after the limit.
+    With ``counts=False`` (a database outage: the service's fault, not the study's) it is
+    re-queued and the attempt is given back: the next dispatch runs attempt ``attempts`` again."""
     with db.session() as session:
         repo = Repository(session)
+        if not counts:
+            note = f"{reason}; re-dispatching (attempt {attempts} again: not counted)"
+            if not repo.transition(study_id, StudyState.QUEUED, expected=[StudyState.RUNNING],
+                                   error=note, attempts=max(0, attempts - 1), fence=fence):  # fmt: skip
+                return Recovery(study_id, "skipped", "the study is no longer running")
+            repo.kill_running_trials(study_id)
+            log.warning("study %s requeued: %s", study_id, note)
+            return Recovery(study_id, "requeued", note)
         if attempts < max_attempts:
             note = f"{reason}; re-dispatching (attempt {attempts + 1} of {max_attempts})"
             target, action = StudyState.QUEUED, "requeued"
         else:
             note = f"{reason}; gave up after {attempts} attempts"
             target, action = StudyState.FAILED, "failed"
-        if not repo.transition(study_id, target, expected=[StudyState.RUNNING], error=note):
+        if not repo.transition(study_id, target, expected=[StudyState.RUNNING], error=note,
+                               fence=fence):  # fmt: skip
             return Recovery(study_id, "skipped", "the study is no longer running")
         repo.kill_running_trials(study_id)
     log.warning("study %s %s: %s", study_id, action, note)
     return Recovery(study_id, action, note)
 
 
-def reconcile_running(db: Database, backend: Backend, max_attempts: int) -> list[Recovery]:
-    """Poll the driver of every running study and recover those whose driver is gone."""
+def reconcile_running(
+    db: Database, backend: Backend, max_attempts: int, fence: Any = None
+) -> list[Recovery]:
+    """Poll the driver of every running study and recover those whose driver is gone
+    (``fence``: the scheduler leader's, see ``leader.py``)."""
     with db.session(readonly=True) as session:
         running = [
-            (s.id, s.backend, dict(s.driver_ref) if s.driver_ref else None, s.attempts)
+            (s.id, s.backend, dict(s.driver_ref) if s.driver_ref else None, s.attempts,
+             s.queued_reason)
             for s in Repository(session).studies_in(StudyState.RUNNING)
-        ]
+        ]  # fmt: skip
     done = []
-    for study_id, kind, ref, attempts in running:
+    for study_id, kind, ref, attempts, held in running:
         if kind != str(backend.kind):
             reason = f"was running on backend {kind!r}; this service uses {backend.kind!r}"
-            done.append(recover_study(db, study_id, max_attempts, reason, max_attempts))
+            done.append(recover_study(db, study_id, max_attempts, reason, max_attempts,
+                                      fence=fence))  # fmt: skip
             continue
         if ref is None:
             reason = "dispatched but never launched"
-            done.append(recover_study(db, study_id, attempts, reason, max_attempts))
+            done.append(recover_study(db, study_id, attempts, reason, max_attempts, fence=fence))
             continue
         try:
             status = backend.poll(ref)
         except BackendError as exc:
             log.warning("study %s: cannot poll its driver (%s); will retry", study_id, exc)
             continue
-        if status.alive:
+        if status.alive:  # a queue outside fedtune (Kueue) may hold it: say why, or no more
+            reason = backend.waiting(ref) if status == DriverStatus.PENDING else None
+            if reason != held:
+                with db.session() as session:
+                    Repository(session).update_study(study_id, queued_reason=reason)
             continue
         reason = f"driver {'exited' if status != DriverStatus.GONE else 'is gone'} ({status})"
         why = backend.describe(ref)
         recovery = recover_study(db, study_id, attempts, f"{reason}: {why}" if why else reason,
-                                 max_attempts)  # fmt: skip
+                                 max_attempts, fence=fence)  # fmt: skip
         done.append(recovery)
         if recovery.action == "requeued" and status != DriverStatus.GONE:
             _stop_quietly(backend, study_id, ref)  # the next attempt replaces the reference

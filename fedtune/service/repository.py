@@ -18,7 +18,17 @@ from sqlalchemy import func, null, select, update
 from sqlalchemy.orm import Session
 
 from .errors import IllegalStateChangeError, StudyNotFoundError, TrialNotFoundError
-from .models import CodePackageRow, IdempotencyKey, Study, Trial, TrialRound, utcnow
+from .leader import fence_clause
+from .models import (
+    DEFAULT_PROJECT,
+    CodePackageOwner,
+    CodePackageRow,
+    IdempotencyKey,
+    Study,
+    Trial,
+    TrialRound,
+    utcnow,
+)
 from .states import TERMINAL, StudyState, TrialState, can_transition
 
 __all__ = ["Repository", "json_safe"]
@@ -64,13 +74,18 @@ class Repository:
         return study
 
     def list_studies(
-        self, state: StudyState | None = None, limit: int = 50, offset: int = 0
+        self, state: StudyState | None = None, limit: int = 50, offset: int = 0,
+        projects: list[str] | None = None,
     ) -> tuple[list[Study], int]:
-        """A page of studies, newest first, and the total matching ``state``."""
+        """A page of studies, newest first, and the total matching ``state`` (and, unless
+        ``projects`` is None, belonging to one of ``projects``)."""
         query = select(Study)
         count = select(func.count()).select_from(Study)
         if state is not None:
             query, count = query.where(Study.state == state), count.where(Study.state == state)
+        if projects is not None:
+            among = func.coalesce(Study.project, DEFAULT_PROJECT).in_(projects)
+            query, count = query.where(among), count.where(among)
         query = query.order_by(Study.created_at.desc(), Study.id.desc()).limit(limit).offset(offset)
         return list(self.session.scalars(query)), int(self.session.scalar(count) or 0)
 
@@ -107,10 +122,12 @@ class Repository:
         to: StudyState,
         *,
         expected: Iterable[StudyState] | None = None,
+        fence: Any = None,
         **values: Any,
     ) -> bool:
         """Compare-and-set ``state`` to ``to`` from one of ``expected`` (default: every state
-        that may legally move to ``to``); False when the study was not in one of them."""
+        that may legally move to ``to``); False when the study was not in one of them — or,
+        with a scheduler's ``fence`` (``leader.Fence``), when that leader was deposed."""
         allowed = [s for s in (expected or StudyState) if can_transition(s, to)]
         if not allowed:
             raise IllegalStateChangeError(f"no state may move to {to}")
@@ -126,10 +143,20 @@ class Repository:
             .values(state=to, **stamps, **values)
             .execution_options(synchronize_session=False)
         )
+        fenced = fence_clause(fence)
+        if fenced is not None:
+            statement = statement.where(fenced)
         changed = self.session.execute(statement).rowcount == 1
         if changed:
             self.session.expire_all()
         return changed
+
+    def set_queued_reason(self, study_id: str, reason: str | None) -> None:
+        """Why a queued study waits (no state change, no ``updated_at`` bump)."""
+        self.session.execute(
+            update(Study).where(Study.id == study_id, Study.state == StudyState.QUEUED)
+            .values(queued_reason=reason).execution_options(synchronize_session=False)
+        )  # fmt: skip
 
     def update_study(self, study_id: str, **values: Any) -> None:
         """Set columns other than ``state`` (heartbeat, MLflow ids, driver reference …)."""
@@ -290,6 +317,15 @@ class Repository:
         self.session.add(CodePackageRow(sha256=sha256, size=len(data), data=data))
         self.session.flush()
         return True
+
+    def own_code_package(self, sha256: str, project: str) -> None:
+        """Record that ``project`` uploaded package ``sha256`` (idempotent)."""
+        if self.session.get(CodePackageOwner, (sha256, project)) is None:
+            self.session.add(CodePackageOwner(sha256=sha256, project=project))
+            self.session.flush()
+
+    def owns_code_package(self, sha256: str, project: str) -> bool:
+        return self.session.get(CodePackageOwner, (sha256, project)) is not None
 
     def get_code_package(self, sha256: str) -> bytes | None:
         row = self.session.get(CodePackageRow, sha256)

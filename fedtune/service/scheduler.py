@@ -11,13 +11,15 @@ study is cancelled):
 2. **watch** — :func:`reconcile.reconcile_running`: a running study whose driver is gone is
    re-queued (it resumes) or failed after ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``; the drivers of final
    studies are released (:func:`reconcile.release_finished`: their RayJobs deleted);
-3. **dispatch** — oldest queued studies first, while fewer than
-   ``FEDTUNE_MAX_CONCURRENT_STUDIES`` run: claim (compare-and-set queued → running, attempt + 1),
-   then ``backend.launch``. A launch the backend refuses puts the study back in the queue
+   the backend tidies up (``Backend.tidy``: the local backend reaps exited drivers);
+3. **dispatch** — while fewer than ``FEDTUNE_MAX_CONCURRENT_STUDIES`` run, the studies
+   :mod:`.admission` admits (project quotas, weighted fair share, priority, then submission
+   time; the others keep ``queued`` with the reason they wait): claim (compare-and-set queued →
+   running, attempt + 1, recording what it reserves), then ``backend.launch``. A launch the backend refuses puts the study back in the queue
    without spending an attempt, and dispatching backs off (1 s doubling to 60 s).
 
-One scheduler per database: run one API replica (the Helm chart's default), since the global
-limit is counted, not locked.
+One scheduler per database: with ``leadership`` (``leader.py``: a fenced lease on PostgreSQL, a
+lock file on SQLite) only the leader ticks, so several API replicas may share one database.
 """
 
 from __future__ import annotations
@@ -29,10 +31,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
+
 from fedtune.errors import BackendError, FedtuneError
 
+from .admission import plan_dispatch
 from .backends.base import Backend, LaunchRequest
 from .db import Database
+from .leader import Fence, Leadership
+from .models import DEFAULT_PROJECT, Project
 from .optuna_sync import OptunaView
 from .paths import study_tracking_uri, study_workdir
 from .reconcile import Recovery, reconcile_running, release_finished
@@ -45,6 +52,7 @@ __all__ = ["Scheduler", "TickReport"]
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
 STOP_WAIT_S = 120.0  # how long a stopped driver may take to exit before runs are marked anyway
+QUEUE_SCAN = 5000  # queued studies the admission looks at per tick (oldest first)
 
 
 @dataclass
@@ -67,8 +75,13 @@ class Scheduler:
         *,
         kill_runs: KillRuns | None = None,
         clock: Callable[[], float] = time.monotonic,
+        leadership: Leadership | None = None,
     ) -> None:
         self.db, self.backend, self.settings = db, backend, settings
+        #: several replicas on one database: only the leader ticks (``leader.py``)
+        self.leadership = leadership
+        self.fence: Fence | None = None
+        self.is_leader = leadership is None
         self._kill_runs = kill_runs
         self._clock = clock
         self._stops: queue.SimpleQueue[tuple[str, int]] = queue.SimpleQueue()
@@ -91,6 +104,15 @@ class Scheduler:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self.leadership is not None:
+            with self._tick_lock:  # no tick in flight: hand the lease over at once
+                self.leadership.release()
+            self.is_leader = False
+
+    @property
+    def leading(self) -> bool:
+        """This process's scheduler thread runs and leads (``fedtune_scheduler_leader``)."""
+        return self.is_leader and self._thread is not None and self._thread.is_alive()
 
     def request_stop(self, study_id: str) -> None:
         """Stop a cancelled study's driver on the next tick (called by ``cancel_study``)."""
@@ -113,9 +135,15 @@ class Scheduler:
     def tick(self) -> TickReport:
         with self._tick_lock:
             report = TickReport()
+            if self.leadership is not None:
+                self.fence = self.leadership.hold()
+                self.is_leader = self.fence is not None
+                if not self.is_leader:
+                    return report  # another replica (or process) schedules this database
+            self.backend.tidy()
             report.stopped = self._process_stops()
             report.recovered = reconcile_running(
-                self.db, self.backend, self.settings.max_dispatch_attempts
+                self.db, self.backend, self.settings.max_dispatch_attempts, self.fence
             )
             report.released = release_finished(self.db, self.backend)
             if self._clock() >= self._not_before:
@@ -193,15 +221,25 @@ class Scheduler:
         with self.db.session(readonly=True) as session:
             repo = Repository(session)
             free = self.settings.max_concurrent_studies - repo.count_by_state()[StudyState.RUNNING]
-            if free <= 0:
+            waiting = repo.studies_in(StudyState.QUEUED, QUEUE_SCAN)
+            if not waiting:
                 return []
-            queued = [
-                (s.id, s.attempts, {**_request_fields(s.spec), "code_sha256": s.code_sha256})
-                for s in repo.studies_in(StudyState.QUEUED, free)
-            ]
+            queues = dict(session.execute(select(Project.name, Project.queue_name)).all())
+            details = {
+                s.id: (s.attempts, {**_request_fields(s.spec), "code_sha256": s.code_sha256,
+                                    "project": s.project or DEFAULT_PROJECT,
+                                    "queue": queues.get(s.project or DEFAULT_PROJECT)},
+                       s.queued_reason)
+                for s in waiting
+            }  # fmt: skip
+            decision = plan_dispatch(session, waiting, max(free, 0), self.settings)
+        self._record_reasons({sid: r for sid, r in decision.waiting.items()
+                              if details[sid][2] != r})  # fmt: skip
         dispatched = []
-        for study_id, attempts, fields in queued:
+        for study_id in decision.admit:
+            attempts, fields, _ = details[study_id]
             attempt = attempts + 1
+            gpus, trials = fields["gpu"] * fields["max_concurrent"], fields["max_concurrent"]
             with self.db.session() as session:
                 claimed = Repository(session).transition(
                     study_id,
@@ -210,6 +248,10 @@ class Scheduler:
                     attempts=attempt,
                     backend=str(self.backend.kind),
                     driver_ref=None,
+                    reserved_gpus=gpus,
+                    reserved_trials=trials,
+                    queued_reason=None,
+                    fence=self.fence,
                 )
             if not claimed:
                 continue  # cancelled meanwhile
@@ -217,6 +259,15 @@ class Scheduler:
                 break
             dispatched.append(study_id)
         return dispatched
+
+    def _record_reasons(self, reasons: dict[str, str]) -> None:
+        """Why each queued study waits (shown by ``GET /v1/studies/{id}``), where it changed."""
+        if not reasons:
+            return
+        with self.db.session() as session:
+            repo = Repository(session)
+            for study_id, reason in reasons.items():
+                repo.set_queued_reason(study_id, reason)
 
     def _launch(self, request: LaunchRequest) -> bool:
         try:
@@ -230,6 +281,7 @@ class Scheduler:
                     expected=[StudyState.RUNNING],
                     attempts=request.attempt - 1,
                     error=f"launch failed: {exc}",
+                    fence=self.fence,
                 )
             self._backoff_s = min(MAX_BACKOFF_S, max(1.0, self._backoff_s * 2))
             self._not_before = self._clock() + self._backoff_s

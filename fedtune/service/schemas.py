@@ -65,6 +65,10 @@ class StudyOut(_Out):
     finished_at: dt.datetime | None
     heartbeat_at: dt.datetime | None
     code_sha256: str | None = Field(None, description="SHA-256 of the study's uploaded code")
+    project: str | None = Field(None, description="the project it belongs to")
+    owner: str | None = Field(None, description="the user who submitted it")
+    priority: int = Field(0, description="within its project: higher starts first")
+    queued_reason: str | None = Field(None, description="why a queued study waits")
 
 
 class CodeOut(_Out):

@@ -15,16 +15,19 @@ from typing import Any, Protocol
 
 from fedtune.errors import ConflictError
 
+from .access import ANONYMOUS_ADMIN, Principal, require_study_access
 from .code_services import accept_code_study
 from .db import Database
 from .errors import (
+    ForbiddenError,
     IdempotencyKeyReusedError,
     IllegalStateChangeError,
     InvalidRequestError,
     StudyNotFoundError,
 )
-from .models import Study, Trial
+from .models import DEFAULT_PROJECT, Project, Study, Trial
 from .paths import study_tracking_uri
+from .redact import redact_uri
 from .repository import Repository
 from .schemas import (
     BestTrial,
@@ -85,21 +88,26 @@ def new_study_id() -> str:
 
 
 def submit_study(
-    ctx: ServiceContext, body: Any, idempotency_key: str | None = None
+    ctx: ServiceContext, body: Any, idempotency_key: str | None = None,
+    caller: Principal = ANONYMOUS_ADMIN,
 ) -> tuple[StudyDetail, bool]:
-    """Queue a study; ``(study, created)``. A repeated ``idempotency_key`` with the same body
-    returns the study created the first time (``created`` False), with another body → 409."""
+    """Queue a study for ``caller``; ``(study, created)``. A repeated ``idempotency_key`` with
+    the same body returns the study created the first time (``created`` False), with another
+    body → 409. The caller must be a member of the spec's ``project`` (default ``default``)."""
     digest = request_hash(body)
     if idempotency_key is not None and not _KEY.match(idempotency_key):
         raise InvalidRequestError("Idempotency-Key", "1-128 characters of [A-Za-z0-9._:+/=-]")
+    project = _submit_project(ctx, body, caller)
     replay = _replayed(ctx, idempotency_key, digest)
     if replay is not None:
         return replay, False
     code_sha256 = None
     if isinstance(body, Mapping) and body.get("code") is not None:
-        accepted, code_sha256 = accept_code_study(ctx, body)  # user code: checked in a child
+        # user code: checked in a child; the package must be this project's upload
+        accepted, code_sha256 = accept_code_study(ctx, body, project)
     else:
         accepted = accept_spec(body, ctx.settings)
+    _check_priority(ctx, project, accepted.priority)
     study = Study(
         id=new_study_id(),
         name=accepted.name,
@@ -110,6 +118,9 @@ def submit_study(
         trials_requested=accepted.trials,
         attempts=0,
         code_sha256=code_sha256,
+        project=project,
+        owner=caller.name,
+        priority=accepted.priority,
     )
     try:
         with ctx.db.session() as session:
@@ -125,6 +136,38 @@ def submit_study(
         return replay, False
     log.info("study %s (%s) queued", study.id, study.name)
     return get_study(ctx, study.id), True
+
+
+def _submit_project(ctx: ServiceContext, body: Any, caller: Principal) -> str:
+    """The project a submission goes to, if ``caller`` may submit there: an unknown project
+    and one the caller cannot see are the same 422 (no existence oracle); a viewer gets 403."""
+    raw = body.get("project") if isinstance(body, Mapping) else None
+    project = DEFAULT_PROJECT if raw is None else raw
+    if not isinstance(project, str):
+        raise InvalidRequestError("project", f"must be a project name, got {project!r}")
+    with ctx.db.session(readonly=True) as session:
+        known = session.get(Project, project) is not None
+    if not known or not caller.can_read(project):
+        raise InvalidRequestError("project", f"no project {project!r} that you may submit to")
+    if not caller.can_write(project):
+        raise ForbiddenError(f"{caller.name} is a viewer of project {project!r}: reading only")
+    return project
+
+
+def _check_priority(ctx: ServiceContext, project: str, priority: int) -> None:
+    with ctx.db.session(readonly=True) as session:
+        top = session.get(Project, project).max_priority or 0
+    if priority > top:
+        raise InvalidRequestError(
+            "priority", f"at most {top} in project {project!r} (its max_priority), got {priority}"
+        )
+
+
+def authorize(ctx: ServiceContext, caller: Principal, study_id: str, write: bool = False) -> str:
+    """404 unless ``caller`` may read study ``study_id`` (403: may read, not change it)."""
+    _known(study_id)
+    with ctx.db.session(readonly=True) as session:
+        return require_study_access(session, caller, study_id, write)
 
 
 def _replayed(ctx: ServiceContext, key: str | None, digest: str) -> StudyDetail | None:
@@ -143,12 +186,26 @@ def _replayed(ctx: ServiceContext, key: str | None, digest: str) -> StudyDetail 
 
 
 def list_studies(
-    ctx: ServiceContext, state: StudyState | None = None, limit: int = 50, offset: int = 0
+    ctx: ServiceContext, state: StudyState | None = None, limit: int = 50, offset: int = 0,
+    *, caller: Principal = ANONYMOUS_ADMIN, project: str | None = None,
 ) -> StudyPage:
+    """A page of the studies ``caller`` may read (of ``project`` only, when given)."""
+    projects = caller.readable()
+    if project is not None:
+        projects = [project] if projects is None or project in projects else []
     with ctx.db.session(readonly=True) as session:
-        studies, total = Repository(session).list_studies(state, limit, offset)
-        items = [StudyOut.model_validate(s) for s in studies]
+        studies, total = Repository(session).list_studies(state, limit, offset, projects)
+        items = [_study_out(s) for s in studies]
     return StudyPage(items=items, total=total, limit=limit, offset=offset)
+
+
+def _study_out(study: Study) -> StudyOut:
+    """The API's view: a study whose driver a queue outside fedtune still holds (a RayJob that
+    Kueue has not admitted) is ``queued``, with that queue's reason."""
+    out = StudyOut.model_validate(study)
+    if study.state == StudyState.RUNNING and study.queued_reason:
+        out = out.model_copy(update={"state": StudyState.QUEUED})
+    return out
 
 
 def _known(study_id: str) -> str:
@@ -165,7 +222,7 @@ def get_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
         study = repo.require_study(study_id)
         counts = repo.trial_counts(study_id)
         trials = repo.list_trials(study_id, TrialState.COMPLETED)
-        base = StudyOut.model_validate(study).model_dump()
+        base = _study_out(study).model_dump()
         return StudyDetail(
             **base,
             spec=study.spec,
@@ -238,11 +295,11 @@ def _mlflow_links(study: Study, tracking_uri: str | None) -> MlflowLinks:
         from fedtune.tuning.tracking import UI_QUERY  # the model-training page, not GenAI's
 
         url = (
-            f"{tracking_uri.rstrip('/')}/#/experiments/{study.mlflow_experiment_id}"
+            f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{study.mlflow_experiment_id}"
             f"/runs/{study.mlflow_run_id}?{UI_QUERY}"
         )
     return MlflowLinks(
-        tracking_uri=tracking_uri,
+        tracking_uri=redact_uri(tracking_uri),
         experiment_id=study.mlflow_experiment_id,
         run_id=study.mlflow_run_id,
         run_url=url,

@@ -54,6 +54,21 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None
     backend: BackendKind = BackendKind.LOCAL
     max_concurrent_studies: int = Field(2, ge=1, le=10_000)
+    #: OpenID Connect (``fedtune.service.oidc``): bearer JWTs of this issuer authenticate users
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None
+    oidc_jwks_url: str | None = None
+    oidc_user_claim: str = "preferred_username"
+    oidc_groups_claim: str = "groups"
+    oidc_group_prefix: str = "fedtune:"
+    oidc_admin_group: str = "fedtune:admins"
+    #: PostgreSQL: the scheduler leader's lease (``fedtune.service.leader``); a replica takes
+    #: over within this long after the leader stops renewing it
+    leader_lease_s: float = Field(10.0, ge=2, le=600)
+    #: GPUs the studies may reserve together (``local``/``ray``); None: not limited here
+    cluster_gpus: float | None = Field(None, ge=0)
+    #: the sliding window of the fair share of GPU-seconds between projects (``.admission``)
+    fair_share_window_s: float = Field(3600.0, gt=0, le=30 * 86400)
     workdir: Path = Path("./fedtune-work")
     ray_address: str | None = Field(None, validation_alias=AliasChoices("RAY_ADDRESS"))
     #: Ray's own variable: the token of a Ray cluster with token authentication
@@ -84,6 +99,10 @@ class Settings(BaseSettings):
     k8s_shm_gi: float = Field(2.0, ge=0.25, le=1024)
     #: KubeRay ``authOptions.mode: token`` (Ray token authentication on the dashboard/Jobs API)
     k8s_ray_token_auth: bool = True
+    #: hand RayJobs to Kueue: each carries ``kueue.x-k8s.io/queue-name`` (the project's queue:
+    #: its ``queue_name``, else this prefix + the project) and is created suspended
+    k8s_kueue: bool = False
+    k8s_kueue_queue_prefix: str = "fedtune-"
     max_request_bytes: int = Field(1 << 20, ge=1024)
     scheduler_interval_s: float = Field(1.0, gt=0, le=300)
     max_dispatch_attempts: int = Field(3, ge=1, le=100)
@@ -113,6 +132,11 @@ class Settings(BaseSettings):
     max_rounds: int = Field(100_000, ge=1, le=10**9)
     max_clients: int = Field(1_000_000, ge=1, le=10**9)  # task.clients, train.clients_per_round
     max_dim: int = Field(100_000, ge=1, le=10**9)  # task.dim
+    max_local_steps: int = Field(100_000, ge=1, le=10**9)  # train.local_steps
+    max_local_epochs: int = Field(10_000, ge=1, le=10**9)  # train.local_epochs
+    max_batch_size: int = Field(1_000_000, ge=1, le=10**9)  # train.batch_size
+    #: ``seed`` and ``task.seed`` (2**32 − 1: every RNG the engine seeds takes it)
+    max_seed: int = Field(2**32 - 1, ge=0, le=2**63 - 1)
     max_concurrent_trials: int = Field(256, ge=1, le=100_000)  # budget.max_concurrent
     max_trial_cpu: float = Field(256.0, gt=0, le=100_000)  # resources.cpu
     max_trial_gpu: float = Field(16.0, ge=0, le=10_000)  # resources.gpu

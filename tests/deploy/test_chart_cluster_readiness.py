@@ -189,21 +189,30 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def _admitted(policy: dict[str, Any], labels: dict[str, str], port: int | str) -> bool:
-    """Does ``policy`` let a same-namespace pod with ``labels`` reach ``port`` of its pods?"""
+def _admitted(
+    policy: dict[str, Any], labels: dict[str, str], port: int | str, namespace: str | None = None
+) -> bool:
+    """Does ``policy`` let a pod with ``labels`` reach ``port`` of its pods? The pod is in the
+    policy's namespace, or in ``namespace`` (labelled ``kubernetes.io/metadata.name``)."""
+    ns_labels = {"kubernetes.io/metadata.name": namespace} if namespace else None
     for rule in policy["spec"].get("ingress", []):
         ports = [p["port"] for p in rule.get("ports", [])]
         if ports and port not in ports:
             continue
         peers = rule.get("from")
-        if peers is None or any(
-            "podSelector" in peer
-            and "namespaceSelector" not in peer
-            and _selects(peer["podSelector"], labels)
-            for peer in peers
-        ):
+        if peers is None or any(_peer_admits(peer, labels, ns_labels) for peer in peers):
             return True
     return False
+
+
+def _peer_admits(peer: dict[str, Any], labels: dict[str, str], ns_labels) -> bool:
+    """NetworkPolicyPeer semantics: podSelector alone = the policy's namespace; with a
+    namespaceSelector, pods (all, or those the podSelector selects) of the selected namespaces."""
+    if "namespaceSelector" not in peer:
+        return ns_labels is None and "podSelector" in peer and _selects(peer["podSelector"], labels)
+    if ns_labels is None or not _selects(peer["namespaceSelector"], ns_labels):
+        return False
+    return "podSelector" not in peer or _selects(peer["podSelector"], labels)
 
 
 def _labels_of(manifests, component: str) -> dict[str, str]:
@@ -266,9 +275,29 @@ def test_rayjob_heads_admit_their_own_pods_and_no_other_job(render, tmp_path) ->
     assert not _admitted(policy, {"batch.kubernetes.io/job-name": "nightly-backup"}, 8265)
     assert not _admitted(policy, _labels_of(manifests, "mlflow"), 8265)
     assert any(
-        rule.get("ports") == [{"port": 8265, "protocol": "TCP"}] and rule["from"] == operator
+        rule.get("ports") == [{"port": 8265, "protocol": "TCP"}] and operator[0] in rule["from"]
         for rule in policy["spec"]["ingress"]
     )
+
+
+OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
+
+
+def test_the_kuberay_operator_reaches_rayjob_dashboards_by_default(render, helm) -> None:
+    """Issue 22: with the old default (rayDashboardFrom: []) the RayJob policy admitted 8265 only
+    from the study's own pods, so KubeRay's RayJob controller could not poll GetJobInfo and no
+    RayJob would report completion on a policy-enforcing CNI. Now the operator's namespace (and
+    pods) are admitted on 8265 by default, and nothing else of that namespace is."""
+    policy = one(render({}), "NetworkPolicy", f"{FULLNAME}-rayjobs")
+    assert _admitted(policy, OPERATOR, 8265, namespace="kuberay-system")
+    assert not _admitted(policy, OPERATOR, 6379, namespace="kuberay-system")  # only 8265
+    assert not _admitted(policy, {"app": "other"}, 8265, namespace="kuberay-system")
+    assert not _admitted(policy, OPERATOR, 8265, namespace="elsewhere")
+    moved = one(render({"networkPolicy": {"kuberayOperator": {"namespace": "ray-system"}}}),
+                "NetworkPolicy", f"{FULLNAME}-rayjobs")  # fmt: skip
+    assert _admitted(moved, OPERATOR, 8265, namespace="ray-system")
+    with pytest.raises(helm.HelmError, match=r"networkPolicy\.kuberayOperator\.namespace is required"):
+        render({"networkPolicy": {"kuberayOperator": {"namespace": ""}}})
 
 
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -317,13 +346,26 @@ def test_shared_raycluster_uses_ray_token_auth_and_the_api_sends_the_token(rende
 # ---- finding 4: one scheduler, migrations in a hook Job ---------------------------------------
 
 
-def test_api_replicas_above_one_are_refused_and_the_deployment_recreates(
-    helm, chart, rendered_all
+def test_one_api_pod_recreates_and_several_roll_with_one_scheduler_leader(
+    helm, chart, render, rendered_all
 ) -> None:
-    with pytest.raises(helm.HelmValuesError, match=r"/api/replicas.*maximum"):
-        chart.validate_schema({"api": {"replicas": 2}})
+    """Issue 20 req. 4: ``api.replicas >= 2`` renders a RollingUpdate (the scheduler leads by
+    a PostgreSQL lease, ``FEDTUNE_LEADER_LEASE_S``); backend local or SQLite are refused."""
     deployment = one(rendered_all["defaults"], "Deployment", FULLNAME)
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    chart.validate_schema({"api": {"replicas": 3}})
+    several = one(render({"api": {"replicas": 3, "leaderLeaseSeconds": 6}}), "Deployment", FULLNAME)
+    assert several["spec"]["replicas"] == 3
+    assert several["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}  # fmt: skip
+    env = container_env(api_pod([several])["containers"][0])
+    assert env["FEDTUNE_LEADER_LEASE_S"]["value"] == "6"
+    with pytest.raises(Exception, match="backend ray or kubernetes"):
+        render({"api": {"replicas": 2}, "backend": "local"})
+    with pytest.raises(Exception, match="needs PostgreSQL"):
+        render({"api": {"replicas": 2}, "postgresql": {"enabled": False},
+                "externalDatabase": {"url": "sqlite:////data/fedtune.db",
+                                     "mlflowUrl": "sqlite:////data/mlflow.db"}})  # fmt: skip
 
 
 @pytest.mark.parametrize(

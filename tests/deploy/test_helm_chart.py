@@ -461,6 +461,8 @@ def test_external_database_scenario_renders_no_secret_values(rendered_scenarios:
 STUDY_LIMITS = {
     "maxTrials": "MAX_TRIALS", "maxRounds": "MAX_ROUNDS", "maxClients": "MAX_CLIENTS",
     "maxDim": "MAX_DIM", "maxConcurrentTrials": "MAX_CONCURRENT_TRIALS",
+    "maxLocalSteps": "MAX_LOCAL_STEPS", "maxLocalEpochs": "MAX_LOCAL_EPOCHS",
+    "maxBatchSize": "MAX_BATCH_SIZE", "maxSeed": "MAX_SEED",
     "maxTrialCpu": "MAX_TRIAL_CPU", "maxTrialGpu": "MAX_TRIAL_GPU", "maxChoices": "MAX_CHOICES",
     "maxSearchParameters": "MAX_SEARCH_PARAMETERS",
     "maxConcurrentValidations": "MAX_CONCURRENT_VALIDATIONS", "validationQueue": "VALIDATION_QUEUE",
@@ -474,6 +476,7 @@ CONTRACT_ENV = {
         "FEDTUNE_DATABASE_URL",
         "MLFLOW_TRACKING_URI",
         "FEDTUNE_MIGRATE_ON_START",
+        "FEDTUNE_LEADER_LEASE_S",
         *(f"FEDTUNE_{name}" for name in STUDY_LIMITS.values()),
         "HOME",
     },
@@ -634,6 +637,25 @@ def test_code_upload_is_off_by_default_and_one_value_turns_it_on(render) -> None
     )
     assert settings.allow_code_upload is True
     assert settings.public_url.startswith("http://") and settings.public_url.endswith(".svc:8000")
+
+
+def test_oidc_values_reach_the_api_as_settings(render) -> None:
+    """Issue 20: ``auth.oidc.*`` become the FEDTUNE_OIDC_* settings the API reads."""
+    from fedtune.service.oidc import OidcConfig
+    from fedtune.service.settings import load_settings
+
+    assert not any(k.startswith("FEDTUNE_OIDC") for k in container_env(api_container(render({}))))
+    env = container_env(api_container(render({"auth": {"oidc": {
+        "issuer": "https://keycloak.example/realms/team", "audience": "fedtune-api",
+        "groupPrefix": "ft-"}}})))  # fmt: skip
+    settings = load_settings(**{
+        k.removeprefix("FEDTUNE_").lower(): v["value"]
+        for k, v in env.items() if k.startswith("FEDTUNE_OIDC_")
+    })  # fmt: skip
+    config = OidcConfig.from_settings(settings)
+    assert config is not None and config.issuer == "https://keycloak.example/realms/team"
+    assert (config.audience, config.group_prefix, config.groups_claim) == (
+        "fedtune-api", "ft-", "groups")
 
 
 def test_workdir_claim_reaches_the_kubernetes_backend(render) -> None:

@@ -28,6 +28,8 @@ from tests.needs import crd_dir
 # `shared/` sits beside the checkout (../shared), as in the development and CI layouts
 CRD = crd_dir() / "ray.io_rayjobs.yaml"
 _PATH = re.compile(r"^/apis/ray\.io/v1/namespaces/([a-z0-9-]+)/rayjobs(?:/([a-z0-9.-]+))?$")
+_WORKLOADS = re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/([a-z0-9-]+)/workloads$")
+KUEUE_CRDS = crd_dir().parent / "kueue-crds"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -51,6 +53,15 @@ def rayjob_schema() -> dict[str, Any]:
     return _strict(version["schema"]["openAPIV3Schema"])
 
 
+@functools.cache
+def kueue_schema(plural: str, version: str) -> dict[str, Any]:
+    """The ``openAPIV3Schema`` of one of Kueue's CRDs (closed, as :func:`rayjob_schema`)."""
+    path = KUEUE_CRDS / f"kueue.x-k8s.io_{plural}.yaml"
+    crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    found = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    return _strict(found["schema"]["openAPIV3Schema"])
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": message, "reason": reason, "code": code}  # fmt: skip
@@ -60,6 +71,7 @@ class FakeKubeApi:
     def __init__(self, token: str = "fake-kube-token") -> None:
         self.token = token
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.workloads: list[dict[str, Any]] = []
         self.requests: list[tuple[str, str]] = []
         self._lock = threading.Lock()
         self._version = 0
@@ -84,6 +96,13 @@ class FakeKubeApi:
                 api.requests.append((verb, path))
                 if self.headers.get("Authorization") != f"Bearer {api.token}":
                     self._send(401, _status(401, "Unauthorized", "Unauthorized"))
+                    return
+                workloads = _WORKLOADS.match(path)
+                if workloads and verb == "GET":  # Kueue's Workloads: list by label selector
+                    query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&")
+                                 if "=" in p)  # fmt: skip
+                    self._send(200, api.list_workloads(workloads.group(1),
+                                                       query.get("labelSelector", "")))  # fmt: skip
                     return
                 match = _PATH.match(path)
                 if not match:
@@ -131,6 +150,26 @@ class FakeKubeApi:
     def set_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         with self._lock:
             self.objects[(namespace, name)]["status"] = status
+
+    def set_spec(self, namespace: str, name: str, **fields: Any) -> None:
+        """Change a RayJob's spec as a controller does (Kueue unsuspends what it admits)."""
+        with self._lock:
+            self.objects[(namespace, name)]["spec"].update(fields)
+
+    def put_workload(self, workload: dict[str, Any]) -> None:
+        """Kueue's side: the Workload it makes for a job, validated against Kueue's CRD."""
+        jsonschema.Draft7Validator(kueue_schema("workloads", "v1beta2")).validate(workload)
+        with self._lock:
+            self.workloads.append(workload)
+
+    def list_workloads(self, namespace: str, selector: str) -> dict[str, Any]:
+        from urllib.parse import unquote
+
+        key, _, value = unquote(selector).partition("=")
+        items = [w for w in self.workloads if w["metadata"].get("namespace") == namespace
+                 and (not key or w["metadata"].get("labels", {}).get(key) == value)]  # fmt: skip
+        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadList", "items": items,
+                "metadata": {}}  # fmt: skip
 
     # ------------------------------------------------------------ the API server's side
 

@@ -42,7 +42,8 @@ def test_remote_verbs(app_client: TestClient, tmp_path, capsys) -> None:
             repo.start_trial(sid, n, {"hparams.client_lr": 0.5 / (n + 1)})
             for r, loss in enumerate([2.0, 1.0 + n], 1):
                 repo.record_round(sid, n, r, {"client_loss": loss})
-            repo.finish_trial(sid, n, TrialState.COMPLETED, 1.0 + n, "completed")
+            repo.finish_trial(sid, n, TrialState.COMPLETED, 1.0 + n,
+                              ("completed", "diverged")[n])  # fmt: skip
 
     assert main(["status", sid]) == 0
     out = capsys.readouterr().out
@@ -52,7 +53,9 @@ def test_remote_verbs(app_client: TestClient, tmp_path, capsys) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert [(r["number"], r["value"]) for r in rows] == [(0, 1.0), (1, 2.0)]
     assert main(["trials", sid]) == 0
-    assert "hparams.client_lr=0.5" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert "outcome" in lines[0] and "hparams.client_lr=0.5" in lines[1]
+    assert lines[1].split()[2] == "completed" and lines[2].split()[2] == "diverged"  # issue 24.2
 
     assert main(["tradeoff", sid]) == 0
     assert "Pareto set" in capsys.readouterr().out

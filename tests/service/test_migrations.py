@@ -19,7 +19,7 @@ from fedtune.service.migrate import (
     head_revision,
     upgrade_database,
 )
-from fedtune.service.models import Base
+from fedtune.service.models import BOOTSTRAP_ADMIN, DEFAULT_PROJECT, Base, Project, User
 from fedtune.service.repository import Repository
 from fedtune.service.states import StudyState, TrialState
 
@@ -50,7 +50,7 @@ def test_the_package_ships_its_alembic_files() -> None:
     assert ALEMBIC_INI.is_file() and (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert len(list((MIGRATIONS_DIR / "versions").glob("*.py"))) >= 2
-    assert head_revision() == "0003"
+    assert head_revision() == "0004"
 
 
 def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
@@ -65,8 +65,8 @@ def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
         )
     assert "heartbeat_at" not in {c["name"] for c in inspect(db.engine).get_columns("studies")}
 
-    assert upgrade_database(db) == "0003"
-    assert upgrade_database(db) == "0003"  # idempotent
+    assert upgrade_database(db) == "0004"
+    assert upgrade_database(db) == "0004"  # idempotent
 
     indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
     assert "ix_studies_state_created_at" in indexes
@@ -76,6 +76,13 @@ def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
         assert study.state == StudyState.RUNNING and study.spec == {"name": "old"}
         assert study.driver_ref == {"pid": 1} and study.heartbeat_at is None
         assert study.code_sha256 is None  # revision 0003: built-in code only
+        # revision 0004: existing studies belong to `default`, owned by the bootstrap admin
+        assert study.project == DEFAULT_PROJECT and study.priority == 0
+        assert study.reserved_gpus == 0.0 and study.dispatch_token is None
+        project = s.get(Project, DEFAULT_PROJECT)
+        assert project is not None and project.owner == BOOTSTRAP_ADMIN
+        admin = s.get(User, BOOTSTRAP_ADMIN)
+        assert admin is not None and admin.is_admin and admin.disabled_at is None
         assert study.created_at == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
         [trial] = repo.list_trials("0123456789ab")
         assert trial.state == TrialState.COMPLETED and trial.value == 0.5

@@ -15,8 +15,8 @@ from fedtune.errors import ConfigError
 from fedtune.service.api import create_app
 from fedtune.service.errors import (
     DatabaseUnavailableError,
-    ForbiddenError,
     IllegalStateChangeError,
+    InvalidTokenError,
     ServiceUnreachableError,
     StudyNotFoundError,
     UnauthorizedError,
@@ -105,8 +105,8 @@ def test_typed_exceptions(app_client: TestClient, sleeps, tmp_path) -> None:
             study.cancel()
     with pytest.raises(UnauthorizedError), _sdk(app_client, sleeps, token=None) as anonymous:
         anonymous.studies()
-    with pytest.raises(ForbiddenError), _sdk(app_client, sleeps, token="x" * 20) as wrong:
-        wrong.studies()
+    with pytest.raises(InvalidTokenError), _sdk(app_client, sleeps, token="x" * 20) as wrong:
+        wrong.studies()  # a token that authenticates nobody: 401 invalid_token (issue 20)
     assert sleeps == []  # 4xx answers are never retried
 
 

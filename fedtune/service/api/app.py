@@ -24,14 +24,17 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..backends import Backend, make_backend
 from ..db import Database
+from ..leader import make_leadership
 from ..migrate import require_current_schema, upgrade_database
+from ..oidc import OidcConfig, OidcVerifier, looks_like_jwt
 from ..reconcile import reconcile_running
 from ..scheduler import Scheduler
 from ..services import ServiceContext
 from ..settings import Settings, load_settings
 from ..tracking import kill_runs
 from ..warmup import Warmup
-from . import routes_code, routes_health, routes_meta, routes_studies
+from . import routes_admin, routes_code, routes_health, routes_meta, routes_studies
+from .allow import AllowedMethods
 from .auth import BearerAuth
 from .errors import install_error_handlers
 from .limits import BodySizeLimit
@@ -71,10 +74,14 @@ class Runtime:
             log.info("database at revision %s (%s)", require_current_schema(db), db.dialect)
         scheduler = None
         if backend is not None:
-            recovered = reconcile_running(db, backend, settings.max_dispatch_attempts)
-            for item in recovered:
-                log.warning("reconciled study %s: %s", item.study_id, item.action)
-            scheduler = Scheduler(db, backend, settings, kill_runs=kill_runs)
+            leadership = make_leadership(db, settings) if schedule else None
+            fence = leadership.hold() if leadership is not None else None
+            if leadership is None or fence is not None:  # the leader reconciles, no one else
+                recovered = reconcile_running(db, backend, settings.max_dispatch_attempts, fence)
+                for item in recovered:
+                    log.warning("reconciled study %s: %s", item.study_id, item.action)
+            scheduler = Scheduler(db, backend, settings, kill_runs=kill_runs,
+                                  leadership=leadership)  # fmt: skip
             if schedule:
                 scheduler.start()
         warmup = Warmup()
@@ -126,13 +133,33 @@ def create_app(
         max_bytes=settings.max_request_bytes,
         per_path={"/v1/code": (settings.max_code_bytes, "code")},
     )
-    app.add_middleware(BearerAuth, token=settings.token)  # outside the size limit: 401 first
+    oidc = OidcConfig.from_settings(settings)
+    app.add_middleware(BearerAuth, token=settings.token, resolve=token_resolver(app, oidc),
+                       required=settings.token is not None or oidc is not None)  # 401 first
+    app.add_middleware(AllowedMethods)  # OPTIONS: before authentication, like a preflight
     app.add_middleware(HttpMetrics)
     install_error_handlers(app)
     install_openapi(app, settings)
-    for module in (routes_health, routes_studies, routes_code, routes_meta):  # one per resource
+    for module in (routes_health, routes_studies, routes_code, routes_meta,
+                   routes_admin):  # one per resource  # fmt: skip
         app.include_router(module.router)
     return app
+
+
+def token_resolver(app: FastAPI, oidc: OidcConfig | None = None):
+    """A bearer token -> its caller: an OIDC JWT verified against the issuer's keys, else a
+    user's API token looked up in the service database."""
+    verifier = OidcVerifier(oidc) if oidc is not None else None
+
+    def resolve(token: str):
+        from ..identity import principal_for_token
+
+        if verifier is not None and looks_like_jwt(token):
+            return verifier.principal(token)
+        with app.state.runtime.ctx.db.session(readonly=True) as session:
+            return principal_for_token(session, token)
+
+    return resolve
 
 
 def _version() -> str:

@@ -5,7 +5,7 @@ Service errors use the table in ``fedtune/wire.py``; a body that is not JSON is 
 field (``query.limit``, ``body``); framework HTTP
 errors keep their status with a code (404 ``not_found``, 405 ``method_not_allowed``, 413
 ``payload_too_large``). Unexpected exceptions are logged and answered 500 ``internal_error``
-without details. A 401 carries ``WWW-Authenticate: Bearer``.
+without details. A 401 carries ``WWW-Authenticate: Bearer``; every 503 ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fedtune.errors import FedtuneError
 
-from ..errors import ServiceBusyError, UnauthorizedError, error_body, status_and_code
+from ..errors import UnauthorizedError, error_body, retry_after, status_and_code
+from .allow import allowed_methods
 
 __all__ = ["install_error_handlers"]
 
@@ -42,12 +43,12 @@ def _answer(status: int, code: str, message: str, field: str | None = None, head
 
 
 async def _fedtune_error(request: Request, exc: Exception) -> JSONResponse:
-    status, _ = status_and_code(exc)
+    status, code = status_and_code(exc)
     if status >= 500:
         log.warning("%s %s -> %d %s", request.method, request.url.path, status, exc)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None
-    if isinstance(exc, ServiceBusyError):
-        headers = {"Retry-After": "1"}
+    if status == 503:  # every 503 says when to come back (issue 24 item 9)
+        headers = {"Retry-After": retry_after(code)}
     return JSONResponse(error_body(exc), status_code=status, headers=headers)
 
 
@@ -64,7 +65,12 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-    return _answer(exc.status_code, code, str(exc.detail), None, getattr(exc, "headers", None))
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:  # every method of the path, not only the first route's
+        headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
+    if exc.status_code == 503:
+        headers.setdefault("Retry-After", retry_after(code))
+    return _answer(exc.status_code, code, str(exc.detail), None, headers or None)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

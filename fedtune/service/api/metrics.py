@@ -47,6 +47,36 @@ class StudyCollector:
         yield GaugeMetricFamily(
             "fedtune_queue_length", "Studies waiting for a driver", value=snap["queue_length"]
         )
+        yield from _project_gauges(snap.get("projects", {}))
+        scheduler = self.ctx.stopper  # the scheduler, when this process runs one
+        leads = bool(getattr(scheduler, "leading", False))
+        yield GaugeMetricFamily(
+            "fedtune_scheduler_leader", "1 when this replica runs the scheduler", value=int(leads)
+        )
+
+
+#: (metric, help, key in the snapshot) of the per-project gauges (issue 20 req. 3)
+_PROJECT_GAUGES = (
+    ("fedtune_project_reserved_gpus", "GPUs the project's running studies reserve", "gpus"),
+    ("fedtune_project_reserved_trials", "Concurrent trials the project's studies reserve",
+     "trials"),
+    ("fedtune_project_studies_queued", "The project's studies waiting", "queued"),
+    ("fedtune_project_studies_running", "The project's studies running", "running"),
+    ("fedtune_project_quota_gpus", "The project's GPU quota (absent: unlimited)", "quota_gpus"),
+    ("fedtune_project_quota_trials", "The project's trial quota (absent: unlimited)",
+     "quota_trials"),
+    ("fedtune_project_quota_studies", "The project's active-study quota (absent: unlimited)",
+     "quota_studies"),
+)  # fmt: skip
+
+
+def _project_gauges(projects: dict) -> Iterator[Metric]:
+    for name, text, key in _PROJECT_GAUGES:
+        gauge = GaugeMetricFamily(name, text, labels=["project"])
+        for project, values in sorted(projects.items()):
+            if values.get(key) is not None:
+                gauge.add_metric([project], float(values[key]))
+        yield gauge
 
 
 def make_registry(ctx: ServiceContext) -> tuple[CollectorRegistry, Counter, Histogram]:

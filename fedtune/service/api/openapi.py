@@ -1,7 +1,7 @@
 """The OpenAPI document, completed where FastAPI cannot see the contract.
 
 * Every ``/v1`` operation documents the error answers it can give: 400 (malformed JSON), 401 (no
-  token), 403 (wrong token), 413 (body over ``FEDTUNE_MAX_REQUEST_BYTES``) and 422 (invalid
+  or an invalid token), 403 (a viewer changing, a non-admin on an admin route), 413 (body over ``FEDTUNE_MAX_REQUEST_BYTES``) and 422 (invalid
   request, ``field`` = dotted path), all with the ``ErrorResponse`` body.
 * ``POST /v1/studies`` reads its body as a plain object (``accept_spec`` validates it and names
   the dotted field), so FastAPI would document ``object``; the real schema is the study spec's,
@@ -19,8 +19,8 @@ __all__ = ["ERROR_STATUSES", "install_openapi"]
 
 ERROR_STATUSES: dict[str, str] = {
     "400": "malformed request (the body is not valid JSON)",
-    "401": "no bearer token",
-    "403": "wrong bearer token",
+    "401": "no bearer token, or one that authenticates nobody (unknown, revoked, expired)",
+    "403": "readable but not changeable by the caller (a viewer), or admins only",
     "413": "request body too large",
     "422": "invalid request (field = dotted path)",
 }

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from fedtune.errors import ForbiddenError, NotFoundError
+
 from .. import code_services
+from ..models import DEFAULT_PROJECT
 from ..schemas import CodeOut, ErrorResponse
-from .auth import require_token
+from .auth import Caller
 from .deps import Ctx
 
 __all__ = ["router"]
@@ -23,19 +26,32 @@ _ZIP = {"content": {"application/zip": {"schema": {"type": "string", "format": "
     "/v1/code",
     status_code=201,
     response_model=CodeOut,
-    dependencies=[Depends(require_token)],
     openapi_extra={"requestBody": {"required": True, **_ZIP}},
     responses={
-        200: {"model": CodeOut, "description": "identical code was stored before"},
-        403: {"model": ErrorResponse, "description": "uploads disabled, or wrong token"},
+        200: {"model": CodeOut, "description": "this project uploaded identical code before"},
+        403: {"model": ErrorResponse, "description": "uploads disabled, or a viewer uploading"},
+        404: {"model": ErrorResponse, "description": "no such project of the caller's"},
         413: {"model": ErrorResponse, "description": "over FEDTUNE_MAX_CODE_BYTES"},
         422: {"model": ErrorResponse, "description": "not a zip, or unsafe entries"},
     },
 )
-async def upload_code(ctx: Ctx, request: Request, response: Response) -> Any:
-    """Store a zip of user code under its SHA-256 (then submit a spec naming code.sha256)."""
+async def upload_code(
+    ctx: Ctx,
+    caller: Caller,
+    request: Request,
+    response: Response,
+    project: Annotated[str, Query(max_length=63, description="the project it is for")] = (
+        DEFAULT_PROJECT
+    ),
+) -> Any:
+    """Store a zip of user code under its SHA-256 for ``project`` (then submit a spec of that
+    project naming ``code.sha256``; another project's studies cannot use it: it uploads it too)."""
+    if not caller.can_read(project):
+        raise NotFoundError(f"no project {project!r}")
+    if not caller.can_write(project):
+        raise ForbiddenError(f"{caller.name} is a viewer of project {project!r}: reading only")
     data = await request.body()
-    out = await run_in_threadpool(code_services.upload_code, ctx, data)
+    out = await run_in_threadpool(code_services.upload_code, ctx, data, project)
     if not out.created:
         response.status_code = 200
     return CodeOut(sha256=out.sha256, size=out.size, created=out.created)
@@ -46,8 +62,8 @@ async def upload_code(ctx: Ctx, request: Request, response: Response) -> Any:
     response_class=Response,
     responses={
         200: _ZIP,
-        403: {"model": ErrorResponse, "description": "wrong code token"},
-        404: {"model": ErrorResponse, "description": "no such study with code"},
+        404: {"model": ErrorResponse, "description": "no such study with code, or a wrong "
+              "code token (the same answer: no existence oracle)"},
     },
 )
 def study_code(

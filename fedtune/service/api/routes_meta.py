@@ -6,11 +6,11 @@ from fastapi import APIRouter, Depends
 
 from .. import meta_services as services
 from ..schemas import AlgorithmOut, SearchSpaceOut, TaskOut
-from .auth import require_token
+from .auth import current_principal
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1", tags=["discovery"], dependencies=[Depends(require_token)])
+router = APIRouter(prefix="/v1", tags=["discovery"], dependencies=[Depends(current_principal)])
 
 
 @router.get("/algorithms", response_model=list[AlgorithmOut])

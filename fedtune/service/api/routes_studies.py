@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 
 from .. import services
 from ..schemas import (
@@ -19,19 +19,19 @@ from ..schemas import (
     TrialOut,
 )
 from ..states import StudyState, TrialState
-from .auth import require_token
+from .auth import Caller
 from .deps import Ctx
 
 __all__ = ["router"]
 
-router = APIRouter(prefix="/v1/studies", tags=["studies"], dependencies=[Depends(require_token)])
+router = APIRouter(prefix="/v1/studies", tags=["studies"])
 
 StudyId = Annotated[str, Path(description="the study id (12 hex digits)", max_length=64)]
 TrialNumber = Annotated[int, Path(ge=0, le=2**31 - 1, description="Optuna trial number")]
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "no bearer token"},
-    403: {"model": ErrorResponse, "description": "wrong bearer token"},
-    404: {"model": ErrorResponse, "description": "no such study or trial"},
+    403: {"model": ErrorResponse, "description": "a viewer of the study's project changing it"},
+    404: {"model": ErrorResponse, "description": "no such study or trial, or not the caller's"},
 }
 _EXAMPLE = {
     "name": "quadratic-fedavg",
@@ -72,6 +72,7 @@ SpecBody = Annotated[
 async def submit_study(
     request: Request,
     ctx: Ctx,
+    caller: Caller,
     response: Response,
     spec: SpecBody,
     idempotency_key: Annotated[
@@ -82,7 +83,7 @@ async def submit_study(
     """Queue a study. The spec is validated before the answer (422 names the dotted field),
     in a bounded pool of its own (503 ``busy`` with ``Retry-After`` when every slot is taken)."""
     pool = request.app.state.runtime.validation  # off the request thread pool, bounded
-    study, created = await pool.run(services.submit_study, ctx, spec, idempotency_key)
+    study, created = await pool.run(services.submit_study, ctx, spec, idempotency_key, caller)
     if not created:
         response.status_code = 200
         response.headers["Idempotent-Replayed"] = "true"
@@ -93,15 +94,19 @@ async def submit_study(
 @router.get("", response_model=StudyPage, responses=_ERRORS)
 def list_studies(
     ctx: Ctx,
+    caller: Caller,
     state: StudyState | None = None,
+    project: Annotated[str | None, Query(max_length=63, description="only this project")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
 ) -> StudyPage:
-    return services.list_studies(ctx, state, limit, offset)
+    """The studies the caller may read, newest first."""
+    return services.list_studies(ctx, state, limit, offset, caller=caller, project=project)
 
 
 @router.get("/{study_id}", response_model=StudyDetail, responses=_ERRORS)
-def get_study(ctx: Ctx, study_id: StudyId) -> StudyDetail:
+def get_study(ctx: Ctx, caller: Caller, study_id: StudyId) -> StudyDetail:
+    services.authorize(ctx, caller, study_id)
     return services.get_study(ctx, study_id)
 
 
@@ -110,21 +115,27 @@ def get_study(ctx: Ctx, study_id: StudyId) -> StudyDetail:
     response_model=StudyDetail,
     responses={409: {"model": ErrorResponse, "description": "already finished"}, **_ERRORS},
 )
-def cancel_study(ctx: Ctx, study_id: StudyId) -> StudyDetail:
+def cancel_study(ctx: Ctx, caller: Caller, study_id: StudyId) -> StudyDetail:
+    services.authorize(ctx, caller, study_id, write=True)
     return services.cancel_study(ctx, study_id)
 
 
 @router.get("/{study_id}/trials", response_model=list[TrialOut], responses=_ERRORS)
-def list_trials(ctx: Ctx, study_id: StudyId, state: TrialState | None = None) -> list[TrialOut]:
+def list_trials(
+    ctx: Ctx, caller: Caller, study_id: StudyId, state: TrialState | None = None
+) -> list[TrialOut]:
+    services.authorize(ctx, caller, study_id)
     return services.list_trials(ctx, study_id, state)
 
 
 @router.get("/{study_id}/trials/{number}/curve", response_model=CurveOut, responses=_ERRORS)
-def get_curve(ctx: Ctx, study_id: StudyId, number: TrialNumber) -> CurveOut:
+def get_curve(ctx: Ctx, caller: Caller, study_id: StudyId, number: TrialNumber) -> CurveOut:
+    services.authorize(ctx, caller, study_id)
     return services.get_curve(ctx, study_id, number)
 
 
 @router.get("/{study_id}/tradeoff", response_model=TradeoffOut, responses=_ERRORS)
-def get_tradeoff(ctx: Ctx, study_id: StudyId) -> Response:
+def get_tradeoff(ctx: Ctx, caller: Caller, study_id: StudyId) -> Response:
     """Once the study has ended: MLflow's ``tradeoff/tradeoff.json``, byte for byte."""
+    services.authorize(ctx, caller, study_id)
     return Response(services.get_tradeoff(ctx, study_id), media_type="application/json")

@@ -67,6 +67,8 @@ class LaunchRequest:
     gpu: float = 0.0  # per trial
     max_concurrent: int = 1  # trials at once
     code_sha256: str | None = None  # the study's uploaded code package, if any
+    project: str = "default"  # the study's project
+    queue: str | None = None  # the project's Kueue LocalQueue, when it names one
 
     def __post_init__(self) -> None:
         check_study_id(self.study_id)
@@ -109,8 +111,17 @@ class Backend(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients (no-op by default)."""
 
+    def tidy(self) -> None:  # noqa: B027 - optional hook
+        """Housekeeping the scheduler runs every tick, whatever the studies' states (no-op by
+        default; the local backend reaps its exited drivers there)."""
+
     def describe(self, ref: Mapping[str, Any]) -> str | None:
         """Why the driver is in the state the last ``poll`` saw, in one line (None: no idea)."""
+        return None
+
+    def waiting(self, ref: Mapping[str, Any]) -> str | None:
+        """Why a launched driver has not started yet, when a queue outside fedtune holds it
+        (Kueue: the Workload's reason); None when it is not held. Read after ``poll``."""
         return None
 
     def release(self, ref: Mapping[str, Any]) -> bool:

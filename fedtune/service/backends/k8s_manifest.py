@@ -49,8 +49,10 @@ from .k8s_pods import gib, head_pod, object_store_bytes, submitter_pod, worker_p
 
 __all__ = [
     "GROUP",
+    "KUEUE_QUEUE_LABEL",
     "PLURAL",
     "VERSION",
+    "kueue_queue",
     "ray_version",
     "rayjob_manifest",
     "rayjob_name",
@@ -180,13 +182,27 @@ def rayjob_manifest(
     }
     if code_uri is not None:
         spec["runtimeEnvYAML"] = runtime_env_yaml(code_uri)
+    metadata_labels = dict(labels)
+    if settings.k8s_kueue:  # Kueue admits it: created suspended, in the project's LocalQueue
+        metadata_labels[KUEUE_QUEUE_LABEL] = kueue_queue(request, settings)
+        spec["suspend"] = True
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RayJob",
         "metadata": {
             "name": rayjob_name(request.study_id, request.attempt),
             "namespace": settings.k8s_namespace,
-            "labels": labels,
+            "labels": metadata_labels,
         },
         "spec": spec,
     }
+
+
+#: the label by which a RayJob joins a Kueue LocalQueue (Kueue's RayJob integration)
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def kueue_queue(request: LaunchRequest, settings: Settings) -> str:
+    """The LocalQueue of the study's project: the project's ``queue_name``, else the prefix
+    (``FEDTUNE_K8S_KUEUE_QUEUE_PREFIX``, default ``fedtune-``) and the project's name."""
+    return request.queue or f"{settings.k8s_kueue_queue_prefix}{request.project}"

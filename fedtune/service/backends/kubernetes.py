@@ -29,7 +29,8 @@ from fedtune.errors import BackendError
 
 from ..settings import BackendKind, Settings
 from .base import Backend, DriverStatus, LaunchRequest
-from .k8s_manifest import GROUP, PLURAL, VERSION, rayjob_manifest
+from .k8s_manifest import GROUP, KUEUE_QUEUE_LABEL, PLURAL, VERSION, rayjob_manifest
+from .kueue import workload_reason
 
 __all__ = ["KubernetesBackend", "load_api_client", "rayjob_reason", "rayjob_status"]
 
@@ -175,6 +176,17 @@ class KubernetesBackend(Backend):
     def describe(self, ref: Mapping[str, Any]) -> str | None:
         obj = self._seen.get(str(ref["name"]))
         return rayjob_reason(obj) if obj is not None else None
+
+    def waiting(self, ref: Mapping[str, Any]) -> str | None:
+        """A suspended RayJob that Kueue has not admitted: ``waiting for Kueue (LocalQueue q):
+        <the Workload's QuotaReserved/Admitted message>`` (Kueue writes why in the Workload it
+        makes for the RayJob, labelled ``kueue.x-k8s.io/job-uid``)."""
+        obj = self._seen.get(str(ref["name"]))
+        if obj is None or not (obj.get("spec") or {}).get("suspend"):
+            return None
+        queue = (obj.get("metadata", {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL, "?")
+        reason = workload_reason(self._objects(), self.namespace, obj.get("metadata", {}).get("uid"))
+        return f"waiting for Kueue (LocalQueue {queue}): {reason or 'not admitted yet'}"
 
     def release(self, ref: Mapping[str, Any]) -> bool:
         obj = self._ours(ref)

@@ -69,6 +69,10 @@ def group_members(pgid: int) -> dict[int, int]:
     return members
 
 
+#: exit codes of reaped drivers kept for their studies' next poll (oldest dropped first)
+MAX_EXIT_CODES = 4096
+
+
 class LocalBackend(Backend):
     kind = BackendKind.LOCAL
 
@@ -153,6 +157,17 @@ class LocalBackend(Backend):
         if code is not None and ref.get("start_ticks") == self._start_ticks.get(pid):
             return DriverStatus.SUCCEEDED if code == 0 else DriverStatus.FAILED
         return DriverStatus.RUNNING if self._is_ours(ref) else DriverStatus.GONE
+
+    def tidy(self) -> None:
+        """Reap every exited driver (issue 24 item 7): a driver ends its study itself, so the
+        scheduler never polls a finished study again, and without this each one stayed a
+        ``<defunct>`` child of the service. Children being stopped are ``_terminate``'s to reap."""
+        with self._lock:
+            for pid, child in list(self._children.items()):
+                if pid not in self._terminating:
+                    code = child.poll()
+                    if code is not None:
+                        self._reaped(pid, code)
 
     def stop(self, ref: Mapping[str, Any]) -> None:
         pid = int(ref["pid"])
@@ -267,9 +282,12 @@ class LocalBackend(Backend):
                 time.sleep(0.1)
 
     def _reaped(self, pid: int, code: int) -> None:
-        """Record a reaped child's exit code (call with the lock held)."""
+        """Record a reaped child's exit code (call with the lock held); the newest
+        ``MAX_EXIT_CODES`` are kept, enough for every study still to be polled."""
         self._children.pop(pid, None)
         self._exit_codes[pid] = code
+        while len(self._exit_codes) > MAX_EXIT_CODES:
+            del self._exit_codes[next(iter(self._exit_codes))]
 
     def _wait_leader(self, pid: int, child: subprocess.Popen | None, ref: dict, wait_s: float):
         deadline = time.monotonic() + wait_s

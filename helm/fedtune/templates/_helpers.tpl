@@ -277,6 +277,17 @@ Cross-field checks that values.schema.json cannot express; each failure names th
 {{- if and (eq .Values.backend "ray") (not .Values.rayCluster.enabled) (not .Values.ray.address) -}}
 {{- fail "backend=ray needs a Ray cluster: set rayCluster.enabled=true or ray.address" -}}
 {{- end -}}
+{{- if and .Values.kueue.enabled (ne .Values.backend "kubernetes") -}}
+{{- fail "kueue.enabled needs backend=kubernetes: Kueue admits the studies' RayJobs" -}}
+{{- end -}}
+{{- if gt (int .Values.api.replicas) 1 -}}
+{{- if eq .Values.backend "local" -}}
+{{- fail "api.replicas > 1 needs backend ray or kubernetes: with backend=local the study drivers are processes of one API pod, which the other pods cannot see" -}}
+{{- end -}}
+{{- if and (not .Values.postgresql.enabled) (hasPrefix "sqlite" .Values.externalDatabase.url) -}}
+{{- fail "api.replicas > 1 needs PostgreSQL: SQLite is single-process (the scheduler's leader lease lives in PostgreSQL)" -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.postgresql.enabled .Values.postgresql.auth.existingSecret (not .Values.secret.existingSecret) -}}
 {{- fail "postgresql.auth.existingSecret is set: the chart cannot read that password to build database URLs, so set secret.existingSecret too" -}}
 {{- end -}}

@@ -1,0 +1,194 @@
+"""Which queued studies start now: project quotas, weighted fair share, priorities (issue 20
+req. 3, the ``local`` and ``ray`` backends; on ``kubernetes`` Kueue would decide).
+
+A study *reserves*, from its dispatch until it ends, ``max_concurrent × resources.gpu`` GPUs
+and ``max_concurrent`` concurrent trials (:func:`.project_usage.reservation`), and counts as one
+active study. :func:`plan` admits queued studies one at a time while there are free study
+slots (``FEDTUNE_MAX_CONCURRENT_STUDIES``):
+
+1. a study whose project's reservations would then exceed one of its quotas (GPUs, trials,
+   active studies), or the cluster's GPUs (``FEDTUNE_CLUSTER_GPUS``), is not admitted: it stays
+   ``queued`` with the reason (``waiting for project quota: 8/8 GPUs``) and never fails for it;
+2. among projects with an admissible study, the next admission goes to the one furthest below
+   its weighted fair share: the lowest ``(GPU-seconds used in the sliding window
+   FEDTUNE_FAIR_SHARE_WINDOW_S + GPUs reserved now × 1 s) / weight`` — Slurm's fair-share in
+   small (a study that reserves no GPU counts one GPU-second per second, so CPU-only work is
+   shared too);
+3. within a project, by ``priority`` (higher first), then submission time.
+
+Pure planning over plain values: the scheduler reads the state, calls :func:`plan` and claims
+what it admits (tests drive it directly).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Candidate", "Decision", "ProjectLoad", "gpu_seconds", "plan", "plan_dispatch"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A queued study: what it would reserve."""
+
+    id: str
+    project: str
+    priority: int
+    created_at: dt.datetime
+    gpus: float
+    trials: int
+
+
+@dataclass
+class ProjectLoad:
+    """A project's quotas (None: unlimited), weight, reservations now and recent usage."""
+
+    name: str
+    quota_gpus: float | None = None
+    quota_trials: int | None = None
+    quota_studies: int | None = None
+    weight: float = 1.0
+    gpus: float = 0.0
+    trials: int = 0
+    studies: int = 0
+    gpu_seconds: float = 0.0
+
+    def refusal(self, c: Candidate) -> str | None:
+        """Why ``c`` does not fit this project's quota now, or None."""
+        if self.quota_gpus is not None and self.gpus + c.gpus > self.quota_gpus + 1e-9:
+            return f"waiting for project quota: {self.gpus:g}/{self.quota_gpus:g} GPUs"
+        if self.quota_trials is not None and self.trials + c.trials > self.quota_trials:
+            return f"waiting for project quota: {self.trials}/{self.quota_trials} trials"
+        if self.quota_studies is not None and self.studies + 1 > self.quota_studies:
+            return f"waiting for project quota: {self.studies}/{self.quota_studies} active studies"
+        return None
+
+    def share(self) -> float:
+        """Usage per unit of weight (lower: further below its fair share)."""
+        return (self.gpu_seconds + max(self.gpus, 0.0)) / max(self.weight, 1e-9)
+
+    def take(self, c: Candidate) -> None:
+        self.gpus += c.gpus
+        self.trials += c.trials
+        self.studies += 1
+
+
+@dataclass
+class Decision:
+    """What :func:`plan` decided: studies to start (in order) and why the others wait."""
+
+    admit: list[str] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)
+
+
+def plan(candidates: Sequence[Candidate], loads: Iterable[ProjectLoad], slots: int,
+         cluster_gpus: float | None = None, cluster_used: float = 0.0) -> Decision:  # fmt: skip
+    """Admit up to ``slots`` of ``candidates`` (see the module docstring)."""
+    by_project = {p.name: p for p in loads}
+    queues: dict[str, list[Candidate]] = {}
+    for c in sorted(candidates, key=lambda c: (-c.priority, c.created_at, c.id)):
+        queues.setdefault(c.project, []).append(c)
+        by_project.setdefault(c.project, ProjectLoad(c.project))
+    decision, used = Decision(), cluster_used
+    while slots > 0:
+        ready: list[tuple[float, str, Candidate]] = []
+        for name, queue in queues.items():
+            if not queue:
+                continue
+            load, head = by_project[name], queue[0]
+            reason = load.refusal(head)
+            if reason is None and cluster_gpus is not None and used + head.gpus > cluster_gpus + 1e-9:
+                reason = f"waiting for cluster capacity: {used:g}/{cluster_gpus:g} GPUs"
+            if reason is None:
+                ready.append((load.share(), name, head))
+            else:
+                decision.waiting.setdefault(head.id, reason)
+        if not ready:
+            break
+        _, name, chosen = min(ready, key=lambda r: (r[0], r[2].created_at, r[1]))
+        queues[name].pop(0)
+        by_project[name].take(chosen)
+        used += chosen.gpus
+        decision.admit.append(chosen.id)
+        decision.waiting.pop(chosen.id, None)
+        slots -= 1
+    for queue in queues.values():  # behind their project's head: waiting for the same reason
+        for c in queue:
+            if c.id not in decision.admit:
+                decision.waiting.setdefault(c.id, _behind(queue, c, decision))
+    return decision
+
+
+def _behind(queue: list[Candidate], c: Candidate, decision: Decision) -> str:
+    head = queue[0] if queue else None
+    if head is not None and head.id != c.id and head.id in decision.waiting:
+        return decision.waiting[head.id]
+    return "waiting for a free study slot (FEDTUNE_MAX_CONCURRENT_STUDIES)"
+
+
+def gpu_seconds(spans: Iterable[tuple[float, dt.datetime | None, dt.datetime | None]],
+                now: dt.datetime, window_s: float) -> float:  # fmt: skip
+    """GPU-seconds of ``(gpus, started_at, finished_at)`` spans within ``[now - window, now]``
+    (a study reserving no GPU counts as one, see the module docstring)."""
+    start = now - dt.timedelta(seconds=window_s)
+    total = 0.0
+    for gpus, began, ended in spans:
+        if began is None:
+            continue
+        lo, hi = max(_aware(began), start), min(_aware(ended) if ended else now, now)
+        if hi > lo:
+            total += max(gpus, 1.0) * (hi - lo).total_seconds()
+    return total
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any) -> Decision:
+    """:func:`plan` over the database's state: ``queued`` study rows, every project's quotas,
+    the running studies' reservations and the window's GPU-seconds."""
+    from sqlalchemy import or_, select
+
+    from .models import DEFAULT_PROJECT, Project, Study
+    from .project_usage import reservation
+    from .states import StudyState
+
+    now = dt.datetime.now(dt.UTC)
+    window = float(settings.fair_share_window_s)
+    # with Kueue the cluster's queues decide quotas (ClusterQueue); fedtune only shares fairly
+    kueue = bool(settings.k8s_kueue) and str(settings.backend) == "kubernetes"
+    loads = {
+        p.name: ProjectLoad(p.name, None if kueue else p.quota_gpus,
+                            None if kueue else p.quota_trials,
+                            None if kueue else p.quota_studies, p.weight or 1.0)
+        for p in session.scalars(select(Project))
+    }  # fmt: skip
+    since = now - dt.timedelta(seconds=window)
+    recent = session.execute(
+        select(Study.project, Study.state, Study.spec, Study.started_at, Study.finished_at)
+        .where(Study.started_at.is_not(None))
+        .where(or_(Study.finished_at.is_(None), Study.finished_at >= since))
+    ).all()
+    used = 0.0
+    for project, state, spec, began, ended in recent:
+        load = loads.setdefault(project or DEFAULT_PROJECT, ProjectLoad(project or DEFAULT_PROJECT))
+        gpus, trials = reservation(spec or {})
+        if state == StudyState.QUEUED:
+            continue  # re-queued: it reserves nothing while it waits
+        if state == StudyState.RUNNING:
+            load.gpus += gpus
+            load.trials += trials
+            load.studies += 1
+            used += gpus
+            ended = None
+        load.gpu_seconds += gpu_seconds([(gpus, began, ended)], now, window)
+    candidates = [
+        Candidate(s.id, s.project or DEFAULT_PROJECT, int(s.priority or 0), s.created_at,
+                  *reservation(s.spec or {}))
+        for s in queued
+    ]  # fmt: skip
+    return plan(candidates, loads.values(), slots, settings.cluster_gpus, used)

@@ -1,0 +1,178 @@
+"""Identity and projects: ``/v1/whoami``, the admin-only ``/v1/users`` and ``/v1/projects``
+(issue 20 req. 1; the same as ``fedtune users …`` / ``fedtune projects …`` on the database).
+
+A non-admin calling an admin-only route gets 403 (the route is public in the OpenAPI document;
+nothing about any user or project is told). ``GET /v1/projects`` lists the projects the caller
+belongs to; ``GET /v1/projects/{p}`` answers 404 to a caller who is not in ``p``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from fedtune.errors import ForbiddenError, NotFoundError
+
+from .. import identity
+from ..access import Principal
+from ..project_usage import project_usage
+from ..schemas import ErrorResponse
+from .auth import Caller
+from .deps import Ctx
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["identity"])
+Name = Annotated[str, Path(max_length=63)]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorResponse, "description": "admins only"},
+    404: {"model": ErrorResponse, "description": "no such user or project"},
+}
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UserIn(_In):
+    name: str = Field(max_length=63)
+    project: str | None = Field(None, max_length=63, description="a first project to join")
+    role: str = Field("member", description="member (submit, read, cancel) or viewer (read)")
+    admin: bool = False
+    expires_in_days: float | None = Field(None, gt=0, le=3650, description="token lifetime")
+
+
+class TokenIn(_In):
+    expires_in_days: float | None = Field(None, gt=0, le=3650)
+    label: str | None = Field(None, max_length=64)
+
+
+class RevokeIn(_In):
+    token_id: str | None = Field(None, max_length=24, description="one token; all when left out")
+
+
+class RoleIn(_In):
+    role: str = Field(description="member or viewer")
+
+
+class ProjectIn(_In):
+    name: str = Field(max_length=63)
+
+
+class QuotaIn(_In):
+    gpus: float | None = Field(None, ge=0, description="GPUs its studies may reserve at once")
+    trials: int | None = Field(None, ge=0, description="concurrent trials")
+    studies: int | None = Field(None, ge=0, description="active (queued or running) studies")
+    weight: float | None = Field(None, gt=0, description="fair-share weight")
+    max_priority: int | None = Field(None, ge=-1000, le=1000)
+
+
+class TokenOut(BaseModel):
+    user: str
+    token_id: str
+    token: str = Field(description="shown once: only its hash is stored")
+    expires_at: dt.datetime | None
+
+
+def _admin(caller: Principal) -> None:
+    if not caller.admin:
+        raise ForbiddenError("only an admin may do this")
+
+
+def _expiry(days: float | None) -> dt.datetime | None:
+    return None if days is None else dt.datetime.now(dt.UTC) + dt.timedelta(days=days)
+
+
+def _token(issued: identity.IssuedToken) -> TokenOut:
+    return TokenOut(user=issued.user, token_id=issued.id, token=issued.secret,
+                    expires_at=issued.expires_at)  # fmt: skip
+
+
+@router.get("/whoami")
+def whoami(caller: Caller) -> dict[str, Any]:
+    """Who the bearer token is: name, admin, role per project, how it authenticated."""
+    return caller.to_dict()
+
+
+@router.get("/users", responses=_ERRORS)
+def list_users(ctx: Ctx, caller: Caller) -> list[dict[str, Any]]:
+    _admin(caller)
+    with ctx.db.session(readonly=True) as session:
+        return identity.list_users(session)
+
+
+@router.post("/users", status_code=201, response_model=TokenOut, responses=_ERRORS)
+def create_user(ctx: Ctx, caller: Caller, body: UserIn) -> TokenOut:
+    """A user (optionally a member or viewer of a first project) and its first token."""
+    _admin(caller)
+    with ctx.db.session() as session:
+        identity.create_user(session, body.name, admin=body.admin)
+        if body.project is not None:
+            identity.add_member(session, body.name, body.project, body.role)
+        issued = identity.issue_token(session, body.name, expires_at=_expiry(body.expires_in_days))
+    return _token(issued)
+
+
+@router.post("/users/{name}/tokens", status_code=201, response_model=TokenOut, responses=_ERRORS)
+def new_token(ctx: Ctx, caller: Caller, name: Name, body: TokenIn) -> TokenOut:
+    """Another token for ``name`` (rotation): an admin, or the user for itself."""
+    if not caller.admin and caller.name != name:
+        raise ForbiddenError("only an admin may make tokens for another user")
+    with ctx.db.session() as session:
+        issued = identity.issue_token(session, name, expires_at=_expiry(body.expires_in_days),
+                                      label=body.label)  # fmt: skip
+    return _token(issued)
+
+
+@router.post("/users/{name}/revoke", responses=_ERRORS)
+def revoke(ctx: Ctx, caller: Caller, name: Name, body: RevokeIn) -> dict[str, int]:
+    _admin(caller)
+    with ctx.db.session() as session:
+        return {"revoked": identity.revoke(session, name, body.token_id)}
+
+
+@router.put("/users/{name}/projects/{project}", responses=_ERRORS)
+def set_role(ctx: Ctx, caller: Caller, name: Name, project: Name, body: RoleIn) -> dict[str, str]:
+    _admin(caller)
+    with ctx.db.session() as session:
+        identity.add_member(session, name, project, body.role)
+    return {"user": name, "project": project, "role": body.role}
+
+
+@router.get("/projects", responses=_ERRORS)
+def list_projects(ctx: Ctx, caller: Caller) -> list[dict[str, Any]]:
+    """The projects the caller belongs to (an admin: all), with quotas."""
+    with ctx.db.session(readonly=True) as session:
+        return [identity.describe_project(p) for p in identity.projects(session)
+                if caller.can_read(p.name)]  # fmt: skip
+
+
+@router.post("/projects", status_code=201, responses=_ERRORS)
+def create_project(ctx: Ctx, caller: Caller, body: ProjectIn) -> dict[str, Any]:
+    _admin(caller)
+    with ctx.db.session() as session:
+        return identity.describe_project(identity.create_project(session, body.name))
+
+
+@router.get("/projects/{project}", responses=_ERRORS)
+def get_project(ctx: Ctx, caller: Caller, project: Name) -> dict[str, Any]:
+    """A project's quota and its usage now (404 unless the caller is in it)."""
+    if not caller.can_read(project):
+        raise NotFoundError(f"no project {project!r}")
+    with ctx.db.session(readonly=True) as session:
+        row = identity.require_project(session, project)
+        return {**identity.describe_project(row), "usage": project_usage(session, project)}
+
+
+@router.put("/projects/{project}/quota", responses=_ERRORS)
+def set_quota(ctx: Ctx, caller: Caller, project: Name, body: QuotaIn) -> dict[str, Any]:
+    """Set the quotas given (``null``: unlimited; a field left out keeps its value)."""
+    _admin(caller)
+    names = {"gpus": "quota_gpus", "trials": "quota_trials", "studies": "quota_studies",
+             "weight": "weight", "max_priority": "max_priority"}  # fmt: skip
+    values = {names[k]: v for k, v in body.model_dump(exclude_unset=True).items()}
+    with ctx.db.session() as session:
+        return identity.describe_project(identity.set_quota(session, project, **values))

@@ -1,0 +1,251 @@
+"""Users, projects, memberships and per-user API tokens (issue 20, requirement 1).
+
+The team's tables of revision 0004 (``users``, ``projects``, ``memberships``, ``api_tokens``),
+used by the admin commands (``fedtune users …``, ``fedtune projects …``), the admin routes and
+the authentication of every request:
+
+* a token is ``ftk_<id>_<secret>``: ``id`` (12 hex digits) is the row's public key, ``secret``
+  32 random bytes (``secrets.token_urlsafe``); only ``sha256(secret)`` is stored, compared in
+  constant time. It is shown once, when made. A user may hold several (rotation); each may
+  expire; ``revoke`` ends all of a user's tokens (or one, by id);
+* roles: ``admin`` (a user flag: everything), and per project ``member`` (submit, read, cancel
+  the project's studies) or ``viewer`` (read only) — Kubeflow Profiles' contributor/viewer;
+* :func:`principal_for_token` resolves a bearer token to a :class:`~.access.Principal`, or
+  ``None`` (unknown, revoked, expired, disabled user: the caller answers 401 for all alike).
+
+Names are DNS-label-like (``[a-z0-9]([-a-z0-9]*[a-z0-9])?``, ≤ 63) so a project maps onto a
+Kueue LocalQueue or a namespace without translation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from fedtune.errors import ConflictError, InvalidRequestError, NotFoundError
+
+from .access import Principal
+from .models import ApiToken, Membership, Project, User, utcnow
+
+__all__ = [
+    "ROLES",
+    "IssuedToken",
+    "add_member",
+    "create_project",
+    "create_user",
+    "describe_project",
+    "issue_token",
+    "list_users",
+    "principal_for_token",
+    "projects",
+    "require_project",
+    "revoke",
+    "set_quota",
+]
+
+ROLES = ("member", "viewer")
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+TOKEN = re.compile(r"^ftk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A new token: ``secret`` is the whole bearer token, shown once and never stored."""
+
+    id: str
+    user: str
+    secret: str
+    expires_at: dt.datetime | None
+
+
+def _name(field: str, value: str) -> str:
+    if not isinstance(value, str) or len(value) > 63 or not NAME.match(value):
+        raise InvalidRequestError(
+            field, f"must be 1-63 characters of a-z, 0-9 and '-' (not at either end), got {value!r}"
+        )
+    return value
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_project(session: Session, name: str, owner: str | None = None) -> Project:
+    """A new project (409 when it exists)."""
+    _name("project", name)
+    if session.get(Project, name) is not None:
+        raise ConflictError(f"project {name!r} exists")
+    project = Project(name=name, owner=owner, weight=1.0, max_priority=0)
+    session.add(project)
+    session.flush()
+    return project
+
+
+def projects(session: Session) -> list[Project]:
+    return list(session.scalars(select(Project).order_by(Project.name)))
+
+
+def describe_project(project: Project) -> dict:
+    """A project's settings as the API and the CLI show them (``null`` quotas: unlimited)."""
+    return {
+        "name": project.name,
+        "owner": project.owner,
+        "quota": {
+            "gpus": project.quota_gpus,
+            "trials": project.quota_trials,
+            "studies": project.quota_studies,
+        },
+        "weight": project.weight,
+        "max_priority": project.max_priority,
+        "queue_name": project.queue_name,
+    }
+
+
+def require_project(session: Session, name: str) -> Project:
+    project = session.get(Project, name) if isinstance(name, str) else None
+    if project is None:
+        raise NotFoundError(f"no project {name!r}")
+    return project
+
+
+def set_quota(session: Session, name: str, **values: float | int | None) -> Project:
+    """Set a project's ``quota_gpus``/``quota_trials``/``quota_studies``/``weight``/
+    ``max_priority`` (only those given; a quota of ``None`` is unlimited)."""
+    project = require_project(session, name)
+    for key, value in values.items():
+        if key not in ("quota_gpus", "quota_trials", "quota_studies", "weight", "max_priority"):
+            raise InvalidRequestError(key, "unknown quota field")
+        if value is not None and (isinstance(value, bool) or value < 0):
+            raise InvalidRequestError(key, f"must be >= 0, got {value!r}")
+        if key == "weight" and value is not None and value <= 0:
+            raise InvalidRequestError(key, f"must be > 0, got {value!r}")
+        setattr(project, key, value)
+    session.flush()
+    return project
+
+
+def create_user(session: Session, name: str, *, admin: bool = False) -> User:
+    """A new user (409 when the name is taken)."""
+    _name("name", name)
+    if session.get(User, name) is not None:
+        raise ConflictError(f"user {name!r} exists")
+    user = User(name=name, is_admin=admin)
+    session.add(user)
+    session.flush()
+    return user
+
+
+def add_member(session: Session, user: str, project: str, role: str = "member") -> Membership:
+    """Give ``user`` ``role`` in ``project`` (replacing the role it had there)."""
+    if role not in ROLES:
+        raise InvalidRequestError("role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    if session.get(User, user) is None:
+        raise NotFoundError(f"no user {user!r}")
+    require_project(session, project)
+    found = session.get(Membership, (user, project))
+    if found is None:
+        found = Membership(user_name=user, project=project, role=role)
+        session.add(found)
+    else:
+        found.role = role
+    session.flush()
+    return found
+
+
+def issue_token(session: Session, user: str, *, expires_at: dt.datetime | None = None,
+                label: str | None = None) -> IssuedToken:  # fmt: skip
+    """A new bearer token for ``user`` (its earlier tokens stay valid: rotation)."""
+    row = session.get(User, user)
+    if row is None or row.disabled_at is not None:
+        raise NotFoundError(f"no user {user!r}")
+    if expires_at is not None and expires_at.tzinfo is None:
+        expires_at = expires_at.replace(tzinfo=dt.UTC)
+    token_id = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)  # 32 random bytes
+    session.add(ApiToken(id=token_id, user_name=user, token_hash=_digest(secret), label=label,
+                         expires_at=expires_at))  # fmt: skip
+    session.flush()
+    return IssuedToken(token_id, user, f"ftk_{token_id}_{secret}", expires_at)
+
+
+def revoke(session: Session, user: str, token_id: str | None = None) -> int:
+    """Revoke all of ``user``'s live tokens (or the one ``token_id``); how many were live."""
+    if session.get(User, user) is None:
+        raise NotFoundError(f"no user {user!r}")
+    query = select(ApiToken).where(ApiToken.user_name == user, ApiToken.revoked_at.is_(None))
+    if token_id is not None:
+        query = query.where(ApiToken.id == token_id)
+    now, count = utcnow(), 0
+    for row in session.scalars(query):
+        row.revoked_at = now
+        count += 1
+    if token_id is not None and count == 0:
+        raise NotFoundError(f"no live token {token_id!r} of user {user!r}")
+    session.flush()
+    return count
+
+
+def list_users(session: Session) -> list[dict]:
+    """Every user with its roles and live tokens (ids and expiries only)."""
+    users = list(session.scalars(select(User).order_by(User.name)))
+    roles: dict[str, dict[str, str]] = {}
+    for m in session.scalars(select(Membership)):
+        roles.setdefault(m.user_name, {})[m.project] = m.role
+    now = utcnow()
+    tokens: dict[str, list[dict]] = {}
+    for t in session.scalars(select(ApiToken).where(ApiToken.revoked_at.is_(None))):
+        if t.expires_at is None or _aware(t.expires_at) > now:
+            tokens.setdefault(t.user_name, []).append(
+                {"id": t.id, "expires_at": t.expires_at, "label": t.label}
+            )
+    return [
+        {
+            "name": u.name,
+            "admin": bool(u.is_admin),
+            "projects": roles.get(u.name, {}),
+            "tokens": tokens.get(u.name, []),
+            "created_at": u.created_at,
+        }
+        for u in users
+    ]
+
+
+def remove_member(session: Session, user: str, project: str) -> None:
+    session.execute(delete(Membership).where(Membership.user_name == user,
+                                             Membership.project == project))  # fmt: skip
+
+
+def principal_of(session: Session, user: User) -> Principal:
+    roles = {m.project: m.role for m in session.scalars(
+        select(Membership).where(Membership.user_name == user.name))}  # fmt: skip
+    return Principal(user.name, bool(user.is_admin), roles)
+
+
+def principal_for_token(session: Session, token: str) -> Principal | None:
+    """The user a bearer token names, or None (malformed, unknown, revoked, expired, disabled)."""
+    match = TOKEN.match(token)
+    if match is None:
+        return None
+    row = session.get(ApiToken, match.group(1))
+    if row is None or not hmac.compare_digest(row.token_hash, _digest(match.group(2))):
+        return None
+    if row.revoked_at is not None:
+        return None
+    if row.expires_at is not None and _aware(row.expires_at) <= utcnow():
+        return None
+    user = session.get(User, row.user_name)
+    if user is None or user.disabled_at is not None:
+        return None
+    return principal_of(session, user)
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    """SQLite hands back naive datetimes; the service stores UTC."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)

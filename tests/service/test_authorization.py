@@ -1,0 +1,293 @@
+"""Issue 20, requirement 2: authorization on every route, route × role × ownership.
+
+The route list comes from the app's OpenAPI document: :data:`EXPECTED` must name every
+``(method, path)`` of it, so a new route cannot ship without saying who may call it. Every
+route is called as each of: the bootstrap admin (``FEDTUNE_API_TOKEN``), a member and a viewer
+of the study's project ``p1``, a member of another project ``p2``, no token, a revoked token and
+an expired one — on SQLite and on PostgreSQL. A caller who may not read a study gets 404 exactly
+as for one that does not exist (no existence oracle); a viewer changing something gets 403; an
+admin-only route answers 403 to everyone else; a bad credential is always 401.
+
+Before this, one token was everybody's: each of these callers read, listed and cancelled
+everything (the old code fails every "other"/"viewer" expectation below).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import re
+import zipfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from fedtune.service import identity
+from fedtune.service.api.app import create_app
+from fedtune.service.code_url import code_token, code_url_key
+from fedtune.service.models import Study
+from fedtune.service.repository import Repository
+from fedtune.service.states import StudyState, TrialState
+
+from .conftest import TOKEN
+from .helpers import FakeBackend, pg_schema, tiny_spec
+
+ROLES = ("admin", "member", "viewer", "other", "none", "revoked", "expired")
+OK = "ok"  # 2xx (or 409: allowed, but not in this state)
+
+#: (method, path) -> role -> what it answers: OK, or a status code
+READ = {"admin": OK, "member": OK, "viewer": OK, "other": 404}
+WRITE = {"admin": OK, "member": OK, "viewer": 403, "other": 404}
+ANYONE = {"admin": OK, "member": OK, "viewer": OK, "other": OK}
+ADMIN_ONLY = {"admin": OK, "member": 403, "viewer": 403, "other": 403}
+EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
+    ("GET", "/v1/studies"): ANYONE,
+    ("POST", "/v1/studies"): {"admin": OK, "member": OK, "viewer": 403, "other": 422},
+    ("GET", "/v1/studies/{study_id}"): READ,
+    ("POST", "/v1/studies/{study_id}/cancel"): WRITE,
+    ("GET", "/v1/studies/{study_id}/trials"): READ,
+    ("GET", "/v1/studies/{study_id}/trials/{number}/curve"): READ,
+    ("GET", "/v1/studies/{study_id}/tradeoff"): READ,
+    ("POST", "/v1/code"): WRITE,
+    ("GET", "/v1/studies/{study_id}/code.zip"): "own credential",
+    ("GET", "/v1/algorithms"): ANYONE,
+    ("GET", "/v1/tasks"): ANYONE,
+    ("GET", "/v1/search-spaces"): ANYONE,
+    ("GET", "/v1/whoami"): ANYONE,
+    ("GET", "/v1/users"): ADMIN_ONLY,
+    ("POST", "/v1/users"): ADMIN_ONLY,
+    ("POST", "/v1/users/{name}/tokens"): {"admin": OK, "member": OK, "viewer": 403, "other": 403},
+    ("POST", "/v1/users/{name}/revoke"): ADMIN_ONLY,
+    ("PUT", "/v1/users/{name}/projects/{project}"): ADMIN_ONLY,
+    ("GET", "/v1/projects"): ANYONE,
+    ("POST", "/v1/projects"): ADMIN_ONLY,
+    ("GET", "/v1/projects/{project}"): READ,
+    ("PUT", "/v1/projects/{project}/quota"): ADMIN_ONLY,
+}
+OPEN = {"/healthz", "/readyz", "/metrics"}
+
+
+def _zip() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("authz_lab/__init__.py", "")
+        archive.writestr("authz_lab/tasks.py", "X = 1\n")
+    return buffer.getvalue()
+
+
+class World:
+    """Projects p1, p2; users of each role; a study of p1 with a trial and a curve."""
+
+    def __init__(self, client: Any, db: Any) -> None:
+        self.client, self.db = client, db  # any httpx-like client: in-process or real servers
+        self.tokens: dict[str, str | None] = {"admin": TOKEN, "none": None}
+        past = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
+        with self.db.session() as s:
+            for project in ("p1", "p2", "p3"):
+                identity.create_project(s, project)
+            for role, user, project, kind in (("member", "mia", "p1", "member"),
+                                              ("viewer", "vic", "p1", "viewer"),
+                                              ("other", "otto", "p2", "member"),
+                                              ("revoked", "rita", "p1", "member"),
+                                              ("expired", "eddie", "p1", "member")):  # fmt: skip
+                identity.create_user(s, user)
+                identity.add_member(s, user, project, kind)
+                issued = identity.issue_token(s, user, expires_at=past if role == "expired" else None)
+                self.tokens[role] = issued.secret
+            identity.revoke(s, "rita")
+
+    def headers(self, role: str) -> dict[str, str]:
+        token = self.tokens[role]
+        return {"Authorization": f"Bearer {token}"} if token else {"Authorization": ""}
+
+    def study(self, project: str = "p1", with_trial: bool = True) -> str:
+        r = self.client.post("/v1/studies", json=tiny_spec(project=project),
+                             headers=self.headers("admin"))  # fmt: skip
+        assert r.status_code == 201, r.text
+        sid = r.json()["id"]
+        if with_trial:
+            with self.db.session() as s:
+                repo = Repository(s)
+                repo.transition(sid, StudyState.RUNNING, attempts=1)
+                repo.start_trial(sid, 0, {"hparams.client_lr": 0.1})
+                repo.record_round(sid, 0, 1, {"client_loss": 1.0})
+                repo.finish_trial(sid, 0, TrialState.COMPLETED, 1.0, "completed")
+        return sid
+
+    def call(self, method: str, path: str, role: str, fresh: Callable[[], str]) -> Any:
+        """Call ``path`` (params filled in) as ``role``; mutating calls get fresh objects."""
+        sid = fresh() if path.endswith("/cancel") else self.sid
+        stamp = f"{role}-{next(_COUNT)}"
+        # {name}: mia (the member) for her tokens — herself for the member, another user for
+        # the rest; nemo (no project) where an admin's call would change someone
+        user = "mia" if path.endswith("/tokens") else "nemo"
+        concrete = (path.replace("{study_id}", sid).replace("{number}", "0")
+                    .replace("{project}", "p1").replace("{name}", user))  # fmt: skip
+        kwargs: dict[str, Any] = {"headers": self.headers(role)}
+        if (method, path) == ("POST", "/v1/studies"):
+            kwargs["json"] = tiny_spec(name=f"s{stamp}", project="p1")
+        elif (method, path) == ("POST", "/v1/code"):
+            kwargs["content"] = _zip()
+            kwargs["params"] = {"project": "p1"}
+            kwargs["headers"] = {**kwargs["headers"], "Content-Type": "application/zip"}
+        elif (method, path) == ("POST", "/v1/users"):
+            kwargs["json"] = {"name": f"u{stamp}"}
+        elif (method, path) == ("POST", "/v1/projects"):
+            kwargs["json"] = {"name": f"q{stamp}"}
+        elif method in ("POST", "PUT") and path.startswith(("/v1/users", "/v1/projects")):
+            kwargs["json"] = ({"role": "viewer"} if path.endswith("{project}") else
+                              {"gpus": 4} if path.endswith("/quota") else {})  # fmt: skip
+            if path.endswith("{project}"):  # nemo's role in p3: harmless to the others
+                concrete = "/v1/users/nemo/projects/p3"
+        return self.client.request(method, concrete, **kwargs)
+
+
+_COUNT = iter(range(10**6))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def world(request, make_settings, tmp_path) -> Iterator[World]:
+    url = request.getfixturevalue("db_url") if request.param == "postgresql" else None
+    overrides = {"api_token": TOKEN, "allow_code_upload": True}
+    if url is not None:
+        overrides["database_url"] = url
+    settings = make_settings(**overrides)
+    with TestClient(create_app(settings, backend=FakeBackend(), schedule=False)) as client:
+        w = World(client, client.app.state.runtime.db)
+        with w.db.session() as s:
+            identity.create_user(s, "nemo")
+        w.sid = w.study()
+        yield w
+
+
+@pytest.fixture
+def db_url(request, tmp_path):  # only PostgreSQL here: the world fixture picks
+    request.getfixturevalue("pg_available")
+    with pg_schema() as url:
+        yield url
+
+
+def test_every_route_is_in_the_matrix(world: World) -> None:
+    paths = world.client.get("/openapi.json").json()["paths"]
+    routes = {(m.upper(), p) for p, ops in paths.items() for m in ops if p not in OPEN}
+    assert routes == set(EXPECTED), (
+        f"routes without an authorization expectation: {sorted(routes - set(EXPECTED))}; "
+        f"expectations of no route: {sorted(set(EXPECTED) - routes)}"
+    )
+
+
+def test_route_role_ownership_matrix(world: World) -> None:
+    """Every route × role; an "ok" means 2xx or 409 (allowed, not in this state)."""
+    wrong = run_matrix(world)
+    assert not wrong, "\n".join(wrong)
+
+
+def run_matrix(world: World) -> list[str]:
+    """Call every route of :data:`EXPECTED` as every role; the answers that were wrong."""
+    wrong: list[str] = []
+    for (method, path), expected in EXPECTED.items():
+        if expected == "own credential":
+            continue
+        for role in ROLES:
+            want = expected.get(role, 401)  # none, revoked, expired: always 401
+            r = world.call(method, path, role, fresh=world.study)
+            got = r.status_code
+            ok = (200 <= got < 300 or got == 409) if want == OK else got == want
+            if not ok:
+                wrong.append(f"{method} {path} as {role}: {got} (want {want}) {r.text[:120]}")
+            if got == 401 and r.headers.get("WWW-Authenticate") != "Bearer":
+                wrong.append(f"{method} {path} as {role}: 401 without WWW-Authenticate")
+    return wrong
+
+
+def test_lists_hold_only_what_the_caller_may_read(world: World) -> None:
+    other = world.study(project="p2", with_trial=False)
+    seen = {}
+    for role in ("admin", "member", "viewer", "other"):
+        r = world.client.get("/v1/studies?limit=500", headers=world.headers(role))
+        seen[role] = {s["id"] for s in r.json()["items"]}
+        projects = {p["name"] for p in world.client.get("/v1/projects",
+                                                         headers=world.headers(role)).json()}  # fmt: skip
+        if role in ("member", "viewer"):
+            assert projects == {"p1"}
+        if role == "other":
+            assert projects == {"p2"}
+    assert {world.sid, other} <= seen["admin"]
+    assert world.sid in seen["member"] and other not in seen["member"]
+    assert world.sid in seen["viewer"] and other not in seen["viewer"]
+    assert seen["other"] == {other}
+
+
+def test_a_study_of_another_project_and_a_missing_one_look_the_same(world: World) -> None:
+    as_other = world.client.get(f"/v1/studies/{world.sid}", headers=world.headers("other"))
+    missing = world.client.get("/v1/studies/0123456789ab", headers=world.headers("other"))
+    assert as_other.status_code == missing.status_code == 404
+    assert as_other.json()["error"]["code"] == missing.json()["error"]["code"]
+    assert re.sub(r"[0-9a-f]{12}", "X", as_other.text) == re.sub(r"[0-9a-f]{12}", "X", missing.text)
+
+
+def test_code_belongs_to_the_project_that_uploaded_it(world: World) -> None:
+    up = world.client.post("/v1/code", content=_zip(), params={"project": "p1"},
+                           headers={**world.headers("member"), "Content-Type": "application/zip"})  # fmt: skip
+    assert up.status_code == 201, up.text
+    digest = up.json()["sha256"]
+    spec = tiny_spec(name="borrow", project="p2", code={"sha256": digest, "modules": ["x.y"]})
+    r = world.client.post("/v1/studies", json=spec, headers=world.headers("other"))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "code.sha256"  # not its code
+    again = world.client.post("/v1/code", content=_zip(), params={"project": "p2"},
+                              headers={**world.headers("other"), "Content-Type": "application/zip"})  # fmt: skip
+    assert again.status_code == 201 and again.json()["sha256"] == digest  # uploads it too
+
+
+def test_code_zip_answers_404_to_a_wrong_credential(world: World) -> None:
+    up = world.client.post("/v1/code", content=_zip(), params={"project": "p1"},
+                           headers={**world.headers("admin"), "Content-Type": "application/zip"})  # fmt: skip
+    digest = up.json()["sha256"]
+    with world.db.session() as s:
+        s.get(Study, world.sid).code_sha256 = digest
+    key = code_url_key(world.client.app.state.settings)
+    good = world.client.get(f"/v1/studies/{world.sid}/code.zip",
+                            params={"token": code_token(key, world.sid, digest)})  # fmt: skip
+    assert good.status_code == 200
+    for token in ("0" * 64, code_token(key, "0123456789ab", digest)):
+        bad = world.client.get(f"/v1/studies/{world.sid}/code.zip", params={"token": token})
+        assert bad.status_code == 404
+
+
+def test_tokens_rotate_and_revoke_and_are_stored_hashed(world: World) -> None:
+    me = world.client.get("/v1/whoami", headers=world.headers("member")).json()
+    assert me == {"name": "mia", "admin": False, "projects": {"p1": "member"}, "via": "token"}
+    second = world.client.post("/v1/users/mia/tokens", json={},
+                               headers=world.headers("member")).json()  # fmt: skip
+    assert second["token"].startswith("ftk_") and len(second["token"]) >= 4 + 12 + 1 + 43
+    both = [world.tokens["member"], second["token"]]
+    for token in both:
+        assert world.client.get("/v1/whoami",
+                                headers={"Authorization": f"Bearer {token}"}).status_code == 200  # fmt: skip
+    with world.db.session(readonly=True) as s:
+        rows = s.execute(text("SELECT * FROM api_tokens")).all()
+    stored = " ".join(str(v) for row in rows for v in row)
+    assert all(t.split("_", 2)[2] not in stored for t in both)  # only hashes are kept
+    r = world.client.post("/v1/users/mia/revoke", json={"token_id": second["token_id"]},
+                          headers=world.headers("admin"))  # fmt: skip
+    assert r.json() == {"revoked": 1}
+    gone = world.client.get("/v1/whoami", headers={"Authorization": f"Bearer {second['token']}"})
+    assert gone.status_code == 401 and gone.json()["error"]["code"] == "invalid_token"
+    assert world.client.get("/v1/whoami", headers=world.headers("member")).status_code == 200
+
+
+def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> None:
+    """Issue 20 req. 3: ``GET /v1/projects/{p}`` shows usage against quota; /metrics exports
+    it per project. The world's running study of p1 reserves 1 trial (max_concurrent 1)."""
+    r = world.client.put("/v1/projects/p1/quota", json={"gpus": 8, "trials": 4, "studies": 3},
+                         headers=world.headers("admin"))  # fmt: skip
+    assert r.status_code == 200 and r.json()["quota"] == {"gpus": 8.0, "trials": 4, "studies": 3}
+    p1 = world.client.get("/v1/projects/p1", headers=world.headers("viewer")).json()
+    assert p1["usage"]["studies"]["running"] == 1 and p1["usage"]["trials"] == 1
+    text = world.client.get("/metrics").text
+    assert 'fedtune_project_quota_gpus{project="p1"} 8.0' in text
+    assert 'fedtune_project_reserved_trials{project="p1"} 1.0' in text
+    assert 'fedtune_project_quota_gpus{project="p2"}' not in text  # unlimited: no sample
