@@ -145,6 +145,29 @@ def _unsafe_name(name: str) -> str | None:
     return None
 
 
+def _refuse_collisions(names: list[str], field: str) -> None:
+    """Refuse entries that name one path twice once normalized (``pkg/./x.py`` and ``pkg/x.py``,
+    ``pkg/a`` and ``pkg/a/``, ``a//b`` and ``a/b``), and a path that is a file and a directory
+    (``pkg/a`` beside ``pkg/a/x.py``): unpacking either would fail or keep one at random."""
+    seen: dict[tuple[str, ...], str] = {}
+    files: dict[tuple[str, ...], str] = {}
+    for name in names:
+        parts = PurePosixPath(name).parts  # drops "." parts, repeated and trailing slashes
+        if parts in seen:
+            first = seen[parts]
+            detail = "the same entry twice" if first == name else f"the same path as {first!r}"
+            raise ConfigError(field, f"entry {name!r} names {detail}")
+        seen[parts] = name
+        if not name.endswith("/"):
+            files[parts] = name
+    for parts, name in seen.items():
+        for cut in range(1, len(parts)):
+            if parts[:cut] in files:
+                raise ConfigError(
+                    field, f"entry {files[parts[:cut]]!r} is a file, but {name!r} lies inside it"
+                )
+
+
 def check_package(
     data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, field: str = "code"
 ) -> list[str]:
@@ -178,8 +201,7 @@ def check_package(
             raise PackageTooLargeError(
                 field, f"unpacks to {unpacked} bytes; the limit is {max_bytes * UNPACKED_FACTOR}"
             )
-        if len(set(names)) != len(names):
-            raise ConfigError(field, "has duplicate entries")
+        _refuse_collisions(names, field)
         if archive.testzip() is not None:
             raise ConfigError(field, "is a corrupt zip archive (CRC mismatch)")
     return names

@@ -38,6 +38,7 @@ __all__ = [
     "IdempotencyKeyReusedError",
     "IllegalStateChangeError",
     "InvalidRequestError",
+    "InvalidTokenError",
     "NotFoundError",
     "PayloadTooLargeError",
     "RayStartError",
@@ -48,6 +49,8 @@ __all__ = [
     "TransientError",
     "TrialNotFoundError",
     "UnauthorizedError",
+    "WorkdirUnwritableError",
+    "combine_errors",
 ]
 
 
@@ -80,6 +83,27 @@ class ConfigError(FedtuneError, ValueError):
         where = f"{source}: " if source else ""
         new.args = (f"{where}{new.field}: {new.reason}",)
         return new
+
+
+def combine_errors(errors: list[ConfigError], field: str | None = None) -> ConfigError:
+    """One error for several: the only one, or ``<common field>: N conflicts: a: …; b: …`` (one
+    line; combined errors are flattened, their parts kept in ``.parts``)."""
+    flat = [part for e in errors for part in getattr(e, "parts", [e])]
+    if len(flat) == 1:
+        return flat[0]
+    common = [f.split(".") for f in (e.field for e in flat)]
+    prefix = []
+    for parts in zip(*common, strict=False):
+        if len(set(parts)) != 1:
+            break
+        prefix.append(parts[0])
+    parts = "; ".join(f"{e.field}: {e.reason}" for e in flat)
+    sources = {e.source for e in flat}
+    source = sources.pop() if len(sources) == 1 else None
+    out = ConfigError(field or ".".join(prefix) or "<spec>", f"{len(flat)} conflicts: {parts}",
+                      source)  # fmt: skip
+    out.parts = flat
+    return out
 
 
 class CodeError(ConfigError):
@@ -162,6 +186,11 @@ class DatabaseUnavailableError(BackendError):
     """The database cannot be reached (connection refused, timeout, locked too long)."""
 
 
+class WorkdirUnwritableError(BackendError):
+    """The service's work directory cannot be written (full disk, read-only mount): it can
+    take no study (``/readyz`` says so, naming the directory and the reason)."""
+
+
 class ServiceWarmingUpError(BackendError):
     """The service has started but is still loading the tuning stack (``/readyz`` only)."""
 
@@ -183,8 +212,12 @@ class UnauthorizedError(FedtuneError):
     """No bearer token, or a malformed ``Authorization`` header, while one is required."""
 
 
+class InvalidTokenError(UnauthorizedError):
+    """A bearer token that authenticates nobody: unknown, revoked, expired, a bad JWT."""
+
+
 class ForbiddenError(FedtuneError):
-    """A bearer token was sent but it is not the configured one."""
+    """The caller may see the resource but not do this to it (a project's viewer cancelling)."""
 
 
 class PayloadTooLargeError(FedtuneError):

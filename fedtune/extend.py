@@ -70,14 +70,8 @@ from fedtune.trainers.algorithms.base import (
     weighted_mean,
 )
 from fedtune.trainers.algorithms.local_update import Aggregator, LocalUpdate, mean_aggregator
-from fedtune.trainers.algorithms.registry import (
-    SERVER_PARAMS,
-    Recipe,
-    _build_local_update,
-    algorithm_origin,
-    algorithms,
-    register,
-)
+from fedtune.trainers.algorithms.recipe import SERVER_PARAMS, Recipe, _build_local_update
+from fedtune.trainers.algorithms.registry import algorithm_origin, algorithms, register
 from fedtune.trainers.client import ClientRule
 from fedtune.trainers.code import CodeSpec, LoadReport, load_code
 from fedtune.trainers.hparams import HParam, Space

@@ -19,12 +19,15 @@ The tree::
     │   ├── ServiceUnreachableError      503 service_unreachable (SDK: no answer after retries)
     │   ├── ServiceWarmingUpError        503 warming_up          (/readyz while loading)
     │   ├── ServiceBusyError             503 busy                (validation slots full)
-    │   └── DatabaseUnavailableError     503 database_unavailable
+    │   ├── DatabaseUnavailableError     503 database_unavailable
+    │   └── WorkdirUnwritableError       503 workdir_unwritable  (/readyz: full disk, ...)
     ├── DatabaseError                    500 database_error
     ├── UnauthorizedError                401 unauthorized        (no / malformed bearer token)
-    ├── ForbiddenError                   403 forbidden           (wrong token)
+    │   └── InvalidTokenError            401 invalid_token       (unknown, revoked, expired)
+    ├── ForbiddenError                   403 forbidden           (readable, not changeable)
     └── PayloadTooLargeError             413 payload_too_large
 
+Every 503 answer carries ``Retry-After`` (seconds: :data:`RETRY_AFTER_S`).
 The answer body is ``{"error": {"code", "message", "field"}}``. The SDK rebuilds the typed
 exception from ``code`` with :func:`exception_from_body`. Pure Python: this module imports nothing
 beyond :mod:`fedtune.errors`, so ``pip install fedtune`` gives a working ``fedtune.Client``.
@@ -50,6 +53,7 @@ from fedtune.errors import (
     IdempotencyKeyReusedError,
     IllegalStateChangeError,
     InvalidRequestError,
+    InvalidTokenError,
     NotFoundError,
     PayloadTooLargeError,
     RayStartError,
@@ -60,9 +64,15 @@ from fedtune.errors import (
     TransientError,
     TrialNotFoundError,
     UnauthorizedError,
+    WorkdirUnwritableError,
 )
 
-__all__ = ["ERROR_TABLE", "error_body", "exception_from_body", "status_and_code"]
+__all__ = ["ERROR_TABLE", "RETRY_AFTER_S", "error_body", "exception_from_body", "retry_after",
+           "status_and_code"]  # fmt: skip
+
+#: ``Retry-After`` of a 503, by code (a full validation pool frees up in about a second; a
+#: database, a disk or a Ray start takes longer); any other 503: ``RETRY_AFTER_S["*"]``
+RETRY_AFTER_S = {"busy": 1, "warming_up": 2, "*": 5}
 
 #: exception class → (HTTP status, stable code), looked up along the MRO. Within one status the
 #: generic class comes last: an unknown code falls back on it (see _class_for_status).
@@ -82,16 +92,23 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     ServiceWarmingUpError: (503, "warming_up"),
     ServiceBusyError: (503, "busy"),
     DatabaseUnavailableError: (503, "database_unavailable"),
+    WorkdirUnwritableError: (503, "workdir_unwritable"),
     RayStartError: (503, "ray_start_failed"),
     TransientError: (503, "transient_backend_error"),
     BackendError: (502, "backend_error"),
     DatabaseError: (500, "database_error"),
+    InvalidTokenError: (401, "invalid_token"),
     UnauthorizedError: (401, "unauthorized"),
     CodeUploadDisabledError: (403, "code_upload_disabled"),
     ForbiddenError: (403, "forbidden"),
     PayloadTooLargeError: (413, "payload_too_large"),
     FedtuneError: (500, "internal_error"),
 }
+
+def retry_after(code: str) -> str:
+    """The ``Retry-After`` header value of a 503 answer with ``code``."""
+    return str(RETRY_AFTER_S.get(code, RETRY_AFTER_S["*"]))
+
 
 _BY_CODE: dict[str, type[FedtuneError]] = {code: cls for cls, (_, code) in ERROR_TABLE.items()}
 

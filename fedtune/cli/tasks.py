@@ -16,6 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One line per task: name, origin (builtin, entry point DIST==VERSION, or "
         "code PATH) and description; then the models. --study/--code import user code first.",
     )
+    parser.add_argument("--params", metavar="NAME",
+                        help="list the parameters task NAME declares (type, default)")  # fmt: skip
     add_code_options(parser)
     parser.set_defaults(func=run)
 
@@ -31,9 +33,30 @@ def run(args: argparse.Namespace) -> int:
     from fedtune.trainers.tasks.registry import REGISTRY as TASKS
 
     load_code_options(args)
+    if args.params:
+        return _params(args.params)
     tasks = TASKS.all()
     print(rows_table([(n, str(TASKS.origin(n)), t.description) for n, t in sorted(tasks.items())]))
     models = MODELS.all()
     print("\nmodels:")
     print(rows_table([(n, str(MODELS.origin(n)), "") for n in sorted(models)]))
+    return 0
+
+
+def _params(name: str) -> int:
+    """``fedtune tasks --params NAME``: what ``task:`` may hold for task NAME."""
+    from fedtune.trainers.tasks.registry import REGISTRY as TASKS
+    from fedtune.trainers.tasks.registry import task_parameters
+
+    info = TASKS.get(name)  # an unknown task: ConfigError, one line, exit 2
+    rows = task_parameters(name)
+    print(f"{name}: {info.description}")
+    if not rows:
+        print("  (it declares no parameters: they are checked when it is built)")
+        return 0
+    print(rows_table([("parameter", "type", "default"),
+                      *((n, t, repr(d)) for n, t, d in rows)]))  # fmt: skip
+    validate = getattr(info.params, "validate", None)
+    if validate is not None:
+        print("(ranges are checked by its validate(); an out-of-range value names the field)")
     return 0

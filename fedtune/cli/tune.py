@@ -71,7 +71,10 @@ def _quiet_libraries() -> None:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    # mlflow's first import sets its "mlflow" logger back to INFO, and the tracker may be made
+    # (creating its database tables) before that import: quiet the children it logs through too
+    for name in ("mlflow", "mlflow.store.db.utils", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _fmt(value: Any) -> str:
@@ -87,7 +90,7 @@ def _short(path: str) -> str:
 def _best_lines(result, spec) -> list[str]:
     best = result.best
     if best is None:
-        return ["no trial completed: there is no best configuration (see the outcomes above)"]
+        return [f"no best configuration: {result.failure}"]
     values = ", ".join(f"{k} = {_fmt(v)}" for k, v in best["values"].items())
     rule = f"mean of the last {spec.objective.last_rounds} rounds"
     lines = [f"best configuration: trial {best['number']} ({values}; {rule})"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, combine_errors
 
 from .model import Parameter, SearchSpace, resolve_path
 from .params import merge_raw, parse_parameter
@@ -189,27 +189,6 @@ _BAD_NAME = (
     "not a parameter name or config path (a short name, or hparams.<x>, train.<field>, "
     "decay.<field>, task.<x>)"
 )
-
-
-def combine_errors(errors: list[ConfigError], field: str | None = None) -> ConfigError:
-    """One error for several: the only one, or ``<common field>: N conflicts: a: …; b: …`` (one
-    line; combined errors are flattened, their parts kept in ``.parts``)."""
-    flat = [part for e in errors for part in getattr(e, "parts", [e])]
-    if len(flat) == 1:
-        return flat[0]
-    common = [f.split(".") for f in (e.field for e in flat)]
-    prefix = []
-    for parts in zip(*common, strict=False):
-        if len(set(parts)) != 1:
-            break
-        prefix.append(parts[0])
-    parts = "; ".join(f"{e.field}: {e.reason}" for e in flat)
-    sources = {e.source for e in flat}
-    source = sources.pop() if len(sources) == 1 else None
-    out = ConfigError(field or ".".join(prefix) or "<spec>", f"{len(flat)} conflicts: {parts}",
-                      source)  # fmt: skip
-    out.parts = flat
-    return out
 
 
 def _parse_entries(items: list[tuple[str, _Entry]]) -> tuple[Parameter, ...]:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, combine_errors
 
 from .conditions import ConditionSyntaxError, parse_condition
 from .model import GRID_KEYWORDS, Parameter, ParamType
@@ -175,8 +175,6 @@ def parse_parameter(
             try:
                 _grid(ctx, raw, param)
             except ConfigError as grid_error:
-                from .loader import combine_errors
-
                 raise combine_errors([outside, grid_error]) from None
             raise outside
     return dataclasses.replace(param, default=default, grid=_grid(ctx, raw, param))

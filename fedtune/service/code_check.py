@@ -121,6 +121,27 @@ def _check_task_registered(name: str, modules: list[str]) -> None:
         )
 
 
+def _build_once(data: dict[str, Any]) -> None:
+    """The task and model built once, as a trial would (issue 24 item 4): a builder that
+    raises is a 422 at submission, not a study whose every trial fails."""
+    try:
+        from fedtune.tuning.preflight import preflight
+    except ImportError:  # an older engine: its trials find out
+        return
+    from fedtune.tuning.spec import StudySpec
+
+    preflight(StudySpec.from_dict(data))
+
+
+def _relative(text: str | None, root: str) -> str | None:
+    """Paths under the check's scratch copy (deleted when it ends) as the package names them:
+    ``mypkg/methods.py:22``."""
+    if text is None:
+        return None
+    root = root.rstrip("/")
+    return text.replace(root + "/", "").replace(root, "the uploaded package")
+
+
 def _check(spec: dict[str, Any], root: str) -> dict[str, Any]:
     from fedtune.service.specs import accept_spec
     from fedtune.tuning.spec import StudySpec
@@ -131,6 +152,7 @@ def _check(spec: dict[str, Any], root: str) -> dict[str, Any]:
         _load(data.pop("code"), root)
     accepted = accept_spec(data, rules=False)  # the parent applied service_rules
     _check_task_registered(accepted.task, modules)
+    _build_once(data)
     document = dict(accepted.document)
     document["code"] = {"modules": modules}  # the scratch path means nothing later
     summary = {k: v for k, v in accepted.__dict__.items() if k != "document"}
@@ -150,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # anything user code raises outside load_code's net
         answer = {"ok": False, "field": "code", "reason": f"{type(exc).__name__}: {exc}",
                   "location": _location(exc, root)}  # fmt: skip
+    if not answer["ok"]:
+        answer["reason"] = _relative(str(answer["reason"]), root)
+        answer["location"] = _relative(answer["location"], root)
     Path(result_path).write_text(json.dumps(answer, default=str))
     return 0
 

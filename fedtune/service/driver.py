@@ -43,10 +43,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fedtune.errors import CodeError, ConfigError, ConflictError, FedtuneError
+from fedtune.errors import (
+    CodeError,
+    ConfigError,
+    ConflictError,
+    DatabaseUnavailableError,
+    FedtuneError,
+)
 
 from .db import Database
-from .faults import is_transient, retry_delay_s
+from .faults import is_database_outage, is_transient, retry_delay_s
 from .models import utcnow
 from .optuna_sync import OptunaView
 from .paths import check_workdir, study_tracking_uri, study_workdir
@@ -169,6 +175,10 @@ def run_driver(
         from fedtune.tuning.study import run_study
 
     db = Database(settings.database_url)
+    # The driver alone writes the service database; the Ray processes it starts (an embedded
+    # cluster's raylet, agents and trial workers) inherit its environment: keep the database's
+    # credentials out of it (issue 24 item 12; the engine reads the URL from ``settings``).
+    os.environ.pop("FEDTUNE_DATABASE_URL", None)
     try:
         try:
             check_workdir(settings)
@@ -232,6 +242,9 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
         log.error("study %s: %s", study_id, exc)
         return EXIT_LOCKED
     except Exception as exc:
+        if is_database_outage(exc):  # nothing to write now: the next dispatch syncs and resumes
+            log.warning("study %s: the service database failed: %s", study_id, _one_line(exc))
+            return exc
         view.sync_into(db, study_id)
         if is_transient(exc):
             log.warning("study %s: transient error: %s", study_id, _one_line(exc))
@@ -242,10 +255,19 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
+    try:
+        return _record_end(db, study_id, view, result)
+    except DatabaseUnavailableError as exc:  # the next dispatch finds the study done and ends it
+        log.warning("study %s: the service database failed at the end: %s", study_id, exc)
+        return exc
+
+
+def _record_end(db: Database, study_id: str, view: OptunaView, result: Any) -> int:
+    """The finished study's trials and final state into the service database."""
     view.sync_into(db, study_id)
     best = result.best or {}
-    if getattr(result, "all_failed", False):  # nothing succeeded: say so, with the first error
-        reason = f"all {result.counts['trials']} trials failed; {result.first_error or 'no error'}"
+    if result.failure:  # no best configuration (all diverged, failed, stopped): failed, why
+        reason = result.failure
         _finish(db, study_id, StudyState.FAILED, error=reason[:2000],
                 mlflow_experiment_id=result.experiment_id, mlflow_run_id=result.parent_run_id)  # fmt: skip
         log.error("study %s failed: %s", study_id, reason)
@@ -266,8 +288,15 @@ def _drop_queue_if_cancelled(db: Database, study_id: str, view: OptunaView) -> N
 
 
 def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:
-    """Re-queue the study after the backoff (attempts left) or fail it (the last one)."""
+    """Re-queue the study after the backoff (attempts left) or fail it (the last one); after a
+    database outage, once the database answers again, without using up the attempt."""
     reason = _one_line(exc)
+    if is_database_outage(exc):
+        if not _wait_for_database(db, study_id, settings, sleep):
+            return EXIT_STOPPED
+        recovery = recover_study(db, study_id, attempt, reason, settings.max_dispatch_attempts,
+                                 counts=False)  # fmt: skip
+        return EXIT_REQUEUED if recovery.action == "requeued" else 1
     if attempt < settings.max_dispatch_attempts:
         delay = retry_delay_s(settings.retry_backoff_s, attempt)
         log.warning("study %s: re-queued in %.0f s", study_id, delay)
@@ -277,6 +306,31 @@ def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:
             return EXIT_STOPPED
     recovery = recover_study(db, study_id, attempt, reason, settings.max_dispatch_attempts)
     return EXIT_REQUEUED if recovery.action == "requeued" else 1
+
+
+#: how long a driver waits for the service database after an outage before it gives up (the
+#: service then finds the driver gone and counts the attempt: nothing is lost, the study resumes)
+OUTAGE_WAIT_S = 900.0
+
+
+def _wait_for_database(db, study_id, settings, sleep, limit_s: float = OUTAGE_WAIT_S) -> bool:
+    """Wait (backoff, at most 30 s a step) until the database answers; False when stopped."""
+    delay, waited = max(settings.retry_backoff_s, 0.5), 0.0
+    while True:
+        try:
+            db.ping()
+            return True
+        except DatabaseUnavailableError:
+            if waited >= limit_s:
+                raise
+            log.warning("study %s: the service database is unavailable; waiting %.0f s",
+                        study_id, delay)  # fmt: skip
+        try:
+            sleep(delay)
+        except KeyboardInterrupt:
+            return False
+        waited += delay
+        delay = min(delay * 2, 30.0)
 
 
 class _MlflowIds:

@@ -11,6 +11,7 @@ from fedtune.errors import (
     IdempotencyKeyReusedError,
     IllegalStateChangeError,
     InvalidRequestError,
+    InvalidTokenError,
     PayloadTooLargeError,
     ServiceBusyError,
     ServiceUnreachableError,
@@ -18,8 +19,9 @@ from fedtune.errors import (
     StudyNotFoundError,
     TrialNotFoundError,
     UnauthorizedError,
+    WorkdirUnwritableError,
 )
-from fedtune.wire import ERROR_TABLE, error_body, exception_from_body, status_and_code
+from fedtune.wire import ERROR_TABLE, error_body, exception_from_body, retry_after, status_and_code
 
 __all__ = [
     "ERROR_TABLE",
@@ -31,6 +33,7 @@ __all__ = [
     "IdempotencyKeyReusedError",
     "IllegalStateChangeError",
     "InvalidRequestError",
+    "InvalidTokenError",
     "PayloadTooLargeError",
     "ServiceBusyError",
     "ServiceUnreachableError",
@@ -38,7 +41,9 @@ __all__ = [
     "StudyNotFoundError",
     "TrialNotFoundError",
     "UnauthorizedError",
+    "WorkdirUnwritableError",
     "error_body",
     "exception_from_body",
+    "retry_after",
     "status_and_code",
 ]

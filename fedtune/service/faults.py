@@ -16,13 +16,25 @@ A study driver that fails does so for one of two kinds of reasons:
 An error is transient when it, or an error it was raised from (``__cause__``/``__context__``),
 is of a transient kind — unless the error itself is a fedtune error that is not transient (a
 ``ConfigError`` says what to fix, whatever it was raised from).
+
+A **database outage** (:func:`is_database_outage`: the service database unreachable, a
+``DatabaseUnavailableError`` or SQLAlchemy's connection errors anywhere in the chain) is the
+service's fault, not the study's: the driver waits for the database and re-queues the study
+without using up one of its attempts (issue 24 item 11; three outages used to fail a study).
 """
 
 from __future__ import annotations
 
 from fedtune.errors import FedtuneError, TransientError
 
-__all__ = ["is_transient", "retry_delay_s"]
+__all__ = ["is_database_outage", "is_transient", "retry_delay_s"]
+
+#: ``module.Class`` names of SQLAlchemy errors that mean "the database did not answer"
+_OUTAGE_NAMES = frozenset({
+    "sqlalchemy.exc.OperationalError",
+    "sqlalchemy.exc.InterfaceError",
+    "sqlalchemy.exc.TimeoutError",
+})  # fmt: skip
 
 #: ``module.Class`` names of third-party errors that mean "could not reach it (yet)"
 _TRANSIENT_NAMES = frozenset({
@@ -48,6 +60,22 @@ def is_transient(exc: BaseException) -> bool:
     node: BaseException | None = exc
     while node is not None and id(node) not in seen and len(seen) < _MAX_CHAIN:
         if _transient_kind(node):
+            return True
+        seen.add(id(node))
+        node = node.__cause__ or node.__context__
+    return False
+
+
+def is_database_outage(exc: BaseException) -> bool:
+    """True when ``exc`` or an error it was raised from is the service database not answering."""
+    from fedtune.errors import DatabaseUnavailableError
+
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen and len(seen) < _MAX_CHAIN:
+        if isinstance(node, DatabaseUnavailableError) or any(
+            f"{c.__module__}.{c.__qualname__}" in _OUTAGE_NAMES for c in type(node).__mro__
+        ):
             return True
         seen.add(id(node))
         node = node.__cause__ or node.__context__

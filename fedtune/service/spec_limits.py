@@ -9,8 +9,10 @@ Every refusal is ``ConfigError(field, reason)`` (→ 422 naming the dotted field
   task key named ``path``/``*_path``/``*_dir``/``*_root``/``*_file``) must lie under one of the
   operator's ``FEDTUNE_DATA_ROOTS`` once symlinks and ``..`` are resolved (no roots: no paths);
 * **sizes** are bounded by settings (typo guards such as ``rounds: 1e12``): ``budget.trials``,
-  ``train.rounds``, ``task.clients`` and ``train.clients_per_round``, ``task.dim``,
-  ``budget.max_concurrent``, ``resources.cpu``/``gpu``, and the search space itself — choices
+  ``train.rounds`` and ``train.eval_every``, ``task.clients`` and ``train.clients_per_round``,
+  ``task.dim``, ``train.local_steps``, ``train.local_epochs``, ``train.batch_size``, ``seed`` and
+  ``task.seed``, ``budget.max_concurrent``, ``resources.cpu``/``gpu``, and the search space
+  itself — choices
   (and grid values) per parameter and parameters per spec, which keeps validation cheap.
   A searched size (``search.parameters.rounds.high``) is bounded like a fixed one.
 """
@@ -95,10 +97,16 @@ def _check_path(field: str, value: Any, roots: list[Path]) -> None:
         raise ConfigError(field, f"must lie under a data root ({shown}), symlinks resolved")
 
 
-# (path in the raw spec, setting, field name in messages)
+# (path in the raw spec, setting); a path of one key is a top-level field
 _FIXED = (
     (("budget", "trials"), "max_trials"),
     (("train", "rounds"), "max_rounds"),
+    (("train", "eval_every"), "max_rounds"),
+    (("train", "local_steps"), "max_local_steps"),
+    (("train", "local_epochs"), "max_local_epochs"),
+    (("train", "batch_size"), "max_batch_size"),
+    (("seed",), "max_seed"),
+    (("task", "seed"), "max_seed"),
     (("train", "clients_per_round"), "max_clients"),
     (("task", "clients"), "max_clients"),
     (("task", "dim"), "max_dim"),
@@ -106,16 +114,18 @@ _FIXED = (
     (("resources", "cpu"), "max_trial_cpu"),
     (("resources", "gpu"), "max_trial_gpu"),
 )
-_SEARCHED = {"train.rounds": "max_rounds", "train.clients_per_round": "max_clients",
-             "task.clients": "max_clients", "task.dim": "max_dim"}  # fmt: skip
+#: searchable sizes (config path -> setting): all but the study-level budget and resources
+_SEARCHED = {".".join(path): setting for path, setting in _FIXED
+             if path[0] not in ("budget", "resources")}  # fmt: skip
 
 
 def check_sizes(data: Mapping[str, Any], settings: Any) -> None:
     """Sizes within the settings' limits (see the module docstring)."""
-    for (section, key), setting in _FIXED:
-        block = data.get(section)
+    for path, setting in _FIXED:
+        *sections, key = path
+        block = data.get(sections[0]) if sections else data
         if isinstance(block, Mapping):
-            _at_most(f"{section}.{key}", block.get(key), getattr(settings, setting), setting)
+            _at_most(".".join(path), block.get(key), getattr(settings, setting), setting)
     search = data.get("search")
     entries = list(_searched(search))
     if len(entries) > settings.max_search_parameters:
@@ -175,6 +185,11 @@ def describe_limits(settings: Any) -> str:
         ("train.rounds", settings.max_rounds, "FEDTUNE_MAX_ROUNDS"),
         ("task.clients, train.clients_per_round", settings.max_clients, "FEDTUNE_MAX_CLIENTS"),
         ("task.dim", settings.max_dim, "FEDTUNE_MAX_DIM"),
+        ("train.local_steps", settings.max_local_steps, "FEDTUNE_MAX_LOCAL_STEPS"),
+        ("train.local_epochs", settings.max_local_epochs, "FEDTUNE_MAX_LOCAL_EPOCHS"),
+        ("train.batch_size", settings.max_batch_size, "FEDTUNE_MAX_BATCH_SIZE"),
+        ("train.eval_every", settings.max_rounds, "FEDTUNE_MAX_ROUNDS"),
+        ("seed, task.seed", settings.max_seed, "FEDTUNE_MAX_SEED"),
         ("budget.max_concurrent", settings.max_concurrent_trials,
          "FEDTUNE_MAX_CONCURRENT_TRIALS"),
         ("resources.cpu", settings.max_trial_cpu, "FEDTUNE_MAX_TRIAL_CPU"),

@@ -42,6 +42,8 @@ class AcceptedSpec:
     gpu: float
     experiment: str
     document: dict[str, Any]
+    project: str | None = None
+    priority: int = 0
 
 
 def service_rules(data: Mapping[str, Any], settings: Any = None) -> None:
@@ -85,6 +87,8 @@ def accept_spec(data: Any, settings: Any = None, *, rules: bool = True) -> Accep
         gpu=float(spec.resources.gpu),
         experiment=spec.experiment,
         document=document,
+        project=spec.project,
+        priority=spec.priority,
     )
 
 

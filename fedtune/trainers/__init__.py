@@ -11,9 +11,9 @@ from .config import (
     TrainConfig,
     TrialConfig,
     apply_overrides,
-    parse_trial_config,
 )
 from .engine import Trainer, pick_device, run_trial
+from .parsing import parse_trial_config
 from .records import Outcome, RoundRecord, TrialResult
 from .tasks import build_task, task_names, tasks
 

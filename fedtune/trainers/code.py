@@ -19,33 +19,14 @@ import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any
 
 from fedtune.errors import CodeError, ConfigError
 
+from .code_spec import CodeSpec, parse_code_spec
 from .plugins import Origin, error_location, registering_from
 
 __all__ = ["CodeSpec", "LoadReport", "code_origin", "load_code", "parse_code_spec"]
-
-MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-
-
-class CodeSpec(BaseModel):
-    """The ``code:`` section of a study or training configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str | None = None
-    modules: Annotated[list[Annotated[str, Field(pattern=MODULE_PATTERN)]], Field(min_length=1)]
-
-    def resolved(self, base_dir: str | Path | None) -> CodeSpec:
-        """The same spec with ``path`` made absolute against ``base_dir`` (the study's folder)."""
-        if self.path is None or Path(self.path).is_absolute() or base_dir is None:
-            return self
-        return self.model_copy(update={"path": str((Path(base_dir) / self.path).resolve())})
-
 
 @dataclass(frozen=True)
 class LoadReport:
@@ -60,20 +41,6 @@ class LoadReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def parse_code_spec(data: Any, field_name: str = "code") -> CodeSpec:
-    if isinstance(data, CodeSpec):
-        return data
-    try:
-        return CodeSpec.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        reason = {"extra_forbidden": "unknown key", "missing": "is required"}.get(
-            err["type"], err["msg"]
-        )
-        raise ConfigError(f"{field_name}{loc}", reason) from None
 
 
 def code_origin(spec: CodeSpec) -> Origin:
@@ -128,7 +95,30 @@ def _import(module: str, index: int, root: str | None) -> str | None:
             f"importing {module!r} raised {type(exc).__name__}: {exc}",
             error_location(exc, root),
         ) from exc
-    return getattr(mod, "__file__", None)
+    file = getattr(mod, "__file__", None)
+    _check_under_root(module, where, file, root)
+    return file
+
+
+def _check_under_root(module: str, where: str, file: str | None, root: str | None) -> None:
+    """With ``code.path``, the module must come from there: an installed copy of the same
+    package (``pip install ./mypkg``, loaded first through its entry points, or earlier on
+    ``sys.path``) would otherwise run in the driver while the trials run ``code.path``'s
+    (issue 24 item 1). One line naming both places."""
+    if root is None or file is None:
+        return
+    here = Path(file).resolve()
+    if here.is_relative_to(root) or str(file).startswith(root.rstrip("/") + "/"):
+        return
+    top = module.split(".")[0]
+    if not ((Path(root) / top).is_dir() or (Path(root) / f"{top}.py").is_file()):
+        return  # code.path does not provide it (``os``, an installed dependency): no shadowing
+    raise CodeError(
+        where,
+        f"module {module!r} is imported from {here}, not from code.path {root}: another copy "
+        f"of {top!r} (installed, or loaded earlier) shadows the study's code; uninstall it "
+        f"(pip uninstall) or leave code.path out to use the installed one",
+    )
 
 
 def load_code(code: CodeSpec | Mapping[str, Any], base_dir: str | Path | None = None) -> LoadReport:

@@ -18,6 +18,8 @@ initialisation and mini-batch draws.
 ``hparams`` holds the values the user gave, validated against the algorithm's declarations
 (each part owns its hyperparameters: :mod:`fedtune.trainers.hparams`); the values a run uses
 (recipe defaults < user < recipe-fixed) are ``fedtune.trainers.algorithms.resolve``'s.
+Parsing a plain mapping against the registries is :mod:`.parsing`'s (this module holds the
+types, which the algorithm registry names, so it imports no registry).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from typing import Any, Literal
 
 from fedtune.errors import ConfigError
 
-from .code import CodeSpec, load_code, parse_code_spec
-from .typed import check, from_mapping, to_dict
+from .code_spec import CodeSpec
+from .typed import check, to_dict
 
 __all__ = [
     "DecayConfig",
@@ -39,7 +41,6 @@ __all__ = [
     "TrainConfig",
     "TrialConfig",
     "apply_overrides",
-    "parse_trial_config",
 ]
 
 
@@ -218,52 +219,6 @@ class TrialConfig:
         if self.code is not None:
             out["code"] = self.code.model_dump()
         return out
-
-
-_TOP_KEYS = ("task", "algorithm", "train", "hparams", "decay", "seed", "code")
-
-
-def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> TrialConfig:
-    """Validate a plain mapping into a :class:`TrialConfig` (errors name the dotted field).
-
-    ``hparams`` are checked against the algorithm's recipe: only the names it accepts, each
-    typed and within the bounds its part declares. A ``code`` section is imported first
-    (:func:`~fedtune.trainers.code.load_code`; a relative ``path`` is relative to the working
-    directory), so that the names it registers validate.
-    """
-    try:
-        if not isinstance(data, Mapping):
-            raise ConfigError("<root>", "a training configuration must be a mapping")
-        unknown = sorted(set(data) - set(_TOP_KEYS))
-        if unknown:
-            raise ConfigError(unknown[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")
-        code = None
-        if data.get("code") is not None:
-            code = parse_code_spec(data["code"]).resolved(".")
-            load_code(code)
-        if "task" not in data:
-            raise ConfigError("task", "is required")
-        if not isinstance(data.get("algorithm"), str):
-            raise ConfigError("algorithm", "is required (an algorithm name, e.g. fedavg)")
-        seed = data.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ConfigError("seed", f"must be an integer, got {seed!r}")
-        from .algorithms.registry import get_recipe
-
-        hparams = get_recipe(data["algorithm"]).given_hparams(data.get("hparams"))
-        return TrialConfig(
-            task=TaskConfig.from_dict(data["task"]),
-            algorithm=data["algorithm"],
-            train=from_mapping(TrainConfig, data.get("train"), "train"),
-            hparams=hparams,
-            decay=from_mapping(DecayConfig, data.get("decay"), "decay"),
-            seed=seed,
-            code=code,
-        )
-    except ConfigError as exc:
-        if source and not exc.source:
-            raise exc.with_source(source) from None
-        raise
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

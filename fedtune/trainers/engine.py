@@ -30,7 +30,7 @@ import torch
 from fedtune.errors import ConfigError
 
 from .algorithms import Cohort, RoundContext, resolve
-from .config import TrialConfig, parse_trial_config
+from .config import TrialConfig
 from .decay import DecayController
 from .evaluation import (
     client_mean_losses,
@@ -40,6 +40,7 @@ from .evaluation import (
 )
 from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
+from .parsing import parse_trial_config
 from .records import Outcome, RoundRecord, TrialResult
 from .runners import choose_runner, make_runner
 from .sampling import cohort_batch_indices, sample_clients

@@ -83,7 +83,7 @@ _RELAYS = frozenset(
         "fedtune.trainers.tasks.registry",
         "fedtune.trainers.models.registry",
         "fedtune.trainers.algorithms.registry",
-        "fedtune.trainers.algorithms.recipes",
+        "fedtune.trainers.algorithms.recipe",
         "fedtune.trainers.hparams",
     }
 )
@@ -150,11 +150,11 @@ class Registry(Generic[T]):
         self._eps_loaded = False
 
     # -- registration -------------------------------------------------------------
-    def add(self, name: str, entry: T) -> None:
-        """Register ``entry`` under ``name``. The registering module gives the default origin;
-        a second registration from another module raises ``CodeError`` (the same module
-        registering again, e.g. re-imported, replaces its entry)."""
-        module = _registering_module()
+    def add(self, name: str, entry: T, module: str | None = None) -> None:
+        """Register ``entry`` under ``name``. The registering module (``module``, else the
+        caller's) gives the default origin; a second registration from another module raises
+        ``CodeError`` (the same module registering again, e.g. re-imported, replaces its entry)."""
+        module = module or _registering_module()
         if not isinstance(name, str) or not name:
             raise CodeError(f"{self.kind}.name", "must be a non-empty string", caller_location())
         if name in self._entries and self._modules[name] != module:

@@ -5,6 +5,10 @@
   resumed study keeps it); :func:`first_error` reads it back and :func:`all_failed` says whether
   every finished trial failed — the service then ends the study ``failed`` with that error as
   its reason instead of ``succeeded`` with none.
+* :func:`no_best_reason` — the one rule for a study that ends without a best configuration (no
+  trial completed with a finite value: every trial diverged, failed or was stopped): the CLI
+  exits 1, the service ends the study ``failed``, ``fedtune wait`` exits 1, all with this one
+  line as the reason, e.g. ``all 2 trials diverged; trial 0: round 2: client loss nan``.
 * :func:`discard_waiting` empties the study's queue: trials ``WAITING`` in Optuna (re-enqueued
   interrupted trials, grid points not run yet) are marked ``FAIL`` with ``outcome: cancelled``.
   The service calls it when a cancelled study's driver stops, so nothing of a cancelled study is
@@ -17,7 +21,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -34,6 +37,7 @@ __all__ = [
     "all_failed",
     "discard_waiting",
     "first_error",
+    "no_best_reason",
 ]
 
 FIRST_ERROR_ATTR = "fedtune:first_error"
@@ -42,14 +46,12 @@ _MAX_CHARS = 2000
 
 
 def error_line(trial: Any) -> str:
-    """One line for a failed Tune trial: the last line of its error trace (``TrialError: …``)."""
-    try:  # Tune writes error.txt in the trial's local directory before calling back
-        local = getattr(trial, "error_file", None)
-        text = Path(local).read_text(errors="replace") if local else trial.get_error() or ""
-    except Exception:  # the error file may be gone; the fact of the failure is what matters
-        text = ""
-    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return (lines[-1] if lines else "the trial failed without an error message")[:_MAX_CHARS]
+    """One line for a failed Tune trial: the last line of its error trace (:func:`.tracking.
+    error_line`: the fedtune error's own message, without Ray's ``TrialError:`` wrapper)."""
+    from .tracking import error_line as last_line
+
+    line = last_line(trial)
+    return (line if line != "error" else "the trial failed without an error message")[:_MAX_CHARS]
 
 
 class FirstErrorCallback(tune.Callback):
@@ -88,3 +90,36 @@ def discard_waiting(store: StudyStore, *, orphans: bool = False) -> int:
     for t in running:
         store.mark_interrupted(t.number)
     return len(waiting) + len(running)
+
+
+def no_best_reason(study: optuna.Study, counts: Mapping[str, int]) -> str:
+    """One line on why ``study`` has no best configuration (call it only when it has none).
+
+    ``all N trials diverged|failed|were stopped`` when they share one outcome, else ``no trial
+    completed (a diverged, b failed, ...)``; then the first trial's own reason: a diverged
+    trial's engine reason (``round 2: client loss nan``) or the first error
+    (:func:`first_error`), whichever trial came first."""
+    kinds = {k: counts.get(k, 0) for k in ("completed", "diverged", "failed", "stopped")}
+    total = counts.get("trials", 0)
+    if total == 0:
+        head = "no trial finished"
+    elif kinds["completed"]:
+        head = f"no completed trial has a finite value ({kinds['completed']} completed)"
+    elif (only := [k for k, n in kinds.items() if n]) and len(only) == 1 and kinds[only[0]] == total:
+        verb = "were stopped" if only[0] == "stopped" else only[0]
+        head = f"all {total} trial{'s' if total != 1 else ''} {verb}"
+    else:
+        head = "no trial completed (" + ", ".join(f"{n} {k}" for k, n in kinds.items() if n) + ")"
+    first = _first_reason(study)
+    return f"{head}; {first}" if first else head
+
+
+def _first_reason(study: optuna.Study) -> str | None:
+    error = study.user_attrs.get(FIRST_ERROR_ATTR)
+    error_trial = error.get("trial") if isinstance(error, Mapping) else None
+    for t in study.get_trials(deepcopy=False):
+        if isinstance(error_trial, int) and t.number >= error_trial:
+            break
+        if t.user_attrs.get("outcome") == "diverged":
+            return f"trial {t.number}: {t.user_attrs.get('reason') or 'diverged'}"
+    return first_error(study)

@@ -6,15 +6,19 @@
   (``backoff_s · 2^(attempt−1)``), up to :class:`RayStartPolicy` ``attempts``. Then it raises
   :class:`~fedtune.errors.RayStartError`, whose message is one line. An embedded cluster also
   gets a generous worker-registration timeout (:data:`WORKER_REGISTER_TIMEOUT_S`).
-* :func:`ray_temp_dir` — where an embedded Ray keeps its session (sockets, logs): the
-  workdir's ``ray/`` when short enough for unix socket paths, else
-  ``/tmp/fedtune-ray-<hash of the workdir>`` (:data:`TEMP_PREFIX`), one per study;
+* :func:`make_ray_temp_dir` / :func:`ray_temp_dir` — where an embedded Ray keeps its session
+  (sockets, logs): the workdir's ``ray/`` when short enough for unix socket paths, else a
+  ``/tmp/fedtune-ray-<random>`` folder (:data:`TEMP_PREFIX`, ``mkdtemp``: a name no other user
+  can guess or plant first) whose path the workdir's ``ray-temp`` file records, so that a later
+  driver or the service finds a killed driver's processes by it. Both are mode 0700 and must be
+  real folders owned by this user: Ray's unix sockets and logs are reachable by no one else;
 * :func:`reap_orphans` — a driver killed with SIGKILL runs no clean-up: Ray's agents and trial
   workers outlive it (a minute and more, computing). They are found by the study's temp dir:
   a process whose command line names a path inside it or that holds a file open inside it
   (agents and workers rename themselves ``ray::…`` but keep their log files there). Only
   processes of this user and that temp dir are signalled — never another Ray cluster;
-* :func:`remove_temp_dir` — a hashed temp dir is deleted at the end of the study;
+* :func:`remove_temp_dir` — a ``/tmp`` temp dir is deleted at the end of the study
+  (:func:`discard_temp_dir`: and the workdir's record of it);
 * :func:`reap_study` — both, by the service (local backend) once a study's driver is found dead
   and no other driver holds the study's lock: a study that is not run again leaves nothing.
 
@@ -30,6 +34,8 @@ import logging
 import os
 import shutil
 import signal
+import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -43,6 +49,8 @@ __all__ = [
     "TEMP_PREFIX",
     "WORKER_REGISTER_TIMEOUT_S",
     "RayStartPolicy",
+    "discard_temp_dir",
+    "make_ray_temp_dir",
     "ray_temp_dir",
     "reap_orphans",
     "reap_study",
@@ -55,6 +63,7 @@ log = logging.getLogger(__name__)
 RAY_TEMP_MAX = 40  # Ray puts unix sockets ~65 characters below its temp dir; Linux allows 107
 TEMP_PREFIX = "fedtune-ray-"
 SYSTEM_TEMP = Path("/tmp")  # short on purpose (socket paths), whatever TMPDIR says
+TEMP_RECORD = "ray-temp"  # in the workdir: the path of its /tmp temp dir
 WORKER_REGISTER_TIMEOUT_S = 180  # Ray's default 60 s is too short on a loaded machine
 _TERM_GRACE_S = 5.0
 
@@ -125,7 +134,7 @@ def start_ray(
         with contextlib.suppress(Exception):
             shutdown()  # half-started: its processes go, the next attempt starts clean
         if temp_dir is not None:
-            reap_orphans(temp_dir)
+            reap_orphans(temp_dir, whose=HALF_STARTED)
         if attempt < policy.attempts:
             log.warning("Ray start-up failed (attempt %d of %d): %s; retrying in %.0f s",
                         attempt, policy.attempts, _first_line(last), policy.delay(attempt))  # fmt: skip
@@ -142,12 +151,76 @@ def _first_line(exc: BaseException) -> str:
 
 # -- the study's temp dir and what is left in it ------------------------------------------
 def ray_temp_dir(workdir: Path) -> Path:
-    """``<workdir>/ray`` if short enough for Ray's unix sockets, else a hashed /tmp folder."""
-    inside = Path(workdir) / "ray"
+    """The temp dir of the study in ``workdir``: ``<workdir>/ray`` if short enough for Ray's
+    unix sockets, else the ``/tmp`` folder the workdir records (:func:`make_ray_temp_dir`);
+    without a record, the ``/tmp/fedtune-ray-<hash>`` name of drivers before 0700 random names
+    (a killed old driver's processes are still found by it). It may not exist."""
+    workdir = Path(workdir)
+    inside = workdir / "ray"
     if len(str(inside)) <= RAY_TEMP_MAX:
         return inside
+    recorded = _recorded_temp_dir(workdir)
+    if recorded is not None:
+        return recorded
     digest = hashlib.sha1(str(workdir).encode()).hexdigest()[:10]
     return SYSTEM_TEMP / f"{TEMP_PREFIX}{digest}"
+
+
+def make_ray_temp_dir(workdir: Path) -> Path:
+    """Create (or take back) the study's temp dir, mode 0700, and return it.
+
+    ``<workdir>/ray`` when short enough, else a fresh ``mkdtemp`` folder under ``/tmp`` (random
+    name, created 0700 atomically) recorded in ``<workdir>/ray-temp``; an earlier run's
+    recorded folder is taken back when it is still a real folder of this user. Anything else at
+    that path — a symlink, another user's folder — is refused with a :class:`ConfigError`
+    (``ray temp dir``) rather than used: Ray would put its sockets where someone else can reach.
+    """
+    workdir = Path(workdir)
+    inside = workdir / "ray"
+    if len(str(inside)) <= RAY_TEMP_MAX:
+        inside.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            inside.mkdir(mode=0o700)
+        _own_private_dir(inside)
+        return inside
+    recorded = _recorded_temp_dir(workdir)
+    if recorded is not None and recorded.is_dir():
+        _own_private_dir(recorded)
+        return recorded
+    made = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=SYSTEM_TEMP))
+    workdir.mkdir(parents=True, exist_ok=True)
+    record = workdir / TEMP_RECORD
+    partial = record.with_name(f".{TEMP_RECORD}.{os.getpid()}")
+    partial.write_text(str(made))
+    os.replace(partial, record)
+    return made
+
+
+def discard_temp_dir(workdir: Path, temp_dir: Path) -> None:
+    """:func:`remove_temp_dir` and forget it: the workdir no longer records it."""
+    if remove_temp_dir(temp_dir):
+        (Path(workdir) / TEMP_RECORD).unlink(missing_ok=True)
+
+
+def _recorded_temp_dir(workdir: Path) -> Path | None:
+    try:
+        text = (workdir / TEMP_RECORD).read_text().strip()
+    except OSError:
+        return None
+    path = Path(text)
+    if path.parent != SYSTEM_TEMP or not path.name.startswith(TEMP_PREFIX):
+        return None  # never act on a record that names anything but our own kind of folder
+    return path
+
+
+def _own_private_dir(path: Path) -> None:
+    """``path`` is a real folder of this user (not a symlink): make it 0700, else refuse."""
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise ConfigError("ray temp dir", f"{path} is not a folder of this user (a symlink or "
+                          "another user's): refusing to put Ray's sockets there")  # fmt: skip
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        path.chmod(0o700)
 
 
 def _inside(text: str, root: str) -> bool:
@@ -199,15 +272,27 @@ def _candidates(roots: tuple[str, ...]) -> Iterator[tuple[int, int]]:
                 yield pid, ticks
 
 
-def reap_orphans(temp_dir: Path, grace_s: float = _TERM_GRACE_S) -> list[int]:
+#: whose processes :func:`reap_orphans` stops, as its log line says
+KILLED_DRIVER = "a killed driver's"
+OWN_SHUTDOWN = "outlived this driver's ray.shutdown()"
+HALF_STARTED = "a failed Ray start's"
+
+
+def reap_orphans(
+    temp_dir: Path, grace_s: float = _TERM_GRACE_S, *, whose: str = KILLED_DRIVER
+) -> list[int]:
     """Stop every process of this user marked by ``temp_dir`` (SIGTERM, then SIGKILL after
-    ``grace_s``); returns their pids. Call it only while no live driver uses ``temp_dir``."""
+    ``grace_s``); returns their pids. Call it only while no live driver uses ``temp_dir``.
+
+    ``whose`` says where they come from: a warning for a killed driver's (something went wrong
+    before), a debug line for stragglers of this driver's own shutdown (routine)."""
     roots = tuple({os.path.abspath(temp_dir), os.path.realpath(temp_dir)})
     found = dict(_candidates(roots))
     if not found:
         return []
-    log.warning("stopping %d Ray process(es) left in %s (a killed driver's): pids %s",
-                len(found), temp_dir, sorted(found))  # fmt: skip
+    level = logging.DEBUG if whose == OWN_SHUTDOWN else logging.WARNING
+    log.log(level, "stopping %d Ray process(es) left in %s (%s): pids %s",
+            len(found), temp_dir, whose, sorted(found))  # fmt: skip
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
         alive = {p: t for p, t in found.items() if _start_ticks(p) == t}
         for pid in alive:
@@ -236,15 +321,16 @@ def reap_study(workdir: Path) -> list[int]:
         except BlockingIOError:
             return []  # a driver runs the study: its processes are not orphans
         try:
-            reaped = reap_orphans(ray_temp_dir(workdir))
-            remove_temp_dir(ray_temp_dir(workdir))
+            temp = ray_temp_dir(workdir)
+            reaped = reap_orphans(temp)
+            discard_temp_dir(workdir, temp)
             return reaped
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def remove_temp_dir(temp_dir: Path) -> bool:
-    """Delete a hashed ``/tmp/fedtune-ray-*`` temp dir (never anything else); True if removed."""
+    """Delete a ``/tmp/fedtune-ray-*`` temp dir (never anything else); True if removed."""
     temp_dir = Path(temp_dir)
     if temp_dir.parent != SYSTEM_TEMP or not temp_dir.name.startswith(TEMP_PREFIX):
         return False

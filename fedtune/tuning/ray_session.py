@@ -29,7 +29,14 @@ from typing import Any
 from fedtune.errors import ConflictError
 
 from . import timeline
-from .ray_runtime import ray_temp_dir, reap_orphans, remove_temp_dir, start_ray
+from .ray_runtime import (
+    OWN_SHUTDOWN,
+    discard_temp_dir,
+    make_ray_temp_dir,
+    ray_temp_dir,
+    reap_orphans,
+    start_ray,
+)
 
 __all__ = ["OBJECT_STORE_BYTES", "EarlyRay", "ray_session", "study_lock"]
 
@@ -76,10 +83,9 @@ def ray_session(
         finally:
             ray.shutdown()
         return
-    temp = ray_temp_dir(workdir)
-    reap_orphans(temp)  # Ray agents and workers of an earlier driver killed with SIGKILL
+    reap_orphans(ray_temp_dir(workdir))  # agents and workers of a driver killed with SIGKILL
+    temp = make_ray_temp_dir(workdir)
     try:
-        temp.mkdir(parents=True, exist_ok=True)
         start_ray(temp_dir=temp, num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
                   object_store_memory=OBJECT_STORE_BYTES, **quiet)  # fmt: skip
         try:
@@ -87,8 +93,9 @@ def ray_session(
         finally:
             ray.shutdown()
     finally:
-        reap_orphans(temp)  # stragglers of a shutdown that did not wait for every agent
-        remove_temp_dir(temp)
+        # stragglers of a shutdown that did not wait for every agent: routine, not a warning
+        reap_orphans(temp, whose=OWN_SHUTDOWN)
+        discard_temp_dir(workdir, temp)
 
 
 class EarlyRay:

@@ -42,6 +42,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -67,7 +68,8 @@ from fedtune.trainers.algorithms.registry import (
     local_steps_of,
 )
 from fedtune.trainers.code import CodeSpec, LoadReport, load_code
-from fedtune.trainers.config import TrialConfig, apply_overrides, parse_trial_config
+from fedtune.trainers.config import TrialConfig, apply_overrides
+from fedtune.trainers.parsing import parse_trial_config
 
 from .choices import can_check_cheaply, check_choice
 
@@ -253,7 +255,8 @@ class ResourcesSpec(_Spec):
         return self
 
 
-FiniteFloat = Annotated[float, Field(strict=False, allow_inf_nan=False)]
+#: a finite number (ints too); not a string or a bool, as the OpenAPI schema says (issue 24.13)
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class TradeoffSpec(_Spec):
@@ -309,12 +312,23 @@ def _task(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
+#: what ``task:`` takes: a name, or an object with a name and the task's parameters
+_TASK_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "minLength": 1},
+        {"type": "object", "required": ["name"], "additionalProperties": True,
+         "properties": {"name": {"type": "string", "minLength": 1}}},
+    ],
+    "title": "Task",
+}  # fmt: skip
+
+
 class StudySpec(_Spec):
     """A study: see the module docstring. Build with :meth:`from_dict` / :meth:`from_file`."""
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     description: str = ""
-    task: Annotated[dict[str, Any], BeforeValidator(_task)]
+    task: Annotated[dict[str, Any], BeforeValidator(_task), WithJsonSchema(_TASK_SCHEMA)]
     algorithm: str
     train: dict[str, Any] = Field(default_factory=dict)
     hparams: dict[str, Any] = Field(default_factory=dict)
@@ -331,6 +345,11 @@ class StudySpec(_Spec):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     tradeoff: TradeoffSpec = Field(default_factory=TradeoffSpec)
     code: CodeSpec | None = None
+    #: the service's project the study belongs to (who may see and change it, whose quota it
+    #: uses; default ``default``) and its priority within the project (bounded by the project's
+    #: ``max_priority``). ``fedtune tune`` keeps them and ignores them.
+    project: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)] | None = None
+    priority: Annotated[int, Field(strict=True, ge=-1000, le=1000)] = 0
 
     _base_dir: Path | None = PrivateAttr(default=None)
 
@@ -588,6 +607,11 @@ class StudySpec(_Spec):
                     f"{', '.join(found) or 'no ' + kind + 's'}; {exc.reason}",
                     files or None,
                 ) from None
+        name = self.task.get("name")
+        if isinstance(name, str):  # the task's declared parameters: unknown or out of range
+            from fedtune.trainers.tasks.registry import check_task_params
+
+            check_task_params(name, self.task)
 
     def _space_or_all_conflicts(self) -> SearchSpace:
         """The space; a narrowed space's conflicts — with its own ranges, defaults and grids,

@@ -61,7 +61,8 @@ from fedtune.trainers import parse_trial_config
 from . import optuna_glue as og
 from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
-from .failures import FirstErrorCallback, all_failed, first_error
+from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
+from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
 from .ray_session import ray_session as _ray_session
@@ -110,6 +111,9 @@ class StudyResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: ``trial N: <error>`` of the first failed trial (``failures.first_error``), if any
     first_error: str | None = None
+    #: why there is no best configuration (``failures.no_best_reason``); None when there is one.
+    #: The one rule: a study with a failure ends failed (CLI exit 1, service state ``failed``)
+    failure: str | None = None
 
     @property
     def all_failed(self) -> bool:
@@ -174,7 +178,7 @@ def run_study(
         with contextlib.ExitStack() as stack:
             # the stores are opened by threads while Ray starts, MLflow's until the first trial
             # starts (start-up, issue 14 req. 3)
-            pool = stack.enter_context(ThreadPoolExecutor(2, "fedtune-stores"))
+            pool = stack.enter_context(ThreadPoolExecutor(3, "fedtune-stores"))
             session: _Session | None = None
             opened: Future | None = None
             shipped = False
@@ -187,7 +191,8 @@ def run_study(
                 _Session.check(spec, trials)
                 opened = pool.submit(_Session.create, spec, workdir, trials, t0, tracking_uri, pool)
                 start = True
-            if start:
+            if start:  # the task and model built once, as a trial would, while Ray starts
+                checked = pool.submit(preflight, spec)
                 try:
                     env = code_runtime_env(spec, workdir)
                     if early is not None and not env and not ray_address:
@@ -198,6 +203,7 @@ def run_study(
                             early.stop_ray()  # this study needs a Ray of its own
                         shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
                     check_resources(spec, ray.cluster_resources())
+                    checked.result()  # its ConfigError is the study's: no trial runs
                 except BaseException as exc:
                     _fail_opened(opened, session, exc)
                     raise
@@ -410,6 +416,7 @@ class _Session:
             artifacts={k: str(v) for k, v in report.files.items()},
             interrupted=list(self.fixed.interrupted), timings=timings,
             first_error=first_error(study),
+            failure=None if best is not None else no_best_reason(study, counts),
         )  # fmt: skip
 
 

@@ -50,6 +50,8 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from ray.tune import Callback
 
+from fedtune.redact import scrub
+
 from .spec import StudySpec
 from .sqlite_commits import fast_commits_for
 from .sqlite_template import seed_sqlite_store
@@ -207,10 +209,11 @@ class StudyTracker:
         tags = {"study": spec.name, "algorithm": spec.algorithm, "task": spec.task.get("name", "")}
         run = self.client.create_run(self.experiment_id, tags=tags, run_name=spec.name)
         run_id = run.info.run_id
-        params = _flatten({k: v for k, v in spec.to_dict().items() if k != "search"})
+        document = scrub(spec.to_dict())  # no credential of a URI in the spec reaches MLflow
+        params = _flatten({k: v for k, v in document.items() if k != "search"})
         params["search.space"] = str(spec.search.space or "inline")
         self._log_params(run_id, params)
-        self.client.log_text(run_id, yaml.safe_dump(spec.to_dict(), sort_keys=False), "spec.yaml")
+        self.client.log_text(run_id, yaml.safe_dump(document, sort_keys=False), "spec.yaml")
         self.client.log_text(
             run_id, yaml.safe_dump(dict(space_dict), sort_keys=False), "search_space.yaml"
         )
@@ -414,10 +417,14 @@ def error_line(trial: Any) -> str:
     """The last line of a failed Tune trial's traceback (``ValueError: ...``)."""
     text = ""
     with contextlib.suppress(Exception):  # never fail the driver for a message
-        path = trial.error_file  # written on the driver before on_trial_error
+        path = getattr(trial, "error_file", None)  # written on the driver before on_trial_error
         text = Path(path).read_text() if path and Path(path).is_file() else str(trial.get_error())
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "error"
+    # Ray names the class that carried a fedtune error out of the trial: the message is the news
+    return _TRIAL_ERROR.sub("", lines[-1]) if lines else "error"
+
+
+_TRIAL_ERROR = re.compile(r"^(?:[\w.]+\.)?TrialError: ")
 
 
 class MlflowCallback(Callback):

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -220,7 +221,22 @@ def train_trial(config: dict[str, Any], spec: StudySpec) -> None:
     try:
         _train(config, spec)
     except FedtuneError as exc:
-        raise TrialError(f"{type(exc).__name__}: {exc}") from None
+        raise TrialError(trial_message(exc, spec)) from None
+
+
+_RAY_PACKAGE = re.compile(r"\S*/runtime_resources/py_modules_files/_ray_pkg_[0-9a-f]+/")
+
+
+def trial_message(exc: FedtuneError, spec: StudySpec) -> str:
+    """A trial's fedtune error as the user should read it (issue 24 item 4): its own message
+    (``task.name: the builder … raised OSError: …``, no ``CodeError:`` class prefix), with the
+    files of the code Ray unpacked for the trial (``…/runtime_resources/py_modules_files/
+    _ray_pkg_<hash>/pkg/x.py``) named where the study's ``code.path`` has them."""
+    text = str(exc)
+    code = spec.resolved_code
+    if code is not None and code.path:
+        text = _RAY_PACKAGE.sub(lambda _: str(code.path).rstrip("/") + "/", text)
+    return text
 
 
 def _train(config: dict[str, Any], spec: StudySpec) -> None:

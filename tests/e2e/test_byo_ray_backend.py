@@ -228,7 +228,9 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
     assert sorted(t.number for t in done) == sorted(t.number for t in trials)
     searched = {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
     assert all(set(t.params) == searched for t in done)  # the user's method's hyperparameters
-    parent, children = _mlflow_runs(final)
+    # the cluster's MLflow store is a local SQLite file: the service does not show its path
+    assert final.mlflow["tracking_uri"] is None
+    parent, children = _mlflow_runs(final, local_store=f"sqlite:///{world.root / 'mlflow.db'}")
     assert parent.info.status == "FINISHED" and len(children) == 2
     for child in children:
         assert child.info.status == "FINISHED"

@@ -15,7 +15,7 @@ from fedtune.trainers.tasks import build_task, register_task
 
 @register_task("user_quadratic", "the quadratic task, registered by user code")
 def build(params, seed):
-    return build_task({"name": "quadratic", **dict(params)}, seed)
+    return build_task("quadratic", params, seed)
 '''
 
 BAD = {

@@ -52,7 +52,7 @@ def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> No
     assert client.get("/healthz", headers=bare).json() == {"status": "ok"}
     assert _runtime(client).ctx.warmup.done.wait(300)
     ready = client.get("/readyz", headers=bare).json()
-    assert ready == {"status": "ready", "database": "sqlite", "revision": "0003"}
+    assert ready == {"status": "ready", "database": "sqlite", "revision": "0004"}
     assert client.get("/metrics", headers=bare).status_code == 200
     spec = client.get("/openapi.json", headers=bare).json()
     assert {"/v1/studies", "/v1/studies/{study_id}/tradeoff", "/v1/algorithms"} <= set(
@@ -114,7 +114,7 @@ def test_bearer_token_required(client: TestClient, path: str, caplog) -> None:
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
     assert r.headers["WWW-Authenticate"] == "Bearer"
     r = client.get(path, headers={"Authorization": "Bearer wrong-token-of-some-length"})
-    assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_token"  # issue 20
     r = client.post("/v1/studies", json=tiny_spec(), headers={"Authorization": "Basic abc"})
     assert r.status_code == 401
     assert all(TOKEN not in rec.getMessage() and "wrong-token" not in rec.getMessage()
@@ -181,10 +181,10 @@ def test_a_body_that_is_not_json_is_400(client: TestClient) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
 
 
-@pytest.mark.parametrize(("auth", "status"), [("", 401), ("Bearer wrong-token-0123456789", 403)])
+@pytest.mark.parametrize(("auth", "status"), [("", 401), ("Bearer wrong-token-0123456789", 401)])
 @pytest.mark.parametrize("body", [b"{not json", b"[1]", b"x" * 64])
 def test_auth_is_checked_before_the_body(client: TestClient, auth, status, body) -> None:
-    """An unauthenticated request gets 401/403 whatever its body: malformed, invalid or over the
+    """An unauthenticated request gets 401 whatever its body: malformed, invalid or over the
     size limit (the body is never read)."""
     headers = {"Content-Type": "application/json", "Authorization": auth}
     r = client.post("/v1/studies", content=body, headers=headers)
@@ -381,3 +381,14 @@ def test_metrics_reflect_the_database(client: TestClient, fake_backend: FakeBack
     assert again["state"] == "running" and again["attempts"] == 2
     assert "re-dispatching" in again["error"]
     assert client.get(f"/v1/studies/{ids[2]}").json()["state"] == "queued"
+
+
+def test_an_unknown_task_parameter_is_a_422_at_submission(client: TestClient) -> None:
+    """Issue 24, item 5: refused at submit, naming the field (the study used to be accepted
+    and fail in every trial)."""
+    spec = tiny_spec()
+    spec["task"] = {**spec["task"], "clinets": 10}
+    r = client.post("/v1/studies", json=spec)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == "task.clinets"
+    assert "unknown key" in r.json()["error"]["message"]

@@ -154,7 +154,33 @@ def test_bad_code_is_a_422_naming_the_field_and_file_line(make_client, tmp_path,
     error = r.json()["error"]
     assert error["field"] == "code.modules[0]"
     if kind != "import":  # a missing module has no line of the user's to blame
-        assert "user_lab/tasks.py:" in error["message"]
+        assert "(at user_lab/tasks.py:" in error["message"]  # as the package names it
+    assert "code-check-" not in error["message"]  # not the check's deleted scratch copy
+    assert client.get("/v1/studies").json()["total"] == 0
+
+
+_RAISING_BUILDER = """
+from fedtune.extend import register_task
+
+
+@register_task("user_quadratic")
+def build(params, seed):
+    raise OSError("the data share is not mounted")
+"""
+
+
+def test_a_task_builder_that_raises_is_a_422_at_submission(make_client, tmp_path) -> None:
+    """Issue 24, item 4: the validation subprocess builds the task once; every trial of the
+    study used to fail with this error after Ray started."""
+    client = make_client()
+    package = pack(write_package(tmp_path / "lab", _RAISING_BUILDER))
+    _upload(client, package.data)
+    r = client.post("/v1/studies", json=_code_spec(package.sha256))
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == "task.name"
+    assert "OSError: the data share is not mounted" in error["message"]
+    assert error["message"].endswith("(at user_lab/tasks.py:7)"), error["message"]
     assert client.get("/v1/studies").json()["total"] == 0
 
 
@@ -207,8 +233,8 @@ def test_a_study_serves_its_package_with_a_per_study_credential(make_client, tmp
         )
     token = code_token(code_url_key(settings), one, package.sha256)
     wrong = client.get(f"/v1/studies/{other}/code.zip?token={token}", headers=bare)
-    assert wrong.status_code == 403  # one study's credential opens no other study
-    assert client.get(f"/v1/studies/{one}/code.zip?token={'0' * 64}").status_code == 403
+    assert wrong.status_code == 404  # one study's credential opens no other study (issue 20:
+    assert client.get(f"/v1/studies/{one}/code.zip?token={'0' * 64}").status_code == 404  # 404)
 
 
 # ---------------------------------------------------------------- SDK and CLI

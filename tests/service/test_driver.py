@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,7 +46,7 @@ def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks):
     sink.on_trial_complete(0, [], t0)
     sink.on_trial_start(0, [], t1)
     sink.on_trial_error(0, [], t1)
-    return SimpleNamespace(best={"number": 0, "value": 0.75}, experiment_id="3",
+    return SimpleNamespace(best={"number": 0, "value": 0.75}, failure=None, experiment_id="3",
                            parent_run_id="c" * 32, finished=2,
                            counts={"trials": 2, "completed": 1, "failed": 1})  # fmt: skip
 
@@ -138,7 +139,7 @@ def test_final_states_are_synchronised_from_optuna(ctx: ServiceContext) -> None:
         Repository(s).start_trial(sid, 0, {"hparams.client_lr": 0.01})
 
     def quiet(*args, **kwargs):
-        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=2,
+        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=2,
                                counts={"trials": 2, "completed": 1, "stopped": 1})  # fmt: skip
 
     assert run_driver(sid, ctx.settings, 1, run_study=quiet) == 0
@@ -162,7 +163,7 @@ def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) ->
     def count(*args, **kwargs):
         with ctx.db.session(readonly=True) as s:
             seen.append(len(Repository(s).list_trials(sid)))
-        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0,
+        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=0,
                                counts={"trials": 0})  # fmt: skip
 
     assert run_driver(sid, ctx.settings, 1, run_study=count) == 0
@@ -187,8 +188,10 @@ def test_an_unwritable_workdir_fails_at_start_with_one_line(ctx, tmp_path, monke
     with ctx.db.session(readonly=True) as s:
         study = Repository(s).require_study(sid)
     assert study.state == StudyState.FAILED and study.error in err
-    # a superseded attempt still refuses to start, but leaves the study alone
+    # a superseded attempt still refuses to start, but leaves the study alone (a new driver
+    # process: its environment has the URL again, the first one dropped it before Ray)
     other = running_study(ctx)
+    monkeypatch.setenv("FEDTUNE_DATABASE_URL", ctx.settings.database_url)
     assert main(["worker", "run-study", other, "--attempt", "7"]) == 2
     with ctx.db.session(readonly=True) as s:
         assert Repository(s).require_study(other).state == StudyState.RUNNING
@@ -395,7 +398,7 @@ def test_the_driver_finds_uploaded_code_in_the_database(ctx: ServiceContext) -> 
 
     def record(spec, workdir, **kwargs):
         seen.append((spec.code.path, spec.task["name"]))
-        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0,
+        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=0,
                                counts={"trials": 0})  # fmt: skip
 
     assert run_driver(sid, ctx.settings, 1, run_study=killed) == EXIT_STOPPED
@@ -452,7 +455,7 @@ def test_uploaded_code_wins_over_an_installed_package_of_the_same_name(
 
     def record(spec, workdir, **kwargs):
         seen.append(spec.code.path)
-        return SimpleNamespace(best=None, experiment_id=None, parent_run_id=None, finished=0,
+        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=0,
                                counts={"trials": 0})  # fmt: skip
 
     try:
@@ -510,3 +513,22 @@ def test_a_second_stop_signal_does_not_cut_the_clean_up_short(ctx: ServiceContex
     assert run_driver(sid, ctx.settings, 1, run_study=stopped_twice) == EXIT_STOPPED
     assert cleaned == ["trials recorded as interrupted"]
     assert signal.getsignal(signal.SIGINT) is not None  # the previous handlers came back
+
+
+def test_ray_processes_of_the_driver_do_not_inherit_the_database_url(
+    ctx: ServiceContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24 item 12: the local backend hands the driver FEDTUNE_DATABASE_URL; the embedded
+    Ray it starts (raylet, agents, trial workers) inherits the driver's environment at start."""
+    monkeypatch.setenv("FEDTUNE_DATABASE_URL", ctx.settings.database_url)
+    seen: dict[str, str | None] = {}
+
+    def run_study(*args, **kwargs):  # where run_study starts Ray
+        seen["url"] = os.environ.get("FEDTUNE_DATABASE_URL")
+        return fake_run_study(*args, **kwargs)
+
+    sid = running_study(ctx)
+    assert run_driver(sid, ctx.settings, 1, run_study=run_study) == 0
+    assert seen == {"url": None}
+    with ctx.db.session(readonly=True) as s:  # the driver itself still wrote the database
+        assert Repository(s).require_study(sid).state == StudyState.SUCCEEDED

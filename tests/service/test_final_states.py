@@ -25,7 +25,12 @@ from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, cancel_study, submit_study
 from fedtune.service.states import StudyState, TrialState
 from fedtune.tuning import optuna_glue as og
-from fedtune.tuning.failures import FIRST_ERROR_ATTR, FirstErrorCallback, first_error
+from fedtune.tuning.failures import (
+    FIRST_ERROR_ATTR,
+    FirstErrorCallback,
+    first_error,
+    no_best_reason,
+)
 from fedtune.tuning.store import StudyStore
 from fedtune.tuning.study import StudyResult
 
@@ -34,12 +39,16 @@ from .helpers import FakeBackend, running_study, tiny_spec
 WAITING = optuna.trial.TrialState.WAITING
 
 
-def _result(counts: dict[str, int], error: str | None) -> StudyResult:
+def _result(counts: dict[str, int], error: str | None, best: dict | None = None) -> StudyResult:
+    """What run_study returns: ``failure`` by the real rule (``no_best_reason``) when no best."""
+    study = optuna.create_study()
+    if error:
+        study.set_user_attr(FIRST_ERROR_ATTR, {"trial": 0, "error": error.split(": ", 1)[1]})
     return StudyResult(
         name="tiny", workdir="w", storage_url="sqlite://", tracking_uri="t", experiment_id="3",
         parent_run_id="c" * 32, target_trials=counts["trials"], finished=counts["trials"],
-        ran=counts["trials"], counts=counts, best=None, pareto=[], tradeoff=None, artifacts={},
-        first_error=error,
+        ran=counts["trials"], counts=counts, best=best, pareto=[], tradeoff=None, artifacts={},
+        first_error=error, failure=None if best else no_best_reason(study, counts),
     )  # fmt: skip
 
 
@@ -65,15 +74,52 @@ def test_a_study_whose_trials_all_failed_ends_failed_with_the_first_error(ctx) -
     assert study.mlflow_run_id == "c" * 32  # the runs stay reachable from the failed study
 
 
-@pytest.mark.parametrize(
-    "counts", [_counts(failed=2, completed=1), _counts(diverged=2), _counts(failed=1, stopped=1)]
-)
-def test_a_study_with_one_trial_that_ran_to_its_end_succeeds(ctx, counts) -> None:
+def test_a_study_with_a_best_configuration_succeeds(ctx) -> None:
     sid = running_study(ctx)
-    assert run_driver(sid, ctx.settings, 1, run_study=lambda *a, **k: _result(counts, "x")) == 0
+    best = {"number": 2, "value": 0.5, "values": {"objective": 0.5}, "params": {}}
+    result = _result(_counts(failed=2, completed=1), "trial 0: x", best=best)
+    assert run_driver(sid, ctx.settings, 1, run_study=lambda *a, **k: result) == 0
     with ctx.db.session(readonly=True) as s:
         study = Repository(s).require_study(sid)
     assert study.state == StudyState.SUCCEEDED and study.error is None
+    assert (study.best_trial, study.best_value) == (2, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("counts", "reason"),
+    [
+        (_counts(diverged=2), "all 2 trials diverged"),
+        (_counts(failed=1, stopped=1), "no trial completed (1 failed, 1 stopped)"),
+        (_counts(stopped=3), "all 3 trials were stopped"),
+        (_counts(), "no trial finished"),
+    ],
+)
+def test_a_study_without_a_best_configuration_fails_with_why(ctx, counts, reason) -> None:
+    """Issue 24, item 2: diverged or stopped trials ran to an end, but no configuration has a
+    finite value: the study fails (it used to succeed with ``best: -``)."""
+    sid = running_study(ctx)
+    assert run_driver(sid, ctx.settings, 1, run_study=lambda *a, **k: _result(counts, None)) == 1
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.FAILED and study.error == reason
+
+
+def test_the_reason_names_the_first_trial_that_diverged() -> None:
+    study = optuna.create_study()
+    for number, (outcome, reason) in enumerate([("diverged", "round 2: client loss nan"),
+                                                 ("failed", None)]):  # fmt: skip
+        trial = study.ask()
+        trial.set_user_attr("outcome", outcome)
+        if reason:
+            trial.set_user_attr("reason", reason)
+        study.tell(trial, float("inf") if outcome == "diverged" else None,
+                   state=optuna.trial.TrialState.COMPLETE if reason else optuna.trial.TrialState.FAIL)  # fmt: skip
+        assert trial.number == number
+    study.set_user_attr(FIRST_ERROR_ATTR, {"trial": 1, "error": "ValueError: boom"})
+    counts = _counts(diverged=1, failed=1)
+    assert no_best_reason(study, counts) == (
+        "no trial completed (1 diverged, 1 failed); trial 0: round 2: client loss nan"
+    )
 
 
 def test_the_first_trial_error_is_kept_on_the_optuna_study() -> None:
@@ -88,7 +134,7 @@ def test_the_first_trial_error_is_kept_on_the_optuna_study() -> None:
         callback.on_trial_error(0, [], trial)
     assert study.user_attrs[FIRST_ERROR_ATTR]["trial"] == 1
     assert first_error(study) == (
-        "trial 1: fedtune.tuning.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file"
+        "trial 1: DataError: /d/x.h5: not an HDF5 file"  # Ray's TrialError wrapper dropped
     )
     assert first_error(optuna.create_study()) is None
 

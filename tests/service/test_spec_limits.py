@@ -177,6 +177,21 @@ def test_data_roots_are_a_setting(make_settings) -> None:
             {"search": {"override": {"rounds": {"type": "int", "low": 2, "high": 10**12}}}},
             "search.override.rounds.high",
         ),
+        # issue 24 item 10: what failed only inside a trial (allocator error, overflow)
+        ({"train": {"rounds": 4, "clients_per_round": 3, "local_steps": 10**12}},
+         "train.local_steps"),
+        ({"train": {"rounds": 4, "clients_per_round": 3, "local_epochs": 10**9, "batch_size": 2}},
+         "train.local_epochs"),
+        ({"train": {"rounds": 4, "clients_per_round": 3, "batch_size": 10**9}},
+         "train.batch_size"),
+        ({"train": {"rounds": 4, "clients_per_round": 3, "eval_every": 10**9}},
+         "train.eval_every"),
+        ({"seed": 10**30}, "seed"),
+        ({"task": {"name": "quadratic", "clients": 6, "dim": 3, "seed": 10**30}}, "task.seed"),
+        (
+            {"search": {"override": {"local_steps": {"type": "int", "low": 1, "high": 10**12}}}},
+            "search.override.local_steps.high",
+        ),
     ],
 )
 def test_absurd_sizes_are_422_naming_the_field(client: TestClient, change, field) -> None:
@@ -259,7 +274,8 @@ def test_the_limits_are_in_the_api_docs(client: TestClient) -> None:
     post = client.get("/openapi.json").json()["paths"]["/v1/studies"]["post"]
     text = post["description"]
     for setting in ("FEDTUNE_MAX_CHOICES", "FEDTUNE_MAX_SEARCH_PARAMETERS", "FEDTUNE_DATA_ROOTS",
-                    "FEDTUNE_MAX_ROUNDS", "FEDTUNE_MAX_CONCURRENT_VALIDATIONS"):  # fmt: skip
+                    "FEDTUNE_MAX_ROUNDS", "FEDTUNE_MAX_CONCURRENT_VALIDATIONS",
+                    "FEDTUNE_MAX_LOCAL_STEPS", "FEDTUNE_MAX_SEED"):  # fmt: skip
         assert setting in text, setting
     assert "503" in post["responses"]
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()

@@ -50,7 +50,10 @@ def test_no_path_ships_nothing_and_a_module_outside_the_root_is_named(tmp_path: 
     assert code_runtime_env(spec.model_copy(update={"code": None}), tmp_path) is None
     root = tmp_path / "root"
     shutil.copytree(USER_CODE / "ft_user_lab", root / "ft_user_lab")
+    # imported already from USER_CODE: a root holding another copy is refused at load (item 1)
+    with pytest.raises(CodeError, match=r"code\.modules\[0\].*shadows the study's code"):
+        _spec({"path": str(root), "modules": ["ft_user_lab.methods"]})
+    shutil.rmtree(root / "ft_user_lab")  # a root without it: the module is named at shipping
     moved = _spec({"path": str(root), "modules": ["ft_user_lab.methods"]})
-    shutil.rmtree(root / "ft_user_lab")  # imported already; gone from the root meanwhile
     with pytest.raises(CodeError, match=r"code\.modules\[0\].*'ft_user_lab'"):
         code_runtime_env(moved, tmp_path)

@@ -289,6 +289,29 @@ _RUNTIME_BAD = {
         ["outputs of shape [6]", "targets of shape [2]", "'{name}_task'"],
         None,
     ),
+    "outputs": (  # issue 24 item 3: client 0's first examples are all label 0
+        """
+        import torch
+        from torch import nn
+        from fedtune.extend import FederatedData, Task, build_model, register_model, register_task
+        from fedtune.trainers.tasks.losses import cross_entropy
+
+        @register_model("{name}_one")
+        def one(input_shape, num_outputs):
+            return nn.Linear(input_shape[0], num_outputs)
+
+        @register_task("{name}_task")
+        def build(params, seed):
+            g = torch.Generator().manual_seed(seed)
+            data = [(torch.randn(4, 3, generator=g), torch.tensor([0, 0, 1, 1])) for _ in range(3)]
+            return Task("{name}_task", FederatedData.from_clients(data),
+                        lambda gen: build_model("{name}_one", (3,), 1, gen), cross_entropy)
+        """,
+        "task.model",
+        ["outputs of shape [2, 1]", "labels its data holds (0..1)", "out of bounds",
+         "'{name}_task'"],
+        16,  # the task's model_fn
+    ),
 }
 
 
@@ -313,3 +336,29 @@ def test_user_code_that_fails_only_at_run_time_names_the_field(tmp_path, kind):
         assert w.replace("{name}", name) in str(err.value), str(err.value)
     if line is not None:
         assert err.value.location == f"{tmp_path / name / 'mod.py'}:{line}"
+
+
+def test_an_installed_copy_of_the_package_never_silently_shadows_code_path(tmp_path, monkeypatch):
+    """Issue 24, item 1: ``pip install ./mypkg`` then a study whose ``code.path`` is an edited
+    copy: the installed module was imported (entry points load first) and used by the driver
+    while the trials ran the edited one. Now the study stops with one line naming both."""
+    import importlib
+
+    name = f"shadow_{tmp_path.name.replace('-', '_')}"
+    installed = write_pkg(tmp_path / "site-packages", name, {"tasks.py": "VERSION = 1\n"})
+    edited = write_pkg(tmp_path / "edited", name, {"tasks.py": "VERSION = 2\n"})
+    monkeypatch.syspath_prepend(str(installed))
+    try:
+        assert importlib.import_module(f"{name}.tasks").VERSION == 1  # as an entry point would
+        with pytest.raises(CodeError) as err:
+            load_code({"path": str(edited), "modules": [f"{name}.tasks"]})
+        assert err.value.field == "code.modules[0]"
+        text = str(err.value)
+        assert str(installed / name / "tasks.py") in text and str(edited) in text
+        assert "\n" not in text
+    finally:
+        for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[mod]
+    report = load_code({"path": str(edited), "modules": [f"{name}.tasks"]})  # alone: it wins
+    assert report.files[f"{name}.tasks"] == str(edited / name / "tasks.py")
+    assert importlib.import_module(f"{name}.tasks").VERSION == 2

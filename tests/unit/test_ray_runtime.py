@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +20,11 @@ from fedtune.cli import main
 from fedtune.errors import ConfigError, RayStartError, TransientError
 from fedtune.tuning import ray_runtime as rr
 from fedtune.tuning.ray_runtime import (
+    RAY_TEMP_MAX,
+    TEMP_PREFIX,
     RayStartPolicy,
+    discard_temp_dir,
+    make_ray_temp_dir,
     ray_temp_dir,
     reap_orphans,
     remove_temp_dir,
@@ -173,3 +181,95 @@ def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
 
     assert ray_cluster.START_TIMEOUT_S is ray_start.START_TIMEOUT_S
     assert ray_cluster._Started._start.__defaults__ == (ray_start.START_RETRIES,)
+
+
+def test_stragglers_of_a_normal_run_are_not_called_a_killed_drivers(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """Issue 24 item 14: after a normal run ``fedtune tune`` printed "stopping 1 Ray process(es)
+    left … (a killed driver's)". Only processes found *before* Ray starts are a killed driver's;
+    what outlives this driver's own ``ray.shutdown()`` is stopped quietly."""
+    import logging
+
+    import ray
+
+    from fedtune.tuning import ray_session
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    temp = ray_temp_dir(tmp_path)
+    temp.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen] = []
+
+    def start(**kwargs) -> None:  # a Ray whose agent outlives ray.shutdown()
+        procs.append(_spawn([*sleeper, f"--temp_dir={kwargs['temp_dir']}"]))
+
+    monkeypatch.setattr(ray_session, "start_ray", start)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    # the suite's session Ray (tests/integration's ray_local) may be up in this process: this
+    # driver must start its own, as `fedtune tune` does, not reuse the caller's
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    caplog.set_level(logging.DEBUG, logger="fedtune.tuning.ray_runtime")
+    try:
+        procs.append(_spawn([*sleeper, f"--temp_dir={temp}"]))  # a killed driver's leftover
+        with ray_session.ray_session(tmp_path, address=None):
+            killed = [r for r in caplog.records if "killed driver" in r.getMessage()]
+            assert [r.levelno for r in killed] == [logging.WARNING]
+            caplog.clear()
+        assert all(p.wait(15) < 0 for p in procs)  # both stopped
+        lines = [
+            (r.levelno, r.getMessage()) for r in caplog.records if "stopping" in r.getMessage()
+        ]
+        assert len(lines) == 1 and lines[0][0] == logging.DEBUG, lines
+        assert "killed driver" not in lines[0][1] and "outlived" in lines[0][1]
+    finally:
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait(10)
+        remove_temp_dir(temp)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder short enough for an in-workdir temp dir (pytest's tmp_path is too long)."""
+    path = Path(tempfile.mkdtemp(prefix="ft", dir="/tmp"))
+    assert len(str(path / "w" / "ray")) <= RAY_TEMP_MAX
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_temp_dir_is_private_and_a_tmp_one_has_an_unguessable_name(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """Issue 24, item 12: 0700 folders at names no other user can predict or plant first."""
+    (short_dir / "w" / "ray").mkdir(parents=True, mode=0o755)  # an older driver's (umask)
+    made = make_ray_temp_dir(short_dir / "w")
+    assert made == short_dir / "w" / "ray" and stat.S_IMODE(made.stat().st_mode) == 0o700
+    long = tmp_path / ("x" * 60)
+    planted = ray_temp_dir(long)  # the hashed name an attacker could compute and create first
+    first = make_ray_temp_dir(long)
+    try:
+        assert first != planted and first.parent == Path("/tmp")
+        assert first.name.startswith(TEMP_PREFIX)
+        assert stat.S_IMODE(first.stat().st_mode) == 0o700
+        assert ray_temp_dir(long) == first  # recorded: a killed driver's processes are found
+        assert make_ray_temp_dir(long) == first  # taken back by the next run
+    finally:
+        discard_temp_dir(long, first)
+    assert not first.exists() and ray_temp_dir(long) == planted  # forgotten once removed
+    second = make_ray_temp_dir(long)
+    try:
+        assert second != first  # a fresh random name each study run
+    finally:
+        discard_temp_dir(long, second)
+
+
+def test_a_symlinked_temp_dir_is_refused(tmp_path: Path, short_dir: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o755)
+    work = short_dir / "w"
+    work.mkdir()
+    (work / "ray").symlink_to(target)
+    with pytest.raises(ConfigError, match="not a folder of this user"):
+        make_ray_temp_dir(work)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755  # left alone

@@ -12,7 +12,7 @@ import yaml
 
 from fedtune.errors import ConfigError
 from fedtune.search_spaces import suggest
-from fedtune.trainers.config import parse_trial_config
+from fedtune.trainers.parsing import parse_trial_config
 from fedtune.tuning import Mode, SamplerName, SchedulerName, StudySpec
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"

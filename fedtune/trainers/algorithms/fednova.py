@@ -39,7 +39,8 @@ import torch
 from ..tasks.base import Task
 from .base import Params, weighted_mean
 from .local_update import LocalUpdate
-from .registry import SERVER_PARAMS, Recipe, _build_local_update, register
+from .recipe import SERVER_PARAMS, Recipe, _build_local_update
+from .registry import register
 
 __all__ = ["PAPER", "NormalizedAveraging", "step_weight_norms"]
 

@@ -51,7 +51,8 @@ from .dissimilarity import (
     deviations,
     gradient_dissimilarity,
 )
-from .registry import SERVER_PARAMS, Recipe, register
+from .recipe import SERVER_PARAMS, Recipe
+from .registry import register
 
 __all__ = ["GA_HPARAMS", "AlignedLocalUpdate", "local_sgd_fn"]
 

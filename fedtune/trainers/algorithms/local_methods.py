@@ -1,5 +1,6 @@
 """The plain local-update methods: one :class:`~.local_update.LocalUpdate` with different
-client rules and server optimizers (registered when the algorithm registry is first used).
+client rules and server optimizers (:data:`RECIPES`, which the algorithm registry registers when
+it is first used).
 
 ALGORITHMS.md §1.5 table (`000_4bdc3753d62a87e2.txt` Table 1, `001_2dc7ddae5cbdc81f.txt` §2.1):
 
@@ -23,13 +24,15 @@ fedadam/yogi/adagrad Θ_1:K                                             Adam / Y
 
 from __future__ import annotations
 
-from .registry import SERVER_PARAMS, Recipe, register
+from .recipe import SERVER_PARAMS, Recipe
+
+__all__ = ["RECIPES"]
 
 _CLIENT = ("client_lr",)
 _P000 = "000_4bdc3753d62a87e2.txt"
 _P001 = "001_2dc7ddae5cbdc81f.txt"
 
-for _recipe in (
+RECIPES: tuple[Recipe, ...] = (
     Recipe(
         "minibatch_sgd",
         "distributed mini-batch SGD: one gradient per client (Θ_1)",
@@ -144,5 +147,4 @@ for _recipe in (
         defaults={"server_opt": "adagrad", "server_lr": 0.01},
         server_opts=("adagrad",),
     ),
-):
-    register(_recipe)
+)

@@ -56,7 +56,8 @@ from ..hparams import HParam, Space
 from ..steps import where_step
 from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
-from .registry import Recipe, register
+from .recipe import Recipe
+from .registry import register
 from .scaffold import table_gather, table_init, table_scatter
 
 __all__ = [

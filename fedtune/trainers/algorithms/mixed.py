@@ -54,7 +54,8 @@ from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients, mixed_dissimilarity
 from .gradalign import local_sgd_fn
-from .registry import SERVER_PARAMS, Recipe, register
+from .recipe import SERVER_PARAMS, Recipe
+from .registry import register
 
 __all__ = ["MIXED_HPARAMS", "MixedFL", "movie_cost_model"]
 

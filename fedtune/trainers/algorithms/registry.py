@@ -14,21 +14,18 @@ recipe's validated hyperparameters are a frozen dataclass made from the declarat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedtune.errors import CodeError, ConfigError
+from fedtune.errors import ConfigError
 
-from ..client import CLIENT_HPARAMS, ClientRule
-from ..config import TrialConfig
-from ..hparams import HParam, hparams_type, merge_declarations, validate_hparams
-from ..plugins import Origin, Registry, caller_location
-from ..server_opt import SERVER_HPARAMS, SERVER_OPTS, make_server_opt
+from ..hparams import validate_hparams
+from ..plugins import Origin, Registry
 from ..tasks.base import Task
-from ..theta import theta_vector
 from .base import Algorithm
-from .local_update import LocalUpdate
+from .recipe import Recipe
+
+if TYPE_CHECKING:
+    from ..config import TrialConfig
 
 __all__ = [
     "Recipe",
@@ -40,115 +37,16 @@ __all__ = [
     "resolve",
 ]
 
-SERVER_PARAMS = tuple(h.name for h in SERVER_HPARAMS)
-ALL_OPTS = SERVER_OPTS
-#: declared by the parts every recipe has (client rule, server optimizer)
-BASE_HPARAMS = (*CLIENT_HPARAMS, *SERVER_HPARAMS)
-
-
-def _build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> Algorithm:
-    rule = ClientRule(
-        theta=theta_vector(recipe.theta, local_steps, hp.theta),
-        prox_alpha=hp.prox_alpha,
-        second_order=recipe.second_order,
-        units=recipe.units,
-        preset=recipe.theta,
-    )
-    return LocalUpdate(recipe.name, rule, make_server_opt(hp))
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """An algorithm: its parts, the hyperparameters a user may set (``params``) and recipe
-    values (``defaults`` < user < ``fixed``). ``hparams`` declares the hyperparameters of the
-    method's own parts beyond the client rule and server optimizer (see module docstring)."""
-
-    name: str
-    summary: str
-    paper: str
-    params: tuple[str, ...]
-    hparams: tuple[HParam, ...] = ()
-    theta: str = "sum"
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    fixed: Mapping[str, Any] = field(default_factory=dict)
-    server_opts: tuple[str, ...] = ALL_OPTS
-    second_order: bool = False
-    units: str = "gradient"
-    default_local_steps: int = 10
-    fixed_local_steps: int | None = None
-    max_clients_per_round: int | None = None
-    needs_central: bool = False  # the task must hold central (server) data, e.g. Mixed FL
-    # cross-field rules of the method (e.g. mass_auto excludes client_lr); raises ConfigError
-    check: Callable[[TrialConfig], None] | None = None
-    fixed_k_reason: str = ""  # why the method needs one K for all clients (rejects local_epochs)
-    build: Callable[[Recipe, Any, int, Task], Algorithm] = _build_local_update
-    declared: Mapping[str, HParam] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        """Every name the recipe uses is declared by a part, every recipe value is valid
-        (``CodeError`` at the registering line otherwise)."""
-        declared = {h.name: h for h in merge_declarations(BASE_HPARAMS, self.hparams)}
-        object.__setattr__(self, "declared", declared)
-        for what, keys in (("params", self.params), ("defaults", self.defaults),
-                           ("fixed", self.fixed)):  # fmt: skip
-            for key in keys:
-                if key not in declared:
-                    raise CodeError(
-                        f"hparams.{key}",
-                        f"recipe {self.name!r} names {key!r} in {what}, but no part declares "
-                        "it (declare it with HParam(...) in hparams=)",
-                        caller_location(),
-                    )
-                problem = what != "params" and declared[key].value_problem(keys[key])
-                if problem:
-                    raise CodeError(
-                        f"hparams.{key}", f"{what} of {self.name!r}: {problem}", caller_location()
-                    )
-
-    @property
-    def hparams_type(self) -> type:
-        """The frozen dataclass of the recipe's validated hyperparameters (one field per
-        declaration; default: the recipe's value, else the declared one), built on first use."""
-        cls = self.__dict__.get("_hparams_type")
-        if cls is None:
-            values = {**self.defaults, **self.fixed}
-            cls = hparams_type(f"{self.name}_hparams", tuple(self.declared.values()), values)
-            object.__setattr__(self, "_hparams_type", cls)
-        return cls
-
-    def given_hparams(self, raw: Any) -> dict[str, Any]:
-        """Validate the user's ``hparams:`` mapping: only ``params``, each typed and within its
-        declared bounds (``ConfigError`` at ``hparams.<name>``); returns the coerced values."""
-        if raw is None:
-            return {}
-        if not isinstance(raw, Mapping):
-            raise ConfigError("hparams", f"must be a mapping, got {type(raw).__name__}")
-        for key in sorted(raw):
-            if key not in self.params:
-                raise ConfigError(
-                    f"hparams.{key}",
-                    f"not a parameter of algorithm {self.name!r} "
-                    f"(its parameters: {', '.join(self.params) or 'none'})",
-                )
-        hp = validate_hparams(self.hparams_type, raw)
-        return {k: getattr(hp, k) for k in raw}
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "summary": self.summary,
-            "paper": self.paper,
-            "params": list(self.params),
-            "defaults": dict(self.defaults),
-            "fixed": dict(self.fixed),
-            "server_opts": list(self.server_opts),
-        }
-
 
 def _load_extensions() -> None:
     import importlib
 
-    importlib.import_module("fedtune.trainers.algorithms.local_methods")
+    from . import local_methods
+
+    if not _PLAIN_LOADED:  # the registry registers the plain methods: no import side effect
+        for recipe in local_methods.RECIPES:
+            REGISTRY.add(recipe.name, recipe, module=local_methods.__name__)
+        _PLAIN_LOADED.append(True)
     for mod in ("fedtune.trainers.algorithms.extensions",):
         try:
             importlib.import_module(mod)
@@ -157,6 +55,7 @@ def _load_extensions() -> None:
                 raise
 
 
+_PLAIN_LOADED: list[bool] = []  # non-empty once local_methods.RECIPES are registered
 REGISTRY: Registry[Recipe] = Registry("algorithm", "algorithm", _load_extensions)
 
 

@@ -44,7 +44,8 @@ from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients
 from .gradalign import GA_HPARAMS, AlignedLocalUpdate, local_sgd_fn
-from .registry import SERVER_PARAMS, Recipe, register
+from .recipe import SERVER_PARAMS, Recipe
+from .registry import register
 
 __all__ = [
     "SCAFFOLD_HPARAMS",

@@ -77,7 +77,11 @@ def _sizes(p: DigitsParams, seed: int, n: int) -> list[int] | None:
     return (1 + np.floor(shares * (n - p.clients)).astype(np.int64)).tolist()
 
 
-@register_task("digits", "scikit-learn handwritten digits split non-IID with a Dirichlet prior")
+@register_task(
+    "digits",
+    "scikit-learn handwritten digits split non-IID with a Dirichlet prior",
+    params=DigitsParams,
+)
 def build(params: Mapping[str, Any], seed: int) -> Task:
     from sklearn.datasets import load_digits
 

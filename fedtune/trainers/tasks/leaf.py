@@ -240,7 +240,11 @@ def _shakespeare_user(seq_len: int, user: str, raw: RawUser) -> Examples:
     return torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
 
 
-@register_task("femnist", "LEAF FEMNIST from local JSON files (62-class handwritten characters)")
+@register_task(
+    "femnist",
+    "LEAF FEMNIST from local JSON files (62-class handwritten characters)",
+    params=LeafParams,
+)
 def build_femnist(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LeafParams, params, "task")
     train, test = load_clients(Path(p.path), p.max_clients, _femnist_user, p.lazy)
@@ -255,7 +259,11 @@ def build_femnist(params: Mapping[str, Any], seed: int) -> Task:
     )
 
 
-@register_task("shakespeare", "LEAF Shakespeare next-character prediction from local JSON files")
+@register_task(
+    "shakespeare",
+    "LEAF Shakespeare next-character prediction from local JSON files",
+    params=LeafShakespeareParams,
+)
 def build_shakespeare(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LeafShakespeareParams, params, "task")
     vocab = SHAKESPEARE_VOCAB

@@ -60,7 +60,11 @@ class LinRegParams:
         check(self.init_scale >= 0, f"{p}init_scale", "must be >= 0")
 
 
-@register_task("linreg_interp", "interpolating noiseless linear regression (FedAvg-MaSS, 004)")
+@register_task(
+    "linreg_interp",
+    "interpolating noiseless linear regression (FedAvg-MaSS, 004)",
+    params=LinRegParams,
+)
 def build_linreg(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LinRegParams, params, "task")
     rng = np.random.default_rng([0x4E, seed])

@@ -105,7 +105,9 @@ def _interleave(
 
 
 @register_task(
-    "mixed_labels", "Mixed FL label shift: clients hold label 1, the server label 0 (003)"
+    "mixed_labels",
+    "Mixed FL label shift: clients hold label 1, the server label 0 (003)",
+    params=MixedLabelsParams,
 )
 def build_mixed_labels(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(MixedLabelsParams, params, "task")
@@ -177,7 +179,9 @@ class MixedQuadraticParams:
 
 
 @register_task(
-    "mixed_quadratic", "quadratic clients plus a quadratic central loss (Mixed FL checks, 003)"
+    "mixed_quadratic",
+    "quadratic clients plus a quadratic central loss (Mixed FL checks, 003)",
+    params=MixedQuadraticParams,
 )
 def build_mixed_quadratic(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(MixedQuadraticParams, params, "task")

@@ -113,7 +113,11 @@ def _client_sizes(p: QuadraticParams, seed: int) -> np.ndarray:
     return rng.integers(p.examples, p.examples_max + 1, size=p.clients).astype(np.int64)
 
 
-@register_task("quadratic", "random quadratic clients with exact A_i, c_i (theory of 000/001)")
+@register_task(
+    "quadratic",
+    "random quadratic clients with exact A_i, c_i (theory of 000/001)",
+    params=QuadraticParams,
+)
 def build(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(QuadraticParams, params, "task")
     rng = np.random.default_rng([0x9A, seed])

@@ -17,7 +17,8 @@ from fedtune.errors import CodeError, ConfigError, DataError
 from ..plugins import Origin, Registry, error_location
 from .base import Task
 
-__all__ = ["TaskInfo", "build_task", "register_task", "task_names", "task_origin", "tasks"]
+__all__ = ["TaskInfo", "build_task", "check_task_params", "register_task", "task_names",
+           "task_origin", "task_parameters", "tasks"]  # fmt: skip
 
 #: ``builder(params, seed) -> Task``: validates ``params`` (errors name ``task.<key>``) and is
 #: deterministic in the data ``seed``
@@ -29,6 +30,9 @@ class TaskInfo:
     name: str
     builder: Builder
     description: str
+    #: the frozen dataclass of its parameters (type, default; ``validate(path)`` for ranges):
+    #: a spec's unknown or out-of-range ``task.*`` is refused before any trial (issue 24.5)
+    params: type | None = None
 
 
 def _load_builtin() -> None:
@@ -39,15 +43,52 @@ def _load_builtin() -> None:
 REGISTRY: Registry[TaskInfo] = Registry("task", "task.name", _load_builtin)
 
 
-def register_task(name: str, description: str = "") -> Callable[[Builder], Builder]:
-    """Decorator: register ``builder(params, seed) -> Task`` as task ``name``."""
+def register_task(
+    name: str, description: str = "", params: type | None = None
+) -> Callable[[Builder], Builder]:
+    """Decorator: register ``builder(params, seed) -> Task`` as task ``name``. ``params``: a
+    frozen dataclass declaring its parameters (fields with types and defaults, an optional
+    ``validate(self, path)``), so that a spec's ``task:`` is checked when it is read — an
+    unknown key or a value out of range named before any trial runs."""
 
     def deco(builder: Builder) -> Builder:
         doc = description or (builder.__doc__ or "").strip().split("\n")[0]
-        REGISTRY.add(name, TaskInfo(name, builder, doc))
+        REGISTRY.add(name, TaskInfo(name, builder, doc, params))
         return builder
 
     return deco
+
+
+def check_task_params(name: str, params: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError("task.<key>", …)`` unless ``params`` (a spec's ``task:`` without its
+    name) fit the parameters task ``name`` declares; a task that declares none is not checked."""
+    from ..typed import from_mapping
+
+    declared = REGISTRY.get(name).params
+    if declared is not None:  # ``name`` and ``seed`` are every task's (``TaskConfig``)
+        from_mapping(declared, {k: v for k, v in params.items() if k not in ("name", "seed")},
+                     "task")  # fmt: skip
+
+
+def task_parameters(name: str) -> list[tuple[str, str, Any]]:
+    """``(name, type, default)`` of each parameter task ``name`` declares (empty: none)."""
+    import dataclasses
+    import typing
+
+    declared = REGISTRY.get(name).params
+    if declared is None:
+        return []
+    hints = typing.get_type_hints(declared)
+    rows = []
+    for f in dataclasses.fields(declared):
+        if not f.init:
+            continue
+        default = (f.default if f.default is not dataclasses.MISSING else
+                   f.default_factory() if f.default_factory is not dataclasses.MISSING else
+                   "(required)")  # fmt: skip
+        kind = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
+        rows.append((f.name, kind, default))
+    return rows
 
 
 def tasks() -> dict[str, TaskInfo]:

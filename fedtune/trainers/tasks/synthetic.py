@@ -151,7 +151,11 @@ def holdout_mask(sizes: np.ndarray, fraction: float) -> np.ndarray:
     return position < np.repeat(sizes - n_test, sizes)
 
 
-@register_task("synthetic", "LEAF/FedProx synthetic(α, β) multinomial logistic regression")
+@register_task(
+    "synthetic",
+    "LEAF/FedProx synthetic(α, β) multinomial logistic regression",
+    params=SyntheticParams,
+)
 def build_synthetic(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(SyntheticParams, params, "task")
     x, y, sizes = generate_arrays(p, seed)

@@ -293,7 +293,11 @@ def _bind(fn, *args) -> Callable[[Any], Convert]:
     return lambda _prepared: functools.partial(fn, *args)
 
 
-@register_task("emnist", "TFF federated EMNIST (62 or 10 classes) from a local HDF5 file")
+@register_task(
+    "emnist",
+    "TFF federated EMNIST (62 or 10 classes) from a local HDF5 file",
+    params=EmnistParams,
+)
 def build_emnist(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(EmnistParams, params, "task")
     data = _load(p, ("pixels", "label"), _bind(_convert_emnist, p.classes))
@@ -301,7 +305,11 @@ def build_emnist(params: Mapping[str, Any], seed: int) -> Task:
     return _task("emnist", p, data, (1, 28, 28), p.classes, cross_entropy, metrics, {})
 
 
-@register_task("cifar100", "TFF federated CIFAR-100 from a local HDF5 file (centre crop)")
+@register_task(
+    "cifar100",
+    "TFF federated CIFAR-100 from a local HDF5 file (centre crop)",
+    params=Cifar100Params,
+)
 def build_cifar100(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(Cifar100Params, params, "task")
     data = _load(p, ("image", "label"), _bind(_convert_cifar, p.crop, p.classes))
@@ -310,7 +318,11 @@ def build_cifar100(params: Mapping[str, Any], seed: int) -> Task:
     return _task("cifar100", p, data, shape, p.classes, cross_entropy, metrics, {})
 
 
-@register_task("shakespeare_tff", "TFF Shakespeare next-character prediction from local HDF5")
+@register_task(
+    "shakespeare_tff",
+    "TFF Shakespeare next-character prediction from local HDF5",
+    params=ShakespeareTffParams,
+)
 def build_shakespeare_tff(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(ShakespeareTffParams, params, "task")
     vocab = SHAKESPEARE_VOCAB
@@ -322,7 +334,11 @@ def build_shakespeare_tff(params: Mapping[str, Any], seed: int) -> Task:
     )
 
 
-@register_task("stackoverflow_tp", "TFF Stack Overflow tag prediction (bag of words) from HDF5")
+@register_task(
+    "stackoverflow_tp",
+    "TFF Stack Overflow tag prediction (bag of words) from HDF5",
+    params=StackOverflowTpParams,
+)
 def build_stackoverflow_tp(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(StackOverflowTpParams, params, "task")
     index: dict[str, dict[str, int]] = {}
@@ -349,7 +365,11 @@ def build_stackoverflow_tp(params: Mapping[str, Any], seed: int) -> Task:
     )
 
 
-@register_task("stackoverflow_nwp", "TFF Stack Overflow next-word prediction from HDF5")
+@register_task(
+    "stackoverflow_nwp",
+    "TFF Stack Overflow next-word prediction from HDF5",
+    params=StackOverflowNwpParams,
+)
 def build_stackoverflow_nwp(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(StackOverflowNwpParams, params, "task")
 

@@ -1,0 +1,137 @@
+"""What an algorithm is: a :class:`Recipe` — parts plus defaults — not a class.
+
+Hyperparameters are declared by the parts that read them (:mod:`fedtune.trainers.hparams`):
+every recipe carries the client rule's :data:`~fedtune.trainers.client.CLIENT_HPARAMS` and the
+server optimizer's :data:`~fedtune.trainers.server_opt.SERVER_HPARAMS`, plus the declarations
+of its own parts (``Recipe.hparams``, e.g. FedGA's β). ``params`` names those a user may set
+(any other is rejected with the field name), ``defaults`` and ``fixed`` give recipe values; the
+recipe's validated hyperparameters are a frozen dataclass made from the declarations
+(:attr:`Recipe.hparams_type`). The registry (:mod:`.registry`) holds recipes by name; this module
+knows nothing of it, so a module of recipes (:mod:`.local_methods`) need not import the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fedtune.errors import CodeError, ConfigError
+
+from ..client import CLIENT_HPARAMS, ClientRule
+from ..hparams import HParam, hparams_type, merge_declarations, validate_hparams
+from ..plugins import caller_location
+from ..server_opt import SERVER_HPARAMS, SERVER_OPTS, make_server_opt
+from ..tasks.base import Task
+from ..theta import theta_vector
+from .base import Algorithm
+from .local_update import LocalUpdate
+
+if TYPE_CHECKING:
+    from ..config import TrialConfig
+
+__all__ = ["ALL_OPTS", "BASE_HPARAMS", "SERVER_PARAMS", "Recipe"]
+
+SERVER_PARAMS = tuple(h.name for h in SERVER_HPARAMS)
+ALL_OPTS = SERVER_OPTS
+#: declared by the parts every recipe has (client rule, server optimizer)
+BASE_HPARAMS = (*CLIENT_HPARAMS, *SERVER_HPARAMS)
+
+
+def _build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> Algorithm:
+    rule = ClientRule(
+        theta=theta_vector(recipe.theta, local_steps, hp.theta),
+        prox_alpha=hp.prox_alpha,
+        second_order=recipe.second_order,
+        units=recipe.units,
+        preset=recipe.theta,
+    )
+    return LocalUpdate(recipe.name, rule, make_server_opt(hp))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An algorithm: its parts, the hyperparameters a user may set (``params``) and recipe
+    values (``defaults`` < user < ``fixed``). ``hparams`` declares the hyperparameters of the
+    method's own parts beyond the client rule and server optimizer (see module docstring)."""
+
+    name: str
+    summary: str
+    paper: str
+    params: tuple[str, ...]
+    hparams: tuple[HParam, ...] = ()
+    theta: str = "sum"
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    server_opts: tuple[str, ...] = ALL_OPTS
+    second_order: bool = False
+    units: str = "gradient"
+    default_local_steps: int = 10
+    fixed_local_steps: int | None = None
+    max_clients_per_round: int | None = None
+    needs_central: bool = False  # the task must hold central (server) data, e.g. Mixed FL
+    # cross-field rules of the method (e.g. mass_auto excludes client_lr); raises ConfigError
+    check: Callable[[TrialConfig], None] | None = None
+    fixed_k_reason: str = ""  # why the method needs one K for all clients (rejects local_epochs)
+    build: Callable[[Recipe, Any, int, Task], Algorithm] = _build_local_update
+    declared: Mapping[str, HParam] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Every name the recipe uses is declared by a part, every recipe value is valid
+        (``CodeError`` at the registering line otherwise)."""
+        declared = {h.name: h for h in merge_declarations(BASE_HPARAMS, self.hparams)}
+        object.__setattr__(self, "declared", declared)
+        for what, keys in (("params", self.params), ("defaults", self.defaults),
+                           ("fixed", self.fixed)):  # fmt: skip
+            for key in keys:
+                if key not in declared:
+                    raise CodeError(
+                        f"hparams.{key}",
+                        f"recipe {self.name!r} names {key!r} in {what}, but no part declares "
+                        "it (declare it with HParam(...) in hparams=)",
+                        caller_location(),
+                    )
+                problem = what != "params" and declared[key].value_problem(keys[key])
+                if problem:
+                    raise CodeError(
+                        f"hparams.{key}", f"{what} of {self.name!r}: {problem}", caller_location()
+                    )
+
+    @property
+    def hparams_type(self) -> type:
+        """The frozen dataclass of the recipe's validated hyperparameters (one field per
+        declaration; default: the recipe's value, else the declared one), built on first use."""
+        cls = self.__dict__.get("_hparams_type")
+        if cls is None:
+            values = {**self.defaults, **self.fixed}
+            cls = hparams_type(f"{self.name}_hparams", tuple(self.declared.values()), values)
+            object.__setattr__(self, "_hparams_type", cls)
+        return cls
+
+    def given_hparams(self, raw: Any) -> dict[str, Any]:
+        """Validate the user's ``hparams:`` mapping: only ``params``, each typed and within its
+        declared bounds (``ConfigError`` at ``hparams.<name>``); returns the coerced values."""
+        if raw is None:
+            return {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError("hparams", f"must be a mapping, got {type(raw).__name__}")
+        for key in sorted(raw):
+            if key not in self.params:
+                raise ConfigError(
+                    f"hparams.{key}",
+                    f"not a parameter of algorithm {self.name!r} "
+                    f"(its parameters: {', '.join(self.params) or 'none'})",
+                )
+        hp = validate_hparams(self.hparams_type, raw)
+        return {k: getattr(hp, k) for k in raw}
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "paper": self.paper,
+            "params": list(self.params),
+            "defaults": dict(self.defaults),
+            "fixed": dict(self.fixed),
+            "server_opts": list(self.server_opts),
+        }

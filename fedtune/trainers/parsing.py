@@ -1,0 +1,63 @@
+"""A plain mapping (YAML/JSON) → :class:`~.config.TrialConfig`, against the registries.
+
+Kept apart from :mod:`.config` (the types): parsing reads the algorithm registry and imports user
+code, and the registry names the types, so the two directions live in two modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fedtune.errors import ConfigError
+
+from .algorithms.registry import get_recipe
+from .code import load_code
+from .code_spec import parse_code_spec
+from .config import DecayConfig, TaskConfig, TrainConfig, TrialConfig
+from .typed import from_mapping
+
+__all__ = ["parse_trial_config"]
+
+_TOP_KEYS = ("task", "algorithm", "train", "hparams", "decay", "seed", "code")
+
+
+def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> TrialConfig:
+    """Validate a plain mapping into a :class:`TrialConfig` (errors name the dotted field).
+
+    ``hparams`` are checked against the algorithm's recipe: only the names it accepts, each
+    typed and within the bounds its part declares. A ``code`` section is imported first
+    (:func:`~fedtune.trainers.code.load_code`; a relative ``path`` is relative to the working
+    directory), so that the names it registers validate.
+    """
+    try:
+        if not isinstance(data, Mapping):
+            raise ConfigError("<root>", "a training configuration must be a mapping")
+        unknown = sorted(set(data) - set(_TOP_KEYS))
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")
+        code = None
+        if data.get("code") is not None:
+            code = parse_code_spec(data["code"]).resolved(".")
+            load_code(code)
+        if "task" not in data:
+            raise ConfigError("task", "is required")
+        if not isinstance(data.get("algorithm"), str):
+            raise ConfigError("algorithm", "is required (an algorithm name, e.g. fedavg)")
+        seed = data.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError("seed", f"must be an integer, got {seed!r}")
+        hparams = get_recipe(data["algorithm"]).given_hparams(data.get("hparams"))
+        return TrialConfig(
+            task=TaskConfig.from_dict(data["task"]),
+            algorithm=data["algorithm"],
+            train=from_mapping(TrainConfig, data.get("train"), "train"),
+            hparams=hparams,
+            decay=from_mapping(DecayConfig, data.get("decay"), "decay"),
+            seed=seed,
+            code=code,
+        )
+    except ConfigError as exc:
+        if source and not exc.source:
+            raise exc.with_source(source) from None
+        raise
