@@ -55,6 +55,7 @@ def _size(ref: str) -> int:
 
 def _changed_copy(root: Path, n: int) -> Path:
     copy = root / f"ctx-{n}"
+    copy.mkdir(parents=True)
     for name in CONTEXT:
         src = REPO / name
         if src.is_dir():

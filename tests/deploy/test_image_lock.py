@@ -60,7 +60,7 @@ def test_pyproject_pins_and_the_dockerfile_agree_with_the_lock() -> None:
         match = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)", requirement.replace(" ", ""))
         if match and match.group(1).lower() in pins:
             assert pins[match.group(1).lower()] == match.group(2), requirement
-    build = arg_defaults(parse_dockerfile(DOCKERFILE.read_text()).stage("build").instructions)
+    build = arg_defaults(parse_dockerfile(DOCKERFILE.read_text()).stage("deps").instructions)
     assert build["TORCH_VERSION"] == pins["torch"]
 
 
@@ -78,20 +78,25 @@ def test_one_ray_version_in_the_lock_the_rayjobs_and_the_chart() -> None:
         assert pinned.get("rayVersion", installed) == installed, example.name
 
 
+def _chain(dockerfile: Dockerfile) -> tuple:
+    """The instructions that make the installed venv: ``deps`` (when there is one), ``build``."""
+    names = {stage.name for stage in dockerfile.stages}
+    return tuple(i for name in ("deps", "build") if name in names
+                 for i in dockerfile.stage(name).instructions)  # fmt: skip
+
+
 def _copied_sources(dockerfile: Dockerfile, upto: int) -> set[str]:
-    """Build-context paths copied into the build stage before instruction ``upto``."""
-    stage = dockerfile.stage("build")
+    """Build-context paths copied into the build chain before instruction ``upto``."""
     return {
         source.rstrip("/") or "."
-        for copy in stage.instructions[:upto]
+        for copy in _chain(dockerfile)[:upto]
         if copy.keyword == "COPY" and "from" not in copy.flags
         for source in copy.args.split()[:-1]
     }
 
 
 def test_dependencies_install_before_the_code_is_copied(dockerfile: Dockerfile) -> None:
-    stage = dockerfile.stage("build")
-    installs = [(i, r) for i, r in enumerate(stage.instructions)
+    installs = [(i, r) for i, r in enumerate(_chain(dockerfile))
                 if r.keyword == "RUN" and "pip install" in r.args]  # fmt: skip
     assert installs
     locked = [i for i, r in installs if "-r constraints/image.txt" in r.args]
