@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/fair_share.py [--studies 6] [--out benchmarks/results/fair_share.json]
 
 A local Ray cluster (a head with no CPUs, two worker nodes with 2 logical GPUs each: 4 GPUs), a
-real ``fedtune serve`` (backend ``ray``, ``FEDTUNE_CLUSTER_GPUS=4``) on a PostgreSQL schema of
+real ``fedtune serve`` (backend ``ray``; ``FEDTUNE_CLUSTER_GPUS`` unset, so the service reads the
+4 GPUs from the Ray cluster's nodes) on a PostgreSQL schema of
 its own. Three projects — ``a`` and ``b`` (weight 1, quota 2 GPUs), ``c`` (weight 2, quota 4
 GPUs) — each submit ``--studies`` small studies at once (one trial at a time on one logical GPU,
 ``train.device: cpu``: the GPUs are the reservation). Every 0.5 s the script reads the studies'
@@ -79,7 +80,8 @@ def run(studies: int, out: Path) -> dict:
                 "RAY_ADDRESS": cluster.address,
                 "RAY_AUTH_TOKEN": cluster.client_env["RAY_AUTH_TOKEN"],
                 "FEDTUNE_API_TOKEN": TOKEN, "FEDTUNE_MAX_CONCURRENT_STUDIES": "8",
-                "FEDTUNE_CLUSTER_GPUS": str(CLUSTER_GPUS), "FEDTUNE_SCHEDULER_INTERVAL_S": "0.5",
+                # no FEDTUNE_CLUSTER_GPUS: the service reads the cluster's 4 GPUs from Ray
+                "FEDTUNE_SCHEDULER_INTERVAL_S": "0.5",
                 "FEDTUNE_HEARTBEAT_S": "2", "FEDTUNE_FAIR_SHARE_WINDOW_S": "3600",
             }, root / "serve.log").start(timeout=180)  # fmt: skip
             with db.session() as s:
@@ -128,7 +130,9 @@ def run(studies: int, out: Path) -> dict:
         "benchmark": "fair_share",
         "command": f"python benchmarks/fair_share.py --studies {studies}",
         "environment": environment(),
-        "cluster": {"nodes": 2, "logical_gpus": CLUSTER_GPUS, "cpus": 4},
+        "cluster": {"nodes": 2, "logical_gpus": CLUSTER_GPUS, "cpus": 4,
+                    "capacity_source": "Ray's nodes (/api/v0/nodes), FEDTUNE_CLUSTER_GPUS unset"},
+        "cluster_gpus_ever_exceeded": any(sum(r.values()) > CLUSTER_GPUS for _, r, _ in samples),
         "projects": {p: {"weight": w, "quota_gpus": q} for p, (w, q) in PROJECTS.items()},
         "studies": len(finals),
         "succeeded": sum(s == "succeeded" for s in states.values()),

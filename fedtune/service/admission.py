@@ -148,9 +148,11 @@ def _aware(value: dt.datetime) -> dt.datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
 
 
-def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any) -> Decision:
+def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any,
+                  cluster_gpus: float | None = None) -> Decision:  # fmt: skip
     """:func:`plan` over the database's state: ``queued`` study rows, every project's quotas,
-    the running studies' reservations and the window's GPU-seconds."""
+    the running studies' reservations and the window's GPU-seconds. The cluster's GPUs are
+    ``settings.cluster_gpus`` when set, else ``cluster_gpus`` (what the backend reports)."""
     from sqlalchemy import or_, select
 
     from .models import DEFAULT_PROJECT, Project, Study
@@ -191,4 +193,5 @@ def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any
                   *reservation(s.spec or {}))
         for s in queued
     ]  # fmt: skip
-    return plan(candidates, loads.values(), slots, settings.cluster_gpus, used)
+    capacity = settings.cluster_gpus if settings.cluster_gpus is not None else cluster_gpus
+    return plan(candidates, loads.values(), slots, capacity, used)

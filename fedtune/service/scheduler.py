@@ -218,6 +218,9 @@ class Scheduler:
             log.warning("study %s: dropping queued Optuna trials failed: %s", study_id, exc)
 
     def _dispatch(self) -> list[str]:
+        # the cluster's GPUs as the backend reports them (Ray: its nodes' totals, read at most
+        # every 30 s), unless the settings fix them; asked outside the database session
+        capacity = None if self.settings.cluster_gpus is not None else self._capacity()
         with self.db.session(readonly=True) as session:
             repo = Repository(session)
             free = self.settings.max_concurrent_studies - repo.count_by_state()[StudyState.RUNNING]
@@ -232,7 +235,7 @@ class Scheduler:
                        s.queued_reason)
                 for s in waiting
             }  # fmt: skip
-            decision = plan_dispatch(session, waiting, max(free, 0), self.settings)
+            decision = plan_dispatch(session, waiting, max(free, 0), self.settings, capacity)
         self._record_reasons({sid: r for sid, r in decision.waiting.items()
                               if details[sid][2] != r})  # fmt: skip
         dispatched = []
@@ -259,6 +262,13 @@ class Scheduler:
                 break
             dispatched.append(study_id)
         return dispatched
+
+    def _capacity(self) -> float | None:
+        try:
+            return self.backend.capacity_gpus()
+        except Exception as exc:  # never stop dispatching for it
+            log.warning("cluster capacity unknown: %s", exc)
+            return None
 
     def _record_reasons(self, reasons: dict[str, str]) -> None:
         """Why each queued study waits (shown by ``GET /v1/studies/{id}``), where it changed."""

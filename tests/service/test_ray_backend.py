@@ -101,3 +101,37 @@ def test_without_a_tracking_uri_the_backend_warns(tmp_path: Path, caplog, monkey
     with caplog.at_level("WARNING", logger="fedtune.service.backends.ray_jobs"):
         RayJobsBackend(load_settings(**base, mlflow_tracking_uri="http://mlflow:5000"))
     assert caplog.text == ""
+
+
+def test_without_cluster_gpus_set_admission_uses_the_ray_clusters_gpus(world, monkeypatch) -> None:
+    """Issue 20, item 3: "cluster capacity comes from settings or from Ray's cluster resources".
+    The head has no GPU: a study asking for one waits with the cluster's reason; once a node
+    with 2 (logical) GPUs joins, the same study is admitted."""
+    from fedtune.service import admission
+    from fedtune.service.backends import ray_jobs
+    from fedtune.service.services import cancel_study
+
+    ctx, cluster = world
+    assert ctx.settings.cluster_gpus is None
+    monkeypatch.setattr(ray_jobs, "CAPACITY_TTL_S", 0.0)
+    backend = RayJobsBackend(ctx.settings)
+    assert backend.capacity_gpus() == 0.0
+    sid = submit_study(ctx, tiny_spec(name="wants-a-gpu", trials=1, resources={"gpu": 1}))[0].id
+
+    def decide() -> admission.Decision:
+        with ctx.db.session(readonly=True) as s:
+            waiting = Repository(s).studies_in(StudyState.QUEUED, 100)
+            return admission.plan_dispatch(s, waiting, 1, ctx.settings, backend.capacity_gpus())
+
+    try:
+        before = decide()
+        assert sid not in before.admit
+        assert before.waiting[sid] == "waiting for cluster capacity: 0/0 GPUs"
+        cluster.add_node("gpus", num_cpus=1, num_gpus=2)
+        until(lambda: backend.capacity_gpus() == 2.0, 60)
+        assert decide().admit == [sid]
+        # the cluster's dashboard unreachable: capacity unknown (None), not an error
+        gone = RayJobsBackend(ctx.settings.model_copy(update={"ray_address": "http://127.0.0.1:9"}))
+        assert gone.capacity_gpus() is None
+    finally:
+        cancel_study(ctx, sid)

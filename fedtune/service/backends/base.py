@@ -127,3 +127,8 @@ class Backend(abc.ABC):
     def release(self, ref: Mapping[str, Any]) -> bool:
         """Delete what is kept of a finished driver; True once nothing is left (default)."""
         return True
+
+    def capacity_gpus(self) -> float | None:
+        """GPUs of the cluster the drivers run on, as the cluster reports them (None: unknown;
+        admission then limits only by ``FEDTUNE_CLUSTER_GPUS``, if set)."""
+        return None

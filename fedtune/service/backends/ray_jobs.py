@@ -22,6 +22,11 @@ A cluster with token authentication (Ray turns it on when a token exists) needs 
 ``RAY_AUTH_TOKEN`` (Ray's own variable, read by the settings); it is sent as
 ``Authorization: Bearer`` on every Jobs API call, independently of Ray's in-process auth state.
 
+Cluster capacity (:meth:`RayJobsBackend.capacity_gpus`): the ``GPU`` totals of the ALIVE nodes,
+read from the dashboard's state API (``GET /api/v0/nodes``) at most every ``CAPACITY_TTL_S``; the
+service's admission uses it when ``FEDTUNE_CLUSTER_GPUS`` is not set (an autoscaling cluster's
+capacity follows its nodes).
+
 Status mapping: PENDING → pending, RUNNING → running, SUCCEEDED → succeeded, FAILED/STOPPED →
 failed, 404 → gone; an unreachable dashboard raises ``BackendError`` (ask again later).
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,6 +47,9 @@ from .base import Backend, DriverStatus, LaunchRequest, driver_argv
 __all__ = ["RayJobsBackend", "submission_id"]
 
 log = logging.getLogger(__name__)
+
+#: how long a read of the cluster's GPUs is reused (the scheduler asks every tick)
+CAPACITY_TTL_S = 30.0
 
 _STATUS = {
     "PENDING": DriverStatus.PENDING,
@@ -72,6 +81,11 @@ class RayJobsBackend(Backend):
             )
         self._factory = client_factory
         self._client: Any = None
+        self._capacity: tuple[float, float | None] | None = None  # (read at, GPUs)
+
+    def _headers(self) -> dict[str, str] | None:
+        token = self.settings.ray_auth_token
+        return {"Authorization": f"Bearer {token.get_secret_value()}"} if token else None
 
     def _jobs(self) -> Any:
         if self._client is None:
@@ -79,8 +93,7 @@ class RayJobsBackend(Backend):
             if factory is None:
                 from ray.job_submission import JobSubmissionClient
 
-                token = self.settings.ray_auth_token
-                headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else None
+                headers = self._headers()
 
                 def factory(address: str) -> Any:
                     return JobSubmissionClient(address, headers=headers)
@@ -140,3 +153,35 @@ class RayJobsBackend(Backend):
         except Exception as exc:
             self._client = None
             raise BackendError(f"stopping Ray job {sid}: {exc}") from exc
+
+    def capacity_gpus(self) -> float | None:
+        now = time.monotonic()
+        if self._capacity is not None and now - self._capacity[0] < CAPACITY_TTL_S:
+            return self._capacity[1]
+        try:
+            gpus: float | None = alive_gpus(self._list_nodes())
+        except Exception as exc:  # dashboard down, an older Ray: capacity unknown for a while
+            log.warning("Ray cluster capacity unknown (GET %s/api/v0/nodes: %s); admission "
+                        "limits GPUs only by FEDTUNE_CLUSTER_GPUS", self.address, exc)  # fmt: skip
+            gpus = None
+        self._capacity = (now, gpus)
+        return gpus
+
+    def _list_nodes(self) -> list[dict[str, Any]]:
+        import httpx
+
+        url = f"{self.address.rstrip('/')}/api/v0/nodes"
+        reply = httpx.get(url, params={"limit": 10000, "detail": "true"},
+                          headers=self._headers(), timeout=10.0)  # fmt: skip
+        reply.raise_for_status()
+        body = reply.json()
+        rows = ((body.get("data") or {}).get("result") or {}).get("result")
+        if not isinstance(rows, list):
+            raise ValueError(f"unexpected reply: {str(body)[:200]}")
+        return rows
+
+
+def alive_gpus(nodes: list[Mapping[str, Any]]) -> float:
+    """Sum of ``resources_total["GPU"]`` over the nodes whose ``state`` is ALIVE."""
+    return float(sum(float((n.get("resources_total") or {}).get("GPU", 0.0))
+                     for n in nodes if n.get("state") == "ALIVE"))  # fmt: skip
