@@ -13,6 +13,7 @@ helm         ``FEDTUNE_REQUIRE_HELM=1``
 crds         ``FEDTUNE_REQUIRE_CRDS=1``
 bwrap        ``FEDTUNE_REQUIRE_BWRAP=1``
 image        ``FEDTUNE_REQUIRE_IMAGE=1``  (buildah, root: the built image's root file system)
+box          ``FEDTUNE_REQUIRE_BOX=1``  (root, ``ip`` and ``nft``: network namespaces, nftables)
 ============ ===============================
 
 The KubeRay CRDs are read from ``FEDTUNE_CRD_DIR``, by default ``../shared/k8s/crds`` beside
@@ -34,6 +35,7 @@ REQUIRE_VARS = {
     "crds": "FEDTUNE_REQUIRE_CRDS",
     "bwrap": "FEDTUNE_REQUIRE_BWRAP",
     "image": "FEDTUNE_REQUIRE_IMAGE",
+    "box": "FEDTUNE_REQUIRE_BOX",
 }
 
 
