@@ -347,6 +347,14 @@ class NetBox:
         answers = json.loads(out.stdout)
         return {(dst, port): answer == dst for (dst, port), answer in zip(targets, answers, strict=True)}
 
+    def remove_pod(self, name: str) -> None:
+        """The pod is gone (its node lost): its namespace is deleted, taking its interface with
+        it; the caller has stopped its processes."""
+        pod = self.pods.pop(name)
+        subprocess.run(["ip", "netns", "del", pod.netns], capture_output=True)
+        self._netns.remove(pod.netns)
+        shutil.rmtree(NETNS_DIR / pod.netns, ignore_errors=True)
+
     def close(self) -> None:
         for proc in self._procs:
             with contextlib.suppress(OSError):

@@ -52,11 +52,11 @@ EXPECTED: dict[tuple[str, int], set[str]] = {
 }
 
 
-def _chart_pods(render) -> tuple[list[dict], dict[str, tuple[dict[str, str], dict[str, int]]],
+def chart_pods(render, values: dict[str, Any] | None = None) -> tuple[list[dict], dict[str, tuple[dict[str, str], dict[str, int]]],
                                  dict[str, str]]:  # fmt: skip
     """The rendered NetworkPolicies, ``pod -> (labels, named ports)`` for the box, and
     ``Service name -> pod`` (each rendered Service's selector; KubeRay's head Service added)."""
-    manifests = render({"backend": "ray", "rayCluster": {"enabled": True}})
+    manifests = render(values or {"backend": "ray", "rayCluster": {"enabled": True}})
     pods: dict[str, tuple[dict[str, str], dict[str, int]]] = {}
     for manifest in manifests:
         for where, meta, spec in pod_specs(manifest):
@@ -86,7 +86,7 @@ def _chart_pods(render) -> tuple[list[dict], dict[str, tuple[dict[str, str], dic
 @pytest.fixture
 def box(render):
     need("box", box_missing())
-    policies, pods, services = _chart_pods(render)
+    policies, pods, services = chart_pods(render)
     assert set(pods) == FEDTUNE_PODS, sorted(pods)
     assert services[FULLNAME] == "api" and services[f"{FULLNAME}-postgresql"] == "postgresql"
     tag = f"nb{os.getpid() % 10000}"

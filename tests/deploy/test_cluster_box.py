@@ -1,0 +1,402 @@
+"""The cluster in a box (issue 22, item 3): the chart's pods, each in a network namespace of its
+own (tests/deploy/netbox.py), running from the built image as rendered, with the rendered
+NetworkPolicies enforced by nftables; a study of ``examples/byo`` submitted from a "laptop"
+namespace through the SDK on the ``ray`` backend.
+
+The pods and what runs in them:
+
+============== ======================================================================================
+pod            process
+============== ======================================================================================
+postgresql     Debian's PostgreSQL server (the chart's ``postgres:17`` image cannot be pulled here),
+               started as that image's entrypoint does: ``initdb`` with ``POSTGRES_USER`` and
+               ``POSTGRES_PASSWORD`` (scram-sha-256 for TCP), then the rendered init ConfigMap's
+               ``01-roles.sh`` with the container's rendered env
+db-upgrade     the migration Job's container, from the image, to completion
+mlflow         the MLflow Deployment's init container (``mlflow db upgrade``), then its server
+ray-head       the RayCluster's head container, started as KubeRay starts it (below)
+ray-worker-N   two pods of the worker group, started as KubeRay starts them
+api            the API Deployment's container (``fedtune serve``, backend ``ray``)
+laptop         this machine's virtualenv: the SDK uploads ``examples/byo`` and submits the study
+============== ======================================================================================
+
+Every image container runs under tests/deploy/pod_sandbox.py (read-only root, UID 10001, no
+capabilities, only its rendered volumes writable) inside its pod's namespace, with the rendered
+env (Secrets resolved) and ``/etc/hosts`` answering the rendered Service names (and KubeRay's
+``<cluster>-head-svc``) with the pods' IPs: no URL is translated.
+
+KubeRay's part, emulated (its operator does not run here): the pods of the RayCluster get the
+labels KubeRay adds (``ray.io/cluster``, ``ray.io/node-type``); their containers run
+``/bin/bash -lc -- "ulimit -n 65536; ray start [--head | --address=<head-svc>:6379] --block
+<rayStartParams as --key=value>"`` plus ``--node-ip-address=<pod IP>`` (KubeRay passes the pod IP),
+``--num-cpus`` from the container's CPU limit where rayStartParams do not set it, and
+``--num-gpus=0`` (KubeRay would pass the ``nvidia.com/gpu`` limit: there is no GPU or device
+plugin here); ``authOptions.mode: token`` becomes ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``
+from the rendered Secret in the Ray containers, as KubeRay injects them. Not emulated: the
+autoscaler sidecar, probes, restarts, and RayJob status polling (the ``ray`` backend talks to the
+head's Jobs API itself).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import RELEASE, one
+from tests.deploy.netbox import NetBox, box_missing
+from tests.deploy.pod_sandbox import Sandbox
+from tests.deploy.test_netbox_policies import chart_pods
+from tests.deploy.test_pod_commands_run import container_argv, container_env, pod_process
+from tests.needs import REPO_ROOT, need
+
+pytestmark = [pytest.mark.box, pytest.mark.image, pytest.mark.integration]
+
+FULLNAME = f"{RELEASE}-fedtune"
+RAY = f"{FULLNAME}-ray"
+EXAMPLE = REPO_ROOT / "examples" / "byo"
+TOKEN = "box-api-token-0123456789abcdef"
+#: the head's MLflow client gives up after one 10 s attempt (rayCluster.head.env): without it a
+#: refused MLflow costs minutes of retries before the study can fail
+HEAD_ENV = [{"name": "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "value": "0"},
+            {"name": "MLFLOW_HTTP_REQUEST_TIMEOUT", "value": "10"}]  # fmt: skip
+#: one CPU per worker (rayStartParams win over KubeRay's CPU limit): two concurrent trials take
+#: one worker each, so a lost worker is sure to take a running trial with it
+VALUES = {"backend": "ray", "auth": {"apiToken": TOKEN}, "codeUpload": {"enabled": True},
+          "rayCluster": {"enabled": True, "head": {"env": HEAD_ENV},
+                         "worker": {"rayStartParams": {"num-cpus": "1"}}}}  # fmt: skip
+START_S = 300  # each server's start on a loaded 2-core machine
+
+
+@dataclass
+class Box:
+    net: NetBox
+    manifests: list[dict]
+    policies: list[dict]
+    root: Path
+    hosts: Path
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    ray_token: str = ""
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def python(self, pod: str, code: str, *args: str, timeout: float = 60) -> Any:
+        """Run ``code`` with this machine's Python in ``pod``'s namespace; its stdout as JSON."""
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        done = subprocess.run(self.net.exec_argv(pod, [sys.executable, "-c", code, *args]),
+                              capture_output=True, text=True, timeout=timeout, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def http(self, pod: str, url: str, token: str | None = None) -> int:
+        code = ("import json,sys,urllib.request\nreq=urllib.request.Request(sys.argv[1])\n"
+                "if sys.argv[2]: req.add_header('Authorization','Bearer '+sys.argv[2])\n"
+                "try:\n print(urllib.request.urlopen(req,timeout=5).status)\n"
+                "except Exception as e:\n print(getattr(e,'code',0))\n")  # fmt: skip
+        return int(self.python(pod, code, url, token or ""))
+
+    def until_http(self, pod: str, url: str, process: str, token: str | None = None) -> None:
+        end = time.monotonic() + START_S
+        while time.monotonic() < end:
+            assert self.procs[process].poll() is None, f"{process} exited:\n{self.log(process)}"
+            if self.http(pod, url, token) == 200:
+                return
+            time.sleep(2)
+        raise AssertionError(f"{url} not up from {pod} in {START_S} s:\n{self.log(process)}")
+
+    def start(self, pod: str, name: str, argv: list[str], env: dict[str, str],
+              user: str | None = None) -> subprocess.Popen:  # fmt: skip
+        prefix = ["runuser", "-u", user, "--"] if user else []
+        with (self.root / f"{name}.log").open("w") as log:
+            proc = subprocess.Popen(self.net.exec_argv(pod, [*prefix, *argv]), env=env,
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.procs[name] = proc
+        return proc
+
+    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
+        proc = self.procs.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+
+def _container(box: Box, pod: str, spec: dict, container: dict, image_root: Any,
+               env: dict[str, str]) -> tuple[Sandbox, dict[str, str], str]:  # fmt: skip
+    sandbox, full_env, cwd = pod_process(box.root / pod, spec, container, env, image_root)
+    sandbox.overlays["/etc/hosts"] = box.hosts
+    return sandbox, full_env, cwd
+
+
+def _run_image(box: Box, pod: str, name: str, spec: dict, container: dict, image_root: Any,
+               argv: list[str] | None = None, extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+    env = container_env(container, box.manifests) | (extra_env or {})
+    sandbox, full_env, cwd = _container(box, pod, spec, container, image_root, env)
+    box.start(pod, name, sandbox.argv(argv or container_argv(container), cwd=cwd), full_env)
+
+
+def _wait_exit(box: Box, name: str, timeout: float = START_S) -> None:
+    proc = box.procs.pop(name)
+    assert proc.wait(timeout) == 0, box.log(name)
+
+
+def _postgresql(box: Box) -> None:
+    sts = one(box.manifests, "StatefulSet", f"{FULLNAME}-postgresql")["spec"]["template"]["spec"]
+    env = container_env(sts["containers"][0], box.manifests)
+    init = one(box.manifests, "ConfigMap", f"{FULLNAME}-postgresql-init")["data"]["01-roles.sh"]
+    bin_dir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+    home = Path(tempfile.mkdtemp(prefix="ftbox-pg-", dir="/tmp"))  # the postgres user reaches it
+    home.chmod(0o755)
+    pg = pwd.getpwnam("postgres")
+    (home / "pwfile").write_text(env["POSTGRES_PASSWORD"])
+    (home / "01-roles.sh").write_text(init)
+    for sub in ("data", "sock"):
+        (home / sub).mkdir()
+    for path in home.iterdir():
+        os.chown(path, pg.pw_uid, pg.pw_gid)
+    box.root.joinpath("pg-home").write_text(str(home))
+    subprocess.run(["runuser", "-u", "postgres", "--", str(bin_dir / "initdb"), "-D",
+                    str(home / "data"), "-U", env["POSTGRES_USER"], f"--pwfile={home / 'pwfile'}",
+                    "--auth-local=trust", "--auth-host=scram-sha-256"],
+                   check=True, capture_output=True)  # fmt: skip
+    with (home / "data" / "pg_hba.conf").open("a") as hba:
+        hba.write("host all all 0.0.0.0/0 scram-sha-256\n")
+    box.start("postgresql", "postgresql", [str(bin_dir / "postgres"), "-D", str(home / "data"),
+              "-c", "listen_addresses=*", "-p", "5432", "-k", str(home / "sock")],
+              {"PATH": os.environ["PATH"]}, user="postgres")  # fmt: skip
+    end = time.monotonic() + START_S
+    while subprocess.run(box.net.exec_argv("postgresql", [str(bin_dir / "pg_isready"), "-h",
+                         str(home / "sock"), "-p", "5432"]), capture_output=True).returncode:  # fmt: skip
+        assert time.monotonic() < end and box.procs["postgresql"].poll() is None, box.log(
+            "postgresql")
+        time.sleep(1)
+    roles = subprocess.run(box.net.exec_argv("postgresql", [
+        "runuser", "-u", "postgres", "--", "env", *[f"{k}={v}" for k, v in env.items()],
+        f"PGHOST={home / 'sock'}", "sh", str(home / "01-roles.sh")]),
+        capture_output=True, text=True)  # fmt: skip
+    assert roles.returncode == 0, roles.stderr
+
+
+def _kuberay(params: dict[str, str], container: dict, ip: str, head: bool) -> list[str]:
+    params = dict(params)
+    limits = container.get("resources", {}).get("limits", {})
+    params.setdefault("num-cpus", str(limits.get("cpu", "1")))
+    params["num-gpus"] = "0"
+    flags = [f"--{k}={v}" for k, v in params.items()] + [f"--node-ip-address={ip}"]
+    where = ["--head"] if head else [f"--address={RAY}-head-svc.ml.svc.cluster.local:6379"]
+    start = ["ray", "start", *where, "--block", *flags, "--disable-usage-stats"]
+    return ["/bin/bash", "-lc", "--", "ulimit -n 65536 2>/dev/null || true; " + " ".join(start)]
+
+
+def _ray(box: Box, image_root: Any) -> dict[str, str]:
+    cluster = one(box.manifests, "RayCluster")["spec"]
+    token = one(box.manifests, "Secret", f"{RAY}-auth")
+
+    auth = {"RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": base64.b64decode(token["data"]["auth_token"]).decode()}  # fmt: skip
+    box.ray_token = auth["RAY_AUTH_TOKEN"]
+    head = cluster["headGroupSpec"]
+    spec = head["template"]["spec"]
+    container = spec["containers"][0]
+    ip = box.net.pods["ray-head"].ip
+    _run_image(box, "ray-head", "ray-head", spec, container, image_root,
+               _kuberay(head["rayStartParams"], container, ip, True), auth)  # fmt: skip
+    box.until_http("api", f"http://{ip}:8265/api/version", "ray-head", auth["RAY_AUTH_TOKEN"])
+    group = cluster["workerGroupSpecs"][0]
+    spec = group["template"]["spec"]
+    container = spec["containers"][0]
+    for n in (1, 2):
+        pod = f"ray-worker-{n}"
+        _run_image(box, pod, pod, spec, container, image_root,
+                   _kuberay(group.get("rayStartParams", {}), container, box.net.pods[pod].ip,
+                            False), auth)  # fmt: skip
+    return auth
+
+
+@pytest.fixture(scope="module")
+def box(render, image_root, tmp_path_factory) -> Iterator[Box]:
+    need("box", box_missing())
+    root = tmp_path_factory.mktemp("box")
+    policies, pods, services = chart_pods(render, VALUES)
+    manifests = render(VALUES)
+    net = NetBox(f"cb{os.getpid() % 1000}", (234, os.getpid() % 250))
+    made = Box(net, manifests, policies, root, root / "hosts")
+    try:
+        for name in ("laptop", "postgresql", "db-upgrade", "mlflow", "ray-head", "ray-worker-1",
+                     "ray-worker-2", "api"):  # fmt: skip
+            labels, ports = pods.get(name, ({}, {}))
+            net.add_pod(name, labels, ports, namespace="laptop" if name == "laptop" else "ml")
+        made.hosts.write_text(net.hosts(services))
+        net.publish_hosts(made.hosts.read_text())
+        net.enforce(policies)
+        started = time.monotonic()
+        _postgresql(made)
+        job = one(manifests, "Job", f"{FULLNAME}-db-init")["spec"]["template"]["spec"]
+        _run_image(made, "db-upgrade", "db-upgrade", job, job["containers"][0], image_root)
+        _wait_exit(made, "db-upgrade")
+        mlflow = one(manifests, "Deployment", f"{FULLNAME}-mlflow")["spec"]["template"]["spec"]
+        _run_image(made, "mlflow", "mlflow-db-upgrade", mlflow, mlflow["initContainers"][0],
+                   image_root)  # fmt: skip
+        _wait_exit(made, "mlflow-db-upgrade")
+        _run_image(made, "mlflow", "mlflow", mlflow, mlflow["containers"][0], image_root)
+        _ray(made, image_root)
+        api = one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
+        _run_image(made, "api", "api", api, api["containers"][0], image_root)
+        made.until_http("laptop", f"http://{FULLNAME}.ml.svc.cluster.local:8000/readyz", "api")
+        made.until_http("api", f"http://{FULLNAME}-mlflow.ml.svc:5000/health", "mlflow")
+        print(f"box up in {time.monotonic() - started:.1f} s")
+        yield made
+    finally:
+        for name in list(made.procs):
+            made.stop(name)
+        net.close()
+        home = root / "pg-home"
+        if home.exists():
+            shutil.rmtree(home.read_text(), ignore_errors=True)
+
+
+_SUBMIT = """
+import json, sys, yaml
+from fedtune.client import Client
+url, token, spec, code = sys.argv[1:5]
+with Client(url, token=token, timeout=60) as sdk:
+    print(json.dumps(sdk.submit(yaml.safe_load(spec), code=code).id))
+"""
+
+_WAIT = """
+import json, sys
+from fedtune.client import Client
+url, token, study_id, timeout = sys.argv[1:5]
+with Client(url, token=token, timeout=60) as sdk:
+    study = sdk.study(study_id)
+    final = study.wait(progress=False, timeout=float(timeout), poll_s=1) if float(timeout) else (
+        study.status())
+    trials = [{"number": t.number, "state": str(t.state), "outcome": t.outcome}
+              for t in study.trials()]
+    print(json.dumps({"id": study.id, "state": str(final.state), "error": final.error,
+                      "trials": trials, "mlflow": final.mlflow}))
+"""
+
+API_URL = f"http://{FULLNAME}.ml.svc.cluster.local:8000"
+
+
+def _small(name: str, trials: int = 2, rounds: int = 4) -> str:
+    spec = yaml.safe_load((EXAMPLE / "study.yaml").read_text())
+    spec["name"] = name
+    spec["code"] = {"modules": spec["code"]["modules"]}
+    spec["budget"] = {"trials": trials, "max_concurrent": 2}
+    spec["train"] = {**spec["train"], "rounds": rounds, "eval_every": 2}
+    spec["objective"] = {**spec["objective"], "last_rounds": 2}
+    return yaml.safe_dump(spec)
+
+
+def _submit(box: Box, spec: str, timeout: float = 600) -> dict[str, Any]:
+    """Submit ``spec`` with ``examples/byo`` from the laptop and wait for the end."""
+    study_id = box.python("laptop", _SUBMIT, API_URL, TOKEN, spec, str(EXAMPLE))
+    return _status(box, study_id, timeout)
+
+
+def _status(box: Box, study_id: str, wait_s: float = 0) -> dict[str, Any]:
+    """The study as the laptop sees it, after waiting up to ``wait_s`` for its end (0: now)."""
+    return box.python("laptop", _WAIT, API_URL, TOKEN, study_id, str(wait_s),
+                      timeout=wait_s + 60)  # fmt: skip
+
+
+def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
+    t0 = time.monotonic()
+    done = _submit(box, _small("box-study"))
+    took = time.monotonic() - t0
+    assert done["state"] == "succeeded", (done, box.log("api"), box.log("ray-head"))
+    assert [t["state"] for t in done["trials"]] == ["completed"] * 2
+    # MLflow has the study's runs: asked from the API's pod (the laptop may not reach MLflow)
+    runs = box.python("api", (
+        "import json,sys\nfrom mlflow.tracking import MlflowClient\n"
+        "c=MlflowClient(sys.argv[1]);p=c.get_run(sys.argv[2])\n"
+        "kids=c.search_runs([p.info.experiment_id],"
+        "filter_string=f\"tags.`mlflow.parentRunId` = '{p.info.run_id}'\")\n"
+        "print(json.dumps([p.info.status,len(kids)]))\n"),
+        f"http://{FULLNAME}-mlflow.ml.svc:5000", done["mlflow"]["run_id"])  # fmt: skip
+    assert runs == ["FINISHED", 2]
+    assert box.net.probe("laptop", [("mlflow", 5000)], 1.0) == {("mlflow", 5000): False}
+    flows = sorted(f.comment for f in box.net.flows())
+    for flow in flows:
+        print(f"allowed: {flow}")
+    assert f"{FULLNAME}-postgresql: ray-head -> postgresql:5432" in flows  # the driver
+    assert f"{RAY}: api -> ray-head:8265" in flows  # the Jobs API
+    assert any(f.startswith(f"{RAY}: ray-worker-") for f in flows)  # trials joined the head
+    print(f"study in the box: {took:.1f} s")
+
+
+def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:
+    study_id = box.python("laptop", _SUBMIT, API_URL, TOKEN,
+                          _small("box-node-lost", trials=4, rounds=150), str(EXAMPLE))  # fmt: skip
+    end = time.monotonic() + 300
+    while True:  # both workers busy: two trials running, none finished yet
+        now = _status(box, study_id)
+        states = [t["state"] for t in now["trials"]]
+        if states.count("running") == 2:
+            break
+        assert now["state"] in ("queued", "running") and "completed" not in states, now
+        assert time.monotonic() < end, now
+        time.sleep(1)
+    box.stop("ray-worker-2", signal.SIGKILL)  # the node's pod dies, and its network with it
+    box.net.remove_pod("ray-worker-2")
+    result = _status(box, study_id, 900)
+    assert result["state"] == "succeeded", (result, box.log("ray-head")[-2000:])
+    # as on a real cluster (tests/integration/test_multinode_ray.py): the trial that was running
+    # on the lost node is recorded failed (Tune's max_failures=0), the others complete, and no
+    # trial is left running
+    states = sorted(t["state"] for t in result["trials"])
+    assert states == ["completed", "completed", "completed", "failed"], result["trials"]
+    # the head's GCS declares the node dead (its health checks go unanswered: the namespace is
+    # gone, no connection was reset), asked from the API's pod as the API would ask
+    nodes = (
+        "import json,sys,urllib.request\nr=urllib.request.Request(sys.argv[1])\n"
+        "r.add_header('Authorization','Bearer '+sys.argv[2])\n"
+        "nodes=json.load(urllib.request.urlopen(r,timeout=10))['data']['result']['result']\n"
+        "print(json.dumps(sorted(n['state'] for n in nodes)))\n")  # fmt: skip
+    url = f"http://{RAY}-head-svc.ml.svc:8265/api/v0/nodes?detail=true"
+    end = time.monotonic() + 180
+    while (states := box.python("api", nodes, url, box.ray_token)) != ["ALIVE", "ALIVE", "DEAD"]:
+        assert time.monotonic() < end, states
+        time.sleep(5)
+
+
+def test_a_port_removed_from_a_policy_fails_the_study_with_a_clear_error(box: Box) -> None:
+    """MLflow's policy without its port: the driver on the head cannot reach MLflow, and the
+    study ends ``failed`` saying so (the policies are enforced, not decoration)."""
+    import copy
+
+    edited = copy.deepcopy(box.policies)
+    [policy] = [p for p in edited if p["metadata"]["name"] == f"{FULLNAME}-mlflow"]
+    for rule in policy["spec"]["ingress"]:
+        rule["ports"] = [{"port": 5001, "protocol": "TCP"}]  # 5000 ("http") removed
+    box.net.enforce(edited)
+    try:
+        done = _submit(box, _small("box-no-mlflow", trials=1), timeout=400)
+    finally:
+        box.net.enforce(box.policies)
+    assert done["state"] == "failed", done
+    assert "mlflow" in (done["error"] or "").lower(), done["error"]
+    print(f"the study's error: {done['error']}")
