@@ -188,3 +188,44 @@ def test_the_semantics_of_selectors_ports_and_ip_blocks() -> None:
     table = nft_table(rules, {"10.0.0.2/32": "web"}, db)
     assert "policy drop;" in table and 'ip saddr 10.0.0.2/32 tcp dport 5432 counter accept' in table
     assert 'comment "p: web -> db:5432"' in table
+
+
+#: the labels fedtune's ``rayjob_manifest`` gives a RayJob's head pod (the chart's RayJob policy
+#: selects ``component: study, managed-by: fedtune``), with KubeRay's node type
+RAYJOB_HEAD = {"app.kubernetes.io/component": "study", "app.kubernetes.io/managed-by": "fedtune",
+               "ray.io/node-type": "head"}  # fmt: skip
+
+
+def test_the_kuberay_operator_reaches_each_rayjob_heads_dashboard(render) -> None:
+    """Issue 22's finding: with backend ``kubernetes`` the RayJob policy admitted port 8265 only
+    from the study's own pods, so KubeRay's RayJob controller (``GetJobInfo`` from its own
+    namespace) could never read a job's status. The rendered policy now admits the operator's
+    namespace there — and only there."""
+    need("box", box_missing())
+    manifests = render({"backend": "kubernetes"})
+    policies = find(manifests, "NetworkPolicy")
+    [rayjobs] = [p for p in policies if p["metadata"]["name"] == f"{FULLNAME}-rayjobs"]
+    assert matches(rayjobs["spec"]["podSelector"], RAYJOB_HEAD)
+    tag = f"nk{os.getpid() % 10000}"
+    with NetBox(tag, (232, os.getpid() % 250)) as made:
+        made.add_pod("rayjob-head", RAYJOB_HEAD, {"dashboard": 8265})
+        made.add_pod("submitter", {k: v for k, v in RAYJOB_HEAD.items() if k != "ray.io/node-type"})
+        made.add_pod("operator", {"app.kubernetes.io/name": "kuberay-operator"},
+                     namespace="kuberay-system")  # fmt: skip
+        made.add_pod("elsewhere", {"app.kubernetes.io/name": "kuberay-operator"},
+                     namespace="default")  # fmt: skip
+        made.listen("rayjob-head", 8265)
+        made.listen("rayjob-head", 6379)
+        made.enforce(policies)
+        reach = {src: made.probe(src, [("rayjob-head", 8265), ("rayjob-head", 6379)])
+                 for src in ("operator", "elsewhere", "submitter")}  # fmt: skip
+        assert reach["operator"] == {("rayjob-head", 8265): True, ("rayjob-head", 6379): False}
+        assert reach["elsewhere"] == {("rayjob-head", 8265): False, ("rayjob-head", 6379): False}
+        assert reach["submitter"] == {("rayjob-head", 8265): True, ("rayjob-head", 6379): True}
+        # the policy as it was rendered before the fix: no rule for the operator's namespace
+        before = copy.deepcopy(policies)
+        [old] = [p for p in before if p["metadata"]["name"] == f"{FULLNAME}-rayjobs"]
+        old["spec"]["ingress"] = [r for r in old["spec"]["ingress"]
+                                  if not any("namespaceSelector" in f for f in r.get("from", []))]  # fmt: skip
+        made.enforce(before)
+        assert not made.connect("operator", "rayjob-head", 8265)
