@@ -21,7 +21,7 @@ from fedtune.client import Client
 from fedtune.service.db import Database
 from fedtune.service.states import StudyState
 from tests.needs import need
-from tests.service.helpers import Server, pg_schema, pg_unreachable_reason, tiny_spec
+from tests.service.helpers import Server, pg_schema, pg_unreachable_reason, tiny_spec, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -35,16 +35,6 @@ def _leader(server: Server) -> int | None:
         return None
     found = re.search(r"^fedtune_scheduler_leader ([0-9.]+)$", body, flags=re.MULTILINE)
     return int(float(found.group(1))) if found else None
-
-
-def _until(predicate, timeout: float, what: str, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _servers(tmp_path: Path, url: str, n: int = 2) -> list[Server]:
@@ -68,20 +58,21 @@ def test_one_leader_and_a_failover_within_15_s_with_no_study_dispatched_twice(tm
         try:
             for server in servers:
                 server.start(timeout=120)
-            flags = _until(lambda: (f := [_leader(s) for s in servers]) and sorted(f) == [0, 1]
-                           and f, 30, "exactly one leader")  # fmt: skip
+            flags = until(lambda: (f := [_leader(s) for s in servers]) and sorted(f) == [0, 1]
+                          and f, 30, every=0.2)  # fmt: skip
+            assert flags, "timed out waiting for exactly one leader"
             leader, other = (servers[0], servers[1]) if flags[0] == 1 else (servers[1], servers[0])
             client = Client(other.url, token=TOKEN, retries=2)
             ids = [client.submit(tiny_spec(name=f"ha{i}", trials=2, rounds=40)).id
                    for i in range(4)]  # fmt: skip
-            _until(lambda: sum(client.study(i).status().state == StudyState.RUNNING
-                               for i in ids) >= 1, 120, "a running study")  # fmt: skip
+            assert until(lambda: sum(client.study(i).status().state == StudyState.RUNNING
+                                     for i in ids) >= 1, 120, every=0.2), "no running study"  # fmt: skip
             db = Database(url)
             with db.session(readonly=True) as s:
                 token_before = s.execute(text("SELECT token FROM scheduler_lease")).scalar()
             killed_at = time.monotonic()
             leader.kill9()
-            _until(lambda: _leader(other) == 1, 30, "the other replica to lead")
+            assert until(lambda: _leader(other) == 1, 30, every=0.2), "the other did not lead"
             failover_s = time.monotonic() - killed_at
             print(f"failover after kill -9 of the leader: {failover_s:.1f} s")
             assert failover_s < 15.0
@@ -106,7 +97,7 @@ def test_a_second_process_on_one_sqlite_file_serves_but_does_not_schedule(tmp_pa
     servers = _servers(tmp_path, f"sqlite:///{tmp_path / 'one.db'}")
     try:
         first = servers[0].start(timeout=120)
-        _until(lambda: _leader(first) == 1, 30, "the first process to schedule")
+        assert until(lambda: _leader(first) == 1, 30, every=0.2), "the first does not schedule"
         second = servers[1].start(timeout=120)
         assert _leader(second) == 0 and _leader(first) == 1
         refusals = [line for line in servers[1].log.read_text().splitlines()

@@ -1,9 +1,9 @@
 """Issue 15, item 4, end to end: real Ray trials that all raise end the study ``failed``.
 
 A study is submitted to the service and run by the real driver with the real ``run_study``:
-every trial's sampled task value is out of the task's range and its build raises. The study used to end ``succeeded`` with ``error: null``; now
-it ends ``failed``, its reason naming the number of failed trials and the first trial's error,
-which the Optuna storage also keeps.
+every trial's sampled task value is out of the task's range and its build raises. The study
+used to end ``succeeded`` with ``error: null``; now it ends ``failed``, its reason naming the
+number of failed trials and the first trial's error, which the Optuna storage also keeps.
 """
 
 from __future__ import annotations
@@ -25,6 +25,26 @@ from fedtune.tuning.failures import FIRST_ERROR_ATTR
 pytestmark = pytest.mark.integration
 
 
+def _run_by_the_service(tmp_path, spec: dict, **settings: object) -> tuple:
+    """Submit ``spec`` to a service on SQLite, run its driver (attempt 1, which must exit 1),
+    and return ``(settings, study, trials)`` as the database keeps them."""
+    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'fedtune.db'}",
+                             workdir=str(tmp_path / "work"), backend="none", heartbeat_s=1.0,
+                             **settings)  # fmt: skip
+    db = Database(settings.database_url)
+    upgrade_database(db)
+    try:
+        sid = submit_study(ServiceContext(db, settings), spec)[0].id
+        with db.session() as s:
+            Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
+        assert run_driver(sid, settings, 1) == 1
+        with db.session(readonly=True) as s:
+            repo = Repository(s)
+            return settings, repo.require_study(sid), repo.list_trials(sid)
+    finally:
+        db.dispose()
+
+
 def test_a_study_whose_trials_all_raise_ends_failed_with_the_first_error(
     tmp_path, ray_local, quadratic_study
 ):
@@ -35,31 +55,14 @@ def test_a_study_whose_trials_all_raise_ends_failed_with_the_first_error(
                            search={"parameters": {"task.heterogeneity": {
                                "type": "float", "low": 2.0, "high": 3.0}}})  # fmt: skip
     spec["budget"] = {"trials": 2, "max_concurrent": 1}
-    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'fedtune.db'}",
-                             workdir=str(tmp_path / "work"), backend="none",
-                             heartbeat_s=1.0)  # fmt: skip
-    db = Database(settings.database_url)
-    upgrade_database(db)
-    try:
-        sid = submit_study(ServiceContext(db, settings), spec)[0].id
-        with db.session() as s:
-            Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
-
-        assert run_driver(sid, settings, 1) == 1
-
-        with db.session(readonly=True) as s:
-            repo = Repository(s)
-            study = repo.require_study(sid)
-            trials = repo.list_trials(sid)
-        assert study.state == StudyState.FAILED, study.error
-        assert study.error.startswith("all 2 trials failed; trial 0: "), study.error
-        assert "task.heterogeneity" in study.error and "TrialError" not in study.error
-        assert [t.state for t in trials] == [TrialState.FAILED, TrialState.FAILED]
-        storage = og.storage_url(study_workdir(settings, sid))
-        kept = optuna.load_study(study_name="all-fail", storage=storage).user_attrs
-        assert kept[FIRST_ERROR_ATTR]["trial"] == 0
-    finally:
-        db.dispose()
+    settings, study, trials = _run_by_the_service(tmp_path, spec)
+    assert study.state == StudyState.FAILED, study.error
+    assert study.error.startswith("all 2 trials failed; trial 0: "), study.error
+    assert "task.heterogeneity" in study.error and "TrialError" not in study.error
+    assert [t.state for t in trials] == [TrialState.FAILED, TrialState.FAILED]
+    storage = og.storage_url(study_workdir(settings, study.id))
+    kept = optuna.load_study(study_name="all-fail", storage=storage).user_attrs
+    assert kept[FIRST_ERROR_ATTR]["trial"] == 0
 
 
 def test_a_data_file_that_cannot_be_read_fails_the_study_before_any_trial(tmp_path):
@@ -70,37 +73,20 @@ def test_a_data_file_that_cannot_be_read_fails_the_study_before_any_trial(tmp_pa
     data.mkdir()
     bad = data / "train.h5"
     bad.write_text("not an HDF5 file\n")
-    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'fedtune.db'}",
-                             workdir=str(tmp_path / "work"), backend="none",
-                             data_roots=str(data), heartbeat_s=1.0)  # fmt: skip
-    db = Database(settings.database_url)
-    upgrade_database(db)
-    try:
-        spec = {
-            "name": "unreadable",
-            "task": {"name": "emnist", "train_path": str(bad), "max_clients": 4},
-            "algorithm": "fedavg",
-            "train": {"rounds": 2, "clients_per_round": 2, "local_steps": 1, "batch_size": 2},
-            "objective": {"last_rounds": 1},
-            "scheduler": {"name": "none"},
-            "sampler": {"name": "random", "seed": 0},
-            "budget": {"trials": 2, "max_concurrent": 1},
-        }
-        sid = submit_study(ServiceContext(db, settings), spec)[0].id
-        with db.session() as s:
-            Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
-
-        assert run_driver(sid, settings, 1) == 1
-
-        with db.session(readonly=True) as s:
-            repo = Repository(s)
-            study = repo.require_study(sid)
-            trials = repo.list_trials(sid)
-        assert study.state == StudyState.FAILED, study.error
-        assert str(bad) in study.error and "cannot open as HDF5" in study.error, study.error
-        assert trials == []
-    finally:
-        db.dispose()
+    spec = {
+        "name": "unreadable",
+        "task": {"name": "emnist", "train_path": str(bad), "max_clients": 4},
+        "algorithm": "fedavg",
+        "train": {"rounds": 2, "clients_per_round": 2, "local_steps": 1, "batch_size": 2},
+        "objective": {"last_rounds": 1},
+        "scheduler": {"name": "none"},
+        "sampler": {"name": "random", "seed": 0},
+        "budget": {"trials": 2, "max_concurrent": 1},
+    }
+    _, study, trials = _run_by_the_service(tmp_path, spec, data_roots=str(data))
+    assert study.state == StudyState.FAILED, study.error
+    assert str(bad) in study.error and "cannot open as HDF5" in study.error, study.error
+    assert trials == []
 
 
 def test_a_study_whose_trials_all_diverge_fails_the_same_way_in_the_cli_and_the_service(
@@ -130,36 +116,21 @@ def test_a_study_whose_trials_all_diverge_fails_the_same_way_in_the_cli_and_the_
     assert out["failure"].startswith("all 2 trials diverged; trial 0: ")
     assert _best_lines(SimpleNamespace(**out), None) == [f"no best configuration: {out['failure']}"]
 
-    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'fedtune.db'}",
-                             workdir=str(tmp_path / "work"), backend="none",
-                             heartbeat_s=1.0)  # fmt: skip
-    db = Database(settings.database_url)
-    upgrade_database(db)
-    try:
-        sid = submit_study(ServiceContext(db, settings), raw)[0].id
-        with db.session() as s:
-            Repository(s).transition(sid, StudyState.RUNNING, attempts=1)
-        assert run_driver(sid, settings, 1) == 1
-        with db.session(readonly=True) as s:
-            repo = Repository(s)
-            study = repo.require_study(sid)
-            trials = repo.list_trials(sid)
-        assert study.state == StudyState.FAILED
-        assert study.error.startswith("all 2 trials diverged; trial 0: "), study.error
-        assert "client loss" in study.error and study.best_value is None
-        assert [t.outcome for t in trials] == ["diverged", "diverged"]
-    finally:
-        db.dispose()
+    _, study, trials = _run_by_the_service(tmp_path, raw)
+    assert study.state == StudyState.FAILED
+    assert study.error.startswith("all 2 trials diverged; trial 0: "), study.error
+    assert "client loss" in study.error and study.best_value is None
+    assert [t.outcome for t in trials] == ["diverged", "diverged"]
 
 
-_RAISING_TASK = '''
+_RAISING_TASK = """
 from fedtune.extend import register_task
 
 
 @register_task("pf_broken")
 def build(params, seed):
     raise OSError("the data share is not mounted")
-'''
+"""
 
 
 def test_a_task_that_cannot_be_built_stops_the_study_before_any_trial(tmp_path, quadratic_study):

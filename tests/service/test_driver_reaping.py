@@ -5,7 +5,6 @@ the service (22 after 24 studies)."""
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.states import StudyState
 
-from .helpers import tiny_spec
+from .helpers import tiny_spec, until
 
 
 def _state(pid: int) -> str | None:
@@ -25,15 +24,6 @@ def _state(pid: int) -> str | None:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
     except FileNotFoundError:
         return None
-
-
-def _until(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_the_scheduler_reaps_the_drivers_of_finished_studies(
@@ -54,7 +44,9 @@ def test_the_scheduler_reaps_the_drivers_of_finished_studies(
         with sqlite_db.session() as s:  # each driver ended its study, as the real one does
             for study_id in ids:
                 Repository(s).transition(study_id, StudyState.SUCCEEDED)
-        assert _until(lambda: all(_state(p) in ("Z", None) for p in pids)), "drivers did not exit"
+        assert until(lambda: all(_state(p) in ("Z", None) for p in pids), 20, every=0.05), (
+            "drivers did not exit"
+        )
         scheduler.tick()
         assert [_state(p) for p in pids] == [None, None, None]  # no <defunct> child is left
     finally:

@@ -3,13 +3,8 @@
 The plain local-update methods (FedAvg, FedSGD, Reptile, FedProx, …; ALGORITHMS.md §1.5) are
 registered by :mod:`.local_methods`, the methods of the other papers by :mod:`.extensions`.
 
-Hyperparameters are declared by the parts that read them (:mod:`fedtune.trainers.hparams`):
-every recipe carries the client rule's :data:`~fedtune.trainers.client.CLIENT_HPARAMS` and the
-server optimizer's :data:`~fedtune.trainers.server_opt.SERVER_HPARAMS`, plus the declarations
-of its own parts (``Recipe.hparams``, e.g. FedGA's β). ``params`` names those a user may set
-(any other is rejected with the field name), ``defaults`` and ``fixed`` give recipe values; the
-recipe's validated hyperparameters are a frozen dataclass made from the declarations
-(:attr:`Recipe.hparams_type`). Other modules add methods with :func:`register`.
+What a recipe is and how its hyperparameters are declared: :mod:`.recipe`. This module holds
+recipes by name; other modules add methods with :func:`register`.
 """
 
 from __future__ import annotations
