@@ -12,7 +12,21 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["scrub", "strip_credentials"]
+__all__ = ["bare_uri", "scrub", "strip_credentials"]
+
+_UNPARSED = "<a URI that could not be parsed>"
+
+
+def bare_uri(uri: str) -> str | None:
+    """``scheme://host[:port]/path`` of ``uri``: user, password, query and fragment dropped;
+    None when it cannot be parsed."""
+    try:
+        parts = urlsplit(uri)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    netloc = (f"[{host}]" if host and ":" in host else host or "") + (f":{port}" if port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def strip_credentials(value: str) -> str:
@@ -21,13 +35,11 @@ def strip_credentials(value: str) -> str:
         return value
     try:
         parts = urlsplit(value)
-        host, port = parts.hostname, parts.port
     except ValueError:
-        return "<a URI that could not be parsed>"
+        return _UNPARSED
     if parts.username is None and parts.password is None and not parts.query:
         return value
-    netloc = (f"[{host}]" if host and ":" in host else host or "") + (f":{port}" if port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return bare_uri(value) or _UNPARSED
 
 
 def scrub(data: Any) -> Any:

@@ -9,7 +9,9 @@ server's own disk, which tells a client nothing it can use: it becomes ``None``.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from fedtune.redact import bare_uri
 
 __all__ = ["redact_uri"]
 
@@ -21,12 +23,8 @@ def redact_uri(uri: str | None) -> str | None:
     try:
         parts = urlsplit(uri)
         host = parts.hostname
-        port = parts.port
     except ValueError:
         return None
     if not parts.scheme or not host:
         return None
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None:
-        netloc += f":{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return bare_uri(uri)
