@@ -26,7 +26,7 @@ import re
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from fedtune.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -215,11 +215,6 @@ def list_users(session: Session) -> list[dict]:
         }
         for u in users
     ]
-
-
-def remove_member(session: Session, user: str, project: str) -> None:
-    session.execute(delete(Membership).where(Membership.user_name == user,
-                                             Membership.project == project))  # fmt: skip
 
 
 def principal_of(session: Session, user: User) -> Principal:
