@@ -132,20 +132,17 @@ def _behind(queue: list[Candidate], c: Candidate, decision: Decision) -> str:
 def gpu_seconds(spans: Iterable[tuple[float, dt.datetime | None, dt.datetime | None]],
                 now: dt.datetime, window_s: float) -> float:  # fmt: skip
     """GPU-seconds of ``(gpus, started_at, finished_at)`` spans within ``[now - window, now]``
-    (a study reserving no GPU counts as one, see the module docstring)."""
+    (a study reserving no GPU counts as one, see the module docstring). The times are aware,
+    as the database's ``UTCDateTime`` columns hand them back."""
     start = now - dt.timedelta(seconds=window_s)
     total = 0.0
     for gpus, began, ended in spans:
         if began is None:
             continue
-        lo, hi = max(_aware(began), start), min(_aware(ended) if ended else now, now)
+        lo, hi = max(began, start), min(ended or now, now)
         if hi > lo:
             total += max(gpus, 1.0) * (hi - lo).total_seconds()
     return total
-
-
-def _aware(value: dt.datetime) -> dt.datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
 
 
 def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any,

@@ -201,7 +201,7 @@ def list_users(session: Session) -> list[dict]:
     now = utcnow()
     tokens: dict[str, list[dict]] = {}
     for t in session.scalars(select(ApiToken).where(ApiToken.revoked_at.is_(None))):
-        if t.expires_at is None or _aware(t.expires_at) > now:
+        if t.expires_at is None or t.expires_at > now:
             tokens.setdefault(t.user_name, []).append(
                 {"id": t.id, "expires_at": t.expires_at, "label": t.label}
             )
@@ -233,14 +233,9 @@ def principal_for_token(session: Session, token: str) -> Principal | None:
         return None
     if row.revoked_at is not None:
         return None
-    if row.expires_at is not None and _aware(row.expires_at) <= utcnow():
+    if row.expires_at is not None and row.expires_at <= utcnow():
         return None
     user = session.get(User, row.user_name)
     if user is None or user.disabled_at is not None:
         return None
     return principal_of(session, user)
-
-
-def _aware(value: dt.datetime) -> dt.datetime:
-    """SQLite hands back naive datetimes; the service stores UTC."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)

@@ -92,10 +92,10 @@ class DatabaseLease:
                 session.add(SchedulerLease(name=LEASE, holder=self.holder, token=1,
                                            expires_at=until, renewed_at=now))  # fmt: skip
                 token = 1
-            elif row.holder == self.holder and _aware(row.expires_at) > now:
+            elif row.holder == self.holder and row.expires_at is not None and row.expires_at > now:
                 row.expires_at, row.renewed_at = until, now
                 token = row.token
-            elif row.holder is None or row.expires_at is None or _aware(row.expires_at) <= now:
+            elif row.holder is None or row.expires_at is None or row.expires_at <= now:
                 row.holder, row.token = self.holder, row.token + 1
                 row.expires_at, row.renewed_at = until, now
                 token = row.token
@@ -167,9 +167,3 @@ def fence_clause(fence: Fence | None) -> ColumnElement[bool] | None:
             SchedulerLease.name == LEASE, SchedulerLease.holder == fence.holder,
             SchedulerLease.token == fence.token, SchedulerLease.expires_at > utcnow()))
     )  # fmt: skip
-
-
-def _aware(value: dt.datetime | None) -> dt.datetime:
-    if value is None:
-        return dt.datetime.min.replace(tzinfo=dt.UTC)
-    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
