@@ -97,7 +97,7 @@ def submit_study(
     digest = request_hash(body)
     if idempotency_key is not None and not _KEY.match(idempotency_key):
         raise InvalidRequestError("Idempotency-Key", "1-128 characters of [A-Za-z0-9._:+/=-]")
-    project = _submit_project(ctx, body, caller)
+    project, max_priority = _submit_project(ctx, body, caller)
     replay = _replayed(ctx, idempotency_key, digest)
     if replay is not None:
         return replay, False
@@ -107,7 +107,9 @@ def submit_study(
         accepted, code_sha256 = accept_code_study(ctx, body, project)
     else:
         accepted = accept_spec(body, ctx.settings)
-    _check_priority(ctx, project, accepted.priority)
+    if accepted.priority > max_priority:
+        raise InvalidRequestError("priority", f"at most {max_priority} in project {project!r} "
+                                  f"(its max_priority), got {accepted.priority}")  # fmt: skip
     study = Study(
         id=new_study_id(),
         name=accepted.name,
@@ -138,29 +140,22 @@ def submit_study(
     return get_study(ctx, study.id), True
 
 
-def _submit_project(ctx: ServiceContext, body: Any, caller: Principal) -> str:
-    """The project a submission goes to, if ``caller`` may submit there: an unknown project
-    and one the caller cannot see are the same 422 (no existence oracle); a viewer gets 403."""
+def _submit_project(ctx: ServiceContext, body: Any, caller: Principal) -> tuple[str, int]:
+    """The project a submission goes to and its ``max_priority``, if ``caller`` may submit
+    there: an unknown project and one the caller cannot see are the same 422 (no existence
+    oracle); a viewer gets 403."""
     raw = body.get("project") if isinstance(body, Mapping) else None
     project = DEFAULT_PROJECT if raw is None else raw
     if not isinstance(project, str):
         raise InvalidRequestError("project", f"must be a project name, got {project!r}")
     with ctx.db.session(readonly=True) as session:
-        known = session.get(Project, project) is not None
-    if not known or not caller.can_read(project):
+        row = session.get(Project, project)
+        max_priority = None if row is None else row.max_priority or 0
+    if max_priority is None or not caller.can_read(project):
         raise InvalidRequestError("project", f"no project {project!r} that you may submit to")
     if not caller.can_write(project):
         raise ForbiddenError(f"{caller.name} is a viewer of project {project!r}: reading only")
-    return project
-
-
-def _check_priority(ctx: ServiceContext, project: str, priority: int) -> None:
-    with ctx.db.session(readonly=True) as session:
-        top = session.get(Project, project).max_priority or 0
-    if priority > top:
-        raise InvalidRequestError(
-            "priority", f"at most {top} in project {project!r} (its max_priority), got {priority}"
-        )
+    return project, max_priority
 
 
 def authorize(ctx: ServiceContext, caller: Principal, study_id: str, write: bool = False) -> str:
@@ -290,16 +285,17 @@ def _best(study: Study, completed: list[Trial]) -> BestTrial | None:
 
 
 def _mlflow_links(study: Study, tracking_uri: str | None) -> MlflowLinks:
+    shown = redact_uri(tracking_uri)
     url = None
-    if tracking_uri and tracking_uri.startswith(("http://", "https://")) and study.mlflow_run_id:
+    if shown and shown.startswith(("http://", "https://")) and study.mlflow_run_id:
         from fedtune.tuning.tracking import UI_QUERY  # the model-training page, not GenAI's
 
         url = (
-            f"{redact_uri(tracking_uri).rstrip('/')}/#/experiments/{study.mlflow_experiment_id}"
+            f"{shown.rstrip('/')}/#/experiments/{study.mlflow_experiment_id}"
             f"/runs/{study.mlflow_run_id}?{UI_QUERY}"
         )
     return MlflowLinks(
-        tracking_uri=redact_uri(tracking_uri),
+        tracking_uri=shown,
         experiment_id=study.mlflow_experiment_id,
         run_id=study.mlflow_run_id,
         run_url=url,
