@@ -167,10 +167,13 @@ def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any
         for p in session.scalars(select(Project))
     }  # fmt: skip
     since = now - dt.timedelta(seconds=window)
+    # running studies and those finished within the window: two index ranges (state,
+    # finished_at), whatever the number of older finished studies; a re-queued study (started,
+    # not finished) is left out here as below: it reserves nothing while it waits
     recent = session.execute(
         select(Study.project, Study.state, Study.spec, Study.started_at, Study.finished_at)
         .where(Study.started_at.is_not(None))
-        .where(or_(Study.finished_at.is_(None), Study.finished_at >= since))
+        .where(or_(Study.state == StudyState.RUNNING, Study.finished_at >= since))
     ).all()
     used = 0.0
     for project, state, spec, began, ended in recent:

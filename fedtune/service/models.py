@@ -34,6 +34,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -60,6 +61,8 @@ __all__ = [
 #: the project existing studies move to (revision 0004) and the user FEDTUNE_API_TOKEN names
 DEFAULT_PROJECT = "default"
 BOOTSTRAP_ADMIN = "admin"
+#: the studies that still hold a driver reference (partial index, revision 0005)
+_HELD = "driver_ref IS NOT NULL"
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -145,10 +148,19 @@ class Study(Base):
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True
     )
 
+    # revision 0005: every list filter, the scheduler's scans and the fair-share window read
+    # an index range ordered like the list's keyset (created_at, id)
     __table_args__ = (
-        Index("ix_studies_state_created_at", "state", "created_at"),
-        Index("ix_studies_project_state_created_at", "project", "state", "created_at"),
-    )
+        Index("ix_studies_created_at_id", "created_at", "id"),
+        Index("ix_studies_state_created_at_id", "state", "created_at", "id"),
+        Index("ix_studies_project_created_at_id", "project", "created_at", "id"),
+        Index("ix_studies_project_state_created_at_id", "project", "state", "created_at", "id"),
+        Index("ix_studies_finished_at", "finished_at"),
+        Index(
+            "ix_studies_driver_held", "backend", "updated_at", "id",
+            postgresql_where=text(_HELD), sqlite_where=text(_HELD),
+        ),
+    )  # fmt: skip
 
 
 class Trial(Base):

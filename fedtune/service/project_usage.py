@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from .models import DEFAULT_PROJECT, Study
+from .models import Study
 from .states import StudyState
 
 __all__ = ["project_usage", "reservation"]
@@ -28,10 +28,14 @@ def reservation(spec: dict[str, Any]) -> tuple[float, int]:
 
 def project_usage(session: Session, project: str) -> dict[str, Any]:
     """``{"studies": {"queued", "running"}, "gpus": reserved, "trials": reserved}`` now."""
-    in_project = func.coalesce(Study.project, DEFAULT_PROJECT) == project
+    # only the project's live studies (index ranges of (project, state, ...)), never its history;
+    # revision 0005 filled in every NULL project, so no coalesce() hides the index
+    live = [StudyState.QUEUED, StudyState.RUNNING]
     counts = dict(session.execute(
-        select(Study.state, func.count()).where(in_project).group_by(Study.state)).all())  # fmt: skip
-    running = session.scalars(select(Study.spec).where(in_project,
+        select(Study.state, func.count())
+        .where(Study.project == project, Study.state.in_(live))
+        .group_by(Study.state)).all())  # fmt: skip
+    running = session.scalars(select(Study.spec).where(Study.project == project,
                                                        Study.state == StudyState.RUNNING))  # fmt: skip
     gpus, trials = 0.0, 0
     for spec in running:

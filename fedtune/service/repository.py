@@ -10,17 +10,17 @@ Non-finite floats are stored as NULL (JSON has no ∞/NaN; PostgreSQL rejects th
 
 from __future__ import annotations
 
+import datetime as dt
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, null, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import func, null, or_, select, tuple_, update
+from sqlalchemy.orm import Session, defer
 
 from .errors import IllegalStateChangeError, StudyNotFoundError, TrialNotFoundError
 from .leader import fence_clause
 from .models import (
-    DEFAULT_PROJECT,
     CodePackageOwner,
     CodePackageRow,
     IdempotencyKey,
@@ -79,15 +79,54 @@ class Repository:
     ) -> tuple[list[Study], int]:
         """A page of studies, newest first, and the total matching ``state`` (and, unless
         ``projects`` is None, belonging to one of ``projects``)."""
-        query = select(Study)
-        count = select(func.count()).select_from(Study)
-        if state is not None:
-            query, count = query.where(Study.state == state), count.where(Study.state == state)
-        if projects is not None:
-            among = func.coalesce(Study.project, DEFAULT_PROJECT).in_(projects)
-            query, count = query.where(among), count.where(among)
-        query = query.order_by(Study.created_at.desc(), Study.id.desc()).limit(limit).offset(offset)
-        return list(self.session.scalars(query)), int(self.session.scalar(count) or 0)
+        states = () if state is None else (state,)
+        page = self.page_studies(states, projects, limit=limit, offset=offset)
+        return page, self.count_studies(states, projects)
+
+    def page_studies(
+        self, states: Sequence[StudyState] = (), projects: Sequence[str] | None = None, *,
+        after: tuple[dt.datetime, str] | None = None, ascending: bool = False,
+        limit: int = 50, offset: int = 0, summary: bool = False,
+    ) -> list[Study]:
+        """Studies in one of ``states`` (empty: any) of one of ``projects`` (None: any), ordered
+        by ``(created_at, id)`` (newest first unless ``ascending``), strictly after the keyset
+        ``after`` (``paging.Cursor``), skipping ``offset``. One index range read per filter
+        combination (revision 0005). ``summary`` leaves ``spec`` and ``driver_ref`` unloaded."""
+        if projects is not None and not projects:
+            return []
+        order = (Study.created_at, Study.id)
+        query = self._filtered(select(Study), states, projects)
+        if after is not None:
+            key = tuple_(*order)
+            query = query.where(key > tuple_(*after) if ascending else key < tuple_(*after))
+        query = query.order_by(*(order if ascending else [c.desc() for c in order]))
+        if summary:
+            query = query.options(defer(Study.spec), defer(Study.driver_ref))
+        return list(self.session.scalars(query.limit(limit).offset(offset or None)))
+
+    def count_studies(
+        self, states: Sequence[StudyState] = (), projects: Sequence[str] | None = None
+    ) -> int:
+        """How many studies :meth:`page_studies` would page through (an index-only count)."""
+        if projects is not None and not projects:
+            return 0
+        count = self._filtered(select(func.count()).select_from(Study), states, projects)
+        return int(self.session.scalar(count) or 0)
+
+    @staticmethod
+    def _filtered(query: Any, states: Sequence[StudyState], projects: Sequence[str] | None) -> Any:
+        # equality for one value, IN for several: both match the (project, state, created_at,
+        # id) indexes; revision 0005 filled in every NULL project, so no coalesce() is needed
+        for column, values in ((Study.state, list(states)), (Study.project, projects)):
+            if values:
+                values = list(values)
+                query = query.where(column == values[0] if len(values) == 1 else column.in_(values))
+        return query
+
+    def count_in(self, state: StudyState) -> int:
+        """How many studies are in ``state`` (an index-only count of that state's range)."""
+        query = select(func.count()).select_from(Study).where(Study.state == state)
+        return int(self.session.scalar(query) or 0)
 
     def studies_in(self, state: StudyState, limit: int | None = None) -> list[Study]:
         """Studies in ``state``, oldest first (the scheduler's FIFO order)."""
@@ -266,6 +305,20 @@ class Repository:
         counts = dict.fromkeys(TrialState, 0)
         counts.update({TrialState(s): int(n) for s, n in self.session.execute(query)})
         return counts
+
+    def best_completed(self, study_id: str, maximise: bool) -> Trial | None:
+        """The completed, scored, not diverged trial with the best value (lowest number among
+        equals): one index range read of the study's trials, sorted in SQL."""
+        value = Trial.value.desc() if maximise else Trial.value.asc()
+        query = (
+            select(Trial)
+            .where(Trial.study_id == study_id, Trial.state == TrialState.COMPLETED,
+                   Trial.value.is_not(None),
+                   or_(Trial.outcome.is_(None), Trial.outcome != "diverged"))
+            .order_by(value, Trial.number)
+            .limit(1)
+        )  # fmt: skip
+        return self.session.scalars(query).first()
 
     def running_trials_total(self) -> int:
         query = (

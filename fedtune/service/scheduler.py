@@ -223,7 +223,8 @@ class Scheduler:
         capacity = None if self.settings.cluster_gpus is not None else self._capacity()
         with self.db.session(readonly=True) as session:
             repo = Repository(session)
-            free = self.settings.max_concurrent_studies - repo.count_by_state()[StudyState.RUNNING]
+            # each query reads an index range of live studies, never the finished history
+            free = self.settings.max_concurrent_studies - repo.count_in(StudyState.RUNNING)
             waiting = repo.studies_in(StudyState.QUEUED, QUEUE_SCAN)
             if not waiting:
                 return []

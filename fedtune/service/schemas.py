@@ -110,9 +110,15 @@ class StudyDetail(StudyOut):
 
 class StudyPage(_Out):
     items: list[StudyOut]
-    total: int
+    total: int | None = Field(
+        description="studies matching the filters; counted on a first page (no page_token) or "
+        "with include_total=true, null on pages reached by token"
+    )
     limit: int
     offset: int
+    next_page_token: str | None = Field(
+        None, description="pass as page_token for the next page; null on the last page"
+    )
 
 
 class TrialOut(_Out):

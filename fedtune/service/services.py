@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from .errors import (
     StudyNotFoundError,
 )
 from .models import DEFAULT_PROJECT, Project, Study, Trial
+from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
 from .redact import redact_uri
 from .repository import Repository
@@ -55,6 +56,7 @@ __all__ = [
     "list_studies",
     "list_trials",
     "new_study_id",
+    "read_study",
     "submit_study",
 ]
 
@@ -181,17 +183,35 @@ def _replayed(ctx: ServiceContext, key: str | None, digest: str) -> StudyDetail 
 
 
 def list_studies(
-    ctx: ServiceContext, state: StudyState | None = None, limit: int = 50, offset: int = 0,
-    *, caller: Principal = ANONYMOUS_ADMIN, project: str | None = None,
+    ctx: ServiceContext, state: StudyState | Sequence[StudyState] | None = None,
+    limit: int = 50, offset: int = 0, *, caller: Principal = ANONYMOUS_ADMIN,
+    project: str | None = None, page_token: str | None = None, order: Order | str = Order.DESC,
+    include_total: bool | None = None,
 ) -> StudyPage:
-    """A page of the studies ``caller`` may read (of ``project`` only, when given)."""
+    """A page of the studies ``caller`` may read (in one of ``state``, of ``project`` only, when
+    given), ordered by creation time (``order``). ``page_token`` (a previous page's
+    ``next_page_token``) continues after that page by keyset (``paging``), else ``offset``
+    rows are skipped. ``total`` is counted when ``include_total`` says so — by default on a
+    first page (no token) only: pages reached by token cost one index range read, no count."""
+    query = ListQuery.of(state, project, order)
+    if page_token is not None and offset:
+        raise InvalidRequestError("query.offset", "give either page_token or offset, not both")
+    after = None if page_token is None else decode_token(page_token, query)
     projects = caller.readable()
     if project is not None:
         projects = [project] if projects is None or project in projects else []
+    count = page_token is None if include_total is None else include_total
     with ctx.db.session(readonly=True) as session:
-        studies, total = Repository(session).list_studies(state, limit, offset, projects)
-        items = [_study_out(s) for s in studies]
-    return StudyPage(items=items, total=total, limit=limit, offset=offset)
+        repo = Repository(session)
+        rows = repo.page_studies(
+            query.states, projects, limit=limit + 1, offset=offset, ascending=query.ascending,
+            after=None if after is None else (after.created_at, after.study_id), summary=True,
+        )
+        total = repo.count_studies(query.states, projects) if count else None
+        items = [_study_out(s) for s in rows[:limit]]
+        last = rows[limit - 1] if len(rows) > limit else None
+    token = None if last is None else encode_token(query, Cursor(last.created_at, last.id))
+    return StudyPage(items=items, total=total, limit=limit, offset=offset, next_page_token=token)
 
 
 def _study_out(study: Study) -> StudyOut:
@@ -211,20 +231,35 @@ def _known(study_id: str) -> str:
 
 
 def get_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
+    """One study with its progress (trial counts by state) and best trial: three index reads
+    (the study, its trials' states, the best one), whatever its number of trials."""
     _known(study_id)
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
-        study = repo.require_study(study_id)
-        counts = repo.trial_counts(study_id)
-        trials = repo.list_trials(study_id, TrialState.COMPLETED)
-        base = _study_out(study).model_dump()
-        return StudyDetail(
-            **base,
-            spec=study.spec,
-            progress=_progress(study.trials_requested, counts),
-            best=_best(study, trials),
-            mlflow=_mlflow_links(study, study_tracking_uri(ctx.settings, study_id)),
-        )
+        return _detail(ctx, repo, repo.require_study(study_id))
+
+
+def read_study(ctx: ServiceContext, caller: Principal, study_id: str) -> StudyDetail:
+    """``GET /v1/studies/{id}``: :func:`get_study` for a ``caller`` who may read it, checked in
+    the same transaction (404 otherwise, as for a study that does not exist)."""
+    _known(study_id)
+    with ctx.db.session(readonly=True) as session:
+        repo = Repository(session)
+        study = repo.get_study(study_id)
+        if study is None or not caller.can_read(study.project):
+            raise StudyNotFoundError(f"no study {study_id!r}")
+        return _detail(ctx, repo, study)
+
+
+def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
+    counts = repo.trial_counts(study.id)
+    return StudyDetail(
+        **_study_out(study).model_dump(),
+        spec=study.spec,
+        progress=_progress(study.trials_requested, counts),
+        best=_best(repo, study),
+        mlflow=_mlflow_links(study, study_tracking_uri(ctx.settings, study.id)),
+    )
 
 
 def cancel_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
@@ -269,18 +304,17 @@ def _maximise(spec: Mapping[str, Any]) -> bool | None:
     return objective.get("metric") == "test_accuracy"
 
 
-def _best(study: Study, completed: list[Trial]) -> BestTrial | None:
+def _best(repo: Repository, study: Study) -> BestTrial | None:
     """The driver's pick once the study finished; meanwhile the best completed trial so far."""
     if study.best_trial is not None:
-        trial = next((t for t in completed if t.number == study.best_trial), None)
-        params = trial.params if trial is not None else {}
+        trial = repo.get_trial(study.id, study.best_trial)
+        done = trial is not None and trial.state == TrialState.COMPLETED
+        params = trial.params if done else {}
         return BestTrial(number=study.best_trial, value=study.best_value, params=params)
     maximise = _maximise(study.spec)
-    scored = [t for t in completed if t.value is not None and t.outcome != "diverged"]
-    if maximise is None or not scored:
+    trial = None if maximise is None else repo.best_completed(study.id, maximise)
+    if trial is None:
         return None
-    pick = max if maximise else min
-    trial = pick(scored, key=lambda t: t.value)
     return BestTrial(number=trial.number, value=trial.value, params=trial.params)
 
 

@@ -52,7 +52,7 @@ def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> No
     assert client.get("/healthz", headers=bare).json() == {"status": "ok"}
     assert _runtime(client).ctx.warmup.done.wait(300)
     ready = client.get("/readyz", headers=bare).json()
-    assert ready == {"status": "ready", "database": "sqlite", "revision": "0004"}
+    assert ready == {"status": "ready", "database": "sqlite", "revision": "0005"}
     assert client.get("/metrics", headers=bare).status_code == 200
     spec = client.get("/openapi.json", headers=bare).json()
     assert {"/v1/studies", "/v1/studies/{study_id}/tradeoff", "/v1/algorithms"} <= set(

@@ -50,7 +50,7 @@ def test_the_package_ships_its_alembic_files() -> None:
     assert ALEMBIC_INI.is_file() and (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert len(list((MIGRATIONS_DIR / "versions").glob("*.py"))) >= 2
-    assert head_revision() == "0004"
+    assert head_revision() == "0005"
 
 
 def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
@@ -65,11 +65,11 @@ def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
         )
     assert "heartbeat_at" not in {c["name"] for c in inspect(db.engine).get_columns("studies")}
 
-    assert upgrade_database(db) == "0004"
-    assert upgrade_database(db) == "0004"  # idempotent
+    assert upgrade_database(db) == "0005"
+    assert upgrade_database(db) == "0005"  # idempotent
 
     indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
-    assert "ix_studies_state_created_at" in indexes
+    assert "ix_studies_state_created_at_id" in indexes  # revision 0005 (keyset order)
     with db.session() as s:
         repo = Repository(s)
         study = repo.require_study("0123456789ab")
@@ -108,3 +108,38 @@ def database_at_0001(db_url: str, tmp_path: Path):
     assert upgrade_database(db, "0001") == "0001"
     yield db
     db.dispose()
+
+
+def test_revision_0005_fills_null_projects_and_swaps_indexes(db_url: str) -> None:
+    """Issue 21 req. 2: the list filters ``project IN (...)`` on an index (no coalesce()), so a
+    study left without a project moves to ``default``; the keyset indexes replace the old ones,
+    and the downgrade puts those back."""
+    from alembic import command
+
+    from fedtune.service.migrate import alembic_config
+
+    db = Database(db_url)
+    try:
+        assert upgrade_database(db, "0004") == "0004"
+        _insert(db, "studies", OLD_ROWS["studies"])  # no project: NULL
+        assert upgrade_database(db) == "0005"
+        indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
+        assert {"ix_studies_created_at_id", "ix_studies_project_created_at_id",
+                "ix_studies_project_state_created_at_id", "ix_studies_finished_at",
+                "ix_studies_driver_held"} <= indexes  # fmt: skip
+        assert "ix_studies_project_state_created_at" not in indexes
+        with db.session(readonly=True) as s:
+            assert Repository(s).require_study("0123456789ab").project == DEFAULT_PROJECT
+            page = Repository(s).page_studies(projects=[DEFAULT_PROJECT])
+            assert [st.id for st in page] == ["0123456789ab"]
+
+        cfg = alembic_config()
+        with db.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0004")
+        indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
+        assert {"ix_studies_state_created_at", "ix_studies_project_state_created_at"} <= indexes
+        assert "ix_studies_created_at_id" not in indexes
+        assert upgrade_database(db) == "0005"
+    finally:
+        db.dispose()

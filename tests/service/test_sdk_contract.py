@@ -23,6 +23,7 @@ PAIRS = {
     sdk.TrialInfo: "TrialOut",
     sdk.CurvePoint: "CurvePoint",
     sdk.TradeOff: "TradeoffOut",
+    sdk.StudyPage: "StudyPage",
 }
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
+from pydantic import BaseModel
 
 from .. import services
+from ..paging import Order
 from ..schemas import (
     CurveOut,
     ErrorResponse,
@@ -52,6 +54,12 @@ SpecBody = Annotated[
 ]
 
 
+def _json(answer: BaseModel) -> Response:
+    """``answer`` as JSON: it is already the route's response model, built and validated by the
+    service, so FastAPI's second validation pass (a third of a list's CPU) is skipped."""
+    return Response(answer.model_dump_json(), media_type="application/json")
+
+
 @router.post(
     "",
     status_code=201,
@@ -91,23 +99,51 @@ async def submit_study(
     return study
 
 
-@router.get("", response_model=StudyPage, responses=_ERRORS)
+@router.get(
+    "",
+    response_model=StudyPage,
+    responses={
+        422: {"model": ErrorResponse, "description": "invalid parameter or page_token (field)"},
+        **_ERRORS,
+    },
+)
 def list_studies(
     ctx: Ctx,
     caller: Caller,
-    state: StudyState | None = None,
+    state: Annotated[
+        list[StudyState] | None, Query(description="only these states (repeat for several)")
+    ] = None,
     project: Annotated[str | None, Query(max_length=63, description="only this project")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000_000)] = 0,
+    page_token: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description="next_page_token of the previous page (same filters and order): "
+            "continues after it, however deep, at the cost of one page",
+        ),
+    ] = None,
+    order: Annotated[Order, Query(description="by creation time: desc (newest first) or asc")] = (
+        Order.DESC
+    ),
+    include_total: Annotated[
+        bool | None,
+        Query(description="count the matching studies (default: on a first page only)"),
+    ] = None,
 ) -> StudyPage:
-    """The studies the caller may read, newest first."""
-    return services.list_studies(ctx, state, limit, offset, caller=caller, project=project)
+    """The studies the caller may read, newest first (``order=asc``: oldest first). Page with
+    ``page_token`` = the previous answer's ``next_page_token`` (keyset: as fast on page 200 as on
+    page 1); ``offset`` still works and costs the rows it skips."""
+    page = services.list_studies(ctx, state, limit, offset, caller=caller, project=project,
+                                 page_token=page_token, order=order,
+                                 include_total=include_total)  # fmt: skip
+    return _json(page)
 
 
 @router.get("/{study_id}", response_model=StudyDetail, responses=_ERRORS)
 def get_study(ctx: Ctx, caller: Caller, study_id: StudyId) -> StudyDetail:
-    services.authorize(ctx, caller, study_id)
-    return services.get_study(ctx, study_id)
+    return _json(services.read_study(ctx, caller, study_id))  # access checked in one transaction
 
 
 @router.post(
