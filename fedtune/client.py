@@ -7,6 +7,10 @@
     study = client.submit("study.yaml", code="./my_lab")       # with user code (uploaded, zipped)
     study.wait(progress=True, timeout=600)                     # live progress on stderr
     study.trials(); study.curve(0); study.best(); study.tradeoff(); study.cancel()
+    page = client.list_studies(state=["queued", "running"], project="vision", limit=50)
+    more = client.list_studies(state=["queued", "running"], project="vision",
+                               page_token=page.next_page_token)      # None on the last page
+    for s in client.iter_studies(order="asc"): ...                 # every study, page by page
 
 Shape taken from httpx: all I/O goes through one ``httpx.Client`` whose *transport* is
 injectable, so tests drive the real app in-process (``fastapi.testclient.TestClient(app)._transport``
@@ -31,7 +35,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
@@ -48,6 +52,7 @@ __all__ = [
     "CurvePoint",
     "Progress",
     "Study",
+    "StudyPage",
     "StudyStatus",
     "TradeOff",
     "TrialInfo",
@@ -181,6 +186,28 @@ class TradeOff:
     extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
 
 
+@dataclass(frozen=True)
+class StudyPage:
+    """One page of ``GET /v1/studies``: summaries (no progress, best or MLflow links) and the
+    token of the next page (None on the last)."""
+
+    items: list[StudyStatus]
+    total: int | None
+    limit: int
+    offset: int
+    next_page_token: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StudyPage:
+        items = [StudyStatus.from_json(_with_defaults(s)) for s in data["items"]]
+        return _build(cls, {**data, "items": items})
+
+
+#: one state, several, or None (all)
+States = StudyState | str | Sequence[StudyState | str] | None
+
+
 class Client:
     """A client of one fedtune service (``url``), authenticated by ``token`` when given."""
 
@@ -284,14 +311,43 @@ class Client:
         self, state: StudyState | str | None = None, limit: int = 50, offset: int = 0,
         project: str | None = None,
     ) -> list[StudyStatus]:
-        """The studies this caller may read (of ``project`` only, when given), newest first."""
+        """The studies this caller may read (of ``project`` only, when given), newest first:
+        one page by offset. :meth:`list_studies` and :meth:`iter_studies` page by token."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
-        if state is not None:
-            params["state"] = str(StudyState(state))
-        if project is not None:
-            params["project"] = project
+        params.update(_list_filters(state, project))
         page = self.request("GET", "/v1/studies", params=params)
         return [StudyStatus.from_json(_with_defaults(s)) for s in page["items"]]
+
+    def list_studies(
+        self, state: States = None, project: str | None = None, *, limit: int = 50,
+        page_token: str | None = None, order: str = "desc", include_total: bool | None = None,
+    ) -> StudyPage:
+        """One page of the studies this caller may read: in one of ``state`` (one or several),
+        of ``project``, by creation time (``order`` ``desc``: newest first, or ``asc``).
+        Pass the answer's ``next_page_token`` as ``page_token`` for the next page (same filters
+        and order); it is None on the last page. ``total`` is counted on a first page, or
+        when ``include_total``."""
+        params: dict[str, Any] = {"limit": limit, "order": order, **_list_filters(state, project)}
+        if page_token is not None:
+            params["page_token"] = page_token
+        if include_total is not None:
+            params["include_total"] = "true" if include_total else "false"
+        return StudyPage.from_json(self.request("GET", "/v1/studies", params=params))
+
+    def iter_studies(
+        self, state: States = None, project: str | None = None, *, order: str = "desc",
+        page_size: int = 100,
+    ) -> Iterator[StudyStatus]:
+        """Every study matching the filters, one page (``page_size``) fetched at a time by
+        following ``next_page_token``; no study twice, none skipped while others are submitted."""
+        token: str | None = None
+        while True:
+            page = self.list_studies(state, project, limit=page_size, page_token=token,
+                                     order=order, include_total=False)  # fmt: skip
+            yield from page.items
+            token = page.next_page_token
+            if token is None:
+                return
 
     # ---------------------------------------------------------------- discovery
 
@@ -349,6 +405,21 @@ class Client:
     def set_quota(self, name: str, **quota: float | int | None) -> dict[str, Any]:
         """``gpus``, ``trials``, ``studies``, ``weight``, ``max_priority`` (None: unlimited)."""
         return self.request("PUT", f"/v1/projects/{name}/quota", json=quota)
+
+
+def _list_filters(state: States, project: str | None) -> dict[str, Any]:
+    """Query parameters of a list: ``state`` repeated once per state."""
+    params: dict[str, Any] = {}
+    if state is not None:
+        many = [state] if isinstance(state, str | StudyState) else list(state)
+        known = {str(s) for s in StudyState}
+        wrong = [str(s) for s in many if str(s) not in known]
+        if wrong:
+            raise ConfigError("state", f"no study state {wrong[0]!r}; one of {sorted(known)}")
+        params["state"] = [str(s) for s in many]
+    if project is not None:
+        params["project"] = project
+    return params
 
 
 def _with_defaults(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Remote verbs, through the SDK: ``fedtune submit | status | wait | cancel | trials | tradeoff``.
+"""Remote verbs, through the SDK: ``fedtune submit | status | studies | wait | cancel | trials |
+tradeoff``.
 
     fedtune submit examples/study.yaml [--wait]      # prints the study id
     fedtune submit study.yaml --code ./my_lab        # uploads the user code package first
     fedtune status ID        fedtune wait ID [--timeout S]        fedtune cancel ID
+    fedtune studies [--state S ...] [--project P] [--limit N] [--page-token T | --all] [--order asc]
     fedtune trials ID [--state completed]             fedtune tradeoff ID
     fedtune whoami                                    # who the token is, its projects
 
@@ -20,6 +22,8 @@ import json
 import os
 import sys
 from typing import Any
+
+from fedtune.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -48,6 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("study_id")
     _common(p)
     p.set_defaults(func=status)
+
+    p = sub.add_parser("studies", help="list studies, a page at a time (or --all)")
+    p.add_argument("--state", action="append", metavar="STATE",
+                   help="only this state (repeat, or comma-separate, for several)")  # fmt: skip
+    p.add_argument("--project", help="only this project")
+    p.add_argument("--limit", type=int, default=50, help="studies per page (default 50)")
+    p.add_argument("--page-token", help="next page: the token the previous page printed")
+    p.add_argument("--all", action="store_true", help="every page, one after the other")
+    p.add_argument("--order", choices=["desc", "asc"], default="desc",
+                   help="by creation time: desc (newest first, default) or asc")  # fmt: skip
+    _common(p)
+    p.set_defaults(func=studies)
 
     p = sub.add_parser("wait", help="wait for a study to finish (exit 0 if it succeeded)")
     p.add_argument("study_id")
@@ -123,6 +139,38 @@ def status(args: argparse.Namespace) -> int:
     with _client(args) as client:
         s = client.study(args.study_id).status()
         print(_json(s) if args.json else _show_status(s))
+    return 0
+
+
+def studies(args: argparse.Namespace) -> int:
+    """A page of studies (``--all``: every page); the next page's command on stderr."""
+    states = [s for value in args.state or [] for s in value.split(",") if s] or None
+    if args.all and args.page_token:
+        raise ConfigError("--page-token", "give --page-token or --all, not both")
+    with _client(args) as client:
+        if args.all:
+            rows = list(client.iter_studies(states, args.project, order=args.order,
+                                            page_size=args.limit))  # fmt: skip
+            token = None
+        else:
+            page = client.list_studies(states, args.project, limit=args.limit,
+                                       page_token=args.page_token, order=args.order)  # fmt: skip
+            rows, token = page.items, page.next_page_token
+    if args.json:
+        print(_json({"items": [dataclasses.asdict(r) for r in rows], "next_page_token": token}))
+    else:
+        print(f"{'id':<12}  {'state':<9}  {'project':<12}  {'created (UTC)':<19}  name")
+        for s in rows:
+            created = s.created_at.strftime("%Y-%m-%d %H:%M:%S") if s.created_at else "-"
+            print(f"{s.id:<12}  {s.state!s:<9}  {s.project or 'default':<12}  {created:<19}  "
+                  f"{s.name}")  # fmt: skip
+    if token is not None:
+        again = [f"--state {','.join(states)}"] if states else []
+        again += [f"--project {args.project}"] if args.project else []
+        again += [f"--order {args.order}"] if args.order != "desc" else []
+        again += [f"--limit {args.limit}"] if args.limit != 50 else []
+        print(f"more studies: fedtune studies {' '.join([*again, '--page-token', token])}",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 
