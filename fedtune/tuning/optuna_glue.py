@@ -8,9 +8,17 @@ driver. Only the driver process writes to it (workers never touch Optuna).
 **What the sampler is told** (:class:`FedtuneSearch`, a Ray Tune ``Searcher`` that asks and
 tells the storage's study through Optuna's public ask/tell API):
 
-* every round's running objective (the mean of the last N values of the objective's record
-  field, ``fedtune.tuning.trainable``) → ``trial.report(value, step=round)`` (single
-  objective; Optuna has no intermediate values for several objectives);
+* the running objective (the mean of the last N values of the objective's record field,
+  ``fedtune.tuning.trainable``) → ``trial.report(value, step=round)`` at a *report point*
+  (every ``report_every`` rounds), at most once per trial every
+  :attr:`FedtuneSearch.REPORT_INTERVAL_S` seconds, and always at the trial's last round
+  (single objective; Optuna has no intermediate values for several objectives). One write costs
+  the driver ~4 ms of CPU, so a write per round of tens of trials would be the driver's limit;
+  and nothing reads the values in between: Ray's scheduler (not an Optuna pruner) stops trials,
+  the samplers read final values, and a PRUNED trial's value is the *last* intermediate value,
+  which is always written. The intermediate values are a live sample of the curve (which rounds
+  depends on timing; their values and the trial's value do not); every round is in MLflow and
+  in ``fedtune:curve``;
 * completed → ``COMPLETE`` with the objective value(s);
 * diverged → ``COMPLETE`` with the *worst* values (+∞ minimised / −∞ maximised, every
   objective). We prefer a bad value to ``FAIL``: TPE, GP, NSGA-II and CMA-ES then learn that the
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -230,6 +239,8 @@ class FedtuneSearch(Searcher):
     """Ray Tune searcher on the study's storage, telling Optuna what fedtune's trials mean
     (module docstring); Optuna's public ask/tell API only."""
 
+    REPORT_INTERVAL_S = 1.0  # intermediate values of one trial at most this often (+ the last)
+
     def __init__(
         self,
         spec: StudySpec,
@@ -253,6 +264,8 @@ class FedtuneSearch(Searcher):
         self._done: set[str] = set()
         self._seen: dict[str, int] = {}
         self._curves: dict[str, tuple[list[int], list[float]]] = {}
+        self._unreported: dict[str, tuple[float, int]] = {}  # (value, round) not yet written
+        self._due_at: dict[str, float] = {}  # when the next write is due
         self._proposer = proposer
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
@@ -294,6 +307,7 @@ class FedtuneSearch(Searcher):
             return
         rounds, losses = self._curves.setdefault(trial_id, ([], []))
         last = self._seen.get(trial_id, 0)
+        report: tuple[float, int] | None = None
         for row in result.get(HISTORY, ()):
             if row[ROUND] <= last:
                 continue  # a result delivered twice (final result of a function trainable)
@@ -301,9 +315,20 @@ class FedtuneSearch(Searcher):
             losses.append(float(row["client_loss"]))
             value = row.get(OBJECTIVE)
             if not self._multi and value is not None and math.isfinite(value):
-                trial.report(float(value), int(row[ROUND]))
+                report = (float(value), int(row[ROUND]))
             last = int(row[ROUND])
         self._seen[trial_id] = last
+        if report is not None:  # the report point's value only, not too often (module docstring)
+            self._unreported[trial_id] = report
+            if time.monotonic() >= self._due_at.get(trial_id, -math.inf):
+                self._report(trial_id, trial)
+
+    def _report(self, trial_id: str, trial: optuna.Trial) -> None:
+        """Write the trial's last unwritten report point; the next is due in an interval."""
+        pending = self._unreported.pop(trial_id, None)
+        if pending is not None:
+            trial.report(*pending)
+            self._due_at[trial_id] = time.monotonic() + self.REPORT_INTERVAL_S
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         trial = self._trials.get(trial_id)
@@ -311,6 +336,8 @@ class FedtuneSearch(Searcher):
             return
         if result:
             self.on_trial_result(trial_id, result)
+        self._report(trial_id, trial)  # the last round's value: a PRUNED trial's value
+        self._due_at.pop(trial_id, None)
         outcome = (result or {}).get(OUTCOME)
         state, values = TrialState.FAIL, None
         if error or outcome is None:

@@ -8,8 +8,9 @@ UI shows it as a model-training experiment (its runs table) instead of the GenAI
   ``spec.yaml``, ``search_space.yaml``, ``best.json`` and the trade-off under ``tradeoff/``;
   summary metrics at the end; the envelope E(R) as the metric history ``envelope_loss``);
 * one child run per Optuna trial (tag ``mlflow.parentRunId``; name ``trial-NNNN``; params = the
-  trial's hyperparameters; per-round metrics with ``step = round`` sent with ``log_batch`` in
-  chunks of at most 1000 entities; tags ``study``, ``algorithm``, ``task``, ``outcome``,
+  trial's hyperparameters; per-round metrics with ``step = round``, queued by the Tune callback
+  and sent by a background thread that coalesces the rounds of every open run into
+  ``log_batch`` calls of at most 1000 entities (:mod:`.round_log`); tags ``study``, ``algorithm``, ``task``, ``outcome``,
   ``optuna_trial_number``, ``objective_metric`` = what the metric ``objective`` is). Every
   round logs ``objective`` (the running objective, Optuna's intermediate value) and, with decay,
   ``decays``; at the end the trial's value is logged as ``objective`` (∞ for a diverged trial is
@@ -21,9 +22,18 @@ UI shows it as a model-training experiment (its runs table) instead of the GenAI
 After every invocation (:meth:`StudyTracker.mark_best`) the best child run has the tag
 ``best_trial = true`` (removed from a previous best), and the parent the tags ``best_trial``
 (its number) and ``best_run_id``; the parent gets ``trials_table.json`` (an MLflow table: one
-row per trial) and summary metrics logged at ``step = finished trials``. A resume that changed
+row per trial; past ``TOP_TRIALS`` trials the best ones, the Pareto set and the best trial, the
+tag ``trials_table.json`` saying which) and summary metrics logged at ``step = finished trials``. A resume that changed
 nothing logs nothing new, an extension only the points that changed
 (:meth:`StudyTracker.log_series`): metric histories are never duplicated.
+
+**Nothing queued is lost**: every other tracker call that touches runs first waits until the
+rounds queued before it are stored — :meth:`StudyTracker.end_trial` those of its run (a trial's
+run is closed only after its last round), :meth:`StudyTracker.reconcile` /
+:meth:`StudyTracker.mark_best` / :meth:`StudyTracker.log_series` all of them (the end of a
+study, Ctrl-C, a cancel, a resume), and :meth:`StudyTracker.finish_study` also stops the thread.
+The queue is bounded: a driver that reports faster than MLflow stores blocks in the callback
+(Ray then holds the trainables back) instead of growing a backlog.
 
 Tracking URI: ``--tracking-uri`` > the spec's ``tracking.uri`` > ``MLFLOW_TRACKING_URI`` > a
 local SQLite store ``sqlite:///<workdir>/mlflow.db`` whose artifacts go to
@@ -52,6 +62,7 @@ from ray.tune import Callback
 
 from fedtune.redact import scrub
 
+from .round_log import MAX_BATCH, RoundLog
 from .spec import StudySpec
 from .sqlite_commits import fast_commits_for
 from .sqlite_template import seed_sqlite_store
@@ -79,7 +90,6 @@ __all__ = [
     "ui_url",
 ]
 
-MAX_BATCH = 1000  # MLflow's limit of entities (metrics + params + tags) per log_batch
 _MAX_PARAMS = 100
 _MAX_FLOAT = 1.7976931348623157e308
 _MAX_PARAM_LEN = 6000
@@ -184,6 +194,7 @@ class StudyTracker:
         seed_sqlite_store(uri)  # a new SQLite store without MLflow's migrations
         fast_commits_for(uri)  # WAL + synchronous=NORMAL (.sqlite_commits)
         self.client = MlflowClient(tracking_uri=uri)
+        self.rounds = RoundLog(self.client)  # per-round metrics, sent by a thread
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
             self.experiment_id = found.experiment_id
@@ -229,7 +240,9 @@ class StudyTracker:
         step: int = 0,
     ) -> None:
         """Summary metrics (finite ones, at ``step``; a value already there is not logged
-        again), an artifact folder, and the parent's final status."""
+        again), an artifact folder, and the parent's final status; every queued round is
+        stored first and the round log's thread stops."""
+        self.rounds.close()
         ts = _now()
         latest = self._latest(run_id)
         items = [Metric(k, float(v), ts, step) for k, v in metrics.items()
@@ -255,6 +268,7 @@ class StudyTracker:
     def log_series(self, run_id: str, key: str, points: Iterable[tuple[int, float]]) -> None:
         """``(step, value)`` points of ``key``; a point equal to the latest value already at its
         step is skipped (a resumed or extended study never duplicates a history)."""
+        self.rounds.flush()
         ts = _now()
         now: dict[int, float] = {}
         for m in sorted(self.client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
@@ -266,6 +280,7 @@ class StudyTracker:
 
     def mark_best(self, parent: str, best_run: str | None, number: int | None) -> None:
         """Tag the best child run (and only it) and point the parent at it."""
+        self.rounds.flush()
         for run in self.child_runs(parent):
             rid = run.info.run_id
             if rid != best_run and run.data.tags.get(BEST_TAG) is not None:
@@ -279,9 +294,14 @@ class StudyTracker:
         tags = [RunTag(BEST_TAG, str(number)), RunTag("best_run_id", best_run)]
         self.client.log_batch(parent, tags=tags)
 
-    def log_table(self, run_id: str, columns: Mapping[str, list], name: str) -> None:
-        """An MLflow table artifact (the UI shows it as a table)."""
+    def log_table(
+        self, run_id: str, columns: Mapping[str, list], name: str, note: str | None = None
+    ) -> None:
+        """An MLflow table artifact (the UI shows it as a table); ``note``, what its rows are,
+        goes to the run's tag ``name`` (e.g. ``trials_table.json``: "52 of 1000 trials …")."""
         self.client.log_table(run_id, data=dict(columns), artifact_file=name)
+        if note is not None:
+            self.client.set_tag(run_id, name, note)
 
     def read_text(self, run_id: str, path: str) -> str:
         """An artifact's text, exactly as stored."""
@@ -306,8 +326,8 @@ class StudyTracker:
         return run.info.run_id
 
     def log_rounds(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        for chunk in _chunks(round_metrics(rows, _now()), MAX_BATCH):
-            self.client.log_batch(run_id, metrics=chunk)
+        """Queue the rows' metrics (sent by :attr:`rounds`' thread; see the module docstring)."""
+        self.rounds.add(run_id, round_metrics(rows, _now()))
 
     def end_trial(
         self,
@@ -319,7 +339,8 @@ class StudyTracker:
         step: int = 0,
     ) -> None:
         """Close a child run: final tags, metrics at ``step`` (±∞ kept: MLflow stores the
-        largest float) and params."""
+        largest float) and params — after the run's queued rounds are stored."""
+        self.rounds.flush(run_id)
         items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
         ts = _now()
         values = [Metric(k, float(v), ts, step) for k, v in (metrics or {}).items()
@@ -348,7 +369,9 @@ class StudyTracker:
                 return runs
 
     def reconcile(self, parent: str, statuses: Mapping[str, str]) -> list[str]:
-        """Close child runs left RUNNING: a finished trial's run gets its status, others KILLED."""
+        """Close child runs left RUNNING: a finished trial's run gets its status, others KILLED
+        (every queued round is stored first)."""
+        self.rounds.flush()
         closed = []
         for run in self.child_runs(parent):
             run_id = run.info.run_id

@@ -55,7 +55,6 @@ from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
 
 from . import timeline
 from .spec import Mode, MultiMetric, StudySpec
-from .tradeoff import rounds_to_target, smooth
 
 __all__ = [
     "DECAYS",
@@ -132,15 +131,15 @@ class ObjectiveTracker:
         self.target = obj.target_loss
         self.mode = obj.directions[0]
         self._tail: deque[float] = deque(maxlen=self.last_rounds)
-        self._loss_rounds: list[int] = []
-        self._losses: list[float] = []
+        self._reach = _FirstReach(self.target) if self.multi and self.target is not None else None
 
     def observe(self, row: Mapping[str, Any]) -> None:
+        """One round's record; constant work per round (no pass over the rounds so far)."""
         value = row.get(self.field)
         if value is not None:
             self._tail.append(float(value))
-        self._loss_rounds.append(int(row[ROUND]))
-        self._losses.append(float(row["client_loss"]))
+        if self._reach is not None:
+            self._reach.observe(int(row[ROUND]), float(row["client_loss"]))
 
     def current(self) -> float | None:
         """The running objective after the rows seen so far (None before any value)."""
@@ -159,12 +158,37 @@ class ObjectiveTracker:
         out = {OBJECTIVE: objective}
         if self.multi:
             out[str(MultiMetric.FINAL_LOSS)] = objective
-            if self.target is not None:
-                smoothed = smooth(self._losses, SMOOTH_WINDOW)
-                out[str(MultiMetric.ROUNDS_TO_TARGET)] = rounds_to_target(
-                    self._loss_rounds, smoothed, self.target
-                )
+            if self._reach is not None:
+                out[str(MultiMetric.ROUNDS_TO_TARGET)] = self._reach.round
         return {k: out[k] for k in [OBJECTIVE, *self.metrics]}
+
+
+class _FirstReach:
+    """Rounds to target of a growing curve, one round at a time: the first round whose
+    trailing mean of :data:`SMOOTH_WINDOW` values of ℓ is ≤ ``target`` (∞ until then).
+
+    Bit for bit :func:`~.tradeoff.smooth` + :func:`~.tradeoff.rounds_to_target` of the whole
+    curve (the trade-off's definition): the same sequential cumulative sums of the finite values
+    and counts of the non-finite ones, of which only the last ``SMOOTH_WINDOW + 1`` are kept.
+    """
+
+    def __init__(self, target: float) -> None:
+        self.target, self.round = target, math.inf
+        self._sums: deque[float] = deque([0.0], maxlen=SMOOTH_WINDOW + 1)
+        self._bad: deque[int] = deque([0], maxlen=SMOOTH_WINDOW + 1)
+
+    def observe(self, round_: int, loss: float) -> None:
+        finite = math.isfinite(loss)
+        self._sums.append(self._sums[-1] + (loss if finite else 0.0))
+        self._bad.append(self._bad[-1] + (not finite))
+        if self.round != math.inf:
+            return
+        n = len(self._sums) - 1  # values in the window (expanding at the start)
+        mean = (self._sums[-1] - self._sums[0]) / n if SMOOTH_WINDOW > 1 else loss
+        if self._bad[-1] - self._bad[0] > 0:
+            mean = math.inf
+        if mean <= self.target:
+            self.round = float(round_)
 
 
 class _SeedRuns:
