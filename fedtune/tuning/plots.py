@@ -83,8 +83,10 @@ def plot_curves(
     path: str | Path,
     color_by: str | None = None,
     ylabel: str = "training loss ℓ_t",
+    total: int | None = None,
 ) -> Path:
-    """All curves on log-y axes, coloured by hyperparameter ``color_by``."""
+    """All curves on log-y axes, coloured by hyperparameter ``color_by``; ``total``: the
+    study's number of trials when ``curves`` are a selection of them (said in the title)."""
     fig = Figure(figsize=(7, 4.5))
     ax = fig.add_subplot()
     colours = _colours(curves, color_by, fig, ax)
@@ -107,7 +109,10 @@ def plot_curves(
             label=label,
         )
     ax.set_yscale("log")
-    ax.set(xlabel="round", ylabel=ylabel, title=f"{len(curves)} trials")
+    shown = f"{len(curves)} trials"
+    if total is not None and total > len(curves):
+        shown = f"{len(curves)} of {total} trials (best final losses, Pareto set, envelope)"
+    ax.set(xlabel="round", ylabel=ylabel, title=shown)
     if labelled:
         ax.legend(fontsize=8)
     return _save(fig, path)
@@ -122,7 +127,8 @@ def pareto_figure(tradeoff: TradeOff) -> Figure:
     """The figure of :func:`plot_pareto`: every point labelled with its trial number; trials
     that ran to the end as dots (▶ at the right edge: never reached τ), stopped trials as
     hollow squares at the loss of the round they reached (never on the Pareto set), diverged
-    and blown-up trials left out (counted in the title)."""
+    and blown-up trials left out (counted in the title). In a large study only the trials of
+    :meth:`~.tradeoff.TradeOff.shown` are drawn so; the others are small grey dots, unlabelled."""
     fig = Figure(figsize=(6, 4.5))
     ax = fig.add_subplot()
     k = (
@@ -135,6 +141,13 @@ def pareto_figure(tradeoff: TradeOff) -> Figure:
     pts = [(t, r) for t, r in pts if math.isfinite(t.final_loss)]
     finite_r = [r for _, r in pts if math.isfinite(r)]
     edge = 1.1 * max(finite_r) if finite_r else 1.0
+    named = set(tradeoff.shown())
+    rest = [(r if math.isfinite(r) else edge, t.final_loss) for t, r in pts
+            if t.trial_id not in named]  # fmt: skip
+    if rest:
+        ax.scatter(*zip(*rest, strict=True), s=6, color="0.75", zorder=1,
+                   label=f"{len(rest)} other trials")  # fmt: skip
+    pts = [(t, r) for t, r in pts if t.trial_id in named]
     for t, r in pts:
         reached, stopped = math.isfinite(r), t.flag == "stopped"
         x = r if reached else edge
@@ -159,7 +172,7 @@ def pareto_figure(tradeoff: TradeOff) -> Figure:
     if any(t.flag == "stopped" for t, _ in pts):
         ax.scatter([], [], marker="s", facecolors="none", edgecolors="C1",
                    label="stopped early (loss at its last round)")  # fmt: skip
-    if front or any(t.flag == "stopped" for t, _ in pts):
+    if front or rest or any(t.flag == "stopped" for t, _ in pts):
         ax.legend(fontsize=8)
     left_out = len(tradeoff.trials) - len(shown)
     if left_out:
@@ -221,7 +234,9 @@ def write_artifacts(
     """tradeoff.json/.csv plus curves.png, pareto.png and envelope.png in ``directory``."""
     out = Path(directory)
     paths = tradeoff.write(out)
-    paths["curves"] = plot_curves(curves, out / "curves.png", color_by)
+    named = set(tradeoff.shown())  # a large study: its best trials, Pareto set and envelope
+    shown = [c for c in curves if c.trial_id in named]
+    paths["curves"] = plot_curves(shown, out / "curves.png", color_by, total=len(curves))
     paths["pareto"] = plot_pareto(tradeoff, out / "pareto.png")
     paths["envelope"] = plot_envelope(tradeoff, out / "envelope.png")
     return paths

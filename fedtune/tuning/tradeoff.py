@@ -29,7 +29,9 @@ module computes, per trial and for targets τ:
   they reached.
 
 JSON (``to_dict``) writes ∞ and NaN as ``null``; CSV rows (``to_csv_rows``) keep ``inf`` floats
-(written ``inf``, read back by ``float``).
+(written ``inf``, read back by ``float``). Both list every trial up to :data:`TOP_TRIALS`; a
+larger study's files stay bounded: they list :meth:`TradeOff.shown` (the lowest final losses,
+the Pareto set, the envelope's trials) and ``trials_total`` counts them all.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ __all__ = [
 
 TrialId = str | int
 BLOWUP = 2.0  # final loss ≥ BLOWUP × starting loss: blown up (finite, but far above the start)
+#: trials named in the files and figures of a large study (:meth:`TradeOff.shown`): the
+#: ``TOP_TRIALS`` lowest final losses plus the Pareto set and the envelope's trials
+TOP_TRIALS = 50
 
 
 @dataclass(frozen=True)
@@ -236,6 +241,24 @@ class TradeOff:
     def summary_of(self, trial_id: TrialId) -> TrialSummary:
         return next(t for t in self.trials if t.trial_id == trial_id)
 
+    def shown(self, top: int | None = TOP_TRIALS) -> tuple[TrialId, ...]:
+        """The trials the study's files and figures list, in study order (issue 21 req. 4:
+        bounded at any number of trials): every trial when there are at most ``top`` (or
+        ``top`` is None), else the ``top`` lowest final losses, the Pareto set and the trials
+        that hold the envelope. The others are counted (``trials_total``), not listed."""
+        if top is None or len(self.trials) <= top:
+            return tuple(t.trial_id for t in self.trials)
+        finite = [t for t in self.trials if math.isfinite(t.final_loss)]
+        keep = {t.trial_id for t in sorted(finite, key=lambda t: t.final_loss)[:top]}
+        keep |= set(self.pareto) | {p.trial_id for p in self.envelope if p.trial_id is not None}
+        return tuple(t.trial_id for t in self.trials if t.trial_id in keep)
+
+    def _listed(self, top: int | None) -> tuple[TrialSummary, ...]:
+        if top is None or len(self.trials) <= top:
+            return self.trials
+        keep = set(self.shown(top))
+        return tuple(t for t in self.trials if t.trial_id in keep)
+
     def best_final(self) -> TrialSummary | None:
         """The trial the papers' selection rule picks (lowest final loss), if any is finite."""
         finite = [t for t in self.trials if math.isfinite(t.final_loss)]
@@ -245,8 +268,17 @@ class TradeOff:
         """The text of ``tradeoff.json`` (∞/NaN as null): the bytes the service returns."""
         return json.dumps(self.to_dict(), indent=2, allow_nan=False)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready; ∞/NaN become null."""
+    def to_dict(self, top: int | None = TOP_TRIALS) -> dict[str, Any]:
+        """JSON-ready; ∞/NaN become null. ``trials`` lists :meth:`shown` ``(top)`` of the
+        ``trials_total`` trials (every one with ``top`` None; a note says which when cut)."""
+        listed = self._listed(top)
+        notes = dict(self.notes)
+        if len(listed) < len(self.trials):
+            notes["trials"] = (
+                f"{len(listed)} of {len(self.trials)} trials listed: the {top} lowest final "
+                "losses, the Pareto set and the envelope's trials (every trial: the study's "
+                "Optuna storage and MLflow child runs)"
+            )
         body = {
             "metric": self.metric,
             "start_loss": self.start_loss,
@@ -261,20 +293,23 @@ class TradeOff:
                     "params": dict(t.params),
                     "rounds_to_target": list(t.rounds_to_target),
                 }
-                for t in self.trials
+                for t in listed
             ],
+            "trials_total": len(self.trials),
             "pareto": list(self.pareto),
             "envelope": [p.__dict__ for p in self.envelope],
             "regime_changes": [c.__dict__ for c in self.regime_changes],
-            "notes": dict(self.notes),
+            "notes": notes,
         }
         return _nullify(body)
 
-    def to_csv_rows(self) -> list[dict[str, Any]]:
-        """One row per trial: id, outcome, rounds, final/best loss, on_pareto, R_τ, params."""
-        keys = sorted({k for t in self.trials for k in t.params})
+    def to_csv_rows(self, top: int | None = TOP_TRIALS) -> list[dict[str, Any]]:
+        """One row per listed trial (:meth:`shown`): id, outcome, rounds, final/best loss,
+        on_pareto, R_τ, params."""
+        listed = self._listed(top)
+        keys = sorted({k for t in listed for k in t.params})
         rows = []
-        for t in self.trials:
+        for t in listed:
             row: dict[str, Any] = {
                 "trial_id": t.trial_id,
                 "outcome": str(t.outcome),
