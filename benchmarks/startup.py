@@ -38,6 +38,19 @@ extra run, reported as ``cold_template``), as any earlier study on the machine d
 Usage: ``python benchmarks/startup.py [--repeats 5] [--trials 6] [--profile-trials 12]
 [--out PATH]``
 (writes ``benchmarks/results/startup.json``).
+
+**Whole process** (issue 21 req. 3, ``--whole``; writes ``benchmarks/results/startup_whole.json``):
+shell to exit, what a user pays for a small study. Interleaved, a fresh process and workdir
+each time: ``fedtune tune`` (the installed script) on a 2-trial 3-round quadratic study
+(:data:`WHOLE_STUDY`: fedavg space, TPE seeded, one trial at a time) against
+:data:`PLAIN_WHOLE`, a script doing the same search with plain Ray Tune + ``OptunaSearch``
+(the same two log-uniform learning rates, ``num_samples = 2``, one at a time, TPE seeded) whose
+trainable imports torch and reports 3 rounds, then ``ray.shutdown()``. Per kind the median of
+``total_s`` (launch → exit) and the ratio fedtune / plain (of the medians, and the median of the
+interleaved pairs' ratios); fedtune's phases from its timeline (imports, stores, Ray start,
+trials, report and plots, Ray's shutdown, exit); and at ``--overhead-trials`` (16) the
+per-trial overhead (median gap from a trial's last report to the next trial's start) and the
+slope of the totals.
 """
 
 from __future__ import annotations
@@ -56,9 +69,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment
+from _studies import free_study
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "results" / "startup.json"
+OUT_WHOLE = OUT.with_name("startup_whole.json")
 
 PLAIN = textwrap.dedent(
     """
@@ -102,20 +117,7 @@ PLAIN = textwrap.dedent(
     """
 )
 
-STUDY = textwrap.dedent(
-    """
-    name: startup-probe
-    task: {name: quadratic, clients: 1, dim: 1, examples: 1, seed: 0}
-    algorithm: fedavg
-    train: {rounds: 1, clients_per_round: 1, local_steps: 1, batch_size: 1, eval_every: 1,
-            dtype: float64}
-    search: {space: fedavg}
-    sampler: {name: random, seed: 0}
-    scheduler: {name: none}
-    objective: {metric: train_loss, last_rounds: 1}
-    budget: {trials: 1, max_concurrent: 1}
-    """
-)
+STUDY = free_study("startup-probe", rounds=1, trials=1, sampler="random")
 
 KINDS = ("plain", "plain_torch", "fedtune")
 
@@ -157,7 +159,7 @@ def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str,
                torch]  # fmt: skip
     else:
         study = run_dir / "study.yaml"
-        study.write_text(STUDY.replace("trials: 1,", f"trials: {n},"))
+        study.write_text(free_study("startup-probe", rounds=1, trials=n, sampler="random"))
         env["FEDTUNE_TIMELINE"] = str(stamps)
         cmd = [sys.executable, "-m", "fedtune.cli", "tune", str(study),
                "--workdir", str(run_dir / "w"), "--json"]  # fmt: skip
@@ -341,28 +343,252 @@ def derive(report: dict[str, Any]) -> None:
         ] = pt["phases_s_median"].get("trial_process_start_to_entered")
 
 
+# -- the whole process (issue 21 req. 3) -------------------------------------------------
+
+PLAIN_WHOLE = textwrap.dedent(
+    """
+    import os, sys, time
+    n, rounds, stamps, storage = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+    def stamp(what):
+        with open(stamps, "a") as fh:
+            fh.write(f"{what} {time.time()}\\n")
+
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+    stamp("imported")
+
+    def trainable(config):
+        import torch
+        stamp("trial_entered")
+        w = torch.zeros(1, dtype=torch.float64)
+        for r in range(1, rounds + 1):
+            w = w - config["server_lr"] * config["client_lr"] * (w - 1.0)
+            tune.report({"loss": float((w - 1.0).square()), "round": r})
+        stamp("trial_reported")
+
+    space = {"client_lr": tune.loguniform(1e-3, 10.0), "server_lr": tune.loguniform(1e-3, 10.0)}
+    tuner = tune.Tuner(
+        trainable,
+        param_space=space,
+        tune_config=tune.TuneConfig(search_alg=OptunaSearch(metric="loss", mode="min", seed=0),
+                                    num_samples=n, max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=storage, verbose=0),
+    )
+    tuner.fit()
+    stamp("fit_done")
+    ray.shutdown()
+    stamp("ray_stopped")
+    """
+)
+
+WHOLE_STUDY = free_study("whole-process", rounds=3, trials=2, sampler="tpe")
+
+WHOLE_KINDS = ("plain_torch", "fedtune")
+
+#: what each whole-process phase of fedtune is (durations unless "_after_launch")
+WHOLE_PHASES = {
+    "interpreter_cli": "launch → `fedtune tune` parsed its arguments (interpreter, CLI)",
+    "spec_loaded": "StudySpec.from_file: YAML, search space, the engine's imports (torch)",
+    "driver_imported": "import fedtune.tuning.study (Ray Tune, Optuna)",
+    "ray_start_s": "the embedded Ray's start, in a thread from launch (overlaps the above)",
+    "optuna_opened_after_launch": "the Optuna storage open (a thread)",
+    "mlflow_opened_after_launch": "the MLflow store and parent run open (a thread)",
+    "first_trial_entered_after_launch": "launch → the first trial's code runs",
+    "trials": "first trial entered → Tune's fit returned (all trials)",
+    "ray_stop_s": "Ray's shutdown after the fit (in its thread, overlapping the report)",
+    "report_s": "trade-off analysis, tradeoff/*.json/csv and the plots (PNG)",
+    "mlflow_report_s": "MLflow: best.json, trials_table.json, tradeoff/ artifacts, metrics",
+    "exit_s": "report done → process gone (summary, Ray's thread joined, atexit, exit)",
+}
+
+
+def _fedtune_cmd(study: Path, workdir: Path) -> list[str]:
+    """``fedtune tune`` as a shell runs it: the installed script beside this Python."""
+    script = Path(sys.executable).parent / "fedtune"
+    head = [str(script)] if script.is_file() else [sys.executable, "-m", "fedtune.cli"]
+    return [*head, "tune", str(study), "--workdir", str(workdir), "--json"]
+
+
+def run_whole(kind: str, n: int, rounds: int, scratch: Path, env: dict[str, str]) -> dict:
+    """One fresh process of ``kind`` (plain_torch / fedtune), ``n`` trials of ``rounds``
+    rounds, timed from launch to exit, with its phases."""
+    run_dir = Path(tempfile.mkdtemp(prefix=f"whole-{kind}-{n}-", dir=scratch))
+    stamps = run_dir / "stamps"
+    env = dict(env)
+    if kind == "plain_torch":
+        cmd = [sys.executable, "-c", PLAIN_WHOLE, str(n), str(rounds), str(stamps),
+               str(run_dir / "ray_results")]  # fmt: skip
+    else:
+        study = run_dir / "study.yaml"
+        study.write_text(free_study("whole-process", rounds=rounds, trials=n, sampler="tpe"))
+        env["FEDTUNE_TIMELINE"] = str(stamps)
+        cmd = _fedtune_cmd(study, run_dir / "w")
+    load = os.getloadavg()[0]
+    launch = time.time()
+    proc = subprocess.run(cmd, env=env, cwd=run_dir, capture_output=True, text=True)
+    end = time.time()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} N={n} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = _stamps(stamps)
+    starts, ends = _trial_times(rows)
+    if len(starts) != n or len(ends) != n:
+        raise RuntimeError(f"{kind} N={n}: {len(starts)} trial starts, {len(ends)} ends")
+    out = {"kind": kind, "trials": n, "rounds": rounds, "load_1min": round(load, 2),
+           "total_s": end - launch, "fixed_s": starts[0] - launch,
+           "gaps_s": [b - a for a, b in zip(ends, starts[1:], strict=False)]}  # fmt: skip
+    out["phases"] = whole_phases(kind, rows, launch, end, starts[0])
+    return out
+
+
+def whole_phases(kind: str, rows: list[tuple[str, float, int]], launch: float, end: float,
+                 entered: float) -> dict[str, float]:  # fmt: skip
+    """The run's phases (:data:`WHOLE_PHASES`; plain: imports, trials, shutdown, exit)."""
+    if kind == "plain_torch":
+        m = {p: t for p, t, _ in rows}
+        return {"imports": m["imported"] - launch, "first_trial_entered_after_launch":
+                entered - launch, "trials": m["fit_done"] - entered,
+                "ray_stop_s": m["ray_stopped"] - m["fit_done"], "exit_s": end - m["ray_stopped"]}  # fmt: skip
+    driver = min((pid for p, _, pid in rows if p == "cli"), default=None)
+    m = {p: t for p, t, pid in reversed(rows) if pid == driver}
+    spans = {
+        "interpreter_cli": (launch, m.get("cli")),
+        "spec_loaded": (m.get("cli"), m.get("spec_loaded")),
+        "driver_imported": (m.get("spec_loaded"), m.get("driver_imported")),
+        "ray_start_s": (m.get("early_ray"), m.get("early_ray_ready")),
+        "optuna_opened_after_launch": (launch, m.get("optuna_opened")),
+        "mlflow_opened_after_launch": (launch, m.get("mlflow_opened")),
+        "first_trial_entered_after_launch": (launch, entered),
+        "trials": (entered, m.get("fit_done")),
+        "ray_stop_s": (m.get("fit_done"), m.get("ray_stopped")),
+        "report_s": (m.get("finalize"), m.get("report_written")),
+        "mlflow_report_s": (m.get("report_written"), m.get("finalized")),
+        "exit_s": (m.get("finalized"), end),
+    }
+    return {k: b - a for k, (a, b) in spans.items() if a is not None and b is not None}
+
+
+def derive_whole(report: dict[str, Any]) -> None:
+    """Medians per kind and trial count, the ratio, the per-trial overhead."""
+    runs = report["runs"]
+    ns = sorted({r["trials"] for r in runs})
+    small = min(ns)
+    summary: dict[str, Any] = {}
+    for kind in sorted({r["kind"] for r in runs}):
+        mine = [r for r in runs if r["kind"] == kind]
+        entry: dict[str, Any] = {}
+        for n in ns:
+            at = [r for r in mine if r["trials"] == n]
+            if not at:
+                continue
+            names = list(dict.fromkeys(k for r in at for k in r["phases"]))
+            gaps = [g for r in at for g in r["gaps_s"]]
+            entry[str(n)] = {
+                "runs": len(at),
+                "total_s_median": statistics.median(r["total_s"] for r in at),
+                "total_s_all": [round(r["total_s"], 3) for r in at],
+                "per_trial_overhead_s": statistics.median(gaps) if gaps else None,
+                "phases_s_median": {k: statistics.median(r["phases"][k] for r in at
+                                                         if k in r["phases"]) for k in names},
+            }  # fmt: skip
+        if len(entry) > 1:
+            lo, hi = entry[str(small)], entry[str(max(ns))]
+            entry["per_trial_s_slope"] = (hi["total_s_median"] - lo["total_s_median"]) / (
+                max(ns) - small
+            )
+        summary[kind] = entry
+    report["summary"] = summary
+    report["phases_meaning"] = WHOLE_PHASES
+    if not {"plain_torch", "fedtune"} <= summary.keys():
+        return
+    f, p = summary["fedtune"][str(small)], summary["plain_torch"][str(small)]
+    pairs = {}  # interleaved repeat -> {kind: total}
+    for r in runs:
+        if r["trials"] == small:
+            pairs.setdefault(r["repeat"], {})[r["kind"]] = r["total_s"]
+    ratios = [v["fedtune"] / v["plain_torch"] for v in pairs.values() if len(v) == 2]
+    big = summary["fedtune"].get(str(max(ns)), {})
+    report["goal"] = {
+        "trials": small,
+        "ratio_fedtune_over_plain_torch": f["total_s_median"] / p["total_s_median"],
+        "ratio_of_interleaved_pairs_median": statistics.median(ratios) if ratios else None,
+        "whole_process_met": f["total_s_median"] <= p["total_s_median"],
+        "per_trial_overhead_s": big.get("per_trial_overhead_s"),
+        "per_trial_overhead_trials": max(ns),
+        "per_trial_overhead_met": (big.get("per_trial_overhead_s") or 0.0) <= 0.1,
+    }
+
+
+def main_whole(args: argparse.Namespace, env: dict[str, str]) -> int:
+    started = time.time()
+    report: dict[str, Any] = {"benchmark": "startup_whole", "environment": environment(),
+                              "settings": {"repeats": args.repeats, "trials": args.trials,
+                                           "rounds": args.rounds,
+                                           "overhead_trials": args.overhead_trials,
+                                           "overhead_repeats": args.overhead_repeats,
+                                           "study": WHOLE_STUDY, "plain": PLAIN_WHOLE}}  # fmt: skip
+    plan = [(rep, n) for rep in range(args.repeats) for n in args.trials]
+    if args.overhead_trials:
+        plan += [(args.repeats + rep, args.overhead_trials) for rep in range(args.overhead_repeats)]
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="fedtune-whole-") as tmp:
+        scratch = Path(tmp)
+        warm = run_whole("fedtune", 1, 1, scratch, env)  # the MLflow store template, once
+        report["warm_up"] = {"total_s": warm["total_s"]}
+        for rep, n in plan:
+            kinds = WHOLE_KINDS if rep % 2 == 0 else tuple(reversed(WHOLE_KINDS))
+            for kind in kinds:
+                r = run_whole(kind, n, args.rounds, scratch, env)
+                r["repeat"] = rep
+                runs.append(r)
+                print(f"{kind:11s} N={n} total {r['total_s']:.2f} s (load {r['load_1min']})",
+                      file=sys.stderr, flush=True)  # fmt: skip
+    report["runs"] = runs
+    derive_whole(report)
+    report["load_average_at_end"] = list(os.getloadavg())
+    report["wall_s"] = time.time() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({"summary": report["summary"], "goal": report.get("goal")}, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--trials", type=int, nargs="+", default=[6])
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--profile-trials", type=int, default=12, help="0: no profile")
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--out", type=Path, default=None, help=f"default: {OUT} ({OUT_WHOLE.name} "
+                   "with --whole)")  # fmt: skip
+    p.add_argument("--whole", action="store_true",
+                   help="whole process (shell to exit) of fedtune tune vs plain Ray Tune")  # fmt: skip
+    p.add_argument("--rounds", type=int, default=3, help="--whole: rounds per trial")
+    p.add_argument("--overhead-trials", type=int, default=16,
+                   help="--whole: trials of the per-trial overhead runs (0: none)")  # fmt: skip
+    p.add_argument("--overhead-repeats", type=int, default=2)
     p.add_argument(
         "--resummarize",
         action="store_true",
         help="recompute summary, goal and gap of the runs in --out (no new runs)",
     )
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = OUT_WHOLE if args.whole else OUT
     if args.resummarize:
         report = json.loads(args.out.read_text())
-        derive(report)
+        (derive_whole if report["benchmark"] == "startup_whole" else derive)(report)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(json.dumps({k: report.get(k) for k in ("summary", "goal", "gap")}, indent=2))
         return 0
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if args.whole:
+        if args.trials == [6]:  # the default of the start-up mode
+            args.trials = [2]
+        return main_whole(args, env)
     started = time.time()
     report: dict[str, Any] = {"benchmark": "startup", "environment": environment(),
                               "settings": {"repeats": args.repeats, "trials": args.trials,

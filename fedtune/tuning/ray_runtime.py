@@ -5,7 +5,8 @@
   processes it left in the study's temp dir are reaped, and it is tried again after a backoff
   (``backoff_s · 2^(attempt−1)``), up to :class:`RayStartPolicy` ``attempts``. Then it raises
   :class:`~fedtune.errors.RayStartError`, whose message is one line. An embedded cluster also
-  gets a generous worker-registration timeout (:data:`WORKER_REGISTER_TIMEOUT_S`).
+  gets a generous worker-registration timeout (:data:`WORKER_REGISTER_TIMEOUT_S`) and no
+  prestarted idle workers (:data:`NO_PRESTART`).
 * :func:`make_ray_temp_dir` / :func:`ray_temp_dir` — where an embedded Ray keeps its session
   (sockets, logs): the workdir's ``ray/`` when short enough for unix socket paths, else a
   ``/tmp/fedtune-ray-<random>`` folder (:data:`TEMP_PREFIX`, ``mkdtemp``: a name no other user
@@ -45,6 +46,7 @@ from typing import Any
 from fedtune.errors import ConfigError, RayStartError
 
 __all__ = [
+    "NO_PRESTART",
     "RAY_TEMP_MAX",
     "TEMP_PREFIX",
     "WORKER_REGISTER_TIMEOUT_S",
@@ -65,6 +67,10 @@ TEMP_PREFIX = "fedtune-ray-"
 SYSTEM_TEMP = Path("/tmp")  # short on purpose (socket paths), whatever TMPDIR says
 TEMP_RECORD = "ray-temp"  # in the workdir: the path of its /tmp temp dir
 WORKER_REGISTER_TIMEOUT_S = 180  # Ray's default 60 s is too short on a loaded machine
+#: an embedded Ray starts no idle Python workers: Ray prestarts one per CPU (each importing Ray,
+#: ~1 s of CPU) while the study starts, and Tune's trial actors never use them — they get
+#: workers of their own (issue 21 req. 3: CPU taken from the start-up of a small study)
+NO_PRESTART = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 _TERM_GRACE_S = 5.0
 
 
@@ -120,7 +126,7 @@ def start_ray(
     init, shutdown = init or ray.init, shutdown or ray.shutdown
     if temp_dir is not None:
         kwargs["_temp_dir"] = str(temp_dir)
-        generous = {"worker_register_timeout_seconds": WORKER_REGISTER_TIMEOUT_S}
+        generous = {"worker_register_timeout_seconds": WORKER_REGISTER_TIMEOUT_S, **NO_PRESTART}
         kwargs["_system_config"] = {**generous, **(kwargs.get("_system_config") or {})}
     where = kwargs.get("address") or "embedded"
     for attempt in range(1, policy.attempts + 1):

@@ -104,7 +104,8 @@ class EarlyRay:
     :meth:`begin` takes the study lock and starts the thread (None when another driver holds
     the lock: ``run_study`` then reports the conflict as usual). :meth:`ready` waits for Ray and
     re-raises its start-up error (a one-line ``RayStartError``). :meth:`stop_ray` shuts Ray down
-    (once its start has finished: a half-started Ray cannot be stopped from outside);
+    (once its start has finished: a half-started Ray cannot be stopped from outside), and
+    :meth:`request_stop` lets the thread do it while the caller goes on;
     :meth:`close` then also releases the lock. Both are idempotent, so the caller closes it in a
     ``finally`` whatever ``run_study`` did. Unless ``run_study`` :meth:`claim` ed it, closing
     also removes the lock file and the directories :meth:`begin` made: a spec that fails
@@ -151,6 +152,7 @@ class EarlyRay:
             self._error = exc
         finally:
             self._started.set()
+            timeline.mark("ray_stopped")
 
     def ready(self) -> bool:
         """Wait until Ray runs; returns False (no ``runtime_env`` ships code with this Ray)."""
@@ -158,6 +160,11 @@ class EarlyRay:
         if self._error is not None:
             raise self._error
         return False
+
+    def request_stop(self) -> None:
+        """Let the thread shut Ray down, without waiting: the caller writes the study's
+        report meanwhile (issue 21 req. 3); :meth:`stop_ray` or :meth:`close` waits for it."""
+        self._stop.set()
 
     def stop_ray(self) -> None:
         self._stop.set()

@@ -89,6 +89,37 @@ def test_it_holds_the_study_lock_from_begin_to_close(
             pass
 
 
+def test_request_stop_lets_ray_shut_down_while_the_caller_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 req. 3: after the fit, run_study asks the thread to shut Ray down and writes the
+    study's report meanwhile; closing (the lock's release) waits for the shutdown."""
+    import threading
+
+    shutting, release = threading.Event(), threading.Event()
+
+    @contextlib.contextmanager
+    def session(workdir, address, runtime_env=None):
+        try:
+            yield False
+        finally:
+            shutting.set()
+            release.wait(30)  # a shutdown that takes its time
+
+    monkeypatch.setattr(rs, "ray_session", session)
+    early = rs.EarlyRay.begin(tmp_path / "w").claim()
+    early.ready()
+    early.request_stop()  # returns at once
+    assert shutting.wait(30) and early._thread.is_alive()
+    with pytest.raises(ConflictError), rs.study_lock(tmp_path / "w"):
+        pass  # the lock is still held while Ray shuts down
+    threading.Timer(0.2, release.set).start()
+    early.close()  # waits for the shutdown, then releases the lock
+    assert not early._thread.is_alive()
+    with rs.study_lock(tmp_path / "w"):
+        pass
+
+
 def test_unclaimed_it_leaves_no_workdir_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -196,6 +227,9 @@ def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(tmp_path: Path
     assert marks["early_ray"] < marks["spec_loaded"] < marks["driver_imported"]
     assert marks["early_ray_ready"] <= marks["ray_started"]  # run_study used that Ray
     assert marks["trial_entered"] > marks["early_ray_ready"]
+    # Ray shuts down in its thread while the report is written (issue 21 req. 3), and is gone
+    # when the process has ended (which skips the module teardown, not Ray's clean-up)
+    assert marks["fit_done"] < marks["finalize"] < marks["ray_stopped"]
     assert not ray_temp_dir(workdir.resolve()).exists() and _ray_processes(workdir) == []
     assert "SIGTERM handler" not in run.stderr  # Ray's note about its thread stays quiet
 

@@ -59,6 +59,21 @@ def test_start_up_is_retried_with_backoff_then_succeeds(tmp_path: Path) -> None:
     assert kwargs["_system_config"]["worker_register_timeout_seconds"] >= 120
 
 
+def test_an_embedded_ray_prestarts_no_idle_workers(tmp_path: Path) -> None:
+    """Issue 21 req. 3: Ray prestarts one idle Python worker per CPU, which Tune's trial actors
+    never use; an embedded Ray of a study starts none (the caller may still ask for them)."""
+    init = FlakyInit(0)
+    start_ray(temp_dir=tmp_path, init=init, shutdown=lambda: None)
+    config = init.calls[-1]["_system_config"]
+    assert config["enable_worker_prestart"] is False
+    assert config["prestart_worker_first_driver"] is False
+    start_ray(temp_dir=tmp_path, init=init, shutdown=lambda: None,
+              _system_config={"enable_worker_prestart": True})  # fmt: skip
+    assert init.calls[-1]["_system_config"]["enable_worker_prestart"] is True
+    start_ray(address="10.0.0.1:6379", init=init, shutdown=lambda: None)  # a cluster's own
+    assert "_system_config" not in init.calls[-1]
+
+
 def test_when_every_attempt_fails_the_error_is_one_transient_line() -> None:
     init, sleeps = FlakyInit(99), []
     with pytest.raises(RayStartError) as err:

@@ -47,3 +47,45 @@ def test_the_goal_and_the_same_work_comparison(bench) -> None:
     report = {"runs": [_run("plain", 7.0, 1.0), _run("fedtune", 6.0, 2.3)]}
     bench.derive(report)
     assert report["goal"]["fixed_met"] and "same_work_fixed_met" not in report["goal"]
+
+
+# -- the whole process (issue 21 req. 3) ---------------------------------------------------
+def test_whole_process_runs_time_each_kind_from_launch_to_exit(bench, tmp_path: Path) -> None:
+    env = {**__import__("os").environ}
+    env.pop("RAY_ADDRESS", None)
+    plain = bench.run_whole("plain_torch", 2, 2, tmp_path, env)
+    assert plain["trials"] == 2 and len(plain["gaps_s"]) == 1
+    ph = plain["phases"]
+    assert 0 < ph["imports"] < ph["first_trial_entered_after_launch"] < plain["total_s"]
+    assert ph["ray_stop_s"] > 0 and ph["exit_s"] > 0
+    fed = bench.run_whole("fedtune", 1, 1, tmp_path, env)
+    ph = fed["phases"]
+    for phase in ("interpreter_cli", "spec_loaded", "driver_imported", "ray_start_s",
+                  "optuna_opened_after_launch", "mlflow_opened_after_launch", "trials",
+                  "ray_stop_s", "report_s", "mlflow_report_s", "exit_s"):  # fmt: skip
+        assert phase in ph and ph[phase] >= 0, (phase, ph)
+    assert ph["first_trial_entered_after_launch"] < fed["total_s"]
+
+
+def _whole(kind: str, n: int, total: float, repeat: int, gap: float) -> dict:
+    return {"kind": kind, "trials": n, "rounds": 3, "total_s": total, "repeat": repeat,
+            "gaps_s": [gap] * (n - 1), "phases": {"exit_s": 0.1}}  # fmt: skip
+
+
+def test_whole_process_ratio_and_per_trial_overhead(bench) -> None:
+    report = {"runs": [
+        _whole("plain_torch", 2, 10.0, 0, 2.0), _whole("fedtune", 2, 9.0, 0, 0.05),
+        _whole("fedtune", 2, 11.0, 1, 0.05), _whole("plain_torch", 2, 10.0, 1, 2.0),
+        _whole("fedtune", 2, 9.5, 2, 0.05), _whole("plain_torch", 2, 9.0, 2, 2.0),
+        _whole("plain_torch", 16, 40.0, 3, 2.0), _whole("fedtune", 16, 12.0, 3, 0.08),
+    ]}  # fmt: skip
+    bench.derive_whole(report)
+    goal = report["goal"]
+    assert goal["trials"] == 2 and goal["ratio_fedtune_over_plain_torch"] == pytest.approx(0.95)
+    assert goal["whole_process_met"]
+    assert goal["ratio_of_interleaved_pairs_median"] == pytest.approx(9.5 / 9.0)
+    assert goal["per_trial_overhead_s"] == pytest.approx(0.08) and goal["per_trial_overhead_met"]
+    assert report["summary"]["fedtune"]["per_trial_s_slope"] == pytest.approx(2.5 / 14)
+    report["runs"][1]["total_s"] = 10.5
+    bench.derive_whole(report)
+    assert not report["goal"]["whole_process_met"]

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -252,3 +253,29 @@ def test_ctrl_c_while_ray_starts_kills_the_parent_run(
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     runs = client.search_runs([experiment.experiment_id])
     assert [r.info.status for r in runs] == ["KILLED"]
+
+
+def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(tmp_path: Path) -> None:
+    """Issue 21 req. 3: the stores' thread (MLflow store, parent run) runs while Ray and the
+    first trial's worker start, on the same CPUs; the figures' matplotlib (~0.6 s of CPU) is
+    imported once the first trial runs instead (``study._import_plots``), not there."""
+    code = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from fedtune.tuning.spec import StudySpec
+        from fedtune.tuning.study import _Session
+        spec = StudySpec.from_dict({{
+            "name": "lazy-plots", "algorithm": "fedavg", "search": {{"space": "fedavg"}},
+            "task": {{"name": "quadratic", "clients": 1, "dim": 1, "examples": 1}},
+            "train": {{"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1}},
+            "objective": {{"metric": "train_loss", "last_rounds": 1}}, "budget": {{"trials": 1}}}})
+        workdir = Path({str(tmp_path / "w")!r})
+        workdir.mkdir()
+        session = _Session.open(spec, workdir, None, time.perf_counter())
+        session.open_tracking(f"sqlite:///{{workdir / 'mlflow.db'}}")
+        assert session.parent
+        """
+    )
+    loaded = _imported_after(code)
+    assert "mlflow" in loaded and "matplotlib" not in loaded
