@@ -1,0 +1,634 @@
+"""Results throughput under a team's load (issue 21 req. 1).
+
+Several studies at once, each a separate driver process (``run_study``) connected to one local
+multi-node Ray cluster (a head without CPUs for trials + ``--nodes`` worker nodes with
+``--gpus-per-node`` *logical* GPUs, ``tests/service/ray_cluster.py``), every trial holding a
+fraction of a GPU and reporting every round of a quadratic task whose rounds cost next to
+nothing. MLflow is a real ``mlflow server`` (``--workers 2``, ``--serve-artifacts``, its
+backend migrated first with ``mlflow db upgrade``, as the Helm chart starts it) on a fresh
+PostgreSQL schema; Optuna is one fresh PostgreSQL schema shared by every study (fedtune keeps a
+study's Optuna storage in ``<workdir>/optuna.db``; the driver processes of this benchmark point
+``storage_url`` at PostgreSQL instead, the team-cluster case the issue names).
+
+For each step of ``--ladder`` (total concurrent trials, spread over ``--studies`` drivers):
+
+1. start the drivers; wait until every trial runs;
+2. for ``--window`` seconds, every second: *reported* = rounds the drivers received from Ray
+   (a Tune callback in each driver counts them), *recorded* = per trial the last round
+   present in **both** MLflow (``latest_metrics`` of its run, in the tracking server's
+   database) and Optuna (its last intermediate value), summed; backlog = reported − recorded;
+   CPU (``/proc``) of every driver, of the MLflow server's processes and of the PostgreSQL
+   backends those two opened (``application_name``), and the drivers' RSS;
+3. interrupt every driver (SIGINT: Ctrl-C, the service's cancel), wait for it to end, then
+   count rounds received but never recorded (``lost``: must be 0) — MLflow checked through
+   its REST API (``get_metric_history``), Optuna through its storage.
+
+Driver 0 runs under ``py-spy record`` (``--profile``): the JSON gets where its CPU goes.
+``--backend sqlite`` (the smoke test) uses SQLite files instead of PostgreSQL for both.
+
+    flock /tmp/fedtune-bench.lock .venv/bin/python benchmarks/load.py --ladder 8,16,32
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from _env import environment  # noqa: E402
+
+BIN = Path(sys.executable).parent
+PG_URL = os.environ.get("FEDTUNE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+TICK = os.sysconf("SC_CLK_TCK")
+GOAL = {"rounds_per_s": 500, "driver_cores": 1.0}
+
+
+def study_spec(name: str, trials: int, rounds: int) -> dict[str, Any]:
+    """A study whose rounds cost next to nothing, reporting every round, on logical GPUs."""
+    return {
+        "name": name,
+        "task": {"name": "quadratic", "clients": 4, "dim": 2, "seed": 0},
+        "algorithm": "fedavg",
+        "train": {"rounds": rounds, "clients_per_round": 2, "local_steps": 1, "batch_size": 2,
+                  "eval_every": 10, "dtype": "float64", "device": "cpu"},
+        "search": {"space": "fedavg", "override": {"client_lr": {"low": 0.01, "high": 0.1},
+                                                   "server_lr": {"low": 0.05, "high": 0.2}}},
+        "sampler": {"name": "random", "seed": 0},
+        "scheduler": {"name": "none"},
+        "budget": {"trials": trials, "max_concurrent": trials},
+        "resources": {"cpu": 0.25, "gpu": 0.25},
+        "report_every": 1,
+    }  # fmt: skip
+
+
+# -- the driver process ---------------------------------------------------------------------
+def drive(config_path: str) -> None:
+    """One study (``--driver``): Optuna on ``optuna_url``, a counter of the rounds received."""
+    cfg = json.loads(Path(config_path).read_text())
+    # a driver started from a non-interactive shell inherits "ignore SIGINT": restore
+    # Python's handler, or the end-of-step interrupt never reaches run_study
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from ray import tune
+
+    from fedtune.tuning import StudySpec, run_study
+    from fedtune.tuning import optuna_glue as og
+
+    if cfg.get("optuna_url"):
+        og.storage_url = lambda workdir: cfg["optuna_url"]  # the team's PostgreSQL
+    out = Path(cfg["counter"])
+
+    class Rounds(tune.Callback):
+        def __init__(self) -> None:
+            self.received, self.running, self.last = 0, 0, {}
+            self.written = 0.0
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            seen = self.last.get(trial.trial_id)
+            if seen is None:  # running = has reported (its process is up)
+                self.running += 1
+            new = [int(r["round"]) for r in result.get("history", ()) if r["round"] > (seen or 0)]
+            if new:
+                self.received += len(new)
+                self.last[trial.trial_id] = new[-1]
+            if time.monotonic() - self.written > 0.5:
+                self.write()
+
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            if trial.trial_id in self.last:
+                self.running -= 1
+            self.write()
+
+        on_trial_error = on_trial_complete
+
+        def write(self, done: bool = False) -> None:
+            self.written = time.monotonic()
+            data = {"pid": os.getpid(), "received": self.received, "running": self.running,
+                    "done": done, "t": time.time()}  # fmt: skip
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data))
+            tmp.replace(out)
+
+    counter = Rounds()
+    counter.write()
+    try:
+        run_study(StudySpec.from_dict(cfg["spec"]), cfg["workdir"], tracking_uri=cfg["tracking"],
+                  ray_address=cfg["ray_address"], sinks=[counter])  # fmt: skip
+    except KeyboardInterrupt:
+        pass
+    finally:
+        counter.running = 0
+        counter.write(done=True)
+
+
+# -- what is recorded ---------------------------------------------------------------------
+_MLFLOW_STEPS = """SELECT s.value, n.value, lm.step FROM latest_metrics lm
+ JOIN tags s ON s.run_uuid = lm.run_uuid AND s.key = 'study'
+ JOIN tags n ON n.run_uuid = lm.run_uuid AND n.key = 'optuna_trial_number'
+ WHERE lm.key = 'client_loss'"""
+_OPTUNA_STEPS = """SELECT st.study_name, t.number, max(iv.step) FROM trial_intermediate_values iv
+ JOIN trials t ON t.trial_id = iv.trial_id JOIN studies st ON st.study_id = t.study_id
+ GROUP BY st.study_name, t.number"""
+
+
+class Recorded:
+    """Rounds visible in both MLflow and Optuna, per (study, trial number)."""
+
+    def __init__(self, mlflow_db: str, optuna_dbs: list[str], studies: list[str]) -> None:
+        from sqlalchemy import create_engine
+
+        self.mlflow = create_engine(mlflow_db)
+        self.optuna = [create_engine(u) for u in optuna_dbs]
+        self.studies = set(studies)  # this step's (the stores keep the earlier steps')
+
+    def totals(self) -> tuple[int, int, int]:
+        """Rounds recorded in both, in MLflow, in Optuna (each trial's last step, summed)."""
+        from sqlalchemy import text
+
+        with self.mlflow.connect() as conn:
+            ml = {(s, int(n)): int(step) for s, n, step in conn.execute(text(_MLFLOW_STEPS))
+                  if s in self.studies}  # fmt: skip
+        op = self.optuna_steps()
+        both = sum(min(v, op.get(k, 0)) for k, v in ml.items())
+        return both, sum(ml.values()), sum(op.values())
+
+    def optuna_steps(self) -> dict[tuple[str, int], int]:
+        """Last intermediate value's step per trial (= rounds: every round is a report)."""
+        from sqlalchemy import text
+
+        op: dict[tuple[str, int], int] = {}
+        for engine in self.optuna:
+            with contextlib.suppress(Exception), engine.connect() as conn:  # not created yet
+                rows = conn.execute(text(_OPTUNA_STEPS))
+                op.update({(s, int(n)): int(m) for s, n, m in rows if s in self.studies})
+        return op
+
+    def close(self) -> None:
+        for engine in (self.mlflow, *self.optuna):
+            engine.dispose()
+
+
+# -- processes --------------------------------------------------------------------------
+def cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError):
+        return 0.0
+
+
+def rss_mb(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pg_backends(url: str) -> list[int]:
+    """PIDs of the PostgreSQL backends this benchmark's servers and drivers opened."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            q = "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'ftload%'"
+            return [int(r[0]) for r in conn.execute(text(q))]
+    finally:
+        engine.dispose()
+
+
+def with_app(url: str, name: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}application_name={name}"
+
+
+def start_mlflow(backend_uri: str, root: Path) -> tuple[subprocess.Popen, str]:
+    """``mlflow db upgrade`` + ``mlflow server`` as the chart runs them (2 workers)."""
+    from tests.integration.conftest import free_port, wait_http
+
+    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": backend_uri,
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # fmt: skip
+    if backend_uri.startswith("postgresql"):
+        subprocess.run([str(BIN / "mlflow"), "db", "upgrade", backend_uri], env=env, check=True,
+                       capture_output=True, timeout=600)  # fmt: skip
+    else:
+        from fedtune.tuning.sqlite_template import seed_sqlite_store
+
+        seed_sqlite_store(backend_uri)
+    port = free_port()
+    log = (root / "mlflow-server.log").open("w")
+    cmd = [str(BIN / "mlflow"), "server", "--host=127.0.0.1", f"--port={port}", "--workers=2",
+           "--serve-artifacts", f"--artifacts-destination={(root / 'artifacts').as_uri()}"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=root)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health", proc, timeout=300, log=root / "mlflow-server.log")
+    return proc, url
+
+
+class Step:
+    """One ladder step: ``studies`` drivers with ``concurrent`` trials in all."""
+
+    def __init__(self, args: argparse.Namespace, world: dict[str, Any], concurrent: int) -> None:
+        self.args, self.world, self.concurrent = args, world, concurrent
+        self.root = Path(tempfile.mkdtemp(prefix=f"c{concurrent}-", dir=world["root"]))
+        studies = min(args.studies, concurrent)
+        per = [concurrent // studies + (i < concurrent % studies) for i in range(studies)]
+        self.names = [f"load{concurrent}-{i}" for i in range(studies)]
+        self.per_study = per
+        self.procs: list[subprocess.Popen] = []
+        self.counters = [self.root / f"{n}.json" for n in self.names]
+
+    def start(self) -> None:
+        env = {**os.environ, **self.world["client_env"], "PYTHONPATH": str(REPO)}
+        env.pop("RAY_ADDRESS", None)
+        for i, (name, trials) in enumerate(zip(self.names, self.per_study, strict=True)):
+            cfg = {"spec": study_spec(name, trials, self.args.rounds), "counter": str(self.counters[i]),
+                   "workdir": str(self.root / name), "tracking": self.world["tracking"],
+                   "ray_address": self.world["ray_address"], "optuna_url": self.world["optuna_url"]}  # fmt: skip
+            path = self.root / f"{name}.cfg.json"
+            path.write_text(json.dumps(cfg))
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--driver", str(path)]
+            if i == 0 and self.args.profile:
+                cmd = [str(BIN / "py-spy"), "record", "--nonblocking", "--threads", "-r", "50",
+                       "-f", "raw", "-o", str(self.root / "profile.txt"), "--", *cmd]  # fmt: skip
+            log = (self.root / f"{name}.log").open("w")
+            self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True))  # fmt: skip
+
+    def counts(self) -> list[dict[str, Any]]:
+        out = []
+        for path in self.counters:
+            try:
+                out.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                out.append({"pid": None, "received": 0, "running": 0, "done": False})
+        return out
+
+    def wait_running(self, timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(c["running"] for c in self.counts()) >= self.concurrent:
+                return time.monotonic()
+            if any(p.poll() not in (None, 0) for p in self.procs):
+                raise RuntimeError(f"a driver exited: see {self.root}/*.log")
+            time.sleep(1.0)
+        raise TimeoutError(f"{self.concurrent} trials not running after {timeout} s")
+
+    def sample(self, recorded: Recorded) -> dict[str, Any]:
+        counts = self.counts()
+        pids = [c["pid"] for c in counts]
+        from tests.service.ray_cluster import session_pids
+
+        server = session_pids(self.world["mlflow_proc"].pid)
+        pg = self.world.get("pg_backends", [])
+        both, in_mlflow, in_optuna = recorded.totals()
+        return {"t": time.monotonic(), "reported": sum(c["received"] for c in counts),
+                "recorded": both, "in_mlflow": in_mlflow, "in_optuna": in_optuna,
+                "driver_cpu_s": [cpu_s(p) if p else 0.0 for p in pids],
+                "driver_rss_mb": [rss_mb(p) if p else 0.0 for p in pids],
+                "mlflow_cpu_s": {p: cpu_s(p) for p in server},
+                "pg_cpu_s": {p: cpu_s(p) for p in pg}, "load_1": os.getloadavg()[0]}  # fmt: skip
+
+    def stop(self, timeout: float = 300) -> float:
+        """SIGINT every driver (Ctrl-C / a cancel); seconds until the last one ended."""
+        start = time.monotonic()
+        for c in self.counts():
+            if c["pid"]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(c["pid"], signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+        return time.monotonic() - start
+
+    def errors(self) -> dict[str, str]:
+        """The last lines of the log of every driver that did not end cleanly."""
+        out = {}
+        for name, proc in zip(self.names, self.procs, strict=True):
+            if proc.returncode not in (0, None):
+                lines = (self.root / f"{name}.log").read_text(errors="replace").splitlines()
+                out[name] = "\n".join(lines[-6:])
+        return out
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+    def lost(self, uri: str, recorder: Recorded) -> dict[str, Any]:
+        """After the interrupt: rounds received but not in MLflow (``lost``, through its REST
+        API: must be 0), and how far Optuna's last intermediate values (a sample, at most one
+        per trial per ``FedtuneSearch.REPORT_INTERVAL_S``) trail the rounds received."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(uri)
+        received = sum(c["received"] for c in self.counts())
+        stored = 0
+        for name in self.names:
+            exp = client.get_experiment_by_name(name)
+            for run in client.search_runs([exp.experiment_id], f"tags.study = '{name}'"):
+                if "optuna_trial_number" in run.data.tags:
+                    stored += len(client.get_metric_history(run.info.run_id, "client_loss"))
+        optuna_last = sum(v for k, v in recorder.optuna_steps().items() if k[0] in self.names)
+        return {"received": received, "in_mlflow": stored, "lost": received - stored,
+                "optuna_last_steps_behind": received - optuna_last}  # fmt: skip
+
+
+def measure(args: argparse.Namespace, w: dict[str, Any], step: Step,
+            recorder: Recorded) -> dict[str, Any]:  # fmt: skip
+    load_before = os.getloadavg()
+    step.start()
+    try:
+        began = time.monotonic()
+        steady = step.wait_running(args.start_timeout)
+        if w.get("pg_url"):
+            w["pg_backends"] = pg_backends(w["pg_url"])
+        samples = [step.sample(recorder)]
+        while samples[-1]["t"] - samples[0]["t"] < args.window:
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - samples[-1]["t"])))
+            samples.append(step.sample(recorder))
+        trials = trial_processes(w["cluster"])
+        stop_s = step.stop()
+    finally:
+        step.kill()
+    out = summarize(samples)
+    out.update(concurrent=step.concurrent, studies=len(step.names), per_study=step.per_study,
+               start_to_all_running_s=round(steady - began, 1), stop_s=round(stop_s, 1),
+               trial_processes=trials, load_average_before=[round(x, 2) for x in load_before],
+               after_interrupt=step.lost(w["tracking"], recorder),
+               driver_errors=step.errors())  # fmt: skip
+    if args.profile and (step.root / "profile.txt").is_file():
+        out["driver0_profile"] = profile((step.root / "profile.txt").read_text())
+    return out
+
+
+# -- figures ------------------------------------------------------------------------------
+def _slope(ts: list[float], ys: list[float]) -> float:
+    if len(ts) < 2:
+        return 0.0
+    mt, my = statistics.fmean(ts), statistics.fmean(ys)
+    den = sum((t - mt) ** 2 for t in ts)
+    return sum((t - mt) * (y - my) for t, y in zip(ts, ys, strict=True)) / den if den else 0.0
+
+
+def _used(samples: list[dict[str, Any]], key: str) -> float:
+    """CPU seconds used over the samples by processes that come and go (``{pid: cpu_s}``)."""
+    first, last = {}, {}
+    for s in samples:
+        for pid, cpu in s[key].items():
+            first.setdefault(pid, cpu)
+            last[pid] = cpu
+    return sum(last[p] - first[p] for p in last)
+
+
+def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rates (medians of the per-second rates), backlog and its slope, CPU and memory."""
+    t = [s["t"] - samples[0]["t"] for s in samples]
+    span = t[-1] - t[0]
+    rate = [
+        (b["recorded"] - a["recorded"]) / (b["t"] - a["t"]) for a, b in itertools.pairwise(samples)
+    ]
+    backlog = [s["reported"] - s["recorded"] for s in samples]
+    first, last = samples[0], samples[-1]
+    drivers = (
+        [(b - a) / span for a, b in zip(first["driver_cpu_s"], last["driver_cpu_s"], strict=True)]
+        if span
+        else []
+    )
+    return {
+        "window_s": round(span, 1),
+        "recorded_rounds_per_s_median": round(statistics.median(rate), 1) if rate else 0.0,
+        "recorded_rounds_per_s_mean": round((last["recorded"] - first["recorded"]) / span, 1) if span else 0.0,
+        "reported_rounds_per_s_mean": round((last["reported"] - first["reported"]) / span, 1) if span else 0.0,
+        "backlog_rounds": {"first": backlog[0], "last": backlog[-1], "max": max(backlog),
+                           "median": statistics.median(backlog),
+                           "slope_per_s": round(_slope(t, backlog), 2)},
+        "backlog_series_t_both_mlflow_optuna": [
+            [round(x, 1), b, s["reported"] - s.get("in_mlflow", 0), s["reported"] - s.get("in_optuna", 0)]
+            for x, b, s in zip(t, backlog, samples, strict=True)
+        ],
+        "driver_cores": {"median": round(statistics.median(drivers), 3), "max": round(max(drivers), 3),
+                         "each": [round(d, 3) for d in drivers]} if drivers else {},
+        "driver_rss_mb": {"median": round(statistics.median(last["driver_rss_mb"]), 1),
+                          "max": round(max(last["driver_rss_mb"]), 1)},
+        "mlflow_server_cores": round(_used(samples, "mlflow_cpu_s") / span, 3) if span else 0.0,
+        "postgres_backends_cores": round(_used(samples, "pg_cpu_s") / span, 3) if span else 0.0,
+        "load_1_median": round(statistics.median(s["load_1"] for s in samples), 2),
+    }  # fmt: skip
+
+
+_AREAS = (  # (area, substring of a frame): the frame nearest the leaf that matches wins
+    ("Optuna storage writes", "optuna/"),
+    ("MLflow calls in the Tune loop", "mlflow/"),
+    ("fedtune callbacks / searcher", "fedtune/tuning"),
+    ("Ray Tune result handling", "ray/tune"),
+    ("Ray core (object store, gRPC)", "ray/"),
+)
+_FLUSHER, _STARTUP = "fedtune-mlflow-", "_find_and_load"  # round log's threads, imports
+
+
+def _area(frames: list[str]) -> str:
+    if any(_STARTUP in f for f in frames):
+        return "imports (start-up)"
+    if _FLUSHER in frames[0]:
+        return "MLflow flusher thread (log_batch)"
+    for frame in reversed(frames):
+        for name, key in _AREAS:
+            if key in frame:
+                return name
+    return "other (no fedtune/Ray/MLflow/Optuna frame)"
+
+
+def _frame_name(frame: str) -> str:
+    """``func (path/to/file.py:12)`` -> ``func (file.py)``."""
+    func, _, where = frame.partition(" (")
+    return f"{func} ({where.rsplit('/', 1)[-1].split(':')[0]})"
+
+
+def profile(raw: str) -> dict[str, Any]:
+    """Where driver 0's CPU goes: py-spy's raw stacks (``frame;frame;... count``, idle excluded)
+    by area, and the functions most often on the stack (inclusive), start-up apart."""
+    areas: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    others: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        count, frames = int(n), stack.split(";")
+        total += count
+        area = _area(frames)
+        areas[area] += count
+        if area.startswith("other"):
+            others[_frame_name(frames[-1])] += count
+        if area != "imports (start-up)":
+            for name in {_frame_name(f) for f in frames[1:]}:
+                inclusive[name] += count
+    steady = total - areas["imports (start-up)"]
+    return {
+        "samples": total,
+        "startup_share": round(areas["imports (start-up)"] / total, 3) if total else 0.0,
+        "share_by_area_after_startup": {k: round(v / steady, 3) for k, v in areas.most_common()
+                                        if k != "imports (start-up)"} if steady else {},
+        "other_top_leaf_frames": [[k, round(v / steady, 3)] for k, v in others.most_common(8)]
+        if steady else [],
+        "top_functions_inclusive_after_startup": [[k, round(v / steady, 3)]
+                                                  for k, v in inclusive.most_common(25)] if steady else [],
+    }  # fmt: skip
+
+
+def projection(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Recorded rounds/s and driver CPU against concurrent trials; what 64/128 trials need."""
+    xs = [s["concurrent"] for s in steps]
+    rates = [s["recorded_rounds_per_s_mean"] for s in steps]
+    cores = [sum(s["driver_cores"].get("each", [])) for s in steps]
+    per_round = [c / r * 1000 if r else None for c, r in zip(cores, rates, strict=True)]
+    ok = [p for p in per_round if p]
+    ms = statistics.median(ok) if ok else None
+    return {
+        "recorded_rounds_per_s_by_concurrent": dict(zip(map(str, xs), rates, strict=True)),
+        "slope_rounds_per_s_per_trial": round(_slope(xs, rates), 2),
+        "driver_cpu_ms_per_recorded_round": [round(p, 3) if p else None for p in per_round],
+        "driver_cores_for_500_rounds_per_s": round(500 * ms / 1000, 2) if ms else None,
+    }  # fmt: skip
+
+
+# -- the world: PostgreSQL schemas, mlflow server, Ray cluster --------------------------
+def trial_processes(cluster: Any) -> dict[str, Any]:
+    """Ray worker processes (the trials) of the cluster's worker nodes: count and RSS."""
+    from tests.service.ray_cluster import session_pids
+
+    pids = [p for node in cluster.nodes for p in session_pids(node.session)
+            if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"ray::")]  # fmt: skip
+    rss = [rss_mb(p) for p in pids]
+    return {"count": len(pids), "rss_mb_total": round(sum(rss)),
+            "rss_mb_median": round(statistics.median(rss), 1) if rss else 0}  # fmt: skip
+
+
+def mem_available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextlib.contextmanager
+def world(args: argparse.Namespace, root: Path):
+    """PostgreSQL schemas (or SQLite files), the MLflow server and the Ray cluster."""
+    from tests.service.ray_cluster import LocalRayCluster
+
+    with contextlib.ExitStack() as stack:
+        w: dict[str, Any] = {"root": root}
+        if args.backend == "postgres":
+            from fedtune.service.testing import temporary_pg_schema
+
+            ml = stack.enter_context(temporary_pg_schema(PG_URL, "ftload_mlflow"))
+            op = stack.enter_context(temporary_pg_schema(PG_URL, "ftload_optuna"))
+            import optuna
+
+            optuna.storages.RDBStorage(op).engine.dispose()  # tables made once, not by 8 drivers
+            w.update(pg_url=PG_URL, mlflow_db=ml, optuna_url=with_app(op, "ftload-optuna"))
+            backend = with_app(ml, "ftload-mlflow")
+        else:
+            w.update(mlflow_db=f"sqlite:///{root / 'mlflow.db'}", optuna_url=None)
+            backend = w["mlflow_db"]
+        proc, w["tracking"] = start_mlflow(backend, root)
+        w["mlflow_proc"] = proc
+        from tests.integration.conftest import stop_group
+
+        stack.callback(stop_group, proc)
+        cluster = LocalRayCluster({}, head_cpus=0).start()
+        stack.callback(cluster.stop)
+        for i in range(args.nodes):
+            cluster.add_node(f"gpu{i}", num_cpus=16, num_gpus=args.gpus_per_node)
+        w.update(cluster=cluster, ray_address=cluster.gcs_address, client_env=cluster.client_env)
+        yield w
+
+
+def optuna_dbs(w: dict[str, Any], step: Step) -> list[str]:
+    if w["optuna_url"]:
+        return [w["optuna_url"]]
+    return [f"sqlite:///{step.root / n / 'optuna.db'}" for n in step.names]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--driver", help=argparse.SUPPRESS)
+    p.add_argument("--ladder", default="8,16,32,64", help="total concurrent trials per step")
+    p.add_argument("--studies", type=int, default=8, help="drivers (studies) at once")
+    p.add_argument("--nodes", type=int, default=3, help="Ray worker nodes")
+    p.add_argument("--gpus-per-node", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=100_000, help="rounds per trial (cut by SIGINT)")
+    p.add_argument("--window", type=float, default=60.0, help="measured seconds per step")
+    p.add_argument("--start-timeout", type=float, default=900.0)
+    p.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
+    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                   help="driver 0 under py-spy")  # fmt: skip
+    p.add_argument("--trial-mb", type=float, default=450.0, help="RSS per trial, first guess")
+    p.add_argument("--out", default=str(REPO / "benchmarks/results/load.json"))
+    args = p.parse_args(argv)
+    if args.driver:
+        drive(args.driver)
+        return {}
+    report: dict[str, Any] = {"benchmark": "load", "environment": environment(),
+                              "args": {k: v for k, v in vars(args).items() if k != "driver"},
+                              "goal": GOAL, "steps": [], "skipped": []}  # fmt: skip
+    root = Path(tempfile.mkdtemp(prefix="ftload-", dir="/tmp"))
+    trial_mb = args.trial_mb
+    with world(args, root) as w:
+        for concurrent in [int(x) for x in args.ladder.split(",")]:
+            need = concurrent * trial_mb + min(args.studies, concurrent) * 700
+            if need > 0.85 * mem_available_mb():
+                report["skipped"].append({"concurrent": concurrent, "reason":
+                    f"needs ~{need:.0f} MB ({trial_mb:.0f} MB per trial process measured), "
+                    f"{mem_available_mb():.0f} MB available"})  # fmt: skip
+                continue
+            result = run_one(args, w, concurrent)
+            report["steps"].append(result)
+            if result["trial_processes"]["count"]:
+                trial_mb = (
+                    result["trial_processes"]["rss_mb_total"] / result["trial_processes"]["count"]
+                )
+            print(json.dumps({k: result[k] for k in ("concurrent", "recorded_rounds_per_s_mean",
+                  "backlog_rounds", "driver_cores")}, default=str), flush=True)  # fmt: skip
+    report["projection"] = projection(report["steps"]) if report["steps"] else {}
+    report["environment_after"] = {"load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+    return report
+
+
+def run_one(args: argparse.Namespace, w: dict[str, Any], concurrent: int) -> dict[str, Any]:
+    """One ladder step (see the module docstring), with its own recorder."""
+    step = Step(args, w, concurrent)
+    recorder = Recorded(w["mlflow_db"], optuna_dbs(w, step), step.names)
+    try:
+        return measure(args, w, step, recorder)
+    finally:
+        recorder.close()
+
+
+if __name__ == "__main__":
+    main()
