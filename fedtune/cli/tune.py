@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="connect to this Ray cluster instead of starting one",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, fast_exit=True)  # ends without module teardown
 
 
 def _quiet_libraries() -> None:
@@ -121,6 +121,23 @@ def _pareto_lines(result) -> list[str]:
     return ["Pareto set (fewer rounds vs lower final loss):", *table]
 
 
+def _strategy_lines(spec, counts: dict[str, int]) -> list[str]:
+    """Which search ran (issue 23 req. 4) and, when most trials were stopped, how many
+    completed: only a completed trial's configuration can be the answer."""
+    strategy = spec.strategy
+    if strategy is None:
+        scheduler = spec.scheduler_name
+        lines = [f"search         : sampler {spec.sampler_name}, scheduler {scheduler}"]
+    else:
+        default = "" if spec.search.strategy is not None else " (the default)"
+        lines = [f"search         : strategy {strategy}{default}"]
+    stopped, completed = counts.get("stopped", 0), counts.get("completed", 0)
+    if stopped and stopped * 2 > counts.get("trials", 0):
+        lines.append(f"stopped early  : {stopped} trials; {completed} completed (the best "
+                     "configuration is chosen among the completed ones)")  # fmt: skip
+    return lines
+
+
 def _summary(result, spec, study_path: str, workdir: str) -> str:
     c = result.counts
     outcomes = ", ".join(
@@ -132,6 +149,7 @@ def _summary(result, spec, study_path: str, workdir: str) -> str:
         count = (f"{c['trials']} trials (more than this run's target of {result.target_trials}:"
                  " the study was extended with --trials before)")  # fmt: skip
     lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
+    lines += _strategy_lines(spec, c)
     if result.interrupted:
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
     lines += ["", *_best_lines(result, spec), "", *_pareto_lines(result), ""]

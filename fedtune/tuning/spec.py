@@ -129,11 +129,17 @@ class SchedulerName(enum.StrEnum):
 class Strategy(enum.StrEnum):
     """``search.strategy``: how trials are proposed and stopped (sampler + scheduler).
 
-    ``tradeoff`` (the default of a new single-objective study): theory-guided learning-rate
-    sweep, selection-rule stopping against the incumbent, then TPE
-    (:mod:`fedtune.tuning.tradeoff_search`); ``tpe`` / ``random``: no early stopping;
-    ``asha``: TPE + ASHA; ``median``: TPE + the median stopping rule. Without a strategy, a study
-    that names ``sampler.name`` or ``scheduler.name`` (or has several objectives) uses those.
+    ``tpe_guard`` (the default of a new single-objective study, :data:`DEFAULT_STRATEGY`): TPE,
+    and a trial is stopped only when it is twice as bad as the incumbent *at the same round* and
+    cannot catch up at its own rate (:meth:`~fedtune.tuning.tradeoff_search.StopRule.guard`);
+    ``tradeoff``: theory-guided γ = η sweep, selection-rule stopping against the incumbent, then
+    TPE (:mod:`fedtune.tuning.tradeoff_search`; built on quadratics); ``tpe`` / ``random``: no
+    early stopping; ``asha``: TPE + ASHA; ``median``: TPE + the median stopping rule;
+    ``hyperband``: TPE + Optuna's Hyperband pruner over rounds (successive halving at equal
+    rounds, several brackets: :class:`~fedtune.tuning.tradeoff_search.PrunerStop`). README
+    "Search strategies" has the suite's measurements and when to pick which. Without a
+    strategy, a study that names ``sampler.name`` or ``scheduler.name`` (or has several
+    objectives) uses those.
     """
 
     TRADEOFF = "tradeoff"
@@ -141,15 +147,24 @@ class Strategy(enum.StrEnum):
     RANDOM = "random"
     ASHA = "asha"
     MEDIAN = "median"
+    HYPERBAND = "hyperband"
+    TPE_GUARD = "tpe_guard"
 
 
-#: (sampler, scheduler) of each strategy; tradeoff's scheduler is its own stop rule
+#: the strategy of a new single-objective study that names none (issue 23: chosen on the search
+#: suite, benchmarks/search_efficiency.py; README "Search strategies")
+DEFAULT_STRATEGY = Strategy.TPE_GUARD
+
+#: (sampler, scheduler) of each strategy; tradeoff's and hyperband's scheduler is their own stop
+#: rule (``fedtune.tuning.tradeoff_search.stopper_for``)
 STRATEGY_PARTS = {
     Strategy.TRADEOFF: (SamplerName.TPE, None),
     Strategy.TPE: (SamplerName.TPE, SchedulerName.NONE),
     Strategy.RANDOM: (SamplerName.RANDOM, SchedulerName.NONE),
     Strategy.ASHA: (SamplerName.TPE, SchedulerName.ASHA),
     Strategy.MEDIAN: (SamplerName.TPE, SchedulerName.MEDIAN),
+    Strategy.HYPERBAND: (SamplerName.TPE, None),
+    Strategy.TPE_GUARD: (SamplerName.TPE, None),
 }
 
 
@@ -290,7 +305,7 @@ def _as_list(value: Any) -> Any:
 class SearchSpec(_Spec):
     """``space``: shipped name(s)/file(s), merged in order (default: the algorithm's space);
     ``override``: single entries (``null`` removes one); ``parameters``: a full inline space;
-    ``strategy``: see :class:`Strategy` (default: ``tradeoff``, :attr:`StudySpec.strategy`)."""
+    ``strategy``: see :class:`Strategy` (default: ``tpe_guard``, :attr:`StudySpec.strategy`)."""
 
     space: Annotated[list[str], BeforeValidator(_as_list)] | None = None
     override: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
@@ -374,10 +389,11 @@ class StudySpec(_Spec):
                     f"strategy {chosen} sets the sampler and the scheduler; remove "
                     f"{section}.name = {part.name} (or the strategy, to combine them freely)",
                 )
-        if chosen == Strategy.TRADEOFF and self.objective.is_multi:
+        stops = (Strategy.TRADEOFF, Strategy.HYPERBAND, Strategy.TPE_GUARD)
+        if chosen in stops and self.objective.is_multi:
             raise ConfigError(
                 "search.strategy",
-                "tradeoff stops trials on one selection-rule value; with objective.metrics use "
+                f"{chosen} stops trials on one selection-rule value; with objective.metrics use "
                 "tpe, random or sampler/scheduler",
             )
         return self
@@ -387,11 +403,12 @@ class StudySpec(_Spec):
     @property
     def strategy(self) -> Strategy | None:
         """The search strategy; None = ``sampler`` and ``scheduler`` as given (see
-        :class:`Strategy`): a new single-objective study naming neither gets ``tradeoff``."""
+        :class:`Strategy`): a new single-objective study naming neither gets
+        :data:`DEFAULT_STRATEGY`."""
         if self.search.strategy is not None:
             return self.search.strategy
         named = self.sampler.name is not None or self.scheduler.name is not None
-        return None if named or self.objective.is_multi else Strategy.TRADEOFF
+        return None if named or self.objective.is_multi else DEFAULT_STRATEGY
 
     @property
     def sampler_name(self) -> SamplerName:

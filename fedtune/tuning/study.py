@@ -67,10 +67,11 @@ from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
 from .ray_session import ray_session as _ray_session
 from .ray_session import study_lock as _study_lock
-from .spec import Mode, SchedulerName, Strategy, StudySpec
+from .spec import SchedulerName, StudySpec
 from .store import StudyStore
+from .tradeoff import TOP_TRIALS, TradeOff
 from .tradeoff_scheduler import TradeoffScheduler
-from .tradeoff_search import StopRule, TheorySweep, TradeoffState
+from .tradeoff_search import PrunerStop, TradeoffState, stopper_for
 from .trainable import OBJECTIVE, ROUND, TRIAL_KEY, make_trainable
 
 if TYPE_CHECKING:
@@ -197,7 +198,9 @@ def run_study(
                     env = code_runtime_env(spec, workdir)
                     if early is not None and not env and not ray_address:
                         shipped = early.ready()
-                        stack.callback(early.stop_ray)
+                        # Ray shuts down in its thread while the report is written; the lock's
+                        # close (after finalize) waits for it (issue 21 req. 3)
+                        stack.callback(early.request_stop)
                     else:
                         if early is not None:
                             early.stop_ray()  # this study needs a Ray of its own
@@ -309,9 +312,10 @@ class _Session:
 
     def open_tracking(self, explicit_uri: str | None) -> None:
         """The study's MLflow experiment (store created if new) and parent run (created, or the
-        resumed study's), its child runs reconciled; also imports what the fit and the end of
-        the study need — a thread does it while Ray starts."""
-        from . import plots, progress  # noqa: F401 — imported here, off the critical path
+        resumed study's), its child runs reconciled; also imports what the fit needs — a thread
+        does it while Ray starts. The figures' matplotlib is imported once the first trial
+        runs (:func:`_import_plots`), not in this CPU-bound start-up."""
+        from . import progress  # noqa: F401 — imported here, off the critical path
         from .tracking import StudyTracker, resolve_tracking_uri
 
         spec, workdir = self.spec, self.workdir
@@ -361,6 +365,7 @@ class _Session:
             def on_trial_start(self, iteration, trials, trial, **info):
                 if session.first_start is None:
                     timeline.mark("first_trial_scheduled")
+                    _import_plots()
                 session.first_start = session.first_start or time.perf_counter()
 
         out = [FirstStart(), FirstErrorCallback(self.study), _AfterTracking(self)]
@@ -382,12 +387,14 @@ class _Session:
     def finalize(self) -> StudyResult:
         self.wait_tracking()
         start = time.perf_counter()
+        timeline.mark("finalize")
         spec, study, tracker = self.spec, self.study, self.tracker
         counts = og.study_counts(study)
         best = og.best_trial(spec, study, self.space)
         report = tradeoff_report(
             spec, og.study_curves(self.store, self.space), self.workdir / "tradeoff"
         )
+        timeline.mark("report_written")
         finished = og.count_finished(study)
         metrics = {f"n_{k}": float(v) for k, v in counts.items()}
         if best is not None:
@@ -397,9 +404,11 @@ class _Session:
         tracker.log_json(self.parent, {"best": best, "pareto": report.pareto}, "best.json")
         best_run = self.store.run_id_of(best["number"]) if best is not None else None
         tracker.mark_best(self.parent, best_run, best["number"] if best else None)
-        table = summary_table(self.store, report.tradeoff, self.space)
+        minimize = str(spec.objective.directions[0]) == "min"
+        table, note = summary_table(self.store, report.analysis, self.space, minimize,
+                                    best["number"] if best is not None else None)  # fmt: skip
         if table["number"]:
-            tracker.log_table(self.parent, table, "trials_table.json")
+            tracker.log_table(self.parent, table, "trials_table.json", note)
         tracker.finish_study(self.parent, metrics, "FINISHED", report.directory, "tradeoff",
                              step=finished)  # fmt: skip
         now = time.perf_counter()
@@ -449,20 +458,20 @@ def _trial_name(trial: Any) -> str:
     return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
 
 
-def _tradeoff_state(spec: StudySpec, session: _Session, rounds: int) -> TradeoffState | None:
-    """The trade-off strategy's sweep + stop rule (with a resumed study's sweep so far)."""
-    if spec.strategy != Strategy.TRADEOFF:
-        return None
-    minimize = spec.objective.directions[0] == Mode.MIN
-    state = TradeoffState(
-        TheorySweep(session.space, spec.sampler.seed, minimize),
-        StopRule.for_study(rounds, spec.objective.last_rounds, minimize),
-    )
-    state.seed_history(og.sweep_history(session.study))
+def _tradeoff_state(
+    spec: StudySpec, session: _Session, rounds: int
+) -> TradeoffState | PrunerStop | None:
+    """The strategy's own stop rule: tradeoff's sweep + stop rule (with a resumed study's sweep
+    so far) or hyperband's pruner (``tradeoff_search.stopper_for``)."""
+    state = stopper_for(spec, session.space, rounds)
+    if isinstance(state, TradeoffState):
+        state.seed_history(og.sweep_history(session.study))
     return state
 
 
-def _scheduler(spec: StudySpec, rounds: int, state: TradeoffState | None = None) -> Any:
+def _scheduler(
+    spec: StudySpec, rounds: int, state: TradeoffState | PrunerStop | None = None
+) -> Any:
     s, mode = spec.scheduler, str(spec.objective.directions[0])
     if state is not None:
         return TradeoffScheduler(state)
@@ -475,14 +484,25 @@ def _scheduler(spec: StudySpec, rounds: int, state: TradeoffState | None = None)
     return FIFOScheduler()
 
 
+def _import_plots() -> None:
+    """Import the figures' module (matplotlib, ~0.6 s of CPU) in a thread: the end of the
+    study needs it, the start-up (Ray, the first trial's worker) should not wait for it."""
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=(f"{__package__}.plots",),
+                     name="fedtune-import-plots", daemon=True).start()  # fmt: skip
+
+
 # -- the trade-off ----------------------------------------------------------------------
 @dataclass
 class _Report:
-    tradeoff: dict[str, Any] | None = None
+    tradeoff: dict[str, Any] | None = None  # tradeoff.json's content (its listed trials)
     pareto: list[dict[str, Any]] = field(default_factory=list)
     envelope: list[tuple[int, float]] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
     directory: Path | None = None
+    analysis: TradeOff | None = None  # every trial's summary
 
 
 def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
@@ -504,42 +524,69 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
         for s in map(t.summary_of, t.pareto)
     ]  # fmt: skip
     envelope = [(p.round, p.loss) for p in t.envelope if math.isfinite(p.loss)]
-    files.update(theory_report(spec, curves, directory))
-    return _Report(t.to_dict(), pareto, envelope, files, directory)
+    named = set(t.shown())  # a large study: its best trials, Pareto set and envelope
+    files.update(theory_report(spec, [c for c in curves if c.trial_id in named], directory))
+    return _Report(t.to_dict(), pareto, envelope, files, directory, t)
 
 
 def summary_table(
-    store: StudyStore, tradeoff: dict[str, Any] | None, space: Any
-) -> dict[str, list]:
-    """One row per finished trial: number, outcome, params, objective, rounds reached,
-    rounds to the Pareto target, decays (an MLflow table: ``trials_table.json``)."""
+    store: StudyStore,
+    analysis: TradeOff | None,
+    space: Any,
+    minimize: bool = True,
+    best: int | None = None,
+    top: int = TOP_TRIALS,
+) -> tuple[dict[str, list], str]:
+    """The MLflow table ``trials_table.json`` and a line saying what it lists: one row per
+    finished trial — number, rank (1 = best objective), outcome, params, objective, rounds
+    reached, rounds to the Pareto target, flag, on the Pareto set, decays — for every trial of
+    a study of at most ``top``; beyond, the ``top`` best objectives, the Pareto set and the
+    best trial ``best`` (issue 21 req. 4: bounded at any number of trials)."""
     from fedtune.search_spaces import resolve_values
 
-    by_number = {s["trial_id"]: s for s in (tradeoff or {}).get("trials", [])}
+    summaries = {s.trial_id: s for s in analysis.trials} if analysis is not None else {}
+    pareto = set(analysis.pareto) if analysis is not None else set()
     k = None
-    if tradeoff and tradeoff.get("pareto_target") is not None:
-        k = tradeoff["targets"].index(tradeoff["pareto_target"])
+    if analysis is not None and analysis.pareto_target is not None:
+        k = analysis.targets.index(analysis.pareto_target)
     trials = [t for t in store.trials() if t.state.is_finished()]
-    keys = sorted({p for t in trials for p in t.params})
-    cols: dict[str, list] = {c: [] for c in ("number", "outcome", "objective", "rounds",
-                                              "rounds_to_target", "flag", "decays")}  # fmt: skip
-    cols.update({f"param.{p}": [] for p in keys})
-    for t in sorted(trials, key=lambda t: t.number):
-        summary = by_number.get(t.number, {})
-        rtt = summary.get("rounds_to_target") or []
+
+    def objective(t: Any) -> float | None:
         value = t.values[0] if t.values else None
+        return value if value is not None and math.isfinite(value) else None
+
+    valued = [t for t in trials if objective(t) is not None]
+    ranked = sorted(valued, key=lambda t: (objective(t) * (1 if minimize else -1), t.number))
+    rank = {t.number: i for i, t in enumerate(ranked, 1)}
+    listed = trials
+    note = f"all {len(trials)} finished trials"
+    if len(trials) > top:
+        keep = {t.number for t in ranked[:top]} | pareto | ({best} if best is not None else set())
+        listed = [t for t in trials if t.number in keep]
+        note = (f"{len(listed)} of {len(trials)} finished trials: the {top} best objectives, "
+                "the Pareto set and the best trial")  # fmt: skip
+    keys = sorted({p for t in listed for p in t.params})
+    cols: dict[str, list] = {c: [] for c in ("number", "rank", "outcome", "objective", "rounds",
+                                              "rounds_to_target", "flag", "on_pareto",
+                                              "decays")}  # fmt: skip
+    cols.update({f"param.{p}": [] for p in keys})
+    for t in sorted(listed, key=lambda t: t.number):
+        summary = summaries.get(t.number)
+        rtt = summary.rounds_to_target[k] if summary is not None and k is not None else None
         cols["number"].append(t.number)
+        cols["rank"].append(rank.get(t.number))
         cols["outcome"].append(og.outcome_of(t))
-        cols["objective"].append(value if value is not None and math.isfinite(value) else None)
+        cols["objective"].append(objective(t))
         cols["rounds"].append(t.user_attrs.get("rounds"))
-        cols["rounds_to_target"].append(rtt[k] if k is not None and rtt else None)
-        cols["flag"].append(summary.get("flag", ""))
+        cols["rounds_to_target"].append(rtt if rtt is not None and math.isfinite(rtt) else None)
+        cols["flag"].append(summary.flag if summary is not None else "")
+        cols["on_pareto"].append(t.number in pareto)
         cols["decays"].append(t.user_attrs.get("decays"))
         params = resolve_values(space, t.params) if t.params else {}
         for p in keys:
             value = params.get(p)
             cols[f"param.{p}"].append(value if value is None else str(value))
-    return cols
+    return cols, note
 
 
 # -- process plumbing: lock, Ray, Tune's environment ----------------------------------

@@ -13,16 +13,16 @@ from typing import Any
 
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from .tradeoff_search import TradeoffState
+from .tradeoff_search import PrunerStop, TradeoffState
 from .trainable import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
 
 __all__ = ["TradeoffScheduler"]
 
 
 class TradeoffScheduler(FIFOScheduler):
-    """Selection-rule stopping against the incumbent (module docstring)."""
+    """Stops a trial when the strategy's stop rule says so (module docstring)."""
 
-    def __init__(self, state: TradeoffState) -> None:
+    def __init__(self, state: TradeoffState | PrunerStop) -> None:
         super().__init__()
         self.state = state
         self._seen: dict[int, int] = {}

@@ -1,4 +1,11 @@
-"""Trade-off-aware search (issue 14 req. 5): the default strategy of a new study.
+"""Search strategies with their own stop rule: ``tradeoff`` (issue 14 req. 5), ``tpe_guard`` (the
+default of a new study since issue 23) and ``hyperband``.
+
+``tpe_guard`` = TPE + :meth:`StopRule.guard` (no sweep): on the search suite
+(``benchmarks/search_efficiency.py``, seven tasks) ``tradeoff``'s γ = η sweep and 1 % stop
+margin lost to plain TPE on tasks whose best has η ≠ γ (LEAF synthetic: η = 10 γ), so the
+default keeps TPE's proposals and stops only what cannot be the selection rule's pick. Below:
+``tradeoff`` as built for issue 14.
 
 Why: with a fixed budget of rounds, a large learning rate converges fast to a worse point and
 a small one converges slowly to a better point (`001_2dc7ddae5cbdc81f.txt` §§3–8, ALGORITHMS.md
@@ -37,6 +44,7 @@ driver and share one :class:`TradeoffState`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import random
@@ -44,17 +52,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
+
 from fedtune.search_spaces import ParamType, SearchSpace, default_point
 
 __all__ = [
     "LINE_STEP",
     "REFINE_STEP",
     "Observed",
+    "PrunerStop",
     "StopReason",
     "StopRule",
     "TheorySweep",
     "TradeoffState",
     "relative_gap",
+    "stopper_for",
 ]
 
 LINE_STEP = 0.5  # decades between line points (the papers' half-decade grid)
@@ -69,9 +81,10 @@ class StopReason(enum.StrEnum):
 
     WORSE = "worse"
     PLATEAU = "plateau"
+    RUNG = "rung"  # not in the top 1/factor of the values at a rung's round (successive halving)
 
 
-WORSE, PLATEAU = StopReason.WORSE, StopReason.PLATEAU
+WORSE, PLATEAU, RUNG = StopReason.WORSE, StopReason.PLATEAU, StopReason.RUNG
 
 
 def relative_gap(value: float, reference: float, minimize: bool = True) -> float:
@@ -94,6 +107,7 @@ class StopRule:
     margin: float = 0.01
     plateau_tol: float = 0.05
     minimize: bool = True
+    at_round_margin: float | None = None  # gap at the same round that counts (None: margin)
 
     @classmethod
     def for_study(cls, rounds: int, last_rounds: int, minimize: bool = True) -> StopRule:
@@ -102,6 +116,16 @@ class StopRule:
         with grace = window = T/6 TPE's trials were all stopped at round 5)."""
         window = max(2, min(last_rounds, rounds // 6))
         return cls(rounds=rounds, window=window, grace=max(window, rounds // 3), minimize=minimize)
+
+    @classmethod
+    def guard(cls, rounds: int, last_rounds: int, minimize: bool = True) -> StopRule:
+        """``tpe_guard``'s rule: the same equal-round test, but a trial must be *twice* as bad
+        as the incumbent was at the same round (relative gap > 1) and, improving at its current
+        rate until the last round, still end worse than the incumbent's final value. Such a
+        trial (blown up, oscillating, or far behind and flattening) cannot be the selection
+        rule's pick; a slow starter that is still improving is never stopped."""
+        rule = cls.for_study(rounds, last_rounds, minimize)
+        return dataclasses.replace(rule, at_round_margin=1.0)
 
     def gap(self, curve: Sequence[float], incumbent: Sequence[float], t: int) -> float:
         return relative_gap(curve[t - 1], incumbent[min(t, len(incumbent)) - 1], self.minimize)
@@ -113,7 +137,8 @@ class StopRule:
         t = len(curve)
         if not incumbent or t < self.grace:
             return False
-        if self.gap(curve, incumbent, t) <= self.margin:
+        at_round = self.margin if self.at_round_margin is None else self.at_round_margin
+        if self.gap(curve, incumbent, t) <= at_round:
             return False
         now, before = curve[t - 1], curve[t - self.window]
         rate = (before - now) / (self.window - 1) if math.isfinite(before) else 0.0
@@ -263,7 +288,7 @@ class TheorySweep:
 class TradeoffState:
     """Curves, incumbent and sweep of one study invocation (driver side)."""
 
-    sweep: TheorySweep
+    sweep: TheorySweep | None  # None: no sweep (``tpe_guard``: the stop rule only)
     rule: StopRule
     tags: dict[int, str] = field(default_factory=dict)  # trial number -> sweep tag
     curves: dict[int, list[float]] = field(default_factory=dict)  # number -> objective curve
@@ -272,6 +297,8 @@ class TradeoffState:
     incumbent: tuple[float, list[float]] | None = None
 
     def propose(self) -> tuple[str, dict[str, Any]] | None:
+        if self.sweep is None:
+            return None
         seen = [self.finished.get(n, Observed(tag, "running")) for n, tag in self.tags.items()]
         return self.sweep.propose(seen)
 
@@ -313,3 +340,98 @@ class TradeoffState:
                 self.tags[number] = tag
             if tag and observed is not None:
                 self.finished[number] = observed
+
+
+# -- successive halving / Hyperband over rounds ---------------------------------------------
+class PrunerStop:
+    """Stopping by an Optuna pruner over rounds (``hyperband``: Optuna's ``HyperbandPruner``;
+    Li et al., JMLR 18(185), 2018), fed the selection-rule value after every round.
+
+    Successive halving compares trials *on the same round*: at a rung r_k = r_0·η^k a trial goes
+    on only if its value at round r_k is in the top 1/η of the values every trial of its bracket
+    had at round r_k. Hyperband runs several such brackets with different first rungs r_0, so a
+    configuration that starts slowly (a small γ, the one the trade-off favours in the end) is
+    also compared only late, in the bracket whose first rung is the last round.
+
+    The pruner decides on a private in-memory mirror of the study (named like the study, trial
+    numbers aligned, so the bracket of trial n is the one Optuna assigns to it): the same
+    decisions in ``run_study`` (driven by :class:`~.tradeoff_scheduler.TradeoffScheduler`) and
+    in the in-process benchmark. Same interface as :class:`TradeoffState` (``propose`` is None).
+    """
+
+    def __init__(self, pruner: optuna.pruners.BasePruner, name: str, minimize: bool = True):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.mirror = optuna.create_study(
+            study_name=name, direction="minimize" if minimize else "maximize", pruner=pruner,
+            sampler=optuna.samplers.RandomSampler(seed=0),
+        )  # fmt: skip
+        self.trials: list[optuna.Trial] = []
+        self.curves: dict[int, list[float]] = {}
+        self.stops: dict[int, StopReason] = {}
+        self.finished: dict[int, str] = {}
+
+    @classmethod
+    def hyperband(cls, name: str, rounds: int, grace: int, factor: float, minimize: bool = True):
+        """First rung r_0 = clamp(T/9, 1, grace) (three brackets at factor 3), last rung T."""
+        r0 = max(1, min(grace, rounds // 9))
+        pruner = optuna.pruners.HyperbandPruner(
+            min_resource=r0, max_resource=rounds, reduction_factor=max(2, int(factor))
+        )
+        return cls(pruner, name, minimize)
+
+    def _trial(self, number: int) -> optuna.Trial:
+        while len(self.trials) <= number:
+            self.trials.append(self.mirror.ask())
+        return self.trials[number]
+
+    def propose(self) -> None:
+        """No proposals: the study's sampler picks every point."""
+        return None
+
+    def started(self, number: int, tag: str | None = None) -> None:
+        self._trial(number)
+
+    def observe(self, number: int, rows: Sequence[float]) -> StopReason | None:
+        """Append this trial's new objective values (one per round); RUNG once pruned."""
+        if number in self.stops:
+            return self.stops[number]
+        trial, curve = self._trial(number), self.curves.setdefault(number, [])
+        for value in rows:
+            curve.append(float(value))
+            if math.isfinite(value):
+                trial.report(float(value), len(curve))
+                if trial.should_prune():
+                    self.stops[number] = RUNG
+                    return RUNG
+        return None
+
+    def complete(self, number: int, outcome: str, value: float | None) -> None:
+        if number in self.finished:
+            return
+        trial, state = self._trial(number), optuna.trial.TrialState
+        self.finished[number] = outcome
+        if outcome == "completed" and value is not None and math.isfinite(value):
+            self.mirror.tell(trial, value)
+        else:
+            self.mirror.tell(trial, state=state.PRUNED if outcome == "stopped" else state.FAIL)
+
+
+def stopper_for(spec: Any, space: SearchSpace, rounds: int) -> TradeoffState | PrunerStop | None:
+    """The stop rule a study's strategy runs in the driver (None: a Ray Tune scheduler's or
+    none): ``tradeoff`` → :class:`TradeoffState` (sweep + stop rule), ``tpe_guard`` → a
+    :class:`TradeoffState` without a sweep and with :meth:`StopRule.guard`, ``hyperband`` →
+    :class:`PrunerStop`."""
+    from .spec import Mode, Strategy
+
+    minimize = spec.objective.directions[0] == Mode.MIN
+    if spec.strategy == Strategy.TRADEOFF:
+        return TradeoffState(
+            TheorySweep(space, spec.sampler.seed, minimize),
+            StopRule.for_study(rounds, spec.objective.last_rounds, minimize),
+        )
+    if spec.strategy == Strategy.TPE_GUARD:
+        return TradeoffState(None, StopRule.guard(rounds, spec.objective.last_rounds, minimize))
+    if spec.strategy == Strategy.HYPERBAND:
+        s = spec.scheduler
+        return PrunerStop.hyperband(spec.name, rounds, s.grace_rounds, s.reduction_factor, minimize)
+    return None

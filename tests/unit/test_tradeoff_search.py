@@ -33,11 +33,11 @@ def spec(**extra) -> StudySpec:
 
 
 # -- the strategy field -----------------------------------------------------------------------
-def test_a_new_study_gets_the_tradeoff_strategy():
+def test_a_new_study_gets_the_default_strategy():
     s = spec()
-    assert s.strategy == Strategy.TRADEOFF
+    assert s.strategy == Strategy.TPE_GUARD  # issue 23 (was tradeoff)
     assert s.sampler_name == SamplerName.TPE and s.scheduler_name is None
-    assert StudySpec.from_dict(s.to_dict()).strategy == Strategy.TRADEOFF  # survives storage
+    assert StudySpec.from_dict(s.to_dict()).strategy == Strategy.TPE_GUARD  # survives storage
 
 
 def test_study_builds_the_tradeoff_scheduler_by_default():
@@ -61,6 +61,8 @@ def test_study_builds_the_tradeoff_scheduler_by_default():
         ("asha", SamplerName.TPE, SchedulerName.ASHA),
         ("median", SamplerName.TPE, SchedulerName.MEDIAN),
         ("tradeoff", SamplerName.TPE, None),
+        ("tpe_guard", SamplerName.TPE, None),
+        ("hyperband", SamplerName.TPE, None),
     ],
 )
 def test_each_strategy_selects_its_sampler_and_scheduler(strategy, sampler, scheduler):
@@ -79,7 +81,7 @@ def test_naming_a_sampler_or_scheduler_without_a_strategy_keeps_them():
 @pytest.mark.parametrize(
     ("extra", "reason"),
     [
-        ({"search": {"strategy": "hyperband"}}, "Input should be"),
+        ({"search": {"strategy": "bohb"}}, "Input should be"),
         ({"search": {"strategy": "tpe"}, "sampler": {"name": "random"}}, "sampler.name"),
         ({"search": {"strategy": "asha"}, "scheduler": {"name": "none"}}, "scheduler.name"),
         (
