@@ -10,16 +10,18 @@ by a hash of the task's definition).
 Each strategy of ``search.strategy`` — ``tradeoff`` (theory sweep + selection-rule stopping),
 ``tpe``, ``random``, ``asha`` (TPE + successive halving) and ``hyperband`` (TPE + Optuna's
 Hyperband pruner) — runs in-process (``search_sim.py``: the study's sampler, space and stop
-rules, the engine per trial, one trial at a time, a decision after every round) for each seed,
-until it has run ``max(budgets) · T`` rounds. **Budgets count rounds actually run**: budget B
-is B · T rounds (B complete trials' worth), so a strategy that stops trials early runs more of
-them within the same budget. Objective = the papers' selection rule, the mean ℓ_t over the last
+rules, the engine per trial, one trial at a time, a decision after every round) for each seed
+and each budget B as a study of its own, configured for B trials (the sampler's random start-up
+follows B, as in a user's study), until it has run B · T rounds or started 4 · B trials.
+**Budgets count rounds actually run**: budget B is B · T rounds (B complete trials' worth), so a
+strategy that stops trials early runs more of them within the same budget. Objective = the papers' selection rule, the mean ℓ_t over the last
 10 rounds (`001_2dc7ddae5cbdc81f.txt` §8.3); a strategy's answer is its best *completed* trial.
 
 Reported per task and strategy (medians over seeds):
 
-* rounds until the best completed trial is within 1 % / 5 % of the grid's best, as a fraction
-  of the grid's executed rounds (``null``: not reached within the largest budget), seeds reached;
+* rounds until the best completed trial is within 1 % / 5 % of the grid's best in the largest
+  budget's study, as a fraction of the grid's executed rounds (``null``: not reached), seeds
+  reached;
 * per budget B: median relative gap of the best value to the grid's best, share of seeds within
   1 % / 5 %, trials run / completed / stopped (and why: ``stop_reasons``);
 * overall, per strategy: seeds within 1 % and 5 % summed over tasks per budget, the median over
@@ -55,7 +57,7 @@ from search_sim import CurveCache, Step, run_strategy
 OUT = Path(__file__).resolve().parent / "results" / "search_efficiency.json"
 LAST = st.LAST
 STRATEGIES = ("tpe", "tpe_guard", "hyperband", "tradeoff", "random", "asha")
-TRIAL_CAP = 4  # at most TRIAL_CAP · max(budgets) trials per run (stopping strategies)
+TRIAL_CAP = 4  # at most TRIAL_CAP · B trials in a study of budget B (stopping strategies)
 #: search_ablation.py's view of the suite: name -> (_, _, rounds, ASHA grace)
 TASKS = {name: (None, None, st.rounds_of(name), max(1, st.rounds_of(name) // 6))
          for name in st.TASKS}  # fmt: skip
@@ -93,8 +95,13 @@ def rounds_to_within(steps: list[Step], goal: float) -> tuple[int | None, int | 
     return None, None
 
 
-def summarize(runs: list[list[Step]], grid: dict[str, Any], budgets: list[int]) -> dict:
+def summarize(by_budget: dict[int, list[list[Step]]], grid: dict[str, Any]) -> dict:
+    """Per budget B, from the seeds' runs of a study configured for B trials (its sampler's
+    random start-up follows the study's budget, ``make_sampler``): median gap, seeds within
+    1 %/5 %, trials run, stopped and why. Rounds to within 1 %/5 %: the largest budget's runs."""
     g, rounds = grid["best_value"], grid["rounds"]
+    budgets = sorted(by_budget)
+    runs = by_budget[budgets[-1]]
     entry: dict[str, Any] = {}
     for tol in (0.01, 0.05):
         reached = [rounds_to_within(s, g * (1 + tol)) for s in runs]
@@ -107,7 +114,7 @@ def summarize(runs: list[list[Step]], grid: dict[str, Any], budgets: list[int]) 
         }
     entry["by_budget"] = {}
     for b in budgets:
-        picked = [best_within(s, b * rounds) for s in runs]
+        picked = [best_within(s, b * rounds) for s in by_budget[b]]
         gaps = [v / g - 1 for v, _ in picked]
         reasons: dict[str, int] = {}
         for _, done in picked:
@@ -207,14 +214,12 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
     search: dict[str, Any] = dict((previous or {}).get("search") or {})
     traces: dict[str, Any] = dict((previous or {}).get("traces") or {})
     for m in args.strategies:
-        runs = []
         start = time.perf_counter()
-        for seed in args.seeds:
-            runs.append(run_strategy(t, m, seed, max(budgets) * t.rounds,
-                                     TRIAL_CAP * max(budgets), max(budgets), cache))  # fmt: skip
-        search[m] = summarize(runs, grid, budgets)
+        runs = {b: [run_strategy(t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache)
+                    for seed in args.seeds] for b in budgets}  # one study per budget and seed
+        search[m] = summarize(runs, grid)
         search[m]["wall_s"] = time.perf_counter() - start
-        traces[m] = [[s.to_row() for s in r] for r in runs]
+        traces[m] = {str(b): [[s.to_row() for s in r] for r in rs] for b, rs in runs.items()}
         b = search[m]["by_budget"][str(max(budgets))]
         print(f"{task} {m}: gap@{max(budgets)} {b['median_gap']:+.3%}, 1% seeds "
               f"{b['seeds_within_1pct']}/{len(args.seeds)}, trials {b['median_trials']} "

@@ -50,9 +50,13 @@ def test_reports_every_strategy_per_budget_and_overall(bench, tmp_path: Path) ->
         assert {"median_gap", "seeds_within_1pct", "seeds_within_5pct", "median_trials",
                 "median_completed", "median_stopped", "stop_reasons"} <= set(cell)  # fmt: skip
         assert cell["median_completed"] + cell["median_stopped"] <= cell["median_trials"] + 1
-        # a budget counts rounds actually run: B x T rounds, never more
-        for trace in task["traces"][name]:
-            assert sum(r for r, _, _ in trace) >= 2 * task["rounds"] or len(trace) >= 8
+        # a budget counts rounds actually run: each budget B is its own study per seed, run
+        # until B x T rounds (or 4 B trials); its last trial is the only one past B x T
+        for b in (1, 2):
+            for trace in task["traces"][name][str(b)]:
+                rounds = [r for r, _, _ in trace]
+                assert sum(rounds) >= b * task["rounds"] or len(trace) == 4 * b
+                assert sum(rounds[:-1]) < b * task["rounds"]
     assert doc["overall"]["tpe"]["never_worse_than_tpe"] is True
     assert doc["budgets_count"].startswith("rounds actually run")
 
