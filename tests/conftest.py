@@ -47,3 +47,25 @@ def quadratic_config(algorithm: str = "fedavg", **overrides) -> dict:
 @pytest.fixture
 def qconfig():
     return quadratic_config
+
+
+#: the example project's package (examples/byo): user code that only child processes import
+USER_PACKAGE = "fedlab"
+
+
+@pytest.fixture(autouse=True)
+def _user_code_stays_out_of_this_process(request):
+    """Fail the test that imports the example's user package into pytest's own process.
+
+    fedtune never imports user code in the process that submits or checks it (the API, the
+    CLI's parent); the tests that say so (``test_user_contract``, ``tests/e2e/test_byo_*``) read
+    ``sys.modules``, so a leak from any other test would fail them far from its cause."""
+    import sys
+
+    before = USER_PACKAGE in sys.modules
+    yield
+    if not before and USER_PACKAGE in sys.modules:
+        for name in [m for m in sys.modules if m.split(".")[0] == USER_PACKAGE]:
+            del sys.modules[name]
+        pytest.fail(f"{request.node.nodeid} imported the user package {USER_PACKAGE!r} into "
+                    "the test process", pytrace=False)  # fmt: skip
