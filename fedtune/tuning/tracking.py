@@ -12,8 +12,9 @@ UI shows it as a model-training experiment (its runs table) instead of the GenAI
   and sent by a background thread that coalesces the rounds of every open run into
   ``log_batch`` calls of at most 1000 entities (:mod:`.round_log`); tags ``study``, ``algorithm``, ``task``, ``outcome``,
   ``optuna_trial_number``, ``objective_metric`` = what the metric ``objective`` is). Every
-  round logs ``objective`` (the running objective, Optuna's intermediate value) and, with decay,
-  ``decays``; at the end the trial's value is logged as ``objective`` (∞ for a diverged trial is
+  round logs ``objective`` (the running objective, Optuna's intermediate value); the learning
+  rates ``client_lr``/``server_lr`` and, with decay, ``decays`` are logged at the first and
+  last rounds and around each change only (:mod:`.step_points`); at the end the trial's value is logged as ``objective`` (∞ for a diverged trial is
   stored by MLflow as the largest float, so it sorts last), with decay the param
   ``decay_rounds``. Final status: ``FINISHED`` for completed, diverged and stopped
   trials (the ``outcome`` tag says which), ``FAILED`` when the trainable raised, ``KILLED``
@@ -66,6 +67,7 @@ from .round_log import MAX_BATCH, RoundLog
 from .spec import StudySpec
 from .sqlite_commits import fast_commits_for
 from .sqlite_template import seed_sqlite_store
+from .step_points import StepPoints
 from .trainable import (
     DECAY_ROUNDS,
     HISTORY,
@@ -195,6 +197,7 @@ class StudyTracker:
         fast_commits_for(uri)  # WAL + synchronous=NORMAL (.sqlite_commits)
         self.client = MlflowClient(tracking_uri=uri)
         self.rounds = RoundLog(self.client)  # per-round metrics, sent by a thread
+        self.steps = StepPoints()  # learning rates: only the points that draw their steps
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
             self.experiment_id = found.experiment_id
@@ -327,7 +330,7 @@ class StudyTracker:
 
     def log_rounds(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
         """Queue the rows' metrics (sent by :attr:`rounds`' thread; see the module docstring)."""
-        self.rounds.add(run_id, round_metrics(rows, _now()))
+        self.rounds.add(run_id, self.steps.keep(run_id, round_metrics(rows, _now())))
 
     def end_trial(
         self,
@@ -339,7 +342,9 @@ class StudyTracker:
         step: int = 0,
     ) -> None:
         """Close a child run: final tags, metrics at ``step`` (±∞ kept: MLflow stores the
-        largest float) and params — after the run's queued rounds are stored."""
+        largest float) and params — after the run's queued rounds (and its rates' last
+        points, :mod:`.step_points`) are stored."""
+        self.rounds.add(run_id, self.steps.close(run_id, _now()))
         self.rounds.flush(run_id)
         items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
         ts = _now()
