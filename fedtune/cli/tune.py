@@ -121,9 +121,9 @@ def _pareto_lines(result) -> list[str]:
     return ["Pareto set (fewer rounds vs lower final loss):", *table]
 
 
-def _strategy_lines(spec, counts: dict[str, int]) -> list[str]:
-    """Which search ran (issue 23 req. 4) and, when most trials were stopped, how many
-    completed: only a completed trial's configuration can be the answer."""
+def _strategy_lines(spec, counts: dict[str, int], reasons: dict[str, int]) -> list[str]:
+    """Which search ran (issue 23 req. 4), how many trials were stopped and why, and when most
+    were, how many completed: only a completed trial's configuration can be the answer."""
     strategy = spec.strategy
     if strategy is None:
         scheduler = spec.scheduler_name
@@ -132,9 +132,13 @@ def _strategy_lines(spec, counts: dict[str, int]) -> list[str]:
         default = "" if spec.search.strategy is not None else " (the default)"
         lines = [f"search         : strategy {strategy}{default}"]
     stopped, completed = counts.get("stopped", 0), counts.get("completed", 0)
-    if stopped and stopped * 2 > counts.get("trials", 0):
-        lines.append(f"stopped early  : {stopped} trials; {completed} completed (the best "
-                     "configuration is chosen among the completed ones)")  # fmt: skip
+    if stopped:
+        why = ", ".join(f"{k}: {v}" for k, v in reasons.items())
+        line = f"stopped early  : {stopped} trials" + (f" ({why})" if why else "")
+        if stopped * 2 > counts.get("trials", 0):
+            line += (f"; {completed} completed (the best configuration is chosen among the "
+                     "completed ones)")  # fmt: skip
+        lines.append(line)
     return lines
 
 
@@ -149,7 +153,7 @@ def _summary(result, spec, study_path: str, workdir: str) -> str:
         count = (f"{c['trials']} trials (more than this run's target of {result.target_trials}:"
                  " the study was extended with --trials before)")  # fmt: skip
     lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
-    lines += _strategy_lines(spec, c)
+    lines += _strategy_lines(spec, c, result.stop_reasons)
     if result.interrupted:
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
     lines += ["", *_best_lines(result, spec), "", *_pareto_lines(result), ""]

@@ -397,6 +397,18 @@ def study_counts(study: optuna.Study) -> dict[str, int]:
     return counts
 
 
+def stop_reasons(study: optuna.Study, scheduler: str | None) -> dict[str, int]:
+    """Stopped trials by why they were stopped: the stop rule's reason (Optuna user attribute
+    ``stop_rule``: ``worse``, ``plateau``, ``rung``), else the Ray Tune ``scheduler`` that
+    stopped them (``asha``, ``median``)."""
+    reasons: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False, states=_FINISHED):
+        if outcome_of(t) == "stopped":
+            why = str(t.user_attrs.get("stop_rule") or scheduler or "scheduler")
+            reasons[why] = reasons.get(why, 0) + 1
+    return dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def study_curves(store: StudyStore, space: SearchSpace) -> list[TrialCurve]:
     """ℓ_t curves of the completed, diverged and stopped trials (for the trade-off)."""
     return store.curves(lambda params: resolve_values(space, params))

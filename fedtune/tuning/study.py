@@ -110,6 +110,8 @@ class StudyResult:
     artifacts: dict[str, str]
     interrupted: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    #: stopped trials by reason (``optuna_glue.stop_reasons``: ``worse``, ``rung``, ``asha`` …)
+    stop_reasons: dict[str, int] = field(default_factory=dict)
     #: ``trial N: <error>`` of the first failed trial (``failures.first_error``), if any
     first_error: str | None = None
     #: why there is no best configuration (``failures.no_best_reason``); None when there is one.
@@ -424,6 +426,7 @@ class _Session:
             pareto=report.pareto, tradeoff=report.tradeoff,
             artifacts={k: str(v) for k, v in report.files.items()},
             interrupted=list(self.fixed.interrupted), timings=timings,
+            stop_reasons=og.stop_reasons(study, spec.scheduler_name and str(spec.scheduler_name)),
             first_error=first_error(study),
             failure=None if best is not None else no_best_reason(study, counts),
         )  # fmt: skip

@@ -80,3 +80,4 @@ def test_tune_prints_the_default_strategy_and_hyperband_records_its_rungs(
     assert stopped and result.best is not None
     assert {t.user_attrs.get("stop_rule") for t in stopped} == {"rung"}
     assert all(t.user_attrs["rounds"] < 24 for t in stopped)
+    assert result.stop_reasons == {"rung": len(stopped)}  # what `fedtune tune` prints

@@ -134,10 +134,13 @@ def test_tune_summary_names_the_strategy_and_counts_stopped_trials():
     from fedtune.cli.tune import _strategy_lines
 
     spec = StudySpec.from_dict(SYNTHETIC)
-    lines = _strategy_lines(spec, {"trials": 32, "completed": 5, "stopped": 27})
+    lines = _strategy_lines(spec, {"trials": 32, "completed": 5, "stopped": 27},
+                            {"worse": 25, "plateau": 2})  # fmt: skip
     assert lines[0].endswith(f"strategy {DEFAULT_STRATEGY} (the default)")
-    assert "27 trials; 5 completed" in lines[1]
+    assert "27 trials (worse: 25, plateau: 2); 5 completed" in lines[1]
+    few = _strategy_lines(spec, {"trials": 10, "completed": 8, "stopped": 2}, {"worse": 2})
+    assert few[1] == "stopped early  : 2 trials (worse: 2)"  # why, even when few stopped
     named = StudySpec.from_dict({**SYNTHETIC, "search": {"space": "fedavg", "strategy": "tpe"}})
-    assert _strategy_lines(named, {"trials": 4, "completed": 4}) == [
+    assert _strategy_lines(named, {"trials": 4, "completed": 4}, {}) == [
         "search         : strategy tpe"
     ]
