@@ -47,6 +47,8 @@ def test_summary_rates_backlog_slope_and_projection(bench) -> None:
     assert s["backlog_rounds"]["slope_per_s"] == 10  # a growing backlog shows as its slope
     assert s["driver_cores"]["each"] == [0.5, 1.0] and s["driver_rss_mb"]["max"] == 120
     assert s["mlflow_server_cores"] == 0.9  # 0.5/s of pid 1, 4 s of pid 2 (came at t=6)
+    gone = [*samples[:-1], {**samples[-1], "mlflow_cpu_s": {1: 0.0, 2: 0.0}}]  # both ended
+    assert bench.summarize(gone)["mlflow_server_cores"] == 0.75  # last readings: 4.5 + 3 s
     steps = [{**s, "concurrent": 8}, {**bench.summarize([_sample(t, 200 * t, 200 * t, t)
                                                          for t in range(11)]), "concurrent": 16}]  # fmt: skip
     p = bench.projection(steps)
