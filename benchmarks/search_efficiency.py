@@ -14,8 +14,9 @@ rules, the engine per trial, one trial at a time, a decision after every round) 
 and each budget B as a study of its own, configured for B trials (the sampler's random start-up
 follows B, as in a user's study), until it has run B · T rounds or started 4 · B trials.
 **Budgets count rounds actually run**: budget B is B · T rounds (B complete trials' worth), so a
-strategy that stops trials early runs more of them within the same budget. Objective = the papers' selection rule, the mean ℓ_t over the last
-10 rounds (`001_2dc7ddae5cbdc81f.txt` §8.3); a strategy's answer is its best *completed* trial.
+strategy that stops trials early runs more of them within the same budget. Objective = the
+papers' selection rule, the mean ℓ_t over the last 10 rounds (`001_2dc7ddae5cbdc81f.txt`
+§8.3); a strategy's answer is its best *completed* trial.
 
 Reported per task and strategy (medians over seeds):
 

@@ -14,8 +14,9 @@ UI shows it as a model-training experiment (its runs table) instead of the GenAI
   ``optuna_trial_number``, ``objective_metric`` = what the metric ``objective`` is). Every
   round logs ``objective`` (the running objective, Optuna's intermediate value); the learning
   rates ``client_lr``/``server_lr`` and, with decay, ``decays`` are logged at the first and
-  last rounds and around each change only (:mod:`.step_points`); at the end the trial's value is logged as ``objective`` (∞ for a diverged trial is
-  stored by MLflow as the largest float, so it sorts last), with decay the param
+  last rounds and around each change only (:mod:`.step_points`); at the end the trial's value
+  is logged as ``objective`` (∞ for a diverged trial is stored by MLflow as the largest float,
+  so it sorts last), with decay the param
   ``decay_rounds``. Final status: ``FINISHED`` for completed, diverged and stopped
   trials (the ``outcome`` tag says which), ``FAILED`` when the trainable raised, ``KILLED``
   when the driver was interrupted (the trial is re-run as a new child run on resume).
@@ -342,9 +343,8 @@ class StudyTracker:
         step: int = 0,
     ) -> None:
         """Close a child run: final tags, metrics at ``step`` (±∞ kept: MLflow stores the
-        largest float) and params — after the run's queued rounds (and its rates' last
-        points, :mod:`.step_points`) are stored."""
-        self.rounds.add(run_id, self.steps.close(run_id, _now()))
+        largest float) and params — after the run's queued rounds are stored; the rates'
+        last points (:mod:`.step_points`) go with the final metrics."""
         self.rounds.flush(run_id)
         items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
         ts = _now()
@@ -352,6 +352,8 @@ class StudyTracker:
                   if not math.isnan(v)]  # fmt: skip
         values = [m if math.isfinite(m.value) else
                   Metric(m.key, math.copysign(_MAX_FLOAT, m.value), ts, step) for m in values]  # fmt: skip
+        final = {(m.key, m.step) for m in values}  # a final value at that round replaces it
+        values += [m for m in self.steps.close(run_id, ts) if (m.key, m.step) not in final]
         if items or values:
             self.client.log_batch(run_id, metrics=values, tags=items)
         if params:
