@@ -163,7 +163,7 @@ def test_tune_summary_explains_more_trials_than_the_target(tmp_path):
     counts = {"trials": 20, "completed": 20, "diverged": 0, "stopped": 0, "failed": 0}
     result = SimpleNamespace(
         name="s", counts=counts, target_trials=16, ran=0, interrupted=[], best=None, pareto=[], failure="no completed trial has a finite value",
-        tradeoff=None, timings={"total_s": 1.0}, workdir=str(tmp_path), storage_url="sqlite:///x",
+        tradeoff=None, timings={"total_s": 1.0}, stop_reasons={}, workdir=str(tmp_path), storage_url="sqlite:///x",
         tracking_uri="sqlite:///y", experiment_id="1", parent_run_id="p" * 32,
         commands={"mlflow_ui": "mlflow ui", "mlflow_page": "http://127.0.0.1:5000/#/",
                   "optuna_dashboard": "optuna-dashboard sqlite:///x"},
