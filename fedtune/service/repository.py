@@ -73,16 +73,6 @@ class Repository:
             raise StudyNotFoundError(f"no study {study_id!r}")
         return study
 
-    def list_studies(
-        self, state: StudyState | None = None, limit: int = 50, offset: int = 0,
-        projects: list[str] | None = None,
-    ) -> tuple[list[Study], int]:
-        """A page of studies, newest first, and the total matching ``state`` (and, unless
-        ``projects`` is None, belonging to one of ``projects``)."""
-        states = () if state is None else (state,)
-        page = self.page_studies(states, projects, limit=limit, offset=offset)
-        return page, self.count_studies(states, projects)
-
     def page_studies(
         self, states: Sequence[StudyState] = (), projects: Sequence[str] | None = None, *,
         after: tuple[dt.datetime, str] | None = None, ascending: bool = False,

@@ -72,7 +72,7 @@ def _kill_drivers(url: str) -> None:
     with contextlib.suppress(Exception):
         db = Database(url)
         with db.session(readonly=True) as s:
-            refs = [st.driver_ref for st in Repository(s).list_studies(limit=500)[0]]
+            refs = [st.driver_ref for st in Repository(s).page_studies(limit=500)]
         db.dispose()
         for ref in refs:
             if ref and "pid" in ref and _same_process(ref):

@@ -130,7 +130,7 @@ def test_the_scheduler_never_dispatches_above_a_quota_and_says_why(team) -> None
     assert get_study(ctx, ids["a"][2]).state == StudyState.RUNNING
     assert get_study(ctx, ids["a"][2]).queued_reason is None
     with ctx.db.session(readonly=True) as s:
-        states = {st.state for st in Repository(s).list_studies(limit=100)[0]}
+        states = {st.state for st in Repository(s).page_studies(limit=100)}
     assert StudyState.FAILED not in states
 
 

@@ -71,11 +71,12 @@ def test_list_is_newest_first_paginated_and_filtered(database: Database) -> None
         assert Repository(s).transition(ids[1], StudyState.RUNNING)
     with database.session(readonly=True) as s:
         repo = Repository(s)
-        page, total = repo.list_studies(limit=2, offset=0)
+        page, total = repo.page_studies(limit=2, offset=0), repo.count_studies()
         assert [p.id for p in page] == [ids[4], ids[3]] and total == 5
-        page, total = repo.list_studies(limit=2, offset=4)
+        page, total = repo.page_studies(limit=2, offset=4), repo.count_studies()
         assert [p.id for p in page] == [ids[0]] and total == 5
-        page, total = repo.list_studies(StudyState.QUEUED, limit=10)
+        queued = (StudyState.QUEUED,)
+        page, total = repo.page_studies(queued, limit=10), repo.count_studies(queued)
         assert [p.id for p in page] == [ids[4], ids[3], ids[2], ids[0]] and total == 4
         assert [p.id for p in repo.studies_in(StudyState.QUEUED, limit=2)] == [ids[0], ids[2]]
         counts = repo.count_by_state()
