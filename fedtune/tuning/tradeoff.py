@@ -254,8 +254,6 @@ class TradeOff:
         return tuple(t.trial_id for t in self.trials if t.trial_id in keep)
 
     def _listed(self, top: int | None) -> tuple[TrialSummary, ...]:
-        if top is None or len(self.trials) <= top:
-            return self.trials
         keep = set(self.shown(top))
         return tuple(t for t in self.trials if t.trial_id in keep)
 

@@ -184,7 +184,7 @@ class _FirstReach:
         if self.round != math.inf:
             return
         n = len(self._sums) - 1  # values in the window (expanding at the start)
-        mean = (self._sums[-1] - self._sums[0]) / n if SMOOTH_WINDOW > 1 else loss
+        mean = (self._sums[-1] - self._sums[0]) / n
         if self._bad[-1] - self._bad[0] > 0:
             mean = math.inf
         if mean <= self.target:
