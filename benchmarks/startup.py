@@ -148,6 +148,24 @@ def _trial_times(rows: list[tuple[str, float, int]]) -> tuple[list[float], list[
     return starts, ends
 
 
+def _timed(kind: str, n: int, cmd: list[str], env: dict[str, str], run_dir: Path,
+           stamps: Path) -> tuple[float, float, float, list[tuple[str, float, int]], list[float],
+                                  list[float]]:  # fmt: skip
+    """Run ``cmd`` once, launch to exit: the 1-minute load before it, launch and end times, its
+    stamps and the ``n`` trials' start and end times (RuntimeError when it failed)."""
+    load = os.getloadavg()[0]
+    launch = time.time()
+    proc = subprocess.run(cmd, env=env, cwd=run_dir, capture_output=True, text=True)
+    end = time.time()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} N={n} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    rows = _stamps(stamps)
+    starts, ends = _trial_times(rows)
+    if len(starts) != n or len(ends) != n:
+        raise RuntimeError(f"{kind} N={n}: {len(starts)} trial starts, {len(ends)} ends")
+    return load, launch, end, rows, starts, ends
+
+
 def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str, Any]:
     """One fresh process of ``kind`` (plain / fedtune) running ``n`` trials."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"{kind}-{n}-", dir=scratch))
@@ -163,16 +181,7 @@ def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str,
         env["FEDTUNE_TIMELINE"] = str(stamps)
         cmd = [sys.executable, "-m", "fedtune.cli", "tune", str(study),
                "--workdir", str(run_dir / "w"), "--json"]  # fmt: skip
-    load = os.getloadavg()[0]
-    launch = time.time()
-    proc = subprocess.run(cmd, env=env, cwd=run_dir, capture_output=True, text=True)
-    end = time.time()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} N={n} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    rows = _stamps(stamps)
-    starts, ends = _trial_times(rows)
-    if len(starts) != n or len(ends) != n:
-        raise RuntimeError(f"{kind} N={n}: {len(starts)} trial starts, {len(ends)} ends")
+    load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps)
     out: dict[str, Any] = {
         "kind": kind, "trials": n, "load_1min": round(load, 2),
         "fixed_s": starts[0] - launch, "total_s": end - launch,
@@ -425,16 +434,7 @@ def run_whole(kind: str, n: int, rounds: int, scratch: Path, env: dict[str, str]
         study.write_text(free_study("whole-process", rounds=rounds, trials=n, sampler="tpe"))
         env["FEDTUNE_TIMELINE"] = str(stamps)
         cmd = _fedtune_cmd(study, run_dir / "w")
-    load = os.getloadavg()[0]
-    launch = time.time()
-    proc = subprocess.run(cmd, env=env, cwd=run_dir, capture_output=True, text=True)
-    end = time.time()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{kind} N={n} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    rows = _stamps(stamps)
-    starts, ends = _trial_times(rows)
-    if len(starts) != n or len(ends) != n:
-        raise RuntimeError(f"{kind} N={n}: {len(starts)} trial starts, {len(ends)} ends")
+    load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps)
     out = {"kind": kind, "trials": n, "rounds": rounds, "load_1min": round(load, 2),
            "total_s": end - launch, "fixed_s": starts[0] - launch,
            "gaps_s": [b - a for a, b in zip(ends, starts[1:], strict=False)]}  # fmt: skip
