@@ -220,28 +220,23 @@ def with_app(url: str, name: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}application_name={name}"
 
 
-def start_mlflow(backend_uri: str, root: Path) -> tuple[subprocess.Popen, str]:
-    """``mlflow db upgrade`` + ``mlflow server`` as the chart runs them (2 workers)."""
-    from tests.integration.conftest import free_port, wait_http
+@contextlib.contextmanager
+def start_mlflow(backend_uri: str, root: Path):
+    """``mlflow db upgrade`` + ``mlflow server`` as the chart runs them (2 workers, serving
+    artifacts): the process and its URL."""
+    from tests.integration.conftest import mlflow_server_process
 
-    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": backend_uri,
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # fmt: skip
     if backend_uri.startswith("postgresql"):
-        subprocess.run([str(BIN / "mlflow"), "db", "upgrade", backend_uri], env=env, check=True,
+        subprocess.run([str(BIN / "mlflow"), "db", "upgrade", backend_uri], check=True,
                        capture_output=True, timeout=600)  # fmt: skip
     else:
         from fedtune.tuning.sqlite_template import seed_sqlite_store
 
         seed_sqlite_store(backend_uri)
-    port = free_port()
-    log = (root / "mlflow-server.log").open("w")
-    cmd = [str(BIN / "mlflow"), "server", "--host=127.0.0.1", f"--port={port}", "--workers=2",
-           "--serve-artifacts", f"--artifacts-destination={(root / 'artifacts').as_uri()}"]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=root)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    wait_http(f"{url}/health", proc, timeout=300, log=root / "mlflow-server.log")
-    return proc, url
+    with mlflow_server_process(backend_uri, root / "mlflow-server.log", workers=2,
+                               artifacts=(root / "artifacts").as_uri(), timeout=300,
+                               cwd=root) as started:  # fmt: skip
+        yield started
 
 
 class Step:
@@ -559,11 +554,7 @@ def world(args: argparse.Namespace, root: Path):
         else:
             w.update(mlflow_db=f"sqlite:///{root / 'mlflow.db'}", optuna_url=None)
             backend = w["mlflow_db"]
-        proc, w["tracking"] = start_mlflow(backend, root)
-        w["mlflow_proc"] = proc
-        from tests.integration.conftest import stop_group
-
-        stack.callback(stop_group, proc)
+        w["mlflow_proc"], w["tracking"] = stack.enter_context(start_mlflow(backend, root))
         cluster = LocalRayCluster({}, head_cpus=0).start()
         stack.callback(cluster.stop)
         for i in range(args.nodes):

@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment
 from _studies import free_study
 
-from tests.integration.conftest import free_port, stop_group, wait_http
+from tests.integration.conftest import mlflow_server_process
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "results" / "mlflow_ui_scale.json"
@@ -198,23 +198,6 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
     return out
 
 
-@contextlib.contextmanager
-def mlflow_server(uri: str, log: Path):
-    """A real ``mlflow server`` on the store ``uri``, on a free port; its base URL."""
-    base = f"http://127.0.0.1:{(port := free_port())}"
-    argv = [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", uri,
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]  # fmt: skip
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    with log.open("w") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)  # fmt: skip
-    try:
-        wait_http(f"{base}/health", proc, timeout=120, log=log)
-        yield base
-    finally:
-        stop_group(proc)
-
-
 def dom_text(dom: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ",
                                       re.sub(r"(?s)<(script|style).*?</\1>", "", dom)))  # fmt: skip
@@ -250,7 +233,8 @@ def measure_ui(result: dict[str, Any], repeats: int, scratch: Path) -> dict[str,
 
     out: dict[str, Any] = {}
     scratch.mkdir(parents=True, exist_ok=True)
-    with mlflow_server(result["tracking_uri"], scratch / "server.log") as base:
+    with mlflow_server_process(result["tracking_uri"], scratch / "server.log",
+                               timeout=120) as (_, base):  # fmt: skip
         page = ui_url(base, result["experiment_id"])
         views = {"runs_page": (page, [result["name"]]),
                  "runs_page_by_name": (f"{page}&orderByKey=attributes.run_name&orderByAsc=true",

@@ -97,27 +97,38 @@ def _zombie(pid: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("mlflow-server")
+@contextlib.contextmanager
+def mlflow_server_process(
+    backend_uri: str, log: Path, *, workers: int = 1, artifacts: str | None = None,
+    timeout: float = 180.0, cwd: Path | None = None,
+) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A real ``mlflow server`` on ``backend_uri`` at a free port of 127.0.0.1, in a session of
+    its own, without GenAI job workers (``artifacts``: where it stores the artifacts it
+    serves): the process and its base URL once ``/health`` answers; its group is stopped on
+    exit. The tests' session server, the load and MLflow-UI benchmarks all start it so."""
     port = free_port()
-    log = root / "server.log"
-    cmd = [
-        str(BIN / "mlflow"), "server",
-        "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-        "--artifacts-destination", str(root / "artifacts"),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
+    cmd = [str(BIN / "mlflow"), "server", "--backend-store-uri", backend_uri,
+           "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]  # fmt: skip
+    if artifacts is not None:
+        cmd += ["--serve-artifacts", "--artifacts-destination", artifacts]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no GenAI job workers
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                 start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_http(f"{url}/health", proc, timeout=180, log=log)
-        yield url
+        wait_http(f"{url}/health", proc, timeout=timeout, log=log)
+        yield proc, url
     finally:
         stop_group(proc)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("mlflow-server")
+    with mlflow_server_process(f"sqlite:///{root / 'mlflow.db'}", root / "server.log",
+                               artifacts=str(root / "artifacts")) as (_, url):  # fmt: skip
+        yield url
 
 
 @pytest.fixture(scope="session")
