@@ -1,4 +1,4 @@
-"""The per-client loops the vectorized task builders replaced (the code before issue 14 req. 4),
+"""The per-client loops the vectorized task builders replaced (the code before vectorization),
 kept as the reference: ``tests/unit/test_vectorized_builders.py`` checks the builders give the
 same data bit for bit, ``benchmarks/first_round.py`` times both side by side."""
 

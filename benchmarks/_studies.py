@@ -7,8 +7,9 @@ from __future__ import annotations
 import textwrap
 
 
-def free_study(name: str, *, rounds: int, trials: int, sampler: str,
-               max_concurrent: int = 1) -> str:  # fmt: skip
+def free_study(
+    name: str, *, rounds: int, trials: int, sampler: str, max_concurrent: int = 1
+) -> str:
     """YAML of ``name``: ``trials`` trials of ``rounds`` rounds, fedavg space, ``sampler``
     seeded with 0, no scheduler, objective = the last round's train loss."""
     return textwrap.dedent(

@@ -1,6 +1,6 @@
 """Engine throughput: the runners against plain PyTorch on a grid of cohort sizes and local steps.
 
-CPU mode (default; issue 14 requirements 1 and 2). For the digits task's ``linear``, ``mlp`` and
+CPU mode (default). For the digits task's ``linear``, ``mlp`` and
 ``cnn`` models, M ∈ {10, 50, 100} clients per round and K ∈ {1, 10, 50} local steps (B = 20,
 FedAvg, 100 clients), rounds per second of:
 
@@ -17,8 +17,8 @@ FedAvg, 100 clients), rounds per second of:
   loss on all its data at the global weights (no_grad) before its local steps.
 
 A round of the engine also evaluates ℓ_t (each sampled client's loss on all its data before
-training, part of every round of the papers' protocol: `001_2dc7ddae5cbdc81f.txt` §9); the
-first two baselines do not, ``fedavg_loop_lt`` does. Population
+training, part of every round of the papers' protocol: Charles & Konečný 2020 (arXiv:2007.00878)
+§9); the first two baselines do not, ``fedavg_loop_lt`` does. Population
 evaluation is off. Each sample times a number of rounds chosen so that one sample takes about
 ``--target`` seconds (calibrated on one round), after two warm-up rounds; the methods take turns
 within a repeat, and a cell's numbers are the medians over ``--repeats``. Every cell records the
@@ -29,7 +29,7 @@ fedavg_loop_lt: the same work); ``req2`` vectorized ≥ plain, or ``auto``
 picks a runner that is ≥ plain. Where a goal is not met the cell gets a cProfile top-k of the
 slower engine path, which says where the time goes.
 
-CUDA mode (``--device cuda``, issue 14 requirement 7): vectorized vs sequential at M = 50 for
+CUDA mode (``--device cuda``): vectorized vs sequential at M = 50 for
 the digits CNN and ResNet-18 (GroupNorm, 11 M parameters) on 32×32×3 synthetic images; records
 ``torch.cuda.get_device_name``. Results go to ``engine_throughput_cuda.json``.
 

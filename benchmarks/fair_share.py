@@ -1,4 +1,4 @@
-"""Quotas and fair share on a real multi-node Ray cluster (issue 20, tests and measurements).
+"""Quotas and fair share on a real multi-node Ray cluster: tests and measurements.
 
     .venv/bin/python benchmarks/fair_share.py [--studies 6] [--out benchmarks/results/fair_share.json]
 
@@ -66,24 +66,35 @@ def run(studies: int, out: Path) -> dict:
     root.mkdir(parents=True, exist_ok=True)
     with pg_schema() as url:
         db = Database(url)
-        env = {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "head"),
-               "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(REPO)}  # fmt: skip
+        env = {
+            "FEDTUNE_DATABASE_URL": url,
+            "FEDTUNE_WORKDIR": str(root / "head"),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(REPO),
+        }
         cluster = LocalRayCluster(env, head_cpus=0)
         server = None
         try:
             cluster.start()
             for name in ("w1", "w2"):
                 cluster.add_node(name, num_cpus=2, num_gpus=2)
-            server = Server({
-                **env, "FEDTUNE_WORKDIR": str(root / "api"), "FEDTUNE_BACKEND": "ray",
-                "RAY_ADDRESS": cluster.address,
-                "RAY_AUTH_TOKEN": cluster.client_env["RAY_AUTH_TOKEN"],
-                "FEDTUNE_API_TOKEN": TOKEN, "FEDTUNE_MAX_CONCURRENT_STUDIES": "8",
-                # no FEDTUNE_CLUSTER_GPUS: the service reads the cluster's 4 GPUs from Ray
-                "FEDTUNE_SCHEDULER_INTERVAL_S": "0.5",
-                "FEDTUNE_HEARTBEAT_S": "2", "FEDTUNE_FAIR_SHARE_WINDOW_S": "3600",
-            }, root / "serve.log").start(timeout=180)  # fmt: skip
+            server = Server(
+                {
+                    **env,
+                    "FEDTUNE_WORKDIR": str(root / "api"),
+                    "FEDTUNE_BACKEND": "ray",
+                    "RAY_ADDRESS": cluster.address,
+                    "RAY_AUTH_TOKEN": cluster.client_env["RAY_AUTH_TOKEN"],
+                    "FEDTUNE_API_TOKEN": TOKEN,
+                    "FEDTUNE_MAX_CONCURRENT_STUDIES": "8",
+                    # no FEDTUNE_CLUSTER_GPUS: the service reads the cluster's 4 GPUs from Ray
+                    "FEDTUNE_SCHEDULER_INTERVAL_S": "0.5",
+                    "FEDTUNE_HEARTBEAT_S": "2",
+                    "FEDTUNE_FAIR_SHARE_WINDOW_S": "3600",
+                },
+                root / "serve.log",
+            ).start(timeout=180)
             with db.session() as s:
                 for name, (weight, gpus) in PROJECTS.items():
                     identity.create_project(s, name)
@@ -99,12 +110,26 @@ def run(studies: int, out: Path) -> dict:
             with Client(server.url, token=TOKEN, retries=3) as client:
                 threading.Thread(target=sampler, daemon=True).start()
                 started = time.monotonic()
-                ids = [client.submit(tiny_spec(
-                    name=f"{p}{i}", project=p, trials=2, rounds=20,
-                    resources={"cpu": 1, "gpu": 1}, train={
-                        "rounds": 20, "clients_per_round": 3, "local_steps": 2, "batch_size": 2,
-                        "device": "cpu"})).id
-                    for i in range(studies) for p in PROJECTS]  # fmt: skip
+                ids = [
+                    client.submit(
+                        tiny_spec(
+                            name=f"{p}{i}",
+                            project=p,
+                            trials=2,
+                            rounds=20,
+                            resources={"cpu": 1, "gpu": 1},
+                            train={
+                                "rounds": 20,
+                                "clients_per_round": 3,
+                                "local_steps": 2,
+                                "batch_size": 2,
+                                "device": "cpu",
+                            },
+                        )
+                    ).id
+                    for i in range(studies)
+                    for p in PROJECTS
+                ]
                 finals = [client.study(i).wait(progress=False, timeout=3600, poll_s=2) for i in ids]
                 took = time.monotonic() - started
             stop.set()
@@ -116,8 +141,11 @@ def run(studies: int, out: Path) -> dict:
     states = {f.id: str(f.state) for f in finals}
     peak = {p: max(s[1][p] for s in samples) for p in PROJECTS}
     # the busy period: every project has work waiting or running
-    busy = [(t, r) for t, r, w in samples
-            if all(r[p] > 0 or w[p] > 0 for p in PROJECTS) and any(w.values())]  # fmt: skip
+    busy = [
+        (t, r)
+        for t, r, w in samples
+        if all(r[p] > 0 or w[p] > 0 for p in PROJECTS) and any(w.values())
+    ]
     gpu_s = dict.fromkeys(PROJECTS, 0.0)
     for (t0, r0), (t1, _) in itertools.pairwise(busy):
         for p in PROJECTS:
@@ -130,8 +158,12 @@ def run(studies: int, out: Path) -> dict:
         "benchmark": "fair_share",
         "command": f"python benchmarks/fair_share.py --studies {studies}",
         "environment": environment(),
-        "cluster": {"nodes": 2, "logical_gpus": CLUSTER_GPUS, "cpus": 4,
-                    "capacity_source": "Ray's nodes (/api/v0/nodes), FEDTUNE_CLUSTER_GPUS unset"},
+        "cluster": {
+            "nodes": 2,
+            "logical_gpus": CLUSTER_GPUS,
+            "cpus": 4,
+            "capacity_source": "Ray's nodes (/api/v0/nodes), FEDTUNE_CLUSTER_GPUS unset",
+        },
         "cluster_gpus_ever_exceeded": any(sum(r.values()) > CLUSTER_GPUS for _, r, _ in samples),
         "projects": {p: {"weight": w, "quota_gpus": q} for p, (w, q) in PROJECTS.items()},
         "studies": len(finals),

@@ -1,4 +1,4 @@
-"""The first round at large populations (issue 14 req. 4): task builders and round 1's cost.
+"""The first round at large populations: task builders and round 1's cost.
 
 Two measurements, each the median of ``--repeats`` runs in this process:
 
@@ -83,11 +83,19 @@ def timed(fn: Callable[[], object], repeats: int) -> dict:
 def builders(clients: list[int], loop_clients: int, repeats: int) -> dict:
     loops = _loops()
     old = {
-        "quadratic_d2": lambda n: loops.quadratic_loop({"clients": n, **BUILDERS["quadratic_d2"][1]}, 0),
-        "quadratic_d5": lambda n: loops.quadratic_loop({"clients": n, **BUILDERS["quadratic_d5"][1]}, 0),
-        "linreg_interp": lambda n: loops.linreg_loop({"clients": n, **BUILDERS["linreg_interp"][1]}, 0),
-        "synthetic": lambda n: loops.synthetic_task_loop({"clients": n, **BUILDERS["synthetic"][1]}, 0),
-    }  # fmt: skip
+        "quadratic_d2": lambda n: loops.quadratic_loop(
+            {"clients": n, **BUILDERS["quadratic_d2"][1]}, 0
+        ),
+        "quadratic_d5": lambda n: loops.quadratic_loop(
+            {"clients": n, **BUILDERS["quadratic_d5"][1]}, 0
+        ),
+        "linreg_interp": lambda n: loops.linreg_loop(
+            {"clients": n, **BUILDERS["linreg_interp"][1]}, 0
+        ),
+        "synthetic": lambda n: loops.synthetic_task_loop(
+            {"clients": n, **BUILDERS["synthetic"][1]}, 0
+        ),
+    }
     out: dict = {}
     for key, (task, params) in BUILDERS.items():
         out[key] = {"task": task, "params": params}

@@ -1,5 +1,5 @@
 """The service with months of history: list/get latency at a fixed request rate, and the
-scheduler's tick cost as finished studies pile up (issue 21 req. 2).
+scheduler's tick cost as finished studies pile up.
 
 1. **API.** A fresh PostgreSQL schema is seeded (``seed_history.seed``: ``--studies`` studies
    over five projects, mostly finished, and ``--trials`` trial rows), then ``fedtune serve``
@@ -67,12 +67,13 @@ Request = tuple[str, dict[str, Any]]  # path, query parameters
 def summary(latencies_s: list[float], errors: list[str], wall_s: float) -> dict:
     ms = np.asarray(latencies_s or [float("nan")]) * 1000
     return {
-        "requests": len(latencies_s), "errors": len(errors),
+        "requests": len(latencies_s),
+        "errors": len(errors),
         "error_samples": sorted(set(errors))[:5],
         "achieved_rps": round(len(latencies_s) / wall_s, 2) if wall_s else None,
         **{f"p{q}_ms": round(float(np.percentile(ms, q)), 2) for q in (50, 90, 99)},
         "max_ms": round(float(ms.max()), 2),
-    }  # fmt: skip
+    }
 
 
 async def _open_loop(base: str, pick: Callable[[int], Request], rate: float, n: int) -> dict:
@@ -80,8 +81,9 @@ async def _open_loop(base: str, pick: Callable[[int], Request], rate: float, n: 
     errors: list[str] = []
     headers = {"Authorization": f"Bearer {TOKEN}"}
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60,
-                                 limits=limits) as client:  # fmt: skip
+    async with httpx.AsyncClient(
+        base_url=base, headers=headers, timeout=60, limits=limits
+    ) as client:
         loop = asyncio.get_running_loop()
 
         async def one(i: int, due: float) -> None:
@@ -113,8 +115,9 @@ def open_loop(base: str, pick: Callable[[int], Request], rate: float, duration: 
 def walk_tokens(base: str, params: dict[str, Any], limit: int = 50) -> list[str | None]:
     """The ``page_token`` of every page of a list (None for the first), by walking it."""
     tokens: list[str | None] = [None]
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"},
-                      timeout=60) as client:  # fmt: skip
+    with httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+    ) as client:
         while True:
             query = {**params, "limit": limit, "include_total": "false"}
             if tokens[-1] is not None:
@@ -128,11 +131,14 @@ def walk_tokens(base: str, params: dict[str, Any], limit: int = 50) -> list[str 
 def scenarios(base: str, ids: list[str], rng: random.Random) -> dict[str, Callable[[int], Request]]:
     """What each scenario requests at its *i*-th call."""
     desc, asc = walk_tokens(base, {}), walk_tokens(base, {"order": "asc"})
-    deep_desc, deep_asc = desc[len(desc) // 2:] or desc, asc[len(asc) // 2:] or asc
+    deep_desc, deep_asc = desc[len(desc) // 2 :] or desc, asc[len(asc) // 2 :] or asc
     filters = [{"project": p} for p in PROJECTS[:3]]
-    filters += [{"state": "succeeded"}, {"state": ["failed", "cancelled"]},
-                {"project": PROJECTS[1], "state": "succeeded"},
-                {"project": PROJECTS[2], "state": ["queued", "running"]}]  # fmt: skip
+    filters += [
+        {"state": "succeeded"},
+        {"state": ["failed", "cancelled"]},
+        {"project": PROJECTS[1], "state": "succeeded"},
+        {"project": PROJECTS[2], "state": ["queued", "running"]},
+    ]
     filtered = [(f, t) for f in filters for t in walk_tokens(base, f)[:20]]
 
     def token(params: dict[str, Any], tok: str | None) -> dict[str, Any]:
@@ -141,13 +147,20 @@ def scenarios(base: str, ids: list[str], rng: random.Random) -> dict[str, Callab
     return {
         "list_first": lambda i: ("/v1/studies", {"limit": 50}),
         "list_deep_token": lambda i: ("/v1/studies", token({}, rng.choice(deep_desc))),
-        "list_deep_offset": lambda i: ("/v1/studies", {"limit": 50, "offset": 50 * rng.randrange(
-            len(desc) // 2, max(len(desc) // 2 + 1, len(desc)))}),
+        "list_deep_offset": lambda i: (
+            "/v1/studies",
+            {
+                "limit": 50,
+                "offset": 50 * rng.randrange(len(desc) // 2, max(len(desc) // 2 + 1, len(desc))),
+            },
+        ),
         "list_filtered": lambda i: ("/v1/studies", token(*rng.choice(filtered))),
-        "list_asc": lambda i: ("/v1/studies", token({"order": "asc"},
-                                                    None if i % 2 else rng.choice(deep_asc))),
+        "list_asc": lambda i: (
+            "/v1/studies",
+            token({"order": "asc"}, None if i % 2 else rng.choice(deep_asc)),
+        ),
         "get_study": lambda i: (f"/v1/studies/{rng.choice(ids)}", {}),
-    }  # fmt: skip
+    }
 
 
 class AliveBackend(Backend):
@@ -177,8 +190,9 @@ def pages_read(db: Any, statements: list[tuple[str, Any]]) -> int:
         for statement, parameters in statements:
             if not statement.lstrip().upper().startswith("SELECT"):
                 continue
-            plan = conn.exec_driver_sql(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}",
-                                        parameters).scalar()  # fmt: skip
+            plan = conn.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", parameters
+            ).scalar()
             top = plan[0]["Plan"]
             total += int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
         conn.rollback()
@@ -195,12 +209,15 @@ def tick_costs(url: str, levels: list[int], repeats: int, workdir: Path) -> dict
 
     live = seed(url, 40, 400, states={"queued": 0.8, "running": 0.2}, seed_=10_001)
     running = len(live.by_state.get("running", []))
-    settings = load_settings(database_url=url, backend="none", workdir=str(workdir),
-                             max_concurrent_studies=max(1, running))  # fmt: skip
+    settings = load_settings(
+        database_url=url,
+        backend="none",
+        workdir=str(workdir),
+        max_concurrent_studies=max(1, running),
+    )
     db = Database(url)
     statements: list[tuple[str, Any]] = []
-    event.listen(db.engine, "before_cursor_execute",
-                 lambda *a: statements.append((a[2], a[3])))  # fmt: skip
+    event.listen(db.engine, "before_cursor_execute", lambda *a: statements.append((a[2], a[3])))
     out, have = {}, 0
     try:
         for level in sorted(levels):
@@ -217,13 +234,15 @@ def tick_costs(url: str, levels: list[int], repeats: int, workdir: Path) -> dict
                 scheduler.tick()
                 times.append(time.perf_counter() - t0)
             out[str(level)] = {
-                "finished_studies": level, "live_studies": len(live.ids),
+                "finished_studies": level,
+                "live_studies": len(live.ids),
                 "median_ms": round(statistics.median(times) * 1000, 2),
                 "p90_ms": round(float(np.percentile(times, 90)) * 1000, 2),
-                "min_ms": round(min(times) * 1000, 2), "repeats": repeats,
+                "min_ms": round(min(times) * 1000, 2),
+                "repeats": repeats,
                 "statements_per_tick": round(len(statements) / repeats, 1),
-                "pages_read_per_tick": pages_read(db, statements[-len(statements) // repeats:]),
-            }  # fmt: skip
+                "pages_read_per_tick": pages_read(db, statements[-len(statements) // repeats :]),
+            }
             print(f"tick with {level} finished studies: median {out[str(level)]['median_ms']} ms")
     finally:
         db.dispose()
@@ -281,9 +300,13 @@ def api(args: argparse.Namespace, workdir: Path, report: dict) -> None:
         else:
             url = stack.enter_context(pg_schema())
             seeded = seed(url, args.studies, args.trials, now=dt.datetime.now(dt.UTC))
-        report["seed"] = {"studies": len(seeded.ids), "trials": seeded.trials,
-                          "by_state": {k: len(v) for k, v in sorted(seeded.by_state.items())},
-                          "seconds": seeded.seconds, "schema": "given" if args.url else "fresh"}  # fmt: skip
+        report["seed"] = {
+            "studies": len(seeded.ids),
+            "trials": seeded.trials,
+            "by_state": {k: len(v) for k, v in sorted(seeded.by_state.items())},
+            "seconds": seeded.seconds,
+            "schema": "given" if args.url else "fresh",
+        }
         print(f"{len(seeded.ids)} studies, {seeded.trials} trials (seeded in {seeded.seconds} s)")
         report["seed"]["checkpoint_before"] = checkpoint(url)
         queued = set(seeded.by_state.get("queued", []))
@@ -296,14 +319,19 @@ def api(args: argparse.Namespace, workdir: Path, report: dict) -> None:
                 result = open_loop(base, pick, args.rate, args.duration)
                 result["p99_within_target"] = result["p99_ms"] <= TARGET_P99_MS
                 report["endpoints"][name] = result
-                print(f"{name}: p50 {result['p50_ms']} ms p99 {result['p99_ms']} ms "
-                      f"max {result['max_ms']} ms errors {result['errors']}")  # fmt: skip
+                print(
+                    f"{name}: p50 {result['p50_ms']} ms p99 {result['p99_ms']} ms "
+                    f"max {result['max_ms']} ms errors {result['errors']}"
+                )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", help="a schema seeded before by seed_history.py (its URL, with "
-                        "search_path); default: seed a fresh one here")  # fmt: skip
+    parser.add_argument(
+        "--url",
+        help="a schema seeded before by seed_history.py (its URL, with "
+        "search_path); default: seed a fresh one here",
+    )
     parser.add_argument("--studies", type=int, default=10_000)
     parser.add_argument("--trials", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=20.0, help="requests per second")
@@ -318,15 +346,22 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {
         "benchmark": "history_load",
         "environment": environment(),
-        "settings": {"studies": args.studies, "trials": args.trials, "rate_rps": args.rate,
-                     "duration_s_per_scenario": args.duration, "page_size": 50,
-                     "load": "open-loop, fixed arrival schedule; latency from the scheduled "
-                             "send time", "target_p99_ms": TARGET_P99_MS,
-                     "backend": "none", "auth": "bearer token (bootstrap admin)",
-                     "server": "fedtune serve (uvicorn, 1 process) on PostgreSQL",
-                     "tick_levels": args.tick_levels, "tick_repeats": args.tick_repeats},
+        "settings": {
+            "studies": args.studies,
+            "trials": args.trials,
+            "rate_rps": args.rate,
+            "duration_s_per_scenario": args.duration,
+            "page_size": 50,
+            "load": "open-loop, fixed arrival schedule; latency from the scheduled send time",
+            "target_p99_ms": TARGET_P99_MS,
+            "backend": "none",
+            "auth": "bearer token (bootstrap admin)",
+            "server": "fedtune serve (uvicorn, 1 process) on PostgreSQL",
+            "tick_levels": args.tick_levels,
+            "tick_repeats": args.tick_repeats,
+        },
         "endpoints": {},
-    }  # fmt: skip
+    }
     report["environment"]["versions"].update(
         {n: metadata.version(n) for n in ("fastapi", "uvicorn", "sqlalchemy", "psycopg", "httpx")}
     )

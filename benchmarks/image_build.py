@@ -1,4 +1,4 @@
-"""Image build times and size (issue 22): ``python benchmarks/image_build.py``.
+"""Image build times and size: ``python benchmarks/image_build.py``.
 
 Measures ``deploy/build_image.py`` (what ``make image`` runs) as whole processes:
 
@@ -31,23 +31,44 @@ from _env import environment
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "image_build.json"
-CONTEXT = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "constraints", "deploy",
-           "fedtune")  # fmt: skip
+CONTEXT = (
+    "Dockerfile",
+    ".dockerignore",
+    "pyproject.toml",
+    "README.md",
+    "constraints",
+    "deploy",
+    "fedtune",
+)
 BENCH_TAG = "localhost/fedtune-bench:code-change"
 
 
 def _build(repo: Path, *extra: str) -> float:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(repo / "deploy" / "build_image.py"), "--engine",
-                           "buildah", "--quiet", *extra], capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "deploy" / "build_image.py"),
+            "--engine",
+            "buildah",
+            "--quiet",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise SystemExit(f"build failed: {done.stderr.strip()[-1000:]}")
     return time.monotonic() - started
 
 
 def _size(ref: str) -> int:
-    out = subprocess.run(["buildah", "images", "--format", "{{.Size}}", "--noheading", ref],
-                         capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    out = subprocess.run(
+        ["buildah", "images", "--format", "{{.Size}}", "--noheading", ref],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     number, unit = out.split()[0], out.split()[1] if len(out.split()) > 1 else "B"
     scale = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "kB": 1e3}
     return int(float(number) * scale.get(unit, 1))
@@ -78,9 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     import build_image
 
     tag = build_image.default_tag("cpu")
-    result: dict = {"benchmark": "image_build", "tag": tag, "environment": environment(),
-                    "buildah": subprocess.run(["buildah", "--version"], capture_output=True,
-                                              text=True).stdout.strip()}  # fmt: skip
+    result: dict = {
+        "benchmark": "image_build",
+        "tag": tag,
+        "environment": environment(),
+        "buildah": subprocess.run(
+            ["buildah", "--version"], capture_output=True, text=True
+        ).stdout.strip(),
+    }
     if args.cold_base:
         result["base_build_s"] = _build(REPO, "--rebuild-base")
     if args.cold:
@@ -90,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     _build(REPO)  # warm the cache for this tree
     unchanged = [_build(REPO) for _ in range(args.repeats)]
     with tempfile.TemporaryDirectory() as tmp:
-        changed = [_build(_changed_copy(Path(tmp), n), "--tag", BENCH_TAG)
-                   for n in range(args.repeats)]  # fmt: skip
+        changed = [
+            _build(_changed_copy(Path(tmp), n), "--tag", BENCH_TAG) for n in range(args.repeats)
+        ]
     subprocess.run(["buildah", "rmi", "-f", BENCH_TAG], capture_output=True)
     result |= {
         "repeats": args.repeats,

@@ -1,4 +1,4 @@
-"""Results throughput under a team's load (issue 21 req. 1).
+"""Results throughput under a team's load.
 
 Several studies at once, each a separate driver process (``run_study``) connected to one local
 multi-node Ray cluster (a head without CPUs for trials + ``--nodes`` worker nodes with
@@ -68,16 +68,28 @@ def study_spec(name: str, trials: int, rounds: int) -> dict[str, Any]:
         "name": name,
         "task": {"name": "quadratic", "clients": 4, "dim": 2, "seed": 0},
         "algorithm": "fedavg",
-        "train": {"rounds": rounds, "clients_per_round": 2, "local_steps": 1, "batch_size": 2,
-                  "eval_every": 10, "dtype": "float64", "device": "cpu"},
-        "search": {"space": "fedavg", "override": {"client_lr": {"low": 0.01, "high": 0.1},
-                                                   "server_lr": {"low": 0.05, "high": 0.2}}},
+        "train": {
+            "rounds": rounds,
+            "clients_per_round": 2,
+            "local_steps": 1,
+            "batch_size": 2,
+            "eval_every": 10,
+            "dtype": "float64",
+            "device": "cpu",
+        },
+        "search": {
+            "space": "fedavg",
+            "override": {
+                "client_lr": {"low": 0.01, "high": 0.1},
+                "server_lr": {"low": 0.05, "high": 0.2},
+            },
+        },
         "sampler": {"name": "random", "seed": 0},
         "scheduler": {"name": "none"},
         "budget": {"trials": trials, "max_concurrent": trials},
         "resources": {"cpu": 0.25, "gpu": 0.25},
         "report_every": 1,
-    }  # fmt: skip
+    }
 
 
 # -- the driver process ---------------------------------------------------------------------
@@ -121,8 +133,13 @@ def drive(config_path: str) -> None:
 
         def write(self, done: bool = False) -> None:
             self.written = time.monotonic()
-            data = {"pid": os.getpid(), "received": self.received, "running": self.running,
-                    "done": done, "t": time.time()}  # fmt: skip
+            data = {
+                "pid": os.getpid(),
+                "received": self.received,
+                "running": self.running,
+                "done": done,
+                "t": time.time(),
+            }
             tmp = out.with_suffix(".tmp")
             tmp.write_text(json.dumps(data))
             tmp.replace(out)
@@ -130,8 +147,13 @@ def drive(config_path: str) -> None:
     counter = Rounds()
     counter.write()
     try:
-        run_study(StudySpec.from_dict(cfg["spec"]), cfg["workdir"], tracking_uri=cfg["tracking"],
-                  ray_address=cfg["ray_address"], sinks=[counter])  # fmt: skip
+        run_study(
+            StudySpec.from_dict(cfg["spec"]),
+            cfg["workdir"],
+            tracking_uri=cfg["tracking"],
+            ray_address=cfg["ray_address"],
+            sinks=[counter],
+        )
     except KeyboardInterrupt:
         pass
     finally:
@@ -164,8 +186,11 @@ class Recorded:
         from sqlalchemy import text
 
         with self.mlflow.connect() as conn:
-            ml = {(s, int(n)): int(step) for s, n, step in conn.execute(text(_MLFLOW_STEPS))
-                  if s in self.studies}  # fmt: skip
+            ml = {
+                (s, int(n)): int(step)
+                for s, n, step in conn.execute(text(_MLFLOW_STEPS))
+                if s in self.studies
+            }
         op = self.optuna_steps()
         both = sum(min(v, op.get(k, 0)) for k, v in ml.items())
         return both, sum(ml.values()), sum(op.values())
@@ -227,15 +252,24 @@ def start_mlflow(backend_uri: str, root: Path):
     from tests.integration.conftest import mlflow_server_process
 
     if backend_uri.startswith("postgresql"):
-        subprocess.run([str(BIN / "mlflow"), "db", "upgrade", backend_uri], check=True,
-                       capture_output=True, timeout=600)  # fmt: skip
+        subprocess.run(
+            [str(BIN / "mlflow"), "db", "upgrade", backend_uri],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     else:
         from fedtune.tuning.sqlite_template import seed_sqlite_store
 
         seed_sqlite_store(backend_uri)
-    with mlflow_server_process(backend_uri, root / "mlflow-server.log", workers=2,
-                               artifacts=(root / "artifacts").as_uri(), timeout=300,
-                               cwd=root) as started:  # fmt: skip
+    with mlflow_server_process(
+        backend_uri,
+        root / "mlflow-server.log",
+        workers=2,
+        artifacts=(root / "artifacts").as_uri(),
+        timeout=300,
+        cwd=root,
+    ) as started:
         yield started
 
 
@@ -256,18 +290,38 @@ class Step:
         env = {**os.environ, **self.world["client_env"], "PYTHONPATH": str(REPO)}
         env.pop("RAY_ADDRESS", None)
         for i, (name, trials) in enumerate(zip(self.names, self.per_study, strict=True)):
-            cfg = {"spec": study_spec(name, trials, self.args.rounds), "counter": str(self.counters[i]),
-                   "workdir": str(self.root / name), "tracking": self.world["tracking"],
-                   "ray_address": self.world["ray_address"], "optuna_url": self.world["optuna_url"]}  # fmt: skip
+            cfg = {
+                "spec": study_spec(name, trials, self.args.rounds),
+                "counter": str(self.counters[i]),
+                "workdir": str(self.root / name),
+                "tracking": self.world["tracking"],
+                "ray_address": self.world["ray_address"],
+                "optuna_url": self.world["optuna_url"],
+            }
             path = self.root / f"{name}.cfg.json"
             path.write_text(json.dumps(cfg))
             cmd = [sys.executable, str(Path(__file__).resolve()), "--driver", str(path)]
             if i == 0 and self.args.profile:
-                cmd = [str(BIN / "py-spy"), "record", "--nonblocking", "--threads", "-r", "50",
-                       "-f", "raw", "-o", str(self.root / "profile.txt"), "--", *cmd]  # fmt: skip
+                cmd = [
+                    str(BIN / "py-spy"),
+                    "record",
+                    "--nonblocking",
+                    "--threads",
+                    "-r",
+                    "50",
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(self.root / "profile.txt"),
+                    "--",
+                    *cmd,
+                ]
             log = (self.root / f"{name}.log").open("w")
-            self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True))  # fmt: skip
+            self.procs.append(
+                subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
 
     def counts(self) -> list[dict[str, Any]]:
         out = []
@@ -296,12 +350,18 @@ class Step:
         server = session_pids(self.world["mlflow_proc"].pid)
         pg = self.world.get("pg_backends", [])
         both, in_mlflow, in_optuna = recorded.totals()
-        return {"t": time.monotonic(), "reported": sum(c["received"] for c in counts),
-                "recorded": both, "in_mlflow": in_mlflow, "in_optuna": in_optuna,
-                "driver_cpu_s": [cpu_s(p) if p else 0.0 for p in pids],
-                "driver_rss_mb": [rss_mb(p) if p else 0.0 for p in pids],
-                "mlflow_cpu_s": {p: cpu_s(p) for p in server},
-                "pg_cpu_s": {p: cpu_s(p) for p in pg}, "load_1": os.getloadavg()[0]}  # fmt: skip
+        return {
+            "t": time.monotonic(),
+            "reported": sum(c["received"] for c in counts),
+            "recorded": both,
+            "in_mlflow": in_mlflow,
+            "in_optuna": in_optuna,
+            "driver_cpu_s": [cpu_s(p) if p else 0.0 for p in pids],
+            "driver_rss_mb": [rss_mb(p) if p else 0.0 for p in pids],
+            "mlflow_cpu_s": {p: cpu_s(p) for p in server},
+            "pg_cpu_s": {p: cpu_s(p) for p in pg},
+            "load_1": os.getloadavg()[0],
+        }
 
     def stop(self, timeout: float = 300) -> float:
         """SIGINT every driver (Ctrl-C / a cancel); seconds until the last one ended."""
@@ -348,12 +408,17 @@ class Step:
                 if "optuna_trial_number" in run.data.tags:
                     stored += len(client.get_metric_history(run.info.run_id, "client_loss"))
         optuna_last = sum(v for k, v in recorder.optuna_steps().items() if k[0] in self.names)
-        return {"received": received, "in_mlflow": stored, "lost": received - stored,
-                "optuna_last_steps_behind": received - optuna_last}  # fmt: skip
+        return {
+            "received": received,
+            "in_mlflow": stored,
+            "lost": received - stored,
+            "optuna_last_steps_behind": received - optuna_last,
+        }
 
 
-def measure(args: argparse.Namespace, w: dict[str, Any], step: Step,
-            recorder: Recorded) -> dict[str, Any]:  # fmt: skip
+def measure(
+    args: argparse.Namespace, w: dict[str, Any], step: Step, recorder: Recorded
+) -> dict[str, Any]:
     load_before = os.getloadavg()
     step.start()
     try:
@@ -370,11 +435,17 @@ def measure(args: argparse.Namespace, w: dict[str, Any], step: Step,
     finally:
         step.kill()
     out = summarize(samples)
-    out.update(concurrent=step.concurrent, studies=len(step.names), per_study=step.per_study,
-               start_to_all_running_s=round(steady - began, 1), stop_s=round(stop_s, 1),
-               trial_processes=trials, load_average_before=[round(x, 2) for x in load_before],
-               after_interrupt=step.lost(w["tracking"], recorder),
-               driver_errors=step.errors())  # fmt: skip
+    out.update(
+        concurrent=step.concurrent,
+        studies=len(step.names),
+        per_study=step.per_study,
+        start_to_all_running_s=round(steady - began, 1),
+        stop_s=round(stop_s, 1),
+        trial_processes=trials,
+        load_average_before=[round(x, 2) for x in load_before],
+        after_interrupt=step.lost(w["tracking"], recorder),
+        driver_errors=step.errors(),
+    )
     if args.profile and (step.root / "profile.txt").is_file():
         out["driver0_profile"] = profile((step.root / "profile.txt").read_text())
     return out
@@ -419,23 +490,43 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "window_s": round(span, 1),
         "recorded_rounds_per_s_median": round(statistics.median(rate), 1) if rate else 0.0,
-        "recorded_rounds_per_s_mean": round((last["recorded"] - first["recorded"]) / span, 1) if span else 0.0,
-        "reported_rounds_per_s_mean": round((last["reported"] - first["reported"]) / span, 1) if span else 0.0,
-        "backlog_rounds": {"first": backlog[0], "last": backlog[-1], "max": max(backlog),
-                           "median": statistics.median(backlog),
-                           "slope_per_s": round(_slope(t, backlog), 2)},
+        "recorded_rounds_per_s_mean": round((last["recorded"] - first["recorded"]) / span, 1)
+        if span
+        else 0.0,
+        "reported_rounds_per_s_mean": round((last["reported"] - first["reported"]) / span, 1)
+        if span
+        else 0.0,
+        "backlog_rounds": {
+            "first": backlog[0],
+            "last": backlog[-1],
+            "max": max(backlog),
+            "median": statistics.median(backlog),
+            "slope_per_s": round(_slope(t, backlog), 2),
+        },
         "backlog_series_t_both_mlflow_optuna": [
-            [round(x, 1), b, s["reported"] - s.get("in_mlflow", 0), s["reported"] - s.get("in_optuna", 0)]
+            [
+                round(x, 1),
+                b,
+                s["reported"] - s.get("in_mlflow", 0),
+                s["reported"] - s.get("in_optuna", 0),
+            ]
             for x, b, s in zip(t, backlog, samples, strict=True)
         ],
-        "driver_cores": {"median": round(statistics.median(drivers), 3), "max": round(max(drivers), 3),
-                         "each": [round(d, 3) for d in drivers]} if drivers else {},
-        "driver_rss_mb": {"median": round(statistics.median(last["driver_rss_mb"]), 1),
-                          "max": round(max(last["driver_rss_mb"]), 1)},
+        "driver_cores": {
+            "median": round(statistics.median(drivers), 3),
+            "max": round(max(drivers), 3),
+            "each": [round(d, 3) for d in drivers],
+        }
+        if drivers
+        else {},
+        "driver_rss_mb": {
+            "median": round(statistics.median(last["driver_rss_mb"]), 1),
+            "max": round(max(last["driver_rss_mb"]), 1),
+        },
         "mlflow_server_cores": round(_used(samples, "mlflow_cpu_s") / span, 3) if span else 0.0,
         "postgres_backends_cores": round(_used(samples, "pg_cpu_s") / span, 3) if span else 0.0,
         "load_1_median": round(statistics.median(s["load_1"] for s in samples), 2),
-    }  # fmt: skip
+    }
 
 
 _AREAS = (  # (area, substring of a frame): the frame nearest the leaf that matches wins
@@ -490,13 +581,20 @@ def profile(raw: str) -> dict[str, Any]:
     return {
         "samples": total,
         "startup_share": round(areas["imports (start-up)"] / total, 3) if total else 0.0,
-        "share_by_area_after_startup": {k: round(v / steady, 3) for k, v in areas.most_common()
-                                        if k != "imports (start-up)"} if steady else {},
+        "share_by_area_after_startup": {
+            k: round(v / steady, 3) for k, v in areas.most_common() if k != "imports (start-up)"
+        }
+        if steady
+        else {},
         "other_top_leaf_frames": [[k, round(v / steady, 3)] for k, v in others.most_common(8)]
-        if steady else [],
-        "top_functions_inclusive_after_startup": [[k, round(v / steady, 3)]
-                                                  for k, v in inclusive.most_common(25)] if steady else [],
-    }  # fmt: skip
+        if steady
+        else [],
+        "top_functions_inclusive_after_startup": [
+            [k, round(v / steady, 3)] for k, v in inclusive.most_common(25)
+        ]
+        if steady
+        else [],
+    }
 
 
 def projection(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -512,7 +610,7 @@ def projection(steps: list[dict[str, Any]]) -> dict[str, Any]:
         "slope_rounds_per_s_per_trial": round(_slope(xs, rates), 2),
         "driver_cpu_ms_per_recorded_round": [round(p, 3) if p else None for p in per_round],
         "driver_cores_for_500_rounds_per_s": round(500 * ms / 1000, 2) if ms else None,
-    }  # fmt: skip
+    }
 
 
 # -- the world: PostgreSQL schemas, mlflow server, Ray cluster --------------------------
@@ -520,11 +618,18 @@ def trial_processes(cluster: Any) -> dict[str, Any]:
     """Ray worker processes (the trials) of the cluster's worker nodes: count and RSS."""
     from tests.service.ray_cluster import session_pids
 
-    pids = [p for node in cluster.nodes for p in session_pids(node.session)
-            if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"ray::")]  # fmt: skip
+    pids = [
+        p
+        for node in cluster.nodes
+        for p in session_pids(node.session)
+        if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"ray::")
+    ]
     rss = [rss_mb(p) for p in pids]
-    return {"count": len(pids), "rss_mb_total": round(sum(rss)),
-            "rss_mb_median": round(statistics.median(rss), 1) if rss else 0}  # fmt: skip
+    return {
+        "count": len(pids),
+        "rss_mb_total": round(sum(rss)),
+        "rss_mb_median": round(statistics.median(rss), 1) if rss else 0,
+    }
 
 
 def mem_available_mb() -> float:
@@ -583,30 +688,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--window", type=float, default=60.0, help="measured seconds per step")
     p.add_argument("--start-timeout", type=float, default=900.0)
     p.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
-    p.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
-                   help="driver 0 under py-spy")  # fmt: skip
+    p.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="driver 0 under py-spy",
+    )
     p.add_argument("--trial-mb", type=float, default=450.0, help="RSS per trial, first guess")
-    p.add_argument("--trial-nice", type=int, default=0,
-                   help="run the worker nodes (trials) at this nice value: on one machine they "
-                        "then stand in for GPU nodes whose CPUs are not the drivers' and the "
-                        "tracking server's (0: every process shares the CPUs as an equal)")
+    p.add_argument(
+        "--trial-nice",
+        type=int,
+        default=0,
+        help="run the worker nodes (trials) at this nice value: on one machine they "
+        "then stand in for GPU nodes whose CPUs are not the drivers' and the "
+        "tracking server's (0: every process shares the CPUs as an equal)",
+    )
     p.add_argument("--out", default=str(REPO / "benchmarks/results/load.json"))
     args = p.parse_args(argv)
     if args.driver:
         drive(args.driver)
         return {}
-    report: dict[str, Any] = {"benchmark": "load", "environment": environment(),
-                              "args": {k: v for k, v in vars(args).items() if k != "driver"},
-                              "goal": GOAL, "steps": [], "skipped": []}  # fmt: skip
+    report: dict[str, Any] = {
+        "benchmark": "load",
+        "environment": environment(),
+        "args": {k: v for k, v in vars(args).items() if k != "driver"},
+        "goal": GOAL,
+        "steps": [],
+        "skipped": [],
+    }
     root = Path(tempfile.mkdtemp(prefix="ftload-", dir="/tmp"))
     trial_mb = args.trial_mb
     with world(args, root) as w:
         for concurrent in [int(x) for x in args.ladder.split(",")]:
             need = concurrent * trial_mb + min(args.studies, concurrent) * 700
             if need > 0.85 * mem_available_mb():
-                report["skipped"].append({"concurrent": concurrent, "reason":
-                    f"needs ~{need:.0f} MB ({trial_mb:.0f} MB per trial process measured), "
-                    f"{mem_available_mb():.0f} MB available"})  # fmt: skip
+                report["skipped"].append(
+                    {
+                        "concurrent": concurrent,
+                        "reason": f"needs ~{need:.0f} MB ({trial_mb:.0f} MB per trial process measured), "
+                        f"{mem_available_mb():.0f} MB available",
+                    }
+                )
                 continue
             result = run_one(args, w, concurrent)
             report["steps"].append(result)
@@ -614,8 +736,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 trial_mb = (
                     result["trial_processes"]["rss_mb_total"] / result["trial_processes"]["count"]
                 )
-            print(json.dumps({k: result[k] for k in ("concurrent", "recorded_rounds_per_s_mean",
-                  "backlog_rounds", "driver_cores")}, default=str), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        k: result[k]
+                        for k in (
+                            "concurrent",
+                            "recorded_rounds_per_s_mean",
+                            "backlog_rounds",
+                            "driver_cores",
+                        )
+                    },
+                    default=str,
+                ),
+                flush=True,
+            )
     report["projection"] = projection(report["steps"]) if report["steps"] else {}
     report["environment_after"] = {"load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

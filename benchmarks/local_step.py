@@ -1,6 +1,6 @@
 """One client's local update, step for step: the engine's client function vs a hand-written loop.
 
-Issue 14 req. 1 asks the sequential runner to keep up with a hand-written FedAvg loop. This
+The sequential runner is meant to keep up with a hand-written FedAvg loop. This
 isolates the part of a round both do — K SGD steps of one client on batches of B rows — from
 what only the engine does per round (ℓ_t, stacking and averaging messages, batch rows):
 
@@ -107,11 +107,18 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{model:6s} " + "  ".join(f"{n} {v:8.1f} us" for n, v in r.items()), flush=True)
     doc = {
         "benchmark": "local_step",
-        "setting": {"B": B, "K": K, "steps": steps, "repeats": args.repeats, "threads": 1,
-                    "task": "digits (100 clients)", "units": "microseconds per local step"},
+        "setting": {
+            "B": B,
+            "K": K,
+            "steps": steps,
+            "repeats": args.repeats,
+            "threads": 1,
+            "task": "digits (100 clients)",
+            "units": "microseconds per local step",
+        },
         "environment": environment(),
         "results": results,
-    }  # fmt: skip
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -1,4 +1,4 @@
-"""A study's parent-run artifacts and the MLflow UI at 10 / 100 / 1,000 trials (issue 21 req. 4).
+"""A study's parent-run artifacts and the MLflow UI at 10 / 100 / 1,000 trials.
 
 Per size N, one study of N trials with its real stores (Optuna SQLite storage, MLflow SQLite
 store, artifacts under the workdir), made one of two ways (``"how"`` in the JSON):
@@ -6,13 +6,14 @@ store, artifacts under the workdir), made one of two ways (``"how"`` in the JSON
 * ``real`` — ``fedtune tune`` (the installed script) on a near-free quadratic study
   (:data:`STUDY`: 1 client, d = 1, 2 rounds, random sampler, ``max_concurrent`` 2): Ray Tune,
   the searcher, the MLflow callback, the end of the study, all as a user runs them;
-* ``synthetic`` — the same stores without Ray (:func:`synthetic_study`): the study's session
-  (``fedtune.tuning.study._Session``: Optuna study, MLflow experiment and parent run), then per
-  trial what the searcher and the MLflow callback record — the Optuna trial asked from the
-  study's space and told its value, its outcome, rounds and curve
+* ``synthetic`` — the same stores without Ray (:func:`synthetic_study`): the study's stores
+  (``fedtune.tuning.study._open_stores`` and ``_open_tracking``: Optuna study, MLflow
+  experiment and parent run), then per trial what the searcher and the MLflow callback
+  record — the Optuna trial asked from the study's space and told its value, its outcome,
+  rounds and curve
   (:class:`~fedtune.tuning.store.StudyStore`), a child run through
   :class:`~fedtune.tuning.tracking.StudyTracker` (``start_trial``, ``log_rounds``,
-  ``end_trial``) — and the driver's own end of the study (``_Session.finalize``: the trade-off
+  ``end_trial``) — and the driver's own end of the study (``study._finalize``: the trade-off
   analysis, ``tradeoff/*``, plots, ``best.json``, ``trials_table.json``, summary metrics).
   Curves follow a contraction ``ℓ_t = f + (1 − f)·|1 − γη|^{2t}`` of the sampled rates (a
   diverging one when ``|1 − γη| > 1.2``).
@@ -62,10 +63,15 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "results" / "mlflow_ui_scale.json"
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
     "--virtual-time-budget=15000",
-]  # fmt: skip
+]
 
 STUDY = free_study("ui-scale", rounds=2, trials=10, sampler="random", max_concurrent=2)
 
@@ -81,8 +87,12 @@ def real_study(n: int, workdir: Path, env: dict[str, str]) -> dict[str, Any]:
     study.write_text(study_text(n))
     script = Path(sys.executable).parent / "fedtune"
     head = [str(script)] if script.is_file() else [sys.executable, "-m", "fedtune.cli"]
-    proc = subprocess.run([*head, "tune", str(study), "--workdir", str(workdir), "--json"],
-                          capture_output=True, text=True, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [*head, "tune", str(study), "--workdir", str(workdir), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"fedtune tune ({n} trials) failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
@@ -101,24 +111,30 @@ def synthetic_study(n: int, workdir: Path, child_runs: bool = True, seed: int = 
     from fedtune.search_spaces import suggest
     from fedtune.tuning.spec import StudySpec
     from fedtune.tuning.store import CURVE_ATTR, OUTCOME_ATTR, RUN_ATTR
-    from fedtune.tuning.study import _Session
+    from fedtune.tuning.study import Fitted, _finalize, _open_stores, _open_tracking, _prepare
 
     spec = StudySpec.from_dict(yaml.safe_load(study_text(n)))
     workdir.mkdir(parents=True, exist_ok=True)
-    session = _Session.open(spec, workdir, None, time.perf_counter())
-    session.open_tracking(None)
-    tracker, study = session.tracker, session.study
+    plan = _prepare(spec, workdir, None, time.perf_counter())
+    stores = _open_stores(plan)
+    tracking = _open_tracking(stores, plan)
+    tracker, study = tracking.tracker, stores.study
     first = study.ask()  # the space's distributions, as the searcher's trials have them
-    params0 = suggest(first, session.space)
+    params0 = suggest(first, plan.space)
     dists = first.distributions
     rounds = [1, 2]
     rng = np.random.default_rng(seed)
     tags = {"study": spec.name, "algorithm": spec.algorithm, "task": "quadratic"}
     made = []
     for i in range(n):
-        params = params0 if i == 0 else {
-            k: float(np.exp(rng.uniform(np.log(d.low), np.log(d.high)))) for k, d in dists.items()
-        }  # fmt: skip
+        params = (
+            params0
+            if i == 0
+            else {
+                k: float(np.exp(rng.uniform(np.log(d.low), np.log(d.high))))
+                for k, d in dists.items()
+            }
+        )
         rate = abs(1.0 - params["hparams.client_lr"] * params["hparams.server_lr"])
         floor = 0.01 * params["hparams.client_lr"] * float(rng.uniform(0.5, 1.5))
         losses = [floor + (1.0 - floor) * rate ** (2 * r) for r in rounds]
@@ -128,30 +144,40 @@ def synthetic_study(n: int, workdir: Path, child_runs: bool = True, seed: int = 
         curve = {"rounds": rounds, "loss": [v if math.isfinite(v) else None for v in losses]}
         attrs = {OUTCOME_ATTR: outcome, "rounds": rounds[-1]}
         if child_runs:
-            run = tracker.start_trial(session.parent, i, params, tags)
-            rows = [{"round": r, "client_loss": v, "objective": v}
-                    for r, v in zip(rounds, losses, strict=True)]  # fmt: skip
+            run = tracker.start_trial(tracking.parent, i, params, tags)
+            rows = [
+                {"round": r, "client_loss": v, "objective": v}
+                for r, v in zip(rounds, losses, strict=True)
+            ]
             tracker.log_rounds(run, rows)
-            tracker.end_trial(run, "FINISHED", {"outcome": outcome}, {"objective": value},
-                              step=rounds[-1])  # fmt: skip
+            tracker.end_trial(
+                run, "FINISHED", {"outcome": outcome}, {"objective": value}, step=rounds[-1]
+            )
             attrs[RUN_ATTR] = run
         if i == 0:  # as the searcher records a trial
-            session.store.set_trial_attrs(0, **attrs)
-            session.store.set_curve(0, rounds, losses)
+            stores.store.set_trial_attrs(0, **attrs)
+            stores.store.set_curve(0, rounds, losses)
             study.tell(first, value)
             continue
-        made.append(optuna.trial.create_trial(
-            params=params, distributions=dists, value=value, user_attrs=attrs,
-            system_attrs={CURVE_ATTR: curve}))  # fmt: skip
+        made.append(
+            optuna.trial.create_trial(
+                params=params,
+                distributions=dists,
+                value=value,
+                user_attrs=attrs,
+                system_attrs={CURVE_ATTR: curve},
+            )
+        )
     study.add_trials(made)
-    return session.finalize()
+    return _finalize(plan, Fitted(stores, tracking))
 
 
 # -- measuring -------------------------------------------------------------------------
 def artifact_sizes(root: Path) -> dict[str, int]:
     """Bytes of every file under the parent run's artifact folder, by relative path."""
-    return {str(p.relative_to(root)): p.stat().st_size
-            for p in sorted(root.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def parent_artifacts(result: dict[str, Any]) -> Path:
@@ -165,8 +191,8 @@ def parent_artifacts(result: dict[str, Any]) -> Path:
 
 
 def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
-    """What the files that list every trial weigh for this study — fedtune before issue 21
-    req. 4 wrote them so — beside the bounded ones, all encoded the same way here (JSON text
+    """What the files that list every trial weigh for this study — fedtune before the bound
+    wrote them so — beside the bounded ones, all encoded the same way here (JSON text
     of the trade-off; the table's columns and rows as JSON): the growth the bound removes."""
     import csv
     import io
@@ -193,22 +219,30 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
         writer.writerows(rows)
         out[f"tradeoff.csv_{label}"] = len(buf.getvalue().encode())
         table, _ = summary_table(store, t, space, top=top or 10**9)
-        data = {"columns": list(table), "data": [list(r) for r in zip(*table.values(), strict=True)]}
+        data = {
+            "columns": list(table),
+            "data": [list(r) for r in zip(*table.values(), strict=True)],
+        }
         out[f"trials_table.json_{label}"] = len(json.dumps(data, default=str).encode())
     return out
 
 
 def dom_text(dom: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ",
-                                      re.sub(r"(?s)<(script|style).*?</\1>", "", dom)))  # fmt: skip
+    return re.sub(
+        r"\s+", " ", re.sub(r"<[^>]+>", " ", re.sub(r"(?s)<(script|style).*?</\1>", "", dom))
+    )
 
 
 def load_page(url: str, profile: Path) -> tuple[float, str]:
     """Headless Chromium's ``--dump-dom`` of ``url``: (seconds from launch to the DOM, text)."""
     shutil.rmtree(profile, ignore_errors=True)
     start = time.perf_counter()
-    proc = subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", "--dump-dom",
-                           url], capture_output=True, text=True, timeout=180)  # fmt: skip
+    proc = subprocess.run(
+        [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     took = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"chromium failed on {url}:\n{proc.stderr[-2000:]}")
@@ -217,10 +251,18 @@ def load_page(url: str, profile: Path) -> tuple[float, str]:
 
 def search_api(base: str, experiment_id: str) -> float:
     """Seconds of the runs search the runs page makes (100 runs)."""
-    body = json.dumps({"experiment_ids": [experiment_id], "max_results": 100,
-                       "order_by": ["attributes.start_time DESC"]}).encode()  # fmt: skip
-    request = urllib.request.Request(f"{base}/ajax-api/2.0/mlflow/runs/search", data=body,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    body = json.dumps(
+        {
+            "experiment_ids": [experiment_id],
+            "max_results": 100,
+            "order_by": ["attributes.start_time DESC"],
+        }
+    ).encode()
+    request = urllib.request.Request(
+        f"{base}/ajax-api/2.0/mlflow/runs/search",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     start = time.perf_counter()
     with urllib.request.urlopen(request, timeout=60) as response:
         json.loads(response.read())
@@ -233,29 +275,39 @@ def measure_ui(result: dict[str, Any], repeats: int, scratch: Path) -> dict[str,
 
     out: dict[str, Any] = {}
     scratch.mkdir(parents=True, exist_ok=True)
-    with mlflow_server_process(result["tracking_uri"], scratch / "server.log",
-                               timeout=120) as (_, base):  # fmt: skip
+    with mlflow_server_process(result["tracking_uri"], scratch / "server.log", timeout=120) as (
+        _,
+        base,
+    ):
         page = ui_url(base, result["experiment_id"])
-        views = {"runs_page": (page, [result["name"]]),
-                 "runs_page_by_name": (f"{page}&orderByKey=attributes.run_name&orderByAsc=true",
-                                       ["trial-0000", "trial-0001"])}  # fmt: skip
+        views = {
+            "runs_page": (page, [result["name"]]),
+            "runs_page_by_name": (
+                f"{page}&orderByKey=attributes.run_name&orderByAsc=true",
+                ["trial-0000", "trial-0001"],
+            ),
+        }
         for view, (url, expected) in views.items():
             times, shown = [], []
             for i in range(repeats):
                 took, text = load_page(url, scratch / f"profile-{view}-{i}")
                 times.append(took)
                 shown.append(all(name in text for name in expected) and "Run Name" in text)
-            out[view] = {"url": url.replace(base, "<server>"), "expects": expected,
-                         "load_s_median": statistics.median(times),
-                         "load_s_all": [round(t, 3) for t in times],
-                         "runs_shown": all(shown)}  # fmt: skip
+            out[view] = {
+                "url": url.replace(base, "<server>"),
+                "expects": expected,
+                "load_s_median": statistics.median(times),
+                "load_s_all": [round(t, 3) for t in times],
+                "runs_shown": all(shown),
+            }
         api = [search_api(base, result["experiment_id"]) for _ in range(max(repeats, 3))]
         out["runs_search_api_s_median"] = statistics.median(api)
     return out
 
 
-def one_size(n: int, how: str, scratch: Path, env: dict[str, str], ui_repeats: int,
-             child_runs: bool = True) -> dict[str, Any]:  # fmt: skip
+def one_size(
+    n: int, how: str, scratch: Path, env: dict[str, str], ui_repeats: int, child_runs: bool = True
+) -> dict[str, Any]:
     workdir = scratch / f"study-{n}"
     made = scratch / f"study-{n}.json"  # kept with --workdir: a later run measures the UI only
     if made.is_file():
@@ -273,13 +325,18 @@ def one_size(n: int, how: str, scratch: Path, env: dict[str, str], ui_repeats: i
     table = json.loads((folder / "trials_table.json").read_text())
     tradeoff = json.loads((folder / "tradeoff" / "tradeoff.json").read_text())
     out: dict[str, Any] = {
-        "trials": n, "how": how, "made_s": made_s, "finished": result["finished"],
-        "artifact_bytes": sizes, "artifact_bytes_total": sum(sizes.values()),
-        "trials_table_rows": len(table["data"]), "tradeoff_trials_listed": len(tradeoff["trials"]),
+        "trials": n,
+        "how": how,
+        "made_s": made_s,
+        "finished": result["finished"],
+        "artifact_bytes": sizes,
+        "artifact_bytes_total": sum(sizes.values()),
+        "trials_table_rows": len(table["data"]),
+        "tradeoff_trials_listed": len(tradeoff["trials"]),
         "tradeoff_trials_total": tradeoff.get("trials_total"),
         "pareto_size": len(tradeoff["pareto"]),
         "listing_every_trial_bytes": unbounded_bytes(n, workdir),
-    }  # fmt: skip
+    }
     if ui_repeats:
         if not CHROMIUM.is_file():
             raise RuntimeError(f"{CHROMIUM} is not installed")
@@ -290,23 +347,37 @@ def one_size(n: int, how: str, scratch: Path, env: dict[str, str], ui_repeats: i
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
-    p.add_argument("--real-max", type=int, default=1000,
-                   help="sizes above are built synthetically (0: all synthetic)")  # fmt: skip
+    p.add_argument(
+        "--real-max",
+        type=int,
+        default=1000,
+        help="sizes above are built synthetically (0: all synthetic)",
+    )
     p.add_argument("--ui-repeats", type=int, default=3, help="0: no UI measurement")
     p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--workdir", type=Path,
-                   help="keep the studies here; a study found there is reused (its UI measured "
-                        "again, e.g. under the benchmark lock, without making it again)")  # fmt: skip
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the studies here; a study found there is reused (its UI measured "
+        "again, e.g. under the benchmark lock, without making it again)",
+    )
     args = p.parse_args(argv)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.pop("MLFLOW_TRACKING_URI", None)
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     started = time.time()
-    report: dict[str, Any] = {"benchmark": "mlflow_ui_scale", "environment": environment(),
-                              "settings": {"sizes": args.sizes, "real_max": args.real_max,
-                                           "ui_repeats": args.ui_repeats, "study": STUDY,
-                                           "chromium_flags": FLAGS}}  # fmt: skip
+    report: dict[str, Any] = {
+        "benchmark": "mlflow_ui_scale",
+        "environment": environment(),
+        "settings": {
+            "sizes": args.sizes,
+            "real_max": args.real_max,
+            "ui_repeats": args.ui_repeats,
+            "study": STUDY,
+            "chromium_flags": FLAGS,
+        },
+    }
     sizes = []
     with contextlib.ExitStack() as stack:
         if args.workdir is not None:
@@ -319,9 +390,12 @@ def main(argv: list[str] | None = None) -> int:
             row = one_size(n, how, Path(tmp), env, args.ui_repeats)
             sizes.append(row)
             ui = row.get("ui", {}).get("runs_page", {})
-            print(f"N={n} ({how}): artifacts {row['artifact_bytes_total']} B, table "
-                  f"{row['trials_table_rows']} rows, page {ui.get('load_s_median', 0):.2f} s",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"N={n} ({how}): artifacts {row['artifact_bytes_total']} B, table "
+                f"{row['trials_table_rows']} rows, page {ui.get('load_s_median', 0):.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     report["sizes"] = sizes
     first, last = sizes[0], sizes[-1]
     report["bounded"] = {

@@ -1,4 +1,4 @@
-"""Peak RSS of federated rounds on out-of-core clients, by population size (issue 10, req. 6).
+"""Peak RSS of federated rounds on out-of-core clients, by population size.
 
 Generates (never downloads) Stack Overflow-shaped TFF HDF5 files — ``examples/<client>/tokens``
 with one space-separated post per entry, as the ``stackoverflow_nwp`` loader reads — with

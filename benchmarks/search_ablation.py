@@ -5,7 +5,7 @@ trials until the best completed trial is within 1 % of the grid's best, as a fra
 grid's executed rounds; the grid is read from ``benchmarks/results/search_efficiency.json``), but
 the study loop is simulated in one process: Optuna TPE ask/tell (pruned trials with their
 intermediate values, diverged ones with +inf, as ``FedtuneSearch`` tells them) and the
-:mod:`fedtune.tuning.tradeoff_search` classes deciding after every round. Variants:
+:mod:`fedtune.tuning.stop_rules` classes deciding after every round. Variants:
 
 * ``tradeoff`` — the default strategy (sweep + selection-rule stop rule with the trial's own-rate
   projection + plateau rule for sweep steps, then TPE);
@@ -43,7 +43,7 @@ from search_efficiency import TASKS, task_spec
 
 from fedtune.search_spaces import suggest
 from fedtune.trainers import Trainer, parse_trial_config
-from fedtune.tuning.tradeoff_search import StopRule, TheorySweep, TradeoffState, relative_gap
+from fedtune.tuning.stop_rules import IncumbentStopper, StopRule, TheorySweep, relative_gap
 
 OUT = Path(__file__).resolve().parent / "results" / "search_ablation.json"
 LAST = 10
@@ -75,8 +75,14 @@ class Never(StopRule):
         return None
 
 
-RULES = {"tradeoff": StopRule, "raw_rule": RawRule, "gap_rate": GapRateRule,
-         "no_plateau": NoPlateau, "no_stopper": Never, "no_sweep": StopRule}  # fmt: skip
+RULES = {
+    "tradeoff": StopRule,
+    "raw_rule": RawRule,
+    "gap_rate": GapRateRule,
+    "no_plateau": NoPlateau,
+    "no_stopper": Never,
+    "no_sweep": StopRule,
+}
 
 
 @dataclass
@@ -97,11 +103,14 @@ def simulate(task: str, variant: str, seed: int, goal: float, grid_best: float) 
     if variant == "no_sweep":
         sweep.lrs = []
     rule = RULES[variant](**StopRule.for_study(rounds, LAST).__dict__)
-    state = TradeoffState(sweep, rule)
+    state = IncumbentStopper(sweep, rule)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        study = optuna.create_study(sampler=optuna.samplers.TPESampler(
-            seed=seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True))  # fmt: skip
+        study = optuna.create_study(
+            sampler=optuna.samplers.TPESampler(
+                seed=seed, n_startup_trials=10, multivariate=True, group=True, constant_liar=True
+            )
+        )
     total, best, reached = 0, math.inf, (None, None)
     for n in range(MAX_TRIALS[task]):
         proposal = state.propose()
@@ -158,12 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     for task in args.tasks:
         grid = grids[task]["grid"]
         goal = grid["best_value"] * 1.01
-        entry = results.setdefault(task, {"grid_best": grid["best_value"],
-                                          "grid_executed_rounds": grid["executed_rounds"]})  # fmt: skip
+        entry = results.setdefault(
+            task, {"grid_best": grid["best_value"], "grid_executed_rounds": grid["executed_rounds"]}
+        )
         for variant in args.variants:
             runs = [simulate(task, variant, s, goal, grid["best_value"]) for s in args.seeds]
-            fracs = [r.rounds_to_goal / grid["executed_rounds"] if r.rounds_to_goal else math.inf
-                     for r in runs]  # fmt: skip
+            fracs = [
+                r.rounds_to_goal / grid["executed_rounds"] if r.rounds_to_goal else math.inf
+                for r in runs
+            ]
             median = statistics.median(fracs)
             entry[variant] = {
                 "median_fraction_of_grid_rounds": None if math.isinf(median) else median,
@@ -173,9 +185,15 @@ def main(argv: list[str] | None = None) -> int:
                 "per_seed_rounds_run": [r.rounds for r in runs],
             }
             print(task, variant, entry[variant], file=sys.stderr)
-    report = {"benchmark": "search_ablation", "environment": environment(),
-              "load_average_at_start": load, "seeds": args.seeds,
-              "max_trials": MAX_TRIALS, "tasks": results, "wall_s": time.perf_counter() - t0}  # fmt: skip
+    report = {
+        "benchmark": "search_ablation",
+        "environment": environment(),
+        "load_average_at_start": load,
+        "seeds": args.seeds,
+        "max_trials": MAX_TRIALS,
+        "tasks": results,
+        "wall_s": time.perf_counter() - t0,
+    }
     args.out.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -1,4 +1,4 @@
-"""Search efficiency of fedtune's search strategies against each task's full grid (issue 23).
+"""Search efficiency of fedtune's search strategies against each task's full grid.
 
 The suite: seven small tasks that differ in what makes them hard (``search_tasks.py``: a
 quadratic, digits MLP with four parameters, LEAF synthetic(1, 1) whose best has η = 10 γ, digits
@@ -15,8 +15,8 @@ and each budget B as a study of its own, configured for B trials (the sampler's 
 follows B, as in a user's study), until it has run B · T rounds or started 4 · B trials.
 **Budgets count rounds actually run**: budget B is B · T rounds (B complete trials' worth), so a
 strategy that stops trials early runs more of them within the same budget. Objective = the
-papers' selection rule, the mean ℓ_t over the last 10 rounds (`001_2dc7ddae5cbdc81f.txt`
-§8.3); a strategy's answer is its best *completed* trial.
+papers' selection rule, the mean ℓ_t over the last 10 rounds
+(Charles & Konečný 2020 (arXiv:2007.00878) §8.3); a strategy's answer is its best *completed* trial.
 
 Reported per task and strategy (medians over seeds):
 
@@ -27,7 +27,7 @@ Reported per task and strategy (medians over seeds):
   1 % / 5 %, trials run / completed / stopped (and why: ``stop_reasons``);
 * overall, per strategy: seeds within 1 % and 5 % summed over tasks per budget, the median over
   tasks of the median gap, and on how many (task, budget) pairs its median gap is at most TPE's
-  and its seeds within 1 % at least TPE's (issue 23 req. 2's test).
+  and its seeds within 1 % at least TPE's (the test a new default strategy must pass).
 
 ``--verify TASK SEED STRATEGY TRIALS`` runs that study through ``run_study`` (Ray Tune + Optuna
 RDB storage + MLflow) and compares its trials' points, rounds and outcomes with the in-process
@@ -60,8 +60,9 @@ LAST = st.LAST
 STRATEGIES = ("tpe", "tpe_guard", "hyperband", "tradeoff", "random", "asha")
 TRIAL_CAP = 4  # at most TRIAL_CAP · B trials in a study of budget B (stopping strategies)
 #: search_ablation.py's view of the suite: name -> (_, _, rounds, ASHA grace)
-TASKS = {name: (None, None, st.rounds_of(name), max(1, st.rounds_of(name) // 6))
-         for name in st.TASKS}  # fmt: skip
+TASKS = {
+    name: (None, None, st.rounds_of(name), max(1, st.rounds_of(name) // 6)) for name in st.TASKS
+}
 
 
 def task_spec(task: str, rounds: int | None = None, name: str = "grid", **extra: Any):
@@ -129,10 +130,11 @@ def summarize(by_budget: dict[int, list[list[Step]]], grid: dict[str, Any]) -> d
             "seeds_within_5pct": sum(x <= 0.05 for x in gaps),
             "median_trials": statistics.median(len(d) for _, d in picked),
             "median_completed": statistics.median(
-                sum(s.value is not None for s in d) for _, d in picked),
+                sum(s.value is not None for s in d) for _, d in picked
+            ),
             "median_stopped": statistics.median(sum(s.value is None for s in d) for _, d in picked),
             "stop_reasons": reasons,
-        }  # fmt: skip
+        }
     return entry
 
 
@@ -173,9 +175,12 @@ def table(report: dict[str, Any]) -> str:
     gap and seeds within 1 %, trials run (stopped), and rounds to within 1 % of the grid."""
     budgets = [str(b) for b in report["budgets"]]
     n = len(report["seeds"])
-    head = ["task (grid best)", "strategy",
-            *(f"B={b}: gap, 1 % seeds, trials (stopped)" for b in budgets),
-            "to within 1 %: % of grid rounds (seeds)"]  # fmt: skip
+    head = [
+        "task (grid best)",
+        "strategy",
+        *(f"B={b}: gap, 1 % seeds, trials (stopped)" for b in budgets),
+        "to within 1 %: % of grid rounds (seeds)",
+    ]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, t in report["tasks"].items():
         for m, e in t["search"].items():
@@ -184,22 +189,30 @@ def table(report: dict[str, Any]) -> str:
                 c = e["by_budget"][b]
                 gap = c["median_gap"]
                 gap_s = "–" if gap is None else f"{gap:+.1%}"
-                cells.append(f"{gap_s}, {c['seeds_within_1pct']}/{n}, "
-                             f"{c['median_trials']:g} ({c['median_stopped']:g})")  # fmt: skip
+                cells.append(
+                    f"{gap_s}, {c['seeds_within_1pct']}/{n}, "
+                    f"{c['median_trials']:g} ({c['median_stopped']:g})"
+                )
             w = e["within_1pct"]
             frac = w["median_fraction_of_grid_rounds"]
             cells.append(f"{'–' if frac is None else f'{frac:.1%}'} ({w['seeds_reached']}/{n})")
             rows.append("| " + " | ".join(cells) + " |")
-    rows += ["", "| overall | tasks | " + " | ".join(f"B={b}: 1 % seeds, 5 % seeds, median gap"
-                                              for b in budgets) + " | never worse than TPE |",
-             "|" + "---|" * (len(budgets) + 3)]  # fmt: skip
+    rows += [
+        "",
+        "| overall | tasks | "
+        + " | ".join(f"B={b}: 1 % seeds, 5 % seeds, median gap" for b in budgets)
+        + " | never worse than TPE |",
+        "|" + "---|" * (len(budgets) + 3),
+    ]
     for m, o in report["overall"].items():
         cells = [m, str(o["by_budget"][budgets[0]]["tasks"])]
         for b in budgets:
             c = o["by_budget"][b]
             g = c["median_of_median_gaps"]
-            cells.append(f"{c['seeds_within_1pct']}, {c['seeds_within_5pct']}, "
-                         f"{'–' if g is None else f'{g:+.1%}'}")  # fmt: skip
+            cells.append(
+                f"{c['seeds_within_1pct']}, {c['seeds_within_5pct']}, "
+                f"{'–' if g is None else f'{g:+.1%}'}"
+            )
         worse = ", ".join(o["worse_than_tpe"])
         cells.append("yes" if o["never_worse_than_tpe"] else f"no ({worse})")
         rows.append("| " + " | ".join(cells) + " |")
@@ -216,15 +229,23 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
     traces: dict[str, Any] = dict((previous or {}).get("traces") or {})
     for m in args.strategies:
         start = time.perf_counter()
-        runs = {b: [run_strategy(t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache)
-                    for seed in args.seeds] for b in budgets}  # one study per budget and seed
+        runs = {
+            b: [
+                run_strategy(t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache)
+                for seed in args.seeds
+            ]
+            for b in budgets
+        }  # one study per budget and seed
         search[m] = summarize(runs, grid)
         search[m]["wall_s"] = time.perf_counter() - start
         traces[m] = {str(b): [[s.to_row() for s in r] for r in rs] for b, rs in runs.items()}
         b = search[m]["by_budget"][str(max(budgets))]
-        print(f"{task} {m}: gap@{max(budgets)} {b['median_gap']:+.3%}, 1% seeds "
-              f"{b['seeds_within_1pct']}/{len(args.seeds)}, trials {b['median_trials']} "
-              f"(stopped {b['median_stopped']}) {search[m]['wall_s']:.0f} s", file=sys.stderr)  # fmt: skip
+        print(
+            f"{task} {m}: gap@{max(budgets)} {b['median_gap']:+.3%}, 1% seeds "
+            f"{b['seeds_within_1pct']}/{len(args.seeds)}, trials {b['median_trials']} "
+            f"(stopped {b['median_stopped']}) {search[m]['wall_s']:.0f} s",
+            file=sys.stderr,
+        )
     return {
         "definition": st._document(task),
         "rounds": t.rounds,
@@ -246,30 +267,52 @@ def verify(task: str, seed: int, strategy: str, trials: int) -> dict[str, Any]:
 
     t = st.Task(task)
     name = f"{task}-{strategy}-s{seed}".replace("_", "-")
-    spec = st.task_spec(task, name, search={**t.spec.search.model_dump(exclude_none=True),
-                                            "strategy": strategy},
-                        sampler={"seed": seed},
-                        scheduler={"grace_rounds": max(1, t.rounds // 6)},
-                        budget={"trials": trials, "max_concurrent": 1},
-                        report_every=1)  # fmt: skip
+    spec = st.task_spec(
+        task,
+        name,
+        search={**t.spec.search.model_dump(exclude_none=True), "strategy": strategy},
+        sampler={"seed": seed},
+        scheduler={"grace_rounds": max(1, t.rounds // 6)},
+        budget={"trials": trials, "max_concurrent": 1},
+        report_every=1,
+    )
     root = Path(tempfile.mkdtemp(prefix="ftv-", dir="/tmp"))
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     result = run_study(spec, root / "study")  # embedded Ray (with its start-up retries)
     ray.shutdown()
     study = optuna.load_study(study_name=result.name, storage=result.storage_url)
-    real = [(t_.params, int(t_.user_attrs.get("rounds", 0)), t_.user_attrs.get("outcome"))
-            for t_ in sorted(study.trials, key=lambda x: x.number)]  # fmt: skip
+    real = [
+        (t_.params, int(t_.user_attrs.get("rounds", 0)), t_.user_attrs.get("outcome"))
+        for t_ in sorted(study.trials, key=lambda x: x.number)
+    ]
     t.spec = t.spec.model_copy(update={"name": spec.name})
     sim = run_strategy(t, strategy, seed, 10**9, trials, trials, CurveCache(t))
-    mine = [(s.point, s.rounds, "stopped" if s.value is None else
-             "diverged" if not math.isfinite(s.value) else "completed") for s in sim]  # fmt: skip
+    mine = [
+        (
+            s.point,
+            s.rounds,
+            "stopped"
+            if s.value is None
+            else "diverged"
+            if not math.isfinite(s.value)
+            else "completed",
+        )
+        for s in sim
+    ]
     same = [
         a[1:] == b[1:] and all(math.isclose(a[0][k], b[0][k], rel_tol=1e-9) for k in a[0])
         for a, b in zip(real, mine, strict=False)
     ]
-    return {"task": task, "seed": seed, "strategy": strategy, "trials": trials,
-            "agree": all(same) and len(real) == len(mine), "per_trial_agree": same,
-            "run_study": [[r, o] for _, r, o in real], "in_process": [[r, o] for _, r, o in mine]}  # fmt: skip
+    return {
+        "task": task,
+        "seed": seed,
+        "strategy": strategy,
+        "trials": trials,
+        "agree": all(same) and len(real) == len(mine),
+        "per_trial_agree": same,
+        "run_study": [[r, o] for _, r, o in real],
+        "in_process": [[r, o] for _, r, o in mine],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,12 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(table(previous))
         return 0
-    if previous.get("suite") != 1:  # the two-task report of issue 14: not merged
+    if previous.get("suite") != 1:  # the older two-task report: not merged
         previous = {"overhead": previous.get("overhead"), "startup": previous.get("startup")}
     if args.verify:
         task, seed, strategy, trials = args.verify
         previous.setdefault("verify", {})[f"{task}/{strategy}/s{seed}"] = {
-            **verify(task, int(seed), strategy, int(trials)), "command": command}
+            **verify(task, int(seed), strategy, int(trials)),
+            "command": command,
+        }
         args.out.write_text(json.dumps(_finite(previous), indent=2, default=str))
         print(json.dumps(previous["verify"], indent=1, default=str))
         return 0

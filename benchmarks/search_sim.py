@@ -1,9 +1,9 @@
 """fedtune's search strategies run in-process, one trial at a time (the suite's fast path).
 
 Same parts as ``run_study`` — the study's sampler (:func:`~fedtune.tuning.optuna_glue.make_sampler`),
-the space's Optuna distributions (``suggest``), the trade-off strategy's shared
-:class:`~fedtune.tuning.tradeoff_search.TradeoffState` / the successive-halving rules of
-:mod:`fedtune.tuning.tradeoff_search`, Optuna's pruners — and the same meaning of a trial as
+the space's Optuna distributions (``suggest``), the strategy's stopper
+(:func:`~fedtune.tuning.strategies.stopper_for`, :mod:`fedtune.tuning.stop_rules`), Optuna's
+pruners — and the same meaning of a trial as
 :class:`~fedtune.tuning.optuna_glue.FedtuneSearch` gives it (completed → its selection-rule
 value, diverged → the worst value, stopped → ``PRUNED`` with its per-round values reported),
 but without Ray, MLflow or the RDB storage: a trial is the engine's ``run_trial`` on the task's
@@ -48,8 +48,11 @@ class Step:
 
     def to_row(self) -> list[Any]:
         v = self.value
-        return [self.rounds, None if v is None or not math.isfinite(v) else v,
-                "diverged" if v is not None and not math.isfinite(v) else self.stop]  # fmt: skip
+        return [
+            self.rounds,
+            None if v is None or not math.isfinite(v) else v,
+            "diverged" if v is not None and not math.isfinite(v) else self.stop,
+        ]
 
 
 class CurveCache:
@@ -99,20 +102,20 @@ def _objective(tail: list[float]) -> float:
 
 
 def stopper_of(task: Any, spec: StudySpec) -> Any:
-    """The strategy's stop rule, as ``run_study`` builds it (``stopper_for``); ``asha`` and
+    """The strategy's stopper, as ``run_study`` builds it (``stopper_for``); ``asha`` and
     ``median`` are Ray Tune schedulers there, Optuna's successive-halving / median pruner here."""
-    from fedtune.tuning.spec import Strategy
-    from fedtune.tuning.tradeoff_search import PrunerStop, stopper_for
+    from fedtune.tuning.stop_rules import PrunerStopper
+    from fedtune.tuning.strategies import Strategy, stopper_for
 
     s = spec.scheduler
     if spec.strategy == Strategy.ASHA:
         pruner = optuna.pruners.SuccessiveHalvingPruner(
             min_resource=s.grace_rounds, reduction_factor=int(s.reduction_factor)
         )
-        return PrunerStop(pruner, spec.name)
+        return PrunerStopper(pruner, spec.name)
     if spec.strategy == Strategy.MEDIAN:
         pruner = optuna.pruners.MedianPruner(n_warmup_steps=s.grace_rounds)
-        return PrunerStop(pruner, spec.name)
+        return PrunerStopper(pruner, spec.name)
     return stopper_for(spec, task.space, task.rounds)
 
 
@@ -128,16 +131,19 @@ def run_strategy(
     grace: int | None = None,
 ) -> list[Step]:
     """Trials of ``strategy`` until ``round_budget`` rounds have run (or ``max_trials``)."""
-    from fedtune.tuning.tradeoff_search import SWEEP_ATTR
+    from fedtune.tuning.stop_rules import SWEEP_ATTR
 
-    spec: StudySpec = task.spec.model_copy(update={
-        "name": f"{task.name}-{strategy}-s{seed}",
-        "search": task.spec.search.model_copy(update={"strategy": strategy}),
-        "sampler": task.spec.sampler.model_copy(update={"seed": seed}),
-        "budget": task.spec.budget.model_copy(update={"trials": target_trials}),
-        "scheduler": task.spec.scheduler.model_copy(
-            update={"grace_rounds": grace or max(1, task.rounds // 6)}),
-    })  # fmt: skip
+    spec: StudySpec = task.spec.model_copy(
+        update={
+            "name": f"{task.name}-{strategy}-s{seed}",
+            "search": task.spec.search.model_copy(update={"strategy": strategy}),
+            "sampler": task.spec.sampler.model_copy(update={"seed": seed}),
+            "budget": task.spec.budget.model_copy(update={"trials": target_trials}),
+            "scheduler": task.spec.scheduler.model_copy(
+                update={"grace_rounds": grace or max(1, task.rounds // 6)}
+            ),
+        }
+    )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -150,8 +156,9 @@ def run_strategy(
         proposal = stopper.propose() if hasattr(stopper, "propose") else None
         if proposal is not None:  # as FedtuneSearch._propose: the sweep's point, tagged
             tag, point = proposal
-            study.enqueue_trial({k: v for k, v in point.items() if k not in tied},
-                                user_attrs={SWEEP_ATTR: tag})  # fmt: skip
+            study.enqueue_trial(
+                {k: v for k, v in point.items() if k not in tied}, user_attrs={SWEEP_ATTR: tag}
+            )
         trial = study.ask()
         point = suggest(trial, task.space)
         if stopper is not None:
@@ -185,7 +192,8 @@ def run_strategy(
             study.tell(trial, None if state == TrialState.PRUNED else value, state=state)
         if stopper is not None:
             stopper.complete(trial.number, outcome, value if outcome == "completed" else None)
-        steps.append(Step(trial.number, point, rounds, value, reason[0] if reason else None,
-                          partial))  # fmt: skip
+        steps.append(
+            Step(trial.number, point, rounds, value, reason[0] if reason else None, partial)
+        )
         used += rounds
     return steps

@@ -1,6 +1,6 @@
 """The tasks of the search-efficiency suite (``search_efficiency.py``) and their cached grids.
 
-Seven small tasks that differ in what makes them hard (issue 23 req. 1). Each is a study
+Seven small tasks that differ in what makes them hard. Each is a study
 document (the same keys a study file has) without a sampler/scheduler: the benchmark adds
 ``search.strategy``. Grids are kept affordable on 2 shared cores (few rounds, coarse grids where
 the task allows, stated per task):
@@ -8,7 +8,7 @@ the task allows, stated per task):
 * ``quadratic`` — heterogeneous quadratic, FedAvg K = 5, 60 rounds; γ, η half-decade 9 × 9.
 * ``digits_mlp`` — digits MLP, FedAvgM, 30 rounds; γ, η half-decade × β {0, 0.9} × K {1, 5, 20}.
 * ``synthetic`` — LEAF synthetic(1, 1), FedAvg K = 10, 30 rounds; γ, η half-decade 9 × 9
-  (issue 23's task: the grid's best has η = 10 γ).
+  (the task where the grid's best has η = 10 γ).
 * ``digits_cnn`` — digits with the small CNN, FedAvg, 15 rounds; γ, η whole-decade 5 × 5.
 * ``fedprox_synth`` — synthetic(1, 1), FedProx with α = 1 fixed and K = 20, 20 rounds; γ, η
   half-decade 9 × 9 (measured: the grid's best has η = 10 γ, as with FedAvg on this data; a

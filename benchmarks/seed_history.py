@@ -25,18 +25,50 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 #: state mix of the seeded studies (queued and running ones stay few: history is mostly final)
-STATE_WEIGHTS = {"succeeded": 0.80, "failed": 0.09, "cancelled": 0.08, "queued": 0.02,
-                 "running": 0.01}  # fmt: skip
+STATE_WEIGHTS = {
+    "succeeded": 0.80,
+    "failed": 0.09,
+    "cancelled": 0.08,
+    "queued": 0.02,
+    "running": 0.01,
+}
 PROJECTS = ("default", "vision", "speech", "nlp", "meta")
 ALGORITHMS = ("fedavg", "fedprox", "fedavgm", "fedadam", "reptile")
 STUDY_COLUMNS = (
-    "id", "name", "state", "spec", "algorithm", "task", "trials_requested", "backend",
-    "driver_ref", "attempts", "error", "best_trial", "best_value", "created_at", "updated_at",
-    "started_at", "finished_at", "project", "owner", "priority", "reserved_gpus",
+    "id",
+    "name",
+    "state",
+    "spec",
+    "algorithm",
+    "task",
+    "trials_requested",
+    "backend",
+    "driver_ref",
+    "attempts",
+    "error",
+    "best_trial",
+    "best_value",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "project",
+    "owner",
+    "priority",
+    "reserved_gpus",
     "reserved_trials",
-)  # fmt: skip
-TRIAL_COLUMNS = ("study_id", "number", "state", "params", "value", "outcome", "last_round",
-                 "started_at", "finished_at")  # fmt: skip
+)
+TRIAL_COLUMNS = (
+    "study_id",
+    "number",
+    "state",
+    "params",
+    "value",
+    "outcome",
+    "last_round",
+    "started_at",
+    "finished_at",
+)
 
 
 class Seeded(NamedTuple):
@@ -51,18 +83,27 @@ class Seeded(NamedTuple):
 
 def spec(name: str, algorithm: str, trials: int, gpu: float) -> dict[str, Any]:
     return {
-        "name": name, "task": {"name": "quadratic", "clients": 8, "dim": 4},
+        "name": name,
+        "task": {"name": "quadratic", "clients": 8, "dim": 4},
         "algorithm": algorithm,
         "train": {"rounds": 20, "clients_per_round": 4, "local_steps": 5, "batch_size": 4},
         "objective": {"metric": "train_loss", "last_rounds": 5, "mode": "min"},
-        "sampler": {"name": "tpe", "seed": 0}, "scheduler": {"name": "asha"},
-        "budget": {"trials": trials, "max_concurrent": 2}, "resources": {"cpu": 1, "gpu": gpu},
-    }  # fmt: skip
+        "sampler": {"name": "tpe", "seed": 0},
+        "scheduler": {"name": "asha"},
+        "budget": {"trials": trials, "max_concurrent": 2},
+        "resources": {"cpu": 1, "gpu": gpu},
+    }
 
 
-def study_rows(n: int, *, days: float, now: dt.datetime, rng: random.Random,
-               states: dict[str, float] | None = None,
-               projects: Sequence[str] = PROJECTS) -> Iterator[tuple]:  # fmt: skip
+def study_rows(
+    n: int,
+    *,
+    days: float,
+    now: dt.datetime,
+    rng: random.Random,
+    states: dict[str, float] | None = None,
+    projects: Sequence[str] = PROJECTS,
+) -> Iterator[tuple]:
     """``n`` study rows (``STUDY_COLUMNS``), created at increasing times over ``days`` days."""
     weights = states or STATE_WEIGHTS
     names, shares = list(weights), list(weights.values())
@@ -84,15 +125,29 @@ def study_rows(n: int, *, days: float, now: dt.datetime, rng: random.Random,
             finished = min(finished, now - dt.timedelta(hours=2))  # outside the fair-share window
         live = state == "running"
         yield (
-            sid, f"study-{i}", state, json.dumps(spec(f"study-{i}", algorithm, trials, gpu)),
-            algorithm, "quadratic", trials, None if state == "queued" else "local",
-            json.dumps({"pid": 10_000 + i}) if live else None, 0 if state == "queued" else 1,
+            sid,
+            f"study-{i}",
+            state,
+            json.dumps(spec(f"study-{i}", algorithm, trials, gpu)),
+            algorithm,
+            "quadratic",
+            trials,
+            None if state == "queued" else "local",
+            json.dumps({"pid": 10_000 + i}) if live else None,
+            0 if state == "queued" else 1,
             "driver exited (failed)" if state == "failed" else None,
             0 if state == "succeeded" else None,
             round(rng.uniform(0.01, 1.0), 6) if state == "succeeded" else None,
-            created, finished or started or created, started, finished,
-            rng.choice(projects), "admin", 0, (gpu * 2) if live else 0.0, 2 if live else 0,
-        )  # fmt: skip
+            created,
+            finished or started or created,
+            started,
+            finished,
+            rng.choice(projects),
+            "admin",
+            0,
+            (gpu * 2) if live else 0.0,
+            2 if live else 0,
+        )
 
 
 def trial_rows(studies: Sequence[tuple], total: int, rng: random.Random) -> Iterator[tuple]:
@@ -108,14 +163,24 @@ def trial_rows(studies: Sequence[tuple], total: int, rng: random.Random) -> Iter
             value = round(rng.uniform(0.01, 2.0), 6) if trial_state != "failed" else None
             began = created + dt.timedelta(seconds=30 * number)
             yield (
-                sid, number, trial_state if done else "running",
-                json.dumps({"hparams.client_lr": round(rng.uniform(1e-3, 1), 6),
-                            "hparams.server_lr": round(rng.uniform(1e-2, 2), 6),
-                            "hparams.local_steps": rng.randint(1, 20)}),
-                value if done else None, {"completed": "completed", "pruned": "stopped",
-                                          "failed": None}[trial_state] if done else None,
-                20 if done else 3, began, began + dt.timedelta(seconds=25) if done else None,
-            )  # fmt: skip
+                sid,
+                number,
+                trial_state if done else "running",
+                json.dumps(
+                    {
+                        "hparams.client_lr": round(rng.uniform(1e-3, 1), 6),
+                        "hparams.server_lr": round(rng.uniform(1e-2, 2), 6),
+                        "hparams.local_steps": rng.randint(1, 20),
+                    }
+                ),
+                value if done else None,
+                {"completed": "completed", "pruned": "stopped", "failed": None}[trial_state]
+                if done
+                else None,
+                20 if done else 3,
+                began,
+                began + dt.timedelta(seconds=25) if done else None,
+            )
 
 
 def _copy(conn: Any, table: str, columns: Sequence[str], rows: Iterator[tuple]) -> int:
@@ -127,9 +192,17 @@ def _copy(conn: Any, table: str, columns: Sequence[str], rows: Iterator[tuple]) 
     return count
 
 
-def seed(url: str, studies: int, trials: int, *, days: float = 120.0, seed_: int = 0,
-         states: dict[str, float] | None = None, now: dt.datetime | None = None,
-         analyze: bool = True) -> Seeded:  # fmt: skip
+def seed(
+    url: str,
+    studies: int,
+    trials: int,
+    *,
+    days: float = 120.0,
+    seed_: int = 0,
+    states: dict[str, float] | None = None,
+    now: dt.datetime | None = None,
+    analyze: bool = True,
+) -> Seeded:
     """Seed the (PostgreSQL) database at ``url``, brought to the current revision first.
     Appends: calling it again adds more studies (new ids) and trials."""
     from sqlalchemy import text
@@ -144,11 +217,18 @@ def seed(url: str, studies: int, trials: int, *, days: float = 120.0, seed_: int
         upgrade_database(db)
         with db.engine.begin() as conn:
             for name in PROJECTS:
-                conn.execute(text("INSERT INTO projects (name, weight, max_priority, created_at) "
-                                  "VALUES (:n, 1.0, 0, now()) ON CONFLICT DO NOTHING"),
-                             {"n": name})  # fmt: skip
-        rows = list(study_rows(studies, days=days, now=now or dt.datetime.now(dt.UTC), rng=rng,
-                               states=states))  # fmt: skip
+                conn.execute(
+                    text(
+                        "INSERT INTO projects (name, weight, max_priority, created_at) "
+                        "VALUES (:n, 1.0, 0, now()) ON CONFLICT DO NOTHING"
+                    ),
+                    {"n": name},
+                )
+        rows = list(
+            study_rows(
+                studies, days=days, now=now or dt.datetime.now(dt.UTC), rng=rng, states=states
+            )
+        )
         raw = db.engine.raw_connection()
         try:
             dbapi = raw.driver_connection
@@ -190,8 +270,7 @@ def main() -> int:
         url = f"{url}?options=-csearch_path%3D{args.schema}"
     done = seed(url, args.studies, args.trials, days=args.days, seed_=args.seed)
     counts = {k: len(v) for k, v in sorted(done.by_state.items())}
-    print(f"seeded {len(done.ids)} studies {counts} and {done.trials} trials "
-          f"in {done.seconds} s")  # fmt: skip
+    print(f"seeded {len(done.ids)} studies {counts} and {done.trials} trials in {done.seconds} s")
     print(f"url: {url}")
     return 0
 

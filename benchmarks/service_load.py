@@ -80,10 +80,23 @@ def server(
     """A ``fedtune serve`` process on a free port; yields its base URL once ready (the start-up
     seconds are in ``server.ready_s``). ``argv`` replaces the command (tests)."""
     port = free_port()
-    env = {**os.environ, "FEDTUNE_DATABASE_URL": url, "FEDTUNE_BACKEND": "none",
-           "FEDTUNE_API_TOKEN": TOKEN, "FEDTUNE_WORKDIR": str(workdir)}  # fmt: skip
-    argv = argv or [sys.executable, "-m", "fedtune.cli", "serve", "--port", str(port),
-                    "--log-level", "warning"]  # fmt: skip
+    env = {
+        **os.environ,
+        "FEDTUNE_DATABASE_URL": url,
+        "FEDTUNE_BACKEND": "none",
+        "FEDTUNE_API_TOKEN": TOKEN,
+        "FEDTUNE_WORKDIR": str(workdir),
+    }
+    argv = argv or [
+        sys.executable,
+        "-m",
+        "fedtune.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
     log_path = workdir / f"serve-{port}.log"
     log = log_path.open("wb")
     start = time.monotonic()
@@ -112,8 +125,7 @@ def _wait_ready(proc: subprocess.Popen, base: str, deadline: float, log_path: Pa
             tail = log_path.read_text(errors="replace")[-500:].strip()
             raise ServerNotReady(f"server exited with {proc.returncode}: {tail}")
         time.sleep(0.2)
-    raise ServerNotReady(f"server at {base} not ready (GET /readyz = 200) in time; "
-                         f"log: {log_path}")  # fmt: skip
+    raise ServerNotReady(f"server at {base} not ready (GET /readyz = 200) in time; log: {log_path}")
 
 
 def pg_schema():
@@ -170,14 +182,16 @@ def measure(base: str, call: Call, n: int, threads: int) -> dict:
     wall = time.perf_counter() - start
     ms = np.asarray(latencies) * 1000
     return {
-        "requests": n, "clients": threads, "errors": len(failures),
+        "requests": n,
+        "clients": threads,
+        "errors": len(failures),
         "error_samples": sorted(set(failures))[:5],
         "p50_ms": round(float(np.percentile(ms, 50)), 2),
         "p90_ms": round(float(np.percentile(ms, 90)), 2),
         "p99_ms": round(float(np.percentile(ms, 99)), 2),
         "max_ms": round(float(ms.max()), 2),
         "throughput_rps": round(n / wall, 1),
-    }  # fmt: skip
+    }
 
 
 def run_store(name: str, url: str, args: argparse.Namespace, workdir: Path) -> dict:
@@ -199,8 +213,11 @@ def run_store(name: str, url: str, args: argparse.Namespace, workdir: Path) -> d
 
     with server(url, workdir) as base:
         first = measure(base, submit, 1, 1)  # the first submission after /readyz said ready
-        cold = {"ready_s": server.ready_s, "first_submit_ms": first["p50_ms"],  # type: ignore[attr-defined]
-                "first_submit_errors": first["errors"]}  # fmt: skip
+        cold = {
+            "ready_s": server.ready_s,
+            "first_submit_ms": first["p50_ms"],  # type: ignore[attr-defined]
+            "first_submit_errors": first["errors"],
+        }
         measure(base, submit, 20, 1)  # warm-up: connection pools, first pages
         results = {
             "cold_start": cold,
@@ -211,9 +228,14 @@ def run_store(name: str, url: str, args: argparse.Namespace, workdir: Path) -> d
             "list_sequential": measure(base, listing, max(50, args.requests // 4), 1),
         }
     results["studies_in_store"] = len(ids)
-    print(f"{name}: " + ", ".join(
-        f"{k} p50 {v['p50_ms']} ms p99 {v['p99_ms']} ms {v['throughput_rps']}/s"
-        for k, v in results.items() if isinstance(v, dict) and "p50_ms" in v))  # fmt: skip
+    print(
+        f"{name}: "
+        + ", ".join(
+            f"{k} p50 {v['p50_ms']} ms p99 {v['p99_ms']} ms {v['throughput_rps']}/s"
+            for k, v in results.items()
+            if isinstance(v, dict) and "p50_ms" in v
+        )
+    )
     print(f"{name}: ready after {cold['ready_s']} s, first submission {cold['first_submit_ms']} ms")
     return results
 
@@ -222,19 +244,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=8)
-    parser.add_argument("--stores", nargs="+", default=["sqlite", "postgresql"],
-                        choices=["sqlite", "postgresql"])  # fmt: skip
+    parser.add_argument(
+        "--stores", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"]
+    )
     parser.add_argument("--output", type=Path, default=OUT)
     args = parser.parse_args()
     random.seed(0)
     report: dict = {
         "benchmark": "service_load",
         "environment": environment(),
-        "settings": {"requests": args.requests, "concurrency": args.concurrency,
-                     "backend": "none (studies stay queued; API + database path only)",
-                     "auth": "bearer token", "server": "fedtune serve (uvicorn, 1 process)"},
+        "settings": {
+            "requests": args.requests,
+            "concurrency": args.concurrency,
+            "backend": "none (studies stay queued; API + database path only)",
+            "auth": "bearer token",
+            "server": "fedtune serve (uvicorn, 1 process)",
+        },
         "stores": {},
-    }  # fmt: skip
+    }
     from importlib import metadata
 
     report["environment"]["versions"].update(

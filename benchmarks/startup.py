@@ -1,6 +1,6 @@
 """Study start-up and per-trial overhead: ``fedtune tune`` against plain Ray Tune + OptunaSearch.
 
-Issue 14 req. 3: a study's fixed cost (process start → first trial running) no more than plain
+The goal: a study's fixed cost (process start → first trial running) no more than plain
 Ray Tune + ``OptunaSearch``'s on the same machine, and a per-trial overhead ≤ 0.1 s. Both are
 run here side by side, interleaved, each as a fresh process (``subprocess``) per repeat, both
 with a fresh embedded Ray:
@@ -39,7 +39,7 @@ Usage: ``python benchmarks/startup.py [--repeats 5] [--trials 6] [--profile-tria
 [--out PATH]``
 (writes ``benchmarks/results/startup.json``).
 
-**Whole process** (issue 21 req. 3, ``--whole``; writes ``benchmarks/results/startup_whole.json``):
+**Whole process** (``--whole``; writes ``benchmarks/results/startup_whole.json``):
 shell to exit, what a user pays for a small study. Interleaved, a fresh process and workdir
 each time: ``fedtune tune`` (the installed script) on a 2-trial 3-round quadratic study
 (:data:`WHOLE_STUDY`: fedavg space, TPE seeded, one trial at a time) against
@@ -122,8 +122,16 @@ STUDY = free_study("startup-probe", rounds=1, trials=1, sampler="random")
 KINDS = ("plain", "plain_torch", "fedtune")
 
 #: driver phases of the fedtune timeline, in order (a phase's time = its mark − the previous)
-DRIVER_PHASES = ("cli", "spec_loaded", "driver_imported", "optuna_opened", "ray_started",
-                 "session_ready", "fit", "first_trial_scheduled")  # fmt: skip
+DRIVER_PHASES = (
+    "cli",
+    "spec_loaded",
+    "driver_imported",
+    "optuna_opened",
+    "ray_started",
+    "session_ready",
+    "fit",
+    "first_trial_scheduled",
+)
 
 
 def _stamps(path: Path) -> list[tuple[str, float, int]]:
@@ -148,9 +156,9 @@ def _trial_times(rows: list[tuple[str, float, int]]) -> tuple[list[float], list[
     return starts, ends
 
 
-def _timed(kind: str, n: int, cmd: list[str], env: dict[str, str], run_dir: Path,
-           stamps: Path) -> tuple[float, float, float, list[tuple[str, float, int]], list[float],
-                                  list[float]]:  # fmt: skip
+def _timed(
+    kind: str, n: int, cmd: list[str], env: dict[str, str], run_dir: Path, stamps: Path
+) -> tuple[float, float, float, list[tuple[str, float, int]], list[float], list[float]]:
     """Run ``cmd`` once, launch to exit: the 1-minute load before it, launch and end times, its
     stamps and the ``n`` trials' start and end times (RuntimeError when it failed)."""
     load = os.getloadavg()[0]
@@ -173,21 +181,39 @@ def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str,
     env = dict(env)
     if kind.startswith("plain"):
         torch = "torch" if kind == "plain_torch" else "-"
-        cmd = [sys.executable, "-c", PLAIN, str(n), str(stamps), str(run_dir / "ray_results"),
-               torch]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            PLAIN,
+            str(n),
+            str(stamps),
+            str(run_dir / "ray_results"),
+            torch,
+        ]
     else:
         study = run_dir / "study.yaml"
         study.write_text(free_study("startup-probe", rounds=1, trials=n, sampler="random"))
         env["FEDTUNE_TIMELINE"] = str(stamps)
-        cmd = [sys.executable, "-m", "fedtune.cli", "tune", str(study),
-               "--workdir", str(run_dir / "w"), "--json"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "fedtune.cli",
+            "tune",
+            str(study),
+            "--workdir",
+            str(run_dir / "w"),
+            "--json",
+        ]
     load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps)
     out: dict[str, Any] = {
-        "kind": kind, "trials": n, "load_1min": round(load, 2),
-        "fixed_s": starts[0] - launch, "total_s": end - launch,
+        "kind": kind,
+        "trials": n,
+        "load_1min": round(load, 2),
+        "fixed_s": starts[0] - launch,
+        "total_s": end - launch,
         "trial_work_s": statistics.median(e - s for s, e in zip(starts, ends, strict=True)),
         "gaps_s": [b - a for a, b in zip(ends, starts[1:], strict=False)],
-    }  # fmt: skip
+    }
     if kind.startswith("plain"):
         out["phases"] = {"imports": next(t for p, t, _ in rows if p == "imported") - launch}
         proc = min(t for p, t, _ in rows if p == "trial_process_start")
@@ -232,8 +258,9 @@ def summarize(runs: list[dict[str, Any]], kind: str, ns: list[int]) -> dict[str,
     work = statistics.median(r["trial_work_s"] for r in mine)
     gaps = [g for r in mine if r["trials"] == hi for g in r["gaps_s"]]
     phase_names = list(dict.fromkeys(k for r in mine for k in r["phases"]))
-    phases = {k: statistics.median(r["phases"][k] for r in mine if k in r["phases"])
-              for k in phase_names}  # fmt: skip
+    phases = {
+        k: statistics.median(r["phases"][k] for r in mine if k in r["phases"]) for k in phase_names
+    }
     return {
         "fixed_s_median": fixed,
         "fixed_s_all": [round(r["fixed_s"], 3) for r in mine],
@@ -352,7 +379,7 @@ def derive(report: dict[str, Any]) -> None:
         ] = pt["phases_s_median"].get("trial_process_start_to_entered")
 
 
-# -- the whole process (issue 21 req. 3) -------------------------------------------------
+# -- the whole process -------------------------------------------------------------------
 
 PLAIN_WHOLE = textwrap.dedent(
     """
@@ -427,29 +454,47 @@ def run_whole(kind: str, n: int, rounds: int, scratch: Path, env: dict[str, str]
     stamps = run_dir / "stamps"
     env = dict(env)
     if kind == "plain_torch":
-        cmd = [sys.executable, "-c", PLAIN_WHOLE, str(n), str(rounds), str(stamps),
-               str(run_dir / "ray_results")]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            PLAIN_WHOLE,
+            str(n),
+            str(rounds),
+            str(stamps),
+            str(run_dir / "ray_results"),
+        ]
     else:
         study = run_dir / "study.yaml"
         study.write_text(free_study("whole-process", rounds=rounds, trials=n, sampler="tpe"))
         env["FEDTUNE_TIMELINE"] = str(stamps)
         cmd = _fedtune_cmd(study, run_dir / "w")
     load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps)
-    out = {"kind": kind, "trials": n, "rounds": rounds, "load_1min": round(load, 2),
-           "total_s": end - launch, "fixed_s": starts[0] - launch,
-           "gaps_s": [b - a for a, b in zip(ends, starts[1:], strict=False)]}  # fmt: skip
+    out = {
+        "kind": kind,
+        "trials": n,
+        "rounds": rounds,
+        "load_1min": round(load, 2),
+        "total_s": end - launch,
+        "fixed_s": starts[0] - launch,
+        "gaps_s": [b - a for a, b in zip(ends, starts[1:], strict=False)],
+    }
     out["phases"] = whole_phases(kind, rows, launch, end, starts[0])
     return out
 
 
-def whole_phases(kind: str, rows: list[tuple[str, float, int]], launch: float, end: float,
-                 entered: float) -> dict[str, float]:  # fmt: skip
+def whole_phases(
+    kind: str, rows: list[tuple[str, float, int]], launch: float, end: float, entered: float
+) -> dict[str, float]:
     """The run's phases (:data:`WHOLE_PHASES`; plain: imports, trials, shutdown, exit)."""
     if kind == "plain_torch":
         m = {p: t for p, t, _ in rows}
-        return {"imports": m["imported"] - launch, "first_trial_entered_after_launch":
-                entered - launch, "trials": m["fit_done"] - entered,
-                "ray_stop_s": m["ray_stopped"] - m["fit_done"], "exit_s": end - m["ray_stopped"]}  # fmt: skip
+        return {
+            "imports": m["imported"] - launch,
+            "first_trial_entered_after_launch": entered - launch,
+            "trials": m["fit_done"] - entered,
+            "ray_stop_s": m["ray_stopped"] - m["fit_done"],
+            "exit_s": end - m["ray_stopped"],
+        }
     driver = min((pid for p, _, pid in rows if p == "cli"), default=None)
     m = {p: t for p, t, pid in reversed(rows) if pid == driver}
     spans = {
@@ -489,9 +534,11 @@ def derive_whole(report: dict[str, Any]) -> None:
                 "total_s_median": statistics.median(r["total_s"] for r in at),
                 "total_s_all": [round(r["total_s"], 3) for r in at],
                 "per_trial_overhead_s": statistics.median(gaps) if gaps else None,
-                "phases_s_median": {k: statistics.median(r["phases"][k] for r in at
-                                                         if k in r["phases"]) for k in names},
-            }  # fmt: skip
+                "phases_s_median": {
+                    k: statistics.median(r["phases"][k] for r in at if k in r["phases"])
+                    for k in names
+                },
+            }
         if len(entry) > 1:
             lo, hi = entry[str(small)], entry[str(max(ns))]
             entry["per_trial_s_slope"] = (hi["total_s_median"] - lo["total_s_median"]) / (
@@ -522,12 +569,19 @@ def derive_whole(report: dict[str, Any]) -> None:
 
 def main_whole(args: argparse.Namespace, env: dict[str, str]) -> int:
     started = time.time()
-    report: dict[str, Any] = {"benchmark": "startup_whole", "environment": environment(),
-                              "settings": {"repeats": args.repeats, "trials": args.trials,
-                                           "rounds": args.rounds,
-                                           "overhead_trials": args.overhead_trials,
-                                           "overhead_repeats": args.overhead_repeats,
-                                           "study": WHOLE_STUDY, "plain": PLAIN_WHOLE}}  # fmt: skip
+    report: dict[str, Any] = {
+        "benchmark": "startup_whole",
+        "environment": environment(),
+        "settings": {
+            "repeats": args.repeats,
+            "trials": args.trials,
+            "rounds": args.rounds,
+            "overhead_trials": args.overhead_trials,
+            "overhead_repeats": args.overhead_repeats,
+            "study": WHOLE_STUDY,
+            "plain": PLAIN_WHOLE,
+        },
+    }
     plan = [(rep, n) for rep in range(args.repeats) for n in args.trials]
     if args.overhead_trials:
         plan += [(args.repeats + rep, args.overhead_trials) for rep in range(args.overhead_repeats)]
@@ -542,8 +596,11 @@ def main_whole(args: argparse.Namespace, env: dict[str, str]) -> int:
                 r = run_whole(kind, n, args.rounds, scratch, env)
                 r["repeat"] = rep
                 runs.append(r)
-                print(f"{kind:11s} N={n} total {r['total_s']:.2f} s (load {r['load_1min']})",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"{kind:11s} N={n} total {r['total_s']:.2f} s (load {r['load_1min']})",
+                    file=sys.stderr,
+                    flush=True,
+                )
     report["runs"] = runs
     derive_whole(report)
     report["load_average_at_end"] = list(os.getloadavg())
@@ -560,13 +617,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, nargs="+", default=[6])
     p.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     p.add_argument("--profile-trials", type=int, default=12, help="0: no profile")
-    p.add_argument("--out", type=Path, default=None, help=f"default: {OUT} ({OUT_WHOLE.name} "
-                   "with --whole)")  # fmt: skip
-    p.add_argument("--whole", action="store_true",
-                   help="whole process (shell to exit) of fedtune tune vs plain Ray Tune")  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, default=None, help=f"default: {OUT} ({OUT_WHOLE.name} with --whole)"
+    )
+    p.add_argument(
+        "--whole",
+        action="store_true",
+        help="whole process (shell to exit) of fedtune tune vs plain Ray Tune",
+    )
     p.add_argument("--rounds", type=int, default=3, help="--whole: rounds per trial")
-    p.add_argument("--overhead-trials", type=int, default=16,
-                   help="--whole: trials of the per-trial overhead runs (0: none)")  # fmt: skip
+    p.add_argument(
+        "--overhead-trials",
+        type=int,
+        default=16,
+        help="--whole: trials of the per-trial overhead runs (0: none)",
+    )
     p.add_argument("--overhead-repeats", type=int, default=2)
     p.add_argument(
         "--resummarize",
@@ -590,9 +655,16 @@ def main(argv: list[str] | None = None) -> int:
             args.trials = [2]
         return main_whole(args, env)
     started = time.time()
-    report: dict[str, Any] = {"benchmark": "startup", "environment": environment(),
-                              "settings": {"repeats": args.repeats, "trials": args.trials,
-                                           "study": STUDY, "plain": PLAIN}}  # fmt: skip
+    report: dict[str, Any] = {
+        "benchmark": "startup",
+        "environment": environment(),
+        "settings": {
+            "repeats": args.repeats,
+            "trials": args.trials,
+            "study": STUDY,
+            "plain": PLAIN,
+        },
+    }
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fedtune-startup-") as tmp:
         scratch = Path(tmp)
@@ -605,8 +677,12 @@ def main(argv: list[str] | None = None) -> int:
                     r = run_once(kind, n, scratch, env)
                     r["repeat"] = rep
                     runs.append(r)
-                    print(f"{kind:8s} N={n} fixed {r['fixed_s']:.2f} s total {r['total_s']:.2f}"
-                          f" s (load {r['load_1min']})", file=sys.stderr, flush=True)  # fmt: skip
+                    print(
+                        f"{kind:8s} N={n} fixed {r['fixed_s']:.2f} s total {r['total_s']:.2f}"
+                        f" s (load {r['load_1min']})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         if args.profile_trials:
             report["per_trial_profile"] = profile_per_trial(args.profile_trials, scratch)
     report["runs"] = runs

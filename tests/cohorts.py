@@ -11,7 +11,7 @@ from fedtune.trainers.algorithms import Cohort
 
 def assert_reorders_distinct_clients(trainer: Trainer, cohort: Cohort, permuted: Cohort) -> None:
     """A client-order test proves something only if the cohort has >= 2 clients whose data
-    differ and the permutation really moves them (issue 13 item 8)."""
+    differ and the permutation really moves them."""
     assert cohort.size >= 2, "a one-client cohort has no order to change"
     assert sorted(cohort.clients.tolist()) == sorted(permuted.clients.tolist())
     assert not torch.equal(cohort.clients, permuted.clients), "the permutation is the identity"

@@ -1,14 +1,58 @@
-"""Shared test configuration: small, float64 engine configurations."""
+"""Shared test configuration: markers from the test folders, small float64 engine
+configurations."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 torch.set_num_threads(1)
+
+TESTS = Path(__file__).resolve().parent
+
+#: The marker every test in a folder of ``tests/`` gets (``-m science`` runs tests/science).
+#: A marker that only some files of a folder need (``slow``, ``image``, ``box``, ``integration``
+#: outside tests/integration) stays in those files as ``pytestmark``.
+FOLDER_MARKERS = {
+    "integration": "integration",
+    "e2e": "e2e",
+    "science": "science",
+    "docs": "docs",
+}
+
+
+def folder_marker(path: Path) -> str | None:
+    """Give the marker of the ``tests/`` folder that a test file lives in.
+
+    Args:
+        path: the test file.
+
+    Returns:
+        The folder's marker, or ``None`` (no folder marker, or a file outside ``tests/``).
+    """
+    try:
+        folder = path.resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return None
+    return FOLDER_MARKERS.get(folder)
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Add to each collected test the marker of its folder (:data:`FOLDER_MARKERS`).
+
+    Args:
+        config: pytest's configuration.
+        items: the collected tests.
+    """
+    for item in items:
+        marker = folder_marker(item.path)
+        if marker is not None:
+            item.add_marker(marker)
 
 
 def quadratic_config(algorithm: str = "fedavg", **overrides) -> dict:
@@ -67,5 +111,8 @@ def _user_code_stays_out_of_this_process(request):
     if not before and USER_PACKAGE in sys.modules:
         for name in [m for m in sys.modules if m.split(".")[0] == USER_PACKAGE]:
             del sys.modules[name]
-        pytest.fail(f"{request.node.nodeid} imported the user package {USER_PACKAGE!r} into "
-                    "the test process", pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"{request.node.nodeid} imported the user package {USER_PACKAGE!r} into "
+            "the test process",
+            pytrace=False,
+        )

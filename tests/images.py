@@ -1,4 +1,4 @@
-"""Plot checks: a real PNG of the expected size with a drawing in it (issue 13 item 8)."""
+"""Plot checks: a real PNG of the expected size with a drawing in it."""
 
 from __future__ import annotations
 
@@ -48,8 +48,12 @@ def assert_plot_png(
 
 # fedtune.tuning.plots: Figure(figsize=…) per artifact, saved at dpi 110 with a tight bbox
 TUNING_DPI = 110
-TUNING_FIGSIZES = {"curves": (7, 4.5), "pareto": (6, 4.5), "envelope": (7.5, 4.8),
-                   "theory": (10, 4.2)}  # fmt: skip
+TUNING_FIGSIZES = {
+    "curves": (7, 4.5),
+    "pareto": (6, 4.5),
+    "envelope": (7.5, 4.8),
+    "theory": (10, 4.2),
+}
 
 
 def assert_tuning_plot(path: str | Path, kind: str) -> np.ndarray:

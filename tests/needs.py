@@ -56,7 +56,8 @@ def need(what: str, missing_reason: str | None) -> None:
     if missing_reason is None:
         return
     if required(what):
-        pytest.fail(f"{what} is required ({REQUIRE_VARS[what]}=1) but {missing_reason}",
-                    pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"{what} is required ({REQUIRE_VARS[what]}=1) but {missing_reason}", pytrace=False
+        )
     print(f"\nSKIP ({what}): {missing_reason}")
     pytest.skip(missing_reason)

@@ -36,24 +36,53 @@ __all__ = ["LEVELS", "object_violations", "pod_specs", "pod_templates", "violati
 LEVELS = ("baseline", "restricted")
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
-BASELINE_CAPABILITIES = frozenset({
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-})  # fmt: skip
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 RESTRICTED_ADD_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-SAFE_SYSCTLS = frozenset({
-    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
-    "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
-})  # fmt: skip
-SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t",
-                           "container_engine_t"})  # fmt: skip
-RESTRICTED_VOLUME_TYPES = frozenset({
-    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-    "projected", "secret",
-})  # fmt: skip
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
+SELINUX_TYPES = frozenset(
+    {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+)
+RESTRICTED_VOLUME_TYPES = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
 SECCOMP_CONFINED = frozenset({"RuntimeDefault", "Localhost"})
 APPARMOR_TYPES = frozenset({"RuntimeDefault", "Localhost"})
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
@@ -87,8 +116,10 @@ def _baseline(spec: dict[str, Any], annotations: dict[str, str]) -> list[str]:
         out.append("seccomp: spec.securityContext.seccompProfile.type is Unconfined")
     for i, sysctl in enumerate(pod_sc.get("sysctls") or []):
         if sysctl.get("name") not in SAFE_SYSCTLS:
-            out.append(f"sysctls: spec.securityContext.sysctls[{i}] {sysctl.get('name')!r} "
-                       "is not in the safe set")  # fmt: skip
+            out.append(
+                f"sysctls: spec.securityContext.sysctls[{i}] {sysctl.get('name')!r} "
+                "is not in the safe set"
+            )
     for key, value in (annotations or {}).items():
         if key.startswith(APPARMOR_ANNOTATION) and not (
             value == "runtime/default" or value.startswith("localhost/")
@@ -147,8 +178,10 @@ def _restricted(spec: dict[str, Any]) -> list[str]:
     for i, vol in enumerate(spec.get("volumes") or []):
         kinds = set(vol) - {"name"}
         if not kinds <= RESTRICTED_VOLUME_TYPES:
-            out.append(f"volume types: spec.volumes[{i}]({vol.get('name')}) is "
-                       f"{sorted(kinds - RESTRICTED_VOLUME_TYPES)}")  # fmt: skip
+            out.append(
+                f"volume types: spec.volumes[{i}]({vol.get('name')}) is "
+                f"{sorted(kinds - RESTRICTED_VOLUME_TYPES)}"
+            )
     pod_sc = _sc(spec)
     pod_non_root = pod_sc.get("runAsNonRoot")
     if pod_non_root is False:
@@ -179,8 +212,10 @@ def _restricted_linux(w: str, sc: dict[str, Any], pod_seccomp: str | None) -> li
         out.append(f"privilege escalation: {w}.allowPrivilegeEscalation is not false")
     seccomp = (sc.get("seccompProfile") or {}).get("type")
     if seccomp is None and pod_seccomp is None:
-        out.append(f"seccomp: neither spec.securityContext nor {w} sets "
-                   "seccompProfile RuntimeDefault/Localhost")  # fmt: skip
+        out.append(
+            f"seccomp: neither spec.securityContext nor {w} sets "
+            "seccompProfile RuntimeDefault/Localhost"
+        )
     elif seccomp is not None and seccomp not in SECCOMP_CONFINED:
         out.append(f"seccomp: {w}.seccompProfile.type is {seccomp!r}")
     caps = sc.get("capabilities") or {}

@@ -1,4 +1,4 @@
-"""Ray start-up in the tests, one policy for all (issue 15, item 11).
+"""Ray start-up in the tests, one policy for all.
 
 On a loaded machine (load average 13–40 on 2 CPUs) Ray's own start-up waits run out: the raylet
 has 30 s to register, workers 60 s. Every Ray the tests start therefore gets a generous timeout

@@ -4,9 +4,9 @@ An algorithm that no shipped space lists (a user's method) gets the space its pa
 (:func:`declared_space`); every searched hyperparameter must stay inside its declared bounds
 (:func:`declaration_problem`). Each parameter has a distribution (``type: float|int|categorical``, ``low``/``high``, ``log``,
 ``step``, ``choices``), a ``default``, an optional ``grid`` for grid search (``half-decade`` =
-the papers' {10⁻³, 10^−2.5, …, 10¹} learning-rate grid, `001_2dc7ddae5cbdc81f.txt` §8.3), an
-optional condition (``when: 'server_opt == "momentum"'``), an optional ``tie`` (value copied
-from another parameter: the W = P = C heuristic of `001_2dc7ddae5cbdc81f.txt` §9) and
+the papers' {10⁻³, 10^−2.5, …, 10¹} learning-rate grid, Charles & Konečný 2020 (arXiv:2007.00878)
+§8.3), an optional condition (``when: 'server_opt == "momentum"'``), an optional ``tie`` (value
+copied from another parameter: the W = P = C heuristic of Charles & Konečný 2020 §9) and
 ``enabled`` (shipped spaces carry the papers' fixed settings, e.g. K, switched off).
 
     space = merge(load_space("fedavgm"), {"client_lr": {"high": 1.0}})

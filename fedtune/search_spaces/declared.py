@@ -1,4 +1,4 @@
-"""Search spaces read from the parts' hyperparameter declarations (issue 10 req. 2).
+"""Search spaces read from the parts' hyperparameter declarations.
 
 Every part declares its hyperparameters once (:class:`~fedtune.trainers.hparams.HParam`: type,
 bounds, default search entry). Two things follow from that declaration here:
@@ -12,8 +12,8 @@ bounds, default search entry). Two things follow from that declaration here:
   so a space can narrow a declaration but never exceed it.
 
 The shipped YAML spaces (``*.yaml`` next to this module) remain the papers' protocols (their
-grids and fixed settings, `001_2dc7ddae5cbdc81f.txt` §8.3); they are checked against the
-declarations, not copied from them.
+grids and fixed settings, Charles & Konečný 2020 (arXiv:2007.00878) §8.3); they are checked against
+the declarations, not copied from them.
 """
 
 from __future__ import annotations

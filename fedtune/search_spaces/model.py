@@ -6,8 +6,9 @@ Conditions and ties refer to other parameters by name or path and are stored res
 
 Grids (for grid search) follow the papers' protocol: ``grid: half-decade`` is
 {10^(k/2)} ∩ [low, high] — for [10⁻³, 10¹] exactly {10⁻³, 10^−2.5, …, 10¹}, the client/server
-learning-rate grid of `001_2dc7ddae5cbdc81f.txt` §8.3 and `000_4bdc3753d62a87e2.txt` Fig. 6;
-``grid: decade`` is {10^k} ∩ [low, high]; an explicit list is taken as written.
+learning-rate grid of Charles & Konečný 2020 (arXiv:2007.00878) §8.3 and
+Charles & Konečný 2021 (arXiv:2103.05032) Fig. 6; ``grid: decade`` is {10^k} ∩ [low, high]; an
+explicit list is taken as written.
 """
 
 from __future__ import annotations

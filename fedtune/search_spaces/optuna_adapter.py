@@ -4,8 +4,8 @@ Optuna's samplers see one distribution per *sampled* parameter, named by its con
 (``hparams.client_lr``). Conditional parameters are handled define-by-run — :func:`suggest`
 walks the space in dependency order, evaluates each condition on the values drawn so far and
 only asks the trial for active parameters; tied parameters are never sampled, they copy their
-target's value (the `001_2dc7ddae5cbdc81f.txt` §9 heuristic W = P = C). Optuna is imported here
-only, so the rest of ``fedtune.search_spaces`` works without the ``tune`` extra.
+target's value (the Charles & Konečný 2020 (arXiv:2007.00878) §9 heuristic W = P = C). Optuna is
+imported here only, so the rest of ``fedtune.search_spaces`` works without the ``tune`` extra.
 """
 
 from __future__ import annotations

@@ -22,9 +22,19 @@ from .model import GRID_KEYWORDS, Parameter, ParamType
 __all__ = ["PARAM_KEYS", "merge_raw", "parse_parameter"]
 
 PARAM_KEYS = (
-    "type", "low", "high", "log", "step", "choices", "default", "grid", "when", "tie",
-    "enabled", "description",
-)  # fmt: skip
+    "type",
+    "low",
+    "high",
+    "log",
+    "step",
+    "choices",
+    "default",
+    "grid",
+    "when",
+    "tie",
+    "enabled",
+    "description",
+)
 _DISTRIBUTION_KEYS = {"type", "low", "high", "log", "step", "choices", "default", "grid"}
 _SCALARS = (type(None), bool, int, float, str)
 

@@ -1,6 +1,7 @@
 """The client side of LocalUpdate: K local steps and the Θ-weighted message.
 
-ClientUpdate (ALGORITHMS.md §1.3; `000_4bdc3753d62a87e2.txt` §2.1, `001_2dc7ddae5cbdc81f.txt` §2.1)::
+ClientUpdate (docs/explanation/algorithms.md §1.3; Charles & Konečný 2021 (arXiv:2103.05032) §2.1,
+Charles & Konečný 2020 (arXiv:2007.00878) §2.1)::
 
     y ← x;  msg ← 0
     for k = 1 … K(Θ):
@@ -10,10 +11,10 @@ ClientUpdate (ALGORITHMS.md §1.3; `000_4bdc3753d62a87e2.txt` §2.1, `001_2dc7dd
     return msg                            # Σ_k θ_k g_k — gradient units, NOT the model delta
 
 With ``units="delta"`` the message is γ·msg = x − y_K for Θ_{1:K}: the model-delta averaging of
-original FedAvg (App. A of `000_4bdc3753d62a87e2.txt` / `001_2dc7ddae5cbdc81f.txt`).
+original FedAvg (App. A of Charles & Konečný 2021 / Charles & Konečný 2020).
 
-Second-order MAML (`000_4bdc3753d62a87e2.txt` Thm 2, ALGORITHMS.md §3.12): K inner SGD steps
-on batches S_1…S_K, then the message is the exact gradient (through the inner steps, by
+Second-order MAML (Charles & Konečný 2021 Thm 2, docs/explanation/algorithms.md §3.12): K inner SGD
+steps on batches S_1…S_K, then the message is the exact gradient (through the inner steps, by
 autodiff, for any model) of the loss on batch S_{K+1} at the adapted point:
 ∇_x f(U_K(x); S_{K+1}).
 
@@ -49,20 +50,29 @@ __all__ = ["CLIENT_HPARAMS", "ClientRule", "make_client_fn", "make_masked_client
 
 CLIENT_HPARAMS = (
     HParam(
-        "client_lr", float, 0.1, bounds=(0.0, math.inf),
+        "client_lr",
+        float,
+        0.1,
+        bounds=(0.0, math.inf),
         space=Space(1e-3, 10.0, log=True, grid="half-decade"),
         doc="γ, client (inner) learning rate",
     ),
     HParam(
-        "prox_alpha", float, 0.0, bounds=(0.0, math.inf),
+        "prox_alpha",
+        float,
+        0.0,
+        bounds=(0.0, math.inf),
         space=Space(1e-3, 10.0, log=True, grid="decade", default=0.1),
         doc="α, FedProx proximal strength (α = 0 is FedAvg)",
     ),
     HParam(
-        "theta", tuple, (), bounds=(0.0, math.inf),
+        "theta",
+        tuple,
+        (),
+        bounds=(0.0, math.inf),
         doc="explicit Θ for local_update (weights >= 0, one positive); empty = the preset",
     ),
-)  # fmt: skip
+)
 
 Params = dict[str, torch.Tensor]
 LossOf = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]

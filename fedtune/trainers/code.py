@@ -28,6 +28,7 @@ from .plugins import Origin, error_location, registering_from
 
 __all__ = ["CodeSpec", "LoadReport", "code_origin", "load_code", "parse_code_spec"]
 
+
 @dataclass(frozen=True)
 class LoadReport:
     """What :func:`load_code` imported and what each module registered (JSON-friendly)."""
@@ -103,8 +104,8 @@ def _import(module: str, index: int, root: str | None) -> str | None:
 def _check_under_root(module: str, where: str, file: str | None, root: str | None) -> None:
     """With ``code.path``, the module must come from there: an installed copy of the same
     package (``pip install ./mypkg``, loaded first through its entry points, or earlier on
-    ``sys.path``) would otherwise run in the driver while the trials run ``code.path``'s
-    (issue 24 item 1). One line naming both places."""
+    ``sys.path``) would otherwise run in the driver while the trials run ``code.path``'s.
+    One line naming both places."""
     if root is None or file is None:
         return
     here = Path(file).resolve()

@@ -12,8 +12,8 @@ A trial configuration is plain YAML/JSON at the edges and frozen dataclasses ins
 
 ``task.seed`` is the *data* seed: it fixes the data, the split and the client-sampling sequence,
 so every trial of a study sees the same clients each round whatever its hyperparameters (the
-fairness protocol of `001_2dc7ddae5cbdc81f.txt` §8). ``seed`` is the *trial* seed: model
-initialisation and mini-batch draws.
+fairness protocol of Charles & Konečný 2020 (arXiv:2007.00878) §8). ``seed`` is the *trial* seed:
+model initialisation and mini-batch draws.
 
 ``hparams`` holds the values the user gave, validated against the algorithm's declarations
 (each part owns its hyperparameters: :mod:`fedtune.trainers.hparams`); the values a run uses
@@ -124,7 +124,8 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DecayConfig:
-    """LocalUpdateDecay (`001_2dc7ddae5cbdc81f.txt` §9, ALGORITHMS.md §2); paper defaults.
+    """LocalUpdateDecay (Charles & Konečný 2020 §9, docs/explanation/algorithms.md §2); paper
+    defaults.
 
     ``semantics``: ``paper`` (eq. 25 as written) or ``reference`` (the TFF research code the
     paper's experiments ran, google-research/federated ``adaptive_lr_decay``); see

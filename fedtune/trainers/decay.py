@@ -1,8 +1,9 @@
 """LocalUpdateDecay: automatic client/server learning-rate decay on loss plateaus.
 
-`001_2dc7ddae5cbdc81f.txt` §9, Algorithms 3–4 with the three practical refinements
-(ALGORITHMS.md §2). Every round each sampled client reports the loss of the *broadcast* model on
-its data before local training; ℓ_t is their mean. Two semantics (``decay.semantics``):
+Charles & Konečný 2020 (arXiv:2007.00878) §9, Algorithms 3–4 with the three practical refinements
+(docs/explanation/algorithms.md §2). Every round each sampled client reports the loss of the
+*broadcast* model on its data before local training; ℓ_t is their mean. Two semantics
+(``decay.semantics``):
 
 ``paper`` (default) — the paper's text, eq. 25. With window W, patience P, cooldown C and
 threshold Δ (``mode: max`` runs the same rule on −ℓ_t)::
@@ -13,9 +14,9 @@ threshold Δ (``mode: max`` runs the same rule on −ℓ_t)::
     if plateau_t and counter ≥ P:  γ ← max(a_client·γ, min_lr),  η ← max(a_server·η, min_lr),
                                    counter ← 0,  no test for the next C full rounds
 
-  Under-specified details resolved as ALGORITHMS.md §2.5 recommends: no test until W losses
-  exist, nor before any earlier ℓ̂ exists (min over ∅); a cooldown of C rounds also at the start
-  of training; the running minimum is global unless ``reset_min_after_decay``; the counter
+  Under-specified details resolved as docs/explanation/algorithms.md §2.5 recommends: no test until
+  W losses exist, nor before any earlier ℓ̂ exists (min over ∅); a cooldown of C rounds also at the
+  start of training; the running minimum is global unless ``reset_min_after_decay``; the counter
   resets at each decay. ``patience: 0`` decays at the first plateau, like ``patience: 1``.
 
 ``reference`` — the TensorFlow Federated research code the paper's experiments ran

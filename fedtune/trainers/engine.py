@@ -1,6 +1,7 @@
 """The training loop of one trial: ``run_trial(config, on_round) -> TrialResult``.
 
-One round (`001_2dc7ddae5cbdc81f.txt` Alg. 3 with ServerOpt, ALGORITHMS.md §1.3 and §2):
+One round (Charles & Konečný 2020 (arXiv:2007.00878) Alg. 3 with ServerOpt,
+docs/explanation/algorithms.md §1.3 and §2):
 
 1. sample the cohort I_t from the *data* seed (same clients for every hyperparameter setting);
 2. ℓ_t ← mean over I_t of each client's loss at the broadcast model, before local training;
@@ -174,9 +175,16 @@ class Trainer:
         steps = epoch_steps(counts, train.local_epochs, train.batch_size)
         extra = self.algorithm.num_batches() - self.local_steps  # e.g. FedGA's g_i(x) batch
         batches = padded_batches(
-            self.config.seed, t, clients, data.offsets[clients], counts, steps, extra,
-            train.batch_size, train.batch_sampling,
-        )  # fmt: skip
+            self.config.seed,
+            t,
+            clients,
+            data.offsets[clients],
+            counts,
+            steps,
+            extra,
+            train.batch_size,
+            train.batch_sampling,
+        )
         return steps, batches
 
     def _equal_counts(self, clients: torch.Tensor) -> bool:
@@ -329,7 +337,8 @@ class Trainer:
         self.initial_loss = state["initial_loss"]
         self._wall = float(state["wall"])
         self._examples = int(state["examples"])
-        self.outcome = None if state["outcome"] in (None, "stopped") else Outcome(state["outcome"])
+        saved = state["outcome"]
+        self.outcome = None if saved in (None, Outcome.STOPPED) else Outcome(saved)
         if self.outcome is None and self.round >= self.config.train.rounds:
             self.outcome = Outcome.COMPLETED
         self.reason = state["reason"]

@@ -13,8 +13,8 @@ evaluation round measures: ``full`` is f(x) above; ``sample`` is the unbiased es
 f̂(x) = (1/S) Σ_{i ∈ E_t} f_i(x) over S clients E_t drawn uniformly without replacement by
 :func:`evaluation_clients` from the *data* seed and the round only (a stream of its own, apart
 from the cohort's), so every hyperparameter setting of a study is evaluated on the same clients
-— the fairness protocol of `001_2dc7ddae5cbdc81f.txt` §8 that the cohort sampling follows;
-``off`` measures nothing. The sample is read in the same bounded row windows
+— the fairness protocol of Charles & Konečný 2020 (arXiv:2007.00878) §8 that the cohort sampling
+follows; ``off`` measures nothing. The sample is read in the same bounded row windows
 (:meth:`~fedtune.trainers.tasks.base.FederatedData.client_row_chunks`), so its cost is O(S)
 rows, not O(population).
 """

@@ -1,4 +1,5 @@
-"""Hyperparameter declarations: every part owns its typed hyperparameters (ARCHITECTURE.md §9).
+"""Hyperparameter declarations: every part owns its typed hyperparameters
+(docs/explanation/architecture.md §9).
 
 A part (client rule, server optimizer, aggregator, a method's own rule; built in or user code)
 declares each hyperparameter it reads once, as an :class:`HParam`: its type, default, validity
@@ -18,7 +19,8 @@ end exclusive); a numeric hyperparameter declared without bounds, a default outs
 search range beyond them is a :class:`~fedtune.errors.CodeError` naming the hyperparameter and
 the file:line of the declaration.
 
-Names follow ALGORITHMS.md §0 (client_*/server_* prefixes; `000_4bdc3753d62a87e2.txt` §2.1).
+Names follow docs/explanation/algorithms.md §0 (client_*/server_* prefixes;
+Charles & Konečný 2021 (arXiv:2103.05032) §2.1).
 """
 
 from __future__ import annotations

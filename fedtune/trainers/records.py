@@ -7,13 +7,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedtune.outcomes import TrialOutcome
+
 __all__ = ["Outcome", "RoundRecord", "TrialResult"]
 
 
 class Outcome(enum.StrEnum):
-    COMPLETED = "completed"
-    DIVERGED = "diverged"  # loss became non-finite or exceeded the divergence bound
-    STOPPED = "stopped"  # stopped early by the caller (e.g. a scheduler)
+    """How a training run ended: the :class:`fedtune.outcomes.TrialOutcome` values a run has."""
+
+    COMPLETED = TrialOutcome.COMPLETED.value
+    DIVERGED = TrialOutcome.DIVERGED.value  # loss non-finite or over the divergence bound
+    STOPPED = TrialOutcome.STOPPED.value  # stopped early by the caller (e.g. a scheduler)
 
 
 @dataclass(frozen=True)
@@ -21,8 +25,9 @@ class RoundRecord:
     """What happened in one round (1-based ``round``).
 
     ``client_loss`` is ℓ_t: the mean loss of the round's sampled clients on their own data at
-    the broadcast model, *before* local training (`001_2dc7ddae5cbdc81f.txt` §8.4/§9).
-    ``train_loss`` (population loss, mean over clients) and ``test_*`` exist on evaluation rounds.
+    the broadcast model, *before* local training (Charles & Konečný 2020 (arXiv:2007.00878)
+    §8.4/§9). ``train_loss`` (population loss, mean over clients) and ``test_*`` exist on evaluation
+    rounds.
     """
 
     round: int

@@ -1,4 +1,5 @@
-"""Runners decide how the sampled clients execute (FedJAX `for_each_client`, STYLE.md).
+"""Runners decide how the sampled clients execute (FedJAX `for_each_client`,
+docs/development/style.md).
 
 A runner maps a pure client function over the cohort::
 

@@ -1,12 +1,14 @@
-"""Seeded client sampling and mini-batch index draws (explicit randomness, STYLE.md habit 4).
+"""Seeded client sampling and mini-batch index draws (explicit randomness, docs/development/style.md
+habit 4).
 
 * The cohort of round t depends only on (data seed, t): M clients drawn uniformly *without*
-  replacement within a round and independently across rounds (`001_2dc7ddae5cbdc81f.txt` §8), so
-  every trial of a study sees the same clients whatever its hyperparameters.
+  replacement within a round and independently across rounds
+  (Charles & Konečný 2020 (arXiv:2007.00878) §8), so every trial of a study sees the same clients
+  whatever its hyperparameters.
 * The mini-batches of client i in round t depend only on (trial seed, t, i): ``with_replacement``
-  draws K·B example indices uniformly with replacement (the theory's assumption, ALGORITHMS.md
-  §1.2); ``shuffle`` walks fresh permutations of the client's examples; ``full`` uses all of them
-  at every step (exact gradient descent).
+  draws K·B example indices uniformly with replacement (the theory's assumption,
+  docs/explanation/algorithms.md §1.2); ``shuffle`` walks fresh permutations of the client's
+  examples; ``full`` uses all of them at every step (exact gradient descent).
 
 Generators are numpy ``SeedSequence``-based, hence bit-identical across processes and machines.
 """

@@ -1,7 +1,7 @@
 """Server optimizers: the server treats the averaged message q_t as a gradient.
 
-ALGORITHMS.md §1.4 (`000_4bdc3753d62a87e2.txt` App. E, `001_2dc7ddae5cbdc81f.txt` §8.4). With
-server lr η, momentum β, moments β₁, β₂ and ε:
+docs/explanation/algorithms.md §1.4 (Charles & Konečný 2021 (arXiv:2103.05032) App. E,
+Charles & Konečný 2020 (arXiv:2007.00878) §8.4). With server lr η, momentum β, moments β₁, β₂ and ε:
 
 * ``sgd``       x ← x − η q
 * ``momentum``  m ← β m + q;  x ← x − η m                          (heavy ball)
@@ -11,10 +11,10 @@ server lr η, momentum β, moments β₁, β₂ and ε:
 * ``yogi``      m as Adam;  v ← v − (1−β₂) sign(v − q²) q²;   x ← x − η m̂ / (√v̂ + ε)
 * ``adagrad``   v ← v + q²;  x ← x − η q / (√v + ε)
 
-Constants default to the Yogi setting of `001_2dc7ddae5cbdc81f.txt` §8.4 (β₁ 0.9, β₂ 0.99,
+Constants default to the Yogi setting of Charles & Konečný 2020 §8.4 (β₁ 0.9, β₂ 0.99,
 ε 1e-5, v₀ = 0). Bias correction (m̂ = m/(1−β₁ᵗ), v̂ = v/(1−β₂ᵗ)) is *off* by default, as in
 the adaptive federated optimizers of Reddi et al. that the papers use; the documents do not say
-(ALGORITHMS.md §9 item 12), so ``server_bias_correction`` turns it on.
+(docs/explanation/algorithms.md §9 item 12), so ``server_bias_correction`` turns it on.
 
 Each optimizer is a pair of pure functions over dicts of tensors: ``init(params) -> state`` and
 ``step(params, state, q, lr) -> (params, state)``; ``broadcast(params, state)`` is the point the
@@ -42,43 +42,75 @@ _OPEN_RANGE = (0.0, math.inf)
 
 SERVER_HPARAMS = (
     HParam(
-        "server_lr", float, 0.1, bounds=_OPEN_RANGE, open="low",
+        "server_lr",
+        float,
+        0.1,
+        bounds=_OPEN_RANGE,
+        open="low",
         space=Space(1e-3, 10.0, log=True, grid="half-decade"),
         doc="η, server (outer) learning rate (gradient units; η = γ is original FedAvg)",
     ),
     HParam(
-        "server_opt", str, "sgd", choices=SERVER_OPTS, space=Space(enabled=False),
+        "server_opt",
+        str,
+        "sgd",
+        choices=SERVER_OPTS,
+        space=Space(enabled=False),
         doc="server optimizer (a recipe may allow only some)",
     ),
     HParam(
-        "server_momentum", float, 0.9, bounds=(0.0, 1.0), open="high",
+        "server_momentum",
+        float,
+        0.9,
+        bounds=(0.0, 1.0),
+        open="high",
         space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9, 0.99), enabled=False),
         doc="β, heavy-ball / Nesterov coefficient",
     ),
     HParam(
-        "nesterov_form", str, "keras", choices=("keras", "theory"), space=Space(enabled=False),
-        doc="which Nesterov recursion (ALGORITHMS.md §1.4); only with server_opt nesterov",
+        "nesterov_form",
+        str,
+        "keras",
+        choices=("keras", "theory"),
+        space=Space(enabled=False),
+        doc="which Nesterov recursion (docs/explanation/algorithms.md §1.4); only with "
+        "server_opt nesterov",
     ),
     HParam(
-        "server_beta1", float, 0.9, bounds=(0.0, 1.0), open="high",
+        "server_beta1",
+        float,
+        0.9,
+        bounds=(0.0, 1.0),
+        open="high",
         space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9), enabled=False),
         doc="β₁, first-moment decay (unused by Adagrad)",
     ),
     HParam(
-        "server_beta2", float, 0.99, bounds=(0.0, 1.0), open="high",
+        "server_beta2",
+        float,
+        0.99,
+        bounds=(0.0, 1.0),
+        open="high",
         space=Space(0.9, 0.9999, grid=(0.9, 0.99, 0.999), enabled=False),
         doc="β₂, second-moment decay",
     ),
     HParam(
-        "server_eps", float, 1e-5, bounds=_OPEN_RANGE, open="low",
+        "server_eps",
+        float,
+        1e-5,
+        bounds=_OPEN_RANGE,
+        open="low",
         space=Space(1e-8, 1e-1, log=True, grid="decade", enabled=False),
         doc="ε, adaptivity floor",
     ),
     HParam(
-        "server_bias_correction", bool, False,
-        doc="bias-corrected moments m̂, v̂ (off, as in Reddi et al.; ALGORITHMS.md §9 item 12)",
+        "server_bias_correction",
+        bool,
+        False,
+        doc="bias-corrected moments m̂, v̂ (off, as in Reddi et al.; "
+        "docs/explanation/algorithms.md §9 item 12)",
     ),
-)  # fmt: skip
+)
 
 Params = dict[str, torch.Tensor]
 

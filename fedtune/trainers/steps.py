@@ -2,14 +2,14 @@
 
 With ``train.local_epochs`` E (instead of a fixed ``train.local_steps`` K) client i of a round
 runs τ_i = ⌈E·n_i/B⌉ local steps over its own n_i examples (batch size B; the remark of
-ALGORITHMS.md §1.3, `001_2dc7ddae5cbdc81f.txt` §2.1, "a fixed number of local epochs E could be
-used instead"). The vectorized runner needs one shape for the whole cohort, so a round's batch
-rows are padded to ``[M, K_max + extra, B]`` (K_max = max_i τ_i; ``extra`` = the batches an
-algorithm draws besides its local steps, e.g. FedGA's mini-batch g_i(x), laid out after the
-K_max step columns) and a boolean step mask ``[M, K_max]`` marks the real steps. A masked step
-is an exact no-op: client functions select the old value with ``torch.where`` (never multiply by
-0, which would let a NaN through or flip the sign of a zero), so the padded vectorized run equals
-the sequential run bit for bit and equals running τ_i unpadded steps.
+docs/explanation/algorithms.md §1.3, Charles & Konečný 2020 (arXiv:2007.00878) §2.1, "a fixed number
+of local epochs E could be used instead"). The vectorized runner needs one shape for the whole
+cohort, so a round's batch rows are padded to ``[M, K_max + extra, B]`` (K_max = max_i τ_i;
+``extra`` = the batches an algorithm draws besides its local steps, e.g. FedGA's mini-batch g_i(x),
+laid out after the K_max step columns) and a boolean step mask ``[M, K_max]`` marks the real steps.
+A masked step is an exact no-op: client functions select the old value with ``torch.where`` (never
+multiply by 0, which would let a NaN through or flip the sign of a zero), so the padded vectorized
+run equals the sequential run bit for bit and equals running τ_i unpadded steps.
 
 Determinism: client i's rows are ``batch_indices(trial seed, round, i, …, τ_i + extra, B)``, a
 function of (trial seed, round, client id) only; padded columns repeat the client's last real

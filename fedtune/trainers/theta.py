@@ -1,7 +1,8 @@
 """Coefficient vectors Θ that turn a client's local gradients into its message.
 
-The client message is q_i = Σ_k θ_k g_k (ALGORITHMS.md §1.2–1.3; `000_4bdc3753d62a87e2.txt` §2.1,
-`001_2dc7ddae5cbdc81f.txt` §2.1). Presets:
+The client message is q_i = Σ_k θ_k g_k (docs/explanation/algorithms.md §1.2–1.3;
+Charles & Konečný 2021 (arXiv:2103.05032) §2.1, Charles & Konečný 2020 (arXiv:2007.00878) §2.1).
+Presets:
 
 * ``sum``  Θ_{1:K} = (1, …, 1)        FedAvg, Reptile, FedProx, FedSGD, Lookahead
 * ``last`` Θ_K = (0, …, 0, 1)         FOMAML (K − 1 adaptation steps, gradient at the K-th iterate)

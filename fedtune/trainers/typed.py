@@ -1,4 +1,5 @@
-"""Plain dicts -> frozen, validated dataclasses, by pydantic (STYLE.md habit 3: typed early).
+"""Plain dicts -> frozen, validated dataclasses, by pydantic (docs/development/style.md habit 3:
+typed early).
 
 ``from_mapping(cls, data, path)`` builds a frozen dataclass (``TrainConfig``, a task's
 parameters) from a mapping: unknown keys are refused, values are validated by pydantic against

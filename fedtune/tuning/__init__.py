@@ -14,14 +14,46 @@
 # timeline, the Ray plumbing that ``fedtune tune`` starts before anything else — costs no
 # torch: the spec (torch, pydantic), the trade-off (numpy), execution (Optuna + Ray Tune +
 # MLflow) and the figures (matplotlib) load when asked for. name -> module.
-_SPEC = ("MULTI_OBJECTIVE_SAMPLERS", "BudgetSpec", "Metric", "Mode", "MultiMetric",
-         "ObjectiveSpec", "ResourcesSpec", "SamplerName", "SamplerSpec", "SchedulerName",
-         "SchedulerSpec", "SearchSpec", "Strategy", "StudySpec", "TrackingSpec")  # fmt: skip
-_TRADEOFF = ("EnvelopePoint", "RegimeChange", "TradeOff", "TrialCurve", "TrialSummary",
-             "analyze_tradeoff", "lower_envelope", "pareto_front", "rounds_to_target",
-             "smooth")  # fmt: skip
-_PLOTS = ("TheoryRow", "config_label", "contraction_rate", "plot_curves", "plot_envelope",
-          "plot_pareto", "plot_theory", "theory_table", "write_artifacts")  # fmt: skip
+_SPEC = (
+    "MULTI_OBJECTIVE_SAMPLERS",
+    "BudgetSpec",
+    "Metric",
+    "Mode",
+    "MultiMetric",
+    "ObjectiveSpec",
+    "ResourcesSpec",
+    "SamplerName",
+    "SamplerSpec",
+    "SchedulerName",
+    "SchedulerSpec",
+    "SearchSpec",
+    "Strategy",
+    "StudySpec",
+    "TrackingSpec",
+)
+_TRADEOFF = (
+    "EnvelopePoint",
+    "RegimeChange",
+    "TradeOff",
+    "TrialCurve",
+    "TrialSummary",
+    "analyze_tradeoff",
+    "lower_envelope",
+    "pareto_front",
+    "rounds_to_target",
+    "smooth",
+)
+_PLOTS = (
+    "TheoryRow",
+    "config_label",
+    "contraction_rate",
+    "plot_curves",
+    "plot_envelope",
+    "plot_pareto",
+    "plot_theory",
+    "theory_table",
+    "write_artifacts",
+)
 _LAZY = {
     **dict.fromkeys(_SPEC, "spec"),
     **dict.fromkeys(_TRADEOFF, "tradeoff"),

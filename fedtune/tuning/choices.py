@@ -8,7 +8,7 @@ validation as a whole parse); a ``train``/``decay`` field is coerced to its decl
 (``fedtune.trainers.typed``), the section is rebuilt with it and its ``validate`` range checks
 run; the result goes to the algorithm's recipe. The cost per
 choice is one dataclass rebuild, not a deep copy, a parse of three sections and their type hints
-(~0.8 ms per choice, issue 15 item 1). ``task.<x>`` values are not checked per choice at
+(~0.8 ms per choice). ``task.<x>`` values are not checked per choice at
 submission (a task validates its parameters when it is built), exactly as in a whole parse.
 """
 

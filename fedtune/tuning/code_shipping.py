@@ -1,4 +1,4 @@
-"""A study's user code shipped to Ray workers through Ray's own ``runtime_env`` (issue 10 §4).
+"""A study's user code shipped to Ray workers through Ray's own ``runtime_env``.
 
 ``code: {path: ./my_lab, modules: [my_lab.tasks]}`` names an *import root* (a directory, or a
 ``.whl``/``.zip``) and the modules that register the study's task, model and algorithm. When the

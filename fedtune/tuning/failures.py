@@ -27,11 +27,12 @@ import optuna
 from optuna.trial import TrialState
 from ray import tune
 
+from fedtune.outcomes import TrialOutcome
+
 from .store import StudyStore
 from .trainable import TRIAL_KEY
 
 __all__ = [
-    "CANCELLED",
     "FIRST_ERROR_ATTR",
     "FirstErrorCallback",
     "all_failed",
@@ -41,7 +42,6 @@ __all__ = [
 ]
 
 FIRST_ERROR_ATTR = "fedtune:first_error"
-CANCELLED = "cancelled"  # the ``outcome`` of a queued trial dropped by a cancellation
 _MAX_CHARS = 2000
 
 
@@ -77,7 +77,7 @@ def first_error(study: optuna.Study) -> str | None:
 
 def all_failed(counts: Mapping[str, int]) -> bool:
     """Whether trials finished and every one of them failed (``optuna_glue.study_counts``)."""
-    return counts.get("trials", 0) > 0 and counts.get("failed", 0) == counts["trials"]
+    return counts.get("trials", 0) > 0 and counts.get(TrialOutcome.FAILED, 0) == counts["trials"]
 
 
 def discard_waiting(store: StudyStore, *, orphans: bool = False) -> int:
@@ -99,14 +99,22 @@ def no_best_reason(study: optuna.Study, counts: Mapping[str, int]) -> str:
     completed (a diverged, b failed, ...)``; then the first trial's own reason: a diverged
     trial's engine reason (``round 2: client loss nan``) or the first error
     (:func:`first_error`), whichever trial came first."""
-    kinds = {k: counts.get(k, 0) for k in ("completed", "diverged", "failed", "stopped")}
+    ended = (
+        TrialOutcome.COMPLETED,
+        TrialOutcome.DIVERGED,
+        TrialOutcome.FAILED,
+        TrialOutcome.STOPPED,
+    )
+    kinds = {k.value: counts.get(k, 0) for k in ended}
     total = counts.get("trials", 0)
     if total == 0:
         head = "no trial finished"
-    elif kinds["completed"]:
-        head = f"no completed trial has a finite value ({kinds['completed']} completed)"
-    elif (only := [k for k, n in kinds.items() if n]) and len(only) == 1 and kinds[only[0]] == total:
-        verb = "were stopped" if only[0] == "stopped" else only[0]
+    elif done := kinds[TrialOutcome.COMPLETED]:
+        head = f"no completed trial has a finite value ({done} completed)"
+    elif (
+        (only := [k for k, n in kinds.items() if n]) and len(only) == 1 and kinds[only[0]] == total
+    ):
+        verb = "were stopped" if only[0] == TrialOutcome.STOPPED else only[0]
         head = f"all {total} trial{'s' if total != 1 else ''} {verb}"
     else:
         head = "no trial completed (" + ", ".join(f"{n} {k}" for k, n in kinds.items() if n) + ")"
@@ -120,6 +128,6 @@ def _first_reason(study: optuna.Study) -> str | None:
     for t in study.get_trials(deepcopy=False):
         if isinstance(error_trial, int) and t.number >= error_trial:
             break
-        if t.user_attrs.get("outcome") == "diverged":
-            return f"trial {t.number}: {t.user_attrs.get('reason') or 'diverged'}"
+        if t.user_attrs.get("outcome") == TrialOutcome.DIVERGED:
+            return f"trial {t.number}: {t.user_attrs.get('reason') or TrialOutcome.DIVERGED}"
     return first_error(study)

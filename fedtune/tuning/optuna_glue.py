@@ -14,7 +14,7 @@ tells the storage's study through Optuna's public ask/tell API):
   :attr:`FedtuneSearch.REPORT_INTERVAL_S` seconds, and always at the trial's last round
   (single objective; Optuna has no intermediate values for several objectives). One write costs
   the driver ~4 ms of CPU, so a write per round of tens of trials would be the driver's limit;
-  and nothing reads the values in between: Ray's scheduler (not an Optuna pruner) stops trials,
+  and nothing reads the values in between: the study's stopper (``stop_rules``) stops trials,
   the samplers read final values, and a PRUNED trial's value is the *last* intermediate value,
   which is always written. The intermediate values are a live sample of the curve (which rounds
   depends on timing; their values and the trial's value do not); every round is in MLflow and
@@ -24,9 +24,9 @@ tells the storage's study through Optuna's public ask/tell API):
   objective). We prefer a bad value to ``FAIL``: TPE, GP, NSGA-II and CMA-ES then learn that the
   region is bad (a FAIL is simply ignored and the sampler would keep proposing diverging rates);
   Optuna stores ±∞ exactly and the GP sampler clips it;
-* stopped by the scheduler (ASHA / median) or the wall-clock budget → ``PRUNED``; Optuna keeps
-  the last intermediate value as the trial's value: the objective at the round it reached, the
-  one definition MLflow, the service and the trade-off use too;
+* stopped by the study's stopper (ASHA, a stop rule …) or the wall-clock budget → ``PRUNED``;
+  Optuna keeps the last intermediate value as the trial's value: the objective at the round it
+  reached, the one definition MLflow, the service and the trade-off use too;
 * an exception in the trainable → ``FAIL``.
 
 User attributes: ``outcome`` (completed, diverged, stopped, failed, interrupted, cancelled: a
@@ -60,13 +60,15 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from fedtune.errors import ConfigError
+from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status, optuna_state
+from fedtune.redact import scrub
 from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_values, suggest
 
 from .spec import Mode, MultiMetric, SamplerName, StudySpec
+from .stop_rules import SWEEP_ATTR, Observed, Stopper
 from .store import CURVE_ATTR, StudyStore, make_storage, outcome_of, storage_url
 from .tradeoff import TrialCurve
-from .tradeoff_search import SWEEP_ATTR, Observed, TradeoffState
-from .trainable import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, RUNNING, TRIAL_KEY
+from .trainable import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 
 __all__ = [
     "CURVE_ATTR",
@@ -116,7 +118,7 @@ def open_study(spec: StudySpec, storage: RDBStorage, space: SearchSpace) -> optu
     if not attrs:
         for key, value in wanted.items():
             study.set_user_attr(key, value)
-        study.set_user_attr("fedtune.spec", spec.to_dict())
+        study.set_user_attr("fedtune.spec", scrub(spec.to_dict()))  # no URI credentials
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             study.set_metric_names(_metric_names(spec))
@@ -148,7 +150,7 @@ def target_trials(spec: StudySpec, space: SearchSpace, trials: int | None) -> in
     return total
 
 
-_NEVER_ENDED = ("interrupted", "cancelled")  # interrupted (re-run) or dropped by a cancel
+_NEVER_ENDED = (TrialOutcome.INTERRUPTED, TrialOutcome.CANCELLED)  # re-run, or dropped by a cancel
 
 
 def _interrupted(t: optuna.trial.FrozenTrial) -> bool:
@@ -189,7 +191,7 @@ def run_statuses(study: optuna.Study) -> dict[str, str]:
     for t in study.get_trials(deepcopy=False):
         run_id = t.user_attrs.get("mlflow_run_id")
         if run_id and t.state.is_finished() and not _interrupted(t):
-            out[run_id] = "FAILED" if t.state == TrialState.FAIL else "FINISHED"
+            out[run_id] = mlflow_status(outcome_of(t))
     return out
 
 
@@ -247,7 +249,7 @@ class FedtuneSearch(Searcher):
         space: SearchSpace,
         store: StudyStore,
         sampler: optuna.samplers.BaseSampler,
-        proposer: TradeoffState | None = None,
+        stopper: Stopper | None = None,
     ) -> None:
         multi = spec.objective.is_multi
         modes = [str(m) for m in spec.objective.directions]
@@ -266,7 +268,7 @@ class FedtuneSearch(Searcher):
         self._curves: dict[str, tuple[list[int], list[float]]] = {}
         self._unreported: dict[str, tuple[float, int]] = {}  # (value, round) not yet written
         self._due_at: dict[str, float] = {}  # when the next write is due
-        self._proposer = proposer
+        self._stopper = stopper
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return not config  # the space is the study's; Tune's param_space stays empty
@@ -280,20 +282,20 @@ class FedtuneSearch(Searcher):
         """Nothing to restore: see :meth:`save`."""
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        if self._proposer is not None and not self._waiting():
+        if self._stopper is not None and not self._waiting():
             self._propose()
         trial = self._study.ask()  # an enqueued (re-run, grid or sweep) point first
         self._trials[trial_id] = trial
-        if self._proposer is not None:
-            self._proposer.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+        if self._stopper is not None:
+            self._stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
         return {**suggest(trial, self._space_def), TRIAL_KEY: trial.number}
 
     def _waiting(self) -> bool:
         return bool(self._study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
     def _propose(self) -> None:
-        """Queue the trade-off sweep's next point (tagged), if the sweep has one."""
-        proposal = self._proposer.propose()
+        """Queue the stopper's next proposal (tagged), if it has one."""
+        proposal = self._stopper.propose()
         if proposal is None:
             return
         tag, point = proposal
@@ -338,21 +340,16 @@ class FedtuneSearch(Searcher):
             self.on_trial_result(trial_id, result)
         self._report(trial_id, trial)  # the last round's value: a PRUNED trial's value
         self._due_at.pop(trial_id, None)
-        outcome = (result or {}).get(OUTCOME)
-        state, values = TrialState.FAIL, None
-        if error or outcome is None:
-            outcome = "failed"
-        elif outcome == RUNNING:
-            state, outcome = TrialState.PRUNED, "stopped"  # value: the last reported objective
-        else:
-            state = TrialState.COMPLETE
+        outcome = final_outcome((result or {}).get(OUTCOME), error=error)
+        state, values = TrialState[optuna_state(outcome)], None  # PRUNED: the last reported value
+        if outcome == TrialOutcome.DIVERGED:
+            values = list(self._worst)
+        elif state == TrialState.COMPLETE:
             values = [float(result[k]) for k in self._keys]
-            if outcome == "diverged":
-                values = list(self._worst)
         self._record(trial.number, trial_id, outcome, result or {})
-        if self._proposer is not None:
-            value = values[0] if values and outcome == "completed" else None
-            self._proposer.complete(trial.number, outcome, value)
+        if self._stopper is not None:
+            value = values[0] if values and outcome == TrialOutcome.COMPLETED else None
+            self._stopper.complete(trial.number, outcome, value)
         self._study.tell(trial, values, state=state)
         self._done.add(trial_id)
 
@@ -360,8 +357,9 @@ class FedtuneSearch(Searcher):
         attrs: dict[str, Any] = {"outcome": outcome, "rounds": int(result.get(ROUND, 0))}
         if result.get("reason"):
             attrs["reason"] = str(result["reason"])
-        if self._proposer is not None and number in self._proposer.stops:
-            attrs["stop_rule"] = str(self._proposer.stops[number])
+        reason = self._stopper.stop_reason(number) if self._stopper is not None else None
+        if reason:
+            attrs["stop_rule"] = str(reason)
         if DECAY_ROUNDS in result:
             attrs.update(decays=len(result[DECAY_ROUNDS]), decay_rounds=list(result[DECAY_ROUNDS]))
         self._store.set_trial_attrs(number, **attrs)
@@ -370,14 +368,14 @@ class FedtuneSearch(Searcher):
 
 
 def sweep_history(study: optuna.Study) -> dict[int, tuple[str | None, Observed | None]]:
-    """Tags and outcomes of an earlier invocation's trials (a resumed trade-off study)."""
+    """Tags and outcomes of an earlier invocation's proposed trials (for ``Stopper.resume``)."""
     out: dict[int, tuple[str | None, Observed | None]] = {}
     for t in study.get_trials(deepcopy=False):
         tag = t.user_attrs.get(SWEEP_ATTR)
         if tag is None or not t.state.is_finished() or _interrupted(t):
             continue
         outcome = outcome_of(t)
-        value = t.values[0] if outcome == "completed" and t.values else None
+        value = t.values[0] if outcome == TrialOutcome.COMPLETED and t.values else None
         out[t.number] = (tag, Observed(tag, outcome, value, t.user_attrs.get("stop_rule")))
     return out
 
@@ -388,8 +386,8 @@ _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 def study_counts(study: optuna.Study) -> dict[str, int]:
     """Finished trials by outcome; ``trials`` = those counting towards the budget."""
-    counts = dict.fromkeys(("trials", "completed", "diverged", "stopped", "failed"), 0)
-    counts["interrupted"] = 0
+    shown = [o.value for o in TrialOutcome if o != TrialOutcome.CANCELLED]  # cancelled: if any
+    counts = dict.fromkeys(("trials", *shown), 0)
     for t in study.get_trials(deepcopy=False, states=_FINISHED):
         outcome = outcome_of(t)
         counts[outcome] = counts.get(outcome, 0) + 1
@@ -403,7 +401,7 @@ def stop_reasons(study: optuna.Study, scheduler: str | None) -> dict[str, int]:
     stopped them (``asha``, ``median``)."""
     reasons: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False, states=_FINISHED):
-        if outcome_of(t) == "stopped":
+        if outcome_of(t) == TrialOutcome.STOPPED:
             why = str(t.user_attrs.get("stop_rule") or scheduler or "scheduler")
             reasons[why] = reasons.get(why, 0) + 1
     return dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -422,7 +420,7 @@ def best_trial(spec: StudySpec, study: optuna.Study, space: SearchSpace) -> dict
     done = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if outcome_of(t) == "completed" and math.isfinite(t.values[0])
+        if outcome_of(t) == TrialOutcome.COMPLETED and math.isfinite(t.values[0])
     ]
     if not done:
         return None

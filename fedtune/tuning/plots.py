@@ -6,10 +6,11 @@
 * :func:`plot_pareto` — (rounds to τ, final loss) per trial with the Pareto set joined; trials
   that never reach τ sit at the right edge.
 * :func:`plot_envelope` — best loss reachable within R rounds, regime changes marked with the
-  configuration that takes over (large γ early, small γ late: `001_2dc7ddae5cbdc81f.txt` §8).
+  configuration that takes over (large γ early, small γ late:
+  Charles & Konečný 2020 (arXiv:2007.00878) §8).
 * Quadratic tasks: :func:`theory_table` puts predicted (ρ, Δ) (plain numbers, e.g. from
   ``fedtune.trainers.theory``) beside the measured contraction rate and limit, and
-  :func:`plot_theory` draws them (`000_4bdc3753d62a87e2.txt` Thm 3, §5).
+  :func:`plot_theory` draws them (Charles & Konečný 2021 (arXiv:2103.05032) Thm 3, §5).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from .tradeoff import TradeOff, TrialCurve, TrialId
+from fedtune.outcomes import TrialOutcome
+
+from .tradeoff import FLAG_STOPPED, TradeOff, TrialCurve, TrialId
 
 __all__ = [
     "TheoryRow",
@@ -93,7 +96,7 @@ def plot_curves(
     labelled: set[str] = set()
     for c, colour in zip(curves, colours, strict=True):
         y = np.asarray(c.losses, dtype=float)
-        style = "--" if c.outcome == "diverged" else "-"
+        style = "--" if c.outcome == TrialOutcome.DIVERGED else "-"
         label = None
         if color_by and isinstance(colour, str):  # categorical legend, one entry per level
             level = f"{color_by}={c.params.get(color_by)}"
@@ -136,27 +139,41 @@ def pareto_figure(tradeoff: TradeOff) -> Figure:
         if tradeoff.pareto_target is not None
         else None
     )
-    shown = [t for t in tradeoff.trials if t.flag in ("", "stopped")]
+    shown = [t for t in tradeoff.trials if t.flag in ("", FLAG_STOPPED)]
     pts = [(t, t.rounds_to_target[k] if k is not None else math.inf) for t in shown]
     pts = [(t, r) for t, r in pts if math.isfinite(t.final_loss)]
     finite_r = [r for _, r in pts if math.isfinite(r)]
     edge = 1.1 * max(finite_r) if finite_r else 1.0
     named = set(tradeoff.shown())
-    rest = [(r if math.isfinite(r) else edge, t.final_loss) for t, r in pts
-            if t.trial_id not in named]  # fmt: skip
+    rest = [
+        (r if math.isfinite(r) else edge, t.final_loss) for t, r in pts if t.trial_id not in named
+    ]
     if rest:
-        ax.scatter(*zip(*rest, strict=True), s=6, color="0.75", zorder=1,
-                   label=f"{len(rest)} other trials")  # fmt: skip
+        ax.scatter(
+            *zip(*rest, strict=True), s=6, color="0.75", zorder=1, label=f"{len(rest)} other trials"
+        )
     pts = [(t, r) for t, r in pts if t.trial_id in named]
     for t, r in pts:
-        reached, stopped = math.isfinite(r), t.flag == "stopped"
+        reached, stopped = math.isfinite(r), t.flag == FLAG_STOPPED
         x = r if reached else edge
         marker = "s" if stopped else ("o" if reached else ">")
         colour = "C1" if stopped else ("C0" if reached else "C7")
-        ax.scatter(x, t.final_loss, marker=marker, s=22, zorder=2,
-                   facecolors="none" if stopped else colour, edgecolors=colour)  # fmt: skip
-        ax.annotate(str(t.trial_id), (x, t.final_loss), fontsize=7, xytext=(3, 3),
-                    textcoords="offset points")  # fmt: skip
+        ax.scatter(
+            x,
+            t.final_loss,
+            marker=marker,
+            s=22,
+            zorder=2,
+            facecolors="none" if stopped else colour,
+            edgecolors=colour,
+        )
+        ax.annotate(
+            str(t.trial_id),
+            (x, t.final_loss),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     front = [next((t, r) for t, r in pts if t.trial_id == i) for i in tradeoff.pareto]
     if front:
         xs = [r if math.isfinite(r) else edge for _, r in front]
@@ -169,10 +186,16 @@ def pareto_figure(tradeoff: TradeOff) -> Figure:
             label="Pareto set",
             marker="o",
         )
-    if any(t.flag == "stopped" for t, _ in pts):
-        ax.scatter([], [], marker="s", facecolors="none", edgecolors="C1",
-                   label="stopped early (loss at its last round)")  # fmt: skip
-    if front or rest or any(t.flag == "stopped" for t, _ in pts):
+    if any(t.flag == FLAG_STOPPED for t, _ in pts):
+        ax.scatter(
+            [],
+            [],
+            marker="s",
+            facecolors="none",
+            edgecolors="C1",
+            label="stopped early (loss at its last round)",
+        )
+    if front or rest or any(t.flag == FLAG_STOPPED for t, _ in pts):
         ax.legend(fontsize=8)
     left_out = len(tradeoff.trials) - len(shown)
     if left_out:
@@ -266,7 +289,7 @@ def contraction_rate(
     """Measured per-round contraction ρ̂ from the slope of log(ℓ_t − ℓ_∞).
 
     ℓ_t − ℓ_∞ ≈ C ρ^{p t} with p = ``loss_exponent`` (2 on a quadratic, where the loss gap is
-    quadratic in the distance that ρ of `000_4bdc3753d62a87e2.txt` Thm 3 contracts), so
+    quadratic in the distance that ρ of Charles & Konečný 2021 Thm 3 contracts), so
     ρ̂ = exp(slope / p) for the least-squares slope over ``window`` = (first, last) round
     (default: all), using only points whose excess is above ``rel_floor`` × the largest excess
     in the window. ``floor`` ℓ_∞ defaults to the minimum of the whole curve (not only

@@ -16,9 +16,11 @@ from typing import Any, TextIO
 
 from ray.tune import Callback
 
+from fedtune.outcomes import TrialOutcome, final_outcome
+
 from .spec import Mode
 from .tracking import error_line
-from .trainable import OBJECTIVE, OUTCOME, RUNNING, TRIAL_KEY
+from .trainable import OBJECTIVE, OUTCOME, TRIAL_KEY
 
 __all__ = ["ProgressCallback", "format_duration"]
 
@@ -72,18 +74,17 @@ class ProgressCallback(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         result = trial.last_result or {}
-        outcome = result.get(OUTCOME, "failed")
-        outcome = "stopped" if outcome == RUNNING else outcome
+        outcome = final_outcome(result.get(OUTCOME))
         number = trial.config.get(TRIAL_KEY)
-        if outcome == "completed":
+        if outcome == TrialOutcome.COMPLETED:
             self._offer(result.get(OBJECTIVE), number)
-        elif outcome == "diverged":
+        elif outcome == TrialOutcome.DIVERGED:
             self.event(f"trial {number} diverged: {result.get('reason', '')}".rstrip(": "))
         self._finish(outcome)
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         self.event(f"trial {trial.config.get(TRIAL_KEY)} failed: {error_line(trial)}")
-        self._finish("failed")
+        self._finish(TrialOutcome.FAILED)
 
     def on_experiment_end(self, trials, **info) -> None:
         self.close()
@@ -102,14 +103,14 @@ class ProgressCallback(Callback):
         self.running = max(0, self.running - 1)
         self.done += 1
         self.done_here += 1
-        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        self.counts[str(outcome)] = self.counts.get(outcome, 0) + 1
         if not self._tty:
             self._write(self.line() + "\n")
         self.draw(force=True)
 
     def line(self) -> str:
         parts = [f"{self.name}  {self.done}/{self.total} done", f"{self.running} running"]
-        parts += [f"{n} {k}" for k, n in sorted(self.counts.items()) if k != "completed"]
+        parts += [f"{n} {k}" for k, n in sorted(self.counts.items()) if k != TrialOutcome.COMPLETED]
         if self.best is not None:
             parts.append(f"best {self.best[0]:.4g} (#{self.best[1]})")
         elapsed = self.clock() - self.start

@@ -1,4 +1,4 @@
-"""Ray start-up and clean-up for a study's driver (ARCHITECTURE.md §4, step 2).
+"""Ray start-up and clean-up for a study's driver (docs/explanation/architecture.md §4, step 2).
 
 * :func:`start_ray` — ``ray.init`` retried: a start-up that fails (the raylet did not register
   within Ray's 30 s on a loaded machine, a cluster that is restarting) is shut down, the
@@ -69,7 +69,7 @@ TEMP_RECORD = "ray-temp"  # in the workdir: the path of its /tmp temp dir
 WORKER_REGISTER_TIMEOUT_S = 180  # Ray's default 60 s is too short on a loaded machine
 #: an embedded Ray starts no idle Python workers: Ray prestarts one per CPU (each importing Ray,
 #: ~1 s of CPU) while the study starts, and Tune's trial actors never use them — they get
-#: workers of their own (issue 21 req. 3: CPU taken from the start-up of a small study)
+#: workers of their own (CPU taken from the start-up of a small study)
 NO_PRESTART = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 _TERM_GRACE_S = 5.0
 
@@ -95,8 +95,10 @@ class RayStartPolicy:
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> RayStartPolicy:
         """``FEDTUNE_RAY_START_ATTEMPTS`` / ``FEDTUNE_RAY_START_BACKOFF_S``, else the defaults."""
         values: dict[str, Any] = {}
-        for field, var, kind in (("attempts", "FEDTUNE_RAY_START_ATTEMPTS", int),
-                                 ("backoff_s", "FEDTUNE_RAY_START_BACKOFF_S", float)):  # fmt: skip
+        for field, var, kind in (
+            ("attempts", "FEDTUNE_RAY_START_ATTEMPTS", int),
+            ("backoff_s", "FEDTUNE_RAY_START_BACKOFF_S", float),
+        ):
             raw = environ.get(var, "").strip()
             if raw:
                 try:
@@ -142,8 +144,13 @@ def start_ray(
         if temp_dir is not None:
             reap_orphans(temp_dir, whose=HALF_STARTED)
         if attempt < policy.attempts:
-            log.warning("Ray start-up failed (attempt %d of %d): %s; retrying in %.0f s",
-                        attempt, policy.attempts, _first_line(last), policy.delay(attempt))  # fmt: skip
+            log.warning(
+                "Ray start-up failed (attempt %d of %d): %s; retrying in %.0f s",
+                attempt,
+                policy.attempts,
+                _first_line(last),
+                policy.delay(attempt),
+            )
             sleep(policy.delay(attempt))
     raise RayStartError(
         f"Ray did not start ({where}) after {policy.attempts} attempt(s): {_first_line(last)}"
@@ -223,8 +230,11 @@ def _own_private_dir(path: Path) -> None:
     """``path`` is a real folder of this user (not a symlink): make it 0700, else refuse."""
     info = path.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise ConfigError("ray temp dir", f"{path} is not a folder of this user (a symlink or "
-                          "another user's): refusing to put Ray's sockets there")  # fmt: skip
+        raise ConfigError(
+            "ray temp dir",
+            f"{path} is not a folder of this user (a symlink or "
+            "another user's): refusing to put Ray's sockets there",
+        )
     if stat.S_IMODE(info.st_mode) != 0o700:
         path.chmod(0o700)
 
@@ -297,8 +307,14 @@ def reap_orphans(
     if not found:
         return []
     level = logging.DEBUG if whose == OWN_SHUTDOWN else logging.WARNING
-    log.log(level, "stopping %d Ray process(es) left in %s (%s): pids %s",
-            len(found), temp_dir, whose, sorted(found))  # fmt: skip
+    log.log(
+        level,
+        "stopping %d Ray process(es) left in %s (%s): pids %s",
+        len(found),
+        temp_dir,
+        whose,
+        sorted(found),
+    )
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
         alive = {p: t for p, t in found.items() if _start_ticks(p) == t}
         for pid in alive:

@@ -6,7 +6,7 @@
   (``address``), or an embedded one in the study's temp dir (:func:`.ray_runtime.ray_temp_dir`),
   whose stragglers are reaped before and after.
 * :class:`EarlyRay` — the embedded Ray started in a background thread *before* the caller
-  imports the engine and validates the spec (issue 14 req. 3: ``fedtune tune``'s fixed start-up).
+  imports the engine and validates the spec (``fedtune tune``'s fixed start-up).
   Those imports (torch, Ray Tune, Optuna) take seconds of CPU in the main thread while Ray's
   start is mostly waiting on its GCS and raylet processes, so the two overlap. It takes the
   study lock first, so it never touches a temp dir another driver uses, and hands both the
@@ -86,8 +86,13 @@ def ray_session(
     reap_orphans(ray_temp_dir(workdir))  # agents and workers of a driver killed with SIGKILL
     temp = make_ray_temp_dir(workdir)
     try:
-        start_ray(temp_dir=temp, num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
-                  object_store_memory=OBJECT_STORE_BYTES, **quiet)  # fmt: skip
+        start_ray(
+            temp_dir=temp,
+            num_cpus=len(os.sched_getaffinity(0)),
+            include_dashboard=False,
+            object_store_memory=OBJECT_STORE_BYTES,
+            **quiet,
+        )
         try:
             yield bool(runtime_env)
         finally:
@@ -163,7 +168,7 @@ class EarlyRay:
 
     def request_stop(self) -> None:
         """Let the thread shut Ray down, without waiting: the caller writes the study's
-        report meanwhile (issue 21 req. 3); :meth:`stop_ray` or :meth:`close` waits for it."""
+        report meanwhile; :meth:`stop_ray` or :meth:`close` waits for it."""
         self._stop.set()
 
     def stop_ray(self) -> None:

@@ -7,7 +7,7 @@
 ``tradeoff.json``. The study driver writes that file and logs it to MLflow
 (``fedtune.tuning.study``); the service returns MLflow's file byte for byte once the study has
 ended, and while it runs the same function on the trials finished so far, marked provisional
-(`000_4bdc3753d62a87e2.txt` §4 for the trade-off itself).
+(Charles & Konečný 2021 (arXiv:2103.05032) §4 for the trade-off itself).
 """
 
 from __future__ import annotations

@@ -47,8 +47,9 @@ class RoundLog:
     SENDERS = 4  # runs sent at once
     RETRIES, RETRY_S = 3, 2.0  # a flush tries a failed request again after 2, 4, 8 s
 
-    def __init__(self, client: Any, linger: float | None = None,
-                 max_pending: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, client: Any, linger: float | None = None, max_pending: int | None = None
+    ) -> None:
         self.client = client
         self.linger = self.LINGER if linger is None else linger
         self.max_pending = self.MAX_PENDING if max_pending is None else max_pending
@@ -136,8 +137,9 @@ class RoundLog:
     # -- the flusher ----------------------------------------------------------------------
     def _start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="fedtune-mlflow-rounds",
-                                            daemon=True)  # fmt: skip
+            self._thread = threading.Thread(
+                target=self._run, name="fedtune-mlflow-rounds", daemon=True
+            )
             self._thread.start()
 
     def _run(self) -> None:
@@ -146,13 +148,17 @@ class RoundLog:
                 while not self._pending and not self._stop:
                     self._cond.wait()
                 deadline = time.monotonic() + self.linger  # let other results join the batch
-                while (not self._stop and self._count < self.max_pending
-                       and (left := deadline - time.monotonic()) > 0):  # fmt: skip
+                while (
+                    not self._stop
+                    and self._count < self.max_pending
+                    and (left := deadline - time.monotonic()) > 0
+                ):
                     self._cond.wait(left)
                 if self._stop:
                     return
-                taken = {r: self._pending.pop(r) for r in list(self._pending)
-                         if r not in self._sending}  # fmt: skip
+                taken = {
+                    r: self._pending.pop(r) for r in list(self._pending) if r not in self._sending
+                }
                 self._take(taken)
             if taken:
                 self._send(taken)

@@ -15,8 +15,9 @@
 (``fedtune.trainers.parse_trial_config``); a trial's configuration is that base with the
 sampled ``{path: value}`` applied (:meth:`StudySpec.trial_config`). The default objective is the
 papers' selection rule, the mean training loss ℓ_t over the last N rounds
-(`001_2dc7ddae5cbdc81f.txt` §8.3); the multi-objective form (final loss, rounds to reach
-``target_loss``) explores the convergence–accuracy trade-off (`000_4bdc3753d62a87e2.txt` §4).
+(Charles & Konečný 2020 (arXiv:2007.00878) §8.3); the multi-objective form (final loss, rounds to
+reach ``target_loss``) explores the convergence–accuracy trade-off
+(Charles & Konečný 2021 (arXiv:2103.05032) §4).
 
 Every invalid field raises ``ConfigError`` whose ``field`` is the dotted path in the spec
 (``budget.trials``, ``search.override.prox_alpha``); ``from_dict``/``from_file`` also run
@@ -72,6 +73,7 @@ from fedtune.trainers.config import TrialConfig, apply_overrides
 from fedtune.trainers.parsing import parse_trial_config
 
 from .choices import can_check_cheaply, check_choice
+from .strategies import DEFAULT_STRATEGY, STRATEGIES, SamplerName, SchedulerName, Strategy
 
 __all__ = [
     "MULTI_OBJECTIVE_SAMPLERS",
@@ -90,6 +92,7 @@ __all__ = [
     "StudySpec",
     "TrackingSpec",
     "TradeoffSpec",
+    "default_round_counts",
 ]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -109,63 +112,6 @@ class Metric(enum.StrEnum):
 class MultiMetric(enum.StrEnum):
     FINAL_LOSS = "final_loss"
     ROUNDS_TO_TARGET = "rounds_to_target"
-
-
-class SamplerName(enum.StrEnum):
-    TPE = "tpe"
-    RANDOM = "random"
-    GRID = "grid"
-    NSGA2 = "nsga2"
-    GP = "gp"
-    CMAES = "cmaes"
-
-
-class SchedulerName(enum.StrEnum):
-    ASHA = "asha"
-    MEDIAN = "median"
-    NONE = "none"
-
-
-class Strategy(enum.StrEnum):
-    """``search.strategy``: how trials are proposed and stopped (sampler + scheduler).
-
-    ``tpe_guard`` (the default of a new single-objective study, :data:`DEFAULT_STRATEGY`): TPE,
-    and a trial is stopped only when it is twice as bad as the incumbent *at the same round* and
-    cannot catch up at its own rate (:meth:`~fedtune.tuning.tradeoff_search.StopRule.guard`);
-    ``tradeoff``: theory-guided γ = η sweep, selection-rule stopping against the incumbent, then
-    TPE (:mod:`fedtune.tuning.tradeoff_search`; built on quadratics); ``tpe`` / ``random``: no
-    early stopping; ``asha``: TPE + ASHA; ``median``: TPE + the median stopping rule;
-    ``hyperband``: TPE + Optuna's Hyperband pruner over rounds (successive halving at equal
-    rounds, several brackets: :class:`~fedtune.tuning.tradeoff_search.PrunerStop`). README
-    "Search strategies" has the suite's measurements and when to pick which. Without a
-    strategy, a study that names ``sampler.name`` or ``scheduler.name`` (or has several
-    objectives) uses those.
-    """
-
-    TRADEOFF = "tradeoff"
-    TPE = "tpe"
-    RANDOM = "random"
-    ASHA = "asha"
-    MEDIAN = "median"
-    HYPERBAND = "hyperband"
-    TPE_GUARD = "tpe_guard"
-
-
-#: the strategy of a new single-objective study that names none (issue 23: chosen on the search
-#: suite, benchmarks/search_efficiency.py; README "Search strategies")
-DEFAULT_STRATEGY = Strategy.TPE_GUARD
-
-#: (sampler, scheduler) of each strategy; tradeoff's and hyperband's scheduler is their own stop
-#: rule (``fedtune.tuning.tradeoff_search.stopper_for``)
-STRATEGY_PARTS = {
-    Strategy.TRADEOFF: (SamplerName.TPE, None),
-    Strategy.TPE: (SamplerName.TPE, SchedulerName.NONE),
-    Strategy.RANDOM: (SamplerName.RANDOM, SchedulerName.NONE),
-    Strategy.ASHA: (SamplerName.TPE, SchedulerName.ASHA),
-    Strategy.MEDIAN: (SamplerName.TPE, SchedulerName.MEDIAN),
-    Strategy.HYPERBAND: (SamplerName.TPE, None),
-    Strategy.TPE_GUARD: (SamplerName.TPE, None),
-}
 
 
 #: samplers that handle several objectives in Optuna 5 (CmaEsSampler raises on them)
@@ -244,11 +190,65 @@ class SamplerSpec(_Spec):
 
 class SchedulerSpec(_Spec):
     """Early stopping by rounds: ASHA rungs start at ``grace_rounds``, factor ``reduction_factor``.
-    ``name``: None = the search strategy's (ASHA without a strategy)."""
+    ``name``: None = the search strategy's (ASHA without a strategy). Unwritten,
+    ``grace_rounds`` scales to ``train.rounds`` (:func:`default_round_counts`)."""
 
     name: SchedulerName | None = None
     grace_rounds: Count = 10
     reduction_factor: Annotated[float, Field(strict=True, gt=1)] = 3.0
+
+
+#: ``objective.last_rounds`` and ``scheduler.grace_rounds`` when unwritten and the rounds allow
+DEFAULT_LAST_ROUNDS = 10
+DEFAULT_GRACE_ROUNDS = 10
+
+
+def default_round_counts(rounds: int, reduction_factor: float = 3.0) -> tuple[int, int]:
+    """The defaults of ``objective.last_rounds`` and ``scheduler.grace_rounds`` for a study.
+
+    A default never exceeds the study: the objective's window is at most ``rounds``, and ASHA's
+    first rung is at most ``rounds / reduction_factor`` so that its ladder (grace, grace·factor,
+    …) keeps a rung below the last round (at least 1); the median rule and Hyperband's first
+    rung (clamped to ``rounds / 9``) fit too.
+
+    Args:
+        rounds: The study's ``train.rounds`` (at least 1).
+        reduction_factor: ``scheduler.reduction_factor`` (greater than 1).
+
+    Returns:
+        ``(last_rounds, grace_rounds)``: 10 and 10 for studies of at least 30 rounds at factor 3.
+    """
+    last = min(DEFAULT_LAST_ROUNDS, rounds)
+    grace = max(1, min(DEFAULT_GRACE_ROUNDS, int(rounds // reduction_factor)))
+    return last, grace
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _scaled_defaults(data: Any) -> Any:
+    """``data`` with the unwritten round counts set to :func:`default_round_counts` of its
+    ``train.rounds`` where the fixed defaults would exceed it (a written one is kept, and
+    refused by :meth:`StudySpec.validate_deep` under its own name if it does not fit)."""
+    if not isinstance(data, dict):
+        return data
+    train = data.get("train")
+    rounds = train.get("rounds") if isinstance(train, dict) else None
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
+        return data
+    scheduler, objective = data.get("scheduler", {}), data.get("objective", {})
+    factor = scheduler.get("reduction_factor") if isinstance(scheduler, dict) else None
+    factor = float(factor) if _is_number(factor) and factor > 1 else 3.0
+    last, grace = default_round_counts(rounds, factor)
+    data = dict(data)
+    for section, block, key, value, default in (
+        ("objective", objective, "last_rounds", last, DEFAULT_LAST_ROUNDS),
+        ("scheduler", scheduler, "grace_rounds", grace, DEFAULT_GRACE_ROUNDS),
+    ):
+        if isinstance(block, dict) and key not in block and value != default:
+            data[section] = {**block, key: value}
+    return data
 
 
 class BudgetSpec(_Spec):
@@ -270,7 +270,7 @@ class ResourcesSpec(_Spec):
         return self
 
 
-#: a finite number (ints too); not a string or a bool, as the OpenAPI schema says (issue 24.13)
+#: a finite number (ints too); not a string or a bool, as the OpenAPI schema says
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
@@ -331,11 +331,15 @@ def _task(value: Any) -> Any:
 _TASK_SCHEMA = {
     "anyOf": [
         {"type": "string", "minLength": 1},
-        {"type": "object", "required": ["name"], "additionalProperties": True,
-         "properties": {"name": {"type": "string", "minLength": 1}}},
+        {
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": True,
+            "properties": {"name": {"type": "string", "minLength": 1}},
+        },
     ],
     "title": "Task",
-}  # fmt: skip
+}
 
 
 class StudySpec(_Spec):
@@ -363,10 +367,17 @@ class StudySpec(_Spec):
     #: the service's project the study belongs to (who may see and change it, whose quota it
     #: uses; default ``default``) and its priority within the project (bounded by the project's
     #: ``max_priority``). ``fedtune tune`` keeps them and ignores them.
-    project: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)] | None = None
+    project: (
+        Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)] | None
+    ) = None
     priority: Annotated[int, Field(strict=True, ge=-1000, le=1000)] = 0
 
     _base_dir: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_fit_the_rounds(cls, data: Any) -> Any:
+        return _scaled_defaults(data)
 
     @model_validator(mode="after")
     def _seeds(self) -> StudySpec:
@@ -389,8 +400,7 @@ class StudySpec(_Spec):
                     f"strategy {chosen} sets the sampler and the scheduler; remove "
                     f"{section}.name = {part.name} (or the strategy, to combine them freely)",
                 )
-        stops = (Strategy.TRADEOFF, Strategy.HYPERBAND, Strategy.TPE_GUARD)
-        if chosen in stops and self.objective.is_multi:
+        if STRATEGIES[chosen].own_stop_rule and self.objective.is_multi:
             raise ConfigError(
                 "search.strategy",
                 f"{chosen} stops trials on one selection-rule value; with objective.metrics use "
@@ -416,7 +426,7 @@ class StudySpec(_Spec):
         strategy = self.strategy
         if strategy is None:
             return self.sampler.name or SamplerName.TPE
-        return STRATEGY_PARTS[strategy][0]
+        return STRATEGIES[strategy].sampler
 
     @property
     def scheduler_name(self) -> SchedulerName | None:
@@ -424,7 +434,7 @@ class StudySpec(_Spec):
         strategy = self.strategy
         if strategy is None:
             return self.scheduler.name or SchedulerName.ASHA
-        return STRATEGY_PARTS[strategy][1]
+        return STRATEGIES[strategy].scheduler
 
     # ------------------------------------------------------------ construction
 
@@ -641,9 +651,13 @@ class StudySpec(_Spec):
             section, name = path.split(".", 1)
             where = self.task if section == "task" else getattr(self, section, None)
             if isinstance(where, dict) and name in where:
-                fixed.append(ConfigError(
-                    f"{section}.{name}", f"is also searched (search.override.{key}); set it in "
-                    "one place (remove it here, or from the search with null)"))  # fmt: skip
+                fixed.append(
+                    ConfigError(
+                        f"{section}.{name}",
+                        f"is also searched (search.override.{key}); set it in "
+                        "one place (remove it here, or from the search with null)",
+                    )
+                )
         try:
             space = self.search_space()
         except ConfigError as exc:

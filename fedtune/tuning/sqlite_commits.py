@@ -3,7 +3,7 @@
 A study's driver commits ~38 times per trial (Optuna ask/tell and attributes, MLflow runs,
 params and metrics): with SQLite's defaults (rollback journal, ``synchronous=FULL``) every
 commit waits for several ``fsync`` calls, 0.17 s per trial measured by
-``benchmarks/startup.py``'s per-trial profile — most of the per-trial overhead (issue 14 req 3).
+``benchmarks/startup.py``'s per-trial profile — most of the per-trial overhead.
 
 :func:`fast_commits` puts a store in write-ahead-log mode and makes every later connection to it
 (Optuna's engine, MLflow's engine, a dashboard's) use ``synchronous=NORMAL``: a commit is a
@@ -44,9 +44,26 @@ log = logging.getLogger(__name__)
 
 #: file-system types (``/proc/mounts``) whose locking/shared memory WAL cannot rely on
 NETWORK_FILESYSTEMS = frozenset(
-    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p", "afs",
-     "gpfs", "beegfs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs", "ocfs2"}
-)  # fmt: skip
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "9p",
+        "afs",
+        "gpfs",
+        "beegfs",
+        "fuse.sshfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.juicefs",
+        "ocfs2",
+    }
+)
 
 #: resolved paths of the stores whose connections get ``synchronous=NORMAL``
 _FAST: set[str] = set()

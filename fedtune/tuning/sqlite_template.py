@@ -1,4 +1,4 @@
-"""A new local MLflow SQLite store starts as a copy of an empty one (start-up, issue 14 req. 3).
+"""A new local MLflow SQLite store starts as a copy of an empty one (start-up).
 
 MLflow creates a SQLite tracking store by running every Alembic migration of its history
 (~70 of them: 8–11 s measured on 2 loaded CPUs), once the largest fixed cost of a study after

@@ -1,11 +1,11 @@
 """Per-round metrics that hold still between changes: only the points that draw them.
 
 A trial's learning rates γ_t and η_t change only when LocalUpdateDecay decays them
-(`001_2dc7ddae5cbdc81f.txt` §9, ALGORITHMS.md §2: γ ← a_client · γ, η ← a_server · η once the
-window's loss has plateaued P times, then C rounds of cooldown), and ``decays`` counts those
-decays: per round all three are piecewise constant.
+(Charles & Konečný 2020 (arXiv:2007.00878) §9, docs/explanation/algorithms.md §2: γ ← a_client · γ,
+η ← a_server · η once the window's loss has plateaued P times, then C rounds of cooldown), and
+``decays`` counts those decays: per round all three are piecewise constant.
 Logging them every round made two or three of a round's ~7 MLflow metrics pure repetition — the
-tracking server's writes are the limit of a team's load (issue 21, ``benchmarks/load.py``).
+tracking server's writes are the limit of a team's load (``benchmarks/load.py``).
 
 A key of :data:`STEP_KEYS` is logged
 

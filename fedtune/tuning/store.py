@@ -24,6 +24,8 @@ from typing import Any
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from fedtune.outcomes import TrialOutcome, from_optuna_state, optuna_state
+
 from .sqlite_commits import fast_commits_for
 from .tradeoff import TrialCurve
 
@@ -33,11 +35,6 @@ CURVE_ATTR = "fedtune:curve"
 RUN_ATTR = "mlflow_run_id"
 PARENT_ATTR = "mlflow_parent_run_id"
 OUTCOME_ATTR = "outcome"
-_OUTCOME_OF_STATE = {
-    TrialState.COMPLETE: "completed",
-    TrialState.PRUNED: "stopped",
-    TrialState.FAIL: "failed",
-}
 
 
 def storage_url(workdir: str | Path) -> str:
@@ -56,7 +53,7 @@ def make_storage(url: str) -> RDBStorage:
 
 def outcome_of(t: FrozenTrial) -> str:
     """completed, diverged, stopped, failed or interrupted."""
-    return t.user_attrs.get(OUTCOME_ATTR) or _OUTCOME_OF_STATE.get(t.state, "failed")
+    return t.user_attrs.get(OUTCOME_ATTR) or from_optuna_state(t.state.name)
 
 
 @dataclass(frozen=True)
@@ -119,16 +116,16 @@ class StudyStore:
 
     def mark_interrupted(self, number: int) -> None:
         """A trial left RUNNING by a dead driver: FAIL with outcome ``interrupted``."""
-        self._fail_with(number, "interrupted")
+        self._fail_with(number, TrialOutcome.INTERRUPTED)
 
     def mark_cancelled(self, number: int) -> None:
         """A queued (WAITING) trial of a cancelled study: FAIL with outcome ``cancelled``."""
-        self._fail_with(number, "cancelled")
+        self._fail_with(number, TrialOutcome.CANCELLED)
 
     def _fail_with(self, number: int, outcome: str) -> None:
         tid = self.trial_id(number)
         self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, outcome)
-        self.storage.set_trial_state_values(tid, TrialState.FAIL)
+        self.storage.set_trial_state_values(tid, TrialState[optuna_state(outcome)])
 
     def set_parent_run_id(self, run_id: str) -> None:
         self.storage.set_study_user_attr(self.study_id, PARENT_ATTR, run_id)
@@ -147,10 +144,14 @@ class StudyStore:
         for t in self.trials():
             value = t.values[0] if t.values else None
             yield TrialRecord(
-                t.number, t.state.name, dict(t.params), value,
-                t.user_attrs.get(OUTCOME_ATTR), t.user_attrs.get(RUN_ATTR),
+                t.number,
+                t.state.name,
+                dict(t.params),
+                value,
+                t.user_attrs.get(OUTCOME_ATTR),
+                t.user_attrs.get(RUN_ATTR),
                 t.system_attrs.get(CURVE_ATTR) or {},
-            )  # fmt: skip
+            )
 
     def curves(self, resolve: Any = None) -> list[TrialCurve]:
         """ℓ_t curves of the completed, diverged and stopped trials (for the trade-off);

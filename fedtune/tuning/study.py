@@ -1,41 +1,35 @@
 """Run one study end to end: Optuna storage + Ray Tune + MLflow + the measured trade-off.
 
-``run_study(spec, workdir)`` (ARCHITECTURE.md §4):
+:func:`run_study` takes the study's lock, then runs four phases
+(``docs/explanation/architecture.md §4``), each a function over the frozen
+:class:`StudyPlan`:
 
-1. open (or create) the Optuna study in its RDB storage and *reconcile* it: trials left RUNNING
-   by a driver that died are marked interrupted and re-enqueued, their MLflow runs KILLED
-   (:mod:`.optuna_glue`, :mod:`.tracking`); only ``target − finished`` trials are run;
-2. start Ray embedded (or connect to ``ray_address``) with the study's ``code`` in the job's
-   ``runtime_env`` (:mod:`.code_shipping`: every node's workers get it from Ray), check that
-   the cluster can hold one trial's CPUs/GPUs at all (fail fast instead of pending forever),
-   and run a ``Tuner`` with
-   :class:`~.optuna_glue.FedtuneSearch`, the scheduler (ASHA / median / none — the only
-   early-stopping authority), ``tune.with_resources`` and ``max_concurrent_trials``;
-3. the driver's Tune callbacks log every reported result to MLflow and the progress line;
-4. at the end (also when nothing was left to run) the trade-off of every finished trial is
-   computed from the storage, written as PNG/JSON/CSV, logged on the parent run with summary
-   metrics, and returned with the best configuration and the Pareto set.
+1. **prepare** (:func:`_prepare`): the target number of trials and whether the study is
+   stored already; spec errors (budget, sampler) fail here, before Ray and the stores;
+2. **start the runtime** (:func:`_start_runtime`): open the Optuna storage and *reconcile*
+   it (trials left RUNNING by a driver that died are marked interrupted and re-enqueued, their
+   MLflow runs KILLED: :mod:`.optuna_glue`, :mod:`.tracking`), open the MLflow store and
+   parent run, and start Ray (or take the one :class:`.ray_session.EarlyRay` began, or connect
+   to ``ray_address``) with the study's ``code`` in the job's ``runtime_env``
+   (:mod:`.code_shipping`), the task and model built once (:mod:`.preflight`) and the
+   cluster's resources checked; what runs concurrently runs in one :class:`.startup.Startup`.
+   A stored study is opened first, and Ray starts only when trials remain;
+3. **fit** (:func:`_fit`): a ``Tuner`` with :class:`~.optuna_glue.FedtuneSearch`,
+   ``tune.with_resources`` and ``max_concurrent_trials`` runs the ``target − finished``
+   remaining trials; they are stopped early by the study's one stopper
+   (:func:`.strategies.stopper_for`: a Ray Tune scheduler, or fedtune's own stop rule asked
+   by :class:`.schedulers.RuleScheduler`); the driver's callbacks log every result to MLflow
+   and the progress line;
+4. **finalize** (:func:`_finalize`): the trade-off of every finished trial, computed from the
+   storage, written as PNG/JSON/CSV, logged on the parent run with summary metrics, and
+   returned with the best configuration and the Pareto set.
 
-Start-up (issue 14 req. 3, ``benchmarks/startup.py``): the stores are opened by threads while
-the driver starts Ray (or waits for the Ray ``fedtune tune`` began before its imports,
-:class:`.ray_session.EarlyRay`) — a new study's Optuna storage, then its MLflow store (created
-as a copy of an empty one, :mod:`.sqlite_template`) and parent run, which may still be opening
-while Tune sets up and the first trial's worker starts: the MLflow callback waits for it at the
-first trial's start. An existing study's storage is opened first (Ray starts only when trials
-remain), its MLflow store by a thread. Spec errors (budget, sampler) fail before either.
-MLflow, matplotlib and the theory report are imported where used, not at import.
-
-Embedded Ray keeps its session files in ``<workdir>/ray`` when that path is at most
-:data:`RAY_TEMP_MAX` characters long; Ray puts unix sockets ~65 characters below its temp dir
-and Linux limits socket paths to 107 bytes, so a longer workdir gets
-``/tmp/fedtune-ray-<hash of workdir>`` instead (:mod:`.ray_runtime`). Ray Tune's own experiment
-state goes to ``<workdir>/ray_results``. Ray start-up is retried (:func:`.ray_runtime.start_ray`,
-then ``RayStartError``); before it, the Ray processes a killed earlier driver of this study left
-in that temp dir are reaped. Ray is shut down afterwards unless the caller had it running, and
-the ``/tmp/fedtune-ray-*`` dir is removed, also when the study failed.
-One driver per study: ``<workdir>/.lock`` (``flock``, released by the kernel even on kill -9).
-Ctrl-C stops the study at once (Tune's graceful SIGINT handler is disabled); in-flight trials
-are recorded as interrupted and re-run by the next invocation.
+A failure anywhere in 2–3 ends the parent run once, in :func:`_start_runtime` (KILLED after
+Ctrl-C, else FAILED); trials in flight are recorded as interrupted and re-run by the next
+invocation. Ray is shut down afterwards unless the caller had it running (embedded Ray's
+files: :mod:`.ray_runtime`). One driver per study: ``<workdir>/.lock``. Ctrl-C stops the
+study at once (Tune's graceful SIGINT handler is disabled). MLflow, matplotlib and the
+theory report are imported where used, not at import.
 """
 
 from __future__ import annotations
@@ -46,16 +40,15 @@ import math
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import ray
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
 from fedtune.errors import ConfigError
+from fedtune.redact import strip_credentials
 from fedtune.trainers import parse_trial_config
 
 from . import optuna_glue as og
@@ -67,21 +60,28 @@ from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
 from .ray_session import ray_session as _ray_session
 from .ray_session import study_lock as _study_lock
-from .spec import SchedulerName, StudySpec
+from .spec import StudySpec
+from .startup import Deferred, Startup, import_soon
 from .store import StudyStore
+from .strategies import stopper_for
 from .tradeoff import TOP_TRIALS, TradeOff
-from .tradeoff_scheduler import TradeoffScheduler
-from .tradeoff_search import PrunerStop, TradeoffState, stopper_for
-from .trainable import OBJECTIVE, ROUND, TRIAL_KEY, make_trainable
+from .trainable import TRIAL_KEY, make_trainable
 
 if TYPE_CHECKING:
     from .tracking import StudyTracker
 
 # MLflow (.tracking), matplotlib (.plots) and the theory report are imported where used: MLflow
-# by the thread that opens the tracking store while Ray starts (run_study), so neither is paid
-# before Ray's start begins.
+# by the thread that opens the tracking store while Ray starts, so neither is paid before
+# Ray's start begins.
 
-__all__ = ["RAY_TEMP_MAX", "StudyResult", "check_resources", "ray_temp_dir", "run_study"]
+__all__ = [
+    "RAY_TEMP_MAX",
+    "StudyPlan",
+    "StudyResult",
+    "check_resources",
+    "ray_temp_dir",
+    "run_study",
+]
 
 _TUNE_ENV = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the storage and MLflow are the record
@@ -97,7 +97,7 @@ class StudyResult:
     name: str
     workdir: str
     storage_url: str
-    tracking_uri: str
+    tracking_uri: str  # without credentials (``fedtune tune --json`` prints it)
     experiment_id: str
     parent_run_id: str
     target_trials: int
@@ -125,6 +125,11 @@ class StudyResult:
 
     @property
     def commands(self) -> dict[str, str]:
+        """Commands that open the study's records.
+
+        Returns:
+            The MLflow UI command and page, and the Optuna dashboard command.
+        """
         from .tracking import executable, ui_command, ui_url
 
         return {
@@ -148,6 +153,97 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+# -- the phases' data -------------------------------------------------------------------
+@dataclass(frozen=True)
+class StudyPlan:
+    """One invocation of a study, as decided before anything starts (the phases' context).
+
+    Args:
+        spec: The study, its tracking URI without credentials (the plan is the driver's; what
+            Tune, Optuna and MLflow record gets this spec).
+        workdir: Its directory (resolved).
+        space: Its search space.
+        target: The number of finished trials it is to have.
+        stored: Its Optuna storage exists (a resume or an extension, not a new study).
+        tracking_uri: The MLflow store given by the caller, else the spec's, with its
+            credentials (None: ``MLFLOW_TRACKING_URI``, else the workdir's).
+        ray_address: The Ray cluster to connect to (None: the caller's or an embedded Ray).
+        t0: ``time.perf_counter()`` when :func:`run_study` began.
+    """
+
+    spec: StudySpec
+    workdir: Path
+    space: Any
+    target: int
+    stored: bool
+    tracking_uri: str | None
+    ray_address: str | None
+    t0: float
+
+
+@dataclass(frozen=True)
+class Stores:
+    """The study's Optuna storage, open and reconciled.
+
+    Args:
+        store: fedtune's view of the storage.
+        study: The Optuna study.
+        fixed: What reconciling it found (finished and interrupted trials).
+        remaining: The trials still to run (target − finished).
+    """
+
+    store: StudyStore
+    study: Any
+    fixed: og.Reconciled
+    remaining: int
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """The study's MLflow store and parent run, open.
+
+    Args:
+        tracker: The MLflow store.
+        parent: The parent run's id.
+    """
+
+    tracker: StudyTracker
+    parent: str
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What :func:`_start_runtime` started.
+
+    Args:
+        stores: The Optuna storage.
+        tracking: The MLflow store, opening in a thread until the first trial starts.
+        shipped: The study's code reaches the trials through the job's ``runtime_env``.
+    """
+
+    stores: Stores
+    tracking: Deferred[Tracking]
+    shipped: bool
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """What :func:`_fit` leaves to :func:`_finalize`.
+
+    Args:
+        stores: The Optuna storage.
+        tracking: The MLflow store and parent run.
+        first_start: ``time.perf_counter()`` when the first trial started (None: none ran).
+        fit_s: Seconds the fit took.
+    """
+
+    stores: Stores
+    tracking: Tracking
+    first_start: float | None = None
+    fit_s: float = 0.0
+
+
+# -- run_study and its phases -----------------------------------------------------------
 def run_study(
     spec: StudySpec,
     workdir: str | Path,
@@ -161,340 +257,469 @@ def run_study(
 ) -> StudyResult:
     """Run (or resume, or extend to ``trials`` in total) the study ``spec`` under ``workdir``.
 
-    ``progress``: a stream for the live progress line (e.g. ``sys.stderr``). ``sinks``: extra
-    Ray Tune callbacks run in the driver (each trial's config carries its Optuna trial number
-    under ``fedtune.trial``). ``early``: the study's lock and embedded Ray, already starting
-    (:class:`.ray_session.EarlyRay`, begun by ``fedtune tune`` before its imports); used unless
-    the study needs another Ray (``ray_address``, code shipped in a ``runtime_env``), and
-    closed here. Raises ``ConfigError`` (bad spec, incompatible stored study, resources the
-    cluster lacks) and ``ConflictError`` (another driver runs the study).
+    Args:
+        spec: The study.
+        workdir: Its directory (created if missing).
+        tracking_uri: The MLflow store (None: the spec's, else ``<workdir>/mlflow.db``).
+        ray_address: A Ray cluster to run on (None: the caller's Ray, else an embedded one).
+        trials: The number of finished trials to reach (None: the spec's budget).
+        progress: A stream for the live progress line (e.g. ``sys.stderr``).
+        sinks: Extra Ray Tune callbacks run in the driver (each trial's config carries its
+            Optuna trial number under ``fedtune.trial``).
+        early: The study's lock and embedded Ray, already starting (begun by ``fedtune tune``
+            before its imports); used unless the study needs another Ray (``ray_address``,
+            code shipped in a ``runtime_env``), and closed here.
+
+    Returns:
+        The study's result.
+
+    Raises:
+        ConfigError: A bad spec, an incompatible stored study, resources the cluster lacks.
+        ConflictError: Another driver runs the study.
     """
     t0 = time.perf_counter()
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     timeline.mark("run_study")
+    with _claim(workdir, early) as early:
+        plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address)
+        with _start_runtime(plan, early) as runtime:
+            fitted = _fit(plan, runtime, progress, sinks)
+        return _finalize(plan, fitted)
+
+
+@contextlib.contextmanager
+def _claim(workdir: Path, early: EarlyRay | None) -> Iterator[EarlyRay | None]:
+    """Hold the study's lock: the one ``early`` took, else the study's own.
+
+    Args:
+        workdir: The study's directory.
+        early: The early Ray (closed at once when begun for another directory).
+
+    Returns:
+        A context that yields ``early`` when it is this study's, else None.
+    """
     if early is not None and early.workdir != workdir:
         early.close()  # begun for another directory: not this study's lock
         early = None
-    lock = contextlib.closing(early.claim()) if early is not None else _study_lock(workdir)
-    with lock:
-        with contextlib.ExitStack() as stack:
-            # the stores are opened by threads while Ray starts, MLflow's until the first trial
-            # starts (start-up, issue 14 req. 3)
-            pool = stack.enter_context(ThreadPoolExecutor(3, "fedtune-stores"))
-            session: _Session | None = None
-            opened: Future | None = None
-            shipped = False
-            if _stored(workdir):  # resumed or extended: Ray if trials remain
-                session = _Session.open(spec, workdir, trials, t0)
-                timeline.mark("optuna_opened")
-                session.track(pool, tracking_uri)
-                start = session.remaining > 0
-            else:  # a new study runs trials: its stores are created while Ray starts
-                _Session.check(spec, trials)
-                opened = pool.submit(_Session.create, spec, workdir, trials, t0, tracking_uri, pool)
-                start = True
-            if start:  # the task and model built once, as a trial would, while Ray starts
-                checked = pool.submit(preflight, spec)
-                try:
-                    env = code_runtime_env(spec, workdir)
-                    if early is not None and not env and not ray_address:
-                        shipped = early.ready()
-                        # Ray shuts down in its thread while the report is written; the lock's
-                        # close (after finalize) waits for it (issue 21 req. 3)
-                        stack.callback(early.request_stop)
-                    else:
-                        if early is not None:
-                            early.stop_ray()  # this study needs a Ray of its own
-                        shipped = stack.enter_context(_ray_session(workdir, ray_address, env))
-                    check_resources(spec, ray.cluster_resources())
-                    checked.result()  # its ConfigError is the study's: no trial runs
-                except BaseException as exc:
-                    _fail_opened(opened, session, exc)
-                    raise
-                timeline.mark("ray_started")
-            session = opened.result() if opened is not None else session
-            assert session is not None
-            session.shipped = shipped
-            session.raise_if_tracking_failed()  # known already: before any trial runs
+    if early is None:
+        with _study_lock(workdir):
+            yield None
+    else:
+        with contextlib.closing(early.claim()):
+            yield early  # closing waits for Ray's shutdown, then releases the lock
+
+
+def _prepare(
+    spec: StudySpec,
+    workdir: Path,
+    trials: int | None,
+    t0: float,
+    tracking_uri: str | None = None,
+    ray_address: str | None = None,
+) -> StudyPlan:
+    """Decide what this invocation of the study is; fail on spec errors before anything starts.
+
+    Args:
+        spec: The study.
+        workdir: Its directory (resolved, locked).
+        trials: The number of finished trials to reach (None: the spec's budget).
+        t0: When :func:`run_study` began.
+        tracking_uri: The caller's MLflow store, if any.
+        ray_address: The caller's Ray cluster, if any.
+
+    Returns:
+        The plan the other phases follow.
+
+    Raises:
+        ConfigError: A bad budget or a sampler that cannot be made (e.g. not installed).
+    """
+    space = spec.search_space()
+    target = og.target_trials(spec, space, trials)
+    og.make_sampler(spec, target)
+    stored = Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
+    uri = tracking_uri or spec.tracking.uri  # the spec's, credentials and all, kept here only
+    return StudyPlan(
+        _without_credentials(spec), workdir, space, target, stored, uri, ray_address, t0
+    )
+
+
+def _without_credentials(spec: StudySpec) -> StudySpec:
+    """``spec`` with its tracking URI stripped of user, password and query.
+
+    What the study records and hands on — Tune's experiment state, the trainable, the Optuna
+    storage, MLflow — holds this spec; only the driver's :class:`StudyPlan` holds the URI.
+
+    Args:
+        spec: The study as given.
+
+    Returns:
+        ``spec`` itself when its tracking URI carries no credential, else a copy without.
+    """
+    uri = spec.tracking.uri
+    if uri is None or strip_credentials(uri) == uri:
+        return spec
+    tracking = spec.tracking.model_copy(update={"uri": strip_credentials(uri)})
+    return spec.model_copy(update={"tracking": tracking})
+
+
+@contextlib.contextmanager
+def _start_runtime(plan: StudyPlan, early: EarlyRay | None) -> Iterator[Runtime]:
+    """Open the stores and start Ray concurrently; end the study's runs if the study fails.
+
+    Args:
+        plan: The study's plan.
+        early: The early Ray, if it is this study's.
+
+    Returns:
+        A context that yields the runtime, then stops Ray and joins the start-up's threads.
+    """
+    with Startup("fedtune-stores") as startup, contextlib.ExitStack() as ray_stack:
+        stores = startup.submit(_open_stores, plan, inline=plan.stored)  # stored: is Ray needed?
+        tracking = startup.then(stores, _open_tracking, plan)
+        try:
+            needed = stores.result().remaining if plan.stored else plan.target
+            shipped = _start_ray(plan, startup, early, ray_stack) if needed else False
+            runtime = Runtime(stores.result(), tracking, shipped)
+            tracking.check()  # known already: before any trial runs
             timeline.mark("session_ready")
-            if session.remaining:
-                session.fit(progress, sinks)
-        return session.finalize()
-
-
-@dataclass
-class _Session:
-    """One invocation of a study: its storage, target, tracking and timings."""
-
-    spec: StudySpec
-    workdir: Path
-    space: Any
-    store: StudyStore
-    study: Any
-    target: int
-    fixed: og.Reconciled
-    t0: float
-    tracker: StudyTracker | None = None
-    parent: str = ""
-    tracking: Future | None = None  # open_tracking in a thread (see track)
-    first_start: float | None = None
-    shipped: bool = False  # the code reaches the trials through the job's runtime_env
-    fit_s: float = 0.0
-
-    @property
-    def remaining(self) -> int:
-        return max(0, self.target - self.fixed.finished)
-
-    @staticmethod
-    def check(spec: StudySpec, trials: int | None) -> int:
-        """The target number of trials; fails fast (e.g. cmaes not installed) before Ray."""
-        target = og.target_trials(spec, spec.search_space(), trials)
-        og.make_sampler(spec, target)
-        return target
-
-    @classmethod
-    def create(
-        cls,
-        spec: StudySpec,
-        workdir: Path,
-        trials: int | None,
-        t0: float,
-        uri: str | None,
-        pool: ThreadPoolExecutor,
-    ) -> _Session:
-        """A new study's session with its Optuna study (run in a thread of ``pool``), its MLflow
-        experiment opening in another (:meth:`track`)."""
-        session = cls.open(spec, workdir, trials, t0)
-        timeline.mark("optuna_opened")
-        session.track(pool, uri)
-        return session
-
-    @classmethod
-    def open(cls, spec: StudySpec, workdir: Path, trials: int | None, t0: float) -> _Session:
-        space = spec.search_space()
-        target = cls.check(spec, trials)
-        storage = og.make_storage(og.storage_url(workdir))
-        study = og.open_study(spec, storage, space)
-        store = StudyStore(storage, spec.name)
-        if spec.sampler_name == "grid":
-            og.enqueue_grid(study, space)
-        fixed = og.reconcile(study, store)
-        return cls(spec, workdir, space, store, study, target, fixed, t0)
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Tune pickles its callbacks (which hold the session) into its experiment state; the
-        thread's future does not pickle and a restored copy has no use for it."""
-        return {**self.__dict__, "tracking": None}
-
-    def track(self, pool: ThreadPoolExecutor, uri: str | None) -> None:
-        """Open the MLflow store and parent run in a thread of ``pool``: the driver goes on to
-        Tune's set-up and the first trial's worker start meanwhile; what needs MLflow waits
-        (:meth:`wait_tracking`, the MLflow callback at the first trial's start)."""
-        self.tracking = pool.submit(self.open_tracking, uri)
-
-    def wait_tracking(self) -> None:
-        """Until the tracking store is open; re-raises the error that prevented it."""
-        if self.tracking is not None:
-            self.tracking.result()
-
-    def raise_if_tracking_failed(self) -> None:
-        """The tracking store's error, if it has already failed (nothing is waited for)."""
-        if self.tracking is not None and self.tracking.done():
-            self.tracking.result()
-
-    def tracking_opened(self) -> bool:
-        """Wait for the tracking store; False when it failed to open (the error is raised
-        where the caller has nothing else to raise)."""
-        try:
-            self.wait_tracking()
-        except Exception:
-            return False
-        return self.tracker is not None and bool(self.parent)
-
-    def open_tracking(self, explicit_uri: str | None) -> None:
-        """The study's MLflow experiment (store created if new) and parent run (created, or the
-        resumed study's), its child runs reconciled; also imports what the fit needs — a thread
-        does it while Ray starts. The figures' matplotlib is imported once the first trial
-        runs (:func:`_import_plots`), not in this CPU-bound start-up."""
-        from . import progress  # noqa: F401 — imported here, off the critical path
-        from .tracking import StudyTracker, resolve_tracking_uri
-
-        spec, workdir = self.spec, self.workdir
-        uri = resolve_tracking_uri(workdir, explicit_uri, spec.tracking.uri)
-        local = uri.startswith("sqlite:") or "://" not in uri
-        root = (workdir / "mlartifacts").as_uri() if local else None
-        self.tracker = StudyTracker(uri, spec.experiment, root)
-        space_doc = {**self.space.to_dict(), "fingerprint": self.space.fingerprint()}
-        previous = self.store.parent_run_id()
-        self.parent = self.tracker.start_study(spec, space_doc, previous)
-        self.store.set_parent_run_id(self.parent)
-        self.tracker.reconcile(self.parent, og.run_statuses(self.study))
-        timeline.mark("mlflow_opened")
-
-    def fit(self, progress: TextIO | None, sinks: Sequence[Any]) -> None:
-        start = time.perf_counter()
-        try:
-            with _tune_environment():
-                tuner = _tuner(self, self._callbacks(progress, sinks))
-                timeline.mark("fit")
-                tuner.fit()
-                timeline.mark("fit_done")
-            self.wait_tracking()  # a fit without trials never asked for it
-            # a wall-clock budget ends the fit with trials in flight: record them as
-            # interrupted (re-run by the next invocation), exactly as after a Ctrl-C
-            if og.reconcile(self.study, self.store).interrupted:
-                self.tracker.reconcile(self.parent, og.run_statuses(self.study))
-        except BaseException as exc:  # Ctrl-C or a driver error: in-flight trials re-run later
-            og.reconcile(self.study, self.store)
-            if not self.tracking_opened():  # the tracking store's error is the study's
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                self.wait_tracking()
-            self.tracker.reconcile(self.parent, og.run_statuses(self.study))
-            status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-            self.tracker.finish_study(self.parent, {}, status)
+            yield runtime
+        except BaseException as exc:
+            _end_failed(stores, tracking, exc)
             raise
-        finally:
-            self.fit_s = time.perf_counter() - start
 
-    def _callbacks(self, progress: TextIO | None, sinks: Sequence[Any]) -> list[Any]:
-        from .progress import ProgressCallback
 
-        session = self
+def _start_ray(
+    plan: StudyPlan, startup: Startup, early: EarlyRay | None, stack: contextlib.ExitStack
+) -> bool:
+    """Start Ray (or take the early one), build the task once meanwhile, check the resources.
 
-        class FirstStart(tune.Callback):
-            def on_trial_start(self, iteration, trials, trial, **info):
-                if session.first_start is None:
-                    timeline.mark("first_trial_scheduled")
-                    _import_plots()
-                session.first_start = session.first_start or time.perf_counter()
+    Args:
+        plan: The study's plan.
+        startup: Where the task and model are built while Ray starts.
+        early: The early Ray, if it is this study's.
+        stack: Where Ray's shutdown is registered.
 
-        out = [FirstStart(), FirstErrorCallback(self.study), _AfterTracking(self)]
-        if progress is not None:
-            best = og.best_trial(self.spec, self.study, self.space)
-            counts = og.study_counts(self.study)
-            shown = {k: v for k, v in counts.items() if k not in ("trials", "interrupted")}
-            out.append(ProgressCallback(
-                progress, self.spec.name, self.target, self.fixed.finished,
-                (best["value"], best["number"]) if best else None, shown,
-                self.spec.objective.directions[0],
-            ))  # fmt: skip
-        return [*out, *sinks]
+    Returns:
+        Whether the study's code reaches the trials through the job's ``runtime_env``.
 
-    def _remember(self, number: int, run_id: str) -> None:
-        """Store the child run id on the Optuna trial (resume finds its MLflow run)."""
-        self.store.set_run_id(number, run_id)
+    Raises:
+        ConfigError: The task cannot be built, or a trial needs more than the cluster has.
+        RayStartError: Ray did not start.
+    """
+    checked = startup.submit(preflight, plan.spec)
+    env = code_runtime_env(plan.spec, plan.workdir)
+    if early is not None and not env and not plan.ray_address:
+        shipped = early.ready()
+        stack.callback(early.request_stop)  # Ray shuts down in its thread during finalize
+    else:
+        if early is not None:
+            early.stop_ray()  # this study needs a Ray of its own
+        shipped = stack.enter_context(_ray_session(plan.workdir, plan.ray_address, env))
+    check_resources(plan.spec, ray.cluster_resources())
+    checked.result()  # its ConfigError is the study's: no trial runs
+    timeline.mark("ray_started")
+    return shipped
 
-    def finalize(self) -> StudyResult:
-        self.wait_tracking()
-        start = time.perf_counter()
-        timeline.mark("finalize")
-        spec, study, tracker = self.spec, self.study, self.tracker
-        counts = og.study_counts(study)
-        best = og.best_trial(spec, study, self.space)
-        report = tradeoff_report(
-            spec, og.study_curves(self.store, self.space), self.workdir / "tradeoff"
+
+def _end_failed(stores: Deferred[Stores], tracking: Deferred[Tracking], exc: BaseException) -> None:
+    """Record a failed or interrupted study: trials in flight re-run later, the parent run ends.
+
+    Args:
+        stores: The Optuna storage (waited for).
+        tracking: The MLflow store (waited for).
+        exc: What stopped the study (KeyboardInterrupt: the parent run ends KILLED, else
+            FAILED).
+    """
+    status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+    with contextlib.suppress(Exception):  # the study's own error is the one raised
+        opened = stores.result()
+        with contextlib.suppress(Exception):  # trials in flight: interrupted, re-run later
+            og.reconcile(opened.study, opened.store)
+        done = tracking.result()
+        with contextlib.suppress(Exception):
+            done.tracker.reconcile(done.parent, og.run_statuses(opened.study))
+        done.tracker.finish_study(done.parent, {}, status)
+
+
+def _open_stores(plan: StudyPlan) -> Stores:
+    """Open (or create) the study's Optuna storage and reconcile it.
+
+    Args:
+        plan: The study's plan.
+
+    Returns:
+        The open storage and the trials still to run.
+    """
+    spec, space = plan.spec, plan.space
+    storage = og.make_storage(og.storage_url(plan.workdir))
+    study = og.open_study(spec, storage, space)
+    store = StudyStore(storage, spec.name)
+    if spec.sampler_name == "grid":
+        og.enqueue_grid(study, space)
+    fixed = og.reconcile(study, store)
+    timeline.mark("optuna_opened")
+    return Stores(store, study, fixed, max(0, plan.target - fixed.finished))
+
+
+def _open_tracking(stores: Stores, plan: StudyPlan) -> Tracking:
+    """Open the study's MLflow experiment and parent run; reconcile its child runs.
+
+    The store is created if new, the parent run created or the resumed study's taken. Also
+    imports what the fit needs (MLflow, the progress line), off the driver's main thread.
+
+    Args:
+        stores: The Optuna storage (it records the parent run's id).
+        plan: The study's plan.
+
+    Returns:
+        The open MLflow store and parent run.
+    """
+    from . import progress  # noqa: F401 — imported here, off the critical path
+    from .tracking import StudyTracker, resolve_tracking_uri
+
+    spec, workdir = plan.spec, plan.workdir
+    uri = resolve_tracking_uri(workdir, plan.tracking_uri, spec.tracking.uri)
+    local = uri.startswith("sqlite:") or "://" not in uri
+    root = (workdir / "mlartifacts").as_uri() if local else None
+    tracker = StudyTracker(uri, spec.experiment, root)
+    space_doc = {**plan.space.to_dict(), "fingerprint": plan.space.fingerprint()}
+    parent = tracker.start_study(spec, space_doc, stores.store.parent_run_id())
+    stores.store.set_parent_run_id(parent)
+    tracker.reconcile(parent, og.run_statuses(stores.study))
+    timeline.mark("mlflow_opened")
+    return Tracking(tracker, parent)
+
+
+def _fit(
+    plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Sequence[Any]
+) -> Fitted:
+    """Run the remaining trials with Ray Tune (nothing when none remain).
+
+    Args:
+        plan: The study's plan.
+        runtime: The stores, the tracking and Ray.
+        progress: A stream for the live progress line, if any.
+        sinks: Extra Ray Tune callbacks.
+
+    Returns:
+        The stores, the open tracking, when the first trial started and how long the fit took.
+
+    Raises:
+        Exception: The tracking store's error when it failed to open, else the fit's.
+    """
+    stores = runtime.stores
+    if not stores.remaining:
+        return Fitted(stores, runtime.tracking.result())
+    start = time.perf_counter()
+    first = _FirstStart()
+    callbacks = [
+        first,
+        FirstErrorCallback(stores.study),
+        _AfterTracking(plan.spec, runtime),
+        *_progress(plan, stores, progress),
+        *sinks,
+    ]
+    try:
+        with _tune_environment():
+            tuner = _tuner(plan, runtime, callbacks)
+            timeline.mark("fit")
+            tuner.fit()
+            timeline.mark("fit_done")
+    except Exception:
+        runtime.tracking.result()  # a tracking store that failed to open is the study's error
+        raise
+    tracking = runtime.tracking.result()  # a fit without trials never asked for it
+    # a wall-clock budget ends the fit with trials in flight: record them as interrupted
+    # (re-run by the next invocation), exactly as after a Ctrl-C
+    if og.reconcile(stores.study, stores.store).interrupted:
+        tracking.tracker.reconcile(tracking.parent, og.run_statuses(stores.study))
+    return Fitted(stores, tracking, first.at, time.perf_counter() - start)
+
+
+def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
+    """Write the trade-off of every finished trial and end the parent run.
+
+    Args:
+        plan: The study's plan.
+        fitted: The stores, the tracking and what the fit measured.
+
+    Returns:
+        The study's result.
+    """
+    start = time.perf_counter()
+    timeline.mark("finalize")
+    spec, space, stores = plan.spec, plan.space, fitted.stores
+    study, tracker, parent = stores.study, fitted.tracking.tracker, fitted.tracking.parent
+    counts = og.study_counts(study)
+    best = og.best_trial(spec, study, space)
+    report = tradeoff_report(spec, og.study_curves(stores.store, space), plan.workdir / "tradeoff")
+    timeline.mark("report_written")
+    finished = og.count_finished(study)
+    metrics = {f"n_{k}": float(v) for k, v in counts.items()}
+    if best is not None:
+        metrics.update({f"best_{k}": v for k, v in best["values"].items()})
+    if report.envelope:
+        tracker.log_series(parent, "envelope_loss", report.envelope)
+    tracker.log_json(parent, {"best": best, "pareto": report.pareto}, "best.json")
+    best_run = stores.store.run_id_of(best["number"]) if best is not None else None
+    tracker.mark_best(parent, best_run, best["number"] if best else None)
+    minimize = str(spec.objective.directions[0]) == "min"
+    table, note = summary_table(
+        stores.store, report.analysis, space, minimize, best["number"] if best is not None else None
+    )
+    if table["number"]:
+        tracker.log_table(parent, table, "trials_table.json", note)
+    tracker.finish_study(parent, metrics, "FINISHED", report.directory, "tradeoff", step=finished)
+    now = time.perf_counter()
+    timeline.mark("finalized")
+    timings = {
+        "startup_s": (fitted.first_start or start) - plan.t0,
+        "tuning_s": fitted.fit_s,
+        "finalize_s": now - start,
+        "total_s": now - plan.t0,
+    }
+    return StudyResult(
+        name=spec.name,
+        workdir=str(plan.workdir),
+        storage_url=og.storage_url(plan.workdir),
+        tracking_uri=strip_credentials(tracker.uri),
+        experiment_id=tracker.experiment_id,
+        parent_run_id=parent,
+        target_trials=plan.target,
+        finished=finished,
+        ran=finished - stores.fixed.finished,
+        counts=counts,
+        best=best,
+        pareto=report.pareto,
+        tradeoff=report.tradeoff,
+        artifacts={k: str(v) for k, v in report.files.items()},
+        interrupted=list(stores.fixed.interrupted),
+        timings=timings,
+        stop_reasons=og.stop_reasons(study, spec.scheduler_name and str(spec.scheduler_name)),
+        first_error=first_error(study),
+        failure=None if best is not None else no_best_reason(study, counts),
+    )
+
+
+# -- the fit's parts --------------------------------------------------------------------
+class _FirstStart(tune.Callback):
+    """Notes when the first trial starts, and begins the figures' imports then."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self.at is None:
+            timeline.mark("first_trial_scheduled")
+            import_soon(f"{__package__}.plots")  # ~0.6 s of CPU, off the start-up
+            self.at = time.perf_counter()
+
+
+class _AfterTracking(tune.Callback):
+    """The MLflow callback (:class:`.tracking.MlflowCallback`), built at its first event.
+
+    It waits there for the tracking store, which opens in a thread while Tune sets up and the
+    first trial's worker starts; a store that failed to open raises its error there.
+
+    Args:
+        spec: The study.
+        runtime: The stores (child run ids are stored on the trials) and the tracking.
+    """
+
+    def __init__(self, spec: StudySpec, runtime: Runtime) -> None:
+        self._spec = spec
+        self._runtime = runtime
+        self._inner: Any = None
+
+    def _callback(self) -> Any:
+        if self._inner is None:
+            from .tracking import MlflowCallback
+
+            tracking, store = self._runtime.tracking.result(), self._runtime.stores.store
+            self._inner = MlflowCallback(
+                tracking.tracker, tracking.parent, self._spec, store.set_run_id
+            )
+        return self._inner
+
+    def on_trial_start(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_start(*args, **kwargs)
+
+    def on_trial_result(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_result(*args, **kwargs)
+
+    def on_trial_complete(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_complete(*args, **kwargs)
+
+    def on_trial_error(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_error(*args, **kwargs)
+
+
+def _progress(plan: StudyPlan, stores: Stores, stream: TextIO | None) -> list[Any]:
+    """The progress line's callback, when there is a stream for it.
+
+    Args:
+        plan: The study's plan.
+        stores: The Optuna storage (the best trial and counts so far).
+        stream: Where the line goes (None: no line).
+
+    Returns:
+        The callback in a list, or an empty list.
+    """
+    if stream is None:
+        return []
+    from .progress import ProgressCallback
+
+    best = og.best_trial(plan.spec, stores.study, plan.space)
+    counts = og.study_counts(stores.study)
+    shown = {k: v for k, v in counts.items() if k not in ("trials", "interrupted")}
+    return [
+        ProgressCallback(
+            stream,
+            plan.spec.name,
+            plan.target,
+            stores.fixed.finished,
+            (best["value"], best["number"]) if best else None,
+            shown,
+            plan.spec.objective.directions[0],
         )
-        timeline.mark("report_written")
-        finished = og.count_finished(study)
-        metrics = {f"n_{k}": float(v) for k, v in counts.items()}
-        if best is not None:
-            metrics.update({f"best_{k}": v for k, v in best["values"].items()})
-        if report.envelope:
-            tracker.log_series(self.parent, "envelope_loss", report.envelope)
-        tracker.log_json(self.parent, {"best": best, "pareto": report.pareto}, "best.json")
-        best_run = self.store.run_id_of(best["number"]) if best is not None else None
-        tracker.mark_best(self.parent, best_run, best["number"] if best else None)
-        minimize = str(spec.objective.directions[0]) == "min"
-        table, note = summary_table(self.store, report.analysis, self.space, minimize,
-                                    best["number"] if best is not None else None)  # fmt: skip
-        if table["number"]:
-            tracker.log_table(self.parent, table, "trials_table.json", note)
-        tracker.finish_study(self.parent, metrics, "FINISHED", report.directory, "tradeoff",
-                             step=finished)  # fmt: skip
-        now = time.perf_counter()
-        timeline.mark("finalized")
-        startup = (self.first_start or start) - self.t0
-        timings = {"startup_s": startup, "tuning_s": self.fit_s, "finalize_s": now - start,
-                   "total_s": now - self.t0}  # fmt: skip
-        return StudyResult(
-            name=spec.name, workdir=str(self.workdir), storage_url=og.storage_url(self.workdir),
-            tracking_uri=tracker.uri, experiment_id=tracker.experiment_id,
-            parent_run_id=self.parent, target_trials=self.target, finished=finished,
-            ran=finished - self.fixed.finished, counts=counts, best=best,
-            pareto=report.pareto, tradeoff=report.tradeoff,
-            artifacts={k: str(v) for k, v in report.files.items()},
-            interrupted=list(self.fixed.interrupted), timings=timings,
-            stop_reasons=og.stop_reasons(study, spec.scheduler_name and str(spec.scheduler_name)),
-            first_error=first_error(study),
-            failure=None if best is not None else no_best_reason(study, counts),
-        )  # fmt: skip
+    ]
 
 
-def _tuner(session: _Session, callbacks: list[Any]) -> tune.Tuner:
-    spec = session.spec
+def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tune.Tuner:
+    spec, stores = plan.spec, runtime.stores
     rounds = parse_trial_config(spec.base_trial_config()).train.rounds
-    offset = len(session.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
-    sampler = og.make_sampler(spec, session.target, offset=offset)
-    state = _tradeoff_state(spec, session, rounds)
-    searcher = og.FedtuneSearch(spec, session.space, session.store, sampler, state)
+    offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
+    sampler = og.make_sampler(spec, plan.target, offset=offset)
+    stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
+    searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     return tune.Tuner(
-        tune.with_resources(make_trainable(worker_spec(spec) if session.shipped else spec),
-                            resources),
+        tune.with_resources(
+            make_trainable(worker_spec(spec) if runtime.shipped else spec), resources
+        ),
         tune_config=tune.TuneConfig(
-            search_alg=searcher, scheduler=_scheduler(spec, rounds, state),
-            num_samples=session.remaining, max_concurrent_trials=spec.budget.max_concurrent,
-            time_budget_s=spec.budget.wall_clock_s, reuse_actors=True,
-            trial_name_creator=_trial_name, trial_dirname_creator=_trial_name,
+            search_alg=searcher,
+            scheduler=stopper.tune_scheduler(),
+            num_samples=stores.remaining,
+            max_concurrent_trials=spec.budget.max_concurrent,
+            time_budget_s=spec.budget.wall_clock_s,
+            reuse_actors=True,
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_name,
         ),
         run_config=tune.RunConfig(
             name=time.strftime("session-%Y%m%d-%H%M%S"),
-            storage_path=str(session.workdir / "ray_results"), callbacks=callbacks,
-            verbose=0, failure_config=tune.FailureConfig(max_failures=0),
+            storage_path=str(plan.workdir / "ray_results"),
+            callbacks=callbacks,
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
         ),
-    )  # fmt: skip
+    )
 
 
 def _trial_name(trial: Any) -> str:
     return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
-
-
-def _tradeoff_state(
-    spec: StudySpec, session: _Session, rounds: int
-) -> TradeoffState | PrunerStop | None:
-    """The strategy's own stop rule: tradeoff's sweep + stop rule (with a resumed study's sweep
-    so far) or hyperband's pruner (``tradeoff_search.stopper_for``)."""
-    state = stopper_for(spec, session.space, rounds)
-    if isinstance(state, TradeoffState):
-        state.seed_history(og.sweep_history(session.study))
-    return state
-
-
-def _scheduler(
-    spec: StudySpec, rounds: int, state: TradeoffState | PrunerStop | None = None
-) -> Any:
-    s, mode = spec.scheduler, str(spec.objective.directions[0])
-    if state is not None:
-        return TradeoffScheduler(state)
-    name = spec.scheduler_name
-    common = {"time_attr": ROUND, "metric": OBJECTIVE, "mode": mode, "grace_period": s.grace_rounds}
-    if name == SchedulerName.ASHA:
-        return ASHAScheduler(max_t=rounds, reduction_factor=s.reduction_factor, **common)
-    if name == SchedulerName.MEDIAN:
-        return MedianStoppingRule(min_samples_required=3, **common)
-    return FIFOScheduler()
-
-
-def _import_plots() -> None:
-    """Import the figures' module (matplotlib, ~0.6 s of CPU) in a thread: the end of the
-    study needs it, the start-up (Ray, the first trial's worker) should not wait for it."""
-    import importlib
-    import threading
-
-    threading.Thread(target=importlib.import_module, args=(f"{__package__}.plots",),
-                     name="fedtune-import-plots", daemon=True).start()  # fmt: skip
 
 
 # -- the trade-off ----------------------------------------------------------------------
@@ -522,10 +747,14 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     files = write_artifacts(t, curves, directory, color_by=next(iter(curves[0].params), None))
     k = t.targets.index(t.pareto_target) if t.pareto_target is not None else 0
     pareto = [
-        {"number": s.trial_id, "rounds_to_target": s.rounds_to_target[k],
-         "final_loss": s.final_loss, "params": dict(s.params)}
+        {
+            "number": s.trial_id,
+            "rounds_to_target": s.rounds_to_target[k],
+            "final_loss": s.final_loss,
+            "params": dict(s.params),
+        }
         for s in map(t.summary_of, t.pareto)
-    ]  # fmt: skip
+    ]
     envelope = [(p.round, p.loss) for p in t.envelope if math.isfinite(p.loss)]
     named = set(t.shown())  # a large study: its best trials, Pareto set and envelope
     files.update(theory_report(spec, [c for c in curves if c.trial_id in named], directory))
@@ -544,7 +773,7 @@ def summary_table(
     finished trial — number, rank (1 = best objective), outcome, params, objective, rounds
     reached, rounds to the Pareto target, flag, on the Pareto set, decays — for every trial of
     a study of at most ``top``; beyond, the ``top`` best objectives, the Pareto set and the
-    best trial ``best`` (issue 21 req. 4: bounded at any number of trials)."""
+    best trial ``best`` (bounded at any number of trials)."""
     from fedtune.search_spaces import resolve_values
 
     summaries = {s.trial_id: s for s in analysis.trials} if analysis is not None else {}
@@ -566,12 +795,25 @@ def summary_table(
     if len(trials) > top:
         keep = {t.number for t in ranked[:top]} | pareto | ({best} if best is not None else set())
         listed = [t for t in trials if t.number in keep]
-        note = (f"{len(listed)} of {len(trials)} finished trials: the {top} best objectives, "
-                "the Pareto set and the best trial")  # fmt: skip
+        note = (
+            f"{len(listed)} of {len(trials)} finished trials: the {top} best objectives, "
+            "the Pareto set and the best trial"
+        )
     keys = sorted({p for t in listed for p in t.params})
-    cols: dict[str, list] = {c: [] for c in ("number", "rank", "outcome", "objective", "rounds",
-                                              "rounds_to_target", "flag", "on_pareto",
-                                              "decays")}  # fmt: skip
+    cols: dict[str, list] = {
+        c: []
+        for c in (
+            "number",
+            "rank",
+            "outcome",
+            "objective",
+            "rounds",
+            "rounds_to_target",
+            "flag",
+            "on_pareto",
+            "decays",
+        )
+    }
     cols.update({f"param.{p}": [] for p in keys})
     for t in sorted(listed, key=lambda t: t.number):
         summary = summaries.get(t.number)
@@ -592,54 +834,7 @@ def summary_table(
     return cols, note
 
 
-# -- process plumbing: lock, Ray, Tune's environment ----------------------------------
-def _fail_opened(opened: Future | None, session: _Session | None, exc: BaseException) -> None:
-    """Ray did not start (or lacks the resources): the parent run that the stores' threads
-    opened meanwhile ends as after a failed fit (KILLED after Ctrl-C, else FAILED)."""
-    status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-    with contextlib.suppress(Exception):
-        session = opened.result() if opened is not None else session
-        if session is not None and session.tracking_opened():
-            session.tracker.finish_study(session.parent, {}, status)
-
-
-class _AfterTracking(tune.Callback):
-    """The MLflow callback (:class:`.tracking.MlflowCallback`), built at its first event once
-    the tracking store is open — it opens in a thread while Tune sets up and the first trial's
-    worker process starts, so neither waits for MLflow (start-up, issue 14 req. 3). Its
-    import of MLflow happens there too. A store that failed to open raises its error here."""
-
-    def __init__(self, session: _Session) -> None:
-        self._session = session
-        self._inner: Any = None
-
-    def _callback(self) -> Any:
-        if self._inner is None:
-            from .tracking import MlflowCallback
-
-            s = self._session
-            s.wait_tracking()
-            self._inner = MlflowCallback(s.tracker, s.parent, s.spec, s._remember)
-        return self._inner
-
-    def on_trial_start(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_start(*args, **kwargs)
-
-    def on_trial_result(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_result(*args, **kwargs)
-
-    def on_trial_complete(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_complete(*args, **kwargs)
-
-    def on_trial_error(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_error(*args, **kwargs)
-
-
-def _stored(workdir: Path) -> bool:
-    """The study's Optuna storage exists (a resume or an extension, not a new study)."""
-    return Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
-
-
+# -- process plumbing: Ray's resources, Tune's environment ----------------------------
 def check_resources(spec: StudySpec, cluster: dict[str, float]) -> None:
     """Fail fast when one trial's CPUs/GPUs exceed what the whole Ray cluster has."""
     have = {"cpu": cluster.get("CPU", 0.0), "gpu": cluster.get("GPU", 0.0)}

@@ -1,4 +1,5 @@
-"""Predicted (ρ, Δ) of a trial configuration on a quadratic task (`000_4bdc3753d62a87e2.txt`).
+"""Predicted (ρ, Δ) of a trial configuration on a quadratic task
+(Charles & Konečný 2021 (arXiv:2103.05032)).
 
 For a LocalUpdate-family configuration (Θ_1:K or Θ_K, proximal α, client lr γ, local steps K)
 on the ``quadratic`` task with its exact instance (A_i, c_i, p_i):
@@ -8,7 +9,7 @@ on the ``quadratic`` task with its exact instance (A_i, c_i, p_i):
   Δ = (√κ₀ − √κ)/(√κ₀ + √κ), κ₀ = L/μ. For Θ_K with 1/(KL+α) ≤ γ < 1/(L+α), App. D.1
   prescribes Lemma 5 instead (eq. 17 turns negative there once κ > κ₀): Δ = (√b − √a)/(√b + √a),
   b = max_i λ_max(Q_i), a = min_i λ_min(Q_i) — what ``fedtune frontier --simulated`` plots
-  (ALGORITHMS.md §3.11 item 4). Both forms lie in [0, 1];
+  (docs/explanation/algorithms.md §3.11 item 4). Both forms lie in [0, 1];
 * ρ of *this* configuration's server: for ``sgd`` with step η on the full-participation
   surrogate f̃ (Hessian H = Σ p_i Q_i A_i), ρ = max_j |1 − η λ_j(H)|; for momentum servers
   the rate of the tuned optimizer of Table 2 (heavy-ball / Nesterov), a lower bound;
@@ -128,15 +129,24 @@ def theory_report(spec: StudySpec, curves: list, directory: Path) -> dict[str, P
         if p is not None:
             predicted[c.trial_id] = (p.rho, p.delta)
             forms[c.trial_id] = p.delta_form
-    rows = theory_table(curves, predicted, last_rounds=spec.objective.last_rounds,
-                        loss_exponent=1.0)  # fmt: skip
+    rows = theory_table(
+        curves, predicted, last_rounds=spec.objective.last_rounds, loss_exponent=1.0
+    )
     if not rows:
         return {}
     out = {"theory": plot_theory(rows, directory / "theory.png")}
-    table = [{"trial": r.trial_id, "rho_predicted": r.rho_predicted,
-              "delta_predicted": r.delta_predicted, "delta_form": forms[r.trial_id],
-              "rho_measured": r.rho_measured,
-              "final_loss": r.final_loss, "params": dict(r.params)} for r in rows]  # fmt: skip
+    table = [
+        {
+            "trial": r.trial_id,
+            "rho_predicted": r.rho_predicted,
+            "delta_predicted": r.delta_predicted,
+            "delta_form": forms[r.trial_id],
+            "rho_measured": r.rho_measured,
+            "final_loss": r.final_loss,
+            "params": dict(r.params),
+        }
+        for r in rows
+    ]
     (directory / "theory.json").write_text(json.dumps(table, indent=2, default=str))
     out["theory_table"] = directory / "theory.json"
     return out

@@ -1,4 +1,5 @@
-"""MLflow behind one adapter (STYLE.md habit 11): ``MlflowClient`` with explicit run ids only.
+"""MLflow behind one adapter (docs/development/style.md habit 11): ``MlflowClient`` with explicit
+run ids only.
 
 Run tree of a study (all written from the *driver*; Ray workers never talk to MLflow). The
 experiment carries the tag ``mlflow.experimentKind = custom_model_development``, so the MLflow
@@ -40,7 +41,9 @@ The queue is bounded: a driver that reports faster than MLflow stores blocks in 
 Tracking URI: ``--tracking-uri`` > the spec's ``tracking.uri`` > ``MLFLOW_TRACKING_URI`` > a
 local SQLite store ``sqlite:///<workdir>/mlflow.db`` whose artifacts go to
 ``<workdir>/mlartifacts`` (the experiment's artifact location). A new SQLite store is a copy of
-a cached empty one (:mod:`.sqlite_template`: no migrations at every study's start).
+a cached empty one (:mod:`.sqlite_template`: no migrations at every study's start). The URI's
+credentials live only in the driver's memory (:class:`StudyTracker`, the study's plan): nothing
+the study writes holds them (``fedtune.tuning.study``).
 """
 
 from __future__ import annotations
@@ -58,10 +61,11 @@ from typing import Any
 
 import yaml
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from ray.tune import Callback
 
+from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from fedtune.redact import scrub
 
 from .round_log import MAX_BATCH, RoundLog
@@ -69,13 +73,13 @@ from .spec import StudySpec
 from .sqlite_commits import fast_commits_for
 from .sqlite_template import seed_sqlite_store
 from .step_points import StepPoints
+from .tracking_store import prepare_tracking_store
 from .trainable import (
     DECAY_ROUNDS,
     HISTORY,
     OBJECTIVE,
     OUTCOME,
     ROUND,
-    RUNNING,
     TRIAL_KEY,
     sampled_params,
 )
@@ -196,6 +200,7 @@ class StudyTracker:
         self.uri = uri
         seed_sqlite_store(uri)  # a new SQLite store without MLflow's migrations
         fast_commits_for(uri)  # WAL + synchronous=NORMAL (.sqlite_commits)
+        prepare_tracking_store(uri)  # a database store's tables, once however many drivers race
         self.client = MlflowClient(tracking_uri=uri)
         self.rounds = RoundLog(self.client)  # per-round metrics, sent by a thread
         self.steps = StepPoints()  # learning rates: only the points that draw their steps
@@ -249,8 +254,11 @@ class StudyTracker:
         self.rounds.close()
         ts = _now()
         latest = self._latest(run_id)
-        items = [Metric(k, float(v), ts, step) for k, v in metrics.items()
-                 if math.isfinite(v) and latest.get(k) != (step, float(v))]  # fmt: skip
+        items = [
+            Metric(k, float(v), ts, step)
+            for k, v in metrics.items()
+            if math.isfinite(v) and latest.get(k) != (step, float(v))
+        ]
         for chunk in _chunks(items, MAX_BATCH):
             self.client.log_batch(run_id, metrics=chunk)
         if artifacts is not None:
@@ -277,8 +285,11 @@ class StudyTracker:
         now: dict[int, float] = {}
         for m in sorted(self.client.get_metric_history(run_id, key), key=lambda m: m.timestamp):
             now[m.step] = m.value
-        items = [Metric(key, float(v), ts, int(s)) for s, v in points
-                 if math.isfinite(v) and now.get(int(s)) != float(v)]  # fmt: skip
+        items = [
+            Metric(key, float(v), ts, int(s))
+            for s, v in points
+            if math.isfinite(v) and now.get(int(s)) != float(v)
+        ]
         for chunk in _chunks(items, MAX_BATCH):
             self.client.log_batch(run_id, metrics=chunk)
 
@@ -348,10 +359,15 @@ class StudyTracker:
         self.rounds.flush(run_id)
         items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
         ts = _now()
-        values = [Metric(k, float(v), ts, step) for k, v in (metrics or {}).items()
-                  if not math.isnan(v)]  # fmt: skip
-        values = [m if math.isfinite(m.value) else
-                  Metric(m.key, math.copysign(_MAX_FLOAT, m.value), ts, step) for m in values]  # fmt: skip
+        values = [
+            Metric(k, float(v), ts, step) for k, v in (metrics or {}).items() if not math.isnan(v)
+        ]
+        values = [
+            m
+            if math.isfinite(m.value)
+            else Metric(m.key, math.copysign(_MAX_FLOAT, m.value), ts, step)
+            for m in values
+        ]
         final = {(m.key, m.step) for m in values}  # a final value at that round replaces it
         values += [m for m in self.steps.close(run_id, ts) if (m.key, m.step) not in final]
         if items or values:
@@ -380,11 +396,12 @@ class StudyTracker:
         (every queued round is stored first)."""
         self.rounds.flush()
         closed = []
+        killed = mlflow_status(TrialOutcome.INTERRUPTED)
         for run in self.child_runs(parent):
             run_id = run.info.run_id
-            wanted = statuses.get(run_id, "KILLED")
-            if run.info.status == "RUNNING" or (wanted == "KILLED" and run.info.status != "KILLED"):
-                tags = {"outcome": "interrupted"} if wanted == "KILLED" else {}
+            wanted = statuses.get(run_id, killed)
+            if run.info.status == "RUNNING" or (wanted == killed and run.info.status != killed):
+                tags = {"outcome": TrialOutcome.INTERRUPTED} if wanted == killed else {}
                 self.end_trial(run_id, wanted, tags)
                 closed.append(run_id)
         return closed
@@ -503,22 +520,34 @@ class MlflowCallback(Callback):
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         result = trial.last_result or {}
         self.on_trial_result(iteration, trials, trial, result)
-        outcome = result.get(OUTCOME, "failed")
-        outcome = "stopped" if outcome == RUNNING else outcome
+        outcome = final_outcome(result.get(OUTCOME))
         metrics = {k: float(result[k]) for k in self._finals if k in result}
         params = {}
         if DECAY_ROUNDS in result:
             params[DECAY_ROUNDS] = ",".join(map(str, result[DECAY_ROUNDS])) or "none"
             metrics["decays"] = float(len(result[DECAY_ROUNDS]))
-        self._close(trial, RunStatus.to_string(RunStatus.FINISHED), {"outcome": outcome},
-                    metrics, params, int(result.get(ROUND, 0)))  # fmt: skip
+        self._close(
+            trial,
+            mlflow_status(outcome),
+            {"outcome": outcome},
+            metrics,
+            params,
+            int(result.get(ROUND, 0)),
+        )
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        self._close(trial, "FAILED", {"outcome": "failed", "error": error_line(trial)})
+        failed = TrialOutcome.FAILED
+        self._close(trial, mlflow_status(failed), {"outcome": failed, "error": error_line(trial)})
 
-    def _close(self, trial: Any, status: str, tags: Mapping[str, str],
-               metrics: Mapping[str, float] | None = None,
-               params: Mapping[str, str] | None = None, step: int = 0) -> None:  # fmt: skip
+    def _close(
+        self,
+        trial: Any,
+        status: str,
+        tags: Mapping[str, str],
+        metrics: Mapping[str, float] | None = None,
+        params: Mapping[str, str] | None = None,
+        step: int = 0,
+    ) -> None:
         run_id = self.runs.pop(trial.trial_id, None)
         if run_id is not None:
             self.tracker.end_trial(run_id, status, tags, metrics, params, step)
@@ -529,5 +558,7 @@ def objective_description(spec: StudySpec) -> str:
     obj = spec.objective
     what = "train_loss" if obj.is_multi else str(obj.single_metric)
     mode = "min" if obj.is_multi else str(obj.directions[0])
-    return (f"{what} ({mode}): mean {obj.record_field} over the last {obj.last_rounds} rounds "
-            "reached; diverged = worst")  # fmt: skip
+    return (
+        f"{what} ({mode}): mean {obj.record_field} over the last {obj.last_rounds} rounds "
+        "reached; diverged = worst"
+    )

@@ -1,15 +1,16 @@
 """The measured convergence–accuracy trade-off of a study (no MLflow, no Ray).
 
 Large client learning rates γ (or many local steps K) converge fast to a worse point, small ones
-slowly to a better point (`000_4bdc3753d62a87e2.txt` §4 and App. F; `001_2dc7ddae5cbdc81f.txt`
-§7–8; ALGORITHMS.md §8 #8). From the per-round training-loss curves ℓ_t of a study's trials this
-module computes, per trial and for targets τ:
+slowly to a better point (Charles & Konečný 2021 (arXiv:2103.05032) §4 and App. F;
+Charles & Konečný 2020 (arXiv:2007.00878) §7–8; docs/explanation/algorithms.md §8 prediction 8).
+From the per-round training-loss curves ℓ_t of a study's trials this module computes, per trial and
+for targets τ:
 
 * smoothed curve  s_t = mean of the last ``smooth_window`` recorded ℓ (fewer at the start), so
   one lucky noisy round never counts as "reached";
 * rounds to target  R_τ = first recorded round with s_t ≤ τ (∞ when never reached);
 * final loss  = mean of ℓ over the last ``last_rounds`` recorded rounds — the papers' selection
-  rule (`001_2dc7ddae5cbdc81f.txt` §8.3) — ∞ for a diverged trial or a non-finite value;
+  rule (Charles & Konečný 2020 §8.3) — ∞ for a diverged trial or a non-finite value;
 * the starting loss ℓ_0 = median of the trials' first recorded ℓ (every trial starts from the
   same model on the same clients), and a **flag** per trial: ``diverged`` (the engine said so),
   ``blown_up`` (final loss ≥ ``blowup`` × ℓ_0: finite but far above the start), ``stopped``
@@ -120,7 +121,8 @@ class TrialCurve:
 
 
 #: flags of :class:`TrialSummary` (empty: a trial that ran to the end and is compared fully)
-FLAG_DIVERGED, FLAG_BLOWN_UP, FLAG_STOPPED = "diverged", "blown_up", "stopped"
+FLAG_DIVERGED, FLAG_STOPPED = Outcome.DIVERGED.value, Outcome.STOPPED.value
+FLAG_BLOWN_UP = "blown_up"
 
 
 @dataclass(frozen=True)
@@ -242,8 +244,8 @@ class TradeOff:
         return next(t for t in self.trials if t.trial_id == trial_id)
 
     def shown(self, top: int | None = TOP_TRIALS) -> tuple[TrialId, ...]:
-        """The trials the study's files and figures list, in study order (issue 21 req. 4:
-        bounded at any number of trials): every trial when there are at most ``top`` (or
+        """The trials the study's files and figures list, in study order (bounded
+        at any number of trials): every trial when there are at most ``top`` (or
         ``top`` is None), else the ``top`` lowest final losses, the Pareto set and the trials
         that hold the envelope. The others are counted (``trials_total``), not listed."""
         if top is None or len(self.trials) <= top:
@@ -415,9 +417,18 @@ def analyze_tradeoff(
         "on the Pareto set)",
     }
     return TradeOff(
-        tuple(targets), pareto_target, last_rounds, smooth_window, tuple(summaries), pareto,
-        tuple(envelope), tuple(changes), notes, start_loss, metric,
-    )  # fmt: skip
+        tuple(targets),
+        pareto_target,
+        last_rounds,
+        smooth_window,
+        tuple(summaries),
+        pareto,
+        tuple(envelope),
+        tuple(changes),
+        notes,
+        start_loss,
+        metric,
+    )
 
 
 def _start_loss(curves: Sequence[TrialCurve]) -> float:

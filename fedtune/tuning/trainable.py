@@ -9,8 +9,8 @@ lockstep; per-round metrics are then means over seeds) and calls ``tune.report``
 seconds, not milliseconds, apart; every report therefore carries the rounds since the previous
 one under :data:`HISTORY`, so nothing is lost when reports are sparse.
 
-Objective (the papers' selection rule, `001_2dc7ddae5cbdc81f.txt` §8.3): with the per-round
-values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
+Objective (the papers' selection rule, Charles & Konečný 2020 (arXiv:2007.00878) §8.3): with the
+per-round values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
 
     objective_t = mean(v_{t-N+1..t})   over the last N = ``objective.last_rounds`` values
 
@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from fedtune.errors import FedtuneError
+from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
 
 from . import timeline
@@ -82,7 +83,6 @@ OBJECTIVE = "objective"
 HISTORY = "history"
 DECAYS = "decays"
 DECAY_ROUNDS = "decay_rounds"
-RUNNING = "running"  # OUTCOME of every report but the last
 SMOOTH_WINDOW = 5  # trailing window of ℓ for rounds-to-target (study and trade-off share it)
 
 
@@ -252,7 +252,7 @@ _RAY_PACKAGE = re.compile(r"\S*/runtime_resources/py_modules_files/_ray_pkg_[0-9
 
 
 def trial_message(exc: FedtuneError, spec: StudySpec) -> str:
-    """A trial's fedtune error as the user should read it (issue 24 item 4): its own message
+    """A trial's fedtune error as the user should read it: its own message
     (``task.name: the builder … raised OSError: …``, no ``CodeError:`` class prefix), with the
     files of the code Ray unpacked for the trial (``…/runtime_resources/py_modules_files/
     _ray_pkg_<hash>/pkg/x.py``) named where the study's ``code.path`` has them."""

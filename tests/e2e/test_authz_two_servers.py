@@ -1,4 +1,4 @@
-"""Issue 20, tests: the route × role × ownership matrix against two real ``fedtune serve``
+"""The route × role × ownership matrix against two real ``fedtune serve``
 processes on one PostgreSQL database.
 
 The same expectations as ``tests/service/test_authorization.py`` (every route of the OpenAPI
@@ -22,7 +22,7 @@ from tests.needs import need
 from tests.service.helpers import Server, pg_schema, pg_unreachable_reason
 from tests.service.test_authorization import EXPECTED, TOKEN, World, run_matrix
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 class RoundRobin:
@@ -52,9 +52,13 @@ class RoundRobin:
 def test_the_authorization_matrix_holds_on_two_replicas(tmp_path: Path) -> None:
     need("postgres", pg_unreachable_reason())
     with pg_schema() as url:
-        env = {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(tmp_path / "work"),
-               "FEDTUNE_BACKEND": "none", "FEDTUNE_API_TOKEN": TOKEN,
-               "FEDTUNE_ALLOW_CODE_UPLOAD": "true"}  # fmt: skip
+        env = {
+            "FEDTUNE_DATABASE_URL": url,
+            "FEDTUNE_WORKDIR": str(tmp_path / "work"),
+            "FEDTUNE_BACKEND": "none",
+            "FEDTUNE_API_TOKEN": TOKEN,
+            "FEDTUNE_ALLOW_CODE_UPLOAD": "true",
+        }
         servers = [Server(env, tmp_path / f"serve-{i}.log") for i in range(2)]
         client = None
         db = Database(url)
@@ -72,12 +76,16 @@ def test_the_authorization_matrix_holds_on_two_replicas(tmp_path: Path) -> None:
             assert not wrong, "\n".join(wrong)
             assert all(n > len(EXPECTED) for n in client.hits.values())  # both answered
             # a token revoked through one replica is refused by the other at once
-            made = client.post("/v1/users/mia/tokens", json={},
-                               headers=world.headers("admin")).json()  # fmt: skip
+            made = client.post(
+                "/v1/users/mia/tokens", json={}, headers=world.headers("admin")
+            ).json()
             bearer = {"Authorization": f"Bearer {made['token']}"}
             assert client.get("/v1/whoami", headers=bearer).status_code == 200
-            client.post("/v1/users/mia/revoke", json={"token_id": made["token_id"]},
-                        headers=world.headers("admin"))  # fmt: skip
+            client.post(
+                "/v1/users/mia/revoke",
+                json={"token_id": made["token_id"]},
+                headers=world.headers("admin"),
+            )
             answers = {client.get("/v1/whoami", headers=bearer).status_code for _ in range(4)}
             assert answers == {401}
         finally:

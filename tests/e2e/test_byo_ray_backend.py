@@ -1,4 +1,4 @@
-"""Bring your own code through the service's ``ray`` backend (issue 10 §4, Ray Jobs): a real
+"""Bring your own code through the service's ``ray`` backend (Ray Jobs): a real
 uvicorn ``fedtune serve`` with ``FEDTUNE_BACKEND=ray`` submits each study's driver to a real
 multi-node Ray cluster started here (:class:`tests.service.ray_cluster.LocalRayCluster`: a head
 with no CPUs, as the Helm chart's, and one worker node ``w`` with two), and the example project
@@ -39,7 +39,7 @@ from tests.service.ray_cluster import LocalRayCluster, session_pids
 
 from .test_service_e2e import FAST, TOKEN, _mlflow_runs
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "byo"
@@ -63,8 +63,9 @@ class World:
         from fedtune.service.backends.ray_jobs import submission_id
 
         token = self.cluster.client_env["RAY_AUTH_TOKEN"]
-        jobs = JobSubmissionClient(self.cluster.address,
-                                   headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+        jobs = JobSubmissionClient(
+            self.cluster.address, headers={"Authorization": f"Bearer {token}"}
+        )
         return jobs.get_job_logs(submission_id(study_id, attempt))
 
 
@@ -78,8 +79,9 @@ def _example_stays_out_of_this_process() -> Iterator[None]:
 def _installed_copy(site: Path) -> Path:
     """An older ``fedlab`` installed on the cluster (as in an image built earlier): the same
     names, plus a round diagnostic :data:`INSTALLED_MARK` that the uploaded code lacks."""
-    shutil.copytree(EXAMPLE / "fedlab", site / "fedlab",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        EXAMPLE / "fedlab", site / "fedlab", ignore=shutil.ignore_patterns("__pycache__")
+    )
     methods = site / "fedlab" / "methods.py"
     old = '{"medclip_bound": float(bound),'
     assert old in methods.read_text()
@@ -99,9 +101,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # the cluster's processes carry the driver's settings (the Helm chart: envFrom the Secret)
     # and one MLflow store that the service reads too (the chart: an MLflow server)
     mlflow = f"sqlite:///{root / 'mlflow.db'}"
-    env = {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(head_workdir),
-           "MLFLOW_TRACKING_URI": mlflow, "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), str(installed)])}  # fmt: skip
+    env = {
+        "FEDTUNE_DATABASE_URL": url,
+        "FEDTUNE_WORKDIR": str(head_workdir),
+        "MLFLOW_TRACKING_URI": mlflow,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(installed)]),
+    }
     cluster = LocalRayCluster(env, head_cpus=0)
     server: Server | None = None
     try:
@@ -172,14 +178,17 @@ def studies(world: World) -> dict[str, Submitted]:
     with Client(world.server.url, token=TOKEN, timeout=30) as sdk:
         handles = {
             "example": sdk.submit(
-                _small(budget={"trials": 2, "max_concurrent": 2},
-                       train={"rounds": 4, "eval_every": 2}, objective={"last_rounds": 2}),
+                _small(
+                    budget={"trials": 2, "max_concurrent": 2},
+                    train={"rounds": 4, "eval_every": 2},
+                    objective={"last_rounds": 2},
+                ),
                 code=EXAMPLE,
             ),
             "needs-a-dependency": sdk.submit(
                 _small(name="needs-a-dependency", budget={"trials": 1}), code=lab
             ),
-        }  # fmt: skip
+        }
         done = {}
         for key, study in handles.items():
             final = study.wait(progress=False, timeout=400, poll_s=0.5)
@@ -198,8 +207,7 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
     assert final.state == StudyState.SUCCEEDED, (final.error, logs[-3000:])
     assert (final.task, final.algorithm) == ("fedlab_wine", "nova_medclip")
     assert final.code_sha256 == sha
-    assert final.spec["code"] == {"modules": ["fedlab.models", "fedlab.tasks",
-                                              "fedlab.methods"]}  # fmt: skip
+    assert final.spec["code"] == {"modules": ["fedlab.models", "fedlab.tasks", "fedlab.methods"]}
     assert [t.state for t in trials] == [TrialState.COMPLETED] * 2
     assert final.progress.completed == 2
     with Client(world.server.url, token=TOKEN, timeout=30) as sdk:
@@ -229,7 +237,7 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
     searched = {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
     assert all(set(t.params) == searched for t in done)  # the user's method's hyperparameters
     # the cluster's MLflow store is a local SQLite file: the service does not show its path
-    assert final.mlflow["tracking_uri"] is None
+    assert final.mlflow.tracking_uri is None
     parent, children = _mlflow_runs(final, local_store=f"sqlite:///{world.root / 'mlflow.db'}")
     assert parent.info.status == "FINISHED" and len(children) == 2
     for child in children:

@@ -1,4 +1,4 @@
-"""Issue 20 req. 4: two real ``fedtune serve`` replicas on one PostgreSQL database.
+"""Two real ``fedtune serve`` replicas on one PostgreSQL database.
 
 Both serve the API; exactly one leads the scheduler (``fedtune_scheduler_leader`` 1 on it, 0 on
 the other). ``kill -9`` of the leader while studies run and wait: the other replica takes the
@@ -23,7 +23,7 @@ from fedtune.service.states import StudyState
 from tests.needs import need
 from tests.service.helpers import Server, pg_schema, pg_unreachable_reason, tiny_spec, until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 TOKEN = "ha-token-0123456789abcdef"
 
@@ -58,15 +58,22 @@ def test_one_leader_and_a_failover_within_15_s_with_no_study_dispatched_twice(tm
         try:
             for server in servers:
                 server.start(timeout=120)
-            flags = until(lambda: (f := [_leader(s) for s in servers]) and sorted(f) == [0, 1]
-                          and f, 30, every=0.2)  # fmt: skip
+            flags = until(
+                lambda: (f := [_leader(s) for s in servers]) and sorted(f) == [0, 1] and f,
+                30,
+                every=0.2,
+            )
             assert flags, "timed out waiting for exactly one leader"
             leader, other = (servers[0], servers[1]) if flags[0] == 1 else (servers[1], servers[0])
             client = Client(other.url, token=TOKEN, retries=2)
-            ids = [client.submit(tiny_spec(name=f"ha{i}", trials=2, rounds=40)).id
-                   for i in range(4)]  # fmt: skip
-            assert until(lambda: sum(client.study(i).status().state == StudyState.RUNNING
-                                     for i in ids) >= 1, 120, every=0.2), "no running study"  # fmt: skip
+            ids = [
+                client.submit(tiny_spec(name=f"ha{i}", trials=2, rounds=40)).id for i in range(4)
+            ]
+            assert until(
+                lambda: sum(client.study(i).status().state == StudyState.RUNNING for i in ids) >= 1,
+                120,
+                every=0.2,
+            ), "no running study"
             db = Database(url)
             with db.session(readonly=True) as s:
                 token_before = s.execute(text("SELECT token FROM scheduler_lease")).scalar()
@@ -100,11 +107,18 @@ def test_a_second_process_on_one_sqlite_file_serves_but_does_not_schedule(tmp_pa
         assert until(lambda: _leader(first) == 1, 30, every=0.2), "the first does not schedule"
         second = servers[1].start(timeout=120)
         assert _leader(second) == 0 and _leader(first) == 1
-        refusals = [line for line in servers[1].log.read_text().splitlines()
-                    if "scheduler not started" in line]  # fmt: skip
+        refusals = [
+            line
+            for line in servers[1].log.read_text().splitlines()
+            if "scheduler not started" in line
+        ]
         assert len(refusals) == 1 and "SQLite" in refusals[0]
-        assert httpx.get(f"{second.url}/v1/studies",
-                         headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200  # fmt: skip
+        assert (
+            httpx.get(
+                f"{second.url}/v1/studies", headers={"Authorization": f"Bearer {TOKEN}"}
+            ).status_code
+            == 200
+        )
     finally:
         for server in servers:
             server.stop()

@@ -4,7 +4,7 @@ What a user does after ``fedtune tune``: from a plain shell (no virtual environm
 another directory) run the printed follow-up commands exactly — resume/extend, the
 ``optuna-dashboard`` command, ``mlflow ui`` — and open the printed page. MLflow 3 opens an
 experiment on its GenAI "Overview / Traces" pages unless the URL asks for the model-training
-workflow, so the printed page must land on the runs table (issue 12, requirement 3). Nested runs
+workflow, so the printed page must land on the runs table. Nested runs
 are collapsed under their parent unless the list is sorted by something else than the start
 time, so the list is also opened sorted by run name, which shows every trial run; the best
 trial's page shows its ``objective``. Chromium's ``--dump-dom`` gives the rendered DOM after
@@ -27,30 +27,38 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 import yaml
 
 from fedtune.tuning.tracking import UI_QUERY
 from tests.integration.conftest import make_quadratic_study
 from tests.needs import need
 
-pytestmark = pytest.mark.e2e
-
 CHROMIUM = Path("/usr/bin/chromium")
 BIN = Path(sys.executable).parent
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
     "--virtual-time-budget=15000",
-]  # fmt: skip
+]
 STUDY = make_quadratic_study(
     "ui-quad",
-    train={"rounds": 8, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
-           "eval_every": 4, "dtype": "float64"},
+    train={
+        "rounds": 8,
+        "clients_per_round": 5,
+        "local_steps": 3,
+        "batch_size": 4,
+        "eval_every": 4,
+        "dtype": "float64",
+    },
     sampler={"name": "random", "seed": 0},
     scheduler={"name": "none"},
     budget={"trials": 3, "max_concurrent": 2},
-)  # fmt: skip
+)
 
 
 def _free_port() -> int:
@@ -62,8 +70,12 @@ def _free_port() -> int:
 def _plain_env(home: Path) -> dict[str, str]:
     """A plain shell's environment: no virtual environment on PATH, no tracking URI (a
     PYTHONPATH of the checkout under test is kept: it selects the code, not the tools)."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no GenAI job workers  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }  # no GenAI job workers
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return env
@@ -73,8 +85,9 @@ def _plain_env(home: Path) -> dict[str, str]:
 def _serve(argv: list[str], health: str, log: Path, env: dict[str, str], cwd: Path):
     """Start ``argv`` (as printed, plus host/port), wait for ``health``, stop by group id."""
     with log.open("w") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -112,20 +125,29 @@ def _text(dom: str) -> str:
 
 def _chromium(args: list[str], profile: Path) -> subprocess.CompletedProcess:
     shutil.rmtree(profile, ignore_errors=True)
-    return subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_mlflow_ui_shows_the_study(tmp_path):
-    need("chromium", None if CHROMIUM.is_file()
-         else f"{CHROMIUM} is not installed (apt-get install chromium)")  # fmt: skip
+    need(
+        "chromium",
+        None if CHROMIUM.is_file() else f"{CHROMIUM} is not installed (apt-get install chromium)",
+    )
     spec = tmp_path / "study.yaml"
     spec.write_text(yaml.safe_dump(STUDY))
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     tune = subprocess.run(
         [str(BIN / "fedtune"), "tune", str(spec), "--workdir", str(tmp_path / "w")],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert tune.returncode == 0, tune.stderr[-3000:]
     printed = _printed(tune.stdout)
     elsewhere = tmp_path / "elsewhere"  # a plain shell, in another directory
@@ -134,8 +156,9 @@ def test_mlflow_ui_shows_the_study(tmp_path):
 
     # resume/extend, as printed (plus --json to read the result): nothing left to run
     again = shlex.split(printed["resume/extend"].removesuffix("[--trials N]"))
-    rerun = subprocess.run([*again, "--json"], capture_output=True, text=True, env=plain,
-                           cwd=elsewhere, timeout=300)  # fmt: skip
+    rerun = subprocess.run(
+        [*again, "--json"], capture_output=True, text=True, env=plain, cwd=elsewhere, timeout=300
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     result = json.loads(rerun.stdout)
     assert result["ran"] == 0 and result["finished"] == 3
@@ -160,8 +183,9 @@ def test_mlflow_ui_shows_the_study(tmp_path):
     from mlflow import MlflowClient
 
     client = MlflowClient(result["tracking_uri"])
-    children = client.search_runs([result["experiment_id"]],
-                                  f"tags.`mlflow.parentRunId` = '{result['parent_run_id']}'")  # fmt: skip
+    children = client.search_runs(
+        [result["experiment_id"]], f"tags.`mlflow.parentRunId` = '{result['parent_run_id']}'"
+    )
     best = next(r for r in children if r.data.tags.get("best_trial") == "true")
     child = f"{base}/#/experiments/{result['experiment_id']}/runs/{best.info.run_id}?{UI_QUERY}"
     with _serve(ui, f"{base}/health", tmp_path / "ui.log", plain, elsewhere):
@@ -169,8 +193,9 @@ def test_mlflow_ui_shows_the_study(tmp_path):
         listed = _chromium(["--dump-dom", sorted_page], tmp_path / "profile-dom")
         run_page = _chromium(["--dump-dom", child], tmp_path / "profile-run")
         shot = tmp_path / "runs.png"
-        _chromium(["--window-size=1400,900", f"--screenshot={shot}", page],
-                  tmp_path / "profile-png")  # fmt: skip
+        _chromium(
+            ["--window-size=1400,900", f"--screenshot={shot}", page], tmp_path / "profile-png"
+        )
 
     for dom in (landing, listed, run_page):
         assert dom.returncode == 0, dom.stderr[-2000:]

@@ -99,22 +99,38 @@ def _zombie(pid: int) -> bool:
 
 @contextlib.contextmanager
 def mlflow_server_process(
-    backend_uri: str, log: Path, *, workers: int = 1, artifacts: str | None = None,
-    timeout: float = 180.0, cwd: Path | None = None,
+    backend_uri: str,
+    log: Path,
+    *,
+    workers: int = 1,
+    artifacts: str | None = None,
+    timeout: float = 180.0,
+    cwd: Path | None = None,
 ) -> Iterator[tuple[subprocess.Popen, str]]:
     """A real ``mlflow server`` on ``backend_uri`` at a free port of 127.0.0.1, in a session of
     its own, without GenAI job workers (``artifacts``: where it stores the artifacts it
     serves): the process and its base URL once ``/health`` answers; its group is stopped on
     exit. The tests' session server, the load and MLflow-UI benchmarks all start it so."""
     port = free_port()
-    cmd = [str(BIN / "mlflow"), "server", "--backend-store-uri", backend_uri,
-           "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]  # fmt: skip
+    cmd = [
+        str(BIN / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        backend_uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
     if artifacts is not None:
         cmd += ["--serve-artifacts", "--artifacts-destination", artifacts]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no GenAI job workers
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{url}/health", proc, timeout=timeout, log=log)
@@ -126,8 +142,9 @@ def mlflow_server_process(
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("mlflow-server")
-    with mlflow_server_process(f"sqlite:///{root / 'mlflow.db'}", root / "server.log",
-                               artifacts=str(root / "artifacts")) as (_, url):  # fmt: skip
+    with mlflow_server_process(
+        f"sqlite:///{root / 'mlflow.db'}", root / "server.log", artifacts=str(root / "artifacts")
+    ) as (_, url):
         yield url
 
 
@@ -141,8 +158,14 @@ def ray_local() -> Iterator[None]:
 
     temp = tempfile.mkdtemp(prefix="ft-ray-", dir="/tmp")  # short: unix socket paths
     try:
-        init_ray(temp, num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
-                 logging_level=logging.ERROR, log_to_driver=False)  # fmt: skip
+        init_ray(
+            temp,
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=256 * 1024**2,
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+        )
         yield
     finally:
         ray.shutdown()
@@ -153,15 +176,26 @@ _QUADRATIC_STUDY: dict[str, Any] = {
     "name": "quad",
     "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
     "algorithm": "fedavg",
-    "train": {"rounds": 12, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
-              "eval_every": 4, "dtype": "float64"},
-    "search": {"space": "fedavg", "override": {"client_lr": {"low": 0.01, "high": 0.1},
-                                               "server_lr": {"low": 0.05, "high": 0.2}}},
+    "train": {
+        "rounds": 12,
+        "clients_per_round": 5,
+        "local_steps": 3,
+        "batch_size": 4,
+        "eval_every": 4,
+        "dtype": "float64",
+    },
+    "search": {
+        "space": "fedavg",
+        "override": {
+            "client_lr": {"low": 0.01, "high": 0.1},
+            "server_lr": {"low": 0.05, "high": 0.2},
+        },
+    },
     "objective": {"metric": "train_loss", "last_rounds": 3},
     "sampler": {"name": "tpe", "seed": 0},
     "scheduler": {"name": "asha", "grace_rounds": 4, "reduction_factor": 2},
     "budget": {"trials": 5, "max_concurrent": 2},
-}  # fmt: skip
+}
 
 
 def make_quadratic_study(name: str, **overrides: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""Studies on a real multi-node Ray cluster on this machine (issue 10 §4, issue 11 "Multi-node
-Ray, for real" and finding 10).
+"""Studies on a real multi-node Ray cluster on this machine ("Multi-node Ray,
+for real").
 
 The module starts one cluster (:class:`tests.service.ray_cluster.LocalRayCluster`): a head with
 no CPUs (as the Helm chart's head, ``num-cpus: 0``: no trial lands there) and two worker nodes
@@ -31,7 +31,7 @@ import yaml
 from tests.service.helpers import tiny_spec, until
 from tests.service.ray_cluster import LocalRayCluster, session_pids
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 USER_CODE = Path(__file__).resolve().parents[1] / "unit" / "user_code" / "ft_user_lab"
 FEDTUNE = str(Path(sys.executable).parent / "fedtune")
@@ -66,11 +66,20 @@ class World:
         path = self.root / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc))
         workdir = self.root / f"w-{doc['name']}"
-        argv = [FEDTUNE, "tune", str(path), "--workdir", str(workdir), "--json",
-                "--ray-address", self.cluster.gcs_address]  # fmt: skip
+        argv = [
+            FEDTUNE,
+            "tune",
+            str(path),
+            "--workdir",
+            str(workdir),
+            "--json",
+            "--ray-address",
+            self.cluster.gcs_address,
+        ]
         env = {k: v for k, v in self.cluster.env.items() if k != "MLFLOW_TRACKING_URI"}
-        proc = subprocess.run(argv, env=env, cwd=self.root, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        proc = subprocess.run(
+            argv, env=env, cwd=self.root, capture_output=True, text=True, timeout=timeout
+        )
         return Run(doc, workdir, proc, Path(doc["task"]["probe_dir"]))
 
     def nodes(self) -> dict[str, str]:
@@ -125,12 +134,14 @@ class Run:
 def world(tmp_path_factory: pytest.TempPathFactory):
     root: Path = tmp_path_factory.mktemp("multinode")
     (root / "lab").mkdir()
-    shutil.copytree(USER_CODE, root / "lab" / "ft_user_lab",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        USER_CODE, root / "lab" / "ft_user_lab", ignore=shutil.ignore_patterns("__pycache__")
+    )
     url = f"sqlite:///{root / 'fedtune.db'}"
     # every process of the cluster has the ray backend driver's settings (the chart: envFrom)
-    cluster = LocalRayCluster({"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "svc")},
-                              head_cpus=0)  # fmt: skip
+    cluster = LocalRayCluster(
+        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "svc")}, head_cpus=0
+    )
     sessions: list[int] = []
     try:
         cluster.start()
@@ -234,10 +245,14 @@ def test_the_ray_backend_runs_the_driver_on_the_head_and_trials_on_workers(world
     db = Database(url)
     try:
         upgrade_database(db)
-        settings = load_settings(database_url=url, workdir=cluster.env["FEDTUNE_WORKDIR"],
-                                 backend="ray", ray_address=cluster.address,
-                                 max_concurrent_studies=1,
-                                 ray_auth_token=cluster.client_env["RAY_AUTH_TOKEN"])  # fmt: skip
+        settings = load_settings(
+            database_url=url,
+            workdir=cluster.env["FEDTUNE_WORKDIR"],
+            backend="ray",
+            ray_address=cluster.address,
+            max_concurrent_studies=1,
+            ray_auth_token=cluster.client_env["RAY_AUTH_TOKEN"],
+        )
         ctx = ServiceContext(db, settings)
         backend = RayJobsBackend(settings)
         spec = tiny_spec(name="via-ray-backend", trials=2, rounds=3)
@@ -271,8 +286,16 @@ def test_killing_a_worker_node_mid_study_loses_no_trial(world: World) -> None:
     path = world.root / "killed.yaml"
     path.write_text(yaml.safe_dump(doc))
     workdir = world.root / "w-killed"
-    argv = [FEDTUNE, "tune", str(path), "--workdir", str(workdir), "--json",
-            "--ray-address", world.cluster.gcs_address]  # fmt: skip
+    argv = [
+        FEDTUNE,
+        "tune",
+        str(path),
+        "--workdir",
+        str(workdir),
+        "--json",
+        "--ray-address",
+        world.cluster.gcs_address,
+    ]
     env = {k: v for k, v in world.cluster.env.items() if k != "MLFLOW_TRACKING_URI"}
     with (world.root / "killed.out").open("w") as out, (world.root / "killed.err").open("w") as err:
         driver = subprocess.Popen(argv, env=env, cwd=world.root, stdout=out, stderr=err)

@@ -1,4 +1,4 @@
-"""One study store, one trade-off, one objective (issue 12, requirements 1, 2, 5).
+"""One study store, one trade-off, one objective.
 
 A real study driver (``fedtune.service.driver.run_driver`` → ``run_study``: real Ray trials, a
 real ``mlflow server``, the service database in SQLite) runs a tiny study; then, from the
@@ -38,8 +38,6 @@ from fedtune.service.states import StudyState
 
 from .conftest import make_quadratic_study
 
-pytestmark = pytest.mark.integration
-
 TOKEN = "t" * 32
 MAX_FLOAT = 1.7976931348623157e308  # MLflow stores ±∞ as ±max float
 
@@ -49,27 +47,32 @@ SINGLE = make_quadratic_study(
     "one-single",
     sampler={"name": "grid"},
     scheduler={"name": "asha", "grace_rounds": 4, "reduction_factor": 4},
-    search={"parameters": {"server_lr": {"type": "categorical",
-                                         "choices": [0.03, 0.02, 0.015, 2.0]}}},
+    search={
+        "parameters": {"server_lr": {"type": "categorical", "choices": [0.03, 0.02, 0.015, 2.0]}}
+    },
     hparams={"client_lr": 0.05},
     budget={"trials": 4, "max_concurrent": 1},
-)  # fmt: skip
+)
 MULTI = make_quadratic_study(
     "one-multi",
-    objective={"metrics": ["final_loss", "rounds_to_target"], "target_loss": 3.0,
-               "last_rounds": 3},
+    objective={"metrics": ["final_loss", "rounds_to_target"], "target_loss": 3.0, "last_rounds": 3},
     sampler={"name": "random", "seed": 1},
     scheduler={"name": "none"},
     budget={"trials": 3, "max_concurrent": 1},
-)  # fmt: skip
+)
 
 
 def _run(tmp_path: Path, mlflow_server: str, spec: dict):
     db_url = f"sqlite:///{tmp_path / 'fedtune.db'}"
     db = Database(db_url)
     upgrade_database(db)
-    settings = load_settings(database_url=db_url, workdir=str(tmp_path / "work"), backend="none",
-                             mlflow_tracking_uri=mlflow_server, api_token=TOKEN)  # fmt: skip
+    settings = load_settings(
+        database_url=db_url,
+        workdir=str(tmp_path / "work"),
+        backend="none",
+        mlflow_tracking_uri=mlflow_server,
+        api_token=TOKEN,
+    )
     ctx = ServiceContext(db, settings)
     sid = submit_study(ctx, spec)[0].id
     with db.session() as s:
@@ -111,8 +114,9 @@ def test_rest_tradeoff_is_mlflow_tradeoff_byte_for_byte(tmp_path, ray_local, mlf
     }
     summaries = {t["trial_id"]: t for t in body["trials"]}
     outcomes = set()
-    for t in study.get_trials(states=[optuna.trial.TrialState.COMPLETE,
-                                      optuna.trial.TrialState.PRUNED]):  # fmt: skip
+    for t in study.get_trials(
+        states=[optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
+    ):
         outcome = t.user_attrs["outcome"]
         outcomes.add(outcome)
         logged = runs[t.number].data.metrics["objective"]
@@ -127,8 +131,11 @@ def test_rest_tradeoff_is_mlflow_tradeoff_byte_for_byte(tmp_path, ray_local, mlf
         assert summaries[t.number]["final_loss"] == pytest.approx(value, rel=1e-12)
     if spec is SINGLE:
         assert {"completed", "stopped", "diverged"} <= outcomes
-        assert all(summaries[n]["flag"] == "stopped" for n, t in
-                   ((t.number, t) for t in study.trials) if t.user_attrs.get("outcome") == "stopped")  # fmt: skip
+        assert all(
+            summaries[n]["flag"] == "stopped"
+            for n, t in ((t.number, t) for t in study.trials)
+            if t.user_attrs.get("outcome") == "stopped"
+        )
         assert not set(body["pareto"]) & {n for n, s in summaries.items() if s["flag"]}
 
     # the best trial is marked, and only it; the parent points to it; the trials table
@@ -136,8 +143,9 @@ def test_rest_tradeoff_is_mlflow_tradeoff_byte_for_byte(tmp_path, ray_local, mlf
     parent_run = client.get_run(parent)
     assert len(best) == 1 and parent_run.data.tags["best_trial"] == str(best[0])
     assert parent_run.data.tags["best_run_id"] == runs[best[0]].info.run_id
-    table = json.loads(Path(client.download_artifacts(
-        parent, "trials_table.json", str(tmp_path))).read_text())  # fmt: skip
+    table = json.loads(
+        Path(client.download_artifacts(parent, "trials_table.json", str(tmp_path))).read_text()
+    )
     assert sorted(row[0] for row in table["data"]) == sorted(runs)
     assert {"number", "outcome", "objective", "rounds", "rounds_to_target"} <= set(table["columns"])
 
@@ -174,8 +182,9 @@ def test_resume_and_extension_add_no_duplicate_parent_metrics(tmp_path, ray_loca
     more = run_study(spec, tmp_path / "s", tracking_uri=mlflow_server, trials=3)
     assert more.ran == 1
     assert _history(client, parent, "n_trials") == [(2, 2.0), (3, 3.0)]
-    stored = json.loads(Path(client.download_artifacts(
-        parent, "tradeoff/tradeoff.json", str(tmp_path))).read_text())  # fmt: skip
+    stored = json.loads(
+        Path(client.download_artifacts(parent, "tradeoff/tradeoff.json", str(tmp_path))).read_text()
+    )
     latest = {}
     for m in sorted(client.get_metric_history(parent, "envelope_loss"), key=lambda m: m.timestamp):
         latest[m.step] = m.value
@@ -184,8 +193,10 @@ def test_resume_and_extension_add_no_duplicate_parent_metrics(tmp_path, ray_loca
     assert all(steps.count(s) <= 2 for s in set(steps))  # a new point only where E(R) changed
 
     # the best-trial marks follow the extension
-    runs = {int(r.data.tags["optuna_trial_number"]): r for r in client.search_runs(
-        [more.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'")}  # fmt: skip
+    runs = {
+        int(r.data.tags["optuna_trial_number"]): r
+        for r in client.search_runs([more.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'")
+    }
     marked = [n for n, r in runs.items() if r.data.tags.get("best_trial") == "true"]
     assert marked == [more.best["number"]]
     assert client.get_run(parent).data.tags["best_trial"] == str(more.best["number"])

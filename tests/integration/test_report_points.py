@@ -1,5 +1,5 @@
 """Optuna is written once per *report point*, not once per round, and at most once per trial
-every ``FedtuneSearch.REPORT_INTERVAL_S`` (issue 21 req. 1: a write costs the driver ~4 ms):
+every ``FedtuneSearch.REPORT_INTERVAL_S`` (a write costs the driver ~4 ms):
 the last round's value is always written (a pruned trial's value), MLflow keeps every round."""
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from mlflow import MlflowClient
 from fedtune.tuning import StudySpec, run_study
 from fedtune.tuning.optuna_glue import FedtuneSearch
 
-pytestmark = pytest.mark.integration
-
 
 def _study(tmp_path, quadratic_study, name: str, **overrides):
-    spec = StudySpec.from_dict(quadratic_study(name, budget={"trials": 3, "max_concurrent": 2},
-                                               **overrides))  # fmt: skip
+    spec = StudySpec.from_dict(
+        quadratic_study(name, budget={"trials": 3, "max_concurrent": 2}, **overrides)
+    )
     uri = f"sqlite:///{tmp_path / name / 'mlflow.db'}"
     result = run_study(spec, tmp_path / name, tracking_uri=uri)
     study = optuna.load_study(study_name=result.name, storage=result.storage_url)

@@ -20,8 +20,6 @@ from fedtune.tuning.tracking import StudyTracker, round_metrics
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.integration
-
 
 def _rows(first: int, last: int) -> list[dict]:
     return [
@@ -119,8 +117,14 @@ def test_a_full_queue_blocks_the_caller_instead_of_growing(tmp_path) -> None:
     more.join(30)
     assert not more.is_alive()
     log.close()
-    assert sorted(m.step for m in client.get_metric_history(run_id, "client_loss")) == [1, 2, 3, 4,
-                                                                                        5, 6]  # fmt: skip
+    assert sorted(m.step for m in client.get_metric_history(run_id, "client_loss")) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
 
 
 def test_a_failed_request_is_raised_in_the_driver_and_its_rounds_kept(tmp_path) -> None:
@@ -144,21 +148,31 @@ def test_an_interrupted_study_keeps_every_round_its_driver_received(
 ) -> None:
     """Ctrl-C after some results: every round the driver got is in MLflow (runs KILLED). The
     study runs as a process of its own (:mod:`tests.integration.interrupted_study` says why)."""
-    doc = quadratic_study("ctrl-c", scheduler={"name": "none"},
-                          budget={"trials": 4, "max_concurrent": 2})  # fmt: skip
+    doc = quadratic_study(
+        "ctrl-c", scheduler={"name": "none"}, budget={"trials": 4, "max_concurrent": 2}
+    )
     spec_json, out = tmp_path / "spec.json", tmp_path / "seen.json"
     spec_json.write_text(json.dumps(doc))
-    argv = [sys.executable, "-m", "tests.integration.interrupted_study", str(spec_json),
-            mlflow_server, str(tmp_path / "w"), str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.integration.interrupted_study",
+        str(spec_json),
+        mlflow_server,
+        str(tmp_path / "w"),
+        str(out),
+    ]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = {int(n): set(rounds) for n, rounds in json.loads(out.read_text()).items()}
     spec = StudySpec.from_dict(doc)
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name(spec.experiment).experiment_id
-    runs = {int(r.data.tags["optuna_trial_number"]): r
-            for r in client.search_runs([experiment], "tags.study = 'ctrl-c'")
-            if "optuna_trial_number" in r.data.tags}  # fmt: skip
+    runs = {
+        int(r.data.tags["optuna_trial_number"]): r
+        for r in client.search_runs([experiment], "tags.study = 'ctrl-c'")
+        if "optuna_trial_number" in r.data.tags
+    }
     assert seen and set(seen) <= set(runs)
     for number, rounds in seen.items():
         stored = {m.step for m in client.get_metric_history(runs[number].info.run_id, "objective")}

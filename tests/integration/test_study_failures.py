@@ -1,4 +1,4 @@
-"""Issue 15, item 4, end to end: real Ray trials that all raise end the study ``failed``.
+"""End to end: real Ray trials that all raise end the study ``failed``.
 
 A study is submitted to the service and run by the real driver with the real ``run_study``:
 every trial's sampled task value is out of the task's range and its build raises. The study
@@ -9,7 +9,6 @@ number of failed trials and the first trial's error, which the Optuna storage al
 from __future__ import annotations
 
 import optuna
-import pytest
 
 from fedtune.service.db import Database
 from fedtune.service.driver import run_driver
@@ -22,15 +21,17 @@ from fedtune.service.states import StudyState, TrialState
 from fedtune.tuning import optuna_glue as og
 from fedtune.tuning.failures import FIRST_ERROR_ATTR
 
-pytestmark = pytest.mark.integration
-
 
 def _run_by_the_service(tmp_path, spec: dict, **settings: object) -> tuple:
     """Submit ``spec`` to a service on SQLite, run its driver (attempt 1, which must exit 1),
     and return ``(settings, study, trials)`` as the database keeps them."""
-    settings = load_settings(database_url=f"sqlite:///{tmp_path / 'fedtune.db'}",
-                             workdir=str(tmp_path / "work"), backend="none", heartbeat_s=1.0,
-                             **settings)  # fmt: skip
+    settings = load_settings(
+        database_url=f"sqlite:///{tmp_path / 'fedtune.db'}",
+        workdir=str(tmp_path / "work"),
+        backend="none",
+        heartbeat_s=1.0,
+        **settings,
+    )
     db = Database(settings.database_url)
     upgrade_database(db)
     try:
@@ -48,12 +49,14 @@ def _run_by_the_service(tmp_path, spec: dict, **settings: object) -> tuple:
 def test_a_study_whose_trials_all_raise_ends_failed_with_the_first_error(
     tmp_path, ray_local, quadratic_study
 ):
-    # the base configuration builds (issue 24 item 4's preflight passes); every sampled
+    # the base configuration builds (the driver's preflight passes); every sampled
     # task.heterogeneity is out of the task's range, so each trial's task build raises
-    spec = quadratic_study("all-fail", sampler={"name": "random", "seed": 0},
-                           scheduler={"name": "none"},
-                           search={"parameters": {"task.heterogeneity": {
-                               "type": "float", "low": 2.0, "high": 3.0}}})  # fmt: skip
+    spec = quadratic_study(
+        "all-fail",
+        sampler={"name": "random", "seed": 0},
+        scheduler={"name": "none"},
+        search={"parameters": {"task.heterogeneity": {"type": "float", "low": 2.0, "high": 3.0}}},
+    )
     spec["budget"] = {"trials": 2, "max_concurrent": 1}
     settings, study, trials = _run_by_the_service(tmp_path, spec)
     assert study.state == StudyState.FAILED, study.error
@@ -66,7 +69,7 @@ def test_a_study_whose_trials_all_raise_ends_failed_with_the_first_error(
 
 
 def test_a_data_file_that_cannot_be_read_fails_the_study_before_any_trial(tmp_path):
-    """Issue 24, item 4, in the service: the driver's preflight reads the task's file once;
+    """In the service: the driver's preflight reads the task's file once;
     the study ends ``failed`` with the loader's error naming the file, and no trial runs (this
     study's trials used to start on Ray and each fail the same way)."""
     data = tmp_path / "data"
@@ -92,7 +95,7 @@ def test_a_data_file_that_cannot_be_read_fails_the_study_before_any_trial(tmp_pa
 def test_a_study_whose_trials_all_diverge_fails_the_same_way_in_the_cli_and_the_service(
     tmp_path, ray_local, quadratic_study, capsys
 ):
-    """Issue 24, item 2: no finite best value → ``failed`` with the reason, one rule for the
+    """No finite best value → ``failed`` with the reason, one rule for the
     CLI (exit 1, the reason printed) and the service (state ``failed``, ``error`` = reason;
     it used to end ``succeeded`` with ``best: -``); each trial's outcome is ``diverged``."""
     import json
@@ -103,10 +106,13 @@ def test_a_study_whose_trials_all_diverge_fails_the_same_way_in_the_cli_and_the_
     from fedtune.cli import main
     from fedtune.cli.tune import _best_lines
 
-    raw = quadratic_study("all-diverge", sampler={"name": "grid"}, scheduler={"name": "none"},
-                          search={"parameters": {
-                              "server_lr": {"type": "categorical", "choices": [2.0, 3.0]}}},
-                          hparams={"client_lr": 0.05})  # fmt: skip
+    raw = quadratic_study(
+        "all-diverge",
+        sampler={"name": "grid"},
+        scheduler={"name": "none"},
+        search={"parameters": {"server_lr": {"type": "categorical", "choices": [2.0, 3.0]}}},
+        hparams={"client_lr": 0.05},
+    )
     raw["budget"] = {"trials": 2, "max_concurrent": 1}
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(raw))
@@ -134,7 +140,7 @@ def build(params, seed):
 
 
 def test_a_task_that_cannot_be_built_stops_the_study_before_any_trial(tmp_path, quadratic_study):
-    """Issue 24, item 4: the driver builds the task once, before any trial runs; its error is
+    """The driver builds the task once, before any trial runs; its error is
     one line naming the field and the user's file:line, and ``fedtune tune`` exits 2 (it used
     to start Ray, run every trial into the same error and exit 1 after a minute)."""
     import subprocess
@@ -155,8 +161,13 @@ def test_a_task_that_cannot_be_built_stops_the_study_before_any_trial(tmp_path, 
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(raw))
     bin_dir = Path(sys.executable).parent
     t0 = time.monotonic()
-    run = subprocess.run([str(bin_dir / "fedtune"), "tune", "study.yaml", "--workdir", "w"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = subprocess.run(
+        [str(bin_dir / "fedtune"), "tune", "study.yaml", "--workdir", "w"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     took = time.monotonic() - t0
     assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-3000:]
     errors = [line for line in run.stderr.splitlines() if line.startswith("fedtune: error:")]

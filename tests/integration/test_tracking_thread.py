@@ -1,5 +1,5 @@
-"""The MLflow store opens in a thread while Tune sets up and the first trial's worker starts
-(issue 14 req. 3): every trial still gets its child run, and a store that cannot open is the
+"""The MLflow store opens in a thread while Tune sets up and the first trial's worker starts:
+every trial still gets its child run, and a store that cannot open is the
 study's error, not a hang or a study without runs."""
 
 from __future__ import annotations
@@ -17,22 +17,24 @@ from fedtune.tuning import study as study_module
 def test_a_slow_tracking_store_delays_no_trial_and_loses_no_run(
     tmp_path, ray_local, quadratic_study, monkeypatch
 ) -> None:
-    real = study_module._Session.open_tracking
+    real = study_module._open_tracking
     opened: list[str] = []
 
-    def slow(self, uri):
+    def slow(stores, plan):
         time.sleep(3.0)  # MLflow's import and store on a loaded machine
         opened.append(threading.current_thread().name)
-        return real(self, uri)
+        return real(stores, plan)
 
-    monkeypatch.setattr(study_module._Session, "open_tracking", slow)
+    monkeypatch.setattr(study_module, "_open_tracking", slow)
     spec = StudySpec.from_dict(quadratic_study("slow", budget={"trials": 3, "max_concurrent": 1}))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     result = run_study(spec, tmp_path / "w", tracking_uri=uri)
     assert opened and opened[0].startswith("fedtune-stores")
     assert result.finished == 3
     client = MlflowClient(uri)
-    runs = client.search_runs([result.experiment_id], f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'")  # fmt: skip
+    runs = client.search_runs(
+        [result.experiment_id], f"tags.`mlflow.parentRunId` = '{result.parent_run_id}'"
+    )
     assert sorted(int(r.data.tags["optuna_trial_number"]) for r in runs) == [0, 1, 2]
     assert all(r.info.status == "FINISHED" for r in runs)
     assert client.get_run(result.parent_run_id).info.status == "FINISHED"

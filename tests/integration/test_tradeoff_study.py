@@ -4,7 +4,7 @@ Optuna storage, and ``fedtune tune``'s summary of the strategy that ran.
 A tiny quadratic: with ``search.strategy: tradeoff`` its first trials are the theory sweep's
 (tagged on the Optuna trial, γ = η on the line), bad ones are stopped by the stop rule (recorded
 as ``stop_rule``), and a resumed study continues the sweep instead of repeating it. Naming no
-strategy runs the default (issue 23: TPE + the guard stop rule, no sweep), and ``hyperband``
+strategy runs the default (TPE + the guard stop rule, no sweep), and ``hyperband``
 stops trials on its rungs (``stop_rule: rung``).
 """
 
@@ -15,20 +15,24 @@ import pytest
 
 from fedtune.tuning import Strategy
 from fedtune.tuning.spec import StudySpec
+from fedtune.tuning.stop_rules import SWEEP_ATTR
 from fedtune.tuning.study import run_study
-from fedtune.tuning.tradeoff_search import SWEEP_ATTR
-
-pytestmark = pytest.mark.integration
 
 SPEC = {
     "name": "tradeoff-quad",
     "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
     "algorithm": "fedavg",
-    "train": {"rounds": 24, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
-              "eval_every": 24, "dtype": "float64"},
+    "train": {
+        "rounds": 24,
+        "clients_per_round": 5,
+        "local_steps": 3,
+        "batch_size": 4,
+        "eval_every": 24,
+        "dtype": "float64",
+    },
     "objective": {"metric": "train_loss", "last_rounds": 4},
     "budget": {"trials": 6, "max_concurrent": 1},
-}  # fmt: skip
+}
 
 
 def test_tradeoff_strategy_sweeps_stops_and_resumes(tmp_path, ray_local):
@@ -67,13 +71,23 @@ def test_tune_prints_the_default_strategy_and_hyperband_records_its_rungs(
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({**SPEC, "name": "default-quad"}))
     # `fedtune tune` as a user runs it (its own process and embedded Ray)
-    done = subprocess.run([str(proc_tools.bin / "fedtune"), "tune", str(path), "--workdir",
-                           str(tmp_path / "cli")], capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [str(proc_tools.bin / "fedtune"), "tune", str(path), "--workdir", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"search         : strategy {DEFAULT_STRATEGY} (the default)" in done.stdout
 
-    spec = StudySpec.from_dict({**SPEC, "name": "hb-quad", "search": {"strategy": "hyperband"},
-                                "budget": {"trials": 8, "max_concurrent": 1}})  # fmt: skip
+    spec = StudySpec.from_dict(
+        {
+            **SPEC,
+            "name": "hb-quad",
+            "search": {"strategy": "hyperband"},
+            "budget": {"trials": 8, "max_concurrent": 1},
+        }
+    )
     result = run_study(spec, tmp_path / "hb")
     study = optuna.load_study(study_name=result.name, storage=result.storage_url)
     stopped = [t for t in study.trials if t.user_attrs.get("outcome") == "stopped"]

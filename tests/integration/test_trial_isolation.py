@@ -1,5 +1,5 @@
-"""Trials that share a reused Ray actor (``reuse_actors=True``: no new process per trial, the
-per-trial overhead of issue 14 req. 3) stay isolated: the same configuration gives the same
+"""Trials that share a reused Ray actor (``reuse_actors=True``: no new process per trial, which
+keeps the per-trial overhead small) stay isolated: the same configuration gives the same
 curve, bit for bit, before and after another configuration ran in the same process."""
 
 from __future__ import annotations
@@ -27,17 +27,22 @@ class _Pids(tune.Callback):
 
 def test_a_reused_actor_leaks_nothing_between_trials(tmp_path, ray_local, quadratic_study):
     spec = StudySpec.from_dict(
-        quadratic_study("isolation", sampler={"name": "random", "seed": 0},
-                        scheduler={"name": "none"}, budget={"trials": 3, "max_concurrent": 1})
-    )  # fmt: skip
+        quadratic_study(
+            "isolation",
+            sampler={"name": "random", "seed": 0},
+            scheduler={"name": "none"},
+            budget={"trials": 3, "max_concurrent": 1},
+        )
+    )
     workdir = tmp_path / "study"
     workdir.mkdir()
     study = og.open_study(spec, og.make_storage(og.storage_url(workdir)), spec.search_space())
     for params in (A, B, A):  # A, then B in the same process, then A again
         study.enqueue_trial(dict(params))
     pids = _Pids()
-    result = run_study(spec, workdir, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
-                       sinks=[pids])  # fmt: skip
+    result = run_study(
+        spec, workdir, tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", sinks=[pids]
+    )
     assert result.counts["completed"] == 3
     stored = optuna.load_study(study_name=spec.name, storage=result.storage_url)
     trials = {t.number: t for t in stored.trials}

@@ -8,7 +8,7 @@ before the kill untouched and creating no second finished MLflow run for any tri
 
 The killed driver's Ray agents and trial workers outlive it (about a minute, idle or still
 computing). They are frozen with SIGSTOP right after the kill — as hung processes would be,
-so that none can end on its own — and the next run must stop them (issue 15, item 9) and remove
+so that none can end on its own — and the next run must stop them and remove
 the study's ``/tmp/fedtune-ray-*`` temp dir at its end.
 """
 
@@ -33,21 +33,30 @@ from fedtune.tuning.ray_runtime import _start_ticks as _ticks  # live (not zombi
 from fedtune.tuning.ray_runtime import ray_temp_dir
 from tests.integration.conftest import make_quadratic_study
 
-pytestmark = pytest.mark.integration
-
 N = 5
 _STUDY = make_quadratic_study(
     "resume-quad",
-    train={"rounds": 80, "clients_per_round": 5, "local_steps": 3, "batch_size": 4,
-           "eval_every": 10, "dtype": "float64"},
-    search={"space": "fedavg", "override": {"client_lr": {"low": 0.02, "high": 0.1},
-                                            "server_lr": {"low": 0.05, "high": 0.15}}},
+    train={
+        "rounds": 80,
+        "clients_per_round": 5,
+        "local_steps": 3,
+        "batch_size": 4,
+        "eval_every": 10,
+        "dtype": "float64",
+    },
+    search={
+        "space": "fedavg",
+        "override": {
+            "client_lr": {"low": 0.02, "high": 0.1},
+            "server_lr": {"low": 0.05, "high": 0.15},
+        },
+    },
     objective={"metric": "train_loss", "last_rounds": 10},
     sampler={"name": "random", "seed": 1},
     scheduler={"name": "none"},
     budget={"trials": N, "max_concurrent": 2},
     report_every=5,
-)  # fmt: skip
+)
 
 
 def _states(db: Path) -> dict[str, int]:
@@ -68,8 +77,16 @@ def _snapshot(study: optuna.Study) -> dict[int, tuple]:
 
 
 def _tune(spec: Path, workdir: Path, uri: str, *extra: str) -> list[str]:
-    return [str(Path(sys.executable).parent / "fedtune"), "tune", str(spec), "--workdir", str(workdir),
-            "--tracking-uri", uri, *extra]  # fmt: skip
+    return [
+        str(Path(sys.executable).parent / "fedtune"),
+        "tune",
+        str(spec),
+        "--workdir",
+        str(workdir),
+        "--tracking-uri",
+        uri,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +97,9 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
     with (root / "first.log").open("w") as log:
-        driver = subprocess.Popen(_tune(spec, workdir, mlflow_server), stdout=log,
-                                  stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        driver = subprocess.Popen(
+            _tune(spec, workdir, mlflow_server), stdout=log, stderr=subprocess.STDOUT, env=env
+        )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and driver.poll() is None:
@@ -99,8 +117,13 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
         orphans = _freeze(children)
         temp = ray_temp_dir(workdir.resolve())
         leftovers = {"orphans": sorted(orphans), "temp_dir_after_kill": temp.is_dir()}
-        second = subprocess.run(_tune(spec, workdir, mlflow_server), capture_output=True,
-                                text=True, env=env, timeout=600)  # fmt: skip
+        second = subprocess.run(
+            _tune(spec, workdir, mlflow_server),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         leftovers["alive_after_rerun"] = sorted(p for p, t in orphans.items() if _ticks(p) == t)
     finally:
         if driver.poll() is None:
@@ -112,8 +135,16 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
         else:
             proc_tools.kill_pids(children if "children" in locals() else [])
     assert second.returncode == 0, second.stderr[-3000:]
-    return {"spec": spec, "workdir": workdir, "storage": storage, "before": before,
-            "env": env, "second": second, "temp": temp, **leftovers}  # fmt: skip
+    return {
+        "spec": spec,
+        "workdir": workdir,
+        "storage": storage,
+        "before": before,
+        "env": env,
+        "second": second,
+        "temp": temp,
+        **leftovers,
+    }
 
 
 def _freeze(pids: list[int]) -> dict[int, int]:
@@ -143,8 +174,9 @@ def _children(uri: str, name: str) -> tuple[object, list]:
     parents = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{name}'")
     assert len(parents) == 1  # the resumed driver reused the study's parent run
     parent = parents[0]
-    runs = client.search_runs([experiment.experiment_id],
-                              f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")  # fmt: skip
+    runs = client.search_runs(
+        [experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+    )
     return parent, runs
 
 

@@ -27,8 +27,6 @@ from fedtune.tuning.tradeoff import smooth
 from fedtune.tuning.trainable import SMOOTH_WINDOW
 from tests.images import assert_tuning_plot
 
-pytestmark = pytest.mark.integration
-
 
 def _children(client: MlflowClient, experiment_id: str, parent: str) -> list:
     return client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'")
@@ -80,12 +78,14 @@ def test_study_end_to_end(tmp_path, ray_local, mlflow_server, quadratic_study):
         history = client.get_metric_history(run.info.run_id, "client_loss")
         logged = {m.step: m.value for m in history}
         assert sorted(logged) == list(range(1, t.user_attrs["rounds"] + 1))
-        objective = {m.step: m.value for m in client.get_metric_history(run.info.run_id,
-                                                                         "objective")}  # fmt: skip
+        objective = {
+            m.step: m.value for m in client.get_metric_history(run.info.run_id, "objective")
+        }
         assert sorted(objective) == sorted(logged)
         assert max(t.intermediate_values) == t.user_attrs["rounds"]
         assert {s: objective[s] for s in t.intermediate_values} == pytest.approx(
-            t.intermediate_values, rel=1e-12)  # fmt: skip
+            t.intermediate_values, rel=1e-12
+        )
         assert run.data.metrics["objective"] == pytest.approx(t.value, rel=1e-12)
         assert run.data.tags["objective_metric"].startswith("train_loss")
         curve = t.system_attrs["fedtune:curve"]["loss"]
@@ -108,16 +108,25 @@ def test_study_end_to_end(tmp_path, ray_local, mlflow_server, quadratic_study):
     names = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"spec.yaml", "search_space.yaml", "best.json", "tradeoff"} <= names
     files = {a.path: a.file_size for a in client.list_artifacts(parent.info.run_id, "tradeoff")}
-    for name in ("curves.png", "pareto.png", "envelope.png", "tradeoff.json", "tradeoff.csv",
-                 "theory.png", "theory.json"):  # fmt: skip
+    for name in (
+        "curves.png",
+        "pareto.png",
+        "envelope.png",
+        "tradeoff.json",
+        "tradeoff.csv",
+        "theory.png",
+        "theory.json",
+    ):
         assert files[f"tradeoff/{name}"] > 200
     for kind in ("curves", "pareto", "envelope", "theory"):  # decoded, not only sized
         png = client.download_artifacts(parent.info.run_id, f"tradeoff/{kind}.png", str(tmp_path))
         assert_tuning_plot(png, kind)
-    theory = json.loads(Path(client.download_artifacts(
-        parent.info.run_id, "tradeoff/theory.json", str(tmp_path))).read_text())  # fmt: skip
-    assert theory and all(r["rho_predicted"] > 0 and 0 <= r["delta_predicted"] <= 1
-                          for r in theory)  # fmt: skip
+    theory = json.loads(
+        Path(
+            client.download_artifacts(parent.info.run_id, "tradeoff/theory.json", str(tmp_path))
+        ).read_text()
+    )
+    assert theory and all(r["rho_predicted"] > 0 and 0 <= r["delta_predicted"] <= 1 for r in theory)
     local = Path(client.download_artifacts(parent.info.run_id, "best.json", str(tmp_path)))
     assert json.loads(local.read_text())["best"]["number"] == best.number
     spec_file = Path(client.download_artifacts(parent.info.run_id, "spec.yaml", str(tmp_path)))
@@ -135,11 +144,18 @@ def test_study_end_to_end(tmp_path, ray_local, mlflow_server, quadratic_study):
 def test_diverged_and_failing_trials_are_recorded(tmp_path, ray_local, quadratic_study):
     """Grid over (η, heterogeneity): η = 2 diverges (an outcome), heterogeneity 2 is invalid and
     raises inside the trial (that trial fails, the study goes on). Default local MLflow store."""
-    raw = quadratic_study("diverge", sampler={"name": "grid"}, scheduler={"name": "none"},
-                          search={"parameters": {
-                              "server_lr": {"type": "categorical", "choices": [0.12, 2.0]},
-                              "task.heterogeneity": {"type": "categorical", "choices": [0.5, 2.0]},
-                          }}, hparams={"client_lr": 0.05})  # fmt: skip
+    raw = quadratic_study(
+        "diverge",
+        sampler={"name": "grid"},
+        scheduler={"name": "none"},
+        search={
+            "parameters": {
+                "server_lr": {"type": "categorical", "choices": [0.12, 2.0]},
+                "task.heterogeneity": {"type": "categorical", "choices": [0.5, 2.0]},
+            }
+        },
+        hparams={"client_lr": 0.05},
+    )
     raw["budget"] = {"trials": 10, "max_concurrent": 2}
     result = run_study(StudySpec.from_dict(raw), tmp_path / "study")
 
@@ -158,8 +174,14 @@ def test_diverged_and_failing_trials_are_recorded(tmp_path, ray_local, quadratic
     for eta in (0.12, 2.0):
         failed = by_point[(eta, 2.0)]
         assert (failed.state.name, failed.user_attrs["outcome"]) == ("FAIL", "failed")
-    assert result.counts == {"trials": 4, "completed": 1, "diverged": 1, "stopped": 0,
-                             "failed": 2, "interrupted": 0}  # fmt: skip
+    assert result.counts == {
+        "trials": 4,
+        "completed": 1,
+        "diverged": 1,
+        "stopped": 0,
+        "failed": 2,
+        "interrupted": 0,
+    }
     client = MlflowClient(result.tracking_uri)
     runs = {
         int(r.data.tags["optuna_trial_number"]): r
@@ -183,15 +205,26 @@ def test_multi_objective_with_conditional_and_tied_parameters(
         "multi-cond",
         algorithm="fedavgm",
         decay={"enabled": True},
-        search={"space": ["fedavgm", "decay"], "override": {
-            "client_lr": {"low": 0.01, "high": 0.1}, "server_lr": {"low": 0.05, "high": 0.2},
-            "server_opt": {"enabled": True}, "nesterov_form": {"enabled": True},
-            "window": {"low": 2, "high": 6, "log": False, "grid": None, "default": 3},
-            "client_decay": None, "server_decay": None}},
-        objective={"metrics": ["final_loss", "rounds_to_target"], "target_loss": 3.0, "last_rounds": 3},
+        search={
+            "space": ["fedavgm", "decay"],
+            "override": {
+                "client_lr": {"low": 0.01, "high": 0.1},
+                "server_lr": {"low": 0.05, "high": 0.2},
+                "server_opt": {"enabled": True},
+                "nesterov_form": {"enabled": True},
+                "window": {"low": 2, "high": 6, "log": False, "grid": None, "default": 3},
+                "client_decay": None,
+                "server_decay": None,
+            },
+        },
+        objective={
+            "metrics": ["final_loss", "rounds_to_target"],
+            "target_loss": 3.0,
+            "last_rounds": 3,
+        },
         scheduler={"name": "none"},
         budget={"trials": 6, "max_concurrent": 2},
-    )  # fmt: skip
+    )
     result = run_study(StudySpec.from_dict(raw), tmp_path / "study", tracking_uri=mlflow_server)
 
     study = _load(result)
@@ -265,7 +298,7 @@ def _count_trials(workdir) -> int:
             },
             "search.override.prox_alpha",
         ),
-        # unknown model / algorithm parameter: exit 2 before Ray starts (issue 12, item 8)
+        # unknown model / algorithm parameter: exit 2 before Ray starts
         ({"task": {"name": "quadratic", "clients": 10, "dim": 5, "model": "nope"}}, "task.model"),
         ({"hparams": {"client_lrr": 0.1}}, "hparams.client_lrr"),
     ],
@@ -292,15 +325,19 @@ def test_invalid_trials_argument_exits_2(tmp_path, capsys, quadratic_study):
 
 def test_wall_clock_budget_ends_the_study_early(tmp_path, ray_local, quadratic_study):
     """``budget.wall_clock_s`` stops launching trials; the study still ends cleanly."""
-    raw = quadratic_study("short-budget", sampler={"name": "random", "seed": 0},
-                          scheduler={"name": "none"},
-                          budget={"trials": 200, "max_concurrent": 1, "wall_clock_s": 10})  # fmt: skip
+    raw = quadratic_study(
+        "short-budget",
+        sampler={"name": "random", "seed": 0},
+        scheduler={"name": "none"},
+        budget={"trials": 200, "max_concurrent": 1, "wall_clock_s": 10},
+    )
     result = run_study(StudySpec.from_dict(raw), tmp_path / "study")
     # how many trials finish inside 10 s depends on the machine's load (none at a load of 20 on
     # 2 cores): the budget is what must hold — the study ends long before its 200 trials
     assert result.finished < 200, result.counts
-    study = optuna.load_study(study_name="short-budget",
-                              storage=f"sqlite:///{tmp_path / 'study' / 'optuna.db'}")  # fmt: skip
+    study = optuna.load_study(
+        study_name="short-budget", storage=f"sqlite:///{tmp_path / 'study' / 'optuna.db'}"
+    )
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     runs = MlflowClient(result.tracking_uri).search_runs([result.experiment_id])
     assert runs and not [r for r in runs if r.info.status == "RUNNING"]

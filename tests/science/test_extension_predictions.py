@@ -1,7 +1,7 @@
-"""Predictions #22–#36 of ALGORITHMS.md §8 for GradAlign/FedGA/SCAFFOLD
-(`002_db1681a79c495f30.txt`), Mixed FL (`003_ede07a1bb30cfed7.txt`) and FedAvg-MaSS
-(`004_eaa0443f89ef694f.txt`). Each test states its pass criterion; measured numbers are in the
-comments (2-core CPU, float64)."""
+"""Predictions 22–36 of docs/explanation/algorithms.md §8 for GradAlign/FedGA/SCAFFOLD
+(Dandi et al. 2021 (arXiv:2106.13897)), Mixed FL (Augenstein et al. 2022 (arXiv:2205.13655)) and
+FedAvg-MaSS (Qu et al. 2020 (arXiv:2007.05690)). Each test states its pass criterion; measured
+numbers are in the comments (2-core CPU, float64)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,6 @@ from fedtune.trainers.algorithms import RoundContext
 from fedtune.trainers.algorithms.dissimilarity import quadratic_alignment
 from fedtune.trainers.algorithms.gradalign import local_sgd_fn
 from fedtune.trainers.algorithms.mixed import movie_cost_model
-
-pytestmark = pytest.mark.science
 
 
 def trainer(
@@ -46,7 +44,7 @@ def param(t: Trainer) -> np.ndarray:
     return next(iter(t.state.params.values())).numpy().copy()
 
 
-# -- #22–#26: GradAlign, FedGA, SCAFFOLD ------------------------------------------------------
+# -- predictions 22–26: GradAlign, FedGA, SCAFFOLD --------------------------------------------
 def test_22_gradalign_is_gradient_descent_on_f_plus_beta_r():
     """One GradAlign step = one GD step on f + βr (1e-14); its fixed point argmin(f + βr) has
     smaller r than argmin f."""
@@ -279,11 +277,12 @@ def test_26_fedga_reduces_gradient_dissimilarity(blob_sweep):
 
 
 def test_26_heterogeneous_optimal_beta_is_not_smaller_here(blob_sweep):
-    """#26 predicts a smaller optimal β for heterogeneous clients; measured false on this convex
-    toy (ALGORITHMS.md §8 #26 is qualitative), so the measured ordering is asserted: softmax
-    regression, 10 blobs, K = 10, 50 rounds, β ∈ {0, 0.3, 3}; test loss IID 0.1810 / 0.1805 /
-    0.1759, one class per client 0.2341 / 0.1947 / 0.1740 — both optima at the largest β, and
-    the gain from β is far larger with heterogeneous clients (−26 % vs −3 %)."""
+    """Prediction 26 expects a smaller optimal β for heterogeneous clients; measured false on this
+    convex toy (docs/explanation/algorithms.md §8 prediction 26 is qualitative), so the measured
+    ordering is asserted: softmax regression, 10 blobs, K = 10, 50 rounds, β ∈ {0, 0.3, 3}; test
+    loss IID 0.1810 / 0.1805 / 0.1759, one class per client 0.2341 / 0.1947 / 0.1740 — both optima
+    at the largest β, and the gain from β is far larger with heterogeneous clients
+    (−26 % vs −3 %)."""
     losses = {iid: [loss for loss, _ in rows] for iid, rows in blob_sweep.items()}
     best = {iid: BETAS[int(np.argmin(v))] for iid, v in losses.items()}
     assert best[False] == best[True] == 3.0
@@ -293,7 +292,7 @@ def test_26_heterogeneous_optimal_beta_is_not_smaller_here(blob_sweep):
     assert gain[False] > 5 * gain[True]
 
 
-# -- #27–#34: Mixed FL --------------------------------------------------------------------
+# -- predictions 27–34: Mixed FL ----------------------------------------------------------
 def _mixed(name, task: dict, train: dict, lr: float, extras=None, seed=0) -> Trainer:
     base = {"name": "mixed_quadratic", "dim": 5, "L": 4.0, "seed": 0, "init_scale": 3.0}
     return trainer(name, {**base, **task}, train, {"client_lr": lr}, extras, seed)
@@ -465,8 +464,8 @@ def test_31_two_way_transfer_diverges_before_parallel_training(thresholds):
 
 
 def test_31_one_way_transfer_diverges_before_parallel_training_on_quadratics(thresholds):
-    """The other half of #31 (PT diverges no later than 1-w GT) is measured false here, so the
-    measured ordering is what is asserted: 1-w GT applies one central gradient K times (an
+    """The other half of prediction 31 (PT diverges no later than 1-w GT) is measured false here, so
+    the measured ordering is what is asserted: 1-w GT applies one central gradient K times (an
     explicit step of size ηK on f_c), so it diverges at η ≈ O(1/(K·L_c)) while PT's K separate
     central steps stay stable up to η ≈ 2/(w_c·L). Measured K = 5, L = 10, seed 0: thresholds
     2-w GT 0.042 < 1-w GT 0.095 < PT 0.30 (seeds 0–3, K ∈ {2, 5, 10}: PT ≥ 1-w in all 12)."""
@@ -551,7 +550,7 @@ def test_34_movie_cost_model_reproduces_the_reported_numbers():
     assert 1 - cost["gt_kib"] / cost["baseline_kib"] >= 0.939
 
 
-# -- #35–#36: FedAvg-MaSS -------------------------------------------------------------------
+# -- predictions 35–36: FedAvg-MaSS ---------------------------------------------------------
 def _linreg(name: str, extras=None, hparams=None, rounds=400, **task):
     t = trainer(
         name,
@@ -599,7 +598,7 @@ def test_35_mass_accelerates_fedavg_on_interpolating_regression(mass_runs):
 
 def test_36_mass_forms_agree_between_communications_and_not_at_them(mass_runs):
     """Single device (no averaging): form 1 (literal and corrected) ≡ form 2 to 1e-13 relative;
-    in the #35 setup the literal form 1 diverges while form 2 converges."""
+    in the setup of prediction 35 the literal form 1 diverges while form 2 converges."""
     finals = [
         param(_linreg("fedavg_mass", {"mass_auto": True, "mass_form": f}, rounds=40, clients=1)[0])
         for f in ("form2", "form1", "form1_literal")

@@ -1,7 +1,9 @@
-"""ALGORITHMS.md §8 predictions #15–#18: distance bounds, message variance, learning-rate decay.
+"""docs/explanation/algorithms.md §8 predictions 15–18: distance bounds, message variance,
+learning-rate decay.
 
-Sources: `000_4bdc3753d62a87e2.txt` Lemmas 5, 6, 12, Thm 4, App. C.2; `001_2dc7ddae5cbdc81f.txt`
-Thms 16, 17, 21, 26, 27, 29, Cors 20, 22, Lemma 23, Fig. 3.
+Sources: Charles & Konečný 2021 (arXiv:2103.05032) Lemmas 5, 6, 12, Thm 4, App. C.2;
+Charles & Konečný 2020 (arXiv:2007.00878) Thms 16, 17, 21, 26, 27, 29, Cors 20, 22, Lemma 23,
+Fig. 3.
 """
 
 from __future__ import annotations
@@ -37,8 +39,6 @@ from fedtune.trainers.theory import (
     theta_last,
     theta_sum,
 )
-
-pytestmark = pytest.mark.science
 
 
 def _instances(rng, count=12):

@@ -1,9 +1,10 @@
-"""ALGORITHMS.md §8 predictions #12–#14: FedProx and MAML (ρ, Δ) frontiers vs FedAvg.
+"""docs/explanation/algorithms.md §8 predictions 12–14: FedProx and MAML (ρ, Δ) frontiers vs
+FedAvg.
 
-Source: `000_4bdc3753d62a87e2.txt` §5 (Figs 3–5), App. D.1; the cusp location is ALGORITHMS.md
-§3.11 **[DERIVED]**. "Lies on the FedAvg curve" is checked two ways: (a) an α = 0 FedAvg
-setting (real-valued K found by root finding) attains exactly the same (ρ, Δ); (b) the point is
-within interpolation error of the independently computed FedAvg K-sweep.
+Source: Charles & Konečný 2021 (arXiv:2103.05032) §5 (Figs 3–5), App. D.1; the cusp location is
+docs/explanation/algorithms.md §3.11 **[DERIVED]**. "Lies on the FedAvg curve" is checked two ways:
+(a) an α = 0 FedAvg setting (real-valued K found by root finding) attains exactly the same (ρ, Δ);
+(b) the point is within interpolation error of the independently computed FedAvg K-sweep.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from fedtune.trainers.theory import (
     rate_from_log_kappa,
     universal_delta,
 )
-
-pytestmark = pytest.mark.science
 
 MU, L = 1.0, 10.0
 LOG_K0 = np.log(L / MU)

@@ -1,7 +1,9 @@
-"""ALGORITHMS.md §8 predictions #7–#11: surrogate conditioning, rates and the trade-off.
+"""docs/explanation/algorithms.md §8 predictions 7–11: surrogate conditioning, rates and the
+trade-off.
 
-Sources: `000_4bdc3753d62a87e2.txt` Lemmas 3–4, Thm 3 / Table 2, §5, Figs 1–2 and App. F;
-`001_2dc7ddae5cbdc81f.txt` Cors 13–14, §7–8. Rates are measured on the float64 simulator.
+Sources: Charles & Konečný 2021 (arXiv:2103.05032) Lemmas 3–4, Thm 3 / Table 2, §5, Figs 1–2 and
+App. F; Charles & Konečný 2020 (arXiv:2007.00878) Cors 13–14, §7–8. Rates are measured on the
+float64 simulator.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ from fedtune.trainers.theory import (
     universal_delta,
 )
 
-pytestmark = pytest.mark.science
-
 MU, L = 1.0, 10.0
 
 
@@ -46,9 +46,10 @@ def _kappa(alpha, gamma, family, K):
 def test_7_kappa_bounded_by_kappa0_with_equality_cases():
     """κ(α,γ,Θ_{1:K}) ≤ κ₀, with equality iff γ = 0 or K = 1.
 
-    ALGORITHMS.md #7 (and `000_4bdc3753d62a87e2.txt` §4.1) add "and α = 0"; but with γ = 0 the
-    local iterate never moves and with K = 1 the prox term is zero at y_1 = x, so Q = K·I or I
-    for every α — the equality cases do not depend on α (asserted below).
+    docs/explanation/algorithms.md §8 prediction 7 (and Charles & Konečný 2021 §4.1) add
+    "and α = 0"; but with γ = 0 the local iterate never moves and with K = 1 the prox term is zero
+    at y_1 = x, so Q = K·I or I for every α — the equality cases do not depend on α (asserted
+    below).
     """
     k0 = L / MU
     for alpha in (0.0, 0.1, 3.0):
@@ -81,11 +82,11 @@ def test_7_kappa_monotone_in_K_and_gamma():
 
 
 def test_7_kappa_in_alpha_is_not_monotone_for_theta_sum():
-    """`000_4bdc3753d62a87e2.txt` §4.1 says increasing α decreases κ "for both Θ_{1:K} and Θ_K".
+    """Charles & Konečný 2021 §4.1 says increasing α decreases κ "for both Θ_{1:K} and Θ_K".
 
     For Θ_{1:K} at fixed γ this holds for K = 2 (κ/κ₀ = (2 − γ(L+α))/(2 − γ(μ+α))) but fails for
     larger K: the prox term reduces client drift, so κ moves back towards κ₀ (and with
-    γ = ½(L+α)⁻¹ the K → ∞ limit κ₀(μ+α)/(L+α) increases with α — the #12 numbers).
+    γ = ½(L+α)⁻¹ the K → ∞ limit κ₀(μ+α)/(L+α) increases with α — the numbers of prediction 12).
     """
     alphas = np.linspace(0, 20, 200)
     assert np.all(np.diff(_kappa(alphas, 0.02, "sum", 2)) < 0)
@@ -172,9 +173,10 @@ def test_10_momentum_gain_grows_with_L_and_vanishes_for_large_K():
     """Formula sweep L ∈ {2, 10, 100}, K ∈ [1, 10⁶], γ = 1/(2L).
 
     The gain is measured as the speed-up in rounds at a common Δ, ln ρ_HB / ln ρ_GD (rounds to a
-    fixed accuracy scale as 1/ln(1/ρ)); it grows with L. ALGORITHMS.md #10's literal criterion —
-    the absolute gap ρ_GD − ρ_HB at fixed Δ grows with L — fails from L = 10 to 100 because both
-    rates approach 1; the last assertion records that. As K → ∞ the gap vanishes (ρ → 0).
+    fixed accuracy scale as 1/ln(1/ρ)); it grows with L. The literal criterion of prediction 10
+    (docs/explanation/algorithms.md §8) — the absolute gap ρ_GD − ρ_HB at fixed Δ grows with L —
+    fails from L = 10 to 100 because both rates approach 1; the last assertion records that. As
+    K → ∞ the gap vanishes (ρ → 0).
     """
     ks = log_int_grid(1, 10**6, 1500)
     deltas = np.array([0.02, 0.05, 0.1, 0.15])

@@ -1,8 +1,10 @@
-"""ALGORITHMS.md §8 predictions #3–#6: LocalUpdate converges to the surrogate minimiser.
+"""docs/explanation/algorithms.md §8 predictions 3–6: LocalUpdate converges to the surrogate
+minimiser.
 
-Sources: `000_4bdc3753d62a87e2.txt` §4.3 / Lemma 11, `001_2dc7ddae5cbdc81f.txt` §4, Lemma 15, Thm 26.
-The float64 simulator (fedtune.trainers.theory.simulate) plays LocalUpdate; the targets are the
-closed forms x*(α,γ,Θ) = E[Q_iA_i]⁻¹E[Q_iA_ic_i] and the worked examples of §3.10.
+Sources: Charles & Konečný 2021 (arXiv:2103.05032) §4.3 / Lemma 11,
+Charles & Konečný 2020 (arXiv:2007.00878) §4, Lemma 15, Thm 26. The float64 simulator
+(fedtune.trainers.theory.simulate) plays LocalUpdate; the targets are the closed forms
+x*(α,γ,Θ) = E[Q_iA_i]⁻¹E[Q_iA_ic_i] and the worked examples of §3.10.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ from fedtune.trainers.theory import (
     theta_sum,
     two_client_instance,
 )
-
-pytestmark = pytest.mark.science
 
 
 def test_3_deterministic_local_update_converges_to_surrogate_minimizer():

@@ -1,5 +1,5 @@
-"""``fedtune tune`` ends its process without the interpreter's module teardown (issue 21 req. 3:
-after a study — torch, Ray, MLflow loaded — that teardown took 2 s of a 2-trial study's 17 s,
+"""``fedtune tune`` ends its process without the interpreter's module teardown (after
+a study — torch, Ray, MLflow loaded — that teardown took 2 s of a 2-trial study's 17 s,
 ``benchmarks/startup.py --whole``), yet as a normal exit otherwise: non-daemon threads joined,
 ``atexit`` handlers run, stdout and stderr flushed, the verb's exit code. Only as the process's
 entry point: ``main([...])`` called in-process returns."""
@@ -38,15 +38,17 @@ def test_exit_now_is_a_normal_exit_without_the_teardown(tmp_path: Path) -> None:
         exit_now(3)
         """
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert run.returncode == 3
     assert run.stdout.split() == ["bufferedthread", "done", "atexit", "ran"]
     assert run.stderr == "err"
     assert not marker.exists()  # no module teardown
     normal = code.replace("exit_now(3)", "sys.exit(3)")
-    run = subprocess.run([sys.executable, "-c", normal], capture_output=True, text=True,
-                         cwd=ROOT, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", normal], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert run.returncode == 3 and marker.read_text() == "torn down"  # what it skips
 
 
@@ -59,11 +61,14 @@ def _verb(fast: bool):
     return build_parser
 
 
-@pytest.mark.parametrize(("argv", "fast", "exits"), [
-    (None, True, True),  # the entry point of `fedtune tune`
-    ([], True, False),  # called in-process (tests, other Python code): returns
-    (None, False, False),  # other verbs end as usual
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "fast", "exits"),
+    [
+        (None, True, True),  # the entry point of `fedtune tune`
+        ([], True, False),  # called in-process (tests, other Python code): returns
+        (None, False, False),  # other verbs end as usual
+    ],
+)
 def test_only_the_entry_point_of_a_fast_exit_verb_exits_now(
     monkeypatch: pytest.MonkeyPatch, argv, fast, exits
 ) -> None:

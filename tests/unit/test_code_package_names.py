@@ -1,4 +1,4 @@
-"""Entry names of an uploaded code package (issue 24 item 8): two entries that name one path once
+"""Entry names of an uploaded code package: two entries that name one path once
 normalized, or a file that is also a directory, are refused at upload (422 naming ``code``)
 instead of failing later, at submit, with a 500."""
 

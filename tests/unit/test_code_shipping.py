@@ -1,4 +1,4 @@
-"""What a study ships to Ray workers through ``runtime_env`` (issue 10 §4): the top-level
+"""What a study ships to Ray workers through ``runtime_env``: the top-level
 packages of ``code.modules`` under ``code.path`` — never the driver's path in the trials."""
 
 from __future__ import annotations
@@ -17,11 +17,18 @@ USER_CODE = Path(__file__).resolve().parent / "user_code"
 
 
 def _spec(code: dict) -> StudySpec:
-    return StudySpec.from_dict({
-        "name": "ship", "code": code, "task": {"name": "ft_user_blobs", "clients": 4},
-        "algorithm": "fedavg", "train": {"rounds": 2, "clients_per_round": 2, "local_steps": 1},
-        "budget": {"trials": 1}, "objective": {"last_rounds": 1}, "scheduler": {"name": "none"},
-    })  # fmt: skip
+    return StudySpec.from_dict(
+        {
+            "name": "ship",
+            "code": code,
+            "task": {"name": "ft_user_blobs", "clients": 4},
+            "algorithm": "fedavg",
+            "train": {"rounds": 2, "clients_per_round": 2, "local_steps": 1},
+            "budget": {"trials": 1},
+            "objective": {"last_rounds": 1},
+            "scheduler": {"name": "none"},
+        }
+    )
 
 
 def test_a_directory_ships_its_packages_and_trials_import_by_name(tmp_path: Path) -> None:
@@ -50,7 +57,7 @@ def test_no_path_ships_nothing_and_a_module_outside_the_root_is_named(tmp_path: 
     assert code_runtime_env(spec.model_copy(update={"code": None}), tmp_path) is None
     root = tmp_path / "root"
     shutil.copytree(USER_CODE / "ft_user_lab", root / "ft_user_lab")
-    # imported already from USER_CODE: a root holding another copy is refused at load (item 1)
+    # imported already from USER_CODE: a root holding another copy is refused at load
     with pytest.raises(CodeError, match=r"code\.modules\[0\].*shadows the study's code"):
         _spec({"path": str(root), "modules": ["ft_user_lab.methods"]})
     shutil.rmtree(root / "ft_user_lab")  # a root without it: the module is named at shipping

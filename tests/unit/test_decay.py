@@ -1,4 +1,4 @@
-"""LocalUpdateDecay controller (ALGORITHMS.md §2) and its use in the engine."""
+"""LocalUpdateDecay controller (docs/explanation/algorithms.md §2) and its use in the engine."""
 
 from __future__ import annotations
 
@@ -88,9 +88,9 @@ def test_engine_records_rates_in_force():
 
 
 # ------------------------------------------------------------ paper vs reference semantics
-# Issue 13 item 1: the paper's eq. 25 (001_2dc7ddae5cbdc81f.txt) against the TFF research code
-# (google-research/federated adaptive_lr_decay/callbacks.py ReduceLROnPlateau). Every sequence
-# below separates the two; each asserts the exact decay rounds (1-based) under both.
+# The paper's eq. 25 (Charles & Konečný 2020 (arXiv:2007.00878)) against the TFF
+# research code (google-research/federated adaptive_lr_decay/callbacks.py ReduceLROnPlateau). Every
+# sequence below separates the two; each asserts the exact decay rounds (1-based) under both.
 
 
 def decay_rounds(seq, semantics, base_rates=(1.0, 1.0), **kw):
@@ -210,9 +210,15 @@ def test_engine_applies_each_semantics_from_the_next_round():
             "fedavg",
             hparams={"client_lr": 0.05, "server_lr": 1e-6},
             train={"rounds": 12},
-            decay={"enabled": True, "semantics": semantics, "window": 1, "patience": 1,
-                   "cooldown": 2, "threshold": 100.0},  # every round a plateau
-        )  # fmt: skip
+            decay={
+                "enabled": True,
+                "semantics": semantics,
+                "window": 1,
+                "patience": 1,
+                "cooldown": 2,
+                "threshold": 100.0,
+            },  # every round a plateau
+        )
         t = Trainer(cfg)
         while not t.done:
             t.step()
@@ -234,19 +240,20 @@ def test_reference_state_roundtrip():
     assert c.state_dict() == d.state_dict()
 
 
-def test_readme_design_note_names_the_default_and_a_valid_reference_recipe():
-    """Issue 13: the README's design notes say which semantics a user gets by default and how to
-    reproduce the paper's experiments; both statements are checked against the code."""
+def test_design_note_names_the_default_and_a_valid_reference_recipe():
+    """Issue 13: the docs' design note (README.md or docs/**) says which semantics a user gets
+    by default and how to reproduce the paper's experiments; both are checked against the code."""
     import re
-    from pathlib import Path
 
     import yaml
 
     from fedtune.trainers import parse_trial_config
+    from tests.docs.pages import documentation
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    notes = readme[readme.index("## Design notes") :]
-    note = notes[notes.index("**Which LocalUpdateDecay you get.**") :].split("\n* ", 1)[0]
+    marker = "**Which LocalUpdateDecay you get.**"
+    text = next((t for t in documentation().values() if marker in t), None)
+    assert text, "no page has the note on which LocalUpdateDecay you get any more"
+    note = re.split(r"\n\s*\n|\n\* ", text[text.index(marker) :], maxsplit=1)[0]
     assert "By default (`decay.semantics: paper`)" in note
     assert DecayConfig().semantics == "paper"
     snippet = re.search(r"`(decay: \{[^`]*semantics: reference[^`]*\})`", note, re.S)
@@ -256,8 +263,7 @@ def test_readme_design_note_names_the_default_and_a_valid_reference_recipe():
     assert cfg.decay.semantics == "reference" and cfg.decay.enabled
     # the TFF research code's flag defaults: window = patience = cooldown = 100, Δ = 1e-4
     assert (cfg.decay.window, cfg.decay.patience, cfg.decay.cooldown) == (100, 100, 100)
-    assert (cfg.decay.threshold, cfg.decay.client_decay, cfg.decay.server_decay) == (
-        1e-4, 0.1, 0.9)  # fmt: skip
+    assert (cfg.decay.threshold, cfg.decay.client_decay, cfg.decay.server_decay) == (1e-4, 0.1, 0.9)
     # and the recipe behaves as the note says: no decay for a loss falling 1e-5 per round
     slow = [1.0 - 1e-5 * t for t in range(700)]
     c = DecayController(cfg.decay)

@@ -248,8 +248,9 @@ def test_padded_rows_in_one_pass_match_the_per_client_padding(mode):
     steps = torch.tensor([2, 5, 1])
     rows = padded_batches(7, 2, clients, offsets, counts, steps, 1, 4, mode)
     for i in range(3):
-        own = batch_indices(7, 2, int(clients[i]), int(offsets[i]), int(counts[i]),
-                            int(steps[i]) + 1, 4, mode)  # fmt: skip
+        own = batch_indices(
+            7, 2, int(clients[i]), int(offsets[i]), int(counts[i]), int(steps[i]) + 1, 4, mode
+        )
         assert torch.equal(rows[i], pad_steps(own, int(steps[i]), 5))
 
 

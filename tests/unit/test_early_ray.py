@@ -1,4 +1,4 @@
-"""``fedtune tune`` starts its embedded Ray before its imports (issue 14 req. 3, start-up):
+"""``fedtune tune`` starts its embedded Ray before its imports (start-up):
 ``fedtune.tuning.ray_session.EarlyRay`` holds the study lock, starts Ray in a thread, hands both
 to ``run_study``, and never leaves Ray running — after a spec error, a finished study, Ctrl-C.
 Timing is measured by ``benchmarks/startup.py``; here only what must hold."""
@@ -46,8 +46,14 @@ def test_the_early_ray_module_imports_nothing_heavy() -> None:
         "print(sorted(m for m in ('torch', 'ray', 'optuna', 'mlflow', 'pydantic') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=True,
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
@@ -92,7 +98,7 @@ def test_it_holds_the_study_lock_from_begin_to_close(
 def test_request_stop_lets_ray_shut_down_while_the_caller_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 21 req. 3: after the fit, run_study asks the thread to shut Ray down and writes the
+    """After the fit, run_study asks the thread to shut Ray down and writes the
     study's report meanwhile; closing (the lock's release) waits for the shutdown."""
     import threading
 
@@ -151,7 +157,13 @@ def test_a_failed_start_is_raised_where_ray_is_needed(
 
 
 def _args(study: Path, **kw) -> argparse.Namespace:
-    base = {"study": str(study), "workdir": None, "trials": None, "ray_address": None}
+    base = {
+        "study_file": str(study),
+        "set": None,
+        "workdir": None,
+        "trials": None,
+        "ray_address": None,
+    }
     return argparse.Namespace(**(base | kw))
 
 
@@ -227,7 +239,7 @@ def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(tmp_path: Path
     assert marks["early_ray"] < marks["spec_loaded"] < marks["driver_imported"]
     assert marks["early_ray_ready"] <= marks["ray_started"]  # run_study used that Ray
     assert marks["trial_entered"] > marks["early_ray_ready"]
-    # Ray shuts down in its thread while the report is written (issue 21 req. 3), and is gone
+    # Ray shuts down in its thread while the report is written, and is gone
     # when the process has ended (which skips the module teardown, not Ray's clean-up)
     assert marks["fit_done"] < marks["finalize"] < marks["ray_stopped"]
     assert not ray_temp_dir(workdir.resolve()).exists() and _ray_processes(workdir) == []

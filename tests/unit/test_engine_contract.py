@@ -1,4 +1,5 @@
-"""The contract table (STYLE.md habit 2): every registered algorithm through the same checks.
+"""The contract table (docs/development/style.md habit 2): every registered algorithm through the
+same checks.
 
 User algorithms go through the same table: ``FEDTUNE_CONTRACT_CODE=PATH:mod1,mod2`` imports that
 user code with fedtune's own code loader (``fedtune.extend.load_code``, as a study's ``code:``
@@ -172,7 +173,7 @@ def test_zero_local_steps_gives_zero_update(name):
 
 
 def test_every_hyperparameter_has_one_declaration():
-    """Each hyperparameter is declared once, by the part that reads it (issue 10 req. 2): every
+    """Each hyperparameter is declared once, by the part that reads it: every
     recipe's validated type is built from the same declaration object, with the declared
     default unless the recipe sets its own."""
     owners: dict = {}
@@ -185,7 +186,7 @@ def test_every_hyperparameter_has_one_declaration():
             assert field.default == values.get(key, declared.default), f"{name}.{key}"
 
 
-# -- heterogeneous local work: train.local_epochs (issue 10 requirement 5) -------------------
+# -- heterogeneous local work: train.local_epochs --------------------------------------------
 
 
 def _supports_epochs(name: str) -> bool:

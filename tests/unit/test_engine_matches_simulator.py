@@ -1,15 +1,15 @@
 """The PyTorch engine and the float64 simulator (``trainers/theory/simulate.py``) run the same
-stochastic LocalUpdate (issue 13 item 4).
+stochastic LocalUpdate.
 
 The science tests trust :func:`~fedtune.trainers.theory.simulate` as the reference for
-LocalUpdate on quadratics (ALGORITHMS.md §1.3, §3; `000_4bdc3753d62a87e2.txt` §2.1,
-`001_2dc7ddae5cbdc81f.txt` §2.1). Here both run mini-batch rounds with partial participation
-on one instance. The engine draws its cohorts and batch rows from its seeds; the simulator is
-fed the same streams through its own seams: a :class:`ClientPool` that returns the engine's
-cohort of each round, and a noise source whose ``standard_normal`` returns, for every local
-step, the mean ξ̄ of the engine's batch rows (the only stochastic term of the quadratic
-gradient A_i(y − c_i) + ξ̄) divided by the simulator's noise scale. The iterates agree to 1e-12
-every round; a simulator fed another stream does not.
+LocalUpdate on quadratics (docs/explanation/algorithms.md §1.3, §3;
+Charles & Konečný 2021 (arXiv:2103.05032) §2.1, Charles & Konečný 2020 (arXiv:2007.00878) §2.1).
+Here both run mini-batch rounds with partial participation on one instance. The engine draws its
+cohorts and batch rows from its seeds; the simulator is fed the same streams through its own seams:
+a :class:`ClientPool` that returns the engine's cohort of each round, and a noise source whose
+``standard_normal`` returns, for every local step, the mean ξ̄ of the engine's batch rows (the only
+stochastic term of the quadratic gradient A_i(y − c_i) + ξ̄) divided by the simulator's noise scale.
+The iterates agree to 1e-12 every round; a simulator fed another stream does not.
 """
 
 from __future__ import annotations
@@ -34,14 +34,29 @@ GRAD_NOISE = 1.0  # any value > 0: the stub rescales ξ̄ by the simulator's noi
 
 def engine_config(algorithm: str, hparams: dict, **train) -> dict:
     return {
-        "task": {"name": "quadratic", "clients": CLIENTS, "dim": D, "examples": EXAMPLES,
-                 "noise": 2.0, "L": 4.0, "init_scale": 3.0, "seed": 11},
+        "task": {
+            "name": "quadratic",
+            "clients": CLIENTS,
+            "dim": D,
+            "examples": EXAMPLES,
+            "noise": 2.0,
+            "L": 4.0,
+            "init_scale": 3.0,
+            "seed": 11,
+        },
         "algorithm": algorithm,
-        "train": {"rounds": ROUNDS, "clients_per_round": M, "local_steps": K, "batch_size": B,
-                  "eval_every": 10**6, "dtype": "float64", **train},
+        "train": {
+            "rounds": ROUNDS,
+            "clients_per_round": M,
+            "local_steps": K,
+            "batch_size": B,
+            "eval_every": 10**6,
+            "dtype": "float64",
+            **train,
+        },
         "hparams": hparams,
         "seed": 5,
-    }  # fmt: skip
+    }
 
 
 class EngineStreams:
@@ -178,9 +193,13 @@ def test_another_stream_gives_another_trajectory():
     _, engine = engine_iterates(cfg)
     other = Trainer({**cfg, "seed": 6})
     sim = LocalUpdateConfig(
-        client_lr=GAMMA, server_lr=ETA, clients_per_round=M, batch_size=B, grad_noise=GRAD_NOISE,
+        client_lr=GAMMA,
+        server_lr=ETA,
+        clients_per_round=M,
+        batch_size=B,
+        grad_noise=GRAD_NOISE,
         **sim_kw,
-    )  # fmt: skip
+    )
     simulated = simulated_iterates(cfg, sim, streams_from=other)
     np.testing.assert_allclose(engine[0], simulated[0], rtol=0, atol=0)
     assert np.abs(engine[-1] - simulated[-1]).max() > 1e-3

@@ -1,5 +1,5 @@
-"""benchmarks/engine_throughput.py (issue 14 requirements 1, 2, 7) on its smallest cell: the JSON
-the README's table is read from, the goals, the re-scoring and the CUDA mode's structure on a
+"""benchmarks/engine_throughput.py on its smallest cell: the JSON
+the benchmarks page's table (docs/explanation/benchmarks.md) is read from, the goals, the re-scoring and the CUDA mode's structure on a
 CPU (its device name is recorded as null there). Nothing here asserts a timing."""
 
 from __future__ import annotations
@@ -25,8 +25,12 @@ def test_one_cell_writes_the_json_and_the_table(bench, tmp_path, capsys):
     assert list(doc["cells"]) == ["linear/10/1"]
     cell = json.loads(out.read_text())["cells"]["linear/10/1"]
     assert set(cell["rounds_per_s"]) == {
-        "vectorized", "sequential", "plain", "fedavg_loop", "fedavg_loop_lt"
-    }  # fmt: skip
+        "vectorized",
+        "sequential",
+        "plain",
+        "fedavg_loop",
+        "fedavg_loop_lt",
+    }
     assert cell["auto_picks"] in ("vectorized", "sequential")
     assert set(cell["goal_met"]) == {
         "req1_sequential_ge_fedavg_loop",

@@ -1,4 +1,5 @@
-"""Equivalences of ALGORITHMS.md §1.5/§1.6 and predictions #1, #2, #19, #20 of §8."""
+"""Equivalences of docs/explanation/algorithms.md §1.5/§1.6 and predictions 1, 2, 19, 20 of
+§8."""
 
 from __future__ import annotations
 
@@ -65,14 +66,14 @@ def test_one_local_step_is_fedsgd_and_minibatch_sgd(client_lr):
     assert_same_run(b, c, rtol=0, atol=0)
 
 
-def test_zero_client_lr_is_fedsgd():  # prediction #19, first half
+def test_zero_client_lr_is_fedsgd():  # prediction 19, first half
     a = run(quadratic_config("fedavg", hparams={"client_lr": 0.0, "server_lr": 0.1}))
     b = run(quadratic_config("fedsgd", hparams={"server_lr": 0.1}))
     assert_same_run(a, b, rtol=0, atol=0)
     assert b.records[-1].client_loss < b.records[0].client_loss  # FedSGD makes progress
 
 
-def test_model_delta_with_zero_client_lr_makes_no_progress():  # prediction #19
+def test_model_delta_with_zero_client_lr_makes_no_progress():  # prediction 19
     t = run(quadratic_config("fedavg_delta", hparams={"client_lr": 0.0, "server_lr": 1.0}))
     first = Trainer(quadratic_config("fedavg_delta", hparams={"client_lr": 0.0})).state.params
     for k in first:
@@ -89,13 +90,13 @@ def test_model_delta_with_zero_client_lr_makes_no_progress():  # prediction #19
 
 
 @pytest.mark.parametrize("gamma", [0.01, 0.1])
-def test_original_fedavg_is_localupdate_with_tied_rates(gamma):  # prediction #19
+def test_original_fedavg_is_localupdate_with_tied_rates(gamma):  # prediction 19
     a = run(quadratic_config("fedavg_vanilla", hparams={"client_lr": gamma}))
     b = run(quadratic_config("fedavg", hparams={"client_lr": gamma, "server_lr": gamma}))
     assert_same_run(a, b)
 
 
-def test_model_delta_server_lr_is_product():  # prediction #19, last part
+def test_model_delta_server_lr_is_product():  # prediction 19, last part
     gamma, eta_delta = 0.05, 0.7
     a = run(quadratic_config("fedavg_delta", hparams={"client_lr": gamma, "server_lr": eta_delta}))
     b = run(
@@ -104,7 +105,7 @@ def test_model_delta_server_lr_is_product():  # prediction #19, last part
     assert_same_run(a, b)
 
 
-def test_lookahead_matches_direct_implementation():  # prediction #20
+def test_lookahead_matches_direct_implementation():  # prediction 20
     gamma, alpha_la, K, rounds = 0.05, 0.5, 4, 5
     cfg = quadratic_config(
         "lookahead",
@@ -135,7 +136,7 @@ def _full_batch_cfg(name, **hp):
     )
 
 
-def test_maml_equals_theta_2k_plus_1_with_exact_gd():  # prediction #2 (GD half)
+def test_maml_equals_theta_2k_plus_1_with_exact_gd():  # prediction 2 (GD half)
     K = 3
     maml = run(_full_batch_cfg("maml", client_lr=0.05, server_lr=0.1))
     theta = [0.0] * (2 * K) + [1.0]
@@ -157,7 +158,7 @@ def _per_example_quadratic_task(A_z: np.ndarray, c_z: np.ndarray) -> Task:
     return Task("q", data, lambda g: QuadraticModel(d).double(), lambda out, y: out)
 
 
-def test_maml_with_sgd_inner_steps_is_biased():  # prediction #2 (SGD half)
+def test_maml_with_sgd_inner_steps_is_biased():  # prediction 2 (SGD half)
     rng = np.random.default_rng(0)
     n, d, gamma = 6, 2, 0.3
     a = rng.standard_normal((n, d)) * 1.5
@@ -186,7 +187,7 @@ def test_maml_with_sgd_inner_steps_is_biased():  # prediction #2 (SGD half)
     np.testing.assert_allclose(exact["x"].numpy(), theta3, rtol=1e-12)
 
 
-def test_expected_client_message_is_surrogate_gradient():  # prediction #1
+def test_expected_client_message_is_surrogate_gradient():  # prediction 1
     rng = np.random.default_rng(3)
     d, n, B, K, alpha, gamma = 5, 40, 4, 6, 0.3, 0.05
     q, _ = np.linalg.qr(rng.standard_normal((d, d)))

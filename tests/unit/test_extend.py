@@ -1,4 +1,4 @@
-"""The public extension API (issue 10 req. 1 and 3): user code registers tasks, models and
+"""The public extension API: user code registers tasks, models and
 algorithms through the built-ins' registries, is found through a study's ``code:`` section or
 entry points, and bad user code fails early with the field and the file:line."""
 
@@ -235,8 +235,12 @@ def test_register_algorithm_takes_an_aggregator_part():
         calls.append((next(iter(messages.values())).shape[0], steps.tolist(), client_lr))
         return weighted_mean(messages, weights / 2), {"half": 0.5}
 
-    register_algorithm("ft_test_half_mean", summary="half the FedAvg average",
-                       params=("client_lr", "server_lr"), aggregator=half_mean)  # fmt: skip
+    register_algorithm(
+        "ft_test_half_mean",
+        summary="half the FedAvg average",
+        params=("client_lr", "server_lr"),
+        aggregator=half_mean,
+    )
     cfg = quadratic_config("ft_test_half_mean", hparams={"client_lr": 0.05, "server_lr": 0.1})
     half = run_trial(cfg)
     cfg = quadratic_config("fedavg", hparams={"client_lr": 0.05, "server_lr": 0.05})
@@ -289,7 +293,7 @@ _RUNTIME_BAD = {
         ["outputs of shape [6]", "targets of shape [2]", "'{name}_task'"],
         None,
     ),
-    "outputs": (  # issue 24 item 3: client 0's first examples are all label 0
+    "outputs": (  # client 0's first examples are all label 0
         """
         import torch
         from torch import nn
@@ -308,8 +312,12 @@ _RUNTIME_BAD = {
                         lambda gen: build_model("{name}_one", (3,), 1, gen), cross_entropy)
         """,
         "task.model",
-        ["outputs of shape [2, 1]", "labels its data holds (0..1)", "out of bounds",
-         "'{name}_task'"],
+        [
+            "outputs of shape [2, 1]",
+            "labels its data holds (0..1)",
+            "out of bounds",
+            "'{name}_task'",
+        ],
         16,  # the task's model_fn
     ),
 }
@@ -326,9 +334,12 @@ def test_user_code_that_fails_only_at_run_time_names_the_field(tmp_path, kind):
     name = f"rt_{kind}_{tmp_path.name.replace('-', '_')}"
     write_pkg(tmp_path, name, {"mod.py": source.replace("{name}", name)})
     load_code({"path": str(tmp_path), "modules": [f"{name}.mod"]})
-    cfg = {"task": {"name": f"{name}_task"}, "algorithm": "fedavg",
-           "train": {"rounds": 1, "clients_per_round": 2, "local_steps": 1, "batch_size": 2},
-           "hparams": {"client_lr": 0.1}}  # fmt: skip
+    cfg = {
+        "task": {"name": f"{name}_task"},
+        "algorithm": "fedavg",
+        "train": {"rounds": 1, "clients_per_round": 2, "local_steps": 1, "batch_size": 2},
+        "hparams": {"client_lr": 0.1},
+    }
     with pytest.raises(ConfigError) as err:
         Trainer(cfg)
     assert err.value.field == field
@@ -339,7 +350,7 @@ def test_user_code_that_fails_only_at_run_time_names_the_field(tmp_path, kind):
 
 
 def test_an_installed_copy_of_the_package_never_silently_shadows_code_path(tmp_path, monkeypatch):
-    """Issue 24, item 1: ``pip install ./mypkg`` then a study whose ``code.path`` is an edited
+    """``pip install ./mypkg`` then a study whose ``code.path`` is an edited
     copy: the installed module was imported (entry points load first) and used by the driver
     while the trials ran the edited one. Now the study stops with one line naming both."""
     import importlib

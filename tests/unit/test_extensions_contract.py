@@ -1,6 +1,6 @@
 """Contract checks and exact equivalences of the GradAlign/FedGA, SCAFFOLD, Mixed FL and
-FedAvg-MaSS methods (ALGORITHMS.md §4–§6; `002_db1681a79c495f30.txt`, `003_ede07a1bb30cfed7.txt`,
-`004_eaa0443f89ef694f.txt`)."""
+FedAvg-MaSS methods (docs/explanation/algorithms.md §4–§6; Dandi et al. 2021 (arXiv:2106.13897),
+Augenstein et al. 2022 (arXiv:2205.13655), Qu et al. 2020 (arXiv:2007.05690))."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def test_zero_local_steps_gives_zero_update(mode):
     assert any(not torch.equal(moved.params[k], trainer.state.params[k]) for k in moved.params)
 
 
-# -- exact equivalences (ALGORITHMS.md §4.4, §4.5, §5.5, §6.4) ------------------------------
+# -- exact equivalences (docs/explanation/algorithms.md §4.4, §4.5, §5.5, §6.4) ----------
 @pytest.mark.parametrize("form", ["once", "every_step"])
 def test_fedga_one_step_is_gradalign(form):
     one = {"train": {"local_steps": 1}}

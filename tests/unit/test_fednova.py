@@ -96,17 +96,29 @@ def _quadratic(alg: str, gamma: float, eta: float, rounds: int) -> dict:
     n_i in [2, 24], B = 4, E = 1 ⇒ τ_i = ⌈n_i/4⌉ differ; full participation, p_i = n_i/n."""
     return {
         "task": {
-            "name": "quadratic", "clients": 5, "dim": 3, "examples": 2, "examples_max": 24,
-            "noise": 0.0, "L": 4.0, "mu": 1.0, "seed": 3,
+            "name": "quadratic",
+            "clients": 5,
+            "dim": 3,
+            "examples": 2,
+            "examples_max": 24,
+            "noise": 0.0,
+            "L": 4.0,
+            "mu": 1.0,
+            "seed": 3,
         },
         "algorithm": alg,
         "train": {
-            "rounds": rounds, "clients_per_round": 5, "local_epochs": 1.0, "batch_size": 4,
-            "eval_every": 1000, "dtype": "float64", "weighting": "examples",
+            "rounds": rounds,
+            "clients_per_round": 5,
+            "local_epochs": 1.0,
+            "batch_size": 4,
+            "eval_every": 1000,
+            "dtype": "float64",
+            "weighting": "examples",
         },
         "hparams": {"client_lr": gamma, "server_lr": eta},
         "seed": 0,
-    }  # fmt: skip
+    }
 
 
 def _theory(trainer: Trainer, gamma: float):

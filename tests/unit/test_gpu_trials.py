@@ -1,4 +1,4 @@
-"""Issue 11 finding 10: a trial that holds GPUs computes on CUDA or fails at once, in one line."""
+"""A trial that holds GPUs computes on CUDA or fails at once, in one line."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ NO_CUDA = not torch.cuda.is_available()
 
 def _spec(gpu: float, device: str | None = None):
     doc = {
-        "name": "gpu-trial", "algorithm": "fedavg",
+        "name": "gpu-trial",
+        "algorithm": "fedavg",
         "task": {"name": "quadratic", "clients": 4, "dim": 2, "examples": 4},
         "train": {"rounds": 2, "clients_per_round": 2, "local_steps": 1, "batch_size": 2},
-        "budget": {"trials": 1}, "resources": {"cpu": 1, "gpu": gpu},
-        "objective": {"last_rounds": 1}, "scheduler": {"name": "none"},
-    }  # fmt: skip
+        "budget": {"trials": 1},
+        "resources": {"cpu": 1, "gpu": gpu},
+        "objective": {"last_rounds": 1},
+        "scheduler": {"name": "none"},
+    }
     if device:
         doc["train"]["device"] = device
     return StudySpec.from_dict(doc)

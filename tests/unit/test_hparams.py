@@ -1,4 +1,4 @@
-"""Each part owns its hyperparameters (issue 10 req. 2): one declaration (type, bounds, default
+"""Each part owns its hyperparameters: one declaration (type, bounds, default
 search entry) drives trial validation (pydantic; errors name ``hparams.<name>``), the default
 search space, the study spec's bounds check, Optuna and ``fedtune spaces`` — for built-in and
 user parts alike; a user hyperparameter without bounds is an error naming it."""

@@ -105,9 +105,15 @@ def test_masked_local_sgd_equals_unpadded_steps(tau):
 
 DIGITS = {"name": "digits", "clients": 12, "dirichlet": 0.3, "size_skew": 1.0, "model": "linear"}
 SYNTHETIC = {
-    "name": "synthetic", "clients": 12, "min_examples": 3, "log_mean_examples": 2.5,
-    "log_std_examples": 1.5, "max_examples": 300, "dim": 20, "classes": 5,
-}  # fmt: skip
+    "name": "synthetic",
+    "clients": 12,
+    "min_examples": 3,
+    "log_mean_examples": 2.5,
+    "log_std_examples": 1.5,
+    "max_examples": 300,
+    "dim": 20,
+    "classes": 5,
+}
 
 
 def _task_config(task: dict, algorithm: str, runner: str, **hparams) -> dict:
@@ -115,12 +121,18 @@ def _task_config(task: dict, algorithm: str, runner: str, **hparams) -> dict:
         "task": {**task, "seed": 2},
         "algorithm": algorithm,
         "train": {
-            "rounds": 3, "clients_per_round": 5, "local_epochs": 1.0, "batch_size": 16,
-            "eval_every": 3, "dtype": "float64", "runner": runner, "weighting": "examples",
+            "rounds": 3,
+            "clients_per_round": 5,
+            "local_epochs": 1.0,
+            "batch_size": 16,
+            "eval_every": 3,
+            "dtype": "float64",
+            "runner": runner,
+            "weighting": "examples",
         },
         "hparams": {"client_lr": 0.05, **hparams},
         "seed": 4,
-    }  # fmt: skip
+    }
 
 
 def test_size_options_give_very_different_clients():

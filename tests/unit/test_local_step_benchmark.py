@@ -1,5 +1,5 @@
 """benchmarks/local_step.py on a few steps: the three step kinds run the same client update
-(same rows, same weights) and the JSON has what the README quotes. Nothing here asserts a timing."""
+(same rows, same weights) and the JSON has what docs/explanation/benchmarks.md quotes. Nothing here asserts a timing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``fedtune manifest STUDY.yaml`` (issue 24 item 15): the study's RayJob for review or GitOps,
+"""``fedtune manifest STUDY.yaml``: the study's RayJob for review or GitOps,
 rendered without a cluster and valid against KubeRay's CRD; bad input is one line, exit 2."""
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ def test_the_manifest_validates_against_the_crd(capsys) -> None:
     need("crds", None if CRD.is_file() else f"no KubeRay RayJob CRD at {CRD}")
     manifest = _render(capsys, str(QUICKSTART), "--study-id", "0123456789ab")
     jsonschema.Draft7Validator(rayjob_schema()).validate(manifest)
-    assert manifest["metadata"] == {**manifest["metadata"], "name": "fedtune-0123456789ab-1",
-                                    "namespace": "ml"}  # fmt: skip
+    assert manifest["metadata"] == {
+        **manifest["metadata"],
+        "name": "fedtune-0123456789ab-1",
+        "namespace": "ml",
+    }
     spec = manifest["spec"]
     assert spec["entrypoint"] == "fedtune worker run-study 0123456789ab --attempt 1"
     [group] = spec["rayClusterSpec"]["workerGroupSpecs"]
@@ -68,8 +71,13 @@ def test_user_code_needs_a_code_uri() -> None:
     run = subprocess.run(fedtune, capture_output=True, text=True, timeout=300, check=False)
     err = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(err) == 1 and "--code-uri" in err[0], run.stderr
-    run = subprocess.run([*fedtune, "--code-uri", "https://files.example.com/fedlab.zip"],
-                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    run = subprocess.run(
+        [*fedtune, "--code-uri", "https://files.example.com/fedlab.zip"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     manifest = yaml.safe_load(run.stdout)
     env = yaml.safe_load(manifest["spec"]["runtimeEnvYAML"])

@@ -1,4 +1,4 @@
-"""``mass_auto: true`` is honest (issue 13 item 3, `004_eaa0443f89ef694f.txt`): the theorem's
+"""``mass_auto: true`` is honest (Qu et al. 2020 (arXiv:2007.05690)): the theorem's
 η₁, η₂, γ replace client_lr, mass_eta2, mass_gamma, so setting those (or decaying γ) is an
 error naming the field, a study cannot search them, and each record holds the rates in force."""
 
@@ -17,11 +17,17 @@ def _config(algorithm="fedavg_mass", hparams=None, decay=None):
     return {
         "task": {"name": "linreg_interp", "seed": 0, "clients": 4},
         "algorithm": algorithm,
-        "train": {"rounds": 3, "clients_per_round": 4, "local_steps": 5, "batch_size": 2,
-                  "dtype": "float64", "eval_every": 1},
+        "train": {
+            "rounds": 3,
+            "clients_per_round": 4,
+            "local_steps": 5,
+            "batch_size": 2,
+            "dtype": "float64",
+            "eval_every": 1,
+        },
         "hparams": {"mass_auto": True, **(hparams or {})},
         "decay": decay or {},
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize(
@@ -70,8 +76,7 @@ def test_rates_without_auto_are_recorded_as_configured_and_decayed():
     cfg = _config(hparams={"client_lr": 0.01, "mass_gamma": 0.5, "mass_eta2": 0.001})
     cfg["hparams"]["mass_auto"] = False
     cfg["train"]["rounds"] = 4
-    cfg["decay"] = {"enabled": True, "window": 1, "patience": 1, "cooldown": 0,
-                    "threshold": 1e9}  # fmt: skip
+    cfg["decay"] = {"enabled": True, "window": 1, "patience": 1, "cooldown": 0, "threshold": 1e9}
     t = Trainer(cfg)
     while not t.done:
         t.step()

@@ -1,4 +1,4 @@
-"""The running objective of a trial costs the same at every round (issue 21 req. 1: no
+"""The running objective of a trial costs the same at every round (no
 per-round work that grows with the round number): rounds-to-target is kept incrementally and
 equals, bit for bit, the trade-off's definition on the whole curve."""
 
@@ -36,11 +36,15 @@ def test_incremental_rounds_to_target_is_the_tradeoffs_bit_for_bit(seed) -> None
 
 
 def test_the_trackers_values_never_walk_the_whole_curve(monkeypatch) -> None:
-    spec = StudySpec.from_dict({
-        "name": "m", "task": {"name": "quadratic", "clients": 4, "dim": 2}, "algorithm": "fedavg",
-        "objective": {"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.2},
-        "sampler": {"name": "nsga2"},
-    })  # fmt: skip
+    spec = StudySpec.from_dict(
+        {
+            "name": "m",
+            "task": {"name": "quadratic", "clients": 4, "dim": 2},
+            "algorithm": "fedavg",
+            "objective": {"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.2},
+            "sampler": {"name": "nsga2"},
+        }
+    )
     longest: list[int] = []
 
     def spy(losses, window):  # the old tracker smoothed all rounds so far at every report

@@ -16,9 +16,10 @@ def _write(path, names, posts=2):
     with h5py.File(path, "w") as f:
         for name in names:
             f.create_dataset(
-                f"examples/{name}/tokens", data=np.array([b"a b c"] * posts, dtype=object),
+                f"examples/{name}/tokens",
+                data=np.array([b"a b c"] * posts, dtype=object),
                 dtype=h5py.string_dtype(),
-            )  # fmt: skip
+            )
 
 
 def test_sorted_names_is_pythons_order_as_one_bytes_array(tmp_path):
@@ -34,10 +35,14 @@ def test_sorted_names_is_pythons_order_as_one_bytes_array(tmp_path):
 def test_index_keeps_numpy_arrays_not_python_lists(tmp_path):
     _write(tmp_path / "f.h5", [f"{i:05d}" for i in range(50)], posts=3)
     store = HDF5ClientData.index(
-        tmp_path / "f.h5", ("tokens",), 40, None, None,
+        tmp_path / "f.h5",
+        ("tokens",),
+        40,
+        None,
+        None,
         lambda _: lambda path, cid, raw: (np.zeros((len(raw["tokens"]), 1)), np.zeros(1)),
         True,
-    )  # fmt: skip
+    )
     assert store.num_clients == 40 and store.client_ids[39] == "00039"
     assert isinstance(store.client_ids._ids, np.ndarray)  # ~8 bytes per client, no str objects
     assert store.client_sizes.dtype == torch.int64 and int(store.client_sizes.sum()) == 120

@@ -1,6 +1,6 @@
-"""benchmarks/ooc_memory.py (issue 10 requirement 6) on a tiny population: it generates
+"""benchmarks/ooc_memory.py on a tiny population: it generates
 Stack Overflow-shaped TFF HDF5 files, measures each population in a fresh subprocess and writes
-the JSON the README's table is read from."""
+the JSON the table of docs/explanation/benchmarks.md is read from."""
 
 from __future__ import annotations
 
@@ -39,17 +39,32 @@ def test_generated_file_has_the_loader_layout_and_is_reused(bench, tmp_path):
 
 def _bench(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=timeout,
+        [sys.executable, str(BENCH), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         check=False,
-    )  # fmt: skip
+    )
 
 
 def test_script_writes_per_population_rss_and_reads_only_the_cohort(tmp_path):
     """Two invocations, the second ``--append``-ing a population to the first's JSON (how the
-    README's numbers were collected); one whose settings differ is refused."""
+    documented numbers were collected); one whose settings differ is refused."""
     out = tmp_path / "ooc.json"
-    common = ["--rounds", "2", "--clients-per-round", "5", "--in-memory-max", "40",
-              "--posts-max", "4", "--workdir", str(tmp_path / "files"), "--out", str(out)]  # fmt: skip
+    common = [
+        "--rounds",
+        "2",
+        "--clients-per-round",
+        "5",
+        "--in-memory-max",
+        "40",
+        "--posts-max",
+        "4",
+        "--workdir",
+        str(tmp_path / "files"),
+        "--out",
+        str(out),
+    ]
     done = _bench("--populations", "40", *common)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "wrote" in done.stdout
@@ -68,8 +83,12 @@ def test_script_writes_per_population_rss_and_reads_only_the_cohort(tmp_path):
         assert summary["clients"] == int(population)
         assert summary["examples"] == report["files"][population]["posts"]
         assert summary["median_clients_read_per_round"] == 5  # the cohort, not the population
-        for key in ("median_round_peak_rss_mib", "max_round_peak_rss_mib",
-                    "median_load_peak_rss_mib", "median_process_peak_rss_mib"):  # fmt: skip
+        for key in (
+            "median_round_peak_rss_mib",
+            "max_round_peak_rss_mib",
+            "median_load_peak_rss_mib",
+            "median_process_peak_rss_mib",
+        ):
             assert 10 < summary[key] < 100_000, key
         (run,) = summary["runs"]
         assert [r["round"] for r in run["rounds"]] == [1, 2]

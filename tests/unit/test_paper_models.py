@@ -1,4 +1,5 @@
-"""The papers' models (ALGORITHMS.md §7.2): shapes, parameter counts, purity under torch.func."""
+"""The papers' models (docs/explanation/algorithms.md §7.2): shapes, parameter counts, purity under
+torch.func."""
 
 from __future__ import annotations
 

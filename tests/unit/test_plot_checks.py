@@ -1,5 +1,5 @@
 """The plot check of tests/images.py rejects what the old ``size > 200`` / ``size > 2000``
-checks let through (issue 13 item 8): an empty figure, a solid image, random noise, a figure of
+checks let through: an empty figure, a solid image, random noise, a figure of
 the wrong size; it accepts a real plot."""
 
 from __future__ import annotations

@@ -69,38 +69,54 @@ CASES = [
     ("SELinux", _set("securityContext.seLinuxOptions", {"user": "system_u"}), "baseline"),
     ("SELinux", _set("securityContext.seLinuxOptions", {"role": "sysadm_r"}), "baseline"),
     ("seccomp", _set("securityContext.seccompProfile", {"type": "Unconfined"}), "baseline"),
-    ("sysctls", _set("securityContext.sysctls", [{"name": "kernel.msgmax", "value": "1"}]),
-     "baseline"),
-    ("volume types", _set("volumes", [{"name": "n", "nfs": {"server": "s", "path": "/"}}]),
-     "restricted"),
+    (
+        "sysctls",
+        _set("securityContext.sysctls", [{"name": "kernel.msgmax", "value": "1"}]),
+        "baseline",
+    ),
+    (
+        "volume types",
+        _set("volumes", [{"name": "n", "nfs": {"server": "s", "path": "/"}}]),
+        "restricted",
+    ),
     ("runAsNonRoot", _set("securityContext.runAsNonRoot", False), "restricted"),
     ("runAsUser", _set("securityContext.runAsUser", 0), "restricted"),
     ("seccomp", _set("securityContext.seccompProfile", {}), "restricted"),
-]  # fmt: skip
+]
 for kind in KINDS:
     sc = f"{kind}[0].securityContext"
     CASES += [
         ("HostProcess", _set(f"{sc}.windowsOptions", {"hostProcess": True}), "baseline"),
         ("privileged", _set(f"{sc}.privileged", True), "baseline"),
-        ("capabilities", _set(f"{sc}.capabilities", {"drop": ["ALL"], "add": ["SYS_ADMIN"]}),
-         "baseline"),
-        ("host ports", _set(f"{kind}[0].ports", [{"containerPort": 80, "hostPort": 80}]),
-         "baseline"),
+        (
+            "capabilities",
+            _set(f"{sc}.capabilities", {"drop": ["ALL"], "add": ["SYS_ADMIN"]}),
+            "baseline",
+        ),
+        (
+            "host ports",
+            _set(f"{kind}[0].ports", [{"containerPort": 80, "hostPort": 80}]),
+            "baseline",
+        ),
         ("AppArmor", _set(f"{sc}.appArmorProfile", {"type": "Unconfined"}), "baseline"),
         ("SELinux", _set(f"{sc}.seLinuxOptions", {"type": "unconfined_t"}), "baseline"),
         ("/proc mount", _set(f"{sc}.procMount", "Unmasked"), "baseline"),
         ("seccomp", _set(f"{sc}.seccompProfile", {"type": "Unconfined"}), "baseline"),
-        ("capabilities", _set(f"{sc}.capabilities", {"drop": ["ALL"], "add": ["CHOWN"]}),
-         "restricted"),
+        (
+            "capabilities",
+            _set(f"{sc}.capabilities", {"drop": ["ALL"], "add": ["CHOWN"]}),
+            "restricted",
+        ),
         ("capabilities", _set(f"{sc}.capabilities", {"drop": ["NET_RAW"]}), "restricted"),
         ("privilege escalation", _set(f"{sc}.allowPrivilegeEscalation", True), "restricted"),
         ("runAsNonRoot", _set(f"{sc}.runAsNonRoot", False), "restricted"),
         ("runAsUser", _set(f"{sc}.runAsUser", 0), "restricted"),
-    ]  # fmt: skip
+    ]
 
 
-@pytest.mark.parametrize("control,mutate,level", CASES,
-                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])  # fmt: skip
+@pytest.mark.parametrize(
+    "control,mutate,level", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
 def test_each_control_flags_its_violation(control, mutate, level):
     pod = compliant()
     mutate(pod)
@@ -116,24 +132,35 @@ def test_each_control_flags_its_violation(control, mutate, level):
 ALLOWED = [
     _set("securityContext.windowsOptions", {"hostProcess": False}),
     _set("hostNetwork", False),
-    _set("volumes", [{"name": v, v: {}} for v in ("configMap", "csi", "downwardAPI",
-                                                   "ephemeral", "projected", "secret")]
-         + [{"name": "p", "persistentVolumeClaim": {"claimName": "c"}}]),
+    _set(
+        "volumes",
+        [
+            {"name": v, v: {}}
+            for v in ("configMap", "csi", "downwardAPI", "ephemeral", "projected", "secret")
+        ]
+        + [{"name": "p", "persistentVolumeClaim": {"claimName": "c"}}],
+    ),
     _set("securityContext.appArmorProfile", {"type": "Localhost", "localhostProfile": "p"}),
     _set("securityContext.seLinuxOptions", {"type": "container_init_t", "level": "s0:c1"}),
     _set("securityContext.seccompProfile", {"type": "Localhost", "localhostProfile": "p"}),
-    _set("securityContext.sysctls", [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"},
-                                     {"name": "kernel.shm_rmid_forced", "value": "1"}]),
+    _set(
+        "securityContext.sysctls",
+        [
+            {"name": "net.ipv4.tcp_keepalive_time", "value": "60"},
+            {"name": "kernel.shm_rmid_forced", "value": "1"},
+        ],
+    ),
     _set("securityContext.runAsUser", 10001),
-    _set("containers[0].securityContext.capabilities",
-         {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}),
+    _set(
+        "containers[0].securityContext.capabilities", {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+    ),
     _set("containers[0].ports", [{"containerPort": 80, "hostPort": 0}]),
     _set("containers[0].securityContext.procMount", "Default"),
     _set("containers[0].securityContext.appArmorProfile", {"type": "RuntimeDefault"}),
     _set("containers[0].securityContext.privileged", False),
     _set("containers[0].securityContext.runAsNonRoot", True),
     _set("containers[0].securityContext.runAsUser", 1000),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("mutate", ALLOWED)
@@ -156,8 +183,11 @@ def test_seccomp_and_non_root_may_be_set_per_container_instead_of_pod():
 
 
 def test_windows_pods_skip_linux_only_restricted_controls():
-    pod = {"os": {"name": "windows"}, "securityContext": {"runAsNonRoot": True},
-           "containers": [{"name": "c"}]}  # fmt: skip
+    pod = {
+        "os": {"name": "windows"},
+        "securityContext": {"runAsNonRoot": True},
+        "containers": [{"name": "c"}],
+    }
     assert violations(pod) == []
 
 
@@ -195,20 +225,26 @@ def test_pod_specs_reaches_every_pod_of_every_workload_kind():
 def test_pod_specs_ray_objects_head_every_worker_group_and_submitter():
     cluster = {
         "headGroupSpec": {"template": _tmpl(compliant())},
-        "workerGroupSpecs": [{"groupName": "a", "template": _tmpl(compliant())},
-                             {"groupName": "b", "template": _tmpl({"containers": [{}]})}],
-    }  # fmt: skip
+        "workerGroupSpecs": [
+            {"groupName": "a", "template": _tmpl(compliant())},
+            {"groupName": "b", "template": _tmpl({"containers": [{}]})},
+        ],
+    }
     ray_cluster = {"kind": "RayCluster", "metadata": {"name": "rc"}, "spec": cluster}
     assert [w for w, _ in pod_specs(ray_cluster)] == [
         "RayCluster/rc head",
         "RayCluster/rc worker group a",
         "RayCluster/rc worker group b",
     ]
-    assert all(line.startswith("RayCluster/rc worker group b")
-               for line in object_violations(ray_cluster))  # fmt: skip
+    assert all(
+        line.startswith("RayCluster/rc worker group b") for line in object_violations(ray_cluster)
+    )
 
-    job = {"kind": "RayJob", "metadata": {"name": "j"},
-           "spec": {"rayClusterSpec": copy.deepcopy(cluster)}}  # fmt: skip
+    job = {
+        "kind": "RayJob",
+        "metadata": {"name": "j"},
+        "spec": {"rayClusterSpec": copy.deepcopy(cluster)},
+    }
     job["spec"]["rayClusterSpec"]["workerGroupSpecs"].pop()
     # no submitterPodTemplate: KubeRay's default submitter (no security context) is a violation
     assert object_violations(job) and all(

@@ -1,5 +1,5 @@
 """Ray start-up retries, the one-line ``RayStartError`` and reaping a killed driver's Ray
-processes (issue 15, items 3 and 9); ``fedtune tune`` when Ray never starts."""
+processes; ``fedtune tune`` when Ray never starts."""
 
 from __future__ import annotations
 
@@ -51,8 +51,14 @@ class FlakyInit:
 
 def test_start_up_is_retried_with_backoff_then_succeeds(tmp_path: Path) -> None:
     init, sleeps, shutdowns = FlakyInit(2), [], []
-    start_ray(RayStartPolicy(attempts=3, backoff_s=0.5), temp_dir=tmp_path, init=init,
-              shutdown=lambda: shutdowns.append(1), sleep=sleeps.append, num_cpus=1)  # fmt: skip
+    start_ray(
+        RayStartPolicy(attempts=3, backoff_s=0.5),
+        temp_dir=tmp_path,
+        init=init,
+        shutdown=lambda: shutdowns.append(1),
+        sleep=sleeps.append,
+        num_cpus=1,
+    )
     assert len(init.calls) == 3 and sleeps == [0.5, 1.0] and len(shutdowns) == 2
     kwargs = init.calls[-1]
     assert kwargs["_temp_dir"] == str(tmp_path) and kwargs["num_cpus"] == 1
@@ -60,15 +66,19 @@ def test_start_up_is_retried_with_backoff_then_succeeds(tmp_path: Path) -> None:
 
 
 def test_an_embedded_ray_prestarts_no_idle_workers(tmp_path: Path) -> None:
-    """Issue 21 req. 3: Ray prestarts one idle Python worker per CPU, which Tune's trial actors
+    """Ray prestarts one idle Python worker per CPU, which Tune's trial actors
     never use; an embedded Ray of a study starts none (the caller may still ask for them)."""
     init = FlakyInit(0)
     start_ray(temp_dir=tmp_path, init=init, shutdown=lambda: None)
     config = init.calls[-1]["_system_config"]
     assert config["enable_worker_prestart"] is False
     assert config["prestart_worker_first_driver"] is False
-    start_ray(temp_dir=tmp_path, init=init, shutdown=lambda: None,
-              _system_config={"enable_worker_prestart": True})  # fmt: skip
+    start_ray(
+        temp_dir=tmp_path,
+        init=init,
+        shutdown=lambda: None,
+        _system_config={"enable_worker_prestart": True},
+    )
     assert init.calls[-1]["_system_config"]["enable_worker_prestart"] is True
     start_ray(address="10.0.0.1:6379", init=init, shutdown=lambda: None)  # a cluster's own
     assert "_system_config" not in init.calls[-1]
@@ -77,8 +87,13 @@ def test_an_embedded_ray_prestarts_no_idle_workers(tmp_path: Path) -> None:
 def test_when_every_attempt_fails_the_error_is_one_transient_line() -> None:
     init, sleeps = FlakyInit(99), []
     with pytest.raises(RayStartError) as err:
-        start_ray(RayStartPolicy(attempts=2, backoff_s=1.0), init=init, shutdown=lambda: None,
-                  sleep=sleeps.append, address="ray://head:10001")  # fmt: skip
+        start_ray(
+            RayStartPolicy(attempts=2, backoff_s=1.0),
+            init=init,
+            shutdown=lambda: None,
+            sleep=sleeps.append,
+            address="ray://head:10001",
+        )
     message = str(err.value)
     assert "\n" not in message and len(init.calls) == 2 and sleeps == [1.0]
     assert message.startswith("Ray did not start (ray://head:10001) after 2 attempt(s)")
@@ -93,11 +108,14 @@ def test_argument_errors_are_not_retried() -> None:
     assert len(init.calls) == 1
 
 
-@pytest.mark.parametrize(("env", "field"), [
-    ({"FEDTUNE_RAY_START_ATTEMPTS": "0"}, "FEDTUNE_RAY_START_ATTEMPTS"),
-    ({"FEDTUNE_RAY_START_ATTEMPTS": "three"}, "FEDTUNE_RAY_START_ATTEMPTS"),
-    ({"FEDTUNE_RAY_START_BACKOFF_S": "-1"}, "FEDTUNE_RAY_START_BACKOFF_S"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [
+        ({"FEDTUNE_RAY_START_ATTEMPTS": "0"}, "FEDTUNE_RAY_START_ATTEMPTS"),
+        ({"FEDTUNE_RAY_START_ATTEMPTS": "three"}, "FEDTUNE_RAY_START_ATTEMPTS"),
+        ({"FEDTUNE_RAY_START_BACKOFF_S": "-1"}, "FEDTUNE_RAY_START_BACKOFF_S"),
+    ],
+)
 def test_the_policy_from_the_environment_names_a_bad_variable(env: dict, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         RayStartPolicy.from_env(env)
@@ -180,7 +198,7 @@ def test_fedtune_tune_prints_one_line_when_ray_never_starts(
 
 
 def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
-    """Issue 15, item 11: in-process ``ray.init`` in the tests goes through tests/ray_start.py."""
+    """In-process ``ray.init`` in the tests goes through tests/ray_start.py."""
     from tests import ray_start
 
     tests = Path(__file__).resolve().parents[1]
@@ -201,7 +219,7 @@ def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
 def test_stragglers_of_a_normal_run_are_not_called_a_killed_drivers(
     tmp_path: Path, monkeypatch, caplog
 ) -> None:
-    """Issue 24 item 14: after a normal run ``fedtune tune`` printed "stopping 1 Ray process(es)
+    """After a normal run ``fedtune tune`` printed "stopping 1 Ray process(es)
     left … (a killed driver's)". Only processes found *before* Ray starts are a killed driver's;
     what outlives this driver's own ``ray.shutdown()`` is stopped quietly."""
     import logging
@@ -256,7 +274,7 @@ def short_dir() -> Iterator[Path]:
 def test_the_temp_dir_is_private_and_a_tmp_one_has_an_unguessable_name(
     tmp_path: Path, short_dir: Path
 ) -> None:
-    """Issue 24, item 12: 0700 folders at names no other user can predict or plant first."""
+    """0700 folders at names no other user can predict or plant first."""
     (short_dir / "w" / "ray").mkdir(parents=True, mode=0o755)  # an older driver's (umask)
     made = make_ray_temp_dir(short_dir / "w")
     assert made == short_dir / "w" / "ray" and stat.S_IMODE(made.stat().st_mode) == 0o700

@@ -151,23 +151,45 @@ def test_engine_on_cuda_matches_cpu():
 
 
 def test_tune_summary_explains_more_trials_than_the_target(tmp_path):
-    """Issue 12, item 9: 20 trials after an extension to 20, resumed without --trials (target:
+    """20 trials after an extension to 20, resumed without --trials (target:
     the budget, 16), is explained instead of printed as "20/16 trials"."""
     from types import SimpleNamespace
 
     from fedtune.cli.tune import _summary
     from fedtune.tuning.spec import StudySpec
 
-    spec = StudySpec.from_dict({"name": "s", "task": {"name": "quadratic", "clients": 4, "dim": 2},
-                                "algorithm": "fedavg", "train": {"rounds": 10}})  # fmt: skip
+    spec = StudySpec.from_dict(
+        {
+            "name": "s",
+            "task": {"name": "quadratic", "clients": 4, "dim": 2},
+            "algorithm": "fedavg",
+            "train": {"rounds": 10},
+        }
+    )
     counts = {"trials": 20, "completed": 20, "diverged": 0, "stopped": 0, "failed": 0}
     result = SimpleNamespace(
-        name="s", counts=counts, target_trials=16, ran=0, interrupted=[], best=None, pareto=[], failure="no completed trial has a finite value",
-        tradeoff=None, timings={"total_s": 1.0}, stop_reasons={}, workdir=str(tmp_path), storage_url="sqlite:///x",
-        tracking_uri="sqlite:///y", experiment_id="1", parent_run_id="p" * 32,
-        commands={"mlflow_ui": "mlflow ui", "mlflow_page": "http://127.0.0.1:5000/#/",
-                  "optuna_dashboard": "optuna-dashboard sqlite:///x"},
-    )  # fmt: skip
+        name="s",
+        counts=counts,
+        target_trials=16,
+        ran=0,
+        interrupted=[],
+        best=None,
+        pareto=[],
+        failure="no completed trial has a finite value",
+        tradeoff=None,
+        timings={"total_s": 1.0},
+        stop_reasons={},
+        workdir=str(tmp_path),
+        storage_url="sqlite:///x",
+        tracking_uri="sqlite:///y",
+        experiment_id="1",
+        parent_run_id="p" * 32,
+        commands={
+            "mlflow_ui": "mlflow ui",
+            "mlflow_page": "http://127.0.0.1:5000/#/",
+            "optuna_dashboard": "optuna-dashboard sqlite:///x",
+        },
+    )
     text = _summary(result, spec, "study.yaml", str(tmp_path))
     assert "20/16" not in text
     assert "20 trials (more than this run's target of 16" in text and "--trials" in text

@@ -1,5 +1,5 @@
-"""benchmarks/search_efficiency.py on a tiny task: the JSON has what the README's "Search
-strategies" table quotes, the grid is computed once and read back from its cache, and a seeded
+"""benchmarks/search_efficiency.py on a tiny task: the JSON has what the table of
+docs/explanation/search-strategies.md quotes, the grid is computed once and read back from its cache, and a seeded
 run repeats itself exactly. Nothing here asserts a timing."""
 
 from __future__ import annotations
@@ -18,11 +18,19 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = {
     "task": {"name": "quadratic", "clients": 4, "dim": 2, "noise": 0.5, "seed": 0},
     "algorithm": "fedavg",
-    "train": {"rounds": 12, "clients_per_round": 2, "local_steps": 2, "batch_size": 2,
-              "eval_every": 12, "dtype": "float64"},
-    "search": {"space": "fedavg", "override": {"client_lr": {"grid": [0.01, 0.1]},
-                                               "server_lr": {"grid": [0.1, 1.0]}}},
-}  # fmt: skip
+    "train": {
+        "rounds": 12,
+        "clients_per_round": 2,
+        "local_steps": 2,
+        "batch_size": 2,
+        "eval_every": 12,
+        "dtype": "float64",
+    },
+    "search": {
+        "space": "fedavg",
+        "override": {"client_lr": {"grid": [0.01, 0.1]}, "server_lr": {"grid": [0.1, 1.0]}},
+    },
+}
 
 
 @pytest.fixture
@@ -47,8 +55,15 @@ def test_reports_every_strategy_per_budget_and_overall(bench, tmp_path: Path) ->
     assert task["grid"]["points"] == 4 and task["grid"]["best_value"] > 0
     for name in ("tpe", "tpe_guard", "hyperband", "tradeoff"):
         cell = task["search"][name]["by_budget"]["2"]
-        assert {"median_gap", "seeds_within_1pct", "seeds_within_5pct", "median_trials",
-                "median_completed", "median_stopped", "stop_reasons"} <= set(cell)  # fmt: skip
+        assert {
+            "median_gap",
+            "seeds_within_1pct",
+            "seeds_within_5pct",
+            "median_trials",
+            "median_completed",
+            "median_stopped",
+            "stop_reasons",
+        } <= set(cell)
         assert cell["median_completed"] + cell["median_stopped"] <= cell["median_trials"] + 1
         # a budget counts rounds actually run: each budget B is its own study per seed, run
         # until B x T rounds (or 4 B trials); its last trial is the only one past B x T
@@ -83,9 +98,12 @@ def test_importing_the_suite_imports_no_user_code() -> None:
     """The suite's ``byo`` task names ``examples/byo`` (package ``fedlab``): listing the tasks'
     rounds at import must not import it into the process (it leaked into pytest's process and
     broke ``test_user_contract``'s check that the parent never imports user code)."""
-    probe = ("import sys; sys.path.insert(0, 'benchmarks'); import search_efficiency; "
-             "assert search_efficiency.TASKS['byo'][2] == 15; print('fedlab' in sys.modules)")  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    probe = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import search_efficiency; "
+        "assert search_efficiency.TASKS['byo'][2] == 15; print('fedlab' in sys.modules)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "False"

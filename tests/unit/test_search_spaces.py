@@ -34,10 +34,24 @@ from fedtune.search_spaces import (
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 EXPECTED = {
-    "fedavg", "fedsgd", "fedprox", "fedavgm", "fedadam", "maml", "scaffold", "fedga", "mixed",
-    "mass", "decay", "fedavg_vanilla", "lookahead", "gradalign", "mixed_gt1", "fedavg_nesterov",
+    "fedavg",
+    "fedsgd",
+    "fedprox",
+    "fedavgm",
+    "fedadam",
+    "maml",
+    "scaffold",
+    "fedga",
+    "mixed",
+    "mass",
+    "decay",
+    "fedavg_vanilla",
+    "lookahead",
+    "gradalign",
+    "mixed_gt1",
+    "fedavg_nesterov",
     "fednova",
-}  # fmt: skip
+}
 HALF_DECADE = [10 ** (k / 2) for k in range(-6, 3)]  # {1e-3, 1e-2.5, ..., 1e1}
 
 # a space with a condition chain and ties, used with real Optuna studies
@@ -46,18 +60,22 @@ CONDITIONAL = {
         "client_lr": {"type": "float", "low": 1e-3, "high": 1.0, "log": True, "grid": "decade"},
         "server_opt": {"type": "categorical", "choices": ["sgd", "momentum", "nesterov"]},
         "server_momentum": {
-            "type": "float", "low": 0.0, "high": 0.99, "grid": [0.5, 0.9],
+            "type": "float",
+            "low": 0.0,
+            "high": 0.99,
+            "grid": [0.5, 0.9],
             "when": "server_opt in ['momentum', 'nesterov']",
         },
         "nesterov_form": {
-            "type": "categorical", "choices": ["keras", "theory"],
+            "type": "categorical",
+            "choices": ["keras", "theory"],
             "when": 'server_opt == "nesterov"',
         },
         "window": {"type": "int", "low": 5, "high": 50, "log": True, "grid": [10, 20]},
         "patience": {"tie": "window"},
         "cooldown": {"tie": "decay.patience"},
     }
-}  # fmt: skip
+}
 
 
 def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
@@ -224,8 +242,14 @@ def test_extends_cycle_and_relative_file(tmp_path):
 
 def test_merge_updates_adds_and_removes():
     base = load_space("fedavgm")
-    out = merge(base, {"client_lr": {"high": 1.0}, "local_steps": None, "prox_alpha": {
-        "type": "float", "low": 0.0, "high": 1.0}})  # fmt: skip
+    out = merge(
+        base,
+        {
+            "client_lr": {"high": 1.0},
+            "local_steps": None,
+            "prox_alpha": {"type": "float", "low": 0.0, "high": 1.0},
+        },
+    )
     lr = out.find("client_lr")
     assert (lr.low, lr.high, lr.log) == (1e-3, 1.0, True)
     assert lr.grid_values() == pytest.approx(HALF_DECADE[:7])  # half-decade grid re-expanded
@@ -263,11 +287,20 @@ def test_merge_errors_name_the_override_path():
 def test_condition_language():
     v = {"a": "x", "n": 3, "f": True}
     cases = {
-        'a == "x"': True, "a != 'x'": False, "n == 3": True, "n in [1, 2, 3]": True,
-        "n not in [1, 2]": True, "a == 'x' and n == 4": False, "a == 'y' or n == 3": True,
-        "not (a == 'y')": True, "f == true": True, "(a == 'x' or n == 1) and f == false": False,
-        "missing == 1": False, "missing != 1": False, "missing not in [1]": False,
-    }  # fmt: skip
+        'a == "x"': True,
+        "a != 'x'": False,
+        "n == 3": True,
+        "n in [1, 2, 3]": True,
+        "n not in [1, 2]": True,
+        "a == 'x' and n == 4": False,
+        "a == 'y' or n == 3": True,
+        "not (a == 'y')": True,
+        "f == true": True,
+        "(a == 'x' or n == 1) and f == false": False,
+        "missing == 1": False,
+        "missing != 1": False,
+        "missing not in [1]": False,
+    }
     for text, expected in cases.items():
         assert parse_condition(text)(v) is expected, text
     assert parse_condition("a == 1 and b in [2]").names == {"a", "b"}
@@ -278,24 +311,38 @@ def test_condition_language():
 
 def test_condition_operators_on_inactive_parameters():
     """Module docstring: a comparison on an inactive parameter is false whatever the operator,
-    and ``not`` never turns it true (``not x == v`` is ``x != v``) — issue 13 item 6."""
+    and ``not`` never turns it true (``not x == v`` is ``x != v``)."""
     inactive = {"other": 1}  # "x" is absent: inactive
     false_on_inactive = [
-        "x == 1", "x != 1", "x in [1, 2]", "x not in [1, 2]",
-        "not x == 1", "not x != 1", "not x in [1, 2]", "not x not in [1, 2]",
-        "not (x == 1)", "not not x == 1", "not not x != 1", "not (x == 1 or x != 1)",
-        "not (x == 1 and other == 1)", "not (x in [1] or other == 2)",
-        "x == 1 or x != 1", "not x == 1 or not x != 1",
-    ]  # fmt: skip
+        "x == 1",
+        "x != 1",
+        "x in [1, 2]",
+        "x not in [1, 2]",
+        "not x == 1",
+        "not x != 1",
+        "not x in [1, 2]",
+        "not x not in [1, 2]",
+        "not (x == 1)",
+        "not not x == 1",
+        "not not x != 1",
+        "not (x == 1 or x != 1)",
+        "not (x == 1 and other == 1)",
+        "not (x in [1] or other == 2)",
+        "x == 1 or x != 1",
+        "not x == 1 or not x != 1",
+    ]
     for text in false_on_inactive:
         assert parse_condition(text)(inactive) is False, text
     # the same texts on an active x: every negated form equals its operator dual
     duals = {
-        "not x == 1": "x != 1", "not x != 1": "x == 1", "not x in [1, 2]": "x not in [1, 2]",
-        "not x not in [1, 2]": "x in [1, 2]", "not not x == 1": "x == 1",
+        "not x == 1": "x != 1",
+        "not x != 1": "x == 1",
+        "not x in [1, 2]": "x not in [1, 2]",
+        "not x not in [1, 2]": "x in [1, 2]",
+        "not not x == 1": "x == 1",
         "not (x == 1 or other == 1)": "x != 1 and other != 1",
         "not (x == 1 and other == 1)": "x != 1 or other != 1",
-    }  # fmt: skip
+    }
     for values in ({"x": 1, "other": 1}, {"x": 3, "other": 1}, {"x": 2, "other": 5}, inactive):
         for negated, dual in duals.items():
             got, want = parse_condition(negated)(values), parse_condition(dual)(values)
@@ -337,7 +384,10 @@ def test_optuna_distributions_of_the_unconditional_part():
     assert dists["decay.window"] == optuna.distributions.IntDistribution(5, 50, log=True)
     assert dists["hparams.server_opt"].choices == ("sgd", "momentum", "nesterov")
     assert set(to_optuna_distributions(load_space("fedavgm"))) == {
-        "hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}  # fmt: skip
+        "hparams.client_lr",
+        "hparams.server_lr",
+        "hparams.server_momentum",
+    }
 
 
 def test_resolve_values_fills_ties_and_drops_inactive():

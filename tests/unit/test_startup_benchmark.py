@@ -1,4 +1,4 @@
-"""benchmarks/startup.py (issue 14 req. 3): one real run of each plain variant, and the goal and
+"""benchmarks/startup.py: one real run of each plain variant, and the goal and
 gap derived from runs. Nothing here asserts a timing."""
 
 from __future__ import annotations
@@ -30,13 +30,21 @@ def _run(kind: str, fixed: float, worker: float) -> dict:
     phases = {"imports": 1.0, "trial_process_start_to_entered": worker}
     if kind == "fedtune":
         phases = {"ray_start_began_after_launch": 0.1, "trial_process_start_to_entered": worker}
-    return {"kind": kind, "trials": 6, "fixed_s": fixed, "total_s": fixed + 5,
-            "trial_work_s": 0.01, "gaps_s": [0.05] * 5, "phases": phases}  # fmt: skip
+    return {
+        "kind": kind,
+        "trials": 6,
+        "fixed_s": fixed,
+        "total_s": fixed + 5,
+        "trial_work_s": 0.01,
+        "gaps_s": [0.05] * 5,
+        "phases": phases,
+    }
 
 
 def test_the_goal_and_the_same_work_comparison(bench) -> None:
-    report = {"runs": [_run("plain", 7.0, 1.0), _run("plain_torch", 8.5, 2.4),
-                       _run("fedtune", 8.0, 2.3)]}  # fmt: skip
+    report = {
+        "runs": [_run("plain", 7.0, 1.0), _run("plain_torch", 8.5, 2.4), _run("fedtune", 8.0, 2.3)]
+    }
     bench.derive(report)
     goal, gap = report["goal"], report["gap"]
     assert not goal["fixed_met"] and goal["fixed_ratio_fedtune_over_plain"] == pytest.approx(8 / 7)
@@ -49,7 +57,7 @@ def test_the_goal_and_the_same_work_comparison(bench) -> None:
     assert report["goal"]["fixed_met"] and "same_work_fixed_met" not in report["goal"]
 
 
-# -- the whole process (issue 21 req. 3) ---------------------------------------------------
+# -- the whole process ---------------------------------------------------------------------
 def test_whole_process_runs_time_each_kind_from_launch_to_exit(bench, tmp_path: Path) -> None:
     env = {**__import__("os").environ}
     env.pop("RAY_ADDRESS", None)
@@ -60,25 +68,48 @@ def test_whole_process_runs_time_each_kind_from_launch_to_exit(bench, tmp_path: 
     assert ph["ray_stop_s"] > 0 and ph["exit_s"] > 0
     fed = bench.run_whole("fedtune", 1, 1, tmp_path, env)
     ph = fed["phases"]
-    for phase in ("interpreter_cli", "spec_loaded", "driver_imported", "ray_start_s",
-                  "optuna_opened_after_launch", "mlflow_opened_after_launch", "trials",
-                  "ray_stop_s", "report_s", "mlflow_report_s", "exit_s"):  # fmt: skip
+    for phase in (
+        "interpreter_cli",
+        "spec_loaded",
+        "driver_imported",
+        "ray_start_s",
+        "optuna_opened_after_launch",
+        "mlflow_opened_after_launch",
+        "trials",
+        "ray_stop_s",
+        "report_s",
+        "mlflow_report_s",
+        "exit_s",
+    ):
         assert phase in ph and ph[phase] >= 0, (phase, ph)
     assert ph["first_trial_entered_after_launch"] < fed["total_s"]
 
 
 def _whole(kind: str, n: int, total: float, repeat: int, gap: float) -> dict:
-    return {"kind": kind, "trials": n, "rounds": 3, "total_s": total, "repeat": repeat,
-            "gaps_s": [gap] * (n - 1), "phases": {"exit_s": 0.1}}  # fmt: skip
+    return {
+        "kind": kind,
+        "trials": n,
+        "rounds": 3,
+        "total_s": total,
+        "repeat": repeat,
+        "gaps_s": [gap] * (n - 1),
+        "phases": {"exit_s": 0.1},
+    }
 
 
 def test_whole_process_ratio_and_per_trial_overhead(bench) -> None:
-    report = {"runs": [
-        _whole("plain_torch", 2, 10.0, 0, 2.0), _whole("fedtune", 2, 9.0, 0, 0.05),
-        _whole("fedtune", 2, 11.0, 1, 0.05), _whole("plain_torch", 2, 10.0, 1, 2.0),
-        _whole("fedtune", 2, 9.5, 2, 0.05), _whole("plain_torch", 2, 9.0, 2, 2.0),
-        _whole("plain_torch", 16, 40.0, 3, 2.0), _whole("fedtune", 16, 12.0, 3, 0.08),
-    ]}  # fmt: skip
+    report = {
+        "runs": [
+            _whole("plain_torch", 2, 10.0, 0, 2.0),
+            _whole("fedtune", 2, 9.0, 0, 0.05),
+            _whole("fedtune", 2, 11.0, 1, 0.05),
+            _whole("plain_torch", 2, 10.0, 1, 2.0),
+            _whole("fedtune", 2, 9.5, 2, 0.05),
+            _whole("plain_torch", 2, 9.0, 2, 2.0),
+            _whole("plain_torch", 16, 40.0, 3, 2.0),
+            _whole("fedtune", 16, 12.0, 3, 0.08),
+        ]
+    }
     bench.derive_whole(report)
     goal = report["goal"]
     assert goal["trials"] == 2 and goal["ratio_fedtune_over_plain_torch"] == pytest.approx(0.95)

@@ -1,4 +1,4 @@
-"""Start-up paths of a study (issue 14 req. 3): the MLflow store template, the light driver
+"""Start-up paths of a study: the MLflow store template, the light driver
 imports and the start-up timeline. Timing is measured by
 ``benchmarks/startup.py``, never asserted here."""
 
@@ -31,8 +31,10 @@ def _schema(db: Path) -> list[tuple]:
     """Tables and indexes with their definitions' clauses as a set: MLflow's own migrations
     write a table's CHECK constraints in a varying order (two MLflow-made stores differ)."""
     rows = _rows(db, "SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
-    return [(kind, name, sorted(ln.strip().rstrip(",") for ln in (sql or "").splitlines()))
-            for kind, name, sql in rows]  # fmt: skip
+    return [
+        (kind, name, sorted(ln.strip().rstrip(",") for ln in (sql or "").splitlines()))
+        for kind, name, sql in rows
+    ]
 
 
 @pytest.fixture
@@ -113,8 +115,9 @@ def _imported_after(code: str) -> set[str]:
     """Top-level modules a fresh interpreter has loaded after running ``code``."""
     probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -152,34 +155,45 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
 
     from fedtune.tuning import study
 
-    real_open = study._Session.open.__func__
+    real_open = study._open_stores
 
-    def open_(cls, *args, **kwargs):
+    def open_(*args, **kwargs):
         calls.append(f"optuna:{threading.current_thread().name}")
-        return real_open(cls, *args, **kwargs)
+        return real_open(*args, **kwargs)
 
     @contextlib.contextmanager
     def ray_session(*args, **kwargs):
         calls.append("ray")
         yield False
 
-    monkeypatch.setattr(study._Session, "open", classmethod(open_))
+    monkeypatch.setattr(study, "_open_stores", open_)
     monkeypatch.setattr(study, "_ray_session", ray_session)
     monkeypatch.setattr(study.ray, "cluster_resources", lambda: {"CPU": 2.0})
-    monkeypatch.setattr(study._Session, "fit", lambda self, progress, sinks: None)
+    monkeypatch.setattr(
+        study,
+        "_fit",
+        lambda plan, runtime, progress, sinks: study.Fitted(
+            runtime.stores, runtime.tracking.result()
+        ),
+    )
 
 
 def _tiny_spec():
     from fedtune.tuning.spec import StudySpec
 
-    return StudySpec.from_dict({
-        "name": "tiny", "algorithm": "fedavg",
-        "task": {"name": "quadratic", "clients": 1, "dim": 1, "examples": 1, "seed": 0},
-        "train": {"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
-        "search": {"space": "fedavg"}, "sampler": {"name": "random", "seed": 0},
-        "scheduler": {"name": "none"}, "budget": {"trials": 2},
-        "objective": {"metric": "train_loss", "last_rounds": 1},
-    })  # fmt: skip
+    return StudySpec.from_dict(
+        {
+            "name": "tiny",
+            "algorithm": "fedavg",
+            "task": {"name": "quadratic", "clients": 1, "dim": 1, "examples": 1, "seed": 0},
+            "train": {"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
+            "search": {"space": "fedavg"},
+            "sampler": {"name": "random", "seed": 0},
+            "scheduler": {"name": "none"},
+            "budget": {"trials": 2},
+            "objective": {"metric": "train_loss", "last_rounds": 1},
+        }
+    )
 
 
 def test_a_new_study_opens_its_stores_while_ray_starts(
@@ -256,15 +270,15 @@ def test_ctrl_c_while_ray_starts_kills_the_parent_run(
 
 
 def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(tmp_path: Path) -> None:
-    """Issue 21 req. 3: the stores' thread (MLflow store, parent run) runs while Ray and the
+    """The stores' thread (MLflow store, parent run) runs while Ray and the
     first trial's worker start, on the same CPUs; the figures' matplotlib (~0.6 s of CPU) is
-    imported once the first trial runs instead (``study._import_plots``), not there."""
+    imported once the first trial runs instead (``startup.import_soon``), not there."""
     code = textwrap.dedent(
         f"""
         import time
         from pathlib import Path
         from fedtune.tuning.spec import StudySpec
-        from fedtune.tuning.study import _Session
+        from fedtune.tuning.study import _open_stores, _open_tracking, _prepare
         spec = StudySpec.from_dict({{
             "name": "lazy-plots", "algorithm": "fedavg", "search": {{"space": "fedavg"}},
             "task": {{"name": "quadratic", "clients": 1, "dim": 1, "examples": 1}},
@@ -272,9 +286,9 @@ def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(tmp_path: Path)
             "objective": {{"metric": "train_loss", "last_rounds": 1}}, "budget": {{"trials": 1}}}})
         workdir = Path({str(tmp_path / "w")!r})
         workdir.mkdir()
-        session = _Session.open(spec, workdir, None, time.perf_counter())
-        session.open_tracking(f"sqlite:///{{workdir / 'mlflow.db'}}")
-        assert session.parent
+        uri = f"sqlite:///{{workdir / 'mlflow.db'}}"
+        plan = _prepare(spec, workdir, None, time.perf_counter(), tracking_uri=uri)
+        assert _open_tracking(_open_stores(plan), plan).parent
         """
     )
     loaded = _imported_after(code)

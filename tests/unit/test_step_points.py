@@ -14,8 +14,15 @@ def _rows(rounds: int, decay_at: int | None = None) -> list[dict]:
     rows = []
     for r in range(1, rounds + 1):
         decayed = decay_at is not None and r >= decay_at
-        rows.append({"round": r, "client_loss": 1.0 / r, "client_lr": 0.05 if decayed else 0.1,
-                     "server_lr": 1.0, "decays": 1.0 if decayed else 0.0})  # fmt: skip
+        rows.append(
+            {
+                "round": r,
+                "client_loss": 1.0 / r,
+                "client_lr": 0.05 if decayed else 0.1,
+                "server_lr": 1.0,
+                "decays": 1.0 if decayed else 0.0,
+            }
+        )
     return rows
 
 
@@ -40,21 +47,22 @@ def test_a_constant_rate_is_two_points_and_a_decay_two_more(tmp_path) -> None:
 
     assert _history(tracker, flat, "client_lr") == [(1, 0.1), (30, 0.1)]  # was 30 points
     assert _history(tracker, flat, "server_lr") == [(1, 1.0), (30, 1.0)]
-    assert _history(tracker, decayed, "client_lr") == [(1, 0.1), (11, 0.1), (12, 0.05),
-                                                       (30, 0.05)]  # fmt: skip
+    assert _history(tracker, decayed, "client_lr") == [(1, 0.1), (11, 0.1), (12, 0.05), (30, 0.05)]
     assert _history(tracker, decayed, "decays") == [(1, 0.0), (11, 0.0), (12, 1.0), (30, 1.0)]
     for run_id, all_rows in rows.items():  # every round's value reads off the points
         points = _history(tracker, run_id, "client_lr")
-        assert [_value_at(points, r["round"]) for r in all_rows] == [r["client_lr"]
-                                                                     for r in all_rows]  # fmt: skip
+        assert [_value_at(points, r["round"]) for r in all_rows] == [
+            r["client_lr"] for r in all_rows
+        ]
         assert len(tracker.client.get_metric_history(run_id, "client_loss")) == 30  # untouched
     tracker.finish_study(parent, {}, "FINISHED")
 
 
 def test_a_change_right_after_a_logged_point_repeats_nothing() -> None:
     steps = StepPoints()
-    out = steps.keep("r", [Metric("client_lr", v, 0, s) for s, v in ((1, 0.1), (2, 0.05),
-                                                                     (3, 0.05), (4, 0.02))])  # fmt: skip
+    out = steps.keep(
+        "r", [Metric("client_lr", v, 0, s) for s, v in ((1, 0.1), (2, 0.05), (3, 0.05), (4, 0.02))]
+    )
     assert [(m.step, m.value) for m in out] == [(1, 0.1), (2, 0.05), (3, 0.05), (4, 0.02)]
     assert steps.close("r", 0) == []  # the last round is already a point
     again = steps.keep("r", [Metric("client_lr", 0.3, 0, 9)])  # a closed run starts anew

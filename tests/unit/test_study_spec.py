@@ -14,6 +14,7 @@ from fedtune.errors import ConfigError
 from fedtune.search_spaces import suggest
 from fedtune.trainers.parsing import parse_trial_config
 from fedtune.tuning import Mode, SamplerName, SchedulerName, StudySpec
+from fedtune.tuning.spec import DEFAULT_STRATEGY
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.yaml"
 BASE = yaml.safe_load(QUICKSTART.read_text())
@@ -39,7 +40,7 @@ def test_quickstart_loads_and_builds_trial_configs():
     assert spec.algorithm in ("fedavgm", "fedavg") and spec.task["name"] == "digits"
     assert spec.task["dirichlet"] == 0.3 and spec.task["model"] == "mlp"
     assert spec.budget.trials >= 12
-    assert spec.sampler.name == SamplerName.TPE and spec.scheduler.name == SchedulerName.ASHA
+    assert spec.strategy == DEFAULT_STRATEGY and spec.search.strategy is None  # the default
     space = spec.search_space()
     enabled = {p.path: p for p in space.enabled}
     assert set(enabled) == {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
@@ -69,22 +70,38 @@ def test_quickstart_loads_and_builds_trial_configs():
         ({"name": "Quickstart"}, "name"),
         ({"name": "a" * 64}, "name"),
         ({"name": None}, "name"),
-        ({"search__override__prox_alpha": {"type": "float", "low": 0.0, "high": 1.0}},
-         "search.override.prox_alpha"),
-        ({"search__override__server_momentum": {"high": 1.0, "grid": [0.0, 0.9]}},
-         "search.override.server_momentum"),
-        ({"search__override__server_lr": {"low": 0.0, "log": False, "grid": [0.0, 1.0]}}, "search.override.server_lr"),
-        ({"search__override__client_lr": {"low": 1.0, "high": 0.1}},
-         "search.override.client_lr.low"),
+        (
+            {"search__override__prox_alpha": {"type": "float", "low": 0.0, "high": 1.0}},
+            "search.override.prox_alpha",
+        ),
+        (
+            {"search__override__server_momentum": {"high": 1.0, "grid": [0.0, 0.9]}},
+            "search.override.server_momentum",
+        ),
+        (
+            {"search__override__server_lr": {"low": 0.0, "log": False, "grid": [0.0, 1.0]}},
+            "search.override.server_lr",
+        ),
+        (
+            {"search__override__client_lr": {"low": 1.0, "high": 0.1}},
+            "search.override.client_lr.low",
+        ),
         ({"search__space": "nope"}, "search.space"),
-        ({"search__parameters": {"client_lr": {"type": "float", "low": 0.1, "high": 1.0}}},
-         "search.parameters"),
+        (
+            {"search__parameters": {"client_lr": {"type": "float", "low": 0.1, "high": 1.0}}},
+            "search.parameters",
+        ),
         ({"sampler__name": "bayes"}, "sampler.name"),
-        ({"objective": {"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.5},
-          "sampler": {"name": "cmaes"}}, "sampler.name"),
+        (
+            {
+                "objective": {"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.5},
+                "sampler": {"name": "cmaes"},
+            },
+            "sampler.name",
+        ),
         ({"objective": {"metrics": ["final_loss", "rounds_to_target"]}}, "objective.target_loss"),
         ({"objective__mode": "max"}, "objective.mode"),
-        ({"scheduler__grace_rounds": 50}, "scheduler.grace_rounds"),
+        ({"scheduler": {"name": "asha", "grace_rounds": 50}}, "scheduler.grace_rounds"),
         ({"report_every": 0}, "report_every"),
         ({"train__rounds": 0}, "train.rounds"),
         ({"train__rounds": 3}, "objective.last_rounds"),
@@ -96,7 +113,7 @@ def test_quickstart_loads_and_builds_trial_configs():
         ({"task": {"clients": 10}}, "task.name"),
         ({"unknown_key": 1}, "unknown_key"),
     ],
-)  # fmt: skip
+)
 def test_invalid_specs_name_the_exact_path(changes, field):
     with pytest.raises(ConfigError) as err:
         StudySpec.from_dict(spec_with(**changes))
@@ -109,7 +126,7 @@ def test_reasons_are_specific():
             spec_with(search__override__prox_alpha={"type": "float", "low": 0, "high": 1})
         )
     assert "client_lr" in err.value.reason  # lists what fedavgm accepts
-    # the range is checked against server_lr's declaration (issue 10 req. 2)
+    # the range is checked against server_lr's declaration
     with pytest.raises(ConfigError, match=r"low 0.0 lies outside .*server_lr: must be > 0"):
         StudySpec.from_dict(
             spec_with(search__override__server_lr={"low": 0.0, "log": False, "grid": [0.0, 1.0]})
@@ -121,17 +138,21 @@ def test_reasons_are_specific():
 def test_valid_variants():
     assert StudySpec.from_dict(spec_with(resources__gpu=0.25)).resources.gpu == 0.25
     assert StudySpec.from_dict(spec_with(resources__gpu=2)).resources.gpu == 2.0
-    multi = StudySpec.from_dict(spec_with(
-        objective={"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.5},
-        sampler={"name": "nsga2", "seed": 1}))  # fmt: skip
+    multi = StudySpec.from_dict(
+        spec_with(
+            objective={"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.5},
+            sampler={"name": "nsga2", "seed": 1},
+        )
+    )
     assert multi.objective.is_multi and multi.objective.directions == [Mode.MIN, Mode.MIN]
     accuracy = StudySpec.from_dict(spec_with(objective={"metric": "test_accuracy"}))
     assert accuracy.objective.directions == [Mode.MAX]
     assert accuracy.objective.record_field == "test_accuracy"
     seeds = StudySpec.from_dict(spec_with(seed=None, seeds=[3, 4]))
     assert seeds.trial_seeds() == [3, 4] and seeds.base_trial_config()["seed"] == 3
-    decay = StudySpec.from_dict(spec_with(search__space=["fedavgm", "decay"],
-                                          decay={"enabled": True}))  # fmt: skip
+    decay = StudySpec.from_dict(
+        spec_with(search__space=["fedavgm", "decay"], decay={"enabled": True})
+    )
     point = {p.path: p.initial() for p in decay.search_space().enabled if not p.tied}
     assert "decay.window" in point and decay.search_space().find("cooldown").tie == "decay.window"
     assert StudySpec.from_dict(spec_with(tracking={})).experiment == BASE["name"]
@@ -178,7 +199,7 @@ def test_files_user_spaces_and_sources(tmp_path):
 
 
 def test_narrowing_a_shipped_space_reports_every_conflict_at_once():
-    """Issue 12, item 10: defaults and grids outside the narrowed ranges and a value the base
+    """Defaults and grids outside the narrowed ranges and a value the base
     configuration also fixes, in one error (it used to stop at the first)."""
     from fedtune.tuning.spec import StudySpec
 
@@ -188,11 +209,14 @@ def test_narrowing_a_shipped_space_reports_every_conflict_at_once():
         "algorithm": "fedavg",
         "train": {"rounds": 10},
         "hparams": {"client_lr": 0.01},
-        "search": {"space": "fedavg", "override": {
-            "client_lr": {"high": 0.005},
-            "server_lr": {"low": 2.0, "grid": [0.5, 3.0]},
-        }},
-    }  # fmt: skip
+        "search": {
+            "space": "fedavg",
+            "override": {
+                "client_lr": {"high": 0.005},
+                "server_lr": {"low": 2.0, "grid": [0.5, 3.0]},
+            },
+        },
+    }
     with pytest.raises(ConfigError) as info:
         StudySpec.from_dict(raw)
     err = info.value
@@ -206,18 +230,107 @@ def test_narrowing_a_shipped_space_reports_every_conflict_at_once():
     assert "\n" not in str(err)  # one line for the CLI
 
 
-def test_the_readme_override_example_is_what_fedtune_says_and_its_fix_validates():
+def test_the_documented_override_example_is_what_fedtune_says_and_its_fix_validates():
+    """The docs page that shows the narrowing example (README.md or docs/**) prints exactly
+    what fedtune says about it, and its fix validates."""
     from fedtune.tuning.spec import StudySpec
+    from tests.docs.pages import REPO, documentation, parse_page
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    printed = next(ln.strip() for ln in readme.splitlines()
-                   if ln.strip().startswith("fedtune: error: study.yaml: search.override: 4"))  # fmt: skip
-    blocks = [b.split("```", 1)[0] for b in readme.split("```yaml\n")[1:]]
+    pages = documentation()
+    name = next(
+        (
+            n
+            for n, text in pages.items()
+            if "fedtune: error: study.yaml: search.override: 4" in text
+        ),
+        None,
+    )
+    assert name, "no page shows the search.override conflicts example any more"
+    printed = next(
+        ln.strip()
+        for ln in pages[name].splitlines()
+        if ln.strip().startswith("fedtune: error: study.yaml: search.override: 4")
+    )
+    blocks = ["\n".join(b.lines) for b in parse_page(REPO / name).blocks if b.lang == "yaml"]
     bad = next(b for b in blocks if "server_lr: {low: 2.0, grid: [0.5, 3.0]}" in b)
     fixed = next(b for b in blocks if "server_lr: {low: 2.0, default: 3.0" in b)
-    raw = {"name": "narrow", "task": {"name": "quadratic", "clients": 6, "dim": 3},
-           "algorithm": "fedavg", "train": {"rounds": 10}}  # fmt: skip
+    raw = {
+        "name": "narrow",
+        "task": {"name": "quadratic", "clients": 6, "dim": 3},
+        "algorithm": "fedavg",
+        "train": {"rounds": 10},
+    }
     with pytest.raises(ConfigError) as info:
         StudySpec.from_dict({**raw, **yaml.safe_load(bad)}, source="study.yaml")
     assert printed == f"fedtune: error: {info.value}"
     StudySpec.from_dict({**raw, **yaml.safe_load(fixed)})
+
+
+SHORT = {
+    "name": "short",
+    "task": {"name": "quadratic", "clients": 6, "dim": 3},
+    "algorithm": "fedavg",
+    "train": {"rounds": 3},
+}
+
+
+def _asha_rungs(grace: int, factor: float, rounds: int) -> list[int]:
+    """The rungs ASHA stops trials at (milestones below ``max_t``), as Ray Tune builds them."""
+    rungs, k = [], 0
+    while grace * factor**k < rounds:
+        rungs.append(int(grace * factor**k))
+        k += 1
+    return rungs
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"scheduler": {"name": "asha"}},
+        {"scheduler": {"name": "median"}},
+        {"search": {"strategy": "asha"}},
+        {"search": {"strategy": "median"}},
+        {"search": {"strategy": "hyperband"}},
+        {"search": {"strategy": "tradeoff"}},
+        {"scheduler": {"name": "asha", "reduction_factor": 2}},
+        {"objective": {"metrics": ["final_loss", "rounds_to_target"], "target_loss": 0.1}},
+    ],
+)
+def test_defaults_fit_a_short_study(extra):
+    """A spec that names no round count but ``train.rounds`` is never refused for a default:
+    ``objective.last_rounds`` and ``scheduler.grace_rounds`` scale to the study, and ASHA's
+    ladder (grace, grace·factor, …) keeps a rung below the last round."""
+    spec = StudySpec.from_dict({**SHORT, **extra})
+    assert spec.objective.last_rounds <= 3 and spec.scheduler.grace_rounds <= 3
+    if spec.scheduler_name == SchedulerName.ASHA:
+        assert _asha_rungs(spec.scheduler.grace_rounds, spec.scheduler.reduction_factor, 3)
+    again = StudySpec.from_dict(spec.to_dict())  # stored and reloaded: the same values
+    assert again.to_dict() == spec.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("rounds", "grace", "last"),
+    [(1, 1, 1), (3, 1, 3), (10, 3, 10), (29, 9, 10), (30, 10, 10), (100, 10, 10)],
+)
+def test_default_round_counts_scale_with_the_rounds(rounds, grace, last):
+    raw = {**SHORT, "train": {"rounds": rounds}, "scheduler": {"name": "asha"}}
+    spec = StudySpec.from_dict(raw)
+    assert (spec.scheduler.grace_rounds, spec.objective.last_rounds) == (grace, last)
+    assert StudySpec.from_dict({**SHORT, "train": {}}).scheduler.grace_rounds == 10  # 100 rounds
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "written"),
+    [
+        ({"scheduler": {"name": "asha", "grace_rounds": 10}}, "scheduler.grace_rounds", "10"),
+        ({"scheduler": {"name": "median", "grace_rounds": 4}}, "scheduler.grace_rounds", "4"),
+        ({"objective": {"last_rounds": 10}}, "objective.last_rounds", "10"),
+        ({"report_every": 5}, "report_every", "5"),
+    ],
+)
+def test_a_round_count_the_user_wrote_is_refused_by_its_own_name(extra, field, written):
+    with pytest.raises(ConfigError) as info:
+        StudySpec.from_dict({**SHORT, **extra})
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: {written} exceeds train.rounds = 3")

@@ -1,4 +1,4 @@
-"""Issue 24, item 5: tasks declare their parameters; a spec's unknown or out-of-range ``task.*``
+"""Tasks declare their parameters; a spec's unknown or out-of-range ``task.*``
 is refused when the spec is read — before Ray starts, and at submission (422) — naming the field.
 
 It used to be found only inside the trials: ``task: {name: digits, clinets: 10}`` started Ray and
@@ -23,12 +23,15 @@ BASE = {"name": "s", "algorithm": "fedavg", "train": {"rounds": 30}}
 @pytest.mark.parametrize(
     ("task", "field", "words"),
     [
-        ({"name": "digits", "clinets": 10}, "task.clinets",
-         "unknown key (known: clients, dirichlet, model, size_skew, test_fraction)"),
+        (
+            {"name": "digits", "clinets": 10},
+            "task.clinets",
+            "unknown key (known: clients, dirichlet, model, size_skew, test_fraction)",
+        ),
         ({"name": "digits", "clients": 1000}, "task.clients", "must be in [2, 500]"),
         ({"name": "quadratic", "clients": 4, "dim": "two"}, "task.dim", "an integer"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_task_parameter_is_refused_when_the_spec_is_read(task, field, words) -> None:
     with pytest.raises(ConfigError) as err:
         StudySpec.from_dict({**BASE, "task": task})
@@ -49,7 +52,8 @@ def test_a_user_task_declares_its_parameters_through_the_extension_api(tmp_path)
     pkg = tmp_path / name
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "tasks.py").write_text(textwrap.dedent(f"""
+    (pkg / "tasks.py").write_text(
+        textwrap.dedent(f"""
         from dataclasses import dataclass
         from fedtune.extend import register_task
         from fedtune.trainers.tasks import build_task
@@ -69,7 +73,8 @@ def test_a_user_task_declares_its_parameters_through_the_extension_api(tmp_path)
         @register_task("{name}_t", "a user task with declared parameters", params=Params)
         def build(params, seed):
             return build_task("quadratic", {{"clients": params.get("clients", 4), "dim": 2}}, seed)
-    """))
+    """)
+    )
     load_code({"path": str(tmp_path), "modules": [f"{name}.tasks"]})
     assert [r[0] for r in task_parameters(f"{name}_t")] == ["clients", "noise"]
     code = {"path": str(tmp_path), "modules": [f"{name}.tasks"]}

@@ -1,7 +1,7 @@
 """Unit tests of the quadratic theory formulas (fedtune.trainers.theory).
 
 Closed forms are compared with the defining sums / explicit matrices, and invalid settings must
-raise ConfigError naming the violated condition (ALGORITHMS.md §3.2–3.7).
+raise ConfigError naming the violated condition (docs/explanation/algorithms.md §3.2–3.7).
 """
 
 from __future__ import annotations
@@ -180,7 +180,8 @@ def test_client_lr_condition_is_enforced(inst):
 
 
 def test_non_strict_minimizer_beyond_one_over_L():
-    """`001_2dc7ddae5cbdc81f.txt` §4: Θ_{1:2} is PD up to γ = 6/5; beyond it there is no minimiser."""
+    """Charles & Konečný 2020 (arXiv:2007.00878) §4: Θ_{1:2} is PD up to γ = 6/5; beyond it there is
+    no minimiser."""
     two = two_client_instance()
     for g in (0.7, 1.1):
         x = surrogate_minimizer(two, 0.0, g, theta_sum(2), strict=False)[0]
@@ -382,17 +383,22 @@ def test_cli_frontier_free_form_and_errors(tmp_path, capsys):
     assert cli_main(["frontier", "--out", str(out), "--figure", "6"]) == 2
 
 
-def test_cli_frontier_readme_command_accepts_scientific_notation(tmp_path, capsys):
-    """The README's ``--K-range 1 1e6`` runs (issue 13 item 7); non-whole numbers are rejected."""
+def test_cli_frontier_documented_command_accepts_scientific_notation(tmp_path, capsys):
+    """The documented ``--K-range 1 1e6`` command (README.md or docs/**) runs (issue 13 item 7);
+    non-whole numbers are rejected."""
     import re
     import shlex
-    from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    line = re.search(r"fedtune (frontier [^\n]*--K-range[^\n]*)\\\n\s*([^\n]*)", readme)
-    assert line, "README no longer shows the --K-range frontier command"
-    argv = shlex.split(line.group(1) + " " + line.group(2))
-    argv[argv.index("--out") + 1] = str(tmp_path / "prox")
+    from tests.docs.pages import documentation
+
+    text = "\n".join(documentation().values())
+    line = re.search(r"fedtune (frontier [^\n]*--K-range[^\n]*)", re.sub(r"\\\n\s*", " ", text))
+    assert line, "no page shows the --K-range frontier command any more"
+    argv = shlex.split(line.group(1))
+    if "--out" in argv:
+        argv[argv.index("--out") + 1] = str(tmp_path / "prox")
+    else:
+        argv += ["--out", str(tmp_path / "prox")]
     assert argv[argv.index("--K-range") + 2] == "1e6"
     assert cli_main(argv) == 0
     doc = json.loads((tmp_path / "prox" / "frontier.json").read_text())

@@ -81,7 +81,7 @@ def _trial(algorithm, K, **hp):
 
 
 def test_delta_uses_lemma5_for_theta_K_beyond_theorem4():
-    """Issue 13 item 2: fomaml (Θ_K), K = 10, γ = 0.05 ≥ 1/(KL) = 0.01: App. D.1 prescribes
+    """``fomaml`` (Θ_K), K = 10, γ = 0.05 ≥ 1/(KL) = 0.01: App. D.1 prescribes
     Lemma 5, Δ = (√b − √a)/(√b + √a) with b, a the extreme eigenvalues of the Q_i; eq. 17 gave
     −0.2848 here (κ = 32.27 > κ₀ = 10)."""
     inst = _issue13_instance()

@@ -34,7 +34,8 @@ def decay(floor: float, start: float, tau: float, t=ROUNDS):
     return floor + (start - floor) * np.exp(-np.asarray(t, dtype=float) / tau)
 
 
-# large γ: fast to a worse floor; small γ: slow to a better floor (ALGORITHMS.md §8 #8)
+# large γ: fast to a worse floor; small γ: slow to a better floor
+# (docs/explanation/algorithms.md §8 prediction 8)
 FAST = dict(floor=1.0, start=10.0, tau=5.0)
 SLOW = dict(floor=0.1, start=10.0, tau=40.0)
 MEDIUM = dict(floor=1.5, start=10.0, tau=10.0)  # dominated by FAST everywhere

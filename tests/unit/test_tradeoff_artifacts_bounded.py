@@ -1,8 +1,8 @@
-"""A study's parent-run artifacts stay bounded at any number of trials (issue 21 req. 4).
+"""A study's parent-run artifacts stay bounded at any number of trials.
 
 300 trials built through the study's own stores and end-of-study code (the synthetic path of
 ``benchmarks/mlflow_ui_scale.py``: the Optuna study, the MLflow parent run, the driver's
-``_Session.finalize``), no Ray. ``trials_table.json``, ``tradeoff/tradeoff.json`` and
+``study._finalize``), no Ray. ``trials_table.json``, ``tradeoff/tradeoff.json`` and
 ``tradeoff.csv`` list the best trials, the Pareto set and the best trial, not one row per trial;
 the figures stay readable (the plot checks of ``tests/images.py``). Sizes at 10/100/1,000 trials
 and the MLflow UI's page load are measured by the benchmark, not asserted here."""

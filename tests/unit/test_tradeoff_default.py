@@ -1,7 +1,7 @@
-"""Issue 23: the default search strategy, its stopping and the ``hyperband`` strategy.
+"""The default search strategy, its stopping and the ``hyperband`` strategy.
 
 * The default's stop rule keeps a configuration that ends *better* than the incumbent, on real
-  engine curves of LEAF synthetic(1, 1) (issue 23's task, where the best has η = 10 γ): the old
+  engine curves of LEAF synthetic(1, 1) (the task where the best has η = 10 γ): the old
   rule (``StopRule.for_study``) stops it at round 24 because its own recent rate, extrapolated,
   did not reach the incumbent — the best region thrown away.
 * Hyperband / successive halving compares trials at the *same* round (a rung), not a trial's
@@ -18,23 +18,23 @@ import pytest
 
 from fedtune.tuning import SamplerName, Strategy, StudySpec
 from fedtune.tuning.spec import DEFAULT_STRATEGY
-from fedtune.tuning.tradeoff_search import (
-    RUNG,
-    PrunerStop,
-    StopRule,
-    TradeoffState,
-    stopper_for,
-)
+from fedtune.tuning.stop_rules import RUNG, IncumbentStopper, PrunerStopper, StopRule
+from fedtune.tuning.strategies import stopper_for
 
 SYNTHETIC = {
     "name": "synthetic-1-1",
     "task": {"name": "synthetic", "clients": 30, "alpha": 1.0, "beta": 1.0, "seed": 0},
     "algorithm": "fedavg",
-    "train": {"rounds": 30, "clients_per_round": 10, "local_steps": 10, "batch_size": 10,
-              "eval_every": 30},
+    "train": {
+        "rounds": 30,
+        "clients_per_round": 10,
+        "local_steps": 10,
+        "batch_size": 10,
+        "eval_every": 30,
+    },
     "search": {"space": "fedavg"},
     "objective": {"metric": "train_loss", "last_rounds": 10},
-}  # fmt: skip
+}
 #: two points of the 9 x 9 grid (benchmarks/results/search_grids/synthetic.json): the first ends
 #: at 0.672 (2nd best of 81), the second at 0.691 but it is ahead of the first until round ~27
 ENDS_BETTER = {"hparams.client_lr": 0.001, "hparams.server_lr": 10**-1.5}
@@ -42,8 +42,10 @@ FASTER_START = {"hparams.client_lr": 10**-2.5, "hparams.server_lr": 10**-1.5}
 
 
 def selection_rule(losses: list[float], last: int = 10) -> list[float]:
-    return [sum(losses[max(0, t - last) : t]) / len(losses[max(0, t - last) : t])
-            for t in range(1, len(losses) + 1)]  # fmt: skip
+    return [
+        sum(losses[max(0, t - last) : t]) / len(losses[max(0, t - last) : t])
+        for t in range(1, len(losses) + 1)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def test_a_new_study_gets_a_default_that_runs_tpe_and_keeps_its_trials_comparabl
     assert spec.strategy == DEFAULT_STRATEGY != Strategy.TRADEOFF
     assert spec.sampler_name == SamplerName.TPE
     state = stopper_for(spec, spec.search_space(), 30)
-    assert not (isinstance(state, TradeoffState) and state.propose())  # no γ = η sweep
+    assert isinstance(state, IncumbentStopper) and state.propose() is None  # no γ = η sweep
 
 
 def test_the_default_does_not_stop_a_configuration_that_ends_better(synthetic_curves):
@@ -87,7 +89,7 @@ def test_the_default_does_not_stop_a_configuration_that_ends_better(synthetic_cu
 
 def test_successive_halving_compares_trials_at_the_same_round():
     pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=2, reduction_factor=2)
-    stop = PrunerStop(pruner, "sh")
+    stop = PrunerStopper(pruner, "sh")
     first = [1.0, 0.8, 0.6, 0.5, 0.45, 0.4]  # completes; its final value is 0.4
     for number, curve in enumerate([first]):
         assert all(stop.observe(number, [v]) is None for v in curve)
@@ -104,7 +106,7 @@ def test_successive_halving_compares_trials_at_the_same_round():
 
 def test_hyperband_brackets_and_decisions_are_seeded():
     def decisions() -> list:
-        stop = PrunerStop.hyperband("study-x", rounds=27, grace=10, factor=3)
+        stop = PrunerStopper.hyperband("study-x", rounds=27, grace=10, factor=3)
         out = []
         for n in range(12):
             curve = [1.0 / (1 + 0.05 * (n % 5 + 1) * t) for t in range(1, 28)]
@@ -119,28 +121,31 @@ def test_hyperband_brackets_and_decisions_are_seeded():
 
 
 def test_hyperband_is_a_strategy_with_its_own_stop_rule():
-    from fedtune.tuning.study import _scheduler
-    from fedtune.tuning.tradeoff_scheduler import TradeoffScheduler
+    from fedtune.tuning.schedulers import RuleScheduler
 
-    spec = StudySpec.from_dict({**SYNTHETIC, "search": {"space": "fedavg",
-                                                        "strategy": "hyperband"}})  # fmt: skip
+    spec = StudySpec.from_dict(
+        {**SYNTHETIC, "search": {"space": "fedavg", "strategy": "hyperband"}}
+    )
     assert spec.sampler_name == SamplerName.TPE and spec.scheduler_name is None
     state = stopper_for(spec, spec.search_space(), 30)
-    assert isinstance(state, PrunerStop)
-    assert isinstance(_scheduler(spec, 30, state), TradeoffScheduler)
+    assert isinstance(state, PrunerStopper)
+    assert isinstance(state.tune_scheduler(), RuleScheduler)
 
 
 def test_tune_summary_names_the_strategy_and_counts_stopped_trials():
     from fedtune.cli.tune import _strategy_lines
 
     spec = StudySpec.from_dict(SYNTHETIC)
-    lines = _strategy_lines(spec, {"trials": 32, "completed": 5, "stopped": 27},
-                            {"worse": 25, "plateau": 2})  # fmt: skip
-    assert lines[0].endswith(f"strategy {DEFAULT_STRATEGY} (the default)")
+    lines = _strategy_lines(
+        spec, {"trials": 32, "completed": 5, "stopped": 27}, {"worse": 25, "plateau": 2}
+    )
+    assert lines[0].endswith(
+        f"strategy {DEFAULT_STRATEGY} (the default): TPE sampler + guard stop rule"
+    )
     assert "27 trials (worse: 25, plateau: 2); 5 completed" in lines[1]
     few = _strategy_lines(spec, {"trials": 10, "completed": 8, "stopped": 2}, {"worse": 2})
     assert few[1] == "stopped early  : 2 trials (worse: 2)"  # why, even when few stopped
     named = StudySpec.from_dict({**SYNTHETIC, "search": {"space": "fedavg", "strategy": "tpe"}})
     assert _strategy_lines(named, {"trials": 4, "completed": 4}, {}) == [
-        "search         : strategy tpe"
+        "search         : strategy tpe: TPE sampler, no early stopping"
     ]

@@ -10,14 +10,14 @@ import pytest
 
 from fedtune.errors import ConfigError
 from fedtune.tuning import SamplerName, SchedulerName, Strategy, StudySpec
-from fedtune.tuning.tradeoff_search import (
+from fedtune.tuning.stop_rules import (
     LINE_STEP,
     PLATEAU,
     WORSE,
+    IncumbentStopper,
     Observed,
     StopRule,
     TheorySweep,
-    TradeoffState,
 )
 
 QUAD = {
@@ -35,22 +35,31 @@ def spec(**extra) -> StudySpec:
 # -- the strategy field -----------------------------------------------------------------------
 def test_a_new_study_gets_the_default_strategy():
     s = spec()
-    assert s.strategy == Strategy.TPE_GUARD  # issue 23 (was tradeoff)
+    assert s.strategy == Strategy.TPE_GUARD  # the default (was tradeoff)
     assert s.sampler_name == SamplerName.TPE and s.scheduler_name is None
     assert StudySpec.from_dict(s.to_dict()).strategy == Strategy.TPE_GUARD  # survives storage
 
 
-def test_study_builds_the_tradeoff_scheduler_by_default():
-    from ray.tune.schedulers import ASHAScheduler
+def test_every_stopper_gives_tune_the_scheduler_that_carries_its_decisions():
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
-    from fedtune.tuning.study import _scheduler
-    from fedtune.tuning.tradeoff_scheduler import TradeoffScheduler
+    from fedtune.tuning.schedulers import RuleScheduler
+    from fedtune.tuning.strategies import stopper_for
 
-    s = spec()
-    state = TradeoffState(TheorySweep(s.search_space(), 0), StopRule.for_study(60, 10))
-    assert isinstance(_scheduler(s, 60, state), TradeoffScheduler)
+    def scheduler(s: StudySpec):
+        return stopper_for(s, s.search_space(), 60).tune_scheduler()
+
+    s = spec()  # the default: its own stop rule, carried by a FIFO scheduler that asks it
+    assert isinstance(scheduler(s), RuleScheduler)
+    tradeoff = spec(search={"strategy": "tradeoff"})
+    assert isinstance(scheduler(tradeoff), RuleScheduler) and scheduler(tradeoff).stopper.sweep
     asha = spec(search={"strategy": "asha"})
-    assert asha.strategy == Strategy.ASHA and isinstance(_scheduler(asha, 60), ASHAScheduler)
+    assert asha.strategy == Strategy.ASHA and isinstance(scheduler(asha), ASHAScheduler)
+    assert isinstance(scheduler(spec(search={"strategy": "median"})), MedianStoppingRule)
+    plain = scheduler(spec(search={"strategy": "tpe"}))
+    assert type(plain) is FIFOScheduler  # no early stopping
+    free = spec(sampler={"name": "random"}, scheduler={"name": "median"})  # no strategy
+    assert isinstance(scheduler(free), MedianStoppingRule)
 
 
 @pytest.mark.parametrize(
@@ -190,9 +199,18 @@ def test_the_line_walks_eta_equals_gamma_down_in_half_decades_with_a_seeded_phas
 def test_the_line_ends_once_results_get_worse_then_refines_and_moves_k():
     s = spec(
         train={"rounds": 60, "clients_per_round": 2, "batch_size": 2},
-        search={"override": {"local_steps": {"enabled": True, "default": 5, "low": 1, "grid": [1, 5, 20],
-                                             "high": 20}}},
-    )  # fmt: skip
+        search={
+            "override": {
+                "local_steps": {
+                    "enabled": True,
+                    "default": 5,
+                    "low": 1,
+                    "grid": [1, 5, 20],
+                    "high": 20,
+                }
+            }
+        },
+    )
     sweep = TheorySweep(s.search_space(), seed=0)
     seen = [
         Observed("line:0", "diverged"),
@@ -224,7 +242,7 @@ def test_the_line_ends_once_results_get_worse_then_refines_and_moves_k():
 
 def test_state_stops_and_tracks_the_incumbent():
     s = spec()
-    state = TradeoffState(TheorySweep(s.search_space(), 0), StopRule.for_study(T, 10))
+    state = IncumbentStopper(TheorySweep(s.search_space(), 0), StopRule.for_study(T, 10))
     inc = selection_rule(curve(0.12, 0.9))
     assert state.observe(0, inc) is None
     state.complete(0, "completed", inc[-1])

@@ -1,4 +1,4 @@
-"""User algorithms through the built-ins' contract table (issue 10, tests: "Contract table").
+"""User algorithms through the built-ins' contract table.
 
 ``tests/unit/test_engine_contract.py`` is run in a child process with
 ``FEDTUNE_CONTRACT_CODE`` naming the example project ``examples/byo``: the table then imports it
@@ -45,8 +45,18 @@ def test_the_example_method_passes_the_contract_table(tmp_path: Path) -> None:
         "PYTHONPATH": str(REPO),
         "OMP_NUM_THREADS": "1",
     }
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "nova_medclip",
-            f"--junitxml={report}", "tests/unit/test_engine_contract.py"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        "nova_medclip",
+        f"--junitxml={report}",
+        "tests/unit/test_engine_contract.py",
+    ]
     run = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     cases = ET.parse(report).getroot().iter("testcase")

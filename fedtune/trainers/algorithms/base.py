@@ -1,4 +1,4 @@
-"""The algorithm contract (FedJAX `federated_algorithm.py`, STYLE.md).
+"""The algorithm contract (FedJAX `federated_algorithm.py`, docs/development/style.md).
 
 An algorithm is ``init(params) -> ServerState`` plus ``apply(state, cohort, ctx) -> (state,
 diagnostics)``; ``broadcast(state)`` is the model the sampled clients receive (and on which

@@ -1,14 +1,16 @@
 """Gradient statistics across clients: the alignment regulariser and Mixed-FL dissimilarity.
 
-* Alignment regulariser of `002_db1681a79c495f30.txt` §3 (ALGORITHMS.md §4.1), over the sampled
-  clients with aggregation weights w_i (Σ w_i = 1) and ḡ = Σ_i w_i g_i::
+* Alignment regulariser of Dandi et al. 2021 (arXiv:2106.13897) §3
+  (docs/explanation/algorithms.md §4.1), over the sampled clients with aggregation weights w_i
+  (Σ w_i = 1) and ḡ = Σ_i w_i g_i::
 
       r(x) = ½ Σ_i w_i ‖g_i(x) − ḡ(x)‖²        ∇r(x) = Σ_i w_i ∇²f_i(x) (g_i(x) − ḡ(x))
 
   (with uniform weights this is the paper's (1/2n) Σ_i ‖∇f_i − ∇f‖²). The mean dissimilarity
   Σ_i w_i ‖g_i − ḡ‖ is the quantity plotted in its App. B.8.
-* Sampled dissimilarity of `003_ede07a1bb30cfed7.txt` eq. 7 (ALGORITHMS.md §5.7), with
-  ∇̃f_f = Σ_i w_i g_i(x) (weights folded into the losses, f = f_f + f_c) and ∇̃f = ∇̃f_f + ∇̃f_c::
+* Sampled dissimilarity of Augenstein et al. 2022 (arXiv:2205.13655) eq. 7
+  (docs/explanation/algorithms.md §5.7), with ∇̃f_f = Σ_i w_i g_i(x) (weights folded into the
+  losses, f = f_f + f_c) and ∇̃f = ∇̃f_f + ∇̃f_c::
 
       G̃² = ‖∇̃f_f‖²/w_f + ‖∇̃f_c‖²/w_c − ‖∇̃f‖²      B̃² = (‖∇̃f_f‖²/w_f + ‖∇̃f_c‖²/w_c) / ‖∇̃f‖²
 
@@ -102,7 +104,7 @@ def alignment_regulariser(grads: Params, weights: torch.Tensor) -> float:
 
 
 def gradient_dissimilarity(grads: Params, weights: torch.Tensor) -> float:
-    """Σ_i w_i ‖g_i − ḡ‖ (the ‖∇f − ∇f_i‖ curves of `002_db1681a79c495f30.txt` App. B.8)."""
+    """Σ_i w_i ‖g_i − ḡ‖ (the ‖∇f − ∇f_i‖ curves of Dandi et al. 2021 App. B.8)."""
     _, dev = deviations(grads, weights)
     return float((weights.double() * _sq_norms(dev).sqrt()).sum())
 
@@ -110,7 +112,7 @@ def gradient_dissimilarity(grads: Params, weights: torch.Tensor) -> float:
 def mixed_dissimilarity(
     grad_f: Params, grad_c: Params, w_f: float, w_c: float
 ) -> tuple[float, float]:
-    """(G̃², B̃²) of `003_ede07a1bb30cfed7.txt` eq. 7 from the (weighted) federated and central
+    """(G̃², B̃²) of Augenstein et al. 2022 eq. 7 from the (weighted) federated and central
     gradients at one point; B̃² is NaN when ∇̃f = 0."""
     nf = sum(float((v.double() ** 2).sum()) for v in grad_f.values())
     nc = sum(float((v.double() ** 2).sum()) for v in grad_c.values())

@@ -1,5 +1,6 @@
-"""Registers the methods of `002_db1681a79c495f30.txt`, `003_ede07a1bb30cfed7.txt` and
-`004_eaa0443f89ef694f.txt` (imported by the algorithm registry when present).
+"""Registers the methods of Dandi et al. 2021 (arXiv:2106.13897),
+Augenstein et al. 2022 (arXiv:2205.13655) and Qu et al. 2020 (arXiv:2007.05690) (imported by the
+algorithm registry when present).
 
 =====================  ==================================================================
 name                   method (module)

@@ -2,10 +2,10 @@
 
 Source: J. Wang, Q. Liu, H. Liang, G. Joshi, H. V. Poor, *Tackling the Objective Inconsistency
 Problem in Heterogeneous Federated Optimization*, NeurIPS 2020 (arXiv:2007.07481; not one of
-the documents in ``../seeds/``).
+the papers docs/explanation/algorithms.md is built on).
 
 Client i runs τ_i local steps (``train.local_epochs``: τ_i = ⌈E·n_i/B⌉) and sends, in the
-gradient units of LocalUpdate (Θ_{1:τ_i}, ALGORITHMS.md §1.3, §1.6)::
+gradient units of LocalUpdate (Θ_{1:τ_i}, docs/explanation/algorithms.md §1.3, §1.6)::
 
     q_i = Σ_k a_{i,k} ∇f_i(y_{i,k}; batch k) = (x − y_{i,τ_i}) / γ          (= G_i a_i)
 

@@ -1,4 +1,5 @@
-"""GradAlign and FedGA (`002_db1681a79c495f30.txt` Algorithms 1–3, ALGORITHMS.md §4.3–4.4).
+"""GradAlign and FedGA (Dandi et al. 2021 (arXiv:2106.13897) Algorithms 1–3,
+docs/explanation/algorithms.md §4.3–4.4).
 
 One round with K local steps, client lr α (``client_lr``), displacement β (``ga_beta``), over
 the sampled clients with aggregation weights w_i::
@@ -12,19 +13,20 @@ The paper averages the client models (x ← Σ_i w_i y_K): that is ``server_opt:
 η = α. In Alg. 2 the displacements −βv_i are not reverted; they cancel in the average because
 Σ_i w_i v_i = 0 (ḡ uses the same weights), so the message carries only the gradients and is well
 defined at α = 0. Alg. 2 and Alg. 3 visit the same points shifted by βv_i (the correct form of the
-rewrite in App. A.5, ALGORITHMS.md §9 item 13), hence give the same update. GradAlign is FedGA
-with K = 1: x ← x − η Σ_i w_i ∇f_i(x − βv_i), which for quadratic f_i is exactly gradient descent
-on f + βr (r of :mod:`.dissimilarity`).
+rewrite in App. A.5, docs/explanation/algorithms.md §9 item 13), hence give the same update.
+GradAlign is FedGA with K = 1: x ← x − η Σ_i w_i ∇f_i(x − βv_i), which for quadratic f_i is exactly
+gradient descent on f + βr (r of :mod:`.dissimilarity`).
 
-``ga_full_batch`` (the paper's Algorithm writes the full local gradient; ALGORITHMS.md §9 item 13
-notes it is unstated): g_i(x) from the client's full local data (default) or from one extra
-mini-batch drawn with the round's batches (then K + 1 batches are drawn, the last for g_i(x)).
+``ga_full_batch`` (the paper's Algorithm writes the full local gradient;
+docs/explanation/algorithms.md §9 item 13 notes it is unstated): g_i(x) from the client's full local
+data (default) or from one extra mini-batch drawn with the round's batches (then K + 1 batches are
+drawn, the last for g_i(x)).
 
 Round diagnostics: ``alignment_r`` = r(x) = ½ Σ_i w_i ‖g_i − ḡ‖² and ``grad_dissimilarity`` =
 Σ_i w_i ‖g_i − ḡ‖ over the cohort at the broadcast point; ``comm_rounds`` = 2 synchronisations
 and ``comm_vectors`` = 4 model-sized vectors per client (x and ḡ down, g_i and the update up;
-ALGORITHMS.md §4.6). The same class with ``mode="correct"`` is the SCAFFOLD variant of the paper
-(:mod:`.scaffold`): the drift correction v_i is added to every local gradient instead.
+docs/explanation/algorithms.md §4.6). The same class with ``mode="correct"`` is the SCAFFOLD variant
+of the paper (:mod:`.scaffold`): the drift correction v_i is added to every local gradient instead.
 
 This module also holds the local routine shared by the drift-corrected methods
 (:func:`local_sgd_fn`). The alignment part declares its hyperparameters in :data:`GA_HPARAMS`
@@ -57,26 +59,35 @@ from .registry import register
 __all__ = ["GA_HPARAMS", "AlignedLocalUpdate", "local_sgd_fn"]
 
 Params = dict[str, torch.Tensor]
-P002 = "002_db1681a79c495f30.txt"
+P002 = "Dandi et al. 2021 (arXiv:2106.13897)"
 
 
 GA_HPARAMS = (
     HParam(
-        "ga_beta", float, 0.1, bounds=(0.0, math.inf),
-        space=Space(1e-3, 10.0, log=True,
-                    grid=(0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 1.5, 2.5, 3.5, 5.0)),
+        "ga_beta",
+        float,
+        0.1,
+        bounds=(0.0, math.inf),
+        space=Space(
+            1e-3, 10.0, log=True, grid=(0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 1.5, 2.5, 3.5, 5.0)
+        ),
         doc="β: displacement step of GradAlign/FedGA (regularisation strength of r)",
     ),
     HParam(
-        "ga_form", str, "once", choices=("once", "every_step"), space=Space(enabled=False),
+        "ga_form",
+        str,
+        "once",
+        choices=("once", "every_step"),
+        space=Space(enabled=False),
         doc="FedGA form: 'once' (Alg. 2, displace the start) or 'every_step' (Alg. 3)",
     ),
     HParam(
-        "ga_full_batch", bool, True,
-        doc="g_i(x) for displacement/controls from the full local data (else one extra "
-        "mini-batch)",
+        "ga_full_batch",
+        bool,
+        True,
+        doc="g_i(x) for displacement/controls from the full local data (else one extra mini-batch)",
     ),
-)  # fmt: skip
+)
 
 
 def _pick(common: dict, own: dict, key: str) -> Params | None:

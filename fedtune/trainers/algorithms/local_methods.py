@@ -2,7 +2,8 @@
 client rules and server optimizers (:data:`RECIPES`, which the algorithm registry registers when
 it is first used).
 
-ALGORITHMS.md §1.5 table (`000_4bdc3753d62a87e2.txt` Table 1, `001_2dc7ddae5cbdc81f.txt` §2.1):
+docs/explanation/algorithms.md §1.5 table (Charles & Konečný 2021 (arXiv:2103.05032) Table 1,
+Charles & Konečný 2020 (arXiv:2007.00878) §2.1):
 
 =================  ======  =========================================  =====================
 name               Θ       client rule                                 server optimizer
@@ -29,8 +30,8 @@ from .recipe import SERVER_PARAMS, Recipe
 __all__ = ["RECIPES"]
 
 _CLIENT = ("client_lr",)
-_P000 = "000_4bdc3753d62a87e2.txt"
-_P001 = "001_2dc7ddae5cbdc81f.txt"
+_P000 = "Charles & Konečný 2021 (arXiv:2103.05032)"
+_P001 = "Charles & Konečný 2020 (arXiv:2007.00878)"
 
 RECIPES: tuple[Recipe, ...] = (
     Recipe(
@@ -113,7 +114,7 @@ RECIPES: tuple[Recipe, ...] = (
         _CLIENT + SERVER_PARAMS,
         second_order=True,
         fixed_k_reason="its meta-gradient differentiates through exactly K inner steps "
-        "(≡ Θ_{2K+1}, 000_4bdc3753d62a87e2.txt Thm 2)",
+        "(≡ Θ_{2K+1}, Charles & Konečný 2021 Thm 2)",
     ),
     Recipe(
         "fedavgm",

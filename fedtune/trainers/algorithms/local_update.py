@@ -1,4 +1,5 @@
-"""LocalUpdate (ALGORITHMS.md §1; `000_4bdc3753d62a87e2.txt` §2.1, `001_2dc7ddae5cbdc81f.txt` §2.1).
+"""LocalUpdate (docs/explanation/algorithms.md §1; Charles & Konečný 2021 (arXiv:2103.05032) §2.1,
+Charles & Konečný 2020 (arXiv:2007.00878) §2.1).
 
     ServerUpdate: for t = 0 … T−1
         I_t ← M clients (seeded, without replacement within the round)
@@ -37,7 +38,7 @@ class Aggregator(Protocol):
 
 
 def mean_aggregator(messages, weights, steps, client_lr):
-    """q = Σ_i w_i q_i (the LocalUpdate average, ALGORITHMS.md §1.3)."""
+    """q = Σ_i w_i q_i (the LocalUpdate average, docs/explanation/algorithms.md §1.3)."""
     return weighted_mean(messages, weights), {}
 
 

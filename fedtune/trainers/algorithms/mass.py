@@ -1,4 +1,5 @@
-"""FedAvg with MaSS acceleration (`004_eaa0443f89ef694f.txt`, ALGORITHMS.md §6).
+"""FedAvg with MaSS acceleration (Qu et al. 2020 (arXiv:2007.05690),
+docs/explanation/algorithms.md §6).
 
 Every round is one communication period of E = K local steps on mini-batches of m examples
 (with ``train.local_epochs``, device i runs its own τ_i steps; masked steps leave w, v, u
@@ -71,40 +72,57 @@ __all__ = [
 ]
 
 Params = dict[str, torch.Tensor]
-P004 = "004_eaa0443f89ef694f.txt"
+P004 = "Qu et al. 2020 (arXiv:2007.05690)"
 Form = Literal["form2", "form1", "form1_literal"]
 
 
 MASS_HPARAMS = (
     HParam(
-        "mass_eta2", float, 0.01, bounds=(0.0, math.inf),
+        "mass_eta2",
+        float,
+        0.01,
+        bounds=(0.0, math.inf),
         space=Space(0.0, 0.1, grid=(0.0, 0.0001, 0.001, 0.01), default=0.001),
         doc="η₂, MaSS compensation step (0 = Nesterov)",
     ),
     HParam(
-        "mass_gamma", float, 0.9, bounds=(0.0, 1.0), open="high",
+        "mass_gamma",
+        float,
+        0.9,
+        bounds=(0.0, 1.0),
+        open="high",
         space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9, 0.99)),
         doc="γ, MaSS/Nesterov momentum",
     ),
     HParam(
-        "mass_form", str, "form2", choices=("form2", "form1", "form1_literal"),
+        "mass_form",
+        str,
+        "form2",
+        choices=("form2", "form1", "form1_literal"),
         space=Space(choices=("form2", "form1"), enabled=False),
         doc="form2 (default), form1 (same with corrected sync) or form1_literal",
     ),
     HParam(
-        "mass_grad_point", str, "u", choices=("u", "w"), space=Space(enabled=False),
+        "mass_grad_point",
+        str,
+        "u",
+        choices=("u", "w"),
+        space=Space(enabled=False),
         doc="where the stochastic gradient is taken: u (look-ahead, default) or w",
     ),
     HParam(
-        "mass_auto", bool, False,
+        "mass_auto",
+        bool,
+        False,
         doc="use the theorem's η₁, η₂, γ from the task's data constants (linear regression)",
     ),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
 class MassConstants:
-    """Constants of one device's data for mini-batches of m examples (ALGORITHMS.md §6.2)."""
+    """Constants of one device's data for mini-batches of m examples
+    (docs/explanation/algorithms.md §6.2)."""
 
     L: float  # largest eigenvalue of H
     mu: float  # smallest non-zero eigenvalue of H

@@ -1,4 +1,5 @@
-"""Mixed federated learning (`003_ede07a1bb30cfed7.txt` Algorithms 1–2, ALGORITHMS.md §5).
+"""Mixed federated learning (Augenstein et al. 2022 (arXiv:2205.13655) Algorithms 1–2,
+docs/explanation/algorithms.md §5).
 
 Objective f = f_f + f_c with the weights folded into the losses: f_f = w_f·(mean client loss),
 w_f = ``task.meta["federated_weight"]`` (default 1), and f_c = w_c·(mean central loss on
@@ -22,11 +23,11 @@ equal-variance choice of §5.8; 0 = the whole central dataset). Client routine (
   Initial values (unspecified in the paper): ``mixed_gt2_init: zero`` or ``fresh`` (gradients
   at x⁰ from the first cohort's first batches and one central batch).
 
-Errata applied (ALGORITHMS.md §9 item 15): Δ_c uses the last (K_c-th) central iterate and g̃_c
-divides by η_c·K_c (the paper writes x_c^(t,J) and η·J); the augmenting gradients are computed
-as gradient means directly, which equals the paper's delta formula for SGD and stays defined at
-η = 0; the merge *sums* the two deltas with an explicit η_m. With η_m = 1 and η_c = η·η_s the
-2-w GT step is ≈ −2ηK∇f, twice PT's (§5.5 caveat): use η_m = ½ to match PT. PT ≡ 1-w GT
+Errata applied (docs/explanation/algorithms.md §9 item 15): Δ_c uses the last (K_c-th) central
+iterate and g̃_c divides by η_c·K_c (the paper writes x_c^(t,J) and η·J); the augmenting gradients
+are computed as gradient means directly, which equals the paper's delta formula for SGD and stays
+defined at η = 0; the merge *sums* the two deltas with an explicit η_m. With η_m = 1 and η_c = η·η_s
+the 2-w GT step is ≈ −2ηK∇f, twice PT's (§5.5 caveat): use η_m = ½ to match PT. PT ≡ 1-w GT
 exactly at K = 1 (η_m = 1, η_c = η·η_s, same central batch).
 
 Round diagnostics: ``mixed_G2`` = G̃_t², ``mixed_B2`` = B̃_t² (eq. 7, from the first client and
@@ -60,7 +61,7 @@ from .registry import register
 __all__ = ["MIXED_HPARAMS", "MixedFL", "movie_cost_model"]
 
 Params = dict[str, torch.Tensor]
-P003 = "003_ede07a1bb30cfed7.txt"
+P003 = "Augenstein et al. 2022 (arXiv:2205.13655)"
 Variant = Literal["pt", "gt1", "gt2"]
 _STREAM = 0xCE
 
@@ -68,33 +69,57 @@ _STREAM = 0xCE
 _POSITIVE = (0.0, math.inf)
 MIXED_HPARAMS = (
     HParam(
-        "central_lr", float, None, bounds=_POSITIVE, nullable=True,
+        "central_lr",
+        float,
+        None,
+        bounds=_POSITIVE,
+        nullable=True,
         space=Space(1e-3, 10.0, log=True, grid="half-decade", enabled=False),
         doc="η_c, central (server-data) step size; null = client_lr·server_lr",
     ),
     HParam(
-        "merge_lr", float, 1.0, bounds=_POSITIVE, open="low",
+        "merge_lr",
+        float,
+        1.0,
+        bounds=_POSITIVE,
+        open="low",
         space=Space(0.1, 2.0, grid=(0.5, 1.0), enabled=False),
         doc="η_m, merge step on Δ_c + Δ_f (PT, 2-w GT)",
     ),
     HParam(
-        "central_steps", int, None, bounds=(1, math.inf), nullable=True,
+        "central_steps",
+        int,
+        None,
+        bounds=(1, math.inf),
+        nullable=True,
         space=Space(1, 50, log=True, grid=(1, 2, 5, 10, 20), enabled=False),
         doc="K_c, central steps per round (PT, 2-w GT); null = local_steps",
     ),
     HParam(
-        "central_batch_size", int, None, bounds=(0, math.inf), nullable=True,
+        "central_batch_size",
+        int,
+        None,
+        bounds=(0, math.inf),
+        nullable=True,
         doc="|B_c|; null = S·B (PT, 2-w GT) or K·S·B (1-w GT); 0 = whole central set",
     ),
     HParam(
-        "mixed_variant", str, "pt", choices=("pt", "gt1", "gt2"), space=Space(),
+        "mixed_variant",
+        str,
+        "pt",
+        choices=("pt", "gt1", "gt2"),
+        space=Space(),
         doc="Mixed FL variant for recipe mixed_fl: pt, gt1 or gt2",
     ),
     HParam(
-        "mixed_gt2_init", str, "zero", choices=("zero", "fresh"), space=Space(enabled=False),
+        "mixed_gt2_init",
+        str,
+        "zero",
+        choices=("zero", "fresh"),
+        space=Space(enabled=False),
         doc="2-w GT initial augmenting gradients: zero or fresh (gradients at x⁰)",
     ),
-)  # fmt: skip
+)
 
 
 class _Central:
@@ -260,8 +285,9 @@ def _fed_loss(ctx: RoundContext):
 def movie_cost_model(
     vocab: int, dim: int, local_items: int, batch: int, bytes_per_value: int = 4
 ) -> dict[str, float]:
-    """Per-client costs of the movie-recommendation experiment (`003_ede07a1bb30cfed7.txt`
-    App. C.3, ALGORITHMS.md §5.9): compute in flop for one local step, communication in KiB.
+    """Per-client costs of the movie-recommendation experiment (Augenstein et al. 2022
+    App. C.3, docs/explanation/algorithms.md §5.9): compute in flop for one local step,
+    communication in KiB.
 
     client = |𝓑|d + 3|𝓑|d² + 3|𝓑|²d + 2|𝓑|;  baseline = client + ½N²d + Nd;
     communication: baseline 2Nd values, PT 2nd, gradient transfer 3nd.
@@ -282,7 +308,7 @@ def movie_cost_model(
 _MIXED = ("client_lr", *SERVER_PARAMS)
 _FIXED_K = (
     "the central branch runs K_c = K steps on |B_c| = K·S·B (1-w GT) by default and 2-w GT's "
-    "g̃_f divides by K (003_ede07a1bb30cfed7.txt Alg. 1-2 assume one K)"
+    "g̃_f divides by K (Augenstein et al. 2022 Alg. 1-2 assume one K)"
 )
 _CENTRAL = ("central_lr", "merge_lr", "central_steps", "central_batch_size")
 _OPTS = ("sgd", "momentum", "adam", "yogi", "adagrad")
@@ -322,7 +348,18 @@ _RECIPES = {  # name: (variant, parameters, summary)
     ),
 }
 for _name, (_variant, _params, _summary) in _RECIPES.items():
-    register(Recipe(_name, _summary, P003, _params, MIXED_HPARAMS, defaults={"server_lr": 1.0},
-                    server_opts=_OPTS,
-                    units="delta", needs_central=True, build=_builder(_variant),
-                    fixed_k_reason=_FIXED_K))  # fmt: skip
+    register(
+        Recipe(
+            _name,
+            _summary,
+            P003,
+            _params,
+            MIXED_HPARAMS,
+            defaults={"server_lr": 1.0},
+            server_opts=_OPTS,
+            units="delta",
+            needs_central=True,
+            build=_builder(_variant),
+            fixed_k_reason=_FIXED_K,
+        )
+    )

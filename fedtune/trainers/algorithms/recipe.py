@@ -81,8 +81,11 @@ class Recipe:
         (``CodeError`` at the registering line otherwise)."""
         declared = {h.name: h for h in merge_declarations(BASE_HPARAMS, self.hparams)}
         object.__setattr__(self, "declared", declared)
-        for what, keys in (("params", self.params), ("defaults", self.defaults),
-                           ("fixed", self.fixed)):  # fmt: skip
+        for what, keys in (
+            ("params", self.params),
+            ("defaults", self.defaults),
+            ("fixed", self.fixed),
+        ):
             for key in keys:
                 if key not in declared:
                     raise CodeError(

@@ -1,7 +1,8 @@
 """Algorithm registry: every method is a *recipe* — parts plus defaults — not a class.
 
-The plain local-update methods (FedAvg, FedSGD, Reptile, FedProx, …; ALGORITHMS.md §1.5) are
-registered by :mod:`.local_methods`, the methods of the other papers by :mod:`.extensions`.
+The plain local-update methods (FedAvg, FedSGD, Reptile, FedProx, …;
+docs/explanation/algorithms.md §1.5) are registered by :mod:`.local_methods`, the methods of the
+other papers by :mod:`.extensions`.
 
 What a recipe is and how its hyperparameters are declared: :mod:`.recipe`. This module holds
 recipes by name; other modules add methods with :func:`register`.

@@ -1,7 +1,8 @@
-"""SCAFFOLD: the variant analysed in `002_db1681a79c495f30.txt` and the original stateful algorithm.
+"""SCAFFOLD: the variant analysed in Dandi et al. 2021 (arXiv:2106.13897) and the original stateful
+algorithm.
 
-``scaffold_ga`` — `002_db1681a79c495f30.txt` Algorithm 4 / App. A.6 (ALGORITHMS.md §4.5): fresh
-controls each round from an extra communication round, over the sampled clients::
+``scaffold_ga`` — Dandi et al. 2021 Algorithm 4 / App. A.6 (docs/explanation/algorithms.md §4.5):
+fresh controls each round from an extra communication round, over the sampled clients::
 
     g_i ← ∇f_i(x);  ḡ ← Σ_i w_i g_i
     y_0 = x;  y_{k+1} = y_k − α (∇f_i(y_k; ζ_{i,k}) + ḡ − g_i)
@@ -12,8 +13,9 @@ It is :class:`~.gradalign.AlignedLocalUpdate` with ``mode="correct"`` (same diag
 ``ga_full_batch`` picks full-data or mini-batch g_i(x) as for FedGA.
 
 ``scaffold`` — the original stateful algorithm (Karimireddy et al. 2020, cited by
-`002_db1681a79c495f30.txt` and `003_ede07a1bb30cfed7.txt`; ALGORITHMS.md §9 item 14). The server
-keeps a global control c and one control c_i per client ever sampled (c_i = 0 before)::
+Dandi et al. 2021 and Augenstein et al. 2022 (arXiv:2205.13655);
+docs/explanation/algorithms.md §9 item 14). The server keeps a global control c and one control c_i
+per client ever sampled (c_i = 0 before)::
 
     y_0 = x;  y_{k+1} = y_k − α (∇f_i(y_k; ζ_{i,k}) − c_i + c)
     option 2: c_i⁺ = c_i − c + (x − y_K)/(Kα) = (1/K) Σ_k ∇f_i(y_k; ζ_{i,k})   (K → τ_i with
@@ -57,7 +59,7 @@ __all__ = [
 
 Params = dict[str, torch.Tensor]
 Table = dict  # {"ids": LongTensor [n] (sorted), "rows": {name: Tensor [n, ...]}}
-P002 = "002_db1681a79c495f30.txt"
+P002 = "Dandi et al. 2021 (arXiv:2106.13897)"
 
 
 def table_init(like: Params) -> Table:
@@ -99,10 +101,14 @@ def table_scatter(table: Table, ids: torch.Tensor, rows: Params) -> Table:
 
 SCAFFOLD_HPARAMS = (
     HParam(
-        "scaffold_option", int, 2, choices=(1, 2), space=Space(enabled=False),
+        "scaffold_option",
+        int,
+        2,
+        choices=(1, 2),
+        space=Space(enabled=False),
         doc="SCAFFOLD control update: 2 = from the local steps, 1 = full local gradient at x",
     ),
-)  # fmt: skip
+)
 
 
 class Scaffold:

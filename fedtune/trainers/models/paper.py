@@ -1,4 +1,4 @@
-"""The models of the papers' experiments (ALGORITHMS.md §7.2).
+"""The models of the papers' experiments (docs/explanation/algorithms.md §7.2).
 
 Every model is a pure function of (parameters, inputs): no BatchNorm running statistics and no
 dropout, so ``torch.func.functional_call`` + ``vmap`` can evaluate a cohort of clients at once.
@@ -6,11 +6,11 @@ Images are channel-first ``[B, C, H, W]``; token sequences are ``int64 [B, T]`` 
 models return per-position logits ``[B, T, V]``. Parameters are PyTorch's default
 initialisation (the TFF baselines use Glorot/He initialisers; the papers do not depend on it).
 
-* ``femnist_cnn`` — `001_2dc7ddae5cbdc81f.txt` App. C (the CNN of McMahan et al. 2017):
-  conv 5×5×32 ('same') → ReLU → max-pool 2 → conv 5×5×64 ('same') → ReLU → max-pool 2 →
+* ``femnist_cnn`` — Charles & Konečný 2020 (arXiv:2007.00878) App. C (the CNN of McMahan et al.
+  2017): conv 5×5×32 ('same') → ReLU → max-pool 2 → conv 5×5×64 ('same') → ReLU → max-pool 2 →
   dense 512 ReLU → dense ``num_outputs``. 1,690,046 parameters for 28×28×1 → 62.
-* ``femnist_cnn_small`` — `000_4bdc3753d62a87e2.txt` App. F says "the same [CNN] used by Reddi
-  et al. (2020)": conv 3×3×32 → ReLU → conv 3×3×64 → ReLU → max-pool 2 → dense 128 ReLU →
+* ``femnist_cnn_small`` — Charles & Konečný 2021 (arXiv:2103.05032) App. F says "the same [CNN] used
+  by Reddi et al. (2020)": conv 3×3×32 → ReLU → conv 3×3×64 → ReLU → max-pool 2 → dense 128 ReLU →
   dense ``num_outputs`` (1,206,590 parameters for 62 classes). Its text summarises this as
   "two 3×3 conv layers, each with max pooling and dropout"; we follow the cited model, which
   pools once. **Dropout (0.25 and 0.5) is omitted**: it draws a random mask per forward pass,
@@ -24,7 +24,7 @@ initialisation (the TFF baselines use Glorot/He initialisers; the papers do not 
   downsampling with 1×1 projection shortcuts) with every BatchNorm replaced by GroupNorm
   (2 groups, as Hsieh et al. 2019). Inputs are 24×24 or 32×32, so the stem is the usual CIFAR
   3×3 stride-1 convolution without max-pool.
-* ``bow_logistic`` — Stack Overflow tag prediction (`001_2dc7ddae5cbdc81f.txt` App. C):
+* ``bow_logistic`` — Stack Overflow tag prediction (Charles & Konečný 2020 App. C):
   one-vs-rest logistic regression, a single dense layer 10,000 → 500 (logits; the task's loss
   applies the sigmoid).
 * ``word_lstm`` — Stack Overflow next-word prediction: embedding 96 → LSTM(670) → dense 96

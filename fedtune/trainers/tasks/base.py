@@ -274,7 +274,8 @@ class InMemoryData(FederatedData):
 
 @dataclass(frozen=True)
 class CentralData:
-    """Data held by the server for Mixed FL (`003_ede07a1bb30cfed7.txt`) with its loss weight."""
+    """Data held by the server for Mixed FL (Augenstein et al. 2022 (arXiv:2205.13655)) with its
+    loss weight."""
 
     data: Dataset
     weight: float = 1.0

@@ -14,11 +14,11 @@ kept training clients (LEAF splits each user's samples), or — when the test fi
 user with them — of the first ``max_clients`` test users.
 
 * ``femnist``: x = 784 floats → ``float32 [1, 28, 28]`` (no preprocessing, as
-  `001_2dc7ddae5cbdc81f.txt` App. C), y ∈ 0..61. Default model ``femnist_cnn``.
+  Charles & Konečný 2020 (arXiv:2007.00878) App. C), y ∈ 0..61. Default model ``femnist_cnn``.
 * ``shakespeare``: x = an 80-character string, y = the next character. Input = x, target = x
-  shifted by one followed by y, encoded with the 90-symbol vocabulary of ALGORITHMS.md §7.2
-  (:data:`~fedtune.trainers.tasks.text.SHAKESPEARE_VOCAB`); loss = mean cross-entropy over
-  non-pad positions. Default model ``char_lstm``.
+  shifted by one followed by y, encoded with the 90-symbol vocabulary of
+  docs/explanation/algorithms.md §7.2 (:data:`~fedtune.trainers.tasks.text.SHAKESPEARE_VOCAB`);
+  loss = mean cross-entropy over non-pad positions. Default model ``char_lstm``.
 
 Every problem with the files raises :class:`~fedtune.errors.DataError` naming the file.
 """

@@ -1,13 +1,14 @@
 """``linreg_interp``: interpolating (noiseless, realisable) federated linear regression.
 
-The setting of `004_eaa0443f89ef694f.txt` §1 and prediction #35 of ALGORITHMS.md §8: device k
-holds n_k = ``examples`` pairs (x, z) with features x ~ N(0, diag(σ₁², …, σ_d²)), variances
-linearly spaced in [``var_min``, ``var_max``], and labels z = xᵀw* with one w* ~ N(0, I/d)
-shared by all devices, so F(w*) = 0 and every F_k(w*) = 0. The per-example loss is
-½ (wᵀx − z)², hence F_k(w) = (1/2n_k) Σ_j (wᵀx_{k,j} − z_{k,j})² = ½‖w − w*‖²_{H^k}.
-The model is w ∈ ℝ^d without bias (inputs are the features, ``meta["linear_regression"]``), which
-lets FedAvg-MaSS estimate the theorem's constants from the data; w₀ ~ N(0, init_scale²/d · I)
-from the trial seed (0 = start at the origin). ``meta["w_star"]`` is w*.
+The FedAvg-with-MaSS setting of Qu et al. 2020 (arXiv:2007.05690) and prediction 35 of
+docs/explanation/algorithms.md §8: device k holds n_k = ``examples`` pairs (x, z) with features
+x ~ N(0, diag(σ₁², …, σ_d²)), variances linearly spaced in [``var_min``, ``var_max``], and labels
+z = xᵀw* with one w* ~ N(0, I/d) shared by all devices, so F(w*) = 0 and every F_k(w*) = 0. The
+per-example loss is ½ (wᵀx − z)², hence F_k(w) = (1/2n_k) Σ_j (wᵀx_{k,j} − z_{k,j})²
+= ½‖w − w*‖²_{H^k}. The model is w ∈ ℝ^d without bias (inputs are the features,
+``meta["linear_regression"]``), which lets FedAvg-MaSS estimate the theorem's constants from the
+data; w₀ ~ N(0, init_scale²/d · I) from the trial seed (0 = start at the origin).
+``meta["w_star"]`` is w*.
 """
 
 from __future__ import annotations

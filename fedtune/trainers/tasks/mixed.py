@@ -1,21 +1,22 @@
-"""Tasks with a centralized dataset for Mixed FL (`003_ede07a1bb30cfed7.txt`, ALGORITHMS.md §5).
+"""Tasks with a centralized dataset for Mixed FL (Augenstein et al. 2022 (arXiv:2205.13655),
+docs/explanation/algorithms.md §5).
 
 ``mixed_labels`` — the label-shift setting of the paper's smile experiment (§5.1), as
-prediction #33 of ALGORITHMS.md §8: binary logistic regression on two Gaussian classes
-x ~ N(±s·u, I_d) (u a random unit vector). Federated clients hold **only label-1** examples,
+prediction 33 of docs/explanation/algorithms.md §8: binary logistic regression on two Gaussian
+classes x ~ N(±s·u, I_d) (u a random unit vector). Federated clients hold **only label-1** examples,
 the server holds **only label-0** examples, and the test split is balanced. The objective is
 f = w_f·(mean client loss) + w_c·(mean central loss) with w_c = ``central_weight`` and
 w_f = 1 − w_c (``task.meta["federated_weight"]``). ``oracle: true`` is the baseline that trains
 on the union: each client additionally holds an equal share of the label-0 examples and there is
 no central data (train it with ``fedavg``). FedAvg on the non-oracle task sees one class only.
 
-``mixed_quadratic`` — exact quadratics for the Mixed-FL checks (predictions #27–#32): client i
+``mixed_quadratic`` — exact quadratics for the Mixed-FL checks (predictions 27–32): client i
 has f_i(x; z) = ½ (x − c_i)ᵀ A_i (x − c_i) + ξ_zᵀ x and the server
 f_c(x; z) = ½ (x − c_c)ᵀ A_c (x − c_c) + ξ_zᵀ x (ξ centred, E‖ξ‖² = noise², per side), in the
 row format of the ``quadratic`` task. ``iid: true`` gives every client the same (A_f, c_f);
 otherwise c_i = c_f + heterogeneity·N(0, I/d) and A_i are drawn independently, or all equal to
-A_f with ``shared_hessian: true`` (the equal-Hessian case of ALGORITHMS.md §4.5, where FedGA,
-SCAFFOLD-GA and FedAvg coincide).
+A_f with ``shared_hessian: true`` (the equal-Hessian case of docs/explanation/algorithms.md §4.5,
+where FedGA, SCAFFOLD-GA and FedAvg coincide).
 c_c = c_f + ``central_distance``·u, so distance 0 with A_c ≠ A_f still has G̃ > 0 away from
 the optimum. ``meta["x_star"]`` is the minimiser of w_f·mean_i f_i + w_c·f_c.
 """

@@ -3,13 +3,13 @@
 Client i holds ``examples`` examples z with per-example loss
 f(x; z) = ½ (x − c_i)ᵀ A_i (x − c_i) + ξ_zᵀ x, where the noise vectors ξ_z are Gaussian with
 E‖ξ‖² = G² (``noise``) and centred per client, so f_i(x) = ½ (x − c_i)ᵀ A_i (x − c_i) + const is
-exact and the mini-batch gradient noise has variance ≤ G²/B (`001_2dc7ddae5cbdc81f.txt` A4).
-With ``examples_max`` the client sizes n_i differ (uniform in [examples, examples_max]; the
-client losses f_i do not depend on n_i), e.g. for ``train.local_epochs``. A_i have spectra in
-[μ, L]; ‖c_i‖ ≤ ``radius``; ``heterogeneity`` ∈ [0, 1] moves the c_i from
-identical to independent. The exact instance is exposed as ``task.meta["instance"]``
-(:class:`~fedtune.trainers.theory.instances.QuadraticInstance`) for the theory module.
-The model starts at x_0 ~ N(0, init_scale²/d · I) from the trial seed.
+exact and the mini-batch gradient noise has variance ≤ G²/B
+(Charles & Konečný 2020 (arXiv:2007.00878) A4). With ``examples_max`` the client sizes n_i differ
+(uniform in [examples, examples_max]; the client losses f_i do not depend on n_i), e.g. for
+``train.local_epochs``. A_i have spectra in [μ, L]; ‖c_i‖ ≤ ``radius``; ``heterogeneity`` ∈ [0, 1]
+moves the c_i from identical to independent. The exact instance is exposed as
+``task.meta["instance"]`` (:class:`~fedtune.trainers.theory.instances.QuadraticInstance`) for the
+theory module. The model starts at x_0 ~ N(0, init_scale²/d · I) from the trial seed.
 """
 
 from __future__ import annotations

@@ -17,8 +17,16 @@ from fedtune.errors import CodeError, ConfigError, DataError
 from ..plugins import Origin, Registry, error_location
 from .base import Task
 
-__all__ = ["TaskInfo", "build_task", "check_task_params", "register_task", "task_names",
-           "task_origin", "task_parameters", "tasks"]  # fmt: skip
+__all__ = [
+    "TaskInfo",
+    "build_task",
+    "check_task_params",
+    "register_task",
+    "task_names",
+    "task_origin",
+    "task_parameters",
+    "tasks",
+]
 
 #: ``builder(params, seed) -> Task``: validates ``params`` (errors name ``task.<key>``) and is
 #: deterministic in the data ``seed``
@@ -31,7 +39,7 @@ class TaskInfo:
     builder: Builder
     description: str
     #: the frozen dataclass of its parameters (type, default; ``validate(path)`` for ranges):
-    #: a spec's unknown or out-of-range ``task.*`` is refused before any trial (issue 24.5)
+    #: a spec's unknown or out-of-range ``task.*`` is refused before any trial
     params: type | None = None
 
 
@@ -66,8 +74,9 @@ def check_task_params(name: str, params: Mapping[str, Any]) -> None:
 
     declared = REGISTRY.get(name).params
     if declared is not None:  # ``name`` and ``seed`` are every task's (``TaskConfig``)
-        from_mapping(declared, {k: v for k, v in params.items() if k not in ("name", "seed")},
-                     "task")  # fmt: skip
+        from_mapping(
+            declared, {k: v for k, v in params.items() if k not in ("name", "seed")}, "task"
+        )
 
 
 def task_parameters(name: str) -> list[tuple[str, str, Any]]:
@@ -83,9 +92,13 @@ def task_parameters(name: str) -> list[tuple[str, str, Any]]:
     for f in dataclasses.fields(declared):
         if not f.init:
             continue
-        default = (f.default if f.default is not dataclasses.MISSING else
-                   f.default_factory() if f.default_factory is not dataclasses.MISSING else
-                   "(required)")  # fmt: skip
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else f.default_factory()
+            if f.default_factory is not dataclasses.MISSING
+            else "(required)"
+        )
         kind = getattr(hints[f.name], "__name__", None) or str(hints[f.name]).replace("typing.", "")
         rows.append((f.name, kind, default))
     return rows

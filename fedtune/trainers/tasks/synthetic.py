@@ -1,7 +1,7 @@
 """LEAF / FedProx ``synthetic(α, β)``: federated multinomial logistic regression.
 
 Generator of Li et al. 2020 (FedProx, §5.1 and its ``generate_synthetic.py``, reused by LEAF;
-ARCHITECTURE.md §2 "Tasks"). For client k = 1..N, with all draws from one
+docs/explanation/architecture.md §2 "Tasks"). For client k = 1..N, with all draws from one
 ``numpy.random.Generator`` seeded by the task's data seed:
 
     n_k  = min_examples + ⌊LogNormal(log_mean_examples, log_std_examples)⌋   (capped at max_examples)

@@ -1,10 +1,10 @@
 """Vocabularies, encoders and per-example losses shared by the text tasks.
 
-Id layout (the TFF baselines of Reddi et al., used by `000_4bdc3753d62a87e2.txt` and
-`001_2dc7ddae5cbdc81f.txt`): ``pad = 0``, the n in-vocabulary tokens ``1..n``, then
+Id layout (the TFF baselines of Reddi et al., used by Charles & Konečný 2021 (arXiv:2103.05032) and
+Charles & Konečný 2020 (arXiv:2007.00878)): ``pad = 0``, the n in-vocabulary tokens ``1..n``, then
 ``oov = n+1``, ``bos = n+2``, ``eos = n+3`` — n + 4 symbols in all. Shakespeare uses the 86
-characters of :data:`SHAKESPEARE_CHARS` (90 symbols, ALGORITHMS.md §7.2); Stack Overflow the
-most frequent 10,000 words (10,004 symbols).
+characters of :data:`SHAKESPEARE_CHARS` (90 symbols, docs/explanation/algorithms.md §7.2); Stack
+Overflow the most frequent 10,000 words (10,004 symbols).
 
 Sequence losses average over the positions whose target is not ``pad``:
 ℓ(x, y) = (1/|{t: y_t ≠ pad}|) Σ_{t: y_t ≠ pad} −log softmax(o_t)[y_t].
@@ -123,7 +123,7 @@ def next_char_example(x: str, y: str, seq_len: int, vocab: Vocab) -> tuple[list[
 
 
 def word_sequence(words: Sequence[str], seq_len: int, vocab: Vocab) -> tuple[list[int], list[int]]:
-    """Stack Overflow next-word prediction (`001_2dc7ddae5cbdc81f.txt` App. C): ``[bos] + first
+    """Stack Overflow next-word prediction (Charles & Konečný 2020 App. C): ``[bos] + first
     seq_len words + [eos]``, cut to ``seq_len + 1`` symbols and padded; input = [:-1], target = [1:]."""
     ids = [vocab.bos, *vocab.encode(words[:seq_len]), vocab.eos][: seq_len + 1]
     ids = _pad(ids, seq_len + 1, vocab.pad)
@@ -132,7 +132,7 @@ def word_sequence(words: Sequence[str], seq_len: int, vocab: Vocab) -> tuple[lis
 
 def bag_of_words(docs: Sequence[Sequence[str]], index: dict[str, int], dim: int) -> np.ndarray:
     """Row i counts the in-vocabulary words of ``docs[i]`` (column ``index[word]``), normalised to
-    sum 1 (`001_2dc7ddae5cbdc81f.txt` App. C); a document without known words is all zeros."""
+    sum 1 (Charles & Konečný 2020 App. C); a document without known words is all zeros."""
     out = np.zeros((len(docs), dim), dtype=np.float32)
     for i, doc in enumerate(docs):
         cols = [index[w] for w in doc if w in index]

@@ -1,5 +1,6 @@
 """TFF-style HDF5 loaders: ``emnist``, ``cifar100``, ``shakespeare_tff``, ``stackoverflow_tp``,
-``stackoverflow_nwp`` (the datasets of `000_4bdc3753d62a87e2.txt` / `001_2dc7ddae5cbdc81f.txt`).
+``stackoverflow_nwp`` (the datasets of Charles & Konečný 2021 (arXiv:2103.05032) /
+Charles & Konečný 2020 (arXiv:2007.00878)).
 
 Format (TFF's ``fed_emnist*.h5``, ``fed_cifar100_*.h5``, ``shakespeare_*.h5``,
 ``stackoverflow_*.h5``): one dataset per client and feature, ``examples/<client_id>/<feature>``,
@@ -21,7 +22,7 @@ client sizes come from one streamed pass at load time); the test split stays poo
 * ``stackoverflow_tp``: ``tokens`` (space-separated) → bag of words over the ``vocab_size`` most
   frequent words of the loaded training clients, normalised to sum 1; ``tags`` ('|'-separated)
   → multi-hot over the ``num_tags`` most frequent tags. Loss: mean over tags of the binary
-  cross-entropy (one-vs-rest logistic regression, `001_2dc7ddae5cbdc81f.txt` App. C). Metric:
+  cross-entropy (one-vs-rest logistic regression, Charles & Konečný 2020 App. C). Metric:
   **precision@5** (fraction of the 5 top-scored tags that are true; chosen over recall@5
   because it is defined for posts whose tags are all outside the top ``num_tags``).
 * ``stackoverflow_nwp``: first ``max_examples_per_client`` (128) posts, ``[bos] + words + [eos]``

@@ -1,15 +1,15 @@
-"""Exact quadratic theory of local-update methods (ALGORITHMS.md §3, §8).
+"""Exact quadratic theory of local-update methods (docs/explanation/algorithms.md §3, §8).
 
-Pure numpy/float64, no torch. Sources: `000_4bdc3753d62a87e2.txt` (Charles & Konečný,
-convergence–accuracy trade-offs) and `001_2dc7ddae5cbdc81f.txt` (outsized importance of
-learning rates).
+Pure numpy/float64, no torch. Sources: Charles & Konečný 2021, "Convergence and Accuracy Trade-Offs
+in Federated Learning and Meta-Learning" (arXiv:2103.05032), and Charles & Konečný 2020, "On the
+Outsized Importance of Learning Rates in Local Update Methods" (arXiv:2007.00878).
 
 * :mod:`.instances`  quadratic federated instances (A_i, c_i, p_i) and SPD generators
 * :mod:`.surrogate`  Θ, distortion matrices Q_i, eigen-functions φ/ψ/ν, x*(α,γ,Θ), κ
 * :mod:`.rates`      ρ for GD / Nesterov / heavy-ball with tuned (η, β); Δ; distance bounds
 * :mod:`.frontier`   analytic and simulated (ρ, Δ) Pareto frontiers
 * :mod:`.simulate`   vectorised float64 simulation of LocalUpdate (the reference for tests)
-* :mod:`.figures`    Figures 1–5, 7–10 of `000_4bdc3753d62a87e2.txt` (PNG + CSV + JSON)
+* :mod:`.figures`    Figures 1–5, 7–10 of Charles & Konečný 2021 (PNG + CSV + JSON)
 * :mod:`.reproduce`  figures plus a pass/fail REPORT.md against the stated numbers
 """
 

@@ -1,13 +1,14 @@
-"""Figures 1–5 and 7–10 of `000_4bdc3753d62a87e2.txt` (settings: ALGORITHMS.md §3.11 table).
+"""Figures 1–5 and 7–10 of Charles & Konečný 2021 (arXiv:2103.05032) (settings:
+docs/explanation/algorithms.md §3.11 table).
 
 Each figure is a tuple of panels, each panel a tuple of frontier curves (:class:`FrontierSpec`).
 :func:`make_figure` computes the curves and writes ``figN.png`` (matplotlib, Agg, no pyplot
 state), ``figN.csv`` (one row per point) and ``figN.json`` (specs and points).
 
-Choices the paper leaves open (ALGORITHMS.md §3.11, §9): K grids are log-spaced integers in
-[1, 10⁶]; Fig. 2 uses L ∈ {2, 10, 100} (values not in the text); Fig. 10 uses the panel labels
-α ∈ {0, 0.5, 1, 5} (the caption says 10); Fig. 9 uses α ∈ {0, 0.5, 1, 5} and drops points with
-γ ≥ 1/(KL+α); simulated curves use seed 0 and d ∈ {5, 100}.
+Choices the paper leaves open (docs/explanation/algorithms.md §3.11, §9): K grids are log-spaced
+integers in [1, 10⁶]; Fig. 2 uses L ∈ {2, 10, 100} (values not in the text); Fig. 10 uses the panel
+labels α ∈ {0, 0.5, 1, 5} (the caption says 10); Fig. 9 uses α ∈ {0, 0.5, 1, 5} and drops points
+with γ ≥ 1/(KL+α); simulated curves use seed 0 and d ∈ {5, 100}.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .surrogate import ThetaFamily
 
 __all__ = ["FIGURES", "FigurePaths", "FigureSpec", "figure_spec", "make_figure", "render"]
 
-SOURCE = "000_4bdc3753d62a87e2.txt"
+SOURCE = "Charles & Konečný 2021 (arXiv:2103.05032)"
 FIGURES = (1, 2, 3, 4, 5, 7, 8, 9, 10)
 _OPTS = (ServerOpt.GD, ServerOpt.NESTEROV, ServerOpt.HEAVY_BALL)
 _SUM, _LAST = ThetaFamily.SUM, ThetaFamily.LAST
@@ -187,7 +188,7 @@ def render(
 
 
 def make_figure(n: int, out_dir: str | Path, quick: bool = False) -> FigurePaths:
-    """Compute and write figure ``n`` of `000_4bdc3753d62a87e2.txt`; returns the file paths."""
+    """Compute and write figure ``n`` of Charles & Konečný 2021; returns the file paths."""
     spec = figure_spec(n, quick)
     panels = [
         (ptitle, [frontier_from_spec(cs, label) for label, cs in curves])

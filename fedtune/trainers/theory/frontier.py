@@ -1,15 +1,15 @@
-"""(ρ, Δ) Pareto frontiers of local-update methods (ALGORITHMS.md §3.11).
+"""(ρ, Δ) Pareto frontiers of local-update methods (docs/explanation/algorithms.md §3.11).
 
-Analytic regime (`000_4bdc3753d62a87e2.txt` §5): for each swept setting compute κ from the
-closed forms (φ-ratio for Θ_{1:K}, ψ-ratio for Θ_K), then ρ(κ) (Table 2) and
+Analytic regime (Charles & Konečný 2021 (arXiv:2103.05032) §5): for each swept setting compute κ
+from the closed forms (φ-ratio for Θ_{1:K}, ψ-ratio for Θ_K), then ρ(κ) (Table 2) and
 Δ = tanh(¼ ln(κ₀/κ)) (eq. 17). Because ρ and Δ are monotone in κ alone, every method traces a
 sub-arc of one universal curve per (ServerOpt, κ₀).
 
-Simulated regime (`000_4bdc3753d62a87e2.txt` §5, App. D.1), needed for Θ_K with
+Simulated regime (Charles & Konečný 2021 §5, App. D.1), needed for Θ_K with
 γ ≥ 1/(KL+α): one client with a random A = a·GᵀG + b·I (spectrum ends exactly μ and L),
 κ = max_j ν(λ_j)/min_j ν(λ_j) in log space, and Δ from Lemma 5, Δ = tanh(¼ ln(b/a)) with
-b, a the extreme eigenvalues of Q (the ALGORITHMS.md §3.11 recommendation; eq. 17 would give
-Δ < 0 once κ > κ₀).
+b, a the extreme eigenvalues of Q (the docs/explanation/algorithms.md §3.11 recommendation; eq. 17
+would give Δ < 0 once κ > κ₀).
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def frontier(
     ``gamma`` is a number or a :class:`GammaRule` (``"half-L"``, ``"half-KL"``); it is ignored
     when sweeping γ. ``K`` is the fixed number of local steps when sweeping γ or α.
     ``drop_invalid`` skips points violating γ < 1/(L+α) (or γ < 1/(KL+α) for analytic Θ_K)
-    instead of raising — Fig. 9 of `000_4bdc3753d62a87e2.txt` keeps only valid points.
+    instead of raising — Fig. 9 of Charles & Konečný 2021 keeps only valid points.
     """
     g = gamma if gamma is None or isinstance(gamma, str) else float(gamma)
     spec = FrontierSpec(

@@ -1,10 +1,11 @@
 """Quadratic federated instances with exactly known client Hessians A_i and minimisers c_i.
 
-Client i's loss is f_i(x) = ½ (x − c_i)ᵀ A_i (x − c_i) (ALGORITHMS.md §3.1; `000_4bdc3753d62a87e2.txt`
-§2, `001_2dc7ddae5cbdc81f.txt` §3). The global loss is f(x) = Σ_i p_i f_i(x) with minimiser
-x* = (Σ p_i A_i)⁻¹ Σ p_i A_i c_i, which in general is *not* the mean of the c_i.
+Client i's loss is f_i(x) = ½ (x − c_i)ᵀ A_i (x − c_i) (docs/explanation/algorithms.md §3.1;
+Charles & Konečný 2021 (arXiv:2103.05032) §2, Charles & Konečný 2020 (arXiv:2007.00878) §3). The
+global loss is f(x) = Σ_i p_i f_i(x) with minimiser x* = (Σ p_i A_i)⁻¹ Σ p_i A_i c_i, which in
+general is *not* the mean of the c_i.
 
-Generators (ALGORITHMS.md §8 conventions, App. D.1 of `000_4bdc3753d62a87e2.txt`):
+Generators (docs/explanation/algorithms.md §8 conventions, App. D.1 of Charles & Konečný 2021):
 * :func:`spd_with_spectrum` — A = R diag(λ) Rᵀ with R random orthogonal and λ in [μ, L]
   (both ends attained);
 * :func:`spd_affine_gaussian` — A = a·GᵀG + b·I, the affine map that gives λ_min = μ, λ_max = L;
@@ -120,7 +121,7 @@ def spd_with_spectrum_batch(
 
 
 def spd_affine_gaussian(dim: int, mu: float, L: float, rng: np.random.Generator) -> np.ndarray:
-    """A = a·GᵀG + b·I with λ_min(A) = μ, λ_max(A) = L (`000_4bdc3753d62a87e2.txt` App. D.1)."""
+    """A = a·GᵀG + b·I with λ_min(A) = μ, λ_max(A) = L (Charles & Konečný 2021 App. D.1)."""
     G = rng.standard_normal((dim, dim))
     s = np.linalg.eigvalsh(G.T @ G)
     a = (L - mu) / (s[-1] - s[0])
@@ -154,7 +155,7 @@ def random_instance(
 
 
 def two_client_instance() -> QuadraticInstance:
-    """`001_2dc7ddae5cbdc81f.txt` §4: A = (1, 2), c = (1, ½), uniform; x* = 2/3."""
+    """Charles & Konečný 2020 §4: A = (1, 2), c = (1, ½), uniform; x* = 2/3."""
     return QuadraticInstance(
         A=np.array([[[1.0]], [[2.0]]]), c=np.array([[1.0], [0.5]]), p=np.array([0.5, 0.5])
     )

@@ -1,19 +1,22 @@
-"""Convergence rates ρ, suboptimality Δ and distance bounds (ALGORITHMS.md §3.7–3.9).
+"""Convergence rates ρ, suboptimality Δ and distance bounds
+(docs/explanation/algorithms.md §3.7–3.9).
 
-Rates on the surrogate with condition number κ = L̃/μ̃ (`000_4bdc3753d62a87e2.txt` Thm 3,
-Table 2; tunings from Lessard et al. 2016, Prop. 1 — ALGORITHMS.md **[DERIVED]**):
+Rates on the surrogate with condition number κ = L̃/μ̃ (Charles & Konečný 2021 (arXiv:2103.05032)
+Thm 3, Table 2; tunings from Lessard et al. 2016, Prop. 1 — docs/explanation/algorithms.md
+**[DERIVED]**):
 
     GD          ρ = (κ−1)/(κ+1) = tanh(½ ln κ)      η = 2/(L̃+μ̃)
     Nesterov    ρ = 1 − 2/√(3κ+1)                   η = 4/(3L̃+μ̃),  β = (√(3κ+1)−2)/(√(3κ+1)+2)
     heavy-ball  ρ = (√κ−1)/(√κ+1) = tanh(¼ ln κ)    η = 4/(√L̃+√μ̃)², β = ρ²
 
-Suboptimality (`000_4bdc3753d62a87e2.txt` eq. 17 and Lemma 5):
+Suboptimality (Charles & Konečný 2021 eq. 17 and Lemma 5):
 
     Δ₁₇ = (√κ₀ − √κ)/(√κ₀ + √κ) = tanh(¼ ln(κ₀/κ)),    Δ_L5 = (√b − √a)/(√b + √a)
 
 with b = max_i λ_max(Q_i), a = min_i λ_min(Q_i). Everything accepts log κ so that simulated
 MAML frontiers with κ ≈ e^{9000} stay finite. Distance bounds: Lemma 5 / Thm 4 of
-`000_4bdc3753d62a87e2.txt`; Thms 16, 17, 21, Cors 20, 22 and Lemma 23 of `001_2dc7ddae5cbdc81f.txt`.
+Charles & Konečný 2021; Thms 16, 17, 21, Cors 20, 22 and Lemma 23 of
+Charles & Konečný 2020 (arXiv:2007.00878).
 """
 
 from __future__ import annotations
@@ -148,7 +151,7 @@ def heterogeneity(instance: QuadraticInstance) -> tuple[float, float]:
 
 
 def chi(gamma: float, theta: Theta, L: float) -> float:
-    """χ(γ,Θ) = Σ θ_k (1−γL)^{k−1} / Σ θ_k (eq. 21 of `001_2dc7ddae5cbdc81f.txt`)."""
+    """χ(γ,Θ) = Σ θ_k (1−γL)^{k−1} / Σ θ_k (eq. 21 of Charles & Konečný 2020)."""
     return float(np.exp(log_q(gamma * L, theta)) / theta.total_weight)
 
 

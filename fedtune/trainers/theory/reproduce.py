@@ -1,8 +1,9 @@
 """Regenerate the quadratic-theory figures and check the stated numbers (``fedtune reproduce``).
 
 Each :class:`ReportRow` compares a value measured by this package (simulation or exact
-formula) with a number stated in `001_2dc7ddae5cbdc81f.txt` §4, `000_4bdc3753d62a87e2.txt` §5 /
-App. C.2, or ALGORITHMS.md §3.10–3.11 (**[DERIVED]** values), within a stated tolerance.
+formula) with a number stated in Charles & Konečný 2020 (arXiv:2007.00878) §4,
+Charles & Konečný 2021 (arXiv:2103.05032) §5 / App. C.2, or docs/explanation/algorithms.md
+§3.10–3.11 (**[DERIVED]** values), within a stated tolerance.
 :func:`reproduce` writes the figures of :mod:`.figures` and ``REPORT.md`` with the table.
 """
 
@@ -47,7 +48,8 @@ class Report:
         return all(r.passed for r in self.rows)
 
 
-_S000, _S001, _ALG = "000_4bdc3753d62a87e2.txt", "001_2dc7ddae5cbdc81f.txt", "ALGORITHMS.md"
+_S000, _S001 = "Charles & Konečný 2021", "Charles & Konečný 2020"
+_ALG = "docs/explanation/algorithms.md"
 
 
 def _two_client_rows() -> list[ReportRow]:
@@ -114,7 +116,11 @@ def _frontier_rows(n_k: int) -> list[ReportRow]:
         f = frontier(1, 10, a, "sum", "K", ks, gamma="half-L")
         rows.append(
             ReportRow(
-                f"FedProx κ_min, L=10, α={a:g}", f"{_ALG} §8 #12", v, float(f.kappa.min()), 0.005
+                f"FedProx κ_min, L=10, α={a:g}",
+                f"{_ALG} §8 prediction 12",
+                v,
+                float(f.kappa.min()),
+                0.005,
             )
         )
     f = frontier(1, 10, 0, "sum", "K", ks, gamma="half-L")
@@ -156,12 +162,20 @@ def _frontier_rows(n_k: int) -> list[ReportRow]:
     i = int(np.argmin(sim.log_kappa))
     rows.append(
         ReportRow(
-            "simulated MAML cusp argmin_K κ (d=100)", f"{_ALG} §8 #14", 255.4, float(sim.K[i]), 3.0
+            "simulated MAML cusp argmin_K κ (d=100)",
+            f"{_ALG} §8 prediction 14",
+            255.4,
+            float(sim.K[i]),
+            3.0,
         )
     )
     rows.append(
         ReportRow(
-            "simulated MAML Δ at the cusp", f"{_ALG} §8 #14", 0.5195, float(sim.delta[i]), 1e-3
+            "simulated MAML Δ at the cusp",
+            f"{_ALG} §8 prediction 14",
+            0.5195,
+            float(sim.delta[i]),
+            1e-3,
         )
     )
     rows.append(
@@ -218,15 +232,17 @@ def _markdown(rows: list[ReportRow], figures: list[FigurePaths], out: Path) -> s
         "",
         f"{sum(r.passed for r in rows)}/{len(rows)} checks pass.",
         "",
+        f"Sources: {_S000} (arXiv:2103.05032), {_S001} (arXiv:2007.00878), {_ALG}.",
+        "",
         "| check | source | expected | measured | tolerance | pass |",
         "|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r.check} | `{r.source}` | {r.expected:.6g} | {r.measured:.10g} | {r.tolerance:.1g} | "
+        f"| {r.check} | {r.source} | {r.expected:.6g} | {r.measured:.10g} | {r.tolerance:.1g} | "
         f"{'PASS' if r.passed else 'FAIL'} |"
         for r in rows
     ]
-    lines += ["", "## Figures (`000_4bdc3753d62a87e2.txt`)", ""]
+    lines += ["", "## Figures (Charles & Konečný 2021, arXiv:2103.05032)", ""]
     lines += [
         f"* [{p.png.name}]({p.png.relative_to(out)}) — [{p.csv.name}]({p.csv.relative_to(out)}), [{p.json.name}]({p.json.relative_to(out)})"
         for p in figures

@@ -1,4 +1,5 @@
-"""Float64 reference simulation of LocalUpdate on quadratic clients (ALGORITHMS.md §1.3, §3).
+"""Float64 reference simulation of LocalUpdate on quadratic clients
+(docs/explanation/algorithms.md §1.3, §3).
 
 One round, for every Monte-Carlo run r at once (arrays carry a leading run axis):
 
@@ -13,8 +14,8 @@ One round, for every Monte-Carlo run r at once (arrays carry a leading run axis)
 
 Sampling: M clients without replacement within a round for uniform p (with replacement by p
 otherwise). Schedules give (γ_t, η_t) per round; :class:`Thm29Schedule` is Theorem 29 of
-`001_2dc7ddae5cbdc81f.txt`, :class:`Thm27Schedule` its fixed-γ Theorem 27. The source papers are
-`000_4bdc3753d62a87e2.txt` and `001_2dc7ddae5cbdc81f.txt`.
+Charles & Konečný 2020 (arXiv:2007.00878), :class:`Thm27Schedule` its fixed-γ Theorem 27. The source
+papers are Charles & Konečný 2021 (arXiv:2103.05032) and Charles & Konečný 2020.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Thm27Schedule:
 
 @dataclass(frozen=True)
 class LocalUpdateConfig:
-    """LocalUpdate hyper-parameters (ALGORITHMS.md §0 names); ``schedule`` overrides the rates."""
+    """LocalUpdate hyper-parameters (docs/explanation/algorithms.md §0 names); ``schedule``
+    overrides the rates."""
 
     theta: Theta
     client_lr: float
@@ -155,7 +157,7 @@ class InstancePool:
 
 @dataclass(frozen=True)
 class ContinuumExample:
-    """`001_2dc7ddae5cbdc81f.txt` §4: f_i(x) = ½ i x² − x (A_i = i, c_i = 1/i), i ~ 8i/15 on [½, 2]."""
+    """Charles & Konečný 2020 §4: f_i(x) = ½ i x² − x (A_i = i, c_i = 1/i), i ~ 8i/15 on [½, 2]."""
 
     dim: int = 1
 

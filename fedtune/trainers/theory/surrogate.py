@@ -1,13 +1,14 @@
-"""Exact surrogate losses of LocalUpdate on quadratics (ALGORITHMS.md §3.2–3.6).
+"""Exact surrogate losses of LocalUpdate on quadratics (docs/explanation/algorithms.md §3.2–3.6).
 
 Client i with Hessian A_i and minimiser c_i sends, in expectation, ∇f̃_i(x) = Q_i A_i (x − c_i)
-with the *distortion matrix* (`000_4bdc3753d62a87e2.txt` Thm 1, `001_2dc7ddae5cbdc81f.txt` Thm 3)
+with the *distortion matrix* (Charles & Konečný 2021 (arXiv:2103.05032) Thm 1,
+Charles & Konečný 2020 (arXiv:2007.00878) Thm 3)
 
     Q_i(α, γ, Θ) = Σ_k θ_k (I − γ(A_i + αI))^{k−1}.
 
 Q_i is a polynomial in A_i, so each eigenvalue λ of A_i maps to the eigenvalue
 q(λ) = Σ_k θ_k (1 − z)^{k−1}, z = γ(λ + α), of Q_i and ν(λ) = q(λ)·λ of Q_i A_i
-(`000_4bdc3753d62a87e2.txt` Lemma 9). Closed forms:
+(Charles & Konečný 2021 Lemma 9). Closed forms:
 
 * Θ_{1:K}: φ(λ) = λ [1 − (1 − z)^K] / z   (Kλ at z = 0)
 * Θ_K:     ψ(λ) = (1 − z)^{K−1} λ
@@ -104,7 +105,8 @@ def theta_last(K: int) -> Theta:
 
 
 def theta_maml(K: int) -> Theta:
-    """K-step MAML with exact GD inner steps ≡ Θ_{2K+1} on quadratics (ALGORITHMS.md §3.12)."""
+    """K-step MAML with exact GD inner steps ≡ Θ_{2K+1} on quadratics
+    (docs/explanation/algorithms.md §3.12)."""
     return theta_last(2 * int(K) + 1)
 
 
@@ -128,7 +130,7 @@ def theta_from_coeffs(coeffs) -> Theta:
 
 
 def check_problem(mu: float, L: float, alpha: float = 0.0, gamma: float = 0.0) -> None:
-    """Validate 0 < μ ≤ L, α ≥ 0, γ ≥ 0 (fields named as in ALGORITHMS.md §0)."""
+    """Validate 0 < μ ≤ L, α ≥ 0, γ ≥ 0 (fields named as in docs/explanation/algorithms.md §0)."""
     if not (np.isfinite(mu) and mu > 0):
         raise ConfigError("mu", f"must be > 0, got {mu!r}")
     if not (np.isfinite(L) and mu <= L):
@@ -242,10 +244,10 @@ def distortion_matrices(A, alpha: float, gamma: float, theta: Theta, method: str
 def surrogate_minimizer(
     instance: QuadraticInstance, alpha: float, gamma: float, theta: Theta, strict: bool = True
 ) -> np.ndarray:
-    """x*(α,γ,Θ) = (Σ p_i Q_i A_i)⁻¹ Σ p_i Q_i A_i c_i (`000_4bdc3753d62a87e2.txt` Lemma 11).
+    """x*(α,γ,Θ) = (Σ p_i Q_i A_i)⁻¹ Σ p_i Q_i A_i c_i (Charles & Konečný 2021 Lemma 11).
 
     ``strict`` requires γ < 1/(L+α); otherwise any γ whose surrogate Hessian is positive
-    definite is accepted (`001_2dc7ddae5cbdc81f.txt` §4 explores that regime). A common
+    definite is accepted (Charles & Konečný 2020 §4 explores that regime). A common
     factor exp(max log ν) is divided out so Θ_K with K ~ 10⁶ does not underflow.
     """
     check_problem(instance.mu, instance.L, alpha, gamma)
@@ -326,7 +328,7 @@ def surrogate_spectrum(
 
 
 def log_kappa_closed_form(mu, L, alpha, gamma, family, K) -> np.ndarray:
-    """log κ on the spectrum [μ, L] (`000_4bdc3753d62a87e2.txt` Lemmas 3–4), vectorised.
+    """log κ on the spectrum [μ, L] (Charles & Konečný 2021 Lemmas 3–4), vectorised.
 
     Θ_{1:K}: log φ(L) − log φ(μ), needs γ < 1/(L+α).
     Θ_K:     (K−1)[log1p(−γ(L+α)) − log1p(−γ(μ+α))] + log(L/μ), needs γ < 1/(KL+α).

@@ -76,10 +76,14 @@ register_algorithm(
     summary="user recipe: FedAvg whose aggregator damps the mean by ρ",
     hparams=(
         HParam(
-            "ft_damping", float, 0.5, bounds=(0.0, 1.0), open="low",
+            "ft_damping",
+            float,
+            0.5,
+            bounds=(0.0, 1.0),
+            open="low",
             space=Space(0.05, 1.0, log=True, grid=(0.1, 0.5, 1.0)),
             doc="ρ, damping of the averaged message",
         ),
     ),
     build=build_damped,
-)  # fmt: skip
+)

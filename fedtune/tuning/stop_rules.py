@@ -1,72 +1,51 @@
-"""Search strategies with their own stop rule: ``tradeoff`` (issue 14 req. 5), ``tpe_guard`` (the
-default of a new study since issue 23) and ``hyperband``.
+"""Who stops a study's trials: the :class:`Stopper` interface and every stopper behind it.
 
-``tpe_guard`` = TPE + :meth:`StopRule.guard` (no sweep): on the search suite
-(``benchmarks/search_efficiency.py``, seven tasks) ``tradeoff``'s γ = η sweep and 1 % stop
-margin lost to plain TPE on tasks whose best has η ≠ γ (LEAF synthetic: η = 10 γ), so the
-default keeps TPE's proposals and stops only what cannot be the selection rule's pick. Below:
-``tradeoff`` as built for issue 14.
+A study has exactly one stopper (built by :func:`fedtune.tuning.strategies.stopper_for`); the
+searcher (:class:`~.optuna_glue.FedtuneSearch`) and Ray Tune's scheduler, both in the driver,
+talk only to it:
 
-Why: with a fixed budget of rounds, a large learning rate converges fast to a worse point and
-a small one converges slowly to a better point (`001_2dc7ddae5cbdc81f.txt` §§3–8, ALGORITHMS.md
-§8 prediction 8). Early stopping that compares trials on an early rung (ASHA) therefore keeps the
-large, fast-starting rates and stops exactly the small ones the selection rule picks in the end.
-This strategy has three parts, all driven by the papers' selection rule — the mean of the
-objective over the last ``objective.last_rounds`` rounds, never a raw last value:
+* :class:`IncumbentStopper` — fedtune's selection-rule stopping against the incumbent
+  (:class:`StopRule`): ``tpe_guard`` (:meth:`StopRule.guard`) and, with the theory-guided sweep
+  (:class:`TheorySweep`) proposing its first points, ``tradeoff``;
+* :class:`PrunerStopper` — an Optuna pruner fed every round: ``hyperband``;
+* :class:`TuneSchedulerStopper` — a Ray Tune scheduler (ASHA, the median stopping rule, none),
+  which decides inside Tune.
 
-1. **Theory-guided sweep** (:class:`TheorySweep`). The quadratic theory says the surrogate a
-   client optimises depends on γ through γ·K·λ and the server's progress per round on
-   η·φ_K(γ) ≈ η·K (φ_{K,λ}(γ) = (1 − (1 − γλ)^K)/γ, ALGORITHMS.md §3.9): both rates scale as
-   1/K, and along η = γ (original FedAvg, §1.6) one coordinate s = log₁₀ γ sets both the speed
-   and the bias. The sweep walks that line from the top of the range downwards in steps of
-   half a decade (the papers' grid spacing) with a phase drawn from the sampler's seed:
-   diverging steps cost a few rounds each, and the walk ends once the results get worse again.
-   It then probes a quarter decade on either side of the best step and, when K is searched,
-   K·4 and K/4 with η·K held fixed (the server's progress per round when γ·K·λ is small),
-   with γ kept and with γ·K held too. Every other parameter stays at its default.
-2. **Selection-rule stopping against the incumbent** (:class:`StopRule`). A trial is stopped
-   when its selection-rule value is worse than the incumbent's (the best completed trial) *at
-   the same round* by more than ``margin`` **and** its own value, extrapolated linearly at the
-   rate it improved over the last window up to the final round, is still worse than the
-   incumbent's final value by more than ``margin``. Comparing at equal rounds cancels the
-   client-sampling noise both trials share (the fairness protocol); the optimistic
-   extrapolation protects a small learning rate that starts slowly but is still improving
-   fast, which a raw comparison on an early rung (ASHA) stops. A sweep trial that has already flattened out in the first half of
-   its rounds is stopped too ("plateau"), while a smaller step remains: by the trade-off, a
-   smaller step reaches a lower floor within the same horizon.
-3. **TPE** for the remaining trials, with the sweep's trials in its history.
-
-The searcher (:class:`~.optuna_glue.FedtuneSearch`) asks :meth:`TradeoffState.propose` for the
-next point before sampling, and the scheduler (:class:`TradeoffScheduler`, the only
-early-stopping authority of such a study) asks :meth:`TradeoffState.decide`; both run in the
-driver and share one :class:`TradeoffState`.
+Nothing here imports Ray: :meth:`Stopper.tune_scheduler` builds the Ray Tune side
+(:mod:`.schedulers`) when a study runs, and the in-process benchmark uses the stoppers without
+it. Why the rules are what they are: ``docs/explanation/search-strategies.md``.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import enum
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import optuna
-
+from fedtune.outcomes import RUNNING, TrialOutcome
 from fedtune.search_spaces import ParamType, SearchSpace, default_point
+
+if TYPE_CHECKING:
+    import optuna
 
 __all__ = [
     "LINE_STEP",
     "REFINE_STEP",
+    "SWEEP_ATTR",
+    "IncumbentStopper",
     "Observed",
-    "PrunerStop",
+    "PrunerStopper",
     "StopReason",
     "StopRule",
+    "Stopper",
     "TheorySweep",
-    "TradeoffState",
+    "TuneSchedulerStopper",
     "relative_gap",
-    "stopper_for",
 ]
 
 LINE_STEP = 0.5  # decades between line points (the papers' half-decade grid)
@@ -77,7 +56,7 @@ SWEEP_ATTR = "fedtune.sweep"  # Optuna user attribute: the sweep tag of a trial 
 
 
 class StopReason(enum.StrEnum):
-    """Why the stop rule stopped a trial (Optuna user attribute ``stop_rule``)."""
+    """Why a stop rule stopped a trial (Optuna user attribute ``stop_rule``)."""
 
     WORSE = "worse"
     PLATEAU = "plateau"
@@ -96,7 +75,82 @@ def relative_gap(value: float, reference: float, minimize: bool = True) -> float
     return (worse - better) / scale
 
 
-# -- stopping -------------------------------------------------------------------------------
+# -- the interface ----------------------------------------------------------------------------
+class Stopper(abc.ABC):
+    """Decides which of a study's trials stop before their last round (one per study)."""
+
+    def propose(self) -> tuple[str, dict[str, Any]] | None:
+        """The next point to run ahead of the sampler's, if this stopper proposes points.
+
+        Returns:
+            ``(tag, point)`` (the tag goes to the trial's ``SWEEP_ATTR``), or None: the sampler
+            picks the next point.
+        """
+        return None
+
+    def started(self, number: int, tag: str | None = None) -> None:
+        """Note that a trial started.
+
+        Args:
+            number: The trial's Optuna number.
+            tag: The tag of the proposal it runs (None: the sampler's point).
+        """
+        return None
+
+    @abc.abstractmethod
+    def observe(self, number: int, values: Sequence[float]) -> StopReason | None:
+        """Take a trial's new rounds and decide whether it stops.
+
+        Args:
+            number: The trial's Optuna number.
+            values: The selection-rule value after each new round, in order.
+
+        Returns:
+            Why the trial stops now (or stopped before), or None: it goes on.
+        """
+
+    def complete(self, number: int, outcome: str, value: float | None) -> None:
+        """Note that a trial ended.
+
+        Args:
+            number: The trial's Optuna number.
+            outcome: Its outcome (``fedtune.outcomes.TrialOutcome``).
+            value: Its selection-rule value when it completed, else None.
+        """
+        return None
+
+    def stop_reason(self, number: int) -> StopReason | None:
+        """Why this stopper stopped a trial.
+
+        Args:
+            number: The trial's Optuna number.
+
+        Returns:
+            The reason, or None: not stopped by this stopper's own decision.
+        """
+        return None
+
+    def resume(self, history: Mapping[int, tuple[str | None, Observed | None]]) -> None:
+        """Take the trials of an earlier invocation of the study (a resume).
+
+        Args:
+            history: Trial number to its proposal tag and outcome
+                (:func:`~.optuna_glue.sweep_history`).
+        """
+        return None
+
+    def tune_scheduler(self) -> Any:
+        """The Ray Tune scheduler that carries this stopper's decisions into a study.
+
+        Returns:
+            A FIFO scheduler that asks :meth:`observe` after every reported round.
+        """
+        from .schedulers import RuleScheduler
+
+        return RuleScheduler(self)
+
+
+# -- the selection-rule stop rule --------------------------------------------------------------
 @dataclass(frozen=True)
 class StopRule:
     """Decisions on selection-rule curves (``curve[t-1]`` = objective after round t)."""
@@ -182,11 +236,21 @@ class Observed:
 
     @property
     def good(self) -> bool:
-        return self.outcome == "completed" and self.value is not None and math.isfinite(self.value)
+        return (
+            self.outcome == TrialOutcome.COMPLETED
+            and self.value is not None
+            and math.isfinite(self.value)
+        )
 
 
 class TheorySweep:
-    """Proposals of part 1 (module docstring), from the tags and outcomes seen so far."""
+    """The ``tradeoff`` strategy's γ = η sweep: its proposals from the trials seen so far.
+
+    Args:
+        space: The study's search space.
+        seed: The sampler's seed (the phase of the line's steps).
+        minimize: The objective is minimised.
+    """
 
     def __init__(self, space: SearchSpace, seed: int | None, minimize: bool = True) -> None:
         self.space, self.minimize = space, minimize
@@ -241,15 +305,15 @@ class TheorySweep:
 
     def _line_done(self, line: Sequence[Observed]) -> bool:
         """The line passed its best: a good trial, and the latest finished one is worse."""
-        finished = [o for o in line if o.outcome != "running"]
+        finished = [o for o in line if o.outcome != RUNNING]
         good = [o for o in finished if o.good]
         if not good or not finished:
             return False
         last = finished[-1]
-        if last.outcome == "stopped":
+        if last.outcome == TrialOutcome.STOPPED:
             return last.stop == WORSE
         best = min(good, key=self._key)
-        return last is not best and last.outcome == "completed"
+        return last is not best and last.outcome == TrialOutcome.COMPLETED
 
     def _key(self, o: Observed) -> float:
         return o.value if self.minimize else -o.value
@@ -275,20 +339,30 @@ class TheorySweep:
                 out.append((tag, self.point(s + ds, k, client)))
         if self.k is not None and k is None:
             k0 = int(self.base[LOCAL_STEPS])
-            for kk in sorted({min(int(self.k.high), k0 * K_FACTOR),
-                              max(int(self.k.low), k0 // K_FACTOR)}, reverse=True):  # fmt: skip
+            for kk in sorted(
+                {min(int(self.k.high), k0 * K_FACTOR), max(int(self.k.low), k0 // K_FACTOR)},
+                reverse=True,
+            ):
                 if kk != k0:
                     out.append((f"ke:{s:.4f}@{kk}", self.point(s, kk, client=False)))
                     out.append((f"k:{s:.4f}@{kk}", self.point(s, kk)))
         return out
 
 
-# -- the state the searcher and the scheduler share -----------------------------------------
+# -- selection-rule stopping against the incumbent (``tpe_guard``, ``tradeoff``) --------------
 @dataclass
-class TradeoffState:
-    """Curves, incumbent and sweep of one study invocation (driver side)."""
+class IncumbentStopper(Stopper):
+    """Stops a trial by :class:`StopRule` against the best completed trial (the incumbent).
 
-    sweep: TheorySweep | None  # None: no sweep (``tpe_guard``: the stop rule only)
+    With a :class:`TheorySweep` it also proposes the sweep's points ahead of the sampler's
+    (``tradeoff``); without one it only stops (``tpe_guard``).
+
+    Args:
+        sweep: The sweep that proposes points (None: the sampler picks every point).
+        rule: The stop rule.
+    """
+
+    sweep: TheorySweep | None
     rule: StopRule
     tags: dict[int, str] = field(default_factory=dict)  # trial number -> sweep tag
     curves: dict[int, list[float]] = field(default_factory=dict)  # number -> objective curve
@@ -299,17 +373,16 @@ class TradeoffState:
     def propose(self) -> tuple[str, dict[str, Any]] | None:
         if self.sweep is None:
             return None
-        seen = [self.finished.get(n, Observed(tag, "running")) for n, tag in self.tags.items()]
+        seen = [self.finished.get(n, Observed(tag, RUNNING)) for n, tag in self.tags.items()]
         return self.sweep.propose(seen)
 
-    def started(self, number: int, tag: str | None) -> None:
+    def started(self, number: int, tag: str | None = None) -> None:
         if tag:
             self.tags[number] = tag
 
-    def observe(self, number: int, rows: Sequence[float]) -> StopReason | None:
-        """Append this trial's new objective values; the stop decision (None: continue)."""
+    def observe(self, number: int, values: Sequence[float]) -> StopReason | None:
         curve = self.curves.setdefault(number, [])
-        curve.extend(rows)
+        curve.extend(values)
         if not curve or number in self.stops:
             return self.stops.get(number)
         incumbent = self.incumbent[1] if self.incumbent else None
@@ -333,46 +406,69 @@ class TradeoffState:
         if self.incumbent is None or relative_gap(value, self.incumbent[0], self.rule.minimize) < 0:
             self.incumbent = (value, list(self.curves.get(number, [])))
 
-    def seed_history(self, rows: Mapping[int, tuple[str | None, Observed | None]]) -> None:
-        """Trials of an earlier invocation (a resumed study): tags and outcomes, no curves."""
-        for number, (tag, observed) in rows.items():
+    def stop_reason(self, number: int) -> StopReason | None:
+        return self.stops.get(number)
+
+    def resume(self, history: Mapping[int, tuple[str | None, Observed | None]]) -> None:
+        """Take the sweep's tags and outcomes of an earlier invocation (no curves).
+
+        Args:
+            history: Trial number to its sweep tag and outcome.
+        """
+        for number, (tag, observed) in history.items():
             if tag:
                 self.tags[number] = tag
             if tag and observed is not None:
                 self.finished[number] = observed
 
 
-# -- successive halving / Hyperband over rounds ---------------------------------------------
-class PrunerStop:
-    """Stopping by an Optuna pruner over rounds (``hyperband``: Optuna's ``HyperbandPruner``;
-    Li et al., JMLR 18(185), 2018), fed the selection-rule value after every round.
+# -- an Optuna pruner over rounds (``hyperband``) --------------------------------------------
+class PrunerStopper(Stopper):
+    """Stops a trial when an Optuna pruner, fed the selection-rule value of every round, says so.
 
-    Successive halving compares trials *on the same round*: at a rung r_k = r_0·η^k a trial goes
-    on only if its value at round r_k is in the top 1/η of the values every trial of its bracket
-    had at round r_k. Hyperband runs several such brackets with different first rungs r_0, so a
-    configuration that starts slowly (a small γ, the one the trade-off favours in the end) is
-    also compared only late, in the bracket whose first rung is the last round.
+    The pruner decides on a private in-memory Optuna study, named like the study and with the
+    same trial numbers (so the Hyperband bracket of trial n is the one Optuna assigns to it):
+    the same decisions in a study and in the in-process benchmark.
 
-    The pruner decides on a private in-memory mirror of the study (named like the study, trial
-    numbers aligned, so the bracket of trial n is the one Optuna assigns to it): the same
-    decisions in ``run_study`` (driven by :class:`~.tradeoff_scheduler.TradeoffScheduler`) and
-    in the in-process benchmark. Same interface as :class:`TradeoffState` (``propose`` is None).
+    Args:
+        pruner: The pruner (Hyperband's: :meth:`hyperband`).
+        name: The study's name.
+        minimize: The objective is minimised.
     """
 
     def __init__(self, pruner: optuna.pruners.BasePruner, name: str, minimize: bool = True):
+        import optuna
+
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.mirror = optuna.create_study(
-            study_name=name, direction="minimize" if minimize else "maximize", pruner=pruner,
+            study_name=name,
+            direction="minimize" if minimize else "maximize",
+            pruner=pruner,
             sampler=optuna.samplers.RandomSampler(seed=0),
-        )  # fmt: skip
+        )
         self.trials: list[optuna.Trial] = []
         self.curves: dict[int, list[float]] = {}
         self.stops: dict[int, StopReason] = {}
         self.finished: dict[int, str] = {}
 
     @classmethod
-    def hyperband(cls, name: str, rounds: int, grace: int, factor: float, minimize: bool = True):
-        """First rung r_0 = clamp(T/9, 1, grace) (three brackets at factor 3), last rung T."""
+    def hyperband(
+        cls, name: str, rounds: int, grace: int, factor: float, minimize: bool = True
+    ) -> PrunerStopper:
+        """Optuna's ``HyperbandPruner`` over rounds.
+
+        Args:
+            name: The study's name.
+            rounds: Rounds of a complete trial (the last rung).
+            grace: The largest first rung (``scheduler.grace_rounds``).
+            factor: The reduction factor (``scheduler.reduction_factor``).
+            minimize: The objective is minimised.
+
+        Returns:
+            The stopper, with first rung clamp(rounds/9, 1, grace).
+        """
+        import optuna
+
         r0 = max(1, min(grace, rounds // 9))
         pruner = optuna.pruners.HyperbandPruner(
             min_resource=r0, max_resource=rounds, reduction_factor=max(2, int(factor))
@@ -384,19 +480,14 @@ class PrunerStop:
             self.trials.append(self.mirror.ask())
         return self.trials[number]
 
-    def propose(self) -> None:
-        """No proposals: the study's sampler picks every point."""
-        return None
-
     def started(self, number: int, tag: str | None = None) -> None:
         self._trial(number)
 
-    def observe(self, number: int, rows: Sequence[float]) -> StopReason | None:
-        """Append this trial's new objective values (one per round); RUNG once pruned."""
+    def observe(self, number: int, values: Sequence[float]) -> StopReason | None:
         if number in self.stops:
             return self.stops[number]
         trial, curve = self._trial(number), self.curves.setdefault(number, [])
-        for value in rows:
+        for value in values:
             curve.append(float(value))
             if math.isfinite(value):
                 trial.report(float(value), len(curve))
@@ -406,32 +497,50 @@ class PrunerStop:
         return None
 
     def complete(self, number: int, outcome: str, value: float | None) -> None:
+        import optuna
+
         if number in self.finished:
             return
         trial, state = self._trial(number), optuna.trial.TrialState
         self.finished[number] = outcome
-        if outcome == "completed" and value is not None and math.isfinite(value):
+        if outcome == TrialOutcome.COMPLETED and value is not None and math.isfinite(value):
             self.mirror.tell(trial, value)
-        else:
-            self.mirror.tell(trial, state=state.PRUNED if outcome == "stopped" else state.FAIL)
+        else:  # a diverged trial too: the mirror's sampler learns nothing from its value
+            stopped = outcome == TrialOutcome.STOPPED
+            self.mirror.tell(trial, state=state.PRUNED if stopped else state.FAIL)
+
+    def stop_reason(self, number: int) -> StopReason | None:
+        return self.stops.get(number)
 
 
-def stopper_for(spec: Any, space: SearchSpace, rounds: int) -> TradeoffState | PrunerStop | None:
-    """The stop rule a study's strategy runs in the driver (None: a Ray Tune scheduler's or
-    none): ``tradeoff`` → :class:`TradeoffState` (sweep + stop rule), ``tpe_guard`` → a
-    :class:`TradeoffState` without a sweep and with :meth:`StopRule.guard`, ``hyperband`` →
-    :class:`PrunerStop`."""
-    from .spec import Mode, Strategy
+# -- a Ray Tune scheduler (``asha``, ``median``, none) -----------------------------------------
+@dataclass(frozen=True)
+class TuneSchedulerStopper(Stopper):
+    """A Ray Tune scheduler as the study's stopper: it decides inside Tune, on the results.
 
-    minimize = spec.objective.directions[0] == Mode.MIN
-    if spec.strategy == Strategy.TRADEOFF:
-        return TradeoffState(
-            TheorySweep(space, spec.sampler.seed, minimize),
-            StopRule.for_study(rounds, spec.objective.last_rounds, minimize),
-        )
-    if spec.strategy == Strategy.TPE_GUARD:
-        return TradeoffState(None, StopRule.guard(rounds, spec.objective.last_rounds, minimize))
-    if spec.strategy == Strategy.HYPERBAND:
-        s = spec.scheduler
-        return PrunerStop.hyperband(spec.name, rounds, s.grace_rounds, s.reduction_factor, minimize)
-    return None
+    Args:
+        scheduler: ``asha``, ``median`` or ``none`` (a ``SchedulerName``).
+        rounds: Rounds of a complete trial (ASHA's ``max_t``).
+        grace: Rounds before the first stop (``scheduler.grace_rounds``).
+        factor: ASHA's reduction factor (``scheduler.reduction_factor``).
+        mode: ``min`` or ``max``.
+    """
+
+    scheduler: str
+    rounds: int
+    grace: int
+    factor: float
+    mode: str = "min"
+
+    def observe(self, number: int, values: Sequence[float]) -> StopReason | None:
+        return None  # the Tune scheduler decides on the reported results
+
+    def tune_scheduler(self) -> Any:
+        """The Ray Tune scheduler itself.
+
+        Returns:
+            ASHA, the median stopping rule, or a FIFO scheduler (none).
+        """
+        from .schedulers import ray_scheduler
+
+        return ray_scheduler(self.scheduler, self.rounds, self.grace, self.factor, self.mode)

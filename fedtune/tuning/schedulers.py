@@ -1,0 +1,76 @@
+"""The Ray Tune schedulers a study's :class:`~.stop_rules.Stopper` hands to Tune.
+
+A stopper with its own rule runs under :class:`RuleScheduler`, a FIFO scheduler that asks it
+after every reported round; a Ray Tune scheduler (ASHA, the median stopping rule, none) is
+built by :func:`ray_scheduler` and decides by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    MedianStoppingRule,
+    TrialScheduler,
+)
+
+from .stop_rules import Stopper
+from .trainable import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
+
+__all__ = ["RuleScheduler", "ray_scheduler"]
+
+
+class RuleScheduler(FIFOScheduler):
+    """Stops a trial when its study's stopper says so.
+
+    Each report carries the rounds since the previous one (``HISTORY``) with the running
+    selection-rule value under ``OBJECTIVE``; every new round's value goes to the stopper
+    (rounds already seen are skipped: a function trainable's final result can be delivered
+    twice).
+
+    Args:
+        stopper: The study's stopper.
+    """
+
+    def __init__(self, stopper: Stopper) -> None:
+        super().__init__()
+        self.stopper = stopper
+        self._seen: dict[int, int] = {}
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        number = int(trial.config[TRIAL_KEY])
+        last = self._seen.get(number, 0)
+        values = []
+        for row in result.get(HISTORY, ()):
+            if row[ROUND] <= last or row.get(OBJECTIVE) is None:
+                continue
+            values.append(float(row[OBJECTIVE]))
+            last = int(row[ROUND])
+        self._seen[number] = last
+        if not values:
+            return TrialScheduler.CONTINUE
+        reason = self.stopper.observe(number, values)
+        return TrialScheduler.STOP if reason else TrialScheduler.CONTINUE
+
+
+def ray_scheduler(name: str, rounds: int, grace: int, factor: float, mode: str) -> Any:
+    """A Ray Tune scheduler over rounds, on the running selection-rule value.
+
+    Args:
+        name: ``asha``, ``median`` or ``none``.
+        rounds: Rounds of a complete trial (ASHA's ``max_t``).
+        grace: Rounds before the first stop.
+        factor: ASHA's reduction factor.
+        mode: ``min`` or ``max``.
+
+    Returns:
+        ``ASHAScheduler``, ``MedianStoppingRule`` or (none) ``FIFOScheduler``.
+    """
+    common = {"time_attr": ROUND, "metric": OBJECTIVE, "mode": mode, "grace_period": grace}
+    if name == "asha":
+        return ASHAScheduler(max_t=rounds, reduction_factor=factor, **common)
+    if name == "median":
+        return MedianStoppingRule(min_samples_required=3, **common)
+    return FIFOScheduler()
