@@ -1,20 +1,26 @@
-"""Credentials out of what fedtune records (issue 20 req. 2, issue 24 item 6).
+"""Credentials out of what fedtune records.
 
 :func:`strip_credentials` removes the user, password, query and fragment of a URI
 (``https://user:secret@mlflow:5000/x?token=t`` → ``https://mlflow:5000/x``) and leaves anything
 that is not a URI alone; :func:`scrub` applies it to every string of a nested spec. MLflow's
 params and the ``spec.yaml`` artifact of a study go through it, so a tracking URI with
-credentials in a spec never reaches MLflow. Pure Python: the SDK may use it too.
+credentials in a spec never reaches MLflow. :func:`scrub_text` masks the credentials of every
+URI inside free text (an error message, a log line, a traceback). Pure Python: the SDK may use
+it too.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["bare_uri", "scrub", "strip_credentials"]
+__all__ = ["bare_uri", "scrub", "scrub_text", "strip_credentials"]
 
 _UNPARSED = "<a URI that could not be parsed>"
+
+#: ``scheme://user[:password]@`` inside text: the scheme, then the userinfo up to its ``@``
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@]+@")
 
 
 def bare_uri(uri: str) -> str | None:
@@ -40,6 +46,20 @@ def strip_credentials(value: str) -> str:
     if parts.username is None and parts.password is None and not parts.query:
         return value
     return bare_uri(value) or _UNPARSED
+
+
+def scrub_text(text: str) -> str:
+    """Mask the user and password of every ``scheme://user:password@host`` inside free text.
+
+    Args:
+        text: Any text: an error message, a log line, a traceback.
+
+    Returns:
+        ``text`` with each URI's userinfo replaced by ``***``
+        (``http://u:pw@host/x`` → ``http://***@host/x``); an address without a scheme
+        (``a@b.com``) is left alone.
+    """
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def scrub(data: Any) -> Any:

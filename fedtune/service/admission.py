@@ -1,5 +1,5 @@
-"""Which queued studies start now: project quotas, weighted fair share, priorities (issue 20
-req. 3, the ``local`` and ``ray`` backends; on ``kubernetes`` Kueue would decide).
+"""Which queued studies start now: project quotas, weighted fair share, priorities (the
+``local`` and ``ray`` backends; on ``kubernetes`` Kueue would decide).
 
 A study *reserves*, from its dispatch until it ends, ``max_concurrent × resources.gpu`` GPUs
 and ``max_concurrent`` concurrent trials (:func:`.project_usage.reservation`), and counts as one
@@ -84,8 +84,13 @@ class Decision:
     waiting: dict[str, str] = field(default_factory=dict)
 
 
-def plan(candidates: Sequence[Candidate], loads: Iterable[ProjectLoad], slots: int,
-         cluster_gpus: float | None = None, cluster_used: float = 0.0) -> Decision:  # fmt: skip
+def plan(
+    candidates: Sequence[Candidate],
+    loads: Iterable[ProjectLoad],
+    slots: int,
+    cluster_gpus: float | None = None,
+    cluster_used: float = 0.0,
+) -> Decision:
     """Admit up to ``slots`` of ``candidates`` (see the module docstring)."""
     by_project = {p.name: p for p in loads}
     queues: dict[str, list[Candidate]] = {}
@@ -100,7 +105,11 @@ def plan(candidates: Sequence[Candidate], loads: Iterable[ProjectLoad], slots: i
                 continue
             load, head = by_project[name], queue[0]
             reason = load.refusal(head)
-            if reason is None and cluster_gpus is not None and used + head.gpus > cluster_gpus + 1e-9:
+            if (
+                reason is None
+                and cluster_gpus is not None
+                and used + head.gpus > cluster_gpus + 1e-9
+            ):
                 reason = f"waiting for cluster capacity: {used:g}/{cluster_gpus:g} GPUs"
             if reason is None:
                 ready.append((load.share(), name, head))
@@ -129,8 +138,11 @@ def _behind(queue: list[Candidate], c: Candidate, decision: Decision) -> str:
     return "waiting for a free study slot (FEDTUNE_MAX_CONCURRENT_STUDIES)"
 
 
-def gpu_seconds(spans: Iterable[tuple[float, dt.datetime | None, dt.datetime | None]],
-                now: dt.datetime, window_s: float) -> float:  # fmt: skip
+def gpu_seconds(
+    spans: Iterable[tuple[float, dt.datetime | None, dt.datetime | None]],
+    now: dt.datetime,
+    window_s: float,
+) -> float:
     """GPU-seconds of ``(gpus, started_at, finished_at)`` spans within ``[now - window, now]``
     (a study reserving no GPU counts as one, see the module docstring). The times are aware,
     as the database's ``UTCDateTime`` columns hand them back."""
@@ -145,8 +157,13 @@ def gpu_seconds(spans: Iterable[tuple[float, dt.datetime | None, dt.datetime | N
     return total
 
 
-def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any,
-                  cluster_gpus: float | None = None) -> Decision:  # fmt: skip
+def plan_dispatch(
+    session: Any,
+    queued: Sequence[Any],
+    slots: int,
+    settings: Any,
+    cluster_gpus: float | None = None,
+) -> Decision:
     """:func:`plan` over the database's state: ``queued`` study rows, every project's quotas,
     the running studies' reservations and the window's GPU-seconds. The cluster's GPUs are
     ``settings.cluster_gpus`` when set, else ``cluster_gpus`` (what the backend reports)."""
@@ -161,11 +178,15 @@ def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any
     # with Kueue the cluster's queues decide quotas (ClusterQueue); fedtune only shares fairly
     kueue = bool(settings.k8s_kueue) and str(settings.backend) == "kubernetes"
     loads = {
-        p.name: ProjectLoad(p.name, None if kueue else p.quota_gpus,
-                            None if kueue else p.quota_trials,
-                            None if kueue else p.quota_studies, p.weight or 1.0)
+        p.name: ProjectLoad(
+            p.name,
+            None if kueue else p.quota_gpus,
+            None if kueue else p.quota_trials,
+            None if kueue else p.quota_studies,
+            p.weight or 1.0,
+        )
         for p in session.scalars(select(Project))
-    }  # fmt: skip
+    }
     since = now - dt.timedelta(seconds=window)
     # running studies and those finished within the window: two index ranges (state,
     # finished_at), whatever the number of older finished studies; a re-queued study (started,
@@ -189,9 +210,14 @@ def plan_dispatch(session: Any, queued: Sequence[Any], slots: int, settings: Any
             ended = None
         load.gpu_seconds += gpu_seconds([(gpus, began, ended)], now, window)
     candidates = [
-        Candidate(s.id, s.project or DEFAULT_PROJECT, int(s.priority or 0), s.created_at,
-                  *reservation(s.spec or {}))
+        Candidate(
+            s.id,
+            s.project or DEFAULT_PROJECT,
+            int(s.priority or 0),
+            s.created_at,
+            *reservation(s.spec or {}),
+        )
         for s in queued
-    ]  # fmt: skip
+    ]
     capacity = settings.cluster_gpus if settings.cluster_gpus is not None else cluster_gpus
     return plan(candidates, loads.values(), slots, capacity, used)

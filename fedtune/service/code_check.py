@@ -31,9 +31,16 @@ from fedtune.errors import ConfigError
 __all__ = ["CheckedCode", "check_in_subprocess", "main"]
 
 #: variables of the service the child must not see (it runs code the service does not trust)
-_PRIVATE = ("FEDTUNE_API_TOKEN", "FEDTUNE_DATABASE_URL", "FEDTUNE_CODE_URL_KEY", "RAY_AUTH_TOKEN",
-            "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD", "AWS_SECRET_ACCESS_KEY",
-            "PGPASSWORD")  # fmt: skip
+_PRIVATE = (
+    "FEDTUNE_API_TOKEN",
+    "FEDTUNE_DATABASE_URL",
+    "FEDTUNE_CODE_URL_KEY",
+    "RAY_AUTH_TOKEN",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_TRACKING_PASSWORD",
+    "AWS_SECRET_ACCESS_KEY",
+    "PGPASSWORD",
+)
 
 
 def _code_error(field: str, reason: str, location: str | None = None) -> ConfigError:
@@ -48,8 +55,9 @@ class CheckedCode(dict):
     """What the child accepted: ``document`` (normalised spec) and the summary fields."""
 
 
-def check_in_subprocess(spec: Mapping[str, Any], package: bytes, *, timeout_s: float,
-                        scratch: Path) -> CheckedCode:  # fmt: skip
+def check_in_subprocess(
+    spec: Mapping[str, Any], package: bytes, *, timeout_s: float, scratch: Path
+) -> CheckedCode:
     """Extract ``package``, validate ``spec`` against it in a child process; raise the
     child's error (``CodeError``/``ConfigError``) or return what it accepted."""
     from fedtune.code_package import extract
@@ -63,8 +71,15 @@ def check_in_subprocess(spec: Mapping[str, Any], package: bytes, *, timeout_s: f
         env.setdefault("OMP_NUM_THREADS", "1")
         argv = [sys.executable, "-P", "-m", "fedtune.service.code_check", str(request), str(result)]
         try:
-            proc = subprocess.run(argv, env=env, cwd=tmp, stdin=subprocess.DEVNULL,
-                                  capture_output=True, timeout=timeout_s, check=False)  # fmt: skip
+            proc = subprocess.run(
+                argv,
+                env=env,
+                cwd=tmp,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout_s,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise _code_error(
                 "code.modules", f"importing and checking the code took longer than {timeout_s:g} s"
@@ -122,7 +137,7 @@ def _check_task_registered(name: str, modules: list[str]) -> None:
 
 
 def _build_once(data: dict[str, Any]) -> None:
-    """The task and model built once, as a trial would (issue 24 item 4): a builder that
+    """The task and model built once, as a trial would: a builder that
     raises is a 422 at submission, not a study whose every trial fails."""
     try:
         from fedtune.tuning.preflight import preflight
@@ -167,11 +182,19 @@ def main(argv: list[str] | None = None) -> int:
         answer = _check(request["spec"], root)
     except ConfigError as exc:
         reason = getattr(exc, "bare_reason", exc.reason)
-        answer = {"ok": False, "field": exc.field, "reason": reason,
-                  "location": getattr(exc, "location", None) or _location(exc, root)}  # fmt: skip
+        answer = {
+            "ok": False,
+            "field": exc.field,
+            "reason": reason,
+            "location": getattr(exc, "location", None) or _location(exc, root),
+        }
     except BaseException as exc:  # anything user code raises outside load_code's net
-        answer = {"ok": False, "field": "code", "reason": f"{type(exc).__name__}: {exc}",
-                  "location": _location(exc, root)}  # fmt: skip
+        answer = {
+            "ok": False,
+            "field": "code",
+            "reason": f"{type(exc).__name__}: {exc}",
+            "location": _location(exc, root),
+        }
     if not answer["ok"]:
         answer["reason"] = _relative(str(answer["reason"]), root)
         answer["location"] = _relative(answer["location"], root)

@@ -56,7 +56,7 @@ def upload_code(ctx: Any, data: bytes, project: str = DEFAULT_PROJECT) -> CodeOu
     """Store a code package (content-addressed) for ``project``; ``created`` is False for code
     that project uploaded before. The bytes are stored once whoever uploads them, but a package
     belongs to the projects that uploaded it: another project's study cannot name it by its
-    digest (issue 20 req. 2) — it uploads it too (``created`` True for it, nothing is copied)."""
+    digest — it uploads it too (``created`` True for it, nothing is copied)."""
     _enabled(ctx)
     check_package(data, max_bytes=ctx.settings.max_code_bytes, field="code")
     digest = sha256_of(data)
@@ -95,8 +95,9 @@ def code_reference(code: Any) -> tuple[str, list[Any]]:
     return digest, modules
 
 
-def accept_code_study(ctx: Any, body: Mapping[str, Any],
-                      project: str = DEFAULT_PROJECT) -> tuple[AcceptedSpec, str]:  # fmt: skip
+def accept_code_study(
+    ctx: Any, body: Mapping[str, Any], project: str = DEFAULT_PROJECT
+) -> tuple[AcceptedSpec, str]:
     """Validate a spec with uploaded code in a subprocess; ``(accepted, sha256)``. The package
     must have been uploaded for the study's ``project`` (else it is unknown, as no package)."""
     _enabled(ctx)
@@ -111,9 +112,11 @@ def accept_code_study(ctx: Any, body: Mapping[str, Any],
         )
     spec = {**body, "code": {"modules": modules}}
     checked = check_in_subprocess(
-        spec, package, timeout_s=ctx.settings.code_check_timeout_s,
+        spec,
+        package,
+        timeout_s=ctx.settings.code_check_timeout_s,
         scratch=Path(ctx.settings.workdir).resolve() / "tmp",
-    )  # fmt: skip
+    )
     return AcceptedSpec(**checked["summary"], document=checked["document"]), digest
 
 

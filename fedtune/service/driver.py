@@ -1,6 +1,11 @@
 """The study driver: what ``fedtune worker run-study ID`` runs, wherever the backend put it.
 
-0. check that ``FEDTUNE_WORKDIR`` is writable (a read-only root file system without a mounted
+0. read the settings from the environment, where ``FEDTUNE_DATABASE_URL`` must be set
+   (:func:`load_driver_settings`: every backend passes it; a driver on a cluster whose
+   processes lack it must not fall back to a SQLite file in its working directory that no
+   service reads): if not, exit 2 with one line naming the variable — the backend reads that
+   line and, exit status 2 being permanent, fails the study without another attempt;
+   then check that ``FEDTUNE_WORKDIR`` is writable (a read-only root file system without a mounted
    workdir): if not, record that one line as the study's error (when the study is ours to run),
    and exit 2 with it;
 1. load the study from the service database; exit 0 at once unless it is ``running`` and this is
@@ -28,8 +33,8 @@
    2^(attempt−1)`` seconds while ``attempt < FEDTUNE_MAX_DISPATCH_ATTEMPTS`` (the scheduler
    re-dispatches it and it resumes), else fails it; a permanent one fails it at once.
 
-Exit codes: 0 done (or nothing to do), 1 the study failed, 2 misconfigured (an unwritable
-workdir), 69 a transient error: the study was re-queued, 75 another driver holds the study's
+Exit codes: 0 done (or nothing to do), 1 the study failed, 2 misconfigured (no
+``FEDTUNE_DATABASE_URL``, an unwritable workdir), 69 a transient error: the study was re-queued, 75 another driver holds the study's
 lock, 143 stopped.
 """
 
@@ -58,12 +63,19 @@ from .optuna_sync import OptunaView
 from .paths import check_workdir, study_tracking_uri, study_workdir
 from .reconcile import recover_study
 from .repository import Repository
-from .settings import Settings
+from .settings import Settings, load_settings
 from .specs import load_spec
 from .states import StudyState
 from .study_code import with_study_code
 
-__all__ = ["EXIT_LOCKED", "EXIT_REQUEUED", "EXIT_STOPPED", "Heartbeat", "run_driver"]
+__all__ = [
+    "EXIT_LOCKED",
+    "EXIT_REQUEUED",
+    "EXIT_STOPPED",
+    "Heartbeat",
+    "load_driver_settings",
+    "run_driver",
+]
 
 log = logging.getLogger(__name__)
 EXIT_REQUEUED, EXIT_LOCKED, EXIT_STOPPED = 69, 75, 143
@@ -72,8 +84,9 @@ EXIT_REQUEUED, EXIT_LOCKED, EXIT_STOPPED = 69, 75, 143
 class Heartbeat(threading.Thread):
     """Stamp ``heartbeat_at``; call ``on_lost`` once the study is no longer ours to run."""
 
-    def __init__(self, db: Database, study_id: str, attempt: int, every_s: float,
-                 on_lost: Callable[[], None]) -> None:  # fmt: skip
+    def __init__(
+        self, db: Database, study_id: str, attempt: int, every_s: float, on_lost: Callable[[], None]
+    ) -> None:
         super().__init__(name="fedtune-heartbeat", daemon=True)
         self.db, self.study_id, self.attempt, self.every_s = db, study_id, attempt, every_s
         self.on_lost = on_lost
@@ -128,6 +141,26 @@ class _StopOnce:
         raise KeyboardInterrupt
 
 
+def load_driver_settings() -> Settings:
+    """The driver's settings, from its environment.
+
+    Returns:
+        The settings, as the service's.
+
+    Raises:
+        ConfigError: ``FEDTUNE_DATABASE_URL`` is not set (the service's own default, a SQLite
+            file in the working directory, is no database a driver may write: on a cluster no
+            service reads it), or a setting is invalid.
+    """
+    if not os.environ.get("FEDTUNE_DATABASE_URL", "").strip():
+        raise ConfigError(
+            "FEDTUNE_DATABASE_URL",
+            "not set in the driver's environment; give the cluster's processes the service "
+            "database's URL (the driver never falls back to a SQLite file)",
+        )
+    return load_settings()
+
+
 def _claim(
     db: Database, study_id: str, attempt: int | None
 ) -> tuple[dict[str, Any], int, str | None] | None:
@@ -149,8 +182,13 @@ def _restart_if_storage_lost(db: Database, study_id: str, view: OptunaView) -> N
     with db.session() as session:
         dropped = Repository(session).delete_trials(study_id)
     if dropped:
-        log.warning("study %s: Optuna storage %s missing; %d recorded trial(s) dropped, "
-                    "the study starts over", study_id, view.path, dropped)  # fmt: skip
+        log.warning(
+            "study %s: Optuna storage %s missing; %d recorded trial(s) dropped, "
+            "the study starts over",
+            study_id,
+            view.path,
+            dropped,
+        )
 
 
 def _finish(db: Database, study_id: str, state: StudyState, **values: Any) -> None:
@@ -177,7 +215,7 @@ def run_driver(
     db = Database(settings.database_url)
     # The driver alone writes the service database; the Ray processes it starts (an embedded
     # cluster's raylet, agents and trial workers) inherit its environment: keep the database's
-    # credentials out of it (issue 24 item 12; the engine reads the URL from ``settings``).
+    # credentials out of it (the engine reads the URL from ``settings``).
     os.environ.pop("FEDTUNE_DATABASE_URL", None)
     try:
         try:
@@ -217,8 +255,9 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
     uri = study_tracking_uri(settings, study_id)
     mlflow_ids = _MlflowIds(db, study_id, view, uri)
     sink = DbSink(TrialRecorder(db, study_id), run_id_of=mlflow_ids.trial_run)
-    heartbeat = Heartbeat(db, study_id, attempts, settings.heartbeat_s,
-                          lambda: os.kill(os.getpid(), signal.SIGINT))  # fmt: skip
+    heartbeat = Heartbeat(
+        db, study_id, attempts, settings.heartbeat_s, lambda: os.kill(os.getpid(), signal.SIGINT)
+    )
     stop = _StopOnce()
     previous = signal.signal(signal.SIGTERM, stop)
     # SIGINT must raise KeyboardInterrupt even when the driver was started with it ignored
@@ -229,8 +268,13 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
     heartbeat.start()
     try:
         try:
-            result = run_study(spec, workdir, tracking_uri=uri,
-                               ray_address=os.environ.get("RAY_ADDRESS") or None, sinks=[sink])  # fmt: skip
+            result = run_study(
+                spec,
+                workdir,
+                tracking_uri=uri,
+                ray_address=os.environ.get("RAY_ADDRESS") or None,
+                sinks=[sink],
+            )
         finally:
             heartbeat.stop()  # before any final write, and before the handlers are restored
     except KeyboardInterrupt:
@@ -268,19 +312,32 @@ def _record_end(db: Database, study_id: str, view: OptunaView, result: Any) -> i
     best = result.best or {}
     if result.failure:  # no best configuration (all diverged, failed, stopped): failed, why
         reason = result.failure
-        _finish(db, study_id, StudyState.FAILED, error=reason[:2000],
-                mlflow_experiment_id=result.experiment_id, mlflow_run_id=result.parent_run_id)  # fmt: skip
+        _finish(
+            db,
+            study_id,
+            StudyState.FAILED,
+            error=reason[:2000],
+            mlflow_experiment_id=result.experiment_id,
+            mlflow_run_id=result.parent_run_id,
+        )
         log.error("study %s failed: %s", study_id, reason)
         return 1
-    _finish(db, study_id, StudyState.SUCCEEDED, error=None,
-            best_trial=best.get("number"), best_value=_finite(best.get("value")),
-            mlflow_experiment_id=result.experiment_id, mlflow_run_id=result.parent_run_id)  # fmt: skip
+    _finish(
+        db,
+        study_id,
+        StudyState.SUCCEEDED,
+        error=None,
+        best_trial=best.get("number"),
+        best_value=_finite(best.get("value")),
+        mlflow_experiment_id=result.experiment_id,
+        mlflow_run_id=result.parent_run_id,
+    )
     log.info("study %s succeeded (%d trials)", study_id, result.finished)
     return 0
 
 
 def _drop_queue_if_cancelled(db: Database, study_id: str, view: OptunaView) -> None:
-    """A cancelled study leaves no WAITING trial in its Optuna storage (issue 15 item 4)."""
+    """A cancelled study leaves no WAITING trial in its Optuna storage."""
     with db.session(readonly=True) as session:
         cancelled = Repository(session).require_study(study_id).state == StudyState.CANCELLED
     if cancelled and (dropped := view.discard_waiting()):
@@ -294,8 +351,9 @@ def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:
     if is_database_outage(exc):
         if not _wait_for_database(db, study_id, settings, sleep):
             return EXIT_STOPPED
-        recovery = recover_study(db, study_id, attempt, reason, settings.max_dispatch_attempts,
-                                 counts=False)  # fmt: skip
+        recovery = recover_study(
+            db, study_id, attempt, reason, settings.max_dispatch_attempts, counts=False
+        )
         return EXIT_REQUEUED if recovery.action == "requeued" else 1
     if attempt < settings.max_dispatch_attempts:
         delay = retry_delay_s(settings.retry_backoff_s, attempt)
@@ -323,8 +381,9 @@ def _wait_for_database(db, study_id, settings, sleep, limit_s: float = OUTAGE_WA
         except DatabaseUnavailableError:
             if waited >= limit_s:
                 raise
-            log.warning("study %s: the service database is unavailable; waiting %.0f s",
-                        study_id, delay)  # fmt: skip
+            log.warning(
+                "study %s: the service database is unavailable; waiting %.0f s", study_id, delay
+            )
         try:
             sleep(delay)
         except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""Users, projects, memberships and per-user API tokens (issue 20, requirement 1).
+"""Users, projects, memberships and per-user API tokens.
 
 The team's tables of revision 0004 (``users``, ``projects``, ``memberships``, ``api_tokens``),
 used by the admin commands (``fedtune users …``, ``fedtune projects …``), the admin routes and
@@ -22,9 +22,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
+import math
 import re
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -35,6 +37,7 @@ from .access import Principal
 from .models import ApiToken, Membership, Project, User, utcnow
 
 __all__ = [
+    "QUOTA_FIELDS",
     "ROLES",
     "IssuedToken",
     "add_member",
@@ -52,6 +55,17 @@ __all__ = [
 
 ROLES = ("member", "viewer")
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: a project's settings: column -> (name in the API and the CLI, least, most). The bounds fit
+#: the columns (INTEGER: at most 2**31 - 1) and keep the fair-share division (usage / weight)
+#: finite; the API's schema and ``fedtune projects quota`` state and enforce the same.
+QUOTA_FIELDS: dict[str, tuple[str, float, float]] = {
+    "quota_gpus": ("gpus", 0, 100_000),
+    "quota_trials": ("trials", 0, 1_000_000),
+    "quota_studies": ("studies", 0, 1_000_000),
+    "weight": ("weight", 1e-3, 1e6),
+    "max_priority": ("max_priority", 0, 1000),
+}
+_INTEGER_FIELDS = ("quota_trials", "quota_studies", "max_priority")
 TOKEN = re.compile(r"^ftk_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 
 
@@ -120,15 +134,38 @@ def set_quota(session: Session, name: str, **values: float | int | None) -> Proj
     ``max_priority`` (only those given; a quota of ``None`` is unlimited)."""
     project = require_project(session, name)
     for key, value in values.items():
-        if key not in ("quota_gpus", "quota_trials", "quota_studies", "weight", "max_priority"):
-            raise InvalidRequestError(key, "unknown quota field")
-        if value is not None and (isinstance(value, bool) or value < 0):
-            raise InvalidRequestError(key, f"must be >= 0, got {value!r}")
-        if key == "weight" and value is not None and value <= 0:
-            raise InvalidRequestError(key, f"must be > 0, got {value!r}")
+        _check_quota(key, value)
         setattr(project, key, value)
     session.flush()
     return project
+
+
+def _check_quota(key: str, value: Any) -> None:
+    """Refuse a project setting outside :data:`QUOTA_FIELDS` (the error names the API field).
+
+    Args:
+        key: The column (``quota_gpus``, ``quota_trials``, ``quota_studies``, ``weight``,
+            ``max_priority``).
+        value: The new value; None (unlimited) only for the three quotas.
+
+    Returns:
+        None; raises InvalidRequestError naming the field.
+    """
+    if key not in QUOTA_FIELDS:
+        raise InvalidRequestError(key, "unknown quota field")
+    field, least, most = QUOTA_FIELDS[key]
+    if value is None:
+        if not key.startswith("quota_"):
+            raise InvalidRequestError(field, "may not be null")
+        return
+    integral = key in _INTEGER_FIELDS
+    kinds = (int,) if integral else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        raise InvalidRequestError(
+            field, f"must be {'an integer' if integral else 'a number'}, got {value!r}"
+        )
+    if not least <= value <= most:
+        raise InvalidRequestError(field, f"must be between {least:g} and {most:g}, got {value!r}")
 
 
 def create_user(session: Session, name: str, *, admin: bool = False) -> User:
@@ -159,8 +196,9 @@ def add_member(session: Session, user: str, project: str, role: str = "member") 
     return found
 
 
-def issue_token(session: Session, user: str, *, expires_at: dt.datetime | None = None,
-                label: str | None = None) -> IssuedToken:  # fmt: skip
+def issue_token(
+    session: Session, user: str, *, expires_at: dt.datetime | None = None, label: str | None = None
+) -> IssuedToken:
     """A new bearer token for ``user`` (its earlier tokens stay valid: rotation)."""
     row = session.get(User, user)
     if row is None or row.disabled_at is not None:
@@ -169,8 +207,15 @@ def issue_token(session: Session, user: str, *, expires_at: dt.datetime | None =
         expires_at = expires_at.replace(tzinfo=dt.UTC)
     token_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)  # 32 random bytes
-    session.add(ApiToken(id=token_id, user_name=user, token_hash=_digest(secret), label=label,
-                         expires_at=expires_at))  # fmt: skip
+    session.add(
+        ApiToken(
+            id=token_id,
+            user_name=user,
+            token_hash=_digest(secret),
+            label=label,
+            expires_at=expires_at,
+        )
+    )
     session.flush()
     return IssuedToken(token_id, user, f"ftk_{token_id}_{secret}", expires_at)
 
@@ -218,8 +263,10 @@ def list_users(session: Session) -> list[dict]:
 
 
 def principal_of(session: Session, user: User) -> Principal:
-    roles = {m.project: m.role for m in session.scalars(
-        select(Membership).where(Membership.user_name == user.name))}  # fmt: skip
+    roles = {
+        m.project: m.role
+        for m in session.scalars(select(Membership).where(Membership.user_name == user.name))
+    }
     return Principal(user.name, bool(user.is_admin), roles)
 
 

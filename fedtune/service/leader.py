@@ -1,4 +1,4 @@
-"""One scheduler per database, whatever the number of API replicas (issue 20 req. 4).
+"""One scheduler per database, whatever the number of API replicas.
 
 Every replica serves the API; exactly one runs the scheduler's tick — the *leader*:
 
@@ -39,8 +39,15 @@ from fedtune.errors import FedtuneError
 from .db import Database
 from .models import SchedulerLease, utcnow
 
-__all__ = ["LEASE", "DatabaseLease", "Fence", "Leadership", "ProcessLock", "fence_clause",
-           "make_leadership"]  # fmt: skip
+__all__ = [
+    "LEASE",
+    "DatabaseLease",
+    "Fence",
+    "Leadership",
+    "ProcessLock",
+    "fence_clause",
+    "make_leadership",
+]
 
 log = logging.getLogger(__name__)
 LEASE = "scheduler"
@@ -89,8 +96,11 @@ class DatabaseLease:
                 select(SchedulerLease).where(SchedulerLease.name == LEASE).with_for_update()
             ).first()
             if row is None:
-                session.add(SchedulerLease(name=LEASE, holder=self.holder, token=1,
-                                           expires_at=until, renewed_at=now))  # fmt: skip
+                session.add(
+                    SchedulerLease(
+                        name=LEASE, holder=self.holder, token=1, expires_at=until, renewed_at=now
+                    )
+                )
                 token = 1
             elif row.holder == self.holder and row.expires_at is not None and row.expires_at > now:
                 row.expires_at, row.renewed_at = until, now
@@ -108,9 +118,10 @@ class DatabaseLease:
         """Give the lease up at shutdown, so another replica takes over at once."""
         with contextlib.suppress(FedtuneError), self.db.session() as session:
             row = session.scalars(
-                select(SchedulerLease).where(SchedulerLease.name == LEASE,
-                                             SchedulerLease.holder == self.holder).with_for_update()
-            ).first()  # fmt: skip
+                select(SchedulerLease)
+                .where(SchedulerLease.name == LEASE, SchedulerLease.holder == self.holder)
+                .with_for_update()
+            ).first()
             if row is not None:
                 row.holder, row.expires_at = None, utcnow()
 
@@ -134,9 +145,12 @@ class ProcessLock:
         except BlockingIOError:
             fh.close()
             self.refused = True
-            log.error("scheduler not started: another process runs the scheduler of this SQLite "
-                      "database (%s); SQLite is single-process: use PostgreSQL for several "
-                      "replicas", self.path)  # fmt: skip
+            log.error(
+                "scheduler not started: another process runs the scheduler of this SQLite "
+                "database (%s); SQLite is single-process: use PostgreSQL for several "
+                "replicas",
+                self.path,
+            )
             return None
         self._fh = fh
         return Fence("process", 0)
@@ -163,7 +177,12 @@ def fence_clause(fence: Fence | None) -> ColumnElement[bool] | None:
     if fence is None or fence.token == 0:
         return None
     return exists(
-        select(SchedulerLease.name).where(and_(
-            SchedulerLease.name == LEASE, SchedulerLease.holder == fence.holder,
-            SchedulerLease.token == fence.token, SchedulerLease.expires_at > utcnow()))
-    )  # fmt: skip
+        select(SchedulerLease.name).where(
+            and_(
+                SchedulerLease.name == LEASE,
+                SchedulerLease.holder == fence.holder,
+                SchedulerLease.token == fence.token,
+                SchedulerLease.expires_at > utcnow(),
+            )
+        )
+    )

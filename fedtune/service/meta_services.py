@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import ServiceWarmingUpError, WorkdirUnwritableError
 from .repository import Repository
-from .schemas import AlgorithmOut, Readiness, SearchSpaceOut, TaskOut
+from .schemas import AlgorithmOut, BackendReadiness, Readiness, SearchSpaceOut, TaskOut
 from .services import ServiceContext
 from .states import StudyState
 
@@ -61,7 +61,12 @@ def readiness(ctx: ServiceContext) -> Readiness:
     """Raises ``DatabaseUnavailableError`` (503) unless the database answers,
     ``ServiceWarmingUpError`` (503) until the tuning stack is loaded (a submission is fast), and
     ``WorkdirUnwritableError`` (503) while the work directory cannot take a byte (full disk:
-    studies' stores, logs and code live there)."""
+    studies' stores, logs and code live there).
+
+    A backend that cannot launch studies (its credentials refused, its address unreachable:
+    ``backend_health``) does not make the replica unready — it still serves reads, submissions
+    and cancellations, and taking every replica out of its Service would hide the reason — so
+    the answer stays 200, with ``status: degraded`` and ``backend: {up: false, reason}``."""
     from .migrate import current_revision
 
     if ctx.warmup is not None and not ctx.warmup.done.is_set():
@@ -69,7 +74,25 @@ def readiness(ctx: ServiceContext) -> Readiness:
     check_writable(Path(ctx.settings.workdir))
     ctx.db.ping()
     revision = current_revision(ctx.db.engine)
-    return Readiness(status="ready", database=ctx.db.dialect, revision=revision)
+    backend = backend_readiness(ctx)
+    status = "degraded" if backend is not None and backend.up is False else "ready"
+    return Readiness(status=status, database=ctx.db.dialect, revision=revision, backend=backend)
+
+
+def backend_readiness(ctx: ServiceContext) -> BackendReadiness | None:
+    """The backend's state as the scheduler observed it, probed when that is stale.
+
+    Args:
+        ctx: the service context (its ``stopper`` is the scheduler, when one runs).
+
+    Returns:
+        Kind, up and reason; None without a scheduler (backend ``none``).
+    """
+    health = getattr(ctx.stopper, "health", None)
+    if health is None:
+        return None
+    state = health.current()
+    return BackendReadiness(kind=health.kind, up=state.up, reason=state.reason)
 
 
 def check_writable(workdir: Path) -> None:

@@ -7,7 +7,7 @@ line naming both revisions. On PostgreSQL an advisory lock in ``migrations/env.p
 concurrent upgrades.
 
 Production paths never call ``create_all``: the schema is whatever the revisions in
-``migrations/versions`` build (STYLE.md habit 12, "migrations are product").
+``migrations/versions`` build (docs/development/style.md habit 12, "migrations are product").
 """
 
 from __future__ import annotations

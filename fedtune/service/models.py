@@ -157,10 +157,14 @@ class Study(Base):
         Index("ix_studies_project_state_created_at_id", "project", "state", "created_at", "id"),
         Index("ix_studies_finished_at", "finished_at"),
         Index(
-            "ix_studies_driver_held", "backend", "updated_at", "id",
-            postgresql_where=text(_HELD), sqlite_where=text(_HELD),
+            "ix_studies_driver_held",
+            "backend",
+            "updated_at",
+            "id",
+            postgresql_where=text(_HELD),
+            sqlite_where=text(_HELD),
         ),
-    )  # fmt: skip
+    )
 
 
 class Trial(Base):

@@ -1,13 +1,14 @@
-"""Bearer JWTs from an OpenID Connect identity provider (Keycloak, Dex, Google): issue 20 req. 1.
+"""Bearer JWTs from an OpenID Connect identity provider (Keycloak, Dex, Google).
 
 With ``FEDTUNE_OIDC_ISSUER`` set, a bearer token that is a JWT is verified against the issuer's
 signing keys — its JWKS, found through ``<issuer>/.well-known/openid-configuration`` (or
 ``FEDTUNE_OIDC_JWKS_URL``), cached for :data:`KEYS_TTL_S` and fetched again, at most every
 :data:`REFETCH_MIN_S`, when a token names a key id the cache lacks (key rotation). The checks —
-signature (RS256/ES256 only: ``alg: none`` and HMAC are refused), ``exp`` and ``iat``,
+signature (RS256/ES256 only: ``alg: none`` and HMAC are refused), ``exp``, ``iat`` and ``nbf``,
 ``aud`` = ``FEDTUNE_OIDC_AUDIENCE``, ``iss`` = the issuer — are google-auth's
 (``google.auth.jwt.decode``, already a dependency through the Kubernetes client), with the JWKs
-turned into public keys by ``cryptography``: no hand-written crypto.
+turned into public keys by ``cryptography``: no hand-written crypto. google-auth does not check
+``nbf``, so :func:`_check_not_before` does, with the same clock skew as ``exp`` and ``iat``.
 
 Claims map to the caller: the user name from ``FEDTUNE_OIDC_USER_CLAIM`` (default
 ``preferred_username``, falling back to ``sub``), projects from the list claim
@@ -80,12 +81,14 @@ def _pem(jwk: dict[str, Any]) -> bytes | None:
     if jwk.get("kty") == "RSA":
         key = rsa.RSAPublicNumbers(_b64int(jwk["e"]), _b64int(jwk["n"])).public_key()
     elif jwk.get("kty") == "EC" and jwk.get("crv") == "P-256":
-        key = ec.EllipticCurvePublicNumbers(_b64int(jwk["x"]), _b64int(jwk["y"]),
-                                            ec.SECP256R1()).public_key()  # fmt: skip
+        key = ec.EllipticCurvePublicNumbers(
+            _b64int(jwk["x"]), _b64int(jwk["y"]), ec.SECP256R1()
+        ).public_key()
     else:
         return None
-    return key.public_bytes(serialization.Encoding.PEM,
-                            serialization.PublicFormat.SubjectPublicKeyInfo)  # fmt: skip
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 class OidcVerifier:
@@ -128,10 +131,15 @@ class OidcVerifier:
         self._refresh(force=kid not in self._keys)
         if kid not in self._keys:
             raise ValueError(f"unknown key id {kid!r}")
-        claims = jwt.decode(token, certs={kid: self._keys[kid]}, audience=self.config.audience,
-                            clock_skew_in_seconds=self.config.clock_skew_s)  # fmt: skip
+        claims = jwt.decode(
+            token,
+            certs={kid: self._keys[kid]},
+            audience=self.config.audience,
+            clock_skew_in_seconds=self.config.clock_skew_s,
+        )
         if str(claims.get("iss", "")).rstrip("/") != self.config.issuer:
             raise ValueError(f"issuer {claims.get('iss')!r} is not {self.config.issuer!r}")
+        _check_not_before(claims, self.config.clock_skew_s)
         return claims
 
     def principal(self, token: str) -> Principal | None:
@@ -150,12 +158,34 @@ class OidcVerifier:
         for group in groups:
             if not group.startswith(prefix) or group == self.config.admin_group:
                 continue
-            project, _, role = group[len(prefix):].partition(":")
+            project, _, role = group[len(prefix) :].partition(":")
             if role == "viewer":
                 roles.setdefault(project, "viewer")
             elif not role:
                 roles[project] = "member"
         return Principal(name, admin=self.config.admin_group in groups, roles=roles, via="oidc")
+
+
+def _check_not_before(claims: dict[str, Any], skew_s: float, now: float | None = None) -> None:
+    """Refuse a token used before its ``nbf`` (RFC 7519 section 4.1.5), allowing ``skew_s``.
+
+    google-auth checks ``exp`` and ``iat`` but not ``nbf``; the same clock skew applies here.
+
+    Args:
+        claims: The token's decoded claims.
+        skew_s: Seconds of clock difference tolerated, as for ``exp`` and ``iat``.
+        now: The current time (seconds since the epoch); the system clock when None.
+
+    Returns:
+        None; raises ValueError when ``nbf`` is not a number or lies ahead by more than the skew.
+    """
+    if "nbf" not in claims:
+        return
+    nbf = claims["nbf"]
+    if isinstance(nbf, bool) or not isinstance(nbf, (int, float)):
+        raise ValueError("nbf is not a NumericDate")
+    if (time.time() if now is None else now) + skew_s < nbf:
+        raise ValueError("token not yet valid (nbf)")
 
 
 def _get_json(url: str) -> dict[str, Any]:

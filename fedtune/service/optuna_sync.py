@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fedtune.outcomes import TrialOutcome, from_optuna_state, service_state
+
 from .db import Database
 from .repository import Repository
 from .states import TrialState
@@ -87,16 +89,12 @@ class OptunaView:
 
 
 def _state(t: Any) -> TrialState | None:
-    name = t.state
-    if name == "COMPLETE":
-        return TrialState.COMPLETED
-    if name == "PRUNED":
-        return TrialState.PRUNED
-    if name == "FAIL":
-        if t.outcome == "cancelled":  # queued, dropped by a cancel: never ran
-            return None
-        return TrialState.KILLED if t.outcome == "interrupted" else TrialState.FAILED
-    return None  # RUNNING / WAITING: not finished
+    if t.state not in ("COMPLETE", "PRUNED", "FAIL"):
+        return None  # RUNNING / WAITING: not finished
+    outcome = t.outcome or from_optuna_state(t.state)
+    if outcome == TrialOutcome.CANCELLED:  # queued, dropped by a cancel: never ran
+        return None
+    return service_state(outcome)
 
 
 def _curve_into(repo: Repository, study_id: str, t: Any) -> None:

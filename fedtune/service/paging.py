@@ -50,8 +50,12 @@ class ListQuery:
     order: Order = Order.DESC
 
     @classmethod
-    def of(cls, states: StudyState | Sequence[StudyState] | None, project: str | None,
-           order: Order | str = Order.DESC) -> ListQuery:  # fmt: skip
+    def of(
+        cls,
+        states: StudyState | Sequence[StudyState] | None,
+        project: str | None,
+        order: Order | str = Order.DESC,
+    ) -> ListQuery:
         if states is None:
             chosen: tuple[StudyState, ...] = ()
         elif isinstance(states, StudyState):
@@ -78,8 +82,12 @@ class Cursor:
 
 
 def encode_token(query: ListQuery, cursor: Cursor) -> str:
-    body = {"v": _VERSION, "t": cursor.created_at.isoformat(), "i": cursor.study_id,
-            "q": query.digest()}  # fmt: skip
+    body = {
+        "v": _VERSION,
+        "t": cursor.created_at.isoformat(),
+        "i": cursor.study_id,
+        "q": query.digest(),
+    }
     raw = json.dumps(body, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -93,11 +101,16 @@ def decode_token(token: str, query: ListQuery) -> Cursor:
         created = dt.datetime.fromisoformat(body["t"])
         study_id, digest, version = str(body["i"]), str(body["q"]), body["v"]
     except (binascii.Error, ValueError, TypeError, KeyError, UnicodeDecodeError):
-        raise InvalidRequestError(TOKEN_FIELD, "not a page token of this service; pass the "
-                                  "next_page_token of a previous page") from None  # fmt: skip
+        raise InvalidRequestError(
+            TOKEN_FIELD,
+            "not a page token of this service; pass the next_page_token of a previous page",
+        ) from None
     if version != _VERSION or created.tzinfo is None:
         raise InvalidRequestError(TOKEN_FIELD, "not a page token of this service")
     if digest != query.digest():
-        raise InvalidRequestError(TOKEN_FIELD, "this token belongs to a list with other filters "
-                                  "or another order: repeat the same state, project and order")  # fmt: skip
+        raise InvalidRequestError(
+            TOKEN_FIELD,
+            "this token belongs to a list with other filters "
+            "or another order: repeat the same state, project and order",
+        )
     return Cursor(created.astimezone(dt.UTC), study_id)

@@ -31,12 +31,16 @@ def project_usage(session: Session, project: str) -> dict[str, Any]:
     # only the project's live studies (index ranges of (project, state, ...)), never its history;
     # revision 0005 filled in every NULL project, so no coalesce() hides the index
     live = [StudyState.QUEUED, StudyState.RUNNING]
-    counts = dict(session.execute(
-        select(Study.state, func.count())
-        .where(Study.project == project, Study.state.in_(live))
-        .group_by(Study.state)).all())  # fmt: skip
-    running = session.scalars(select(Study.spec).where(Study.project == project,
-                                                       Study.state == StudyState.RUNNING))  # fmt: skip
+    counts = dict(
+        session.execute(
+            select(Study.state, func.count())
+            .where(Study.project == project, Study.state.in_(live))
+            .group_by(Study.state)
+        ).all()
+    )
+    running = session.scalars(
+        select(Study.spec).where(Study.project == project, Study.state == StudyState.RUNNING)
+    )
     gpus, trials = 0.0, 0
     for spec in running:
         g, t = reservation(spec or {})

@@ -7,7 +7,10 @@ it as a child), the study is *recovered*: its in-flight trials are marked ``kill
 goes back to ``queued``; the scheduler dispatches it again and ``run_study`` resumes from its
 Optuna storage — finished trials are kept, interrupted ones re-run under new trial numbers, so
 nothing is lost or counted twice. After ``FEDTUNE_MAX_DISPATCH_ATTEMPTS`` dispatches the study
-fails instead.
+fails instead — and at once when the driver's exit status is a permanent one
+(:func:`.faults.permanent_exit`: a configuration error, a command not found), since another
+dispatch would end the same way. The driver's own last error line (``Backend.exit_info``: the
+Ray job's log, the local driver's log, the RayJob's message) is part of the recorded reason.
 
 The reason recorded names how the driver ended and, where the backend knows it, why
 (``Backend.describe``: e.g. a RayJob's ``PreRunningDeadlineExceeded: ...``). A re-queued study's
@@ -27,8 +30,10 @@ from typing import Any
 
 from fedtune.errors import BackendError
 
-from .backends.base import Backend, DriverStatus
+from .backend_health import BackendHealth
+from .backends.base import Backend, DriverExit, DriverStatus
 from .db import Database
+from .faults import permanent_exit
 from .repository import Repository
 from .states import StudyState
 
@@ -45,30 +50,48 @@ class Recovery:
 
 
 def recover_study(
-    db: Database, study_id: str, attempts: int, reason: str, max_attempts: int,
-    *, counts: bool = True, fence: Any = None,
+    db: Database,
+    study_id: str,
+    attempts: int,
+    reason: str,
+    max_attempts: int,
+    *,
+    counts: bool = True,
+    fence: Any = None,
+    permanent: str | None = None,
 ) -> Recovery:
     """A running study whose driver is gone: re-queue it (resume) or fail it after the limit.
     With ``counts=False`` (a database outage: the service's fault, not the study's) it is
-    re-queued and the attempt is given back: the next dispatch runs attempt ``attempts`` again."""
+    re-queued and the attempt is given back: the next dispatch runs attempt ``attempts`` again.
+    With ``permanent`` (why another attempt would end the same way) it fails at once."""
     with db.session() as session:
         repo = Repository(session)
         if not counts:
             note = f"{reason}; re-dispatching (attempt {attempts} again: not counted)"
-            if not repo.transition(study_id, StudyState.QUEUED, expected=[StudyState.RUNNING],
-                                   error=note, attempts=max(0, attempts - 1), fence=fence):  # fmt: skip
+            if not repo.transition(
+                study_id,
+                StudyState.QUEUED,
+                expected=[StudyState.RUNNING],
+                error=note,
+                attempts=max(0, attempts - 1),
+                fence=fence,
+            ):
                 return Recovery(study_id, "skipped", "the study is no longer running")
             repo.kill_running_trials(study_id)
             log.warning("study %s requeued: %s", study_id, note)
             return Recovery(study_id, "requeued", note)
-        if attempts < max_attempts:
+        if permanent:
+            note = f"{reason}; not retried ({permanent})"
+            target, action = StudyState.FAILED, StudyState.FAILED.value
+        elif attempts < max_attempts:
             note = f"{reason}; re-dispatching (attempt {attempts + 1} of {max_attempts})"
             target, action = StudyState.QUEUED, "requeued"
         else:
             note = f"{reason}; gave up after {attempts} attempts"
-            target, action = StudyState.FAILED, "failed"
-        if not repo.transition(study_id, target, expected=[StudyState.RUNNING], error=note,
-                               fence=fence):  # fmt: skip
+            target, action = StudyState.FAILED, StudyState.FAILED.value
+        if not repo.transition(
+            study_id, target, expected=[StudyState.RUNNING], error=note, fence=fence
+        ):
             return Recovery(study_id, "skipped", "the study is no longer running")
         repo.kill_running_trials(study_id)
     log.warning("study %s %s: %s", study_id, action, note)
@@ -76,22 +99,33 @@ def recover_study(
 
 
 def reconcile_running(
-    db: Database, backend: Backend, max_attempts: int, fence: Any = None
+    db: Database,
+    backend: Backend,
+    max_attempts: int,
+    fence: Any = None,
+    health: BackendHealth | None = None,
 ) -> list[Recovery]:
     """Poll the driver of every running study and recover those whose driver is gone
-    (``fence``: the scheduler leader's, see ``leader.py``)."""
+    (``fence``: the scheduler leader's, see ``leader.py``; ``health``: told whether the backend
+    answered, so that a backend down is logged once, not once per study and tick)."""
     with db.session(readonly=True) as session:
         running = [
-            (s.id, s.backend, dict(s.driver_ref) if s.driver_ref else None, s.attempts,
-             s.queued_reason)
+            (
+                s.id,
+                s.backend,
+                dict(s.driver_ref) if s.driver_ref else None,
+                s.attempts,
+                s.queued_reason,
+            )
             for s in Repository(session).studies_in(StudyState.RUNNING)
-        ]  # fmt: skip
+        ]
     done = []
     for study_id, kind, ref, attempts, held in running:
         if kind != str(backend.kind):
             reason = f"was running on backend {kind!r}; this service uses {backend.kind!r}"
-            done.append(recover_study(db, study_id, max_attempts, reason, max_attempts,
-                                      fence=fence))  # fmt: skip
+            done.append(
+                recover_study(db, study_id, max_attempts, reason, max_attempts, fence=fence)
+            )
             continue
         if ref is None:
             reason = "dispatched but never launched"
@@ -100,22 +134,45 @@ def reconcile_running(
         try:
             status = backend.poll(ref)
         except BackendError as exc:
-            log.warning("study %s: cannot poll its driver (%s); will retry", study_id, exc)
+            if health is None or not health.failed(exc):
+                log.warning("study %s: cannot poll its driver (%s); will retry", study_id, exc)
             continue
+        if health is not None:
+            health.answered()
         if status.alive:  # a queue outside fedtune (Kueue) may hold it: say why, or no more
             reason = backend.waiting(ref) if status == DriverStatus.PENDING else None
             if reason != held:
                 with db.session() as session:
                     Repository(session).update_study(study_id, queued_reason=reason)
             continue
-        reason = f"driver {'exited' if status != DriverStatus.GONE else 'is gone'} ({status})"
+        end = _exit_info(backend, study_id, ref) if status == DriverStatus.FAILED else DriverExit()
+        code = f", exit code {end.code}" if end.code is not None else ""
+        reason = f"driver {'exited' if status != DriverStatus.GONE else 'is gone'} ({status}{code})"
         why = backend.describe(ref)
-        recovery = recover_study(db, study_id, attempts, f"{reason}: {why}" if why else reason,
-                                 max_attempts, fence=fence)  # fmt: skip
+        if end.last_line and end.last_line not in (why or ""):
+            why = f"{why}: {end.last_line}" if why else end.last_line
+        recovery = recover_study(
+            db,
+            study_id,
+            attempts,
+            f"{reason}: {why}" if why else reason,
+            max_attempts,
+            fence=fence,
+            permanent=permanent_exit(end.code),
+        )
         done.append(recovery)
         if recovery.action == "requeued" and status != DriverStatus.GONE:
             _stop_quietly(backend, study_id, ref)  # the next attempt replaces the reference
     return done
+
+
+def _exit_info(backend: Backend, study_id: str, ref: dict) -> DriverExit:
+    """``backend.exit_info(ref)``; nothing known when the backend cannot tell now."""
+    try:
+        return backend.exit_info(ref)
+    except BackendError as exc:
+        log.warning("study %s: how its driver ended is unknown (%s)", study_id, exc)
+        return DriverExit()
 
 
 def _stop_quietly(backend: Backend, study_id: str, ref: dict) -> None:

@@ -1,5 +1,4 @@
-"""URIs as the service may show them: no credentials, no local paths (issue 20 req. 2,
-issue 24 item 6).
+"""URIs as the service may show them: no credentials, no local paths.
 
 ``redact_uri`` keeps ``scheme://host[:port]/path`` and drops user, password, query and fragment
 (``https://user:secret@mlflow:5000/x?token=t`` → ``https://mlflow:5000/x``). A URI with no host —

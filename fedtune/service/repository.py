@@ -6,6 +6,7 @@ boundary); its methods never commit. State changes are compare-and-set updates
 cannot both win. Trial writes are keyed by (study, Optuna trial number) and rounds by
 (trial, round): a driver that resumes and reports a trial again updates it, never duplicates it.
 Non-finite floats are stored as NULL (JSON has no ∞/NaN; PostgreSQL rejects them in JSON).
+A study's ``error`` is stored through :func:`fedtune.redact.scrub_text`: no URI's password.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any
 
 from sqlalchemy import func, null, or_, select, tuple_, update
 from sqlalchemy.orm import Session, defer
+
+from fedtune.outcomes import TrialOutcome
+from fedtune.redact import scrub_text
 
 from .errors import IllegalStateChangeError, StudyNotFoundError, TrialNotFoundError
 from .leader import fence_clause
@@ -74,9 +78,15 @@ class Repository:
         return study
 
     def page_studies(
-        self, states: Sequence[StudyState] = (), projects: Sequence[str] | None = None, *,
-        after: tuple[dt.datetime, str] | None = None, ascending: bool = False,
-        limit: int = 50, offset: int = 0, summary: bool = False,
+        self,
+        states: Sequence[StudyState] = (),
+        projects: Sequence[str] | None = None,
+        *,
+        after: tuple[dt.datetime, str] | None = None,
+        ascending: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+        summary: bool = False,
     ) -> list[Study]:
         """Studies in one of ``states`` (empty: any) of one of ``projects`` (None: any), ordered
         by ``(created_at, id)`` (newest first unless ``ascending``), strictly after the keyset
@@ -160,6 +170,7 @@ class Repository:
         allowed = [s for s in (expected or StudyState) if can_transition(s, to)]
         if not allowed:
             raise IllegalStateChangeError(f"no state may move to {to}")
+        values = _scrub_error(values)
         now = utcnow()
         stamps: dict[str, Any] = {"updated_at": now}
         if to == StudyState.RUNNING:
@@ -183,14 +194,17 @@ class Repository:
     def set_queued_reason(self, study_id: str, reason: str | None) -> None:
         """Why a queued study waits (no state change, no ``updated_at`` bump)."""
         self.session.execute(
-            update(Study).where(Study.id == study_id, Study.state == StudyState.QUEUED)
-            .values(queued_reason=reason).execution_options(synchronize_session=False)
-        )  # fmt: skip
+            update(Study)
+            .where(Study.id == study_id, Study.state == StudyState.QUEUED)
+            .values(queued_reason=reason)
+            .execution_options(synchronize_session=False)
+        )
 
     def update_study(self, study_id: str, **values: Any) -> None:
         """Set columns other than ``state`` (heartbeat, MLflow ids, driver reference …)."""
         if "state" in values:
             raise ValueError("use transition() to change a study's state")
+        values = _scrub_error(values)
         statement = update(Study).where(Study.id == study_id).values(**values)
         self.session.execute(statement.execution_options(synchronize_session=False))
         self.session.expire_all()
@@ -257,7 +271,7 @@ class Repository:
         )
         trial.state = TrialState(state)
         trial.value = _finite(value)
-        trial.outcome = outcome
+        trial.outcome = None if outcome is None else str(outcome)  # a plain string, as stored
         trial.finished_at = utcnow()
         self.session.flush()
         return trial
@@ -302,12 +316,15 @@ class Repository:
         value = Trial.value.desc() if maximise else Trial.value.asc()
         query = (
             select(Trial)
-            .where(Trial.study_id == study_id, Trial.state == TrialState.COMPLETED,
-                   Trial.value.is_not(None),
-                   or_(Trial.outcome.is_(None), Trial.outcome != "diverged"))
+            .where(
+                Trial.study_id == study_id,
+                Trial.state == TrialState.COMPLETED,
+                Trial.value.is_not(None),
+                or_(Trial.outcome.is_(None), Trial.outcome != TrialOutcome.DIVERGED.value),
+            )
             .order_by(value, Trial.number)
             .limit(1)
-        )  # fmt: skip
+        )
         return self.session.scalars(query).first()
 
     def running_trials_total(self) -> int:
@@ -373,3 +390,17 @@ class Repository:
     def get_code_package(self, sha256: str) -> bytes | None:
         row = self.session.get(CodePackageRow, sha256)
         return None if row is None else bytes(row.data)
+
+
+def _scrub_error(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with :func:`fedtune.redact.scrub_text` on a study's ``error``, if any.
+
+    Args:
+        values: The columns to set.
+
+    Returns:
+        The same columns; ``error`` without any URI's user or password.
+    """
+    if isinstance(values.get("error"), str):
+        return {**values, "error": scrub_text(values["error"])}
+    return values

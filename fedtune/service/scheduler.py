@@ -18,6 +18,12 @@ study is cancelled):
    running, attempt + 1, recording what it reserves), then ``backend.launch``. A launch the backend refuses puts the study back in the queue
    without spending an attempt, and dispatching backs off (1 s doubling to 60 s).
 
+A backend that is unusable as a whole — its credentials refused, its address unreachable
+(:mod:`.backend_health`) — is one state of the service, not an error of each study: it is logged
+once when it changes, shown by ``/readyz`` and ``fedtune_backend_up``, and while it lasts no
+study is claimed: each tick (under the same backoff) probes the backend (``Backend.check``) and
+every queued study shows ``queued`` with the reason.
+
 One scheduler per database: with ``leadership`` (``leader.py``: a fenced lease on PostgreSQL, a
 lock file on SQLite) only the leader ticks, so several API replicas may share one database.
 """
@@ -36,6 +42,7 @@ from sqlalchemy import select
 from fedtune.errors import BackendError, FedtuneError
 
 from .admission import plan_dispatch
+from .backend_health import BackendHealth
 from .backends.base import Backend, LaunchRequest
 from .db import Database
 from .leader import Fence, Leadership
@@ -92,6 +99,8 @@ class Scheduler:
         self._not_before = 0.0
         self._tick_lock = threading.Lock()
         self._stopping: dict[str, float] = {}  # cancelled study -> deadline for its driver
+        #: whether the backend can be used at all (``/readyz``, ``fedtune_backend_up``)
+        self.health = BackendHealth(backend)
 
     # ---------------------------------------------------------------- thread
 
@@ -143,7 +152,11 @@ class Scheduler:
             self.backend.tidy()
             report.stopped = self._process_stops()
             report.recovered = reconcile_running(
-                self.db, self.backend, self.settings.max_dispatch_attempts, self.fence
+                self.db,
+                self.backend,
+                self.settings.max_dispatch_attempts,
+                self.fence,
+                health=self.health,
             )
             report.released = release_finished(self.db, self.backend)
             if self._clock() >= self._not_before:
@@ -207,7 +220,7 @@ class Scheduler:
                     log.warning("study %s: marking MLflow runs KILLED failed: %s", study_id, exc)
 
     def _drop_queue(self, study_id: str, name: str, driver_gone: bool = False) -> None:
-        """No WAITING trial of a cancelled study stays in its Optuna storage (issue 15 item 4),
+        """No WAITING trial of a cancelled study stays in its Optuna storage,
         nor, once its driver is gone, a RUNNING one (the driver was killed before its clean-up)."""
         view = OptunaView(study_workdir(self.settings, study_id), name)
         if not view.exists():
@@ -218,6 +231,8 @@ class Scheduler:
             log.warning("study %s: dropping queued Optuna trials failed: %s", study_id, exc)
 
     def _dispatch(self) -> list[str]:
+        if self.health.state.up is not True and not self._backend_usable():
+            return []
         # the cluster's GPUs as the backend reports them (Ray: its nodes' totals, read at most
         # every 30 s), unless the settings fix them; asked outside the database session
         capacity = None if self.settings.cluster_gpus is not None else self._capacity()
@@ -230,15 +245,22 @@ class Scheduler:
                 return []
             queues = dict(session.execute(select(Project.name, Project.queue_name)).all())
             details = {
-                s.id: (s.attempts, {**_request_fields(s.spec), "code_sha256": s.code_sha256,
-                                    "project": s.project or DEFAULT_PROJECT,
-                                    "queue": queues.get(s.project or DEFAULT_PROJECT)},
-                       s.queued_reason)
+                s.id: (
+                    s.attempts,
+                    {
+                        **_request_fields(s.spec),
+                        "code_sha256": s.code_sha256,
+                        "project": s.project or DEFAULT_PROJECT,
+                        "queue": queues.get(s.project or DEFAULT_PROJECT),
+                    },
+                    s.queued_reason,
+                )
                 for s in waiting
-            }  # fmt: skip
+            }
             decision = plan_dispatch(session, waiting, max(free, 0), self.settings, capacity)
-        self._record_reasons({sid: r for sid, r in decision.waiting.items()
-                              if details[sid][2] != r})  # fmt: skip
+        self._record_reasons(
+            {sid: r for sid, r in decision.waiting.items() if details[sid][2] != r}
+        )
         dispatched = []
         for study_id in decision.admit:
             attempts, fields, _ = details[study_id]
@@ -264,6 +286,23 @@ class Scheduler:
             dispatched.append(study_id)
         return dispatched
 
+    def _backend_usable(self) -> bool:
+        """Probe a backend not known to be up; while it is down, every queued study shows why
+        it waits and dispatching backs off."""
+        if self.health.probe():
+            return True
+        reason = self.health.queued_reason
+        with self.db.session(readonly=True) as session:
+            waiting = Repository(session).studies_in(StudyState.QUEUED, QUEUE_SCAN)
+            stale = {s.id: reason for s in waiting if s.queued_reason != reason}
+        self._record_reasons(stale)
+        self._back_off()
+        return False
+
+    def _back_off(self) -> None:
+        self._backoff_s = min(MAX_BACKOFF_S, max(1.0, self._backoff_s * 2))
+        self._not_before = self._clock() + self._backoff_s
+
     def _capacity(self) -> float | None:
         try:
             return self.backend.capacity_gpus()
@@ -284,19 +323,29 @@ class Scheduler:
         try:
             ref = self.backend.launch(request)
         except BackendError as exc:
-            log.warning("study %s: launch failed (%s); back in the queue", request.study_id, exc)
+            # the backend as a whole unusable: logged once by the health, shown as the reason
+            unusable = self.health.failed(exc)
+            if not unusable:
+                log.warning(
+                    "study %s: launch failed (%s); back in the queue", request.study_id, exc
+                )
+            why = (
+                {"queued_reason": self.health.queued_reason}
+                if unusable
+                else {"error": f"launch failed: {exc}"}
+            )
             with self.db.session() as session:
                 Repository(session).transition(
                     request.study_id,
                     StudyState.QUEUED,
                     expected=[StudyState.RUNNING],
                     attempts=request.attempt - 1,
-                    error=f"launch failed: {exc}",
                     fence=self.fence,
+                    **why,
                 )
-            self._backoff_s = min(MAX_BACKOFF_S, max(1.0, self._backoff_s * 2))
-            self._not_before = self._clock() + self._backoff_s
+            self._back_off()
             return False
+        self.health.answered()
         self._backoff_s = 0.0
         with self.db.session() as session:
             Repository(session).update_study(request.study_id, driver_ref=ref)

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fedtune.errors import ConflictError
+from fedtune.outcomes import RAN, TrialOutcome
 
-from .access import ANONYMOUS_ADMIN, Principal, require_study_access
+from .access import ANONYMOUS_ADMIN, Principal, default_project, require_study_access
 from .code_services import accept_code_study
 from .db import Database
 from .errors import (
@@ -25,7 +26,7 @@ from .errors import (
     InvalidRequestError,
     StudyNotFoundError,
 )
-from .models import DEFAULT_PROJECT, Project, Study, Trial
+from .models import Project, Study, Trial
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
 from .redact import redact_uri
@@ -90,7 +91,9 @@ def new_study_id() -> str:
 
 
 def submit_study(
-    ctx: ServiceContext, body: Any, idempotency_key: str | None = None,
+    ctx: ServiceContext,
+    body: Any,
+    idempotency_key: str | None = None,
     caller: Principal = ANONYMOUS_ADMIN,
 ) -> tuple[StudyDetail, bool]:
     """Queue a study for ``caller``; ``(study, created)``. A repeated ``idempotency_key`` with
@@ -110,8 +113,11 @@ def submit_study(
     else:
         accepted = accept_spec(body, ctx.settings)
     if accepted.priority > max_priority:
-        raise InvalidRequestError("priority", f"at most {max_priority} in project {project!r} "
-                                  f"(its max_priority), got {accepted.priority}")  # fmt: skip
+        raise InvalidRequestError(
+            "priority",
+            f"at most {max_priority} in project {project!r} "
+            f"(its max_priority), got {accepted.priority}",
+        )
     study = Study(
         id=new_study_id(),
         name=accepted.name,
@@ -145,9 +151,9 @@ def submit_study(
 def _submit_project(ctx: ServiceContext, body: Any, caller: Principal) -> tuple[str, int]:
     """The project a submission goes to and its ``max_priority``, if ``caller`` may submit
     there: an unknown project and one the caller cannot see are the same 422 (no existence
-    oracle); a viewer gets 403."""
+    oracle); a viewer gets 403. A submission naming none goes to :func:`default_project`."""
     raw = body.get("project") if isinstance(body, Mapping) else None
-    project = DEFAULT_PROJECT if raw is None else raw
+    project = default_project(caller) if raw is None else raw
     if not isinstance(project, str):
         raise InvalidRequestError("project", f"must be a project name, got {project!r}")
     with ctx.db.session(readonly=True) as session:
@@ -183,9 +189,15 @@ def _replayed(ctx: ServiceContext, key: str | None, digest: str) -> StudyDetail 
 
 
 def list_studies(
-    ctx: ServiceContext, state: StudyState | Sequence[StudyState] | None = None,
-    limit: int = 50, offset: int = 0, *, caller: Principal = ANONYMOUS_ADMIN,
-    project: str | None = None, page_token: str | None = None, order: Order | str = Order.DESC,
+    ctx: ServiceContext,
+    state: StudyState | Sequence[StudyState] | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    *,
+    caller: Principal = ANONYMOUS_ADMIN,
+    project: str | None = None,
+    page_token: str | None = None,
+    order: Order | str = Order.DESC,
     include_total: bool | None = None,
 ) -> StudyPage:
     """A page of the studies ``caller`` may read (in one of ``state``, of ``project`` only, when
@@ -204,8 +216,13 @@ def list_studies(
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
         rows = repo.page_studies(
-            query.states, projects, limit=limit + 1, offset=offset, ascending=query.ascending,
-            after=None if after is None else (after.created_at, after.study_id), summary=True,
+            query.states,
+            projects,
+            limit=limit + 1,
+            offset=offset,
+            ascending=query.ascending,
+            after=None if after is None else (after.created_at, after.study_id),
+            summary=True,
         )
         total = repo.count_studies(query.states, projects) if count else None
         items = [_study_out(s) for s in rows[:limit]]
@@ -217,10 +234,9 @@ def list_studies(
 def _study_out(study: Study) -> StudyOut:
     """The API's view: a study whose driver a queue outside fedtune still holds (a RayJob that
     Kueue has not admitted) is ``queued``, with that queue's reason."""
-    out = StudyOut.model_validate(study)
     if study.state == StudyState.RUNNING and study.queued_reason:
-        out = out.model_copy(update={"state": StudyState.QUEUED})
-    return out
+        return StudyOut.from_attributes(study, state=StudyState.QUEUED)
+    return StudyOut.from_attributes(study)
 
 
 def _known(study_id: str) -> str:
@@ -253,8 +269,8 @@ def read_study(ctx: ServiceContext, caller: Principal, study_id: str) -> StudyDe
 
 def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
     counts = repo.trial_counts(study.id)
-    return StudyDetail(
-        **_study_out(study).model_dump(),
+    return StudyDetail.from_attributes(
+        _study_out(study),
         spec=study.spec,
         progress=_progress(study.trials_requested, counts),
         best=_best(repo, study),
@@ -346,7 +362,7 @@ def list_trials(
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
         repo.require_study(study_id)
-        return [TrialOut.model_validate(t) for t in repo.list_trials(study_id, state)]
+        return [TrialOut.from_attributes(t) for t in repo.list_trials(study_id, state)]
 
 
 def get_curve(ctx: ServiceContext, study_id: str, number: int) -> CurveOut:
@@ -381,8 +397,15 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
             points = [(r.round, r.metrics.get("client_loss")) for r in rounds.get(trial.number, [])]
             points = [(r, float("inf") if v is None else float(v)) for r, v in points]
             if points:
-                curves.append(TrialCurve(trial.number, trial.params, [r for r, _ in points],
-                                         [v for _, v in points], _outcome(trial)))  # fmt: skip
+                curves.append(
+                    TrialCurve(
+                        trial.number,
+                        trial.params,
+                        [r for r, _ in points],
+                        [v for _, v in points],
+                        _outcome(trial),
+                    )
+                )
     if ended and run_id:
         text = stored_tradeoff(study_tracking_uri(ctx.settings, study_id), run_id)
         if text is not None:
@@ -391,6 +414,7 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
 
 
 def _outcome(trial: Trial) -> str:
-    if trial.outcome in ("completed", "diverged", "stopped"):
+    if trial.outcome in RAN:
         return trial.outcome
-    return "stopped" if trial.state in (TrialState.PRUNED, TrialState.KILLED) else "completed"
+    stopped = trial.state in (TrialState.PRUNED, TrialState.KILLED)
+    return TrialOutcome.STOPPED if stopped else TrialOutcome.COMPLETED

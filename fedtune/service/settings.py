@@ -1,4 +1,5 @@
-"""Service settings: environment → one typed, frozen object (STYLE.md habit 3 and 7).
+"""Service settings: environment → one typed, frozen object (docs/development/style.md
+habits 3 and 7).
 
 Every setting is read from the environment exactly here (``FEDTUNE_*``, plus ``RAY_ADDRESS`` and
 ``MLFLOW_TRACKING_URI`` under their usual names). Like full-stack-fastapi-template's config, it
@@ -50,17 +51,35 @@ class Settings(BaseSettings):
         env_prefix="FEDTUNE_", frozen=True, extra="ignore", validate_by_name=True
     )
 
+    #: SQLAlchemy URL of the service's database (studies, trials, users, projects): SQLite on one
+    #: machine, PostgreSQL (``postgresql+psycopg://…``) for several replicas; a placeholder
+    #: password is refused
     database_url: str = "sqlite:///./fedtune.db"
+    #: the bootstrap admin's bearer token. Set (or with an OIDC issuer), every ``/v1`` call needs
+    #: a bearer token: this one, a user's API token or an OIDC JWT; unset and no issuer, the API
+    #: is open and every caller an admin. At least 16 characters, no whitespace, no placeholder
     api_token: SecretStr | None = None
+    #: where study drivers run: ``local`` (a child process of the service, embedded Ray),
+    #: ``ray`` (a Ray Jobs API job on ``RAY_ADDRESS``), ``kubernetes`` (a KubeRay RayJob per
+    #: study), ``none`` (studies are accepted and stay queued)
     backend: BackendKind = BackendKind.LOCAL
+    #: studies whose drivers run at once; the others wait, queued
     max_concurrent_studies: int = Field(2, ge=1, le=10_000)
     #: OpenID Connect (``fedtune.service.oidc``): bearer JWTs of this issuer authenticate users
     oidc_issuer: str | None = None
+    #: the ``aud`` the JWTs must carry; unset: ``fedtune``
     oidc_audience: str | None = None
+    #: URL of the issuer's signing keys (JWKS); unset: the ``jwks_uri`` of its
+    #: ``/.well-known/openid-configuration``
     oidc_jwks_url: str | None = None
+    #: JWT claim holding the user name (``sub`` when the token lacks it)
     oidc_user_claim: str = "preferred_username"
+    #: JWT list claim of the user's groups: ``<prefix><project>`` makes the user a member of the
+    #: project, ``<prefix><project>:viewer`` a viewer
     oidc_groups_claim: str = "groups"
+    #: prefix of the groups that name fedtune projects (other groups are ignored)
     oidc_group_prefix: str = "fedtune:"
+    #: group whose members are fedtune admins
     oidc_admin_group: str = "fedtune:admins"
     #: PostgreSQL: the scheduler leader's lease (``fedtune.service.leader``); a replica takes
     #: over within this long after the leader stops renewing it
@@ -69,22 +88,42 @@ class Settings(BaseSettings):
     cluster_gpus: float | None = Field(None, ge=0)
     #: the sliding window of the fair share of GPU-seconds between projects (``.admission``)
     fair_share_window_s: float = Field(3600.0, gt=0, le=30 * 86400)
+    #: the service's working directory (must be writable; created if missing): each study's Optuna
+    #: storage, Ray results and artifacts (``studies/<id>``), uploaded code (``code/``), local
+    #: drivers' logs (``logs/``); on RayJob heads a relative one becomes ``/data``
     workdir: Path = Path("./fedtune-work")
+    #: Ray's own variable: the Jobs API (dashboard) address, ``http://host:8265``, of the Ray
+    #: cluster that backend ``ray`` submits study drivers to; required by that backend
     ray_address: str | None = Field(None, validation_alias=AliasChoices("RAY_ADDRESS"))
     #: Ray's own variable: the token of a Ray cluster with token authentication
     ray_auth_token: SecretStr | None = Field(None, validation_alias=AliasChoices("RAY_AUTH_TOKEN"))
+    #: MLflow's own variable: the tracking server studies log to; unset: each study logs to a
+    #: SQLite store in its workdir, ``<FEDTUNE_WORKDIR>/studies/<id>/mlflow.db``
     mlflow_tracking_uri: str | None = Field(
         None, validation_alias=AliasChoices("MLFLOW_TRACKING_URI")
     )
+    #: namespace in which backend ``kubernetes`` creates, reads and deletes its RayJobs
     k8s_namespace: str = "default"
+    #: image of every RayJob pod (head, workers, submitter); it must have the service's Ray
+    #: version, which the RayJob declares as its ``rayVersion``
     k8s_image: str = "fedtune:0.1.0"
+    #: Secret whose keys ``FEDTUNE_DATABASE_URL`` and (optional) ``MLFLOW_TRACKING_URI`` reach
+    #: the RayJob head (the study driver) only; unset: the head gets neither
     k8s_env_secret: str | None = None
+    #: ServiceAccount of every RayJob pod (no pod mounts its token); unset: the namespace's
+    #: ``default``
     k8s_service_account: str | None = None
     #: PVC mounted at the workdir of RayJob head pods, so a re-dispatched study finds its Optuna
     #: storage (ReadWriteMany, or ReadWriteOnce on a single node); unset = ephemeral workdir
     k8s_workdir_claim: str | None = None
+    #: JSON object of pod-spec fields set on every RayJob worker pod; only ``nodeSelector``,
+    #: ``tolerations``, ``affinity``, ``priorityClassName`` and ``runtimeClassName``
     k8s_worker_template: dict[str, Any] = Field(default_factory=dict)
+    #: seconds after a RayJob finished before KubeRay deletes its Ray cluster
+    #: (``ttlSecondsAfterFinished``) and the service deletes the RayJob; 0: at once
     k8s_ttl_seconds_after_finished: int = Field(300, ge=0)
+    #: a study's wall-clock limit in seconds (the RayJob's ``activeDeadlineSeconds``): KubeRay
+    #: fails a RayJob still running this long after it started (``DeadlineExceeded``)
     k8s_active_deadline_seconds: int = Field(7 * 24 * 3600, ge=60)
     #: a RayJob not Running this long after it started fails (PreRunningDeadlineExceeded):
     #: image pull errors, unschedulable pods (KubeRay >= 1.6; older operators ignore it)
@@ -93,6 +132,7 @@ class Settings(BaseSettings):
     k8s_image_pull_secrets: Annotated[list[str], NoDecode] = Field(default_factory=list)
     #: memory of a Ray worker pod: max(trials × per-trial, GPUs × per-GPU) + /dev/shm
     k8s_memory_per_trial_gi: float = Field(4.0, gt=0, le=4096)
+    #: memory of a Ray worker pod per GPU, in GiB (see ``FEDTUNE_K8S_MEMORY_PER_TRIAL_GI``)
     k8s_memory_per_gpu_gi: float = Field(16.0, ge=8, le=4096)
     #: size of /dev/shm (an emptyDir in memory, charged to the pod's memory) of every Ray pod;
     #: Ray's object store is sized to fit in it
@@ -102,13 +142,23 @@ class Settings(BaseSettings):
     #: hand RayJobs to Kueue: each carries ``kueue.x-k8s.io/queue-name`` (the project's queue:
     #: its ``queue_name``, else this prefix + the project) and is created suspended
     k8s_kueue: bool = False
+    #: with ``FEDTUNE_K8S_KUEUE``, the LocalQueue of a project without a ``queue_name`` is
+    #: this prefix + the project's name
     k8s_kueue_queue_prefix: str = "fedtune-"
+    #: largest request body the API accepts, in bytes (larger: 413); code uploads
+    #: (``/v1/code``) are bounded by ``FEDTUNE_MAX_CODE_BYTES`` instead
     max_request_bytes: int = Field(1 << 20, ge=1024)
+    #: seconds between the scheduler's ticks (dispatch queued studies, poll running drivers,
+    #: delete finished RayJobs); a cancellation wakes it at once
     scheduler_interval_s: float = Field(1.0, gt=0, le=300)
+    #: attempts to run one study: a study whose driver is gone (crashed, pod lost, a transient
+    #: error) is re-queued and resumes until it has had this many, then fails
     max_dispatch_attempts: int = Field(3, ge=1, le=100)
     #: a study whose driver hit a transient error (Ray did not start, a connection lost) goes
     #: back in the queue after ``retry_backoff_s · 2^(attempt−1)`` seconds (``service.faults``)
     retry_backoff_s: float = Field(5.0, ge=0, le=3600)
+    #: seconds between a study driver's heartbeats (the study's ``heartbeat_at``); at each one a
+    #: driver whose study was cancelled or re-dispatched stops
     heartbeat_s: float = Field(5.0, gt=0, le=600)
     #: apply migrations when the service starts (laptop default); false = refuse an old schema
     #: and leave migrating to ``fedtune db upgrade`` (the Helm chart's hook Job)
@@ -116,6 +166,8 @@ class Settings(BaseSettings):
     #: accept studies with a ``code:`` package (uploaded user code runs with the driver's and the
     #: workers' rights: an operator decision, off by default)
     allow_code_upload: bool = False
+    #: largest code package, in bytes: a bigger upload gets 413, and a package may unpack to at
+    #: most 8 times this
     max_code_bytes: int = Field(16 * 1024**2, ge=1024, le=1 << 30)
     #: time limit of the subprocess that imports uploaded code at submission
     code_check_timeout_s: float = Field(60.0, gt=0, le=3600)
@@ -128,7 +180,9 @@ class Settings(BaseSettings):
     #: directories task data paths (``task.train_path``, ``task.path``, …) must lie under, after
     #: resolving symlinks and ``..``; empty = studies cannot name data files (comma-separated)
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
+    #: most trials of one study (``budget.trials``)
     max_trials: int = Field(100_000, ge=1, le=10**9)
+    #: most rounds of a trial (``train.rounds``, ``train.eval_every``), also as searched bounds
     max_rounds: int = Field(100_000, ge=1, le=10**9)
     max_clients: int = Field(1_000_000, ge=1, le=10**9)  # task.clients, train.clients_per_round
     max_dim: int = Field(100_000, ge=1, le=10**9)  # task.dim
@@ -140,11 +194,13 @@ class Settings(BaseSettings):
     max_concurrent_trials: int = Field(256, ge=1, le=100_000)  # budget.max_concurrent
     max_trial_cpu: float = Field(256.0, gt=0, le=100_000)  # resources.cpu
     max_trial_gpu: float = Field(16.0, ge=0, le=10_000)  # resources.gpu
-    #: choices (and grid values) of one searched parameter, and searched parameters per spec
+    #: choices (and grid values) of one searched parameter
     max_choices: int = Field(1000, ge=1, le=100_000)
+    #: searched parameters per spec (``search.parameters`` + ``search.override``)
     max_search_parameters: int = Field(64, ge=1, le=10_000)
-    #: submissions validated at once (a dedicated pool) and waiting for it; beyond both: 503
+    #: submissions validated at once, in a pool of their own (see ``FEDTUNE_VALIDATION_QUEUE``)
     max_concurrent_validations: int = Field(2, ge=1, le=64)
+    #: submissions waiting for a validation slot; one more gets 503 ``busy``; 0: none wait
     validation_queue: int = Field(64, ge=0, le=10_000)
 
     @field_validator(

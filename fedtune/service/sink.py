@@ -22,6 +22,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from fedtune.outcomes import TrialOutcome, final_outcome, service_state
 from fedtune.tuning.trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY  # the schema
 
 from .db import Database
@@ -115,20 +116,15 @@ class DbSink(Callback):
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         result = trial.last_result or {}
         self.on_trial_result(iteration, trials, trial, result)
-        outcome = result.get(OUTCOME)
-        if outcome == "running":  # stopped early by the scheduler
-            state, outcome = TrialState.PRUNED, "stopped"
-        elif outcome is None:
-            state, outcome = TrialState.FAILED, "failed"
-        else:
-            state = TrialState.COMPLETED
+        outcome = final_outcome(result.get(OUTCOME))
+        state = service_state(outcome)
         value = result.get(OBJECTIVE)
         number = self._number(trial)
         self._safe("trial end", lambda: self.recorder.on_trial_end(number, state, value, outcome))
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        number = self._number(trial)
+        number, failed = self._number(trial), TrialOutcome.FAILED
         self._safe(
             "trial error",
-            lambda: self.recorder.on_trial_end(number, TrialState.FAILED, None, "failed"),
+            lambda: self.recorder.on_trial_end(number, service_state(failed), None, failed),
         )

@@ -115,8 +115,9 @@ _FIXED = (
     (("resources", "gpu"), "max_trial_gpu"),
 )
 #: searchable sizes (config path -> setting): all but the study-level budget and resources
-_SEARCHED = {".".join(path): setting for path, setting in _FIXED
-             if path[0] not in ("budget", "resources")}  # fmt: skip
+_SEARCHED = {
+    ".".join(path): setting for path, setting in _FIXED if path[0] not in ("budget", "resources")
+}
 
 
 def check_sizes(data: Mapping[str, Any], settings: Any) -> None:
@@ -190,21 +191,31 @@ def describe_limits(settings: Any) -> str:
         ("train.batch_size", settings.max_batch_size, "FEDTUNE_MAX_BATCH_SIZE"),
         ("train.eval_every", settings.max_rounds, "FEDTUNE_MAX_ROUNDS"),
         ("seed, task.seed", settings.max_seed, "FEDTUNE_MAX_SEED"),
-        ("budget.max_concurrent", settings.max_concurrent_trials,
-         "FEDTUNE_MAX_CONCURRENT_TRIALS"),
+        ("budget.max_concurrent", settings.max_concurrent_trials, "FEDTUNE_MAX_CONCURRENT_TRIALS"),
         ("resources.cpu", settings.max_trial_cpu, "FEDTUNE_MAX_TRIAL_CPU"),
         ("resources.gpu", settings.max_trial_gpu, "FEDTUNE_MAX_TRIAL_GPU"),
-        ("choices (or grid values) of one searched parameter", settings.max_choices,
-         "FEDTUNE_MAX_CHOICES"),
-        ("searched parameters (search.parameters + search.override)",
-         settings.max_search_parameters, "FEDTUNE_MAX_SEARCH_PARAMETERS"),
-        ("submissions validated at once", settings.max_concurrent_validations,
-         "FEDTUNE_MAX_CONCURRENT_VALIDATIONS"),
-        ("submissions waiting for validation (more: 503 busy)", settings.validation_queue,
-         "FEDTUNE_VALIDATION_QUEUE"),
-        ("request body bytes (more: 413)", settings.max_request_bytes,
-         "FEDTUNE_MAX_REQUEST_BYTES"),
-    ]  # fmt: skip
+        (
+            "choices (or grid values) of one searched parameter",
+            settings.max_choices,
+            "FEDTUNE_MAX_CHOICES",
+        ),
+        (
+            "searched parameters (search.parameters + search.override)",
+            settings.max_search_parameters,
+            "FEDTUNE_MAX_SEARCH_PARAMETERS",
+        ),
+        (
+            "submissions validated at once",
+            settings.max_concurrent_validations,
+            "FEDTUNE_MAX_CONCURRENT_VALIDATIONS",
+        ),
+        (
+            "submissions waiting for validation (more: 503 busy)",
+            settings.validation_queue,
+            "FEDTUNE_VALIDATION_QUEUE",
+        ),
+        ("request body bytes (more: 413)", settings.max_request_bytes, "FEDTUNE_MAX_REQUEST_BYTES"),
+    ]
     table = "\n".join(f"| {what} | {limit:g} | `{env}` |" for what, limit, env in rows)
     return (
         "**Limits of this server** (each refusal is a 422 whose `field` is the dotted path):\n\n"

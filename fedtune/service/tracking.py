@@ -6,7 +6,7 @@ plus every run whose ``mlflow.parentRunId`` tag names it, plus the trial runs th
 Trial runs change only while ``RUNNING``/``SCHEDULED`` (a trial that failed before the cancel
 stays FAILED); the parent run of a cancelled study ends ``KILLED`` unless it had ``FINISHED``
 (a driver stopped by SIGTERM under Ray ends it as FAILED on its way out); MLflow is reached with ``MlflowClient`` and an
-explicit tracking URI (no fluent global state; STYLE.md habit 11), in the one MLflow adapter
+explicit tracking URI (no fluent global state; docs/development/style.md habit 11), in the one MLflow adapter
 ``fedtune.tuning.tracking``.
 """
 

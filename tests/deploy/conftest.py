@@ -48,7 +48,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 
 #: what an offline render needs besides the example files: the chart refuses to invent a password
-#: or Ray token that `lookup` could not read back (issue 11, finding 9)
+#: or Ray token that `lookup` could not read back
 PG_PASSWORD = "offline-render-password-0123456789"
 RAY_TOKEN = "offline-render-ray-token-0123456789"
 OFFLINE_SECRETS = {

@@ -1,4 +1,4 @@
-"""The built image, as a root file system the chart's containers run from (issue 22).
+"""The built image, as a root file system the chart's containers run from.
 
 :func:`image_root` (a pytest session fixture of the same name in ``tests/deploy/conftest.py``)
 builds ``localhost/fedtune:<version>`` once per session with ``deploy/build_image.py`` — the
@@ -64,8 +64,10 @@ def build_image() -> str:
         return given
     done = subprocess.run(
         [sys.executable, str(BUILD_SCRIPT), "--engine", "buildah", "--quiet"],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"building the image failed: {done.stderr.strip()[-2000:]}")
     return done.stdout.strip().splitlines()[-1]
@@ -88,8 +90,9 @@ def mount(ref: str) -> ImageRoot:
     except BaseException:
         _buildah("rm", container)
         raise
-    return ImageRoot(ref, container, path, env, config.get("User") or "0",
-                     config.get("WorkingDir") or "/")  # fmt: skip
+    return ImageRoot(
+        ref, container, path, env, config.get("User") or "0", config.get("WorkingDir") or "/"
+    )
 
 
 def unmount(root: ImageRoot) -> None:

@@ -1,4 +1,4 @@
-"""A cluster's pod network in a box (issue 22, item 3): one network namespace per pod, a bridge
+"""A cluster's pod network in a box: one network namespace per pod, a bridge
 between them, Service names that resolve, and the chart's NetworkPolicies enforced by nftables.
 
 What a cluster's network gives pods, and what the box does instead:
@@ -67,8 +67,9 @@ def box_missing() -> str | None:
     if made.returncode != 0:
         return f"cannot create a network namespace: {made.stderr.strip()}"
     try:
-        nft = subprocess.run(["ip", "netns", "exec", probe, "nft", "list", "ruleset"],
-                             capture_output=True, text=True)  # fmt: skip
+        nft = subprocess.run(
+            ["ip", "netns", "exec", probe, "nft", "list", "ruleset"], capture_output=True, text=True
+        )
         if nft.returncode != 0:
             return f"nftables does not work in a network namespace: {nft.stderr.strip()}"
     finally:
@@ -122,11 +123,16 @@ def _peer_sources(peer: Mapping[str, Any], policy_ns: str, pods: Iterable[BoxPod
     """Source addresses (CIDRs) one ``from`` peer admits."""
     if "ipBlock" in peer:
         block = ipaddress.ip_network(peer["ipBlock"]["cidr"], strict=False)
-        excluded = [ipaddress.ip_network(c, strict=False) for c in peer["ipBlock"].get("except", [])]
+        excluded = [
+            ipaddress.ip_network(c, strict=False) for c in peer["ipBlock"].get("except", [])
+        ]
         nets = [block]
         for ex in excluded:
-            nets = [piece for net in nets
-                    for piece in (net.address_exclude(ex) if ex.subnet_of(net) else [net])]  # fmt: skip
+            nets = [
+                piece
+                for net in nets
+                for piece in (net.address_exclude(ex) if ex.subnet_of(net) else [net])
+            ]
         return [str(n) for n in nets]
     out = []
     for pod in pods:
@@ -169,8 +175,9 @@ class Rule:
     ports: tuple[tuple[str, str], ...] | None  # None: any port
 
 
-def ingress_rules(policies: Iterable[Mapping[str, Any]], dest: BoxPod,
-                  pods: Iterable[BoxPod]) -> list[Rule] | None:  # fmt: skip
+def ingress_rules(
+    policies: Iterable[Mapping[str, Any]], dest: BoxPod, pods: Iterable[BoxPod]
+) -> list[Rule] | None:
     """What ``dest`` accepts under ``policies``: None when no policy isolates it (everything)."""
     pods = list(pods)
     selecting = [p for p in policies if selects(p, dest)]
@@ -181,21 +188,29 @@ def ingress_rules(policies: Iterable[Mapping[str, Any]], dest: BoxPod,
         ns = policy["metadata"].get("namespace", dest.namespace)
         for rule in policy["spec"].get("ingress") or []:
             peers = rule.get("from")
-            sources = None if not peers else tuple(
-                sorted({s for peer in peers for s in _peer_sources(peer, ns, pods)}))
+            sources = (
+                None
+                if not peers
+                else tuple(sorted({s for peer in peers for s in _peer_sources(peer, ns, pods)}))
+            )
             ports = _ports(rule, dest)
             if sources == () or ports == []:
                 continue  # admits no one
-            rules.append(Rule(policy["metadata"]["name"], sources,
-                              None if ports is None else tuple(ports)))  # fmt: skip
+            rules.append(
+                Rule(policy["metadata"]["name"], sources, None if ports is None else tuple(ports))
+            )
     return rules
 
 
 def nft_table(rules: list[Rule], names: Mapping[str, str], dest: BoxPod) -> str:
     """The ``inet netbox`` table that enforces ``rules`` in ``dest``'s namespace."""
-    lines = ["table inet netbox {", "  chain input {",
-             "    type filter hook input priority 0; policy drop;",
-             "    iif lo accept", "    ct state established,related accept"]  # fmt: skip
+    lines = [
+        "table inet netbox {",
+        "  chain input {",
+        "    type filter hook input priority 0; policy drop;",
+        "    iif lo accept",
+        "    ct state established,related accept",
+    ]
     for rule in rules:
         for source in rule.sources or (None,):
             for proto, port in rule.ports or ((None, None),):
@@ -234,15 +249,32 @@ class NetBox:
         _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.switch, "link", "set", "br0", "up")
 
-    def add_pod(self, name: str, labels: Mapping[str, str], ports: Mapping[str, int] | None = None,
-                namespace: str = "ml") -> BoxPod:  # fmt: skip
+    def add_pod(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        ports: Mapping[str, int] | None = None,
+        namespace: str = "ml",
+    ) -> BoxPod:
         index = len(self.pods) + 2
         netns = f"{self.tag}-{name}"
         _ip("netns", "add", netns)
         self._netns.append(netns)
         inner, outer = f"{self.tag}i{index}", f"{self.tag}o{index}"
-        _ip("link", "add", inner, "netns", netns, "type", "veth", "peer", "name", outer,
-            "netns", self.switch)  # fmt: skip
+        _ip(
+            "link",
+            "add",
+            inner,
+            "netns",
+            netns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            outer,
+            "netns",
+            self.switch,
+        )
         _ip("-n", netns, "link", "set", inner, "name", "eth0")
         ip = f"{self.net}.{index}"
         _ip("-n", netns, "addr", "add", f"{ip}/24", "dev", "eth0")
@@ -259,8 +291,12 @@ class NetBox:
         lines = ["127.0.0.1 localhost"]
         for service, pod_name in services.items():
             pod = self.pods[pod_name]
-            forms = [service, f"{service}.{pod.namespace}", f"{service}.{pod.namespace}.svc",
-                     f"{service}.{pod.namespace}.svc.cluster.local"]  # fmt: skip
+            forms = [
+                service,
+                f"{service}.{pod.namespace}",
+                f"{service}.{pod.namespace}.svc",
+                f"{service}.{pod.namespace}.svc.cluster.local",
+            ]
             lines.append(f"{pod.ip} {' '.join(forms)}")
         return "\n".join(lines) + "\n"
 
@@ -278,20 +314,30 @@ class NetBox:
         for pod in self.pods.values():
             rules = ingress_rules(policies, pod, self.pods.values())
             applied[pod.name] = rules
-            subprocess.run(["ip", "netns", "exec", pod.netns, "nft", "delete", "table", "inet",
-                            "netbox"], capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["ip", "netns", "exec", pod.netns, "nft", "delete", "table", "inet", "netbox"],
+                capture_output=True,
+            )
             if rules is not None:
                 table = nft_table(rules, names, pod)
-                subprocess.run(["ip", "netns", "exec", pod.netns, "nft", "-f", "-"], input=table,
-                               text=True, check=True, capture_output=True)  # fmt: skip
+                subprocess.run(
+                    ["ip", "netns", "exec", pod.netns, "nft", "-f", "-"],
+                    input=table,
+                    text=True,
+                    check=True,
+                    capture_output=True,
+                )
         return applied
 
     def flows(self) -> list[Flow]:
         """The accept rules whose counters saw packets, in every pod's namespace."""
         seen = []
         for pod in self.pods.values():
-            out = subprocess.run(["ip", "netns", "exec", pod.netns, "nft", "-j", "list", "table",
-                                  "inet", "netbox"], capture_output=True, text=True)  # fmt: skip
+            out = subprocess.run(
+                ["ip", "netns", "exec", pod.netns, "nft", "-j", "list", "table", "inet", "netbox"],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode != 0:
                 continue
             for item in json.loads(out.stdout)["nftables"]:
@@ -305,10 +351,17 @@ class NetBox:
 
     def resolve(self, src: str, name: str) -> str | None:
         """``name`` as ``src``'s resolver answers it (``/etc/netns/<netns>/hosts``); None: unknown."""
-        code = ("import socket,sys\ntry:\n print(socket.gethostbyname(sys.argv[1]))\n"
-                "except OSError:\n print('')\n")  # fmt: skip
-        out = subprocess.run(self.exec_argv(src, [sys.executable, "-c", code, name]),
-                             capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+        code = (
+            "import socket,sys\ntry:\n print(socket.gethostbyname(sys.argv[1]))\n"
+            "except OSError:\n print('')\n"
+        )
+        out = subprocess.run(
+            self.exec_argv(src, [sys.executable, "-c", code, name]),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
         return out.stdout.strip() or None
 
     def exec_argv(self, pod: str, argv: list[str]) -> list[str]:
@@ -316,12 +369,17 @@ class NetBox:
 
     def listen(self, pod: str, port: int) -> subprocess.Popen:
         """A TCP server on ``port`` of ``pod`` that answers each connection with the pod's name."""
-        code = ("import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,"
-                "socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',int(sys.argv[1])));s.listen(16)\n"
-                "print('ready',flush=True)\nwhile True:\n c,_=s.accept();c.sendall(sys.argv[2]"
-                ".encode());c.close()\n")  # fmt: skip
-        proc = subprocess.Popen(self.exec_argv(pod, [sys.executable, "-c", code, str(port), pod]),
-                                stdout=subprocess.PIPE, text=True)  # fmt: skip
+        code = (
+            "import socket,sys\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,"
+            "socket.SO_REUSEADDR,1);s.bind(('0.0.0.0',int(sys.argv[1])));s.listen(16)\n"
+            "print('ready',flush=True)\nwhile True:\n c,_=s.accept();c.sendall(sys.argv[2]"
+            ".encode());c.close()\n"
+        )
+        proc = subprocess.Popen(
+            self.exec_argv(pod, [sys.executable, "-c", code, str(port), pod]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self._procs.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         return proc
@@ -330,22 +388,31 @@ class NetBox:
         """Whether a TCP connection from ``src`` reaches ``dst``'s listener on ``port``."""
         return self.probe(src, [(dst, port)], timeout)[(dst, port)]
 
-    def probe(self, src: str, targets: list[tuple[str, int]],
-              timeout: float = 1.5) -> dict[tuple[str, int], bool]:  # fmt: skip
+    def probe(
+        self, src: str, targets: list[tuple[str, int]], timeout: float = 1.5
+    ) -> dict[tuple[str, int], bool]:
         """:meth:`connect` to each target at once (one process in ``src``'s namespace, one thread
         per target): a refused connection costs one ``timeout`` for all of them."""
-        code = ("import json,socket,sys\nfrom concurrent.futures import ThreadPoolExecutor\n"
-                "t=float(sys.argv[1]);targets=json.loads(sys.argv[2])\n"
-                "def one(x):\n try:\n  c=socket.create_connection((x[0],x[1]),timeout=t)\n"
-                "  c.settimeout(t);return c.recv(64).decode()\n except OSError:\n  return None\n"
-                "with ThreadPoolExecutor(len(targets) or 1) as pool:\n"
-                " print(json.dumps(list(pool.map(one,targets))))\n")  # fmt: skip
+        code = (
+            "import json,socket,sys\nfrom concurrent.futures import ThreadPoolExecutor\n"
+            "t=float(sys.argv[1]);targets=json.loads(sys.argv[2])\n"
+            "def one(x):\n try:\n  c=socket.create_connection((x[0],x[1]),timeout=t)\n"
+            "  c.settimeout(t);return c.recv(64).decode()\n except OSError:\n  return None\n"
+            "with ThreadPoolExecutor(len(targets) or 1) as pool:\n"
+            " print(json.dumps(list(pool.map(one,targets))))\n"
+        )
         where = [(self.pods[dst].ip, port) for dst, port in targets]
-        out = subprocess.run(self.exec_argv(src, [sys.executable, "-c", code, str(timeout),
-                                                  json.dumps(where)]),
-                             capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        out = subprocess.run(
+            self.exec_argv(src, [sys.executable, "-c", code, str(timeout), json.dumps(where)]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         answers = json.loads(out.stdout)
-        return {(dst, port): answer == dst for (dst, port), answer in zip(targets, answers, strict=True)}
+        return {
+            (dst, port): answer == dst for (dst, port), answer in zip(targets, answers, strict=True)
+        }
 
     def remove_pod(self, name: str) -> None:
         """The pod is gone (its node lost): its namespace is deleted, taking its interface with

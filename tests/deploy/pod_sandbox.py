@@ -49,8 +49,12 @@ def bwrap_missing() -> str | None:
     exe = shutil.which("bwrap")
     if exe is None:
         return "bubblewrap is not installed (apt-get install -y bubblewrap)"
-    probe = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-pid", "true"],
-                           capture_output=True, text=True, timeout=30)  # fmt: skip
+    probe = subprocess.run(
+        [exe, "--ro-bind", "/", "/", "--unshare-pid", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if probe.returncode != 0:
         return f"bwrap cannot create a sandbox here: {probe.stderr.strip()}"
     return None
@@ -94,10 +98,27 @@ class Sandbox:
 
     def argv(self, command: Sequence[str], *, cwd: str) -> list[str]:
         self._mount_points()
-        args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--unshare-pid",
-                "--unshare-ipc", "--new-session", "--ro-bind", str(self.root.path), "/",
-                "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm",
-                "--ro-bind", "/sys", "/sys"]  # fmt: skip
+        args = [
+            shutil.which("bwrap") or "bwrap",
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--new-session",
+            "--ro-bind",
+            str(self.root.path),
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
+            "--ro-bind",
+            "/sys",
+            "/sys",
+        ]
         for target, host in self.overlays.items():
             args += ["--ro-bind", str(host), target]
         for mount_path, host in sorted(self.volumes.items()):
@@ -107,10 +128,22 @@ class Sandbox:
         if self.uid == 0:  # root in the image (a Dockerfile RUN step)
             args += [] if os.geteuid() == 0 else ["--unshare-user", "--uid", "0", "--gid", "0"]
         elif os.geteuid() == 0:
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                     "--cap-add", "CAP_SETPCAP", "/usr/bin/setpriv",
-                     f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
+            args += [
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_SETPCAP",
+                "/usr/bin/setpriv",
+                f"--reuid={self.uid}",
+                f"--regid={self.gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         else:
             args += ["--unshare-user", "--uid", str(self.uid), "--gid", str(self.gid)]
         return [*args, *command]
@@ -127,12 +160,19 @@ class Sandbox:
         cwd: str = "/data",
         timeout: float = 600,
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(command, cwd=cwd), env=dict(env), capture_output=True,
-                              text=True, timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            self.argv(command, cwd=cwd),
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
-    def popen(self, command: Sequence[str], *, env: Mapping[str, str], cwd: str = "/data",
-              log: Path) -> subprocess.Popen:  # fmt: skip
+    def popen(
+        self, command: Sequence[str], *, env: Mapping[str, str], cwd: str = "/data", log: Path
+    ) -> subprocess.Popen:
         """A long-running container process (a server), its output in ``log``."""
         with log.open("w") as handle:
-            return subprocess.Popen(self.argv(command, cwd=cwd), env=dict(env), stdout=handle,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
+            return subprocess.Popen(
+                self.argv(command, cwd=cwd), env=dict(env), stdout=handle, stderr=subprocess.STDOUT
+            )

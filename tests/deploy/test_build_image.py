@@ -1,4 +1,4 @@
-"""``make image`` (deploy/build_image.py, issue 22): what it asks the builder for, without building
+"""``make image`` (deploy/build_image.py): what it asks the builder for, without building
 (the build itself runs once per session for the image tests: tests/deploy/image_rootfs.py)."""
 
 from __future__ import annotations
@@ -33,21 +33,27 @@ def test_buildah_mounts_the_wheels_and_the_ca_at_fixed_paths(build_image, tmp_pa
     wheel server) invalidated every layer after it — the cache must hold between builds."""
     ca = tmp_path / "ca.pem"
     ca.write_text("x")
-    argv = build_image.build_command("buildah", "localhost/fedtune:9", {"TORCH_VARIANT": "cpu"},
-                                     wheels=tmp_path, ca_bundle=ca)  # fmt: skip
+    argv = build_image.build_command(
+        "buildah", "localhost/fedtune:9", {"TORCH_VARIANT": "cpu"}, wheels=tmp_path, ca_bundle=ca
+    )
     assert argv[:5] == ["buildah", "bud", "--isolation", "chroot", "--layers"]
     assert f"{tmp_path}:{build_image.BUILD_WHEELS}:ro" in argv
     assert f"{ca}:{build_image.BUILD_CA}:ro" in argv
-    assert _args(argv) == {"TORCH_VARIANT": "cpu", "TORCH_FIND_LINKS": build_image.BUILD_WHEELS,
-                           "PIP_CERT": build_image.BUILD_CA}  # fmt: skip
-    again = build_image.build_command("buildah", "localhost/fedtune:9", {"TORCH_VARIANT": "cpu"},
-                                      wheels=tmp_path, ca_bundle=ca)  # fmt: skip
+    assert _args(argv) == {
+        "TORCH_VARIANT": "cpu",
+        "TORCH_FIND_LINKS": build_image.BUILD_WHEELS,
+        "PIP_CERT": build_image.BUILD_CA,
+    }
+    again = build_image.build_command(
+        "buildah", "localhost/fedtune:9", {"TORCH_VARIANT": "cpu"}, wheels=tmp_path, ca_bundle=ca
+    )
     assert again == argv and argv[-1] == str(REPO_ROOT)
 
 
 def test_docker_builds_the_dockerfile_as_it_is(build_image, tmp_path) -> None:
-    argv = build_image.build_command("docker", "t", {"TORCH_VARIANT": "cpu"}, wheels=tmp_path,
-                                     ca_bundle=tmp_path / "ca.pem")  # fmt: skip
+    argv = build_image.build_command(
+        "docker", "t", {"TORCH_VARIANT": "cpu"}, wheels=tmp_path, ca_bundle=tmp_path / "ca.pem"
+    )
     assert argv[:2] == ["docker", "build"] and "--volume" not in argv
     assert _args(argv) == {"TORCH_VARIANT": "cpu"}  # official base, PyTorch's index
 
@@ -70,8 +76,11 @@ def test_wheels_are_found_only_with_the_pinned_cpu_build(build_image, tmp_path) 
 
 
 def test_a_missing_builder_is_one_line_exit_1(tmp_path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--engine", "podman"],
-                          capture_output=True, text=True,
-                          env={"PATH": str(tmp_path)})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--engine", "podman"],
+        capture_output=True,
+        text=True,
+        env={"PATH": str(tmp_path)},
+    )
     assert done.returncode == 1
     assert done.stderr.strip() == "build_image: error: podman is not installed"

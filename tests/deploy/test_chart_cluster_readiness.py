@@ -1,5 +1,5 @@
-"""Issue 11 ("A deployment that survives a real KubeRay GPU cluster"), chart side: one test (or
-group) per finding, each on the rendered chart. Every one of these failed on the chart before.
+"""A deployment that survives a real KubeRay GPU cluster, chart side: one test (or group) per
+finding of that review, each on the rendered chart. Every one of these failed on the chart before.
 
 Pod Security: every pod of every value set is checked with tests/pss_restricted.py, an
 implementation of all Baseline + Restricted controls as published, plus the autoscaler sidecar
@@ -76,7 +76,7 @@ def api_pod(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     return one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
 
 
-# ---- finding 1: a writable workdir for drivers on the shared Ray head ------------------------
+# ---- a writable workdir for drivers on the shared Ray head -----------------------------------
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_ray_head_driver_workdir_is_a_writable_volume(rendered_all, scenario, ki
     assert head["securityContext"]["fsGroup"] == head["securityContext"]["runAsUser"] == 10001
 
 
-# ---- finding 2: private registries ----------------------------------------------------------
+# ---- private registries ---------------------------------------------------------------------
 
 
 def test_every_pod_and_the_rayjob_account_pull_with_the_secrets(rendered_all) -> None:
@@ -110,7 +110,7 @@ def test_every_pod_and_the_rayjob_account_pull_with_the_secrets(rendered_all) ->
     assert env["FEDTUNE_K8S_IMAGE_PULL_SECRETS"]["value"] == "regcred,mirror"
 
 
-# ---- finding 3: secrets, roles, network, Ray auth --------------------------------------------
+# ---- secrets, roles, network, Ray auth -------------------------------------------------------
 
 
 def _secret_refs(container: dict[str, Any]) -> set[tuple[str, str]]:
@@ -238,8 +238,11 @@ def test_network_policies_admit_only_fedtune_pods_to_postgresql_and_the_api_to_r
     assert not _admitted(pg, worker, "postgresql")
     assert not _admitted(pg, {"app": "something-else"}, "postgresql")
     # a RayJob head (labels from rayjob_manifest + KubeRay's node type) reaches it, its workers not
-    study = {"app.kubernetes.io/name": "fedtune", "app.kubernetes.io/component": "study",
-             "app.kubernetes.io/managed-by": "fedtune"}  # fmt: skip
+    study = {
+        "app.kubernetes.io/name": "fedtune",
+        "app.kubernetes.io/component": "study",
+        "app.kubernetes.io/managed-by": "fedtune",
+    }
     assert _admitted(pg, study | {"ray.io/node-type": "head"}, "postgresql")
     assert not _admitted(pg, study | {"ray.io/node-type": "worker"}, "postgresql")
 
@@ -263,8 +266,12 @@ def test_rayjob_heads_admit_their_own_pods_and_no_other_job(render, tmp_path) ->
     operator = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kuberay"}}}]
     manifests = render({"networkPolicy": {"rayDashboardFrom": operator}})
     policy = one(manifests, "NetworkPolicy", f"{FULLNAME}-rayjobs")
-    settings = load_settings(backend="kubernetes", k8s_namespace=NAMESPACE, k8s_image="i:1",
-                             database_url=f"sqlite:///{tmp_path / 'x.db'}")  # fmt: skip
+    settings = load_settings(
+        backend="kubernetes",
+        k8s_namespace=NAMESPACE,
+        k8s_image="i:1",
+        database_url=f"sqlite:///{tmp_path / 'x.db'}",
+    )
     job = rayjob_manifest(LaunchRequest("0123456789ab", 1), settings)["spec"]
     head = job["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
     assert _selects(policy["spec"]["podSelector"], head | {"ray.io/node-type": "head"})
@@ -284,7 +291,7 @@ OPERATOR = {"app.kubernetes.io/name": "kuberay-operator"}
 
 
 def test_the_kuberay_operator_reaches_rayjob_dashboards_by_default(render, helm) -> None:
-    """Issue 22: with the old default (rayDashboardFrom: []) the RayJob policy admitted 8265 only
+    """With the old default (rayDashboardFrom: []) the RayJob policy admitted 8265 only
     from the study's own pods, so KubeRay's RayJob controller could not poll GetJobInfo and no
     RayJob would report completion on a policy-enforcing CNI. Now the operator's namespace (and
     pods) are admitted on 8265 by default, and nothing else of that namespace is."""
@@ -293,10 +300,15 @@ def test_the_kuberay_operator_reaches_rayjob_dashboards_by_default(render, helm)
     assert not _admitted(policy, OPERATOR, 6379, namespace="kuberay-system")  # only 8265
     assert not _admitted(policy, {"app": "other"}, 8265, namespace="kuberay-system")
     assert not _admitted(policy, OPERATOR, 8265, namespace="elsewhere")
-    moved = one(render({"networkPolicy": {"kuberayOperator": {"namespace": "ray-system"}}}),
-                "NetworkPolicy", f"{FULLNAME}-rayjobs")  # fmt: skip
+    moved = one(
+        render({"networkPolicy": {"kuberayOperator": {"namespace": "ray-system"}}}),
+        "NetworkPolicy",
+        f"{FULLNAME}-rayjobs",
+    )
     assert _admitted(moved, OPERATOR, 8265, namespace="ray-system")
-    with pytest.raises(helm.HelmError, match=r"networkPolicy\.kuberayOperator\.namespace is required"):
+    with pytest.raises(
+        helm.HelmError, match=r"networkPolicy\.kuberayOperator\.namespace is required"
+    ):
         render({"networkPolicy": {"kuberayOperator": {"namespace": ""}}})
 
 
@@ -304,15 +316,16 @@ SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def test_only_the_autoscaler_sidecar_gets_a_kubernetes_api_token(render) -> None:
-    """Found in this audit (finding 3): the head pod opts out of token automounting (drivers and
+    """Found in this audit: the head pod opts out of token automounting (drivers and
     user code run there), but KubeRay's autoscaler sidecar must call the Kubernetes API, so the
     chart's default (autoscaling on) could never scale. A projected token reaches the autoscaler
     alone, through autoscalerOptions.volumeMounts; the ray-head container mounts none."""
     cluster = one(render(RAY), "RayCluster")
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     assert head["automountServiceAccountToken"] is False
-    mounts = [m for m in cluster["spec"]["autoscalerOptions"]["volumeMounts"]
-              if m["mountPath"] == SA_PATH]  # fmt: skip
+    mounts = [
+        m for m in cluster["spec"]["autoscalerOptions"]["volumeMounts"] if m["mountPath"] == SA_PATH
+    ]
     assert len(mounts) == 1 and mounts[0]["readOnly"] is True
     volume = next(v for v in head["volumes"] if v["name"] == mounts[0]["name"])
     sources = {key for source in volume["projected"]["sources"] for key in source}
@@ -323,8 +336,9 @@ def test_only_the_autoscaler_sidecar_gets_a_kubernetes_api_token(render) -> None
     values = {**RAY, "rayCluster": {"enabled": True, "enableInTreeAutoscaling": False}}
     off = one(render(values), "RayCluster")
     assert "autoscalerOptions" not in off["spec"]
-    assert volume["name"] not in {v["name"] for v in off["spec"]["headGroupSpec"]["template"][
-        "spec"]["volumes"]}  # fmt: skip
+    assert volume["name"] not in {
+        v["name"] for v in off["spec"]["headGroupSpec"]["template"]["spec"]["volumes"]
+    }
 
 
 def test_shared_raycluster_uses_ray_token_auth_and_the_api_sends_the_token(render) -> None:
@@ -343,13 +357,13 @@ def test_shared_raycluster_uses_ray_token_auth_and_the_api_sends_the_token(rende
     assert "authOptions" not in off["spec"]
 
 
-# ---- finding 4: one scheduler, migrations in a hook Job ---------------------------------------
+# ---- one scheduler, migrations in a hook Job --------------------------------------------------
 
 
 def test_one_api_pod_recreates_and_several_roll_with_one_scheduler_leader(
     helm, chart, render, rendered_all
 ) -> None:
-    """Issue 20 req. 4: ``api.replicas >= 2`` renders a RollingUpdate (the scheduler leads by
+    """``api.replicas >= 2`` renders a RollingUpdate (the scheduler leads by
     a PostgreSQL lease, ``FEDTUNE_LEADER_LEASE_S``); backend local or SQLite are refused."""
     deployment = one(rendered_all["defaults"], "Deployment", FULLNAME)
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -357,15 +371,24 @@ def test_one_api_pod_recreates_and_several_roll_with_one_scheduler_leader(
     several = one(render({"api": {"replicas": 3, "leaderLeaseSeconds": 6}}), "Deployment", FULLNAME)
     assert several["spec"]["replicas"] == 3
     assert several["spec"]["strategy"] == {
-        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}  # fmt: skip
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
     env = container_env(api_pod([several])["containers"][0])
     assert env["FEDTUNE_LEADER_LEASE_S"]["value"] == "6"
     with pytest.raises(Exception, match="backend ray or kubernetes"):
         render({"api": {"replicas": 2}, "backend": "local"})
     with pytest.raises(Exception, match="needs PostgreSQL"):
-        render({"api": {"replicas": 2}, "postgresql": {"enabled": False},
-                "externalDatabase": {"url": "sqlite:////data/fedtune.db",
-                                     "mlflowUrl": "sqlite:////data/mlflow.db"}})  # fmt: skip
+        render(
+            {
+                "api": {"replicas": 2},
+                "postgresql": {"enabled": False},
+                "externalDatabase": {
+                    "url": "sqlite:////data/fedtune.db",
+                    "mlflowUrl": "sqlite:////data/mlflow.db",
+                },
+            }
+        )
 
 
 @pytest.mark.parametrize(
@@ -399,7 +422,7 @@ def test_migrations_run_once_in_a_job_before_the_api(render, values, upgrade, su
     assert "fedtune db current" in wait["command"][-1]
 
 
-# ---- finding 5: MLflow pinned and migrated before it starts ---------------------------------
+# ---- MLflow pinned and migrated before it starts --------------------------------------------
 
 
 def test_mlflow_is_pinned_and_migrated_by_an_init_container(rendered_all) -> None:
@@ -423,7 +446,7 @@ def test_mlflow_is_pinned_and_migrated_by_an_init_container(rendered_all) -> Non
     )
 
 
-# ---- finding 6: Pod Security "restricted" for every pod -------------------------------------
+# ---- Pod Security "restricted" for every pod ------------------------------------------------
 
 
 def _with_autoscaler(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -434,8 +457,11 @@ def _with_autoscaler(manifest: dict[str, Any]) -> dict[str, Any]:
         return manifest
     out = copy.deepcopy(manifest)
     options = out["spec"].get("autoscalerOptions", {})
-    sidecar = {"name": "autoscaler", "securityContext": options.get("securityContext", {}),
-               "volumeMounts": options.get("volumeMounts", [])}  # fmt: skip
+    sidecar = {
+        "name": "autoscaler",
+        "securityContext": options.get("securityContext", {}),
+        "volumeMounts": options.get("volumeMounts", []),
+    }
     out["spec"]["headGroupSpec"]["template"]["spec"]["containers"].append(sidecar)
     return out
 
@@ -453,13 +479,15 @@ def test_every_rendered_pod_meets_pod_security_restricted(rendered_all, scenario
 
 
 def test_the_checker_sees_what_the_old_chart_missed() -> None:
-    pod = {"securityContext": {"runAsNonRoot": True},
-           "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False}}]}  # fmt: skip
+    pod = {
+        "securityContext": {"runAsNonRoot": True},
+        "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False}}],
+    }
     lines = pss_restricted.violations(pod)
     assert any("seccomp" in line for line in lines) and any("capabilit" in line for line in lines)
 
 
-# ---- finding 7: memory per GPU and /dev/shm --------------------------------------------------
+# ---- memory per GPU and /dev/shm -------------------------------------------------------------
 
 
 def test_every_ray_pod_has_an_in_memory_dev_shm(rendered_all) -> None:
@@ -475,9 +503,18 @@ def test_every_ray_pod_has_an_in_memory_dev_shm(rendered_all) -> None:
 
 
 def test_gpu_workers_need_8gi_per_gpu_plus_shm(helm, chart) -> None:
-    values = with_offline_secrets({**RAY, "rayCluster": {"enabled": True, "worker": {
-        "resources": {"limits": {"cpu": "4", "memory": "12Gi", "nvidia.com/gpu": 2}},
-        "shmSize": "2Gi"}}})  # fmt: skip
+    values = with_offline_secrets(
+        {
+            **RAY,
+            "rayCluster": {
+                "enabled": True,
+                "worker": {
+                    "resources": {"limits": {"cpu": "4", "memory": "12Gi", "nvidia.com/gpu": 2}},
+                    "shmSize": "2Gi",
+                },
+            },
+        }
+    )
     with pytest.raises(
         helm.HelmError,
         match=r"rayCluster\.worker\.resources\.limits\.memory \(12Gi\) must be at least 8Gi per GPU",
@@ -498,7 +535,7 @@ def test_memory_settings_reach_the_kubernetes_backend(rendered_all) -> None:
     assert float(settings["FEDTUNE_K8S_SHM_GI"]) > 0
 
 
-# ---- finding 10: the GPU example runs GPU pods on the CUDA build ------------------------------
+# ---- the GPU example runs GPU pods on the CUDA build ------------------------------------------
 
 
 def test_gpu_example_selects_the_cuda_image_wherever_gpus_are_used(rendered_all) -> None:
@@ -518,7 +555,7 @@ def test_gpu_example_selects_the_cuda_image_wherever_gpus_are_used(rendered_all)
     assert values["kubernetesBackend"]["image"]["tag"].endswith("-cuda")
 
 
-# ---- finding 11: extended resources are limits only -------------------------------------------
+# ---- extended resources are limits only -------------------------------------------------------
 
 
 def test_gpu_requests_are_refused_and_rendered_gpus_are_limits_only(
@@ -540,7 +577,7 @@ def test_gpu_requests_are_refused_and_rendered_gpus_are_limits_only(
                     )
 
 
-# ---- finding 9: no password invented by an offline render -------------------------------------
+# ---- no password invented by an offline render ------------------------------------------------
 
 
 @pytest.mark.parametrize("upgrade", [False, True])
@@ -570,7 +607,7 @@ def test_an_explicit_password_renders_the_same_secrets_every_time(render) -> Non
     assert first == second
 
 
-# ---- finding 14: PDBs, token length, GPU resources, names -------------------------------------
+# ---- PDBs, token length, GPU resources, names -------------------------------------------------
 
 
 def test_api_and_mlflow_have_disruption_budgets_selecting_their_pods(rendered_all) -> None:

@@ -1,4 +1,4 @@
-"""Issue 20 req. 3: the chart's Kueue objects (off by default) validate against Kueue's CRDs.
+"""The chart's Kueue objects (off by default) validate against Kueue's CRDs.
 
 ``kueue.enabled`` renders a ResourceFlavor and, per project, a ClusterQueue (one cohort, nominal
 quotas, a fair-sharing weight) and a LocalQueue in the release namespace, and tells the API to
@@ -18,11 +18,21 @@ from tests.needs import need
 from tests.service.k8s_fake import KUEUE_CRDS, kueue_schema
 
 FULLNAME = f"{RELEASE}-fedtune"
-PLURAL = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues",
-          "LocalQueue": "localqueues"}  # fmt: skip
-VALUES = {"kueue": {"enabled": True, "flavorNodeLabels": {"gpu-type": "a100"}, "projects": {
-    "vision": {"cpu": "64", "memory": "256Gi", "gpus": 8, "weight": 2},
-    "audio": {"cpu": 16, "memory": "64Gi", "gpus": 2}}}}  # fmt: skip
+PLURAL = {
+    "ResourceFlavor": "resourceflavors",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+}
+VALUES = {
+    "kueue": {
+        "enabled": True,
+        "flavorNodeLabels": {"gpu-type": "a100"},
+        "projects": {
+            "vision": {"cpu": "64", "memory": "256Gi", "gpus": 8, "weight": 2},
+            "audio": {"cpu": 16, "memory": "64Gi", "gpus": 2},
+        },
+    }
+}
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +43,9 @@ def _kueue_crds() -> None:
 def test_off_by_default(render) -> None:
     manifests = render({})
     assert not [m for m in manifests if m["apiVersion"].startswith("kueue.x-k8s.io")]
-    env = container_env(one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
-                        ["containers"][0])  # fmt: skip
+    env = container_env(
+        one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
+    )
     assert "FEDTUNE_K8S_KUEUE" not in env
 
 
@@ -42,26 +53,35 @@ def test_the_kueue_objects_validate_against_kueues_crds(render) -> None:
     manifests = render(VALUES)
     kueue = [m for m in manifests if m["apiVersion"].startswith("kueue.x-k8s.io")]
     assert sorted((m["kind"], m["metadata"]["name"]) for m in kueue) == [
-        ("ClusterQueue", "fedtune-audio"), ("ClusterQueue", "fedtune-default"),
-        ("ClusterQueue", "fedtune-vision"), ("LocalQueue", "fedtune-audio"),
-        ("LocalQueue", "fedtune-default"), ("LocalQueue", "fedtune-vision"),
-        ("ResourceFlavor", "fedtune-flavor")]  # the chart's default project, and two more  # fmt: skip
+        ("ClusterQueue", "fedtune-audio"),
+        ("ClusterQueue", "fedtune-default"),
+        ("ClusterQueue", "fedtune-vision"),
+        ("LocalQueue", "fedtune-audio"),
+        ("LocalQueue", "fedtune-default"),
+        ("LocalQueue", "fedtune-vision"),
+        ("ResourceFlavor", "fedtune-flavor"),
+    ]  # the chart's default project, and two more
     for obj in kueue:
         version = obj["apiVersion"].split("/")[1]
         sent = {k: v for k, v in obj.items() if k != "__source__"}  # the renderer's note
         jsonschema.Draft7Validator(kueue_schema(PLURAL[obj["kind"]], version)).validate(sent)
     vision = one(manifests, "ClusterQueue", "fedtune-vision")["spec"]
     assert vision["cohortName"] == "fedtune" and vision["fairSharing"]["weight"] == "2"
-    quotas = {r["name"]: r["nominalQuota"]
-              for r in vision["resourceGroups"][0]["flavors"][0]["resources"]}  # fmt: skip
+    quotas = {
+        r["name"]: r["nominalQuota"] for r in vision["resourceGroups"][0]["flavors"][0]["resources"]
+    }
     assert quotas == {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"}
     local = one(manifests, "LocalQueue", "fedtune-vision")
     assert local["metadata"]["namespace"] == NAMESPACE
     assert local["spec"]["clusterQueue"] == "fedtune-vision"
-    env = container_env(one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
-                        ["containers"][0])  # fmt: skip
-    settings = load_settings(backend="kubernetes", k8s_kueue=env["FEDTUNE_K8S_KUEUE"]["value"],
-                             k8s_kueue_queue_prefix=env["FEDTUNE_K8S_KUEUE_QUEUE_PREFIX"]["value"])  # fmt: skip
+    env = container_env(
+        one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"][0]
+    )
+    settings = load_settings(
+        backend="kubernetes",
+        k8s_kueue=env["FEDTUNE_K8S_KUEUE"]["value"],
+        k8s_kueue_queue_prefix=env["FEDTUNE_K8S_KUEUE_QUEUE_PREFIX"]["value"],
+    )
     assert settings.k8s_kueue is True and settings.k8s_kueue_queue_prefix == "fedtune-"
     assert find(manifests, "ResourceFlavor")[0]["spec"]["nodeLabels"] == {"gpu-type": "a100"}
 

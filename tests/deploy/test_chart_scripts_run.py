@@ -1,5 +1,5 @@
-"""Run what the chart's pods run, on this machine, against the real PostgreSQL (issue 11,
-findings 3, 4, 5): the bundled PostgreSQL's init script creates two non-superuser roles with a
+"""Run what the chart's pods run, on this machine, against the real PostgreSQL: the
+bundled PostgreSQL's init script creates two non-superuser roles with a
 database each, and then — logged in as those roles, not as a superuser — the MLflow init
 container's `mlflow db upgrade` and the hook Job's `fedtune db upgrade` build their schemas.
 """
@@ -25,8 +25,10 @@ FEDTUNE_BIN = Path(sys.executable).with_name("fedtune")
 def _psql(sql: str, *, user: str = PG_ADMIN, db: str = "postgres") -> subprocess.CompletedProcess:
     return subprocess.run(
         ["psql", "-h", PG_HOST, "-p", PG_PORT, "-U", user, "-d", db, "-tAc", sql],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture
@@ -44,8 +46,12 @@ def pg_server() -> None:
 def roles(render, pg_server):
     """Render the chart with unique role/database names; yield (values, env of the PG pod); drop all."""
     tag = uuid.uuid4().hex[:8]
-    auth = {"username": f"ft_{tag}", "database": f"ft_{tag}", "mlflowUsername": f"ml_{tag}",
-            "mlflowDatabase": f"ml_{tag}"}  # fmt: skip
+    auth = {
+        "username": f"ft_{tag}",
+        "database": f"ft_{tag}",
+        "mlflowUsername": f"ml_{tag}",
+        "mlflowDatabase": f"ml_{tag}",
+    }
     manifests = render({"postgresql": {"auth": auth}})
     try:
         yield manifests, auth
@@ -80,9 +86,11 @@ def test_init_script_makes_two_non_superuser_roles_that_run_both_migrations(
     script = tmp_path / "01-roles.sh"
     script.write_text(one(manifests, "ConfigMap")["data"]["01-roles.sh"])
     env = _pod_env(manifests, auth) | {
-        "PATH": os.environ["PATH"], "PGHOST": PG_HOST, "PGPORT": PG_PORT,
+        "PATH": os.environ["PATH"],
+        "PGHOST": PG_HOST,
+        "PGPORT": PG_PORT,
         "POSTGRES_USER": PG_ADMIN,  # this machine's superuser stands in for the pod's
-    }  # fmt: skip
+    }
     done = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 

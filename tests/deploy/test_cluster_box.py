@@ -1,4 +1,4 @@
-"""The cluster in a box (issue 22, item 3): the chart's pods, each in a network namespace of its
+"""The cluster in a box: the chart's pods, each in a network namespace of its
 own (tests/deploy/netbox.py), running from the built image as rendered, with the rendered
 NetworkPolicies enforced by nftables; a study of ``examples/byo`` submitted from a "laptop"
 namespace through the SDK on the ``ray`` backend.
@@ -73,13 +73,22 @@ EXAMPLE = REPO_ROOT / "examples" / "byo"
 TOKEN = "box-api-token-0123456789abcdef"
 #: the head's MLflow client gives up after one 10 s attempt (rayCluster.head.env): without it a
 #: refused MLflow costs minutes of retries before the study can fail
-HEAD_ENV = [{"name": "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "value": "0"},
-            {"name": "MLFLOW_HTTP_REQUEST_TIMEOUT", "value": "10"}]  # fmt: skip
+HEAD_ENV = [
+    {"name": "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "value": "0"},
+    {"name": "MLFLOW_HTTP_REQUEST_TIMEOUT", "value": "10"},
+]
 #: one CPU per worker (rayStartParams win over KubeRay's CPU limit): two concurrent trials take
 #: one worker each, so a lost worker is sure to take a running trial with it
-VALUES = {"backend": "ray", "auth": {"apiToken": TOKEN}, "codeUpload": {"enabled": True},
-          "rayCluster": {"enabled": True, "head": {"env": HEAD_ENV},
-                         "worker": {"rayStartParams": {"num-cpus": "1"}}}}  # fmt: skip
+VALUES = {
+    "backend": "ray",
+    "auth": {"apiToken": TOKEN},
+    "codeUpload": {"enabled": True},
+    "rayCluster": {
+        "enabled": True,
+        "head": {"env": HEAD_ENV},
+        "worker": {"rayStartParams": {"num-cpus": "1"}},
+    },
+}
 START_S = 300  # each server's start on a loaded 2-core machine
 
 
@@ -100,16 +109,23 @@ class Box:
     def python(self, pod: str, code: str, *args: str, timeout: float = 60) -> Any:
         """Run ``code`` with this machine's Python in ``pod``'s namespace; its stdout as JSON."""
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        done = subprocess.run(self.net.exec_argv(pod, [sys.executable, "-c", code, *args]),
-                              capture_output=True, text=True, timeout=timeout, env=env)  # fmt: skip
+        done = subprocess.run(
+            self.net.exec_argv(pod, [sys.executable, "-c", code, *args]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     def http(self, pod: str, url: str, token: str | None = None) -> int:
-        code = ("import json,sys,urllib.request\nreq=urllib.request.Request(sys.argv[1])\n"
-                "if sys.argv[2]: req.add_header('Authorization','Bearer '+sys.argv[2])\n"
-                "try:\n print(urllib.request.urlopen(req,timeout=5).status)\n"
-                "except Exception as e:\n print(getattr(e,'code',0))\n")  # fmt: skip
+        code = (
+            "import json,sys,urllib.request\nreq=urllib.request.Request(sys.argv[1])\n"
+            "if sys.argv[2]: req.add_header('Authorization','Bearer '+sys.argv[2])\n"
+            "try:\n print(urllib.request.urlopen(req,timeout=5).status)\n"
+            "except Exception as e:\n print(getattr(e,'code',0))\n"
+        )
         return int(self.python(pod, code, url, token or ""))
 
     def until_http(self, pod: str, url: str, process: str, token: str | None = None) -> None:
@@ -121,12 +137,18 @@ class Box:
             time.sleep(2)
         raise AssertionError(f"{url} not up from {pod} in {START_S} s:\n{self.log(process)}")
 
-    def start(self, pod: str, name: str, argv: list[str], env: dict[str, str],
-              user: str | None = None) -> subprocess.Popen:  # fmt: skip
+    def start(
+        self, pod: str, name: str, argv: list[str], env: dict[str, str], user: str | None = None
+    ) -> subprocess.Popen:
         prefix = ["runuser", "-u", user, "--"] if user else []
         with (self.root / f"{name}.log").open("w") as log:
-            proc = subprocess.Popen(self.net.exec_argv(pod, [*prefix, *argv]), env=env,
-                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                self.net.exec_argv(pod, [*prefix, *argv]),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[name] = proc
         return proc
 
@@ -142,15 +164,24 @@ class Box:
             proc.wait(30)
 
 
-def _container(box: Box, pod: str, spec: dict, container: dict, image_root: Any,
-               env: dict[str, str]) -> tuple[Sandbox, dict[str, str], str]:  # fmt: skip
+def _container(
+    box: Box, pod: str, spec: dict, container: dict, image_root: Any, env: dict[str, str]
+) -> tuple[Sandbox, dict[str, str], str]:
     sandbox, full_env, cwd = pod_process(box.root / pod, spec, container, env, image_root)
     sandbox.overlays["/etc/hosts"] = box.hosts
     return sandbox, full_env, cwd
 
 
-def _run_image(box: Box, pod: str, name: str, spec: dict, container: dict, image_root: Any,
-               argv: list[str] | None = None, extra_env: dict[str, str] | None = None) -> None:  # fmt: skip
+def _run_image(
+    box: Box,
+    pod: str,
+    name: str,
+    spec: dict,
+    container: dict,
+    image_root: Any,
+    argv: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> None:
     env = container_env(container, box.manifests) | (extra_env or {})
     sandbox, full_env, cwd = _container(box, pod, spec, container, image_root, env)
     box.start(pod, name, sandbox.argv(argv or container_argv(container), cwd=cwd), full_env)
@@ -176,25 +207,72 @@ def _postgresql(box: Box) -> None:
     for path in home.iterdir():
         os.chown(path, pg.pw_uid, pg.pw_gid)
     box.root.joinpath("pg-home").write_text(str(home))
-    subprocess.run(["runuser", "-u", "postgres", "--", str(bin_dir / "initdb"), "-D",
-                    str(home / "data"), "-U", env["POSTGRES_USER"], f"--pwfile={home / 'pwfile'}",
-                    "--auth-local=trust", "--auth-host=scram-sha-256"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            str(bin_dir / "initdb"),
+            "-D",
+            str(home / "data"),
+            "-U",
+            env["POSTGRES_USER"],
+            f"--pwfile={home / 'pwfile'}",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+        ],
+        check=True,
+        capture_output=True,
+    )
     with (home / "data" / "pg_hba.conf").open("a") as hba:
         hba.write("host all all 0.0.0.0/0 scram-sha-256\n")
-    box.start("postgresql", "postgresql", [str(bin_dir / "postgres"), "-D", str(home / "data"),
-              "-c", "listen_addresses=*", "-p", "5432", "-k", str(home / "sock")],
-              {"PATH": os.environ["PATH"]}, user="postgres")  # fmt: skip
+    box.start(
+        "postgresql",
+        "postgresql",
+        [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(home / "data"),
+            "-c",
+            "listen_addresses=*",
+            "-p",
+            "5432",
+            "-k",
+            str(home / "sock"),
+        ],
+        {"PATH": os.environ["PATH"]},
+        user="postgres",
+    )
     end = time.monotonic() + START_S
-    while subprocess.run(box.net.exec_argv("postgresql", [str(bin_dir / "pg_isready"), "-h",
-                         str(home / "sock"), "-p", "5432"]), capture_output=True).returncode:  # fmt: skip
+    while subprocess.run(
+        box.net.exec_argv(
+            "postgresql", [str(bin_dir / "pg_isready"), "-h", str(home / "sock"), "-p", "5432"]
+        ),
+        capture_output=True,
+    ).returncode:
         assert time.monotonic() < end and box.procs["postgresql"].poll() is None, box.log(
-            "postgresql")
+            "postgresql"
+        )
         time.sleep(1)
-    roles = subprocess.run(box.net.exec_argv("postgresql", [
-        "runuser", "-u", "postgres", "--", "env", *[f"{k}={v}" for k, v in env.items()],
-        f"PGHOST={home / 'sock'}", "sh", str(home / "01-roles.sh")]),
-        capture_output=True, text=True)  # fmt: skip
+    roles = subprocess.run(
+        box.net.exec_argv(
+            "postgresql",
+            [
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+                "env",
+                *[f"{k}={v}" for k, v in env.items()],
+                f"PGHOST={home / 'sock'}",
+                "sh",
+                str(home / "01-roles.sh"),
+            ],
+        ),
+        capture_output=True,
+        text=True,
+    )
     assert roles.returncode == 0, roles.stderr
 
 
@@ -213,24 +291,41 @@ def _ray(box: Box, image_root: Any) -> dict[str, str]:
     cluster = one(box.manifests, "RayCluster")["spec"]
     token = one(box.manifests, "Secret", f"{RAY}-auth")
 
-    auth = {"RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": base64.b64decode(token["data"]["auth_token"]).decode()}  # fmt: skip
+    auth = {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": base64.b64decode(token["data"]["auth_token"]).decode(),
+    }
     box.ray_token = auth["RAY_AUTH_TOKEN"]
     head = cluster["headGroupSpec"]
     spec = head["template"]["spec"]
     container = spec["containers"][0]
     ip = box.net.pods["ray-head"].ip
-    _run_image(box, "ray-head", "ray-head", spec, container, image_root,
-               _kuberay(head["rayStartParams"], container, ip, True), auth)  # fmt: skip
+    _run_image(
+        box,
+        "ray-head",
+        "ray-head",
+        spec,
+        container,
+        image_root,
+        _kuberay(head["rayStartParams"], container, ip, True),
+        auth,
+    )
     box.until_http("api", f"http://{ip}:8265/api/version", "ray-head", auth["RAY_AUTH_TOKEN"])
     group = cluster["workerGroupSpecs"][0]
     spec = group["template"]["spec"]
     container = spec["containers"][0]
     for n in (1, 2):
         pod = f"ray-worker-{n}"
-        _run_image(box, pod, pod, spec, container, image_root,
-                   _kuberay(group.get("rayStartParams", {}), container, box.net.pods[pod].ip,
-                            False), auth)  # fmt: skip
+        _run_image(
+            box,
+            pod,
+            pod,
+            spec,
+            container,
+            image_root,
+            _kuberay(group.get("rayStartParams", {}), container, box.net.pods[pod].ip, False),
+            auth,
+        )
     return auth
 
 
@@ -243,8 +338,16 @@ def box(render, image_root, tmp_path_factory) -> Iterator[Box]:
     net = NetBox(f"cb{os.getpid() % 1000}", (234, os.getpid() % 250))
     made = Box(net, manifests, policies, root, root / "hosts")
     try:
-        for name in ("laptop", "postgresql", "db-upgrade", "mlflow", "ray-head", "ray-worker-1",
-                     "ray-worker-2", "api"):  # fmt: skip
+        for name in (
+            "laptop",
+            "postgresql",
+            "db-upgrade",
+            "mlflow",
+            "ray-head",
+            "ray-worker-1",
+            "ray-worker-2",
+            "api",
+        ):
             labels, ports = pods.get(name, ({}, {}))
             net.add_pod(name, labels, ports, namespace="laptop" if name == "laptop" else "ml")
         made.hosts.write_text(net.hosts(services))
@@ -256,8 +359,9 @@ def box(render, image_root, tmp_path_factory) -> Iterator[Box]:
         _run_image(made, "db-upgrade", "db-upgrade", job, job["containers"][0], image_root)
         _wait_exit(made, "db-upgrade")
         mlflow = one(manifests, "Deployment", f"{FULLNAME}-mlflow")["spec"]["template"]["spec"]
-        _run_image(made, "mlflow", "mlflow-db-upgrade", mlflow, mlflow["initContainers"][0],
-                   image_root)  # fmt: skip
+        _run_image(
+            made, "mlflow", "mlflow-db-upgrade", mlflow, mlflow["initContainers"][0], image_root
+        )
         _wait_exit(made, "mlflow-db-upgrade")
         _run_image(made, "mlflow", "mlflow", mlflow, mlflow["containers"][0], image_root)
         _ray(made, image_root)
@@ -295,7 +399,7 @@ with Client(url, token=token, timeout=60) as sdk:
     trials = [{"number": t.number, "state": str(t.state), "outcome": t.outcome}
               for t in study.trials()]
     print(json.dumps({"id": study.id, "state": str(final.state), "error": final.error,
-                      "trials": trials, "mlflow": final.mlflow}))
+                      "trials": trials, "mlflow": final.mlflow.to_json()}))
 """
 
 API_URL = f"http://{FULLNAME}.ml.svc.cluster.local:8000"
@@ -319,8 +423,7 @@ def _submit(box: Box, spec: str, timeout: float = 600) -> dict[str, Any]:
 
 def _status(box: Box, study_id: str, wait_s: float = 0) -> dict[str, Any]:
     """The study as the laptop sees it, after waiting up to ``wait_s`` for its end (0: now)."""
-    return box.python("laptop", _WAIT, API_URL, TOKEN, study_id, str(wait_s),
-                      timeout=wait_s + 60)  # fmt: skip
+    return box.python("laptop", _WAIT, API_URL, TOKEN, study_id, str(wait_s), timeout=wait_s + 60)
 
 
 def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
@@ -330,13 +433,18 @@ def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
     assert done["state"] == "succeeded", (done, box.log("api"), box.log("ray-head"))
     assert [t["state"] for t in done["trials"]] == ["completed"] * 2
     # MLflow has the study's runs: asked from the API's pod (the laptop may not reach MLflow)
-    runs = box.python("api", (
-        "import json,sys\nfrom mlflow.tracking import MlflowClient\n"
-        "c=MlflowClient(sys.argv[1]);p=c.get_run(sys.argv[2])\n"
-        "kids=c.search_runs([p.info.experiment_id],"
-        "filter_string=f\"tags.`mlflow.parentRunId` = '{p.info.run_id}'\")\n"
-        "print(json.dumps([p.info.status,len(kids)]))\n"),
-        f"http://{FULLNAME}-mlflow.ml.svc:5000", done["mlflow"]["run_id"])  # fmt: skip
+    runs = box.python(
+        "api",
+        (
+            "import json,sys\nfrom mlflow.tracking import MlflowClient\n"
+            "c=MlflowClient(sys.argv[1]);p=c.get_run(sys.argv[2])\n"
+            "kids=c.search_runs([p.info.experiment_id],"
+            "filter_string=f\"tags.`mlflow.parentRunId` = '{p.info.run_id}'\")\n"
+            "print(json.dumps([p.info.status,len(kids)]))\n"
+        ),
+        f"http://{FULLNAME}-mlflow.ml.svc:5000",
+        done["mlflow"]["run_id"],
+    )
     assert runs == ["FINISHED", 2]
     assert box.net.probe("laptop", [("mlflow", 5000)], 1.0) == {("mlflow", 5000): False}
     flows = sorted(f.comment for f in box.net.flows())
@@ -349,8 +457,14 @@ def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
 
 
 def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:
-    study_id = box.python("laptop", _SUBMIT, API_URL, TOKEN,
-                          _small("box-node-lost", trials=4, rounds=150), str(EXAMPLE))  # fmt: skip
+    study_id = box.python(
+        "laptop",
+        _SUBMIT,
+        API_URL,
+        TOKEN,
+        _small("box-node-lost", trials=4, rounds=150),
+        str(EXAMPLE),
+    )
     end = time.monotonic() + 300
     while True:  # both workers busy: two trials running, none finished yet
         now = _status(box, study_id)
@@ -375,7 +489,8 @@ def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:
         "import json,sys,urllib.request\nr=urllib.request.Request(sys.argv[1])\n"
         "r.add_header('Authorization','Bearer '+sys.argv[2])\n"
         "nodes=json.load(urllib.request.urlopen(r,timeout=10))['data']['result']['result']\n"
-        "print(json.dumps(sorted(n['state'] for n in nodes)))\n")  # fmt: skip
+        "print(json.dumps(sorted(n['state'] for n in nodes)))\n"
+    )
     url = f"http://{RAY}-head-svc.ml.svc:8265/api/v0/nodes?detail=true"
     end = time.monotonic() + 180
     while (states := box.python("api", nodes, url, box.ray_token)) != ["ALIVE", "ALIVE", "DEAD"]:

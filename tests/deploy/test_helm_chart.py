@@ -20,6 +20,7 @@ from tests.deploy.conftest import (
     CHART_DIR,
     NAMESPACE,
     RELEASE,
+    REPO_ROOT,
     SCENARIOS,
     container_env,
     crd_schema,
@@ -63,7 +64,7 @@ API_VERBS = {
 
 
 def rayjob_verbs_the_code_uses() -> list[str]:
-    """RBAC verbs of the CustomObjectsApi calls in the kubernetes backend (issue 11, finding 14)."""
+    """RBAC verbs of the CustomObjectsApi calls in the kubernetes backend."""
     calls = re.findall(r"\.(\w+?)_namespaced_custom_object(_status)?\b", BACKEND_SOURCE.read_text())
     assert calls, "the kubernetes backend makes no CustomObjectsApi call?"
     assert not [c for c in calls if c[1]], "a status subresource call needs its own rule"
@@ -209,7 +210,7 @@ def test_strict_crd_schema_catches_a_misspelt_field(render: Any) -> None:
 
 
 def test_worker_template_and_job_settings_make_a_valid_rayjob(render: Any) -> None:
-    """Apply FEDTUNE_K8S_* as documented in README.md to a RayJob; KubeRay's schema accepts it."""
+    """Apply FEDTUNE_K8S_* as docs/reference/environment.md documents them to a RayJob; KubeRay's schema accepts it."""
     env = container_env(api_container(render(scenario_values()["gpu"] | {"backend": "kubernetes"})))
     template = json.loads(env["FEDTUNE_K8S_WORKER_TEMPLATE"]["value"])
     assert template["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
@@ -457,17 +458,25 @@ def test_external_database_scenario_renders_no_secret_values(rendered_scenarios:
 
 # ---- the service contract ------------------------------------------------------------------------
 
-#: studyLimits.<value> -> FEDTUNE_<variable> (issue 15 item 6), plus dataRoots (item 2)
+#: studyLimits.<value> -> FEDTUNE_<variable>, plus dataRoots
 STUDY_LIMITS = {
-    "maxTrials": "MAX_TRIALS", "maxRounds": "MAX_ROUNDS", "maxClients": "MAX_CLIENTS",
-    "maxDim": "MAX_DIM", "maxConcurrentTrials": "MAX_CONCURRENT_TRIALS",
-    "maxLocalSteps": "MAX_LOCAL_STEPS", "maxLocalEpochs": "MAX_LOCAL_EPOCHS",
-    "maxBatchSize": "MAX_BATCH_SIZE", "maxSeed": "MAX_SEED",
-    "maxTrialCpu": "MAX_TRIAL_CPU", "maxTrialGpu": "MAX_TRIAL_GPU", "maxChoices": "MAX_CHOICES",
+    "maxTrials": "MAX_TRIALS",
+    "maxRounds": "MAX_ROUNDS",
+    "maxClients": "MAX_CLIENTS",
+    "maxDim": "MAX_DIM",
+    "maxConcurrentTrials": "MAX_CONCURRENT_TRIALS",
+    "maxLocalSteps": "MAX_LOCAL_STEPS",
+    "maxLocalEpochs": "MAX_LOCAL_EPOCHS",
+    "maxBatchSize": "MAX_BATCH_SIZE",
+    "maxSeed": "MAX_SEED",
+    "maxTrialCpu": "MAX_TRIAL_CPU",
+    "maxTrialGpu": "MAX_TRIAL_GPU",
+    "maxChoices": "MAX_CHOICES",
     "maxSearchParameters": "MAX_SEARCH_PARAMETERS",
-    "maxConcurrentValidations": "MAX_CONCURRENT_VALIDATIONS", "validationQueue": "VALIDATION_QUEUE",
+    "maxConcurrentValidations": "MAX_CONCURRENT_VALIDATIONS",
+    "validationQueue": "VALIDATION_QUEUE",
     "dataRoots": "DATA_ROOTS",
-}  # fmt: skip
+}
 CONTRACT_ENV = {
     "common": {
         "FEDTUNE_BACKEND",
@@ -612,16 +621,17 @@ def test_helm_test_hook_calls_healthz_through_the_service(rendered_scenarios: di
 # ---- documentation -------------------------------------------------------------------------------
 
 
-def test_every_value_is_documented_in_values_yaml_and_readme() -> None:
+def test_every_value_is_documented_in_values_yaml_and_the_reference() -> None:
+    """Every value has a ``# --`` comment, and the generated reference page (tools/docs_gen.py,
+    docs/reference/helm-values.md) lists exactly the documented keys."""
     text = (CHART_DIR / "values.yaml").read_text()
     documented = documented_values(text)
     for path in leaf_paths(yaml.safe_load(text)):
         assert any(path[:n] in documented for n in range(1, len(path) + 1)), (
             f"{'.'.join(path)} undocumented"
         )
-    readme = (CHART_DIR / "README.md").read_text()
-    values_section = readme.split("\n## Values\n", 1)[1].split("\n## ", 1)[0]
-    rows = set(re.findall(r"^\| `([^`]+)` \|", values_section, flags=re.MULTILINE))
+    page = (REPO_ROOT / "docs" / "reference" / "helm-values.md").read_text()
+    rows = set(re.findall(r"^\| `([^`]+)` \|", page, flags=re.MULTILINE))
     assert rows == {".".join(path) for path in documented}
 
 
@@ -640,22 +650,40 @@ def test_code_upload_is_off_by_default_and_one_value_turns_it_on(render) -> None
 
 
 def test_oidc_values_reach_the_api_as_settings(render) -> None:
-    """Issue 20: ``auth.oidc.*`` become the FEDTUNE_OIDC_* settings the API reads."""
+    """``auth.oidc.*`` become the FEDTUNE_OIDC_* settings the API reads."""
     from fedtune.service.oidc import OidcConfig
     from fedtune.service.settings import load_settings
 
     assert not any(k.startswith("FEDTUNE_OIDC") for k in container_env(api_container(render({}))))
-    env = container_env(api_container(render({"auth": {"oidc": {
-        "issuer": "https://keycloak.example/realms/team", "audience": "fedtune-api",
-        "groupPrefix": "ft-"}}})))  # fmt: skip
-    settings = load_settings(**{
-        k.removeprefix("FEDTUNE_").lower(): v["value"]
-        for k, v in env.items() if k.startswith("FEDTUNE_OIDC_")
-    })  # fmt: skip
+    env = container_env(
+        api_container(
+            render(
+                {
+                    "auth": {
+                        "oidc": {
+                            "issuer": "https://keycloak.example/realms/team",
+                            "audience": "fedtune-api",
+                            "groupPrefix": "ft-",
+                        }
+                    }
+                }
+            )
+        )
+    )
+    settings = load_settings(
+        **{
+            k.removeprefix("FEDTUNE_").lower(): v["value"]
+            for k, v in env.items()
+            if k.startswith("FEDTUNE_OIDC_")
+        }
+    )
     config = OidcConfig.from_settings(settings)
     assert config is not None and config.issuer == "https://keycloak.example/realms/team"
     assert (config.audience, config.group_prefix, config.groups_claim) == (
-        "fedtune-api", "ft-", "groups")
+        "fedtune-api",
+        "ft-",
+        "groups",
+    )
 
 
 def test_workdir_claim_reaches_the_kubernetes_backend(render) -> None:
@@ -677,14 +705,19 @@ def test_study_limits_and_data_roots_reach_the_service_settings(render) -> None:
 
     def settings_of(values: dict):
         env = container_env(api_container(render(values)))
-        return load_settings(**{name.lower(): env[f"FEDTUNE_{name}"]["value"]
-                                for name in STUDY_LIMITS.values()})  # fmt: skip
+        return load_settings(
+            **{name.lower(): env[f"FEDTUNE_{name}"]["value"] for name in STUDY_LIMITS.values()}
+        )
 
     defaults, fields = load_settings(), [name.lower() for name in STUDY_LIMITS.values()]
     assert {f: getattr(settings_of({}), f) for f in fields} == {
         f: getattr(defaults, f) for f in fields
     }
-    custom = settings_of({"dataRoots": ["/data/leaf", "/data/tff"],
-                          "studyLimits": {"maxClients": 5000000, "maxTrialCpu": 0.5}})  # fmt: skip
+    custom = settings_of(
+        {
+            "dataRoots": ["/data/leaf", "/data/tff"],
+            "studyLimits": {"maxClients": 5000000, "maxTrialCpu": 0.5},
+        }
+    )
     assert [str(root) for root in custom.data_roots] == ["/data/leaf", "/data/tff"]
     assert (custom.max_clients, custom.max_trial_cpu) == (5_000_000, 0.5)

@@ -1,4 +1,4 @@
-"""Issue 11, finding 13: reproducible images without version skew.
+"""Reproducible images without version skew.
 
 * ``constraints/image.txt`` pins every distribution the image installs (the closure of
   ``fedtune[service]`` and the build backend) to the versions the tests ran against; the file
@@ -81,8 +81,12 @@ def test_one_ray_version_in_the_lock_the_rayjobs_and_the_chart() -> None:
 def _chain(dockerfile: Dockerfile) -> tuple:
     """The instructions that make the installed venv: ``deps`` (when there is one), ``build``."""
     names = {stage.name for stage in dockerfile.stages}
-    return tuple(i for name in ("deps", "build") if name in names
-                 for i in dockerfile.stage(name).instructions)  # fmt: skip
+    return tuple(
+        i
+        for name in ("deps", "build")
+        if name in names
+        for i in dockerfile.stage(name).instructions
+    )
 
 
 def _copied_sources(dockerfile: Dockerfile, upto: int) -> set[str]:
@@ -96,8 +100,11 @@ def _copied_sources(dockerfile: Dockerfile, upto: int) -> set[str]:
 
 
 def test_dependencies_install_before_the_code_is_copied(dockerfile: Dockerfile) -> None:
-    installs = [(i, r) for i, r in enumerate(_chain(dockerfile))
-                if r.keyword == "RUN" and "pip install" in r.args]  # fmt: skip
+    installs = [
+        (i, r)
+        for i, r in enumerate(_chain(dockerfile))
+        if r.keyword == "RUN" and "pip install" in r.args
+    ]
     assert installs
     locked = [i for i, r in installs if "-r constraints/image.txt" in r.args]
     assert len(locked) == 1, "the dependency layer installs the lock"

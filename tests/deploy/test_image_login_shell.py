@@ -1,9 +1,9 @@
-"""Issue 11, finding 8: KubeRay < 1.4 starts Ray in every Ray pod with ``/bin/bash -lc -- "ulimit
+"""KubeRay < 1.4 starts Ray in every Ray pod with ``/bin/bash -lc -- "ulimit
 -n 65536; ray start ..."``. A login shell runs ``/etc/profile``, which on Debian (the image's
 base) sets ``PATH`` from scratch, so the image's ``ENV PATH=/opt/venv/bin:...`` is gone and
 ``ray`` / ``fedtune`` are "command not found" unless the image puts them back.
 
-Issue 22: this runs in the BUILT image (``tests/deploy/image_rootfs.py``), as UID 10001 on its
+This runs in the BUILT image (``tests/deploy/image_rootfs.py``), as UID 10001 on its
 read-only root with the image's own environment. The control is the image as it was before the
 fix: the same root with the Dockerfile step's output hidden (an empty ``/etc/profile.d`` and a
 ``/usr/local/bin`` without the step's links) — the login shell then fails as reported.
@@ -22,8 +22,12 @@ from tests.deploy.test_dockerfile import DOCKERFILE, parse_dockerfile
 #: what KubeRay < 1.4 runs (command ["/bin/bash", "-lc", "--"], args ["ulimit -n 65536; ray start
 #: ..."]), with `ray start` replaced by the lookups it depends on (`fedtune` is what a driver runs)
 #: and without the `ulimit` (this machine's hard limit may be lower than a node's)
-LOGIN_SHELL = ["/bin/bash", "-lc", "--",
-               "command -v ray fedtune mlflow && ray --version && fedtune --help >/dev/null"]  # fmt: skip
+LOGIN_SHELL = [
+    "/bin/bash",
+    "-lc",
+    "--",
+    "command -v ray fedtune mlflow && ray --version && fedtune --help >/dev/null",
+]
 TOOLS = ("fedtune", "ray", "mlflow")
 
 pytestmark = pytest.mark.image
@@ -31,9 +35,12 @@ pytestmark = pytest.mark.image
 
 def _login_path_step() -> str:
     """The final stage's RUN that makes the venv reachable from login shells."""
-    steps = [r.args for r in parse_dockerfile(DOCKERFILE.read_text()).final.all("RUN")
-             if "/etc/profile.d" in r.args]  # fmt: skip
-    assert len(steps) == 1, "the runtime stage must write /etc/profile.d (finding 8)"
+    steps = [
+        r.args
+        for r in parse_dockerfile(DOCKERFILE.read_text()).final.all("RUN")
+        if "/etc/profile.d" in r.args
+    ]
+    assert len(steps) == 1, "the runtime stage must write /etc/profile.d"
     return steps[0]
 
 
@@ -64,7 +71,7 @@ def test_ray_and_fedtune_resolve_in_a_login_shell_as_kuberay_starts_them(
 
 
 def test_without_the_step_the_login_shell_loses_the_venv(tmp_path, image_root) -> None:
-    """The image before finding 8 was fixed: the sandbox shows the reported failure."""
+    """The image before the fix: the sandbox shows the reported failure."""
     pod = _pod(tmp_path, image_root, without_step=True)
     done = pod.run(["/bin/bash", "-lc", "--", "ray --version"], env=pod.env({}), timeout=120)
     assert done.returncode == 127 and "ray: command not found" in done.stderr, done.stderr

@@ -1,4 +1,4 @@
-"""The chart's NetworkPolicies, enforced between network namespaces (issue 22, item 3: the
+"""The chart's NetworkPolicies, enforced between network namespaces (the
 network of the cluster in a box; tests/deploy/netbox.py).
 
 The chart is rendered with backend ``ray`` and its shared RayCluster; every pod it runs gets a
@@ -28,10 +28,26 @@ pytestmark = [pytest.mark.box]
 FULLNAME = f"{RELEASE}-fedtune"
 RAY = f"{FULLNAME}-ray"
 DYNAMIC = 12345  # a port Ray picks at run time (raylet, object manager, workers)
-SOURCES = ("laptop", "intruder", "api", "db-upgrade", "mlflow", "postgresql", "ray-head",
-           "ray-worker-1", "ray-worker-2")  # fmt: skip
-FEDTUNE_PODS = {"api", "db-upgrade", "mlflow", "postgresql", "ray-head", "ray-worker-1",
-                "ray-worker-2"}  # fmt: skip
+SOURCES = (
+    "laptop",
+    "intruder",
+    "api",
+    "db-upgrade",
+    "mlflow",
+    "postgresql",
+    "ray-head",
+    "ray-worker-1",
+    "ray-worker-2",
+)
+FEDTUNE_PODS = {
+    "api",
+    "db-upgrade",
+    "mlflow",
+    "postgresql",
+    "ray-head",
+    "ray-worker-1",
+    "ray-worker-2",
+}
 RAY_PODS = {"ray-head", "ray-worker-1", "ray-worker-2"}
 
 #: (destination, port) -> the sources the policies admit (everyone else is refused)
@@ -52,8 +68,9 @@ EXPECTED: dict[tuple[str, int], set[str]] = {
 }
 
 
-def chart_pods(render, values: dict[str, Any] | None = None) -> tuple[list[dict], dict[str, tuple[dict[str, str], dict[str, int]]],
-                                 dict[str, str]]:  # fmt: skip
+def chart_pods(
+    render, values: dict[str, Any] | None = None
+) -> tuple[list[dict], dict[str, tuple[dict[str, str], dict[str, int]]], dict[str, str]]:
     """The rendered NetworkPolicies, ``pod -> (labels, named ports)`` for the box, and
     ``Service name -> pod`` (each rendered Service's selector; KubeRay's head Service added)."""
     manifests = render(values or {"backend": "ray", "rayCluster": {"enabled": True}})
@@ -64,11 +81,16 @@ def chart_pods(render, values: dict[str, Any] | None = None) -> tuple[list[dict]
             component = labels.get("app.kubernetes.io/component")
             if component == "test":
                 continue  # the helm test pod
-            ports = {p.get("name") or str(p["containerPort"]): p["containerPort"]
-                     for c in spec["containers"] for p in c.get("ports", [])}  # fmt: skip
+            ports = {
+                p.get("name") or str(p["containerPort"]): p["containerPort"]
+                for c in spec["containers"]
+                for p in c.get("ports", [])
+            }
             if manifest["kind"] == "RayCluster":  # what KubeRay adds to the pods it creates
-                labels |= {"ray.io/cluster": manifest["metadata"]["name"],
-                           "ray.io/node-type": "head" if where == "head" else "worker"}  # fmt: skip
+                labels |= {
+                    "ray.io/cluster": manifest["metadata"]["name"],
+                    "ray.io/node-type": "head" if where == "head" else "worker",
+                }
                 ports["dynamic"] = DYNAMIC
             if where.startswith("worker"):
                 for n in (1, 2):
@@ -96,7 +118,7 @@ def box(render):
             if name == "intruder":
                 labels = {"app.kubernetes.io/name": "something-else"}
             made.add_pod(name, labels, ports, namespace="laptop" if name == "laptop" else "ml")
-        for (dest, port) in EXPECTED:
+        for dest, port in EXPECTED:
             made.listen(dest, port)
         made.publish_hosts(made.hosts(services))
         yield made, policies, services
@@ -120,7 +142,10 @@ def test_the_rendered_policies_admit_exactly_the_documented_flows(box) -> None:
             assert made.resolve("laptop", name) == made.pods[pod].ip, name
     assert made.resolve("ray-worker-1", f"{RAY}-head-svc") == made.pods["ray-head"].ip
     assert {p["metadata"]["name"] for p in policies} == {
-        f"{FULLNAME}-postgresql", f"{FULLNAME}-mlflow", RAY}
+        f"{FULLNAME}-postgresql",
+        f"{FULLNAME}-mlflow",
+        RAY,
+    }
     # without policies (a CNI that does not enforce them) every flow goes through
     made.enforce([])
     assert _reachable(made) == {key: set(SOURCES) - {key[0]} for key in EXPECTED}
@@ -169,16 +194,39 @@ def test_the_semantics_of_selectors_ports_and_ip_blocks() -> None:
     assert ingress_rules([policy({"podSelector": {}, "policyTypes": ["Egress"]})], db, pods) is None
     deny_all = ingress_rules([policy({"podSelector": {}, "policyTypes": ["Ingress"]})], db, pods)
     assert deny_all == []
-    rules = ingress_rules([policy({
-        "podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]},
-        "ingress": [
-            {"from": [{"podSelector": {"matchLabels": {"app": "web"}}}], "ports": [{"port": "pg"}]},
-            {"from": [{"namespaceSelector": {"matchLabels": {
-                "kubernetes.io/metadata.name": "ops"}}}],
-             "ports": [{"port": 9000, "endPort": 9010}]},
-            {"from": [{"ipBlock": {"cidr": "10.0.0.0/30", "except": ["10.0.0.2/32"]}}]},
-            {"ports": [{"port": "nope"}]},  # a port name db does not declare: admits nothing
-        ]})], db, pods)  # fmt: skip
+    rules = ingress_rules(
+        [
+            policy(
+                {
+                    "podSelector": {
+                        "matchExpressions": [{"key": "app", "operator": "In", "values": ["db"]}]
+                    },
+                    "ingress": [
+                        {
+                            "from": [{"podSelector": {"matchLabels": {"app": "web"}}}],
+                            "ports": [{"port": "pg"}],
+                        },
+                        {
+                            "from": [
+                                {
+                                    "namespaceSelector": {
+                                        "matchLabels": {"kubernetes.io/metadata.name": "ops"}
+                                    }
+                                }
+                            ],
+                            "ports": [{"port": 9000, "endPort": 9010}],
+                        },
+                        {"from": [{"ipBlock": {"cidr": "10.0.0.0/30", "except": ["10.0.0.2/32"]}}]},
+                        {
+                            "ports": [{"port": "nope"}]
+                        },  # a port name db does not declare: admits nothing
+                    ],
+                }
+            )
+        ],
+        db,
+        pods,
+    )
     assert rules is not None
     assert [(r.sources, r.ports) for r in rules] == [
         (("10.0.0.2/32",), (("tcp", "5432"),)),
@@ -186,18 +234,21 @@ def test_the_semantics_of_selectors_ports_and_ip_blocks() -> None:
         (("10.0.0.0/31", "10.0.0.3/32"), None),
     ]
     table = nft_table(rules, {"10.0.0.2/32": "web"}, db)
-    assert "policy drop;" in table and 'ip saddr 10.0.0.2/32 tcp dport 5432 counter accept' in table
+    assert "policy drop;" in table and "ip saddr 10.0.0.2/32 tcp dport 5432 counter accept" in table
     assert 'comment "p: web -> db:5432"' in table
 
 
 #: the labels fedtune's ``rayjob_manifest`` gives a RayJob's head pod (the chart's RayJob policy
 #: selects ``component: study, managed-by: fedtune``), with KubeRay's node type
-RAYJOB_HEAD = {"app.kubernetes.io/component": "study", "app.kubernetes.io/managed-by": "fedtune",
-               "ray.io/node-type": "head"}  # fmt: skip
+RAYJOB_HEAD = {
+    "app.kubernetes.io/component": "study",
+    "app.kubernetes.io/managed-by": "fedtune",
+    "ray.io/node-type": "head",
+}
 
 
 def test_the_kuberay_operator_reaches_each_rayjob_heads_dashboard(render) -> None:
-    """Issue 22's finding: with backend ``kubernetes`` the RayJob policy admitted port 8265 only
+    """With backend ``kubernetes`` the RayJob policy admitted port 8265 only
     from the study's own pods, so KubeRay's RayJob controller (``GetJobInfo`` from its own
     namespace) could never read a job's status. The rendered policy now admits the operator's
     namespace there — and only there."""
@@ -210,22 +261,29 @@ def test_the_kuberay_operator_reaches_each_rayjob_heads_dashboard(render) -> Non
     with NetBox(tag, (232, os.getpid() % 250)) as made:
         made.add_pod("rayjob-head", RAYJOB_HEAD, {"dashboard": 8265})
         made.add_pod("submitter", {k: v for k, v in RAYJOB_HEAD.items() if k != "ray.io/node-type"})
-        made.add_pod("operator", {"app.kubernetes.io/name": "kuberay-operator"},
-                     namespace="kuberay-system")  # fmt: skip
-        made.add_pod("elsewhere", {"app.kubernetes.io/name": "kuberay-operator"},
-                     namespace="default")  # fmt: skip
+        made.add_pod(
+            "operator", {"app.kubernetes.io/name": "kuberay-operator"}, namespace="kuberay-system"
+        )
+        made.add_pod(
+            "elsewhere", {"app.kubernetes.io/name": "kuberay-operator"}, namespace="default"
+        )
         made.listen("rayjob-head", 8265)
         made.listen("rayjob-head", 6379)
         made.enforce(policies)
-        reach = {src: made.probe(src, [("rayjob-head", 8265), ("rayjob-head", 6379)])
-                 for src in ("operator", "elsewhere", "submitter")}  # fmt: skip
+        reach = {
+            src: made.probe(src, [("rayjob-head", 8265), ("rayjob-head", 6379)])
+            for src in ("operator", "elsewhere", "submitter")
+        }
         assert reach["operator"] == {("rayjob-head", 8265): True, ("rayjob-head", 6379): False}
         assert reach["elsewhere"] == {("rayjob-head", 8265): False, ("rayjob-head", 6379): False}
         assert reach["submitter"] == {("rayjob-head", 8265): True, ("rayjob-head", 6379): True}
         # the policy as it was rendered before the fix: no rule for the operator's namespace
         before = copy.deepcopy(policies)
         [old] = [p for p in before if p["metadata"]["name"] == f"{FULLNAME}-rayjobs"]
-        old["spec"]["ingress"] = [r for r in old["spec"]["ingress"]
-                                  if not any("namespaceSelector" in f for f in r.get("from", []))]  # fmt: skip
+        old["spec"]["ingress"] = [
+            r
+            for r in old["spec"]["ingress"]
+            if not any("namespaceSelector" in f for f in r.get("from", []))
+        ]
         made.enforce(before)
         assert not made.connect("operator", "rayjob-head", 8265)

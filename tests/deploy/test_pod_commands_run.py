@@ -1,10 +1,10 @@
-"""Issue 11, "Running the pods' own commands": the study driver's container as rendered — the
+"""Running the pods' own commands: the study driver's container as rendered — the
 chart's shared RayCluster head (backend ``ray``) and the head of ``rayjob_manifest()`` (backend
 ``kubernetes``, with the settings the chart gives the API) — run on this machine through a small
 study end to end, against the real PostgreSQL (a throw-away schema) and a real ``mlflow server``.
 
 How a pod is run (tests/deploy/pod_sandbox.py): from the BUILT image's root file system
-(issue 22: ``localhost/fedtune:<version>``, built by the session with ``deploy/build_image.py``)
+(``localhost/fedtune:<version>``, built by the session with ``deploy/build_image.py``)
 under bubblewrap, UID/GID from the pod's ``securityContext`` (10001), no capabilities,
 ``no_new_privs``, that root read-only, and only the container's rendered ``volumeMounts``
 writable (each a fresh directory, as a new emptyDir or PVC with ``fsGroup``). Everything else is
@@ -34,7 +34,7 @@ network                     this machine's (the pods reach 127.0.0.1); the clust
                             tests/deploy/test_cluster_box.py, gives each pod its own
 =========================== ====================================================================
 
-The control case is the head as it was before finding 1 was fixed — the rendered spec with the
+The control case is the head as it was before the fix — the rendered spec with the
 ``workdir`` mount removed: the driver stops at start with one line naming FEDTUNE_WORKDIR, and
 the study records that line.
 """
@@ -140,8 +140,9 @@ def api_settings(manifests: list[dict], db_url: str, monkeypatch) -> Settings:
 # ---- running a pod's container -------------------------------------------------------------
 
 
-def pod_process(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
-                root: ImageRoot) -> tuple[Sandbox, dict[str, str], str]:  # fmt: skip
+def pod_process(
+    tmp_path: Path, pod: dict, container: dict, env: dict[str, str], root: ImageRoot
+) -> tuple[Sandbox, dict[str, str], str]:
     """The sandbox of ``container`` in ``pod`` over the image ``root`` (its user, its writable
     mounts), the process environment (the image's Env, then the container's) and the working
     directory."""
@@ -149,8 +150,9 @@ def pod_process(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
     assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
     assert security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"]
-    sandbox = Sandbox(tmp_path / container["name"], root, uid=security["runAsUser"],
-                      gid=security["runAsGroup"])  # fmt: skip
+    sandbox = Sandbox(
+        tmp_path / container["name"], root, uid=security["runAsUser"], gid=security["runAsGroup"]
+    )
     volumes = {v["name"]: v for v in pod["volumes"]}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]
@@ -169,8 +171,14 @@ def container_argv(container: dict) -> list[str]:
     return [*image.last("ENTRYPOINT").exec_form(), *args]
 
 
-def run_container(tmp_path: Path, pod: dict, container: dict, env: dict[str, str],
-                  entrypoint: str, root: ImageRoot) -> Any:  # fmt: skip
+def run_container(
+    tmp_path: Path,
+    pod: dict,
+    container: dict,
+    env: dict[str, str],
+    entrypoint: str,
+    root: ImageRoot,
+) -> Any:
     """Run ``entrypoint`` as Ray's job supervisor would, inside ``container`` of ``pod``."""
     sandbox, full_env, cwd = pod_process(tmp_path, pod, container, env, root)
     done = sandbox.run(["/bin/sh", "-c", entrypoint], env=full_env, cwd=cwd, timeout=900)
@@ -215,7 +223,9 @@ def ray_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[dict
     return head, container, env, jobs.submitted["entrypoint"]
 
 
-def rayjob_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[dict, dict, dict, str]:  # fmt: skip
+def rayjob_head_case(
+    render, db_url, mlflow_url, monkeypatch, sid_of
+) -> tuple[dict, dict, dict, str]:
     manifests = render(K8S_VALUES)
     settings = api_settings(manifests, db_url, monkeypatch)
     _db, sid = sid_of(settings)
@@ -233,8 +243,13 @@ CASES = {"raycluster-head": ray_head_case, "rayjob-head": rayjob_head_case}
 @pytest.mark.parametrize("case", CASES)
 def test_the_rendered_driver_runs_a_study_end_to_end(
     case,
-    render, db_url, mlflow_server, monkeypatch, tmp_path, image_root  # noqa: F811
-) -> None:  # fmt: skip
+    render,
+    db_url,
+    mlflow_server,  # noqa: F811
+    monkeypatch,
+    tmp_path,
+    image_root,
+) -> None:
     studies: dict[str, Database] = {}
 
     def sid_of(settings: Settings) -> tuple[Database, str]:
@@ -242,8 +257,9 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
         studies[sid] = db
         return db, sid
 
-    pod, container, env, entrypoint = CASES[case](render, db_url, mlflow_server, monkeypatch,
-                                                  sid_of)  # fmt: skip
+    pod, container, env, entrypoint = CASES[case](
+        render, db_url, mlflow_server, monkeypatch, sid_of
+    )
     ((sid, db),) = studies.items()
     assert shlex.split(entrypoint) == ["fedtune", "worker", "run-study", sid, "--attempt", "1"]
     done, sandbox = run_container(tmp_path, pod, container, env, entrypoint, image_root)
@@ -266,8 +282,13 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
 
 
 def test_the_head_before_finding_1_fails_at_start_with_one_line(
-    render, db_url, mlflow_server, monkeypatch, tmp_path, image_root  # noqa: F811
-) -> None:  # fmt: skip
+    render,
+    db_url,
+    mlflow_server,  # noqa: F811
+    monkeypatch,
+    tmp_path,
+    image_root,
+) -> None:
     """The shared head as rendered before the fix: no workdir volume, /data on the read-only
     root. The driver must stop before any work with one line, recorded as the study's error."""
     studies: dict[str, Database] = {}
@@ -277,8 +298,9 @@ def test_the_head_before_finding_1_fails_at_start_with_one_line(
         studies[sid] = db
         return db, sid
 
-    pod, container, env, entrypoint = ray_head_case(render, db_url, mlflow_server, monkeypatch,
-                                                    sid_of)  # fmt: skip
+    pod, container, env, entrypoint = ray_head_case(
+        render, db_url, mlflow_server, monkeypatch, sid_of
+    )
     ((sid, db),) = studies.items()
     old = copy.deepcopy(container)
     old["volumeMounts"] = [
@@ -289,8 +311,10 @@ def test_the_head_before_finding_1_fails_at_start_with_one_line(
     assert done.returncode == 2, (done.stdout + done.stderr)[-4000:]
     # one line says what is wrong (other lines are start-up log records, e.g. matplotlib's)
     error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith("fedtune: error: FEDTUNE_WORKDIR: /data is not writable by uid 10001 "
-                            "(Read-only file system)"), done.stderr  # fmt: skip
+    assert error.startswith(
+        "fedtune: error: FEDTUNE_WORKDIR: /data is not writable by uid 10001 "
+        "(Read-only file system)"
+    ), done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("FEDTUNE_WORKDIR") == 1
     with db.session(readonly=True) as session:
         study = Repository(session).require_study(sid)

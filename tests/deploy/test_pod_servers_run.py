@@ -1,4 +1,4 @@
-"""The chart's long-running servers, run from the built image as rendered (issue 22, req. 2):
+"""The chart's long-running servers, run from the built image as rendered:
 MLflow's ``mlflow server`` container and the shared RayCluster's head and worker, started the
 way KubeRay starts them. Each is a container of tests/deploy/pod_sandbox.py (the image's root
 file system, read-only, UID 10001, no capabilities, only the rendered volumes writable).
@@ -67,20 +67,26 @@ def test_the_mlflow_server_container_serves_from_the_image(render, tmp_path, ima
     [container] = pod["containers"]
     port = free_port()
     assert "--port=5000" in container["args"]
-    served = {**container, "args": [a if a != "--port=5000" else f"--port={port}"
-                                    for a in container["args"]]}  # fmt: skip
+    served = {
+        **container,
+        "args": [a if a != "--port=5000" else f"--port={port}" for a in container["args"]],
+    }
     with pg_schema() as url:
         env = container_env(container, manifests) | {"MLFLOW_BACKEND_STORE_URI": url}
         sandbox, full_env, cwd = pod_process(tmp_path, pod, served, env, image_root)
         log = tmp_path / "mlflow.log"
-        process = sandbox.popen([*served["command"], *served["args"]], env=full_env, cwd=cwd,
-                                log=log)  # fmt: skip
+        process = sandbox.popen(
+            [*served["command"], *served["args"]], env=full_env, cwd=cwd, log=log
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             ok = _wait(f"{base}/health", process, lambda r: r.status_code == 200, 300)
             assert ok is not None, log.read_text()[-3000:]
-            created = httpx.post(f"{base}/api/2.0/mlflow/experiments/create",
-                                 json={"name": "from-the-image"}, timeout=30)  # fmt: skip
+            created = httpx.post(
+                f"{base}/api/2.0/mlflow/experiments/create",
+                json={"name": "from-the-image"},
+                timeout=30,
+            )
             assert created.status_code == 200, created.text
         finally:
             _stop(process)
@@ -91,14 +97,20 @@ def _kuberay_start(params: dict[str, str], *, head: bool, ports: dict[str, int])
     """The command KubeRay gives a Ray container (see the module docstring), ports translated."""
     flags = [f"--{key}={value}" for key, value in params.items()]
     if head:
-        flags += [f"--port={ports['gcs']}", f"--dashboard-port={ports['dashboard']}",
-                  f"--ray-client-server-port={ports['client']}"]  # fmt: skip
+        flags += [
+            f"--port={ports['gcs']}",
+            f"--dashboard-port={ports['dashboard']}",
+            f"--ray-client-server-port={ports['client']}",
+        ]
         start = ["ray", "start", "--head", "--block", *flags]
     else:
         start = ["ray", "start", f"--address=127.0.0.1:{ports['gcs']}", "--block", *flags]
-    start += [f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-              f"--min-worker-port={ports['min_worker']}",
-              f"--max-worker-port={ports['min_worker'] + 40}"]  # fmt: skip
+    start += [
+        f"--node-manager-port={free_port()}",
+        f"--object-manager-port={free_port()}",
+        f"--min-worker-port={ports['min_worker']}",
+        f"--max-worker-port={ports['min_worker'] + 40}",
+    ]
     return ["/bin/bash", "-lc", "--", "ulimit -n 65536 2>/dev/null || true; " + " ".join(start)]
 
 
@@ -113,15 +125,22 @@ def test_the_raycluster_head_and_worker_start_from_the_image(render, tmp_path, i
     try:
         for name, pod, params, head, base in (
             ("head", head_pod, cluster["headGroupSpec"]["rayStartParams"], True, 20000),
-            ("worker", worker_pod, {"num-cpus": "1", **group.get("rayStartParams", {})}, False,
-             21000),
-        ):  # fmt: skip
+            (
+                "worker",
+                worker_pod,
+                {"num-cpus": "1", **group.get("rayStartParams", {})},
+                False,
+                21000,
+            ),
+        ):
             container = pod["containers"][0]
             assert "command" not in container  # KubeRay writes it (emulated here)
             env = container_env(container, manifests)
             sandbox, full_env, cwd = pod_process(tmp_path / name, pod, container, env, image_root)
             argv = _kuberay_start(params, head=head, ports=ports | {"min_worker": base})
-            processes.append(sandbox.popen(argv, env=full_env, cwd=cwd, log=tmp_path / f"{name}.log"))
+            processes.append(
+                sandbox.popen(argv, env=full_env, cwd=cwd, log=tmp_path / f"{name}.log")
+            )
             if head:
                 url = f"http://127.0.0.1:{ports['dashboard']}/api/version"
                 up = _wait(url, processes[0], lambda r: r.status_code == 200, 300)
@@ -147,6 +166,9 @@ def test_the_ray_head_writes_only_its_volumes(image_root, tmp_path: Path) -> Non
     from tests.deploy.pod_sandbox import Sandbox
 
     pod = Sandbox(tmp_path / "pod", image_root)
-    done = pod.run(["/bin/sh", "-c", "touch /opt/venv/x || touch /etc/x || echo refused"],
-                   env=pod.env({}), cwd="/")  # fmt: skip
+    done = pod.run(
+        ["/bin/sh", "-c", "touch /opt/venv/x || touch /etc/x || echo refused"],
+        env=pod.env({}),
+        cwd="/",
+    )
     assert "Read-only file system" in done.stderr and done.stdout.strip() == "refused"

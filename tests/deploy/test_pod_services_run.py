@@ -1,5 +1,5 @@
-"""The chart's other fedtune containers, run as rendered in their pods (issue 11, findings 1, 4,
-5; the harness and its translations: tests/deploy/test_pod_commands_run.py and pod_sandbox.py):
+"""The chart's other fedtune containers, run as rendered in their pods (the
+harness and its translations: tests/deploy/test_pod_commands_run.py and pod_sandbox.py):
 the first-install migration Job (``fedtune db upgrade``), the API's ``wait-for-schema`` init
 container and the API itself (``fedtune serve``, until ``/readyz`` answers), and MLflow's
 ``mlflow db upgrade`` init container — each as UID 10001 on a read-only root with only its

@@ -1,4 +1,4 @@
-"""User code packages written by the tests: a good one and the bad ones of issue 10."""
+"""User code packages written by the tests: a good one and the bad ones."""
 
 from __future__ import annotations
 

@@ -136,8 +136,9 @@ class Server:
             "info",
         ]
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=str(REPO))  # fmt: skip
+            self.proc = subprocess.Popen(
+                argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=str(REPO)
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

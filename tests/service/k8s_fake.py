@@ -40,8 +40,11 @@ def _strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items()}
-    if ("properties" in schema and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")):  # fmt: skip
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -63,8 +66,15 @@ def kueue_schema(plural: str, version: str) -> dict[str, Any]:
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}  # fmt: skip
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 class FakeKubeApi:
@@ -99,10 +109,12 @@ class FakeKubeApi:
                     return
                 workloads = _WORKLOADS.match(path)
                 if workloads and verb == "GET":  # Kueue's Workloads: list by label selector
-                    query = dict(p.split("=", 1) for p in self.path.partition("?")[2].split("&")
-                                 if "=" in p)  # fmt: skip
-                    self._send(200, api.list_workloads(workloads.group(1),
-                                                       query.get("labelSelector", "")))  # fmt: skip
+                    query = dict(
+                        p.split("=", 1) for p in self.path.partition("?")[2].split("&") if "=" in p
+                    )
+                    self._send(
+                        200, api.list_workloads(workloads.group(1), query.get("labelSelector", ""))
+                    )
                     return
                 match = _PATH.match(path)
                 if not match:
@@ -136,11 +148,13 @@ class FakeKubeApi:
 
     def kubeconfig(self, directory: Path) -> Path:
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "fedtune", "user": {"token": self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fedtune"}}],
-        }  # fmt: skip
+        }
         path = directory / "kubeconfig"
         path.write_text(yaml.safe_dump(config))
         return path
@@ -166,10 +180,18 @@ class FakeKubeApi:
         from urllib.parse import unquote
 
         key, _, value = unquote(selector).partition("=")
-        items = [w for w in self.workloads if w["metadata"].get("namespace") == namespace
-                 and (not key or w["metadata"].get("labels", {}).get(key) == value)]  # fmt: skip
-        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadList", "items": items,
-                "metadata": {}}  # fmt: skip
+        items = [
+            w
+            for w in self.workloads
+            if w["metadata"].get("namespace") == namespace
+            and (not key or w["metadata"].get("labels", {}).get(key) == value)
+        ]
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "WorkloadList",
+            "items": items,
+            "metadata": {},
+        }
 
     # ------------------------------------------------------------ the API server's side
 
@@ -179,8 +201,12 @@ class FakeKubeApi:
                 return self._create(ns, body)
             if verb == "GET" and name is None:
                 items = [o for (n, _), o in sorted(self.objects.items()) if n == ns]
-                return 200, {"apiVersion": "ray.io/v1", "kind": "RayJobList", "items": items,
-                             "metadata": {"resourceVersion": str(self._version)}}  # fmt: skip
+                return 200, {
+                    "apiVersion": "ray.io/v1",
+                    "kind": "RayJobList",
+                    "items": items,
+                    "metadata": {"resourceVersion": str(self._version)},
+                }
             if name is None:
                 return 405, _status(405, "MethodNotAllowed", f"{verb} on a collection")
             obj = self.objects.get((ns, name))
@@ -193,8 +219,12 @@ class FakeKubeApi:
                 if wanted and wanted != obj["metadata"]["uid"]:
                     return 409, _status(409, "Conflict", "Precondition failed: UID in precondition")
                 del self.objects[(ns, name)]
-                return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success",
-                             "details": {"name": name, "uid": obj["metadata"]["uid"]}}  # fmt: skip
+                return 200, {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Success",
+                    "details": {"name": name, "uid": obj["metadata"]["uid"]},
+                }
             return 405, _status(405, "MethodNotAllowed", verb)
 
     def _create(self, ns: str, body: Any) -> tuple[int, dict]:
@@ -217,8 +247,13 @@ class FakeKubeApi:
             return 409, _status(409, "AlreadyExists", f'rayjobs.ray.io "{name}" already exists')
         self._version += 1
         obj = json.loads(json.dumps(body))
-        obj["metadata"] = {**meta, "namespace": ns, "uid": str(uuid.uuid4()),
-                           "resourceVersion": str(self._version), "generation": 1,
-                           "creationTimestamp": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+        obj["metadata"] = {
+            **meta,
+            "namespace": ns,
+            "uid": str(uuid.uuid4()),
+            "resourceVersion": str(self._version),
+            "generation": 1,
+            "creationTimestamp": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
         self.objects[(ns, name)] = obj
         return 201, obj

@@ -77,8 +77,14 @@ def _kill_session(session: int) -> None:
 
 
 def _node_ports() -> list[str]:
-    names = ("node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
-             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port")  # fmt: skip
+    names = (
+        "node-manager-port",
+        "object-manager-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "metrics-export-port",
+        "runtime-env-agent-port",
+    )
     return [f"--{name}={free_port()}" for name in names]
 
 
@@ -92,9 +98,13 @@ class _Started:
 
     def _start(self, argv: list[str], retries: int = START_RETRIES) -> None:
         for attempt in range(retries + 1):
-            proc = subprocess.Popen([*argv, f"--temp-dir={self.temp_dir}"], env=self.env,
-                                    start_new_session=True, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
+            proc = subprocess.Popen(
+                [*argv, f"--temp-dir={self.temp_dir}"],
+                env=self.env,
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
             self.session = proc.pid
             try:
                 out, _ = proc.communicate(timeout=START_TIMEOUT_S)
@@ -111,8 +121,13 @@ class _Started:
     def _halt(self) -> None:
         if self.session is None:
             return
-        subprocess.run([sys.executable, "-c", _STOP, str(self.session)], env=self.env,
-                       capture_output=True, timeout=120, check=False)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", _STOP, str(self.session)],
+            env=self.env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
         _kill_session(self.session)  # stragglers of *this* session only
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -142,8 +157,13 @@ class RayNode(_Started):
 class LocalRayCluster(_Started):
     def __init__(self, env: Mapping[str, str], head_cpus: int = 1) -> None:
         self.client_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
-        full = {**os.environ, **env, **self.client_env, "RAY_USAGE_STATS_ENABLED": "0",
-                "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}  # fmt: skip
+        full = {
+            **os.environ,
+            **env,
+            **self.client_env,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        }
         full.pop("RAY_ADDRESS", None)
         super().__init__(full, "ftray-")
         self.head_cpus = head_cpus
@@ -154,11 +174,20 @@ class LocalRayCluster(_Started):
         self.nodes: list[RayNode] = []
 
     def start(self) -> LocalRayCluster:
-        argv = [str(BIN / "ray"), "start", "--head", f"--num-cpus={self.head_cpus}",
-                "--disable-usage-stats", "--dashboard-host=127.0.0.1",
-                "--include-dashboard=true", "--object-store-memory=100000000",
-                f"--port={self.gcs_port}", f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={free_port()}", *_node_ports()]  # fmt: skip
+        argv = [
+            str(BIN / "ray"),
+            "start",
+            "--head",
+            f"--num-cpus={self.head_cpus}",
+            "--disable-usage-stats",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            "--object-store-memory=100000000",
+            f"--port={self.gcs_port}",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--ray-client-server-port={free_port()}",
+            *_node_ports(),
+        ]
         self._start(argv)
         return self
 
@@ -172,10 +201,17 @@ class LocalRayCluster(_Started):
     ) -> RayNode:
         """Start a worker node ``name`` (its resource ``ft_node_<name>``: 1) and return it."""
         node = RayNode(self, name, env or {})
-        argv = [str(BIN / "ray"), "start", f"--address={self.gcs_address}",
-                f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
-                f"--resources={json.dumps({node.resource: 1})}", "--disable-usage-stats",
-                "--object-store-memory=100000000", *_node_ports()]  # fmt: skip
+        argv = [
+            str(BIN / "ray"),
+            "start",
+            f"--address={self.gcs_address}",
+            f"--num-cpus={num_cpus}",
+            f"--num-gpus={num_gpus}",
+            f"--resources={json.dumps({node.resource: 1})}",
+            "--disable-usage-stats",
+            "--object-store-memory=100000000",
+            *_node_ports(),
+        ]
         node._start(argv)
         self.nodes.append(node)
         return node

@@ -1,4 +1,4 @@
-"""Issue 20, requirement 3 (``local``/``ray`` backends): quotas, weighted fair share, priority.
+"""Admission on the ``local``/``ray`` backends: quotas, weighted fair share, priority.
 
 Before, dispatch was first come first served: one project's 20 studies took every slot. Here the
 planning rule (:func:`fedtune.service.admission.plan`) and the real scheduler with a scripted
@@ -28,25 +28,33 @@ from .helpers import FakeBackend, tiny_spec
 T0 = dt.datetime(2026, 11, 25, tzinfo=dt.UTC)
 
 
-def _c(sid: str, project: str, minute: int, gpus: float = 2.0, trials: int = 2,
-       priority: int = 0) -> Candidate:  # fmt: skip
+def _c(
+    sid: str, project: str, minute: int, gpus: float = 2.0, trials: int = 2, priority: int = 0
+) -> Candidate:
     return Candidate(sid, project, priority, T0 + dt.timedelta(minutes=minute), gpus, trials)
 
 
 def test_a_study_over_its_projects_quota_waits_with_the_reason() -> None:
-    loads = [ProjectLoad("a", quota_gpus=4, gpus=4), ProjectLoad("b", quota_trials=2, trials=2),
-             ProjectLoad("c", quota_studies=1, studies=1)]  # fmt: skip
+    loads = [
+        ProjectLoad("a", quota_gpus=4, gpus=4),
+        ProjectLoad("b", quota_trials=2, trials=2),
+        ProjectLoad("c", quota_studies=1, studies=1),
+    ]
     d = plan([_c("a1", "a", 0), _c("b1", "b", 1), _c("c1", "c", 2)], loads, slots=10)
     assert d.admit == []
-    assert d.waiting == {"a1": "waiting for project quota: 4/4 GPUs",
-                         "b1": "waiting for project quota: 2/2 trials",
-                         "c1": "waiting for project quota: 1/1 active studies"}  # fmt: skip
+    assert d.waiting == {
+        "a1": "waiting for project quota: 4/4 GPUs",
+        "b1": "waiting for project quota: 2/2 trials",
+        "c1": "waiting for project quota: 1/1 active studies",
+    }
 
 
 def test_the_next_slot_goes_to_the_project_furthest_below_its_weighted_share() -> None:
-    loads = [ProjectLoad("heavy", weight=1.0, gpu_seconds=7200.0),
-             ProjectLoad("light", weight=1.0, gpu_seconds=600.0),
-             ProjectLoad("vip", weight=4.0, gpu_seconds=3600.0)]  # fmt: skip
+    loads = [
+        ProjectLoad("heavy", weight=1.0, gpu_seconds=7200.0),
+        ProjectLoad("light", weight=1.0, gpu_seconds=600.0),
+        ProjectLoad("vip", weight=4.0, gpu_seconds=3600.0),
+    ]
     queued = [_c("h1", "heavy", 0), _c("l1", "light", 5), _c("v1", "vip", 9)]
     d = plan(queued, loads, slots=1)
     assert d.admit == ["l1"]  # 600 < 3600/4 = 900 < 7200
@@ -66,16 +74,23 @@ def test_priority_then_age_within_a_project() -> None:
 
 
 def test_cluster_capacity_bounds_all_projects() -> None:
-    d = plan([_c("a1", "a", 0, gpus=6), _c("b1", "b", 1, gpus=6)], [], slots=5,
-             cluster_gpus=8, cluster_used=0)  # fmt: skip
+    d = plan(
+        [_c("a1", "a", 0, gpus=6), _c("b1", "b", 1, gpus=6)],
+        [],
+        slots=5,
+        cluster_gpus=8,
+        cluster_used=0,
+    )
     assert d.admit == ["a1"] and d.waiting["b1"] == "waiting for cluster capacity: 6/8 GPUs"
 
 
 def test_gpu_seconds_count_the_window_only() -> None:
     now = T0 + dt.timedelta(hours=3)
-    spans = [(2.0, T0, T0 + dt.timedelta(hours=1)),  # outside a 1 h window
-             (2.0, now - dt.timedelta(minutes=30), None),  # 1800 s × 2 GPUs
-             (0.0, now - dt.timedelta(minutes=10), now)]  # CPU only: counts as one GPU
+    spans = [
+        (2.0, T0, T0 + dt.timedelta(hours=1)),  # outside a 1 h window
+        (2.0, now - dt.timedelta(minutes=30), None),  # 1800 s × 2 GPUs
+        (0.0, now - dt.timedelta(minutes=10), now),
+    ]  # CPU only: counts as one GPU
     assert gpu_seconds(spans, now, 3600) == pytest.approx(2 * 1800 + 600)
 
 
@@ -97,8 +112,12 @@ def team(sqlite_db: Database, make_settings: Callable):
 
 def _submit(ctx: ServiceContext, project: str, n: int, gpus: float = 2.0, **extra) -> list[str]:
     admin = Principal("admin", admin=True)
-    spec = lambda i: tiny_spec(name=f"{project}{i}", project=project,  # noqa: E731
-                               resources={"cpu": 1, "gpu": gpus}, **extra)  # fmt: skip
+    spec = lambda i: tiny_spec(  # noqa: E731
+        name=f"{project}{i}",
+        project=project,
+        resources={"cpu": 1, "gpu": gpus},
+        **extra,
+    )
     return [submit_study(ctx, spec(i), caller=admin)[0].id for i in range(n)]
 
 

@@ -28,8 +28,11 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 @pytest.fixture
 def client(make_settings: Callable, fake_backend: FakeBackend) -> Iterator[TestClient]:
-    app = create_app(make_settings(api_token=TOKEN, max_request_bytes=64 * 1024),
-                     backend=fake_backend, schedule=False)  # fmt: skip
+    app = create_app(
+        make_settings(api_token=TOKEN, max_request_bytes=64 * 1024),
+        backend=fake_backend,
+        schedule=False,
+    )
     with TestClient(app, headers=AUTH) as c:
         yield c
 
@@ -52,7 +55,12 @@ def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> No
     assert client.get("/healthz", headers=bare).json() == {"status": "ok"}
     assert _runtime(client).ctx.warmup.done.wait(300)
     ready = client.get("/readyz", headers=bare).json()
-    assert ready == {"status": "ready", "database": "sqlite", "revision": "0005"}
+    assert ready == {
+        "status": "ready",
+        "database": "sqlite",
+        "revision": "0005",
+        "backend": {"kind": "local", "up": True, "reason": None},
+    }
     assert client.get("/metrics", headers=bare).status_code == 200
     spec = client.get("/openapi.json", headers=bare).json()
     assert {"/v1/studies", "/v1/studies/{study_id}/tradeoff", "/v1/algorithms"} <= set(
@@ -91,8 +99,9 @@ def test_the_first_submission_after_ready_imports_nothing(tmp_path) -> None:
         """
     )
     prelude = "from fedtune.service.warmup import WARM_SPEC\n"
-    out = subprocess.run([sys.executable, "-c", prelude + script], capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", prelude + script], capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "new []" in out.stdout, out.stdout
 
@@ -114,11 +123,13 @@ def test_bearer_token_required(client: TestClient, path: str, caplog) -> None:
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
     assert r.headers["WWW-Authenticate"] == "Bearer"
     r = client.get(path, headers={"Authorization": "Bearer wrong-token-of-some-length"})
-    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_token"  # issue 20
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_token"
     r = client.post("/v1/studies", json=tiny_spec(), headers={"Authorization": "Basic abc"})
     assert r.status_code == 401
-    assert all(TOKEN not in rec.getMessage() and "wrong-token" not in rec.getMessage()
-               for rec in caplog.records)  # fmt: skip
+    assert all(
+        TOKEN not in rec.getMessage() and "wrong-token" not in rec.getMessage()
+        for rec in caplog.records
+    )
 
 
 def test_request_size_limit(client: TestClient) -> None:
@@ -156,7 +167,7 @@ def test_submit_returns_the_queued_study(client: TestClient) -> None:
         ({"search": {"space": ["fedavg", "/tmp/x.yaml"]}}, "search.space[1]"),
         ({"tracking": {"uri": "file:///etc"}}, "tracking.uri"),
         ({"budget": {"trials": 10**6}}, "budget.trials"),
-        # an unknown model used to pass and fail every trial in turn (issue 12, item 8)
+        # an unknown model used to pass and fail every trial in turn
         ({"task": {"name": "quadratic", "clients": 6, "dim": 3, "model": "nope"}}, "task.model"),
         ({"hparams": {"client_lrr": 0.1}}, "hparams.client_lrr"),
     ],
@@ -272,9 +283,13 @@ def test_list_filters_and_paginates(client: TestClient) -> None:
 
 
 def test_unknown_studies_are_404(client: TestClient) -> None:
-    for path in ("/v1/studies/0123456789ab", "/v1/studies/not-an-id",
-                 "/v1/studies/0123456789ab/trials", "/v1/studies/0123456789ab/tradeoff",
-                 "/v1/studies/0123456789ab/trials/0/curve"):  # fmt: skip
+    for path in (
+        "/v1/studies/0123456789ab",
+        "/v1/studies/not-an-id",
+        "/v1/studies/0123456789ab/trials",
+        "/v1/studies/0123456789ab/tradeoff",
+        "/v1/studies/0123456789ab/trials/0/curve",
+    ):
         r = client.get(path)
         assert r.status_code == 404 and r.json()["error"]["code"] == "study_not_found", path
     r = client.post("/v1/studies/0123456789ab/cancel")
@@ -384,7 +399,7 @@ def test_metrics_reflect_the_database(client: TestClient, fake_backend: FakeBack
 
 
 def test_an_unknown_task_parameter_is_a_422_at_submission(client: TestClient) -> None:
-    """Issue 24, item 5: refused at submit, naming the field (the study used to be accepted
+    """Refused at submit, naming the field (the study used to be accepted
     and fail in every trial)."""
     spec = tiny_spec()
     spec["task"] = {**spec["task"], "clinets": 10}
@@ -392,3 +407,25 @@ def test_an_unknown_task_parameter_is_a_422_at_submission(client: TestClient) ->
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == "task.clinets"
     assert "unknown key" in r.json()["error"]["message"]
+
+
+def test_a_short_study_is_not_refused_for_a_default_it_never_wrote(client: TestClient) -> None:
+    """``train.rounds: 3`` with no scheduler, strategy or objective key is accepted (the
+    defaults scale to the study); a round count the user did write and that does not fit is
+    a 422 naming that field."""
+    spec = tiny_spec(name="short", rounds=3)
+    for key in ("scheduler", "objective", "sampler"):
+        spec.pop(key)
+    r = client.post("/v1/studies", json=spec)
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["objective"]["last_rounds"] <= 3
+    asha = {**spec, "name": "short-asha", "scheduler": {"name": "asha"}}
+    r = client.post("/v1/studies", json=asha)
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["scheduler"]["grace_rounds"] == 1
+    written = {**asha, "name": "short-written", "scheduler": {"name": "asha", "grace_rounds": 10}}
+    r = client.post("/v1/studies", json=written)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == "scheduler.grace_rounds", error
+    assert "10 exceeds train.rounds = 3" in error["message"], error

@@ -1,4 +1,4 @@
-"""Issue 20, requirement 2: authorization on every route, route × role × ownership.
+"""Authorization on every route, route × role × ownership.
 
 The route list comes from the app's OpenAPI document: :data:`EXPECTED` must name every
 ``(method, path)`` of it, so a new route cannot ship without saying who may call it. Every
@@ -88,14 +88,18 @@ class World:
         with self.db.session() as s:
             for project in ("p1", "p2", "p3"):
                 identity.create_project(s, project)
-            for role, user, project, kind in (("member", "mia", "p1", "member"),
-                                              ("viewer", "vic", "p1", "viewer"),
-                                              ("other", "otto", "p2", "member"),
-                                              ("revoked", "rita", "p1", "member"),
-                                              ("expired", "eddie", "p1", "member")):  # fmt: skip
+            for role, user, project, kind in (
+                ("member", "mia", "p1", "member"),
+                ("viewer", "vic", "p1", "viewer"),
+                ("other", "otto", "p2", "member"),
+                ("revoked", "rita", "p1", "member"),
+                ("expired", "eddie", "p1", "member"),
+            ):
                 identity.create_user(s, user)
                 identity.add_member(s, user, project, kind)
-                issued = identity.issue_token(s, user, expires_at=past if role == "expired" else None)
+                issued = identity.issue_token(
+                    s, user, expires_at=past if role == "expired" else None
+                )
                 self.tokens[role] = issued.secret
             identity.revoke(s, "rita")
 
@@ -104,8 +108,9 @@ class World:
         return {"Authorization": f"Bearer {token}"} if token else {"Authorization": ""}
 
     def study(self, project: str = "p1", with_trial: bool = True) -> str:
-        r = self.client.post("/v1/studies", json=tiny_spec(project=project),
-                             headers=self.headers("admin"))  # fmt: skip
+        r = self.client.post(
+            "/v1/studies", json=tiny_spec(project=project), headers=self.headers("admin")
+        )
         assert r.status_code == 201, r.text
         sid = r.json()["id"]
         if with_trial:
@@ -124,8 +129,12 @@ class World:
         # {name}: mia (the member) for her tokens — herself for the member, another user for
         # the rest; nemo (no project) where an admin's call would change someone
         user = "mia" if path.endswith("/tokens") else "nemo"
-        concrete = (path.replace("{study_id}", sid).replace("{number}", "0")
-                    .replace("{project}", "p1").replace("{name}", user))  # fmt: skip
+        concrete = (
+            path.replace("{study_id}", sid)
+            .replace("{number}", "0")
+            .replace("{project}", "p1")
+            .replace("{name}", user)
+        )
         kwargs: dict[str, Any] = {"headers": self.headers(role)}
         if (method, path) == ("POST", "/v1/studies"):
             kwargs["json"] = tiny_spec(name=f"s{stamp}", project="p1")
@@ -138,8 +147,13 @@ class World:
         elif (method, path) == ("POST", "/v1/projects"):
             kwargs["json"] = {"name": f"q{stamp}"}
         elif method in ("POST", "PUT") and path.startswith(("/v1/users", "/v1/projects")):
-            kwargs["json"] = ({"role": "viewer"} if path.endswith("{project}") else
-                              {"gpus": 4} if path.endswith("/quota") else {})  # fmt: skip
+            kwargs["json"] = (
+                {"role": "viewer"}
+                if path.endswith("{project}")
+                else {"gpus": 4}
+                if path.endswith("/quota")
+                else {}
+            )
             if path.endswith("{project}"):  # nemo's role in p3: harmless to the others
                 concrete = "/v1/users/nemo/projects/p3"
         return self.client.request(method, concrete, **kwargs)
@@ -209,8 +223,9 @@ def test_lists_hold_only_what_the_caller_may_read(world: World) -> None:
     for role in ("admin", "member", "viewer", "other"):
         r = world.client.get("/v1/studies?limit=500", headers=world.headers(role))
         seen[role] = {s["id"] for s in r.json()["items"]}
-        projects = {p["name"] for p in world.client.get("/v1/projects",
-                                                         headers=world.headers(role)).json()}  # fmt: skip
+        projects = {
+            p["name"] for p in world.client.get("/v1/projects", headers=world.headers(role)).json()
+        }
         if role in ("member", "viewer"):
             assert projects == {"p1"}
         if role == "other":
@@ -230,27 +245,40 @@ def test_a_study_of_another_project_and_a_missing_one_look_the_same(world: World
 
 
 def test_code_belongs_to_the_project_that_uploaded_it(world: World) -> None:
-    up = world.client.post("/v1/code", content=_zip(), params={"project": "p1"},
-                           headers={**world.headers("member"), "Content-Type": "application/zip"})  # fmt: skip
+    up = world.client.post(
+        "/v1/code",
+        content=_zip(),
+        params={"project": "p1"},
+        headers={**world.headers("member"), "Content-Type": "application/zip"},
+    )
     assert up.status_code == 201, up.text
     digest = up.json()["sha256"]
     spec = tiny_spec(name="borrow", project="p2", code={"sha256": digest, "modules": ["x.y"]})
     r = world.client.post("/v1/studies", json=spec, headers=world.headers("other"))
     assert r.status_code == 422 and r.json()["error"]["field"] == "code.sha256"  # not its code
-    again = world.client.post("/v1/code", content=_zip(), params={"project": "p2"},
-                              headers={**world.headers("other"), "Content-Type": "application/zip"})  # fmt: skip
+    again = world.client.post(
+        "/v1/code",
+        content=_zip(),
+        params={"project": "p2"},
+        headers={**world.headers("other"), "Content-Type": "application/zip"},
+    )
     assert again.status_code == 201 and again.json()["sha256"] == digest  # uploads it too
 
 
 def test_code_zip_answers_404_to_a_wrong_credential(world: World) -> None:
-    up = world.client.post("/v1/code", content=_zip(), params={"project": "p1"},
-                           headers={**world.headers("admin"), "Content-Type": "application/zip"})  # fmt: skip
+    up = world.client.post(
+        "/v1/code",
+        content=_zip(),
+        params={"project": "p1"},
+        headers={**world.headers("admin"), "Content-Type": "application/zip"},
+    )
     digest = up.json()["sha256"]
     with world.db.session() as s:
         s.get(Study, world.sid).code_sha256 = digest
     key = code_url_key(world.client.app.state.settings)
-    good = world.client.get(f"/v1/studies/{world.sid}/code.zip",
-                            params={"token": code_token(key, world.sid, digest)})  # fmt: skip
+    good = world.client.get(
+        f"/v1/studies/{world.sid}/code.zip", params={"token": code_token(key, world.sid, digest)}
+    )
     assert good.status_code == 200
     for token in ("0" * 64, code_token(key, "0123456789ab", digest)):
         bad = world.client.get(f"/v1/studies/{world.sid}/code.zip", params={"token": token})
@@ -260,19 +288,25 @@ def test_code_zip_answers_404_to_a_wrong_credential(world: World) -> None:
 def test_tokens_rotate_and_revoke_and_are_stored_hashed(world: World) -> None:
     me = world.client.get("/v1/whoami", headers=world.headers("member")).json()
     assert me == {"name": "mia", "admin": False, "projects": {"p1": "member"}, "via": "token"}
-    second = world.client.post("/v1/users/mia/tokens", json={},
-                               headers=world.headers("member")).json()  # fmt: skip
+    second = world.client.post(
+        "/v1/users/mia/tokens", json={}, headers=world.headers("member")
+    ).json()
     assert second["token"].startswith("ftk_") and len(second["token"]) >= 4 + 12 + 1 + 43
     both = [world.tokens["member"], second["token"]]
     for token in both:
-        assert world.client.get("/v1/whoami",
-                                headers={"Authorization": f"Bearer {token}"}).status_code == 200  # fmt: skip
+        assert (
+            world.client.get("/v1/whoami", headers={"Authorization": f"Bearer {token}"}).status_code
+            == 200
+        )
     with world.db.session(readonly=True) as s:
         rows = s.execute(text("SELECT * FROM api_tokens")).all()
     stored = " ".join(str(v) for row in rows for v in row)
     assert all(t.split("_", 2)[2] not in stored for t in both)  # only hashes are kept
-    r = world.client.post("/v1/users/mia/revoke", json={"token_id": second["token_id"]},
-                          headers=world.headers("admin"))  # fmt: skip
+    r = world.client.post(
+        "/v1/users/mia/revoke",
+        json={"token_id": second["token_id"]},
+        headers=world.headers("admin"),
+    )
     assert r.json() == {"revoked": 1}
     gone = world.client.get("/v1/whoami", headers={"Authorization": f"Bearer {second['token']}"})
     assert gone.status_code == 401 and gone.json()["error"]["code"] == "invalid_token"
@@ -280,10 +314,13 @@ def test_tokens_rotate_and_revoke_and_are_stored_hashed(world: World) -> None:
 
 
 def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> None:
-    """Issue 20 req. 3: ``GET /v1/projects/{p}`` shows usage against quota; /metrics exports
+    """``GET /v1/projects/{p}`` shows usage against quota; /metrics exports
     it per project. The world's running study of p1 reserves 1 trial (max_concurrent 1)."""
-    r = world.client.put("/v1/projects/p1/quota", json={"gpus": 8, "trials": 4, "studies": 3},
-                         headers=world.headers("admin"))  # fmt: skip
+    r = world.client.put(
+        "/v1/projects/p1/quota",
+        json={"gpus": 8, "trials": 4, "studies": 3},
+        headers=world.headers("admin"),
+    )
     assert r.status_code == 200 and r.json()["quota"] == {"gpus": 8.0, "trials": 4, "studies": 3}
     p1 = world.client.get("/v1/projects/p1", headers=world.headers("viewer")).json()
     assert p1["usage"]["studies"]["running"] == 1 and p1["usage"]["trials"] == 1
@@ -291,3 +328,85 @@ def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> 
     assert 'fedtune_project_quota_gpus{project="p1"} 8.0' in text
     assert 'fedtune_project_reserved_trials{project="p1"} 1.0' in text
     assert 'fedtune_project_quota_gpus{project="p2"}' not in text  # unlimited: no sample
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"studies": 576460752303423489}, "studies"),  # overflowed the INTEGER column: was a 500
+        ({"trials": 2**31}, "trials"),
+        ({"trials": -1}, "trials"),
+        ({"trials": 1.5}, "trials"),
+        ({"gpus": 1e300}, "gpus"),
+        ({"gpus": True}, "gpus"),
+        ({"weight": 5e-324}, "weight"),  # feeds the fair-share division: was accepted
+        ({"weight": 0}, "weight"),
+        ({"weight": None}, "weight"),
+        ({"weight": 1e7}, "weight"),
+        ({"max_priority": False}, "max_priority"),  # a bool is no number: was accepted
+        ({"max_priority": -1}, "max_priority"),
+        ({"max_priority": 1001}, "max_priority"),
+        ({"max_priority": None}, "max_priority"),
+    ],
+)
+def test_quota_weight_and_priority_are_bounded(world: World, body, field) -> None:
+    r = world.client.put("/v1/projects/p1/quota", json=body, headers=world.headers("admin"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"].rsplit(".", 1)[-1] == field, r.json()
+
+
+def test_the_bounds_themselves_are_accepted(world: World) -> None:
+    top = {
+        "gpus": 100_000,
+        "trials": 1_000_000,
+        "studies": 1_000_000,
+        "weight": 1e6,
+        "max_priority": 1000,
+    }
+    low = {"gpus": 0, "trials": 0, "studies": 0, "weight": 1e-3, "max_priority": 0}
+    for body in (top, low, {"gpus": None, "trials": None, "studies": None}):
+        r = world.client.put("/v1/projects/p1/quota", json=body, headers=world.headers("admin"))
+        assert r.status_code == 200, r.text
+
+
+def test_what_the_schema_declares_valid_is_accepted(world: World) -> None:
+    """The name pattern, the role enum and the bounds are in the OpenAPI document, so a value
+    it declares valid is not refused, and one it declares invalid is refused (422)."""
+    doc = world.client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    name = schemas["ProjectIn"]["properties"]["name"]
+    assert name["pattern"] == identity.NAME.pattern and name["maxLength"] == 63
+    assert schemas["UserIn"]["properties"]["name"]["pattern"] == identity.NAME.pattern
+    assert schemas["UserIn"]["properties"]["role"]["enum"] == list(identity.ROLES)
+    assert schemas["RoleIn"]["properties"]["role"]["enum"] == list(identity.ROLES)
+    priority = schemas["QuotaIn"]["properties"]["max_priority"]
+    assert (priority["minimum"], priority["maximum"], priority["type"]) == (0, 1000, "integer")
+    assert schemas["QuotaIn"]["properties"]["weight"]["minimum"] == 1e-3
+    for path in ("/v1/users", "/v1/projects"):
+        assert "409" in doc["paths"][path]["post"]["responses"], path
+    admin = world.headers("admin")
+    for body in (
+        {"name": "Bad_Name"},
+        {"name": "-x"},
+        {"name": "x", "role": "owner"},
+        {"name": "x", "admin": 1},
+    ):
+        assert world.client.post("/v1/users", json=body, headers=admin).status_code == 422, body
+    assert world.client.post("/v1/projects", json={"name": "a"}, headers=admin).status_code == 201
+    again = world.client.post("/v1/projects", json={"name": "a"}, headers=admin)
+    assert again.status_code == 409 and again.json()["error"]["code"]
+    r = world.client.put("/v1/users/nemo/projects/p3", json={"role": "owner"}, headers=admin)
+    assert r.status_code == 422 and r.json()["error"]["field"].endswith("role")
+
+
+def test_the_cli_bounds_quotas_as_the_api_does(world: World, capsys) -> None:
+    from fedtune.cli import main
+
+    url = str(world.db.url) if hasattr(world.db, "url") else None
+    argv = ["projects", "quota", "p1", "--studies", "576460752303423489", "--database-url", url]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "studies" in err and "between 0 and" in err and "DataError" not in err
+    assert main(["projects", "quota", "p1", "--weight", "5e-324", "--database-url", url]) == 2
+    assert "weight" in capsys.readouterr().err
+    assert main(["projects", "quota", "p1", "--weight", "2", "--database-url", url]) == 0

@@ -22,9 +22,10 @@ def app_client(make_settings, fake_backend, monkeypatch):
     app = create_app(make_settings(), backend=fake_backend, schedule=False)
     with TestClient(app) as tc:
         monkeypatch.setattr(
-            remote, "_client",
+            remote,
+            "_client",
             lambda args: Client(args.url, transport=tc._transport, retries=0),
-        )  # fmt: skip
+        )
         yield tc
 
 
@@ -42,8 +43,7 @@ def test_remote_verbs(app_client: TestClient, tmp_path, capsys) -> None:
             repo.start_trial(sid, n, {"hparams.client_lr": 0.5 / (n + 1)})
             for r, loss in enumerate([2.0, 1.0 + n], 1):
                 repo.record_round(sid, n, r, {"client_loss": loss})
-            repo.finish_trial(sid, n, TrialState.COMPLETED, 1.0 + n,
-                              ("completed", "diverged")[n])  # fmt: skip
+            repo.finish_trial(sid, n, TrialState.COMPLETED, 1.0 + n, ("completed", "diverged")[n])
 
     assert main(["status", sid]) == 0
     out = capsys.readouterr().out
@@ -55,7 +55,7 @@ def test_remote_verbs(app_client: TestClient, tmp_path, capsys) -> None:
     assert main(["trials", sid]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "outcome" in lines[0] and "hparams.client_lr=0.5" in lines[1]
-    assert lines[1].split()[2] == "completed" and lines[2].split()[2] == "diverged"  # issue 24.2
+    assert lines[1].split()[2] == "completed" and lines[2].split()[2] == "diverged"
 
     assert main(["tradeoff", sid]) == 0
     assert "Pareto set" in capsys.readouterr().out

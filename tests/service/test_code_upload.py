@@ -32,10 +32,15 @@ def make_client(make_settings: Callable) -> Iterator[Callable[..., TestClient]]:
     clients: list[TestClient] = []
 
     def make(**overrides) -> TestClient:
-        settings = make_settings(**({"api_token": TOKEN, "allow_code_upload": True,
-                                     "max_code_bytes": 64 * 1024} | overrides))  # fmt: skip
-        client = TestClient(create_app(settings, backend=FakeBackend(), schedule=False),
-                            headers=AUTH)  # fmt: skip
+        settings = make_settings(
+            **(
+                {"api_token": TOKEN, "allow_code_upload": True, "max_code_bytes": 64 * 1024}
+                | overrides
+            )
+        )
+        client = TestClient(
+            create_app(settings, backend=FakeBackend(), schedule=False), headers=AUTH
+        )
         clients.append(client.__enter__())
         return client
 
@@ -170,7 +175,7 @@ def build(params, seed):
 
 
 def test_a_task_builder_that_raises_is_a_422_at_submission(make_client, tmp_path) -> None:
-    """Issue 24, item 4: the validation subprocess builds the task once; every trial of the
+    """The validation subprocess builds the task once; every trial of the
     study used to fail with this error after Ray started."""
     client = make_client()
     package = pack(write_package(tmp_path / "lab", _RAISING_BUILDER))
@@ -233,15 +238,16 @@ def test_a_study_serves_its_package_with_a_per_study_credential(make_client, tmp
         )
     token = code_token(code_url_key(settings), one, package.sha256)
     wrong = client.get(f"/v1/studies/{other}/code.zip?token={token}", headers=bare)
-    assert wrong.status_code == 404  # one study's credential opens no other study (issue 20:
-    assert client.get(f"/v1/studies/{one}/code.zip?token={'0' * 64}").status_code == 404  # 404)
+    assert wrong.status_code == 404  # one study's credential opens no other study
+    assert client.get(f"/v1/studies/{one}/code.zip?token={'0' * 64}").status_code == 404
 
 
 # ---------------------------------------------------------------- SDK and CLI
 
 
-def test_sdk_and_cli_upload_the_code_of_a_study_file(make_client, tmp_path, monkeypatch,
-                                                     capsys) -> None:  # fmt: skip
+def test_sdk_and_cli_upload_the_code_of_a_study_file(
+    make_client, tmp_path, monkeypatch, capsys
+) -> None:
     import yaml
 
     from fedtune.cli import main, remote
@@ -259,9 +265,11 @@ def test_sdk_and_cli_upload_the_code_of_a_study_file(make_client, tmp_path, monk
     again = sdk.submit({**spec, "code": {"modules": ["user_lab.tasks"]}}, code=lab).status()
     assert again.code_sha256 == status.code_sha256  # the same code, stored once
 
-    monkeypatch.setattr(remote, "_client",
-                        lambda args: Client(args.url, token=TOKEN, transport=tc._transport,
-                                            retries=0))  # fmt: skip
+    monkeypatch.setattr(
+        remote,
+        "_client",
+        lambda args: Client(args.url, token=TOKEN, transport=tc._transport, retries=0),
+    )
     bad = write_package(tmp_path / "bad", BAD["syntax"])
     assert main(["submit", str(path), "--code", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,4 +1,4 @@
-"""Issue 24, item 11: a service-database outage during a study is not the study's failure.
+"""A service-database outage during a study is not the study's failure.
 
 It used to count as one of the study's dispatch attempts (a ``DatabaseUnavailableError`` was a
 permanent error: the driver failed the study, or, the write failing too, died and was re-queued

@@ -1,5 +1,5 @@
 """`fedtune db upgrade` migrates; a service started with FEDTUNE_MIGRATE_ON_START=false refuses an
-old schema with one line (issue 11, finding 4: migrations run once, in the chart's hook Job)."""
+old schema with one line (migrations run once, in the chart's hook Job)."""
 
 from __future__ import annotations
 

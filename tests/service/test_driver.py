@@ -46,9 +46,14 @@ def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks):
     sink.on_trial_complete(0, [], t0)
     sink.on_trial_start(0, [], t1)
     sink.on_trial_error(0, [], t1)
-    return SimpleNamespace(best={"number": 0, "value": 0.75}, failure=None, experiment_id="3",
-                           parent_run_id="c" * 32, finished=2,
-                           counts={"trials": 2, "completed": 1, "failed": 1})  # fmt: skip
+    return SimpleNamespace(
+        best={"number": 0, "value": 0.75},
+        failure=None,
+        experiment_id="3",
+        parent_run_id="c" * 32,
+        finished=2,
+        counts={"trials": 2, "completed": 1, "failed": 1},
+    )
 
 
 def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> None:
@@ -64,7 +69,9 @@ def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> N
         assert (study.mlflow_experiment_id, study.mlflow_run_id) == ("3", "c" * 32)
         trials = repo.list_trials(sid)
         assert [(t.number, t.state, t.value, t.outcome) for t in trials] == [
-            (0, TrialState.COMPLETED, 0.75, "completed"), (1, TrialState.FAILED, None, "failed")]  # fmt: skip
+            (0, TrialState.COMPLETED, 0.75, "completed"),
+            (1, TrialState.FAILED, None, "failed"),
+        ]
         assert trials[0].params == {"hparams.client_lr": 0.1}
         curve = [(r.round, r.metrics["client_loss"]) for r in repo.curve(sid, 0)]
         assert curve == [(1, 3.0), (2, 2.0), (3, 1.0), (4, 0.5)]
@@ -98,6 +105,27 @@ def test_a_failing_study_is_marked_failed(ctx: ServiceContext) -> None:
     assert study.state == StudyState.FAILED and "resources.gpu" in study.error
 
 
+def test_a_driver_error_with_a_credentialed_uri_is_stored_and_logged_without_it(
+    ctx: ServiceContext, caplog
+) -> None:
+    from fedtune.cli.worker import scrubbing_log_handlers
+
+    sid = running_study(ctx)
+    url = "http://u:S3cretPW@127.0.0.1:9/api/2.0/mlflow/experiments/search"
+
+    def unreachable(*args, **kwargs):
+        raise RuntimeError(f"API request to {url} failed with exception ConnectionRefused")
+
+    scrubbing_log_handlers([caplog.handler])
+    assert run_driver(sid, ctx.settings, 1, run_study=unreachable) == 1
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert study.state == StudyState.FAILED
+    assert "API request to http://***@127.0.0.1:9/api" in study.error
+    assert "S3cretPW" not in study.error
+    assert "127.0.0.1:9" in caplog.text and "S3cretPW" not in caplog.text
+
+
 def test_cancelling_stops_a_running_driver(ctx: ServiceContext) -> None:
     sid = running_study(ctx)
     heartbeats = []
@@ -124,30 +152,44 @@ def test_final_states_are_synchronised_from_optuna(ctx: ServiceContext) -> None:
     storage = f"sqlite:///{workdir / 'optuna.db'}"
     study = optuna.create_study(study_name="synced", storage=storage)
     dist = {"hparams.client_lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True)}
-    for number, (state, value, outcome) in enumerate([
-        (optuna.trial.TrialState.COMPLETE, 0.5, "completed"),
-        (optuna.trial.TrialState.FAIL, None, "interrupted"),
-        (optuna.trial.TrialState.PRUNED, None, "stopped"),
-    ]):  # fmt: skip
+    for number, (state, value, outcome) in enumerate(
+        [
+            (optuna.trial.TrialState.COMPLETE, 0.5, "completed"),
+            (optuna.trial.TrialState.FAIL, None, "interrupted"),
+            (optuna.trial.TrialState.PRUNED, None, "stopped"),
+        ]
+    ):
         trial = optuna.trial.create_trial(
-            params={"hparams.client_lr": 0.01 * (number + 1)}, distributions=dist, value=value,
-            state=state, user_attrs={"outcome": outcome},
+            params={"hparams.client_lr": 0.01 * (number + 1)},
+            distributions=dist,
+            value=value,
+            state=state,
+            user_attrs={"outcome": outcome},
             system_attrs={"fedtune:curve": {"rounds": [1, 2], "loss": [1.0, None]}},
-        )  # fmt: skip
+        )
         study.add_trial(trial)
     with ctx.db.session() as s:  # the sink saw trial 0 start, nothing else
         Repository(s).start_trial(sid, 0, {"hparams.client_lr": 0.01})
 
     def quiet(*args, **kwargs):
-        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=2,
-                               counts={"trials": 2, "completed": 1, "stopped": 1})  # fmt: skip
+        return SimpleNamespace(
+            best=None,
+            failure=None,
+            experiment_id=None,
+            parent_run_id=None,
+            finished=2,
+            counts={"trials": 2, "completed": 1, "stopped": 1},
+        )
 
     assert run_driver(sid, ctx.settings, 1, run_study=quiet) == 0
     with ctx.db.session(readonly=True) as s:
         repo = Repository(s)
         states = [(t.number, t.state, t.value) for t in repo.list_trials(sid)]
-        assert states == [(0, TrialState.COMPLETED, 0.5), (1, TrialState.KILLED, None),
-                          (2, TrialState.PRUNED, None)]  # fmt: skip
+        assert states == [
+            (0, TrialState.COMPLETED, 0.5),
+            (1, TrialState.KILLED, None),
+            (2, TrialState.PRUNED, None),
+        ]
         assert [r.metrics for r in repo.curve(sid, 2)] == [
             {"client_loss": 1.0},
             {"client_loss": None},
@@ -163,8 +205,14 @@ def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) ->
     def count(*args, **kwargs):
         with ctx.db.session(readonly=True) as s:
             seen.append(len(Repository(s).list_trials(sid)))
-        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=0,
-                               counts={"trials": 0})  # fmt: skip
+        return SimpleNamespace(
+            best=None,
+            failure=None,
+            experiment_id=None,
+            parent_run_id=None,
+            finished=0,
+            counts={"trials": 0},
+        )
 
     assert run_driver(sid, ctx.settings, 1, run_study=count) == 0
     assert seen == [0]
@@ -172,7 +220,7 @@ def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) ->
 
 
 def test_an_unwritable_workdir_fails_at_start_with_one_line(ctx, tmp_path, monkeypatch, capsys):
-    """Issue 11 finding 1: a driver whose FEDTUNE_WORKDIR cannot be written (a read-only root
+    """A driver whose FEDTUNE_WORKDIR cannot be written (a read-only root
     without a mounted workdir; here: a path below a regular file, since tests run as root)
     exits 2 at start with one line naming the variable, and the study records that line."""
     from fedtune.cli import main
@@ -197,15 +245,16 @@ def test_an_unwritable_workdir_fails_at_start_with_one_line(ctx, tmp_path, monke
         assert Repository(s).require_study(other).state == StudyState.RUNNING
 
 
-# -- transient and permanent errors (issue 15, item 3) ------------------------------------
+# -- transient and permanent errors -------------------------------------------------------
 _RAY_DOWN = "Ray did not start (embedded) after 3 attempt(s): TimeoutError: Timed out after 60 s"
 
 
 @pytest.fixture
 def dispatching(sqlite_db: Database, make_settings, fake_backend):
     """``(ctx, scheduler, backend)``: the real scheduler dispatching to a scripted backend."""
-    settings = make_settings(database_url=sqlite_db.url, heartbeat_s=0.05, retry_backoff_s=2.0,
-                             max_dispatch_attempts=3)  # fmt: skip
+    settings = make_settings(
+        database_url=sqlite_db.url, heartbeat_s=0.05, retry_backoff_s=2.0, max_dispatch_attempts=3
+    )
     scheduler = Scheduler(sqlite_db, fake_backend, settings)
     return ServiceContext(sqlite_db, settings, scheduler), scheduler, fake_backend
 
@@ -243,8 +292,9 @@ def test_transient_errors_requeue_with_backoff_then_the_study_succeeds(dispatchi
     ctx, scheduler, backend = dispatching
     sid = submit_study(ctx, tiny_spec())[0].id
     refused = ConnectionRefusedError(111, "Connection refused")
-    codes, sleeps = _drive_attempts(ctx, scheduler, backend, sid, [RayStartError(_RAY_DOWN),
-                                                                   refused, None])  # fmt: skip
+    codes, sleeps = _drive_attempts(
+        ctx, scheduler, backend, sid, [RayStartError(_RAY_DOWN), refused, None]
+    )
     assert codes == [EXIT_REQUEUED, EXIT_REQUEUED, 0]
     assert sleeps == [2.0, 4.0]  # retry_backoff_s · 2^(attempt−1)
     study = _study(ctx, sid)
@@ -270,10 +320,13 @@ def _user_code_error():
         raise ConfigError("task.train_path", "cannot be read") from exc
 
 
-@pytest.mark.parametrize("error", [
-    ConfigError("resources.gpu", "each trial asks for 1 GPU(s) but the cluster has 0"),
-    ZeroDivisionError("division by zero"),  # user code
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConfigError("resources.gpu", "each trial asks for 1 GPU(s) but the cluster has 0"),
+        ZeroDivisionError("division by zero"),  # user code
+    ],
+)
 def test_a_permanent_error_fails_the_study_at_once(dispatching, error) -> None:
     ctx, scheduler, backend = dispatching
     sid = submit_study(ctx, tiny_spec())[0].id
@@ -332,7 +385,7 @@ def test_ray_not_starting_under_the_real_run_study_requeues_the_study(
     assert scheduler.tick().dispatched == [sid] and backend.launched[-1].attempt == 2
 
 
-# ---------------------------------------------------------------- issue 10: uploaded user code
+# ---------------------------------------------------------------- uploaded user code
 
 
 DRV_LAB = {
@@ -398,8 +451,14 @@ def test_the_driver_finds_uploaded_code_in_the_database(ctx: ServiceContext) -> 
 
     def record(spec, workdir, **kwargs):
         seen.append((spec.code.path, spec.task["name"]))
-        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=0,
-                               counts={"trials": 0})  # fmt: skip
+        return SimpleNamespace(
+            best=None,
+            failure=None,
+            experiment_id=None,
+            parent_run_id=None,
+            finished=0,
+            counts={"trials": 0},
+        )
 
     assert run_driver(sid, ctx.settings, 1, run_study=killed) == EXIT_STOPPED
     where = code_dir(ctx.settings, sha)
@@ -455,8 +514,14 @@ def test_uploaded_code_wins_over_an_installed_package_of_the_same_name(
 
     def record(spec, workdir, **kwargs):
         seen.append(spec.code.path)
-        return SimpleNamespace(best=None, failure=None, experiment_id=None, parent_run_id=None, finished=0,
-                               counts={"trials": 0})  # fmt: skip
+        return SimpleNamespace(
+            best=None,
+            failure=None,
+            experiment_id=None,
+            parent_run_id=None,
+            finished=0,
+            counts={"trials": 0},
+        )
 
     try:
         assert run_driver(sid, ctx.settings, 1, run_study=record) == 0
@@ -518,7 +583,7 @@ def test_a_second_stop_signal_does_not_cut_the_clean_up_short(ctx: ServiceContex
 def test_ray_processes_of_the_driver_do_not_inherit_the_database_url(
     ctx: ServiceContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 24 item 12: the local backend hands the driver FEDTUNE_DATABASE_URL; the embedded
+    """The local backend hands the driver FEDTUNE_DATABASE_URL; the embedded
     Ray it starts (raylet, agents, trial workers) inherits the driver's environment at start."""
     monkeypatch.setenv("FEDTUNE_DATABASE_URL", ctx.settings.database_url)
     seen: dict[str, str | None] = {}

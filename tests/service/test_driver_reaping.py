@@ -1,4 +1,4 @@
-"""Finished drivers are reaped (issue 24 item 7): a driver ends its own study, the scheduler then
+"""Finished drivers are reaped: a driver ends its own study, the scheduler then
 never polls that study again, and each finished study used to leave one ``<defunct>`` child of
 the service (22 after 24 studies)."""
 
@@ -29,11 +29,11 @@ def _state(pid: int) -> str | None:
 def test_the_scheduler_reaps_the_drivers_of_finished_studies(
     sqlite_db: Database, make_settings: Callable
 ) -> None:
-    settings = make_settings(database_url=sqlite_db.url, backend="local",
-                             max_concurrent_studies=3)  # fmt: skip
+    settings = make_settings(database_url=sqlite_db.url, backend="local", max_concurrent_studies=3)
     # a stand-in driver that exits at once (the real one ends its study, then exits)
-    backend = LocalBackend(settings, argv=lambda sid, attempt: [sys.executable, "-c", "pass"],
-                           grace_s=1.0)  # fmt: skip
+    backend = LocalBackend(
+        settings, argv=lambda sid, attempt: [sys.executable, "-c", "pass"], grace_s=1.0
+    )
     scheduler = Scheduler(sqlite_db, backend, settings)
     ctx = ServiceContext(sqlite_db, settings, scheduler)
     try:

@@ -1,4 +1,4 @@
-"""Issue 15, item 4: honest final states, through the real driver and a real Optuna storage.
+"""Honest final states, through the real driver and a real Optuna storage.
 
 * a study whose trials all failed ends ``failed`` with the first trial's error as its reason
   (it used to end ``succeeded`` with ``error: null``);
@@ -45,11 +45,23 @@ def _result(counts: dict[str, int], error: str | None, best: dict | None = None)
     if error:
         study.set_user_attr(FIRST_ERROR_ATTR, {"trial": 0, "error": error.split(": ", 1)[1]})
     return StudyResult(
-        name="tiny", workdir="w", storage_url="sqlite://", tracking_uri="t", experiment_id="3",
-        parent_run_id="c" * 32, target_trials=counts["trials"], finished=counts["trials"],
-        ran=counts["trials"], counts=counts, best=best, pareto=[], tradeoff=None, artifacts={},
-        first_error=error, failure=None if best else no_best_reason(study, counts),
-    )  # fmt: skip
+        name="tiny",
+        workdir="w",
+        storage_url="sqlite://",
+        tracking_uri="t",
+        experiment_id="3",
+        parent_run_id="c" * 32,
+        target_trials=counts["trials"],
+        finished=counts["trials"],
+        ran=counts["trials"],
+        counts=counts,
+        best=best,
+        pareto=[],
+        tradeoff=None,
+        artifacts={},
+        first_error=error,
+        failure=None if best else no_best_reason(study, counts),
+    )
 
 
 def _counts(**outcomes: int) -> dict[str, int]:
@@ -95,7 +107,7 @@ def test_a_study_with_a_best_configuration_succeeds(ctx) -> None:
     ],
 )
 def test_a_study_without_a_best_configuration_fails_with_why(ctx, counts, reason) -> None:
-    """Issue 24, item 2: diverged or stopped trials ran to an end, but no configuration has a
+    """Diverged or stopped trials ran to an end, but no configuration has a
     finite value: the study fails (it used to succeed with ``best: -``)."""
     sid = running_study(ctx)
     assert run_driver(sid, ctx.settings, 1, run_study=lambda *a, **k: _result(counts, None)) == 1
@@ -106,14 +118,18 @@ def test_a_study_without_a_best_configuration_fails_with_why(ctx, counts, reason
 
 def test_the_reason_names_the_first_trial_that_diverged() -> None:
     study = optuna.create_study()
-    for number, (outcome, reason) in enumerate([("diverged", "round 2: client loss nan"),
-                                                 ("failed", None)]):  # fmt: skip
+    for number, (outcome, reason) in enumerate(
+        [("diverged", "round 2: client loss nan"), ("failed", None)]
+    ):
         trial = study.ask()
         trial.set_user_attr("outcome", outcome)
         if reason:
             trial.set_user_attr("reason", reason)
-        study.tell(trial, float("inf") if outcome == "diverged" else None,
-                   state=optuna.trial.TrialState.COMPLETE if reason else optuna.trial.TrialState.FAIL)  # fmt: skip
+        study.tell(
+            trial,
+            float("inf") if outcome == "diverged" else None,
+            state=optuna.trial.TrialState.COMPLETE if reason else optuna.trial.TrialState.FAIL,
+        )
         assert trial.number == number
     study.set_user_attr(FIRST_ERROR_ATTR, {"trial": 1, "error": "ValueError: boom"})
     counts = _counts(diverged=1, failed=1)
@@ -126,9 +142,11 @@ def test_the_first_trial_error_is_kept_on_the_optuna_study() -> None:
     """The Tune callback keeps the first error's last trace line (as Ray writes error.txt)."""
     study = optuna.create_study()
     callback = FirstErrorCallback(study)
-    trace = ("Failure # 1 (occurred at 2026-11-23)\nray::ImplicitFunc.train() (pid=1)\n"
-             '  File "trainable.py", line 190\n'
-             "fedtune.tuning.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file\n")  # fmt: skip
+    trace = (
+        "Failure # 1 (occurred at 2026-11-23)\nray::ImplicitFunc.train() (pid=1)\n"
+        '  File "trainable.py", line 190\n'
+        "fedtune.tuning.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file\n"
+    )
     for number, text in ((1, trace), (0, "later: another error")):
         trial = SimpleNamespace(config={"fedtune.trial": number}, get_error=lambda t=text: t)
         callback.on_trial_error(0, [], trial)

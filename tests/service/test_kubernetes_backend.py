@@ -32,23 +32,37 @@ SID = "0123456789ab"
 TEMPLATE = {
     "nodeSelector": {"nvidia.com/gpu.present": "true"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "gpu-type", "operator": "In", "values": ["a100"]}]}]}}},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "gpu-type", "operator": "In", "values": ["a100"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    },
     "priorityClassName": "batch",
     "runtimeClassName": "nvidia",
-}  # fmt: skip
+}
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 @pytest.fixture
 def k8s_settings(make_settings):
     return make_settings(
-        backend="kubernetes", k8s_namespace="ml", k8s_image="registry.example.com/fedtune:0.1.0-cuda",
-        k8s_env_secret="demo-fedtune-env", k8s_service_account="demo-fedtune-job",
-        k8s_worker_template=TEMPLATE, k8s_ttl_seconds_after_finished=120,
+        backend="kubernetes",
+        k8s_namespace="ml",
+        k8s_image="registry.example.com/fedtune:0.1.0-cuda",
+        k8s_env_secret="demo-fedtune-env",
+        k8s_service_account="demo-fedtune-job",
+        k8s_worker_template=TEMPLATE,
+        k8s_ttl_seconds_after_finished=120,
         k8s_active_deadline_seconds=7200,
-    )  # fmt: skip
+    )
 
 
 def _pods(manifest: dict) -> list[dict]:
@@ -229,15 +243,20 @@ def test_no_configuration_is_a_backend_error(monkeypatch, tmp_path) -> None:
 
 def test_workdir_claim_persists_the_study_storage_on_the_head(make_settings) -> None:
     settings = make_settings(
-        backend="kubernetes", k8s_namespace="ml", k8s_image="registry.example.com/fedtune:0.1.0",
-        k8s_workdir_claim="fedtune-work", workdir="/data/work",
-    )  # fmt: skip
+        backend="kubernetes",
+        k8s_namespace="ml",
+        k8s_image="registry.example.com/fedtune:0.1.0",
+        k8s_workdir_claim="fedtune-work",
+        workdir="/data/work",
+    )
     manifest = rayjob_manifest(LaunchRequest(SID, 3), settings)
     jsonschema.Draft7Validator(rayjob_schema()).validate(manifest)
     head, worker = _pods(manifest)
     volumes = {v["name"]: v for v in head["spec"]["volumes"]}
-    assert volumes["fedtune-workdir"] == {"name": "fedtune-workdir",
-                                          "persistentVolumeClaim": {"claimName": "fedtune-work"}}  # fmt: skip
+    assert volumes["fedtune-workdir"] == {
+        "name": "fedtune-workdir",
+        "persistentVolumeClaim": {"claimName": "fedtune-work"},
+    }
     container = head["spec"]["containers"][0]
     assert {"name": "fedtune-workdir", "mountPath": "/data/work"} in container["volumeMounts"]
     assert {"name": "FEDTUNE_WORKDIR", "value": "/data/work"} in container["env"]

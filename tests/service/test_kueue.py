@@ -1,4 +1,4 @@
-"""Issue 20 req. 3, the ``kubernetes`` backend: Kueue admits the studies, fedtune says why one waits.
+"""The ``kubernetes`` backend: Kueue admits the studies, fedtune says why one waits.
 
 With ``FEDTUNE_K8S_KUEUE`` every RayJob carries ``kueue.x-k8s.io/queue-name`` (the project's
 LocalQueue) and is created suspended, as Kueue's RayJob integration expects; the manifests
@@ -28,8 +28,10 @@ from .helpers import tiny_spec
 from .k8s_fake import CRD, KUEUE_CRDS, FakeKubeApi, rayjob_schema
 
 SID = "0123456789ab"
-WAITING = ("couldn't assign flavors to pod set head: insufficient quota for nvidia.com/gpu in "
-           "flavor gpu-a100, 4 more needed")  # fmt: skip
+WAITING = (
+    "couldn't assign flavors to pod set head: insufficient quota for nvidia.com/gpu in "
+    "flavor gpu-a100, 4 more needed"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +42,12 @@ def _crds_present() -> None:
 
 @pytest.fixture
 def kueue_settings(make_settings):
-    return make_settings(backend="kubernetes", k8s_namespace="ml", k8s_kueue=True,
-                         k8s_image="registry.example.com/fedtune:0.1.0")  # fmt: skip
+    return make_settings(
+        backend="kubernetes",
+        k8s_namespace="ml",
+        k8s_kueue=True,
+        k8s_image="registry.example.com/fedtune:0.1.0",
+    )
 
 
 def test_a_rayjob_joins_its_projects_local_queue_suspended(kueue_settings, make_settings) -> None:
@@ -50,11 +56,12 @@ def test_a_rayjob_joins_its_projects_local_queue_suspended(kueue_settings, make_
     assert manifest["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "fedtune-vision"
     assert manifest["spec"]["suspend"] is True
     cluster = manifest["spec"]["rayClusterSpec"]
-    for pod in [cluster["headGroupSpec"]["template"],
-                *(g["template"] for g in cluster["workerGroupSpecs"])]:  # fmt: skip
+    for pod in [
+        cluster["headGroupSpec"]["template"],
+        *(g["template"] for g in cluster["workerGroupSpecs"]),
+    ]:
         assert KUEUE_QUEUE_LABEL not in pod["metadata"].get("labels", {})  # the job's, not pods'
-    named = rayjob_manifest(LaunchRequest(SID, 1, project="vision", queue="team-q"),
-                            kueue_settings)  # fmt: skip
+    named = rayjob_manifest(LaunchRequest(SID, 1, project="vision", queue="team-q"), kueue_settings)
     assert named["metadata"]["labels"][KUEUE_QUEUE_LABEL] == "team-q"
     plain = rayjob_manifest(LaunchRequest(SID, 1), make_settings(backend="kubernetes"))
     assert KUEUE_QUEUE_LABEL not in plain["metadata"]["labels"] and "suspend" not in plain["spec"]
@@ -63,20 +70,40 @@ def test_a_rayjob_joins_its_projects_local_queue_suspended(kueue_settings, make_
 def _workload(uid: str, queue: str) -> dict:
     """The Workload Kueue makes for a RayJob that does not fit its ClusterQueue."""
     return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": {"name": f"rayjob-x-{uid[:5]}", "namespace": "ml",
-                     "labels": {"kueue.x-k8s.io/job-uid": uid}},
-        "spec": {"queueName": queue, "podSets": [{
-            "name": "head", "count": 1,
-            "template": {"spec": {"containers": [{"name": "ray-head", "image": "x"}]}}}]},
-        "status": {"conditions": [{
-            "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": WAITING,
-            "lastTransitionTime": "2026-11-25T03:00:00Z"}]},
-    }  # fmt: skip
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"rayjob-x-{uid[:5]}",
+            "namespace": "ml",
+            "labels": {"kueue.x-k8s.io/job-uid": uid},
+        },
+        "spec": {
+            "queueName": queue,
+            "podSets": [
+                {
+                    "name": "head",
+                    "count": 1,
+                    "template": {"spec": {"containers": [{"name": "ray-head", "image": "x"}]}},
+                }
+            ],
+        },
+        "status": {
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "False",
+                    "reason": "Pending",
+                    "message": WAITING,
+                    "lastTransitionTime": "2026-11-25T03:00:00Z",
+                }
+            ]
+        },
+    }
 
 
-def test_a_study_kueue_holds_is_queued_with_kueues_reason(kueue_settings, sqlite_db,
-                                                           tmp_path: Path, monkeypatch) -> None:  # fmt: skip
+def test_a_study_kueue_holds_is_queued_with_kueues_reason(
+    kueue_settings, sqlite_db, tmp_path: Path, monkeypatch
+) -> None:
     with FakeKubeApi() as api:
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path)))

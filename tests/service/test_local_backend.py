@@ -74,8 +74,11 @@ def test_launch_poll_stop_kills_the_whole_group(backend: LocalBackend) -> None:
     info = _info(backend)
     assert ref["pid"] == info["pid"] and ref["start_ticks"] == process_start_ticks(ref["pid"])
     assert backend.poll(ref) == DriverStatus.RUNNING
-    assert info["env"] == {"FEDTUNE_DATABASE_URL": "sqlite:////tmp/never-opened.db",
-                           "FEDTUNE_API_TOKEN": None, "RAY_ADDRESS": None}  # fmt: skip
+    assert info["env"] == {
+        "FEDTUNE_DATABASE_URL": "sqlite:////tmp/never-opened.db",
+        "FEDTUNE_API_TOKEN": None,
+        "RAY_ADDRESS": None,
+    }
     assert Path(ref["log"]).name == f"study-{SID}-1.log"
     backend.stop(ref)
     assert _wait_for(lambda: backend.poll(ref) == DriverStatus.FAILED)
@@ -113,8 +116,9 @@ def test_a_restarted_service_adopts_and_can_stop_its_drivers(backend, make_setti
 
 
 def test_processes_that_are_not_ours_are_never_signalled(make_settings) -> None:
-    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                                start_new_session=True)  # fmt: skip
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
     try:
         b = LocalBackend(make_settings(backend="local"), grace_s=0.5)
         ticks = process_start_ticks(stranger.pid)
@@ -167,7 +171,7 @@ time.sleep(600)
 def test_a_killed_drivers_ray_processes_are_reaped_and_its_temp_dir_removed(
     make_settings, tmp_path: Path
 ) -> None:
-    """Issue 15, item 9: the service cleans up after a driver killed with SIGKILL."""
+    """The service cleans up after a driver killed with SIGKILL."""
     from fedtune.service.paths import study_workdir
     from fedtune.tuning.ray_runtime import ray_temp_dir
 
@@ -176,8 +180,14 @@ def test_a_killed_drivers_ray_processes_are_reaped_and_its_temp_dir_removed(
     temp = ray_temp_dir(workdir)
     assert str(temp).startswith("/tmp/fedtune-ray-")
     info = tmp_path / "driver.json"
-    argv = lambda sid, attempt: [sys.executable, "-c", RAY_DRIVER, str(workdir), str(temp),  # noqa: E731
-                                 str(info)]  # fmt: skip
+    argv = lambda sid, attempt: [  # noqa: E731
+        sys.executable,
+        "-c",
+        RAY_DRIVER,
+        str(workdir),
+        str(temp),
+        str(info),
+    ]
     b = LocalBackend(settings, argv=argv, grace_s=1.0)
     b.info = info
     try:

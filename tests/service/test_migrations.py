@@ -25,18 +25,29 @@ from fedtune.service.states import StudyState, TrialState
 
 OLD_ROWS = {
     "studies": {
-        "id": "0123456789ab", "name": "old", "state": "running", "spec": json.dumps({"name": "old"}),
-        "algorithm": "fedavg", "task": "quadratic", "trials_requested": 3, "backend": "local",
-        "driver_ref": json.dumps({"pid": 1}), "attempts": 1,
+        "id": "0123456789ab",
+        "name": "old",
+        "state": "running",
+        "spec": json.dumps({"name": "old"}),
+        "algorithm": "fedavg",
+        "task": "quadratic",
+        "trials_requested": 3,
+        "backend": "local",
+        "driver_ref": json.dumps({"pid": 1}),
+        "attempts": 1,
         "created_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         "updated_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     },
     "trials": {
-        "study_id": "0123456789ab", "number": 0, "state": "completed",
-        "params": json.dumps({"hparams.client_lr": 0.1}), "value": 0.5, "last_round": 2,
+        "study_id": "0123456789ab",
+        "number": 0,
+        "state": "completed",
+        "params": json.dumps({"hparams.client_lr": 0.1}),
+        "value": 0.5,
+        "last_round": 2,
         "started_at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     },
-}  # fmt: skip
+}
 
 
 def _insert(db: Database, table: str, row: dict) -> None:
@@ -111,7 +122,7 @@ def database_at_0001(db_url: str, tmp_path: Path):
 
 
 def test_revision_0005_fills_null_projects_and_swaps_indexes(db_url: str) -> None:
-    """Issue 21 req. 2: the list filters ``project IN (...)`` on an index (no coalesce()), so a
+    """The list filters ``project IN (...)`` on an index (no coalesce()), so a
     study left without a project moves to ``default``; the keyset indexes replace the old ones,
     and the downgrade puts those back."""
     from alembic import command
@@ -124,9 +135,13 @@ def test_revision_0005_fills_null_projects_and_swaps_indexes(db_url: str) -> Non
         _insert(db, "studies", OLD_ROWS["studies"])  # no project: NULL
         assert upgrade_database(db) == "0005"
         indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
-        assert {"ix_studies_created_at_id", "ix_studies_project_created_at_id",
-                "ix_studies_project_state_created_at_id", "ix_studies_finished_at",
-                "ix_studies_driver_held"} <= indexes  # fmt: skip
+        assert {
+            "ix_studies_created_at_id",
+            "ix_studies_project_created_at_id",
+            "ix_studies_project_state_created_at_id",
+            "ix_studies_finished_at",
+            "ix_studies_driver_held",
+        } <= indexes
         assert "ix_studies_project_state_created_at" not in indexes
         with db.session(readonly=True) as s:
             assert Repository(s).require_study("0123456789ab").project == DEFAULT_PROJECT

@@ -1,4 +1,4 @@
-"""Issue 20 req. 1: bearer JWTs from an OIDC identity provider, against a local issuer.
+"""Bearer JWTs from an OIDC identity provider, against a local issuer.
 
 The test is the identity provider: it makes an RSA key, serves the discovery document and the
 JWKS over real HTTP on a free port, and signs tokens with google-auth's signer. The service
@@ -41,11 +41,25 @@ class Issuer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/realms/team"
         numbers = self.key.public_key().public_numbers()
-        jwks = {"keys": [{"kty": "RSA", "kid": "k1", "use": "sig", "alg": "RS256",
-                          "n": _b64(numbers.n), "e": _b64(numbers.e)}]}  # fmt: skip
-        docs = {"/realms/team/.well-known/openid-configuration":
-                {"issuer": self.url, "jwks_uri": f"{self.url}/certs"},
-                "/realms/team/certs": jwks}  # fmt: skip
+        jwks = {
+            "keys": [
+                {
+                    "kty": "RSA",
+                    "kid": "k1",
+                    "use": "sig",
+                    "alg": "RS256",
+                    "n": _b64(numbers.n),
+                    "e": _b64(numbers.e),
+                }
+            ]
+        }
+        docs = {
+            "/realms/team/.well-known/openid-configuration": {
+                "issuer": self.url,
+                "jwks_uri": f"{self.url}/certs",
+            },
+            "/realms/team/certs": jwks,
+        }
         self.hits: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
@@ -63,23 +77,46 @@ class Issuer:
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def token(self, *, key=None, kid: str = "k1", aud: str = "fedtune", iss: str | None = None,
-              exp_in: float = 300, groups=("fedtune:vision", "fedtune:audio:viewer")) -> str:  # fmt: skip
-        pem = (key or self.key).private_bytes(serialization.Encoding.PEM,
-                                              serialization.PrivateFormat.PKCS8,
-                                              serialization.NoEncryption())  # fmt: skip
+    def token(
+        self,
+        *,
+        key=None,
+        kid: str = "k1",
+        aud: str = "fedtune",
+        iss: str | None = None,
+        exp_in: float = 300,
+        groups=("fedtune:vision", "fedtune:audio:viewer"),
+        nbf_in: object = None,
+    ) -> str:
+        pem = (key or self.key).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
         signer = crypt.RSASigner.from_string(pem, key_id=kid)
         now = int(time.time())
-        payload = {"iss": iss or self.url, "aud": aud, "sub": "u-123",
-                   "preferred_username": "alice", "groups": list(groups),
-                   "iat": now - 10, "exp": now + int(exp_in)}  # fmt: skip
+        payload = {
+            "iss": iss or self.url,
+            "aud": aud,
+            "sub": "u-123",
+            "preferred_username": "alice",
+            "groups": list(groups),
+            "iat": now - 10,
+            "exp": now + int(exp_in),
+        }
+        if isinstance(nbf_in, (int, float)):
+            payload["nbf"] = now + int(nbf_in)
+        elif nbf_in is not None:
+            payload["nbf"] = nbf_in
         return jwt.encode(signer, payload).decode()
 
     def unsigned(self) -> str:
         part = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()  # noqa: E731
         now = int(time.time())
-        return (f"{part({'alg': 'none', 'typ': 'JWT', 'kid': 'k1'})}."
-                f"{part({'iss': self.url, 'aud': 'fedtune', 'preferred_username': 'mallory', 'groups': ['fedtune:admins'], 'iat': now, 'exp': now + 300})}.")  # fmt: skip
+        return (
+            f"{part({'alg': 'none', 'typ': 'JWT', 'kid': 'k1'})}."
+            f"{part({'iss': self.url, 'aud': 'fedtune', 'preferred_username': 'mallory', 'groups': ['fedtune:admins'], 'iat': now, 'exp': now + 300})}."
+        )
 
 
 @pytest.fixture
@@ -104,15 +141,31 @@ def _whoami(client: TestClient, token: str):
 def test_a_valid_token_names_the_user_and_its_projects(client, issuer) -> None:
     r = _whoami(client, issuer.token())
     assert r.status_code == 200, r.text
-    assert r.json() == {"name": "alice", "admin": False, "via": "oidc",
-                        "projects": {"vision": "member", "audio": "viewer"}}  # fmt: skip
+    assert r.json() == {
+        "name": "alice",
+        "admin": False,
+        "via": "oidc",
+        "projects": {"vision": "member", "audio": "viewer"},
+    }
     assert "/realms/team/.well-known/openid-configuration" in issuer.hits  # discovered
     admin = _whoami(client, issuer.token(groups=["fedtune:admins"])).json()
     assert admin["admin"] is True
 
 
-@pytest.mark.parametrize("case", ["wrong audience", "expired", "wrong signature",
-                                  "unknown key id", "alg none", "another issuer", "garbage"])  # fmt: skip
+@pytest.mark.parametrize(
+    "case",
+    [
+        "wrong audience",
+        "expired",
+        "wrong signature",
+        "unknown key id",
+        "alg none",
+        "another issuer",
+        "garbage",
+        "not yet valid",
+        "nbf not a number",
+    ],
+)
 def test_a_bad_token_is_401(client, issuer, case) -> None:
     token = {
         "wrong audience": lambda: issuer.token(aud="someone-else"),
@@ -122,11 +175,20 @@ def test_a_bad_token_is_401(client, issuer, case) -> None:
         "alg none": issuer.unsigned,
         "another issuer": lambda: issuer.token(iss="http://127.0.0.1:1/evil"),
         "garbage": lambda: "eyJhbGciOiJSUzI1NiJ9.e30.AAAA",
+        "not yet valid": lambda: issuer.token(nbf_in=3600),  # nbf an hour ahead
+        "nbf not a number": lambda: issuer.token(nbf_in="soon"),
     }[case]()
     r = _whoami(client, token)
     assert r.status_code == 401, r.text
     assert r.json()["error"]["code"] == "invalid_token"
     assert token not in r.text
+
+
+def test_nbf_within_the_clock_skew_is_accepted(client, issuer) -> None:
+    """``nbf`` gets the same leeway as ``exp``/``iat``: a few seconds ahead, or past, is fine."""
+    assert _whoami(client, issuer.token(nbf_in=10)).status_code == 200
+    assert _whoami(client, issuer.token(nbf_in=-60)).status_code == 200
+    assert _whoami(client, issuer.token(nbf_in=120)).status_code == 401  # past the 30 s skew
 
 
 def test_oidc_users_see_only_their_projects(client, issuer) -> None:

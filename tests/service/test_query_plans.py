@@ -1,4 +1,4 @@
-"""Issue 21 req. 2: with months of history every query of the study list, of one study and of
+"""With months of history every query of the study list, of one study and of
 the scheduler's tick reads an index, never the whole ``studies`` or ``trials`` table.
 
 A PostgreSQL schema is seeded (``benchmarks/seed_history.py``: a few thousand studies, mostly
@@ -98,8 +98,9 @@ def assert_indexed(db: Database, statements: list[tuple[str, Any]]) -> None:
     assert statements, "nothing was captured"
     found = scans(db, statements)
     assert found, "no scan of studies/trials in the plans"
-    seq = [(kind, table, sql.split("\n")[0][:200]) for kind, table, sql in found
-           if kind == "Seq Scan"]  # fmt: skip
+    seq = [
+        (kind, table, sql.split("\n")[0][:200]) for kind, table, sql in found if kind == "Seq Scan"
+    ]
     assert not seq, f"sequential scans: {seq}"
 
 
@@ -142,8 +143,9 @@ def test_a_member_of_several_projects_lists_on_the_index(history, make_settings)
     member = Principal("ana", roles={"vision": "member", "nlp": "viewer"})
     with captured(db) as sent:
         page = list_studies(_ctx(db, make_settings), caller=member, limit=20)
-        list_studies(_ctx(db, make_settings), caller=member, limit=20,
-                     page_token=page.next_page_token)  # fmt: skip
+        list_studies(
+            _ctx(db, make_settings), caller=member, limit=20, page_token=page.next_page_token
+        )
     assert {s.project for s in page.items} <= {"vision", "nlp"}
     assert_indexed(db, sent)
 

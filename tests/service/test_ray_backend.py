@@ -33,9 +33,14 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     cluster = LocalRayCluster({"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(workdir)})
     cluster.start()
     try:
-        settings = load_settings(database_url=url, workdir=str(workdir), backend="ray",
-                                 ray_address=cluster.address, max_concurrent_studies=1,
-                                 ray_auth_token=cluster.client_env["RAY_AUTH_TOKEN"])  # fmt: skip
+        settings = load_settings(
+            database_url=url,
+            workdir=str(workdir),
+            backend="ray",
+            ray_address=cluster.address,
+            max_concurrent_studies=1,
+            ray_auth_token=cluster.client_env["RAY_AUTH_TOKEN"],
+        )
         yield ServiceContext(db, settings), cluster
     finally:
         session = cluster.session
@@ -91,8 +96,12 @@ def test_stopping_a_ray_job(world) -> None:
 def test_without_a_tracking_uri_the_backend_warns(tmp_path: Path, caplog, monkeypatch) -> None:
     """Each driver's default MLflow store is in the Ray head's workdir: a service that does not
     share it finds no runs there (found by ``tests/e2e/test_byo_ray_backend.py``)."""
-    base = dict(database_url=f"sqlite:///{tmp_path / 'db'}", workdir=str(tmp_path), backend="ray",
-                ray_address="http://127.0.0.1:8265")  # fmt: skip
+    base = dict(
+        database_url=f"sqlite:///{tmp_path / 'db'}",
+        workdir=str(tmp_path),
+        backend="ray",
+        ray_address="http://127.0.0.1:8265",
+    )
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with caplog.at_level("WARNING", logger="fedtune.service.backends.ray_jobs"):
         RayJobsBackend(load_settings(**base))
@@ -104,7 +113,7 @@ def test_without_a_tracking_uri_the_backend_warns(tmp_path: Path, caplog, monkey
 
 
 def test_without_cluster_gpus_set_admission_uses_the_ray_clusters_gpus(world, monkeypatch) -> None:
-    """Issue 20, item 3: "cluster capacity comes from settings or from Ray's cluster resources".
+    """Cluster capacity comes from settings or from Ray's cluster resources.
     The head has no GPU: a study asking for one waits with the cluster's reason; once a node
     with 2 (logical) GPUs joins, the same study is admitted."""
     from fedtune.service import admission

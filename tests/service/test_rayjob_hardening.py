@@ -1,5 +1,5 @@
-"""RayJob manifests as a real KubeRay GPU cluster runs them (issue 11: findings 2, 3, 6, 7, 12, 13,
-and the study code package of issue 10): Pod Security "restricted" on every pod of every variant,
+"""RayJob manifests as a real KubeRay GPU cluster runs them (and the study code
+package it ships): Pod Security "restricted" on every pod of every variant,
 secrets only where the driver runs, pull secrets and a pre-running deadline whose reason reaches
 the study, memory and /dev/shm from settings, finished RayJobs deleted, rayVersion = the Ray here.
 """
@@ -44,8 +44,13 @@ def _mi(quantity: str) -> float:
 @pytest.fixture
 def k8s_settings(make_settings):
     def make(**extra):
-        base = dict(backend="kubernetes", k8s_namespace="ml", k8s_image="reg.example.com/fedtune:1",
-                    k8s_env_secret="demo-fedtune-env", k8s_service_account="demo-fedtune-job")  # fmt: skip
+        base = dict(
+            backend="kubernetes",
+            k8s_namespace="ml",
+            k8s_image="reg.example.com/fedtune:1",
+            k8s_env_secret="demo-fedtune-env",
+            k8s_service_account="demo-fedtune-job",
+        )
         return make_settings(**(base | extra))
 
     return make
@@ -111,8 +116,9 @@ def test_workers_get_no_secret_and_the_driver_only_what_it_reads(k8s_settings):
 def test_image_pull_secrets_on_every_pod_and_a_pre_running_deadline(k8s_settings):
     """Finding 2: pull secrets (a setting) on every pod template, submitter included; a RayJob
     whose pods never run fails after FEDTUNE_K8S_PRE_RUNNING_DEADLINE_SECONDS."""
-    settings = k8s_settings(k8s_image_pull_secrets="regcred, mirror",
-                            k8s_pre_running_deadline_seconds=600)  # fmt: skip
+    settings = k8s_settings(
+        k8s_image_pull_secrets="regcred, mirror", k8s_pre_running_deadline_seconds=600
+    )
     manifest = rayjob_manifest(REQUESTS[0], settings)
     pods = pod_templates(manifest)
     assert len(pods) == 3
@@ -152,7 +158,8 @@ def test_memory_per_trial_and_per_gpu_are_settings_and_shm_is_counted(k8s_settin
     custom = k8s_settings(k8s_memory_per_trial_gi=3, k8s_memory_per_gpu_gi=10, k8s_shm_gi=1)
     packed = rayjob_manifest(REQUESTS[2], custom)  # 4 trials share one GPU per pod
     limits = packed["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"][
-        "containers"][0]["resources"]["limits"]  # fmt: skip
+        "containers"
+    ][0]["resources"]["limits"]
     assert _mi(limits["memory"]) == (max(4 * 3, 1 * 10) + 1) * 1024
     cpu_only = rayjob_manifest(REQUESTS[0], custom)["spec"]["rayClusterSpec"]
     limits = cpu_only["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"]
@@ -168,7 +175,7 @@ def test_ray_version_is_the_installed_ray(k8s_settings):
 
 
 def test_code_uri_becomes_the_jobs_py_modules(k8s_settings):
-    """Issue 10 req. 4: the study's code package reaches the driver and trials as py_modules."""
+    """The study's code package reaches the driver and trials as py_modules."""
     manifest = rayjob_manifest(REQUESTS[0], k8s_settings(), code_uri=CODE_URI)
     assert yaml.safe_load(manifest["spec"]["runtimeEnvYAML"]) == {"py_modules": [CODE_URI]}
     assert "runtimeEnvYAML" not in rayjob_manifest(REQUESTS[0], k8s_settings())["spec"]
@@ -185,8 +192,9 @@ def world(k8s_settings, sqlite_db, tmp_path, monkeypatch):
     with FakeKubeApi() as api:
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
         monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path)))
-        settings = k8s_settings(database_url=sqlite_db.url, k8s_ttl_seconds_after_finished=120,
-                                max_dispatch_attempts=1)  # fmt: skip
+        settings = k8s_settings(
+            database_url=sqlite_db.url, k8s_ttl_seconds_after_finished=120, max_dispatch_attempts=1
+        )
         backend = KubernetesBackend(settings)
         yield ServiceContext(sqlite_db, settings), backend, api
         backend.close()
@@ -205,10 +213,19 @@ def test_the_rayjobs_failure_reason_reaches_the_study_error(world):
     KubeRay writes (status.reason/message) is in the study's error, not just 'failed'."""
     ctx, backend, api = world
     sid, ref = _dispatch(ctx, backend)
-    message = ("RayJob has passed the preRunningDeadlineSeconds; head pod: ImagePullBackOff "
-               "(Back-off pulling image reg.example.com/fedtune:1)")  # fmt: skip
-    api.set_status("ml", ref["name"], {"jobDeploymentStatus": "Failed",
-                                       "reason": "PreRunningDeadlineExceeded", "message": message})  # fmt: skip
+    message = (
+        "RayJob has passed the preRunningDeadlineSeconds; head pod: ImagePullBackOff "
+        "(Back-off pulling image reg.example.com/fedtune:1)"
+    )
+    api.set_status(
+        "ml",
+        ref["name"],
+        {
+            "jobDeploymentStatus": "Failed",
+            "reason": "PreRunningDeadlineExceeded",
+            "message": message,
+        },
+    )
     Scheduler(ctx.db, backend, ctx.settings).tick()
     with ctx.db.session(readonly=True) as s:
         study = Repository(s).require_study(sid)
@@ -217,14 +234,72 @@ def test_the_rayjobs_failure_reason_reaches_the_study_error(world):
     assert "\n" not in study.error
 
 
+def test_a_rayjob_whose_command_is_not_found_fails_at_once_with_its_line(world):
+    """KubeRay copies the Ray job's message into the RayJob: its exit status (127: permanent)
+    fails the study with the first of its attempts, and its last log line is in the error."""
+    ctx, backend, api = world
+    ctx = ServiceContext(ctx.db, ctx.settings.model_copy(update={"max_dispatch_attempts": 3}))
+    sid, ref = _dispatch(ctx, backend)
+    message = (
+        "Job entrypoint command failed with exit code 127, last available logs (truncated "
+        "to 20,000 chars):\n/bin/sh: 1: fedtune: not found\n"
+    )
+    api.set_status(
+        "ml",
+        ref["name"],
+        {
+            "jobDeploymentStatus": "Complete",
+            "jobStatus": "FAILED",
+            "reason": "AppFailed",
+            "message": message,
+        },
+    )
+    Scheduler(ctx.db, backend, ctx.settings).tick()
+    with ctx.db.session(readonly=True) as s:
+        study = Repository(s).require_study(sid)
+    assert (study.state, study.attempts) == (StudyState.FAILED, 1)
+    assert "/bin/sh: 1: fedtune: not found" in study.error and "exit code 127" in study.error
+    assert "not retried (command not found)" in study.error and "\n" not in study.error
+
+
+def test_refused_kubernetes_credentials_mark_the_backend_down(world):
+    """A 401 from the API server is an authentication failure of the whole backend, told apart
+    from an unreachable API server."""
+    from fedtune.service.backend_health import BackendHealth
+    from fedtune.service.backends.base import BackendAuthError
+
+    ctx, backend, api = world
+    backend.check()  # a RayJob that does not exist: the API answered
+    api.token = "another-token"
+    with pytest.raises(BackendAuthError, match="401"):
+        backend.check()
+    health = BackendHealth(backend)
+    assert health.probe() is False and health.state.reason.startswith("authentication failed")
+    unreachable = KubernetesBackend(ctx.settings, api_client=_api_client_for("127.0.0.1:9"))
+    health = BackendHealth(unreachable)
+    assert health.probe() is False and health.state.reason.startswith("unreachable")
+
+
+def _api_client_for(host: str):
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.host = f"http://{host}"
+    configuration.retries = 0
+    return client.ApiClient(configuration)
+
+
 def test_finished_rayjobs_are_deleted_after_their_ttl(world):
     """Finding 12: KubeRay deletes only the RayCluster; the service deletes the RayJob object once
     the study is final and ttlSecondsAfterFinished has passed (logs readable until then)."""
     ctx, backend, api = world
     sid, ref = _dispatch(ctx, backend)
     now = dt.datetime.now(dt.UTC)
-    status = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
-              "endTime": now.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
+    status = {
+        "jobDeploymentStatus": "Complete",
+        "jobStatus": "SUCCEEDED",
+        "endTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     api.set_status("ml", ref["name"], status)
     with ctx.db.session() as s:  # the driver wrote its final state
         Repository(s).transition(sid, StudyState.SUCCEEDED, expected=[StudyState.RUNNING])

@@ -1,4 +1,4 @@
-"""Issue 20 req. 2 / issue 24 item 6 through the service: a study's MLflow links never carry the
+"""Through the service: a study's MLflow links never carry the
 tracking URI's credentials, and a local store's path is not shown at all."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from .helpers import tiny_spec
 
 
 def _links(sqlite_db, make_settings, tracking_uri: str) -> dict:
-    ctx = ServiceContext(sqlite_db, make_settings(database_url=sqlite_db.url,
-                                                  mlflow_tracking_uri=tracking_uri))  # fmt: skip
+    ctx = ServiceContext(
+        sqlite_db, make_settings(database_url=sqlite_db.url, mlflow_tracking_uri=tracking_uri)
+    )
     sid = submit_study(ctx, tiny_spec(name="links"))[0].id
     with sqlite_db.session() as s:
         Repository(s).update_study(sid, mlflow_experiment_id="7", mlflow_run_id="abc123")
-    return get_study(ctx, sid).model_dump(mode="json")
+    return get_study(ctx, sid).to_json()
 
 
 def test_a_tracking_uri_with_credentials_is_shown_without_them(sqlite_db, make_settings) -> None:

@@ -30,9 +30,15 @@ from fedtune.service.states import StudyState, TrialState
 
 def _study(study_id: str, created: dt.datetime | None = None, **kw) -> Study:
     values = dict(
-        id=study_id, name=f"s-{study_id}", state=StudyState.QUEUED, spec={"name": "s"},
-        algorithm="fedavg", task="quadratic", trials_requested=4, attempts=0,
-    )  # fmt: skip
+        id=study_id,
+        name=f"s-{study_id}",
+        state=StudyState.QUEUED,
+        spec={"name": "s"},
+        algorithm="fedavg",
+        task="quadratic",
+        trials_requested=4,
+        attempts=0,
+    )
     if created is not None:
         values["created_at"] = created
     return Study(**(values | kw))
@@ -269,8 +275,10 @@ def test_a_writer_waits_for_another(database: Database) -> None:
 
 
 def test_unreachable_database_is_a_503_error(tmp_path) -> None:
-    for url in (f"sqlite:///{tmp_path / 'missing' / 'dir' / 'x.db'}",
-                "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=2"):  # fmt: skip
+    for url in (
+        f"sqlite:///{tmp_path / 'missing' / 'dir' / 'x.db'}",
+        "postgresql+psycopg://postgres@127.0.0.1:1/none?connect_timeout=2",
+    ):
         db = Database(url)
         with pytest.raises(DatabaseUnavailableError) as err:
             db.ping()

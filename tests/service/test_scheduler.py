@@ -149,11 +149,21 @@ def test_reconcile_at_start(setup) -> None:
     alive, never, elsewhere = _submit(ctx, 3)
     with ctx.db.session() as s:
         repo = Repository(s)
-        repo.transition(alive, StudyState.RUNNING, attempts=1, backend="local",
-                        driver_ref={"study": alive, "attempt": 1})  # fmt: skip
+        repo.transition(
+            alive,
+            StudyState.RUNNING,
+            attempts=1,
+            backend="local",
+            driver_ref={"study": alive, "attempt": 1},
+        )
         repo.transition(never, StudyState.RUNNING, attempts=1, backend="local")
-        repo.transition(elsewhere, StudyState.RUNNING, attempts=1, backend="kubernetes",
-                        driver_ref={"name": "x"})  # fmt: skip
+        repo.transition(
+            elsewhere,
+            StudyState.RUNNING,
+            attempts=1,
+            backend="kubernetes",
+            driver_ref={"name": "x"},
+        )
     backend.finish(alive, 1, DriverStatus.RUNNING)
     actions = {r.study_id: r.action for r in reconcile_running(ctx.db, backend, 3)}
     assert actions == {never: "requeued", elsewhere: "failed"}

@@ -1,4 +1,4 @@
-"""Issue 24, item 13: the HTTP contract says what the server does.
+"""The HTTP contract says what the server does.
 
 * ``OPTIONS`` on every documented path answers 204 with ``Allow`` = the methods the OpenAPI
   document gives that path (+ OPTIONS); it used to be a 405 listing only the first route's
@@ -46,8 +46,12 @@ def test_options_and_405_list_every_method_of_every_documented_path(client) -> N
     assert client.options("/no/such/path").status_code == 404
 
 
-_BASE = {"name": "s", "task": {"name": "quadratic", "clients": 4, "dim": 2},
-         "algorithm": "fedavg", "train": {"rounds": 30}}  # fmt: skip
+_BASE = {
+    "name": "s",
+    "task": {"name": "quadratic", "clients": 4, "dim": 2},
+    "algorithm": "fedavg",
+    "train": {"rounds": 30},
+}
 
 
 @pytest.mark.parametrize(

@@ -41,8 +41,10 @@ class Flaky(httpx.BaseTransport):
         self.calls += 1
         if self.unavailable:
             self.unavailable -= 1
-            return httpx.Response(503, json={"error": {"code": "database_unavailable",
-                                                       "message": "down", "field": None}})  # fmt: skip
+            return httpx.Response(
+                503,
+                json={"error": {"code": "database_unavailable", "message": "down", "field": None}},
+            )
         response = self.inner.handle_request(request)
         if self.lose:
             self.lose -= 1
@@ -106,7 +108,7 @@ def test_typed_exceptions(app_client: TestClient, sleeps, tmp_path) -> None:
     with pytest.raises(UnauthorizedError), _sdk(app_client, sleeps, token=None) as anonymous:
         anonymous.studies()
     with pytest.raises(InvalidTokenError), _sdk(app_client, sleeps, token="x" * 20) as wrong:
-        wrong.studies()  # a token that authenticates nobody: 401 invalid_token (issue 20)
+        wrong.studies()  # a token that authenticates nobody: 401 invalid_token
     assert sleeps == []  # 4xx answers are never retried
 
 
@@ -132,8 +134,9 @@ def test_unreachable_service(sleeps) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused")
 
-    sdk = Client("http://127.0.0.1:9", transport=httpx.MockTransport(refuse), retries=2,
-                 sleep=sleeps.append)  # fmt: skip
+    sdk = Client(
+        "http://127.0.0.1:9", transport=httpx.MockTransport(refuse), retries=2, sleep=sleeps.append
+    )
     with pytest.raises(ServiceUnreachableError):
         sdk.studies()
     assert sleeps == [0.5, 1.0]
@@ -163,7 +166,9 @@ def test_wait_progress_trials_curve_tradeoff_best(app_client: TestClient, sleeps
         trials = study.trials()
         assert all(isinstance(t, TrialInfo) for t in trials)
         assert [(t.number, t.state, t.value) for t in trials] == [
-            (0, TrialState.COMPLETED, 1.0), (1, TrialState.COMPLETED, 2.0)]  # fmt: skip
+            (0, TrialState.COMPLETED, 1.0),
+            (1, TrialState.COMPLETED, 2.0),
+        ]
         assert [p.metrics["client_loss"] for p in study.curve(0)] == [3.0, 2.0, 1.0, 1.0]
         best = study.best()
         assert best is not None and (best.number, best.value) == (0, 1.0)

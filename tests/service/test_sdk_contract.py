@@ -1,9 +1,11 @@
-"""The SDK speaks HTTP only: it imports no server module, its response models match the API's
-OpenAPI schemas field for field, and fields it does not know are kept, not dropped."""
+"""The SDK speaks HTTP only: it imports no server module, its answers are the very classes the
+service answers with (:mod:`fedtune.wire_models`), whose fields the API's OpenAPI schemas are
+derived from, and fields it does not know are kept, not dropped."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import subprocess
 import sys
 import textwrap
@@ -11,20 +13,35 @@ import textwrap
 import pytest
 
 from fedtune import client as sdk
+from fedtune import wire_models
+from fedtune.service import schemas
 from fedtune.service.api import create_app
+from fedtune.states import StudyState
 
 from .conftest import TOKEN
 
-#: SDK model → the API schema (components/schemas) whose objects it is built from
-PAIRS = {
-    sdk.StudyStatus: "StudyDetail",
-    sdk.Progress: "Progress",
-    sdk.BestTrial: "BestTrial",
-    sdk.TrialInfo: "TrialOut",
-    sdk.CurvePoint: "CurvePoint",
-    sdk.TradeOff: "TradeoffOut",
-    sdk.StudyPage: "StudyPage",
+#: route (method, path) → the shared class it answers with
+ROUTES = {
+    ("POST", "/v1/studies"): wire_models.StudyDetail,
+    ("GET", "/v1/studies"): wire_models.StudyPage,
+    ("GET", "/v1/studies/{study_id}"): wire_models.StudyDetail,
+    ("POST", "/v1/studies/{study_id}/cancel"): wire_models.StudyDetail,
+    ("GET", "/v1/studies/{study_id}/trials/{number}/curve"): wire_models.CurveOut,
+    ("GET", "/v1/studies/{study_id}/tradeoff"): wire_models.TradeoffOut,
 }
+#: the SDK's name → the shared class
+SDK_NAMES = {
+    "StudyStatus": wire_models.StudyDetail,
+    "StudyOut": wire_models.StudyOut,
+    "Progress": wire_models.Progress,
+    "BestTrial": wire_models.BestTrial,
+    "MlflowLinks": wire_models.MlflowLinks,
+    "TrialInfo": wire_models.TrialOut,
+    "CurvePoint": wire_models.CurvePoint,
+    "TradeOff": wire_models.TradeoffOut,
+    "StudyPage": wire_models.StudyPage,
+}
+SHARED = [getattr(wire_models, name) for name in wire_models.__all__ if name != "WireModel"]
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +53,79 @@ def openapi(tmp_path_factory) -> dict:
     return app.openapi()
 
 
-@pytest.mark.parametrize("model", list(PAIRS), ids=lambda m: m.__name__)
-def test_sdk_models_have_exactly_the_api_fields(model: type, openapi: dict) -> None:
-    schema = openapi["components"]["schemas"][PAIRS[model]]
-    api_fields = set(schema["properties"])
-    sdk_fields = {f.name for f in dataclasses.fields(model)} - {"extra"}
-    assert sdk_fields == api_fields, (
-        f"{model.__name__} vs {PAIRS[model]}: only in the SDK {sorted(sdk_fields - api_fields)}, "
-        f"only in the API {sorted(api_fields - sdk_fields)}"
-    )
+@pytest.mark.parametrize("name", list(SDK_NAMES))
+def test_the_sdk_and_the_service_use_one_class(name: str) -> None:
+    shared = SDK_NAMES[name]
+    assert getattr(sdk, name) is shared
+    assert getattr(schemas, shared.__name__) is shared
+
+
+@pytest.mark.parametrize(
+    ("route", "model"), list(ROUTES.items()), ids=[" ".join(r) for r in ROUTES]
+)
+def test_each_route_answers_with_the_shared_class(route, model, openapi) -> None:
+    method, path = route
+    ok = next(iter(openapi["paths"][path][method.lower()]["responses"].values()))
+    assert ok["content"]["application/json"]["schema"] == {
+        "$ref": f"#/components/schemas/{model.__name__}"
+    }
+    trials = openapi["paths"]["/v1/studies/{study_id}/trials"]["get"]["responses"]["200"]
+    assert trials["content"]["application/json"]["schema"]["items"] == {
+        "$ref": "#/components/schemas/TrialOut"
+    }
+
+
+@pytest.mark.parametrize("model", SHARED, ids=lambda m: m.__name__)
+def test_each_schema_is_derived_from_the_shared_class(model: type, openapi: dict) -> None:
+    schema = openapi["components"]["schemas"][model.__name__]
+    fields = dataclasses.fields(model)
+    assert list(schema["properties"]) == [f.name for f in fields]
+    assert schema["required"] == [f.name for f in fields if f.default is dataclasses.MISSING]
+    for f in fields:
+        shown = schema["properties"][f.name]
+        assert shown.get("description") == f.metadata.get("description"), f.name
+        if f.default not in (dataclasses.MISSING, None):
+            assert shown["default"] == f.default, f.name
 
 
 def test_unknown_fields_are_kept_in_extra() -> None:
     body = {"number": 3, "value": 0.5, "params": {"client_lr": 0.1}, "rank": 1, "new": [1, 2]}
-    best = sdk._build(sdk.BestTrial, body)
+    best = sdk.BestTrial.from_json(body)
     assert best.number == 3 and best.params == {"client_lr": 0.1}
     assert best.extra == {"rank": 1, "new": [1, 2]}
+    assert best.to_json() == body
+    assert sdk.BestTrial.from_json({"number": 1, "value": None, "params": {}}).extra == {}
+
+
+def test_from_json_builds_the_typed_answer_and_to_json_gives_the_wire_back() -> None:
+    summary = {
+        "id": "0123456789ab",
+        "name": "s",
+        "state": "running",
+        "algorithm": "fedavg",
+        "task": "quadratic",
+        "trials_requested": 2,
+        "backend": None,
+        "attempts": 1,
+        "error": None,
+        "created_at": "2026-01-02T03:04:05+00:00",
+        "updated_at": "2026-01-02T03:04:06+00:00",
+        "started_at": None,
+        "finished_at": None,
+        "heartbeat_at": None,
+        "code_sha256": None,
+        "project": "p",
+        "owner": "o",
+        "priority": 0,
+        "queued_reason": None,
+    }
+    page = sdk.StudyPage.from_json(
+        {"items": [summary], "total": 1, "limit": 10, "offset": 0, "next_page_token": None}
+    )
+    (item,) = page.items
+    assert isinstance(item, sdk.StudyOut) and item.state is StudyState.RUNNING and not item.done
+    assert item.created_at == dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    assert page.to_json()["items"] == [summary]
 
 
 def test_the_sdk_works_without_any_server_module(tmp_path) -> None:
@@ -91,8 +165,9 @@ def test_the_sdk_works_without_any_server_module(tmp_path) -> None:
         print("loaded", loaded)
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "typed 404 study_not_found" in out.stdout
     assert "loaded []" in out.stdout

@@ -85,18 +85,21 @@ def test_every_error_class_has_one_status_and_code() -> None:
     assert svc.status_and_code(KeyError("x")) == (500, "internal_error")
 
 
-@pytest.mark.parametrize("exc", [
-    ConfigError("budget.trials", "must be >= 1"),
-    svc.StudyNotFoundError("no study"),
-    svc.IllegalStateChangeError("already succeeded"),
-    svc.IdempotencyKeyReusedError("other body"),
-    svc.UnauthorizedError("token"),
-    svc.ForbiddenError("token"),
-    svc.DatabaseUnavailableError("down"),
-    base.BackendError("ray down"),
-    base.TransientError("connection reset"),
-    base.RayStartError("Ray did not start (embedded) after 3 attempt(s): TimeoutError: ..."),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConfigError("budget.trials", "must be >= 1"),
+        svc.StudyNotFoundError("no study"),
+        svc.IllegalStateChangeError("already succeeded"),
+        svc.IdempotencyKeyReusedError("other body"),
+        svc.UnauthorizedError("token"),
+        svc.ForbiddenError("token"),
+        svc.DatabaseUnavailableError("down"),
+        base.BackendError("ray down"),
+        base.TransientError("connection reset"),
+        base.RayStartError("Ray did not start (embedded) after 3 attempt(s): TimeoutError: ..."),
+    ],
+)
 def test_the_sdk_rebuilds_the_typed_exception(exc: Exception) -> None:
     status, code = svc.status_and_code(exc)
     rebuilt = svc.exception_from_body(status, svc.error_body(exc))
@@ -121,8 +124,9 @@ def test_transient_errors_answer_503_with_their_own_codes() -> None:
 
 def test_internal_errors_do_not_leak_details() -> None:
     body = svc.error_body(ValueError("password=hunter2"))
-    assert body == {"error": {"code": "internal_error", "message": "internal server error",
-                              "field": None}}  # fmt: skip
+    assert body == {
+        "error": {"code": "internal_error", "message": "internal server error", "field": None}
+    }
 
 
 def test_state_machine() -> None:

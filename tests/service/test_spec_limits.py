@@ -1,4 +1,4 @@
-"""Issue 15, items 1, 2 and 6: what one submission may ask of the server (in-process app).
+"""What one submission may ask of the server (in-process app).
 
 * the server reads no file of its own for a client (shipped space names only; task data paths
   only under ``FEDTUNE_DATA_ROOTS``, symlinks and ``..`` resolved);
@@ -53,7 +53,7 @@ def _error(r) -> dict:
     return r.json()["error"]
 
 
-# ---------------------------------------------------------------- item 2: no server files
+# ---------------------------------------------------------------- no server files
 
 
 class _Opens:
@@ -145,8 +145,14 @@ def test_data_paths_under_a_root_pass_the_root_check(make_client, tmp_path) -> N
 
 def test_searched_data_paths_are_checked_too(make_client, tmp_path) -> None:
     c = make_client(data_roots=str(tmp_path))
-    search = {"parameters": {"task.train_path": {"type": "categorical",
-                                                 "choices": [f"{tmp_path}/a.h5", "/etc/shadow"]}}}  # fmt: skip
+    search = {
+        "parameters": {
+            "task.train_path": {
+                "type": "categorical",
+                "choices": [f"{tmp_path}/a.h5", "/etc/shadow"],
+            }
+        }
+    }
     r = c.post("/v1/studies", json=_tff(search=search))
     assert _error(r)["field"] == "search.parameters.task.train_path.choices[1]"
 
@@ -159,7 +165,7 @@ def test_data_roots_are_a_setting(make_settings) -> None:
         make_settings(data_roots="relative/dir")
 
 
-# ---------------------------------------------------------------- item 6: resource sanity
+# ---------------------------------------------------------------- resource sanity
 
 
 @pytest.mark.parametrize(
@@ -177,15 +183,24 @@ def test_data_roots_are_a_setting(make_settings) -> None:
             {"search": {"override": {"rounds": {"type": "int", "low": 2, "high": 10**12}}}},
             "search.override.rounds.high",
         ),
-        # issue 24 item 10: what failed only inside a trial (allocator error, overflow)
-        ({"train": {"rounds": 4, "clients_per_round": 3, "local_steps": 10**12}},
-         "train.local_steps"),
-        ({"train": {"rounds": 4, "clients_per_round": 3, "local_epochs": 10**9, "batch_size": 2}},
-         "train.local_epochs"),
-        ({"train": {"rounds": 4, "clients_per_round": 3, "batch_size": 10**9}},
-         "train.batch_size"),
-        ({"train": {"rounds": 4, "clients_per_round": 3, "eval_every": 10**9}},
-         "train.eval_every"),
+        # What failed only inside a trial (allocator error, overflow)
+        (
+            {"train": {"rounds": 4, "clients_per_round": 3, "local_steps": 10**12}},
+            "train.local_steps",
+        ),
+        (
+            {
+                "train": {
+                    "rounds": 4,
+                    "clients_per_round": 3,
+                    "local_epochs": 10**9,
+                    "batch_size": 2,
+                }
+            },
+            "train.local_epochs",
+        ),
+        ({"train": {"rounds": 4, "clients_per_round": 3, "batch_size": 10**9}}, "train.batch_size"),
+        ({"train": {"rounds": 4, "clients_per_round": 3, "eval_every": 10**9}}, "train.eval_every"),
         ({"seed": 10**30}, "seed"),
         ({"task": {"name": "quadratic", "clients": 6, "dim": 3, "seed": 10**30}}, "task.seed"),
         (
@@ -210,14 +225,18 @@ def test_size_limits_are_settings(make_client) -> None:
     )
 
 
-# ---------------------------------------------------------------- item 1: validation cost
+# ---------------------------------------------------------------- validation cost
 
 
 def _choices_spec(n: int, **extra) -> dict:
     """server_lr searched over ``n`` categorical choices."""
     choices = [round(0.001 * (i + 1), 6) for i in range(n)]
-    search = {"override": {"client_lr": {"high": 0.05, "default": 0.01},
-                           "server_lr": {"type": "categorical", "choices": choices}}}  # fmt: skip
+    search = {
+        "override": {
+            "client_lr": {"high": 0.05, "default": 0.01},
+            "server_lr": {"type": "categorical", "choices": choices},
+        }
+    }
     return tiny_spec(search=search, **extra)
 
 
@@ -273,13 +292,19 @@ def test_too_many_choices_or_parameters_are_422(make_client) -> None:
 def test_the_limits_are_in_the_api_docs(client: TestClient) -> None:
     post = client.get("/openapi.json").json()["paths"]["/v1/studies"]["post"]
     text = post["description"]
-    for setting in ("FEDTUNE_MAX_CHOICES", "FEDTUNE_MAX_SEARCH_PARAMETERS", "FEDTUNE_DATA_ROOTS",
-                    "FEDTUNE_MAX_ROUNDS", "FEDTUNE_MAX_CONCURRENT_VALIDATIONS",
-                    "FEDTUNE_MAX_LOCAL_STEPS", "FEDTUNE_MAX_SEED"):  # fmt: skip
+    for setting in (
+        "FEDTUNE_MAX_CHOICES",
+        "FEDTUNE_MAX_SEARCH_PARAMETERS",
+        "FEDTUNE_DATA_ROOTS",
+        "FEDTUNE_MAX_ROUNDS",
+        "FEDTUNE_MAX_CONCURRENT_VALIDATIONS",
+        "FEDTUNE_MAX_LOCAL_STEPS",
+        "FEDTUNE_MAX_SEED",
+    ):
         assert setting in text, setting
     assert "503" in post["responses"]
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert "FEDTUNE_MAX_CHOICES" in readme and "FEDTUNE_DATA_ROOTS" in readme
+    reference = (Path(__file__).resolve().parents[2] / "docs/reference/environment.md").read_text()
+    assert "`FEDTUNE_MAX_CHOICES`" in reference and "`FEDTUNE_DATA_ROOTS`" in reference
 
 
 def test_validation_runs_in_a_bounded_pool(make_client, monkeypatch) -> None:
@@ -300,8 +325,11 @@ def test_validation_runs_in_a_bounded_pool(make_client, monkeypatch) -> None:
 
     monkeypatch.setattr(services, "accept_spec", slow)
     answers: list[int] = []
-    first = threading.Thread(target=lambda: answers.append(
-        c.post("/v1/studies", json=tiny_spec(name="first")).status_code))  # fmt: skip
+    first = threading.Thread(
+        target=lambda: answers.append(
+            c.post("/v1/studies", json=tiny_spec(name="first")).status_code
+        )
+    )
     first.start()
     try:
         assert entered.wait(60)

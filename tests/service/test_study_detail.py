@@ -28,10 +28,21 @@ TRIALS = [  # number, state, value, outcome
 def _study(database, metric: str, best_trial: int | None = None) -> ServiceContext:
     with database.session() as s:
         repo = Repository(s)
-        repo.add_study(Study(id="0123456789ab", name="s", state=StudyState.RUNNING,
-                             spec={"objective": {"metric": metric}}, algorithm="fedavg",
-                             task="quadratic", trials_requested=7, attempts=1, project="default",
-                             best_trial=best_trial, best_value=None))  # fmt: skip
+        repo.add_study(
+            Study(
+                id="0123456789ab",
+                name="s",
+                state=StudyState.RUNNING,
+                spec={"objective": {"metric": metric}},
+                algorithm="fedavg",
+                task="quadratic",
+                trials_requested=7,
+                attempts=1,
+                project="default",
+                best_trial=best_trial,
+                best_value=None,
+            )
+        )
         for number, state, value, outcome in TRIALS:
             repo.start_trial("0123456789ab", number, {"n": number})
             repo.finish_trial("0123456789ab", number, state, value, outcome)
@@ -48,8 +59,9 @@ def test_the_best_trial_is_the_same_pick(database, make_settings, metric, best) 
 
 
 def test_a_stored_pick_shows_parameters_of_completed_trials_only(database, make_settings) -> None:
-    ctx = ServiceContext(_study(database, "train_loss", best_trial=2),
-                         make_settings(database_url=database.url))  # fmt: skip
+    ctx = ServiceContext(
+        _study(database, "train_loss", best_trial=2), make_settings(database_url=database.url)
+    )
     best = get_study(ctx, "0123456789ab").best
     assert best is not None and best.number == 2 and best.params == {}  # trial 2 was pruned
 

@@ -1,4 +1,4 @@
-"""Issue 21 req. 2: the SDK and the CLI page through the study list (the real app in-process).
+"""The SDK and the CLI page through the study list (the real app in-process).
 
 ``Client.list_studies`` returns one page with its ``next_page_token``; ``Client.iter_studies``
 follows the tokens to the end; ``fedtune studies`` prints a page and, when more exist, the
@@ -37,12 +37,23 @@ def app_client(make_settings, fake_backend, monkeypatch) -> Iterator[TestClient]
             identity.create_project(s, "lab")
             repo = Repository(s)
             for i in range(23):
-                repo.add_study(Study(id=f"{i:012x}", name=f"s{i}", state=STATES[i % 4], spec={},
-                                     algorithm="fedavg", task="quadratic", trials_requested=2,
-                                     attempts=0, project=("default", "lab")[i % 2],
-                                     created_at=T0 + dt.timedelta(minutes=i)))  # fmt: skip
-        monkeypatch.setattr(remote, "_client",
-                            lambda args: Client(args.url, transport=tc._transport, retries=0))  # fmt: skip
+                repo.add_study(
+                    Study(
+                        id=f"{i:012x}",
+                        name=f"s{i}",
+                        state=STATES[i % 4],
+                        spec={},
+                        algorithm="fedavg",
+                        task="quadratic",
+                        trials_requested=2,
+                        attempts=0,
+                        project=("default", "lab")[i % 2],
+                        created_at=T0 + dt.timedelta(minutes=i),
+                    )
+                )
+        monkeypatch.setattr(
+            remote, "_client", lambda args: Client(args.url, transport=tc._transport, retries=0)
+        )
         yield tc
 
 
@@ -86,8 +97,24 @@ def test_the_cli_prints_a_page_and_the_next_pages_command(app_client, capsys) ->
 
 
 def test_the_cli_lists_everything_with_all_and_filters(app_client, capsys) -> None:
-    assert main(["studies", "--all", "--limit", "2", "--state", "queued,running",
-                 "--state", "cancelled", "--order", "asc", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "studies",
+                "--all",
+                "--limit",
+                "2",
+                "--state",
+                "queued,running",
+                "--state",
+                "cancelled",
+                "--order",
+                "asc",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     answer = json.loads(out)
     assert [s["name"] for s in answer["items"]] == [f"s{i}" for i in range(23) if i % 4]

@@ -1,4 +1,4 @@
-"""Issue 21 req. 2: ``GET /v1/studies`` pages by keyset (``page_token`` → ``next_page_token``,
+"""``GET /v1/studies`` pages by keyset (``page_token`` → ``next_page_token``,
 MLflow's convention) next to ``limit``/``offset``, filters by several states and a project,
 sorts by creation time either way, counts ``total`` only on a first page (or on request), and
 refuses a bad token or parameter with 422 naming the field. On SQLite and PostgreSQL.
@@ -33,8 +33,11 @@ PROJECTS = ["default", "p1", "p2"]
 @pytest.fixture
 def client(make_settings, database, fake_backend) -> Iterator[TestClient]:
     """37 studies over 3 projects and 4 states; created_at ties in threes (the id breaks them)."""
-    app = create_app(make_settings(database_url=database.url, api_token=TOKEN),
-                     backend=fake_backend, schedule=False)  # fmt: skip
+    app = create_app(
+        make_settings(database_url=database.url, api_token=TOKEN),
+        backend=fake_backend,
+        schedule=False,
+    )
     with TestClient(app, headers=AUTH) as tc:
         db = tc.app.state.runtime.db
         with db.session() as s:
@@ -43,11 +46,20 @@ def client(make_settings, database, fake_backend) -> Iterator[TestClient]:
             repo = Repository(s)
             for i in range(37):
                 state = STATES[i % 4]
-                repo.add_study(Study(
-                    id=f"{(i * 7919) % 4096:03x}{i:09x}", name=f"s{i}", state=state, spec={},
-                    algorithm="fedavg", task="quadratic", trials_requested=1, attempts=0,
-                    project=PROJECTS[i % 3], created_at=T0 + dt.timedelta(minutes=i // 3),
-                ))  # fmt: skip
+                repo.add_study(
+                    Study(
+                        id=f"{(i * 7919) % 4096:03x}{i:09x}",
+                        name=f"s{i}",
+                        state=state,
+                        spec={},
+                        algorithm="fedavg",
+                        task="quadratic",
+                        trials_requested=1,
+                        attempts=0,
+                        project=PROJECTS[i % 3],
+                        created_at=T0 + dt.timedelta(minutes=i // 3),
+                    )
+                )
             identity.create_user(s, "mia")
             identity.add_member(s, "mia", "p1", "viewer")
             identity.add_member(s, "mia", "p2", "member")
@@ -78,10 +90,15 @@ def walk(c: TestClient, headers: dict | None = None, **params) -> tuple[list[dic
 @pytest.mark.parametrize("order", ["desc", "asc"])
 @pytest.mark.parametrize(
     "filters",
-    [{}, {"state": "queued"}, {"state": ["succeeded", "failed"]}, {"project": "p1"},
-     {"project": "p2", "state": ["queued", "running"]}],
+    [
+        {},
+        {"state": "queued"},
+        {"state": ["succeeded", "failed"]},
+        {"project": "p1"},
+        {"project": "p2", "state": ["queued", "running"]},
+    ],
     ids=["all", "one-state", "two-states", "project", "project-states"],
-)  # fmt: skip
+)
 def test_the_token_walks_every_study_once_in_order(client, order, filters) -> None:
     everything = client.get("/v1/studies", params={"limit": 500, "order": order, **filters}).json()
     expected = everything["items"]
@@ -103,11 +120,22 @@ def test_the_token_walks_every_study_once_in_order(client, order, filters) -> No
 def test_a_study_created_while_paging_neither_repeats_nor_shifts_pages(client) -> None:
     first = client.get("/v1/studies", params={"limit": 5}).json()
     with client.app.state.runtime.db.session() as s:  # newest of all: before page 1
-        Repository(s).add_study(Study(id="fffffffffff0", name="new", state=StudyState.QUEUED,
-                                      spec={}, algorithm="fedavg", task="quadratic",
-                                      trials_requested=1, attempts=0, project="default"))  # fmt: skip
-    second = client.get("/v1/studies", params={"limit": 5,
-                                               "page_token": first["next_page_token"]}).json()  # fmt: skip
+        Repository(s).add_study(
+            Study(
+                id="fffffffffff0",
+                name="new",
+                state=StudyState.QUEUED,
+                spec={},
+                algorithm="fedavg",
+                task="quadratic",
+                trials_requested=1,
+                attempts=0,
+                project="default",
+            )
+        )
+    second = client.get(
+        "/v1/studies", params={"limit": 5, "page_token": first["next_page_token"]}
+    ).json()
     by_offset = client.get("/v1/studies", params={"limit": 5, "offset": 5}).json()
     ids = [s["id"] for s in first["items"] + second["items"]]
     assert len(set(ids)) == 10 and "fffffffffff0" not in ids
@@ -117,8 +145,9 @@ def test_a_study_created_while_paging_neither_repeats_nor_shifts_pages(client) -
 def test_offset_paging_is_unchanged_and_hands_out_a_token(client) -> None:
     page = client.get("/v1/studies", params={"limit": 10, "offset": 10}).json()
     assert page["total"] == 37 and page["offset"] == 10 and len(page["items"]) == 10
-    after = client.get("/v1/studies", params={"limit": 10,
-                                              "page_token": page["next_page_token"]}).json()  # fmt: skip
+    after = client.get(
+        "/v1/studies", params={"limit": 10, "page_token": page["next_page_token"]}
+    ).json()
     again = client.get("/v1/studies", params={"limit": 10, "offset": 20}).json()
     assert [s["id"] for s in after["items"]] == [s["id"] for s in again["items"]]
 
@@ -127,8 +156,9 @@ def test_total_only_when_asked_on_token_pages(client) -> None:
     first = client.get("/v1/studies", params={"limit": 3, "include_total": "false"}).json()
     assert first["total"] is None
     token = first["next_page_token"]
-    counted = client.get("/v1/studies", params={"limit": 3, "page_token": token,
-                                                "include_total": "true"}).json()  # fmt: skip
+    counted = client.get(
+        "/v1/studies", params={"limit": 3, "page_token": token, "include_total": "true"}
+    ).json()
     assert counted["total"] == 37
 
 
@@ -164,5 +194,5 @@ def test_invalid_tokens_and_parameters_are_422_naming_the_field(client, params, 
 
 def test_ties_in_creation_time_are_broken_by_id(client) -> None:
     items, _ = walk(client, limit=2, order="asc")
-    for (a, b) in itertools.pairwise(items):
+    for a, b in itertools.pairwise(items):
         assert _key(a) < _key(b)

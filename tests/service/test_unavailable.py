@@ -1,5 +1,4 @@
-"""Every 503 says when to come back, and readiness tells a full disk from a database outage
-(issue 24 item 9)."""
+"""Every 503 says when to come back, and readiness tells a full disk from a database outage."""
 
 from __future__ import annotations
 
@@ -33,8 +32,11 @@ def test_a_database_outage_answers_503_with_retry_after(client: TestClient, monk
     runtime = client.app.state.runtime
     monkeypatch.setattr(runtime.db, "ping", down)
     monkeypatch.setattr(runtime.db, "session", down)
-    for method, path, body in (("GET", "/readyz", None), ("GET", "/v1/studies", None),
-                               ("POST", "/v1/studies", tiny_spec())):  # fmt: skip
+    for method, path, body in (
+        ("GET", "/readyz", None),
+        ("GET", "/v1/studies", None),
+        ("POST", "/v1/studies", tiny_spec()),
+    ):
         r = client.request(method, path, json=body)
         assert r.status_code == 503 and r.json()["error"]["code"] == "database_unavailable"
         assert int(r.headers["Retry-After"]) >= 1, (method, path)
@@ -63,8 +65,9 @@ def test_readiness_turns_unready_when_the_workdir_cannot_be_written(
 def test_a_workdir_that_is_not_a_directory_is_unready(make_settings, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    app = create_app(make_settings(workdir=str(blocker / "work")), backend=FakeBackend(),
-                     schedule=False)  # fmt: skip
+    app = create_app(
+        make_settings(workdir=str(blocker / "work")), backend=FakeBackend(), schedule=False
+    )
     with TestClient(app) as c:
         assert c.app.state.runtime.ctx.warmup.done.wait(300)
         r = c.get("/readyz")

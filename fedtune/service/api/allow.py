@@ -1,4 +1,4 @@
-"""``OPTIONS`` and ``405`` say every method a path has (issue 24 item 13).
+"""``OPTIONS`` and ``405`` say every method a path has.
 
 Starlette answers a request whose method a path lacks from the *first* route with that path:
 ``POST /v1/studies`` and ``GET /v1/studies`` are two routes, so ``OPTIONS /v1/studies`` got a 405

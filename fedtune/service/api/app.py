@@ -80,8 +80,7 @@ class Runtime:
                 recovered = reconcile_running(db, backend, settings.max_dispatch_attempts, fence)
                 for item in recovered:
                     log.warning("reconciled study %s: %s", item.study_id, item.action)
-            scheduler = Scheduler(db, backend, settings, kill_runs=kill_runs,
-                                  leadership=leadership)  # fmt: skip
+            scheduler = Scheduler(db, backend, settings, kill_runs=kill_runs, leadership=leadership)
             if schedule:
                 scheduler.start()
         warmup = Warmup()
@@ -134,14 +133,23 @@ def create_app(
         per_path={"/v1/code": (settings.max_code_bytes, "code")},
     )
     oidc = OidcConfig.from_settings(settings)
-    app.add_middleware(BearerAuth, token=settings.token, resolve=token_resolver(app, oidc),
-                       required=settings.token is not None or oidc is not None)  # 401 first
+    app.add_middleware(
+        BearerAuth,
+        token=settings.token,
+        resolve=token_resolver(app, oidc),
+        required=settings.token is not None or oidc is not None,
+    )  # 401 first
     app.add_middleware(AllowedMethods)  # OPTIONS: before authentication, like a preflight
     app.add_middleware(HttpMetrics)
     install_error_handlers(app)
     install_openapi(app, settings)
-    for module in (routes_health, routes_studies, routes_code, routes_meta,
-                   routes_admin):  # one per resource  # fmt: skip
+    for module in (
+        routes_health,
+        routes_studies,
+        routes_code,
+        routes_meta,
+        routes_admin,
+    ):  # one per resource
         app.include_router(module.router)
     return app
 

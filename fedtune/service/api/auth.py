@@ -48,8 +48,11 @@ PROTECTED_PREFIX = "/v1"
 #: (method, path) authorised by a credential of their own, not the bearer token
 OWN_CREDENTIAL = (("GET", re.compile(r"^/v1/studies/[0-9a-f]{12}/code\.zip$")),)
 BOOTSTRAP = Principal("admin", admin=True, via="bootstrap")
-bearer = HTTPBearer(auto_error=False, description="FEDTUNE_API_TOKEN (bootstrap admin), a user's "
-                    "API token (fedtune users create) or an OIDC JWT")  # fmt: skip
+bearer = HTTPBearer(
+    auto_error=False,
+    description="FEDTUNE_API_TOKEN (bootstrap admin), a user's "
+    "API token (fedtune users create) or an OIDC JWT",
+)
 
 #: a bearer token -> its caller, or None (a user token looked up in the database, an OIDC JWT)
 Resolver = Callable[[str], Principal | None]
@@ -63,8 +66,7 @@ def bearer_token(authorization: str | None) -> str:
     return token.strip()
 
 
-def authenticate(bootstrap: str | None, authorization: str | None,
-                 resolve: Resolver) -> Principal:  # fmt: skip
+def authenticate(bootstrap: str | None, authorization: str | None, resolve: Resolver) -> Principal:
     """The caller a request's ``Authorization`` header names (see the module docstring);
     ``bootstrap`` None: no bootstrap token (users' tokens or OIDC only)."""
     token = bearer_token(authorization)
@@ -79,8 +81,9 @@ def authenticate(bootstrap: str | None, authorization: str | None,
 class BearerAuth:
     """Authenticate ``/v1`` requests before anything reads the body (401 otherwise)."""
 
-    def __init__(self, app: ASGIApp, token: str | None, resolve: Resolver,
-                 required: bool | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, app: ASGIApp, token: str | None, resolve: Resolver, required: bool | None = None
+    ) -> None:
         self.app, self.token, self.resolve = app, token, resolve
         #: authentication is on with a bootstrap token or an OIDC issuer; else the API is open
         self.required = token is not None if required is None else required
@@ -95,12 +98,14 @@ class BearerAuth:
                 if not self.required:
                     principal = ANONYMOUS_ADMIN
                 else:  # a user token is a database lookup: off the event loop
-                    principal = await run_in_threadpool(authenticate, self.token, header,
-                                                        self.resolve)  # fmt: skip
+                    principal = await run_in_threadpool(
+                        authenticate, self.token, header, self.resolve
+                    )
             except UnauthorizedError as exc:
                 status, _ = status_and_code(exc)
-                answer = JSONResponse(error_body(exc), status_code=status,
-                                      headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+                answer = JSONResponse(
+                    error_body(exc), status_code=status, headers={"WWW-Authenticate": "Bearer"}
+                )
                 await answer(scope, receive, send)
                 return
             scope.setdefault("state", {})["principal"] = principal

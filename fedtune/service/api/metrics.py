@@ -3,6 +3,9 @@
 * ``fedtune_studies{state}`` — studies by state; ``fedtune_queue_length`` — queued studies;
   ``fedtune_trials_running`` — running trials of running studies; ``fedtune_database_up``.
   Read from the database at every scrape (a custom collector: always current, no bookkeeping).
+* ``fedtune_backend_up{backend}`` — 1 while the execution backend can launch studies, 0 while
+  it refuses the service's credentials or does not answer (``backend_health``; absent without
+  a scheduler or before the backend was ever reached).
 * ``fedtune_http_requests_total{method,route,status}`` and
   ``fedtune_http_request_duration_seconds{method,route}`` (route = the path template).
 """
@@ -30,6 +33,7 @@ class StudyCollector:
         self.ctx = ctx
 
     def collect(self) -> Iterator[Metric]:
+        yield from _backend_gauge(self.ctx)
         try:
             snap = metrics_snapshot(self.ctx)
         except FedtuneError:
@@ -41,9 +45,10 @@ class StudyCollector:
             studies.add_metric([str(state)], snap["studies"].get(str(state), 0))
         yield studies
         yield GaugeMetricFamily(
-            "fedtune_trials_running", "Running trials of running studies",
+            "fedtune_trials_running",
+            "Running trials of running studies",
             value=snap["trials_running"],
-        )  # fmt: skip
+        )
         yield GaugeMetricFamily(
             "fedtune_queue_length", "Studies waiting for a driver", value=snap["queue_length"]
         )
@@ -55,19 +60,44 @@ class StudyCollector:
         )
 
 
-#: (metric, help, key in the snapshot) of the per-project gauges (issue 20 req. 3)
+def _backend_gauge(ctx: ServiceContext) -> Iterator[Metric]:
+    """``fedtune_backend_up{backend}`` from the scheduler's backend health (probed if stale)."""
+    health = getattr(ctx.stopper, "health", None)
+    if health is None:
+        return
+    gauge = GaugeMetricFamily(
+        "fedtune_backend_up",
+        "1 when the execution backend can launch studies, 0 when it refuses or does not answer",
+        labels=["backend"],
+    )
+    up = health.current().up
+    if up is not None:
+        gauge.add_metric([health.kind], int(up))
+    yield gauge
+
+
+#: (metric, help, key in the snapshot) of the per-project gauges
 _PROJECT_GAUGES = (
     ("fedtune_project_reserved_gpus", "GPUs the project's running studies reserve", "gpus"),
-    ("fedtune_project_reserved_trials", "Concurrent trials the project's studies reserve",
-     "trials"),
+    (
+        "fedtune_project_reserved_trials",
+        "Concurrent trials the project's studies reserve",
+        "trials",
+    ),
     ("fedtune_project_studies_queued", "The project's studies waiting", "queued"),
     ("fedtune_project_studies_running", "The project's studies running", "running"),
     ("fedtune_project_quota_gpus", "The project's GPU quota (absent: unlimited)", "quota_gpus"),
-    ("fedtune_project_quota_trials", "The project's trial quota (absent: unlimited)",
-     "quota_trials"),
-    ("fedtune_project_quota_studies", "The project's active-study quota (absent: unlimited)",
-     "quota_studies"),
-)  # fmt: skip
+    (
+        "fedtune_project_quota_trials",
+        "The project's trial quota (absent: unlimited)",
+        "quota_trials",
+    ),
+    (
+        "fedtune_project_quota_studies",
+        "The project's active-study quota (absent: unlimited)",
+        "quota_studies",
+    ),
+)
 
 
 def _project_gauges(projects: dict) -> Iterator[Metric]:
@@ -86,9 +116,11 @@ def make_registry(ctx: ServiceContext) -> tuple[CollectorRegistry, Counter, Hist
         "fedtune_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry
     )
     latency = Histogram(
-        "fedtune_http_request_duration_seconds", "HTTP request latency", ["method", "route"],
+        "fedtune_http_request_duration_seconds",
+        "HTTP request latency",
+        ["method", "route"],
         registry=registry,
-    )  # fmt: skip
+    )
     return registry, requests, latency
 
 

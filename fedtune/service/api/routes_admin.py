@@ -1,5 +1,5 @@
 """Identity and projects: ``/v1/whoami``, the admin-only ``/v1/users`` and ``/v1/projects``
-(issue 20 req. 1; the same as ``fedtune users …`` / ``fedtune projects …`` on the database).
+(the same as ``fedtune users …`` / ``fedtune projects …`` on the database).
 
 A non-admin calling an admin-only route gets 403 (the route is public in the OpenAPI document;
 nothing about any user or project is told). ``GET /v1/projects`` lists the projects the caller
@@ -9,7 +9,7 @@ belongs to; ``GET /v1/projects/{p}`` answers 404 to a caller who is not in ``p``
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
@@ -31,6 +31,43 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorResponse, "description": "admins only"},
     404: {"model": ErrorResponse, "description": "no such user or project"},
 }
+_TAKEN: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    409: {"model": ErrorResponse, "description": "the name is taken"},
+}
+#: a user's or a project's name, as :func:`fedtune.service.identity.create_user` checks it
+NAME_PATTERN = identity.NAME.pattern
+Role = Literal["member", "viewer"]
+#: free text stored in a column: no control characters (PostgreSQL refuses NUL)
+TEXT_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+
+
+def _no_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _setting(column: str, description: str, *, nullable: bool) -> Any:
+    """A project setting's field, bounded as :data:`fedtune.service.identity.QUOTA_FIELDS`.
+
+    Args:
+        column: The setting's column in the ``projects`` table.
+        description: What the setting is, for the OpenAPI document.
+        nullable: Whether ``null`` (unlimited) is accepted.
+
+    Returns:
+        A pydantic ``Field``: strict (a bool is no number), finite, within the bounds.
+    """
+    _, least, most = identity.QUOTA_FIELDS[column]
+    extra = None if nullable else _no_default  # left out keeps the value; null is no value
+    return Field(
+        None,
+        strict=True,
+        ge=least,
+        le=most,
+        allow_inf_nan=False,
+        description=description,
+        json_schema_extra=extra,
+    )
 
 
 class _In(BaseModel):
@@ -38,36 +75,50 @@ class _In(BaseModel):
 
 
 class UserIn(_In):
-    name: str = Field(max_length=63)
-    project: str | None = Field(None, max_length=63, description="a first project to join")
-    role: str = Field("member", description="member (submit, read, cancel) or viewer (read)")
-    admin: bool = False
-    expires_in_days: float | None = Field(None, gt=0, le=3650, description="token lifetime")
+    name: str = Field(max_length=63, pattern=NAME_PATTERN)
+    project: str | None = Field(
+        None, max_length=63, pattern=NAME_PATTERN, description="a first project to join"
+    )
+    role: Role = Field("member", description="member (submit, read, cancel) or viewer (read)")
+    admin: bool = Field(False, strict=True)
+    expires_in_days: float | None = Field(
+        None, strict=True, gt=0, le=3650, description="token lifetime"
+    )
 
 
 class TokenIn(_In):
-    expires_in_days: float | None = Field(None, gt=0, le=3650)
-    label: str | None = Field(None, max_length=64)
+    expires_in_days: float | None = Field(None, strict=True, gt=0, le=3650)
+    label: str | None = Field(None, max_length=64, pattern=TEXT_PATTERN)
 
 
 class RevokeIn(_In):
-    token_id: str | None = Field(None, max_length=24, description="one token; all when left out")
+    token_id: str | None = Field(
+        None, max_length=24, pattern=TEXT_PATTERN, description="one token; all when left out"
+    )
 
 
 class RoleIn(_In):
-    role: str = Field(description="member or viewer")
+    role: Role = Field(description="member (submit, read, cancel) or viewer (read)")
 
 
 class ProjectIn(_In):
-    name: str = Field(max_length=63)
+    name: str = Field(max_length=63, pattern=NAME_PATTERN)
 
 
 class QuotaIn(_In):
-    gpus: float | None = Field(None, ge=0, description="GPUs its studies may reserve at once")
-    trials: int | None = Field(None, ge=0, description="concurrent trials")
-    studies: int | None = Field(None, ge=0, description="active (queued or running) studies")
-    weight: float | None = Field(None, gt=0, description="fair-share weight")
-    max_priority: int | None = Field(None, ge=-1000, le=1000)
+    """A project's quotas (``null``: unlimited), fair-share weight and highest priority."""
+
+    gpus: float | None = _setting(
+        "quota_gpus", "GPUs its studies may reserve at once", nullable=True
+    )
+    trials: int | None = _setting("quota_trials", "concurrent trials", nullable=True)
+    studies: int | None = _setting(
+        "quota_studies", "active (queued or running) studies", nullable=True
+    )
+    weight: float = _setting("weight", "fair-share weight", nullable=False)
+    max_priority: int = _setting(
+        "max_priority", "the highest priority its studies may ask for", nullable=False
+    )
 
 
 class TokenOut(BaseModel):
@@ -87,8 +138,9 @@ def _expiry(days: float | None) -> dt.datetime | None:
 
 
 def _token(issued: identity.IssuedToken) -> TokenOut:
-    return TokenOut(user=issued.user, token_id=issued.id, token=issued.secret,
-                    expires_at=issued.expires_at)  # fmt: skip
+    return TokenOut(
+        user=issued.user, token_id=issued.id, token=issued.secret, expires_at=issued.expires_at
+    )
 
 
 @router.get("/whoami")
@@ -104,7 +156,7 @@ def list_users(ctx: Ctx, caller: Caller) -> list[dict[str, Any]]:
         return identity.list_users(session)
 
 
-@router.post("/users", status_code=201, response_model=TokenOut, responses=_ERRORS)
+@router.post("/users", status_code=201, response_model=TokenOut, responses=_TAKEN)
 def create_user(ctx: Ctx, caller: Caller, body: UserIn) -> TokenOut:
     """A user (optionally a member or viewer of a first project) and its first token."""
     _admin(caller)
@@ -122,8 +174,9 @@ def new_token(ctx: Ctx, caller: Caller, name: Name, body: TokenIn) -> TokenOut:
     if not caller.admin and caller.name != name:
         raise ForbiddenError("only an admin may make tokens for another user")
     with ctx.db.session() as session:
-        issued = identity.issue_token(session, name, expires_at=_expiry(body.expires_in_days),
-                                      label=body.label)  # fmt: skip
+        issued = identity.issue_token(
+            session, name, expires_at=_expiry(body.expires_in_days), label=body.label
+        )
     return _token(issued)
 
 
@@ -146,11 +199,14 @@ def set_role(ctx: Ctx, caller: Caller, name: Name, project: Name, body: RoleIn) 
 def list_projects(ctx: Ctx, caller: Caller) -> list[dict[str, Any]]:
     """The projects the caller belongs to (an admin: all), with quotas."""
     with ctx.db.session(readonly=True) as session:
-        return [identity.describe_project(p) for p in identity.projects(session)
-                if caller.can_read(p.name)]  # fmt: skip
+        return [
+            identity.describe_project(p)
+            for p in identity.projects(session)
+            if caller.can_read(p.name)
+        ]
 
 
-@router.post("/projects", status_code=201, responses=_ERRORS)
+@router.post("/projects", status_code=201, responses=_TAKEN)
 def create_project(ctx: Ctx, caller: Caller, body: ProjectIn) -> dict[str, Any]:
     _admin(caller)
     with ctx.db.session() as session:
@@ -171,8 +227,13 @@ def get_project(ctx: Ctx, caller: Caller, project: Name) -> dict[str, Any]:
 def set_quota(ctx: Ctx, caller: Caller, project: Name, body: QuotaIn) -> dict[str, Any]:
     """Set the quotas given (``null``: unlimited; a field left out keeps its value)."""
     _admin(caller)
-    names = {"gpus": "quota_gpus", "trials": "quota_trials", "studies": "quota_studies",
-             "weight": "weight", "max_priority": "max_priority"}  # fmt: skip
+    names = {
+        "gpus": "quota_gpus",
+        "trials": "quota_trials",
+        "studies": "quota_studies",
+        "weight": "weight",
+        "max_priority": "max_priority",
+    }
     values = {names[k]: v for k, v in body.model_dump(exclude_unset=True).items()}
     with ctx.db.session() as session:
         return identity.describe_project(identity.set_quota(session, project, **values))

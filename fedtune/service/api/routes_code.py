@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from fedtune.errors import ForbiddenError, NotFoundError
 
 from .. import code_services
-from ..models import DEFAULT_PROJECT
+from ..access import default_project
 from ..schemas import CodeOut, ErrorResponse
 from .auth import Caller
 from .deps import Ctx
@@ -40,12 +40,19 @@ async def upload_code(
     caller: Caller,
     request: Request,
     response: Response,
-    project: Annotated[str, Query(max_length=63, description="the project it is for")] = (
-        DEFAULT_PROJECT
-    ),
+    project: Annotated[
+        str | None,
+        Query(
+            max_length=63,
+            description="the project it is for (default: the project a study "
+            "naming none goes to: the caller's only one; an admin's: default)",
+        ),
+    ] = None,
 ) -> Any:
     """Store a zip of user code under its SHA-256 for ``project`` (then submit a spec of that
     project naming ``code.sha256``; another project's studies cannot use it: it uploads it too)."""
+    if project is None:
+        project = default_project(caller)
     if not caller.can_read(project):
         raise NotFoundError(f"no project {project!r}")
     if not caller.can_write(project):
@@ -62,8 +69,11 @@ async def upload_code(
     response_class=Response,
     responses={
         200: _ZIP,
-        404: {"model": ErrorResponse, "description": "no such study with code, or a wrong "
-              "code token (the same answer: no existence oracle)"},
+        404: {
+            "model": ErrorResponse,
+            "description": "no such study with code, or a wrong "
+            "code token (the same answer: no existence oracle)",
+        },
     },
 )
 def study_code(
@@ -73,5 +83,4 @@ def study_code(
 ) -> Response:
     """A study's code package for its RayJob's ``working_dir`` (one top-level folder)."""
     data = code_services.study_code_zip(ctx, study_id, token)
-    return Response(data, media_type="application/zip",
-                    headers={"Cache-Control": "no-store"})  # fmt: skip
+    return Response(data, media_type="application/zip", headers={"Cache-Control": "no-store"})

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
-from pydantic import BaseModel
 
 from .. import services
 from ..paging import Order
@@ -19,6 +18,7 @@ from ..schemas import (
     StudyPage,
     TradeoffOut,
     TrialOut,
+    dump_json,
 )
 from ..states import StudyState, TrialState
 from .auth import Caller
@@ -54,10 +54,10 @@ SpecBody = Annotated[
 ]
 
 
-def _json(answer: BaseModel) -> Response:
-    """``answer`` as JSON: it is already the route's response model, built and validated by the
-    service, so FastAPI's second validation pass (a third of a list's CPU) is skipped."""
-    return Response(answer.model_dump_json(), media_type="application/json")
+def _json(answer: Any) -> Response:
+    """``answer`` as JSON: it is already the route's response model, built by the service, so
+    FastAPI's validation pass (a third of a list's CPU) is skipped."""
+    return Response(dump_json(answer), media_type="application/json")
 
 
 @router.post(
@@ -135,9 +135,17 @@ def list_studies(
     """The studies the caller may read, newest first (``order=asc``: oldest first). Page with
     ``page_token`` = the previous answer's ``next_page_token`` (keyset: as fast on page 200 as on
     page 1); ``offset`` still works and costs the rows it skips."""
-    page = services.list_studies(ctx, state, limit, offset, caller=caller, project=project,
-                                 page_token=page_token, order=order,
-                                 include_total=include_total)  # fmt: skip
+    page = services.list_studies(
+        ctx,
+        state,
+        limit,
+        offset,
+        caller=caller,
+        project=project,
+        page_token=page_token,
+        order=order,
+        include_total=include_total,
+    )
     return _json(page)
 
 

@@ -11,12 +11,20 @@ Narrow on purpose (Optuna's sampler/pruner lesson): three required methods and a
 * ``close()`` releases clients;
 * ``describe(ref)`` (optional) says why the driver is in the state the last ``poll`` saw (a
   RayJob's ``status.reason``/``message``), recorded with the study's error;
+* ``exit_info(ref)`` (optional) says how a failed driver ended: its exit status and the last
+  error line it wrote (a Ray job's log, the local driver's log file, a RayJob's message); the
+  reconciliation puts that line in the study's error and, when the status is a permanent one
+  (:func:`fedtune.service.faults.permanent_exit`), fails the study without another attempt;
+* ``check()`` (optional) raises when the backend cannot be used at all: ``BackendAuthError``
+  (the credentials were refused) or ``BackendUnreachableError`` (nothing answers);
 * ``release(ref)`` (optional, for backends with ``keeps_finished``) deletes what the backend
   keeps of a finished driver (a RayJob object); the scheduler calls it once the study is final
   and clears ``driver_ref`` when it returns True.
 
 A backend raises ``BackendError`` when it cannot tell (API unreachable); the scheduler then
-leaves the study as it is and asks again on its next tick.
+leaves the study as it is and asks again on its next tick. The two subclasses that mean "the
+backend is unusable, whatever the study" — ``BackendAuthError`` and ``BackendUnreachableError``
+— mark the backend down (:mod:`fedtune.service.backend_health`) instead of failing a study.
 """
 
 from __future__ import annotations
@@ -35,14 +43,56 @@ from ..settings import BackendKind
 
 __all__ = [
     "Backend",
+    "BackendAuthError",
+    "BackendUnreachableError",
+    "DriverExit",
     "DriverStatus",
     "LaunchRequest",
     "check_study_id",
     "driver_argv",
+    "last_error_line",
     "python_driver_argv",
 ]
 
 _STUDY_ID = re.compile(r"^[0-9a-f]{12}$")
+#: a line that reads as an error: ``... error ...``, ``XyzError: ...``, ``sh: 1: x: not found``
+_ERROR_LINE = re.compile(r"(?i)error|exception|not found|denied|refused|fatal|traceback")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: the longest last error line kept (it goes into the study's error)
+MAX_LINE = 500
+
+
+class BackendAuthError(BackendError):
+    """The backend refused the service's credentials (HTTP 401/403): no study can be launched
+    until they are fixed."""
+
+
+class BackendUnreachableError(BackendError):
+    """Nothing answers at the backend's address (connection refused, timed out, DNS)."""
+
+
+@dataclass(frozen=True)
+class DriverExit:
+    """How a driver that failed ended, as far as its backend can tell."""
+
+    code: int | None = None  # its exit status (None: unknown)
+    last_line: str | None = None  # the last error line it wrote (None: none found)
+
+
+def last_error_line(text: str | None) -> str | None:
+    """The last line of a driver's output that reads as an error, else its last non-empty line.
+
+    Args:
+        text: the driver's output (stdout and stderr), or its tail.
+
+    Returns:
+        That line, stripped and cut to ``MAX_LINE`` characters; None when ``text`` has none.
+    """
+    lines = [ln.strip() for ln in _ANSI.sub("", text or "").splitlines() if ln.strip()]
+    if not lines:
+        return None
+    line = next((ln for ln in reversed(lines) if _ERROR_LINE.search(ln)), lines[-1])
+    return line[:MAX_LINE]
 
 
 class DriverStatus(enum.StrEnum):
@@ -118,6 +168,21 @@ class Backend(abc.ABC):
     def describe(self, ref: Mapping[str, Any]) -> str | None:
         """Why the driver is in the state the last ``poll`` saw, in one line (None: no idea)."""
         return None
+
+    def exit_info(self, ref: Mapping[str, Any]) -> DriverExit:
+        """How a driver that ``poll`` saw fail ended (nothing known by default).
+
+        Args:
+            ref: the driver's reference, as ``launch`` returned it.
+
+        Returns:
+            Its exit status and last error line, each None where unknown.
+        """
+        return DriverExit()
+
+    def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``BackendAuthError``/``BackendUnreachableError`` when the backend cannot be
+        used at all (no-op by default: a backend with nothing to reach is always usable)."""
 
     def waiting(self, ref: Mapping[str, Any]) -> str | None:
         """Why a launched driver has not started yet, when a queue outside fedtune holds it

@@ -120,12 +120,19 @@ def runtime_env_yaml(code_uri: str) -> str:
 
 def _worker_group(request: LaunchRequest, settings: Settings, labels: dict) -> dict[str, Any]:
     layout = worker_layout(request)
-    memory = max(layout["trials_per_pod"] * settings.k8s_memory_per_trial_gi,
-                 layout["gpu"] * settings.k8s_memory_per_gpu_gi) + settings.k8s_shm_gi  # fmt: skip
+    memory = (
+        max(
+            layout["trials_per_pod"] * settings.k8s_memory_per_trial_gi,
+            layout["gpu"] * settings.k8s_memory_per_gpu_gi,
+        )
+        + settings.k8s_shm_gi
+    )
     cpu = _quantity(layout["cpu"])
     limits: dict[str, Any] = {"cpu": cpu, "memory": gib(memory)}
-    params = {"num-cpus": str(math.ceil(layout["cpu"])),
-              "object-store-memory": str(object_store_bytes(settings))}  # fmt: skip
+    params = {
+        "num-cpus": str(math.ceil(layout["cpu"])),
+        "object-store-memory": str(object_store_bytes(settings)),
+    }
     if layout["gpu"]:
         limits["nvidia.com/gpu"] = str(layout["gpu"])
         params["num-gpus"] = str(layout["gpu"])

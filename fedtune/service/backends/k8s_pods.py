@@ -112,10 +112,18 @@ def _secret_env(settings: Settings) -> list[dict[str, Any]]:
     if not settings.k8s_env_secret:
         return []
     return [
-        {"name": key, "valueFrom": {"secretKeyRef": {
-            "name": settings.k8s_env_secret, "key": key, **({"optional": True} if opt else {})}}}
+        {
+            "name": key,
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": settings.k8s_env_secret,
+                    "key": key,
+                    **({"optional": True} if opt else {}),
+                }
+            },
+        }
         for key, opt in DRIVER_SECRET_KEYS.items()
-    ]  # fmt: skip
+    ]
 
 
 def head_pod(labels: dict[str, str], settings: Settings, resources: dict[str, Any]) -> dict:

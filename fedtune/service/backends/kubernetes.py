@@ -12,6 +12,11 @@ grants: create, get, delete on ``rayjobs.ray.io`` in ``FEDTUNE_K8S_NAMESPACE``.
 * describe: the last polled object's ``status.reason: status.message`` (KubeRay writes e.g.
   ``PreRunningDeadlineExceeded``, ``DeadlineExceeded``, ``SubmissionFailed``, ``AppFailed``),
   which the scheduler records in the study's error;
+* exit_info: a failed RayJob's ``status.message`` — KubeRay copies the Ray job's, e.g. "Job
+  entrypoint command failed with exit code 127, last available logs ...: /bin/sh: 1: fedtune:
+  not found" — gives the driver's exit status and its last error line;
+* check: read a RayJob that does not exist (404 is an answer; the Role grants ``get`` only);
+  401/403 raise ``BackendAuthError``, a connection error ``BackendUnreachableError``;
 * release: KubeRay deletes only the RayCluster of a finished RayJob, never the RayJob object;
   once the job is final and ``ttlSecondsAfterFinished`` has passed since ``status.endTime``
   (the pods' logs stay readable that long), delete it.
@@ -22,13 +27,22 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from fedtune.errors import BackendError
 
 from ..settings import BackendKind, Settings
-from .base import Backend, DriverStatus, LaunchRequest
+from .base import (
+    Backend,
+    BackendAuthError,
+    BackendUnreachableError,
+    DriverExit,
+    DriverStatus,
+    LaunchRequest,
+    last_error_line,
+)
 from .k8s_manifest import GROUP, KUEUE_QUEUE_LABEL, PLURAL, VERSION, rayjob_manifest
 from .kueue import workload_reason
 
@@ -36,6 +50,9 @@ __all__ = ["KubernetesBackend", "load_api_client", "rayjob_reason", "rayjob_stat
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30
+_EXIT_CODE = re.compile(r"exit code (-?\d+)")
+#: the name ``check`` reads (no RayJob is ever called so: fedtune's names end in the attempt)
+PROBE_NAME = "fedtune-probe"
 
 
 def rayjob_status(obj: Mapping[str, Any]) -> DriverStatus:
@@ -118,12 +135,24 @@ class KubernetesBackend(Backend):
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return fn(GROUP, VERSION, self.namespace, PLURAL, *args, _request_timeout=(5, TIMEOUT_S),
-                      **kwargs)  # fmt: skip
-        except ApiException:
+            return fn(
+                GROUP,
+                VERSION,
+                self.namespace,
+                PLURAL,
+                *args,
+                _request_timeout=(5, TIMEOUT_S),
+                **kwargs,
+            )
+        except ApiException as exc:
+            if exc.status in (401, 403):
+                raise BackendAuthError(
+                    f"Kubernetes API refused the service account ({what}): {exc.status} "
+                    f"{exc.reason}"
+                ) from exc
             raise
         except Exception as exc:  # urllib3 connection errors, timeouts
-            raise BackendError(f"Kubernetes API unreachable ({what}): {exc}") from exc
+            raise BackendUnreachableError(f"Kubernetes API unreachable ({what}): {exc}") from exc
 
     def launch(self, request: LaunchRequest) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
@@ -177,6 +206,16 @@ class KubernetesBackend(Backend):
         obj = self._seen.get(str(ref["name"]))
         return rayjob_reason(obj) if obj is not None else None
 
+    def exit_info(self, ref: Mapping[str, Any]) -> DriverExit:
+        """The exit status and last error line in the last polled RayJob's ``status.message``."""
+        obj = self._seen.get(str(ref["name"]))
+        message = str(((obj or {}).get("status") or {}).get("message") or "")
+        found = _EXIT_CODE.search(message)
+        return DriverExit(int(found.group(1)) if found else None, last_error_line(message))
+
+    def check(self) -> None:
+        self._get(PROBE_NAME)
+
     def waiting(self, ref: Mapping[str, Any]) -> str | None:
         """A suspended RayJob that Kueue has not admitted: ``waiting for Kueue (LocalQueue q):
         <the Workload's QuotaReserved/Admitted message>`` (Kueue writes why in the Workload it
@@ -185,7 +224,9 @@ class KubernetesBackend(Backend):
         if obj is None or not (obj.get("spec") or {}).get("suspend"):
             return None
         queue = (obj.get("metadata", {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL, "?")
-        reason = workload_reason(self._objects(), self.namespace, obj.get("metadata", {}).get("uid"))
+        reason = workload_reason(
+            self._objects(), self.namespace, obj.get("metadata", {}).get("uid")
+        )
         return f"waiting for Kueue (LocalQueue {queue}): {reason or 'not admitted yet'}"
 
     def release(self, ref: Mapping[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""Kueue's side of a study's RayJob: why Kueue holds it (issue 20 req. 3).
+"""Kueue's side of a study's RayJob: why Kueue holds it.
 
 Kueue makes a Workload for every job it queues, labelled ``kueue.x-k8s.io/job-uid=<the job's
 uid>``, and writes why it is not admitted in its ``QuotaReserved``/``Admitted`` conditions
@@ -25,14 +25,20 @@ def workload_reason(api: Any, namespace: str, uid: str | None) -> str | None:
         return None
     try:
         found = api.list_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOADS,
-            label_selector=f"kueue.x-k8s.io/job-uid={uid}", _request_timeout=(5, TIMEOUT_S),
-        )  # fmt: skip
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            namespace,
+            WORKLOADS,
+            label_selector=f"kueue.x-k8s.io/job-uid={uid}",
+            _request_timeout=(5, TIMEOUT_S),
+        )
     except Exception as exc:  # no Kueue, no permission: the plain reason is still right
         log.debug("reading Kueue workloads failed: %s", exc)
         return None
     for workload in found.get("items", []):
-        conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions", [])}
+        conditions = {
+            c.get("type"): c for c in (workload.get("status") or {}).get("conditions", [])
+        }
         for kind in ("QuotaReserved", "Admitted"):
             c = conditions.get(kind)
             if c is not None and c.get("status") == "False":

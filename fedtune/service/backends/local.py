@@ -10,7 +10,9 @@ differs (the pid was reused) is treated as gone, never killed. A restarted servi
 drivers of its predecessor the same way (it cannot wait for them, so it watches ``/proc``).
 A driver found dead (``kill -9``: no clean-up ran) has its study's orphaned Ray processes
 stopped and its ``/tmp/fedtune-ray-*`` dir removed, unless a new driver already runs the study.
-Commands are argv lists; nothing goes through a shell.
+Commands are argv lists; nothing goes through a shell. A failed driver's ending
+(:meth:`LocalBackend.exit_info`) is its exit status and the last error line of its log file
+(``<workdir>/logs/study-<id>-<attempt>.log``: its stdout and stderr).
 """
 
 from __future__ import annotations
@@ -31,9 +33,17 @@ from fedtune.errors import BackendError
 
 from ..paths import study_workdir
 from ..settings import BackendKind, Settings
-from .base import Backend, DriverStatus, LaunchRequest, check_study_id, python_driver_argv
+from .base import (
+    Backend,
+    DriverExit,
+    DriverStatus,
+    LaunchRequest,
+    check_study_id,
+    last_error_line,
+    python_driver_argv,
+)
 
-__all__ = ["LocalBackend", "process_start_ticks"]
+__all__ = ["LocalBackend", "absolute_sqlite_url", "process_start_ticks"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +81,8 @@ def group_members(pgid: int) -> dict[int, int]:
 
 #: exit codes of reaped drivers kept for their studies' next poll (oldest dropped first)
 MAX_EXIT_CODES = 4096
+#: how much of a failed driver's log is searched for its last error line
+LOG_TAIL_BYTES = 64 * 1024
 
 
 class LocalBackend(Backend):
@@ -122,14 +134,28 @@ class LocalBackend(Backend):
             self._start_ticks[proc.pid] = ticks
             self._exit_codes.pop(proc.pid, None)
         log.info("study %s: driver pid %d started", request.study_id, proc.pid)
-        return {"pid": proc.pid, "start_ticks": ticks, "host": self._host, "log": str(log_path),
-                "study": request.study_id}  # fmt: skip
+        return {
+            "pid": proc.pid,
+            "start_ticks": ticks,
+            "host": self._host,
+            "log": str(log_path),
+            "study": request.study_id,
+        }
 
     def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
         status = self._poll(ref)
         if not status.alive and ref.get("study") and ref.get("host") == self._host:
             self._reap_study(str(ref["study"]))
         return status
+
+    def exit_info(self, ref: Mapping[str, Any]) -> DriverExit:
+        """The exit status of a driver this process reaped, and its log's last error line."""
+        pid = int(ref["pid"])
+        with self._lock:
+            code = self._exit_codes.get(pid)
+            if ref.get("start_ticks") != self._start_ticks.get(pid):
+                code = None  # another launch's pid
+        return DriverExit(code, _log_tail_line(ref.get("log")))
 
     def _reap_study(self, study_id: str) -> None:
         """A dead driver's Ray agents and workers (kill -9 leaves them): stopped by the study's
@@ -159,7 +185,7 @@ class LocalBackend(Backend):
         return DriverStatus.RUNNING if self._is_ours(ref) else DriverStatus.GONE
 
     def tidy(self) -> None:
-        """Reap every exited driver (issue 24 item 7): a driver ends its study itself, so the
+        """Reap every exited driver: a driver ends its study itself, so the
         scheduler never polls a finished study again, and without this each one stayed a
         ``<defunct>`` child of the service. Children being stopped are ``_terminate``'s to reap."""
         with self._lock:
@@ -200,7 +226,7 @@ class LocalBackend(Backend):
         env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
         s = self.settings
         env.update(
-            FEDTUNE_DATABASE_URL=s.database_url,
+            FEDTUNE_DATABASE_URL=absolute_sqlite_url(s.database_url),
             FEDTUNE_WORKDIR=str(Path(s.workdir).resolve()),
             FEDTUNE_HEARTBEAT_S=str(s.heartbeat_s),
             FEDTUNE_BACKEND=str(s.backend),
@@ -302,3 +328,39 @@ class LocalBackend(Backend):
         except ChildProcessError:
             return False
         return info is None
+
+
+def absolute_sqlite_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute (from this process's working
+    directory): the driver runs in the workdir, where ``./fedtune.db`` would be a new, empty
+    file. Other URLs are returned as they are.
+
+    Args:
+        url: an SQLAlchemy URL.
+
+    Returns:
+        The URL the driver opens the same database with.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return url
+    if path.startswith("file:") or os.path.isabs(path):
+        return url
+    return parsed.set(database=os.path.abspath(path)).render_as_string(hide_password=False)
+
+
+def _log_tail_line(path: Any) -> str | None:
+    """The last error line of the end of a driver's log file (None: no such file or line)."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as log_file:
+            log_file.seek(0, os.SEEK_END)
+            log_file.seek(max(0, log_file.tell() - LOG_TAIL_BYTES))
+            tail = log_file.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return last_error_line(tail)

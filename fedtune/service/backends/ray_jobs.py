@@ -28,12 +28,20 @@ service's admission uses it when ``FEDTUNE_CLUSTER_GPUS`` is not set (an autosca
 capacity follows its nodes).
 
 Status mapping: PENDING → pending, RUNNING → running, SUCCEEDED → succeeded, FAILED/STOPPED →
-failed, 404 → gone; an unreachable dashboard raises ``BackendError`` (ask again later).
+failed, 404 → gone; an unreachable dashboard raises ``BackendUnreachableError`` and refused
+credentials (HTTP 401: no token, 403: a wrong one) ``BackendAuthError`` — the backend is down,
+whatever the study (:mod:`fedtune.service.backend_health`; ``check`` probes ``/api/version``,
+which token authentication guards as it does the Jobs API).
+
+A failed job's ending (:meth:`RayJobsBackend.exit_info`): the driver's exit status
+(``driver_exit_code`` of the job's info) and the last error line of the job's log
+(``get_job_logs``: what the entrypoint wrote, e.g. ``/bin/sh: 1: fedtune: not found``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping
@@ -42,7 +50,16 @@ from typing import Any
 from fedtune.errors import BackendError
 
 from ..settings import BackendKind, Settings
-from .base import Backend, DriverStatus, LaunchRequest, driver_argv
+from .base import (
+    Backend,
+    BackendAuthError,
+    BackendUnreachableError,
+    DriverExit,
+    DriverStatus,
+    LaunchRequest,
+    driver_argv,
+    last_error_line,
+)
 
 __all__ = ["RayJobsBackend", "submission_id"]
 
@@ -60,14 +77,42 @@ _STATUS = {
 }
 
 
+#: how much of a failed job's log is searched for its last error line
+LOG_TAIL_CHARS = 64_000
+_EXIT_CODE = re.compile(r"exit code (-?\d+)")
+
+
 def submission_id(study_id: str, attempt: int) -> str:
     return f"fedtune-{study_id}-{attempt}"
+
+
+def _unusable(what: str, exc: BaseException) -> BackendError | None:
+    """``BackendAuthError``/``BackendUnreachableError`` for an error that says the Jobs API
+    refused the credentials or did not answer, in one line; None for any other error."""
+    text = str(exc)
+    first = (text.strip().splitlines() or [type(exc).__name__])[0]
+    auth = type(exc).__name__ == "AuthenticationError" or any(
+        m in text for m in ("Authentication required", "Authentication failed")
+    )
+    if auth:
+        return BackendAuthError(f"{what}: {first}")
+    if isinstance(exc, (ConnectionError, TimeoutError)) or type(exc).__module__.startswith(
+        ("requests", "urllib3", "httpx", "httpcore")
+    ):
+        return BackendUnreachableError(f"{what}: {first}")
+    return None
 
 
 class RayJobsBackend(Backend):
     kind = BackendKind.RAY
 
-    def __init__(self, settings: Settings, client_factory: Callable[[str], Any] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        client_factory: Callable[[str], Any] | None = None,
+        *,
+        argv: Callable[[str, int], list[str]] = driver_argv,
+    ) -> None:
         if not settings.ray_address:
             raise BackendError("backend 'ray' needs RAY_ADDRESS (the dashboard, http://host:8265)")
         self.address = settings.ray_address
@@ -80,6 +125,7 @@ class RayJobsBackend(Backend):
                 "tracking URI"
             )
         self._factory = client_factory
+        self._argv = argv
         self._client: Any = None
         self._capacity: tuple[float, float | None] | None = None  # (read at, GPUs)
 
@@ -100,13 +146,55 @@ class RayJobsBackend(Backend):
 
             try:
                 self._client = factory(self.address)
-            except Exception as exc:  # requests.ConnectionError, RuntimeError, ...
-                raise BackendError(f"Ray Jobs API at {self.address} unreachable: {exc}") from exc
+            except Exception as exc:  # requests.ConnectionError, AuthenticationError, ...
+                what = f"Ray Jobs API at {self.address}"
+                raise _unusable(what, exc) or BackendError(f"{what}: {exc}") from exc
         return self._client
+
+    def check(self) -> None:
+        """``GET /api/version`` with the token: 401/403 → ``BackendAuthError``, no answer →
+        ``BackendUnreachableError``, another error status → ``BackendError``."""
+        import httpx
+
+        url = f"{self.address.rstrip('/')}/api/version"
+        try:
+            reply = httpx.get(url, headers=self._headers(), timeout=5.0)
+        except httpx.HTTPError as exc:
+            raise BackendUnreachableError(f"Ray Jobs API at {self.address}: {exc}") from exc
+        if reply.status_code in (401, 403):
+            token = (
+                "RAY_AUTH_TOKEN refused"
+                if self.settings.ray_auth_token
+                else ("the cluster requires a token and RAY_AUTH_TOKEN is not set")
+            )
+            raise BackendAuthError(
+                f"Ray Jobs API at {self.address} answered {reply.status_code} ({token})"
+            )
+        if reply.status_code >= 400:
+            raise BackendError(f"Ray Jobs API at {self.address} answered {reply.status_code}")
+
+    def exit_info(self, ref: Mapping[str, Any]) -> DriverExit:
+        """The job's ``driver_exit_code`` and the last error line of its log (else of its
+        status message)."""
+        sid = str(ref["submission_id"])
+        try:
+            info = self._jobs().get_job_info(sid)
+            logs = self._jobs().get_job_logs(sid)
+        except BackendError:
+            raise
+        except Exception as exc:
+            self._client = None
+            raise _unusable(f"Ray job {sid}", exc) or BackendError(f"Ray job {sid}: {exc}") from exc
+        message = str(getattr(info, "message", None) or "")
+        code = getattr(info, "driver_exit_code", None)
+        if code is None and (found := _EXIT_CODE.search(message)):
+            code = int(found.group(1))
+        line = last_error_line(str(logs or "")[-LOG_TAIL_CHARS:]) or last_error_line(message)
+        return DriverExit(code, line)
 
     def launch(self, request: LaunchRequest) -> dict[str, Any]:
         sid = submission_id(request.study_id, request.attempt)
-        entrypoint = shlex.join(driver_argv(request.study_id, request.attempt))
+        entrypoint = shlex.join(self._argv(request.study_id, request.attempt))
         try:
             self._jobs().submit_job(
                 entrypoint=entrypoint,
@@ -121,7 +209,9 @@ class RayJobsBackend(Backend):
             raise
         except Exception as exc:
             self._client = None  # reconnect next time
-            raise BackendError(f"Ray job submission failed: {exc}") from exc
+            raise _unusable(f"Ray job submission to {self.address}", exc) or BackendError(
+                f"Ray job submission failed: {exc}"
+            ) from exc
         log.info("study %s: Ray job %s submitted", request.study_id, sid)
         return {"submission_id": sid, "address": self.address}
 
@@ -135,9 +225,9 @@ class RayJobsBackend(Backend):
             if "404" in str(exc) or "does not exist" in str(exc):
                 return DriverStatus.GONE
             raise BackendError(f"Ray job {sid}: {exc}") from exc
-        except Exception as exc:  # connection errors
+        except Exception as exc:  # connection errors, authentication errors
             self._client = None
-            raise BackendError(f"Ray job {sid}: {exc}") from exc
+            raise _unusable(f"Ray job {sid}", exc) or BackendError(f"Ray job {sid}: {exc}") from exc
         return _STATUS.get(str(getattr(status, "value", status)), DriverStatus.RUNNING)
 
     def stop(self, ref: Mapping[str, Any]) -> None:
@@ -161,8 +251,12 @@ class RayJobsBackend(Backend):
         try:
             gpus: float | None = alive_gpus(self._list_nodes())
         except Exception as exc:  # dashboard down, an older Ray: capacity unknown for a while
-            log.warning("Ray cluster capacity unknown (GET %s/api/v0/nodes: %s); admission "
-                        "limits GPUs only by FEDTUNE_CLUSTER_GPUS", self.address, exc)  # fmt: skip
+            log.warning(
+                "Ray cluster capacity unknown (GET %s/api/v0/nodes: %s); admission "
+                "limits GPUs only by FEDTUNE_CLUSTER_GPUS",
+                self.address,
+                exc,
+            )
             gpus = None
         self._capacity = (now, gpus)
         return gpus
@@ -171,8 +265,9 @@ class RayJobsBackend(Backend):
         import httpx
 
         url = f"{self.address.rstrip('/')}/api/v0/nodes"
-        reply = httpx.get(url, params={"limit": 10000, "detail": "true"},
-                          headers=self._headers(), timeout=10.0)  # fmt: skip
+        reply = httpx.get(
+            url, params={"limit": 10000, "detail": "true"}, headers=self._headers(), timeout=10.0
+        )
         reply.raise_for_status()
         body = reply.json()
         rows = ((body.get("data") or {}).get("result") or {}).get("result")
@@ -183,5 +278,10 @@ class RayJobsBackend(Backend):
 
 def alive_gpus(nodes: list[Mapping[str, Any]]) -> float:
     """Sum of ``resources_total["GPU"]`` over the nodes whose ``state`` is ALIVE."""
-    return float(sum(float((n.get("resources_total") or {}).get("GPU", 0.0))
-                     for n in nodes if n.get("state") == "ALIVE"))  # fmt: skip
+    return float(
+        sum(
+            float((n.get("resources_total") or {}).get("GPU", 0.0))
+            for n in nodes
+            if n.get("state") == "ALIVE"
+        )
+    )

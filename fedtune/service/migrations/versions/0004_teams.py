@@ -67,8 +67,9 @@ def upgrade() -> None:
         sa.Column("max_priority", sa.Integer(), nullable=False),
         sa.Column("queue_name", sa.String(63), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["owner"], ["users.name"], name="fk_projects_owner_users",
-                                ondelete="SET NULL"),
+        sa.ForeignKeyConstraint(
+            ["owner"], ["users.name"], name="fk_projects_owner_users", ondelete="SET NULL"
+        ),
         sa.PrimaryKeyConstraint("name", name="pk_projects"),
     )
     op.create_table(
@@ -77,12 +78,17 @@ def upgrade() -> None:
         sa.Column("project", sa.String(64), nullable=False),
         sa.Column("role", sa.String(16), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["user_name"], ["users.name"],
-                                name="fk_memberships_user_name_users", ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["project"], ["projects.name"],
-                                name="fk_memberships_project_projects", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_name"], ["users.name"], name="fk_memberships_user_name_users", ondelete="CASCADE"
+        ),
+        sa.ForeignKeyConstraint(
+            ["project"],
+            ["projects.name"],
+            name="fk_memberships_project_projects",
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("user_name", "project", name="pk_memberships"),
-    )  # fmt: skip
+    )
     op.create_index("ix_memberships_project", "memberships", ["project"])
     op.create_table(
         "api_tokens",
@@ -94,24 +100,31 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_used_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["user_name"], ["users.name"],
-                                name="fk_api_tokens_user_name_users", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["user_name"], ["users.name"], name="fk_api_tokens_user_name_users", ondelete="CASCADE"
+        ),
         sa.PrimaryKeyConstraint("id", name="pk_api_tokens"),
-    )  # fmt: skip
+    )
     op.create_index("ix_api_tokens_user_name", "api_tokens", ["user_name"])
     op.create_table(
         "code_package_owners",
         sa.Column("sha256", sa.String(64), nullable=False),
         sa.Column("project", sa.String(64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["sha256"], ["code_packages.sha256"],
-                                name="fk_code_package_owners_sha256_code_packages",
-                                ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["project"], ["projects.name"],
-                                name="fk_code_package_owners_project_projects",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["sha256"],
+            ["code_packages.sha256"],
+            name="fk_code_package_owners_sha256_code_packages",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["project"],
+            ["projects.name"],
+            name="fk_code_package_owners_project_projects",
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("sha256", "project", name="pk_code_package_owners"),
-    )  # fmt: skip
+    )
     op.create_table(
         "scheduler_lease",
         sa.Column("name", sa.String(32), nullable=False),
@@ -128,8 +141,15 @@ def upgrade() -> None:
         *(sa.column(c) for c in ("name", "owner", "weight", "max_priority", "created_at")),
     )
     op.execute(users.insert().values(name=BOOTSTRAP_ADMIN, is_admin=True, created_at=_now()))
-    op.execute(projects.insert().values(name=DEFAULT_PROJECT, owner=BOOTSTRAP_ADMIN, weight=1.0,
-                                        max_priority=0, created_at=_now()))  # fmt: skip
+    op.execute(
+        projects.insert().values(
+            name=DEFAULT_PROJECT,
+            owner=BOOTSTRAP_ADMIN,
+            weight=1.0,
+            max_priority=0,
+            created_at=_now(),
+        )
+    )
     op.execute(
         "INSERT INTO code_package_owners (sha256, project, created_at) "
         f"SELECT sha256, '{DEFAULT_PROJECT}', created_at FROM code_packages"
@@ -140,31 +160,46 @@ def upgrade() -> None:
     # only with a NULL default, so ``project`` is nullable and filled in after; the service always
     # sets it.
     if op.get_bind().dialect.name == "sqlite":
-        op.execute("ALTER TABLE studies ADD COLUMN project VARCHAR(64) "
-                   "CONSTRAINT fk_studies_project_projects REFERENCES projects (name)")  # fmt: skip
+        op.execute(
+            "ALTER TABLE studies ADD COLUMN project VARCHAR(64) "
+            "CONSTRAINT fk_studies_project_projects REFERENCES projects (name)"
+        )
     else:
         op.add_column("studies", sa.Column("project", sa.String(64), nullable=True))
-        op.create_foreign_key("fk_studies_project_projects", "studies", "projects",
-                              ["project"], ["name"])  # fmt: skip
+        op.create_foreign_key(
+            "fk_studies_project_projects", "studies", "projects", ["project"], ["name"]
+        )
     op.add_column("studies", sa.Column("owner", sa.String(64), nullable=True))
-    op.add_column("studies", sa.Column("priority", sa.Integer(), nullable=False, server_default="0"))
-    op.add_column("studies", sa.Column("reserved_gpus", sa.Float(), nullable=False,
-                                       server_default="0"))  # fmt: skip
-    op.add_column("studies", sa.Column("reserved_trials", sa.Integer(), nullable=False,
-                                       server_default="0"))  # fmt: skip
+    op.add_column(
+        "studies", sa.Column("priority", sa.Integer(), nullable=False, server_default="0")
+    )
+    op.add_column(
+        "studies", sa.Column("reserved_gpus", sa.Float(), nullable=False, server_default="0")
+    )
+    op.add_column(
+        "studies", sa.Column("reserved_trials", sa.Integer(), nullable=False, server_default="0")
+    )
     op.add_column("studies", sa.Column("queued_reason", sa.Text(), nullable=True))
     op.add_column("studies", sa.Column("dispatch_token", sa.BigInteger(), nullable=True))
     op.execute(f"UPDATE studies SET project = '{DEFAULT_PROJECT}'")
-    op.create_index("ix_studies_project_state_created_at", "studies",
-                    ["project", "state", "created_at"])  # fmt: skip
+    op.create_index(
+        "ix_studies_project_state_created_at", "studies", ["project", "state", "created_at"]
+    )
 
 
 def downgrade() -> None:
     op.drop_index("ix_studies_project_state_created_at", table_name="studies")
     with op.batch_alter_table("studies") as batch:
         batch.drop_constraint("fk_studies_project_projects", type_="foreignkey")
-        for column in ("dispatch_token", "queued_reason", "reserved_trials", "reserved_gpus",
-                       "priority", "owner", "project"):  # fmt: skip
+        for column in (
+            "dispatch_token",
+            "queued_reason",
+            "reserved_trials",
+            "reserved_gpus",
+            "priority",
+            "owner",
+            "project",
+        ):
             batch.drop_column(column)
     op.drop_table("scheduler_lease")
     op.drop_table("code_package_owners")

@@ -48,20 +48,33 @@ def upgrade() -> None:
     op.drop_index("ix_studies_project_state_created_at", table_name="studies")
     op.create_index("ix_studies_created_at_id", "studies", ["created_at", "id"])
     op.create_index("ix_studies_state_created_at_id", "studies", ["state", "created_at", "id"])
-    op.create_index("ix_studies_project_created_at_id", "studies",
-                    ["project", "created_at", "id"])  # fmt: skip
-    op.create_index("ix_studies_project_state_created_at_id", "studies",
-                    ["project", "state", "created_at", "id"])  # fmt: skip
+    op.create_index("ix_studies_project_created_at_id", "studies", ["project", "created_at", "id"])
+    op.create_index(
+        "ix_studies_project_state_created_at_id",
+        "studies",
+        ["project", "state", "created_at", "id"],
+    )
     op.create_index("ix_studies_finished_at", "studies", ["finished_at"])
-    op.create_index("ix_studies_driver_held", "studies", ["backend", "updated_at", "id"],
-                    postgresql_where=sa.text(HELD), sqlite_where=sa.text(HELD))  # fmt: skip
+    op.create_index(
+        "ix_studies_driver_held",
+        "studies",
+        ["backend", "updated_at", "id"],
+        postgresql_where=sa.text(HELD),
+        sqlite_where=sa.text(HELD),
+    )
 
 
 def downgrade() -> None:
-    for name in ("ix_studies_driver_held", "ix_studies_finished_at",
-                 "ix_studies_project_state_created_at_id", "ix_studies_project_created_at_id",
-                 "ix_studies_state_created_at_id", "ix_studies_created_at_id"):  # fmt: skip
+    for name in (
+        "ix_studies_driver_held",
+        "ix_studies_finished_at",
+        "ix_studies_project_state_created_at_id",
+        "ix_studies_project_created_at_id",
+        "ix_studies_state_created_at_id",
+        "ix_studies_created_at_id",
+    ):
         op.drop_index(name, table_name="studies")
-    op.create_index("ix_studies_project_state_created_at", "studies",
-                    ["project", "state", "created_at"])  # fmt: skip
+    op.create_index(
+        "ix_studies_project_state_created_at", "studies", ["project", "state", "created_at"]
+    )
     op.create_index("ix_studies_state_created_at", "studies", ["state", "created_at"])
