@@ -1,18 +1,19 @@
 # fedtune — `make run` (the main job on embedded defaults) and `make test`.
 # Both create .venv from nothing: torch first (pinned CPU build), then the project with all extras.
+# `make docs` builds the documentation site; `pip install fedtune` alone is the light SDK + client CLI.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint bench lock image clean
+.PHONY: run test lint docs docs-gen bench lock image clean
 
 $(STAMP): pyproject.toml constraints/image.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints/image.txt -e '.[all,dev]'
+	$(BIN)/python -m pip install -q -c constraints/image.txt -e '.[all,dev,docs]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -24,6 +25,14 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The documentation site (build/site), warnings as errors; docs-gen rewrites the generated reference.
+docs: $(STAMP)
+	$(BIN)/python tools/docs_gen.py --check
+	$(BIN)/mkdocs build --strict --quiet
+
+docs-gen: $(STAMP)
+	$(BIN)/python tools/docs_gen.py --write
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_throughput.py

@@ -5,6 +5,7 @@
     client = Client("http://127.0.0.1:8000", token=None)
     study = client.submit("examples/study-quadratic.yaml")     # dict, YAML/JSON path or StudySpec
     study = client.submit("study.yaml", code="./my_lab")       # with user code (uploaded, zipped)
+    study = client.submit("study.yaml", project="vision")      # over the spec's project:
     study.wait(progress=True, timeout=600)                     # live progress on stderr
     study.trials(); study.curve(0); study.best(); study.tradeoff(); study.cancel()
     page = client.list_studies(state=["queued", "running"], project="vision", limit=50)
@@ -30,13 +31,11 @@ when nothing answered, ``ServiceUnreachableError``.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -45,13 +44,27 @@ import httpx
 from fedtune.errors import ConfigError, FedtuneError, ServiceUnreachableError
 from fedtune.states import StudyState, TrialState
 from fedtune.wire import exception_from_body
+from fedtune.wire_models import (
+    BestTrial,
+    CurveOut,
+    CurvePoint,
+    MlflowLinks,
+    Progress,
+    StudyDetail,
+    StudyOut,
+    StudyPage,
+    TradeoffOut,
+    TrialOut,
+)
 
 __all__ = [
     "BestTrial",
     "Client",
     "CurvePoint",
+    "MlflowLinks",
     "Progress",
     "Study",
+    "StudyOut",
     "StudyPage",
     "StudyStatus",
     "TradeOff",
@@ -63,145 +76,10 @@ __all__ = [
 MAX_PACKAGE_BYTES = 1 << 30
 
 
-def _build(cls: type, data: Mapping[str, Any]) -> Any:
-    """A dataclass from a JSON object; keys this SDK version does not know are kept in ``extra``
-    (a newer service's fields are never dropped)."""
-    names = {f.name for f in fields(cls)} - {"extra"}
-    known = {k: v for k, v in data.items() if k in names}
-    return cls(**known, extra={k: v for k, v in data.items() if k not in names})
-
-
-def _time(value: str | None) -> dt.datetime | None:
-    return dt.datetime.fromisoformat(value) if value else None
-
-
-@dataclass(frozen=True)
-class Progress:
-    requested: int
-    finished: int
-    completed: int
-    pruned: int
-    failed: int
-    killed: int
-    running: int
-    fraction: float
-    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
-
-
-@dataclass(frozen=True)
-class BestTrial:
-    number: int
-    value: float | None
-    params: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
-
-
-@dataclass(frozen=True)
-class StudyStatus:
-    id: str
-    name: str
-    state: StudyState
-    algorithm: str
-    task: str
-    trials_requested: int
-    progress: Progress
-    best: BestTrial | None
-    mlflow: dict[str, Any]
-    error: str | None = None
-    attempts: int = 0
-    backend: str | None = None
-    created_at: dt.datetime | None = None
-    updated_at: dt.datetime | None = None
-    started_at: dt.datetime | None = None
-    finished_at: dt.datetime | None = None
-    heartbeat_at: dt.datetime | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
-    code_sha256: str | None = None
-    project: str | None = None
-    owner: str | None = None
-    priority: int = 0
-    queued_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
-
-    @property
-    def done(self) -> bool:
-        return self.state.terminal
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StudyStatus:
-        body = dict(data)
-        body["state"] = StudyState(body["state"])
-        body["progress"] = _build(Progress, body["progress"])
-        body["best"] = _build(BestTrial, body["best"]) if body.get("best") else None
-        for key in ("created_at", "updated_at", "started_at", "finished_at", "heartbeat_at"):
-            body[key] = _time(body.get(key))
-        return _build(cls, body)
-
-
-@dataclass(frozen=True)
-class TrialInfo:
-    number: int
-    state: TrialState
-    params: dict[str, Any]
-    value: float | None
-    outcome: str | None
-    last_round: int
-    mlflow_run_id: str | None = None
-    started_at: dt.datetime | None = None
-    finished_at: dt.datetime | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrialInfo:
-        body = dict(data, state=TrialState(data["state"]))
-        body["started_at"], body["finished_at"] = (
-            _time(data.get("started_at")), _time(data.get("finished_at")),
-        )  # fmt: skip
-        return _build(cls, body)
-
-
-@dataclass(frozen=True)
-class CurvePoint:
-    round: int
-    metrics: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
-
-
-@dataclass(frozen=True)
-class TradeOff:
-    """Pareto set (trial numbers) and lower envelope of a study (∞ is ``None``); once the study
-    has ended, exactly MLflow's ``tradeoff/tradeoff.json``."""
-
-    metric: str
-    targets: list[float | None]
-    pareto_target: float | None
-    pareto: list[int]
-    envelope: list[dict[str, Any]]
-    trials: list[dict[str, Any]]
-    regime_changes: list[dict[str, Any]]
-    last_rounds: int = 10
-    smooth_window: int = 5
-    notes: dict[str, str] = field(default_factory=dict)
-    start_loss: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
-
-
-@dataclass(frozen=True)
-class StudyPage:
-    """One page of ``GET /v1/studies``: summaries (no progress, best or MLflow links) and the
-    token of the next page (None on the last)."""
-
-    items: list[StudyStatus]
-    total: int | None
-    limit: int
-    offset: int
-    next_page_token: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # fields unknown to this SDK
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> StudyPage:
-        items = [StudyStatus.from_json(_with_defaults(s)) for s in data["items"]]
-        return _build(cls, {**data, "items": items})
+#: the SDK's names of the API's answers (:mod:`fedtune.wire_models`, shared with the service)
+StudyStatus = StudyDetail
+TrialInfo = TrialOut
+TradeOff = TradeoffOut
 
 
 #: one state, several, or None (all)
@@ -266,15 +144,32 @@ class Client:
     # ---------------------------------------------------------------- studies
 
     def submit(
-        self, spec: Any, *, code: str | Path | None = None, idempotency_key: str | None = None
+        self,
+        spec: Any,
+        *,
+        code: str | Path | None = None,
+        project: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Study:
-        """Submit a study (dict, path of a YAML/JSON file, or an object with ``to_dict()``).
+        """Submit a study.
 
         User code — ``code`` (a directory or wheel), else the spec's ``code.path`` (relative to
         the spec file) — is packed, uploaded (:meth:`upload_code`) and named by its digest:
         the spec goes out as ``code: {sha256, modules}``.
+
+        Args:
+            spec: a mapping, the path of a YAML/JSON file, or an object with ``to_dict()``.
+            code: user code to upload (default: the spec's ``code.path``).
+            project: the project to submit to, over the spec's ``project:``; neither: the
+                service's choice (your only project; an admin's: ``default``).
+            idempotency_key: the request's key (default: a new random one, reused by retries).
+
+        Returns:
+            The handle of the new study (or of the one this key created before).
         """
         body = _spec_body(spec)
+        if project is not None:
+            body["project"] = project
         base = Path(spec).parent if isinstance(spec, str | Path) else Path.cwd()
         section = body.get("code")
         if code is not None or (isinstance(section, Mapping) and section.get("path")):
@@ -284,22 +179,39 @@ class Client:
                     "code.modules", "name the modules to import: code: {modules: [...]}"
                 )
             path = Path(code) if code is not None else base / str(section["path"])
-            project = body.get("project") or "default"  # the package is the project's
-            body["code"] = {"sha256": self.upload_code(path, project=project),
-                            "modules": list(modules)}  # fmt: skip
+            # the package is the project's; None: the project the service picks for the study
+            body["code"] = {
+                "sha256": self.upload_code(path, project=body.get("project")),
+                "modules": list(modules),
+            }
         key = idempotency_key or uuid.uuid4().hex
         data = self.request("POST", "/v1/studies", json=body, headers={"Idempotency-Key": key})
         return Study(self, data["id"])
 
-    def upload_code(self, path: str | Path, project: str = "default") -> str:
+    def upload_code(self, path: str | Path, project: str | None = None) -> str:
         """Pack a directory (or take a wheel/zip) and upload it for ``project``; its SHA-256.
         Identical code is stored once by the service, so uploading again is cheap and safe to
-        retry; a package belongs to the projects that uploaded it."""
+        retry; a package belongs to the projects that uploaded it.
+
+        Args:
+            path: a directory, wheel or zip.
+            project: the project it is for (None: the one a submission without ``project:``
+                goes to).
+
+        Returns:
+            The package's SHA-256, as the service stored it.
+        """
         from fedtune.code_package import pack
 
         package = pack(path, max_bytes=MAX_PACKAGE_BYTES)  # the service applies its own limit
-        answer = self.request("POST", "/v1/code", content=package.data, params={"project": project},
-                              headers={"Content-Type": "application/zip"})  # fmt: skip
+        params = {} if project is None else {"project": project}
+        answer = self.request(
+            "POST",
+            "/v1/code",
+            content=package.data,
+            params=params,
+            headers={"Content-Type": "application/zip"},
+        )
         if answer.get("sha256") != package.sha256:
             raise ConfigError("code", "the service stored a different digest than was sent")
         return package.sha256
@@ -308,19 +220,29 @@ class Client:
         return Study(self, study_id)
 
     def studies(
-        self, state: StudyState | str | None = None, limit: int = 50, offset: int = 0,
+        self,
+        state: StudyState | str | None = None,
+        limit: int = 50,
+        offset: int = 0,
         project: str | None = None,
-    ) -> list[StudyStatus]:
+    ) -> list[StudyOut]:
         """The studies this caller may read (of ``project`` only, when given), newest first:
-        one page by offset. :meth:`list_studies` and :meth:`iter_studies` page by token."""
+        one page by offset, as summaries (:meth:`Study.status` has the details).
+        :meth:`list_studies` and :meth:`iter_studies` page by token."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         params.update(_list_filters(state, project))
         page = self.request("GET", "/v1/studies", params=params)
-        return [StudyStatus.from_json(_with_defaults(s)) for s in page["items"]]
+        return StudyPage.from_json(page).items
 
     def list_studies(
-        self, state: States = None, project: str | None = None, *, limit: int = 50,
-        page_token: str | None = None, order: str = "desc", include_total: bool | None = None,
+        self,
+        state: States = None,
+        project: str | None = None,
+        *,
+        limit: int = 50,
+        page_token: str | None = None,
+        order: str = "desc",
+        include_total: bool | None = None,
     ) -> StudyPage:
         """One page of the studies this caller may read: in one of ``state`` (one or several),
         of ``project``, by creation time (``order`` ``desc``: newest first, or ``asc``).
@@ -335,15 +257,20 @@ class Client:
         return StudyPage.from_json(self.request("GET", "/v1/studies", params=params))
 
     def iter_studies(
-        self, state: States = None, project: str | None = None, *, order: str = "desc",
+        self,
+        state: States = None,
+        project: str | None = None,
+        *,
+        order: str = "desc",
         page_size: int = 100,
-    ) -> Iterator[StudyStatus]:
+    ) -> Iterator[StudyOut]:
         """Every study matching the filters, one page (``page_size``) fetched at a time by
         following ``next_page_token``; no study twice, none skipped while others are submitted."""
         token: str | None = None
         while True:
-            page = self.list_studies(state, project, limit=page_size, page_token=token,
-                                     order=order, include_total=False)  # fmt: skip
+            page = self.list_studies(
+                state, project, limit=page_size, page_token=token, order=order, include_total=False
+            )
             yield from page.items
             token = page.next_page_token
             if token is None:
@@ -360,7 +287,7 @@ class Client:
     def search_spaces(self) -> list[dict[str, Any]]:
         return self.request("GET", "/v1/search-spaces")
 
-    # ---------------------------------------------------------------- identity (issue 20)
+    # ---------------------------------------------------------------- identity
 
     def whoami(self) -> dict[str, Any]:
         """``{name, admin, projects: {project: role}, via}`` of this client's token."""
@@ -370,17 +297,30 @@ class Client:
         """Every user with roles and live token ids (admins only)."""
         return self.request("GET", "/v1/users")
 
-    def create_user(self, name: str, project: str | None = None, role: str = "member", *,
-                    admin: bool = False, expires_in_days: float | None = None) -> dict[str, Any]:  # fmt: skip
+    def create_user(
+        self,
+        name: str,
+        project: str | None = None,
+        role: str = "member",
+        *,
+        admin: bool = False,
+        expires_in_days: float | None = None,
+    ) -> dict[str, Any]:
         """A new user and its first token (``token``: shown once). Admins only."""
-        body = {"name": name, "project": project, "role": role, "admin": admin,
-                "expires_in_days": expires_in_days}  # fmt: skip
+        body = {
+            "name": name,
+            "project": project,
+            "role": role,
+            "admin": admin,
+            "expires_in_days": expires_in_days,
+        }
         return self.request("POST", "/v1/users", json=body)
 
     def new_token(self, user: str, expires_in_days: float | None = None) -> dict[str, Any]:
         """Another token for ``user`` (rotation; a user may make its own)."""
-        return self.request("POST", f"/v1/users/{user}/tokens",
-                            json={"expires_in_days": expires_in_days})  # fmt: skip
+        return self.request(
+            "POST", f"/v1/users/{user}/tokens", json={"expires_in_days": expires_in_days}
+        )
 
     def revoke(self, user: str, token_id: str | None = None) -> int:
         """Revoke ``user``'s tokens (or one); how many were live. Admins only."""
@@ -420,13 +360,6 @@ def _list_filters(state: States, project: str | None) -> dict[str, Any]:
     if project is not None:
         params["project"] = project
     return params
-
-
-def _with_defaults(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """A list item has no progress/best/mlflow: fill neutral values."""
-    zero = {k: 0 for k in ("finished", "completed", "pruned", "failed", "killed", "running")}
-    progress = {"requested": summary.get("trials_requested", 0), **zero, "fraction": 0.0}
-    return {"progress": progress, "best": None, "mlflow": {}, **summary}
 
 
 def _decode(answer: httpx.Response) -> Any:
@@ -501,11 +434,10 @@ class Study:
         return [TrialInfo.from_json(t) for t in self._get("/trials", params=params)]
 
     def curve(self, number: int) -> list[CurvePoint]:
-        body = self._get(f"/trials/{int(number)}/curve")
-        return [_build(CurvePoint, p) for p in body["rounds"]]
+        return CurveOut.from_json(self._get(f"/trials/{int(number)}/curve")).rounds
 
     def tradeoff(self) -> TradeOff:
-        return _build(TradeOff, self._get("/tradeoff"))
+        return TradeOff.from_json(self._get("/tradeoff"))
 
     frontier = tradeoff
 

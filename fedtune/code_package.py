@@ -1,4 +1,5 @@
-"""A study's user code as data: one deterministic zip, named by its SHA-256 (ARCHITECTURE.md §9).
+"""A study's user code as data: one deterministic zip, named by its SHA-256
+(docs/explanation/architecture.md §9).
 
 The *package* of a ``code: {path, modules}`` section is a zip whose root is what
 ``fedtune.trainers.code.load_code`` puts on ``sys.path`` (the *import root*):
@@ -51,9 +52,22 @@ UNPACKED_FACTOR = 8
 MAX_ENTRIES = 10_000
 #: directory/file names never packed: caches, VCS and environments
 EXCLUDED_NAMES = frozenset(
-    {"__pycache__", ".git", ".hg", ".svn", ".venv", "venv", ".mypy_cache", ".pytest_cache",
-     ".ruff_cache", ".ipynb_checkpoints", ".DS_Store", "mlruns", "runs"}
-)  # fmt: skip
+    {
+        "__pycache__",
+        ".git",
+        ".hg",
+        ".svn",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+        ".DS_Store",
+        "mlruns",
+        "runs",
+    }
+)
 _EXCLUDED_SUFFIXES = (".pyc", ".pyo", ".egg-info")
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 _WRAPPER = "fedtune-code"

@@ -1,4 +1,4 @@
-"""The fedtune exception tree (one module, STYLE.md habit 5).
+"""The fedtune exception tree (one module, docs/development/style.md habit 5).
 
 Every error that a user can cause carries the *field* it concerns (a dotted path such as
 ``hparams.client_lr`` or ``task.clients``) and a *reason*, so the CLI can print one line and
@@ -100,8 +100,9 @@ def combine_errors(errors: list[ConfigError], field: str | None = None) -> Confi
     parts = "; ".join(f"{e.field}: {e.reason}" for e in flat)
     sources = {e.source for e in flat}
     source = sources.pop() if len(sources) == 1 else None
-    out = ConfigError(field or ".".join(prefix) or "<spec>", f"{len(flat)} conflicts: {parts}",
-                      source)  # fmt: skip
+    out = ConfigError(
+        field or ".".join(prefix) or "<spec>", f"{len(flat)} conflicts: {parts}", source
+    )
     out.parts = flat
     return out
 

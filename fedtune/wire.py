@@ -67,8 +67,14 @@ from fedtune.errors import (
     WorkdirUnwritableError,
 )
 
-__all__ = ["ERROR_TABLE", "RETRY_AFTER_S", "error_body", "exception_from_body", "retry_after",
-           "status_and_code"]  # fmt: skip
+__all__ = [
+    "ERROR_TABLE",
+    "RETRY_AFTER_S",
+    "error_body",
+    "exception_from_body",
+    "retry_after",
+    "status_and_code",
+]
 
 #: ``Retry-After`` of a 503, by code (a full validation pool frees up in about a second; a
 #: database, a disk or a Ray start takes longer); any other 503: ``RETRY_AFTER_S["*"]``
@@ -104,6 +110,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     PayloadTooLargeError: (413, "payload_too_large"),
     FedtuneError: (500, "internal_error"),
 }
+
 
 def retry_after(code: str) -> str:
     """The ``Retry-After`` header value of a 503 answer with ``code``."""

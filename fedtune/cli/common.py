@@ -12,13 +12,63 @@ import yaml
 from fedtune.errors import ConfigError
 
 __all__ = [
+    "EXTRAS",
+    "VERB_EXTRAS",
     "add_code_options",
+    "add_set_option",
+    "apply_sets",
     "count",
     "load_code_options",
     "load_yaml",
+    "missing_extra",
     "parse_sets",
     "resolve_code",
 ]
+
+_ENGINE = ("torch", "numpy", "scipy", "sklearn", "tqdm", "h5py", "matplotlib")
+
+#: what each extra of the distribution adds that a verb imports: a verb of :data:`VERB_EXTRAS`
+#: whose modules are not all installed stops at once with one line naming the extra
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "engine": _ENGINE,
+    "tune": (*_ENGINE, "optuna", "ray", "mlflow"),
+    "service": (
+        *_ENGINE,
+        "optuna",
+        "ray",
+        "mlflow",
+        "fastapi",
+        "uvicorn",
+        "sqlalchemy",
+        "alembic",
+        "pydantic_settings",
+    ),
+}
+
+#: every module an extra installs that fedtune imports (a module missing at run time that is not
+#: one of these is the user's own, reported as it is)
+_OPTIONAL_MODULES = frozenset(
+    {m for modules in EXTRAS.values() for m in modules}
+    | {"cmaes", "psycopg", "prometheus_client", "kubernetes", "starlette", "pandas", "pyarrow"}
+)
+
+#: the extra each verb needs beyond the light install (httpx, pydantic, pyyaml: the SDK and the
+#: service-client verbs, which are absent here); the verb's name is the first word after fedtune
+VERB_EXTRAS: dict[str, str] = {
+    "tune": "tune",
+    "train": "engine",
+    "spaces": "engine",
+    "tasks": "engine",
+    "algorithms": "engine",
+    "frontier": "engine",
+    "reproduce": "engine",
+    "manifest": "service",
+    "serve": "service",
+    "worker": "service",
+    "db": "service",
+    "users": "service",
+    "projects": "service",
+}
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
@@ -47,6 +97,84 @@ def parse_sets(items: list[str] | None) -> dict[str, Any]:
             out[key.strip()] = yaml.safe_load(raw)
         except yaml.YAMLError:
             raise ConfigError(key.strip(), f"cannot parse value {raw!r}") from None
+    return out
+
+
+def missing_extra(verb: str | None, missing: str | None = None) -> str | None:
+    """The one-line error for a verb that cannot run in this install, or None if it can.
+
+    Args:
+        verb: the verb (``tune``); a verb of no extra (the service's client) always can.
+        missing: a module found missing while the verb ran (``ModuleNotFoundError.name``);
+            None: check the verb's extra before running it (``importlib.util.find_spec``, no
+            import).
+
+    Returns:
+        ``'fedtune tune' needs the tune extra (torch is not installed): pip install
+        'fedtune[tune]'``, or None.
+    """
+    import importlib.util
+
+    extra = VERB_EXTRAS.get(verb or "")
+    if extra is None:
+        return None
+    if missing is None:
+        missing = next((m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None), None)
+    elif missing.partition(".")[0] not in _OPTIONAL_MODULES:
+        return None  # something else is missing (a user module): its own traceback says what
+    if missing is None:
+        return None
+    return (
+        f"'fedtune {verb}' needs the {extra} extra ({missing.partition('.')[0]} is not "
+        f"installed): pip install 'fedtune[{extra}]'"
+    )
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` (repeatable): override a field of the study file by dotted path."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a field by dotted path, e.g. hparams.client_lr=0.05 or budget.trials=8 "
+        "(repeatable; the value is read as YAML)",
+    )
+
+
+def apply_sets(data: dict[str, Any], items: list[str] | None) -> dict[str, Any]:
+    """``data`` with the ``--set key=value`` overrides of ``items`` applied (a deep copy).
+
+    Args:
+        data: the loaded YAML document.
+        items: ``["hparams.client_lr=0.1", "budget.trials=8"]`` (None: none).
+
+    Returns:
+        A copy with each dotted key set; a key whose parent is not a mapping is a
+        ``ConfigError`` naming that key (``task: digits`` is read as ``task: {name: digits}``).
+    """
+    import copy
+
+    sets = parse_sets(items)
+    if not sets:
+        return data
+    out = copy.deepcopy(dict(data))
+    for dotted, value in sets.items():
+        parts = dotted.split(".")
+        if not all(parts):
+            raise ConfigError(dotted, "is not a dotted key (empty part)")
+        node: dict[str, Any] = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif isinstance(child, str) and part == "task":
+                child = node[part] = {"name": child}
+            elif not isinstance(child, dict):
+                raise ConfigError(
+                    ".".join(parts[: i + 1]), f"is not a mapping; cannot set {dotted}"
+                )
+            node = child
+        node[parts[-1]] = value
     return out
 
 

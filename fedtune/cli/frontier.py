@@ -1,7 +1,7 @@
 """``fedtune frontier``: (ρ, Δ) Pareto frontiers of local-update methods on quadratics.
 
-Either a paper figure (``--figure N``, settings of `000_4bdc3753d62a87e2.txt`, ALGORITHMS.md
-§3.11) or a free-form sweep; both write PNG + CSV + JSON into ``--out`` and print the paths.
+Either a paper figure (``--figure N``, settings of Charles & Konečný 2021, arXiv:2103.05032;
+docs/explanation/algorithms.md §3.11) or a free-form sweep; both write PNG + CSV + JSON into ``--out`` and print the paths.
 The logic lives in :mod:`fedtune.trainers.theory`; this module only parses arguments.
 """
 
@@ -22,7 +22,11 @@ def register(subparsers) -> None:
         description=__doc__.splitlines()[0],
     )
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--figure", type=int, help="reproduce a figure of 000_4bdc3753d62a87e2.txt")
+    p.add_argument(
+        "--figure",
+        type=int,
+        help="reproduce a figure of Charles & Konečný 2021 (arXiv:2103.05032)",
+    )
     p.add_argument("--quick", action="store_true", help="coarser grids (figures only)")
     p.add_argument("--mu", type=float, default=1.0)
     p.add_argument("--L", type=float, default=10.0)

@@ -1,4 +1,4 @@
-"""``fedtune manifest STUDY.yaml``: the KubeRay ``RayJob`` that the ``kubernetes`` backend would
+"""``fedtune manifest STUDY_FILE``: the KubeRay ``RayJob`` that the ``kubernetes`` backend would
 create for a study, printed as YAML (or JSON) for review or GitOps — no cluster, no service.
 
 The study is validated as ``fedtune tune`` validates it (bad input: one line, exit 2); the
@@ -28,12 +28,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Print the KubeRay RayJob that the kubernetes backend would create for a "
         "study, configured by the FEDTUNE_K8S_* variables (for review or GitOps).",
     )
-    p.add_argument("study", help="study specification (YAML)")
-    p.add_argument("--study-id", dest="study_id", metavar="ID",
-                   help="12 hex digits (default: a new id, as the service assigns)")  # fmt: skip
+    p.add_argument("study_file", metavar="STUDY_FILE", help="the study file (YAML or JSON)")
+    p.add_argument(
+        "--study-id",
+        dest="study_id",
+        metavar="ID",
+        help="12 hex digits (default: a new id, as the service assigns)",
+    )
     p.add_argument("--attempt", type=int, default=1, help="dispatch attempt (default: 1)")
-    p.add_argument("--code-uri", dest="code_uri", metavar="URI",
-                   help="where Ray fetches the study's packed code (studies with code: only)")  # fmt: skip
+    p.add_argument(
+        "--code-uri",
+        dest="code_uri",
+        metavar="URI",
+        help="where Ray fetches the study's packed code (studies with code: only)",
+    )
     p.add_argument("--format", choices=("yaml", "json"), default="yaml")
     p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     p.set_defaults(func=_run)
@@ -49,10 +57,13 @@ def _run(args: argparse.Namespace) -> int:
     from fedtune.service.settings import load_settings
     from fedtune.tuning.spec import StudySpec
 
-    spec = StudySpec.from_file(args.study)
+    spec = StudySpec.from_file(args.study_file)
     if spec.code is not None and not args.code_uri:
-        raise ConfigError("--code-uri", "the study has code: say where Ray fetches the packed "
-                          "code from (a zip you host; `fedtune submit` uploads it instead)")  # fmt: skip
+        raise ConfigError(
+            "--code-uri",
+            "the study has code: say where Ray fetches the packed "
+            "code from (a zip you host; `fedtune submit` uploads it instead)",
+        )
     if spec.code is None and args.code_uri:
         raise ConfigError("--code-uri", "the study has no code: section")
     if args.attempt < 1:
@@ -62,12 +73,19 @@ def _run(args: argparse.Namespace) -> int:
         check_study_id(study_id)
     except BackendError:
         raise ConfigError("--study-id", f"{study_id!r} is not 12 hex digits") from None
-    request = LaunchRequest(study_id, args.attempt, cpu=spec.resources.cpu,
-                            gpu=spec.resources.gpu, max_concurrent=spec.budget.max_concurrent)  # fmt: skip
-    manifest = rayjob_manifest(request, load_settings(backend="kubernetes"),
-                               code_uri=args.code_uri)  # fmt: skip
-    text = (json.dumps(manifest, indent=2) + "\n" if args.format == "json"
-            else yaml.safe_dump(manifest, sort_keys=False))  # fmt: skip
+    request = LaunchRequest(
+        study_id,
+        args.attempt,
+        cpu=spec.resources.cpu,
+        gpu=spec.resources.gpu,
+        max_concurrent=spec.budget.max_concurrent,
+    )
+    manifest = rayjob_manifest(request, load_settings(backend="kubernetes"), code_uri=args.code_uri)
+    text = (
+        json.dumps(manifest, indent=2) + "\n"
+        if args.format == "json"
+        else yaml.safe_dump(manifest, sort_keys=False)
+    )
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {args.output} (RayJob {manifest['metadata']['name']})", file=sys.stderr)

@@ -3,13 +3,16 @@ tradeoff``.
 
     fedtune submit examples/study.yaml [--wait]      # prints the study id
     fedtune submit study.yaml --code ./my_lab        # uploads the user code package first
+    fedtune submit study.yaml --project vision --set budget.trials=8
     fedtune status ID        fedtune wait ID [--timeout S]        fedtune cancel ID
     fedtune studies [--state S ...] [--project P] [--limit N] [--page-token T | --all] [--order asc]
     fedtune trials ID [--state completed]             fedtune tradeoff ID
     fedtune whoami                                    # who the token is, its projects
 
 ``--url`` (default ``$FEDTUNE_URL`` or http://127.0.0.1:8000) and ``--token`` (default
-``$FEDTUNE_TOKEN``, else ``$FEDTUNE_API_TOKEN``) on every verb; ``--json`` prints the service's answer as JSON.
+``$FEDTUNE_TOKEN``, else ``$FEDTUNE_API_TOKEN``) on every verb, ``--project`` (default
+``$FEDTUNE_PROJECT``) on ``submit`` and ``studies``: :data:`fedtune.client_settings.CLIENT_SETTINGS`.
+``--json`` prints the service's answer as JSON.
 ``wait`` (and ``submit --wait``) exits 0 when the study succeeded, 1 when it failed or was
 cancelled, 124 when ``--timeout`` passed first.
 """
@@ -17,13 +20,15 @@ cancelled, 124 when ``--timeout`` passed first.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import os
 import sys
+from pathlib import Path
 from typing import Any
 
+from fedtune.client_settings import setting
 from fedtune.errors import ConfigError
+
+from .common import add_set_option, apply_sets, load_yaml, resolve_code
 
 __all__ = ["register"]
 
@@ -31,15 +36,25 @@ EXIT_TIMEOUT = 124
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=os.environ.get("FEDTUNE_URL", "http://127.0.0.1:8000"))
-    p.add_argument("--token", default=None,
-                   help="bearer token (default $FEDTUNE_TOKEN, else $FEDTUNE_API_TOKEN)")  # fmt: skip
+    url, token = setting("url"), setting("token")
+    p.add_argument(url.option, default=url.resolve(None), help=url.describe())
+    p.add_argument(token.option, default=None, help=token.describe())
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _project(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--project", default=None, help=f"{text} (default: $FEDTUNE_PROJECT)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("submit", help="submit a study spec to the service")
-    p.add_argument("spec", help="study spec (YAML or JSON)")
+    p = sub.add_parser("submit", help="submit a study file to the service")
+    p.add_argument("study_file", metavar="STUDY_FILE", help="the study file (YAML or JSON)")
+    _project(
+        p,
+        "the project to submit to; overrides the file's project: (unset: the service "
+        "picks your only project)",
+    )
+    add_set_option(p)
     p.add_argument("--wait", action="store_true", help="wait for the study to finish")
     p.add_argument("--timeout", type=float, default=None, help="seconds to wait at most")
     p.add_argument(
@@ -54,14 +69,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=status)
 
     p = sub.add_parser("studies", help="list studies, a page at a time (or --all)")
-    p.add_argument("--state", action="append", metavar="STATE",
-                   help="only this state (repeat, or comma-separate, for several)")  # fmt: skip
-    p.add_argument("--project", help="only this project")
+    p.add_argument(
+        "--state",
+        action="append",
+        metavar="STATE",
+        help="only this state (repeat, or comma-separate, for several)",
+    )
+    _project(p, "only this project")
     p.add_argument("--limit", type=int, default=50, help="studies per page (default 50)")
     p.add_argument("--page-token", help="next page: the token the previous page printed")
     p.add_argument("--all", action="store_true", help="every page, one after the other")
-    p.add_argument("--order", choices=["desc", "asc"], default="desc",
-                   help="by creation time: desc (newest first, default) or asc")  # fmt: skip
+    p.add_argument(
+        "--order",
+        choices=["desc", "asc"],
+        default="desc",
+        help="by creation time: desc (newest first, default) or asc",
+    )
     _common(p)
     p.set_defaults(func=studies)
 
@@ -96,15 +119,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _client(args: argparse.Namespace) -> Any:
     from fedtune.client import Client
 
-    token = args.token or os.environ.get("FEDTUNE_TOKEN") or os.environ.get("FEDTUNE_API_TOKEN")
+    token = setting("token").resolve(args.token)
     return Client(args.url, token=token or None)
 
 
 def _json(obj: Any) -> str:
-    if dataclasses.is_dataclass(obj):
-        obj = dataclasses.asdict(obj)
+    from fedtune.wire_models import WireModel
+
+    if isinstance(obj, WireModel):
+        obj = obj.to_json()  # as the service sent it, fields unknown to this version included
     elif isinstance(obj, list):
-        obj = [dataclasses.asdict(o) if dataclasses.is_dataclass(o) else o for o in obj]
+        obj = [o.to_json() if isinstance(o, WireModel) else o for o in obj]
     return json.dumps(obj, indent=2, default=str)
 
 
@@ -112,22 +137,43 @@ def _show_status(s: Any) -> str:
     p = s.progress
     rows = [
         ("study", f"{s.name} [{s.id}]"),
-        ("state", str(s.state) + (f" ({s.error})" if s.error else "")
-         + (f" — {s.queued_reason}" if str(s.state) == "queued" and s.queued_reason else "")),
+        (
+            "state",
+            str(s.state)
+            + (f" ({s.error})" if s.error else "")
+            + (f" — {s.queued_reason}" if str(s.state) == "queued" and s.queued_reason else ""),
+        ),
         ("project", f"{s.project or 'default'} (owner {s.owner or '-'}, priority {s.priority})"),
         ("algorithm / task", f"{s.algorithm} / {s.task}"),
-        ("trials", f"{p.finished}/{p.requested} finished ({p.completed} completed, "
-                   f"{p.pruned} pruned, {p.failed} failed), {p.running} running"),
-        ("best", "-" if s.best is None else f"{s.best.value} (trial {s.best.number}) {s.best.params}"),
-        ("mlflow", s.mlflow.get("run_url") or s.mlflow.get("tracking_uri") or "-"),
-    ]  # fmt: skip
+        (
+            "trials",
+            f"{p.finished}/{p.requested} finished ({p.completed} completed, "
+            f"{p.pruned} pruned, {p.failed} failed), {p.running} running",
+        ),
+        (
+            "best",
+            "-" if s.best is None else f"{s.best.value} (trial {s.best.number}) {s.best.params}",
+        ),
+        ("mlflow", s.mlflow.run_url or s.mlflow.tracking_uri or "-"),
+    ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _submitted(args: argparse.Namespace) -> dict[str, Any]:
+    """The study file's document (YAML or JSON) with the ``--set`` overrides applied and a
+    relative ``code.path`` made absolute (it is relative to the file's directory)."""
+    data = apply_sets(load_yaml(args.study_file), args.set)
+    return resolve_code(data, Path(args.study_file).parent)
+
+
 def submit(args: argparse.Namespace) -> int:
+    spec = _submitted(args)
+    project = args.project  # --project wins over the file; $FEDTUNE_PROJECT does not
+    if project is None and spec.get("project") is None:
+        project = setting("project").resolve(None)
     with _client(args) as client:
-        study = client.submit(args.spec, code=args.code)
+        study = client.submit(spec, code=args.code, project=project)
         if not args.wait:
             print(_json(study.status()) if args.json else study.id)
             return 0
@@ -145,32 +191,39 @@ def status(args: argparse.Namespace) -> int:
 def studies(args: argparse.Namespace) -> int:
     """A page of studies (``--all``: every page); the next page's command on stderr."""
     states = [s for value in args.state or [] for s in value.split(",") if s] or None
+    args.project = setting("project").resolve(args.project)
     if args.all and args.page_token:
         raise ConfigError("--page-token", "give --page-token or --all, not both")
     with _client(args) as client:
         if args.all:
-            rows = list(client.iter_studies(states, args.project, order=args.order,
-                                            page_size=args.limit))  # fmt: skip
+            rows = list(
+                client.iter_studies(states, args.project, order=args.order, page_size=args.limit)
+            )
             token = None
         else:
-            page = client.list_studies(states, args.project, limit=args.limit,
-                                       page_token=args.page_token, order=args.order)  # fmt: skip
+            page = client.list_studies(
+                states, args.project, limit=args.limit, page_token=args.page_token, order=args.order
+            )
             rows, token = page.items, page.next_page_token
     if args.json:
-        print(_json({"items": [dataclasses.asdict(r) for r in rows], "next_page_token": token}))
+        items = [r.to_json() for r in rows]
+        print(_json({"items": items, "next_page_token": token}))
     else:
         print(f"{'id':<12}  {'state':<9}  {'project':<12}  {'created (UTC)':<19}  name")
         for s in rows:
             created = s.created_at.strftime("%Y-%m-%d %H:%M:%S") if s.created_at else "-"
-            print(f"{s.id:<12}  {s.state!s:<9}  {s.project or 'default':<12}  {created:<19}  "
-                  f"{s.name}")  # fmt: skip
+            print(
+                f"{s.id:<12}  {s.state!s:<9}  {s.project or 'default':<12}  {created:<19}  {s.name}"
+            )
     if token is not None:
         again = [f"--state {','.join(states)}"] if states else []
         again += [f"--project {args.project}"] if args.project else []
         again += [f"--order {args.order}"] if args.order != "desc" else []
         again += [f"--limit {args.limit}"] if args.limit != 50 else []
-        print(f"more studies: fedtune studies {' '.join([*again, '--page-token', token])}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"more studies: fedtune studies {' '.join([*again, '--page-token', token])}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -205,11 +258,14 @@ def trials(args: argparse.Namespace) -> int:
     print(f"{'trial':>5}  {'state':<9}  {'outcome':<11}  {'value':>12}  {'rounds':>6}  params")
     for t in rows:
         value = "-" if t.value is None else f"{t.value:.6g}"
-        params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in t.params.items())  # fmt: skip
+        params = " ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items()
+        )
         outcome = t.outcome or "-"  # completed, diverged, stopped, failed, interrupted
-        print(f"{t.number:>5}  {t.state!s:<9}  {outcome:<11}  {value:>12}  {t.last_round:>6}  "
-              f"{params}")
+        print(
+            f"{t.number:>5}  {t.state!s:<9}  {outcome:<11}  {value:>12}  {t.last_round:>6}  "
+            f"{params}"
+        )
     return 0
 
 

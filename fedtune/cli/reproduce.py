@@ -1,6 +1,7 @@
 """``fedtune reproduce``: regenerate the quadratic-theory figures and REPORT.md.
 
-Thin wrapper over :func:`fedtune.trainers.theory.reproduce` (ALGORITHMS.md §3.10–3.11, §8).
+Thin wrapper over :func:`fedtune.trainers.theory.reproduce` (docs/explanation/algorithms.md
+§3.10–3.11, §8).
 Exit code 0 when every check passes, 1 otherwise.
 """
 

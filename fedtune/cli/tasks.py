@@ -16,8 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One line per task: name, origin (builtin, entry point DIST==VERSION, or "
         "code PATH) and description; then the models. --study/--code import user code first.",
     )
-    parser.add_argument("--params", metavar="NAME",
-                        help="list the parameters task NAME declares (type, default)")  # fmt: skip
+    parser.add_argument(
+        "--params", metavar="NAME", help="list the parameters task NAME declares (type, default)"
+    )
     add_code_options(parser)
     parser.set_defaults(func=run)
 
@@ -54,8 +55,7 @@ def _params(name: str) -> int:
     if not rows:
         print("  (it declares no parameters: they are checked when it is built)")
         return 0
-    print(rows_table([("parameter", "type", "default"),
-                      *((n, t, repr(d)) for n, t, d in rows)]))  # fmt: skip
+    print(rows_table([("parameter", "type", "default"), *((n, t, repr(d)) for n, t, d in rows)]))
     validate = getattr(info.params, "validate", None)
     if validate is not None:
         print("(ranges are checked by its validate(); an out-of-range value names the field)")

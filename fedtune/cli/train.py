@@ -1,4 +1,4 @@
-"""``fedtune train CONFIG.yaml [--set key=value ...] [--json]``: train one configuration."""
+"""``fedtune train STUDY_FILE [--set key=value ...] [--json]``: train one configuration."""
 
 from __future__ import annotations
 
@@ -6,20 +6,19 @@ import argparse
 import json
 import sys
 
-from .common import load_yaml, parse_sets, resolve_code
+from .common import add_set_option, apply_sets, load_yaml, resolve_code
 
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train one configuration (no tuning)")
-    p.add_argument("config", help="training configuration (YAML)")
     p.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="override a field by dotted path, e.g. hparams.client_lr=0.05",
+        "study_file",
+        metavar="STUDY_FILE",
+        help="the training configuration: a study file's fixed part (YAML)",
     )
+    add_set_option(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -57,11 +56,11 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from fedtune.trainers import Trainer, apply_overrides, parse_trial_config
+    from fedtune.trainers import Trainer, parse_trial_config
 
-    raw = apply_overrides(load_yaml(args.config), parse_sets(args.set))
-    raw = resolve_code(raw, Path(args.config).parent)
-    config = parse_trial_config(raw, source=args.config)
+    raw = apply_sets(load_yaml(args.study_file), args.set)
+    raw = resolve_code(raw, Path(args.study_file).parent)
+    config = parse_trial_config(raw, source=args.study_file)
     trainer = Trainer(config)
     show = not (args.quiet or args.json)
     bar = tqdm(

@@ -1,4 +1,4 @@
-"""``fedtune tune STUDY.yaml``: run one study locally (Optuna + Ray Tune + MLflow), no service.
+"""``fedtune tune STUDY_FILE``: run one study locally (Optuna + Ray Tune + MLflow), no service.
 
 While it runs, one progress line on stderr (trials done/running/total, outcomes, best value,
 elapsed, ETA). At the end: the best configuration, the Pareto set (rounds to reach the target
@@ -17,6 +17,10 @@ import shlex
 import sys
 from pathlib import Path
 from typing import Any
+
+from fedtune.outcomes import TrialOutcome
+
+from .common import add_set_option
 
 __all__ = ["register"]
 
@@ -38,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run one tuning study locally (Optuna + Ray Tune + MLflow); re-running "
         "the same command resumes it, --trials N extends it.",
     )
-    p.add_argument("study", help="study specification (YAML)")
+    p.add_argument("study_file", metavar="STUDY_FILE", help="the study file (YAML or JSON)")
+    add_set_option(p)
     p.add_argument(
         "--workdir", help="where the study's stores and files live (default: runs/<study name>)"
     )
@@ -121,37 +126,55 @@ def _pareto_lines(result) -> list[str]:
     return ["Pareto set (fewer rounds vs lower final loss):", *table]
 
 
-def _strategy_lines(spec, counts: dict[str, int], reasons: dict[str, int]) -> list[str]:
-    """Which search ran (issue 23 req. 4), how many trials were stopped and why, and when most
-    were, how many completed: only a completed trial's configuration can be the answer."""
+def _search_line(spec) -> str:
+    """The search the study used: its strategy (and what that is made of), or — a study that
+    names ``sampler.name``/``scheduler.name`` and no strategy — that sampler and scheduler."""
     strategy = spec.strategy
     if strategy is None:
-        scheduler = spec.scheduler_name
-        lines = [f"search         : sampler {spec.sampler_name}, scheduler {scheduler}"]
-    else:
-        default = "" if spec.search.strategy is not None else " (the default)"
-        lines = [f"search         : strategy {strategy}{default}"]
-    stopped, completed = counts.get("stopped", 0), counts.get("completed", 0)
+        return (
+            f"search         : sampler {spec.sampler_name}, scheduler {spec.scheduler_name} "
+            "(as sampler/scheduler name them; no search.strategy)"
+        )
+    from fedtune.tuning.strategies import STRATEGIES
+
+    default = "" if spec.search.strategy is not None else " (the default)"
+    return f"search         : strategy {strategy}{default}: {STRATEGIES[strategy].summary}"
+
+
+def _strategy_lines(spec, counts: dict[str, int], reasons: dict[str, int]) -> list[str]:
+    """Which search ran, how many trials were stopped and why, and when most were, how many
+    completed: only a completed trial's configuration can be the answer."""
+    lines = [_search_line(spec)]
+    stopped = counts.get(TrialOutcome.STOPPED, 0)
+    completed = counts.get(TrialOutcome.COMPLETED, 0)
     if stopped:
         why = ", ".join(f"{k}: {v}" for k, v in reasons.items())
         line = f"stopped early  : {stopped} trials" + (f" ({why})" if why else "")
         if stopped * 2 > counts.get("trials", 0):
-            line += (f"; {completed} completed (the best configuration is chosen among the "
-                     "completed ones)")  # fmt: skip
+            line += (
+                f"; {completed} completed (the best configuration is chosen among the "
+                "completed ones)"
+            )
         lines.append(line)
     return lines
 
 
-def _summary(result, spec, study_path: str, workdir: str) -> str:
+def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None = None) -> str:
     c = result.counts
-    outcomes = ", ".join(
-        f"{c.get(k, 0)} {k}" for k in ("completed", "diverged", "stopped", "failed")
+    shown = (
+        TrialOutcome.COMPLETED,
+        TrialOutcome.DIVERGED,
+        TrialOutcome.STOPPED,
+        TrialOutcome.FAILED,
     )
+    outcomes = ", ".join(f"{c.get(k, 0)} {k}" for k in shown)
     took = result.timings.get("total_s", 0.0)
     count = f"{c['trials']}/{result.target_trials} trials"
     if c["trials"] > result.target_trials:  # extended earlier with --trials, resumed without
-        count = (f"{c['trials']} trials (more than this run's target of {result.target_trials}:"
-                 " the study was extended with --trials before)")  # fmt: skip
+        count = (
+            f"{c['trials']} trials (more than this run's target of {result.target_trials}:"
+            " the study was extended with --trials before)"
+        )
     lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
     lines += _strategy_lines(spec, c, result.stop_reasons)
     if result.interrupted:
@@ -160,8 +183,11 @@ def _summary(result, spec, study_path: str, workdir: str) -> str:
     tradeoff = Path(result.workdir) / "tradeoff"
     from fedtune.tuning.tracking import executable
 
-    again = (f"{executable('fedtune')} tune {shlex.quote(str(Path(study_path).resolve()))} "
-             f"--workdir {shlex.quote(str(Path(workdir).resolve()))}")  # fmt: skip
+    again = (
+        f"{executable('fedtune')} tune {shlex.quote(str(Path(study_path).resolve()))} "
+        f"--workdir {shlex.quote(str(Path(workdir).resolve()))}"
+    )
+    again += "".join(f" --set {shlex.quote(item)}" for item in sets or [])
     lines += [
         f"optuna storage : {result.storage_url}",
         f"MLflow         : {result.tracking_uri} (experiment {result.experiment_id}, "
@@ -198,9 +224,15 @@ def _early_ray(args: argparse.Namespace) -> Any:
 
     if args.ray_address or os.environ.get("RAY_ADDRESS"):
         return None
+    from fedtune.errors import ConfigError
+
+    from .common import apply_sets
+
     try:
-        doc = yaml.safe_load(Path(args.study).read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        doc = yaml.safe_load(Path(args.study_file).read_text())
+        if isinstance(doc, dict):
+            doc = apply_sets(doc, args.set)
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, ConfigError):
         return None
     if not isinstance(doc, dict) or doc.get("code") is not None:
         return None
@@ -213,6 +245,18 @@ def _early_ray(args: argparse.Namespace) -> Any:
     from fedtune.tuning.ray_session import EarlyRay
 
     return EarlyRay.begin(workdir)
+
+
+def _load_spec(args: argparse.Namespace) -> Any:
+    """The study file validated, with the ``--set`` overrides applied first."""
+    from fedtune.tuning.spec import StudySpec
+
+    if not args.set:
+        return StudySpec.from_file(args.study_file)
+    from .common import apply_sets, load_yaml
+
+    data = apply_sets(load_yaml(args.study_file), args.set)
+    return StudySpec.from_dict(data, base_dir=Path(args.study_file).parent, source=args.study_file)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -230,10 +274,9 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, early: Any) -> int:
     from fedtune.errors import ConfigError, DataError
     from fedtune.tuning import timeline
-    from fedtune.tuning.spec import StudySpec
 
     try:
-        spec = StudySpec.from_file(args.study)
+        spec = _load_spec(args)
     except (ConfigError, DataError) as exc:
         # said at once (one line, exit 2); an early Ray is stopped after it, in run's finally
         print(f"fedtune: error: {exc}", file=sys.stderr, flush=True)
@@ -268,5 +311,5 @@ def _run(args: argparse.Namespace, early: Any) -> int:
         json.dump(result.to_dict(), sys.stdout, default=str)
         sys.stdout.write("\n")
     else:
-        print(_summary(result, spec, args.study, workdir))
+        print(_summary(result, spec, args.study_file, workdir, args.set))
     return 0 if result.best is not None else 1

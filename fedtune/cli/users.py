@@ -1,4 +1,4 @@
-"""Server-side admin commands on the service database (issue 20 req. 1): bootstrap and operators.
+"""Server-side admin commands on the service database: bootstrap and operators.
 
     fedtune users create NAME --project P [--role member|viewer] [--admin] [--expires-days D]
     fedtune users list                      fedtune users revoke NAME [--token-id ID]
@@ -53,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("role", choices=("member", "viewer"))
     _db(p, _role)
 
-    projects = sub.add_parser("projects", help="service projects and their quotas (on the database)")
+    projects = sub.add_parser(
+        "projects", help="service projects and their quotas (on the database)"
+    )
     verbs = projects.add_subparsers(dest="projects_verb", metavar="VERB")
     p = verbs.add_parser("create", help="a project")
     p.add_argument("name")
@@ -68,8 +70,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--studies", type=int)
     p.add_argument("--weight", type=float)
     p.add_argument("--max-priority", type=int)
-    p.add_argument("--unlimited", action="append", default=[], metavar="FIELD",
-                   choices=("gpus", "trials", "studies"), help="clear a quota")  # fmt: skip
+    p.add_argument(
+        "--unlimited",
+        action="append",
+        default=[],
+        metavar="FIELD",
+        choices=("gpus", "trials", "studies"),
+        help="clear a quota",
+    )
     _db(p, _quota)
 
 
@@ -164,17 +172,21 @@ def _list_projects(args: argparse.Namespace, session: Any) -> int:
     from fedtune.service import identity
     from fedtune.service.project_usage import project_usage
 
-    rows = [{**identity.describe_project(p), "usage": project_usage(session, p.name)}
-            for p in identity.projects(session)]  # fmt: skip
+    rows = [
+        {**identity.describe_project(p), "usage": project_usage(session, p.name)}
+        for p in identity.projects(session)
+    ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     for r in rows:
         q, u = r["quota"], r["usage"]
         cap = lambda v: "∞" if v is None else f"{v:g}"  # noqa: E731
-        print(f"{r['name']:<20} gpus {u['gpus']:g}/{cap(q['gpus'])}  trials {u['trials']}/"
-              f"{cap(q['trials'])}  studies {u['studies']['queued'] + u['studies']['running']}/"
-              f"{cap(q['studies'])}  weight {r['weight']:g}  max priority {r['max_priority']}")
+        print(
+            f"{r['name']:<20} gpus {u['gpus']:g}/{cap(q['gpus'])}  trials {u['trials']}/"
+            f"{cap(q['trials'])}  studies {u['studies']['queued'] + u['studies']['running']}/"
+            f"{cap(q['studies'])}  weight {r['weight']:g}  max priority {r['max_priority']}"
+        )
     return 0
 
 
@@ -182,9 +194,13 @@ def _quota(args: argparse.Namespace, session: Any) -> int:
     from fedtune.service import identity
 
     values: dict[str, Any] = {}
-    for flag, column in (("gpus", "quota_gpus"), ("trials", "quota_trials"),
-                         ("studies", "quota_studies"), ("weight", "weight"),
-                         ("max_priority", "max_priority")):  # fmt: skip
+    for flag, column in (
+        ("gpus", "quota_gpus"),
+        ("trials", "quota_trials"),
+        ("studies", "quota_studies"),
+        ("weight", "weight"),
+        ("max_priority", "max_priority"),
+    ):
         if getattr(args, flag) is not None:
             values[column] = getattr(args, flag)
     for flag in args.unlimited:

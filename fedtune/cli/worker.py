@@ -2,7 +2,8 @@
 
 Reads its settings from the environment (``FEDTUNE_DATABASE_URL``, ``FEDTUNE_WORKDIR``,
 ``MLFLOW_TRACKING_URI``, ``RAY_ADDRESS``), runs the study and writes its progress and final
-state to the service database (``fedtune.service.driver``). Exit codes: 0 done, 1 failed,
+state to the service database (``fedtune.service.driver``); without ``FEDTUNE_DATABASE_URL``
+it stops at once with one line naming it. Exit codes: 0 done, 1 failed, 2 misconfigured,
 69 a transient error re-queued the study, 75 another driver holds the study, 143 stopped.
 """
 
@@ -11,11 +12,12 @@ from __future__ import annotations
 import argparse
 import logging
 
-__all__ = ["register"]
+__all__ = ["register", "scrubbing_log_handlers"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("worker", help="service-side processes (the study driver)")
+    # no help=: an internal verb (the service's backends start it), absent from `fedtune --help`
+    p = sub.add_parser("worker", description="Service-side processes (the study driver).")
     verbs = p.add_subparsers(dest="worker_verb", metavar="VERB")
     run_study = verbs.add_parser("run-study", help="drive one study of the service database")
     run_study.add_argument("study_id", help="the study id (12 hex digits)")
@@ -26,8 +28,32 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.service.driver import run_driver
-    from fedtune.service.settings import load_settings
+    from fedtune.service.driver import load_driver_settings, run_driver
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_driver(args.study_id, load_settings(), args.attempt)
+    scrubbing_log_handlers(logging.getLogger().handlers)
+    return run_driver(args.study_id, load_driver_settings(), args.attempt)
+
+
+class _ScrubbingFormatter(logging.Formatter):
+    """A handler's formatter whose output (message and traceback) shows no URI's password."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        from fedtune.redact import scrub_text
+
+        return scrub_text(self.inner.format(record))
+
+
+def scrubbing_log_handlers(handlers: list[logging.Handler]) -> None:
+    """Make ``handlers`` write their records through :func:`fedtune.redact.scrub_text`.
+
+    Args:
+        handlers: The handlers the driver logs to (its log file is their stream).
+    """
+    for handler in handlers:
+        if not isinstance(handler.formatter, _ScrubbingFormatter):
+            handler.setFormatter(_ScrubbingFormatter(handler.formatter))

@@ -13,8 +13,8 @@ The server, with the cohort's aggregation weights p_i (``train.weighting``):
     τ_eff = Σ_i p_i τ_i
     q     = τ_eff · Σ_i p_i d̃_i
     v ← β v + q ;  x_{t+1} = x_t − η v          server heavy-ball momentum (FedAvgM,
-                                               000_4bdc3753d62a87e2.txt §5; Nesterov or plain
-                                               SGD with ``server_opt``)
+                                               Charles & Konečný 2021 (arXiv:2103.05032) §5;
+                                               Nesterov or plain SGD with ``server_opt``)
 
 Normalizing by τ_i removes FedNova's "objective inconsistency" (clients that ran more steps do
 not pull the model towards their own optimum); clipping at the median bounds how far any one

@@ -1,0 +1,293 @@
+"""The API's answers, defined once for the service and the SDK: plain frozen dataclasses.
+
+The service returns them from its routes (FastAPI takes a dataclass as a ``response_model``
+and derives the OpenAPI schema from it: a class's docstring is its schema's description, a
+field's ``metadata`` its ``description`` and bounds); the SDK builds them from the decoded JSON
+with :meth:`WireModel.from_json`. One class per schema, so
+the SDK's objects carry exactly the API's fields.
+
+Pure Python: this module imports neither pydantic nor any server module, so
+``import fedtune.client`` stays fast in the light install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fedtune.states import StudyState, TrialState
+
+__all__ = [
+    "BestTrial",
+    "CurveOut",
+    "CurvePoint",
+    "MlflowLinks",
+    "Progress",
+    "StudyDetail",
+    "StudyOut",
+    "StudyPage",
+    "TradeoffOut",
+    "TrialOut",
+    "WireModel",
+]
+
+W = TypeVar("W", bound="WireModel")
+
+
+def _about(text: str, default: Any = dataclasses.MISSING) -> Any:
+    """A field whose OpenAPI schema carries ``text`` as its description."""
+    return field(default=default, metadata={"description": text})
+
+
+class WireModel:
+    """Base of the answers: built from JSON (the SDK) or from a row's attributes (the service),
+    and back to JSON."""
+
+    __slots__ = ()
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Fields of the answer this version does not know (a newer service's), as sent."""
+        return self.__dict__.get("_extra", {})
+
+    @classmethod
+    def from_json(cls: type[W], data: Mapping[str, Any]) -> W:
+        """Build an answer from its decoded JSON object.
+
+        States become enums, times ``datetime``, nested objects their classes; keys this
+        version does not know are kept in :attr:`extra`, never dropped.
+
+        Args:
+            data: the decoded JSON object.
+
+        Returns:
+            The answer.
+        """
+        decoders = _decoders(cls)
+        known: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in decoders:
+                decode = decoders[key]
+                known[key] = value if decode is None or value is None else decode(value)
+            else:
+                extra[key] = value
+        answer = cls(**known)
+        if extra:
+            object.__setattr__(answer, "_extra", extra)  # frozen: not a field, not on the wire
+        return answer
+
+    def to_json(self) -> dict[str, Any]:
+        """This answer as a JSON-ready object, :attr:`extra` included.
+
+        Returns:
+            Its fields (states as strings, times in ISO 8601) and the unknown ones it came with.
+        """
+        names = [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+        return {name: _encode(getattr(self, name)) for name in names} | self.extra
+
+    @classmethod
+    def from_attributes(cls: type[W], obj: Any, **changes: Any) -> W:
+        """Build an answer from the same-named attributes of ``obj`` (a database row).
+
+        Args:
+            obj: any object with an attribute per field of this class (and its bases).
+            **changes: values that replace or complete those attributes.
+
+        Returns:
+            The answer.
+        """
+        names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        values = {name: getattr(obj, name) for name in names if name not in changes}
+        return cls(**values, **changes)
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, WireModel):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    return value
+
+
+_DECODERS: dict[type, dict[str, Callable[[Any], Any] | None]] = {}
+
+
+def _decoders(cls: type) -> dict[str, Callable[[Any], Any] | None]:
+    """Field name → how its JSON value becomes the field's type (None: as decoded)."""
+    found = _DECODERS.get(cls)
+    if found is None:
+        hints = typing.get_type_hints(cls)
+        found = {f.name: _decoder(hints[f.name]) for f in dataclasses.fields(cls)}
+        _DECODERS[cls] = found
+    return found
+
+
+def _decoder(hint: Any) -> Callable[[Any], Any] | None:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _decoder(inner[0]) if len(inner) == 1 else None  # None is passed as is
+    if origin is list and args:
+        item = _decoder(args[0])
+        return None if item is None else (lambda v: [None if x is None else item(x) for x in v])
+    if inspect.isclass(hint):
+        if issubclass(hint, WireModel):
+            return hint.from_json
+        if issubclass(hint, enum.Enum):
+            return hint
+        if issubclass(hint, dt.datetime):
+            return dt.datetime.fromisoformat
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyOut(WireModel):
+    """A study as the list of studies shows it: no spec, progress, best trial or MLflow links."""
+
+    id: str
+    name: str
+    state: StudyState
+    algorithm: str
+    task: str
+    trials_requested: int
+    backend: str | None
+    attempts: int
+    error: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    heartbeat_at: dt.datetime | None
+    code_sha256: str | None = _about("SHA-256 of the study's uploaded code", None)
+    project: str | None = _about("the project it belongs to", None)
+    owner: str | None = _about("the user who submitted it", None)
+    priority: int = _about("within its project: higher starts first", 0)
+    queued_reason: str | None = _about("why a queued study waits", None)
+
+    @property
+    def done(self) -> bool:
+        """Whether the study has ended (succeeded, failed or cancelled)."""
+        return StudyState(self.state).terminal
+
+
+@dataclass(frozen=True, kw_only=True)
+class Progress(WireModel):
+    """A study's trials by state, out of the ``requested`` ones."""
+
+    requested: int
+    finished: int = _about("completed + pruned + failed trials")
+    completed: int
+    pruned: int
+    failed: int
+    killed: int
+    running: int
+    fraction: float = field(metadata={"ge": 0, "le": 1})
+
+
+@dataclass(frozen=True, kw_only=True)
+class BestTrial(WireModel):
+    """The best trial: the driver's pick once the study has ended, until then the best completed
+    trial so far."""
+
+    number: int
+    value: float | None
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlflowLinks(WireModel):
+    """Where the study's runs are tracked; a tracking URI's credentials and a local store's path
+    are never shown."""
+
+    tracking_uri: str | None
+    experiment_id: str | None
+    run_id: str | None
+    run_url: str | None = _about("the parent run in the MLflow UI (http URIs)", None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyDetail(StudyOut):
+    """One study: its summary, spec, progress, best trial and MLflow links."""
+
+    spec: dict[str, Any]
+    progress: Progress
+    best: BestTrial | None
+    mlflow: MlflowLinks
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyPage(WireModel):
+    """One page of studies and the token of the next page (null on the last)."""
+
+    items: list[StudyOut]
+    total: int | None = _about(
+        "studies matching the filters; counted on a first page (no page_token) or "
+        "with include_total=true, null on pages reached by token"
+    )
+    limit: int
+    offset: int
+    next_page_token: str | None = _about(
+        "pass as page_token for the next page; null on the last page", None
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialOut(WireModel):
+    """One trial of a study."""
+
+    number: int
+    state: TrialState
+    params: dict[str, Any]
+    value: float | None
+    outcome: str | None
+    last_round: int
+    mlflow_run_id: str | None
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CurvePoint(WireModel):
+    """One round of a trial's learning curve: the metrics it logged."""
+
+    round: int
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CurveOut(WireModel):
+    """A trial's learning curve, round by round."""
+
+    study_id: str
+    trial: int
+    rounds: list[CurvePoint]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TradeoffOut(WireModel):
+    """``fedtune.tuning.tradeoff.TradeOff.to_dict()`` (∞ → null): once the study has ended,
+    MLflow's ``tradeoff/tradeoff.json`` of its parent run, byte for byte."""
+
+    metric: str
+    start_loss: float | None = None
+    targets: list[float | None]
+    pareto_target: float | None
+    last_rounds: int
+    smooth_window: int
+    trials: list[dict[str, Any]]
+    pareto: list[int]
+    envelope: list[dict[str, Any]]
+    regime_changes: list[dict[str, Any]]
+    notes: dict[str, str]
