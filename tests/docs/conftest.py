@@ -1,0 +1,296 @@
+"""Fixtures of the documentation tests: the environments a page's commands run in.
+
+These tests need the full development venv (``.[all,dev,docs]``). Each ``docs_env`` of
+docs/development/docs.md is built here:
+
+* ``local``: the development venv's ``bin`` first on ``PATH``;
+* ``service``: as ``local``, plus a real ``fedtune serve`` (SQLite, ``local`` backend) started
+  for the page, a project and a member of exactly that project; the page sees
+  ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's);
+* ``light``: as ``service``, but ``PATH`` starts with a venv holding only ``pip install .``
+  (no extras), built once per session; the development venv is not on ``PATH``;
+* ``operator``: as ``local``, plus ``helm``: the binary when one is installed, else a
+  ``helm`` command backed by ``helm-python-sdk`` (``helm_shim.py``).
+
+Every page runs in a fresh directory holding copies of ``examples/`` and ``helm/``, with
+``HOME`` there too, so a command cannot write into the checkout. A missing helm follows the
+repository's rule (``tests/needs.py``): a printed skip, a failure under
+``FEDTUNE_REQUIRE_HELM=1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.needs import need
+
+from .pages import REPO, Page, bash_script, python_script
+
+DEV_BIN = Path(sys.executable).parent
+#: what a page's commands must not inherit from the test process
+_DROPPED_PREFIXES = ("FEDTUNE_", "MLFLOW_", "RAY_", "VIRTUAL_ENV", "PYTHONPATH", "KUBECONFIG")
+#: the admin token of the services started for pages (never shown to a page)
+ADMIN_TOKEN = "docs-admin-token-0123456789abcdef"
+PROJECT = "docs"
+MEMBER = "reader"
+
+
+@dataclass
+class RunResult:
+    """What running a page's scripts gave.
+
+    Args:
+        ok: whether every script exited 0.
+        where: ``page:line`` of the failing block (empty when ok).
+        output: the scripts' stdout and stderr, in order.
+    """
+
+    ok: bool
+    where: str = ""
+    output: str = ""
+
+
+@dataclass
+class Environment:
+    """Who runs a page: the ``PATH`` entries before the system's, extra variables, a python.
+
+    Args:
+        path: directories put first on ``PATH``.
+        env: variables the page's commands see.
+        python: the interpreter of the page's python blocks.
+    """
+
+    path: list[Path]
+    env: dict[str, str] = field(default_factory=dict)
+    python: Path = Path(sys.executable)
+
+
+def base_environment(home: Path, path: list[Path]) -> dict[str, str]:
+    """The variables a page runs with: the test process's, minus fedtune's and Ray's, plus a
+    private ``HOME`` and ``PATH`` starting with ``path``.
+
+    Args:
+        home: the page's home directory.
+        path: directories put first on ``PATH``.
+
+    Returns:
+        The environment.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_DROPPED_PREFIXES)}
+    system = [p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != DEV_BIN]
+    env["PATH"] = os.pathsep.join([*(str(p) for p in path), *system])
+    env.update(
+        {
+            "HOME": str(home),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "Agg",
+            "NO_COLOR": "1",
+        }
+    )
+    return env
+
+
+def workspace(tmp: Path) -> tuple[Path, Path]:
+    """A fresh working directory with copies of ``examples/`` and ``helm/``, and a home.
+
+    Args:
+        tmp: an empty temporary directory.
+
+    Returns:
+        (working directory, home directory).
+    """
+    work, home = tmp / "work", tmp / "home"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in ("examples", "helm"):
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, work / name, ignore=ignore)
+    work.mkdir(exist_ok=True)
+    home.mkdir()
+    return work, home
+
+
+def run_page(page: Page, tmp: Path, environment: Environment) -> RunResult:
+    """Run a page's ``bash`` script, then its ``python`` program.
+
+    Args:
+        page: the page.
+        tmp: an empty temporary directory (working directory, home, scripts).
+        environment: who runs it.
+
+    Returns:
+        The outcome, naming the failing block's ``page:line``.
+    """
+    work, home = workspace(tmp)
+    env = base_environment(home, environment.path) | environment.env
+    marker = tmp / "block"
+    output = []
+    scripts = [
+        ("bash", bash_script(page, marker, REPO / "Makefile"), ["bash"]),
+        ("python", python_script(page, marker), [str(environment.python)]),
+    ]
+    for lang, script, argv in scripts:
+        if script is None:
+            continue
+        path = tmp / f"page.{'sh' if lang == 'bash' else 'py'}"
+        path.write_text(script)
+        try:
+            done = subprocess.run(
+                [*argv, str(path)],
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=page.timeout,
+            )
+        except subprocess.TimeoutExpired as exc:
+            where = marker.read_text().strip() if marker.exists() else page.name
+            text = f"{exc.stdout or ''}{exc.stderr or ''}"
+            return RunResult(
+                False, where, "".join(output) + f"{text}\n[timed out after {page.timeout} s]"
+            )
+        output.append(f"--- {lang} of {page.name}\n{done.stdout}{done.stderr}")
+        if done.returncode != 0:
+            return RunResult(False, _where(page, lang, path, marker, done.stderr), "".join(output))
+    return RunResult(True, "", "".join(output))
+
+
+def _where(page: Page, lang: str, script: Path, marker: Path, stderr: str) -> str:
+    """``page:line`` of the failure: the line bash's trap or Python's traceback names (the
+    scripts keep the page's line numbers), else the block the marker recorded."""
+    import re
+
+    if lang == "bash":
+        found = re.findall(rf"docs: {re.escape(page.name)}:(\d+): exit", stderr)
+    else:
+        found = re.findall(rf'File "{re.escape(str(script))}", line (\d+)', stderr)
+    if found:
+        return f"{page.name}:{found[-1]}"
+    return marker.read_text().strip() if marker.exists() else page.name
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with only the light install (``pip install .``, no extras), once per session.
+
+    The package is installed from a copy of the sources, so building it writes nothing into
+    the checkout. Returns the venv's ``bin``.
+    """
+    root = tmp_path_factory.mktemp("light")
+    src = root / "src"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "fedtune", src / "fedtune", ignore=ignore)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (REPO / name).is_file():
+            shutil.copy(REPO / name, src / name)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"pip install of the light package failed:\n{done.stderr[-3000:]}"
+    return venv / "bin"
+
+
+@pytest.fixture(scope="session")
+def helm_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory with a ``helm`` command: the installed binary, else the SDK-backed shim."""
+    found = shutil.which("helm")
+    if found:
+        return Path(found).parent
+    try:
+        import helm_python
+
+        helm_python.helm_sdk_version()
+    except Exception as exc:  # not installed, or its libhelm_c does not load
+        need("helm", f"no helm binary on PATH and helm-python-sdk is unusable ({exc})")
+    bin_dir = tmp_path_factory.mktemp("helm-bin")
+    shim = bin_dir / "helm"
+    shim.write_text(
+        f'#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / "helm_shim.py"} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return bin_dir
+
+
+@contextlib.contextmanager
+def started_service(tmp: Path) -> Iterator[dict[str, str]]:
+    """A real ``fedtune serve`` (uvicorn, SQLite, ``local`` backend) with one project and one
+    member of exactly that project, stopped on exit.
+
+    Args:
+        tmp: an empty directory for its database, work directory and log.
+
+    Returns:
+        A context manager giving ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's).
+    """
+    from tests.service.helpers import Server
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    database = f"sqlite:///{tmp / 'fedtune.db'}"
+    env = base_environment(tmp, [DEV_BIN]) | {
+        "FEDTUNE_DATABASE_URL": database,
+        "FEDTUNE_WORKDIR": str(tmp / "work"),
+        "FEDTUNE_BACKEND": "local",
+        "FEDTUNE_API_TOKEN": ADMIN_TOKEN,
+    }
+    server = Server(env, tmp / "serve.log")
+    server.env = env  # exactly these variables, not the test process's
+    server.start(timeout=120)
+    try:
+        admin = [sys.executable, "-m", "fedtune.cli"]
+        for argv in (
+            ["projects", "create", PROJECT],
+            ["users", "create", MEMBER, "--project", PROJECT, "--role", "member"],
+        ):
+            done = subprocess.run(
+                [*admin, *argv, "--database-url", database],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, f"fedtune {' '.join(argv)}: {done.stderr[-2000:]}"
+        token = done.stdout.strip().splitlines()[-1].split()[-1]
+        yield {"FEDTUNE_URL": server.url, "FEDTUNE_TOKEN": token}
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def environment_for(request: pytest.FixtureRequest, tmp_path: Path):
+    """``environment_for(page) -> Environment`` of the page's ``docs_env`` (services it starts
+    are stopped when the test ends)."""
+    stack = contextlib.ExitStack()
+
+    def make(page: Page) -> Environment:
+        if page.env == "local":
+            return Environment([DEV_BIN])
+        if page.env == "operator":
+            return Environment([DEV_BIN, request.getfixturevalue("helm_bin")])
+        service = stack.enter_context(started_service(tmp_path / "service"))
+        if page.env == "service":
+            return Environment([DEV_BIN], service)
+        light = request.getfixturevalue("light_venv")
+        return Environment([light], service, light / "python")
+
+    with stack:
+        yield make

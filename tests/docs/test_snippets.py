@@ -1,0 +1,134 @@
+"""Every documented command runs: the ``bash`` and ``python`` blocks of each page (README.md
+and docs/**), in the environment its ``docs_env`` names (docs/development/docs.md).
+
+The four newcomer paths have their own test ids (``test_newcomer_path[...]``); the harness is
+proven on small pages of its own under ``tests/docs/fixtures/``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import DEV_BIN, MEMBER, PROJECT, Environment, run_page
+from .pages import REPO, bash_script, parse_page, python_script
+from .pages import pages as all_pages
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+FIXTURES = Path(__file__).parent / "fixtures"
+#: the four readers the docs are written for: test id -> (page, the docs_env it runs in)
+NEWCOMER_PATHS = {
+    "researcher-own-model": ("docs/tutorials/own-model.md", "local"),
+    "mlflow-comparison": ("docs/tutorials/mlflow-comparison.md", "local"),
+    "team-member-light-client": ("docs/how-to/team-service.md", "light"),
+    "operator-helm-kuberay": ("docs/how-to/helm-kuberay.md", "operator"),
+}
+
+
+def _runnable_pages() -> list[str]:
+    newcomers = {page for page, _ in NEWCOMER_PATHS.values()}
+    found = []
+    for path in all_pages():
+        name = str(path.relative_to(REPO))
+        try:
+            page = parse_page(path)
+        except ValueError:  # an unclosed fence, an unknown docs_env: its test says so
+            found.append(name)
+            continue
+        if name not in newcomers and (page.runnable("bash") or page.runnable("python")):
+            found.append(name)
+    return found
+
+
+def _check(name: str, environment_for, tmp_path: Path) -> None:
+    page = parse_page(REPO / name)
+    for block in page.skipped:
+        print(f"SKIP {page.name}:{block.line} ({block.title})")
+    result = run_page(page, tmp_path, environment_for(page))
+    print(result.output)
+    assert result.ok, f"{result.where}: a documented command failed\n{result.output[-4000:]}"
+
+
+@pytest.mark.parametrize("name", _runnable_pages())
+def test_page_commands_run(name: str, environment_for, tmp_path: Path) -> None:
+    """A page's runnable blocks run in its environment and exit 0."""
+    _check(name, environment_for, tmp_path)
+
+
+@pytest.mark.parametrize("name, env", list(NEWCOMER_PATHS.values()), ids=list(NEWCOMER_PATHS))
+def test_newcomer_path(name: str, env: str, environment_for, tmp_path: Path) -> None:
+    """A newcomer's page documents commands, and every one of them runs as its reader would."""
+    page = parse_page(REPO / name)
+    assert page.env == env, f"{name}: docs_env is {page.env}, its reader's is {env}"
+    assert page.runnable("bash") or page.runnable("python"), (
+        f"{name} shows no runnable command: the newcomer path is not documented yet"
+    )
+    _check(name, environment_for, tmp_path)
+
+
+# ---------------------------------------------------------------------------- the harness
+
+
+def test_harness_a_passing_page_runs_its_blocks_and_skips_needs_blocks(tmp_path: Path) -> None:
+    page = parse_page(FIXTURES / "passing.md")
+    assert [b.title for b in page.skipped] == ["Needs a Kubernetes cluster"]
+    result = run_page(page, tmp_path, Environment([DEV_BIN]))
+    assert result.ok, result.output
+    work = tmp_path / "work"
+    assert (work / "bash-ran").read_text().strip() == "quickstart-digits-fedavgm"
+    assert (work / "python-ran").read_text() == "2"  # python saw the bash block's two files
+    assert not (work / "needs-ran").exists()
+    assert (tmp_path / "home" / "was-home").exists()  # HOME is the page's own
+
+
+@pytest.mark.parametrize("fixture, lang", [("failing.md", "bash"), ("failing_python.md", "python")])
+def test_harness_a_failing_block_is_reported_with_its_page_line(
+    fixture: str, lang: str, tmp_path
+) -> None:
+    path = FIXTURES / fixture
+    lines = path.read_text().splitlines()
+    expected = next(i + 1 for i, line in enumerate(lines) if "FAILS HERE" in line)
+    page = parse_page(path)
+    result = run_page(page, tmp_path, Environment([DEV_BIN]))
+    assert not result.ok
+    assert result.where == f"{page.name}:{expected}", result.output
+    assert "after the failure" not in result.output  # nothing ran after it
+
+
+def test_harness_make_lines_become_the_recipe_or_a_printed_skip(tmp_path: Path) -> None:
+    page = parse_page(FIXTURES / "make.md")
+    script = bash_script(page, tmp_path / "m", REPO / "Makefile")
+    assert "fedtune tune examples/quickstart.yaml" in script  # make run: its recipe
+    assert "skipped `make test`" in script and "\nmake test" not in script
+    assert python_script(page, tmp_path / "m") is None
+
+
+def test_harness_a_service_page_reaches_a_real_server_as_a_member(
+    environment_for, tmp_path
+) -> None:
+    page = parse_page(FIXTURES / "service.md")
+    environment = environment_for(page)
+    assert set(environment.env) == {"FEDTUNE_URL", "FEDTUNE_TOKEN"}
+    result = run_page(page, tmp_path, environment)
+    assert result.ok, result.output
+    assert (tmp_path / "work" / "whoami.txt").read_text().split() == [MEMBER, PROJECT]
+
+
+@pytest.mark.e2e
+def test_harness_a_light_page_runs_without_the_engine(environment_for, tmp_path) -> None:
+    page = parse_page(FIXTURES / "light.md")
+    environment = environment_for(page)
+    assert environment.python.parent.parent != Path(sys.prefix)
+    result = run_page(page, tmp_path, environment)
+    assert result.ok, result.output
+    assert (tmp_path / "work" / "light.txt").read_text().split() == ["no-torch", MEMBER]
+
+
+def test_harness_an_operator_page_renders_the_chart_offline(environment_for, tmp_path) -> None:
+    page = parse_page(FIXTURES / "operator.md")
+    result = run_page(page, tmp_path, environment_for(page))
+    assert result.ok, result.output
+    assert "kind: Deployment" in (tmp_path / "work" / "rendered.yaml").read_text()
