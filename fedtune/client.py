@@ -3,7 +3,7 @@
     from fedtune.client import Client
 
     client = Client("http://127.0.0.1:8000", token=None)
-    study = client.submit("examples/study-quadratic.yaml")     # dict, YAML/JSON path or StudySpec
+    study = client.submit("examples/quickstart.yaml")          # dict, YAML/JSON path or StudySpec
     study = client.submit("study.yaml", code="./my_lab")       # with user code (uploaded, zipped)
     study = client.submit("study.yaml", project="vision")      # over the spec's project:
     study.wait(progress=True, timeout=600)                     # live progress on stderr
@@ -87,7 +87,24 @@ States = StudyState | str | Sequence[StudyState | str] | None
 
 
 class Client:
-    """A client of one fedtune service (``url``), authenticated by ``token`` when given."""
+    """A client of one fedtune service.
+
+    Args:
+        url: The service's base URL.
+        token: A bearer token (None: send none).
+        transport: The ``httpx`` transport to use (tests pass an in-process app's).
+        timeout: Seconds to wait for each answer.
+        retries: How many times a connection error or a 5xx answer is retried.
+        backoff_s: The first retry's delay; it doubles with each retry.
+        sleep: The function that waits between retries.
+
+    Example:
+        ```python
+        with Client("http://127.0.0.1:8000", token="...") as client:
+            study = client.submit("examples/quickstart.yaml")
+            print(study.wait().state, study.best())
+        ```
+    """
 
     def __init__(
         self,
@@ -110,6 +127,7 @@ class Client:
     # ---------------------------------------------------------------- plumbing
 
     def close(self) -> None:
+        """Close the client's HTTP connections."""
         self._http.close()
 
     def __enter__(self) -> Client:
@@ -119,7 +137,21 @@ class Client:
         self.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One API call with retries; the decoded JSON answer or a typed exception."""
+        """Make one API call, retrying connection errors and 5xx answers with backoff.
+
+        Args:
+            method: The HTTP method.
+            path: The route, e.g. ``/v1/studies``.
+            **kwargs: Passed on to ``httpx.Client.request`` (``json``, ``params``, ``headers`` …).
+
+        Returns:
+            The decoded JSON answer.
+
+        Raises:
+            FedtuneError: The service's error answer, as its typed subclass (after the retries
+                for a 5xx answer).
+            ServiceUnreachableError: Nothing answered after the retries.
+        """
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             if attempt:
@@ -151,21 +183,23 @@ class Client:
         project: str | None = None,
         idempotency_key: str | None = None,
     ) -> Study:
-        """Submit a study.
-
-        User code — ``code`` (a directory or wheel), else the spec's ``code.path`` (relative to
-        the spec file) — is packed, uploaded (:meth:`upload_code`) and named by its digest:
-        the spec goes out as ``code: {sha256, modules}``.
+        """Submit a study, uploading its user code first when it has some.
 
         Args:
-            spec: a mapping, the path of a YAML/JSON file, or an object with ``to_dict()``.
-            code: user code to upload (default: the spec's ``code.path``).
-            project: the project to submit to, over the spec's ``project:``; neither: the
+            spec: A mapping, the path of a YAML/JSON file, or an object with ``to_dict()``.
+            code: User code to upload, a directory or wheel (default: the spec's ``code.path``,
+                relative to the spec file); the spec goes out naming it by its SHA-256.
+            project: The project to submit to, over the spec's ``project:``; neither: the
                 service's choice (your only project; an admin's: ``default``).
-            idempotency_key: the request's key (default: a new random one, reused by retries).
+            idempotency_key: The request's key (default: a new random one, reused by retries).
 
         Returns:
             The handle of the new study (or of the one this key created before).
+
+        Raises:
+            ConfigError: The spec cannot be read, or has code without ``code.modules``; the
+                service refused it (422, naming the field).
+            FedtuneError: Any other error answer of the service.
         """
         body = _spec_body(spec)
         if project is not None:
@@ -189,17 +223,19 @@ class Client:
         return Study(self, data["id"])
 
     def upload_code(self, path: str | Path, project: str | None = None) -> str:
-        """Pack a directory (or take a wheel/zip) and upload it for ``project``; its SHA-256.
-        Identical code is stored once by the service, so uploading again is cheap and safe to
-        retry; a package belongs to the projects that uploaded it.
+        """Pack a directory (or take a wheel or zip) and upload it; safe to repeat.
 
         Args:
-            path: a directory, wheel or zip.
-            project: the project it is for (None: the one a submission without ``project:``
+            path: A directory, wheel or zip.
+            project: The project it is for (None: the one a submission without ``project:``
                 goes to).
 
         Returns:
             The package's SHA-256, as the service stored it.
+
+        Raises:
+            ConfigError: The code cannot be packed, or the service stored another digest.
+            FedtuneError: An error answer of the service (e.g. 403: uploads are disabled).
         """
         from fedtune.code_package import pack
 
@@ -217,6 +253,14 @@ class Client:
         return package.sha256
 
     def study(self, study_id: str) -> Study:
+        """Get the handle of an existing study (no request is made).
+
+        Args:
+            study_id: The study's id.
+
+        Returns:
+            The study's handle.
+        """
         return Study(self, study_id)
 
     def studies(
@@ -226,9 +270,22 @@ class Client:
         offset: int = 0,
         project: str | None = None,
     ) -> list[StudyOut]:
-        """The studies this caller may read (of ``project`` only, when given), newest first:
-        one page by offset, as summaries (:meth:`Study.status` has the details).
-        :meth:`list_studies` and :meth:`iter_studies` page by token."""
+        """List one page, by offset, of the studies this caller may read, newest first.
+
+        :meth:`list_studies` and :meth:`iter_studies` page by token instead.
+
+        Args:
+            state: Only studies in this state (None: all).
+            limit: The page's size.
+            offset: How many studies to skip.
+            project: Only this project's studies (None: all the caller may read).
+
+        Returns:
+            The studies as summaries (:meth:`Study.status` has the details).
+
+        Raises:
+            ConfigError: ``state`` is no study state.
+        """
         params: dict[str, Any] = {"limit": limit, "offset": offset}
         params.update(_list_filters(state, project))
         page = self.request("GET", "/v1/studies", params=params)
@@ -244,11 +301,23 @@ class Client:
         order: str = "desc",
         include_total: bool | None = None,
     ) -> StudyPage:
-        """One page of the studies this caller may read: in one of ``state`` (one or several),
-        of ``project``, by creation time (``order`` ``desc``: newest first, or ``asc``).
-        Pass the answer's ``next_page_token`` as ``page_token`` for the next page (same filters
-        and order); it is None on the last page. ``total`` is counted on a first page, or
-        when ``include_total``."""
+        """List one page of the studies this caller may read, by creation time.
+
+        Args:
+            state: Only studies in this state or these states (None: all).
+            project: Only this project's studies (None: all the caller may read).
+            limit: The page's size.
+            page_token: The previous page's ``next_page_token`` (None: the first page); keep
+                the same filters and order.
+            order: ``desc`` (newest first) or ``asc``.
+            include_total: Count ``total`` (None: on a first page only).
+
+        Returns:
+            The page; its ``next_page_token`` is None on the last page.
+
+        Raises:
+            ConfigError: ``state`` names no study state.
+        """
         params: dict[str, Any] = {"limit": limit, "order": order, **_list_filters(state, project)}
         if page_token is not None:
             params["page_token"] = page_token
@@ -264,8 +333,22 @@ class Client:
         order: str = "desc",
         page_size: int = 100,
     ) -> Iterator[StudyOut]:
-        """Every study matching the filters, one page (``page_size``) fetched at a time by
-        following ``next_page_token``; no study twice, none skipped while others are submitted."""
+        """Iterate over every matching study, fetching one page at a time.
+
+        No study comes twice and none is skipped while others are submitted.
+
+        Args:
+            state: Only studies in this state or these states (None: all).
+            project: Only this project's studies (None: all the caller may read).
+            order: ``desc`` (newest first) or ``asc``.
+            page_size: How many studies each request fetches.
+
+        Yields:
+            The studies, as summaries.
+
+        Raises:
+            ConfigError: ``state`` names no study state.
+        """
         token: str | None = None
         while True:
             page = self.list_studies(
@@ -279,22 +362,45 @@ class Client:
     # ---------------------------------------------------------------- discovery
 
     def algorithms(self) -> list[dict[str, Any]]:
+        """List the algorithms the service offers.
+
+        Returns:
+            One object per algorithm, as ``GET /v1/algorithms`` answers.
+        """
         return self.request("GET", "/v1/algorithms")
 
     def tasks(self) -> list[dict[str, Any]]:
+        """List the tasks the service offers.
+
+        Returns:
+            One object per task, as ``GET /v1/tasks`` answers.
+        """
         return self.request("GET", "/v1/tasks")
 
     def search_spaces(self) -> list[dict[str, Any]]:
+        """List the search spaces the service ships.
+
+        Returns:
+            One object per space, as ``GET /v1/search-spaces`` answers.
+        """
         return self.request("GET", "/v1/search-spaces")
 
     # ---------------------------------------------------------------- identity
 
     def whoami(self) -> dict[str, Any]:
-        """``{name, admin, projects: {project: role}, via}`` of this client's token."""
+        """Say who this client's token authenticates.
+
+        Returns:
+            ``{name, admin, projects: {project: role}, via}``.
+        """
         return self.request("GET", "/v1/whoami")
 
     def users(self) -> list[dict[str, Any]]:
-        """Every user with roles and live token ids (admins only)."""
+        """List every user with its roles and live token ids (admins only).
+
+        Returns:
+            One object per user.
+        """
         return self.request("GET", "/v1/users")
 
     def create_user(
@@ -306,7 +412,18 @@ class Client:
         admin: bool = False,
         expires_in_days: float | None = None,
     ) -> dict[str, Any]:
-        """A new user and its first token (``token``: shown once). Admins only."""
+        """Create a user and its first token (admins only).
+
+        Args:
+            name: The user's name.
+            project: A project to make it a member of (None: none).
+            role: Its role in ``project``.
+            admin: Whether the user is an administrator.
+            expires_in_days: The token's lifetime (None: it does not expire).
+
+        Returns:
+            The user, with its ``token`` (shown this once only).
+        """
         body = {
             "name": name,
             "project": project,
@@ -317,33 +434,87 @@ class Client:
         return self.request("POST", "/v1/users", json=body)
 
     def new_token(self, user: str, expires_in_days: float | None = None) -> dict[str, Any]:
-        """Another token for ``user`` (rotation; a user may make its own)."""
+        """Create another token for ``user``, e.g. to rotate (a user may make its own).
+
+        Args:
+            user: The user's name.
+            expires_in_days: The token's lifetime (None: it does not expire).
+
+        Returns:
+            The new token and its id.
+        """
         return self.request(
             "POST", f"/v1/users/{user}/tokens", json={"expires_in_days": expires_in_days}
         )
 
     def revoke(self, user: str, token_id: str | None = None) -> int:
-        """Revoke ``user``'s tokens (or one); how many were live. Admins only."""
+        """Revoke all of ``user``'s tokens, or one (admins only).
+
+        Args:
+            user: The user's name.
+            token_id: The one token to revoke (None: all of them).
+
+        Returns:
+            How many live tokens were revoked.
+        """
         return self.request("POST", f"/v1/users/{user}/revoke", json={"token_id": token_id})[
             "revoked"
         ]
 
     def set_role(self, user: str, project: str, role: str = "member") -> dict[str, Any]:
+        """Give ``user`` a role in ``project``.
+
+        Args:
+            user: The user's name.
+            project: The project's name.
+            role: The role, e.g. ``member`` or ``viewer``.
+
+        Returns:
+            The user's membership as the service stored it.
+        """
         return self.request("PUT", f"/v1/users/{user}/projects/{project}", json={"role": role})
 
     def projects(self) -> list[dict[str, Any]]:
-        """The projects this caller belongs to (an admin: all), with quotas."""
+        """List the projects this caller belongs to (an admin: all), with their quotas.
+
+        Returns:
+            One object per project.
+        """
         return self.request("GET", "/v1/projects")
 
     def project(self, name: str) -> dict[str, Any]:
-        """A project's quota and usage now."""
+        """Get a project's quota and its usage now.
+
+        Args:
+            name: The project's name.
+
+        Returns:
+            The project, its quota and usage.
+        """
         return self.request("GET", f"/v1/projects/{name}")
 
     def create_project(self, name: str) -> dict[str, Any]:
+        """Create a project.
+
+        Args:
+            name: The project's name.
+
+        Returns:
+            The new project.
+        """
         return self.request("POST", "/v1/projects", json={"name": name})
 
     def set_quota(self, name: str, **quota: float | int | None) -> dict[str, Any]:
-        """``gpus``, ``trials``, ``studies``, ``weight``, ``max_priority`` (None: unlimited)."""
+        """Set a project's quota.
+
+        Args:
+            name: The project's name.
+            **quota: Any of ``gpus``, ``trials``, ``studies``, ``weight`` and ``max_priority``
+                (None: unlimited).
+
+        Returns:
+            The project with its new quota.
+        """
         return self.request("PUT", f"/v1/projects/{name}/quota", json=quota)
 
 
@@ -390,7 +561,13 @@ def _spec_body(spec: Any) -> dict[str, Any]:
 
 
 class Study:
-    """Handle on one study of the service."""
+    """A handle on one study of the service (get it from :meth:`Client.submit` or
+    :meth:`Client.study`).
+
+    Args:
+        client: The client that talks to the service.
+        study_id: The study's id.
+    """
 
     def __init__(self, client: Client, study_id: str) -> None:
         self.client, self.id = client, study_id
@@ -402,6 +579,11 @@ class Study:
         return self.client.request("GET", f"/v1/studies/{self.id}{suffix}", **kwargs)
 
     def status(self) -> StudyStatus:
+        """Get the study's state, progress, best trial and MLflow links.
+
+        Returns:
+            The study's details.
+        """
         return StudyStatus.from_json(self._get())
 
     def wait(
@@ -412,7 +594,20 @@ class Study:
         poll_s: float = 1.0,
         stream: TextIO | None = None,
     ) -> StudyStatus:
-        """Poll until the study finishes; ``TimeoutError`` after ``timeout`` seconds."""
+        """Poll until the study has ended.
+
+        Args:
+            progress: Print a progress line whenever it changes.
+            timeout: Give up after this many seconds (None: wait for ever).
+            poll_s: Seconds between two polls.
+            stream: Where the progress goes (default: ``sys.stderr``).
+
+        Returns:
+            The study's final details.
+
+        Raises:
+            TimeoutError: The study has not ended after ``timeout`` seconds.
+        """
         stream = stream or sys.stderr
         deadline = None if timeout is None else time.monotonic() + timeout
         shown = ""
@@ -430,21 +625,61 @@ class Study:
             time.sleep(poll_s)
 
     def trials(self, state: TrialState | str | None = None) -> list[TrialInfo]:
+        """List the study's trials.
+
+        Args:
+            state: Only trials in this state (None: all).
+
+        Returns:
+            The trials.
+
+        Raises:
+            ValueError: ``state`` names no trial state.
+        """
         params = {"state": str(TrialState(state))} if state is not None else None
         return [TrialInfo.from_json(t) for t in self._get("/trials", params=params)]
 
     def curve(self, number: int) -> list[CurvePoint]:
+        """Get one trial's learning curve.
+
+        Args:
+            number: The trial's number.
+
+        Returns:
+            The metrics it logged, round by round.
+
+        Raises:
+            TrialNotFoundError: The study has no such trial.
+        """
         return CurveOut.from_json(self._get(f"/trials/{int(number)}/curve")).rounds
 
     def tradeoff(self) -> TradeOff:
+        """Get the study's measured trade-off (also called as ``frontier``).
+
+        Returns:
+            The trade-off of its finished trials and their Pareto set.
+        """
         return TradeOff.from_json(self._get("/tradeoff"))
 
     frontier = tradeoff
 
     def best(self) -> BestTrial | None:
+        """Get the best trial so far (the driver's pick once the study has ended).
+
+        Returns:
+            The best trial, or None while there is none.
+        """
         return self.status().best
 
     def cancel(self) -> StudyStatus:
+        """Cancel the study (a no-op for a cancelled one).
+
+        Returns:
+            The study's details after the cancellation.
+
+        Raises:
+            IllegalStateChangeError: The study has already ended otherwise.
+        """
         return StudyStatus.from_json(self.client.request("POST", f"/v1/studies/{self.id}/cancel"))
 
 

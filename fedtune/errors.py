@@ -61,7 +61,13 @@ class FedtuneError(Exception):
 
 
 class ConfigError(FedtuneError, ValueError):
-    """Invalid configuration: names the offending field (dotted path) and the reason."""
+    """Invalid configuration: names the offending field and the reason.
+
+    Args:
+        field: The dotted path of the field, e.g. ``hparams.client_lr``.
+        reason: What is wrong with it, in one line.
+        source: The file the configuration came from, if any.
+    """
 
     code = "invalid_config"
 
@@ -76,7 +82,14 @@ class ConfigError(FedtuneError, ValueError):
         return (type(self), (self.field, self.reason, self.source))
 
     def with_source(self, source: str | None) -> ConfigError:
-        """The same error (same type and extras) attributed to the file ``source``."""
+        """Copy this error (same type and extras), attributed to another file.
+
+        Args:
+            source: The file the configuration came from (None: none).
+
+        Returns:
+            The new error.
+        """
         fn, args = self.__reduce__()[:2]
         new = fn(*args)
         new.source = source
@@ -86,8 +99,15 @@ class ConfigError(FedtuneError, ValueError):
 
 
 def combine_errors(errors: list[ConfigError], field: str | None = None) -> ConfigError:
-    """One error for several: the only one, or ``<common field>: N conflicts: a: …; b: …`` (one
-    line; combined errors are flattened, their parts kept in ``.parts``)."""
+    """Combine several errors into one, on one line.
+
+    Args:
+        errors: The errors; combined ones are flattened.
+        field: The field of the result (default: the fields' common prefix).
+
+    Returns:
+        The only error, or ``<field>: N conflicts: a: …; b: …`` with the parts in ``.parts``.
+    """
     flat = [part for e in errors for part in getattr(e, "parts", [e])]
     if len(flat) == 1:
         return flat[0]
@@ -108,9 +128,16 @@ def combine_errors(errors: list[ConfigError], field: str | None = None) -> Confi
 
 
 class CodeError(ConfigError):
-    """User code failed at import or registration time (syntax error, import error, a
-    registration without bounds, a missing registration). ``field`` is the spec field that named
-    the code (``code.modules[0]``, ``task.name``); ``location`` is ``file:line`` of the error."""
+    """User code failed at import or registration time.
+
+    E.g. a syntax or import error, a registration without bounds, a missing registration.
+
+    Args:
+        field: The spec field that named the code (``code.modules[0]``, ``task.name``).
+        reason: What went wrong, in one line.
+        location: ``file:line`` of the error, if known.
+        source: The spec file, if any.
+    """
 
     def __init__(
         self, field: str, reason: str, location: str | None = None, source: str | None = None
@@ -125,7 +152,12 @@ class CodeError(ConfigError):
 
 
 class DataError(FedtuneError, ValueError):
-    """A dataset file is missing or malformed: names the file and what was expected."""
+    """A dataset file is missing or malformed.
+
+    Args:
+        path: The file.
+        reason: What was expected of it.
+    """
 
     code = "invalid_data"
 
@@ -139,21 +171,29 @@ class DataError(FedtuneError, ValueError):
 
 
 class NotFoundError(FedtuneError, LookupError):
+    """An object (study, trial, algorithm, task) does not exist."""
+
     code = "not_found"
 
 
 class ConflictError(FedtuneError):
+    """The request conflicts with what exists (a name taken, a state, another driver)."""
+
     code = "conflict"
 
 
 class BackendError(FedtuneError, RuntimeError):
+    """An execution backend (Ray, Kubernetes) or a store failed."""
+
     code = "backend_error"
 
 
 class TransientError(BackendError):
-    """A fault that may pass if the same work is tried again later (a Ray cluster starting or
-    restarting, a lost connection). The service re-dispatches such a study with backoff up to
-    ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``; a permanent error fails it at once."""
+    """A fault that may pass if the same work is tried again later (Ray starting, a lost link).
+
+    The service re-dispatches such a study with backoff, up to
+    ``FEDTUNE_MAX_DISPATCH_ATTEMPTS`` times; a permanent error fails it at once.
+    """
 
 
 class RayStartError(TransientError):
@@ -168,11 +208,11 @@ class InvalidRequestError(ConfigError):
 
 
 class StudyNotFoundError(NotFoundError):
-    pass
+    """No study has this id, or the caller may not see it."""
 
 
 class TrialNotFoundError(NotFoundError):
-    pass
+    """The study has no trial with this number."""
 
 
 class IllegalStateChangeError(ConflictError):
@@ -188,8 +228,10 @@ class DatabaseUnavailableError(BackendError):
 
 
 class WorkdirUnwritableError(BackendError):
-    """The service's work directory cannot be written (full disk, read-only mount): it can
-    take no study (``/readyz`` says so, naming the directory and the reason)."""
+    """The service's work directory cannot be written (full disk, read-only mount).
+
+    The service can take no study; ``/readyz`` says so, naming the directory and the reason.
+    """
 
 
 class ServiceWarmingUpError(BackendError):
@@ -197,8 +239,10 @@ class ServiceWarmingUpError(BackendError):
 
 
 class ServiceBusyError(BackendError):
-    """Every submission-validation slot is taken (``FEDTUNE_MAX_CONCURRENT_VALIDATIONS``);
-    retry after the answer's ``Retry-After`` seconds (the SDK does)."""
+    """Every submission-validation slot is taken (``FEDTUNE_MAX_CONCURRENT_VALIDATIONS``).
+
+    Retry after the answer's ``Retry-After`` seconds; the SDK does.
+    """
 
 
 class ServiceUnreachableError(BackendError):
@@ -222,12 +266,14 @@ class ForbiddenError(FedtuneError):
 
 
 class PayloadTooLargeError(FedtuneError):
-    pass
+    """The request's body is larger than the service accepts."""
 
 
 class CodeUploadDisabledError(ForbiddenError):
-    """A study with user code while the operator has not enabled uploads
-    (``FEDTUNE_ALLOW_CODE_UPLOAD``)."""
+    """A study with user code while the operator has not enabled uploads.
+
+    Uploads are enabled by ``FEDTUNE_ALLOW_CODE_UPLOAD``.
+    """
 
     field = "code"
 

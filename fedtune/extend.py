@@ -126,22 +126,34 @@ __all__ = [
 
 
 def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **recipe: Any) -> Recipe:
-    """Register the algorithm ``name`` as a :class:`Recipe` (keyword arguments are its fields:
-    ``summary``, ``paper``, ``hparams``, ``params``, ``theta``, ``units``, ``defaults``,
-    ``fixed``, ``server_opts``, ``build`` …) through the same registry as the built-ins.
+    """Register an algorithm through the same registry as the built-ins.
 
-    ``hparams``: :class:`HParam` declarations of the hyperparameters your parts read besides
-    the client rule's (``client_lr``, ``prox_alpha``, ``theta``) and the server optimizer's
-    (``server_*``); ``build(recipe, hp, local_steps, task)`` reads them as ``hp.<name>``.
-    ``params``: the names a study may set (default: ``client_lr``, the server optimizer's and
-    all of yours, less ``fixed``). A name in ``params``/``defaults``/``fixed`` that no part
-    declares, or a numeric declaration without bounds, is a ``CodeError`` naming it.
+    Args:
+        name: The algorithm's name, as a study's ``algorithm:`` names it.
+        aggregator: The method's aggregation part, ``aggregator(messages [M, ...], weights [M],
+            steps τ [M], client_lr) -> (q, diagnostics)`` (see :class:`Aggregator`), used in
+            place of the weighted mean q = Σ_i w_i q_i of :class:`LocalUpdate` (e.g. FedNova's
+            normalized averaging). Give either ``aggregator`` or ``build``, not both.
+        **recipe: The :class:`Recipe`'s fields: ``summary``, ``paper``, ``hparams`` (the
+            :class:`HParam` declarations of what your parts read besides ``client_lr``,
+            ``prox_alpha``, ``theta`` and ``server_*``; ``build`` reads them as
+            ``hp.<name>``), ``params`` (the names a study may set; default: ``client_lr``, the
+            server optimizer's and all of yours, less ``fixed``), ``theta``, ``units``,
+            ``defaults``, ``fixed``, ``server_opts``, ``build(recipe, hp, local_steps, task)`` …
 
-    ``aggregator``: the method's aggregation part, ``aggregator(messages [M, ...], weights [M],
-    steps τ [M], client_lr) -> (q, diagnostics)`` (see :class:`Aggregator`), used in place of
-    the weighted mean Σ_i w_i q_i of :class:`LocalUpdate` — e.g. FedNova's normalized
-    averaging. It runs once per round on the stacked messages, after the clients' (vectorized)
-    local steps. Give either ``aggregator`` or ``build``, not both.
+    Returns:
+        The registered recipe.
+
+    Raises:
+        CodeError: An unknown recipe field; ``hparams`` not a tuple of :class:`HParam`; both
+            ``aggregator`` and ``build``, or an ``aggregator`` that is not callable; a name in
+            ``params``, ``defaults`` or ``fixed`` that no part declares; a numeric declaration
+            without bounds.
+
+    Example:
+        ```python
+        register_algorithm("fedavg_clip", summary="...", aggregator=ClippedMean())
+        ```
     """
     recipe.setdefault("summary", "")
     recipe.setdefault("paper", "")

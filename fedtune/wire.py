@@ -113,7 +113,14 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
 
 
 def retry_after(code: str) -> str:
-    """The ``Retry-After`` header value of a 503 answer with ``code``."""
+    """Give the ``Retry-After`` header of a 503 answer.
+
+    Args:
+        code: The answer's stable error code.
+
+    Returns:
+        The delay in seconds, as the header's text.
+    """
     return str(RETRY_AFTER_S.get(code, RETRY_AFTER_S["*"]))
 
 
@@ -125,7 +132,14 @@ for _cls, (_status, _code) in ERROR_TABLE.items():
 
 
 def status_and_code(exc: BaseException) -> tuple[int, str]:
-    """(HTTP status, code) of ``exc``: its most specific class in the table, else 500."""
+    """Look up the HTTP status and stable code of an exception.
+
+    Args:
+        exc: Any exception; its most specific class in :data:`ERROR_TABLE` decides.
+
+    Returns:
+        ``(status, code)``; ``(500, "internal_error")`` for an exception not in the table.
+    """
     for cls in type(exc).__mro__:
         if cls in ERROR_TABLE:
             return ERROR_TABLE[cls]
@@ -133,7 +147,15 @@ def status_and_code(exc: BaseException) -> tuple[int, str]:
 
 
 def error_body(exc: BaseException) -> dict[str, Any]:
-    """``{"error": {"code", "message", "field"}}`` — never a traceback."""
+    """Build the body of an error answer (never a traceback).
+
+    Args:
+        exc: The exception to answer with; one that is not a ``FedtuneError`` becomes
+            ``internal server error``.
+
+    Returns:
+        ``{"error": {"code", "message", "field"}}``.
+    """
     _, code = status_and_code(exc)
     if isinstance(exc, ConfigError):
         message, field = exc.reason, exc.field
@@ -147,9 +169,15 @@ def error_body(exc: BaseException) -> dict[str, Any]:
 
 
 def exception_from_body(status: int, body: Any) -> FedtuneError:
-    """Rebuild the typed exception from an error answer (unknown codes fall back on status).
+    """Rebuild the typed exception from an error answer.
 
-    The result carries ``status``, ``code`` and ``field`` attributes.
+    Args:
+        status: The answer's HTTP status; it picks the class when the code is unknown.
+        body: The decoded answer, ``{"error": {"code", "message", "field"}}`` (anything else
+            is tolerated).
+
+    Returns:
+        The exception, with ``status``, ``code`` and ``field`` attributes.
     """
     err = body.get("error") if isinstance(body, Mapping) else None
     err = err if isinstance(err, Mapping) else {}

@@ -47,8 +47,7 @@ def _about(text: str, default: Any = dataclasses.MISSING) -> Any:
 
 
 class WireModel:
-    """Base of the answers: built from JSON (the SDK) or from a row's attributes (the service),
-    and back to JSON."""
+    """Base of the answers: built from JSON (the SDK) or a database row (the service)."""
 
     __slots__ = ()
 

@@ -218,11 +218,11 @@ def _early_ray(args: argparse.Namespace) -> Any:
     ``code:`` section (its ``runtime_env`` needs the validated spec), and a study that will run
     trials (new, or ``--trials`` given). Otherwise, or if the file does not parse, None: the
     usual path reports everything."""
-    import os
-
     import yaml
 
-    if args.ray_address or os.environ.get("RAY_ADDRESS"):
+    from fedtune.tuning import env
+
+    if args.ray_address or env.ray_address():
         return None
     from fedtune.errors import ConfigError
 

@@ -63,7 +63,7 @@ from .optuna_sync import OptunaView
 from .paths import check_workdir, study_tracking_uri, study_workdir
 from .reconcile import recover_study
 from .repository import Repository
-from .settings import Settings, load_settings
+from .settings import Settings, database_url_from_env, load_settings
 from .specs import load_spec
 from .states import StudyState
 from .study_code import with_study_code
@@ -152,7 +152,7 @@ def load_driver_settings() -> Settings:
             file in the working directory, is no database a driver may write: on a cluster no
             service reads it), or a setting is invalid.
     """
-    if not os.environ.get("FEDTUNE_DATABASE_URL", "").strip():
+    if not (database_url_from_env() or "").strip():
         raise ConfigError(
             "FEDTUNE_DATABASE_URL",
             "not set in the driver's environment; give the cluster's processes the service "
@@ -272,7 +272,7 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
                 spec,
                 workdir,
                 tracking_uri=uri,
-                ray_address=os.environ.get("RAY_ADDRESS") or None,
+                ray_address=settings.ray_address,
                 sinks=[sink],
             )
         finally:

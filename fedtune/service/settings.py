@@ -20,7 +20,13 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fedtune.errors import ConfigError
 
-__all__ = ["PLACEHOLDER_SECRETS", "BackendKind", "Settings", "load_settings"]
+__all__ = [
+    "PLACEHOLDER_SECRETS",
+    "BackendKind",
+    "Settings",
+    "database_url_from_env",
+    "load_settings",
+]
 
 #: values that are never accepted as a token or a database password
 PLACEHOLDER_SECRETS = frozenset(
@@ -320,3 +326,15 @@ def load_settings(**overrides: Any) -> Settings:
         name = str(first["loc"][0]) if first["loc"] else "settings"
         env = _ENV_NAMES.get(name, f"FEDTUNE_{name.upper()}")
         raise ConfigError(env, first["msg"].removeprefix("Value error, ")) from None
+
+
+def database_url_from_env() -> str | None:
+    """``FEDTUNE_DATABASE_URL`` as set, before any default.
+
+    A study driver, which must not fall back to the default SQLite file, and Alembic's
+    environment tell "unset" apart with it.
+
+    Returns:
+        The variable's value, or None when it is unset.
+    """
+    return os.environ.get("FEDTUNE_DATABASE_URL")

@@ -80,7 +80,18 @@ LossOf = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class ClientRule:
-    """How a client turns its batches into a message."""
+    """How a client turns its batches into a message (ClientUpdate).
+
+    From y ← x, K(Θ) steps g_k ← ∇f(y; S_k) + α (y − x), y ← y − γ g_k give the message
+    Σ_k θ_k g_k (Charles & Konečný 2021 (arXiv:2103.05032) §2.1).
+
+    Args:
+        theta: The step weights Θ ``[K(Θ)]``.
+        prox_alpha: The proximal weight α (FedProx).
+        second_order: Differentiate through the inner steps (MAML).
+        units: ``gradient`` (Σ_k θ_k g_k) or ``delta`` (γ times it: the model change).
+        preset: The Θ preset, for per-client Θ rows with heterogeneous steps.
+    """
 
     theta: torch.Tensor  # [K(Θ)]
     prox_alpha: float = 0.0
@@ -90,6 +101,7 @@ class ClientRule:
 
     @property
     def num_batches(self) -> int:
+        """Batches a client draws per round: K(Θ), one more for second-order MAML."""
         return int(self.theta.shape[0]) + (1 if self.second_order else 0)
 
 

@@ -31,7 +31,16 @@ __all__ = ["CodeSpec", "LoadReport", "code_origin", "load_code", "parse_code_spe
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What :func:`load_code` imported and what each module registered (JSON-friendly)."""
+    """What :func:`load_code` imported and what each module registered.
+
+    Attributes:
+        path: The mounted directory or wheel (None: the modules were importable).
+        modules: The modules imported, in order.
+        files: Each module's file (None: not known).
+        tasks: The tasks registered.
+        models: The models registered.
+        algorithms: The algorithms registered.
+    """
 
     path: str | None
     modules: list[str]
@@ -41,6 +50,7 @@ class LoadReport:
     algorithms: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """Give the report as JSON-ready data."""
         return asdict(self)
 
 
@@ -123,7 +133,22 @@ def _check_under_root(module: str, where: str, file: str | None, root: str | Non
 
 
 def load_code(code: CodeSpec | Mapping[str, Any], base_dir: str | Path | None = None) -> LoadReport:
-    """Import a study's user code so that its registrations exist; see module docstring."""
+    """Import a study's user code so that its registrations exist; idempotent.
+
+    Args:
+        code: The study's ``code`` section: ``path`` (a directory, wheel or zip; optional when
+            the modules are importable) and the ``modules`` to import in order.
+        base_dir: The directory ``path`` is relative to (None: the working directory).
+
+    Returns:
+        What was imported and what each module registered.
+
+    Raises:
+        CodeError: A syntax or import error, an exception at import, or an invalid
+            registration, naming the field (``code.path``, ``code.modules[i]``) and the
+            ``file:line``.
+        ConfigError: An invalid ``code`` section.
+    """
     spec = parse_code_spec(code).resolved(base_dir)
     registries = _registries()
     for registry in registries.values():  # user code may extend a built-in's name: load first

@@ -26,7 +26,14 @@ class CodeSpec(BaseModel):
     modules: Annotated[list[Annotated[str, Field(pattern=MODULE_PATTERN)]], Field(min_length=1)]
 
     def resolved(self, base_dir: str | Path | None) -> CodeSpec:
-        """The same spec with ``path`` made absolute against ``base_dir`` (the study's folder)."""
+        """Make ``path`` absolute.
+
+        Args:
+            base_dir: The directory ``path`` is relative to, the study's (None: unchanged).
+
+        Returns:
+            The same spec with an absolute ``path`` (unchanged without a path).
+        """
         if self.path is None or Path(self.path).is_absolute() or base_dir is None:
             return self
         return self.model_copy(update={"path": str((Path(base_dir) / self.path).resolve())})

@@ -59,6 +59,17 @@ _STATE_VERSION = 1
 
 
 def pick_device(requested: str) -> torch.device:
+    """Resolve ``train.device`` to a torch device.
+
+    Args:
+        requested: ``auto`` (a GPU when there is one, else the CPU) or a torch device name.
+
+    Returns:
+        The device.
+
+    Raises:
+        ConfigError: A CUDA device was requested but no GPU is available.
+    """
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(requested)
@@ -68,7 +79,15 @@ def pick_device(requested: str) -> torch.device:
 
 
 class Trainer:
-    """Runs one trial round by round (see module docstring)."""
+    """Run one trial round by round, with checkpoints between rounds.
+
+    Args:
+        config: The trial's configuration, parsed or as a mapping.
+        task: The task, already built (None: built from ``config.task``).
+
+    Raises:
+        ConfigError: An invalid configuration, device or model.
+    """
 
     def __init__(self, config: TrialConfig | Mapping[str, Any], task: Task | None = None) -> None:
         self.config = config if isinstance(config, TrialConfig) else parse_trial_config(config)
@@ -111,6 +130,16 @@ class Trainer:
 
     # -- functional model -------------------------------------------------------------
     def per_example_loss(self, params, x, y) -> torch.Tensor:
+        """Evaluate the task's loss of the model at ``params``, one value per example.
+
+        Args:
+            params: The model's parameters by name.
+            x: Inputs ``[B, ...]``.
+            y: Targets ``[B, ...]``.
+
+        Returns:
+            The losses ``[B]``.
+        """
         return self.loss_of.evaluate(params, x, y)
 
     def _metric(self, fn):
@@ -119,10 +148,12 @@ class Trainer:
     # -- one round --------------------------------------------------------------------
     @property
     def round(self) -> int:
+        """The number of rounds run so far."""
         return len(self.records)
 
     @property
     def done(self) -> bool:
+        """Whether the trial has ended (an outcome is set or every round has run)."""
         return self.outcome is not None or self.round >= self.config.train.rounds
 
     def _view(self, clients: torch.Tensor) -> InMemoryData:
@@ -191,7 +222,14 @@ class Trainer:
         return len(set(self.data.client_sizes[clients].tolist())) == 1
 
     def step(self) -> RoundRecord | None:
-        """Run one round; returns its record, or None when the trial has ended (diverged)."""
+        """Run one round.
+
+        Returns:
+            The round's record, or None when the round ended the trial (diverged).
+
+        Raises:
+            RuntimeError: The trial has already ended.
+        """
         if self.done:
             raise RuntimeError("the trial has already ended")
         cfg, t = self.config, self.round
@@ -276,6 +314,11 @@ class Trainer:
         return train_loss, test, {"eval_clients": float(evaluated)}
 
     def stop(self, reason: str = "stopped by caller") -> None:
+        """End the trial as ``stopped`` unless it has already ended.
+
+        Args:
+            reason: Why, as the result reports it.
+        """
         if self.outcome is None:
             self.outcome = Outcome.STOPPED
             self.reason = reason
@@ -287,6 +330,11 @@ class Trainer:
         return getattr(self.runner, "effective_name", self.runner.name)
 
     def result(self) -> TrialResult:
+        """Give the trial's result so far (``stopped`` while it has not ended).
+
+        Returns:
+            The outcome, the round records, the configuration and where it ran.
+        """
         return TrialResult(
             outcome=self.outcome or Outcome.STOPPED,
             records=list(self.records),
@@ -299,6 +347,12 @@ class Trainer:
 
     # -- checkpointing ----------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Checkpoint the whole run state, to continue exactly as an uninterrupted run.
+
+        Returns:
+            A copy of the model, server-optimizer and algorithm state, the decay controller,
+            the records and the configuration.
+        """
         return copy.deepcopy(
             {
                 "version": _STATE_VERSION,
@@ -317,6 +371,15 @@ class Trainer:
         )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a checkpoint of :meth:`state_dict`.
+
+        Args:
+            state: The checkpoint; it may differ from this configuration only in
+                ``train.rounds``, ``train.device`` and ``train.runner``.
+
+        Raises:
+            ConfigError: An unsupported checkpoint version, or a different configuration.
+        """
         if state.get("version") != _STATE_VERSION:
             raise ConfigError(
                 "checkpoint", f"unsupported checkpoint version {state.get('version')}"
@@ -359,7 +422,27 @@ def run_trial(
     task: Task | None = None,
     resume_from: Mapping[str, Any] | None = None,
 ) -> TrialResult:
-    """Train one configuration; ``on_round(record)`` returning False stops it (``stopped``)."""
+    """Train one configuration.
+
+    Args:
+        config: The trial's configuration, parsed or as a mapping.
+        on_round: Called with each round's record; returning False stops the trial
+            (``stopped``).
+        task: The task, already built (None: built from ``config.task``).
+        resume_from: A checkpoint of :meth:`Trainer.state_dict` to continue from.
+
+    Returns:
+        The trial's outcome and its round records.
+
+    Raises:
+        ConfigError: An invalid configuration or checkpoint.
+
+    Example:
+        ```python
+        config = yaml.safe_load(Path("examples/train-quadratic-fedprox.yaml").read_text())
+        result = run_trial(config, on_round=lambda record: record.round < 50)
+        ```
+    """
     trainer = Trainer(config, task=task)
     if resume_from is not None:
         trainer.load_state_dict(resume_from)

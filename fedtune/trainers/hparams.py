@@ -47,9 +47,17 @@ _OPEN = ("", "low", "high", "both")
 
 @dataclass(frozen=True)
 class Space:
-    """Default search distribution of one hyperparameter (a search-space entry, see
-    :mod:`fedtune.search_spaces`): ``low``/``high``/``log``/``grid`` for numbers, ``choices``
-    for a categorical (None: the declared choices); ``default`` None = the declared default."""
+    """The default search-space entry of one hyperparameter (see :mod:`fedtune.search_spaces`).
+
+    Args:
+        low: The range's lower end (numbers).
+        high: The range's upper end (numbers).
+        log: Sample on a log scale.
+        grid: The grid-search values, or a grid keyword of the search spaces (e.g. decades).
+        choices: A categorical's values (None: the declared choices).
+        default: The value searches start from (None: the declared default).
+        enabled: Whether the algorithm's default space searches it.
+    """
 
     low: float | None = None
     high: float | None = None
@@ -62,9 +70,31 @@ class Space:
 
 @dataclass(frozen=True)
 class HParam:
-    """One declared hyperparameter (see module docstring). ``type`` is float, int, bool, str or
-    tuple (a list of floats, each within ``bounds``); ``choices`` restricts str/int values;
-    ``nullable`` admits None (a derived default, e.g. ``central_lr``)."""
+    """One hyperparameter, declared once by the part that reads it.
+
+    Args:
+        name: Its name, as ``hparams.<name>`` (an identifier).
+        type: ``float``, ``int``, ``bool``, ``str`` or ``tuple`` (floats, each within
+            ``bounds``).
+        default: Its value when a study sets none.
+        bounds: ``(low, high)``, required for numbers (``math.inf`` for no limit).
+        open: Which ends of ``bounds`` are exclusive: ``""``, ``low``, ``high`` or ``both``.
+        choices: The only values a str or int may take.
+        nullable: Whether None is a value (a derived default, e.g. ``central_lr``).
+        space: Its default search-space entry (None: not searched by default).
+        doc: One line for ``fedtune spaces`` and the references.
+        declared_at: ``file:line`` of the declaration (default: the caller's).
+
+    Raises:
+        CodeError: An invalid declaration: a number without bounds, a default or search range
+            outside them, a bad name, type or choice.
+
+    Example:
+        ```python
+        HParam("damping", float, 0.5, bounds=(0.0, 1.0), open="low",
+               space=Space(0.05, 1.0, log=True), doc="server step damping")
+        ```
+    """
 
     name: str
     type: type

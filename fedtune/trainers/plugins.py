@@ -47,7 +47,12 @@ GROUPS = {"task": "fedtune.tasks", "model": "fedtune.models", "algorithm": "fedt
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a registry entry came from (see module docstring)."""
+    """Where a registry entry came from.
+
+    Args:
+        kind: ``builtin``, ``entry_point``, ``code`` (a study's ``code:``) or ``module``.
+        detail: Which one: the distribution, the code's path, the module.
+    """
 
     kind: str  # builtin | entry_point | code | module
     detail: str = ""
@@ -58,6 +63,7 @@ class Origin:
 
     @property
     def is_builtin(self) -> bool:
+        """Whether the entry ships with fedtune."""
         return self.kind == "builtin"
 
 

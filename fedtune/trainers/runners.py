@@ -29,13 +29,27 @@ log = logging.getLogger("fedtune.trainers")
 
 
 class Runner:
+    """Base of the runners: how a pure client function runs over the cohort."""
+
     name = "runner"
 
     def map(self, fn: Callable[..., Any], shared: tuple, per_client: tuple) -> Any:
+        """Run ``fn(*shared, *per_client[i])`` for every client ``i`` of the cohort.
+
+        Args:
+            fn: A pure client function.
+            shared: Arguments every client gets (e.g. the broadcast model, the rate).
+            per_client: Arguments stacked on a leading client axis ``M`` (e.g. batches).
+
+        Returns:
+            The outputs, stacked on a leading ``M`` axis.
+        """
         raise NotImplementedError
 
 
 class SequentialRunner(Runner):
+    """The reference runner: a Python loop over the clients (``fn.eager`` when it has one)."""
+
     name = "sequential"
 
     def map(self, fn, shared, per_client):
@@ -49,6 +63,8 @@ class SequentialRunner(Runner):
 
 
 class VectorizedRunner(Runner):
+    """``torch.func.vmap`` over the cohort; falls back to the sequential runner once, for good."""
+
     name = "vectorized"
 
     def __init__(self) -> None:
@@ -71,6 +87,7 @@ class VectorizedRunner(Runner):
 
     @property
     def effective_name(self) -> str:
+        """``vectorized``, or ``sequential(fallback)`` once it has fallen back."""
         return "sequential(fallback)" if self.fallback is not None else self.name
 
 
@@ -81,12 +98,20 @@ AUTO_SEQUENTIAL_MIN_PARAMS = 1_000_000
 def choose_runner(
     kind: str, num_params: int, device: torch.device, clients: int, steps: int | None
 ) -> str:
-    """The runner ``train.runner`` = ``kind`` stands for: ``vectorized`` or ``sequential``.
+    """Resolve ``train.runner`` to ``vectorized`` or ``sequential``.
 
-    ``auto`` is a fixed rule (never a timing, so a trial's numbers do not depend on the load
-    of the machine it ran on), read off ``benchmarks/results/engine_throughput.json``:
-    sequential on a CPU for one client per round or models of at least
-    :data:`AUTO_SEQUENTIAL_MIN_PARAMS` parameters, vectorized otherwise.
+    ``auto`` is a fixed rule, never a timing: sequential on a CPU for one client per round or
+    a model of at least :data:`AUTO_SEQUENTIAL_MIN_PARAMS` parameters, vectorized otherwise.
+
+    Args:
+        kind: ``auto``, ``vectorized`` or ``sequential``.
+        num_params: The model's number of parameters.
+        device: The device the trial runs on.
+        clients: Clients per round.
+        steps: Local steps per client (unused by the rule).
+
+    Returns:
+        ``vectorized`` or ``sequential``.
     """
     if kind != "auto":
         return kind
@@ -96,8 +121,14 @@ def choose_runner(
 
 
 def make_runner(kind: str) -> Runner:
-    """``vectorized`` gives the vectorized runner (with fallback), ``sequential`` the loop;
-    resolve ``auto`` with :func:`choose_runner` first (``auto`` here means vectorized)."""
+    """Make the runner of a resolved kind (resolve ``auto`` with :func:`choose_runner` first).
+
+    Args:
+        kind: ``sequential``; anything else gives the vectorized runner.
+
+    Returns:
+        The runner.
+    """
     if kind == "sequential":
         return SequentialRunner()
     return VectorizedRunner()

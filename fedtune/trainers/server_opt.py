@@ -121,6 +121,15 @@ def _zeros(params: Params) -> Params:
 
 @dataclass(frozen=True)
 class ServerOpt:
+    """A server optimizer: pure functions that treat the aggregated message q_t as a gradient.
+
+    Args:
+        name: Its name (``sgd``, ``momentum``, ``nesterov``, ``adam``, ``yogi``, ``adagrad``).
+        init: ``init(params) -> state``.
+        step: ``step(params, state, q, lr) -> (params, state)``.
+        broadcast: ``broadcast(params, state) -> params`` the clients are sent.
+    """
+
     name: str
     init: Callable[[Params], dict[str, Params | torch.Tensor]]
     step: Callable[[Params, dict, Params, float], tuple[Params, dict]]
@@ -199,8 +208,15 @@ def _adaptive(name: str, hp: Any) -> ServerOpt:
 
 
 def make_server_opt(hp: Any) -> ServerOpt:
-    """Build the server optimizer named by ``hp.server_opt`` with ``hp``'s constants (``hp``:
-    a recipe's validated hyperparameters, :data:`SERVER_HPARAMS` among them)."""
+    """Build the server optimizer a recipe's hyperparameters name.
+
+    Args:
+        hp: A recipe's validated hyperparameters (:data:`SERVER_HPARAMS` among them):
+            ``server_opt`` names the optimizer, the others give its constants.
+
+    Returns:
+        The server optimizer.
+    """
     if hp.server_opt == "sgd":
         return _sgd()
     if hp.server_opt == "momentum":

@@ -45,6 +45,8 @@ from typing import Any
 
 from fedtune.errors import ConfigError, RayStartError
 
+from . import env
+
 __all__ = [
     "NO_PRESTART",
     "RAY_TEMP_MAX",
@@ -92,14 +94,13 @@ class RayStartPolicy:
         return self.backoff_s * 2 ** (attempt - 1)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> RayStartPolicy:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RayStartPolicy:
         """``FEDTUNE_RAY_START_ATTEMPTS`` / ``FEDTUNE_RAY_START_BACKOFF_S``, else the defaults."""
         values: dict[str, Any] = {}
-        for field, var, kind in (
-            ("attempts", "FEDTUNE_RAY_START_ATTEMPTS", int),
-            ("backoff_s", "FEDTUNE_RAY_START_BACKOFF_S", float),
+        for field, var, raw, kind in (
+            ("attempts", "FEDTUNE_RAY_START_ATTEMPTS", env.ray_start_attempts(environ), int),
+            ("backoff_s", "FEDTUNE_RAY_START_BACKOFF_S", env.ray_start_backoff_s(environ), float),
         ):
-            raw = environ.get(var, "").strip()
             if raw:
                 try:
                     values[field] = kind(raw)

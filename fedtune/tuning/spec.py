@@ -343,7 +343,10 @@ _TASK_SCHEMA = {
 
 
 class StudySpec(_Spec):
-    """A study: see the module docstring. Build with :meth:`from_dict` / :meth:`from_file`."""
+    """A study: a trial configuration plus what to search, how, and what to measure.
+
+    Build one with :meth:`from_dict` or :meth:`from_file`, which also validate it.
+    """
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     description: str = ""
@@ -412,9 +415,10 @@ class StudySpec(_Spec):
 
     @property
     def strategy(self) -> Strategy | None:
-        """The search strategy; None = ``sampler`` and ``scheduler`` as given (see
-        :class:`Strategy`): a new single-objective study naming neither gets
-        :data:`DEFAULT_STRATEGY`."""
+        """The search strategy (None: ``sampler`` and ``scheduler`` as given).
+
+        A single-objective study that names none of the three gets :data:`DEFAULT_STRATEGY`.
+        """
         if self.search.strategy is not None:
             return self.search.strategy
         named = self.sampler.name is not None or self.scheduler.name is not None
@@ -447,10 +451,24 @@ class StudySpec(_Spec):
         source: str | None = None,
         import_code: bool = True,
     ) -> StudySpec:
-        """Validate ``data`` (shape + :meth:`validate_deep`); paths of user space files and of
-        ``code.path`` are relative to ``base_dir``. With a ``code`` section and
-        ``import_code=False`` only the shape is checked (the caller validates in a subprocess
-        with :meth:`load_code` + :meth:`validate_deep`)."""
+        """Build and validate a spec from its decoded YAML or JSON.
+
+        Args:
+            data: The spec, a mapping.
+            base_dir: The directory that paths of user space files and of ``code.path`` are
+                relative to (None: the working directory).
+            source: The file the spec came from, named in errors.
+            import_code: Import the ``code`` section and run :meth:`validate_deep`; False
+                with a ``code`` section checks the shape only (the caller validates in a
+                subprocess with :meth:`load_code` and :meth:`validate_deep`).
+
+        Returns:
+            The spec.
+
+        Raises:
+            ConfigError: An invalid field, named by its dotted path (a ``CodeError`` for user
+                code that fails to import or register).
+        """
         try:
             try:
                 spec = cls.model_validate(data)
@@ -468,7 +486,14 @@ class StudySpec(_Spec):
         return spec
 
     def load_code(self) -> LoadReport | None:
-        """Import the study's ``code`` (idempotent); None without a code section."""
+        """Import the study's ``code`` section; idempotent.
+
+        Returns:
+            What was imported and registered, or None without a ``code`` section.
+
+        Raises:
+            CodeError: The code fails to import or to register.
+        """
         return None if self.code is None else load_code(self.code, self._base_dir)
 
     @property
@@ -478,7 +503,17 @@ class StudySpec(_Spec):
 
     @classmethod
     def from_file(cls, path: str | Path) -> StudySpec:
-        """A YAML (or ``.json``) study file."""
+        """Read, build and validate a spec from a YAML (or ``.json``) file.
+
+        Args:
+            path: The study file; relative paths in it are relative to its directory.
+
+        Returns:
+            The spec.
+
+        Raises:
+            ConfigError: The file cannot be read or parsed, or a field is invalid.
+        """
         path = Path(path)
         try:
             text = path.read_text()
@@ -488,16 +523,29 @@ class StudySpec(_Spec):
         return cls.from_dict(data, base_dir=path.parent, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
+        """Give the spec as JSON-ready data, every default filled in.
+
+        Returns:
+            The spec, accepted back by :meth:`from_dict`.
+        """
         return self.model_dump(mode="json")
 
     # ------------------------------------------------------------ trial configurations
 
     def trial_seeds(self) -> list[int]:
-        """Seeds each configuration is trained with (the objective averages over them)."""
+        """List the seeds each configuration is trained with (the objective averages them).
+
+        Returns:
+            ``seeds``, else ``[seed]``, else ``[0]``.
+        """
         return list(self.seeds) if self.seeds else [0 if self.seed is None else self.seed]
 
     def base_trial_config(self) -> dict[str, Any]:
-        """The fixed part, as accepted by ``fedtune.trainers.parse_trial_config``."""
+        """Give the fixed part of every trial's configuration.
+
+        Returns:
+            A trial configuration, as ``fedtune.trainers.parse_trial_config`` accepts it.
+        """
         base = {
             "task": dict(self.task),
             "algorithm": self.algorithm,
@@ -511,7 +559,15 @@ class StudySpec(_Spec):
         return base
 
     def trial_config(self, sampled: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
-        """Base configuration with the sampled ``{path: value}`` (and ``seed``) applied."""
+        """Give one trial's configuration.
+
+        Args:
+            sampled: The sampled values, ``{path: value}``.
+            seed: The trial's seed (None: the first of :meth:`trial_seeds`).
+
+        Returns:
+            :meth:`base_trial_config` with ``sampled`` and ``seed`` applied.
+        """
         config = apply_overrides(self.base_trial_config(), sampled)
         if seed is not None:
             config["seed"] = seed
@@ -519,12 +575,21 @@ class StudySpec(_Spec):
 
     @property
     def experiment(self) -> str:
+        """The MLflow experiment (``tracking.experiment``, else the study's name)."""
         return self.tracking.experiment or self.name
 
     # ------------------------------------------------------------ search space
 
     def search_space(self) -> SearchSpace:
-        """The resolved space: base (``space``/``parameters``/the algorithm's) + ``override``."""
+        """Resolve the study's search space.
+
+        Returns:
+            The base (``search.parameters``, else ``search.space``, else the algorithm's
+            default) with ``search.override`` applied.
+
+        Raises:
+            ConfigError: A space cannot be loaded or merged, or there is none for the algorithm.
+        """
         s = self.search
         if s.parameters is not None:
             base = merge(
@@ -555,7 +620,14 @@ class StudySpec(_Spec):
             raise ConfigError(field, exc.reason) from None
 
     def param_origin(self, path: str) -> str:
-        """Where the spec defines the searched ``path`` (for error messages)."""
+        """Say where the spec defines a searched parameter (for error messages).
+
+        Args:
+            path: The parameter's resolved path, e.g. ``hparams.client_lr``.
+
+        Returns:
+            The spec key, e.g. ``search.override.client_lr``, else ``search.space``.
+        """
         for key in self.search.override:
             if resolve_path(key) == path:
                 return f"search.override.{key}"
@@ -567,14 +639,17 @@ class StudySpec(_Spec):
     # ------------------------------------------------------------ deep validation
 
     def validate_deep(self) -> None:
-        """Checks that need the trainer registry and the search space:
+        """Check the spec against the registries, the algorithm's recipe and the search space.
 
-        1. the base trial configuration parses and suits the algorithm's recipe;
-        2. every searched hyperparameter is one the recipe accepts, stays inside the bounds its
-           part declares, is not also fixed, and every bound/choice of the space yields a
-           valid trial configuration;
-        3. the sampler suits the objective (CMA-ES is single-objective only) and the space
-           (grid search needs a grid for every parameter); round counts fit ``train.rounds``.
+        The base trial configuration must parse and suit the recipe; every searched
+        hyperparameter must be one the recipe accepts, inside its declared bounds, not also
+        fixed, and every bound or choice must give a valid trial configuration; the sampler
+        must suit the objective (CMA-ES: one objective) and the space (grid search: a grid for
+        every parameter); round counts must fit ``train.rounds``.
+
+        Raises:
+            ConfigError: The first problem (or all conflicts of the space), named by its
+                dotted path.
         """
         self._check_registered()
         parsed = parse_trial_config(self.base_trial_config())

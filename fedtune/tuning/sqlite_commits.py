@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import env
 from .sqlite_template import sqlite_path
 
 __all__ = [
@@ -89,10 +89,10 @@ def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str | None:
 
 
 def wal_allowed(
-    path: Path, environ: Mapping[str, str] = os.environ, mounts: str = "/proc/mounts"
+    path: Path, environ: Mapping[str, str] | None = None, mounts: str = "/proc/mounts"
 ) -> bool:
     """WAL for ``path``: ``FEDTUNE_SQLITE_WAL`` if set, else not on a network file system."""
-    forced = environ.get("FEDTUNE_SQLITE_WAL", "").strip()
+    forced = env.sqlite_wal(environ)
     if forced in ("0", "1"):
         return forced == "1"
     return filesystem_type(path.parent, mounts) not in NETWORK_FILESYSTEMS
@@ -117,7 +117,7 @@ def _listen() -> None:
         _listening = True
 
 
-def fast_commits(path: Path, environ: Mapping[str, str] = os.environ) -> bool:
+def fast_commits(path: Path, environ: Mapping[str, str] | None = None) -> bool:
     """WAL + ``synchronous=NORMAL`` for the SQLite store at ``path``; False: defaults kept.
 
     Call it before the engines that use the store connect (connections opened earlier keep

@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote
 
+from . import env
+
 __all__ = ["cache_dir", "seed_sqlite_store", "sqlite_path", "template_path"]
 
 log = logging.getLogger(__name__)
@@ -43,12 +45,16 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """Where fedtune keeps files it can rebuild (module docstring)."""
-    if environ.get("FEDTUNE_CACHE_DIR"):
-        return Path(environ["FEDTUNE_CACHE_DIR"])
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fedtune"
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where fedtune keeps files it can rebuild (module docstring).
+
+    Args:
+        environ: the environment (default: this process's, read by :func:`.env.cache_dir`).
+
+    Returns:
+        The directory (not created).
+    """
+    return env.cache_dir(environ)
 
 
 def template_path(cache: Path | None = None) -> Path:

@@ -48,6 +48,7 @@ import ray
 from ray import tune
 
 from fedtune.errors import ConfigError
+from fedtune.outcomes import TrialOutcome
 from fedtune.redact import strip_credentials
 from fedtune.trainers import parse_trial_config
 
@@ -92,7 +93,30 @@ _TUNE_ENV = {
 
 @dataclass
 class StudyResult:
-    """What a study produced (JSON-ready through :meth:`to_dict`)."""
+    """What a study produced: its records, counts, best configuration and trade-off.
+
+    Attributes:
+        name: The study's name.
+        workdir: Its directory.
+        storage_url: The Optuna storage.
+        tracking_uri: The MLflow store, without credentials.
+        experiment_id: The MLflow experiment.
+        parent_run_id: The study's parent MLflow run.
+        target_trials: The number of finished trials it aimed at.
+        finished: Trials finished in total.
+        ran: Trials this invocation finished.
+        counts: Trials by state.
+        best: The best trial: its number, configuration and objective values (None: none).
+        pareto: The Pareto set of the trade-off.
+        tradeoff: The measured trade-off (None: none could be measured).
+        artifacts: The trade-off report's files (plots, JSON, CSV) by name.
+        interrupted: Trials a previous driver left running, marked interrupted and re-run.
+        timings: Seconds spent starting, tuning, finalizing and in total.
+        stop_reasons: Stopped trials by reason (``worse``, ``rung``, ``asha`` …).
+        first_error: ``trial N: <error>`` of the first failed trial, if any.
+        failure: Why there is no best configuration (None: there is one); a study with a
+            failure ends failed.
+    """
 
     name: str
     workdir: str
@@ -139,7 +163,12 @@ class StudyResult:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ±∞ and NaN (a diverged value, a never-reached target) become null."""
+        """Give the result as JSON-ready data.
+
+        Returns:
+            Its fields and :attr:`commands`; ±∞ and NaN (a diverged value, a never-reached
+            target) become None.
+        """
         return _json_safe({**self.__dict__, "commands": self.commands})
 
 
@@ -672,7 +701,7 @@ def _progress(plan: StudyPlan, stores: Stores, stream: TextIO | None) -> list[An
 
     best = og.best_trial(plan.spec, stores.study, plan.space)
     counts = og.study_counts(stores.study)
-    shown = {k: v for k, v in counts.items() if k not in ("trials", "interrupted")}
+    shown = {k: v for k, v in counts.items() if k not in ("trials", TrialOutcome.INTERRUPTED)}
     return [
         ProgressCallback(
             stream,

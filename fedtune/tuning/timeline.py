@@ -14,19 +14,22 @@ import json
 import os
 import time
 
+from . import env
+
 __all__ = ["ENV", "enabled", "mark", "process_start"]
 
+#: the variable naming the timeline file (read by :func:`fedtune.tuning.env.timeline_file`)
 ENV = "FEDTUNE_TIMELINE"
 
 
 def enabled() -> bool:
     """A timeline file is set (compute what only the timeline needs only then)."""
-    return bool(os.environ.get(ENV))
+    return env.timeline_file() is not None
 
 
 def mark(phase: str, t: float | None = None) -> None:
     """Append ``phase`` at ``t`` (default: now) to the timeline file, if one is set."""
-    path = os.environ.get(ENV)
+    path = env.timeline_file()
     if not path:
         return
     line = json.dumps({"phase": phase, "t": time.time() if t is None else t, "pid": os.getpid()})

@@ -68,6 +68,7 @@ from ray.tune import Callback
 from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from fedtune.redact import scrub
 
+from . import env
 from .round_log import MAX_BATCH, RoundLog
 from .spec import StudySpec
 from .sqlite_commits import fast_commits_for
@@ -110,10 +111,10 @@ def resolve_tracking_uri(
     workdir: str | Path,
     explicit: str | None = None,
     spec_uri: str | None = None,
-    environ: Mapping[str, str] = os.environ,
+    environ: Mapping[str, str] | None = None,
 ) -> str:
     """The tracking URI by precedence (module docstring)."""
-    uri = explicit or spec_uri or environ.get("MLFLOW_TRACKING_URI")
+    uri = explicit or spec_uri or env.mlflow_tracking_uri(environ)
     return uri or f"sqlite:///{Path(workdir).resolve() / 'mlflow.db'}"
 
 

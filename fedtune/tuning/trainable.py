@@ -42,7 +42,6 @@ whose :data:`OUTCOME` is ``diverged`` and whose objectives are the worst possibl
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections import deque
 from collections.abc import Mapping
@@ -54,7 +53,7 @@ from fedtune.errors import FedtuneError
 from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
 
-from . import timeline
+from . import env, timeline
 from .spec import Mode, MultiMetric, StudySpec
 
 __all__ = [
@@ -110,10 +109,11 @@ def gpu_device(gpu: float, requested: str) -> str:
     import torch
 
     if not torch.cuda.is_available():
+        visible = env.cuda_visible_devices()
         raise TrialError(
             f"resources.gpu={gpu:g} but CUDA is not available in this trial's process "
             f"(torch {torch.__version__}, CUDA build {torch.version.cuda or 'none'}, "
-            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); run "
+            f"CUDA_VISIBLE_DEVICES={'<unset>' if visible is None else visible}); run "
             "GPU trials on CUDA nodes with the CUDA image, or set train.device: cpu explicitly"
         )
     return "cuda" if requested == "auto" else requested

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
+import importlib.util
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -257,47 +257,16 @@ def _crd_schema(path: Path, kind: str, version: str) -> dict[str, Any]:
 
 # ---- documented values ---------------------------------------------------------------------
 
-_KEY_LINE = re.compile(r'^("?)([A-Za-z0-9_.\-/]+)\1:(\s|$)')
+
+def _docs_gen():
+    """``tools/docs_gen.py``, the one parser of the chart's ``# --`` value descriptions."""
+    spec = importlib.util.spec_from_file_location("docs_gen", REPO_ROOT / "tools" / "docs_gen.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def documented_values(text: str) -> dict[tuple[str, ...], str]:
-    """Map each key of a values.yaml preceded by a ``# -- description`` line to that description.
-
-    Keys are tuples of path segments (segments may contain dots, e.g. ``nvidia.com/gpu``); lines
-    inside block lists belong to the list's key and are skipped.
-    """
-    documented: dict[tuple[str, ...], str] = {}
-    stack: list[tuple[int, str]] = []
-    pending: str | None = None
-    list_indent: int | None = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        if not stripped:
-            pending = None
-            continue
-        if stripped.startswith("# --"):
-            pending = stripped[4:].strip()
-            continue
-        if stripped.startswith("#"):
-            continue
-        if list_indent is not None and (indent > list_indent or stripped.startswith("- ")):
-            continue
-        list_indent = None
-        if stripped.startswith("- "):
-            list_indent = indent
-            continue
-        match = _KEY_LINE.match(stripped)
-        if not match:
-            continue
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        path = (*(key for _, key in stack), match.group(2))
-        if pending is not None:
-            documented[path] = pending
-            pending = None
-        stack.append((indent, match.group(2)))
-    return documented
+documented_values = _docs_gen().documented_values
 
 
 def leaf_paths(values: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

@@ -25,9 +25,8 @@ from fedtune.trainers.records import Outcome
 
 PACKAGE = Path(__file__).resolve().parents[2] / "fedtune"
 
-#: Modules still allowed to spell an outcome as a string literal, relative to ``fedtune/``.
-#: ``tuning/study.py`` is being split into phases; it moves to the enum with that change.
-ALLOWED = {"tuning/study.py"}
+#: Modules allowed to spell an outcome as a string literal, relative to ``fedtune/`` (none).
+ALLOWED: set[str] = set()
 
 
 @pytest.mark.parametrize(

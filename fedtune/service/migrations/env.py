@@ -8,13 +8,12 @@ API replicas starting at once).
 
 from __future__ import annotations
 
-import os
-
 from alembic import context
 from sqlalchemy import text
 
 from fedtune.service.db import make_engine
 from fedtune.service.models import Base
+from fedtune.service.settings import database_url_from_env
 
 config = context.config
 target_metadata = Base.metadata
@@ -25,7 +24,7 @@ PG_LOCK_KEY = 0x0FED7E
 def _url() -> str:
     return (
         config.get_main_option("sqlalchemy.url")
-        or os.environ.get("FEDTUNE_DATABASE_URL")
+        or database_url_from_env()
         or "sqlite:///./fedtune.db"
     )
 

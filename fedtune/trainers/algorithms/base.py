@@ -26,6 +26,14 @@ Params = dict[str, torch.Tensor]
 
 @dataclass
 class ServerState:
+    """The server's whole state between rounds, all tensors (what a checkpoint holds).
+
+    Args:
+        params: The model's parameters by name.
+        opt_state: The server optimizer's state.
+        extra: The algorithm's own state (e.g. control variates).
+    """
+
     params: Params
     opt_state: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
@@ -33,11 +41,15 @@ class ServerState:
 
 @dataclass(frozen=True)
 class Cohort:
-    """The round's sampled clients, their batch rows [M, nb, B] and aggregation weights [M].
+    """The round's sampled clients, their batches and aggregation weights.
 
-    ``steps`` [M] (int64) is None when every client runs the algorithm's fixed K; with
-    ``train.local_epochs`` it holds τ_i = ⌈E·n_i/B⌉ and ``batches`` is padded to
-    [M, K_max + extra, B] (the real steps first, see :mod:`fedtune.trainers.steps`).
+    Args:
+        clients: Global indices of the M sampled clients ``[M]``.
+        batches: Each client's batch rows ``[M, nb, B]``; with heterogeneous steps padded to
+            ``[M, K_max + extra, B]``, the real steps first.
+        weights: Aggregation weights ``[M]``.
+        steps: Local steps τ_i = ⌈E·n_i/B⌉ per client, int64 ``[M]`` (None: every client
+            runs the algorithm's fixed K).
     """
 
     clients: torch.Tensor
@@ -47,20 +59,39 @@ class Cohort:
 
     @property
     def size(self) -> int:
+        """The number of sampled clients M."""
         return int(self.clients.shape[0])
 
     def k_max(self, fixed: int) -> int:
-        """Local-step loop length: ``fixed`` K, or max_i τ_i with heterogeneous steps."""
+        """Give the local-step loop's length.
+
+        Args:
+            fixed: The algorithm's K.
+
+        Returns:
+            ``fixed``, or max_i τ_i with heterogeneous steps.
+        """
         return fixed if self.steps is None else int(self.steps.max())
 
     def step_counts(self, fixed: int) -> torch.Tensor:
-        """τ_i of every client [M] (all ``fixed`` when the steps are homogeneous)."""
+        """Give every client's number of local steps τ_i.
+
+        Args:
+            fixed: The algorithm's K.
+
+        Returns:
+            int64 ``[M]``, all ``fixed`` when the steps are homogeneous.
+        """
         if self.steps is not None:
             return self.steps
         return torch.full((self.size,), fixed, dtype=torch.long, device=self.clients.device)
 
     def mask(self) -> torch.Tensor | None:
-        """Bool [M, K_max] of real steps, or None when every client runs K steps."""
+        """Mark each client's real (not padding) steps.
+
+        Returns:
+            Bool ``[M, K_max]``, or None when every client runs K steps.
+        """
         if self.steps is None:
             return None
         return step_mask(self.steps)
@@ -68,6 +99,19 @@ class Cohort:
 
 @dataclass(frozen=True)
 class RoundContext:
+    """What an algorithm's ``apply`` needs of the round besides the state and the cohort.
+
+    Args:
+        runner: Runs the client function over the cohort.
+        loss_of: ``loss_of(params, x, y) -> [B]``, the model's per-example loss.
+        data: The round's cohort view, its clients addressed by global index.
+        task: The task.
+        client_lr: The client learning rate γ_t in force.
+        server_lr: The server learning rate η_t in force.
+        round: The round's index t, from 0.
+        seed: The trial seed, for algorithm-side draws (e.g. central batches).
+    """
+
     runner: Runner
     loss_of: Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
     data: InMemoryData  # the round's cohort view: its clients addressed by global index
@@ -79,25 +123,60 @@ class RoundContext:
 
 
 class Algorithm(Protocol):
+    """The contract of an algorithm: an initial server state and one round's update."""
+
     name: str
 
-    def num_batches(self) -> int: ...
+    def num_batches(self) -> int:
+        """Batches each client draws per round (K)."""
+        ...
 
-    def init(self, params: Params) -> ServerState: ...
+    def init(self, params: Params) -> ServerState:
+        """Make the initial server state from the model's initial parameters."""
+        ...
 
-    def broadcast(self, state: ServerState) -> Params: ...
+    def broadcast(self, state: ServerState) -> Params:
+        """Give the model the sampled clients receive (their loss ℓ_t is measured on it)."""
+        ...
 
     def apply(
         self, state: ServerState, cohort: Cohort, ctx: RoundContext
-    ) -> tuple[ServerState, dict[str, float]]: ...
+    ) -> tuple[ServerState, dict[str, float]]:
+        """Run one round.
+
+        Args:
+            state: The server state.
+            cohort: The round's clients, batches and weights.
+            ctx: The round's runner, data, rates and index.
+
+        Returns:
+            The new state and the round's diagnostics (``update_norm`` at least).
+        """
+        ...
 
 
 def tree_norm(tree: Params) -> float:
+    """Compute the Euclidean norm of a parameter tree, in float64.
+
+    Args:
+        tree: Tensors by name.
+
+    Returns:
+        sqrt(Σ ‖v‖²) over the tensors.
+    """
     return float(torch.sqrt(sum((v.double() ** 2).sum() for v in tree.values())))
 
 
 def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
-    """Σ_i w_i q_i over the leading (client) axis."""
+    """Average stacked client tensors with weights: Σ_i w_i q_i.
+
+    Args:
+        stacked: Tensors by name, stacked on a leading client axis ``[M, ...]``.
+        weights: The weights w_i ``[M]``.
+
+    Returns:
+        The weighted sums by name.
+    """
     out = {}
     for k, v in stacked.items():
         w = weights.to(v.dtype).reshape((-1,) + (1,) * (v.dim() - 1))

@@ -30,19 +30,53 @@ __all__ = ["Aggregator", "LocalUpdate", "mean_aggregator"]
 
 
 class Aggregator(Protocol):
-    """``(messages [M, ...], weights [M], steps τ [M], client_lr) -> (q, diagnostics)``."""
+    """The aggregation part of a local-update method: the clients' messages to one update q."""
 
     def __call__(
         self, messages: Params, weights: torch.Tensor, steps: torch.Tensor, client_lr: float
-    ) -> tuple[Params, dict[str, float]]: ...
+    ) -> tuple[Params, dict[str, float]]:
+        """Aggregate one round's messages.
+
+        Args:
+            messages: The clients' messages q_i, stacked ``[M, ...]``.
+            weights: Their aggregation weights w_i ``[M]``.
+            steps: Their local steps τ_i ``[M]``.
+            client_lr: The client learning rate γ_t in force.
+
+        Returns:
+            The update q and diagnostics to log.
+        """
+        ...
 
 
 def mean_aggregator(messages, weights, steps, client_lr):
-    """q = Σ_i w_i q_i (the LocalUpdate average, docs/explanation/algorithms.md §1.3)."""
+    """Aggregate by the weighted mean q = Σ_i w_i q_i, the default :class:`Aggregator`.
+
+    Args:
+        messages: The clients' messages q_i, stacked ``[M, ...]``.
+        weights: Their weights w_i ``[M]``.
+        steps: Their local steps (unused).
+        client_lr: The client learning rate (unused).
+
+    Returns:
+        q and no diagnostics.
+    """
     return weighted_mean(messages, weights), {}
 
 
 class LocalUpdate:
+    """A local-update method: client rule, aggregator and server optimizer.
+
+    Each round, q_i ← ClientUpdate(i, x_t, γ_t, Θ), q_t ← Aggregator(q_i, w_i, τ_i) and
+    x_{t+1} ← ServerOpt.step(x_t, q_t, η_t) (Charles & Konečný 2021 (arXiv:2103.05032) §2.1).
+
+    Args:
+        name: The algorithm's name.
+        rule: The client rule (local steps, rates, message).
+        server_opt: The server optimizer.
+        aggregator: The aggregation part (default: the weighted mean).
+    """
+
     def __init__(
         self,
         name: str,
@@ -57,15 +91,27 @@ class LocalUpdate:
         self._client_fns: dict[tuple[int, bool], object] = {}
 
     def num_batches(self) -> int:
+        """Batches each client draws per round (the client rule's K)."""
         return self.rule.num_batches
 
     def init(self, params):
+        """Make the initial server state: ``params`` and the server optimizer's state."""
         return ServerState(params=params, opt_state=self.server_opt.init(params))
 
     def broadcast(self, state: ServerState):
+        """Give the model the clients receive (the server optimizer's broadcast point)."""
         return self.server_opt.broadcast(state.params, state.opt_state)
 
     def client_fn(self, ctx: RoundContext, masked: bool = False):
+        """Give the pure client function for the round's loss (built once, then cached).
+
+        Args:
+            ctx: The round's context.
+            masked: The function for heterogeneous steps (padded batches and a step mask).
+
+        Returns:
+            The client function the runner maps over the cohort.
+        """
         key = (id(ctx.loss_of), masked)
         if key not in self._client_fns:
             make = make_masked_client_fn if masked else make_client_fn
@@ -73,7 +119,16 @@ class LocalUpdate:
         return self._client_fns[key]
 
     def messages(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
-        """Stacked client messages [M, ...] computed at the broadcast point."""
+        """Run the clients' local steps from the broadcast point.
+
+        Args:
+            state: The server state.
+            cohort: The round's clients and batches.
+            ctx: The round's context.
+
+        Returns:
+            The clients' messages q_i, stacked ``[M, ...]``.
+        """
         x = self.broadcast(state)
         xb = ctx.data.inputs[cohort.batches]
         yb = ctx.data.targets[cohort.batches]
@@ -88,6 +143,16 @@ class LocalUpdate:
         )
 
     def apply(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
+        """Run one round: messages, aggregation, server step.
+
+        Args:
+            state: The server state.
+            cohort: The round's clients, batches and weights.
+            ctx: The round's context.
+
+        Returns:
+            The new state and diagnostics: ``update_norm`` (of q_t) and the aggregator's.
+        """
         steps = cohort.step_counts(int(self.rule.theta.shape[0]))
         q, diag = self.aggregator(
             self.messages(state, cohort, ctx), cohort.weights, steps, ctx.client_lr

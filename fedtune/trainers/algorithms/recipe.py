@@ -51,9 +51,37 @@ def _build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) -
 
 @dataclass(frozen=True)
 class Recipe:
-    """An algorithm: its parts, the hyperparameters a user may set (``params``) and recipe
-    values (``defaults`` < user < ``fixed``). ``hparams`` declares the hyperparameters of the
-    method's own parts beyond the client rule and server optimizer (see module docstring)."""
+    """An algorithm: its parts, the hyperparameters a user may set and the recipe's values.
+
+    Hyperparameter values resolve as ``defaults`` < the user's ``hparams:`` < ``fixed``.
+
+    Args:
+        name: The algorithm's name.
+        summary: One line for ``fedtune algorithms``.
+        paper: The paper the method comes from.
+        params: The hyperparameters a study may set.
+        hparams: Declarations of the method's own parts' hyperparameters, beyond the client
+            rule's and the server optimizer's.
+        theta: The Θ preset weighting the local steps' gradients (``sum`` …).
+        defaults: Recipe values a study may override.
+        fixed: Recipe values a study may not set.
+        server_opts: The server optimizers the method accepts.
+        second_order: Differentiate through the local steps (MAML).
+        units: The client message's units: ``gradient`` or ``delta`` (the model change).
+        default_local_steps: K when the study gives none.
+        fixed_local_steps: The only K the method runs (None: any).
+        max_clients_per_round: The most clients per round it supports (None: no limit).
+        needs_central: The task must hold central (server) data, e.g. Mixed FL.
+        check: Cross-field rules on a trial configuration, raising ``ConfigError``.
+        fixed_k_reason: Why the method needs one K for all clients (refuses
+            ``train.local_epochs``).
+        build: ``build(recipe, hp, local_steps, task) -> Algorithm`` (default: a
+            :class:`LocalUpdate` of the client rule and server optimizer).
+
+    Raises:
+        CodeError: A name in ``params``, ``defaults`` or ``fixed`` that no part declares, or
+            a recipe value outside its declaration.
+    """
 
     name: str
     summary: str
@@ -102,8 +130,10 @@ class Recipe:
 
     @property
     def hparams_type(self) -> type:
-        """The frozen dataclass of the recipe's validated hyperparameters (one field per
-        declaration; default: the recipe's value, else the declared one), built on first use."""
+        """The frozen dataclass of the recipe's validated hyperparameters, built on first use.
+
+        One field per declaration; its default is the recipe's value, else the declared one.
+        """
         cls = self.__dict__.get("_hparams_type")
         if cls is None:
             values = {**self.defaults, **self.fixed}
@@ -112,8 +142,18 @@ class Recipe:
         return cls
 
     def given_hparams(self, raw: Any) -> dict[str, Any]:
-        """Validate the user's ``hparams:`` mapping: only ``params``, each typed and within its
-        declared bounds (``ConfigError`` at ``hparams.<name>``); returns the coerced values."""
+        """Validate a study's ``hparams:`` mapping against the recipe.
+
+        Args:
+            raw: The mapping (None: empty).
+
+        Returns:
+            The given values, coerced to their declared types.
+
+        Raises:
+            ConfigError: Not a mapping, a name not in ``params``, or a value of the wrong
+                type or out of its declared bounds (at ``hparams.<name>``).
+        """
         if raw is None:
             return {}
         if not isinstance(raw, Mapping):
@@ -129,6 +169,11 @@ class Recipe:
         return {k: getattr(hp, k) for k in raw}
 
     def describe(self) -> dict[str, Any]:
+        """Describe the recipe for listings such as ``GET /v1/algorithms``.
+
+        Returns:
+            Its name, summary, paper, params, defaults, fixed values and server optimizers.
+        """
         return {
             "name": self.name,
             "summary": self.summary,

@@ -62,6 +62,11 @@ def register(recipe: Recipe) -> Recipe:
 
 
 def algorithms() -> dict[str, Recipe]:
+    """List every registered algorithm: built in, from entry points and from loaded code.
+
+    Returns:
+        The recipes by name.
+    """
     return REGISTRY.all()
 
 
@@ -70,6 +75,17 @@ def get_recipe(name: str) -> Recipe:
 
 
 def algorithm_origin(name: str) -> Origin:
+    """Say where an algorithm was registered.
+
+    Args:
+        name: The algorithm's name.
+
+    Returns:
+        Its origin (built in, an entry point's distribution or a study's code).
+
+    Raises:
+        ConfigError: No algorithm has this name.
+    """
     return REGISTRY.origin(name)
 
 

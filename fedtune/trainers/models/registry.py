@@ -34,7 +34,17 @@ REGISTRY: Registry[Factory] = Registry("model", "task.model", _load)
 
 
 def register_model(name: str) -> Callable[[Factory], Factory]:
-    """Decorator: register ``factory(input_shape, num_outputs) -> nn.Module`` as ``name``."""
+    """Register a model factory, ``factory(input_shape, num_outputs) -> nn.Module``, as a decorator.
+
+    Args:
+        name: The model's name, as a task's ``model`` names it.
+
+    Returns:
+        The decorator; it returns the factory unchanged.
+
+    Raises:
+        CodeError: ``name`` is empty or already registered by another module.
+    """
 
     def deco(factory: Factory) -> Factory:
         REGISTRY.add(name, factory)
@@ -44,6 +54,11 @@ def register_model(name: str) -> Callable[[Factory], Factory]:
 
 
 def model_names() -> list[str]:
+    """List the names of every registered model.
+
+    Returns:
+        The names, sorted.
+    """
     return sorted(REGISTRY.all())
 
 
@@ -54,7 +69,20 @@ def model_origin(name: str) -> Origin:
 def build_model(
     name: str, input_shape: tuple[int, ...], num_outputs: int, generator: torch.Generator
 ) -> nn.Module:
-    """Build model ``name`` with parameters drawn from ``generator`` (explicit randomness)."""
+    """Build a registered model with its parameters drawn from ``generator`` only.
+
+    Args:
+        name: The model's name.
+        input_shape: The shape of one example.
+        num_outputs: The number of outputs (e.g. classes).
+        generator: The source of the initial parameters.
+
+    Returns:
+        The model.
+
+    Raises:
+        ConfigError: No model has this name.
+    """
     factory = REGISTRY.get(name)
     # nn.Module initialisers use the global RNG: fork it and seed from our generator
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))

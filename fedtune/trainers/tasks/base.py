@@ -50,7 +50,12 @@ def cast(t: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None)
 
 @dataclass(frozen=True)
 class Dataset:
-    """A pooled (non-federated) set of examples, e.g. a test split or central data."""
+    """A pooled (non-federated) set of examples, e.g. a test split or central data.
+
+    Args:
+        inputs: The examples' inputs ``[N, ...]``.
+        targets: Their targets ``[N, ...]``.
+    """
 
     inputs: torch.Tensor
     targets: torch.Tensor
@@ -59,16 +64,24 @@ class Dataset:
         return int(self.inputs.shape[0])
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Dataset:
+        """Move the examples to ``device``, floating tensors also to ``dtype``.
+
+        Args:
+            device: The device.
+            dtype: The floating dtype (None: unchanged); integer ids stay ids.
+
+        Returns:
+            The moved dataset.
+        """
         return Dataset(cast(self.inputs, device, dtype), cast(self.targets, device, dtype))
 
 
 class FederatedData(ABC):
-    """Per-client examples, in memory or on disk (see module docstring).
+    """The interface of a task's clients' examples, in memory or on disk.
 
-    Required: ``num_clients``, ``client_sizes``, ``cohort``, ``to`` and a ``client_ids``
-    attribute.
-    ``row_chunks`` has a default built on ``cohort``; a store overrides it when it can do
-    better. Deterministic: the same store yields the same tensors for the same clients.
+    A store implements ``num_clients``, ``client_sizes``, ``cohort``, ``to`` and a
+    ``client_ids`` attribute, and yields the same tensors for the same clients; the other
+    methods have defaults built on ``cohort``.
     """
 
     #: rows per population-evaluation window (``None``: the whole population at once)
@@ -78,7 +91,8 @@ class FederatedData(ABC):
 
     @property
     @abstractmethod
-    def num_clients(self) -> int: ...
+    def num_clients(self) -> int:
+        """The number of clients C."""
 
     @property
     @abstractmethod
@@ -87,28 +101,60 @@ class FederatedData(ABC):
 
     @abstractmethod
     def cohort(self, clients: Sequence[int] | torch.Tensor) -> InMemoryData:
-        """The listed clients' examples as a view addressed by global client index."""
+        """Load the listed clients' examples.
+
+        Args:
+            clients: Global client indices.
+
+        Returns:
+            A view holding those clients' rows, in the order given, addressed by global index.
+        """
 
     @abstractmethod
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> FederatedData:
-        """This data with materialised tensors on ``device`` (floating ones as ``dtype``)."""
+        """Give this data with its tensors on ``device`` (floating ones as ``dtype``).
+
+        Args:
+            device: The device.
+            dtype: The floating dtype (None: unchanged).
+
+        Returns:
+            The data; a file-backed store casts each cohort when it loads it.
+        """
 
     @property
     def num_examples(self) -> int:
+        """The number of examples of all clients together."""
         return int(self.client_sizes.sum())
 
     def release(self) -> None:
-        """Called after each evaluation window: a file-backed store hands the memory its reads
-        freed back to the operating system, so that the population's evaluation peaks at one
-        window's working set whatever the number of windows (nothing to do in memory)."""
+        """Hand memory freed by reads back to the operating system (called after each window).
+
+        A file-backed store overrides it so that evaluating the population peaks at one
+        window's working set; in memory there is nothing to do.
+        """
         return None
 
     def client(self, i: int) -> Dataset:
+        """Load one client's examples.
+
+        Args:
+            i: The client's global index.
+
+        Returns:
+            Its examples.
+        """
         return self.cohort([i]).client(i)
 
     def row_chunks(self, max_rows: int | None) -> Iterator[RowChunk]:
-        """Windows ``[a, a + max_rows)`` of the population's rows; each loads only the clients
-        that overlap it."""
+        """Iterate over the population's rows in windows, loading only the clients each overlaps.
+
+        Args:
+            max_rows: Rows per window (None: one window).
+
+        Yields:
+            ``(inputs, targets, owner)`` of each window; ``owner`` is each row's client index.
+        """
         sizes = self.client_sizes
         for a, b, lo, hi, first in _windows(sizes, max_rows):
             view = self.cohort(list(range(lo, hi + 1)))
@@ -123,10 +169,16 @@ class FederatedData(ABC):
             self.release()
 
     def client_row_chunks(self, clients: torch.Tensor, max_rows: int | None) -> Iterator[RowChunk]:
-        """The rows of the listed clients (global indices), client after client in the order
-        given, as windows of at most ``max_rows`` rows; ``owner`` is each row's *position* in
-        ``clients``. Each window loads only the clients that overlap it, so evaluating a sample
-        of S clients holds one window, not S clients, whatever the store."""
+        """Iterate over the listed clients' rows in windows, loading only the clients each overlaps.
+
+        Args:
+            clients: Global client indices; their rows come client after client in this order.
+            max_rows: Rows per window (None: one window).
+
+        Yields:
+            ``(inputs, targets, owner)`` of each window; ``owner`` is each row's position in
+            ``clients``.
+        """
         clients = torch.as_tensor(clients, dtype=torch.long)
         sizes = self.client_sizes[clients]
         for a, b, lo, hi, first in _windows(sizes, max_rows):
@@ -146,8 +198,20 @@ class FederatedData(ABC):
         counts: torch.Tensor,
         client_ids: Sequence[str] | None = None,
     ) -> InMemoryData:
-        """The in-memory store of all clients' rows at once: client ``i`` owns the next
-        ``counts[i]`` rows (the vectorized builders' form of :meth:`from_clients`)."""
+        """Build an in-memory store from all clients' rows at once.
+
+        Args:
+            inputs: Every client's inputs, client after client ``[N, ...]``.
+            targets: Their targets ``[N, ...]``.
+            counts: Rows per client ``[C]``: client ``i`` owns the next ``counts[i]`` rows.
+            client_ids: The clients' ids (None: ``"0"``, ``"1"`` …).
+
+        Returns:
+            The store.
+
+        Raises:
+            ValueError: A client without examples, or counts that do not add up to the rows.
+        """
         counts = torch.as_tensor(counts, dtype=torch.long)
         if counts.ndim != 1 or not len(counts) or int(counts.min()) <= 0:
             raise ValueError("every client needs at least one example")
@@ -162,7 +226,18 @@ class FederatedData(ABC):
         clients: Sequence[tuple[torch.Tensor, torch.Tensor]],
         client_ids: Sequence[str] | None = None,
     ) -> InMemoryData:
-        """The in-memory store of ``clients`` = [(inputs_i, targets_i), ...]."""
+        """Build an in-memory store from each client's examples.
+
+        Args:
+            clients: ``[(inputs_i, targets_i), ...]``, one pair per client.
+            client_ids: The clients' ids (None: ``"0"``, ``"1"`` …).
+
+        Returns:
+            The store.
+
+        Raises:
+            ValueError: No client, or a client without examples.
+        """
         if not clients:
             raise ValueError("a federated dataset needs at least one client")
         counts = torch.tensor([len(x) for x, _ in clients], dtype=torch.long)
@@ -202,8 +277,15 @@ def client_rows(offsets: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class InMemoryData(FederatedData):
-    """All clients' examples in one tensor; client ``i`` owns ``offsets[i] : offsets[i] +
-    counts[i]`` (offsets and counts stay on the CPU)."""
+    """All clients' examples in one tensor (build it with :meth:`FederatedData.from_clients`).
+
+    Args:
+        inputs: The rows' inputs.
+        targets: The rows' targets.
+        offsets: Client ``i``'s first row, int64 ``[C]`` on the CPU.
+        counts: Client ``i``'s number of rows, int64 ``[C]`` on the CPU.
+        client_ids: The clients' ids in index order.
+    """
 
     inputs: torch.Tensor
     targets: torch.Tensor
@@ -274,8 +356,15 @@ class InMemoryData(FederatedData):
 
 @dataclass(frozen=True)
 class CentralData:
-    """Data held by the server for Mixed FL (Augenstein et al. 2022 (arXiv:2205.13655)) with its
-    loss weight."""
+    """Data the server holds and trains on, for Mixed FL.
+
+    Mixed FL: Augenstein et al. 2022 (arXiv:2205.13655).
+
+    Args:
+        data: The server's examples.
+        weight: The weight of its loss.
+        loss_fn: Its per-example loss (None: the task's).
+    """
 
     data: Dataset
     weight: float = 1.0
@@ -284,10 +373,18 @@ class CentralData:
 
 @dataclass(frozen=True)
 class Task:
-    """A federated learning problem.
+    """A federated learning problem: the clients' data, a model factory and a loss.
 
-    ``metric_fns`` map a name (``accuracy``) to a per-example metric ``(outputs, targets) -> [B]``;
-    ``meta`` holds task facts for theory and reports (the quadratic task's exact ``A``, ``c``).
+    Args:
+        name: The task's name.
+        train: The clients' examples.
+        model_fn: ``model_fn(generator) -> nn.Module``, parameters drawn from ``generator``
+            only (e.g. with :func:`build_model`).
+        loss_fn: ``loss_fn(outputs [B, ...], targets [B, ...]) -> [B]``, per-example losses.
+        test: A pooled test split (None: none).
+        central: Data the server holds, for Mixed FL (None: none).
+        metric_fns: Per-example metrics by name (``accuracy``), like ``loss_fn``.
+        meta: Task facts for theory and reports (the quadratic task's exact ``A``, ``c``).
     """
 
     name: str

@@ -68,7 +68,17 @@ class _Ids(Sequence[str]):
 
 
 class LazyFederatedData(FederatedData):
-    """Clients loaded on demand (see module docstring); pickles without open file handles."""
+    """Base of file-backed stores: client sizes in memory, examples loaded per cohort.
+
+    A subclass implements :meth:`read`; it must pickle without open file handles.
+
+    Args:
+        sizes: Every client's number of examples ``[C]`` (each at least 1).
+        client_ids: The clients' ids in index order.
+
+    Raises:
+        ValueError: No client, a client without examples, or not one id per client.
+    """
 
     eval_chunk_rows: int | None = 65536
 
@@ -86,7 +96,14 @@ class LazyFederatedData(FederatedData):
 
     @abstractmethod
     def read(self, clients: Sequence[int]) -> list[Examples]:
-        """The examples of ``clients`` (global indices, in this order), on the CPU."""
+        """Load clients' examples.
+
+        Args:
+            clients: Global client indices.
+
+        Returns:
+            ``(inputs_i, targets_i)`` of each client, in this order, on the CPU.
+        """
 
     @property
     def num_clients(self) -> int:
@@ -113,7 +130,16 @@ class LazyFederatedData(FederatedData):
 
 
 class CallableData(LazyFederatedData):
-    """A lazy store over ``load(i) -> (inputs_i, targets_i)`` with known ``sizes``."""
+    """A lazy store that loads each client with a function.
+
+    Args:
+        sizes: Every client's number of examples ``[C]`` (each at least 1).
+        load: ``load(i) -> (inputs_i, targets_i)``; the same ``i`` must give the same tensors.
+        client_ids: The clients' ids (None: ``"0"``, ``"1"`` …).
+
+    Raises:
+        ValueError: No client, or a client without examples.
+    """
 
     def __init__(
         self,
@@ -128,4 +154,12 @@ class CallableData(LazyFederatedData):
         self._load = load
 
     def read(self, clients: Sequence[int]) -> list[Examples]:
+        """Load clients' examples with ``load``.
+
+        Args:
+            clients: Global client indices.
+
+        Returns:
+            ``load(i)`` of each client, in this order.
+        """
         return [self._load(i) for i in clients]

@@ -54,10 +54,28 @@ REGISTRY: Registry[TaskInfo] = Registry("task", "task.name", _load_builtin)
 def register_task(
     name: str, description: str = "", params: type | None = None
 ) -> Callable[[Builder], Builder]:
-    """Decorator: register ``builder(params, seed) -> Task`` as task ``name``. ``params``: a
-    frozen dataclass declaring its parameters (fields with types and defaults, an optional
-    ``validate(self, path)``), so that a spec's ``task:`` is checked when it is read — an
-    unknown key or a value out of range named before any trial runs."""
+    """Register a task builder, ``builder(params, seed) -> Task``, as a decorator.
+
+    Args:
+        name: The task's name, as a study's ``task.name`` names it.
+        description: One line for ``fedtune tasks`` (default: the builder's summary line).
+        params: A frozen dataclass declaring the task's parameters (fields with types and
+            defaults, an optional ``validate(self, path)``), so that a spec's ``task:`` is
+            checked when it is read (None: not checked).
+
+    Returns:
+        The decorator; it returns the builder unchanged.
+
+    Raises:
+        CodeError: ``name`` is empty or already registered by another module.
+
+    Example:
+        ```python
+        @register_task("my_lab_digits", "my digits split")
+        def build(params, seed):
+            ...
+        ```
+    """
 
     def deco(builder: Builder) -> Builder:
         doc = description or (builder.__doc__ or "").strip().split("\n")[0]
@@ -105,6 +123,11 @@ def task_parameters(name: str) -> list[tuple[str, str, Any]]:
 
 
 def tasks() -> dict[str, TaskInfo]:
+    """List every registered task: built in, from entry points and from loaded code.
+
+    Returns:
+        The tasks by name.
+    """
     return REGISTRY.all()
 
 
@@ -113,6 +136,17 @@ def task_names() -> list[str]:
 
 
 def task_origin(name: str) -> Origin:
+    """Say where a task was registered.
+
+    Args:
+        name: The task's name.
+
+    Returns:
+        Its origin (built in, an entry point's distribution or a study's code).
+
+    Raises:
+        ConfigError: No task has this name.
+    """
     return REGISTRY.origin(name)
 
 
