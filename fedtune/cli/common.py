@@ -152,30 +152,10 @@ def apply_sets(data: dict[str, Any], items: list[str] | None) -> dict[str, Any]:
         A copy with each dotted key set; a key whose parent is not a mapping is a
         ``ConfigError`` naming that key (``task: digits`` is read as ``task: {name: digits}``).
     """
-    import copy
+    from fedtune.overrides import apply_overrides
 
     sets = parse_sets(items)
-    if not sets:
-        return data
-    out = copy.deepcopy(dict(data))
-    for dotted, value in sets.items():
-        parts = dotted.split(".")
-        if not all(parts):
-            raise ConfigError(dotted, "is not a dotted key (empty part)")
-        node: dict[str, Any] = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif isinstance(child, str) and part == "task":
-                child = node[part] = {"name": child}
-            elif not isinstance(child, dict):
-                raise ConfigError(
-                    ".".join(parts[: i + 1]), f"is not a mapping; cannot set {dotted}"
-                )
-            node = child
-        node[parts[-1]] = value
-    return out
+    return apply_overrides(data, sets) if sets else data
 
 
 def count(text: str) -> int:

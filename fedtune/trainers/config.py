@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fedtune.errors import ConfigError
+from fedtune.overrides import apply_overrides
 
 from .code_spec import CodeSpec
 from .typed import check, to_dict
@@ -220,24 +221,3 @@ class TrialConfig:
         if self.code is not None:
             out["code"] = self.code.model_dump()
         return out
-
-
-def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a deep copy of ``data`` with dotted-path overrides (``hparams.client_lr``) set."""
-    out = copy.deepcopy(dict(data))
-    for dotted, value in overrides.items():
-        parts = dotted.split(".")
-        node: dict[str, Any] = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            elif isinstance(child, str) and part == "task":
-                child = node[part] = {"name": child}
-            elif not isinstance(child, dict):
-                raise ConfigError(
-                    ".".join(parts[: i + 1]), "is not a mapping; cannot set a sub-key"
-                )
-            node = child
-        node[parts[-1]] = value
-    return out
