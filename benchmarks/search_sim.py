@@ -31,6 +31,7 @@ from optuna.trial import TrialState
 from fedtune.search_spaces.optuna_adapter import suggest
 from fedtune.tuning.optuna_glue import make_sampler
 from fedtune.tuning.spec import StudySpec
+from fedtune.tuning.stop_rules import Stopper
 
 __all__ = ["CurveCache", "Step", "run_strategy"]
 
@@ -101,7 +102,7 @@ def _objective(tail: list[float]) -> float:
     return sum(tail) / len(tail) if tail and all(map(math.isfinite, tail)) else math.inf
 
 
-def stopper_of(task: Any, spec: StudySpec) -> Any:
+def stopper_of(task: Any, spec: StudySpec) -> Stopper:
     """The strategy's stopper, as ``run_study`` builds it (``stopper_for``); ``asha`` and
     ``median`` are Ray Tune schedulers there, Optuna's successive-halving / median pruner here."""
     from fedtune.tuning.stop_rules import PrunerStopper
@@ -153,7 +154,7 @@ def run_strategy(
     steps: list[Step] = []
     used = 0
     while used < round_budget and len(steps) < max_trials:
-        proposal = stopper.propose() if hasattr(stopper, "propose") else None
+        proposal = stopper.propose()
         if proposal is not None:  # as FedtuneSearch._propose: the sweep's point, tagged
             tag, point = proposal
             study.enqueue_trial(
@@ -161,8 +162,7 @@ def run_strategy(
             )
         trial = study.ask()
         point = suggest(trial, task.space)
-        if stopper is not None:
-            stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+        stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
         tail: list[float] = []
         reason: list[str] = []
 
@@ -171,8 +171,6 @@ def run_strategy(
             value = _objective(tail[-last:])
             if math.isfinite(value):
                 trial.report(value, t)
-            if stopper is None:
-                return True
             why = stopper.observe(trial.number, [value])
             if why:
                 reason.append(str(why))
@@ -190,8 +188,7 @@ def run_strategy(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             study.tell(trial, None if state == TrialState.PRUNED else value, state=state)
-        if stopper is not None:
-            stopper.complete(trial.number, outcome, value if outcome == "completed" else None)
+        stopper.complete(trial.number, outcome, value if outcome == "completed" else None)
         steps.append(
             Step(trial.number, point, rounds, value, reason[0] if reason else None, partial)
         )
