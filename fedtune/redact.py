@@ -11,11 +11,12 @@ it too.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["bare_uri", "scrub", "scrub_text", "strip_credentials"]
+__all__ = ["bare_uri", "scrub", "scrub_text", "scrubbing_log_handlers", "strip_credentials"]
 
 _UNPARSED = "<a URI that could not be parsed>"
 
@@ -71,3 +72,25 @@ def scrub(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return [scrub(v) for v in data]
     return data
+
+
+class _ScrubbingFormatter(logging.Formatter):
+    """A handler's formatter whose output (message and traceback) shows no URI's password."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub_text(self.inner.format(record))
+
+
+def scrubbing_log_handlers(handlers: list[logging.Handler]) -> None:
+    """Make ``handlers`` write their records through :func:`scrub_text`.
+
+    Args:
+        handlers: The handlers the driver logs to (its log file is their stream).
+    """
+    for handler in handlers:
+        if not isinstance(handler.formatter, _ScrubbingFormatter):
+            handler.setFormatter(_ScrubbingFormatter(handler.formatter))

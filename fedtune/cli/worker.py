@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-__all__ = ["register", "scrubbing_log_handlers"]
+__all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,32 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedtune.redact import scrubbing_log_handlers
     from fedtune.service.driver import load_driver_settings, run_driver
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     scrubbing_log_handlers(logging.getLogger().handlers)
     return run_driver(args.study_id, load_driver_settings(), args.attempt)
-
-
-class _ScrubbingFormatter(logging.Formatter):
-    """A handler's formatter whose output (message and traceback) shows no URI's password."""
-
-    def __init__(self, inner: logging.Formatter | None) -> None:
-        super().__init__()
-        self.inner = inner or logging.Formatter()
-
-    def format(self, record: logging.LogRecord) -> str:
-        from fedtune.redact import scrub_text
-
-        return scrub_text(self.inner.format(record))
-
-
-def scrubbing_log_handlers(handlers: list[logging.Handler]) -> None:
-    """Make ``handlers`` write their records through :func:`fedtune.redact.scrub_text`.
-
-    Args:
-        handlers: The handlers the driver logs to (its log file is their stream).
-    """
-    for handler in handlers:
-        if not isinstance(handler.formatter, _ScrubbingFormatter):
-            handler.setFormatter(_ScrubbingFormatter(handler.formatter))

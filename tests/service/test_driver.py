@@ -108,7 +108,7 @@ def test_a_failing_study_is_marked_failed(ctx: ServiceContext) -> None:
 def test_a_driver_error_with_a_credentialed_uri_is_stored_and_logged_without_it(
     ctx: ServiceContext, caplog
 ) -> None:
-    from fedtune.cli.worker import scrubbing_log_handlers
+    from fedtune.redact import scrubbing_log_handlers
 
     sid = running_study(ctx)
     url = "http://u:S3cretPW@127.0.0.1:9/api/2.0/mlflow/experiments/search"
