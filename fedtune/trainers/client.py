@@ -46,7 +46,13 @@ from .hparams import HParam, Space
 from .module_loss import ModuleLoss
 from .steps import where_step
 
-__all__ = ["CLIENT_HPARAMS", "ClientRule", "make_client_fn", "make_masked_client_fn"]
+__all__ = [
+    "CLIENT_HPARAMS",
+    "ClientRule",
+    "make_client_fn",
+    "make_masked_client_fn",
+    "make_packed_client_fn",
+]
 
 CLIENT_HPARAMS = (
     HParam(
@@ -109,17 +115,57 @@ def _axpy(a: Params, s, b: Params) -> Params:
     return {k: a[k] + s * b[k] for k in a}
 
 
-def _local_grad_fn(loss_of: LossOf, alpha: float) -> Callable[..., Params]:
-    """g = ∇f(y; batch) + α (y − x)."""
+def _local_grad_fn(loss_of: LossOf) -> Callable[..., Params]:
+    """g = ∇f(y; batch) + α (y − x); α a float (0: no proximal term) or a tensor (applied)."""
     gradient = grad(loss_of)
 
-    def local_grad(y: Params, x: Params, xk, yk) -> Params:
+    def local_grad(y: Params, x: Params, xk, yk, alpha) -> Params:
         g = gradient(y, xk, yk)
-        if alpha:
+        if torch.is_tensor(alpha) or alpha:
             g = {n: g[n] + alpha * (y[n] - x[n]) for n in g}
         return g
 
     return local_grad
+
+
+def _masked_message(local_grad, units: str, x: Params, lr, alpha, xb, yb, theta, mask) -> Params:
+    """The masked first-order ClientUpdate of one client (see :func:`make_masked_client_fn`)."""
+    y = x
+    msg = {n: torch.zeros_like(v) for n, v in x.items()}
+    for k in range(xb.shape[0]):
+        g = local_grad(y, x, xb[k], yb[k], alpha)
+        if mask is None:  # every step is real (packed trials of equal K)
+            msg, y = _axpy(msg, theta[k], g), _axpy(y, -lr, g)
+            continue
+        msg = where_step(mask[k], _axpy(msg, theta[k], g), msg)
+        y = where_step(mask[k], _axpy(y, -lr, g), y)
+    if units == "delta":
+        return {n: lr * msg[n] for n in msg}
+    return msg
+
+
+def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
+    """Build ``fn(x, lr, alpha, xb [K_max, B, ...], yb, theta [K_max], mask [K_max] | None)``.
+
+    The masked first-order ClientUpdate of :func:`make_masked_client_fn` with the client rate γ
+    and the proximal weight α as arguments (``alpha`` None: no proximal term), so that packed
+    trials (:mod:`fedtune.trainers.packed`) can vmap it over configurations as well as clients:
+    g_k ← ∇f(y; S_k) + α (y − x), msg ← msg + θ_k g_k, y ← y − γ g_k on the unmasked steps
+    (Charles & Konečný 2021 (arXiv:2103.05032) §2.1). ``mask`` None: every step is real.
+
+    Args:
+        loss_of: The model's loss ``loss_of(params, x, y)``.
+        units: ``gradient`` or ``delta`` (the message times γ).
+
+    Returns:
+        The client function.
+    """
+    local_grad = _local_grad_fn(loss_of)
+
+    def fn(x: Params, lr, alpha, xb, yb, theta, mask) -> Params:
+        return _masked_message(local_grad, units, x, lr, alpha, xb, yb, theta, mask)
+
+    return fn
 
 
 def make_masked_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
@@ -130,18 +176,11 @@ def make_masked_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Pa
     """
     if rule.second_order:
         raise ValueError("second-order MAML needs a fixed K (no masked form)")
-    local_grad = _local_grad_fn(loss_of, rule.prox_alpha)
+    local_grad = _local_grad_fn(loss_of)
+    alpha = rule.prox_alpha
 
     def fn(x: Params, lr, xb, yb, theta, mask) -> Params:
-        y = x
-        msg = {n: torch.zeros_like(v) for n, v in x.items()}
-        for k in range(xb.shape[0]):
-            g = local_grad(y, x, xb[k], yb[k])
-            msg = where_step(mask[k], _axpy(msg, theta[k], g), msg)
-            y = where_step(mask[k], _axpy(y, -lr, g), y)
-        if rule.units == "delta":
-            return {n: lr * msg[n] for n in msg}
-        return msg
+        return _masked_message(local_grad, rule.units, x, lr, alpha, xb, yb, theta, mask)
 
     if _has_eager(loss_of):
         fn.eager = _eager_client(loss_of, rule, masked=True)  # type: ignore[attr-defined]
@@ -152,14 +191,14 @@ def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
     """Build ``fn(x, lr, xb [nb, B, ...], yb [nb, B, ...]) -> message`` for ``rule``."""
     alpha = rule.prox_alpha
     weights = [float(t) for t in rule.theta]
-    local_grad = _local_grad_fn(loss_of, alpha)
+    local_grad = _local_grad_fn(loss_of)
 
     def first_order(x: Params, lr, xb, yb) -> Params:
         y = x
         msg = {n: torch.zeros_like(v) for n, v in x.items()}
         last = len(weights) - 1
         for k, theta_k in enumerate(weights):
-            g = local_grad(y, x, xb[k], yb[k])
+            g = local_grad(y, x, xb[k], yb[k], alpha)
             if theta_k:
                 msg = _axpy(msg, theta_k, g)
             if k < last:
@@ -174,7 +213,7 @@ def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
         def adapted_loss(x0: Params):
             y = x0
             for k in range(inner_steps):
-                y = _axpy(y, -lr, local_grad(y, x0, xb[k], yb[k]))
+                y = _axpy(y, -lr, local_grad(y, x0, xb[k], yb[k], alpha))
             return loss_of(y, xb[inner_steps], yb[inner_steps])
 
         return grad(adapted_loss)(x)

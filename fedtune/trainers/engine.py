@@ -49,7 +49,7 @@ from .steps import epoch_steps, padded_batches, step_summary
 from .tasks import Task, build_task
 from .tasks.base import InMemoryData
 
-__all__ = ["RUNNER_METRIC", "Trainer", "pick_device", "run_trial"]
+__all__ = ["RUNNER_METRIC", "Trainer", "cohort_rows", "pick_device", "run_trial"]
 
 OnRound = Callable[[RoundRecord], bool | None]
 #: round-record extra: 1.0 when the round's clients ran vectorized, 0.0 when sequentially
@@ -171,22 +171,15 @@ class Trainer:
             sample_clients(cfg.task.seed, t, self.data.num_clients, cfg.train.clients_per_round)
         )
         data = self._view(clients)
-        steps = None
-        if cfg.train.local_epochs is not None:
-            steps, batches = self._epoch_batches(t, clients, data)
-        elif cfg.train.batch_sampling != "full" or self._equal_counts(clients):
-            batches = cohort_batch_indices(
-                cfg.seed,
-                t,
-                clients,
-                data.offsets[clients],
-                data.counts[clients],
-                self.algorithm.num_batches(),
-                cfg.train.batch_size,
-                cfg.train.batch_sampling,
-            )
-        else:
-            raise ConfigError("train.batch_sampling", "'full' needs sampled clients of equal size")
+        steps, batches = cohort_rows(
+            cfg,
+            self.algorithm.num_batches(),
+            self.local_steps,
+            t,
+            clients,
+            data,
+            self.data.client_sizes,
+        )
         counts = self.data.client_sizes[clients].to(self.dtype)
         weights = counts if cfg.train.weighting == "examples" else torch.ones_like(counts)
         return Cohort(
@@ -195,31 +188,6 @@ class Trainer:
             (weights / weights.sum()).to(self.device),
             None if steps is None else steps.to(self.device),
         )
-
-    def _epoch_batches(
-        self, t: int, clients: torch.Tensor, data: InMemoryData
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """τ_i = ⌈E·n_i/B⌉ and the padded rows [M, K_max + extra, B] into the cohort view
-        ``data`` (see ``steps.py``)."""
-        train = self.config.train
-        counts = data.counts[clients]
-        steps = epoch_steps(counts, train.local_epochs, train.batch_size)
-        extra = self.algorithm.num_batches() - self.local_steps  # e.g. FedGA's g_i(x) batch
-        batches = padded_batches(
-            self.config.seed,
-            t,
-            clients,
-            data.offsets[clients],
-            counts,
-            steps,
-            extra,
-            train.batch_size,
-            train.batch_sampling,
-        )
-        return steps, batches
-
-    def _equal_counts(self, clients: torch.Tensor) -> bool:
-        return len(set(self.data.client_sizes[clients].tolist())) == 1
 
     def step(self) -> RoundRecord | None:
         """Run one round.
@@ -405,6 +373,68 @@ class Trainer:
         if self.outcome is None and self.round >= self.config.train.rounds:
             self.outcome = Outcome.COMPLETED
         self.reason = state["reason"]
+
+
+def cohort_rows(
+    config: TrialConfig,
+    num_batches: int,
+    local_steps: int,
+    t: int,
+    clients: torch.Tensor,
+    data: InMemoryData,
+    client_sizes: torch.Tensor,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Give the batch rows of round ``t``'s cohort for one trial (its seed and local work).
+
+    With ``train.local_epochs`` client i runs τ_i = ⌈E·n_i/B⌉ steps and its rows are padded to
+    ``[M, K_max + extra, B]`` (``extra`` = the batches the algorithm draws besides its local
+    steps, e.g. FedGA's g_i(x) batch; see ``steps.py``); otherwise every client draws
+    ``num_batches`` batches.
+
+    Args:
+        config: The trial's configuration (its seed and ``train`` section).
+        num_batches: Batches the algorithm draws per client (K, or K + extra).
+        local_steps: The algorithm's K.
+        t: The round's index.
+        clients: The cohort's global client indices ``[M]``.
+        data: The cohort view (its clients addressed by global index).
+        client_sizes: Every client's number of examples (the whole population).
+
+    Returns:
+        The local steps τ_i ``[M]`` (None: every client runs K) and the rows ``[M, nb, B]``.
+
+    Raises:
+        ConfigError: ``batch_sampling: full`` with sampled clients of unequal sizes.
+    """
+    train = config.train
+    if train.local_epochs is not None:
+        counts = data.counts[clients]
+        steps = epoch_steps(counts, train.local_epochs, train.batch_size)
+        batches = padded_batches(
+            config.seed,
+            t,
+            clients,
+            data.offsets[clients],
+            counts,
+            steps,
+            num_batches - local_steps,
+            train.batch_size,
+            train.batch_sampling,
+        )
+        return steps, batches
+    if train.batch_sampling == "full" and len(set(client_sizes[clients].tolist())) != 1:
+        raise ConfigError("train.batch_sampling", "'full' needs sampled clients of equal size")
+    batches = cohort_batch_indices(
+        config.seed,
+        t,
+        clients,
+        data.offsets[clients],
+        data.counts[clients],
+        num_batches,
+        train.batch_size,
+        train.batch_sampling,
+    )
+    return None, batches
 
 
 def _to_device(tree: Any, device: torch.device) -> Any:

@@ -31,9 +31,11 @@ from .tasks.base import Dataset, FederatedData, client_rows
 __all__ = [
     "chunk_rows",
     "client_mean_losses",
+    "dataset_means",
     "dataset_metrics",
     "evaluation_clients",
     "population_loss",
+    "population_losses",
 ]
 
 _EVAL_STREAM = 0xE7
@@ -69,10 +71,14 @@ def client_mean_losses(
     seg = torch.repeat_interleave(torch.arange(len(counts)), counts)
     losses = _per_example(fn, params, data.inputs[rows], data.targets[rows], batch_size)
     seg = seg.to(losses.device)
-    sums = torch.zeros(len(counts), dtype=losses.dtype, device=losses.device).index_add_(
-        0, seg, losses
-    )
-    return sums / counts.to(losses.dtype).to(losses.device)
+    sums = losses.new_zeros((len(counts), *losses.shape[1:])).index_add_(0, seg, losses)
+    return sums / _column(counts.to(losses.dtype).to(losses.device), sums)
+
+
+def _column(sizes: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``sizes [n]`` shaped to divide ``like [n, ...]`` row by row (``fn`` may give one loss
+    per example and per packed configuration, ``[B, P]``)."""
+    return sizes.reshape((-1,) + (1,) * (like.dim() - 1))
 
 
 def evaluation_clients(
@@ -102,6 +108,19 @@ def population_loss(
 ) -> float:
     """f(x) = mean over clients of f_i(x) — over every client, or over the listed ``clients``
     (global indices, each once), read in windows of :func:`chunk_rows` rows."""
+    return float(population_losses(fn, params, data, batch_size, clients))
+
+
+@torch.no_grad()
+def population_losses(
+    fn: PerExample,
+    params,
+    data: FederatedData,
+    batch_size: int,
+    clients: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`population_loss` as a tensor: 0-dim for ``fn`` giving ``[B]``, ``[P]`` for ``fn``
+    giving ``[B, P]`` (one loss per example and per packed configuration)."""
     if clients is None:
         sizes = data.client_sizes
         chunks = data.row_chunks(chunk_rows(data, batch_size))
@@ -112,20 +131,26 @@ def population_loss(
     for inputs, targets, owner in chunks:
         losses = _per_example(fn, params, inputs, targets, batch_size)
         if sums is None:
-            sums = torch.zeros(len(sizes), dtype=losses.dtype, device=losses.device)
+            sums = losses.new_zeros((len(sizes), *losses.shape[1:]))
         sums.index_add_(0, owner.to(losses.device), losses)
         del inputs, targets, owner, losses  # one window at a time
     assert sums is not None  # every store has at least one example
-    return float((sums / sizes.to(sums.device, sums.dtype)).mean())
+    return (sums / _column(sizes.to(sums.device, sums.dtype), sums)).mean(0)
 
 
 @torch.no_grad()
 def dataset_metrics(
     fn: PerExample, metric_fns: Mapping[str, PerExample], params, data: Dataset, batch_size: int
 ) -> dict[str, float]:
-    out = {"loss": float(_per_example(fn, params, data.inputs, data.targets, batch_size).mean())}
+    return {k: float(v) for k, v in dataset_means(fn, metric_fns, params, data, batch_size).items()}
+
+
+@torch.no_grad()
+def dataset_means(
+    fn: PerExample, metric_fns: Mapping[str, PerExample], params, data: Dataset, batch_size: int
+) -> dict[str, torch.Tensor]:
+    """:func:`dataset_metrics` as tensors: 0-dim, or ``[P]`` for functions giving ``[B, P]``."""
+    out = {"loss": _per_example(fn, params, data.inputs, data.targets, batch_size).mean(0)}
     for name, metric in metric_fns.items():
-        out[name] = float(
-            _per_example(metric, params, data.inputs, data.targets, batch_size).mean()
-        )
+        out[name] = _per_example(metric, params, data.inputs, data.targets, batch_size).mean(0)
     return out

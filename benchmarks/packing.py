@@ -1,0 +1,319 @@
+"""Packed trials against one process per trial: configuration-rounds per second and memory.
+
+For each task — the digits ``mlp`` and the ``quadratic`` — and P ∈ {1, 8, 64} configurations
+(FedAvgM with different γ, η, β and trial seeds; M = 10 clients per round, K = 10 local steps,
+B = 20; population evaluation off, as in ``engine_throughput.py``):
+
+* ``packed`` — one fresh process runs a :class:`fedtune.trainers.packed.PackedTrainer` of the
+  P configurations; after two warm-up rounds it times rounds for about ``--target`` seconds
+  per sample. Configuration-rounds/s = P · rounds / seconds; the process's resident set
+  (``VmRSS``, and the peak ``VmHWM``) is read from ``/proc/self/status`` after the samples,
+  and divided by P for the memory per configuration. One torch thread by default
+  (``--pack-threads``): on this shared 2-core machine a 2-thread pool ran 2–4× slower.
+* ``separate`` — the first 8 of the same configurations as 8 processes started together, each
+  an unpacked :class:`fedtune.trainers.Trainer` (one torch thread each: 8 trials on this
+  machine's cores, as Ray would place them). Each warms up two rounds, waits at a barrier, then
+  counts the rounds it completes in ``--target`` seconds per sample; configuration-rounds/s is
+  the sum over the processes, the memory is the sum of their resident sets.
+
+Medians over ``--repeats`` samples. Goals (issue "packed trials"): 64 configurations in ≤ 2 GB
+of resident memory in all, and packed P = 64 ≥ 10× the configuration-rounds/s of the 8
+separate processes. Writes ``benchmarks/results/packing.json`` (``packing_cuda.json`` with
+``--device cuda``: both sides on the GPU; that mode has not been run on this machine, which has
+no GPU).
+
+Usage::
+
+    python benchmarks/packing.py [--repeats 3] [--target 2.0] [--tasks mlp,quadratic]
+    python benchmarks/packing.py --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _env import environment
+
+RESULTS = Path(__file__).parent / "results"
+PACK_SIZES = (1, 8, 64)
+SEPARATE = 8
+M, K, B = 10, 10, 20
+TASKS = {
+    "mlp": {"name": "digits", "seed": 0, "clients": 100, "dirichlet": 0.5, "model": "mlp"},
+    "quadratic": {"name": "quadratic", "seed": 0, "clients": 100, "dim": 20, "examples": 40},
+}
+#: rates are scaled per task so that no configuration diverges (a diverged member would leave
+#: the pack and the benchmark would time fewer than P configurations)
+RATE_SCALE = {"mlp": 1.0, "quadratic": 0.05}
+GOAL_MEMORY_GB = 2.0
+GOAL_SPEEDUP = 10.0
+
+
+def configs(task: str, p: int, device: str) -> list[dict]:
+    """P FedAvgM configurations of ``task`` differing in γ, η, β and the trial seed."""
+    out = []
+    for j in range(p):
+        out.append(
+            {
+                "task": TASKS[task],
+                "algorithm": "fedavgm",
+                "train": {
+                    "rounds": 10**6,
+                    "clients_per_round": M,
+                    "local_steps": K,
+                    "batch_size": B,
+                    "eval_every": 10**6,
+                    "eval_population": "off",
+                    "device": device,
+                },
+                "hparams": {
+                    "client_lr": RATE_SCALE[task] * (0.02 + 0.01 * (j % 8)),
+                    "server_lr": RATE_SCALE[task] * (0.02 + 0.01 * (j % 5)),
+                    "server_momentum": 0.3 + 0.05 * (j % 9),
+                },
+                "seed": j,
+            }
+        )
+    return out
+
+
+def rss_mb() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+# -- child processes ---------------------------------------------------------------------------
+def _reporting(fn):
+    """Run a child's body; on an error put ``{"error": ...}`` so the parent does not wait."""
+
+    def run(*args):
+        queue = args[-1]
+        try:
+            fn(*args)
+        except BaseException as exc:  # report anything, then re-raise in the child
+            queue.put({"error": f"{type(exc).__name__}: {exc}"})
+            raise
+
+    run.__name__ = fn.__name__
+    return run
+
+
+def packed_child(task: str, p: int, device: str, repeats: int, target: float, threads, queue):
+    """One process: a pack of P configurations; the rates of ``repeats`` timed samples."""
+    _reporting(_packed_child)(task, p, device, repeats, target, threads, queue)
+
+
+def _packed_child(task: str, p: int, device: str, repeats: int, target: float, threads, queue):
+    import torch
+
+    torch.set_num_threads(threads)
+
+    from fedtune.trainers.packed import PackedTrainer
+
+    pack = PackedTrainer(configs(task, p, device))
+    pack.step()
+    _sync(device)
+    start = time.perf_counter()
+    pack.step()
+    _sync(device)
+    per = max(time.perf_counter() - start, 1e-6)
+    rounds = max(1, round(target / per))
+    rates = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            pack.step()
+        _sync(device)
+        rates.append(p * rounds / (time.perf_counter() - start))
+    rss, peak = rss_mb()
+    queue.put(
+        {
+            "config_rounds_per_s": rates,
+            "rounds_per_sample": rounds,
+            "rss_mb": rss,
+            "peak_rss_mb": peak,
+            "torch_threads": torch.get_num_threads(),
+        }
+    )
+
+
+def separate_child(cfg: dict, repeats: int, target: float, barrier, queue) -> None:
+    """One process, one unpacked trial: rounds completed in each ``target``-second sample."""
+    _reporting(_separate_child)(cfg, repeats, target, barrier, queue)
+
+
+def _separate_child(cfg: dict, repeats: int, target: float, barrier, queue) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from fedtune.trainers import Trainer
+
+    trainer = Trainer(cfg)
+    trainer.step()
+    trainer.step()
+    device = cfg["train"]["device"]
+    rates = []
+    for _ in range(repeats):
+        barrier.wait()
+        _sync(device)
+        start = time.perf_counter()
+        done = 0
+        while time.perf_counter() - start < target:
+            trainer.step()
+            done += 1
+        _sync(device)
+        rates.append(done / (time.perf_counter() - start))
+    rss, peak = rss_mb()
+    queue.put({"rounds_per_s": rates, "rss_mb": rss, "peak_rss_mb": peak})
+
+
+# -- the parent ----------------------------------------------------------------------------------
+def _checked(out: dict) -> dict:
+    if "error" in out:
+        raise RuntimeError(f"benchmark child failed: {out['error']}")
+    return out
+
+
+def run_packed(task: str, p: int, device: str, repeats: int, target: float, threads: int) -> dict:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    args = (task, p, device, repeats, target, threads, queue)
+    proc = ctx.Process(target=packed_child, args=args)
+    proc.start()
+    out = _checked(queue.get())
+    proc.join()
+    median = statistics.median(out["config_rounds_per_s"])
+    return {
+        "P": p,
+        "config_rounds_per_s": median,
+        "samples": out["config_rounds_per_s"],
+        "rounds_per_sample": out["rounds_per_sample"],
+        "rss_mb": round(out["rss_mb"], 1),
+        "peak_rss_mb": round(out["peak_rss_mb"], 1),
+        "rss_mb_per_config": round(out["rss_mb"] / p, 2),
+        "torch_threads": out["torch_threads"],
+    }
+
+
+def run_separate(task: str, device: str, repeats: int, target: float) -> dict:
+    ctx = mp.get_context("spawn")
+    queue, barrier = ctx.Queue(), ctx.Barrier(SEPARATE)
+    procs = [
+        ctx.Process(target=separate_child, args=(cfg, repeats, target, barrier, queue))
+        for cfg in configs(task, SEPARATE, device)
+    ]
+    for proc in procs:
+        proc.start()
+    outs = []
+    for _ in procs:
+        out = queue.get()
+        if "error" in out:
+            for proc in procs:
+                proc.terminate()
+        outs.append(_checked(out))
+    for proc in procs:
+        proc.join()
+    totals = [sum(o["rounds_per_s"][r] for o in outs) for r in range(repeats)]
+    rss = sum(o["rss_mb"] for o in outs)
+    return {
+        "processes": SEPARATE,
+        "config_rounds_per_s": statistics.median(totals),
+        "samples": totals,
+        "rss_mb_total": round(rss, 1),
+        "peak_rss_mb_total": round(sum(o["peak_rss_mb"] for o in outs), 1),
+        "rss_mb_per_config": round(rss / SEPARATE, 1),
+        "torch_threads_each": 1,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--target", type=float, default=2.0, help="seconds per timed sample")
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--sizes", default=",".join(map(str, PACK_SIZES)))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda: not run here)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--pack-threads",
+        type=int,
+        default=1,
+        help="torch threads of the packed process (1: on a shared 2-core machine a 2-thread "
+        "pool ran 2-4x slower under load)",
+    )
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = {}
+    for task in args.tasks.split(","):
+        load_before = os.getloadavg()[0]
+        separate = run_separate(task, args.device, args.repeats, args.target)
+        packed = [
+            run_packed(task, p, args.device, args.repeats, args.target, args.pack_threads)
+            for p in sizes
+        ]
+        largest = packed[-1]
+        results[task] = {
+            "separate": separate,
+            "packed": packed,
+            "speedup_vs_separate": {
+                str(r["P"]): round(r["config_rounds_per_s"] / separate["config_rounds_per_s"], 2)
+                for r in packed
+            },
+            "goals": {
+                f"P={largest['P']} rss <= {GOAL_MEMORY_GB} GB": largest["rss_mb"]
+                <= GOAL_MEMORY_GB * 1024,
+                f"P={largest['P']} >= {GOAL_SPEEDUP}x separate": largest["config_rounds_per_s"]
+                >= GOAL_SPEEDUP * separate["config_rounds_per_s"],
+            },
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        }
+        print(json.dumps({task: results[task]}, indent=2), flush=True)
+    doc = {
+        "benchmark": "packing",
+        "setting": {
+            "algorithm": "fedavgm",
+            "clients_per_round": M,
+            "local_steps": K,
+            "batch_size": B,
+            "tasks": {t: TASKS[t] for t in args.tasks.split(",")},
+            "pack_sizes": sizes,
+            "separate_processes": SEPARATE,
+            "repeats": args.repeats,
+            "target_s": args.target,
+            "device": args.device,
+            "pack_threads": args.pack_threads,
+            "separate_threads_each": 1,
+            "statistic": "median over repeats",
+        },
+        "environment": environment(),
+        "results": results,
+    }
+    name = "packing.json" if args.device == "cpu" else "packing_cuda.json"
+    out = args.out or RESULTS / name
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()

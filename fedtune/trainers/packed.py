@@ -1,0 +1,641 @@
+"""Packed trials: one process trains P configurations of the same task and algorithm at once.
+
+A study's configurations differ only in searched scalars (γ, η, β, α, the server optimizer's
+constants, the decay rule, K or E, the trial seed); the data, the split and each round's cohort
+come from the data seed and are the same for all of them (Charles & Konečný 2020
+(arXiv:2007.00878) §8). :class:`PackedTrainer` runs :class:`~fedtune.trainers.engine.Trainer`'s
+round (docs/explanation/algorithms.md §1.3 and §2) for P configurations with one
+``torch.func.vmap`` over the configurations on top of the vmap over the cohort's clients:
+
+1. the cohort I_t is sampled once (the data seed and t); every member's ℓ_t is evaluated at its
+   broadcast model in one pass, ``[M, P]``;
+2. a member with non-finite ℓ_t or ℓ_t > divergence_factor·ℓ_1 ends as ``diverged`` and leaves
+   the pack (its rows are dropped from the stacked state, so it consumes no more compute and
+   cannot spoil the others: no reduction mixes members);
+3. each member's batches are drawn from its own trial seed, K_p (or τ_i = ⌈E_p·n_i/B⌉) local
+   steps padded to the pack's K_max with a step mask, and its Θ row; the masked client function
+   (:func:`~fedtune.trainers.client.make_packed_client_fn`) takes γ_t and α as per-member
+   tensors ``[P]``;
+4. the weighted mean q_p = Σ_i w_i q_{p,i} and the server optimizer's step
+   (:func:`~fedtune.trainers.server_opt.make_server_opt`, built inside the vmap with β, β₁,
+   β₂, ε as per-member tensors) run vmapped over the members;
+5. each member's :class:`~fedtune.trainers.decay.DecayController` (a small Python state
+   machine) observes its ℓ_t and gives the next round's [P] rate multipliers;
+6. on evaluation rounds the population loss and the test metrics of every evaluated member come
+   from one pass over the data, ``[N, P]``.
+
+Each member's curve equals its own unpacked run up to float rounding (≤ 1e-12 relative in
+float64: tests/unit/test_packed_exactness.py). Members are stopped individually
+(:meth:`PackedTrainer.stop`) and a pack takes new members (:meth:`PackedTrainer.add`); members
+at different rounds (after a refill) are run as one vmapped group per round index, since their
+cohorts differ.
+
+What packs: the LocalUpdate family with the weighted-mean aggregator (:func:`pack_refusal`
+says why anything else does not, in one line, and the caller runs it one configuration per
+process). Imports nothing from Ray, MLflow or FastAPI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch.func import functional_call, vmap
+from torch.utils import _pytree as pytree
+
+from fedtune.errors import ConfigError
+
+from .algorithms import Cohort, LocalUpdate, get_recipe, resolve
+from .algorithms.base import weighted_mean
+from .algorithms.local_update import mean_aggregator
+from .algorithms.recipe import _build_local_update
+from .algorithms.registry import effective_hparams
+from .client import make_packed_client_fn
+from .config import TrialConfig
+from .decay import DecayController
+from .engine import RUNNER_METRIC, Trainer, cohort_rows, pick_device
+from .evaluation import (
+    client_mean_losses,
+    dataset_means,
+    evaluation_clients,
+    population_losses,
+)
+from .model_check import check_model_outputs
+from .module_loss import ModuleLoss
+from .parsing import parse_trial_config
+from .records import Outcome, RoundRecord, TrialResult
+from .sampling import sample_clients
+from .server_opt import make_server_opt
+from .steps import step_mask, step_summary, theta_rows
+from .tasks import Task, build_task
+
+__all__ = ["CPU_CHUNK_BYTES", "PACKED_RUNNER", "PackedTrainer", "pack_key", "pack_refusal"]
+
+#: on a CPU, the members per vmapped client call are chosen so that one client state
+#: ``[members, M, parameters]`` takes at most this many bytes
+CPU_CHUNK_BYTES = 16 * 2**20
+
+#: the runner name a packed member's result reports
+PACKED_RUNNER = "packed"
+#: per-member hyperparameters (searched scalars) the pack holds as ``[P]`` tensors
+_MEMBER_HPARAMS = (
+    "client_lr",
+    "server_lr",
+    "prox_alpha",
+    "theta",
+    "server_momentum",
+    "server_beta1",
+    "server_beta2",
+    "server_eps",
+)
+#: the server optimizer's constants, passed to it as per-member tensors
+_SERVER_CONSTS = ("server_momentum", "server_beta1", "server_beta2", "server_eps")
+#: train fields a member may set on its own
+_MEMBER_TRAIN = ("local_steps", "local_epochs", "rounds", "divergence_factor", "runner")
+
+Params = dict[str, torch.Tensor]
+
+
+def _parse(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
+    return config if isinstance(config, TrialConfig) else parse_trial_config(config)
+
+
+def pack_refusal(config: TrialConfig | Mapping[str, Any]) -> str | None:
+    """Say why a configuration cannot join a pack (it then runs one per process).
+
+    Args:
+        config: The trial's configuration, parsed or as a mapping.
+
+    Returns:
+        One line giving the reason, or None when it can be packed.
+
+    Raises:
+        ConfigError: An invalid configuration.
+    """
+    cfg = _parse(config)
+    recipe = get_recipe(cfg.algorithm)
+    if recipe.build is not _build_local_update:
+        return (
+            f"algorithm {recipe.name!r} is not a plain LocalUpdate (its own server state, "
+            "aggregator or round): one configuration per process"
+        )
+    if recipe.second_order:
+        return (
+            f"algorithm {recipe.name!r} differentiates through exactly K inner steps, which "
+            "has no masked form: one configuration per process"
+        )
+    hp = effective_hparams(recipe, cfg)
+    if hp.server_bias_correction:
+        return (
+            "server_bias_correction raises β to the step count as a Python power, not "
+            "vectorised: one configuration per process"
+        )
+    return None
+
+
+def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
+    """Give the key that configurations sharing a pack must have in common.
+
+    Everything but the searched scalars: task (and data seed), algorithm, the server optimizer
+    and its form, the train section less ``local_steps``, ``local_epochs``, ``rounds``,
+    ``divergence_factor`` and ``runner``, and the user code. The trial seed, γ, η, α, Θ, β,
+    β₁, β₂, ε and the decay section may differ.
+
+    Args:
+        config: The trial's configuration, parsed or as a mapping.
+
+    Returns:
+        A JSON string; equal keys can share a :class:`PackedTrainer`.
+    """
+    cfg = _parse(config)
+    hp = effective_hparams(get_recipe(cfg.algorithm), cfg)
+    shared_hp = {k: v for k, v in dataclasses.asdict(hp).items() if k not in _MEMBER_HPARAMS}
+    data = cfg.to_dict()
+    data["train"] = {k: v for k, v in data["train"].items() if k not in _MEMBER_TRAIN}
+    data["hparams"] = shared_hp
+    for k in ("seed", "decay"):
+        data.pop(k, None)
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+class _Rows:
+    """``tensor[rows[k]]`` on demand: a client's batches as the client function reads them
+    (``xb.shape[0]`` steps, ``xb[k]`` the k-th batch)."""
+
+    def __init__(self, tensor: torch.Tensor, rows: torch.Tensor) -> None:
+        self.tensor, self.rows = tensor, rows
+        self.shape = rows.shape
+
+    def __getitem__(self, k: int) -> torch.Tensor:
+        return self.tensor[self.rows[k]]
+
+
+@dataclass
+class _Member:
+    """One configuration of the pack: its parts, its decay state machine and its records."""
+
+    config: TrialConfig
+    hparams: Any
+    algorithm: LocalUpdate
+    local_steps: int
+    decay: DecayController
+    records: list[RoundRecord] = field(default_factory=list)
+    outcome: Outcome | None = None
+    reason: str = ""
+    initial_loss: float | None = None
+    wall: float = 0.0
+    examples: int = 0
+
+    @property
+    def round(self) -> int:
+        return len(self.records)
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None or self.round >= self.config.train.rounds
+
+
+class PackedTrainer:
+    """Train P configurations of one task and algorithm in one process, round by round.
+
+    Args:
+        configs: The configurations (parsed or mappings); every one packable
+            (:func:`pack_refusal`) with the same :func:`pack_key`.
+        task: The task, already built (None: built from the first configuration).
+        chunk: Run the clients of at most this many members per vmapped call. None: all at
+            once on a GPU; on a CPU as many as keep one client state ``[chunk, M, parameters]``
+            within :data:`CPU_CHUNK_BYTES` (in cache: the digits MLP ran 2× faster in chunks of
+            16 than all 64 at once). The numbers do not change.
+
+    Raises:
+        ConfigError: No configuration, one that cannot be packed, or keys that differ.
+    """
+
+    def __init__(
+        self,
+        configs: Sequence[TrialConfig | Mapping[str, Any]],
+        task: Task | None = None,
+        chunk: int | None = None,
+    ) -> None:
+        self.chunk = chunk
+        parsed = [_parse(c) for c in configs]
+        if not parsed:
+            raise ConfigError("pack", "needs at least one configuration")
+        first = parsed[0]
+        self.key = pack_key(first)
+        self.task = (
+            task
+            if task is not None
+            else build_task(first.task.name, first.task.params, first.task.seed)
+        )
+        self.device = pick_device(first.train.device)
+        self.dtype = torch.float64 if first.train.dtype == "float64" else torch.float32
+        self.data = self.task.train.to(self.device, self.dtype)
+        self.test = None if self.task.test is None else self.task.test.to(self.device, self.dtype)
+        self._module = self.task.model_fn(torch.Generator().manual_seed(first.seed)).to(
+            device=self.device, dtype=self.dtype
+        )
+        self.loss_of = ModuleLoss(self._module, self.task.loss_fn)
+        self._server_name: tuple[str, str] | None = None
+        self._members: list[_Member] = []
+        self._slots: list[int] = []  # member index of each row of the stacked state
+        self.params: Params = {}
+        self.opt_state: Any = None
+        self._client_fns: dict[bool, Any] = {}
+        self._packed_loss = vmap(self.loss_of.per_example, in_dims=(0, None, None), out_dims=1)
+        self._metrics = {
+            name: vmap(self._metric(fn), in_dims=(0, None, None), out_dims=1)
+            for name, fn in self.task.metric_fns.items()
+        }
+        self._wall = 0.0
+        for cfg in parsed:
+            self.add(cfg)
+
+    # -- membership -----------------------------------------------------------------------
+    def add(self, config: TrialConfig | Mapping[str, Any]) -> int:
+        """Take a new member (a refill): it starts at round 0 with its own initial model.
+
+        Args:
+            config: Its configuration; packable, with this pack's :func:`pack_key`.
+
+        Returns:
+            The member's index (for :meth:`stop`, :meth:`result`, :meth:`step`'s list).
+
+        Raises:
+            ConfigError: It cannot be packed, or its key differs from the pack's.
+        """
+        cfg = _parse(config)
+        reason = pack_refusal(cfg)
+        if reason:
+            raise ConfigError("pack", reason)
+        if pack_key(cfg) != self.key:
+            raise ConfigError(
+                "pack", "configurations differ in more than their searched scalars (pack_key)"
+            )
+        algorithm, hp, local_steps = resolve(cfg, self.task)
+        assert isinstance(algorithm, LocalUpdate) and algorithm.aggregator is mean_aggregator
+        gen = torch.Generator().manual_seed(cfg.seed)
+        model = self.task.model_fn(gen).to(device=self.device, dtype=self.dtype)
+        params = {n: p.detach().clone() for n, p in model.named_parameters()}
+        if not self._members:
+            check_model_outputs(self.task, self._module, params, self.data)
+            self._server_name = (hp.server_opt, hp.nesterov_form)
+        state = algorithm.init(params)
+        decay = DecayController(cfg.decay, base_rates=(hp.client_lr, hp.server_lr))
+        self._members.append(_Member(cfg, hp, algorithm, local_steps, decay))
+        row = {"params": state.params, "opt": state.opt_state}
+        if not self._slots:
+            stacked = pytree.tree_map(lambda v: v.unsqueeze(0), row)
+        else:
+            current = {"params": self.params, "opt": self.opt_state}
+            stacked = pytree.tree_map(lambda s, v: torch.cat([s, v.unsqueeze(0)]), current, row)
+        self.params, self.opt_state = stacked["params"], stacked["opt"]
+        self._slots.append(len(self._members) - 1)
+        return len(self._members) - 1
+
+    def stop(self, i: int, reason: str = "stopped by caller") -> None:
+        """End member ``i`` as ``stopped`` unless it has ended; it consumes no more compute.
+
+        Args:
+            i: The member's index.
+            reason: Why, as its result reports it.
+        """
+        member = self._members[i]
+        if member.outcome is None:
+            member.outcome = Outcome.STOPPED
+            member.reason = reason
+        self._drop([i])
+
+    def _drop(self, members: Sequence[int]) -> None:
+        """Remove members' rows from the stacked state."""
+        gone = set(members)
+        keep = [pos for pos, i in enumerate(self._slots) if i not in gone]
+        if len(keep) == len(self._slots):
+            return
+        self._slots = [self._slots[pos] for pos in keep]
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        stacked = pytree.tree_map(
+            lambda v: v.index_select(0, index), {"params": self.params, "opt": self.opt_state}
+        )
+        self.params, self.opt_state = stacked["params"], stacked["opt"]
+
+    @property
+    def size(self) -> int:
+        """The number of members (ended ones included)."""
+        return len(self._members)
+
+    @property
+    def active(self) -> list[int]:
+        """The indices of the members still training."""
+        return list(self._slots)
+
+    @property
+    def done(self) -> bool:
+        """Whether every member has ended."""
+        return not self._slots
+
+    def member_params(self, i: int) -> Params:
+        """Give an active member's model parameters.
+
+        Args:
+            i: The member's index.
+
+        Returns:
+            Its parameters by name (views into the stacked state).
+        """
+        pos = self._slots.index(i)
+        return {k: v[pos] for k, v in self.params.items()}
+
+    # -- one round ------------------------------------------------------------------------
+    def _metric(self, fn):
+        return lambda params, x, y: fn(functional_call(self._module, params, (x,)), y)
+
+    def _client_fn(self, prox: bool, masked: bool, data):
+        """The client function vmapped over clients, then over members, reading its batches
+        from the cohort view ``data`` by row index (a member's batches are gathered one step at
+        a time: ``[P, M, B, ...]``, never ``[P, M, K, B, ...]``)."""
+        if "fn" not in self._client_fns:
+            units = self._members[0].algorithm.rule.units
+            self._client_fns["fn"] = make_packed_client_fn(self.loss_of, units)
+        fn = self._client_fns["fn"]
+
+        def client(x, lr, alpha, rows, theta, mask):
+            xb, yb = _Rows(data.inputs, rows), _Rows(data.targets, rows)
+            return fn(x, lr, alpha, xb, yb, theta, mask)
+
+        m = 0 if masked else None
+        per_client = vmap(client, in_dims=(None, None, None, 0, 0, m), randomness="different")
+        return vmap(
+            per_client, in_dims=(0, 0, 0 if prox else None, 0, 0, m), randomness="different"
+        )
+
+    def _server_opt(self, consts: Mapping[str, torch.Tensor]):
+        assert self._server_name is not None
+        name, form = self._server_name
+        hp = SimpleNamespace(
+            server_opt=name, nesterov_form=form, server_bias_correction=False, **consts
+        )
+        return make_server_opt(hp)
+
+    def _broadcast(self, params, opt_state, consts):
+        return vmap(lambda p, s, c: self._server_opt(c).broadcast(p, s))(params, opt_state, consts)
+
+    def _server_step(self, params, opt_state, q, lr, consts):
+        return vmap(lambda p, s, g, r, c: self._server_opt(c).step(p, s, g, r))(
+            params, opt_state, q, lr, consts
+        )
+
+    def _vector(self, values: Sequence[float], dtype=torch.float64) -> torch.Tensor:
+        return torch.tensor(list(values), dtype=dtype, device=self.device)
+
+    def step(self) -> list[RoundRecord | None]:
+        """Run one round of every active member.
+
+        Returns:
+            One entry per member (by index): its round's record, or None when it did not run
+            a round (ended before, or diverged in this round).
+
+        Raises:
+            RuntimeError: Every member has ended.
+        """
+        if self.done:
+            raise RuntimeError("every member of the pack has ended")
+        start = time.perf_counter()
+        out: list[RoundRecord | None] = [None] * len(self._members)
+        groups: dict[int, list[int]] = {}
+        for pos, i in enumerate(self._slots):
+            groups.setdefault(self._members[i].round, []).append(pos)
+        for t in sorted(groups):
+            self._round(t, groups[t], out, start)
+        self._wall += time.perf_counter() - start
+        self._drop([i for i in self._slots if self._members[i].done])
+        return out
+
+    def _take(self, tree: Any, positions: list[int]) -> Any:
+        if positions == list(range(len(self._slots))):
+            return tree
+        index = torch.tensor(positions, dtype=torch.long, device=self.device)
+        return pytree.tree_map(lambda v: v.index_select(0, index), tree)
+
+    def _put(self, positions: list[int], params: Params, opt_state: Any) -> None:
+        if positions == list(range(len(self._slots))):
+            self.params, self.opt_state = params, opt_state
+            return
+        index = torch.tensor(positions, dtype=torch.long, device=self.device)
+        pytree.tree_map(
+            lambda dst, src: dst.index_copy_(0, index, src),
+            {"params": self.params, "opt": self.opt_state},
+            {"params": params, "opt": opt_state},
+        )
+
+    def _round(self, t: int, positions: list[int], out: list, start: float) -> None:
+        """Round ``t`` of the members at ``positions`` of the stacked state (one cohort)."""
+        members = [self._members[self._slots[p]] for p in positions]
+        train = members[0].config.train
+        clients = torch.from_numpy(
+            sample_clients(
+                members[0].config.task.seed, t, self.data.num_clients, train.clients_per_round
+            )
+        )
+        data = self.data.cohort(clients)
+        counts = self.data.client_sizes[clients].to(self.dtype)
+        weights = counts if train.weighting == "examples" else torch.ones_like(counts)
+        weights = (weights / weights.sum()).to(self.device)
+        params, opt_state = (
+            self._take(self.params, positions),
+            self._take(self.opt_state, positions),
+        )
+        consts = {k: self._vector([getattr(m.hparams, k) for m in members]) for k in _SERVER_CONSTS}
+        x = self._broadcast(params, opt_state, consts)
+        losses = client_mean_losses(self._packed_loss, x, data, clients, train.eval_batch_size)
+        client_loss = (weights * losses.T.contiguous()).sum(1).tolist()
+        alive = []
+        for g, m in enumerate(members):
+            loss = client_loss[g]
+            if m.initial_loss is None and math.isfinite(loss):
+                m.initial_loss = max(abs(loss), 1e-12)
+            bound = m.config.train.divergence_factor * (m.initial_loss or 1.0)
+            if not math.isfinite(loss) or loss > bound:
+                m.outcome = Outcome.DIVERGED
+                m.reason = f"round {t + 1}: client loss {loss:.4g} (bound {bound:.4g})"
+            else:
+                alive.append(g)
+        if not alive:
+            return
+        if len(alive) < len(members):
+            index = torch.tensor(alive, dtype=torch.long, device=self.device)
+            params, opt_state, x, consts = pytree.tree_map(
+                lambda v: v.index_select(0, index), (params, opt_state, x, consts)
+            )
+            members = [members[g] for g in alive]
+            positions = [positions[g] for g in alive]
+            client_loss = [client_loss[g] for g in alive]
+        rows, steps, thetas, cohorts = self._batches(members, t, clients, data, weights)
+        client_lr = [m.hparams.client_lr * m.decay.client_scale for m in members]
+        server_lr = [m.hparams.server_lr * m.decay.server_scale for m in members]
+        alphas = [m.hparams.prox_alpha for m in members]
+        prox = any(alphas)
+        k_max = rows.shape[2]
+        masked = bool(steps.min() < k_max)
+        mask = step_mask(steps.reshape(-1), k_max).reshape((*steps.shape, k_max))
+        lr, alpha = self._vector(client_lr, self.dtype), self._vector(alphas) if prox else None
+        fn = self._client_fn(prox, masked, data)
+        chunk = self.chunk or self._auto_chunk(len(members), len(clients))
+        parts = []
+        for a in range(0, len(members), chunk):
+            part = slice(a, a + chunk)
+            parts.append(
+                fn(
+                    {k: v[part] for k, v in x.items()},
+                    lr[part],
+                    None if alpha is None else alpha[part],
+                    rows[part],
+                    thetas[part],
+                    mask[part] if masked else None,
+                )
+            )
+        messages = parts[0] if len(parts) == 1 else pytree.tree_map(lambda *v: torch.cat(v), *parts)
+        q = vmap(weighted_mean, in_dims=(0, None))(messages, weights)
+        norms = torch.sqrt(
+            sum((v.double() ** 2).reshape(v.shape[0], -1).sum(1) for v in q.values())
+        ).tolist()
+        params, opt_state = self._server_step(params, opt_state, q, self._vector(server_lr), consts)
+        self._put(positions, params, opt_state)
+        evaluate = [
+            g
+            for g, m in enumerate(members)
+            if t == 0 or (t + 1) % train.eval_every == 0 or t + 1 == m.config.train.rounds
+        ]
+        evaluated = self._evaluate(t, params, evaluate, train) if evaluate else {}
+        for g, m in enumerate(members):
+            m.decay.observe(client_loss[g])
+            m.examples += Trainer._round_examples(cohorts[g])
+            train_loss, test, extra = evaluated.get(g, (None, {}, {}))
+            extra = dict(extra)
+            extra[RUNNER_METRIC] = 1.0
+            if cohorts[g].steps is not None:
+                extra.update(step_summary(cohorts[g].steps))
+            record = RoundRecord(
+                round=t + 1,
+                client_loss=client_loss[g],
+                update_norm=norms[g],
+                client_lr=client_lr[g],
+                server_lr=server_lr[g],
+                examples=m.examples,
+                wall_time=m.wall + time.perf_counter() - start,
+                train_loss=train_loss,
+                test=test,
+                extra=extra,
+            )
+            m.wall = record.wall_time
+            m.records.append(record)
+            if m.round >= m.config.train.rounds:
+                m.outcome = Outcome.COMPLETED
+            out[self._slots[positions[g]]] = record
+
+    def _auto_chunk(self, members: int, clients: int) -> int:
+        if self.device.type != "cpu":
+            return members
+        size = torch.finfo(self.dtype).bits // 8
+        state = clients * sum(v[0].numel() for v in self.params.values()) * size
+        return max(1, min(members, CPU_CHUNK_BYTES // max(state, 1)))
+
+    def _batches(self, members, t, clients, data, weights):
+        """Every member's batch rows (its own seed and K_p or τ_i), padded to the group's
+        K_max: rows ``[G, M, K_max, B]``, steps ``[G, M]``, Θ rows ``[G, M, K_max]`` and each
+        member's :class:`Cohort` (for its record)."""
+        drawn = []
+        for m in members:
+            nb = m.algorithm.num_batches()
+            steps, rows = cohort_rows(
+                m.config, nb, m.local_steps, t, clients, data, self.data.client_sizes
+            )
+            drawn.append((steps, rows))
+        k_max = max(rows.shape[1] for _, rows in drawn)
+        all_rows, all_steps, all_thetas, cohorts = [], [], [], []
+        size = len(clients)
+        for m, (steps, rows) in zip(members, drawn, strict=True):
+            cohorts.append(Cohort(clients, rows, weights, steps))
+            nb = rows.shape[1]
+            if nb < k_max:  # the padding repeats the last drawn batch (real rows, masked)
+                rows = torch.cat([rows, rows[:, -1:].expand(size, k_max - nb, -1)], 1)
+            if steps is None:
+                theta = torch.zeros(k_max, dtype=self.dtype)
+                theta[:nb] = m.algorithm.rule.theta.to(self.dtype)
+                theta = theta.expand(size, k_max)
+                steps = torch.full((size,), nb, dtype=torch.long)
+            else:
+                theta = theta_rows(m.algorithm.rule.preset, steps, k_max, self.dtype)
+            all_rows.append(rows)
+            all_steps.append(steps)
+            all_thetas.append(theta)
+        dev = self.device
+        return (
+            torch.stack(all_rows).to(dev),
+            torch.stack(all_steps).to(dev),
+            torch.stack(all_thetas).to(dev),
+            cohorts,
+        )
+
+    def _evaluate(self, t: int, params: Params, which: list[int], train) -> dict[int, tuple]:
+        """Population loss and test metrics of the members ``which`` (positions in ``params``),
+        as :meth:`Trainer._evaluate` gives them for one."""
+        if len(which) < next(iter(params.values())).shape[0]:
+            index = torch.tensor(which, dtype=torch.long, device=self.device)
+            params = {k: v.index_select(0, index) for k, v in params.items()}
+        bs = train.eval_batch_size
+        train_loss, evaluated = None, 0
+        if train.eval_population != "off":
+            clients = None
+            if train.eval_population == "sample":
+                assert train.eval_clients is not None  # validated
+                clients = evaluation_clients(
+                    self._members[0].config.task.seed, t, self.data.num_clients, train.eval_clients
+                )
+            train_loss = population_losses(self._packed_loss, params, self.data, bs, clients)
+            train_loss = train_loss.tolist()
+            evaluated = self.data.num_clients if clients is None else len(clients)
+        test: dict[str, list[float]] = {}
+        if self.test is not None:
+            means = dataset_means(self._packed_loss, self._metrics, params, self.test, bs)
+            test = {k: v.tolist() for k, v in means.items()}
+        return {
+            g: (
+                None if train_loss is None else train_loss[j],
+                {k: v[j] for k, v in test.items()},
+                {"eval_clients": float(evaluated)},
+            )
+            for j, g in enumerate(which)
+        }
+
+    # -- results --------------------------------------------------------------------------
+    def result(self, i: int) -> TrialResult:
+        """Give member ``i``'s result so far (``stopped`` while it has not ended).
+
+        Args:
+            i: The member's index.
+
+        Returns:
+            Its outcome, round records and configuration, as :meth:`Trainer.result` gives.
+        """
+        m = self._members[i]
+        return TrialResult(
+            outcome=m.outcome or Outcome.STOPPED,
+            records=list(m.records),
+            config=m.config.to_dict(),
+            runner=PACKED_RUNNER,
+            device=str(self.device),
+            decays=m.decay.decays,
+            reason=m.reason,
+        )
+
+    def results(self) -> list[TrialResult]:
+        """Give every member's result, by index."""
+        return [self.result(i) for i in range(len(self._members))]
