@@ -36,7 +36,7 @@ import torch
 import yaml
 
 from fedtune.search_spaces import grid_points
-from fedtune.trainers import build_task, parse_trial_config, run_trial
+from fedtune.trainers import build_task, run_trial
 from fedtune.tuning.spec import StudySpec
 
 ROOT = Path(__file__).resolve().parent
@@ -172,8 +172,8 @@ class Task:
         self.name, self.spec = name, task_spec(name)
         self.space = self.spec.search_space()
         self.rounds = rounds_of(name)
-        cfg = parse_trial_config(self.spec.trial_config({}))
-        self.data = build_task(cfg.task.name, dict(cfg.task.params), cfg.seed)
+        task = self.spec.task
+        self.data = build_task(task.name, dict(task.params), self.spec.trial_seeds()[0])
 
     def config(self, point: dict[str, Any]) -> dict[str, Any]:
         return self.spec.trial_config(point)

@@ -386,6 +386,8 @@ def _model_default(info: Any) -> str:
         value = info.default_factory()
         if hasattr(value, "model_dump"):
             return "see below"
+        if dataclasses.is_dataclass(value):  # a typed section (train, decay): every key's default
+            return code({})
         return code(value)
     return "required"
 

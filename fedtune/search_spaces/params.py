@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedtune.errors import ConfigError, combine_errors
+from fedtune.trainers.typed import coerce, error_path
 
 from .conditions import ConditionSyntaxError, parse_condition
 from .model import GRID_KEYWORDS, Parameter, ParamType
@@ -40,12 +41,24 @@ _SCALARS = (type(None), bool, int, float, str)
 
 
 class _Ctx:
+    """Where a parameter entry sits (``search.parameters.client_lr``) and its file."""
+
     def __init__(self, field: str, source: str | None) -> None:
         self.field = field
         self.source = source
 
     def error(self, key: str | None, reason: str) -> ConfigError:
-        return ConfigError(f"{self.field}.{key}" if key else self.field, reason, self.source)
+        """The error at ``key`` of the entry (the entry itself for None), by the one
+        convention for error paths (:func:`fedtune.trainers.typed.error_path`)."""
+        return ConfigError(error_path([key or ""], self.field), reason, self.source)
+
+    def typed(self, raw: Mapping[str, Any], key: str, hint: Any, default: Any) -> Any:
+        """``raw[key]`` (``default`` when absent) validated against ``hint`` by the engine's
+        input rules (:func:`fedtune.trainers.typed.coerce`)."""
+        try:
+            return coerce(raw.get(key, default), hint, error_path([key], self.field))
+        except ConfigError as exc:
+            raise ConfigError(exc.field, exc.reason, self.source) from None
 
 
 def _number(ctx: _Ctx, key: str, value: Any, integer: bool) -> float | int:
@@ -74,9 +87,7 @@ def _bounds(ctx: _Ctx, raw: Mapping[str, Any], kind: ParamType) -> dict[str, Any
     high = _number(ctx, "high", raw["high"], integer)
     if low > high:
         raise ctx.error("low", f"low ({low}) > high ({high})")
-    log = raw.get("log", False)
-    if not isinstance(log, bool):
-        raise ctx.error("log", f"must be true or false, got {log!r}")
+    log = ctx.typed(raw, "log", bool, False)
     if log and low <= 0:
         raise ctx.error("log", f"a log scale needs low > 0, got low = {low}")
     step = raw.get("step")
@@ -147,13 +158,10 @@ def parse_parameter(
     if unknown:
         raise ctx.error(unknown[0], f"unknown key (known: {', '.join(PARAM_KEYS)})")
     common: dict[str, Any] = {"name": name, "path": path}
-    enabled = raw.get("enabled", True)
-    if not isinstance(enabled, bool):
-        raise ctx.error("enabled", f"must be true or false, got {enabled!r}")
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise ctx.error("description", "must be a string")
-    common.update(enabled=enabled, description=description)
+    common.update(
+        enabled=ctx.typed(raw, "enabled", bool, True),
+        description=ctx.typed(raw, "description", str, ""),
+    )
     if raw.get("when") is not None:
         try:
             cond = parse_condition(raw["when"], names)

@@ -30,7 +30,7 @@ from .code_url import code_url_key, verify_code_token
 from .errors import CodeUploadDisabledError, StudyNotFoundError
 from .models import DEFAULT_PROJECT
 from .repository import Repository
-from .specs import AcceptedSpec, service_rules
+from .specs import AcceptedSpec, parse_spec, service_rules
 
 __all__ = ["CodeOut", "accept_code_study", "study_code_zip", "upload_code"]
 
@@ -102,7 +102,8 @@ def accept_code_study(
     must have been uploaded for the study's ``project`` (else it is unknown, as no package)."""
     _enabled(ctx)
     digest, modules = code_reference(body["code"])
-    service_rules(body, ctx.settings)
+    spec = {**body, "code": {"modules": modules}}
+    service_rules(parse_spec(spec), ctx.settings)
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
         package = repo.get_code_package(digest) if repo.owns_code_package(digest, project) else None
@@ -110,7 +111,6 @@ def accept_code_study(
         raise ConfigError(
             "code.sha256", "no uploaded package has this digest; upload it first (POST /v1/code)"
         )
-    spec = {**body, "code": {"modules": modules}}
     checked = check_in_subprocess(
         spec,
         package,

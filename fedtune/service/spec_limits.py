@@ -1,5 +1,7 @@
-"""What one submitted study may ask of a multi-user server (checked on the raw body, before
-``StudySpec`` validates it, so an oversized spec costs the server nothing).
+"""What one submitted study may ask of a multi-user server (checked on the parsed spec, after
+``StudySpec.parse`` has checked its shape and before ``StudySpec.check`` validates it in depth,
+so an oversized spec never reaches the costly part: the search space, the recipe and the trial
+configurations of every bound).
 
 Every refusal is ``ConfigError(field, reason)`` (→ 422 naming the dotted field):
 
@@ -10,22 +12,26 @@ Every refusal is ``ConfigError(field, reason)`` (→ 422 naming the dotted field
   operator's ``FEDTUNE_DATA_ROOTS`` once symlinks and ``..`` are resolved (no roots: no paths);
 * **sizes** are bounded by settings (typo guards such as ``rounds: 1e12``): ``budget.trials``,
   ``train.rounds`` and ``train.eval_every``, ``task.clients`` and ``train.clients_per_round``,
-  ``task.dim``, ``train.local_steps``, ``train.local_epochs``, ``train.batch_size``, ``seed`` and
-  ``task.seed``, ``budget.max_concurrent``, ``resources.cpu``/``gpu``, and the search space
-  itself — choices
-  (and grid values) per parameter and parameters per spec, which keeps validation cheap.
-  A searched size (``search.parameters.rounds.high``) is bounded like a fixed one.
+  ``task.dim``, ``train.local_steps``, ``train.local_epochs``, ``train.batch_size``, ``seed``,
+  ``seeds`` and ``task.seed``, ``budget.max_concurrent``, ``resources.cpu``/``gpu``, and the
+  search space itself — choices (and grid values) per parameter and parameters per spec, which
+  keeps validation cheap. A searched size (``search.parameters.rounds.high``) is bounded like a
+  fixed one. A size is checked where the spec writes it (a default is the server's own).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import ConfigError
 from fedtune.search_spaces import SHIPPED_DIR, resolve_path
+
+if TYPE_CHECKING:
+    from fedtune.trainers.config import TaskConfig
+    from fedtune.tuning.spec import SearchSpec, StudySpec
 
 __all__ = [
     "check_data_paths",
@@ -42,36 +48,52 @@ def _field(base: str, items: list[Any], index: int) -> str:
     return base if len(items) == 1 else f"{base}[{index}]"
 
 
-def check_spaces(search: Any) -> None:
-    """``search.space`` names only shipped spaces (compared by name, never opened)."""
-    if not isinstance(search, Mapping):
-        return
-    spaces = search.get("space")
-    spaces = [spaces] if isinstance(spaces, str) else spaces
-    if not isinstance(spaces, list):
-        return
+def check_spaces(search: SearchSpec) -> None:
+    """Refuse ``search.space`` entries that are not shipped spaces (compared by name).
+
+    Args:
+        search: The spec's parsed ``search`` section.
+
+    Raises:
+        ConfigError: ``search.space`` (or ``search.space[i]``) names another space.
+    """
+    spaces = list(search.space or ())
     shipped = sorted(p.stem for p in SHIPPED_DIR.glob("*.yaml"))
     for i, name in enumerate(spaces):
         if name not in shipped:
-            shown = repr(name)[:80] if isinstance(name, str) else type(name).__name__
             raise ConfigError(
                 _field("search.space", spaces, i),
-                f"{shown} is not a shipped space ({', '.join(shipped)}); the service reads no "
-                "files of its own: inline a space with search.parameters",
+                f"{name[:80]!r} is not a shipped space ({', '.join(shipped)}); the service reads "
+                "no files of its own: inline a space with search.parameters",
             )
 
 
 def is_data_path_key(key: str) -> bool:
-    """Task keys that name a file or directory of data."""
+    """Tell whether a task key names a file or directory of data.
+
+    Args:
+        key: The key of the spec's ``task`` section.
+
+    Returns:
+        True for ``path`` and the keys ending in ``_path``, ``_dir``, ``_root`` or ``_file``.
+    """
     return key == "path" or key.endswith(_PATH_SUFFIXES)
 
 
-def check_data_paths(task: Any, search: Any, roots: list[Path]) -> None:
-    """Every task data path (fixed, or a searched choice) lies under one of ``roots``."""
-    if isinstance(task, Mapping):
-        for key, value in task.items():
-            if isinstance(key, str) and is_data_path_key(key) and value is not None:
-                _check_path(f"task.{key}", value, roots)
+def check_data_paths(task: TaskConfig, search: SearchSpec, roots: list[Path]) -> None:
+    """Refuse task data paths (fixed, or a searched choice) outside every data root.
+
+    Args:
+        task: The spec's parsed ``task`` section.
+        search: The spec's parsed ``search`` section.
+        roots: The operator's data roots (``FEDTUNE_DATA_ROOTS``).
+
+    Raises:
+        ConfigError: A path is not an absolute path under a root, symlinks resolved.
+    """
+    for key, value in task.params.items():
+        if isinstance(key, str) and is_data_path_key(key) and value is not None:
+            _check_path(f"task.{key}", value, roots)
     for field, entry, path in _searched(search):
         section, _, key = path.partition(".")
         if section == "task" and is_data_path_key(key):
@@ -97,38 +119,61 @@ def _check_path(field: str, value: Any, roots: list[Path]) -> None:
         raise ConfigError(field, f"must lie under a data root ({shown}), symlinks resolved")
 
 
-# (path in the raw spec, setting); a path of one key is a top-level field
+# (dotted field, setting); a field of one name is a top-level field
 _FIXED = (
-    (("budget", "trials"), "max_trials"),
-    (("train", "rounds"), "max_rounds"),
-    (("train", "eval_every"), "max_rounds"),
-    (("train", "local_steps"), "max_local_steps"),
-    (("train", "local_epochs"), "max_local_epochs"),
-    (("train", "batch_size"), "max_batch_size"),
-    (("seed",), "max_seed"),
-    (("task", "seed"), "max_seed"),
-    (("train", "clients_per_round"), "max_clients"),
-    (("task", "clients"), "max_clients"),
-    (("task", "dim"), "max_dim"),
-    (("budget", "max_concurrent"), "max_concurrent_trials"),
-    (("resources", "cpu"), "max_trial_cpu"),
-    (("resources", "gpu"), "max_trial_gpu"),
+    ("budget.trials", "max_trials"),
+    ("train.rounds", "max_rounds"),
+    ("train.eval_every", "max_rounds"),
+    ("train.local_steps", "max_local_steps"),
+    ("train.local_epochs", "max_local_epochs"),
+    ("train.batch_size", "max_batch_size"),
+    ("seed", "max_seed"),
+    ("task.seed", "max_seed"),
+    ("train.clients_per_round", "max_clients"),
+    ("task.clients", "max_clients"),
+    ("task.dim", "max_dim"),
+    ("budget.max_concurrent", "max_concurrent_trials"),
+    ("resources.cpu", "max_trial_cpu"),
+    ("resources.gpu", "max_trial_gpu"),
 )
 #: searchable sizes (config path -> setting): all but the study-level budget and resources
 _SEARCHED = {
-    ".".join(path): setting for path, setting in _FIXED if path[0] not in ("budget", "resources")
+    field: setting
+    for field, setting in _FIXED
+    if field.split(".")[0] not in ("budget", "resources")
 }
 
 
-def check_sizes(data: Mapping[str, Any], settings: Any) -> None:
-    """Sizes within the settings' limits (see the module docstring)."""
-    for path, setting in _FIXED:
-        *sections, key = path
-        block = data.get(sections[0]) if sections else data
-        if isinstance(block, Mapping):
-            _at_most(".".join(path), block.get(key), getattr(settings, setting), setting)
-    search = data.get("search")
-    entries = list(_searched(search))
+def _written(spec: StudySpec, field: str) -> Any:
+    """The value the spec writes at ``field`` (None where it writes none)."""
+    section, _, key = field.rpartition(".")
+    if not section:
+        return getattr(spec, key)
+    if section in ("budget", "resources"):
+        part = getattr(spec, section)
+        return getattr(part, key) if key in part.model_fields_set else None
+    if key not in spec.given(section):
+        return None
+    if section == "task" and key != "seed":
+        return spec.task.params[key]
+    return getattr(getattr(spec, section), key)
+
+
+def check_sizes(spec: StudySpec, settings: Any) -> None:
+    """Refuse sizes beyond the settings' limits (see the module docstring).
+
+    Args:
+        spec: The spec, its shape checked (``StudySpec.parse``).
+        settings: The service's settings (``max_rounds`` and the other ``max_*``).
+
+    Raises:
+        ConfigError: The first size beyond its limit, named by its dotted path.
+    """
+    for field, setting in _FIXED:
+        _at_most(field, _written(spec, field), getattr(settings, setting), setting)
+    for i, seed in enumerate(spec.seeds or ()):
+        _at_most(f"seeds[{i}]", seed, settings.max_seed, "max_seed")
+    entries = list(_searched(spec.search))
     if len(entries) > settings.max_search_parameters:
         raise ConfigError(
             entries[settings.max_search_parameters][0],
@@ -159,23 +204,15 @@ def _at_most(field: str, value: Any, limit: float, setting: str) -> None:
 
 def _listed(entry: Mapping[str, Any], key: str) -> list[Any]:
     value = entry.get(key)
-    if key == "default":
-        return [] if value is None else [value]
     return list(value) if isinstance(value, list) else []
 
 
-def _searched(search: Any):
-    """``(field, raw entry, config path)`` of every entry of search.parameters/override."""
-    if not isinstance(search, Mapping):
-        return
-    for block in ("parameters", "override"):
-        entries = search.get(block)
-        if not isinstance(entries, Mapping):
-            continue
-        for name, entry in entries.items():
-            if isinstance(name, str) and isinstance(entry, Mapping):
-                path = resolve_path(name)
-                yield f"search.{block}.{name}", entry, path or name
+def _searched(search: SearchSpec) -> Iterator[tuple[str, Mapping[str, Any], str]]:
+    """``(field, entry, config path)`` of every entry of search.parameters/override."""
+    for block, entries in (("parameters", search.parameters), ("override", search.override)):
+        for name, entry in (entries or {}).items():
+            if isinstance(entry, Mapping):
+                yield f"search.{block}.{name}", entry, resolve_path(name) or name
 
 
 def describe_limits(settings: Any) -> str:

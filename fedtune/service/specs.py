@@ -1,7 +1,9 @@
 """What the service accepts as a study spec (the one place it touches ``StudySpec``).
 
-``StudySpec.from_dict`` (``fedtune/tuning/spec.py``) validates the study; the service adds the
-rules of a multi-user server on top, each reported as ``ConfigError(field, reason)`` (→ 422):
+``StudySpec`` (``fedtune/tuning/spec.py``) validates the study in two steps: ``parse`` checks its
+shape into typed sections (cheap), ``check`` validates it in depth (the search space, the recipe,
+a trial configuration per bound). Between the two the service applies the rules of a multi-user
+server to the parsed spec, each reported as ``ConfigError(field, reason)`` (→ 422):
 
 * ``search.space`` entries must be *shipped* space names and task data paths must lie under the
   operator's data roots: a request must not make the server read files of its own file system;
@@ -21,14 +23,24 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import ConfigError
 
 from .errors import InvalidRequestError
 from .spec_limits import check_data_paths, check_sizes, check_spaces
 
-__all__ = ["AcceptedSpec", "accept_spec", "load_spec", "request_hash", "service_rules"]
+if TYPE_CHECKING:
+    from fedtune.tuning.spec import StudySpec
+
+__all__ = [
+    "AcceptedSpec",
+    "accept_spec",
+    "load_spec",
+    "parse_spec",
+    "request_hash",
+    "service_rules",
+]
 
 
 @dataclass(frozen=True)
@@ -46,33 +58,69 @@ class AcceptedSpec:
     priority: int = 0
 
 
-def service_rules(data: Mapping[str, Any], settings: Any = None) -> None:
-    """The server's own rules (:mod:`.spec_limits`; sizes and data roots from ``settings``,
-    defaults when None); cheap checks on the raw body, run before ``StudySpec`` validates it."""
+def parse_spec(data: Any) -> StudySpec:
+    """Check the shape of a submitted spec (cheap: nothing is imported or read).
+
+    Args:
+        data: The request body.
+
+    Returns:
+        The spec, its sections typed; :func:`service_rules` and ``StudySpec.check`` come next.
+
+    Raises:
+        InvalidRequestError: The body is not a JSON object.
+        ConfigError: A field is invalid, named by its dotted path.
+    """
+    from fedtune.tuning.spec import StudySpec
+
+    if not isinstance(data, Mapping):
+        raise InvalidRequestError("<body>", "the study spec must be a JSON object")
+    return StudySpec.parse(dict(data))
+
+
+def service_rules(spec: StudySpec, settings: Any = None) -> None:
+    """Apply the server's own rules to a parsed spec (:mod:`.spec_limits`).
+
+    They run before ``StudySpec.check``, so a spec beyond a limit costs no deep validation.
+
+    Args:
+        spec: The spec, its shape checked (:func:`parse_spec`).
+        settings: The service's settings, for sizes and data roots (None: the defaults).
+
+    Raises:
+        ConfigError: A rule is broken, named by the spec's dotted path.
+    """
     from .settings import Settings
 
     settings = settings if settings is not None else Settings()
-    search = data.get("search")
-    check_spaces(search)
-    check_sizes(data, settings)
-    check_data_paths(data.get("task"), search, list(settings.data_roots))
-    tracking = data.get("tracking")
-    if isinstance(tracking, Mapping) and tracking.get("uri") is not None:
+    check_spaces(spec.search)
+    check_sizes(spec, settings)
+    check_data_paths(spec.task, spec.search, list(settings.data_roots))
+    if spec.tracking.uri is not None:
         raise ConfigError(
             "tracking.uri", "is set by the service (MLFLOW_TRACKING_URI); remove it from the spec"
         )
 
 
 def accept_spec(data: Any, settings: Any = None, *, rules: bool = True) -> AcceptedSpec:
-    """Validate a submitted spec; raise ``ConfigError`` with the dotted field path.
-    ``rules=False``: the caller already applied :func:`service_rules` (the code-check child)."""
-    from fedtune.tuning.spec import StudySpec
+    """Validate a submitted spec: its shape, the server's rules, then the spec in depth.
 
-    if not isinstance(data, Mapping):
-        raise InvalidRequestError("<body>", "the study spec must be a JSON object")
+    Args:
+        data: The request body.
+        settings: The service's settings (None: the defaults).
+        rules: False: the caller already applied :func:`service_rules` (the code-check child).
+
+    Returns:
+        What the service stores and schedules.
+
+    Raises:
+        InvalidRequestError: The body is not a JSON object.
+        ConfigError: A field is invalid, named by its dotted path.
+    """
+    spec = parse_spec(data)
     if rules:
-        service_rules(data, settings)
-    spec = StudySpec.from_dict(dict(data))
+        service_rules(spec, settings)
+    spec.check()
     document = spec.to_dict()
     bad = _non_finite(document)
     if bad is not None:
@@ -80,7 +128,7 @@ def accept_spec(data: Any, settings: Any = None, *, rules: bool = True) -> Accep
     return AcceptedSpec(
         name=spec.name,
         algorithm=spec.algorithm,
-        task=str(spec.task.get("name", "")),
+        task=spec.task.name,
         trials=spec.budget.trials,
         max_concurrent=spec.budget.max_concurrent,
         cpu=float(spec.resources.cpu),

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fedtune.errors import ConfigError
+from .typed import config_error
 
 __all__ = ["MODULE_PATTERN", "CodeSpec", "parse_code_spec"]
 
@@ -45,9 +45,4 @@ def parse_code_spec(data: Any, field_name: str = "code") -> CodeSpec:
     try:
         return CodeSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-        reason = {"extra_forbidden": "unknown key", "missing": "is required"}.get(
-            err["type"], err["msg"]
-        )
-        raise ConfigError(f"{field_name}{loc}", reason) from None
+        raise config_error(exc, field_name) from None

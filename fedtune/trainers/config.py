@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -176,20 +176,43 @@ class TaskConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | str, path: str = "task") -> TaskConfig:
+        """Build a task from a spec's ``task:`` (a name, or a mapping with a name).
+
+        Args:
+            data: The task name, or ``{name, seed, **params}``.
+            path: The dotted path of ``data`` in errors ("" for a relative path).
+
+        Returns:
+            The task; its own parameters are validated when the task is built.
+
+        Raises:
+            ConfigError: ``data`` is no mapping, or its name or seed is invalid.
+        """
+        p = f"{path}." if path else ""
         if isinstance(data, str):
             data = {"name": data}
         if not isinstance(data, Mapping):
             raise ConfigError(path, "must be a mapping with at least `name`")
         if "name" not in data or not isinstance(data["name"], str):
-            raise ConfigError(f"{path}.name", "is required (a task name, e.g. digits)")
+            raise ConfigError(f"{p}name", "is required (a task name, e.g. digits)")
         seed = data.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ConfigError(f"{path}.seed", f"must be an integer, got {seed!r}")
+            raise ConfigError(f"{p}seed", f"must be an integer, got {seed!r}")
         rest = {k: v for k, v in data.items() if k not in ("name", "seed")}
         return cls(name=data["name"], seed=seed, params=rest)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "seed": self.seed, **copy.deepcopy(dict(self.params))}
+    def to_dict(self, given: Collection[str] | None = None) -> dict[str, Any]:
+        """Give the task as plain data, accepted back by :meth:`from_dict`.
+
+        Args:
+            given: Write only these keys, in this order (the ones a user wrote; None: every
+                key).
+
+        Returns:
+            ``{name, seed, **params}``.
+        """
+        out = {"name": self.name, "seed": self.seed, **copy.deepcopy(dict(self.params))}
+        return out if given is None else {k: out[k] for k in given if k in out}
 
 
 @dataclass(frozen=True)

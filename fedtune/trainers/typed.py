@@ -27,7 +27,15 @@ from fedtune.errors import ConfigError
 
 T = TypeVar("T")
 
-__all__ = ["check", "coerce", "config_error", "from_mapping", "number", "to_dict"]
+__all__ = [
+    "check",
+    "coerce",
+    "config_error",
+    "error_path",
+    "from_mapping",
+    "number",
+    "to_dict",
+]
 
 
 def check(condition: bool, field: str, reason: str) -> None:
@@ -48,7 +56,7 @@ def _number_input(kind: type):
 def number(kind: type, *constraints: Any) -> Any:
     """``int``/``float`` with fedtune's input rules (see module docstring) and pydantic
     ``constraints`` (e.g. ``Field(ge=0)``)."""
-    return Annotated[kind, BeforeValidator(_number_input(kind)), *constraints]
+    return Annotated[kind, *constraints, BeforeValidator(_number_input(kind))]
 
 
 def _strict(hint: Any) -> Any:
@@ -124,17 +132,58 @@ def coerce(value: Any, hint: Any, path: str) -> Any:
         raise config_error(exc, path) from None
 
 
+#: pydantic's names of validator layers in an error location (not fields)
+_LAYERS = ("function-", "tuple[", "union[")
+
+
+def error_path(loc: typing.Iterable[Any], path: str = "") -> str:
+    """Join a pydantic error location onto ``path`` with fedtune's convention.
+
+    Names are joined with dots and list indices written ``[i]``
+    (``search.parameters.client_lr.low``, ``hparams.theta[1]``); pydantic's names of validator
+    layers (``function-after[...]``) are skipped.
+
+    Args:
+        loc: The location, e.g. ``("train", "rounds")`` or ``("seeds", 1)``.
+        path: The dotted path the location is relative to ("" for the root).
+
+    Returns:
+        The dotted path ("" when both are empty).
+    """
+    field = path
+    for part in loc:
+        if isinstance(part, str) and part.startswith(_LAYERS):
+            continue
+        if isinstance(part, int):
+            field += f"[{part}]"
+        elif part != "":
+            field += f".{part}" if field else str(part)
+    return field
+
+
 def config_error(
     exc: _ValidationError, path: str = "", bounds: typing.Callable[[str], str] | None = None
 ) -> ConfigError:
-    """The first pydantic error as ``ConfigError(dotted path, reason)``; ``bounds(name)`` may
-    word a range error from the field's declaration (``in [0, 1)``)."""
+    """Turn the first error of a pydantic validation into ``ConfigError(dotted path, reason)``.
+
+    This is fedtune's one convention for the paths of validation errors (:func:`error_path`):
+    the engine's configurations, the hyperparameters and the study spec all report through it.
+    A ``ConfigError`` raised inside a validator keeps its own field, relative to the location
+    it was raised at.
+
+    Args:
+        exc: The pydantic error.
+        path: The dotted path the validated value sits at ("" for the root).
+        bounds: Words a range error from the field's declaration (``in [0, 1)``), by name.
+
+    Returns:
+        The error; its field is ``<root>`` when the location is empty.
+    """
     err = exc.errors()[0]
-    field = path
-    for part in err["loc"]:
-        if isinstance(part, str) and part.startswith(("function-", "tuple[", "union[")):
-            continue  # pydantic's names of validator layers, not fields
-        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else part)
+    field = error_path(err["loc"], path)
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, ConfigError):
+        return ConfigError(error_path([inner.field], field) or "<root>", inner.reason)
     return ConfigError(field or "<root>", _reason(err, bounds))
 
 
@@ -152,6 +201,8 @@ def _reason(err: Mapping[str, Any], bounds: typing.Callable[[str], str] | None) 
         return f"must be one of {ctx.get('expected')}, got {got!r}"
     if kind in ("unexpected_keyword_argument", "extra_forbidden"):
         return "unknown key"
+    if kind == "missing":
+        return "is required"
     what = {
         "bool": "true or false",
         "int": "an integer",

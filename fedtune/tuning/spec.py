@@ -11,27 +11,34 @@
     budget: {trials: 16, max_concurrent: 2}
     code: {path: ./my_lab, modules: [my_lab.tasks]}     # optional user code (fedtune.extend)
 
-``task/algorithm/train/hparams/decay/seed`` are exactly a trial configuration
-(``fedtune.trainers.parse_trial_config``); a trial's configuration is that base with the
-sampled ``{path: value}`` applied (:meth:`StudySpec.trial_config`). The default objective is the
-papers' selection rule, the mean training loss ℓ_t over the last N rounds
-(Charles & Konečný 2020 (arXiv:2007.00878) §8.3); the multi-objective form (final loss, rounds to
-reach ``target_loss``) explores the convergence–accuracy trade-off
+``task/algorithm/train/hparams/decay/seed`` are exactly a trial configuration, parsed once into
+the engine's own types (``task``: ``TaskConfig``, ``train``: ``TrainConfig``, ``decay``:
+``DecayConfig``; ``hparams`` typed against the algorithm's recipe in
+:attr:`StudySpec.base_config`); the spec keeps which keys the user wrote (a default is not a
+written value, and :meth:`StudySpec.to_dict` writes back only those). A trial's configuration is
+the base with the sampled ``{path: value}`` applied (:meth:`StudySpec.trial_config`). The
+default objective is the papers' selection rule, the mean training loss ℓ_t over the last N
+rounds (Charles & Konečný 2020 (arXiv:2007.00878) §8.3); the multi-objective form (final loss,
+rounds to reach ``target_loss``) explores the convergence–accuracy trade-off
 (Charles & Konečný 2021 (arXiv:2103.05032) §4).
 
 Every invalid field raises ``ConfigError`` whose ``field`` is the dotted path in the spec
-(``budget.trials``, ``search.override.prox_alpha``); ``from_dict``/``from_file`` also run
-:meth:`StudySpec.validate_deep`, which checks the spec against the algorithm's recipe and
-the search space. A ``code`` section (a directory or wheel relative to the study file, and the
-modules that register the study's task/model/algorithm) is imported before that
-(:func:`fedtune.extend.load_code`) unless ``import_code=False`` (the service validates user code
-in a subprocess instead).
+(``budget.trials``, ``search.parameters.client_lr.low``, ``seeds[1]``; one convention,
+``fedtune.trainers.typed.config_error``). Validation has two steps: :meth:`StudySpec.parse`
+checks the shape (cheap: nothing is imported or read) and :meth:`StudySpec.check` runs
+:meth:`StudySpec.validate_deep`, which checks the spec against the algorithm's recipe and the
+search space; ``from_dict``/``from_file`` do both. A ``code`` section (a directory or wheel
+relative to the study file, and the modules that register the study's task/model/algorithm) is
+imported before that (:func:`fedtune.extend.load_code`) unless ``import_code=False`` (the
+service validates user code in a subprocess instead).
 """
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,9 +48,12 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    FieldSerializationInfo,
+    PlainValidator,
     PrivateAttr,
     ValidationError,
     WithJsonSchema,
+    field_serializer,
     model_validator,
 )
 
@@ -69,8 +79,15 @@ from fedtune.trainers.algorithms.registry import (
     local_steps_of,
 )
 from fedtune.trainers.code import CodeSpec, LoadReport, load_code
-from fedtune.trainers.config import TrialConfig, apply_overrides
+from fedtune.trainers.config import (
+    DecayConfig,
+    TaskConfig,
+    TrainConfig,
+    TrialConfig,
+    apply_overrides,
+)
 from fedtune.trainers.parsing import parse_trial_config
+from fedtune.trainers.typed import config_error, from_mapping, number, to_dict
 
 from .choices import can_check_cheaply, check_choice
 from .strategies import DEFAULT_STRATEGY, STRATEGIES, SamplerName, SchedulerName, Strategy
@@ -125,7 +142,8 @@ RECORD_FIELD = {
     Metric.TEST_LOSS: "test_loss",
 }
 
-Count = Annotated[int, Field(strict=True, ge=1)]
+#: a count (the engine's input rule: an integral float is an integer, a bool or string is not)
+Count = number(int, Field(ge=1))
 NonNegFloat = Annotated[float, Field(strict=True, ge=0)]
 
 
@@ -223,34 +241,6 @@ def default_round_counts(rounds: int, reduction_factor: float = 3.0) -> tuple[in
     return last, grace
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _scaled_defaults(data: Any) -> Any:
-    """``data`` with the unwritten round counts set to :func:`default_round_counts` of its
-    ``train.rounds`` where the fixed defaults would exceed it (a written one is kept, and
-    refused by :meth:`StudySpec.validate_deep` under its own name if it does not fit)."""
-    if not isinstance(data, dict):
-        return data
-    train = data.get("train")
-    rounds = train.get("rounds") if isinstance(train, dict) else None
-    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
-        return data
-    scheduler, objective = data.get("scheduler", {}), data.get("objective", {})
-    factor = scheduler.get("reduction_factor") if isinstance(scheduler, dict) else None
-    factor = float(factor) if _is_number(factor) and factor > 1 else 3.0
-    last, grace = default_round_counts(rounds, factor)
-    data = dict(data)
-    for section, block, key, value, default in (
-        ("objective", objective, "last_rounds", last, DEFAULT_LAST_ROUNDS),
-        ("scheduler", scheduler, "grace_rounds", grace, DEFAULT_GRACE_ROUNDS),
-    ):
-        if isinstance(block, dict) and key not in block and value != default:
-            data[section] = {**block, key: value}
-    return data
-
-
 class BudgetSpec(_Spec):
     trials: Count = 16
     max_concurrent: Count = 1
@@ -323,8 +313,25 @@ class SearchSpec(_Spec):
         return self
 
 
-def _task(value: Any) -> Any:
-    return {"name": value} if isinstance(value, str) else value
+def _task(value: Any) -> TaskConfig:
+    return value if isinstance(value, TaskConfig) else TaskConfig.from_dict(value, "")
+
+
+def _part(cls: type) -> Any:
+    """Validate a spec section into the engine's dataclass ``cls`` (errors relative to it)."""
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ConfigError("", f"must be a mapping, got {type(value).__name__}")
+        return from_mapping(cls, value, "")
+
+    return parse
+
+
+def _object_schema(title: str) -> dict[str, Any]:
+    return {"additionalProperties": True, "title": title, "type": "object"}
 
 
 #: what ``task:`` takes: a name, or an object with a name and the task's parameters
@@ -340,6 +347,36 @@ _TASK_SCHEMA = {
     ],
     "title": "Task",
 }
+#: the typed sections of a spec, the engine's own types (written back by
+#: :meth:`StudySpec.section`, the keys the user wrote)
+Task = Annotated[
+    TaskConfig,
+    PlainValidator(_task),
+    WithJsonSchema(_TASK_SCHEMA),
+]
+Train = Annotated[
+    TrainConfig,
+    PlainValidator(_part(TrainConfig)),
+    WithJsonSchema(_object_schema("Train")),
+]
+Decay = Annotated[
+    DecayConfig,
+    PlainValidator(_part(DecayConfig)),
+    WithJsonSchema(_object_schema("Decay")),
+]
+#: the sections whose written keys a spec keeps (a default is not a value the user gave)
+_GIVEN_SECTIONS = ("task", "train", "hparams", "decay")
+
+
+def _written_keys(raw: Any) -> tuple[str, ...]:
+    """The keys a spec section was written with (a task name alone: ``name``)."""
+    if isinstance(raw, str):
+        return ("name",)
+    if isinstance(raw, TaskConfig):
+        return tuple(raw.to_dict())
+    if isinstance(raw, TrainConfig | DecayConfig):
+        return tuple(to_dict(raw))
+    return tuple(raw) if isinstance(raw, Mapping) else ()
 
 
 class StudySpec(_Spec):
@@ -350,11 +387,11 @@ class StudySpec(_Spec):
 
     name: Annotated[str, Field(pattern=NAME_PATTERN)]
     description: str = ""
-    task: Annotated[dict[str, Any], BeforeValidator(_task), WithJsonSchema(_TASK_SCHEMA)]
+    task: Task
     algorithm: str
-    train: dict[str, Any] = Field(default_factory=dict)
+    train: Train = Field(default_factory=TrainConfig)
     hparams: dict[str, Any] = Field(default_factory=dict)
-    decay: dict[str, Any] = Field(default_factory=dict)
+    decay: Decay = Field(default_factory=DecayConfig)
     seed: Annotated[int, Field(strict=True)] | None = None
     seeds: list[Annotated[int, Field(strict=True)]] | None = None
     search: SearchSpec = Field(default_factory=SearchSpec)
@@ -376,11 +413,40 @@ class StudySpec(_Spec):
     priority: Annotated[int, Field(strict=True, ge=-1000, le=1000)] = 0
 
     _base_dir: Path | None = PrivateAttr(default=None)
+    _source: str | None = PrivateAttr(default=None)
+    #: the keys the user wrote in each of :data:`_GIVEN_SECTIONS`, in their order
+    _given: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+    _base_config: TrialConfig | None = PrivateAttr(default=None)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _defaults_fit_the_rounds(cls, data: Any) -> Any:
-        return _scaled_defaults(data)
+    def _keep_given_keys(cls, data: Any, handler: Any) -> StudySpec:
+        spec = handler(data)
+        if isinstance(data, Mapping):
+            given = {}
+            for section in _GIVEN_SECTIONS:
+                given[section] = _written_keys(data.get(section))
+            spec._given = given
+        return spec
+
+    @model_validator(mode="after")
+    def _defaults_fit_the_rounds(self) -> StudySpec:
+        """Unwritten round counts are :func:`default_round_counts` of ``train.rounds`` where
+        the fixed defaults would exceed it (a written one is kept, and refused by
+        :meth:`validate_deep` under its own name if it does not fit)."""
+        last, grace = default_round_counts(self.train.rounds, self.scheduler.reduction_factor)
+        for section, key, value in (
+            ("objective", "last_rounds", last),
+            ("scheduler", "grace_rounds", grace),
+        ):
+            part = getattr(self, section)
+            if key not in part.model_fields_set and getattr(part, key) != value:
+                object.__setattr__(self, section, part.model_copy(update={key: value}))
+        return self
+
+    @field_serializer(*_GIVEN_SECTIONS)
+    def _write_given_keys(self, value: Any, info: FieldSerializationInfo) -> dict[str, Any]:
+        return self.section(info.field_name)
 
     @model_validator(mode="after")
     def _seeds(self) -> StudySpec:
@@ -443,6 +509,52 @@ class StudySpec(_Spec):
     # ------------------------------------------------------------ construction
 
     @classmethod
+    def parse(
+        cls, data: Any, *, base_dir: str | Path | None = None, source: str | None = None
+    ) -> StudySpec:
+        """Build a spec from its decoded YAML or JSON, checking its shape only.
+
+        Every section is parsed into its type (the engine's ``TaskConfig``, ``TrainConfig`` and
+        ``DecayConfig`` for ``task``, ``train`` and ``decay``); nothing is imported or read, so
+        this is cheap. :meth:`check` completes the validation.
+
+        Args:
+            data: The spec, a mapping.
+            base_dir: The directory that paths of user space files and of ``code.path`` are
+                relative to (None: the working directory).
+            source: The file the spec came from, named in errors.
+
+        Returns:
+            The spec.
+
+        Raises:
+            ConfigError: An invalid field, named by its dotted path.
+        """
+        try:
+            spec = cls.model_validate(data)
+        except ValidationError as exc:
+            error = config_error(exc)
+            raise (error.with_source(source) if source else error) from None
+        spec._base_dir = Path(base_dir) if base_dir is not None else None
+        spec._source = source
+        return spec
+
+    def check(self) -> None:
+        """Import the ``code`` section, then run :meth:`validate_deep`.
+
+        Raises:
+            ConfigError: An invalid field, named by its dotted path (a ``CodeError`` for user
+                code that fails to import or register), attributed to the spec's file.
+        """
+        try:
+            self.load_code()
+            self.validate_deep()
+        except ConfigError as exc:
+            if self._source and not exc.source:
+                raise exc.with_source(self._source) from None
+            raise
+
+    @classmethod
     def from_dict(
         cls,
         data: Any,
@@ -451,7 +563,7 @@ class StudySpec(_Spec):
         source: str | None = None,
         import_code: bool = True,
     ) -> StudySpec:
-        """Build and validate a spec from its decoded YAML or JSON.
+        """Build and validate a spec from its decoded YAML or JSON (:meth:`parse`, :meth:`check`).
 
         Args:
             data: The spec, a mapping.
@@ -469,20 +581,9 @@ class StudySpec(_Spec):
             ConfigError: An invalid field, named by its dotted path (a ``CodeError`` for user
                 code that fails to import or register).
         """
-        try:
-            try:
-                spec = cls.model_validate(data)
-            except ValidationError as exc:
-                raise error_from_validation(exc) from None
-            spec._base_dir = Path(base_dir) if base_dir is not None else None
-            if spec.code is not None and not import_code:
-                return spec
-            spec.load_code()
-            spec.validate_deep()
-        except ConfigError as exc:
-            if source and not exc.source:
-                raise exc.with_source(source) from None
-            raise
+        spec = cls.parse(data, base_dir=base_dir, source=source)
+        if spec.code is None or import_code:
+            spec.check()
         return spec
 
     def load_code(self) -> LoadReport | None:
@@ -525,10 +626,67 @@ class StudySpec(_Spec):
     def to_dict(self) -> dict[str, Any]:
         """Give the spec as JSON-ready data, every default filled in.
 
+        ``task``, ``train``, ``hparams`` and ``decay`` hold the keys the user wrote (their
+        defaults are the engine's, and a written key, even at its default, stays written).
+
         Returns:
-            The spec, accepted back by :meth:`from_dict`.
+            The spec, accepted back by :meth:`from_dict` as the same spec.
         """
         return self.model_dump(mode="json")
+
+    def given(self, section: str) -> tuple[str, ...]:
+        """Name the keys the user wrote in one section of the trial configuration.
+
+        Args:
+            section: ``task``, ``train``, ``hparams`` or ``decay``.
+
+        Returns:
+            The keys, in the order written (empty for another section).
+        """
+        return self._given.get(section, ())
+
+    def section(self, section: str) -> dict[str, Any]:
+        """Give one section of the trial configuration as plain data, the written keys only.
+
+        Args:
+            section: ``task``, ``train``, ``hparams`` or ``decay``.
+
+        Returns:
+            The section as the spec writes it (parsed values).
+        """
+        keys = self.given(section)
+        if section == "task":
+            return self.task.to_dict(keys)
+        if section == "hparams":
+            return copy.deepcopy(dict(self.hparams))
+        part = getattr(self, section)
+        return {k: to_dict(getattr(part, k)) for k in keys}
+
+    def __eq__(self, other: object) -> bool:
+        """Equal specs have equal fields and the same written keys (:meth:`given`) and base
+        directory; the file named in errors and the cached :attr:`base_config` do not count."""
+        if not isinstance(other, StudySpec):
+            return NotImplemented
+
+        def written(spec: StudySpec) -> dict[str, frozenset[str]]:
+            return {k: frozenset(v) for k, v in spec._given.items()}
+
+        return (self.__dict__, written(self), self._base_dir) == (
+            other.__dict__,
+            written(other),
+            other._base_dir,
+        )
+
+    def __hash__(self) -> int:
+        return super().__hash__()
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> StudySpec:
+        """A copy (pydantic's), without the cached :attr:`base_config` of the original."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied._base_config = None
+        return copied
 
     # ------------------------------------------------------------ trial configurations
 
@@ -544,19 +702,42 @@ class StudySpec(_Spec):
         """Give the fixed part of every trial's configuration.
 
         Returns:
-            A trial configuration, as ``fedtune.trainers.parse_trial_config`` accepts it.
+            A trial configuration, as ``fedtune.trainers.parse_trial_config`` accepts it, with
+            the keys the user wrote (:meth:`section`).
         """
         base = {
-            "task": dict(self.task),
+            "task": self.section("task"),
             "algorithm": self.algorithm,
-            "train": dict(self.train),
-            "hparams": dict(self.hparams),
-            "decay": dict(self.decay),
+            "train": self.section("train"),
+            "hparams": self.section("hparams"),
+            "decay": self.section("decay"),
             "seed": self.trial_seeds()[0],
         }
         if self.code is not None:
             base["code"] = self.resolved_code.model_dump()
         return base
+
+    @property
+    def base_config(self) -> TrialConfig:
+        """The typed :meth:`base_trial_config`, built once from the parsed sections.
+
+        ``hparams`` are typed against the algorithm's recipe here, so the algorithm must be
+        registered (:meth:`load_code` first for user code).
+
+        Raises:
+            ConfigError: The algorithm is unknown, or a hyperparameter does not suit its recipe.
+        """
+        if self._base_config is None:
+            self._base_config = TrialConfig(
+                task=self.task,
+                algorithm=self.algorithm,
+                train=self.train,
+                hparams=get_recipe(self.algorithm).given_hparams(self.section("hparams")),
+                decay=self.decay,
+                seed=self.trial_seeds()[0],
+                code=self.resolved_code,
+            )
+        return self._base_config
 
     def trial_config(self, sampled: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
         """Give one trial's configuration.
@@ -652,7 +833,7 @@ class StudySpec(_Spec):
                 dotted path.
         """
         self._check_registered()
-        parsed = parse_trial_config(self.base_trial_config())
+        parsed = self.base_config
         recipe = get_recipe(self.algorithm)
         _check_recipe(recipe, parsed)
         space = self._space_or_all_conflicts()
@@ -660,7 +841,7 @@ class StudySpec(_Spec):
             self._check_searched(p, recipe)
         self._check_values(space, recipe)
         self._check_sampler(space)
-        rounds = parsed.train.rounds
+        rounds = self.train.rounds
         for field, value in (
             ("objective.last_rounds", self.objective.last_rounds),
             ("report_every", self.report_every),
@@ -682,12 +863,13 @@ class StudySpec(_Spec):
         from fedtune.trainers.models.registry import REGISTRY as MODELS
         from fedtune.trainers.tasks.registry import REGISTRY as TASKS
 
-        models = [("task.model", self.task.get("model"))] if "model" in self.task else []
+        params = self.task.params
+        models = [("task.model", params["model"])] if "model" in params else []
         for key, entry in (self.search.override or {}).items():  # a searched model
             if resolve_path(key) == "task.model" and entry and entry.get("choices"):
                 models += [(f"search.override.{key}.choices", m) for m in entry["choices"]]
         for field, registry, name in (
-            ("task.name", TASKS, self.task.get("name")),
+            ("task.name", TASKS, self.task.name),
             ("algorithm", ALGORITHMS, self.algorithm),
             *((f, MODELS, m) for f, m in models),
         ):
@@ -709,11 +891,9 @@ class StudySpec(_Spec):
                     f"{', '.join(found) or 'no ' + kind + 's'}; {exc.reason}",
                     files or None,
                 ) from None
-        name = self.task.get("name")
-        if isinstance(name, str):  # the task's declared parameters: unknown or out of range
-            from fedtune.trainers.tasks.registry import check_task_params
+        from fedtune.trainers.tasks.registry import check_task_params
 
-            check_task_params(name, self.task)
+        check_task_params(self.task.name, params)  # declared parameters: unknown, out of range
 
     def _space_or_all_conflicts(self) -> SearchSpace:
         """The space; a narrowed space's conflicts — with its own ranges, defaults and grids,
@@ -724,8 +904,7 @@ class StudySpec(_Spec):
             if path is None or self.search.override[key] is None:
                 continue
             section, name = path.split(".", 1)
-            where = self.task if section == "task" else getattr(self, section, None)
-            if isinstance(where, dict) and name in where:
+            if name in self.given(section):
                 fixed.append(
                     ConfigError(
                         f"{section}.{name}",
@@ -756,13 +935,13 @@ class StudySpec(_Spec):
             raise ConfigError(origin, f"algorithm {recipe.name!r} fixes local_steps")
         if p.path == "train.local_epochs" and (why := local_epochs_refusal(recipe)):
             raise ConfigError(origin, f"algorithm {recipe.name!r} needs a fixed local_steps: {why}")
-        if key in (self.task if section == "task" else getattr(self, section, {})):
+        if key in self.given(section):
             raise ConfigError(
                 f"{section}.{key}",
                 f"is also searched ({origin}); set it in one "
                 "place (remove it here, or from the search with null)",
             )
-        if section == "decay" and self.decay.get("enabled") is not True:
+        if section == "decay" and not self.decay.enabled:
             raise ConfigError(origin, f"searches {p.path} but decay.enabled is not true")
 
     def _check_values(self, space: SearchSpace, recipe: Recipe) -> None:
@@ -825,22 +1004,3 @@ def _drives_others(space: SearchSpace, p: Parameter) -> bool:
 def _check_recipe(recipe: Recipe, parsed: TrialConfig) -> None:
     effective_hparams(recipe, parsed)
     local_steps_of(recipe, parsed)
-
-
-def error_from_validation(exc: ValidationError) -> ConfigError:
-    """First pydantic error -> ``ConfigError(dotted path, reason)``.
-
-    The path is the error's ``loc`` joined with dots (list indices as ``[i]``); a
-    ``ConfigError`` raised inside a validator keeps its own (relative) field after that loc.
-    """
-    err = exc.errors()[0]
-    path = ""
-    for part in err["loc"]:
-        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    inner = (err.get("ctx") or {}).get("error")
-    if isinstance(inner, ConfigError):
-        return ConfigError(f"{path}.{inner.field}" if path else inner.field, inner.reason)
-    reason = {"extra_forbidden": "unknown key", "missing": "is required"}.get(
-        err["type"], err["msg"]
-    )
-    return ConfigError(path or "<root>", reason)

@@ -50,7 +50,6 @@ from ray import tune
 from fedtune.errors import ConfigError
 from fedtune.outcomes import TrialOutcome
 from fedtune.redact import strip_credentials
-from fedtune.trainers import parse_trial_config
 
 from . import optuna_glue as og
 from . import timeline
@@ -717,7 +716,7 @@ def _progress(plan: StudyPlan, stores: Stores, stream: TextIO | None) -> list[An
 
 def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tune.Tuner:
     spec, stores = plan.spec, runtime.stores
-    rounds = parse_trial_config(spec.base_trial_config()).train.rounds
+    rounds = spec.train.rounds
     offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
     sampler = og.make_sampler(spec, plan.target, offset=offset)
     stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
@@ -771,7 +770,7 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     from .theory_link import theory_report
 
     document = spec.to_dict()
-    rounds = parse_trial_config(spec.base_trial_config()).train.rounds
+    rounds = spec.train.rounds
     t = tradeoff_of({**document, "train": {**document["train"], "rounds": rounds}}, curves)
     files = write_artifacts(t, curves, directory, color_by=next(iter(curves[0].params), None))
     k = t.targets.index(t.pareto_target) if t.pareto_target is not None else 0

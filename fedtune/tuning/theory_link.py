@@ -119,10 +119,9 @@ def theory_report(spec: StudySpec, curves: list, directory: Path) -> dict[str, P
 
     The measured rate fits ℓ_t − ℓ_∞ ∝ ρ^t (exponent 1: the limit x*(α, γ, Θ) is not the
     optimum, so the loss gap is linear in the distance to it)."""
-    if spec.task.get("name") != "quadratic":
+    if spec.task.name != "quadratic":
         return {}
-    params = {k: v for k, v in spec.task.items() if k not in ("name", "seed")}
-    instance = build_task("quadratic", params, spec.task.get("seed", 0)).meta["instance"]
+    instance = build_task("quadratic", dict(spec.task.params), spec.task.seed).meta["instance"]
     predicted, forms = {}, {}
     for c in curves:
         p = predict(spec.trial_config(dict(c.params)), instance)

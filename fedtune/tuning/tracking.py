@@ -147,11 +147,18 @@ def ui_url(uri: str, experiment_id: str) -> str:
 
 
 @contextlib.contextmanager
-def _no_run_links() -> Iterator[None]:
-    """MLflow prints "View run ... at" on stdout when an http run ends: not in our output."""
-    key = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+def mlflow_variable(key: str, value: str) -> Iterator[None]:
+    """Set one of MLflow's own environment variables while the block runs, then restore it.
+
+    MLflow reads some switches only from the environment (``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT``,
+    ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR``); fedtune sets them around the calls that print.
+
+    Args:
+        key: The variable.
+        value: Its value inside the block.
+    """
     saved = os.environ.get(key)
-    os.environ[key] = "true"
+    os.environ[key] = value
     try:
         yield
     finally:
@@ -159,6 +166,11 @@ def _no_run_links() -> Iterator[None]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = saved
+
+
+def _no_run_links() -> contextlib.AbstractContextManager[None]:
+    """MLflow prints "View run ... at" on stdout when an http run ends: not in our output."""
+    return mlflow_variable("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def _now() -> int:
@@ -227,7 +239,7 @@ class StudyTracker:
                 return run_id
             except MlflowException:
                 pass  # another tracking store than last time: start a new parent
-        tags = {"study": spec.name, "algorithm": spec.algorithm, "task": spec.task.get("name", "")}
+        tags = {"study": spec.name, "algorithm": spec.algorithm, "task": spec.task.name}
         run = self.client.create_run(self.experiment_id, tags=tags, run_name=spec.name)
         run_id = run.info.run_id
         document = scrub(spec.to_dict())  # no credential of a URI in the spec reaches MLflow
@@ -492,7 +504,7 @@ class MlflowCallback(Callback):
         self._tags = {
             "study": spec.name,
             "algorithm": spec.algorithm,
-            "task": str(spec.task.get("name", "")),
+            "task": spec.task.name,
             "objective_metric": objective_description(spec),
         }
         self._finals = [OBJECTIVE, *(str(m) for m in spec.objective.metrics or ())]

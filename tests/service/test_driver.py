@@ -446,11 +446,11 @@ def test_the_driver_finds_uploaded_code_in_the_database(ctx: ServiceContext) -> 
     seen = []
 
     def killed(spec, workdir, **kwargs):  # the first driver dies mid-study
-        seen.append((spec.code.path, spec.task["name"]))
+        seen.append((spec.code.path, spec.task.name))
         raise KeyboardInterrupt
 
     def record(spec, workdir, **kwargs):
-        seen.append((spec.code.path, spec.task["name"]))
+        seen.append((spec.code.path, spec.task.name))
         return SimpleNamespace(
             best=None,
             failure=None,

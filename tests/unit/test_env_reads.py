@@ -39,8 +39,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fedtune/tuning/study.py", "_tune_environment"): (
         "saves the Ray Tune variables it sets for fit, to restore them"
     ),
-    ("fedtune/tuning/tracking.py", "_no_run_links"): (
-        "saves the MLflow variable it sets while a run ends, to restore it"
+    ("fedtune/tuning/tracking.py", "mlflow_variable"): (
+        "sets one of MLflow's own switches for a block and restores it"
     ),
 }
 _WRITES = {"update", "clear"}

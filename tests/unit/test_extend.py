@@ -81,7 +81,7 @@ def test_study_code_section_is_relative_to_the_study_file(tmp_path):
     shape_only = StudySpec.from_dict(
         {**study, "task": {"name": "not_registered_anywhere"}}, import_code=False
     )
-    assert shape_only.task["name"] == "not_registered_anywhere"
+    assert shape_only.task.name == "not_registered_anywhere"
 
 
 def test_code_section_fields_are_validated():

@@ -37,8 +37,8 @@ def spec_with(**changes) -> dict:
 
 def test_quickstart_loads_and_builds_trial_configs():
     spec = StudySpec.from_file(QUICKSTART)
-    assert spec.algorithm in ("fedavgm", "fedavg") and spec.task["name"] == "digits"
-    assert spec.task["dirichlet"] == 0.3 and spec.task["model"] == "mlp"
+    assert spec.algorithm in ("fedavgm", "fedavg") and spec.task.name == "digits"
+    assert spec.task.params["dirichlet"] == 0.3 and spec.task.params["model"] == "mlp"
     assert spec.budget.trials >= 12
     assert spec.strategy == DEFAULT_STRATEGY and spec.search.strategy is None  # the default
     space = spec.search_space()
@@ -230,30 +230,35 @@ def test_narrowing_a_shipped_space_reports_every_conflict_at_once():
     assert "\n" not in str(err)  # one line for the CLI
 
 
-def test_the_documented_override_example_is_what_fedtune_says_and_its_fix_validates():
-    """The docs page that shows the narrowing example (README.md or docs/**) prints exactly
-    what fedtune says about it, and its fix validates."""
-    from fedtune.tuning.spec import StudySpec
-    from tests.docs.pages import REPO, documentation, parse_page
+NARROWED = {
+    "hparams": {"client_lr": 0.01},
+    "search": {
+        "space": "fedavg",
+        "override": {"client_lr": {"high": 0.005}, "server_lr": {"low": 2.0, "grid": [0.5, 3.0]}},
+    },
+}
+NARROWED_FIXED = {
+    "search": {
+        "space": "fedavg",
+        "override": {
+            "client_lr": {"high": 0.005, "default": 0.001},
+            "server_lr": {"low": 2.0, "default": 3.0, "grid": [2.0, 3.0]},
+        },
+    },
+}
 
-    pages = documentation()
-    name = next(
-        (
-            n
-            for n, text in pages.items()
-            if "fedtune: error: study.yaml: search.override: 4" in text
-        ),
-        None,
+
+def test_a_narrowed_space_reports_every_conflict_on_one_line_and_its_fix_validates():
+    """Narrowing a shipped space reports its conflicts at once, each by its dotted path; one
+    edit per conflict validates."""
+    printed = (
+        "study.yaml: search.override: 4 conflicts: search.override.client_lr.default: 0.1 lies "
+        "outside the parameter's range/choices; search.override.server_lr.default: 0.1 lies "
+        "outside the parameter's range/choices; search.override.server_lr.grid: value 0.5 lies "
+        "outside the parameter's range/choices; hparams.client_lr: is also searched "
+        "(search.override.client_lr); set it in one place (remove it here, or from the search "
+        "with null)"
     )
-    assert name, "no page shows the search.override conflicts example any more"
-    printed = next(
-        ln.strip()
-        for ln in pages[name].splitlines()
-        if ln.strip().startswith("fedtune: error: study.yaml: search.override: 4")
-    )
-    blocks = ["\n".join(b.lines) for b in parse_page(REPO / name).blocks if b.lang == "yaml"]
-    bad = next(b for b in blocks if "server_lr: {low: 2.0, grid: [0.5, 3.0]}" in b)
-    fixed = next(b for b in blocks if "server_lr: {low: 2.0, default: 3.0" in b)
     raw = {
         "name": "narrow",
         "task": {"name": "quadratic", "clients": 6, "dim": 3},
@@ -261,9 +266,9 @@ def test_the_documented_override_example_is_what_fedtune_says_and_its_fix_valida
         "train": {"rounds": 10},
     }
     with pytest.raises(ConfigError) as info:
-        StudySpec.from_dict({**raw, **yaml.safe_load(bad)}, source="study.yaml")
-    assert printed == f"fedtune: error: {info.value}"
-    StudySpec.from_dict({**raw, **yaml.safe_load(fixed)})
+        StudySpec.from_dict({**raw, **NARROWED}, source="study.yaml")
+    assert str(info.value) == printed
+    StudySpec.from_dict({**raw, **NARROWED_FIXED})
 
 
 SHORT = {

@@ -1,4 +1,4 @@
-"""The default search strategy, its stopping and the ``hyperband`` strategy.
+"""The default search strategy (``tpe_guard``), its stopping and the ``hyperband`` strategy.
 
 * The default's stop rule keeps a configuration that ends *better* than the incumbent, on real
   engine curves of LEAF synthetic(1, 1) (the task where the best has η = 10 γ): the old

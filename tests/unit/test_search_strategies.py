@@ -1,5 +1,6 @@
-"""The trade-off-aware search strategy: default of a new study, spec validation, the
-selection-rule stop rule on constructed curves, and the theory-guided sweep's proposals."""
+"""The search strategies: the default of a new study (``tpe_guard``), ``search.strategy``
+validation, and the ``tradeoff`` strategy's selection-rule stop rule on constructed curves and
+its theory-guided sweep's proposals."""
 
 from __future__ import annotations
 
