@@ -8,6 +8,8 @@
     study = client.submit("study.yaml", project="vision")      # over the spec's project:
     study.wait(progress=True, timeout=600)                     # live progress on stderr
     study.trials(); study.curve(0); study.best(); study.tradeoff(); study.cancel()
+    fedavg, fedprox = client.submit_methods("methods.yaml")      # algorithm: [fedavg, fedprox]
+    client.compare([fedavg.id, fedprox.id], record=True)       # envelopes, matched budgets
     page = client.list_studies(state=["queued", "running"], project="vision", limit=50)
     more = client.list_studies(state=["queued", "running"], project="vision",
                                page_token=page.next_page_token)      # None on the last page
@@ -46,8 +48,10 @@ from fedtune.states import StudyState, TrialState
 from fedtune.wire import exception_from_body
 from fedtune.wire_models import (
     BestTrial,
+    ComparisonOut,
     CurveOut,
     CurvePoint,
+    MethodGroupOut,
     MlflowLinks,
     Progress,
     StudyDetail,
@@ -60,10 +64,13 @@ from fedtune.wire_models import (
 __all__ = [
     "BestTrial",
     "Client",
+    "Comparison",
     "CurvePoint",
+    "MethodGroup",
     "MlflowLinks",
     "Progress",
     "Study",
+    "StudyOfMethods",
     "StudyOut",
     "StudyPage",
     "StudyStatus",
@@ -80,10 +87,25 @@ MAX_PACKAGE_BYTES = 1 << 30
 StudyStatus = StudyDetail
 TrialInfo = TrialOut
 TradeOff = TradeoffOut
+Comparison = ComparisonOut
+MethodGroup = MethodGroupOut
 
 
 #: one state, several, or None (all)
 States = StudyState | str | Sequence[StudyState | str] | None
+
+
+class StudyOfMethods(list):
+    """The studies of one study of methods (a list of :class:`Study`) and its ``group`` id.
+
+    Args:
+        studies: One handle per algorithm, in the order listed.
+        group: The study of methods' id.
+    """
+
+    def __init__(self, studies: Sequence[Study], group: str) -> None:
+        super().__init__(studies)
+        self.group = group
 
 
 class Client:
@@ -262,6 +284,71 @@ class Client:
             The study's handle.
         """
         return Study(self, study_id)
+
+    def compare(
+        self, study_ids: Sequence[str], force: bool = False, record: bool = False
+    ) -> Comparison:
+        """Compare studies on one task (the service's ``GET /v1/compare``).
+
+        Args:
+            study_ids: Two or more study ids, each readable by this client.
+            force: Compare them even when their task, data or objective differ.
+            record: Also record the comparison as an MLflow run linked with the studies' parent
+                runs (``POST /v1/compare``; needs the right to change every study); the run is
+                the answer's ``mlflow``.
+
+        Returns:
+            Their lower envelopes, budget curves, Pareto sets, predictions and each one's best
+            configuration at matched budgets.
+
+        Raises:
+            StudyNotFoundError: A study does not exist or is not this client's to read.
+            ConfigError: Fewer than two studies, or studies that are not comparable and no
+                ``force`` (the message names the differences).
+        """
+        params = {"studies": ",".join(study_ids), "force": str(bool(force)).lower()}
+        method = "POST" if record else "GET"
+        return Comparison.from_json(self.request(method, "/v1/compare", params=params))
+
+    def submit_methods(
+        self, spec: Any, *, project: str | None = None, idempotency_key: str | None = None
+    ) -> list[Study]:
+        """Submit a study of methods: one study per algorithm the spec's ``algorithm`` lists.
+
+        Args:
+            spec: A mapping, the path of a YAML/JSON file, or an object with ``to_dict()``;
+                its ``algorithm`` lists names or ``{name: ..., search: {...}}``.
+            project: The project to submit to, over the spec's ``project:``.
+            idempotency_key: The request's key (default: a new random one, reused by retries).
+
+        Returns:
+            The new studies' handles, in the order the algorithms are listed; its ``group`` is
+            the study of methods' id (:meth:`method_group`: the recorded comparison).
+
+        Raises:
+            ConfigError: The list or an algorithm's spec is invalid (no study is created).
+        """
+        body = _spec_body(spec)
+        if project is not None:
+            body["project"] = project
+        key = idempotency_key or uuid.uuid4().hex
+        data = self.request("POST", "/v1/methods", json=body, headers={"Idempotency-Key": key})
+        return StudyOfMethods([Study(self, s["id"]) for s in data["studies"]], data["group"])
+
+    def method_group(self, group_id: str) -> MethodGroup:
+        """Read a study of methods: its studies' states and, once all have ended, the MLflow
+        run of their comparison (recorded by the service).
+
+        Args:
+            group_id: The id :meth:`submit_methods` returned (its ``group``).
+
+        Returns:
+            The group; ``comparison`` is None until the service has recorded it.
+
+        Raises:
+            NotFoundError: No such study of methods, or not this client's to read.
+        """
+        return MethodGroup.from_json(self.request("GET", f"/v1/methods/{group_id}"))
 
     def studies(
         self,

@@ -26,8 +26,11 @@ from fedtune.states import StudyState, TrialState
 
 __all__ = [
     "BestTrial",
+    "ComparisonOut",
     "CurveOut",
     "CurvePoint",
+    "MethodGroupOut",
+    "MethodsOut",
     "MlflowLinks",
     "Progress",
     "StudyDetail",
@@ -290,3 +293,57 @@ class TradeoffOut(WireModel):
     envelope: list[dict[str, Any]]
     regime_changes: list[dict[str, Any]]
     notes: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonOut(WireModel):
+    """``fedtune.tuning.compare.Comparison.to_dict()`` (∞ → null): studies compared on one
+    task — lower envelopes, budget curves, Pareto sets, predictions, matched budgets."""
+
+    studies: list[dict[str, Any]]
+    comparable: bool
+    differences: list[str]
+    forced: bool
+    envelopes: dict[str, list[list[float | None]]]
+    budget_curves: dict[str, list[list[float | None]]]
+    pareto: dict[str, list[dict[str, Any]]]
+    predictions: dict[str, list[dict[str, Any]]]
+    matched: list[dict[str, Any]]
+    notes: dict[str, str]
+    mlflow: dict[str, Any] | None = field(
+        default=None,
+        metadata={
+            "description": "the comparison's MLflow run (POST: recorded; GET: null): run_id, "
+            "experiment_id, tracking_uri, run_url"
+        },
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodsOut(WireModel):
+    """A study of methods as submitted: one study per algorithm, and how to compare them."""
+
+    studies: list[StudyDetail]
+    compare_url: str = _about("GET it to compare the studies; POST it to record the comparison")
+    group: str = _about("the study of methods' id (its comparison is recorded once all end)")
+    group_url: str = _about("GET it for the studies' states and the recorded comparison")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodGroupOut(WireModel):
+    """A study of methods: its studies and, once they have all ended, their comparison."""
+
+    id: str
+    name: str
+    project: str
+    studies: list[dict[str, Any]] = field(
+        metadata={"description": "each study's id, algorithm and state"}
+    )
+    compare_url: str
+    comparison: dict[str, Any] | None = field(
+        default=None,
+        metadata={
+            "description": "null until every study has ended; then the MLflow run recorded "
+            "(run_id, experiment_id, tracking_uri, run_url) or {error} saying why there is none"
+        },
+    )

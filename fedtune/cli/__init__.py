@@ -26,6 +26,7 @@ __all__ = ["main"]
 VERBS = (
     "train",
     "tune",
+    "compare",
     "spaces",
     "tasks",
     "algorithms",
@@ -47,7 +48,17 @@ DESCRIPTION = "Hyperparameter tuning for local-update federated and meta-learnin
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "local work",
-        ("tune", "train", "spaces", "tasks", "algorithms", "frontier", "reproduce", "manifest"),
+        (
+            "tune",
+            "compare",
+            "train",
+            "spaces",
+            "tasks",
+            "algorithms",
+            "frontier",
+            "reproduce",
+            "manifest",
+        ),
     ),
     (
         "the service's client",

@@ -5,7 +5,8 @@ lock serialises concurrent runs) and prints the revision reached. The Helm chart
 pre-install/pre-upgrade hook Job, and its API pods start with ``FEDTUNE_MIGRATE_ON_START=false``
 so they refuse an old schema instead of migrating while another pod still serves.
 ``fedtune db current`` prints the database's revision and the one this fedtune needs (exit 1 when
-they differ).
+they differ). ``fedtune db mlflow-workspaces --mlflow-db URL`` moves the experiments of existing
+studies into their projects' MLflow workspaces (``fedtune.service.mlflow_migrate``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         verb = verbs.add_parser(name, help=text)
         verb.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
         verb.set_defaults(func=func)
+    verb = verbs.add_parser(
+        "mlflow-workspaces",
+        help="move existing studies' experiments into their projects' MLflow workspaces "
+        "(`mlflow db move-resources`; stop MLflow and back its database up first)",
+    )
+    verb.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
+    verb.add_argument(
+        "--mlflow-db", required=True, help="SQLAlchemy URL of MLflow's tracking database"
+    )
+    verb.add_argument("--dry-run", action="store_true", help="print the moves, change nothing")
+    verb.set_defaults(func=_mlflow_workspaces)
 
 
 def _database(args: argparse.Namespace) -> Any:
@@ -57,3 +69,15 @@ def _current(args: argparse.Namespace) -> int:
         db.dispose()
     print(f"database {current or 'empty'}, fedtune needs {head}")
     return 0 if current == head else 1
+
+
+def _mlflow_workspaces(args: argparse.Namespace) -> int:
+    from fedtune.service.mlflow_migrate import migrate_experiments
+
+    db = _database(args)
+    try:
+        with db.session(readonly=True) as session:
+            migrate_experiments(session, args.mlflow_db, dry_run=args.dry_run)
+    finally:
+        db.dispose()
+    return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,8 @@ def submit(args: argparse.Namespace) -> int:
     project = args.project  # --project wins over the file; $FEDTUNE_PROJECT does not
     if project is None and spec.get("project") is None:
         project = setting("project").resolve(None)
+    if isinstance(spec.get("algorithm"), list):  # a study of methods: one study per algorithm
+        return _submit_methods(args, spec, project)
     with _client(args) as client:
         study = client.submit(spec, code=args.code, project=project)
         if not args.wait:
@@ -179,6 +182,44 @@ def submit(args: argparse.Namespace) -> int:
             return 0
         print(study.id, file=sys.stderr)
         return _wait(study, args, progress=not args.json)
+
+
+def _submit_methods(args: argparse.Namespace, spec: dict[str, Any], project: str | None) -> int:
+    """Submit a study of methods; with ``--wait``, wait for every study, then for the
+    comparison the service records once they have all ended."""
+    with _client(args) as client:
+        studies = client.submit_methods(spec, project=project)
+        ids = [s.id for s in studies]
+        if not args.wait:
+            print(_json([s.status() for s in studies]) if args.json else "\n".join(ids))
+            print(
+                f"study of methods {studies.group}: its comparison is recorded once all end "
+                f"(fedtune compare {' '.join(ids)})",
+                file=sys.stderr,
+            )
+            return 0
+        print("\n".join(ids), file=sys.stderr)
+        codes = [_wait(s, args, progress=not args.json) for s in studies]
+        group = _recorded(client, studies.group)
+    if args.json:
+        print(_json(group))
+    elif group.comparison is None:
+        print(f"study of methods {group.id}: comparison not recorded yet", file=sys.stderr)
+    elif "error" in group.comparison:
+        print(f"study of methods {group.id}: no comparison: {group.comparison['error']}")
+    else:
+        print(f"comparison recorded: MLflow run {group.comparison.get('run_id')}")
+    return max(codes)
+
+
+def _recorded(client: Any, group_id: str, timeout_s: float = 120.0) -> Any:
+    """The study of methods once the service has recorded its comparison (or at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    group = client.method_group(group_id)
+    while group.comparison is None and time.monotonic() < deadline:
+        time.sleep(1.0)
+        group = client.method_group(group_id)
+    return group
 
 
 def status(args: argparse.Namespace) -> int:

@@ -5,7 +5,9 @@ elapsed, ETA). At the end: the best configuration, the Pareto set (rounds to rea
 loss vs final loss), where everything was written, and the commands that open the MLflow UI and
 optuna-dashboard on the stores. Re-running the same command resumes an interrupted study
 (Ctrl-C or a killed driver) without repeating finished trials; ``--trials N`` sets the study's
-total, so a larger N extends a finished study.
+total, so a larger N extends a finished study. A study file whose ``algorithm`` lists
+algorithms is a study of methods: one study per algorithm, then their comparison
+(:mod:`fedtune.cli.study_of_methods`).
 """
 
 from __future__ import annotations
@@ -236,6 +238,8 @@ def _early_ray(args: argparse.Namespace) -> Any:
         return None
     if not isinstance(doc, dict) or doc.get("code") is not None:
         return None
+    if isinstance(doc.get("algorithm"), list):
+        return None  # a study of methods: one study per algorithm, each in its own workdir
     name = doc.get("name")
     if args.workdir is None and not isinstance(name, str):
         return None
@@ -274,6 +278,12 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, early: Any) -> int:
     from fedtune.errors import ConfigError, DataError
     from fedtune.tuning import timeline
+
+    from .study_of_methods import methods_of, run_methods
+
+    methods = methods_of(args)  # algorithm: [a, b, ...]: one study per algorithm, compared
+    if methods is not None:
+        return run_methods(args, methods)
 
     try:
         spec = _load_spec(args)

@@ -8,7 +8,8 @@ once; a study names its package in ``studies.code_sha256``), and since revision 
 tables: ``users``, ``projects`` (ownership, quotas, fair-share weight), ``memberships`` (a user's
 role in a project), ``api_tokens`` (hashed per-user tokens), ``code_package_owners`` (which
 projects uploaded a package) and ``scheduler_lease`` (the one scheduler leader and its fencing
-token).
+token); since revision 0006 ``method_groups`` (the studies of one study of methods and the
+comparison recorded once they have all ended).
 The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
 them (``tests/service/test_migrations.py`` compares the two).
 """
@@ -49,6 +50,7 @@ __all__ = [
     "CodePackageRow",
     "IdempotencyKey",
     "Membership",
+    "MethodGroup",
     "Project",
     "SchedulerLease",
     "Study",
@@ -298,3 +300,21 @@ class SchedulerLease(Base):
     token: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[dt.datetime | None]
     renewed_at: Mapped[dt.datetime | None]
+
+
+class MethodGroup(Base):
+    """A study of methods: the studies one submission queued, and their recorded comparison.
+
+    ``claimed_at`` is set, compare-and-set, by the scheduler tick that records the comparison
+    (exactly one does); ``comparison`` then holds the MLflow run (or the reason there is none).
+    """
+
+    __tablename__ = "method_groups"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name", ondelete="CASCADE"))
+    study_ids: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    claimed_at: Mapped[dt.datetime | None] = mapped_column(index=True)
+    comparison: Mapped[dict[str, Any] | None]

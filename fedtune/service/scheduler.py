@@ -16,7 +16,9 @@ study is cancelled):
    :mod:`.admission` admits (project quotas, weighted fair share, priority, then submission
    time; the others keep ``queued`` with the reason they wait): claim (compare-and-set queued →
    running, attempt + 1, recording what it reserves), then ``backend.launch``. A launch the backend refuses puts the study back in the queue
-   without spending an attempt, and dispatching backs off (1 s doubling to 60 s).
+   without spending an attempt, and dispatching backs off (1 s doubling to 60 s);
+4. **compare** — a study of methods whose studies have all ended gets its comparison recorded
+   as an MLflow run (``comparisons.record_ended_groups``, at most one group a tick).
 
 A backend that is unusable as a whole — its credentials refused, its address unreachable
 (:mod:`.backend_health`) — is one state of the service, not an error of each study: it is logged
@@ -46,6 +48,7 @@ from .backend_health import BackendHealth
 from .backends.base import Backend, LaunchRequest
 from .db import Database
 from .leader import Fence, Leadership
+from .mlflow_tenancy import mlflow_workspace
 from .models import DEFAULT_PROJECT, Project
 from .optuna_sync import OptunaView
 from .paths import study_tracking_uri, study_workdir
@@ -68,6 +71,7 @@ class TickReport:
     recovered: list[Recovery] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
     dispatched: list[str] = field(default_factory=list)
+    after: list[str] = field(default_factory=list)
 
 
 KillRuns = Callable[[str | None, str | None, str | None, list[str]], object]
@@ -83,8 +87,15 @@ class Scheduler:
         kill_runs: KillRuns | None = None,
         clock: Callable[[], float] = time.monotonic,
         leadership: Leadership | None = None,
+        before_launch: Callable[[LaunchRequest], None] | None = None,
+        after_tick: Callable[[], list[str]] | None = None,
     ) -> None:
         self.db, self.backend, self.settings = db, backend, settings
+        #: readies what a driver needs outside the backend (its project's MLflow workspace);
+        #: a BackendError puts the study back in the queue like a failed launch
+        self._before_launch = before_launch
+        #: the leader's last step of each tick (the comparisons of ended studies of methods)
+        self._after_tick = after_tick
         #: several replicas on one database: only the leader ticks (``leader.py``)
         self.leadership = leadership
         self.fence: Fence | None = None
@@ -161,6 +172,8 @@ class Scheduler:
             report.released = release_finished(self.db, self.backend)
             if self._clock() >= self._not_before:
                 report.dispatched = self._dispatch()
+            if self._after_tick is not None:
+                report.after = self._after_tick()
             return report
 
     def _process_stops(self) -> list[str]:
@@ -201,7 +214,7 @@ class Scheduler:
                 study = repo.require_study(study_id)
                 ref, kind = study.driver_ref, study.backend
                 mlflow = (study.mlflow_experiment_id, study.mlflow_run_id)
-                name = study.name
+                name, project = study.name, study.project
                 runs = [t.mlflow_run_id for t in repo.list_trials(study_id) if t.mlflow_run_id]
             gone = False  # known to have exited: nothing of it can still write the storage
             if ref and kind == str(self.backend.kind):
@@ -215,7 +228,8 @@ class Scheduler:
             self._drop_queue(study_id, name, gone)
             if self._kill_runs is not None and (mlflow[1] or runs):
                 try:
-                    self._kill_runs(study_tracking_uri(self.settings, study_id), *mlflow, runs)
+                    with mlflow_workspace(self.settings, project):
+                        self._kill_runs(study_tracking_uri(self.settings, study_id), *mlflow, runs)
                 except Exception as exc:  # MLflow down: the cancellation itself stands
                     log.warning("study %s: marking MLflow runs KILLED failed: %s", study_id, exc)
 
@@ -321,6 +335,8 @@ class Scheduler:
 
     def _launch(self, request: LaunchRequest) -> bool:
         try:
+            if self._before_launch is not None:
+                self._before_launch(request)
             ref = self.backend.launch(request)
         except BackendError as exc:
             # the backend as a whole unusable: logged once by the health, shown as the reason

@@ -26,6 +26,7 @@ from .errors import (
     InvalidRequestError,
     StudyNotFoundError,
 )
+from .mlflow_tenancy import mlflow_workspace
 from .models import Project, Study, Trial
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
@@ -80,6 +81,8 @@ class ServiceContext:
     settings: Settings
     stopper: StopRequester | None = None
     warmup: Warmup | None = None  # readiness waits for it (fedtune.service.warmup)
+    #: MLflow's workspaces and roles kept in step with projects (``mlflow_tenancy.TenancyLoop``)
+    tenancy: Any = None
 
 
 def new_study_id() -> str:
@@ -388,7 +391,7 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
         study = repo.require_study(study_id)
-        ended, run_id = study.state.terminal, study.mlflow_run_id
+        ended, run_id, project = study.state.terminal, study.mlflow_run_id, study.project
         spec, trials, rounds = study.spec, repo.list_trials(study_id), repo.curves(study_id)
         curves = []
         for trial in trials:
@@ -407,7 +410,8 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
                     )
                 )
     if ended and run_id:
-        text = stored_tradeoff(study_tracking_uri(ctx.settings, study_id), run_id)
+        with mlflow_workspace(ctx.settings, project):
+            text = stored_tradeoff(study_tracking_uri(ctx.settings, study_id), run_id)
         if text is not None:
             return text
     return tradeoff_text(tradeoff_of(spec, curves, provisional=True))

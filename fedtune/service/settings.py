@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fedtune.errors import ConfigError
@@ -108,6 +115,23 @@ class Settings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(
         None, validation_alias=AliasChoices("MLFLOW_TRACKING_URI")
     )
+    #: one MLflow workspace per project (``fedtune.service.mlflow_tenancy``): the tracking
+    #: server runs ``mlflow server --enable-workspaces --app-name basic-auth``; the service keeps
+    #: its workspaces, users and roles in step with fedtune's and each study driver logs into its
+    #: project's workspace with that workspace's driver credential. Needs an http(s)
+    #: ``MLFLOW_TRACKING_URI`` and ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``
+    mlflow_workspaces: bool = False
+    #: the MLflow server's admin user (its basic-auth ``admin_username``)
+    mlflow_admin_username: str = "admin"
+    #: the MLflow server's admin password: the service alone holds it (drivers get a credential
+    #: derived from it for their own workspace only)
+    mlflow_admin_password: SecretStr | None = None
+    #: seconds between two syncs of MLflow's users and roles with fedtune's: a revoked user or a
+    #: changed role lasts at most this long in MLflow (a project's workspace is made at once)
+    mlflow_sync_s: float = Field(60.0, ge=5, le=86400)
+    #: the longest an OIDC user's MLflow login lasts (fedtune keeps no OIDC users: their logins
+    #: are dropped every this many seconds and asked for again, which reads their groups anew)
+    mlflow_oidc_login_s: float = Field(28800.0, ge=60, le=30 * 86400)
     #: namespace in which backend ``kubernetes`` creates, reads and deletes its RayJobs
     k8s_namespace: str = "default"
     #: image of every RayJob pod (head, workers, submitter); it must have the service's Ray
@@ -219,6 +243,7 @@ class Settings(BaseSettings):
         "k8s_workdir_claim",
         "public_url",
         "code_url_key",
+        "mlflow_admin_password",
         mode="before",
     )
     @classmethod
@@ -304,6 +329,27 @@ class Settings(BaseSettings):
             allowed = ", ".join(sorted(WORKER_TEMPLATE_KEYS))
             raise ValueError(f"unknown keys {unknown}; allowed: {allowed}")
         return value
+
+    @field_validator("mlflow_admin_password")
+    @classmethod
+    def _refuse_placeholder_mlflow_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value().strip().lower() in PLACEHOLDER_SECRETS:
+            raise ValueError("the MLflow admin password is a placeholder; set a real one")
+        return value
+
+    @model_validator(mode="after")
+    def _workspaces_need_a_server(self) -> Settings:
+        if not self.mlflow_workspaces:
+            return self
+        uri = self.mlflow_tracking_uri or ""
+        if not uri.startswith(("http://", "https://")):
+            raise ValueError(
+                "FEDTUNE_MLFLOW_WORKSPACES needs an http(s) MLFLOW_TRACKING_URI (a tracking "
+                "server started with --enable-workspaces --app-name basic-auth)"
+            )
+        if self.mlflow_admin_password is None:
+            raise ValueError("FEDTUNE_MLFLOW_WORKSPACES needs FEDTUNE_MLFLOW_ADMIN_PASSWORD")
+        return self
 
     @property
     def token(self) -> str | None:

@@ -51,9 +51,11 @@ def load_yaml(path: Path) -> dict[str, Any]:
 #: or Ray token that `lookup` could not read back
 PG_PASSWORD = "offline-render-password-0123456789"
 RAY_TOKEN = "offline-render-ray-token-0123456789"
+MLFLOW_ADMIN_PASSWORD = "offline-render-mlflow-admin-0123456789"
 OFFLINE_SECRETS = {
     "postgresql": {"auth": {"password": PG_PASSWORD}},
     "rayCluster": {"auth": {"token": RAY_TOKEN}},
+    "mlflow": {"auth": {"adminPassword": MLFLOW_ADMIN_PASSWORD}},
 }
 
 

@@ -18,7 +18,9 @@ import yaml
 
 from tests.deploy.conftest import (
     CHART_DIR,
+    MLFLOW_ADMIN_PASSWORD,
     NAMESPACE,
+    PG_PASSWORD,
     RELEASE,
     REPO_ROOT,
     SCENARIOS,
@@ -292,7 +294,8 @@ def test_referenced_secrets_accounts_and_claims_exist(
     manifests = rendered_scenarios[scenario]
     values = scenario_values()[scenario]
     external = {values.get(block, {}).get("existingSecret") for block in ("secret", "auth")} | {
-        values.get("mlflow", {}).get("artifacts", {}).get("s3", {}).get("existingSecret")
+        values.get("mlflow", {}).get("artifacts", {}).get("s3", {}).get("existingSecret"),
+        values.get("mlflow", {}).get("auth", {}).get("existingSecret"),
     }
     names = {(m["kind"], m["metadata"]["name"]) for m in manifests}
     for manifest in manifests:
@@ -446,6 +449,10 @@ def test_external_database_scenario_renders_no_secret_values(rendered_scenarios:
         "key": "api-token",
     }
     assert env["FEDTUNE_K8S_ENV_SECRET"]["value"] == "fedtune-driver"
+    assert env["FEDTUNE_MLFLOW_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "fedtune-mlflow-admin",
+        "key": "admin-password",
+    }
     mlflow = one(manifests, "Deployment", f"{FULLNAME}-mlflow")["spec"]["template"]["spec"][
         "containers"
     ][0]
@@ -503,6 +510,16 @@ CONTRACT_ENV = {
         "FEDTUNE_K8S_RAY_TOKEN_AUTH",
     },
     "local": set(),
+    #: with auth on and the chart's MLflow: one MLflow workspace per project
+    "mlflow-workspaces": {
+        "FEDTUNE_MLFLOW_WORKSPACES",
+        "FEDTUNE_MLFLOW_ADMIN_USERNAME",
+        "FEDTUNE_MLFLOW_ADMIN_PASSWORD",
+        "MLFLOW_TRACKING_USERNAME",
+        "MLFLOW_TRACKING_PASSWORD",
+        "FEDTUNE_MLFLOW_SYNC_S",
+        "FEDTUNE_MLFLOW_OIDC_LOGIN_S",
+    },
 }
 
 
@@ -522,7 +539,15 @@ def test_api_environment_is_the_contract(rendered_scenarios: dict, scenario: str
         if backend == "kubernetes" and values.get("imagePullSecrets")
         else set()
     )
-    assert set(env) == CONTRACT_ENV["common"] | CONTRACT_ENV[backend] | token | ray_token | pulls
+    workspaces = (
+        CONTRACT_ENV["mlflow-workspaces"]
+        if values.get("auth") and values.get("mlflow", {}).get("enabled", True)
+        else set()
+    )
+    assert (
+        set(env)
+        == CONTRACT_ENV["common"] | CONTRACT_ENV[backend] | token | ray_token | pulls | workspaces
+    )
     assert env["FEDTUNE_BACKEND"]["value"] == backend
 
 
@@ -721,3 +746,61 @@ def test_study_limits_and_data_roots_reach_the_service_settings(render) -> None:
     )
     assert [str(root) for root in custom.data_roots] == ["/data/leaf", "/data/tff"]
     assert (custom.max_clients, custom.max_trial_cpu) == (5_000_000, 0.5)
+
+
+def _mlflow_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = one(manifests, "Deployment", f"{FULLNAME}-mlflow")
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_mlflow_workspaces_follow_auth_and_keep_the_admin_password_in_a_secret(render) -> None:
+    """Auth on: MLflow runs ``--enable-workspaces --app-name=basic-auth`` with its admin password
+    from a Secret (MLflow and the API read it; no ConfigMap and no driver holds it); off by
+    default without auth, and ``mlflow.workspaces.enabled: false`` turns it off with auth."""
+    plain = render({})
+    assert "--enable-workspaces" not in _mlflow_container(plain)["args"]
+    assert "FEDTUNE_MLFLOW_WORKSPACES" not in container_env(api_container(plain))
+    assert not [s for s in find(plain, "Secret") if s["metadata"]["name"].endswith("mlflow-auth")]
+
+    manifests = render({"auth": {"apiToken": "test-token-set-by-the-test"}})
+    mlflow = _mlflow_container(manifests)
+    assert {"--enable-workspaces", "--app-name=basic-auth"} <= set(mlflow["args"])
+    secret = one(manifests, "Secret", f"{FULLNAME}-mlflow-auth")
+    password = secret["stringData"]["admin-password"]
+    assert password == MLFLOW_ADMIN_PASSWORD
+    ref = {"name": f"{FULLNAME}-mlflow-auth", "key": "admin-password"}
+    assert container_env(mlflow)["MLFLOW_AUTH_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref
+    env = container_env(api_container(manifests))
+    assert env["FEDTUNE_MLFLOW_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"] == ref
+    assert env["FEDTUNE_MLFLOW_WORKSPACES"]["value"] == "true"
+    for manifest in manifests:  # the password is in its Secret only
+        if manifest["kind"] != "Secret":
+            assert password not in json.dumps(manifest), manifest["metadata"]["name"]
+    from fedtune.service.settings import load_settings
+
+    settings = load_settings(
+        mlflow_workspaces=env["FEDTUNE_MLFLOW_WORKSPACES"]["value"],
+        mlflow_tracking_uri="http://demo-fedtune-mlflow.ml.svc:5000",
+        mlflow_admin_password=password,
+        mlflow_sync_s=env["FEDTUNE_MLFLOW_SYNC_S"]["value"],
+    )
+    assert settings.mlflow_workspaces and settings.mlflow_sync_s == 60
+
+    off = render(
+        {
+            "auth": {"apiToken": "test-token-set-by-the-test"},
+            "mlflow": {"workspaces": {"enabled": False}},
+        }
+    )
+    assert "--enable-workspaces" not in _mlflow_container(off)["args"]
+    assert "FEDTUNE_MLFLOW_WORKSPACES" not in container_env(api_container(off))
+
+
+def test_mlflow_admin_password_derives_from_the_postgres_password(render) -> None:
+    import hashlib
+
+    values = {"auth": {"apiToken": "test-token-set-by-the-test"}, "mlflow": {"auth": {}}}
+    values["mlflow"]["auth"]["adminPassword"] = ""
+    secret = one(render(values), "Secret", f"{FULLNAME}-mlflow-auth")
+    expected = hashlib.sha256(f"fedtune-mlflow-admin:{PG_PASSWORD}".encode()).hexdigest()[:40]
+    assert secret["stringData"]["admin-password"] == expected

@@ -58,7 +58,7 @@ def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> No
     assert ready == {
         "status": "ready",
         "database": "sqlite",
-        "revision": "0005",
+        "revision": "0006",
         "backend": {"kind": "local", "up": True, "reason": None},
     }
     assert client.get("/metrics", headers=bare).status_code == 200

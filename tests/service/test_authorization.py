@@ -51,6 +51,10 @@ EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/studies/{study_id}/trials"): READ,
     ("GET", "/v1/studies/{study_id}/trials/{number}/curve"): READ,
     ("GET", "/v1/studies/{study_id}/tradeoff"): READ,
+    ("GET", "/v1/compare"): READ,
+    ("POST", "/v1/compare"): WRITE,
+    ("POST", "/v1/methods"): {"admin": OK, "member": OK, "viewer": 403, "other": 422},
+    ("GET", "/v1/methods/{group_id}"): READ,
     ("POST", "/v1/code"): WRITE,
     ("GET", "/v1/studies/{study_id}/code.zip"): "own credential",
     ("GET", "/v1/algorithms"): ANYONE,
@@ -61,6 +65,13 @@ EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
     ("POST", "/v1/users"): ADMIN_ONLY,
     ("POST", "/v1/users/{name}/tokens"): {"admin": OK, "member": OK, "viewer": 403, "other": 403},
     ("POST", "/v1/users/{name}/revoke"): ADMIN_ONLY,
+    # an admin, or the user itself; 404 here: this service keeps no MLflow workspaces
+    ("POST", "/v1/users/{name}/mlflow-login"): {
+        "admin": 404,
+        "member": 403,
+        "viewer": 403,
+        "other": 403,
+    },
     ("PUT", "/v1/users/{name}/projects/{project}"): ADMIN_ONLY,
     ("GET", "/v1/projects"): ANYONE,
     ("POST", "/v1/projects"): ADMIN_ONLY,
@@ -129,8 +140,14 @@ class World:
         # {name}: mia (the member) for her tokens — herself for the member, another user for
         # the rest; nemo (no project) where an admin's call would change someone
         user = "mia" if path.endswith("/tokens") else "nemo"
+        if "{group_id}" in path and getattr(self, "group", None) is None:
+            spec = tiny_spec(name="g", project="p1", algorithm=["fedavg", "fedsgd"], search={})
+            r = self.client.post("/v1/methods", json=spec, headers=self.headers("admin"))
+            assert r.status_code == 201, r.text
+            self.group = r.json()["group"]
         concrete = (
-            path.replace("{study_id}", sid)
+            path.replace("{group_id}", getattr(self, "group", ""))
+            .replace("{study_id}", sid)
             .replace("{number}", "0")
             .replace("{project}", "p1")
             .replace("{name}", user)
@@ -138,6 +155,14 @@ class World:
         kwargs: dict[str, Any] = {"headers": self.headers(role)}
         if (method, path) == ("POST", "/v1/studies"):
             kwargs["json"] = tiny_spec(name=f"s{stamp}", project="p1")
+        elif (method, path) == ("POST", "/v1/methods"):
+            kwargs["json"] = tiny_spec(
+                name=f"m{stamp}", project="p1", algorithm=["fedavg", "fedsgd"], search={}
+            )
+        elif path == "/v1/compare":
+            if getattr(self, "second", None) is None:
+                self.second = self.study()
+            kwargs["params"] = {"studies": f"{sid},{self.second}"}
         elif (method, path) == ("POST", "/v1/code"):
             kwargs["content"] = _zip()
             kwargs["params"] = {"project": "p1"}

@@ -38,6 +38,7 @@ def test_help_groups_the_verbs_and_hides_the_worker(capsys) -> None:
     text = parser.format_help()
     assert _section(text, "local work") == [
         "tune",
+        "compare",
         "train",
         "spaces",
         "tasks",

@@ -17,15 +17,18 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..backends import Backend, make_backend
+from ..comparisons import record_ended_groups
 from ..db import Database
 from ..leader import make_leadership
 from ..migrate import require_current_schema, upgrade_database
+from ..mlflow_tenancy import TenancyLoop, tenancy_from_settings
 from ..oidc import OidcConfig, OidcVerifier, looks_like_jwt
 from ..reconcile import reconcile_running
 from ..scheduler import Scheduler
@@ -33,7 +36,14 @@ from ..services import ServiceContext
 from ..settings import Settings, load_settings
 from ..tracking import kill_runs
 from ..warmup import Warmup
-from . import routes_admin, routes_code, routes_health, routes_meta, routes_studies
+from . import (
+    routes_admin,
+    routes_code,
+    routes_compare,
+    routes_health,
+    routes_meta,
+    routes_studies,
+)
 from .allow import AllowedMethods
 from .auth import BearerAuth
 from .errors import install_error_handlers
@@ -61,6 +71,8 @@ class Runtime:
     requests: Counter
     latency: Histogram
     validation: ValidationPool  # where submissions are validated (pool.py)
+    #: keeps MLflow's workspaces and roles in step with projects (``mlflow_tenancy.py``)
+    tenancy: TenancyLoop | None = None
 
     @classmethod
     def start(
@@ -73,6 +85,12 @@ class Runtime:
         elif migrate:
             log.info("database at revision %s (%s)", require_current_schema(db), db.dialect)
         scheduler = None
+        tenancy = None
+        mlflow = tenancy_from_settings(settings)
+        if mlflow is not None:
+            tenancy = TenancyLoop(db, mlflow, settings.mlflow_sync_s, settings.mlflow_oidc_login_s)
+            if schedule:
+                tenancy.start()
         if backend is not None:
             leadership = make_leadership(db, settings) if schedule else None
             fence = leadership.hold() if leadership is not None else None
@@ -80,20 +98,34 @@ class Runtime:
                 recovered = reconcile_running(db, backend, settings.max_dispatch_attempts, fence)
                 for item in recovered:
                     log.warning("reconciled study %s: %s", item.study_id, item.action)
-            scheduler = Scheduler(db, backend, settings, kill_runs=kill_runs, leadership=leadership)
+            scheduler = Scheduler(
+                db,
+                backend,
+                settings,
+                kill_runs=kill_runs,
+                leadership=leadership,
+                before_launch=tenancy.before_launch if tenancy is not None else None,
+                after_tick=partial(record_ended_groups, ServiceContext(db=db, settings=settings)),
+            )
             if schedule:
                 scheduler.start()
         warmup = Warmup()
         warmup.start()
-        ctx = ServiceContext(db=db, settings=settings, stopper=scheduler, warmup=warmup)
+        ctx = ServiceContext(
+            db=db, settings=settings, stopper=scheduler, warmup=warmup, tenancy=tenancy
+        )
         registry, requests, latency = make_registry(ctx)
         validation = ValidationPool(settings.max_concurrent_validations, settings.validation_queue)
-        return cls(settings, db, backend, scheduler, ctx, registry, requests, latency, validation)
+        return cls(
+            settings, db, backend, scheduler, ctx, registry, requests, latency, validation, tenancy
+        )
 
     def close(self) -> None:
         self.validation.close()
         if self.scheduler is not None:
             self.scheduler.stop()
+        if self.tenancy is not None:
+            self.tenancy.stop()
         if self.backend is not None:
             self.backend.close()
         self.db.dispose()
@@ -146,6 +178,7 @@ def create_app(
     for module in (
         routes_health,
         routes_studies,
+        routes_compare,
         routes_code,
         routes_meta,
         routes_admin,

@@ -143,6 +143,53 @@ def _token(issued: identity.IssuedToken) -> TokenOut:
     )
 
 
+class MlflowLoginOut(BaseModel):
+    """A user's MLflow login: shown once, to its owner (fedtune does not store the password)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str
+    workspaces: list[str] = Field(description="the MLflow workspaces of the user's projects")
+    password: str = Field(description="the user's new MLflow password; the old one stops working")
+
+
+def _poke(ctx: Any) -> None:
+    """Sync MLflow's users and roles soon (no-op without MLflow workspaces)."""
+    if ctx.tenancy is not None:
+        ctx.tenancy.poke()
+
+
+@router.post(
+    "/users/{name}/mlflow-login", status_code=201, response_model=MlflowLoginOut, responses=_ERRORS
+)
+def mlflow_login(ctx: Ctx, caller: Caller, name: Name) -> MlflowLoginOut:
+    """A new password of ``name``'s MLflow UI login (an admin, or the user for itself).
+
+    404 when the service keeps no MLflow workspaces (``FEDTUNE_MLFLOW_WORKSPACES``). The
+    user's MLflow roles follow its fedtune roles (for an OIDC caller: its groups now).
+    """
+    if not caller.admin and caller.name != name:
+        raise ForbiddenError("only an admin may make an MLflow login for another user")
+    if ctx.tenancy is None:
+        raise NotFoundError("this service keeps no MLflow workspaces")
+    if not ctx.tenancy.tenancy.manages(name):  # never MLflow's admin or a driver's login
+        raise ForbiddenError(f"{name!r} has no MLflow login of its own")
+    from ..mlflow_tenancy import workspace_for
+
+    if caller.name == name and caller.via == "oidc":
+        roles, admins = {name: dict(caller.roles)}, [name] if caller.admin else []
+    else:
+        with ctx.db.session(readonly=True) as session:
+            user = next((u for u in identity.list_users(session) if u["name"] == name), None)
+        if user is None:
+            raise NotFoundError(f"no user {name!r}")
+        roles, admins = {name: dict(user["projects"])}, [name] if user["admin"] else []
+    ctx.tenancy.sync_user(name, roles[name], admin=bool(admins))
+    password = ctx.tenancy.tenancy.issue_password(name)  # a fresh one; the old one ends
+    workspaces = sorted(workspace_for(p) for p in roles[name])
+    return MlflowLoginOut(user=name, workspaces=workspaces, password=password)
+
+
 @router.get("/whoami")
 def whoami(caller: Caller) -> dict[str, Any]:
     """Who the bearer token is: name, admin, role per project, how it authenticated."""
@@ -165,6 +212,7 @@ def create_user(ctx: Ctx, caller: Caller, body: UserIn) -> TokenOut:
         if body.project is not None:
             identity.add_member(session, body.name, body.project, body.role)
         issued = identity.issue_token(session, body.name, expires_at=_expiry(body.expires_in_days))
+    _poke(ctx)
     return _token(issued)
 
 
@@ -184,7 +232,9 @@ def new_token(ctx: Ctx, caller: Caller, name: Name, body: TokenIn) -> TokenOut:
 def revoke(ctx: Ctx, caller: Caller, name: Name, body: RevokeIn) -> dict[str, int]:
     _admin(caller)
     with ctx.db.session() as session:
-        return {"revoked": identity.revoke(session, name, body.token_id)}
+        revoked = identity.revoke(session, name, body.token_id)
+    _poke(ctx)
+    return {"revoked": revoked}
 
 
 @router.put("/users/{name}/projects/{project}", responses=_ERRORS)
@@ -192,6 +242,7 @@ def set_role(ctx: Ctx, caller: Caller, name: Name, project: Name, body: RoleIn) 
     _admin(caller)
     with ctx.db.session() as session:
         identity.add_member(session, name, project, body.role)
+    _poke(ctx)
     return {"user": name, "project": project, "role": body.role}
 
 
@@ -210,7 +261,10 @@ def list_projects(ctx: Ctx, caller: Caller) -> list[dict[str, Any]]:
 def create_project(ctx: Ctx, caller: Caller, body: ProjectIn) -> dict[str, Any]:
     _admin(caller)
     with ctx.db.session() as session:
-        return identity.describe_project(identity.create_project(session, body.name))
+        described = identity.describe_project(identity.create_project(session, body.name))
+    if ctx.tenancy is not None:  # its MLflow workspace is made with it
+        ctx.tenancy.ensure(body.name)
+    return described
 
 
 @router.get("/projects/{project}", responses=_ERRORS)

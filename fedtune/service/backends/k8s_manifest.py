@@ -43,6 +43,7 @@ import yaml
 
 from fedtune.errors import BackendError
 
+from ..mlflow_tenancy import driver_env_for
 from ..settings import Settings
 from .base import LaunchRequest, check_study_id, driver_argv
 from .k8s_pods import gib, head_pod, object_store_bytes, submitter_pod, worker_pod
@@ -158,7 +159,9 @@ def _cluster(request: LaunchRequest, settings: Settings, labels: dict) -> dict[s
         "rayVersion": ray_version(),
         "headGroupSpec": {
             "rayStartParams": head_params,
-            "template": head_pod(labels, settings, head_res),
+            "template": head_pod(
+                labels, settings, head_res, driver_env_for(settings, request.project)
+            ),
         },
         "workerGroupSpecs": [_worker_group(request, settings, labels)],
     }

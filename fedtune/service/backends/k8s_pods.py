@@ -11,7 +11,8 @@ Every pod passes Pod Security "restricted" (checked by ``tests/pss_restricted.py
 What each pod may read (finding "secrets reach every Ray pod"): the **head** runs the driver and
 gets exactly the variables the driver reads — ``FEDTUNE_DATABASE_URL`` and
 ``MLFLOW_TRACKING_URI`` (single keys of the env Secret, never ``envFrom``), ``FEDTUNE_WORKDIR``,
-``FEDTUNE_HEARTBEAT_S``; **workers** run trials, which never open the database or MLflow, and get
+``FEDTUNE_HEARTBEAT_S`` and, with MLflow workspaces, its project's ``MLFLOW_WORKSPACE`` and
+driver credential (``mlflow_tenancy.driver_env``: that workspace only); **workers** run trials, which never open the database or MLflow, and get
 no secret at all; the **submitter** only runs ``ray job submit`` (KubeRay adds the head's address
 and, with token auth, the Ray token).
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..settings import Settings
@@ -126,14 +128,30 @@ def _secret_env(settings: Settings) -> list[dict[str, Any]]:
     ]
 
 
-def head_pod(labels: dict[str, str], settings: Settings, resources: dict[str, Any]) -> dict:
-    """The head: Ray's GCS and the study driver (the RayJob's entrypoint)."""
+def head_pod(
+    labels: dict[str, str],
+    settings: Settings,
+    resources: dict[str, Any],
+    env: Mapping[str, str] | None = None,
+) -> dict:
+    """The head: Ray's GCS and the study driver (the RayJob's entrypoint).
+
+    Args:
+        labels: The pod's labels.
+        settings: The service's settings.
+        resources: The container's resources.
+        env: More variables of the driver (its project's MLflow workspace and credential).
+
+    Returns:
+        The pod template.
+    """
     container = _container("ray-head", settings, resources)
     workdir = head_workdir(settings)
     container["env"] += [
         {"name": "FEDTUNE_WORKDIR", "value": workdir},
         {"name": "FEDTUNE_HEARTBEAT_S", "value": str(settings.heartbeat_s)},
         *_secret_env(settings),
+        *({"name": k, "value": v} for k, v in (env or {}).items()),
     ]
     container["volumeMounts"].append({"name": "fedtune-workdir", "mountPath": workdir})
     pod = _with_shm(_pod(labels, settings, container), settings)

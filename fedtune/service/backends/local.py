@@ -31,6 +31,7 @@ from typing import Any
 
 from fedtune.errors import BackendError
 
+from ..mlflow_tenancy import driver_env_for
 from ..paths import study_workdir
 from ..settings import BackendKind, Settings
 from .base import (
@@ -48,7 +49,16 @@ __all__ = ["LocalBackend", "absolute_sqlite_url", "process_start_ticks"]
 log = logging.getLogger(__name__)
 
 #: variables a driver must not inherit from the service process
-_PRIVATE_ENV = ("FEDTUNE_API_TOKEN", "RAY_ADDRESS")
+#: the service's own secrets and switches, never a driver's (a driver of a project with an
+#: MLflow workspace gets that workspace's credential instead: ``mlflow_tenancy.driver_env``)
+_PRIVATE_ENV = (
+    "FEDTUNE_API_TOKEN",
+    "RAY_ADDRESS",
+    "FEDTUNE_MLFLOW_ADMIN_PASSWORD",
+    "FEDTUNE_MLFLOW_WORKSPACES",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+)
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -121,7 +131,7 @@ class LocalBackend(Backend):
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env=self._env(),
+                    env=self._env(request.project),
                     cwd=str(Path(self.settings.workdir).resolve()),
                     start_new_session=True,
                     close_fds=True,
@@ -222,7 +232,7 @@ class LocalBackend(Backend):
 
     # ---------------------------------------------------------------- helpers
 
-    def _env(self) -> dict[str, str]:
+    def _env(self, project: str | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
         s = self.settings
         env.update(
@@ -233,6 +243,7 @@ class LocalBackend(Backend):
         )
         if s.mlflow_tracking_uri:
             env["MLFLOW_TRACKING_URI"] = s.mlflow_tracking_uri
+        env.update(driver_env_for(s, project))
         return env
 
     def _is_ours(self, ref: Mapping[str, Any]) -> bool:

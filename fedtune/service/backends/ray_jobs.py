@@ -49,6 +49,7 @@ from typing import Any
 
 from fedtune.errors import BackendError
 
+from ..mlflow_tenancy import driver_env_for
 from ..settings import BackendKind, Settings
 from .base import (
     Backend,
@@ -199,7 +200,12 @@ class RayJobsBackend(Backend):
             self._jobs().submit_job(
                 entrypoint=entrypoint,
                 submission_id=sid,
-                runtime_env={"env_vars": {"FEDTUNE_HEARTBEAT_S": str(self.settings.heartbeat_s)}},
+                runtime_env={
+                    "env_vars": {
+                        "FEDTUNE_HEARTBEAT_S": str(self.settings.heartbeat_s),
+                        **driver_env_for(self.settings, request.project),
+                    }
+                },
                 metadata={
                     "fedtune.study": request.study_id,
                     "fedtune.attempt": str(request.attempt),

@@ -349,3 +349,34 @@ system, and Ray (~/.ray), matplotlib and others write below $HOME; /tmp is alway
   emptyDir:
     sizeLimit: 1Gi
 {{- end -}}
+
+{{/* Whether MLflow runs with one workspace per project and its basic-auth app ("true" or ""): mlflow.workspaces.enabled, or when that is null, whether auth is on. */}}
+{{- define "fedtune.mlflowWorkspaces" -}}
+{{- $w := .Values.mlflow.workspaces.enabled -}}
+{{- $authOn := or .Values.auth.apiToken .Values.auth.existingSecret .Values.auth.oidc.issuer -}}
+{{- if and .Values.mlflow.enabled (or (eq (toString $w) "true") (and (kindIs "invalid" $w) $authOn)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Secret holding MLflow's admin password (key fedtune.mlflowAuthSecretKey). */}}
+{{- define "fedtune.mlflowAuthSecretName" -}}
+{{- default (printf "%s-mlflow-auth" (include "fedtune.fullname" .)) .Values.mlflow.auth.existingSecret -}}
+{{- end -}}
+
+{{- define "fedtune.mlflowAuthSecretKey" -}}
+{{- ternary .Values.mlflow.auth.existingSecretKey "admin-password" (ne .Values.mlflow.auth.existingSecret "") -}}
+{{- end -}}
+
+{{/*
+MLflow's admin password when the chart owns its Secret: mlflow.auth.adminPassword, else derived
+from the bundled PostgreSQL's superuser password (SHA-256, like the database roles' passwords),
+else generated once (fedtune.stableRandom).
+*/}}
+{{- define "fedtune.mlflowAdminPassword" -}}
+{{- if .Values.mlflow.auth.adminPassword -}}
+{{- .Values.mlflow.auth.adminPassword -}}
+{{- else if and .Values.postgresql.enabled (not .Values.postgresql.auth.existingSecret) -}}
+{{- printf "fedtune-mlflow-admin:%s" (include "fedtune.postgresql.password" .) | sha256sum | trunc 40 -}}
+{{- else -}}
+{{- include "fedtune.stableRandom" (dict "ctx" . "memo" "mlflowAdminPassword" "secret" (include "fedtune.mlflowAuthSecretName" .) "key" "admin-password" "values" "mlflow.auth.adminPassword (or mlflow.auth.existingSecret)") -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,119 @@
+"""``fedtune tune`` of a study of methods: one study per algorithm, then their comparison.
+
+The spec's ``algorithm`` lists algorithms (:mod:`fedtune.tuning.methods`); each algorithm's
+study runs under ``<workdir>/<algorithm>`` (default workdir ``runs/<name>``) with the same
+task, seed and budget, then ``fedtune compare`` of them writes ``<workdir>/comparison/`` and
+records the comparison run in MLflow. Re-running resumes each study as ``fedtune tune`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["methods_of", "run_methods"]
+
+
+def methods_of(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """The per-algorithm documents when the study file lists algorithms, else None.
+
+    Args:
+        args: ``fedtune tune``'s arguments (``study_file``, ``set``).
+
+    Returns:
+        One spec document per algorithm, or None for an ordinary study (or a file that does
+        not parse: the usual path reports it).
+    """
+    import yaml
+
+    from fedtune.errors import ConfigError
+    from fedtune.tuning.methods import expand_methods, is_methods_study
+
+    from .common import apply_sets
+
+    try:
+        doc = yaml.safe_load(Path(args.study_file).read_text())
+        doc = apply_sets(doc, args.set) if isinstance(doc, dict) else doc
+    except (OSError, yaml.YAMLError, UnicodeDecodeError, ConfigError):
+        return None
+    return expand_methods(doc) if is_methods_study(doc) else None
+
+
+def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> int:
+    """Run each algorithm's study, then compare them (module docstring).
+
+    Args:
+        args: ``fedtune tune``'s arguments.
+        documents: The per-algorithm spec documents.
+
+    Returns:
+        The exit code: 0 when every study found a best configuration, else 1.
+    """
+    from fedtune.tuning.compare import compare
+    from fedtune.tuning.compare_runs import local_input, record_comparison
+    from fedtune.tuning.spec import StudySpec
+    from fedtune.tuning.study import run_study
+    from fedtune.tuning.tracking import resolve_tracking_uri
+
+    from .compare import _text
+    from .tune import _quiet_libraries
+
+    group = documents[0]["tracking"]["experiment"]
+    root = Path(args.workdir or Path("runs") / group)
+    specs = [
+        StudySpec.from_dict(d, base_dir=Path(args.study_file).parent, source=args.study_file)
+        for d in documents
+    ]  # every spec checked before the first study starts
+    _quiet_libraries()
+    results, workdirs = [], []
+    for spec in specs:
+        workdir = root / spec.algorithm
+        if not args.json:
+            print(f"study {spec.name} -> {workdir.resolve()}", file=sys.stderr)
+        result = run_study(
+            spec,
+            workdir,
+            tracking_uri=args.tracking_uri,
+            ray_address=args.ray_address,
+            trials=args.trials,
+            progress=None if args.json else sys.stderr,
+        )
+        results.append(result)
+        workdirs.append(workdir)
+    inputs = [local_input(w, args.tracking_uri) for w in workdirs]
+    c = compare(inputs)
+    uri = resolve_tracking_uri(workdirs[0], args.tracking_uri)
+    parents = {
+        s.key: resolve_tracking_uri(w, args.tracking_uri)
+        for s, w in zip(c.studies, workdirs, strict=True)
+    }
+    recorded = record_comparison(c, root / "comparison", uri, parent_uris=parents)
+    if args.json:
+        body = {
+            "studies": [r.to_dict() for r in results],
+            "comparison": c.to_dict(),
+            **recorded,
+        }
+        json.dump(body, sys.stdout, default=str)
+        sys.stdout.write("\n")
+    else:
+        lines = [f"study of methods {group}: {len(results)} studies under {root.resolve()}", ""]
+        for r in results:
+            best = r.best
+            value = (
+                "none"
+                if best is None
+                else ", ".join(f"{k} = {v:.4g}" for k, v in best["values"].items())
+            )
+            lines.append(f"  {r.name}: {r.finished} trials, best {value} (workdir {r.workdir})")
+        lines += ["", *_text(c), ""]
+        lines.append(f"comparison     : {recorded['files']['html']} (and .png, .json, .csv)")
+        lines.append(
+            f"MLflow         : {recorded['tracking_uri']} (experiment "
+            f"{recorded['experiment_id']}, comparison run {recorded['run_id']})"
+        )
+        print("\n".join(lines))
+    return 0 if all(r.best is not None for r in results) else 1

@@ -1,0 +1,515 @@
+"""Compare studies: several methods (or settings) on one task, from their stored trade-offs.
+
+Pure computation (no MLflow, no files): the inputs are, per study, its spec document and its
+``tradeoff.json`` (:meth:`fedtune.tuning.tradeoff.TradeOff.to_dict`), optionally the rows of its
+``theory.json`` (predicted (ρ, Δ) on a quadratic task, :mod:`fedtune.tuning.theory_link`). The
+answer, a :class:`Comparison`, holds for every study:
+
+* its **lower envelope** E(R): the best smoothed loss any of its trials reached within R rounds
+  (the study's own ``envelope``);
+* its **budget curve**: the lowest final loss among its trials against the total number of
+  rounds the study had spent when that trial ended (trials in the order of their numbers): the
+  best objective reached within r rounds of *total* budget;
+* its **Pareto set** of (rounds to target, final loss), with the target it used;
+* its **predicted trade-off** (ρ, Δ) where the theory applies (Charles & Konečný 2021,
+  "Convergence and accuracy trade-offs in federated learning and meta-learning",
+  arXiv:2103.05032), none elsewhere;
+* a **table at matched budgets**: each study's best configuration and its final loss within the
+  same number of trials (the smallest study's) and within the same total rounds (the smallest
+  total), beside the whole study's best.
+
+Studies are comparable when they share the task (its name), the data (the task's other
+settings: clients, split, seed…) and the objective (metric or metrics, direction, last rounds
+averaged); :func:`compare` refuses others (``ConfigError`` naming each difference) unless
+``force``. The value compared is the trade-off's final loss (mean training loss over the
+objective's last rounds: the selection rule of Charles & Konečný 2020, "On the outsized
+importance of learning rates in local update methods", arXiv:2007.00878, §8.3).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedtune.errors import ConfigError
+
+__all__ = [
+    "BUDGET_ROUNDS",
+    "BUDGET_TRIALS",
+    "BUDGET_WHOLE",
+    "Comparison",
+    "MatchedRow",
+    "RunRef",
+    "StudyInput",
+    "StudyLine",
+    "budget_curve",
+    "compare",
+    "differences",
+]
+
+BUDGET_TRIALS, BUDGET_ROUNDS, BUDGET_WHOLE = "equal trials", "equal total rounds", "whole study"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """Where a study's parent run is in MLflow."""
+
+    tracking_uri: str
+    experiment_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class StudyInput:
+    """What :func:`compare` reads of one study.
+
+    Args:
+        label: How the user named it: a service study id or a local workdir.
+        document: The study's spec document (``StudySpec.to_dict()`` or the service's copy).
+        tradeoff: Its ``tradeoff.json`` content.
+        theory: The rows of its ``theory.json`` (None: no prediction applies).
+        run: Its parent run in MLflow, if known.
+    """
+
+    label: str
+    document: Mapping[str, Any]
+    tradeoff: Mapping[str, Any]
+    theory: Sequence[Mapping[str, Any]] | None = None
+    run: RunRef | None = None
+
+
+@dataclass(frozen=True)
+class StudyLine:
+    """One compared study, in brief."""
+
+    key: str  # unique within the comparison: the study's name (with #n when names repeat)
+    label: str
+    name: str
+    algorithm: str
+    task: str
+    trials_total: int
+    trials_listed: int
+    rounds_spent: int
+    start_loss: float | None
+    pareto_target: float | None
+    run_id: str | None = None
+    experiment_id: str | None = None
+    tracking_uri: str | None = None
+
+
+@dataclass(frozen=True)
+class MatchedRow:
+    """A study's best configuration within one budget."""
+
+    budget: str  # BUDGET_TRIALS, BUDGET_ROUNDS or BUDGET_WHOLE
+    amount: int  # trials (equal trials) or total rounds (the others)
+    key: str
+    trial_id: Any
+    final_loss: float | None
+    params: Mapping[str, Any]
+    trials_used: int
+    rounds_used: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Result of :func:`compare` (see the module docstring)."""
+
+    studies: tuple[StudyLine, ...]
+    comparable: bool
+    differences: tuple[str, ...]
+    forced: bool
+    envelopes: Mapping[str, list[tuple[int, float]]]
+    budget_curves: Mapping[str, list[tuple[int, float]]]
+    pareto: Mapping[str, list[dict[str, Any]]]
+    predictions: Mapping[str, list[dict[str, Any]]]
+    matched: tuple[MatchedRow, ...]
+    notes: Mapping[str, str] = field(default_factory=dict)
+
+    def study_keys(self) -> list[str]:
+        """The studies' keys, in the order given."""
+        return [s.key for s in self.studies]
+
+    def best_at(self, budget: str) -> dict[str, MatchedRow]:
+        """The matched-budget rows of one budget, by study key.
+
+        Args:
+            budget: ``BUDGET_TRIALS``, ``BUDGET_ROUNDS`` or ``BUDGET_WHOLE``.
+
+        Returns:
+            Each study's row (a study with no finite final loss has none).
+        """
+        return {r.key: r for r in self.matched if r.budget == budget}
+
+    def winner(self, budget: str = BUDGET_WHOLE) -> str | None:
+        """The key of the study with the lowest final loss at ``budget`` (None: no finite one).
+
+        Args:
+            budget: One of the budgets of :attr:`matched`.
+
+        Returns:
+            The study's key, or None.
+        """
+        rows = [r for r in self.best_at(budget).values() if r.final_loss is not None]
+        return min(rows, key=lambda r: r.final_loss).key if rows else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (∞ and NaN as null)."""
+        body = {
+            "studies": [asdict(s) for s in self.studies],
+            "comparable": self.comparable,
+            "differences": list(self.differences),
+            "forced": self.forced,
+            "envelopes": {k: [list(p) for p in v] for k, v in self.envelopes.items()},
+            "budget_curves": {k: [list(p) for p in v] for k, v in self.budget_curves.items()},
+            "pareto": {k: list(v) for k, v in self.pareto.items()},
+            "predictions": {k: list(v) for k, v in self.predictions.items()},
+            "matched": [{**asdict(r), "params": dict(r.params)} for r in self.matched],
+            "notes": dict(self.notes),
+        }
+        return _nullify(body)
+
+    def to_json(self) -> str:
+        """The text of ``comparison.json``."""
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        """The comparison :meth:`to_dict` wrote (null losses read back as ∞).
+
+        Args:
+            data: A ``comparison.json`` document (or the service's answer).
+
+        Returns:
+            The comparison.
+        """
+
+        def points(v: list) -> list[tuple[int, float]]:
+            return [(int(r), math.inf if x is None else float(x)) for r, x in v]
+
+        return cls(
+            studies=tuple(StudyLine(**s) for s in data["studies"]),
+            comparable=bool(data["comparable"]),
+            differences=tuple(data.get("differences") or ()),
+            forced=bool(data.get("forced")),
+            envelopes={k: points(v) for k, v in data.get("envelopes", {}).items()},
+            budget_curves={k: points(v) for k, v in data.get("budget_curves", {}).items()},
+            pareto={k: list(v) for k, v in data.get("pareto", {}).items()},
+            predictions={k: list(v) for k, v in data.get("predictions", {}).items()},
+            matched=tuple(MatchedRow(**r) for r in data.get("matched", [])),
+            notes=dict(data.get("notes") or {}),
+        )
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The matched-budget table, one row per (budget, study): the CSV's rows."""
+        keys = sorted({k for r in self.matched for k in r.params})
+        rows = []
+        for r in self.matched:
+            row = {
+                "budget": r.budget,
+                "amount": r.amount,
+                "study": r.key,
+                "trial": r.trial_id,
+                "final_loss": r.final_loss,
+                "trials_used": r.trials_used,
+                "rounds_used": r.rounds_used,
+            }
+            row.update({f"param.{k}": r.params.get(k, "") for k in keys})
+            rows.append(row)
+        return rows
+
+    def write(self, directory: str | Path, stem: str = "comparison") -> dict[str, Path]:
+        """Write ``<stem>.json`` and ``<stem>.csv`` (the matched-budget table).
+
+        Args:
+            directory: Where (created if missing).
+            stem: The files' stem.
+
+        Returns:
+            The paths, by kind (``json``, ``csv``).
+        """
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
+        paths["json"].write_text(self.to_json())
+        rows = self.table_rows()
+        with paths["csv"].open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["budget"])
+            writer.writeheader()
+            writer.writerows(rows)
+        return paths
+
+
+def _nullify(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nullify(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nullify(v) for v in obj]
+    return obj
+
+
+def _num(value: Any) -> float:
+    return math.inf if value is None else float(value)
+
+
+def _task(document: Mapping[str, Any]) -> dict[str, Any]:
+    task = document.get("task") or {}
+    return {"name": task} if isinstance(task, str) else dict(task)
+
+
+def _objective(document: Mapping[str, Any]) -> dict[str, Any]:
+    obj = dict(document.get("objective") or {})
+    return {
+        "metric": obj.get("metric", "train_loss"),
+        "metrics": obj.get("metrics"),
+        "mode": obj.get("mode"),
+        "last_rounds": obj.get("last_rounds"),
+    }
+
+
+def differences(documents: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str]:
+    """What makes studies not comparable: a different task, data or objective.
+
+    Args:
+        documents: The studies' spec documents.
+        keys: Their names in the messages, aligned with ``documents``.
+
+    Returns:
+        One line per difference (empty: comparable).
+    """
+    out = []
+    if len(documents) < 2:
+        return out
+    tasks = [_task(d) for d in documents]
+    checks = [
+        ("task", [t.get("name") for t in tasks]),
+        ("data", [{k: v for k, v in t.items() if k != "name"} for t in tasks]),
+        ("objective", [_objective(d) for d in documents]),
+    ]
+    for what, values in checks:
+        if any(v != values[0] for v in values[1:]):
+            shown = "; ".join(f"{k}: {_short(v)}" for k, v in zip(keys, values, strict=True))
+            out.append(f"different {what} ({shown})")
+    return out
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={v}" for k, v in value.items() if v is not None) or "-"
+    return str(value)
+
+
+def _trials(tradeoff: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The listed trials in the order they were numbered (ran)."""
+
+    def order(t: Mapping[str, Any]) -> Any:
+        tid = t.get("trial_id")
+        return (0, tid) if isinstance(tid, int) else (1, str(tid))
+
+    return sorted(tradeoff.get("trials") or [], key=order)
+
+
+def budget_curve(tradeoff: Mapping[str, Any]) -> list[tuple[int, float]]:
+    """Lowest final loss against total rounds spent, trials taken in the order they ran.
+
+    Args:
+        tradeoff: A ``tradeoff.json`` document.
+
+    Returns:
+        ``(rounds spent so far, best final loss so far)`` after each trial (∞ until one trial
+        has a finite final loss).
+    """
+    spent, best, out = 0, math.inf, []
+    for t in _trials(tradeoff):
+        spent += int(t.get("last_round") or 0)
+        best = min(best, _num(t.get("final_loss")))
+        out.append((spent, best))
+    return out
+
+
+def _best_within(
+    trials: list[Mapping[str, Any]], *, max_trials: int | None = None, max_rounds: int | None = None
+) -> tuple[Mapping[str, Any] | None, int, int]:
+    best, used, spent = None, 0, 0
+    for t in trials:
+        rounds = int(t.get("last_round") or 0)
+        if max_trials is not None and used >= max_trials:
+            break
+        if max_rounds is not None and spent + rounds > max_rounds:
+            break
+        used, spent = used + 1, spent + rounds
+        if math.isfinite(_num(t.get("final_loss"))) and (
+            best is None or _num(t.get("final_loss")) < _num(best.get("final_loss"))
+        ):
+            best = t
+    return best, used, spent
+
+
+def _row(budget: str, amount: int, key: str, found, used: int, spent: int) -> MatchedRow | None:
+    if found is None:
+        return None
+    return MatchedRow(
+        budget,
+        amount,
+        key,
+        found.get("trial_id"),
+        _num(found.get("final_loss")),
+        dict(found.get("params") or {}),
+        used,
+        spent,
+    )
+
+
+def _keys(inputs: Sequence[StudyInput]) -> list[str]:
+    names = [str(i.document.get("name") or i.label) for i in inputs]
+    out = []
+    for i, name in enumerate(names):
+        out.append(name if names.count(name) == 1 else f"{name}#{i + 1}")
+    return out
+
+
+def _pareto(tradeoff: Mapping[str, Any]) -> list[dict[str, Any]]:
+    target = tradeoff.get("pareto_target")
+    targets = list(tradeoff.get("targets") or [])
+    k = targets.index(target) if target in targets else None
+    by_id = {t.get("trial_id"): t for t in tradeoff.get("trials") or []}
+    out = []
+    for tid in tradeoff.get("pareto") or []:
+        t = by_id.get(tid)
+        if t is None:
+            continue
+        rtt = t.get("rounds_to_target") or []
+        out.append(
+            {
+                "trial_id": tid,
+                "rounds_to_target": _num(rtt[k]) if k is not None and k < len(rtt) else math.inf,
+                "final_loss": _num(t.get("final_loss")),
+                "params": dict(t.get("params") or {}),
+            }
+        )
+    return out
+
+
+def _predictions(theory: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    rows = []
+    for r in theory or []:
+        rho, delta = r.get("rho_predicted"), r.get("delta_predicted")
+        if rho is None or delta is None:
+            continue
+        rows.append(
+            {
+                "trial_id": r.get("trial"),
+                "rho_predicted": float(rho),
+                "delta_predicted": float(delta),
+                "rho_measured": None if r.get("rho_measured") is None else r["rho_measured"],
+                "final_loss": r.get("final_loss"),
+            }
+        )
+    return sorted(rows, key=lambda r: (r["rho_predicted"], r["delta_predicted"]))
+
+
+def compare(inputs: Sequence[StudyInput], force: bool = False) -> Comparison:
+    """Compare studies (module docstring).
+
+    Args:
+        inputs: Two or more studies.
+        force: Compare them even when their task, data or objective differ.
+
+    Returns:
+        The comparison (``comparable`` False and the differences listed when forced).
+
+    Raises:
+        ConfigError: Fewer than two studies, or studies that are not comparable and no
+            ``force``.
+    """
+    if len(inputs) < 2:
+        raise ConfigError("studies", f"name at least two studies to compare, got {len(inputs)}")
+    keys = _keys(inputs)
+    diffs = differences([i.document for i in inputs], keys)
+    if diffs and not force:
+        raise ConfigError(
+            "studies",
+            "not comparable: " + "; ".join(diffs) + " (force the comparison to see it anyway)",
+        )
+    ordered = [_trials(i.tradeoff) for i in inputs]
+    lines = []
+    for key, i, trials in zip(keys, inputs, ordered, strict=True):
+        task = _task(i.document)
+        lines.append(
+            StudyLine(
+                key=key,
+                label=i.label,
+                name=str(i.document.get("name") or i.label),
+                algorithm=str(i.document.get("algorithm") or ""),
+                task=str(task.get("name") or ""),
+                trials_total=int(i.tradeoff.get("trials_total") or len(trials)),
+                trials_listed=len(trials),
+                rounds_spent=sum(int(t.get("last_round") or 0) for t in trials),
+                start_loss=i.tradeoff.get("start_loss"),
+                pareto_target=i.tradeoff.get("pareto_target"),
+                run_id=i.run.run_id if i.run else None,
+                experiment_id=i.run.experiment_id if i.run else None,
+                tracking_uri=i.run.tracking_uri if i.run else None,
+            )
+        )
+    n_trials = min(len(t) for t in ordered)
+    n_rounds = min(line.rounds_spent for line in lines)
+    matched: list[MatchedRow] = []
+    for budget, amount, limit in (
+        (BUDGET_TRIALS, n_trials, {"max_trials": n_trials}),
+        (BUDGET_ROUNDS, n_rounds, {"max_rounds": n_rounds}),
+        (BUDGET_WHOLE, 0, {}),
+    ):
+        for key, trials in zip(keys, ordered, strict=True):
+            found, used, spent = _best_within(trials, **limit)
+            row = _row(budget, amount or spent, key, found, used, spent)
+            if row is not None:
+                matched.append(row)
+    envelopes = {
+        k: [
+            (int(p["round"]), _num(p.get("loss")))
+            for p in i.tradeoff.get("envelope") or []
+            if p.get("loss") is not None
+        ]
+        for k, i in zip(keys, inputs, strict=True)
+    }
+    notes = {
+        "value": "final loss: mean training loss over the objective's last rounds (lower is "
+        "better)",
+        "budget": "trials counted in the order they ran; a trial's rounds are the rounds it "
+        "reached (a stopped trial spends fewer)",
+    }
+    targets = {line.pareto_target for line in lines}
+    if len(targets) > 1:
+        notes["pareto"] = (
+            "each study's Pareto set uses its own target loss ("
+            + ", ".join(f"{s.key}: {_short(s.pareto_target)}" for s in lines)
+            + "); give the studies one tradeoff.pareto_target to compare rounds to one target"
+        )
+    cut = [s.key for s in lines if s.trials_listed < s.trials_total]
+    if cut:
+        notes["trials"] = (
+            f"{', '.join(cut)}: the trade-off lists only some trials (the best ones, the "
+            "Pareto set, the envelope's); matched budgets count those"
+        )
+    if diffs:
+        notes["comparable"] = "forced: " + "; ".join(diffs)
+    return Comparison(
+        tuple(lines),
+        not diffs,
+        tuple(diffs),
+        bool(diffs) and force,
+        envelopes,
+        {k: budget_curve(i.tradeoff) for k, i in zip(keys, inputs, strict=True)},
+        {k: _pareto(i.tradeoff) for k, i in zip(keys, inputs, strict=True)},
+        {k: _predictions(i.theory) for k, i in zip(keys, inputs, strict=True)},
+        tuple(matched),
+        notes,
+    )

@@ -1,0 +1,176 @@
+"""Headless Chromium logs into the MLflow UI as each user and sees only its projects' experiments.
+
+A real ``mlflow server --enable-workspaces --app-name basic-auth`` (the one
+``tests/integration/test_mlflow_tenancy.py`` starts) with two projects and three users synced by
+:class:`~fedtune.service.mlflow_tenancy.MlflowTenancy`: ``ana`` (member of team-a), ``vic``
+(viewer of team-a), ``bob`` (member of team-b). The UI is a single-page app whose requests are
+relative ``fetch`` calls, so credentials in the URL do not reach them; Chromium is driven over
+the DevTools protocol instead and sends the user's basic-auth header with every request
+(``Network.setExtraHTTPHeaders``), as the browser does once a person typed the login into its
+prompt. The UI's workspace is the ``workspace`` parameter of its route.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import itertools
+import json
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fedtune.service.mlflow_tenancy import MlflowTenancy
+from tests.integration.conftest import free_port, stop_group
+from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
+from tests.needs import need
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-allow-origins=*",
+]
+#: what the experiments page shows once it has its list: a table, or the empty-state prompt
+LOADED = ("Time created", "Create your first experiment")
+ROLES = {"ana": {"team-a": "member"}, "vic": {"team-a": "viewer"}, "bob": {"team-b": "member"}}
+
+
+@contextlib.contextmanager
+def devtools(profile: Path) -> Iterator[str]:
+    """A headless Chromium: the DevTools WebSocket URL of its blank page."""
+    port = free_port()
+    argv = [
+        str(CHROMIUM),
+        *FLAGS,
+        f"--remote-debugging-port={port}",
+        f"--user-data-dir={profile}",
+        "about:blank",
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
+                    targets = json.load(r)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        yield next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+    finally:
+        stop_group(proc, grace=10)
+
+
+def page_text(url: str, user: str, password: str, profile: Path, timeout: float = 60) -> str:
+    """The text of ``url`` in Chromium logged in as ``user``, once the list and its name are in.
+
+    Args:
+        url: The UI page.
+        user: The MLflow user.
+        password: Its password.
+        profile: A fresh Chromium profile folder.
+        timeout: Seconds to wait for the list.
+
+    Returns:
+        ``document.body.innerText``.
+    """
+    from websockets.sync.client import connect
+
+    with devtools(profile) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
+        ids = itertools.count(1)
+
+        def call(method: str, **params):
+            sent = next(ids)
+            ws.send(json.dumps({"id": sent, "method": method, "params": params}))
+            while True:
+                message = json.loads(ws.recv(timeout=30))
+                if message.get("id") == sent:
+                    return message.get("result", {})
+
+        login = base64.b64encode(f"{user}:{password}".encode()).decode()
+        call("Network.enable")
+        call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
+        call("Page.navigate", url=url)
+        text, deadline = "", time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = call(
+                "Runtime.evaluate",
+                expression="document.body ? document.body.innerText : ''",
+                returnByValue=True,
+            )
+            text = found.get("result", {}).get("value") or ""
+            lines = text.splitlines()
+            if any(marker in lines for marker in LOADED) and user in lines:  # list and login in
+                return text
+            time.sleep(0.5)
+        raise AssertionError(f"{url} as {user}: no experiment list after {timeout} s:\n{text}")
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory) -> Iterator[dict]:
+    need("chromium", None if CHROMIUM.is_file() else f"{CHROMIUM} is not installed")
+    pytest.importorskip("websockets.sync.client")
+    proc = None
+    for attempt in (1, 2):  # one retry of a failed start
+        try:
+            proc, url = start_server(tmp_path_factory.mktemp(f"mlflow-ui-{attempt}"))
+            break
+        except (RuntimeError, TimeoutError):
+            if attempt == 2:
+                raise
+    try:
+        tenancy = MlflowTenancy(url, "admin", ADMIN_PASSWORD)
+        tenancy.sync(["team-a", "team-b"], ROLES)
+        passwords = {name: tenancy.issue_password(name) for name in ROLES}
+        for project in ("team-a", "team-b"):  # each study's driver logs its experiment
+            env = tenancy.driver_env(project)
+            auth = (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])
+            made = httpx.post(
+                f"{url}/api/2.0/mlflow/experiments/create",
+                json={"name": f"study-{project}"},
+                auth=auth,
+                headers={"X-MLFLOW-WORKSPACE": project},
+                timeout=30,
+            )
+            assert made.status_code == 200, made.text
+        yield {"url": url, "passwords": passwords}
+        tenancy.close()
+    finally:
+        stop_group(proc)
+
+
+@pytest.mark.parametrize(
+    ("user", "workspace", "sees", "hidden"),
+    [
+        ("ana", "team-a", "study-team-a", "study-team-b"),
+        ("vic", "team-a", "study-team-a", "study-team-b"),
+        ("bob", "team-b", "study-team-b", "study-team-a"),
+        ("bob", "team-a", None, "study-team-a"),  # naming another project's workspace
+    ],
+)
+def test_each_user_sees_only_its_projects_experiments(ui, tmp_path, user, workspace, sees, hidden):
+    text = page_text(
+        f"{ui['url']}/#/experiments?workspace={workspace}",
+        user,
+        ui["passwords"][user],
+        tmp_path / "profile",
+    )
+    assert user in text.splitlines()  # logged in as itself
+    if sees is not None:
+        assert sees in text
+    assert hidden not in text
