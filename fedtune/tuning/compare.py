@@ -28,7 +28,6 @@ importance of learning rates in local update methods", arXiv:2007.00878, §8.3).
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.errors import ConfigError
+
+from .tradeoff import finite_or_none, write_json_csv
 
 __all__ = [
     "BUDGET_ROUNDS",
@@ -172,7 +173,7 @@ class Comparison:
             "matched": [{**asdict(r), "params": dict(r.params)} for r in self.matched],
             "notes": dict(self.notes),
         }
-        return _nullify(body)
+        return finite_or_none(body)
 
     def to_json(self) -> str:
         """The text of ``comparison.json``."""
@@ -233,26 +234,7 @@ class Comparison:
         Returns:
             The paths, by kind (``json``, ``csv``).
         """
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
-        paths["json"].write_text(self.to_json())
-        rows = self.table_rows()
-        with paths["csv"].open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["budget"])
-            writer.writeheader()
-            writer.writerows(rows)
-        return paths
-
-
-def _nullify(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _nullify(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_nullify(v) for v in obj]
-    return obj
+        return write_json_csv(directory, stem, self.to_json(), self.table_rows(), "budget")
 
 
 def _num(value: Any) -> float:

@@ -301,7 +301,7 @@ class TradeOff:
             "regime_changes": [c.__dict__ for c in self.regime_changes],
             "notes": notes,
         }
-        return _nullify(body)
+        return finite_or_none(body)
 
     def to_csv_rows(self, top: int | None = TOP_TRIALS) -> list[dict[str, Any]]:
         """One row per listed trial (:meth:`shown`): id, outcome, rounds, final/best loss,
@@ -327,25 +327,50 @@ class TradeOff:
 
     def write(self, directory: str | Path, stem: str = "tradeoff") -> dict[str, Path]:
         """Write ``<stem>.json`` and ``<stem>.csv`` into ``directory``."""
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
-        paths["json"].write_text(self.to_json())
-        rows = self.to_csv_rows()
-        with paths["csv"].open("w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial_id"])
-            writer.writeheader()
-            writer.writerows(rows)
-        return paths
+        return write_json_csv(directory, stem, self.to_json(), self.to_csv_rows(), "trial_id")
 
 
-def _nullify(obj: Any) -> Any:
+def write_json_csv(
+    directory: str | Path, stem: str, text: str, rows: list[dict[str, Any]], first: str
+) -> dict[str, Path]:
+    """Write a document as ``<stem>.json`` and its table as ``<stem>.csv``.
+
+    Args:
+        directory: Where (created if missing).
+        stem: The files' stem.
+        text: The JSON document.
+        rows: The table's rows (their keys are the columns).
+        first: The one column of an empty table's header.
+
+    Returns:
+        The paths, by kind (``json``, ``csv``).
+    """
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / f"{stem}.json", "csv": out / f"{stem}.csv"}
+    paths["json"].write_text(text)
+    with paths["csv"].open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else [first])
+        writer.writeheader()
+        writer.writerows(rows)
+    return paths
+
+
+def finite_or_none(obj: Any) -> Any:
+    """``obj`` with every non-finite float (inside dicts, lists and tuples) replaced by None.
+
+    Args:
+        obj: JSON-like data.
+
+    Returns:
+        The same data, valid strict JSON.
+    """
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _nullify(v) for k, v in obj.items()}
+        return {k: finite_or_none(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_nullify(v) for v in obj]
+        return [finite_or_none(v) for v in obj]
     return obj
 
 

@@ -351,16 +351,16 @@ def test_the_service_makes_workspaces_logins_and_revokes_them(world, tmp_path):
         assert cleo.post("/api/2.0/mlflow/experiments/create", json={"name": "c1"}).is_success
         other = cleo.post(
             "/api/2.0/mlflow/experiments/search",
-            json={},
+            json={"max_results": 100},
             headers={"X-MLFLOW-WORKSPACE": "team-a"},
         )
-        assert "study-team-a" not in other.text
+        assert other.status_code in (200, 403) and "study-team-a" not in other.text
         tenancy = api.app.state.runtime.ctx.tenancy
         assert "cleo" not in tenancy.sync_now().deleted
         revoked = api.post("/v1/users/cleo/revoke", json={}, headers=admin_headers)
         assert revoked.status_code == 200, revoked.text
         assert "cleo" in tenancy.sync_now().deleted
-        denied = cleo.post("/api/2.0/mlflow/experiments/search", json={})
+        denied = cleo.post("/api/2.0/mlflow/experiments/search", json={"max_results": 100})
         assert denied.status_code == 401
 
 
@@ -410,3 +410,60 @@ def test_a_comparison_run_obeys_the_same_rules(world, monkeypatch, tmp_path):
     with client(world, "vic", "team-a") as vic, client(world, "ana", "team-a") as ana:
         assert vic.post("/api/2.0/mlflow/runs/log-metric", json=log).status_code == 403
         assert ana.post("/api/2.0/mlflow/runs/log-metric", json=log).status_code == 200
+
+
+def test_an_oidc_users_mlflow_roles_follow_its_groups(world, tmp_path):
+    """An OIDC user (no fedtune token, roles from its groups ``fedtune:<project>[:viewer]``) asks
+    for its MLflow login with its JWT: its MLflow roles are its groups' at that moment, and the
+    next login after its groups change replaces them."""
+    from fastapi.testclient import TestClient
+
+    from fedtune.service.api.app import create_app
+    from fedtune.service.settings import load_settings
+    from tests.service.test_oidc import Issuer
+
+    issuer = Issuer()
+    settings = load_settings(
+        database_url=f"sqlite:///{tmp_path}/fedtune.db",
+        oidc_issuer=issuer.url,
+        oidc_audience="fedtune",
+        workdir=str(tmp_path / "work"),
+        mlflow_workspaces=True,
+        mlflow_tracking_uri=world["url"],
+        mlflow_admin_password=ADMIN_PASSWORD,
+    )
+    study = world["studies"]["team-a"]
+    log = {"run_id": study["run_id"], "key": "loss", "value": 0.2, "timestamp": 1, "step": 3}
+    try:
+        with TestClient(create_app(settings, backend=None, schedule=False)) as api:
+
+            def login(groups: tuple[str, ...]) -> httpx.Client:
+                jwt = issuer.token(groups=groups)
+                r = api.post(
+                    "/v1/users/alice/mlflow-login", headers={"Authorization": f"Bearer {jwt}"}
+                )
+                assert r.status_code == 201, r.text
+                return httpx.Client(
+                    base_url=world["url"], auth=("alice", r.json()["password"]), timeout=30
+                )
+
+            a = {"X-MLFLOW-WORKSPACE": "team-a"}
+            search = {"max_results": 100}
+            b = {"X-MLFLOW-WORKSPACE": "team-b"}
+            run = {"run_id": study["run_id"]}
+            with login(("fedtune:team-a:viewer",)) as alice:
+                assert (
+                    alice.get("/api/2.0/mlflow/runs/get", params=run, headers=a).status_code == 200
+                )
+                wrote = alice.post("/api/2.0/mlflow/runs/log-metric", json=log, headers=a)
+                assert wrote.status_code == 403
+                theirs = alice.post("/api/2.0/mlflow/experiments/search", json=search, headers=b)
+                assert theirs.status_code in (200, 403) and "study-team-b" not in theirs.text
+            with login(("fedtune:team-b",)) as alice:  # its groups changed: a new login
+                read = alice.get("/api/2.0/mlflow/runs/get", params=run, headers=a)
+                assert read.status_code in (403, 404)
+                mine = alice.post("/api/2.0/mlflow/experiments/search", json=search, headers=b)
+                assert mine.status_code == 200 and "study-team-b" in mine.text
+    finally:
+        issuer.server.shutdown()
+        issuer.server.server_close()
