@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,9 +106,16 @@ class Box:
         path = self.root / f"{name}.log"
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
-    def python(self, pod: str, code: str, *args: str, timeout: float = 60) -> Any:
+    def python(
+        self,
+        pod: str,
+        code: str,
+        *args: str,
+        timeout: float = 60,
+        env: Mapping[str, str] | None = None,
+    ) -> Any:
         """Run ``code`` with this machine's Python in ``pod``'s namespace; its stdout as JSON."""
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
         done = subprocess.run(
             self.net.exec_argv(pod, [sys.executable, "-c", code, *args]),
             capture_output=True,
@@ -432,7 +439,16 @@ def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
     took = time.monotonic() - t0
     assert done["state"] == "succeeded", (done, box.log("api"), box.log("ray-head"))
     assert [t["state"] for t in done["trials"]] == ["completed"] * 2
-    # MLflow has the study's runs: asked from the API's pod (the laptop may not reach MLflow)
+    # MLflow has the study's runs in its project's workspace (`default`), behind MLflow's login:
+    # asked from the API's pod (the laptop may not reach MLflow) with the rendered admin password
+    password = one(box.manifests, "Secret", f"{FULLNAME}-mlflow-auth")["stringData"]
+    admin = {
+        "MLFLOW_TRACKING_USERNAME": "admin",
+        "MLFLOW_TRACKING_PASSWORD": password["admin-password"],
+        "MLFLOW_WORKSPACE": "default",
+    }
+    mlflow_url = f"http://{FULLNAME}-mlflow.ml.svc:5000"
+    assert box.http("api", f"{mlflow_url}/api/2.0/mlflow/experiments/search") == 401
     runs = box.python(
         "api",
         (
@@ -442,8 +458,9 @@ def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
             "filter_string=f\"tags.`mlflow.parentRunId` = '{p.info.run_id}'\")\n"
             "print(json.dumps([p.info.status,len(kids)]))\n"
         ),
-        f"http://{FULLNAME}-mlflow.ml.svc:5000",
+        mlflow_url,
         done["mlflow"]["run_id"],
+        env=admin,
     )
     assert runs == ["FINISHED", 2]
     assert box.net.probe("laptop", [("mlflow", 5000)], 1.0) == {("mlflow", 5000): False}
