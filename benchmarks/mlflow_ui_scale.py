@@ -57,21 +57,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment
 from _studies import free_study
 
+from tests.chromium import CHROMIUM, HEADLESS
 from tests.integration.conftest import mlflow_server_process
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).resolve().parent / "results" / "mlflow_ui_scale.json"
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--virtual-time-budget=15000",
-]
+FLAGS = [*HEADLESS, "--virtual-time-budget=15000"]
 
 STUDY = free_study("ui-scale", rounds=2, trials=10, sampler="random", max_concurrent=2)
 

@@ -38,6 +38,7 @@ from .paths import study_tracking_uri
 from .redact import redact_uri
 from .repository import Repository
 from .services import ServiceContext, authorize, get_tradeoff, submit_study
+from .states import StudyState
 
 __all__ = [
     "MAX_COMPARED",
@@ -307,13 +308,14 @@ def record_ended_groups(ctx: ServiceContext, limit: int = 1) -> list[str]:
         waiting = session.scalars(
             select(MethodGroup).where(MethodGroup.claimed_at.is_(None)).limit(100)
         ).all()
-        ready = []
-        for group in waiting:
-            states = session.execute(
-                select(Study.id, Study.state).where(Study.id.in_(group.study_ids))
-            ).all()
-            if all(r.state.terminal for r in states):
-                ready.append((group.id, [r.id for r in states if r.state.value == "succeeded"]))
+        ids = {i for group in waiting for i in group.study_ids}
+        rows = session.execute(select(Study.id, Study.state).where(Study.id.in_(ids))).all()
+        state = {r.id: r.state for r in rows}
+        ready = [
+            (g.id, [i for i in g.study_ids if state[i] == StudyState.SUCCEEDED])
+            for g in waiting
+            if all(i in state and state[i].terminal for i in g.study_ids)
+        ]
     for group_id, succeeded in ready[:limit]:
         with ctx.db.session() as session:
             claimed = session.execute(

@@ -26,21 +26,12 @@ import httpx
 import pytest
 
 from fedtune.service.mlflow_tenancy import MlflowTenancy
+from tests.chromium import CHROMIUM, HEADLESS
 from tests.integration.conftest import free_port, stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.needs import need
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--remote-allow-origins=*",
-]
+FLAGS = [*HEADLESS, "--remote-allow-origins=*"]
 #: what the experiments page shows once it has its list: a table, or the empty-state prompt
 LOADED = ("Time created", "Create your first experiment")
 ROLES = {"ana": {"team-a": "member"}, "vic": {"team-a": "viewer"}, "bob": {"team-b": "member"}}

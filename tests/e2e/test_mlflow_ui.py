@@ -30,21 +30,12 @@ from pathlib import Path
 import yaml
 
 from fedtune.tuning.tracking import UI_QUERY
+from tests.chromium import CHROMIUM, HEADLESS
 from tests.integration.conftest import make_quadratic_study
 from tests.needs import need
 
-CHROMIUM = Path("/usr/bin/chromium")
 BIN = Path(sys.executable).parent
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--virtual-time-budget=15000",
-]
+FLAGS = [*HEADLESS, "--virtual-time-budget=15000"]
 STUDY = make_quadratic_study(
     "ui-quad",
     train={

@@ -62,7 +62,8 @@ class World:
             doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
         return doc
 
-    def tune(self, doc: dict[str, Any], timeout: float = 420) -> Run:
+    def command(self, doc: dict[str, Any]) -> tuple[list[str], dict[str, str], Path]:
+        """``fedtune tune`` of ``doc`` on the cluster: its argv, its environment, its workdir."""
         path = self.root / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc))
         workdir = self.root / f"w-{doc['name']}"
@@ -77,6 +78,10 @@ class World:
             self.cluster.gcs_address,
         ]
         env = {k: v for k, v in self.cluster.env.items() if k != "MLFLOW_TRACKING_URI"}
+        return argv, env, workdir
+
+    def tune(self, doc: dict[str, Any], timeout: float = 420) -> Run:
+        argv, env, workdir = self.command(doc)
         proc = subprocess.run(
             argv, env=env, cwd=self.root, capture_output=True, text=True, timeout=timeout
         )
@@ -283,20 +288,7 @@ def test_killing_a_worker_node_mid_study_loses_no_trial(world: World) -> None:
     victim = world.cluster.add_node("victim", num_cpus=1, num_gpus=0)
     doc = world.study("killed", budget={"trials": 4, "max_concurrent": 3})
     doc["task"]["probe_hold_on"] = victim.resource
-    path = world.root / "killed.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    workdir = world.root / "w-killed"
-    argv = [
-        FEDTUNE,
-        "tune",
-        str(path),
-        "--workdir",
-        str(workdir),
-        "--json",
-        "--ray-address",
-        world.cluster.gcs_address,
-    ]
-    env = {k: v for k, v in world.cluster.env.items() if k != "MLFLOW_TRACKING_URI"}
+    argv, env, workdir = world.command(doc)
     with (world.root / "killed.out").open("w") as out, (world.root / "killed.err").open("w") as err:
         driver = subprocess.Popen(argv, env=env, cwd=world.root, stdout=out, stderr=err)
     probe = Path(doc["task"]["probe_dir"])

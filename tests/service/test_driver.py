@@ -56,6 +56,18 @@ def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks):
     )
 
 
+def _no_trials() -> SimpleNamespace:
+    """What ``run_study`` returns for a study that ran no trial (the driver's fake)."""
+    return SimpleNamespace(
+        best=None,
+        failure=None,
+        experiment_id=None,
+        parent_run_id=None,
+        finished=0,
+        counts={"trials": 0},
+    )
+
+
 def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> None:
     sid = running_study(ctx)
     assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study) == 0
@@ -205,14 +217,7 @@ def test_trials_without_their_optuna_storage_are_dropped(ctx: ServiceContext) ->
     def count(*args, **kwargs):
         with ctx.db.session(readonly=True) as s:
             seen.append(len(Repository(s).list_trials(sid)))
-        return SimpleNamespace(
-            best=None,
-            failure=None,
-            experiment_id=None,
-            parent_run_id=None,
-            finished=0,
-            counts={"trials": 0},
-        )
+        return _no_trials()
 
     assert run_driver(sid, ctx.settings, 1, run_study=count) == 0
     assert seen == [0]
@@ -451,14 +456,7 @@ def test_the_driver_finds_uploaded_code_in_the_database(ctx: ServiceContext) -> 
 
     def record(spec, workdir, **kwargs):
         seen.append((spec.code.path, spec.task.name))
-        return SimpleNamespace(
-            best=None,
-            failure=None,
-            experiment_id=None,
-            parent_run_id=None,
-            finished=0,
-            counts={"trials": 0},
-        )
+        return _no_trials()
 
     assert run_driver(sid, ctx.settings, 1, run_study=killed) == EXIT_STOPPED
     where = code_dir(ctx.settings, sha)
@@ -514,14 +512,7 @@ def test_uploaded_code_wins_over_an_installed_package_of_the_same_name(
 
     def record(spec, workdir, **kwargs):
         seen.append(spec.code.path)
-        return SimpleNamespace(
-            best=None,
-            failure=None,
-            experiment_id=None,
-            parent_run_id=None,
-            finished=0,
-            counts={"trials": 0},
-        )
+        return _no_trials()
 
     try:
         assert run_driver(sid, ctx.settings, 1, run_study=record) == 0

@@ -178,12 +178,13 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     )
 
 
-def _tiny_spec():
+def tiny_spec(name: str = "tiny"):
+    """A one-round study of two trials on a one-client quadratic (for the study's phases)."""
     from fedtune.tuning.spec import StudySpec
 
     return StudySpec.from_dict(
         {
-            "name": "tiny",
+            "name": name,
             "algorithm": "fedavg",
             "task": {"name": "quadratic", "clients": 1, "dim": 1, "examples": 1, "seed": 0},
             "train": {"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
@@ -204,12 +205,12 @@ def test_a_new_study_opens_its_stores_while_ray_starts(
     calls: list[str] = []
     _without_ray(monkeypatch, calls)
     workdir = tmp_path / "study"
-    result = run_study(_tiny_spec(), workdir)
+    result = run_study(tiny_spec(), workdir)
     assert calls[0] == "optuna:fedtune-stores_0" and "ray" in calls  # a thread, not the driver
     assert (workdir / "optuna.db").is_file() and (workdir / "mlflow.db").is_file()
     assert result.parent_run_id and result.target_trials == 2
     calls.clear()
-    run_study(_tiny_spec(), workdir)  # stored: opened first, Ray only if trials remain
+    run_study(tiny_spec(), workdir)  # stored: opened first, Ray only if trials remain
     assert calls == ["optuna:MainThread", "ray"]
 
 
@@ -222,7 +223,7 @@ def test_a_bad_budget_fails_before_ray_starts(
     calls: list[str] = []
     _without_ray(monkeypatch, calls)
     with pytest.raises(ConfigError, match=r"budget\.trials"):
-        run_study(_tiny_spec(), tmp_path / "study", trials=0)
+        run_study(tiny_spec(), tmp_path / "study", trials=0)
     assert calls == []  # neither Ray nor the stores
 
 
@@ -239,7 +240,7 @@ def test_the_parent_run_opened_while_ray_started_ends_failed_when_ray_fails(
     monkeypatch.setattr(study.ray, "cluster_resources", lambda: {"CPU": 0.0})  # no CPU at all
     workdir = tmp_path / "study"
     with pytest.raises(ConfigError, match=r"resources\.cpu"):
-        study.run_study(_tiny_spec(), workdir)
+        study.run_study(tiny_spec(), workdir)
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     runs = client.search_runs([experiment.experiment_id])
@@ -262,7 +263,7 @@ def test_ctrl_c_while_ray_starts_kills_the_parent_run(
     monkeypatch.setattr(study.ray, "cluster_resources", interrupted)
     workdir = tmp_path / "study"
     with pytest.raises(KeyboardInterrupt):
-        study.run_study(_tiny_spec(), workdir)
+        study.run_study(tiny_spec(), workdir)
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
     runs = client.search_runs([experiment.experiment_id])

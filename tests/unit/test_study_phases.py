@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from fedtune.tuning.startup import Deferred, Startup
+from tests.unit.test_startup_paths import tiny_spec
 
 
 def test_work_runs_concurrently_in_the_named_threads() -> None:
@@ -112,24 +113,6 @@ class _TracingPickler(pickle.Pickler):
         return None
 
 
-def _tiny_spec() -> Any:
-    from fedtune.tuning.spec import StudySpec
-
-    return StudySpec.from_dict(
-        {
-            "name": "phases",
-            "algorithm": "fedavg",
-            "task": {"name": "quadratic", "clients": 1, "dim": 1, "examples": 1, "seed": 0},
-            "train": {"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
-            "search": {"space": "fedavg"},
-            "sampler": {"name": "random", "seed": 0},
-            "scheduler": {"name": "none"},
-            "budget": {"trials": 2},
-            "objective": {"metric": "train_loss", "last_rounds": 1},
-        }
-    )
-
-
 def test_the_phases_context_is_frozen_and_what_tune_pickles_holds_no_future(
     tmp_path: Path,
 ) -> None:
@@ -137,7 +120,7 @@ def test_the_phases_context_is_frozen_and_what_tune_pickles_holds_no_future(
 
     workdir = tmp_path / "w"
     workdir.mkdir()
-    plan = study._prepare(_tiny_spec(), workdir, None, time.perf_counter())
+    plan = study._prepare(tiny_spec("phases"), workdir, None, time.perf_counter())
     assert plan.target == 2 and not plan.stored
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.target = 3  # type: ignore[misc]
