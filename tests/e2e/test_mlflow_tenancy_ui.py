@@ -18,6 +18,7 @@ import itertools
 import json
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,8 +33,24 @@ from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.needs import need
 
 FLAGS = [*HEADLESS, "--remote-allow-origins=*"]
-#: what the experiments page shows once it has its list: a table, or the empty-state prompt
-LOADED = ("Time created", "Create your first experiment")
+#: the experiments list page as it is now: its route, title, the text, its rows' names, whether
+#: it shows the empty-state prompt, and whether rows are still loading (skeleton rows are
+#: ``aria-busy``; meanwhile the table's header is already there, and so is the login)
+STATE = """JSON.stringify({
+    hash: location.hash,
+    title: document.title,
+    text: document.body ? document.body.innerText : "",
+    names: Array.from(
+        document.querySelectorAll('[data-testid="experiment-list-item-link"]'),
+        (link) => link.innerText.trim(),
+    ),
+    empty: document.querySelector(
+        '[data-testid="create-experiment-table-empty-state-button"]') !== null,
+    busy: document.querySelector('[aria-busy="true"]') !== null,
+})"""
+#: the title of the experiments list (the home page, whose recent-experiments table has the same
+#: header, is "Home - MLflow")
+TITLE = "Experiments - MLflow"
 ROLES = {"ana": {"team-a": "member"}, "vic": {"team-a": "viewer"}, "bob": {"team-b": "member"}}
 
 
@@ -67,21 +84,55 @@ def devtools(profile: Path) -> Iterator[str]:
         stop_group(proc, grace=10)
 
 
-def page_text(url: str, user: str, password: str, profile: Path, timeout: float = 60) -> str:
-    """The text of ``url`` in Chromium logged in as ``user``, once the list and its name are in.
+def on_route(state: dict, workspace: str) -> bool:
+    """Whether the page's route is the experiments list of ``workspace``.
 
     Args:
-        url: The UI page.
+        state: What :data:`STATE` read.
+        workspace: The workspace asked for.
+
+    Returns:
+        Whether ``location.hash`` is ``#/experiments?workspace=<workspace>``.
+    """
+    route = urllib.parse.urlsplit(state["hash"].removeprefix("#"))
+    named = urllib.parse.parse_qs(route.query).get("workspace")
+    return route.path == "/experiments" and named == [workspace]
+
+
+def experiments_text(
+    base: str,
+    workspace: str,
+    user: str,
+    password: str,
+    profile: Path,
+    sees: str | None,
+    timeout: float = 60,
+) -> str:
+    """The text of the experiments list of ``workspace`` in Chromium logged in as ``user``.
+
+    It waits until the page is that list (the app navigated elsewhere: it is navigated there
+    again), shows the login, and has its rows or its empty-state prompt in, no row still loading;
+    and, when ``sees`` is given, until a row is named ``sees`` (rows come in asynchronously).
+
+    Args:
+        base: The UI's base URL.
+        workspace: The workspace to list.
         user: The MLflow user.
         password: Its password.
         profile: A fresh Chromium profile folder.
-        timeout: Seconds to wait for the list.
+        sees: An experiment name to wait for, or None.
+        timeout: Seconds to wait.
 
     Returns:
-        ``document.body.innerText``.
+        ``document.body.innerText`` of the list; at the timeout, that of a loaded list without a
+        row named ``sees``.
+
+    Raises:
+        AssertionError: No loaded list of ``workspace`` as ``user`` by the timeout.
     """
     from websockets.sync.client import connect
 
+    url = f"{base}/#/experiments?{urllib.parse.urlencode({'workspace': workspace})}"
     with devtools(profile) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
         ids = itertools.count(1)
 
@@ -97,19 +148,33 @@ def page_text(url: str, user: str, password: str, profile: Path, timeout: float 
         call("Network.enable")
         call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
         call("Page.navigate", url=url)
-        text, deadline = "", time.monotonic() + timeout
+        state, loaded, navigations = {}, None, 1
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = call(
-                "Runtime.evaluate",
-                expression="document.body ? document.body.innerText : ''",
-                returnByValue=True,
-            )
-            text = found.get("result", {}).get("value") or ""
-            lines = text.splitlines()
-            if any(marker in lines for marker in LOADED) and user in lines:  # list and login in
-                return text
+            found = call("Runtime.evaluate", expression=STATE, returnByValue=True)
+            value = found.get("result", {}).get("value")  # none while a document replaces another
+            state = json.loads(value) if isinstance(value, str) else {}
+            if state and state["text"] and not on_route(state, workspace):
+                call("Page.navigate", url=url)  # the app, drawn, went elsewhere (its home page)
+                navigations += 1
+            elif (
+                state
+                and state["title"] == TITLE
+                and user in state["text"].splitlines()  # logged in as itself
+                and not state["busy"]
+                and (state["names"] or state["empty"])  # the list's answer is in
+            ):
+                loaded = state["text"]
+                if sees is None or sees in state["names"]:
+                    return loaded
             time.sleep(0.5)
-        raise AssertionError(f"{url} as {user}: no experiment list after {timeout} s:\n{text}")
+        if loaded is not None:
+            return loaded
+        seen = {key: shown for key, shown in state.items() if key != "text"}
+        raise AssertionError(
+            f"{url} as {user}: no loaded experiment list after {timeout} s, "
+            f"{navigations} navigations; last page {seen}:\n{state.get('text', '')}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -155,11 +220,8 @@ def ui(tmp_path_factory) -> Iterator[dict]:
     ],
 )
 def test_each_user_sees_only_its_projects_experiments(ui, tmp_path, user, workspace, sees, hidden):
-    text = page_text(
-        f"{ui['url']}/#/experiments?workspace={workspace}",
-        user,
-        ui["passwords"][user],
-        tmp_path / "profile",
+    text = experiments_text(
+        ui["url"], workspace, user, ui["passwords"][user], tmp_path / "profile", sees
     )
     assert user in text.splitlines()  # logged in as itself
     if sees is not None:
