@@ -179,6 +179,8 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
         )
     lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
     lines += _strategy_lines(spec, c, result.stop_reasons)
+    if spec.resources.pack != 1 and result.packing is not None:
+        lines.append(f"packing        : {result.packing}")
     if result.interrupted:
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
     lines += ["", *_best_lines(result, spec), "", *_pareto_lines(result), ""]

@@ -341,6 +341,15 @@ class PackedTrainer:
         """Whether every member has ended."""
         return not self._slots
 
+    def outcome(self, i: int) -> tuple[Outcome | None, str]:
+        """Give member ``i``'s outcome (None while it trains) and the reason it ended."""
+        m = self._members[i]
+        return m.outcome, m.reason
+
+    def decays(self, i: int) -> int:
+        """Give how many times member ``i``'s rates have decayed."""
+        return self._members[i].decay.decays
+
     def member_params(self, i: int) -> Params:
         """Give an active member's model parameters.
 

@@ -40,7 +40,7 @@ import enum
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -247,11 +247,18 @@ class BudgetSpec(_Spec):
     wall_clock_s: Annotated[float, Field(strict=True, gt=0)] | None = None
 
 
+#: the largest ``resources.pack``
+MAX_PACK = 1024
+
+
 class ResourcesSpec(_Spec):
-    """Per trial: CPUs (> 0) and GPUs (a fraction < 1 shares one GPU, else whole GPUs)."""
+    """Per trial process: CPUs (> 0) and GPUs (a fraction < 1 shares one GPU, else whole
+    GPUs); ``pack``: configurations trained per process (an integer, or ``auto``:
+    :mod:`fedtune.tuning.packing`)."""
 
     cpu: Annotated[float, Field(strict=True, gt=0)] = 1.0
     gpu: NonNegFloat = 0.0
+    pack: Annotated[int, Field(strict=True, ge=1, le=MAX_PACK)] | Literal["auto"] = 1
 
     @model_validator(mode="after")
     def _whole_gpus(self) -> ResourcesSpec:
@@ -854,6 +861,27 @@ class StudySpec(_Spec):
         ):
             if value > rounds:
                 raise ConfigError(field, f"{value} exceeds train.rounds = {rounds}")
+        self._check_pack(parsed)
+
+    def _check_pack(self, parsed: TrialConfig) -> None:
+        """An integer ``resources.pack`` must fit ``budget.max_concurrent`` (which counts
+        configurations) and an algorithm that packs; ``auto`` falls back by itself."""
+        pack = self.resources.pack
+        if pack == "auto" or pack == 1:
+            return
+        concurrent = self.budget.max_concurrent
+        if pack > concurrent:
+            raise ConfigError(
+                "resources.pack",
+                f"{pack} configurations per process but budget.max_concurrent = {concurrent} "
+                f"(it counts configurations): raise max_concurrent to at least {pack}, or use "
+                "pack: auto",
+            )
+        from fedtune.trainers.packed import pack_refusal
+
+        why = pack_refusal(parsed)
+        if why is not None:
+            raise ConfigError("resources.pack", f"{why}; use pack: 1 or pack: auto")
 
     def _check_registered(self) -> None:
         """The task, model and algorithm the study names exist (before Ray starts: an unknown

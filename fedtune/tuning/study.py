@@ -55,6 +55,9 @@ from . import optuna_glue as og
 from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
+from .pack_driver import pack_name
+from .pack_trial import PACK_KEY
+from .packing import plan as pack_plan
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
@@ -115,6 +118,8 @@ class StudyResult:
         first_error: ``trial N: <error>`` of the first failed trial, if any.
         failure: Why there is no best configuration (None: there is one); a study with a
             failure ends failed.
+        packing: How this invocation packed configurations into trial processes
+            (:mod:`.packing`; None: it ran none).
     """
 
     name: str
@@ -140,6 +145,7 @@ class StudyResult:
     #: why there is no best configuration (``failures.no_best_reason``); None when there is one.
     #: The one rule: a study with a failure ends failed (CLI exit 1, service state ``failed``)
     failure: str | None = None
+    packing: str | None = None
 
     @property
     def all_failed(self) -> bool:
@@ -263,12 +269,14 @@ class Fitted:
         tracking: The MLflow store and parent run.
         first_start: ``time.perf_counter()`` when the first trial started (None: none ran).
         fit_s: Seconds the fit took.
+        packing: How the fit packed configurations into trial processes (None: nothing ran).
     """
 
     stores: Stores
     tracking: Tracking
     first_start: float | None = None
     fit_s: float = 0.0
+    packing: str | None = None
 
 
 # -- run_study and its phases -----------------------------------------------------------
@@ -550,7 +558,7 @@ def _fit(
     ]
     try:
         with _tune_environment():
-            tuner = _tuner(plan, runtime, callbacks)
+            tuner, packing = _tuner(plan, runtime, callbacks)
             timeline.mark("fit")
             tuner.fit()
             timeline.mark("fit_done")
@@ -562,7 +570,7 @@ def _fit(
     # (re-run by the next invocation), exactly as after a Ctrl-C
     if og.reconcile(stores.study, stores.store).interrupted:
         tracking.tracker.reconcile(tracking.parent, og.run_statuses(stores.study))
-    return Fitted(stores, tracking, first.at, time.perf_counter() - start)
+    return Fitted(stores, tracking, first.at, time.perf_counter() - start, packing)
 
 
 def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
@@ -627,6 +635,7 @@ def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
         stop_reasons=og.stop_reasons(study, spec.scheduler_name and str(spec.scheduler_name)),
         first_error=first_error(study),
         failure=None if best is not None else no_best_reason(study, counts),
+        packing=fitted.packing,
     )
 
 
@@ -714,23 +723,29 @@ def _progress(plan: StudyPlan, stores: Stores, stream: TextIO | None) -> list[An
     ]
 
 
-def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tune.Tuner:
+def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tuple[tune.Tuner, str]:
+    """The study's Tuner, and how it packs configurations into trial processes (one line)."""
     spec, stores = plan.spec, runtime.stores
     rounds = spec.train.rounds
     offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
     sampler = og.make_sampler(spec, plan.target, offset=offset)
     stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
-    searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
+    shipped = worker_spec(spec) if runtime.shipped else spec
+    packing = pack_plan(spec, ray.cluster_resources())
+    if packing.packed:
+        parts = _packed_parts(plan, runtime, stopper, sampler, packing.size, shipped, callbacks)
+        trainable, searcher, scheduler, callbacks = parts
+    else:
+        searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
+        trainable, scheduler = make_trainable(shipped), stopper.tune_scheduler()
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-    return tune.Tuner(
-        tune.with_resources(
-            make_trainable(worker_spec(spec) if runtime.shipped else spec), resources
-        ),
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
-            scheduler=stopper.tune_scheduler(),
+            scheduler=scheduler,
             num_samples=stores.remaining,
-            max_concurrent_trials=spec.budget.max_concurrent,
+            max_concurrent_trials=packing.processes,
             time_budget_s=spec.budget.wall_clock_s,
             reuse_actors=True,
             trial_name_creator=_trial_name,
@@ -744,9 +759,54 @@ def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tune.Tune
             failure_config=tune.FailureConfig(max_failures=0),
         ),
     )
+    return tuner, packing.note
+
+
+def _packed_parts(
+    plan: StudyPlan,
+    runtime: Runtime,
+    stopper: Any,
+    sampler: Any,
+    size: int,
+    shipped: StudySpec,
+    callbacks: list[Any],
+) -> tuple[Any, Any, Any, list[Any]]:
+    """The trainable, searcher, scheduler and callbacks of a packed study (:mod:`.pack_driver`).
+
+    Args:
+        plan: The study's plan.
+        runtime: The stores.
+        stopper: The study's stopper.
+        sampler: Its Optuna sampler.
+        size: Configurations per pack.
+        shipped: The spec the trials get.
+        callbacks: The study's callbacks, which see configurations.
+
+    Returns:
+        ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
+    """
+    from . import pack_driver as pd
+    from .pack_trial import StopBox, make_pack_trainable
+
+    spec, stores = plan.spec, runtime.stores
+    minimize = str(spec.objective.directions[0]) == "min"
+    stopper = pd.packed_stopper(stopper, spec.name, minimize)
+    stops = ray.remote(StopBox).options(num_cpus=0).remote()
+    book = pd.PackBook()
+    inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
+    searcher = pd.PackSearch(inner, book, size, stores.remaining, pd.config_key(spec), stores.store)
+    first, members = callbacks[0], callbacks[1:]
+    return (
+        make_pack_trainable(shipped, stops),
+        searcher,
+        pd.PackScheduler(stopper, book, stops),
+        [first, pd.PackCallback(members, book)],
+    )
 
 
 def _trial_name(trial: Any) -> str:
+    if PACK_KEY in trial.config:
+        return pack_name(int(trial.config[TRIAL_KEY]))
     return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
 
 

@@ -68,9 +68,11 @@ __all__ = [
     "TRIAL_KEY",
     "ObjectiveTracker",
     "TrialError",
+    "TrialRows",
     "gpu_device",
     "make_trainable",
     "sampled_params",
+    "seed_mean",
     "train_trial",
     "trial_configs",
 ]
@@ -191,6 +193,58 @@ class _FirstReach:
             self.round = float(round_)
 
 
+def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One round's record of a trial trained with several seeds: the mean of each field every
+    seed has (one seed: its record as it is)."""
+    if len(rows) == 1:
+        return rows[0]
+    keys = [k for k in rows[0] if all(k in r for r in rows)]
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in keys}
+    mean[ROUND] = rows[0][ROUND]
+    return mean
+
+
+class TrialRows:
+    """One trial's rows since its last report, its running objective and its decay rounds.
+
+    Args:
+        spec: The study (its objective).
+        rounds: The trial's ``train.rounds``.
+        decay: Whether its rates decay (rows then carry :data:`DECAYS`).
+    """
+
+    def __init__(self, spec: StudySpec, rounds: int, decay: bool) -> None:
+        self.tracker = ObjectiveTracker(spec)
+        self.rounds, self.decay = rounds, decay
+        self.pending: list[dict[str, Any]] = []
+        self.last: dict[str, Any] = {ROUND: 0}
+        self.decay_rounds: list[int] = []
+
+    def add(self, row: Mapping[str, Any], decays: float = 0.0) -> None:
+        """Take one round's record (``decays``: the decays so far, mean over seeds)."""
+        self.tracker.observe(row)
+        row = dict(row)
+        if (value := self.tracker.current()) is not None:
+            row[OBJECTIVE] = value
+        if self.decay:
+            before = self.last.get(DECAYS, 0.0)
+            row[DECAYS] = decays
+            if decays > before:  # a rate decayed after this round's loss
+                self.decay_rounds.append(int(row[ROUND]))
+        self.pending.append(row)
+        self.last = row
+
+    def report(self, outcome: str = RUNNING, reason: str = "") -> dict[str, Any]:
+        """The result to report now (it takes the pending rows); a final one once ended."""
+        out = _result(self.last, self.pending, self.tracker, outcome, self.rounds)
+        self.pending = []
+        if outcome == Outcome.DIVERGED:
+            out["reason"] = reason
+        if outcome != RUNNING and self.decay:
+            out[DECAY_ROUNDS] = list(self.decay_rounds)
+        return out
+
+
 class _SeedRuns:
     """One trainer per seed, stepped in lockstep; the task (data) is built once and shared."""
 
@@ -211,12 +265,7 @@ class _SeedRuns:
             if record is None:
                 return None
             rows.append(record.as_dict())
-        if len(rows) == 1:
-            return rows[0]
-        keys = [k for k in rows[0] if all(k in r for r in rows)]
-        mean = {k: float(np.mean([r[k] for r in rows])) for k in keys}
-        mean[ROUND] = rows[0][ROUND]
-        return mean
+        return seed_mean(rows)
 
     def reason(self) -> str:
         return next((t.reason for t in self.trainers if t.outcome == Outcome.DIVERGED), "")
@@ -268,37 +317,17 @@ def _train(config: dict[str, Any], spec: StudySpec) -> None:
     from ray import tune  # imported here: the engine never needs Ray
 
     timeline.mark("trial_built")
-
-    tracker = ObjectiveTracker(spec)
-    pending: list[dict[str, Any]] = []
-    last: dict[str, Any] = {ROUND: 0}
-    decay_rounds: list[int] = []
+    rows = TrialRows(spec, runs.rounds, runs.decay_enabled)
     while not runs.done:
         row = runs.step()
         if row is None:
             break
-        tracker.observe(row)
-        row = dict(row)
-        if (value := tracker.current()) is not None:
-            row[OBJECTIVE] = value
-        if runs.decay_enabled:
-            before = last.get(DECAYS, 0.0)
-            row[DECAYS] = runs.decays()
-            if row[DECAYS] > before:  # a rate decayed after this round's loss
-                decay_rounds.append(int(row[ROUND]))
-        pending.append(row)
-        last = row
+        rows.add(row, runs.decays() if runs.decay_enabled else 0.0)
         if row[ROUND] % spec.report_every == 0 and not runs.done:
-            tune.report(_result(last, pending, tracker, RUNNING, runs.rounds))
-            pending = []
+            tune.report(rows.report())
     diverged = any(t.outcome == Outcome.DIVERGED for t in runs.trainers)
     outcome = Outcome.DIVERGED if diverged else Outcome.COMPLETED
-    final = _result(last, pending, tracker, str(outcome), runs.rounds)
-    if diverged:
-        final["reason"] = runs.reason()
-    if runs.decay_enabled:
-        final[DECAY_ROUNDS] = decay_rounds
-    tune.report(final)
+    tune.report(rows.report(str(outcome), runs.reason()))
     timeline.mark("trial_reported")
 
 

@@ -392,7 +392,7 @@ import json, sys, yaml
 from fedtune.client import Client
 url, token, spec, code = sys.argv[1:5]
 with Client(url, token=token, timeout=60) as sdk:
-    print(json.dumps(sdk.submit(yaml.safe_load(spec), code=code).id))
+    print(json.dumps(sdk.submit(yaml.safe_load(spec), code=None if code == "-" else code).id))
 """
 
 _WAIT = """
@@ -471,6 +471,33 @@ def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
     assert f"{RAY}: api -> ray-head:8265" in flows  # the Jobs API
     assert any(f.startswith(f"{RAY}: ray-worker-") for f in flows)  # trials joined the head
     print(f"study in the box: {took:.1f} s")
+
+
+def test_a_packed_study_runs_two_configurations_per_worker_and_lists_each(box: Box) -> None:
+    spec = {
+        "name": "box-packed",
+        "algorithm": "fedavg",
+        "task": {"name": "quadratic", "clients": 8, "dim": 4, "seed": 0},
+        "train": {"rounds": 6, "clients_per_round": 4, "local_steps": 2, "batch_size": 4},
+        "search": {
+            "space": "fedavg",
+            "override": {
+                "client_lr": {"low": 0.01, "high": 0.1},
+                "server_lr": {"low": 0.05, "high": 0.2},
+            },
+        },
+        "objective": {"metric": "train_loss", "last_rounds": 2},
+        "sampler": {"name": "random", "seed": 0},
+        "scheduler": {"name": "none"},
+        "budget": {"trials": 4, "max_concurrent": 4},
+        "resources": {"cpu": 1, "pack": 2},  # 4 configurations at once in the 2 workers' CPUs
+    }
+    study_id = box.python("laptop", _SUBMIT, API_URL, TOKEN, yaml.safe_dump(spec), "-")
+    done = _status(box, study_id, 600)
+    assert done["state"] == "succeeded", (done, box.log("api"), box.log("ray-head"))
+    # the laptop's SDK lists configurations, never packs
+    assert sorted(t["number"] for t in done["trials"]) == [0, 1, 2, 3], done["trials"]
+    assert {t["state"] for t in done["trials"]} == {"completed"}
 
 
 def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:

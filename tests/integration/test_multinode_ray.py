@@ -203,6 +203,29 @@ def test_trials_run_on_worker_nodes_with_code_from_the_runtime_env(
         assert not any(str(world.lab) in p for p in r["sys_path"]), r["sys_path"]
 
 
+def test_a_packed_study_holds_resources_per_process_and_records_each_configuration(
+    world: World,
+) -> None:
+    doc = world.study(
+        "configpacks",
+        budget={"trials": 4, "max_concurrent": 4},
+        resources={"cpu": 0.5, "gpu": 0.5, "pack": 2},
+        train={"device": "cpu"},  # logical GPUs: a scheduling reservation only
+    )
+    doc["task"]["probe_meet"] = 2  # both processes must hold their resources at the same time
+    run = world.tune(doc)
+    assert run.proc.returncode == 0, run.log
+    assert json.loads(run.proc.stdout)["counts"]["completed"] == 4, run.log
+    records = run.records()  # one per trial process: the pack builds its task once
+    assert len(records) == 2 and len({r["pid"] for r in records}) == 2
+    names = world.nodes()
+    assert all(names[r["node_id"]] in ("a", "b") and r["gpu_ids"] == ["0"] for r in records)
+    trials = run.trials()
+    packs = Counter(t.user_attrs["pack"] for t in trials)
+    assert sorted(packs.values()) == [2, 2], packs
+    assert sorted(run.mlflow_runs()) == sorted(t.number for t in trials)
+
+
 def test_half_gpu_trials_pack_two_per_gpu_and_spread_over_nodes(world: World, packed: Run) -> None:
     assert packed.proc.returncode == 0, packed.log
     records = packed.records()  # all four met: they held their resources at the same time

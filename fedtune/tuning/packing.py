@@ -1,0 +1,138 @@
+"""How many configurations a study trains per trial process (``resources.pack``).
+
+A *pack* is one Ray Tune trial that trains P configurations of the study at once with the
+engine's :class:`~fedtune.trainers.packed.PackedTrainer`; each configuration stays its own
+Optuna trial, MLflow child run and service trial (:mod:`.pack_driver` fans a pack's events out
+to them). ``budget.max_concurrent`` counts configurations, never processes: a study trains
+``max_concurrent`` configurations at once in ``ceil(max_concurrent / P)`` processes, each
+holding ``resources`` (so GPUs are reserved per pack). Why and what was measured:
+``docs/explanation/packing.md``.
+
+``resources.pack``:
+
+* ``1`` (the default): one configuration per process, as Ray Tune runs trials;
+* an integer P ≥ 2: P configurations per process (at most ``budget.max_concurrent``);
+* ``auto``: as many processes as the Ray cluster runs at once for the study's
+  ``resources`` (its CPUs, or its GPUs for GPU trials), never more than ``max_concurrent``,
+  and the concurrent configurations spread over them: P = ceil(max_concurrent / processes),
+  at most :data:`AUTO_MAX`. A cluster with a free slot per configuration gets P = 1.
+
+A study whose algorithm cannot be packed (:func:`~fedtune.trainers.packed.pack_refusal`) runs
+one configuration per process and says why in one line (:func:`plan`). Nothing here imports Ray,
+and :func:`reserved_processes` (the service's reservations) imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fedtune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from .spec import StudySpec
+
+__all__ = ["AUTO", "AUTO_MAX", "PackPlan", "plan", "reserved_processes"]
+
+AUTO = "auto"
+#: the most configurations ``auto`` puts in one process (the largest P the benchmark measured)
+AUTO_MAX = 64
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    """A study's packing, resolved.
+
+    Args:
+        size: Configurations per trial process (1: not packed).
+        processes: Trial processes at once (``ceil(max_concurrent / size)``).
+        note: One line for the user: how the study packs, or why it does not.
+    """
+
+    size: int
+    processes: int
+    note: str
+
+    @property
+    def packed(self) -> bool:
+        """Whether trials carry several configurations."""
+        return self.size > 1
+
+
+def refusal(spec: StudySpec) -> str | None:
+    """Say why the study's configurations cannot share a process, if they cannot.
+
+    Args:
+        spec: The study (its algorithm registered: user code loaded).
+
+    Returns:
+        One line, or None when they can.
+    """
+    from fedtune.trainers.packed import pack_refusal  # torch: not for reserved_processes
+
+    try:
+        return pack_refusal(spec.base_config)
+    except ConfigError as exc:  # validated elsewhere; an invalid base simply does not pack
+        return str(exc)
+
+
+def _slots(spec: StudySpec, cluster: Mapping[str, float]) -> int:
+    """Trial processes the cluster runs at once for the study's per-process resources."""
+    res = spec.resources
+    if res.gpu > 0:
+        return max(1, int(cluster.get("GPU", 0.0) // res.gpu))
+    return max(1, int(cluster.get("CPU", 1.0) // res.cpu))
+
+
+def plan(spec: StudySpec, cluster: Mapping[str, float] | None = None) -> PackPlan:
+    """Resolve ``resources.pack`` for a run of the study.
+
+    Args:
+        spec: The study.
+        cluster: Ray's ``cluster_resources()`` (``auto`` reads it; None: one process slot).
+
+    Returns:
+        The pack size, the processes at once and the line that says so.
+    """
+    concurrent = spec.budget.max_concurrent
+    wanted = spec.resources.pack
+    if wanted == 1:
+        return PackPlan(1, concurrent, "one configuration per trial process")
+    why = refusal(spec)
+    if why is not None:
+        return PackPlan(1, concurrent, f"one configuration per trial process: {why}")
+    if wanted == AUTO:
+        slots = min(concurrent, _slots(spec, cluster or {}))
+        size = min(AUTO_MAX, math.ceil(concurrent / slots))
+        how = f"auto, {slots} process slot{'s' if slots != 1 else ''}"
+    else:
+        size, how = int(wanted), f"resources.pack = {wanted}"
+    processes = math.ceil(concurrent / size)
+    if size == 1:
+        return PackPlan(1, concurrent, f"one configuration per trial process ({how})")
+    return PackPlan(
+        size,
+        processes,
+        f"{size} configurations per trial process, {processes} process"
+        f"{'es' if processes != 1 else ''} at once ({how})",
+    )
+
+
+def reserved_processes(pack: int | str, max_concurrent: int) -> int:
+    """The trial processes a study may hold at once, before its cluster is known.
+
+    An integer pack gives ``ceil(max_concurrent / pack)``; ``auto`` may pick 1 on a large
+    cluster, so it reserves as for one configuration per process.
+
+    Args:
+        pack: ``resources.pack``.
+        max_concurrent: ``budget.max_concurrent``.
+
+    Returns:
+        The processes to reserve resources for.
+    """
+    if pack == AUTO or int(pack) <= 1:
+        return max_concurrent
+    return math.ceil(max_concurrent / int(pack))

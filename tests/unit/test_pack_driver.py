@@ -1,0 +1,346 @@
+"""Packed trials without a cluster: the pack's reports, the driver's fan-out, the plan.
+
+The trainables run in this process with ``ray.tune.report`` captured; the driver's wrappers
+(:mod:`fedtune.tuning.pack_driver`) run against recording fakes of the searcher, callbacks and
+stopper they wrap, so each test names exactly which member event must reach them, and how often.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
+
+from fedtune.errors import ConfigError
+from fedtune.outcomes import RUNNING, TrialOutcome
+from fedtune.tuning import pack_driver as pd
+from fedtune.tuning import pack_trial
+from fedtune.tuning.pack_trial import MEMBERS, PACK_KEY, train_pack
+from fedtune.tuning.packing import AUTO_MAX, plan, reserved_processes
+from fedtune.tuning.spec import StudySpec
+from fedtune.tuning.stop_rules import PrunerStopper, StopReason, TuneSchedulerStopper
+from fedtune.tuning.trainable import (
+    DECAY_ROUNDS,
+    HISTORY,
+    OBJECTIVE,
+    OUTCOME,
+    ROUND,
+    TRIAL_KEY,
+    train_trial,
+)
+
+ROUNDS = 8
+#: fields of a round's record that are measured time, not arithmetic
+TIMED = {"wall_time", "round_time", "client_time", "eval_time"}
+
+
+def _spec(**overrides: Any) -> StudySpec:
+    doc = {
+        "name": "packs",
+        "algorithm": "fedavg",
+        "task": {"name": "quadratic", "clients": 6, "dim": 3, "seed": 0},
+        "train": {
+            "rounds": ROUNDS,
+            "clients_per_round": 3,
+            "local_steps": 2,
+            "batch_size": 2,
+            "eval_every": 4,
+            "dtype": "float64",
+        },
+        "search": {"space": "fedavg"},
+        "objective": {"metric": "train_loss", "last_rounds": 3},
+        "budget": {"trials": 8, "max_concurrent": 4},
+        "report_every": 3,
+    }
+    doc.update(overrides)
+    return StudySpec.from_dict(doc)
+
+
+def _capture(monkeypatch) -> list[dict]:
+    import ray.tune
+
+    reports: list[dict] = []
+    monkeypatch.setattr(ray.tune, "report", lambda result: reports.append(result))
+    return reports
+
+
+def _member(number: int, client_lr: float, server_lr: float = 0.1) -> dict[str, Any]:
+    return {"hparams.client_lr": client_lr, "hparams.server_lr": server_lr, TRIAL_KEY: number}
+
+
+def _joined(reports: list[dict]) -> dict[str, Any]:
+    """An unpacked trial's reports as one: every row, and the final result's fields."""
+    rows = [row for r in reports for row in r[HISTORY]]
+    return {**reports[-1], HISTORY: rows}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a if k not in TIMED)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+    return a == b
+
+
+# -- the pack's trainable ---------------------------------------------------------------------
+def test_each_member_reports_what_its_unpacked_trial_reports(monkeypatch):
+    spec = _spec(
+        seeds=[0, 1],
+        decay={"enabled": True, "window": 2, "patience": 1, "cooldown": 1},
+    )
+    members = [_member(0, 0.05), _member(1, 5e3), _member(2, 0.08, 0.2)]  # 1 diverges
+    reports = _capture(monkeypatch)
+    train_pack({PACK_KEY: members}, spec)
+    packed: dict[int, list[dict]] = {}
+    for report in reports:
+        for result in report[MEMBERS]:
+            packed.setdefault(result.pop(TRIAL_KEY), []).append(result)
+    assert sorted(packed) == [0, 1, 2]
+    assert reports[-1][OUTCOME] != RUNNING and all(r[OUTCOME] == RUNNING for r in reports[:-1])
+    for member in members:
+        number = member[TRIAL_KEY]
+        alone = _capture(monkeypatch)
+        train_trial(dict(member), spec)
+        mine = packed[number]
+        assert [r[OUTCOME] for r in mine[:-1]] == [RUNNING] * (len(mine) - 1)
+        assert _same(_joined(mine), _joined(alone)), number
+    assert packed[1][-1][OUTCOME] == TrialOutcome.DIVERGED
+    assert packed[1][-1][OBJECTIVE] == math.inf and packed[1][-1]["reason"]
+    assert packed[0][-1][OUTCOME] == TrialOutcome.COMPLETED and packed[0][-1][ROUND] == ROUNDS
+    assert any(packed[n][-1][DECAY_ROUNDS] for n in (0, 2))  # the decay rule acted, and agreed
+
+
+def test_a_stopped_member_leaves_the_pack_and_is_not_reported_again(monkeypatch):
+    spec = _spec()
+    reports = _capture(monkeypatch)
+    asked: list[list[int]] = []
+
+    def stopped(stops: Any, live: list[int]) -> list[int]:
+        asked.append(list(live))
+        return [1] if len(asked) == 1 else []
+
+    monkeypatch.setattr(pack_trial, "_stopped", stopped)
+    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 0.1)]}, spec, stops=object())
+    assert asked[0] == [0, 1] and all(1 not in live for live in asked[1:])
+    rounds_of = {0: [], 1: []}
+    for report in reports:
+        for result in report[MEMBERS]:
+            rounds_of[result[TRIAL_KEY]] += [row[ROUND] for row in result[HISTORY]]
+    assert rounds_of[0] == list(range(1, ROUNDS + 1))
+    assert rounds_of[1] == []  # its rows up to the stop went with the report it was stopped on
+
+
+# -- the driver's searcher --------------------------------------------------------------------
+class _Inner(Searcher):
+    """Records what the pack searcher asks and tells; configurations alternate in ``opt``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: dict[str, int] = {}
+        self.events: list[tuple] = []
+
+    def suggest(self, trial_id: str) -> dict[str, Any]:
+        number = len(self.asked)
+        self.asked[trial_id] = number
+        return {"opt": "a" if number % 3 else "b", TRIAL_KEY: number}
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.events.append(("result", self.asked[trial_id], result.get(ROUND)))
+
+    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        self.events.append(("complete", self.asked[trial_id], error))
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.attrs: dict[int, dict] = {}
+
+    def set_trial_attrs(self, number: int, **attrs: Any) -> None:
+        self.attrs.setdefault(number, {}).update(attrs)
+
+
+def _search(size: int = 3, budget: int = 7):
+    inner, book, store = _Inner(), pd.PackBook(), _Store()
+    search = pd.PackSearch(inner, book, size, budget, lambda c: c["opt"], store)
+    return search, inner, book, store
+
+
+def test_the_searcher_packs_configurations_that_share_a_key_up_to_the_budget():
+    search, _inner, _book, store = _search()
+    packs = []
+    while (config := search.suggest(f"t{len(packs)}")) != Searcher.FINISHED:
+        packs.append([m[TRIAL_KEY] for m in config[PACK_KEY]])
+        assert {m["opt"] for m in config[PACK_KEY]} == {config[PACK_KEY][0]["opt"]}
+        assert config[TRIAL_KEY] == packs[-1][0]
+    # 0, 3 and 6 are "b", the rest "a": it asks on until one key fills a pack (at most 2P
+    # waiting), packs the largest group, and the budget's last one runs alone
+    assert packs == [[1, 2, 4], [0, 3, 6], [5]]
+    assert {store.attrs[n]["pack"] for n in packs[1]} == {pd.pack_name(packs[1][0])}
+
+
+def _result(*members: tuple[int, str, int]) -> dict:
+    return {
+        MEMBERS: [
+            {TRIAL_KEY: n, OUTCOME: outcome, ROUND: r, HISTORY: [{ROUND: r}]}
+            for n, outcome, r in members
+        ]
+    }
+
+
+def test_the_searcher_tells_each_member_once_and_ends_open_members_with_their_pack():
+    search, inner, book, _store = _search(size=3, budget=3)
+    config = search.suggest("pack")
+    numbers = [m[TRIAL_KEY] for m in config[PACK_KEY]]
+    assert len(numbers) == 2  # 0 ("b") waits: 1 and 2 ("a") ... or the other way round
+    a, b = numbers
+    book.stopped.add(b)  # the scheduler stopped b at this report
+    search.on_trial_result("pack", _result((a, RUNNING, 3), (b, RUNNING, 3)))
+    search.on_trial_result("pack", _result((a, RUNNING, 6), (b, RUNNING, 6)))  # b's late rows
+    search.on_trial_complete("pack", None, error=True)
+    assert inner.events == [
+        ("result", a, 3),
+        ("result", b, 3),
+        ("complete", b, False),
+        ("result", a, 6),
+        ("complete", a, True),
+    ]
+
+
+# -- the driver's scheduler -------------------------------------------------------------------
+class _Stopper(TuneSchedulerStopper):
+    def observe(self, number: int, values) -> StopReason | None:
+        return StopReason.RUNG if number == 1 else None
+
+
+class _Box:
+    def __init__(self) -> None:
+        self.sent: list[list[int]] = []
+        self.stop = self
+
+    def remote(self, numbers: list[int]) -> None:
+        self.sent.append(list(numbers))
+
+
+class _Trial:
+    def __init__(self, trial_id: str, numbers: list[int]) -> None:
+        self.trial_id = trial_id
+        self.config = {PACK_KEY: [{TRIAL_KEY: n} for n in numbers], TRIAL_KEY: numbers[0]}
+
+
+def _rows(number: int, outcome: str, rounds: range) -> dict:
+    rows = [{ROUND: r, OBJECTIVE: 1.0 / r} for r in rounds]
+    return {TRIAL_KEY: number, OUTCOME: outcome, HISTORY: rows}
+
+
+def test_the_scheduler_stops_members_and_their_pack_once_all_have_ended():
+    book, box = pd.PackBook(), _Box()
+    scheduler = pd.PackScheduler(_Stopper("none", ROUNDS, 1, 2.0), book, box)
+    pack = _Trial("p", [0, 1])
+    first = {MEMBERS: [_rows(0, RUNNING, range(1, 4)), _rows(1, RUNNING, range(1, 4))]}
+    assert scheduler.on_trial_result(None, pack, first) == TrialScheduler.CONTINUE
+    assert book.stopped == {1} and box.sent == [[1]]
+    last = {MEMBERS: [_rows(0, TrialOutcome.COMPLETED, range(4, 9))]}
+    assert scheduler.on_trial_result(None, pack, last) == TrialScheduler.STOP
+
+
+def test_ray_tunes_schedulers_become_optuna_pruners_for_packed_studies():
+    asha = pd.packed_stopper(TuneSchedulerStopper("asha", 30, 3, 3.0), "s", True)
+    median = pd.packed_stopper(TuneSchedulerStopper("median", 30, 3, 3.0), "s", True)
+    none = TuneSchedulerStopper("none", 30, 3, 3.0)
+    assert isinstance(asha, PrunerStopper) and isinstance(median, PrunerStopper)
+    assert type(asha.mirror.pruner).__name__ == "SuccessiveHalvingPruner"
+    assert type(median.mirror.pruner).__name__ == "MedianPruner"
+    assert pd.packed_stopper(none, "s", True) is none
+
+
+# -- the callbacks ----------------------------------------------------------------------------
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, hook: str):
+        def record(trial=None, **kwargs: Any) -> None:
+            seen = trial and (trial.trial_id, trial.config[TRIAL_KEY], dict(trial.last_result))
+            self.calls.append((hook, seen))
+
+        return record
+
+
+def test_callbacks_see_each_member_as_a_trial():
+    book, recorder = pd.PackBook(), _Recorder()
+    callback = pd.PackCallback([recorder], book)
+    pack = _Trial("p", [4, 5])
+    pack.error_file = "/tmp/the-pack-error"
+    book.open("p", [4, 5])
+    callback.on_trial_start(iteration=0, trials=[], trial=pack)
+    result = {MEMBERS: [_rows(4, TrialOutcome.COMPLETED, range(1, 3))]}
+    callback.on_trial_result(iteration=1, trials=[], trial=pack, result=result)
+    callback.on_trial_error(iteration=2, trials=[], trial=pack)
+    hooks = [(hook, seen[0]) for hook, seen in recorder.calls]
+    assert hooks == [
+        ("on_trial_start", "config-4"),
+        ("on_trial_start", "config-5"),
+        ("on_trial_result", "config-4"),
+        ("on_trial_complete", "config-4"),
+        ("on_trial_error", "config-5"),  # the member still open when its pack failed
+    ]
+    assert recorder.calls[3][1][2][OUTCOME] == TrialOutcome.COMPLETED
+    member = pd.MemberTrial(pack, pack.config[PACK_KEY][1])
+    assert member.error_file == "/tmp/the-pack-error"  # a failed pack's error is its members'
+    assert not callback._trials  # ended members are not kept
+
+
+# -- the plan ---------------------------------------------------------------------------------
+def test_auto_packs_the_concurrent_configurations_into_the_clusters_process_slots():
+    spec = _spec(budget={"trials": 64, "max_concurrent": 64}, resources={"pack": "auto"})
+    two_cpus = plan(spec, {"CPU": 2.0})
+    assert (two_cpus.size, two_cpus.processes) == (32, 2)
+    assert "auto, 2 process slots" in two_cpus.note
+    assert plan(spec, {"CPU": 128.0}).size == 1  # a slot per configuration: no packing
+    wide = _spec(budget={"trials": 512, "max_concurrent": 512}, resources={"pack": "auto"})
+    assert plan(wide, {"CPU": 1.0}).size == AUTO_MAX
+    gpus = _spec(budget={"max_concurrent": 16}, resources={"pack": "auto", "gpu": 0.5})
+    assert plan(gpus, {"CPU": 64.0, "GPU": 2.0}).processes == 4  # 2 GPUs / 0.5 per process
+
+
+def test_an_integer_pack_and_the_processes_a_study_reserves():
+    spec = _spec(budget={"max_concurrent": 8}, resources={"pack": 4})
+    spec.validate_deep()
+    packed = plan(spec, {"CPU": 1.0})
+    assert (packed.size, packed.processes, packed.packed) == (4, 2, True)
+    assert reserved_processes(4, 8) == 2 and reserved_processes(3, 8) == 3
+    assert reserved_processes("auto", 8) == 8 and reserved_processes(1, 8) == 8
+
+
+def test_auto_falls_back_with_one_line_for_an_algorithm_that_cannot_be_packed():
+    spec = _spec(algorithm="scaffold", search={"space": "scaffold"}, resources={"pack": "auto"})
+    fallback = plan(spec, {"CPU": 1.0})
+    assert fallback.size == 1 and "scaffold" in fallback.note and "\n" not in fallback.note
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"resources": {"pack": 8}, "budget": {"max_concurrent": 4}}, "budget.max_concurrent = 4"),
+        (
+            {"algorithm": "scaffold", "search": {"space": "scaffold"}, "resources": {"pack": 2}},
+            "scaffold",
+        ),
+    ],
+)
+def test_an_integer_pack_that_cannot_be_honoured_is_refused_by_field(overrides, words):
+    with pytest.raises(ConfigError) as caught:
+        _spec(**overrides).validate_deep()
+    assert caught.value.field == "resources.pack" and words in str(caught.value)
+
+
+@pytest.mark.parametrize("pack", [0, -1, "all", 1.5, True])
+def test_a_pack_that_is_not_a_count_or_auto_is_refused(pack):
+    with pytest.raises(ConfigError) as caught:
+        _spec(resources={"pack": pack})
+    assert caught.value.field.startswith("resources.pack")
