@@ -3,7 +3,9 @@ create for a study, printed as YAML (or JSON) for review or GitOps — no cluste
 
 The study is validated as ``fedtune tune`` validates it (bad input: one line, exit 2); the
 manifest is the service's own (:func:`fedtune.service.backends.k8s_manifest.rayjob_manifest`),
-sized from the study's ``resources`` and ``budget.max_concurrent`` and configured by the same
+sized for the study's trial processes at once, each holding its ``resources``
+(:func:`fedtune.tuning.packing.reserved_processes`: ``budget.max_concurrent``, or
+``ceil(max_concurrent / P)`` with ``resources.pack`` = P), and configured by the same
 ``FEDTUNE_K8S_*`` variables as the service (image, namespace, service account, Secret, ...).
 
 A study with ``code:`` needs ``--code-uri``: where Ray downloads the packed code from (a zip you
@@ -55,6 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     from fedtune.service.backends.k8s_manifest import rayjob_manifest
     from fedtune.service.services import new_study_id
     from fedtune.service.settings import load_settings
+    from fedtune.tuning.packing import reserved_processes
     from fedtune.tuning.spec import StudySpec
 
     spec = StudySpec.from_file(args.study_file)
@@ -79,6 +82,7 @@ def _run(args: argparse.Namespace) -> int:
         cpu=spec.resources.cpu,
         gpu=spec.resources.gpu,
         max_concurrent=spec.budget.max_concurrent,
+        processes=reserved_processes(spec.resources.pack, spec.budget.max_concurrent),
     )
     manifest = rayjob_manifest(request, load_settings(backend="kubernetes"), code_uri=args.code_uri)
     text = (

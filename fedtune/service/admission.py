@@ -1,9 +1,11 @@
 """Which queued studies start now: project quotas, weighted fair share, priorities (the
 ``local`` and ``ray`` backends; on ``kubernetes`` Kueue would decide).
 
-A study *reserves*, from its dispatch until it ends, ``max_concurrent × resources.gpu`` GPUs
-and ``max_concurrent`` concurrent trials (:func:`.project_usage.reservation`), and counts as one
-active study. :func:`plan` admits queued studies one at a time while there are free study
+A study *reserves*, from its dispatch until it ends, ``resources.gpu`` GPUs per trial process it
+holds at once (``max_concurrent`` of them, or ``ceil(max_concurrent / P)`` when it packs
+``resources.pack`` = P configurations per process) and ``max_concurrent`` concurrent trials
+(configurations, packed or not): :func:`.project_usage.reservation`; it counts as one active
+study. :func:`plan` admits queued studies one at a time while there are free study
 slots (``FEDTUNE_MAX_CONCURRENT_STUDIES``):
 
 1. a study whose project's reservations would then exceed one of its quotas (GPUs, trials,

@@ -15,8 +15,10 @@ study is cancelled):
 3. **dispatch** — while fewer than ``FEDTUNE_MAX_CONCURRENT_STUDIES`` run, the studies
    :mod:`.admission` admits (project quotas, weighted fair share, priority, then submission
    time; the others keep ``queued`` with the reason they wait): claim (compare-and-set queued →
-   running, attempt + 1, recording what it reserves), then ``backend.launch``. A launch the backend refuses puts the study back in the queue
-   without spending an attempt, and dispatching backs off (1 s doubling to 60 s);
+   running, attempt + 1, recording what it reserves: :func:`.project_usage.reservation`, GPUs
+   per trial process), then ``backend.launch``. A launch the backend refuses puts the study
+   back in the queue without spending an attempt, and dispatching backs off (1 s doubling to
+   60 s);
 4. **compare** — a study of methods whose studies have all ended gets its comparison recorded
    as an MLflow run (``comparisons.record_ended_groups``, at most one group a tick).
 
@@ -52,6 +54,7 @@ from .mlflow_tenancy import mlflow_workspace
 from .models import DEFAULT_PROJECT, Project
 from .optuna_sync import OptunaView
 from .paths import study_tracking_uri, study_workdir
+from .project_usage import reservation, trial_processes
 from .reconcile import Recovery, reconcile_running, release_finished
 from .repository import Repository
 from .settings import Settings
@@ -268,6 +271,7 @@ class Scheduler:
                         "queue": queues.get(s.project or DEFAULT_PROJECT),
                     },
                     s.queued_reason,
+                    reservation(s.spec or {}),
                 )
                 for s in waiting
             }
@@ -277,9 +281,8 @@ class Scheduler:
         )
         dispatched = []
         for study_id in decision.admit:
-            attempts, fields, _ = details[study_id]
+            attempts, fields, _, (gpus, trials) = details[study_id]
             attempt = attempts + 1
-            gpus, trials = fields["gpu"] * fields["max_concurrent"], fields["max_concurrent"]
             with self.db.session() as session:
                 claimed = Repository(session).transition(
                     study_id,
@@ -369,9 +372,19 @@ class Scheduler:
 
 
 def _request_fields(spec: dict) -> dict:
+    """The :class:`LaunchRequest` fields of a stored spec: resources per trial process.
+
+    Args:
+        spec: The study's stored spec.
+
+    Returns:
+        ``cpu`` and ``gpu`` (per process), ``max_concurrent`` (configurations at once) and
+        ``processes`` (trial processes at once: :func:`.project_usage.trial_processes`).
+    """
     resources, budget = spec.get("resources") or {}, spec.get("budget") or {}
     return {
         "cpu": float(resources.get("cpu") or 1.0),
         "gpu": float(resources.get("gpu") or 0.0),
         "max_concurrent": int(budget.get("max_concurrent") or 1),
+        "processes": trial_processes(spec),
     }

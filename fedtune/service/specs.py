@@ -45,6 +45,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class AcceptedSpec:
+    """A validated study: its summary fields and the normalised document stored.
+
+    ``max_concurrent`` counts configurations at once; ``cpu`` and ``gpu`` are per trial
+    process, which trains ``pack`` configurations (an integer, or ``"auto"``): what the study
+    reserves is :func:`.project_usage.reservation` of ``document``.
+    """
+
     name: str
     algorithm: str
     task: str
@@ -56,6 +63,7 @@ class AcceptedSpec:
     document: dict[str, Any]
     project: str | None = None
     priority: int = 0
+    pack: int | str = 1
 
 
 def parse_spec(data: Any) -> StudySpec:
@@ -137,6 +145,7 @@ def accept_spec(data: Any, settings: Any = None, *, rules: bool = True) -> Accep
         document=document,
         project=spec.project,
         priority=spec.priority,
+        pack=spec.resources.pack,
     )
 
 

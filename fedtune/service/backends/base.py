@@ -109,20 +109,34 @@ class DriverStatus(enum.StrEnum):
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One dispatch attempt of a study, with the resources its trials need."""
+    """One dispatch attempt of a study, with the resources its trial processes need.
+
+    A trial process trains one configuration, or several for a packed study
+    (``resources.pack``): ``processes`` (0: one per configuration, ``max_concurrent``) is how
+    many run at once, each holding ``cpu`` and ``gpu``.
+    """
 
     study_id: str
     attempt: int
-    cpu: float = 1.0  # per trial
-    gpu: float = 0.0  # per trial
-    max_concurrent: int = 1  # trials at once
+    cpu: float = 1.0  # per trial process
+    gpu: float = 0.0  # per trial process
+    max_concurrent: int = 1  # configurations at once (budget.max_concurrent)
     code_sha256: str | None = None  # the study's uploaded code package, if any
     project: str = "default"  # the study's project
     queue: str | None = None  # the project's Kueue LocalQueue, when it names one
+    processes: int = 0  # trial processes at once (packed: fewer); 0: max_concurrent
 
     def __post_init__(self) -> None:
         check_study_id(self.study_id)
-        if self.attempt < 1 or self.max_concurrent < 1 or self.cpu <= 0 or self.gpu < 0:
+        if self.processes == 0:
+            object.__setattr__(self, "processes", self.max_concurrent)
+        if (
+            self.attempt < 1
+            or self.max_concurrent < 1
+            or not 1 <= self.processes <= self.max_concurrent
+            or self.cpu <= 0
+            or self.gpu < 0
+        ):
             raise ValueError(f"invalid launch request {self}")
 
 

@@ -15,17 +15,20 @@
         rayVersion               the Ray installed here (the image's: one lock file builds both)
         authOptions.mode token   with FEDTUNE_K8S_RAY_TOKEN_AUTH (KubeRay >= 1.5 makes the token)
         head group               num-cpus 0: the driver only, no trial lands on the head
-        worker group "trials"    replicas = pods needed for budget.max_concurrent trials at once
+        worker group "trials"    replicas = pods needed for the trial processes at once
 
 The RayJob object itself is *not* deleted by KubeRay (``shutdownAfterJobFinishes`` removes only
 the RayCluster; the ``deletionStrategy`` field needs an alpha feature gate): the service deletes
 it once the study's driver is final (``KubernetesBackend.release``, called by the scheduler).
 
-Sizing from the study's ``resources`` (per trial ``cpu``, ``gpu``): a whole-GPU trial gets a pod
-with ``nvidia.com/gpu: ceil(gpu)`` (a limit only: Kubernetes sets the request equal); fractional
-GPUs (gpu < 1) pack ⌊1/gpu⌋ trials per one-GPU pod; CPU trials get one pod each. Worker memory is
-``max(trials × FEDTUNE_K8S_MEMORY_PER_TRIAL_GI, GPUs × FEDTUNE_K8S_MEMORY_PER_GPU_GI) +
-FEDTUNE_K8S_SHM_GI`` (``/dev/shm`` is memory-backed and counts against the limit); Ray's object
+Sizing from the study's ``resources`` (per trial process ``cpu``, ``gpu``) and its trial
+processes at once (``LaunchRequest.processes``: ``budget.max_concurrent``, or
+``ceil(max_concurrent / P)`` for a study packing P configurations per process,
+:func:`fedtune.tuning.packing.reserved_processes`): a whole-GPU process gets a pod with
+``nvidia.com/gpu: ceil(gpu)`` (a limit only: Kubernetes sets the request equal); fractional GPUs
+(gpu < 1) put ⌊1/gpu⌋ processes on one one-GPU pod; CPU processes get one pod each. Worker
+memory is ``max(processes × FEDTUNE_K8S_MEMORY_PER_TRIAL_GI, GPUs × FEDTUNE_K8S_MEMORY_PER_GPU_GI)
++ FEDTUNE_K8S_SHM_GI`` (``/dev/shm`` is memory-backed and counts against the limit); Ray's object
 store is sized to fit in ``/dev/shm``. Pod templates, their security contexts and which
 variables each pod gets: ``k8s_pods.py``. Every value here is validated (settings) or generated
 (study id, numbers): no spec string reaches the manifest or the entrypoint.
@@ -70,12 +73,20 @@ def rayjob_name(study_id: str, attempt: int) -> str:
 
 
 def worker_layout(request: LaunchRequest) -> dict[str, int | float]:
-    """Pods, trials per pod, CPUs and GPUs per pod for ``request``."""
+    """Lay out the worker pods for ``request``'s trial processes (see the module docstring).
+
+    Args:
+        request: The dispatch, its ``processes`` each holding ``cpu`` and ``gpu``.
+
+    Returns:
+        ``replicas`` (pods), ``trials_per_pod`` (trial processes per pod), and the ``cpu`` and
+        ``gpu`` of one pod.
+    """
     gpu = request.gpu
     per_pod = max(1, math.floor(1 / gpu)) if 0 < gpu < 1 else 1
-    per_pod = min(per_pod, request.max_concurrent)
+    per_pod = min(per_pod, request.processes)
     return {
-        "replicas": math.ceil(request.max_concurrent / per_pod),
+        "replicas": math.ceil(request.processes / per_pod),
         "trials_per_pod": per_pod,
         "cpu": request.cpu * per_pod,
         "gpu": 0 if gpu == 0 else max(1, math.ceil(gpu)),
