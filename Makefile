@@ -5,8 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
-# two workers (CI has 2 cores); a test file's tests stay on one worker (tests/conftest.py)
-PYTEST_ARGS ?= -n 2 --dist loadgroup
+PYTEST_ARGS ?=
 
 .PHONY: run test lint docs docs-gen bench lock image clean
 

@@ -41,46 +41,18 @@ def folder_marker(path: Path) -> str | None:
     return FOLDER_MARKERS.get(folder)
 
 
-#: folders whose files share a session's expensive fixtures (the built image and the chart;
-#: the light client's venv and Helm): their tests run on one pytest-xdist worker, in one group
-SHARED_FOLDERS = ("deploy", "docs")
-
-
-def xdist_group(path: Path) -> str:
-    """Give the pytest-xdist group of a test file (``make test`` runs ``--dist loadgroup``).
-
-    A file's tests stay on one worker, so a module's fixtures (a multi-node Ray cluster, a
-    server) start once; the files of :data:`SHARED_FOLDERS` share one group.
-
-    Args:
-        path: the test file.
-
-    Returns:
-        The group's name.
-    """
-    try:
-        parts = path.resolve().relative_to(TESTS).parts
-    except ValueError:
-        return str(path)
-    return parts[0] if parts[0] in SHARED_FOLDERS else "/".join(parts)
-
-
-@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers, and before xdist
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Add to each collected test the marker of its folder (:data:`FOLDER_MARKERS`) and, under
-    pytest-xdist, its group (:func:`xdist_group`).
+    """Add to each collected test the marker of its folder (:data:`FOLDER_MARKERS`).
 
     Args:
         config: pytest's configuration.
         items: the collected tests.
     """
-    grouped = config.pluginmanager.hasplugin("xdist")
     for item in items:
         marker = folder_marker(item.path)
         if marker is not None:
             item.add_marker(marker)
-        if grouped and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(xdist_group(item.path)))
 
 
 def quadratic_config(algorithm: str = "fedavg", **overrides) -> dict:
