@@ -55,6 +55,7 @@ __all__ = [
     "config_key",
     "pack_name",
     "packed_stopper",
+    "stops",
 ]
 
 
@@ -218,7 +219,8 @@ class PackScheduler(FIFOScheduler):
     Args:
         stopper: The study's stopper (:func:`packed_stopper`).
         book: The driver's :class:`PackBook`.
-        stops: The :class:`~.pack_trial.StopBox` actor the packs read.
+        stops: The :class:`~.pack_trial.StopBox` actor the packs read (None: the stopper
+            never stops).
     """
 
     def __init__(self, stopper: Stopper, book: PackBook, stops: Any) -> None:
@@ -241,7 +243,8 @@ class PackScheduler(FIFOScheduler):
                 self._ended.add(number)
         if stopped:
             self.book.stopped.update(stopped)
-            self.stops.stop.remote(stopped)
+            if self.stops is not None:
+                self.stops.stop.remote(stopped)
         numbers = self.book.numbers(trial.trial_id, trial.config)
         if numbers and all(n in self._ended for n in numbers):
             return TrialScheduler.STOP
@@ -318,6 +321,15 @@ class PackCallback(tune.Callback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         for callback in self.inner:
             callback.on_experiment_end(trials=trials, **info)
+
+
+def stops(stopper: Stopper) -> bool:
+    """Whether a (packed) study's stopper may stop members: all but Ray Tune's ``none``.
+
+    A study whose stopper never stops gives its packs no :class:`~.pack_trial.StopBox` (an
+    actor process of its own, and a question at every report).
+    """
+    return not (isinstance(stopper, TuneSchedulerStopper) and stopper.scheduler == "none")
 
 
 def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:

@@ -12,9 +12,11 @@ Every ``spec.report_every`` rounds (and when members end) the pack reports one r
 :mod:`.trainable` (its rows since its last report under ``HISTORY``, its running objective, its
 outcome), with its number under ``TRIAL_KEY``; :mod:`.pack_driver` hands each one to the
 searcher and the callbacks as the result of that member's own trial. A member that the driver
-stopped (``stops``, a :class:`StopBox` actor the pack asks before each report) leaves the pack:
+stopped (``stops``, a :class:`StopBox` actor the pack asks at its reports) leaves the pack:
 it costs no more compute and is not reported again (the driver ended its trial at the report
-it was stopped on). The pack ends when every member has ended.
+it was stopped on; :class:`StopPoll` asks without waiting). A study whose stopper never stops
+trials (``scheduler: none``, ``tpe``, ``random``) gives the pack no box. The pack ends when every
+member has ended.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from .trainable import (
     trial_message,
 )
 
-__all__ = ["MEMBERS", "PACK_KEY", "StopBox", "member_numbers", "train_pack"]
+__all__ = ["MEMBERS", "PACK_KEY", "StopBox", "StopPoll", "member_numbers", "train_pack"]
 
 PACK_KEY = "fedtune.pack"  # a pack's Tune config: its members' configs
 MEMBERS = "members"  # a pack's result: one result per member that reports
@@ -177,6 +179,7 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, stops: Any) -> None:
     timeline.mark("trial_built")
     rows = {n: TrialRows(spec, c[0].train.rounds, c[0].decay.enabled) for n, c in members.items()}
     live = list(members)
+    poll = None if stops is None else StopPoll(stops)
     t = 0
     while live:
         stepped = runs.step()
@@ -198,8 +201,8 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, stops: Any) -> None:
         due = t % spec.report_every == 0 and live
         if not ended and not due:
             continue
-        if due and stops is not None:
-            for number in _stopped(stops, live):
+        if due and poll is not None:
+            for number in poll.stopped(live):
                 runs.stop(number)
                 live.remove(number)
         reports = ended + [{**rows[n].report(), TRIAL_KEY: n} for n in live if due]
@@ -207,11 +210,33 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, stops: Any) -> None:
     timeline.mark("trial_reported")
 
 
-def _stopped(stops: Any, live: list[int]) -> list[int]:
-    """Those of the live members the driver has stopped (one call to its :class:`StopBox`)."""
-    import ray
+class StopPoll:
+    """The driver's stop decisions, asked without waiting: one question to the
+    :class:`StopBox` in flight, its answer applied at the first report after it arrived.
 
-    return ray.get(stops.which.remote(live))
+    A member the driver stopped has ended for the study at that report (its trial is told
+    then); the pack only stops spending compute on it, so a late answer costs rounds, never
+    records. Waiting for the answer at every report cost a pack a fifth of its time.
+
+    Args:
+        box: The driver's :class:`StopBox` actor.
+    """
+
+    def __init__(self, box: Any) -> None:
+        self.box, self.asked = box, None
+
+    def stopped(self, live: list[int]) -> list[int]:
+        """Those of ``live`` the driver has stopped, as far as its last answer says."""
+        import ray
+
+        answer: list[int] = []
+        if self.asked is not None:
+            ready, _ = ray.wait([self.asked], timeout=0)
+            if not ready:
+                return []
+            answer = ray.get(self.asked)
+        self.asked = self.box.which.remote(live)
+        return [n for n in answer if n in live]
 
 
 def _final(rows: TrialRows, number: int, outcome: Outcome, reason: str = "") -> dict[str, Any]:

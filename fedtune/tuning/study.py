@@ -791,7 +791,7 @@ def _packed_parts(
     spec, stores = plan.spec, runtime.stores
     minimize = str(spec.objective.directions[0]) == "min"
     stopper = pd.packed_stopper(stopper, spec.name, minimize)
-    stops = ray.remote(StopBox).options(num_cpus=0).remote()
+    stops = ray.remote(StopBox).options(num_cpus=0).remote() if pd.stops(stopper) else None
     book = pd.PackBook()
     inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
     searcher = pd.PackSearch(inner, book, size, stores.remaining, pd.config_key(spec), stores.store)

@@ -120,11 +120,15 @@ def test_a_stopped_member_leaves_the_pack_and_is_not_reported_again(monkeypatch)
     reports = _capture(monkeypatch)
     asked: list[list[int]] = []
 
-    def stopped(stops: Any, live: list[int]) -> list[int]:
-        asked.append(list(live))
-        return [1] if len(asked) == 1 else []
+    class Poll:  # the StopPoll's answers: member 1 was stopped at the first report
+        def __init__(self, box: Any) -> None:
+            pass
 
-    monkeypatch.setattr(pack_trial, "_stopped", stopped)
+        def stopped(self, live: list[int]) -> list[int]:
+            asked.append(list(live))
+            return [1] if len(asked) == 1 else []
+
+    monkeypatch.setattr(pack_trial, "StopPoll", Poll)
     train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 0.1)]}, spec, stops=object())
     assert asked[0] == [0, 1] and all(1 not in live for live in asked[1:])
     rounds_of = {0: [], 1: []}
@@ -133,6 +137,31 @@ def test_a_stopped_member_leaves_the_pack_and_is_not_reported_again(monkeypatch)
             rounds_of[result[TRIAL_KEY]] += [row[ROUND] for row in result[HISTORY]]
     assert rounds_of[0] == list(range(1, ROUNDS + 1))
     assert rounds_of[1] == []  # its rows up to the stop went with the report it was stopped on
+
+
+def test_the_stop_poll_never_waits_and_applies_an_answer_once_it_arrived(monkeypatch):
+    import ray
+
+    arrived = {"now": False}
+    monkeypatch.setattr(ray, "wait", lambda refs, timeout: (refs if arrived["now"] else [], []))
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+
+    class Box:  # StopBox.which.remote: the asked lives; its answer is [1, 7]
+        def __init__(self) -> None:
+            self.asked: list[list[int]] = []
+            self.which = self
+
+        def remote(self, live: list[int]) -> list[int]:
+            self.asked.append(list(live))
+            return [1, 7]
+
+    box = Box()
+    poll = pack_trial.StopPoll(box)
+    assert poll.stopped([0, 1, 2]) == [] and box.asked == [[0, 1, 2]]  # the question goes out
+    assert poll.stopped([0, 1, 2]) == [] and len(box.asked) == 1  # unanswered: no second one
+    arrived["now"] = True
+    assert poll.stopped([0, 1, 2]) == [1]  # 7 is not in the pack any more
+    assert box.asked == [[0, 1, 2], [0, 1, 2]]  # and the next question is out
 
 
 # -- the driver's searcher --------------------------------------------------------------------
