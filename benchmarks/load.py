@@ -24,12 +24,27 @@ For each step of ``--ladder`` (total concurrent trials, spread over ``--studies`
    its REST API (``get_metric_history``), Optuna through its storage.
 
 Driver 0 runs under ``py-spy record`` (``--profile``): the JSON gets where its CPU goes.
+``--profile-trial`` also samples one trial process (a pack, with ``--pack``) during the window,
+idle time included: how its training thread's wall time splits between the engine's rounds,
+reporting to Tune and (packed) asking the driver's ``StopBox`` which members it stopped. The
+CPU of the worker nodes' Ray processes (the trials and their actors) is sampled with the rest
+(``trial_processes_cores``).
 ``--trial-nice 19`` runs the worker nodes' processes (raylets and, inheriting it, every trial)
 at low priority: on a machine of two cores the trials, which spin through rounds that cost
 nothing, otherwise take the CPU the drivers, the MLflow server and PostgreSQL need, where a
 cluster runs them on other nodes; the recorded rate then measures the pipeline, not the share of
 a CPU it was left.
 ``--backend sqlite`` (the smoke test) uses SQLite files instead of PostgreSQL for both.
+
+``--pack P`` gives every study ``resources.pack: P`` (:mod:`fedtune.tuning.packing`): its
+configurations train P to a trial process, and the ladder counts concurrent *configurations*
+(``--ladder 64 --studies 8 --pack 8``: 8 drivers, each one process of 8 configurations;
+``--pack 1 8`` runs each step of the ladder unpacked, then packed, on the same servers). Every
+count is per configuration: each is its own Optuna trial and MLflow run, and the driver's Tune
+callbacks, the benchmark's round counter among them (``run_study``'s ``sinks``), see each
+configuration as a trial (``pack_driver.PackCallback``), so "every trial runs" means every
+configuration has reported a round. ``--report-every N`` makes each trial report N rounds at a
+time (the study's ``report_every``; every round is still recorded).
 
     flock /tmp/fedtune-bench.lock .venv/bin/python benchmarks/load.py --ladder 8,16,32
 """
@@ -62,8 +77,25 @@ TICK = os.sysconf("SC_CLK_TCK")
 GOAL = {"rounds_per_s": 500, "driver_cores": 1.0}
 
 
-def study_spec(name: str, trials: int, rounds: int) -> dict[str, Any]:
-    """A study whose rounds cost next to nothing, reporting every round, on logical GPUs."""
+def study_spec(
+    name: str, trials: int, rounds: int, pack: int = 1, report_every: int = 1
+) -> dict[str, Any]:
+    """A study whose rounds cost next to nothing, reporting every round, on logical GPUs.
+
+    Args:
+        name: The study's name.
+        trials: Its configurations, all at once (``budget.trials`` = ``max_concurrent``).
+        rounds: Rounds per configuration.
+        pack: Configurations per trial process (``resources.pack``, at most ``trials``).
+        report_every: Rounds per report to Tune (each report carries every round since the
+            last; 1: every round).
+
+    Returns:
+        The study document.
+    """
+    resources: dict[str, Any] = {"cpu": 0.25, "gpu": 0.25}
+    if pack > 1:
+        resources["pack"] = min(pack, trials)
     return {
         "name": name,
         "task": {"name": "quadratic", "clients": 4, "dim": 2, "seed": 0},
@@ -87,8 +119,8 @@ def study_spec(name: str, trials: int, rounds: int) -> dict[str, Any]:
         "sampler": {"name": "random", "seed": 0},
         "scheduler": {"name": "none"},
         "budget": {"trials": trials, "max_concurrent": trials},
-        "resources": {"cpu": 0.25, "gpu": 0.25},
-        "report_every": 1,
+        "resources": resources,
+        "report_every": report_every,
     }
 
 
@@ -109,6 +141,9 @@ def drive(config_path: str) -> None:
     out = Path(cfg["counter"])
 
     class Rounds(tune.Callback):
+        """Rounds received and trials running, per trial; in a packed study a trial is one
+        configuration (``PackCallback`` calls it once per member, as ``member.trial_id``)."""
+
         def __init__(self) -> None:
             self.received, self.running, self.last = 0, 0, {}
             self.written = 0.0
@@ -273,16 +308,48 @@ def start_mlflow(backend_uri: str, root: Path):
         yield started
 
 
-class Step:
-    """One ladder step: ``studies`` drivers with ``concurrent`` trials in all."""
+def split(concurrent: int, studies: int) -> list[int]:
+    """Concurrent configurations of each study: ``concurrent`` spread over the drivers.
 
-    def __init__(self, args: argparse.Namespace, world: dict[str, Any], concurrent: int) -> None:
+    Args:
+        concurrent: Configurations in all.
+        studies: Drivers (at most ``concurrent`` of them get one).
+
+    Returns:
+        Each driver's configurations.
+    """
+    n = min(studies, concurrent)
+    return [concurrent // n + (i < concurrent % n) for i in range(n)]
+
+
+def processes(per_study: list[int], pack: int) -> int:
+    """Trial processes the studies run at once.
+
+    Args:
+        per_study: Concurrent configurations of each study.
+        pack: Configurations per process (``resources.pack``).
+
+    Returns:
+        ``ceil(configurations / pack)`` summed over the studies (``packing.reserved_processes``).
+    """
+    from fedtune.tuning.packing import reserved_processes
+
+    return sum(reserved_processes(max(1, min(pack, n)), n) for n in per_study)
+
+
+class Step:
+    """One ladder step: ``studies`` drivers with ``concurrent`` configurations in all."""
+
+    def __init__(
+        self, args: argparse.Namespace, world: dict[str, Any], concurrent: int, pack: int = 1
+    ) -> None:
         self.args, self.world, self.concurrent = args, world, concurrent
         self.root = Path(tempfile.mkdtemp(prefix=f"c{concurrent}-", dir=world["root"]))
-        studies = min(args.studies, concurrent)
-        per = [concurrent // studies + (i < concurrent % studies) for i in range(studies)]
-        self.names = [f"load{concurrent}-{i}" for i in range(studies)]
-        self.per_study = per
+        self.per_study = split(concurrent, args.studies)
+        tag = f"{concurrent}" if pack == 1 else f"{concurrent}p{pack}"
+        self.names = [f"load{tag}-{i}" for i in range(len(self.per_study))]
+        self.pack = pack
+        self.processes = processes(self.per_study, pack)
         self.procs: list[subprocess.Popen] = []
         self.counters = [self.root / f"{n}.json" for n in self.names]
 
@@ -291,7 +358,9 @@ class Step:
         env.pop("RAY_ADDRESS", None)
         for i, (name, trials) in enumerate(zip(self.names, self.per_study, strict=True)):
             cfg = {
-                "spec": study_spec(name, trials, self.args.rounds),
+                "spec": study_spec(
+                    name, trials, self.args.rounds, self.pack, self.args.report_every
+                ),
                 "counter": str(self.counters[i]),
                 "workdir": str(self.root / name),
                 "tracking": self.world["tracking"],
@@ -333,6 +402,18 @@ class Step:
         return out
 
     def wait_running(self, timeout: float) -> float:
+        """Wait until every configuration has reported a round (the drivers' counters).
+
+        Args:
+            timeout: Seconds to wait at most.
+
+        Returns:
+            ``time.monotonic()`` when they all ran.
+
+        Raises:
+            RuntimeError: A driver exited.
+            TimeoutError: They did not all run in time.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if sum(c["running"] for c in self.counts()) >= self.concurrent:
@@ -340,7 +421,7 @@ class Step:
             if any(p.poll() not in (None, 0) for p in self.procs):
                 raise RuntimeError(f"a driver exited: see {self.root}/*.log")
             time.sleep(1.0)
-        raise TimeoutError(f"{self.concurrent} trials not running after {timeout} s")
+        raise TimeoutError(f"{self.concurrent} configurations not running after {timeout} s")
 
     def sample(self, recorded: Recorded) -> dict[str, Any]:
         counts = self.counts()
@@ -360,6 +441,7 @@ class Step:
             "driver_rss_mb": [rss_mb(p) if p else 0.0 for p in pids],
             "mlflow_cpu_s": {p: cpu_s(p) for p in server},
             "pg_cpu_s": {p: cpu_s(p) for p in pg},
+            "trial_cpu_s": {p: cpu_s(p) for p in self.world.get("trial_pids", [])},
             "load_1": os.getloadavg()[0],
         }
 
@@ -421,24 +503,34 @@ def measure(
 ) -> dict[str, Any]:
     load_before = os.getloadavg()
     step.start()
+    spy = None
     try:
         began = time.monotonic()
         steady = step.wait_running(args.start_timeout)
         if w.get("pg_url"):
             w["pg_backends"] = pg_backends(w["pg_url"])
+        w["trial_pids"] = ray_workers(w["cluster"])
+        spy = profile_trial(w["trial_pids"], step.root, args.window) if args.profile_trial else None
         samples = [step.sample(recorder)]
         while samples[-1]["t"] - samples[0]["t"] < args.window:
             time.sleep(max(0.0, 1.0 - (time.monotonic() - samples[-1]["t"])))
             samples.append(step.sample(recorder))
         trials = trial_processes(w["cluster"])
+        if spy is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(60)
         stop_s = step.stop()
     finally:
+        if spy is not None and spy.poll() is None:
+            spy.kill()
         step.kill()
     out = summarize(samples)
     out.update(
         concurrent=step.concurrent,
         studies=len(step.names),
         per_study=step.per_study,
+        pack=step.pack,
+        processes=step.processes,
         start_to_all_running_s=round(steady - began, 1),
         stop_s=round(stop_s, 1),
         trial_processes=trials,
@@ -448,6 +540,8 @@ def measure(
     )
     if args.profile and (step.root / "profile.txt").is_file():
         out["driver0_profile"] = profile((step.root / "profile.txt").read_text())
+    if args.profile_trial and (step.root / "trial_profile.txt").is_file():
+        out["trial_profile"] = trial_profile((step.root / "trial_profile.txt").read_text())
     return out
 
 
@@ -467,7 +561,7 @@ def _used(samples: list[dict[str, Any]], key: str) -> float:
     first: dict[Any, float] = {}
     last: dict[Any, float] = {}
     for s in samples:
-        for pid, cpu in s[key].items():
+        for pid, cpu in s.get(key, {}).items():
             first.setdefault(pid, cpu)
             last[pid] = max(last.get(pid, cpu), cpu)
     return sum(last[p] - first[p] for p in last)
@@ -524,6 +618,7 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
             "max": round(max(last["driver_rss_mb"]), 1),
         },
         "mlflow_server_cores": round(_used(samples, "mlflow_cpu_s") / span, 3) if span else 0.0,
+        "trial_processes_cores": round(_used(samples, "trial_cpu_s") / span, 3) if span else 0.0,
         "postgres_backends_cores": round(_used(samples, "pg_cpu_s") / span, 3) if span else 0.0,
         "load_1_median": round(statistics.median(s["load_1"] for s in samples), 2),
     }
@@ -613,22 +708,142 @@ def projection(steps: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def projections(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`projection` of the steps; with several pack sizes, one per size.
+
+    Args:
+        steps: The ladder's steps.
+
+    Returns:
+        The projection (``{"pack<P>": projection}`` when the steps have several pack sizes).
+    """
+    packs = sorted({s.get("pack", 1) for s in steps})
+    if len(packs) <= 1:
+        return projection(steps) if steps else {}
+    return {f"pack{p}": projection([s for s in steps if s.get("pack", 1) == p]) for p in packs}
+
+
 # -- the world: PostgreSQL schemas, mlflow server, Ray cluster --------------------------
-def trial_processes(cluster: Any) -> dict[str, Any]:
-    """Ray worker processes (the trials) of the cluster's worker nodes: count and RSS."""
+def ray_workers(cluster: Any, name: bytes = b"") -> list[int]:
+    """PIDs of the Ray worker processes of the cluster's worker nodes (trials and actors).
+
+    Args:
+        cluster: The local Ray cluster.
+        name: Only those whose process title (``ray::Class.method``) contains it.
+
+    Returns:
+        Their PIDs.
+    """
     from tests.service.ray_cluster import session_pids
 
-    pids = [
-        p
-        for node in cluster.nodes
-        for p in session_pids(node.session)
-        if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"ray::")
-    ]
+    out = []
+    for node in cluster.nodes:
+        for p in session_pids(node.session):
+            with contextlib.suppress(OSError):
+                title = Path(f"/proc/{p}/cmdline").read_bytes()
+                if title.startswith(b"ray::") and name in title:
+                    out.append(p)
+    return out
+
+
+def profile_trial(pids: list[int], root: Path, window: float) -> subprocess.Popen | None:
+    """Start ``py-spy record`` (idle included) of one trial process for the window.
+
+    Args:
+        pids: The worker nodes' Ray processes.
+        root: The step's folder (``trial_profile.txt`` goes there).
+        window: Seconds to record.
+
+    Returns:
+        The py-spy process, or None when no trial process is found.
+    """
+    trials = [p for p in pids if b"ImplicitFunc" in Path(f"/proc/{p}/cmdline").read_bytes()] or pids
+    if not trials:
+        return None
+    cmd = [str(BIN / "py-spy"), "record", "--pid", str(trials[0]), "--idle", "--threads"]
+    cmd += ["-r", "50", "-d", str(int(window) + 1), "-f", "raw", "--nonblocking"]
+    cmd += ["-o", str(root / "trial_profile.txt")]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+#: (part, text of the training function's source line that is running): its wall time by part
+_TRIAL_PARTS = (
+    ("StopBox: ray.get of the stopped members", "ray.get"),
+    ("StopBox: ray.get of the stopped members", "_stopped("),
+    ("tune.report (hand-off to the driver)", "tune.report"),
+    ("engine round (PackedTrainer / Trainer)", ".step()"),
+    ("rows and objective (TrialRows)", ".add("),
+    ("rows and objective (TrialRows)", "_final("),
+    ("rows and objective (TrialRows)", ".report("),
+)
+_TRAIN_FUNCS = ("_train_pack (", "_train (")
+
+
+def _source_line(frame: str) -> str:
+    """The source text at a py-spy frame ``func (path:line)`` ('' when it cannot be read)."""
+    where = frame.rpartition(" (")[2].rstrip(")")
+    path, _, line = where.rpartition(":")
+    for base in (Path(path), REPO / path):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return base.read_text().splitlines()[int(line) - 1].strip()
+    return ""
+
+
+def trial_profile(raw: str) -> dict[str, Any]:
+    """Where a trial's training thread spends its wall time (py-spy raw, idle included).
+
+    Args:
+        raw: py-spy's raw stacks (``frame;frame;... count``).
+
+    Returns:
+        Samples of the training thread, its share by part (the source line of its training
+        function, ``_train_pack`` or ``_train``, that is running names the part) and by line.
+    """
+    parts: Counter[str] = Counter()
+    lines: Counter[str] = Counter()
+    total = 0
+    for row in raw.splitlines():
+        stack, _, n = row.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = stack.split(";")
+        at = next((i for i, f in enumerate(frames) if f.startswith(_TRAIN_FUNCS)), None)
+        if at is None:
+            continue
+        count = int(n)
+        total += count
+        text = _source_line(frames[at])
+        lines[text] += count
+        parts[next((name for name, key in _TRIAL_PARTS if key in text), "other")] += count
+    if not total:
+        return {"training_thread_samples": 0, "share_by_part": {}, "share_by_line": []}
+    return {
+        "training_thread_samples": total,
+        "share_by_part": {k: round(v / total, 3) for k, v in parts.most_common()},
+        "share_by_line": [[k, round(v / total, 3)] for k, v in lines.most_common(10)],
+    }
+
+
+def trial_processes(cluster: Any) -> dict[str, Any]:
+    """Ray worker processes (the trials) of the cluster's worker nodes: count and RSS, in all
+    and by process title (``ray::ImplicitFunc.train`` a trial or pack, ``ray::StopBox`` a
+    packed study's stop actor, ``ray::IDLE`` a pooled worker)."""
+    pids = ray_workers(cluster)
     rss = [rss_mb(p) for p in pids]
+    titles: dict[str, list[float]] = {}
+    for pid, mb in zip(pids, rss, strict=True):
+        with contextlib.suppress(OSError):
+            title = (
+                Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            )
+            entry = titles.setdefault(title.strip(), [0, 0.0])
+            entry[0] += 1
+            entry[1] = round(entry[1] + mb)
     return {
         "count": len(pids),
         "rss_mb_total": round(sum(rss)),
         "rss_mb_median": round(statistics.median(rss), 1) if rss else 0,
+        "by_title_count_rss_mb": titles,
     }
 
 
@@ -680,8 +895,26 @@ def optuna_dbs(w: dict[str, Any], step: Step) -> list[str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--driver", help=argparse.SUPPRESS)
-    p.add_argument("--ladder", default="8,16,32,64", help="total concurrent trials per step")
+    p.add_argument(
+        "--ladder",
+        default="8,16,32,64",
+        help="total concurrent trials (configurations, with --pack) per step",
+    )
     p.add_argument("--studies", type=int, default=8, help="drivers (studies) at once")
+    p.add_argument(
+        "--pack",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="configurations per trial process (each study's resources.pack); several: "
+        "each step of the ladder is run with each",
+    )
+    p.add_argument(
+        "--report-every",
+        type=int,
+        default=1,
+        help="rounds per report to Tune (every round is recorded either way)",
+    )
     p.add_argument("--nodes", type=int, default=3, help="Ray worker nodes")
     p.add_argument("--gpus-per-node", type=int, default=16)
     p.add_argument("--rounds", type=int, default=100_000, help="rounds per trial (cut by SIGINT)")
@@ -693,6 +926,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="driver 0 under py-spy",
+    )
+    p.add_argument(
+        "--profile-trial",
+        action="store_true",
+        help="one trial process (a pack) under py-spy during the window, idle included",
     )
     p.add_argument("--trial-mb", type=float, default=450.0, help="RSS per trial, first guess")
     p.add_argument(
@@ -718,19 +956,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     root = Path(tempfile.mkdtemp(prefix="ftload-", dir="/tmp"))
     trial_mb = args.trial_mb
+    ladder = [(int(x), pack) for x in args.ladder.split(",") for pack in args.pack]
     with world(args, root) as w:
-        for concurrent in [int(x) for x in args.ladder.split(",")]:
-            need = concurrent * trial_mb + min(args.studies, concurrent) * 700
+        for concurrent, pack in ladder:
+            per = split(concurrent, args.studies)
+            need = processes(per, pack) * trial_mb + len(per) * 700
             if need > 0.85 * mem_available_mb():
                 report["skipped"].append(
                     {
                         "concurrent": concurrent,
+                        "pack": pack,
                         "reason": f"needs ~{need:.0f} MB ({trial_mb:.0f} MB per trial process measured), "
                         f"{mem_available_mb():.0f} MB available",
                     }
                 )
                 continue
-            result = run_one(args, w, concurrent)
+            result = run_one(args, w, concurrent, pack)
             report["steps"].append(result)
             if result["trial_processes"]["count"]:
                 trial_mb = (
@@ -742,6 +983,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         k: result[k]
                         for k in (
                             "concurrent",
+                            "pack",
                             "recorded_rounds_per_s_mean",
                             "backlog_rounds",
                             "driver_cores",
@@ -751,7 +993,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ),
                 flush=True,
             )
-    report["projection"] = projection(report["steps"]) if report["steps"] else {}
+    report["projection"] = projections(report["steps"])
     report["environment_after"] = {"load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
@@ -761,9 +1003,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
-def run_one(args: argparse.Namespace, w: dict[str, Any], concurrent: int) -> dict[str, Any]:
-    """One ladder step (see the module docstring), with its own recorder."""
-    step = Step(args, w, concurrent)
+def run_one(
+    args: argparse.Namespace, w: dict[str, Any], concurrent: int, pack: int = 1
+) -> dict[str, Any]:
+    """One ladder step (see the module docstring), with its own recorder.
+
+    Args:
+        args: The command line.
+        w: The world (:func:`world`).
+        concurrent: Configurations at once, in all.
+        pack: Configurations per trial process.
+
+    Returns:
+        The step's figures.
+    """
+    step = Step(args, w, concurrent, pack)
     recorder = Recorded(w["mlflow_db"], optuna_dbs(w, step), step.names)
     try:
         return measure(args, w, step, recorder)

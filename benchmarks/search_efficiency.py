@@ -29,12 +29,30 @@ Reported per task and strategy (medians over seeds):
   tasks of the median gap, and on how many (task, budget) pairs its median gap is at most TPE's
   and its seeds within 1 % at least TPE's (the test a new default strategy must pass).
 
+``--pack 1 8`` runs each strategy also as a packed study (``resources.pack: 8``, eight
+configurations per trial process, one pack at a time: ``search_sim.run_packed``), reported as
+``<strategy>+pack8``, with a budget B still B · T rounds actually run (a packed member counts as
+within the budget only when every round its pack had run by the time it ended fits,
+``Step.cost``). ``packing`` in the report then says, per strategy and P, on how many (task,
+budget) cells the packed study's median gap is at most the unpacked one's and its seeds within
+1 % at least as many (issue 30: the default strategy with packing no worse than without it at
+equal rounds). A task whose algorithm cannot pack (``byo``: its own round) runs unpacked either
+way; ``packing`` lists it apart.
+
+``--concurrent C`` runs the unpacked study with ``budget.max_concurrent = C`` (C trials at once,
+a freed slot refilled at once: ``search_sim.run_concurrent``), reported as ``<strategy>@c<C>``
+(C = 1: the sequential study, ``<strategy>``). A packed study with ``pack: P`` needs
+``max_concurrent >= P``, so the unpacked study it must be compared with runs P configurations at
+once too: ``packing`` compares ``<strategy>+pack<P>`` with ``<strategy>@c<P>`` when the report
+has it (``--pack 1 P --concurrent P``), and keeps the comparison with the sequential
+``<strategy>`` (from this or an earlier run) as ``<strategy>+pack<P> vs <strategy>``.
+
 ``--verify TASK SEED STRATEGY TRIALS`` runs that study through ``run_study`` (Ray Tune + Optuna
 RDB storage + MLflow) and compares its trials' points, rounds and outcomes with the in-process
 path's. Writes ``benchmarks/results/search_efficiency.json``.
 
 Usage: ``python benchmarks/search_efficiency.py [--tasks ...] [--seeds 0 1 2] [--budgets 8 16 32]
-[--strategies ...] [--out PATH]``
+[--strategies ...] [--pack 1 8] [--concurrent 8] [--out PATH]``
 """
 
 from __future__ import annotations
@@ -53,11 +71,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_tasks as st
 from _env import environment
-from search_sim import CurveCache, Step, run_strategy
+from search_sim import CurveCache, Step, pack_plan, run_strategy, study_spec
 
 OUT = Path(__file__).resolve().parent / "results" / "search_efficiency.json"
 LAST = st.LAST
 STRATEGIES = ("tpe", "tpe_guard", "hyperband", "tradeoff", "random", "asha")
+PACKED = "+pack"  # a packed run's name: <strategy>+pack<P>
+CONCURRENT = "@c"  # an unpacked run with C trials at once: <strategy>@c<C>
 TRIAL_CAP = 4  # at most TRIAL_CAP · B trials in a study of budget B (stopping strategies)
 #: search_ablation.py's view of the suite: name -> (_, _, rounds, ASHA grace)
 TASKS = {
@@ -74,12 +94,20 @@ def task_spec(task: str, rounds: int | None = None, name: str = "grid", **extra:
 
 
 def best_within(steps: list[Step], budget_rounds: int) -> tuple[float, list[Step]]:
-    """Best completed value among the trials that finished within ``budget_rounds`` rounds."""
+    """Best completed value among the trials that finished within ``budget_rounds`` rounds.
+
+    Args:
+        steps: A study's trials in the order they ended.
+        budget_rounds: Rounds the study may have run (its trials' ``Step.charged``, summed).
+
+    Returns:
+        The best value (inf: none completed) and the trials that finished within the budget.
+    """
     used, done = 0, []
     for s in steps:
-        if used + s.rounds > budget_rounds:
+        if used + s.charged > budget_rounds:
             break
-        used += s.rounds
+        used += s.charged
         done.append(s)
     values = [s.value for s in done if s.value is not None]
     return min(values, default=math.inf), done
@@ -89,7 +117,7 @@ def rounds_to_within(steps: list[Step], goal: float) -> tuple[int | None, int | 
     """Cumulative rounds and trial count when the best completed value first reaches ``goal``."""
     total, best = 0, math.inf
     for i, s in enumerate(steps, start=1):
-        total += s.rounds
+        total += s.charged
         if s.value is not None:
             best = min(best, s.value)
         if best <= goal:
@@ -170,6 +198,118 @@ def overall(tasks: dict[str, Any], budgets: list[int]) -> dict[str, Any]:
     return out
 
 
+def _gap(value: float | None) -> float:
+    """A median gap as compared: None (a report's JSON for no completed trial) is inf."""
+    return math.inf if value is None else value
+
+
+def packing(tasks: dict[str, Any], budgets: list[int]) -> dict[str, Any]:
+    """Each packed run against its strategy unpacked, per (task, budget) cell.
+
+    Args:
+        tasks: The report's tasks.
+        budgets: The budgets B.
+
+    Returns:
+        Per packed run (``<strategy>+pack<P>``, against ``<strategy>@c<P>`` when there is one,
+        else against the sequential ``<strategy>``; with both, the sequential comparison is
+        also there as ``<strategy>+pack<P> vs <strategy>``): the cells where its median gap is at most the
+        unpacked one's and its seeds within 1 % at least as many (``no_worse``, of ``cells``),
+        each criterion's count, the cells where it is worse, each cell's figures, and the tasks
+        that do not pack (their runs are the unpacked study's, counted apart).
+    """
+    out: dict[str, Any] = {}
+    names = sorted({m for t in tasks.values() for m in t["search"] if PACKED in m})
+    present = {m for t in tasks.values() for m in t["search"]}
+    pairs: list[tuple[str, str, str]] = []  # (key, packed, unpacked)
+    for name in names:
+        strategy, size = name.split(PACKED)
+        wide = f"{strategy}{CONCURRENT}{size}"
+        if wide in present:
+            pairs.append((name, name, wide))
+            if strategy in present:
+                pairs.append((f"{name} vs {strategy}", name, strategy))
+        else:
+            pairs.append((name, name, strategy))
+    for key, name, base in pairs:
+        row: dict[str, Any] = {
+            "packed": name,
+            "unpacked": base,
+            "cells": 0,
+            "no_worse": 0,
+            "median_gap_no_worse": 0,
+            "seeds_within_1pct_no_worse": 0,
+            "worse": [],
+            "not_packed": {},
+            "by_cell": {},
+        }
+        for task, t in tasks.items():
+            mine, theirs = t["search"].get(name), t["search"].get(base)
+            if not mine or not theirs:
+                continue
+            if not (mine.get("pack") or {}).get("packed", True):
+                row["not_packed"][task] = mine["pack"]["note"]
+                continue
+            for b in map(str, budgets):
+                a, c = mine["by_budget"].get(b), theirs["by_budget"].get(b)
+                if not a or not c:
+                    continue
+                gap_ok = _gap(a["median_gap"]) <= _gap(c["median_gap"]) + 1e-12
+                seeds_ok = a["seeds_within_1pct"] >= c["seeds_within_1pct"]
+                row["cells"] += 1
+                row["median_gap_no_worse"] += gap_ok
+                row["seeds_within_1pct_no_worse"] += seeds_ok
+                row["no_worse"] += gap_ok and seeds_ok
+                if not (gap_ok and seeds_ok):
+                    row["worse"].append(f"{task}@{b}")
+                row["by_cell"][f"{task}@{b}"] = {
+                    "median_gap": [c["median_gap"], a["median_gap"]],
+                    "seeds_within_1pct": [c["seeds_within_1pct"], a["seeds_within_1pct"]],
+                    "median_trials": [c["median_trials"], a["median_trials"]],
+                    "no_worse": gap_ok and seeds_ok,
+                }
+        out[key] = row
+    return out
+
+
+def packing_table(report: dict[str, Any]) -> str:
+    """Packed against unpacked per (task, budget): median gap and seeds within 1 % of each.
+
+    Args:
+        report: The report (its ``packing``).
+
+    Returns:
+        A markdown table per packed run, with its count of cells no worse.
+    """
+    n = len(report["seeds"])
+    rows: list[str] = []
+    for key, p in (report.get("packing") or {}).items():
+        name, base = p.get("packed", key), p["unpacked"]
+        rows += [
+            f"| task@B | {base}: gap, 1 % seeds, trials | {name}: gap, 1 % seeds, trials | "
+            "no worse |",
+            "|---|---|---|---|",
+        ]
+        for cell, c in p["by_cell"].items():
+            gaps = [_gap(g) for g in c["median_gap"]]
+            sides = [
+                f"{'–' if math.isinf(gaps[i]) else f'{gaps[i]:+.2%}'}, "
+                f"{c['seeds_within_1pct'][i]}/{n}, {c['median_trials'][i]:g}"
+                for i in (0, 1)
+            ]
+            rows.append(
+                f"| {cell} | {sides[0]} | {sides[1]} | {'yes' if c['no_worse'] else 'no'} |"
+            )
+        rows.append(
+            f"| **{p['no_worse']} / {p['cells']} cells no worse** (gap {p['median_gap_no_worse']}, "
+            f"1 % seeds {p['seeds_within_1pct_no_worse']}) | | | |"
+        )
+        for task, note in p["not_packed"].items():
+            rows.append(f"| {task}: not packed ({note}) | | | |")
+        rows.append("")
+    return "\n".join(rows)
+
+
 def table(report: dict[str, Any]) -> str:
     """The README's "Search strategies" table: per task and strategy, per budget the median
     gap and seeds within 1 %, trials run (stopped), and rounds to within 1 % of the grid."""
@@ -227,23 +367,32 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
     budgets = args.budgets
     search: dict[str, Any] = dict((previous or {}).get("search") or {})
     traces: dict[str, Any] = dict((previous or {}).get("traces") or {})
-    for m in args.strategies:
+    for m, pack in [(m, p) for m in args.strategies for p in args.pack]:
+        wide = args.concurrent if pack == 1 else 1  # packed: one pack at a time
+        name = f"{m}{PACKED}{pack}" if pack > 1 else m if wide == 1 else f"{m}{CONCURRENT}{wide}"
         start = time.perf_counter()
         runs = {
             b: [
-                run_strategy(t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache)
+                run_strategy(
+                    t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache, pack=pack, concurrent=wide
+                )
                 for seed in args.seeds
             ]
             for b in budgets
         }  # one study per budget and seed
-        search[m] = summarize(runs, grid)
-        search[m]["wall_s"] = time.perf_counter() - start
-        traces[m] = {str(b): [[s.to_row() for s in r] for r in rs] for b, rs in runs.items()}
-        b = search[m]["by_budget"][str(max(budgets))]
+        search[name] = summarize(runs, grid)
+        search[name]["wall_s"] = time.perf_counter() - start
+        if wide > 1:
+            search[name]["concurrent"] = wide
+        if pack > 1:
+            _, size, note = pack_plan(study_spec(t, m, 0, 1), pack)
+            search[name]["pack"] = {"pack": pack, "size": size, "packed": size > 1, "note": note}
+        traces[name] = {str(b): [[s.to_row() for s in r] for r in rs] for b, rs in runs.items()}
+        b = search[name]["by_budget"][str(max(budgets))]
         print(
-            f"{task} {m}: gap@{max(budgets)} {b['median_gap']:+.3%}, 1% seeds "
+            f"{task} {name}: gap@{max(budgets)} {b['median_gap']:+.3%}, 1% seeds "
             f"{b['seeds_within_1pct']}/{len(args.seeds)}, trials {b['median_trials']} "
-            f"(stopped {b['median_stopped']}) {search[m]['wall_s']:.0f} s",
+            f"(stopped {b['median_stopped']}) {search[name]['wall_s']:.0f} s",
             file=sys.stderr,
         )
     return {
@@ -321,6 +470,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--budgets", type=int, nargs="+", default=[8, 16, 32])
     p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=list(STRATEGIES))
+    p.add_argument(
+        "--pack",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="configurations per trial process (resources.pack); several: each is run",
+    )
+    p.add_argument(
+        "--concurrent",
+        type=int,
+        default=1,
+        help="unpacked trials at once (budget.max_concurrent) of the --pack 1 row: "
+        "<strategy>@c<C> (1: the sequential <strategy>)",
+    )
     p.add_argument("--verify", nargs=4, metavar=("TASK", "SEED", "STRATEGY", "TRIALS"))
     p.add_argument("--table", action="store_true", help="print --out's table (markdown)")
     p.add_argument("--merge", type=Path, nargs="+", help="merge these reports' tasks into --out")
@@ -332,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.table:
         print(table(previous))
+        if previous.get("packing"):
+            print("\n" + packing_table(previous))
         return 0
     if previous.get("suite") != 1:  # the older two-task report: not merged
         previous = {"overhead": previous.get("overhead"), "startup": previous.get("startup")}
@@ -368,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             "budgets": args.budgets,
             "tasks": tasks,
             "overall": overall(tasks, args.budgets),
+            "packing": packing(tasks, args.budgets) or None,
             "verify": previous.get("verify"),
             "overhead": previous.get("overhead"),
             "startup": previous.get("startup"),

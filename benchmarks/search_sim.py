@@ -1,4 +1,5 @@
-"""fedtune's search strategies run in-process, one trial at a time (the suite's fast path).
+"""fedtune's search strategies run in-process, one trial at a time (the suite's fast path),
+C unpacked trials at once, or packed.
 
 Same parts as ``run_study`` — the study's sampler (:func:`~fedtune.tuning.optuna_glue.make_sampler`),
 the space's Optuna distributions (``suggest``), the strategy's stopper
@@ -14,6 +15,68 @@ when more rounds are needed (the engine is deterministic for a configuration).
 
 ``asha`` here is Optuna's ``SuccessiveHalvingPruner`` (the study path uses Ray Tune's ASHA:
 both asynchronous successive halving, grace ``min_resource``, factor 3, no promotion).
+
+**Packed trials** (``pack=P``, a study's ``resources.pack``, :mod:`fedtune.tuning.packing`): the
+study as :mod:`fedtune.tuning.pack_driver` runs it with ``budget.max_concurrent = P`` (one pack
+at a time), :func:`run_packed`:
+
+* up to P configurations are asked at once (one Optuna ``ask`` each, the stopper's proposal
+  first when nothing is queued, as ``FedtuneSearch.suggest``; TPE's ``constant_liar`` counts
+  those asked and not yet told as pending); those sharing the first one's pack key
+  (:func:`~fedtune.tuning.pack_driver.config_key`) form the pack, the others wait for the next
+  (``PackSearch``); the next pack is asked when this one is empty;
+* the members run in lockstep, one round at a time. Each round every live member's new
+  selection-rule value is reported to Optuna and goes to the stopper (``stopper_for``'s, through
+  :func:`~fedtune.tuning.pack_driver.packed_stopper`: ASHA and the median rule become Optuna's
+  pruners); a member whose row is final (its last round, or the round it diverged) is not
+  observed, as ``PackScheduler`` skips a final member result. The members that ended are then
+  told, final ones first, then those the stopper stopped (``PRUNED``), each exactly as
+  ``FedtuneSearch`` tells a trial and with the stopper's ``complete``; an ended member leaves
+  (the pack shrinks, no refill);
+* a member's curve is its configuration's whole unpacked curve (the engine's, cached; a packed
+  member's curve equals it to ≤ 1e-12, ``tests/unit/test_packed_exactness.py``), replayed round
+  by round, so a member the stopper stops was trained to its end once (the cache keeps it);
+* the budget counts rounds as unpacked: a study stops asking once its members have run B · T
+  rounds (or 4 · B configurations were asked). At equal rounds: the rounds a pack runs between
+  two members' ends are charged to the member that ends (:attr:`Step.cost`; members ending at
+  the same round: the first one carries them), so a trial counts as within a budget only when
+  every round its pack had run by then fits.
+
+**Concurrent unpacked trials** (``concurrent=C``, a study's ``budget.max_concurrent = C``
+without packing, what a packed study with ``pack: C`` must be compared with),
+:func:`run_concurrent`: up to C trials run at once, each in its own process as Ray Tune runs
+them, all of the same speed:
+
+* the simulation advances in ticks; each tick every running trial runs its next round, whose
+  selection-rule value is reported to Optuna and goes to the study's stopper (``stopper_of``,
+  as the sequential path; every row, its last one included, as Ray Tune's scheduler sees every
+  result). A trial ends at its last round (``completed``: the engine has finished, whatever the
+  stopper says then, as the engine path of the sequential study), at the round it diverged (no
+  row; ``diverged``) or when the stopper stops it (``stopped``, ``PRUNED``). Those that ended in
+  a tick are told, in the order they started, exactly as ``FedtuneSearch`` tells a trial
+  (:func:`_tell`, the stopper's ``complete``);
+* each freed slot is refilled at once: the next configuration is asked (the stopper's proposal
+  first when nothing is queued, as ``FedtuneSearch.suggest``; the trials still running are
+  pending under TPE's constant liar) and runs its round 1 at the next tick ("refill"; a pack
+  instead shrinks until all its members ended);
+* rounds are charged as :func:`run_packed` charges them: :attr:`Step.cost` of a trial is the
+  rounds *all* running trials ran since the previous trial was told (trials told in the same
+  tick: the first one carries them), so a trial counts as within a budget only when every
+  round the study had run by the time it ended fits — equal rounds for ``concurrent=C`` and
+  ``pack=C``. The study stops asking once B · T rounds ran (or 4 · B configurations were
+  asked); the trials still running then run to their end and are told (beyond the budget);
+* a trial's curve is its configuration's whole curve (cached, trained once), replayed.
+
+``concurrent=1`` is the sequential path above, unchanged (:func:`run_strategy` takes it);
+:func:`run_concurrent` with one slot decides as it does except in that path's corner below (a
+trial the stopper stops at its last round ends ``completed`` here, as when the engine runs it).
+
+A study whose algorithm cannot pack (``pack_refusal``) runs one configuration per process, and
+so does the sim, one at a time (:func:`pack_plan` says why; the study would run P such trials at
+once). ``pack=1`` is the sequential path above, unchanged, including one corner of it: a trial
+the stopper stops at its last round ends ``stopped`` when its curve is replayed from the cache
+but ``completed`` when the engine runs it (the engine has already finished), so an unpacked run
+can depend on which curves an earlier run cached; the packed path never observes a final row.
 """
 
 from __future__ import annotations
@@ -33,7 +96,15 @@ from fedtune.tuning.optuna_glue import make_sampler
 from fedtune.tuning.spec import StudySpec
 from fedtune.tuning.stop_rules import Stopper
 
-__all__ = ["CurveCache", "Step", "run_strategy"]
+__all__ = [
+    "CurveCache",
+    "Step",
+    "pack_plan",
+    "run_concurrent",
+    "run_packed",
+    "run_strategy",
+    "study_spec",
+]
 
 
 @dataclass(frozen=True)
@@ -46,14 +117,32 @@ class Step:
     value: float | None  # completed: selection-rule value; diverged: inf; stopped: None
     stop: str | None = None  # the stop reason (stopped trials)
     partial: float | None = None  # selection-rule value at the last round it ran
+    cost: int | None = None  # packed: rounds its pack ran since the previous member ended
+    pack: int | None = None  # packed: which pack of the study (0, 1, ...) it ran in
+
+    @property
+    def charged(self) -> int:
+        """Rounds the study ran between the previous trial's end and this one's.
+
+        Returns:
+            ``cost`` for a packed trial, else its own rounds (trials one after another).
+        """
+        return self.rounds if self.cost is None else self.cost
 
     def to_row(self) -> list[Any]:
+        """The trace row: rounds, value (None unless finite), why it ended early; a packed
+        trial adds its ``cost`` and ``pack``.
+
+        Returns:
+            ``[rounds, value, stop]`` (``[rounds, value, stop, cost, pack]`` when packed).
+        """
         v = self.value
-        return [
+        row = [
             self.rounds,
             None if v is None or not math.isfinite(v) else v,
             "diverged" if v is not None and not math.isfinite(v) else self.stop,
         ]
+        return row if self.cost is None else [*row, self.cost, self.pack]
 
 
 class CurveCache:
@@ -97,6 +186,18 @@ class CurveCache:
         self.curves[key] = (losses, outcome, complete)
         return losses, outcome
 
+    def curve(self, point: dict[str, Any]) -> tuple[list[float], str]:
+        """The configuration's whole curve: ℓ_t to its last round, or to the round before it
+        diverged.
+
+        Args:
+            point: The configuration.
+
+        Returns:
+            ``(losses, outcome)``, outcome ``completed`` or ``diverged`` (trained once, cached).
+        """
+        return self.evaluate(point, lambda _t, _loss: True)
+
 
 def _objective(tail: list[float]) -> float:
     return sum(tail) / len(tail) if tail and all(map(math.isfinite, tail)) else math.inf
@@ -120,21 +221,22 @@ def stopper_of(task: Any, spec: StudySpec) -> Stopper:
     return stopper_for(spec, task.space, task.rounds)
 
 
-def run_strategy(
-    task: Any,
-    strategy: str,
-    seed: int,
-    round_budget: int,
-    max_trials: int,
-    target_trials: int,
-    cache: CurveCache,
-    last: int = 10,
-    grace: int | None = None,
-) -> list[Step]:
-    """Trials of ``strategy`` until ``round_budget`` rounds have run (or ``max_trials``)."""
-    from fedtune.tuning.stop_rules import SWEEP_ATTR
+def study_spec(
+    task: Any, strategy: str, seed: int, target_trials: int, grace: int | None = None
+) -> StudySpec:
+    """The task as one seed's study of ``strategy`` configured for ``target_trials`` trials.
 
-    spec: StudySpec = task.spec.model_copy(
+    Args:
+        task: The suite's task (``search_tasks.Task``).
+        strategy: The ``search.strategy``.
+        seed: The sampler's seed.
+        target_trials: The study's ``budget.trials`` (its sampler's random start-up follows it).
+        grace: ``scheduler.grace_rounds`` (None: T / 6).
+
+    Returns:
+        The study.
+    """
+    return task.spec.model_copy(
         update={
             "name": f"{task.name}-{strategy}-s{seed}",
             "search": task.spec.search.model_copy(update={"strategy": strategy}),
@@ -145,10 +247,91 @@ def run_strategy(
             ),
         }
     )
+
+
+def pack_plan(spec: StudySpec, pack: int) -> tuple[StudySpec, int, str]:
+    """The study with ``resources.pack = pack`` and ``budget.max_concurrent = pack``, resolved.
+
+    Args:
+        spec: The study.
+        pack: Configurations per trial process.
+
+    Returns:
+        ``(study, size, note)``: the study as packed, the configurations a pack holds (1: it
+        cannot pack, the note says why) and the plan's line (:func:`fedtune.tuning.packing.plan`).
+    """
+    from fedtune.tuning.packing import plan
+
+    packed = spec.model_copy(
+        update={
+            "resources": spec.resources.model_copy(update={"pack": pack}),
+            "budget": spec.budget.model_copy(
+                update={"max_concurrent": max(pack, spec.budget.max_concurrent)}
+            ),
+        }
+    )
+    resolved = plan(packed)
+    return packed, resolved.size, resolved.note
+
+
+def _study(spec: StudySpec, target_trials: int) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        study = optuna.create_study(direction="minimize", sampler=make_sampler(spec, target_trials))
+        return optuna.create_study(direction="minimize", sampler=make_sampler(spec, target_trials))
+
+
+def run_strategy(
+    task: Any,
+    strategy: str,
+    seed: int,
+    round_budget: int,
+    max_trials: int,
+    target_trials: int,
+    cache: CurveCache,
+    last: int = 10,
+    grace: int | None = None,
+    pack: int = 1,
+    concurrent: int = 1,
+) -> list[Step]:
+    """Trials of ``strategy`` until ``round_budget`` rounds have run (or ``max_trials``).
+
+    Args:
+        task: The suite's task (``search_tasks.Task``).
+        strategy: The ``search.strategy``.
+        seed: The sampler's seed.
+        round_budget: Rounds the study may start trials within (B · T).
+        max_trials: The most trials it starts.
+        target_trials: The study's ``budget.trials`` (the sampler's start-up follows it).
+        cache: The task's curves.
+        last: Rounds in the selection rule's mean.
+        grace: ``scheduler.grace_rounds`` (None: T / 6).
+        pack: Configurations per trial process (``resources.pack``); > 1: :func:`run_packed`.
+        concurrent: Unpacked trials at once (``budget.max_concurrent``); > 1:
+            :func:`run_concurrent` (1: one after another, this function's own path).
+
+    Returns:
+        The trials in the order they ended.
+    """
+    from fedtune.tuning.stop_rules import SWEEP_ATTR
+
+    spec = study_spec(task, strategy, seed, target_trials, grace)
+    if pack > 1:
+        packed, size, _ = pack_plan(spec, pack)
+        if size > 1:
+            return run_packed(
+                task, packed, size, round_budget, max_trials, target_trials, cache, last
+            )
+    if concurrent > 1:
+        wide = spec.model_copy(
+            update={"budget": spec.budget.model_copy(update={"max_concurrent": concurrent})}
+        )
+        return run_concurrent(
+            task, wide, concurrent, round_budget, max_trials, target_trials, cache, last
+        )
+    study = _study(spec, target_trials)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         stopper = stopper_of(task, spec)
     tied = {p.path for p in task.space.parameters if p.tied}
     steps: list[Step] = []
@@ -194,3 +377,233 @@ def run_strategy(
         )
         used += rounds
     return steps
+
+
+@dataclass(eq=False)
+class _Member:
+    """A configuration of the running pack: its trial, curve and the rounds it has run."""
+
+    trial: Any
+    point: dict[str, Any]
+    losses: list[float]
+    outcome: str  # of its whole curve: completed | diverged
+    ran: int = 0
+    stop: str | None = None
+
+    @property
+    def final_at(self) -> int:
+        """The round whose row is final: its last (completed) or the one it diverged at."""
+        return len(self.losses) + (self.outcome == "diverged")
+
+
+def run_packed(
+    task: Any,
+    spec: StudySpec,
+    size: int,
+    round_budget: int,
+    max_trials: int,
+    target_trials: int,
+    cache: CurveCache,
+    last: int = 10,
+) -> list[Step]:
+    """The study of ``spec`` with ``size`` configurations per pack (module docstring).
+
+    Args:
+        task: The suite's task (``search_tasks.Task``).
+        spec: The study (:func:`study_spec`, packed by :func:`pack_plan`).
+        size: Configurations per pack (1: one at a time, through the packed path).
+        round_budget: Rounds its members may run before it stops asking (B · T).
+        max_trials: The most configurations it asks.
+        target_trials: The study's ``budget.trials`` (the sampler's start-up follows it).
+        cache: The task's curves.
+        last: Rounds in the selection rule's mean.
+
+    Returns:
+        The members in the order they were told, each with its pack and :attr:`Step.cost`.
+    """
+    from fedtune.tuning.pack_driver import config_key, packed_stopper
+    from fedtune.tuning.stop_rules import SWEEP_ATTR
+    from fedtune.tuning.strategies import stopper_for
+    from fedtune.tuning.trainable import TRIAL_KEY
+
+    study = _study(spec, target_trials)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stopper = packed_stopper(stopper_for(spec, task.space, task.rounds), spec.name, True)
+    key_of = config_key(spec)
+    tied = {p.path for p in task.space.parameters if p.tied}
+    backlog: list[tuple[str, Any, dict[str, Any]]] = []  # asked, not yet in a pack
+    steps: list[Step] = []
+    asked = used = packs = 0
+    while used < round_budget:
+        while len(backlog) < size and asked < max_trials:  # PackSearch.suggest
+            waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            proposal = None if waiting else stopper.propose()
+            if proposal is not None:  # FedtuneSearch._propose
+                tag, point = proposal
+                sampled = {k: v for k, v in point.items() if k not in tied}
+                study.enqueue_trial(sampled, user_attrs={SWEEP_ATTR: tag})
+            trial = study.ask()
+            point = suggest(trial, task.space)
+            stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+            asked += 1
+            backlog.append((key_of({**point, TRIAL_KEY: trial.number}), trial, point))
+        if not backlog:
+            break
+        first = backlog[0][0]
+        chosen = [b for b in backlog if b[0] == first][:size]
+        backlog = [b for b in backlog if all(b is not c for c in chosen)]
+        members = [_Member(trial, point, *cache.curve(point)) for _, trial, point in chosen]
+        used += _run_pack(members, study, stopper, steps, last, packs)
+        packs += 1
+    return steps
+
+
+def _run_pack(
+    members: list[_Member],
+    study: optuna.Study,
+    stopper: Stopper,
+    steps: list[Step],
+    last: int,
+    index: int,
+) -> int:
+    """Run one pack in lockstep until every member ended; append its members' steps.
+
+    Args:
+        members: The pack's members, in pack order.
+        study: The study (asked, reported to and told).
+        stopper: The study's stopper.
+        steps: The study's trials so far (the pack's are appended as they are told).
+        last: Rounds in the selection rule's mean.
+        index: The pack's index in the study.
+
+    Returns:
+        The rounds the pack's members ran, summed.
+    """
+    live, charged, t = list(members), 0, 0
+    while live:
+        t += 1
+        final = [m for m in live if t == m.final_at]
+        for m in live:
+            if t > len(m.losses):  # diverged this round: no row
+                continue
+            m.ran = t
+            value = _objective(m.losses[max(0, t - last) : t])
+            if math.isfinite(value):
+                m.trial.report(value, t)
+            if m not in final:  # PackScheduler observes non-final member results only
+                why = stopper.observe(m.trial.number, [value])
+                if why:
+                    m.stop = str(why)
+        stopped = [m for m in live if m.stop and m not in final]
+        for m in final + stopped:
+            done = sum(x.ran for x in members)
+            steps.append(_tell(m, study, stopper, last, done - charged, index))
+            charged = done
+            live.remove(m)
+    return sum(m.ran for m in members)
+
+
+def _tell(
+    m: _Member, study: optuna.Study, stopper: Stopper, last: int, cost: int, index: int
+) -> Step:
+    """Tell Optuna and the stopper that a member ended, as ``FedtuneSearch`` tells a trial.
+
+    Args:
+        m: The member.
+        study: The study.
+        stopper: The study's stopper.
+        last: Rounds in the selection rule's mean.
+        cost: The rounds charged to it (:attr:`Step.cost`).
+        index: Its pack's index in the study.
+
+    Returns:
+        Its step.
+    """
+    losses = m.losses[: m.ran]
+    partial = _objective(losses[-last:]) if losses else math.inf
+    outcome = "stopped" if m.stop else m.outcome
+    if outcome == "stopped":
+        value, state = None, TrialState.PRUNED
+    elif outcome == "diverged":
+        value, state = math.inf, TrialState.COMPLETE
+    else:
+        value, state = partial, TrialState.COMPLETE
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study.tell(m.trial, None if state == TrialState.PRUNED else value, state=state)
+    stopper.complete(m.trial.number, outcome, value if outcome == "completed" else None)
+    return Step(m.trial.number, m.point, m.ran, value, m.stop, partial, cost, index)
+
+
+def run_concurrent(
+    task: Any,
+    spec: StudySpec,
+    slots: int,
+    round_budget: int,
+    max_trials: int,
+    target_trials: int,
+    cache: CurveCache,
+    last: int = 10,
+) -> list[Step]:
+    """The unpacked study of ``spec`` with up to ``slots`` trials at once (module docstring).
+
+    Args:
+        task: The suite's task (``search_tasks.Task``).
+        spec: The study (:func:`study_spec`, ``budget.max_concurrent = slots``).
+        slots: Trials running at once (``budget.max_concurrent``).
+        round_budget: Rounds its trials may run before it stops asking (B · T).
+        max_trials: The most configurations it asks.
+        target_trials: The study's ``budget.trials`` (the sampler's start-up follows it).
+        cache: The task's curves.
+        last: Rounds in the selection rule's mean.
+
+    Returns:
+        The trials in the order they were told, each with :attr:`Step.cost` (``pack`` None).
+    """
+    from fedtune.tuning.stop_rules import SWEEP_ATTR
+
+    study = _study(spec, target_trials)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stopper = stopper_of(task, spec)
+    tied = {p.path for p in task.space.parameters if p.tied}
+    running: list[_Member] = []  # in the order they started
+    steps: list[Step] = []
+    asked = used = charged = 0
+    while True:
+        while len(running) < slots and asked < max_trials and used < round_budget:
+            waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+            proposal = None if waiting else stopper.propose()
+            if proposal is not None:  # FedtuneSearch.suggest / _propose
+                tag, point = proposal
+                sampled = {k: v for k, v in point.items() if k not in tied}
+                study.enqueue_trial(sampled, user_attrs={SWEEP_ATTR: tag})
+            trial = study.ask()  # the running trials are pending (TPE's constant liar)
+            point = suggest(trial, task.space)
+            stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+            asked += 1
+            running.append(_Member(trial, point, *cache.curve(point)))
+        if not running:
+            return steps
+        ended: list[_Member] = []
+        for m in running:  # one tick: every running trial runs its next round
+            t = m.ran + 1
+            if t > len(m.losses):  # diverged at round t: no row, it ends
+                ended.append(m)
+                continue
+            m.ran = t
+            used += 1
+            value = _objective(m.losses[max(0, t - last) : t])
+            if math.isfinite(value):
+                m.trial.report(value, t)
+            why = stopper.observe(m.trial.number, [value])  # the scheduler sees every result
+            final = t == m.final_at  # its last round: it ends completed whatever the stopper says
+            if why and not final:
+                m.stop = str(why)
+            if final or m.stop:
+                ended.append(m)
+        for m in ended:  # told in the order they started; their slots free for the next tick
+            steps.append(_tell(m, study, stopper, last, used - charged, None))
+            charged = used
+            running.remove(m)

@@ -1,6 +1,6 @@
-"""benchmarks/load.py: one tiny real run (one study, one trial, one worker
-node, SQLite stores behind a real ``mlflow server``) and the figures derived from samples.
-Nothing here asserts a timing or a rate."""
+"""benchmarks/load.py: one tiny real run (one study of two configurations, one worker node,
+SQLite stores behind a real ``mlflow server``), unpacked then packed two to a process, and the
+figures derived from samples. Nothing here asserts a timing or a rate."""
 
 from __future__ import annotations
 
@@ -16,14 +16,17 @@ def bench():
     return load_benchmark("load.py")
 
 
-def test_a_tiny_run_records_every_round_it_received(bench, tmp_path) -> None:
+def test_a_tiny_run_records_every_round_it_received_packed_or_not(bench, tmp_path) -> None:
     out = tmp_path / "load.json"
     bench.main(
         [
             "--backend",
             "sqlite",
             "--ladder",
+            "2",
+            "--pack",
             "1",
+            "2",
             "--studies",
             "1",
             "--nodes",
@@ -39,16 +42,31 @@ def test_a_tiny_run_records_every_round_it_received(bench, tmp_path) -> None:
     )
     report = json.loads(out.read_text())
     assert report["environment"]["load_average_1_5_15"] and report["environment"]["versions"]
-    (step,) = report["steps"]
-    assert step["concurrent"] == 1 and step["studies"] == 1
-    after = step["after_interrupt"]
-    assert after["received"] > 0 and after["lost"] == 0  # every round is in MLflow
-    assert 0 <= after["optuna_last_steps_behind"] < after["received"]
-    assert step["trial_processes"]["count"] >= 1 and step["driver_rss_mb"]["max"] > 0
-    assert set(report["projection"]) >= {
+    unpacked, packed = report["steps"]
+    assert (unpacked["pack"], unpacked["processes"]) == (1, 2)
+    assert (packed["pack"], packed["processes"]) == (2, 1)  # two configurations, one process
+    for step in (unpacked, packed):
+        assert step["concurrent"] == 2 and step["studies"] == 1
+        assert not step["driver_errors"]
+        after = step["after_interrupt"]
+        # every round is in MLflow, counted per configuration (each its own run and trial)
+        assert after["received"] > 0 and after["lost"] == 0
+        assert 0 <= after["optuna_last_steps_behind"] < after["received"]
+        assert step["trial_processes"]["count"] >= 1 and step["driver_rss_mb"]["max"] > 0
+    assert set(report["projection"]) == {"pack1", "pack2"}
+    assert set(report["projection"]["pack2"]) >= {
         "slope_rounds_per_s_per_trial",
         "driver_cores_for_500_rounds_per_s",
     }
+
+
+def test_packed_studies_count_configurations(bench) -> None:
+    assert bench.split(64, 8) == [8] * 8 and bench.split(3, 8) == [1, 1, 1]
+    assert bench.processes([8] * 8, 8) == 8 and bench.processes([8] * 8, 1) == 64
+    assert bench.processes([5, 3], 4) == 3  # ceil(5 / 4) + one pack of 3
+    spec = bench.study_spec("s", 3, 10, pack=8)
+    assert spec["resources"]["pack"] == 3 and spec["budget"]["max_concurrent"] == 3
+    assert "pack" not in bench.study_spec("s", 3, 10)["resources"]
 
 
 def _sample(t: float, reported: int, recorded: int, cpu: float) -> dict:
@@ -99,3 +117,34 @@ def test_profile_areas(bench) -> None:
         "Optuna storage writes": 0.6,
         "MLflow flusher thread (log_batch)": 0.4,
     }
+
+
+def test_trial_profile_parts(bench, tmp_path) -> None:
+    source = tmp_path / "pack_trial.py"
+    source.write_text(
+        "def _train_pack(config, spec, stops):\n"
+        "    stepped = runs.step()\n"
+        "    for number in _stopped(stops, live):\n"
+        "    tune.report({ROUND: t, MEMBERS: reports})\n"
+    )
+
+    def at(line: int) -> str:
+        return f"_train_pack ({source}:{line})"
+
+    raw = "\n".join(
+        [
+            f"thread (train);run (ray/tune/f.py:1);{at(2)};step (fedtune/trainers/packed.py:9) 5",
+            f"thread (train);{at(3)};_stopped ({source}:9);get (ray/_private/worker.py:1) 2",
+            f"thread (train);{at(4)};report (ray/tune/session.py:1) 3",
+            "thread (main);run (ray/_private/worker.py:1) 7",  # not the training thread
+        ]
+    )
+    p = bench.trial_profile(raw)
+    assert p["training_thread_samples"] == 10
+    assert p["share_by_part"] == {
+        "engine round (PackedTrainer / Trainer)": 0.5,
+        "tune.report (hand-off to the driver)": 0.3,
+        "StopBox: ray.get of the stopped members": 0.2,
+    }
+    assert p["share_by_line"][0] == ["stepped = runs.step()", 0.5]
+    assert bench.trial_profile("")["share_by_part"] == {}
