@@ -795,12 +795,11 @@ def _packed_parts(
     book = pd.PackBook()
     inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
     searcher = pd.PackSearch(inner, book, size, stores.remaining, pd.config_key(spec), stores.store)
-    first, members = callbacks[0], callbacks[1:]
     return (
         make_pack_trainable(shipped, stops),
         searcher,
         pd.PackScheduler(stopper, book, stops),
-        [first, pd.PackCallback(members, book)],
+        [pd.PackCallback(callbacks, book)],
     )
 
 
