@@ -71,9 +71,10 @@ from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
 from .parsing import parse_trial_config
 from .records import Outcome, RoundRecord, TrialResult
-from .sampling import sample_clients
+from .sampling import _BATCH_STREAM, sample_clients
 from .server_opt import make_server_opt
 from .steps import step_mask, step_summary, theta_rows
+from .streams import prepared
 from .tasks import Task, build_task
 
 __all__ = ["CPU_CHUNK_BYTES", "PACKED_RUNNER", "PackedTrainer", "pack_key", "pack_refusal"]
@@ -163,6 +164,16 @@ def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
     for k in ("seed", "decay"):
         data.pop(k, None)
     return json.dumps(data, sort_keys=True, default=str)
+
+
+def _index(positions: Sequence[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(list(positions), dtype=torch.long, device=device)
+
+
+def _rows(tree: Any, positions: Sequence[int]) -> Any:
+    """The rows ``positions`` of every stacked tensor of ``tree``, each indexed on its own
+    device (an adaptive server optimizer keeps its step count ``t`` on the CPU)."""
+    return pytree.tree_map(lambda v: v.index_select(0, _index(positions, v.device)), tree)
 
 
 class _Rows:
@@ -320,10 +331,7 @@ class PackedTrainer:
         if len(keep) == len(self._slots):
             return
         self._slots = [self._slots[pos] for pos in keep]
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        stacked = pytree.tree_map(
-            lambda v: v.index_select(0, index), {"params": self.params, "opt": self.opt_state}
-        )
+        stacked = _rows({"params": self.params, "opt": self.opt_state}, keep)
         self.params, self.opt_state = stacked["params"], stacked["opt"]
 
     @property
@@ -430,16 +438,14 @@ class PackedTrainer:
     def _take(self, tree: Any, positions: list[int]) -> Any:
         if positions == list(range(len(self._slots))):
             return tree
-        index = torch.tensor(positions, dtype=torch.long, device=self.device)
-        return pytree.tree_map(lambda v: v.index_select(0, index), tree)
+        return _rows(tree, positions)
 
     def _put(self, positions: list[int], params: Params, opt_state: Any) -> None:
         if positions == list(range(len(self._slots))):
             self.params, self.opt_state = params, opt_state
             return
-        index = torch.tensor(positions, dtype=torch.long, device=self.device)
         pytree.tree_map(
-            lambda dst, src: dst.index_copy_(0, index, src),
+            lambda dst, src: dst.index_copy_(0, _index(positions, dst.device), src),
             {"params": self.params, "opt": self.opt_state},
             {"params": params, "opt": opt_state},
         )
@@ -479,10 +485,7 @@ class PackedTrainer:
         if not alive:
             return
         if len(alive) < len(members):
-            index = torch.tensor(alive, dtype=torch.long, device=self.device)
-            params, opt_state, x, consts = pytree.tree_map(
-                lambda v: v.index_select(0, index), (params, opt_state, x, consts)
-            )
+            params, opt_state, x, consts = _rows((params, opt_state, x, consts), alive)
             members = [members[g] for g in alive]
             positions = [positions[g] for g in alive]
             client_loss = [client_loss[g] for g in alive]
@@ -561,12 +564,15 @@ class PackedTrainer:
         K_max: rows ``[G, M, K_max, B]``, steps ``[G, M]``, Θ rows ``[G, M, K_max]`` and each
         member's :class:`Cohort` (for its record)."""
         drawn = []
-        for m in members:
-            nb = m.algorithm.num_batches()
-            steps, rows = cohort_rows(
-                m.config, nb, m.local_steps, t, clients, data, self.data.client_sizes
-            )
-            drawn.append((steps, rows))
+        cohort = clients.tolist()
+        streams = [(_BATCH_STREAM, m.config.seed, t, c) for m in members for c in cohort]
+        with prepared(streams):  # every member's client streams seeded in one pass
+            for m in members:
+                nb = m.algorithm.num_batches()
+                steps, rows = cohort_rows(
+                    m.config, nb, m.local_steps, t, clients, data, self.data.client_sizes
+                )
+                drawn.append((steps, rows))
         k_max = max(rows.shape[1] for _, rows in drawn)
         all_rows, all_steps, all_thetas, cohorts = [], [], [], []
         size = len(clients)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .streams import generators
+
 __all__ = ["batch_indices", "cohort_batch_indices", "sample_clients"]
 
 _COHORT_STREAM = 0xC0
@@ -54,6 +56,10 @@ def _local_draws(
 ) -> np.ndarray:
     """``need`` positions in ``[0, count)`` from the stream of (trial seed, round, client)."""
     rng = np.random.default_rng([_BATCH_STREAM, trial_seed, round_idx, client])
+    return _draws(rng, count, need, mode)
+
+
+def _draws(rng: np.random.Generator, count: int, need: int, mode: str) -> np.ndarray:
     if mode == "with_replacement":
         return rng.integers(0, count, size=need)
     reps = -(-need // count)  # shuffle: consecutive permutations
@@ -74,8 +80,9 @@ def cohort_batch_indices(
     is ``batch_indices(trial_seed, round_idx, clients[i], offsets[i], counts[i], …)``.
 
     Each client keeps its own generator (its rows do not depend on the rest of the cohort);
-    what is done once for the cohort is the rest: one numpy array of draws, the offsets added
-    in one operation, one tensor (``full``: one broadcast)."""
+    what is done once for the cohort is the rest: the generators' seeding
+    (:func:`~fedtune.trainers.streams.generators`, bit-identical to ``default_rng``), one numpy
+    array of draws, the offsets added in one operation, one tensor (``full``: one broadcast)."""
     m = int(clients.shape[0])
     if mode == "full":
         count = int(counts[0])  # equal sizes (checked by the caller)
@@ -83,7 +90,9 @@ def cohort_batch_indices(
         return rows + offsets.to(torch.long).view(m, 1, 1)
     need = steps * batch_size
     local = np.empty((m, need), dtype=np.int64)
-    for i, (c, n) in enumerate(zip(clients.tolist(), counts.tolist(), strict=True)):
-        local[i] = _local_draws(trial_seed, round_idx, c, n, need, mode)
+    cs = clients.tolist()
+    rngs = generators([(_BATCH_STREAM, trial_seed, round_idx, c) for c in cs])
+    for i, (rng, n) in enumerate(zip(rngs, counts.tolist(), strict=True)):
+        local[i] = _draws(rng, n, need, mode)
     local += offsets.numpy().astype(np.int64)[:, None]
     return torch.from_numpy(local).view(m, steps, batch_size)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The checks that need a CUDA GPU, as one script: the CUDA tests, then the packing and engine
+# throughput benchmarks in CUDA mode. Run from the repository root on a GPU host whose python3
+# has torch with CUDA and fedtune's engine dependencies (docs/explanation/benchmarks.md):
+#
+#     OUT=/some/folder bash benchmarks/cuda_checks.sh
+#
+# Writes cuda_tests.log, packing_cuda.json and engine_throughput_cuda.json into $OUT
+# (default: benchmarks/results). The one deselected test needs MLflow (fedtune[tune]), which a
+# GPU image with only the engine's dependencies lacks. Each benchmark has a time limit so that one slow part cannot
+# take the others' time.
+set -u
+OUT=${OUT:-benchmarks/results}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+python3 -m pytest -q -p no:cacheprovider -o addopts="-ra" \
+    tests/unit/test_packed_cuda.py tests/unit/test_runners_cli.py \
+    tests/unit/test_engine_throughput_benchmark.py \
+    --deselect tests/unit/test_runners_cli.py::test_tune_summary_explains_more_trials_than_the_target \
+    2>&1 | tee "$OUT/cuda_tests.log"
+timeout "${PACKING_LIMIT:-240}" python3 benchmarks/packing.py --device cuda --target 1.0 \
+    --out "$OUT/packing_cuda.json" || echo "packing.py --device cuda: exit $?"
+timeout "${THROUGHPUT_LIMIT:-150}" python3 benchmarks/engine_throughput.py --device cuda \
+    --out "$OUT/engine_throughput_cuda.json" || echo "engine_throughput.py --device cuda: exit $?"

@@ -1,0 +1,64 @@
+"""Packed trials on CUDA: each member of a pack on the GPU gives the curve of its own unpacked run
+on the GPU (≤ 1e-12 relative in float64), and of its unpacked run on the CPU to within the
+rounding of different kernels. Skipped, with the reason, on a machine without CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedtune.trainers import Trainer
+from fedtune.trainers.packed import PackedTrainer
+from tests.unit.test_packed_exactness import (
+    assert_same_curve,
+    digits,
+    unpacked,
+    variants,
+)
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="no CUDA device on this machine (run on a GPU host to exercise packed trials on CUDA)",
+)
+
+
+def on(device: str, configs: list[dict]) -> list[dict]:
+    return [{**c, "train": {**c["train"], "device": device}} for c in configs]
+
+
+def run_pack(configs: list[dict]) -> PackedTrainer:
+    pack = PackedTrainer(configs)
+    while not pack.done:
+        pack.step()
+    return pack
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedavgm", "fedadam", "fedprox"])
+def test_packed_on_cuda_equals_unpacked_on_cuda(name):
+    configs = on("cuda", variants(name))
+    pack = run_pack(configs)
+    assert pack.device.type == "cuda"
+    for i, cfg in enumerate(configs):
+        single = unpacked(cfg)
+        assert pack.result(i).outcome == single.result().outcome
+        assert_same_curve(pack.result(i).records, single.records)
+
+
+def test_digits_mlp_pack_on_cuda_with_local_epochs_and_test_metrics():
+    configs = on("cuda", [digits(j, eval_population="full") for j in range(3)])
+    pack = run_pack(configs)
+    for i, cfg in enumerate(configs):
+        assert_same_curve(pack.result(i).records, unpacked(cfg).records)
+    assert pack.result(0).records[-1].test
+
+
+def test_cuda_pack_agrees_with_the_cpu_run():
+    """Different kernels round differently: agreement to 1e-9 relative in float64."""
+    gpu = run_pack(on("cuda", [digits(j) for j in range(2)]))
+    for i, cfg in enumerate(on("cpu", [digits(j) for j in range(2)])):
+        cpu = Trainer(cfg)
+        while not cpu.done:
+            cpu.step()
+        for a, b in zip(gpu.result(i).records, cpu.records, strict=True):
+            assert a.client_loss == pytest.approx(b.client_loss, rel=1e-9)
+            assert a.update_norm == pytest.approx(b.update_norm, rel=1e-9)

@@ -1,0 +1,63 @@
+"""fedtune.trainers.streams: many seeded generators at once, each drawing exactly what
+``np.random.default_rng(entropy)`` draws."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedtune.trainers.sampling import _BATCH_STREAM, _local_draws, cohort_batch_indices
+from fedtune.trainers.streams import generators
+
+
+def _rows(n: int, width: int, seed: int) -> list[tuple[int, ...]]:
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, 2**32, size=(n, width)).tolist()
+    rows[:4] = [[0] * width, [2**32 - 1] * width, [1] + [0] * (width - 1), [7] * width]
+    return [tuple(r) for r in rows]
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4])
+def test_each_generator_draws_what_default_rng_draws(width):
+    rows = _rows(1500, width, width)
+    for row, gen in zip(rows, generators(rows), strict=True):
+        ref = np.random.default_rng(list(row))
+        assert gen.bit_generator.state == ref.bit_generator.state, row
+        assert (gen.integers(0, 97, size=64) == ref.integers(0, 97, size=64)).all()
+        assert (gen.permutation(13) == ref.permutation(13)).all()
+
+
+def test_entropy_past_32_bits_falls_back_to_numpy():
+    rows = [(_BATCH_STREAM, 2**40 + 3, 5, 1), (_BATCH_STREAM, -1 + 2**32, 5, 2)]
+    for row, gen in zip(rows, generators(rows), strict=True):
+        assert (
+            gen.integers(0, 50, 20) == np.random.default_rng(list(row)).integers(0, 50, 20)
+        ).all()
+
+
+def test_two_calls_at_once_do_not_share_a_generator():
+    a_rows, b_rows = _rows(5, 4, 1), _rows(5, 4, 2)
+    for a, b, ra, rb in zip(generators(a_rows), generators(b_rows), a_rows, b_rows, strict=True):
+        assert a is not b
+        assert (
+            a.integers(0, 9, 8).tolist()
+            == np.random.default_rng(list(ra)).integers(0, 9, 8).tolist()
+        )
+        assert (
+            b.integers(0, 9, 8).tolist()
+            == np.random.default_rng(list(rb)).integers(0, 9, 8).tolist()
+        )
+
+
+@pytest.mark.parametrize("mode", ["with_replacement", "shuffle"])
+def test_cohort_rows_equal_each_clients_own_stream(mode):
+    clients = torch.tensor([3, 8, 40, 99])
+    counts = torch.tensor([5, 17, 2, 30])
+    offsets = torch.tensor([100, 200, 300, 400])
+    rows = cohort_batch_indices(11, 6, clients, offsets, counts, 4, 3, mode)
+    for i, (c, n, o) in enumerate(
+        zip(clients.tolist(), counts.tolist(), offsets.tolist(), strict=True)
+    ):
+        own = _local_draws(11, 6, c, n, 12, mode).reshape(4, 3) + o
+        assert rows[i].tolist() == own.tolist()
