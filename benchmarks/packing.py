@@ -8,19 +8,25 @@ B = 20; population evaluation off, as in ``engine_throughput.py``):
   P configurations; after two warm-up rounds it times rounds for about ``--target`` seconds
   per sample. Configuration-rounds/s = P · rounds / seconds; the process's resident set
   (``VmRSS``, and the peak ``VmHWM``) is read from ``/proc/self/status`` after the samples,
-  and divided by P for the memory per configuration. One torch thread by default
-  (``--pack-threads``): on this shared 2-core machine a 2-thread pool ran 2–4× slower.
+  and divided by P for the memory per configuration. The pack's torch threads are every
+  core by default (``--pack-threads``), since the separate processes share every core too; run
+  it on a quiet machine (under other load a 2-thread pool on 2 cores ran 2–4× slower).
 * ``separate`` — the first 8 of the same configurations as 8 processes started together, each
   an unpacked :class:`fedtune.trainers.Trainer` (one torch thread each: 8 trials on this
   machine's cores, as Ray would place them). Each warms up two rounds, waits at a barrier, then
   counts the rounds it completes in ``--target`` seconds per sample; configuration-rounds/s is
   the sum over the processes, the memory is the sum of their resident sets.
 
+For the MLP on a CPU the JSON also gives the arithmetic ``ceiling``: the training FLOPs of one
+configuration-round, the fp32 rate of the batched products a pack of 64 runs (``torch.bmm`` on
+the MLP's layer shapes, every core), the configuration-rounds/s that rate would allow and the
+speedup over the separate processes it bounds.
+
 Medians over ``--repeats`` samples. Goals (issue "packed trials"): 64 configurations in ≤ 2 GB
 of resident memory in all, and packed P = 64 ≥ 10× the configuration-rounds/s of the 8
 separate processes. Writes ``benchmarks/results/packing.json`` (``packing_cuda.json`` with
-``--device cuda``: both sides on the GPU; that mode has not been run on this machine, which has
-no GPU).
+``--device cuda``: both sides on the GPU, run on a lent GPU machine by
+``benchmarks/cuda_checks.sh``).
 
 Usage::
 
@@ -188,6 +194,60 @@ def _separate_child(cfg: dict, repeats: int, target: float, barrier, queue) -> N
     queue.put({"rounds_per_s": rates, "rss_mb": rss, "peak_rss_mb": peak})
 
 
+# -- the arithmetic ceiling ----------------------------------------------------------------------
+def mlp_flops_per_config_round() -> int:
+    """Training FLOPs of one MLP configuration-round: 6 FLOPs per weight and example (forward,
+    gradient of the input, gradient of the weight) over the M·K·B examples of its local steps
+    (the round's ℓ_t pass over the cohort's data is left out: a lower bound)."""
+    from fedtune.trainers.models.basic import mlp
+
+    layers = [m for m in mlp((64,), 10).modules() if hasattr(m, "in_features")]
+    weights = sum(m.in_features * m.out_features for m in layers)
+    return 6 * weights * M * K * B
+
+
+def bmm_gflops(threads: int, p: int = 64, seconds: float = 1.0) -> float:
+    """The best fp32 rate of the batched products a pack of P MLP configurations runs: each
+    layer's forward ``[P·M, B, in] @ [P·M, in, out]``, timed for ``seconds`` with ``threads``
+    torch threads (the median over the MLP's three layers, weighted by their FLOPs)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    total_flops = total_s = 0.0
+    for fan_in, fan_out in ((64, 128), (128, 128), (128, 10)):
+        a = torch.randn(p * M, B, fan_in)
+        w = torch.randn(p * M, fan_in, fan_out)
+        for _ in range(3):
+            torch.bmm(a, w)
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / 3:
+            torch.bmm(a, w)
+            done += 1
+        total_s += time.perf_counter() - start
+        total_flops += done * 2.0 * p * M * B * fan_in * fan_out
+    return total_flops / total_s / 1e9
+
+
+def ceiling(separate_rate: float) -> dict:
+    """The MLP's configuration-rounds/s if a pack ran at the measured rate of its batched
+    products with every core, and the speedup over the separate processes that allows."""
+    import torch
+
+    threads = os.cpu_count() or 1
+    flops = mlp_flops_per_config_round()
+    rate = bmm_gflops(threads)
+    best = rate * 1e9 / flops
+    return {
+        "flops_per_config_round": flops,
+        "bmm_gflops": round(rate, 1),
+        "bmm_threads": threads,
+        "config_rounds_per_s_at_bmm_rate": round(best, 1),
+        "max_speedup_vs_separate": round(best / separate_rate, 2),
+        "separate_gflops": round(separate_rate * flops / 1e9, 2),
+        "torch": torch.__version__,
+    }
+
+
 # -- the parent ----------------------------------------------------------------------------------
 def _checked(out: dict) -> dict:
     if "error" in out:
@@ -258,9 +318,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--pack-threads",
         type=int,
-        default=1,
-        help="torch threads of the packed process (1: on a shared 2-core machine a 2-thread "
-        "pool ran 2-4x slower under load)",
+        default=os.cpu_count() or 1,
+        help="torch threads of the packed process (default: every core, as the separate "
+        "processes use every core; run on a quiet machine: under other load a 2-thread pool "
+        "on 2 cores ran 2-4x slower)",
     )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -288,6 +349,8 @@ def main(argv: list[str] | None = None) -> dict:
             },
             "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         }
+        if task == "mlp" and args.device == "cpu":
+            results[task]["ceiling"] = ceiling(separate["config_rounds_per_s"])
         print(json.dumps({task: results[task]}, indent=2), flush=True)
     doc = {
         "benchmark": "packing",

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch.func import grad
+from torch.func import grad, vmap
 
 from .hparams import HParam, Space
 from .module_loss import ModuleLoss
@@ -145,25 +145,61 @@ def _masked_message(local_grad, units: str, x: Params, lr, alpha, xb, yb, theta,
 
 
 def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
-    """Build ``fn(x, lr, alpha, xb [K_max, B, ...], yb, theta [K_max], mask [K_max] | None)``.
+    """Build the ClientUpdate of N independent (configuration, client) pairs at once.
 
-    The masked first-order ClientUpdate of :func:`make_masked_client_fn` with the client rate γ
-    and the proximal weight α as arguments (``alpha`` None: no proximal term), so that packed
-    trials (:mod:`fedtune.trainers.packed`) can vmap it over configurations as well as clients:
-    g_k ← ∇f(y; S_k) + α (y − x), msg ← msg + θ_k g_k, y ← y − γ g_k on the unmasked steps
-    (Charles & Konečný 2021 (arXiv:2103.05032) §2.1). ``mask`` None: every step is real.
+    ``fn(x [N, …], lr [N], alpha [N] | None, rows [N, K_max, B], inputs, targets,
+    theta [N, K_max], mask [N, K_max] | None) -> message [N, …]``: each pair runs the masked
+    first-order ClientUpdate of :func:`make_masked_client_fn` from its own start ``x`` with its
+    own rate γ and proximal weight α: g_k ← ∇f(y; S_k) + α (y − x), msg ← msg + θ_k g_k,
+    y ← y − γ g_k on its unmasked steps (Charles & Konečný 2021 (arXiv:2103.05032) §2.1);
+    ``alpha`` None: no proximal term, ``mask`` None: every step is real. Step k's batches are
+    gathered as ``inputs[rows[:, k]]``.
+
+    The pairs' losses are vmapped and their gradients are taken with one ordinary backward pass
+    of their sum: no pair's loss depends on another's parameters, so each pair's gradient is
+    its own. Packed trials (:mod:`fedtune.trainers.packed`) use it with N = members × clients;
+    against ``vmap(vmap(grad(loss)))`` it halves the host's time per step on small models.
 
     Args:
-        loss_of: The model's loss ``loss_of(params, x, y)``.
+        loss_of: The model's loss ``loss_of(params, x, y)`` (a mean over the batch).
         units: ``gradient`` or ``delta`` (the message times γ).
 
     Returns:
         The client function.
     """
-    local_grad = _local_grad_fn(loss_of)
+    losses = vmap(loss_of, randomness="different")
 
-    def fn(x: Params, lr, alpha, xb, yb, theta, mask) -> Params:
-        return _masked_message(local_grad, units, x, lr, alpha, xb, yb, theta, mask)
+    def fn(x: Params, lr, alpha, rows, inputs, targets, theta, mask) -> Params:
+        def per_pair(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+            return v.view(-1, *([1] * (like.dim() - 1)))
+
+        y, msg = x, {}
+        for k in range(rows.shape[1]):
+            with torch.enable_grad():
+                leaves = {n: v.detach().requires_grad_() for n, v in y.items()}
+                total = losses(leaves, inputs[rows[:, k]], targets[rows[:, k]]).sum()
+                grads = torch.autograd.grad(total, list(leaves.values()))
+            g = dict(zip(leaves, grads, strict=True))
+            if alpha is not None:
+                g = {n: g[n] + per_pair(alpha, g[n]) * (y[n] - x[n]) for n in g}
+            if k == 0:
+                # the state takes the gradients' memory layout (a batched weight's gradient
+                # comes transposed): the element-wise updates then read every operand in order,
+                # 2-3x faster on a CPU than mixing layouts
+                msg = {n: torch.zeros_like(g[n]) for n in g}
+                y = {n: torch.empty_like(g[n]).copy_(y[n]) for n in g}
+            if mask is None:  # every step is real (packed trials of equal K): in place
+                for n in g:
+                    msg[n].addcmul_(per_pair(theta[:, k], g[n]), g[n])
+                    y[n].addcmul_(per_pair(-lr, g[n]), g[n])
+                continue
+            new_msg = {n: msg[n] + per_pair(theta[:, k], g[n]) * g[n] for n in g}
+            new_y = {n: y[n] + per_pair(-lr, g[n]) * g[n] for n in g}
+            msg = {n: torch.where(per_pair(mask[:, k], g[n]), new_msg[n], msg[n]) for n in g}
+            y = {n: torch.where(per_pair(mask[:, k], g[n]), new_y[n], y[n]) for n in g}
+        if units == "delta":
+            return {n: per_pair(lr, msg[n]) * msg[n] for n in msg}
+        return msg
 
     return fn
 

@@ -4,8 +4,8 @@ A study's configurations differ only in searched scalars (γ, η, β, α, the se
 constants, the decay rule, K or E, the trial seed); the data, the split and each round's cohort
 come from the data seed and are the same for all of them (Charles & Konečný 2020
 (arXiv:2007.00878) §8). :class:`PackedTrainer` runs :class:`~fedtune.trainers.engine.Trainer`'s
-round (docs/explanation/algorithms.md §1.3 and §2) for P configurations with one
-``torch.func.vmap`` over the configurations on top of the vmap over the cohort's clients:
+round (docs/explanation/algorithms.md §1.3 and §2) for P configurations at once, the members
+(and, for the local steps, their clients) being a leading batch dimension:
 
 1. the cohort I_t is sampled once (the data seed and t); every member's ℓ_t is evaluated at its
    broadcast model in one pass, ``[M, P]``;
@@ -14,8 +14,9 @@ round (docs/explanation/algorithms.md §1.3 and §2) for P configurations with o
    cannot spoil the others: no reduction mixes members);
 3. each member's batches are drawn from its own trial seed, K_p (or τ_i = ⌈E_p·n_i/B⌉) local
    steps padded to the pack's K_max with a step mask, and its Θ row; the masked client function
-   (:func:`~fedtune.trainers.client.make_packed_client_fn`) takes γ_t and α as per-member
-   tensors ``[P]``;
+   (:func:`~fedtune.trainers.client.make_packed_client_fn`) runs the P·M (member, client) pairs
+   as one batch, with γ_t and α per pair: their losses vmapped, their gradients from one
+   backward pass of the losses' sum (each pair's loss depends on its own parameters only);
 4. the weighted mean q_p = Σ_i w_i q_{p,i} and the server optimizer's step
    (:func:`~fedtune.trainers.server_opt.make_server_opt`, built inside the vmap with β, β₁,
    β₂, ε as per-member tensors) run vmapped over the members;
@@ -174,18 +175,6 @@ def _rows(tree: Any, positions: Sequence[int]) -> Any:
     """The rows ``positions`` of every stacked tensor of ``tree``, each indexed on its own
     device (an adaptive server optimizer keeps its step count ``t`` on the CPU)."""
     return pytree.tree_map(lambda v: v.index_select(0, _index(positions, v.device)), tree)
-
-
-class _Rows:
-    """``tensor[rows[k]]`` on demand: a client's batches as the client function reads them
-    (``xb.shape[0]`` steps, ``xb[k]`` the k-th batch)."""
-
-    def __init__(self, tensor: torch.Tensor, rows: torch.Tensor) -> None:
-        self.tensor, self.rows = tensor, rows
-        self.shape = rows.shape
-
-    def __getitem__(self, k: int) -> torch.Tensor:
-        return self.tensor[self.rows[k]]
 
 
 @dataclass
@@ -374,24 +363,32 @@ class PackedTrainer:
     def _metric(self, fn):
         return lambda params, x, y: fn(functional_call(self._module, params, (x,)), y)
 
-    def _client_fn(self, prox: bool, masked: bool, data):
-        """The client function vmapped over clients, then over members, reading its batches
-        from the cohort view ``data`` by row index (a member's batches are gathered one step at
-        a time: ``[P, M, B, ...]``, never ``[P, M, K, B, ...]``)."""
+    def _clients(self, x, lr, alpha, rows, thetas, mask, data) -> Params:
+        """The messages ``[G, M, …]`` of G members' M clients: the pairs flattened to G·M and
+        run by :func:`~fedtune.trainers.client.make_packed_client_fn` (batches read from the
+        cohort view ``data`` one step at a time, ``[G·M, B, …]``)."""
         if "fn" not in self._client_fns:
             units = self._members[0].algorithm.rule.units
             self._client_fns["fn"] = make_packed_client_fn(self.loss_of, units)
-        fn = self._client_fns["fn"]
+        g, m = rows.shape[:2]
 
-        def client(x, lr, alpha, rows, theta, mask):
-            xb, yb = _Rows(data.inputs, rows), _Rows(data.targets, rows)
-            return fn(x, lr, alpha, xb, yb, theta, mask)
+        def pairs(v: torch.Tensor | None) -> torch.Tensor | None:  # [G, M, …] -> [G·M, …]
+            return None if v is None else v.reshape(g * m, *v.shape[2:])
 
-        m = 0 if masked else None
-        per_client = vmap(client, in_dims=(None, None, None, 0, 0, m), randomness="different")
-        return vmap(
-            per_client, in_dims=(0, 0, 0 if prox else None, 0, 0, m), randomness="different"
+        def per_pair(v: torch.Tensor | None) -> torch.Tensor | None:  # [G, …] -> [G·M, …]
+            return None if v is None else pairs(v.unsqueeze(1).expand(g, m, *v.shape[1:]))
+
+        out = self._client_fns["fn"](
+            {k: per_pair(v) for k, v in x.items()},
+            per_pair(lr),
+            per_pair(alpha),
+            pairs(rows),
+            data.inputs,
+            data.targets,
+            pairs(thetas),
+            pairs(mask),
         )
+        return {k: v.reshape(g, m, *v.shape[1:]) for k, v in out.items()}
 
     def _server_opt(self, consts: Mapping[str, torch.Tensor]):
         assert self._server_name is not None
@@ -497,20 +494,21 @@ class PackedTrainer:
         k_max = rows.shape[2]
         masked = bool(steps.min() < k_max)
         mask = step_mask(steps.reshape(-1), k_max).reshape((*steps.shape, k_max))
-        lr, alpha = self._vector(client_lr, self.dtype), self._vector(alphas) if prox else None
-        fn = self._client_fn(prox, masked, data)
+        lr = self._vector(client_lr, self.dtype)
+        alpha = self._vector(alphas, self.dtype) if prox else None
         chunk = self.chunk or self._auto_chunk(len(members), len(clients))
         parts = []
         for a in range(0, len(members), chunk):
             part = slice(a, a + chunk)
             parts.append(
-                fn(
+                self._clients(
                     {k: v[part] for k, v in x.items()},
                     lr[part],
                     None if alpha is None else alpha[part],
                     rows[part],
                     thetas[part],
                     mask[part] if masked else None,
+                    data,
                 )
             )
         messages = parts[0] if len(parts) == 1 else pytree.tree_map(lambda *v: torch.cat(v), *parts)

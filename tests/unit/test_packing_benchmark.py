@@ -1,0 +1,29 @@
+"""benchmarks/packing.py's arithmetic ceiling: the MLP's FLOPs per configuration-round and the
+speedup bound it gives."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import packing
+
+
+def test_flops_count_every_weight_of_the_mlp_six_times_per_example():
+    weights = 64 * 128 + 128 * 128 + 128 * 10
+    assert packing.mlp_flops_per_config_round() == 6 * weights * packing.M * packing.K * packing.B
+
+
+def test_ceiling_bounds_the_speedup_by_the_measured_product_rate(monkeypatch):
+    monkeypatch.setattr(packing, "bmm_gflops", lambda threads: 31.0272)
+    c = packing.ceiling(separate_rate=10.0)
+    assert c["config_rounds_per_s_at_bmm_rate"] == pytest.approx(100.0)
+    assert c["max_speedup_vs_separate"] == pytest.approx(10.0)
+    assert c["separate_gflops"] == pytest.approx(3.1, abs=0.01)
+
+
+def test_the_product_rate_is_measured():
+    assert packing.bmm_gflops(threads=1, p=1, seconds=0.05) > 0.1
