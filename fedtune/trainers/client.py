@@ -158,7 +158,8 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
     The pairs' losses are vmapped and their gradients are taken with one ordinary backward pass
     of their sum: no pair's loss depends on another's parameters, so each pair's gradient is
     its own. Packed trials (:mod:`fedtune.trainers.packed`) use it with N = members × clients;
-    against ``vmap(vmap(grad(loss)))`` it halves the host's time per step on small models.
+    against ``vmap(vmap(grad(loss)))`` each operation goes through one vmap level and no grad
+    transform (docs/explanation/packing.md, "Memory and speed").
 
     Args:
         loss_of: The model's loss ``loss_of(params, x, y)`` (a mean over the batch).
@@ -184,8 +185,8 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
                 g = {n: g[n] + per_pair(alpha, g[n]) * (y[n] - x[n]) for n in g}
             if k == 0:
                 # the state takes the gradients' memory layout (a batched weight's gradient
-                # comes transposed): the element-wise updates then read every operand in order,
-                # 2-3x faster on a CPU than mixing layouts
+                # comes transposed): the element-wise updates then read every operand in order
+                # (mixed layouts made the digits MLP's pack of 64 about 1.7x slower on a CPU)
                 msg = {n: torch.zeros_like(g[n]) for n in g}
                 y = {n: torch.empty_like(g[n]).copy_(y[n]) for n in g}
             if mask is None:  # every step is real (packed trials of equal K): in place

@@ -72,7 +72,7 @@ from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
 from .parsing import parse_trial_config
 from .records import Outcome, RoundRecord, TrialResult
-from .sampling import _BATCH_STREAM, sample_clients
+from .sampling import batch_streams, sample_clients
 from .server_opt import make_server_opt
 from .steps import step_mask, step_summary, theta_rows
 from .streams import prepared
@@ -563,7 +563,7 @@ class PackedTrainer:
         member's :class:`Cohort` (for its record)."""
         drawn = []
         cohort = clients.tolist()
-        streams = [(_BATCH_STREAM, m.config.seed, t, c) for m in members for c in cohort]
+        streams = [row for m in members for row in batch_streams(m.config.seed, t, cohort)]
         with prepared(streams):  # every member's client streams seeded in one pass
             for m in members:
                 nb = m.algorithm.num_batches()

@@ -20,7 +20,7 @@ import torch
 
 from .streams import generators
 
-__all__ = ["batch_indices", "cohort_batch_indices", "sample_clients"]
+__all__ = ["batch_indices", "batch_streams", "cohort_batch_indices", "sample_clients"]
 
 _COHORT_STREAM = 0xC0
 _BATCH_STREAM = 0xBA
@@ -59,6 +59,21 @@ def _local_draws(
     return _draws(rng, count, need, mode)
 
 
+def batch_streams(trial_seed: int, round_idx: int, clients: list[int]) -> list[tuple[int, ...]]:
+    """The entropy of each client's batch stream in round ``round_idx`` (for
+    :func:`fedtune.trainers.streams.prepared`: a packed trial seeds its members' streams at once).
+
+    Args:
+        trial_seed: The trial's seed.
+        round_idx: The round's index.
+        clients: Global client indices.
+
+    Returns:
+        One entropy tuple per client, as its ``default_rng`` takes it.
+    """
+    return [(_BATCH_STREAM, trial_seed, round_idx, c) for c in clients]
+
+
 def _draws(rng: np.random.Generator, count: int, need: int, mode: str) -> np.ndarray:
     if mode == "with_replacement":
         return rng.integers(0, count, size=need)
@@ -90,8 +105,7 @@ def cohort_batch_indices(
         return rows + offsets.to(torch.long).view(m, 1, 1)
     need = steps * batch_size
     local = np.empty((m, need), dtype=np.int64)
-    cs = clients.tolist()
-    rngs = generators([(_BATCH_STREAM, trial_seed, round_idx, c) for c in cs])
+    rngs = generators(batch_streams(trial_seed, round_idx, clients.tolist()))
     for i, (rng, n) in enumerate(zip(rngs, counts.tolist(), strict=True)):
         local[i] = _draws(rng, n, need, mode)
     local += offsets.numpy().astype(np.int64)[:, None]

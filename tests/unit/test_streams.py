@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedtune.trainers.sampling import _BATCH_STREAM, _local_draws, cohort_batch_indices
-from fedtune.trainers.streams import generators
+from fedtune.trainers.streams import generators, prepared
 
 
 def _rows(n: int, width: int, seed: int) -> list[tuple[int, ...]]:
@@ -61,3 +61,13 @@ def test_cohort_rows_equal_each_clients_own_stream(mode):
     ):
         own = _local_draws(11, 6, c, n, 12, mode).reshape(4, 3) + o
         assert rows[i].tolist() == own.tolist()
+
+
+def test_prepared_rows_draw_the_same_and_big_seeds_fall_back():
+    small = [(_BATCH_STREAM, s, 3, c) for s in (0, 9) for c in (1, 2, 50)]
+    big = [(_BATCH_STREAM, 2**33, 3, 1)]
+    with prepared(small + big):
+        for rows in (small, big, small[:2] + big):
+            for row, gen in zip(rows, generators(rows), strict=True):
+                ref = np.random.default_rng(list(row))
+                assert gen.integers(0, 30, 16).tolist() == ref.integers(0, 30, 16).tolist()
