@@ -88,9 +88,34 @@ def test_the_mlflow_server_container_serves_from_the_image(render, tmp_path, ima
                 timeout=30,
             )
             assert created.status_code == 200, created.text
+            # the chart turns MLflow's server jobs off: no huey job consumers beside the server
+            huey = [cmd for cmd in _descendants(process.pid) if "huey" in cmd]
+            assert not huey, huey
         finally:
             _stop(process)
     assert process.returncode is not None
+
+
+def _descendants(pid: int) -> list[str]:
+    """The command lines of every process below ``pid`` (from /proc)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    below, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, ppid in parent.items() if ppid in frontier} - below
+        below |= frontier
+    out = []
+    for child in below:
+        try:
+            out.append((Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" "))
+        except OSError:
+            continue
+    return [c.decode(errors="replace") for c in out]
 
 
 def _kuberay_start(params: dict[str, str], *, head: bool, ports: dict[str, int]) -> list[str]:
