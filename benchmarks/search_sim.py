@@ -274,6 +274,29 @@ def pack_plan(spec: StudySpec, pack: int) -> tuple[StudySpec, int, str]:
     return packed, resolved.size, resolved.note
 
 
+def _ask(study: optuna.Study, stopper: Stopper, space: Any) -> tuple[Any, dict[str, Any]]:
+    """Ask the study for its next trial as ``FedtuneSearch.suggest`` does: the stopper's sweep
+    point first (enqueued, tagged, tied parameters left to ``suggest``), unless an enqueued
+    trial is still waiting; then the stopper is told the trial started.
+
+    Returns:
+        The Optuna trial and its point.
+    """
+    from fedtune.tuning.stop_rules import SWEEP_ATTR
+
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    proposal = None if waiting else stopper.propose()
+    if proposal is not None:
+        tag, point = proposal
+        tied = {p.path for p in space.parameters if p.tied}
+        sampled = {k: v for k, v in point.items() if k not in tied}
+        study.enqueue_trial(sampled, user_attrs={SWEEP_ATTR: tag})
+    trial = study.ask()
+    point = suggest(trial, space)
+    stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+    return trial, point
+
+
 def _study(spec: StudySpec, target_trials: int) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
@@ -313,8 +336,6 @@ def run_strategy(
     Returns:
         The trials in the order they ended.
     """
-    from fedtune.tuning.stop_rules import SWEEP_ATTR
-
     spec = study_spec(task, strategy, seed, target_trials, grace)
     if pack > 1:
         packed, size, _ = pack_plan(spec, pack)
@@ -333,19 +354,10 @@ def run_strategy(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stopper = stopper_of(task, spec)
-    tied = {p.path for p in task.space.parameters if p.tied}
     steps: list[Step] = []
     used = 0
     while used < round_budget and len(steps) < max_trials:
-        proposal = stopper.propose()
-        if proposal is not None:  # as FedtuneSearch._propose: the sweep's point, tagged
-            tag, point = proposal
-            study.enqueue_trial(
-                {k: v for k, v in point.items() if k not in tied}, user_attrs={SWEEP_ATTR: tag}
-            )
-        trial = study.ask()
-        point = suggest(trial, task.space)
-        stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+        trial, point = _ask(study, stopper, task.space)
         tail: list[float] = []
         reason: list[str] = []
 
@@ -422,7 +434,6 @@ def run_packed(
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
     """
     from fedtune.tuning.pack_driver import config_key, packed_stopper
-    from fedtune.tuning.stop_rules import SWEEP_ATTR
     from fedtune.tuning.strategies import stopper_for
     from fedtune.tuning.trainable import TRIAL_KEY
 
@@ -431,21 +442,12 @@ def run_packed(
         warnings.simplefilter("ignore")
         stopper = packed_stopper(stopper_for(spec, task.space, task.rounds), spec.name, True)
     key_of = config_key(spec)
-    tied = {p.path for p in task.space.parameters if p.tied}
     backlog: list[tuple[str, Any, dict[str, Any]]] = []  # asked, not yet in a pack
     steps: list[Step] = []
     asked = used = packs = 0
     while used < round_budget:
         while len(backlog) < size and asked < max_trials:  # PackSearch.suggest
-            waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-            proposal = None if waiting else stopper.propose()
-            if proposal is not None:  # FedtuneSearch._propose
-                tag, point = proposal
-                sampled = {k: v for k, v in point.items() if k not in tied}
-                study.enqueue_trial(sampled, user_attrs={SWEEP_ATTR: tag})
-            trial = study.ask()
-            point = suggest(trial, task.space)
-            stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+            trial, point = _ask(study, stopper, task.space)
             asked += 1
             backlog.append((key_of({**point, TRIAL_KEY: trial.number}), trial, point))
         if not backlog:
@@ -561,27 +563,17 @@ def run_concurrent(
     Returns:
         The trials in the order they were told, each with :attr:`Step.cost` (``pack`` None).
     """
-    from fedtune.tuning.stop_rules import SWEEP_ATTR
 
     study = _study(spec, target_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stopper = stopper_of(task, spec)
-    tied = {p.path for p in task.space.parameters if p.tied}
     running: list[_Member] = []  # in the order they started
     steps: list[Step] = []
     asked = used = charged = 0
     while True:
         while len(running) < slots and asked < max_trials and used < round_budget:
-            waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-            proposal = None if waiting else stopper.propose()
-            if proposal is not None:  # FedtuneSearch.suggest / _propose
-                tag, point = proposal
-                sampled = {k: v for k, v in point.items() if k not in tied}
-                study.enqueue_trial(sampled, user_attrs={SWEEP_ATTR: tag})
-            trial = study.ask()  # the running trials are pending (TPE's constant liar)
-            point = suggest(trial, task.space)
-            stopper.started(trial.number, trial.user_attrs.get(SWEEP_ATTR))
+            trial, point = _ask(study, stopper, task.space)  # running ones are pending
             asked += 1
             running.append(_Member(trial, point, *cache.curve(point)))
         if not running:
