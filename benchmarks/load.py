@@ -63,6 +63,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -652,6 +653,14 @@ def _frame_name(frame: str) -> str:
     return f"{func} ({where.rsplit('/', 1)[-1].split(':')[0]})"
 
 
+def _raw_stacks(raw: str) -> Iterator[tuple[list[str], int]]:
+    """py-spy's raw output (``frame;frame;... count`` per line) as (frames, count) pairs."""
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if stack and n.isdigit():
+            yield stack.split(";"), int(n)
+
+
 def profile(raw: str) -> dict[str, Any]:
     """Where driver 0's CPU goes: py-spy's raw stacks (``frame;frame;... count``, idle excluded)
     by area, and the functions most often on the stack (inclusive), start-up apart."""
@@ -659,11 +668,7 @@ def profile(raw: str) -> dict[str, Any]:
     inclusive: Counter[str] = Counter()
     others: Counter[str] = Counter()
     total = 0
-    for line in raw.splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit():
-            continue
-        count, frames = int(n), stack.split(";")
+    for frames, count in _raw_stacks(raw):
         total += count
         area = _area(frames)
         areas[area] += count
@@ -802,15 +807,10 @@ def trial_profile(raw: str) -> dict[str, Any]:
     parts: Counter[str] = Counter()
     lines: Counter[str] = Counter()
     total = 0
-    for row in raw.splitlines():
-        stack, _, n = row.rpartition(" ")
-        if not stack or not n.isdigit():
-            continue
-        frames = stack.split(";")
+    for frames, count in _raw_stacks(raw):
         at = next((i for i, f in enumerate(frames) if f.startswith(_TRAIN_FUNCS)), None)
         if at is None:
             continue
-        count = int(n)
         total += count
         text = _source_line(frames[at])
         lines[text] += count
