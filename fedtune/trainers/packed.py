@@ -167,14 +167,24 @@ def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def _index(positions: Sequence[int], device: torch.device) -> torch.Tensor:
-    return torch.tensor(list(positions), dtype=torch.long, device=device)
+class _Index:
+    """The index tensor of ``positions`` on each device asked for (built once per device: an
+    adaptive server optimizer keeps its step count ``t`` on the CPU beside CUDA state)."""
+
+    def __init__(self, positions: Sequence[int]) -> None:
+        self.positions, self._on = list(positions), {}
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._on:
+            self._on[device] = torch.tensor(self.positions, dtype=torch.long, device=device)
+        return self._on[device]
 
 
 def _rows(tree: Any, positions: Sequence[int]) -> Any:
     """The rows ``positions`` of every stacked tensor of ``tree``, each indexed on its own
-    device (an adaptive server optimizer keeps its step count ``t`` on the CPU)."""
-    return pytree.tree_map(lambda v: v.index_select(0, _index(positions, v.device)), tree)
+    device."""
+    index = _Index(positions)
+    return pytree.tree_map(lambda v: v.index_select(0, index.on(v.device)), tree)
 
 
 @dataclass
@@ -248,7 +258,7 @@ class PackedTrainer:
         self._slots: list[int] = []  # member index of each row of the stacked state
         self.params: Params = {}
         self.opt_state: Any = None
-        self._client_fns: dict[bool, Any] = {}
+        self._client_fn: Any = None  # make_packed_client_fn, built with the first member
         self._packed_loss = vmap(self.loss_of.per_example, in_dims=(0, None, None), out_dims=1)
         self._metrics = {
             name: vmap(self._metric(fn), in_dims=(0, None, None), out_dims=1)
@@ -367,9 +377,9 @@ class PackedTrainer:
         """The messages ``[G, M, …]`` of G members' M clients: the pairs flattened to G·M and
         run by :func:`~fedtune.trainers.client.make_packed_client_fn` (batches read from the
         cohort view ``data`` one step at a time, ``[G·M, B, …]``)."""
-        if "fn" not in self._client_fns:
+        if self._client_fn is None:
             units = self._members[0].algorithm.rule.units
-            self._client_fns["fn"] = make_packed_client_fn(self.loss_of, units)
+            self._client_fn = make_packed_client_fn(self.loss_of, units)
         g, m = rows.shape[:2]
 
         def pairs(v: torch.Tensor | None) -> torch.Tensor | None:  # [G, M, …] -> [G·M, …]
@@ -378,7 +388,7 @@ class PackedTrainer:
         def per_pair(v: torch.Tensor | None) -> torch.Tensor | None:  # [G, …] -> [G·M, …]
             return None if v is None else pairs(v.unsqueeze(1).expand(g, m, *v.shape[1:]))
 
-        out = self._client_fns["fn"](
+        out = self._client_fn(
             {k: per_pair(v) for k, v in x.items()},
             per_pair(lr),
             per_pair(alpha),
@@ -441,8 +451,9 @@ class PackedTrainer:
         if positions == list(range(len(self._slots))):
             self.params, self.opt_state = params, opt_state
             return
+        index = _Index(positions)
         pytree.tree_map(
-            lambda dst, src: dst.index_copy_(0, _index(positions, dst.device), src),
+            lambda dst, src: dst.index_copy_(0, index.on(dst.device), src),
             {"params": self.params, "opt": self.opt_state},
             {"params": params, "opt": opt_state},
         )

@@ -53,10 +53,12 @@ def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return result ^ (result >> _SHIFT)
 
 
-def _pcg_states(entropy: np.ndarray) -> list[tuple[int, int]]:
-    """PCG64 (state, inc) of ``default_rng(row)`` for each row of ``entropy`` ``[n, ≤ 4]``."""
-    n, width = entropy.shape
-    words = entropy.astype(np.uint64)
+def _pcg_states(rows: Sequence[tuple[int, ...]]) -> list[tuple[int, int]]:
+    """PCG64 (state, inc) of ``default_rng(row)`` for each row (words in ``[0, 2³²)``, ≤ 4)."""
+    if not rows:
+        return []
+    words = np.asarray(rows, dtype=np.uint64)
+    n, width = words.shape
     hashmix = _Hash(_INIT_A, _MULT_A)
     pool = [hashmix(words[:, i] if i < width else np.zeros(n, np.uint64)) for i in range(_POOL)]
     for src in range(_POOL):
@@ -99,11 +101,7 @@ def prepared(rows: Sequence[Sequence[int]]) -> Iterator[None]:
         rows: Entropy tuples; rows the vectorised path cannot take are left to the calls.
     """
     rows = [tuple(row) for row in rows]
-    ready = (
-        dict(zip(rows, _pcg_states(np.asarray(rows, dtype=np.uint64)), strict=True))
-        if (rows and _small(rows))
-        else {}
-    )
+    ready = dict(zip(rows, _pcg_states(rows), strict=True)) if rows and _small(rows) else {}
     outer = _local.__dict__.get("prepared")
     _local.prepared = {**(outer or {}), **ready}
     try:
@@ -140,11 +138,7 @@ def generators(rows: Sequence[Sequence[int]]):
         for row in rows:
             yield np.random.default_rng(list(row))
         return
-    states = (
-        dict(zip(missing, _pcg_states(np.asarray(missing, dtype=np.uint64)), strict=True))
-        if missing
-        else {}
-    )
+    states = dict(zip(missing, _pcg_states(missing), strict=True))
     bits, gen = pair = _checkout()
     try:
         for row in rows:
