@@ -20,8 +20,9 @@ For each step of ``--ladder`` (total concurrent trials, spread over ``--studies`
    CPU (``/proc``) of every driver, of the MLflow server's processes and of the PostgreSQL
    backends those two opened (``application_name``), and the drivers' RSS;
 3. interrupt every driver (SIGINT: Ctrl-C, the service's cancel), wait for it to end, then
-   count rounds received but never recorded (``lost``: must be 0) — MLflow checked through
-   its REST API (``get_metric_history``), Optuna through its storage.
+   count rounds received but never recorded (``lost``: must be 0, compared per trial and
+   round) and rounds stored twice (``duplicated``: must be 0) — MLflow checked through its
+   REST API (``get_metric_history``), Optuna through its storage.
 
 Driver 0 runs under ``py-spy record`` (``--profile``): the JSON gets where its CPU goes.
 ``--profile-trial`` also samples one trial process (a pack, with ``--pack``) during the window,
@@ -150,18 +151,19 @@ def drive(config_path: str) -> None:
             self.written = 0.0
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            seen = self.last.get(trial.trial_id)
+            number = str(trial.config["fedtune.trial"])  # Optuna's number: the MLflow run's tag
+            seen = self.last.get(number)
             if seen is None:  # running = has reported (its process is up)
                 self.running += 1
             new = [int(r["round"]) for r in result.get("history", ()) if r["round"] > (seen or 0)]
             if new:
                 self.received += len(new)
-                self.last[trial.trial_id] = new[-1]
+                self.last[number] = new[-1]
             if time.monotonic() - self.written > 0.5:
                 self.write()
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            if trial.trial_id in self.last:
+            if str(trial.config["fedtune.trial"]) in self.last:
                 self.running -= 1
             self.write()
 
@@ -173,6 +175,7 @@ def drive(config_path: str) -> None:
                 "pid": os.getpid(),
                 "received": self.received,
                 "running": self.running,
+                "last_round": self.last,
                 "done": done,
                 "t": time.time(),
             }
@@ -477,24 +480,42 @@ class Step:
                     os.killpg(proc.pid, signal.SIGKILL)
 
     def lost(self, uri: str, recorder: Recorded) -> dict[str, Any]:
-        """After the interrupt: rounds received but not in MLflow (``lost``, through its REST
-        API: must be 0), and how far Optuna's last intermediate values (a sample, at most one
-        per trial per ``FedtuneSearch.REPORT_INTERVAL_S``) trail the rounds received."""
+        """After the interrupt: rounds received but not in MLflow, through its REST API.
+
+        Compared per trial, round by round: ``lost`` (received, not stored: must be 0),
+        ``duplicated`` (a round stored twice: must be 0) and ``stored_not_counted`` (stored
+        by the tracking callback, which Tune runs before the benchmark's counter, when the
+        interrupt fell between the two: not a loss). Also how far Optuna's last intermediate
+        values (a sample, at most one per trial per ``FedtuneSearch.REPORT_INTERVAL_S``)
+        trail the rounds received.
+        """
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
-        received = sum(c["received"] for c in self.counts())
-        stored = 0
-        for name in self.names:
+        counts = self.counts()
+        received = sum(c["received"] for c in counts)
+        stored = lost = duplicated = extra = 0
+        for name, count in zip(self.names, counts, strict=True):
+            last = {int(k): v for k, v in count.get("last_round", {}).items()}
             exp = client.get_experiment_by_name(name)
             for run in client.search_runs([exp.experiment_id], f"tags.study = '{name}'"):
-                if "optuna_trial_number" in run.data.tags:
-                    stored += len(client.get_metric_history(run.info.run_id, "client_loss"))
+                number = run.data.tags.get("optuna_trial_number")
+                if number is None:
+                    continue
+                steps = [m.step for m in client.get_metric_history(run.info.run_id, "client_loss")]
+                have, want = set(steps), set(range(1, last.pop(int(number), 0) + 1))
+                stored += len(have)
+                duplicated += len(steps) - len(have)
+                lost += len(want - have)
+                extra += len(have - want)
+            lost += sum(last.values())  # a trial with rounds received and no run
         optuna_last = sum(v for k, v in recorder.optuna_steps().items() if k[0] in self.names)
         return {
             "received": received,
             "in_mlflow": stored,
-            "lost": received - stored,
+            "lost": lost,
+            "duplicated": duplicated,
+            "stored_not_counted": extra,
             "optuna_last_steps_behind": received - optuna_last,
         }
 
