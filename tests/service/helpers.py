@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,29 @@ def pg_unreachable_reason() -> str | None:
 def pg_schema():
     """A fresh schema; yields a URL whose search_path is that schema; drops it afterwards."""
     return temporary_pg_schema(PG_URL, "fedtune_test")
+
+
+@contextlib.contextmanager
+def pg_database(prefix: str = "fedtune_test") -> Iterator[str]:
+    """A just-created database on PG_URL's server; yields its URL; drops it afterwards.
+
+    A database of its own, not a schema in the shared one, where a test depends on what
+    other sessions do: ``VACUUM`` marks pages all-visible only past every transaction open in
+    the same database (another test's, on another worker), and a new MLflow store creates
+    its tables in ``public``.
+    """
+    from sqlalchemy import create_engine, make_url, text
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 # ---------------------------------------------------------------------- a scripted backend

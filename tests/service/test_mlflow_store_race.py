@@ -10,13 +10,11 @@ does, released together by a barrier once everything is imported.
 from __future__ import annotations
 
 import multiprocessing
-import secrets
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
 
-from .helpers import PG_URL
+from .helpers import pg_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # four processes import MLflow and Ray
 DRIVERS = 4
@@ -37,16 +35,8 @@ def _open_store(uri: str, experiment: str, barrier, results) -> None:
 @pytest.fixture
 def fresh_database(pg_available) -> Iterator[str]:
     """A just-created PostgreSQL database (MLflow's tables go to its ``public`` schema)."""
-    name = f"fedtune_mlrace_{secrets.token_hex(4)}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with pg_database("fedtune_mlrace") as url:
+        yield url
 
 
 def test_drivers_opening_a_new_store_at_once_all_start(fresh_database: str) -> None:
