@@ -6,6 +6,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.fedtune-installed
 PYTEST_ARGS ?=
+# pytest-xdist workers (0: one process); tests that share the built image or the cluster in a
+# box run on one worker (tests/conftest.py, --dist loadgroup)
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint docs docs-gen bench lock image clean
 
@@ -21,7 +24,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

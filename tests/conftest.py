@@ -41,9 +41,34 @@ def folder_marker(path: Path) -> str | None:
     return FOLDER_MARKERS.get(folder)
 
 
+#: Markers whose tests share one pytest-xdist worker (``make test`` runs ``-n``
+#: ``TEST_WORKERS`` with ``--dist loadgroup``): the image is built once per worker session and
+#: its working container mounted once, and the cluster in a box owns host-wide names
+#: (network namespaces, nftables tables). ``docs/development/testing.md`` says more.
+SERIAL_GROUPS = {"image": "image", "box": "image"}
+
+
+def serial_group(item: pytest.Item) -> str | None:
+    """Give the pytest-xdist group a test must run in, if any (:data:`SERIAL_GROUPS`).
+
+    Args:
+        item: the collected test.
+
+    Returns:
+        The group's name, or ``None`` (any worker).
+    """
+    if "image_root" in getattr(item, "fixturenames", ()):
+        return "image"
+    for marker, group in SERIAL_GROUPS.items():
+        if item.get_closest_marker(marker) is not None:
+            return group
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Add to each collected test the marker of its folder (:data:`FOLDER_MARKERS`).
+    """Add to each collected test the marker of its folder (:data:`FOLDER_MARKERS`) and the
+    pytest-xdist group it must run in (:func:`serial_group`).
 
     Args:
         config: pytest's configuration.
@@ -53,6 +78,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = folder_marker(item.path)
         if marker is not None:
             item.add_marker(marker)
+        group = serial_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def quadratic_config(algorithm: str = "fedavg", **overrides) -> dict:
