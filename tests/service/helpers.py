@@ -9,8 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import httpx
 from fedtune.errors import BackendError
 from fedtune.service.backends.base import Backend, DriverStatus, LaunchRequest
 from fedtune.service.settings import BackendKind
-from fedtune.service.testing import temporary_pg_schema
+from fedtune.service.testing import temporary_pg_database, temporary_pg_schema
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -77,27 +76,11 @@ def pg_schema():
     return temporary_pg_schema(PG_URL, "fedtune_test")
 
 
-@contextlib.contextmanager
-def pg_database(prefix: str = "fedtune_test") -> Iterator[str]:
-    """A just-created database on PG_URL's server; yields its URL; drops it afterwards.
-
-    A database of its own, not a schema in the shared one, where a test depends on what
-    other sessions do: ``VACUUM`` marks pages all-visible only past every transaction open in
-    the same database (another test's, on another worker), and a new MLflow store creates
-    its tables in ``public``.
-    """
-    from sqlalchemy import create_engine, make_url, text
-
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+def pg_database(prefix: str = "fedtune_test"):
+    """A just-created database; yields its URL; drops it afterwards. For a test that depends
+    on what other sessions do (another worker's open transactions hold back ``VACUUM``), and
+    for a new MLflow store (its tables go to ``public``)."""
+    return temporary_pg_database(PG_URL, prefix)
 
 
 # ---------------------------------------------------------------------- a scripted backend
