@@ -137,6 +137,7 @@ def drive(config_path: str) -> None:
 
     from fedtune.tuning import StudySpec, run_study
     from fedtune.tuning import optuna_glue as og
+    from fedtune.tuning.trainable import TRIAL_KEY
 
     if cfg.get("optuna_url"):
         og.storage_url = lambda workdir: cfg["optuna_url"]  # the team's PostgreSQL
@@ -151,7 +152,7 @@ def drive(config_path: str) -> None:
             self.written = 0.0
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            number = str(trial.config["fedtune.trial"])  # Optuna's number: the MLflow run's tag
+            number = int(trial.config[TRIAL_KEY])  # Optuna's number: the MLflow run's tag
             seen = self.last.get(number)
             if seen is None:  # running = has reported (its process is up)
                 self.running += 1
@@ -163,7 +164,7 @@ def drive(config_path: str) -> None:
                 self.write()
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            if str(trial.config["fedtune.trial"]) in self.last:
+            if int(trial.config[TRIAL_KEY]) in self.last:
                 self.running -= 1
             self.write()
 

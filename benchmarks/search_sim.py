@@ -563,7 +563,6 @@ def run_concurrent(
     Returns:
         The trials in the order they were told, each with :attr:`Step.cost` (``pack`` None).
     """
-
     study = _study(spec, target_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -41,27 +41,28 @@ def folder_marker(path: Path) -> str | None:
     return FOLDER_MARKERS.get(folder)
 
 
-#: Markers whose tests share one pytest-xdist worker (``make test`` runs ``-n``
-#: ``TEST_WORKERS`` with ``--dist loadgroup``): the image is built once per worker session and
-#: its working container mounted once, and the cluster in a box owns host-wide names
-#: (network namespaces, nftables tables). ``docs/development/testing.md`` says more.
-SERIAL_GROUPS = {"image": "image", "box": "image"}
+#: Markers whose tests share one pytest-xdist worker, the group :data:`HOST_GROUP` (``make
+#: test`` runs ``-n TEST_WORKERS --dist loadgroup``): the image is built once per worker
+#: session and its working container mounted once, and the cluster in a box owns host-wide
+#: names (network namespaces, nftables tables). ``docs/development/testing.md`` says more.
+HOST_MARKERS = ("image", "box")
+HOST_GROUP = "image"
 
 
 def serial_group(item: pytest.Item) -> str | None:
-    """Give the pytest-xdist group a test must run in, if any (:data:`SERIAL_GROUPS`).
+    """Give the pytest-xdist group a test must run in, if any.
 
     Args:
         item: the collected test.
 
     Returns:
-        The group's name, or ``None`` (any worker).
+        :data:`HOST_GROUP` for a test of :data:`HOST_MARKERS` or one that uses the built
+        image (``image_root``), else ``None`` (any worker).
     """
-    if "image_root" in getattr(item, "fixturenames", ()):
-        return "image"
-    for marker, group in SERIAL_GROUPS.items():
-        if item.get_closest_marker(marker) is not None:
-            return group
+    if "image_root" in getattr(item, "fixturenames", ()) or any(
+        item.get_closest_marker(m) is not None for m in HOST_MARKERS
+    ):
+        return HOST_GROUP
     return None
 
 
