@@ -27,7 +27,7 @@ For each step of ``--ladder`` (total concurrent trials, spread over ``--studies`
 Driver 0 runs under ``py-spy record`` (``--profile``): the JSON gets where its CPU goes.
 ``--profile-trial`` also samples one trial process (a pack, with ``--pack``) during the window,
 idle time included: how its training thread's wall time splits between the engine's rounds,
-reporting to Tune and (packed) asking the driver's ``StopBox`` which members it stopped. The
+reporting to Tune and (packed) asking the driver's ``PackBox`` what it decided. The
 CPU of the worker nodes' Ray processes (the trials and their actors) is sampled with the rest
 (``trial_processes_cores``).
 ``--trial-nice 19`` runs the worker nodes' processes (raylets and, inheriting it, every trial)
@@ -795,8 +795,9 @@ def profile_trial(pids: list[int], root: Path, window: float) -> subprocess.Pope
 
 #: (part, text of the training function's source line that is running): its wall time by part
 _TRIAL_PARTS = (
-    ("StopBox: ray.get of the stopped members", "ray.get"),
-    ("StopBox: ray.get of the stopped members", "_stopped("),
+    ("PackBox: ray.get of the driver's stops and refills", "ray.get"),
+    ("PackBox: ray.get of the driver's stops and refills", "poll.answer("),
+    ("PackBox: waiting for the driver's answer (no member left)", "poll.wait("),
     ("tune.report (hand-off to the driver)", "tune.report"),
     ("engine round (PackedTrainer / Trainer)", ".step()"),
     ("rows and objective (TrialRows)", ".add("),
@@ -848,8 +849,8 @@ def trial_profile(raw: str) -> dict[str, Any]:
 
 def trial_processes(cluster: Any) -> dict[str, Any]:
     """Ray worker processes (the trials) of the cluster's worker nodes: count and RSS, in all
-    and by process title (``ray::ImplicitFunc.train`` a trial or pack, ``ray::StopBox`` a
-    packed study's stop actor, ``ray::IDLE`` a pooled worker)."""
+    and by process title (``ray::ImplicitFunc.train`` a trial or pack, ``ray::PackBox`` a
+    packed study's stop-and-refill actor, ``ray::IDLE`` a pooled worker)."""
     pids = ray_workers(cluster)
     rss = [rss_mb(p) for p in pids]
     titles: dict[str, list[float]] = {}

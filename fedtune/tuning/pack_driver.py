@@ -10,23 +10,28 @@ members exactly as they work on unpacked trials:
   ``constant_liar`` every configuration asked and not yet told is a *pending* trial that the
   next ask treats as having the worst value seen, so a batch spreads out instead of asking the
   same point P times) and packs those that share a
-  :func:`~fedtune.trainers.packed.pack_key`. A searched choice such as ``server_opt`` splits a
-  batch: it asks on (up to 2P configurations waiting) until one key has P, packs the largest
-  group (ties: the key asked first), and the rest wait for the next pack. It stops asking at
-  the study's budget of configurations.
+  :func:`~fedtune.trainers.packed.pack_key` (:class:`Backlog`). A searched choice such as
+  ``server_opt`` splits a batch: it asks on (up to 2P configurations waiting) until one key has
+  P, packs the largest group (ties: the key asked first), and the rest wait for the next pack.
+  It stops asking at the study's budget of configurations.
 * :class:`PackScheduler` stops members: every member's new rounds go to the study's
   :class:`~.stop_rules.Stopper` (a stopped member's trial ends at that report, as an unpacked
-  trial's does when Tune stops it), and the pack is told through a :class:`StopBox` actor so
-  the member costs no more compute. Ray Tune's ASHA and median rule cannot stop part of a
-  trial; a packed study uses Optuna's ``SuccessiveHalvingPruner`` / ``MedianPruner`` on the
-  same rounds instead (:func:`packed_stopper`). A pack whose members have all ended stops.
+  trial's does when Tune stops it), and the pack is told through the study's
+  :class:`~.pack_box.PackBox` actor so the member costs no more compute. Ray Tune's ASHA and
+  median rule cannot stop part of a trial; a packed study uses Optuna's
+  ``SuccessiveHalvingPruner`` / ``MedianPruner`` on the same rounds instead
+  (:func:`packed_stopper`).
 * :class:`PackCallback` wraps the study's Tune callbacks, calling them with a
   :class:`MemberTrial` per member.
 
-A stopped member's place is not refilled: its pack shrinks (a member that joined later would
-run at other rounds, with other cohorts, and the pack would lose the batching it exists for);
-the next pack asks for new configurations. Nothing about a study's meaning changes with
-packing: ``docs/explanation/packing.md``.
+**Refills.** A member that ends (completed, diverged or stopped) frees its place: once its
+trial is told, :class:`PackSearch` asks for a configuration with the pack's key and offers it
+to the pack through the box, so a pack keeps P configurations pending as P unpacked trials
+would. The member joins at round 0 at the pack's next report. A pack with no member left
+reports so and waits for the searcher's answer to that report; the answer either brings
+configurations or ends the pack (the budget is spent, or none of the waiting ones shares its
+key). A pack of one trains on the engine's own trainer and is never refilled. Nothing about a
+study's meaning changes with packing: ``docs/explanation/packing.md``.
 """
 
 from __future__ import annotations
@@ -41,27 +46,21 @@ from ray.tune.search import Searcher
 
 from fedtune.outcomes import RUNNING
 
-from .pack_trial import MEMBERS, PACK_KEY, member_numbers
+from .pack_trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 from .stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
 from .store import StudyStore
 from .trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 
 __all__ = [
+    "Backlog",
     "MemberTrial",
     "PackBook",
     "PackCallback",
     "PackScheduler",
     "PackSearch",
     "config_key",
-    "pack_name",
     "packed_stopper",
-    "stops",
 ]
-
-
-def pack_name(first: int) -> str:
-    """A pack's name (its Ray Tune trial's): ``pack-<its first member's number>``."""
-    return f"pack-{first:04d}"
 
 
 def member_id(number: int) -> str:
@@ -97,11 +96,28 @@ class PackBook:
     """
 
     members: dict[str, list[int]] = field(default_factory=dict)  # pack trial id -> numbers
+    configs: dict[int, dict[str, Any]] = field(default_factory=dict)  # number -> its config
+    keys: dict[str, str] = field(default_factory=dict)  # pack trial id -> its pack key
+    refilled: set[str] = field(default_factory=set)  # packs that take refills
     last: dict[int, dict[str, Any]] = field(default_factory=dict)  # number -> last result
     stopped: set[int] = field(default_factory=set)
 
-    def open(self, pack_id: str, numbers: Sequence[int]) -> None:
-        self.members[pack_id] = list(numbers)
+    def open(
+        self, pack_id: str, configs: Sequence[Mapping[str, Any]], key: str, refills: bool
+    ) -> None:
+        """Note a new pack: its members' configs, its pack key, whether it takes refills."""
+        self.members[pack_id] = []
+        self.keys[pack_id] = key
+        if refills:
+            self.refilled.add(pack_id)
+        for config in configs:
+            self.join(pack_id, config)
+
+    def join(self, pack_id: str, config: Mapping[str, Any]) -> None:
+        """Note a member of a pack (one of its first, or a refill)."""
+        number = int(config[TRIAL_KEY])
+        self.members[pack_id].append(number)
+        self.configs[number] = dict(config)
 
     def numbers(self, pack_id: str, config: Mapping[str, Any] | None = None) -> list[int]:
         """A pack's members (from its config when the book has not seen it)."""
@@ -121,6 +137,75 @@ class PackBook:
             yield number, member, ended
 
 
+class Backlog:
+    """Configurations asked and not yet in a pack, by pack key, in the order they were asked.
+
+    Args:
+        size: Configurations per pack.
+        key: A member config's pack key (:func:`config_key`).
+        ask: Ask the sampler for one more member config; None once the budget is spent.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        key: Callable[[Mapping[str, Any]], str],
+        ask: Callable[[], dict[str, Any] | None],
+    ) -> None:
+        self.size, self.key, self.ask = size, key, ask
+        self.waiting: list[tuple[str, dict[str, Any]]] = []
+
+    def pack(self) -> list[dict[str, Any]]:
+        """The next pack's member configs (none: nothing left to run).
+
+        Asks on, up to ``2 · size`` configurations waiting, until one key has ``size``, and
+        packs the largest group (ties: the key asked first).
+        """
+        while self._largest() < self.size and len(self.waiting) < 2 * self.size:
+            if not self._ask_one():
+                break
+        groups = self._groups()
+        if not groups:
+            return []
+        key = max(groups, key=lambda k: len(groups[k]))
+        return self._take(key, self.size)
+
+    def refill(self, key: str, places: int) -> list[dict[str, Any]]:
+        """Up to ``places`` member configs with pack key ``key``, for places that ended members
+        freed: those waiting first, then newly asked (up to ``2 · size`` waiting; one of
+        another key waits for a later pack).
+        """
+        while self._count(key) < places and len(self.waiting) < 2 * self.size:
+            if not self._ask_one():
+                break
+        return self._take(key, places)
+
+    def _ask_one(self) -> bool:
+        config = self.ask()
+        if config is None:
+            return False
+        self.waiting.append((self.key(config), config))
+        return True
+
+    def _take(self, key: str, count: int) -> list[dict[str, Any]]:
+        taken = [c for k, c in self.waiting if k == key][:count]
+        gone = {id(c) for c in taken}
+        self.waiting = [(k, c) for k, c in self.waiting if id(c) not in gone]
+        return taken
+
+    def _groups(self) -> dict[str, list[dict[str, Any]]]:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for key, config in self.waiting:
+            groups.setdefault(key, []).append(config)
+        return groups
+
+    def _count(self, key: str) -> int:
+        return sum(k == key for k, _ in self.waiting)
+
+    def _largest(self) -> int:
+        return max((len(g) for g in self._groups().values()), default=0)
+
+
 class PackSearch(Searcher):
     """The study's searcher over packs of up to ``size`` configurations (module docstring).
 
@@ -132,6 +217,8 @@ class PackSearch(Searcher):
         key: A member config's pack key (members with equal keys share a pack).
         store: The study's store: each member's Optuna user attribute ``pack`` names its pack
             (``pack-<first member's number>``, the pack's Ray Tune trial directory).
+        box: The study's :class:`~.pack_box.PackBox` actor, through which packs of two or more
+            take refills (None: packs only shrink).
     """
 
     def __init__(
@@ -142,12 +229,13 @@ class PackSearch(Searcher):
         budget: int,
         key: Callable[[Mapping[str, Any]], str],
         store: StudyStore,
+        box: Any = None,
     ) -> None:
         super().__init__(metric=None, mode=None)
         self.inner, self.book, self.size, self.budget, self.key = inner, book, size, budget, key
-        self.store = store
+        self.store, self.box = store, box
         self.asked = 0
-        self._backlog: list[tuple[str, dict[str, Any]]] = []  # asked, not yet in a pack
+        self.backlog = Backlog(size, key, self._ask)
         self._closed: set[int] = set()
         self._ids: dict[int, str] = {}  # member number -> the inner searcher's trial id
 
@@ -160,57 +248,65 @@ class PackSearch(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         self.inner.restore(checkpoint_path)
 
+    def _ask(self) -> dict[str, Any] | None:
+        """One configuration from the inner searcher (None: the budget is spent)."""
+        if self.asked >= self.budget:
+            return None
+        self.asked += 1
+        asked = f"ask-{self.asked}"  # the inner searcher's id of the configuration
+        config = self.inner.suggest(asked)
+        self._ids[int(config[TRIAL_KEY])] = asked
+        return config
+
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        while self._largest() < self.size and len(self._backlog) < 2 * self.size:
-            if self.asked >= self.budget:
-                break
-            self.asked += 1
-            asked = f"ask-{self.asked}"  # the inner searcher's id of the configuration
-            config = self.inner.suggest(asked)
-            self._ids[int(config[TRIAL_KEY])] = asked
-            self._backlog.append((self.key(config), config))
-        if not self._backlog:
+        pack = self.backlog.pack()
+        if not pack:
             return Searcher.FINISHED
-        groups = self._groups()
-        key = max(groups, key=lambda k: len(groups[k]))  # the first of the largest: the oldest
-        pack = groups[key][: self.size]
-        taken = {id(c) for c in pack}
-        self._backlog = [(k, c) for k, c in self._backlog if id(c) not in taken]
-        numbers = [int(c[TRIAL_KEY]) for c in pack]
-        self.book.open(trial_id, numbers)
-        for number in numbers:
-            self.store.set_trial_attrs(number, pack=pack_name(numbers[0]))
-        return {PACK_KEY: pack, TRIAL_KEY: numbers[0]}
-
-    def _groups(self) -> dict[str, list[dict[str, Any]]]:
-        """The backlog by pack key, in the order each key was first asked."""
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for key, config in self._backlog:
-            groups.setdefault(key, []).append(config)
-        return groups
-
-    def _largest(self) -> int:
-        return max((len(g) for g in self._groups().values()), default=0)
+        refills = self.box is not None and len(pack) > 1  # a pack of one runs unpacked
+        self.book.open(trial_id, pack, self.key(pack[0]), refills)
+        first = int(pack[0][TRIAL_KEY])
+        for config in pack:
+            self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=pack_name(first))
+        return {PACK_KEY: pack, TRIAL_KEY: first}
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        for number, member, ended in self.book.results(result):
-            self._member(number, member, ended)
+        freed = self._tell(result)
+        if trial_id in self.book.refilled:
+            self._refill(trial_id, freed, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        self.on_trial_result(trial_id, result or {})
+        self._tell(result or {})
         for number in self.book.numbers(trial_id):
             if number not in self._closed:  # still open when its pack ended
                 self._closed.add(number)
                 last = self.book.last.get(number)
                 self.inner.on_trial_complete(self._ids[number], last, error=error)
 
-    def _member(self, number: int, member: dict, ended: bool) -> None:
-        if number in self._closed:
-            return
-        self.inner.on_trial_result(self._ids[number], member)
-        if ended:
-            self._closed.add(number)
-            self.inner.on_trial_complete(self._ids[number], member)
+    def _tell(self, result: Mapping[str, Any]) -> int:
+        """Hand each member result to the inner searcher; the number that ended here."""
+        freed = 0
+        for number, member, ended in self.book.results(result):
+            if number in self._closed:
+                continue
+            self.inner.on_trial_result(self._ids[number], member)
+            if ended:
+                self._closed.add(number)
+                self.inner.on_trial_complete(self._ids[number], member)
+                freed += 1
+        return freed
+
+    def _refill(self, trial_id: str, freed: int, result: Mapping[str, Any]) -> None:
+        """Offer a pack configurations for the places its ended members freed, and answer a
+        report that said it has no member left (it waits for that answer)."""
+        joining = self.backlog.refill(self.book.keys[trial_id], freed) if freed else []
+        first = self.book.members[trial_id][0]
+        for config in joining:
+            self.book.join(trial_id, config)
+            self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=pack_name(first))
+        idle = result.get(OUTCOME, RUNNING) != RUNNING
+        if joining or idle:
+            answers = int(result[ROUND]) if idle else None
+            self.box.offer.remote(pack_name(first), joining, answers)
 
 
 class PackScheduler(FIFOScheduler):
@@ -219,13 +315,13 @@ class PackScheduler(FIFOScheduler):
     Args:
         stopper: The study's stopper (:func:`packed_stopper`).
         book: The driver's :class:`PackBook`.
-        stops: The :class:`~.pack_trial.StopBox` actor the packs read (None: the stopper
-            never stops).
+        box: The :class:`~.pack_box.PackBox` actor the packs read (None: no pack hears of a
+            stop until its trial is stopped).
     """
 
-    def __init__(self, stopper: Stopper, book: PackBook, stops: Any) -> None:
+    def __init__(self, stopper: Stopper, book: PackBook, box: Any) -> None:
         super().__init__()
-        self.stopper, self.book, self.stops = stopper, book, stops
+        self.stopper, self.book, self.box = stopper, book, box
         self._seen: dict[int, int] = {}
         self._ended: set[int] = set()
 
@@ -243,8 +339,10 @@ class PackScheduler(FIFOScheduler):
                 self._ended.add(number)
         if stopped:
             self.book.stopped.update(stopped)
-            if self.stops is not None:
-                self.stops.stop.remote(stopped)
+            if self.box is not None:
+                self.box.stop.remote(stopped)
+        if trial.trial_id in self.book.refilled:
+            return TrialScheduler.CONTINUE  # it ends when the searcher's answer brings no one
         numbers = self.book.numbers(trial.trial_id, trial.config)
         if numbers and all(n in self._ended for n in numbers):
             return TrialScheduler.STOP
@@ -285,13 +383,19 @@ class PackCallback(tune.Callback):
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         for config in trial.config.get(PACK_KEY, ()):
-            member = MemberTrial(trial, config)
-            self._trials[int(config[TRIAL_KEY])] = member
-            self._each("on_trial_start", member, iteration=iteration, trials=trials, **info)
+            self._start(trial, config, iteration, trials, info)
+
+    def _start(self, pack: Any, config: Mapping[str, Any], iteration, trials, info) -> None:
+        member = MemberTrial(pack, config)
+        self._trials[int(config[TRIAL_KEY])] = member
+        self._each("on_trial_start", member, iteration=iteration, trials=trials, **info)
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         for number, member, ended in self.book.results(result):
             self._member(number, member, ended, iteration, trials, info)
+        for number in self.book.numbers(trial.trial_id, trial.config):  # refills: start now
+            if number not in self._trials and number not in self._closed:
+                self._start(trial, self.book.configs[number], iteration, trials, {})
 
     def _member(self, number, member, ended, iteration, trials, info) -> None:
         trial = self._trials.get(number)
@@ -321,15 +425,6 @@ class PackCallback(tune.Callback):
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         for callback in self.inner:
             callback.on_experiment_end(trials=trials, **info)
-
-
-def stops(stopper: Stopper) -> bool:
-    """Whether a (packed) study's stopper may stop members: all but Ray Tune's ``none``.
-
-    A study whose stopper never stops gives its packs no :class:`~.pack_trial.StopBox` (an
-    actor process of its own, and a question at every report).
-    """
-    return not (isinstance(stopper, TuneSchedulerStopper) and stopper.scheduler == "none")
 
 
 def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:

@@ -7,21 +7,23 @@ an unpacked trial would get (its sampled ``{path: value}`` and its Optuna number
 trains with the engine's own :class:`~fedtune.trainers.Trainer`); its per-round record is the
 mean over its seeds, exactly as :mod:`.trainable` computes it.
 
-Every ``spec.report_every`` rounds (and when members end) the pack reports one result whose
-:data:`MEMBERS` list holds each reporting member's result in the unpacked schema of
-:mod:`.trainable` (its rows since its last report under ``HISTORY``, its running objective, its
-outcome), with its number under ``TRIAL_KEY``; :mod:`.pack_driver` hands each one to the
-searcher and the callbacks as the result of that member's own trial. A member that the driver
-stopped (``stops``, a :class:`StopBox` actor the pack asks at its reports) leaves the pack:
-it costs no more compute and is not reported again (the driver ended its trial at the report
-it was stopped on; :class:`StopPoll` asks without waiting). A study whose stopper never stops
-trials (``scheduler: none``, ``tpe``, ``random``) gives the pack no box. The pack ends when every
-member has ended.
+Every ``spec.report_every`` of a member's rounds (and when members end) the pack reports one
+result whose :data:`MEMBERS` list holds each reporting member's result in the unpacked schema
+of :mod:`.trainable` (its rows since its last report under ``HISTORY``, its running objective,
+its outcome), with its number under ``TRIAL_KEY``; :mod:`.pack_driver` hands each one to the
+searcher and the callbacks as the result of that member's own trial.
+
+The driver's decisions come through its :class:`~.pack_box.PackBox` (``box``), asked at the
+reports without waiting (:class:`BoxPoll`). A member the driver stopped leaves the pack: it
+costs no more compute and is not reported again (the driver ended its trial at the report it
+was stopped on). A configuration the driver offers joins the pack at round 0 (a refill of a
+place that a member's end freed). A pack with no member left reports so and waits for the
+driver's answer to that report: it ends when the answer brings no configuration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from fedtune.errors import FedtuneError
@@ -42,10 +44,16 @@ from .trainable import (
     trial_message,
 )
 
-__all__ = ["MEMBERS", "PACK_KEY", "StopBox", "StopPoll", "member_numbers", "train_pack"]
+__all__ = ["MEMBERS", "PACK_KEY", "BoxPoll", "member_numbers", "pack_name", "train_pack"]
 
 PACK_KEY = "fedtune.pack"  # a pack's Tune config: its members' configs
 MEMBERS = "members"  # a pack's result: one result per member that reports
+
+
+def pack_name(first: int) -> str:
+    """A pack's name (its Ray Tune trial's and its key in the box): ``pack-<its first
+    member's number>``."""
+    return f"pack-{first:04d}"
 
 
 def member_numbers(config: Mapping[str, Any]) -> list[int]:
@@ -53,23 +61,10 @@ def member_numbers(config: Mapping[str, Any]) -> list[int]:
     return [int(m[TRIAL_KEY]) for m in config[PACK_KEY]]
 
 
-class StopBox:
-    """The driver's stop decisions, read by the packs (a Ray actor: ``ray.remote(StopBox)``)."""
-
-    def __init__(self) -> None:
-        self._stopped: set[int] = set()
-
-    def stop(self, numbers: Sequence[int]) -> None:
-        """Note members the driver stopped."""
-        self._stopped.update(int(n) for n in numbers)
-
-    def which(self, numbers: Sequence[int]) -> list[int]:
-        """Those of ``numbers`` the driver stopped."""
-        return [n for n in numbers if n in self._stopped]
-
-
 class _Single:
-    """One member trained alone by the engine's trainers (a pack of one)."""
+    """One member trained alone by the engine's trainers (a pack of one, never refilled)."""
+
+    refills = False
 
     def __init__(self, number: int, configs: list[TrialConfig]) -> None:
         self.number, self.runs = number, _SeedRuns(configs)
@@ -93,6 +88,8 @@ class _Single:
 class _Packed:
     """Every member and seed in one :class:`PackedTrainer` (members × seeds rows)."""
 
+    refills = True
+
     def __init__(self, members: dict[int, list[TrialConfig]]) -> None:
         from fedtune.trainers.packed import PackedTrainer
 
@@ -104,6 +101,11 @@ class _Packed:
         self.trainer = PackedTrainer(flat)
         self.rounds = {n: c[0].train.rounds for n, c in members.items()}
         self._ended: set[int] = set()
+
+    def add(self, number: int, configs: list[TrialConfig]) -> None:
+        """A member that joins (a refill): its seeds start at round 0 at the next step."""
+        self.index[number] = [self.trainer.add(c) for c in configs]
+        self.rounds[number] = configs[0].train.rounds
 
     def step(self) -> dict[int, dict[str, Any] | None]:
         """Each live member's mean record this round, None for one that diverged."""
@@ -147,19 +149,19 @@ class _Packed:
                 self.trainer.stop(i)
 
 
-def train_pack(config: dict[str, Any], spec: StudySpec, stops: Any = None) -> None:
+def train_pack(config: dict[str, Any], spec: StudySpec, box: Any = None) -> None:
     """Ray Tune function trainable of a pack (see the module docstring).
 
     Args:
         config: The pack's Tune config (:data:`PACK_KEY`).
         spec: The study.
-        stops: The driver's :class:`StopBox` actor (None: nothing stops members).
+        box: The driver's :class:`~.pack_box.PackBox` actor (None: no stops, no refills).
     """
     if timeline.enabled():
         timeline.mark("trial_process_start", timeline.process_start())
         timeline.mark("trial_entered")
     try:
-        _train_pack(config, spec, stops)
+        _train_pack(config, spec, box)
     except FedtuneError as exc:
         raise TrialError(trial_message(exc, spec)) from None
 
@@ -172,79 +174,152 @@ def _runs(config: Mapping[str, Any], spec: StudySpec) -> tuple[Any, dict[int, li
     return _Packed(members), members
 
 
-def _train_pack(config: dict[str, Any], spec: StudySpec, stops: Any) -> None:
-    runs, members = _runs(config, spec)
+class _Members:
+    """A pack's members as its loop sees them: their rows, who trains, when each joined.
+
+    Args:
+        spec: The study.
+        runs: The pack's :class:`_Single` or :class:`_Packed`.
+        members: Its first members' seed configurations, by number.
+    """
+
+    def __init__(self, spec: StudySpec, runs: Any, members: dict[int, list]) -> None:
+        self.spec, self.runs = spec, runs
+        self.rows: dict[int, TrialRows] = {}
+        self.joined: dict[int, int] = {}  # member -> the pack's step it joined after
+        self.live: list[int] = []
+        for number, configs in members.items():
+            self._enter(number, configs, 0)
+
+    def _enter(self, number: int, configs: list[TrialConfig], t: int) -> None:
+        self.rows[number] = TrialRows(self.spec, configs[0].train.rounds, configs[0].decay.enabled)
+        self.joined[number] = t
+        self.live.append(number)
+
+    def join(self, offered: list[dict[str, Any]], t: int) -> None:
+        """Take the configurations the driver offered; each starts at round 0 after step t."""
+        for member in offered:
+            number, configs = int(member[TRIAL_KEY]), trial_configs(self.spec, member)
+            self.runs.add(number, configs)
+            self._enter(number, configs, t)
+
+    def due(self, t: int) -> list[int]:
+        """Live members whose own rounds at step t are a multiple of ``report_every``."""
+        return [n for n in self.live if (t - self.joined[n]) % self.spec.report_every == 0]
+
+
+def _train_pack(config: dict[str, Any], spec: StudySpec, box: Any) -> None:
+    runs, first = _runs(config, spec)
     from ray import tune  # imported here: the engine never needs Ray
 
     timeline.mark("trial_built")
-    rows = {n: TrialRows(spec, c[0].train.rounds, c[0].decay.enabled) for n, c in members.items()}
-    live = list(members)
-    poll = None if stops is None else StopPoll(stops)
+    pack = _Members(spec, runs, first)
+    poll = None if box is None else BoxPoll(box, member_numbers(config)[0])
     t = 0
-    while live:
+    while True:
+        if not pack.live:
+            if poll is None or not runs.refills:
+                break
+            offered = poll.wait(t)  # the driver's answer to the report that said so
+            if not offered:
+                break
+            pack.join(offered, t)
         stepped = runs.step()
         t += 1
         ended: list[dict[str, Any]] = []
-        for number in list(live):
+        for number in list(pack.live):
             if number not in stepped:
                 continue
-            row = stepped[number]
+            row, rows = stepped[number], pack.rows[number]
             if row is None:
-                ended.append(_final(rows[number], number, Outcome.DIVERGED, runs.reason(number)))
+                ended.append(_final(rows, number, Outcome.DIVERGED, runs.reason(number)))
             else:
-                trial = rows[number]
-                trial.add(row, runs.decays(number) if trial.decay else 0.0)
+                rows.add(row, runs.decays(number) if rows.decay else 0.0)
                 if not runs.done(number):
                     continue
-                ended.append(_final(trial, number, Outcome.COMPLETED))
-            live.remove(number)
-        due = t % spec.report_every == 0 and live
+                ended.append(_final(rows, number, Outcome.COMPLETED))
+            pack.live.remove(number)
+        due = pack.due(t)
         if not ended and not due:
             continue
-        if due and poll is not None:
-            for number in poll.stopped(live):
+        if poll is not None:
+            stopped, offered = poll.answer(pack.live)
+            for number in stopped:
                 runs.stop(number)
-                live.remove(number)
-        reports = ended + [{**rows[n].report(), TRIAL_KEY: n} for n in live if due]
-        tune.report({ROUND: t, OUTCOME: RUNNING if live else "ended", MEMBERS: reports})
+                pack.live.remove(number)
+            pack.join(offered, t)
+        reports = ended + [{**pack.rows[n].report(), TRIAL_KEY: n} for n in due if n in pack.live]
+        tune.report({ROUND: t, OUTCOME: RUNNING if pack.live else "ended", MEMBERS: reports})
     timeline.mark("trial_reported")
 
 
-class StopPoll:
-    """The driver's stop decisions, asked without waiting: one question to the
-    :class:`StopBox` in flight, its answer applied at the first report after it arrived.
+class BoxPoll:
+    """The driver's decisions for one pack, asked without waiting: one question to the
+    :class:`~.pack_box.PackBox` in flight, its answer applied at the first report after it
+    arrived.
 
     A member the driver stopped has ended for the study at that report (its trial is told
     then); the pack only stops spending compute on it, so a late answer costs rounds, never
     records. Waiting for the answer at every report cost a pack a fifth of its time.
+    Configurations the driver offered are the pack's once an answer carrying them arrived.
 
     Args:
-        box: The driver's :class:`StopBox` actor.
+        box: The driver's :class:`~.pack_box.PackBox` actor.
+        first: The pack's first member's number (its name in the box).
     """
 
-    def __init__(self, box: Any) -> None:
-        self.box, self.asked = box, None
+    def __init__(self, box: Any, first: int) -> None:
+        self.box, self.pack, self.asked = box, pack_name(first), None
 
-    def stopped(self, live: list[int]) -> list[int]:
-        """Those of ``live`` the driver has stopped, as far as its last answer says."""
+    def answer(self, live: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
+        """``(stopped, offered)``: those of ``live`` the driver stopped and the configurations
+        it offered, as far as its last answer says; asks again.
+
+        Args:
+            live: The pack's members still training.
+
+        Returns:
+            The stopped members and the offered member configs (taken from the box).
+        """
         import ray
 
-        answer: list[int] = []
+        stopped: list[int] = []
+        offered: list[dict[str, Any]] = []
         if self.asked is not None:
             ready, _ = ray.wait([self.asked], timeout=0)
             if not ready:
-                return []
-            answer = ray.get(self.asked)
-        self.asked = self.box.which.remote(live)
-        return [n for n in answer if n in live]
+                return [], []
+            stopped, offered = ray.get(self.asked)
+        self.asked = self.box.poll.remote(self.pack, live)
+        return [n for n in stopped if n in live], offered
+
+    def wait(self, report: int) -> list[dict[str, Any]]:
+        """The configurations that join a pack with no member left: those of the question in
+        flight, else the driver's answer to ``report``, waited for.
+
+        Args:
+            report: The ``round`` of the pack's last report (it said no member was left).
+
+        Returns:
+            The joining member configs (none: the pack ends).
+        """
+        import ray
+
+        if self.asked is not None:
+            _, offered = ray.get(self.asked)
+            self.asked = None
+            if offered:
+                return offered
+        return ray.get(self.box.wait.remote(self.pack, report))
 
 
 def _final(rows: TrialRows, number: int, outcome: Outcome, reason: str = "") -> dict[str, Any]:
     return {**rows.report(str(outcome), reason), TRIAL_KEY: number}
 
 
-def make_pack_trainable(spec: StudySpec, stops: Any) -> Any:
-    """``train_pack`` bound to ``spec`` and the driver's :class:`StopBox` (shipped once)."""
+def make_pack_trainable(spec: StudySpec, box: Any) -> Any:
+    """``train_pack`` bound to ``spec`` and the driver's :class:`~.pack_box.PackBox` (shipped
+    once)."""
     from ray import tune
 
-    return tune.with_parameters(train_pack, spec=spec, stops=stops)
+    return tune.with_parameters(train_pack, spec=spec, box=box)

@@ -55,8 +55,7 @@ from . import optuna_glue as og
 from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
-from .pack_driver import pack_name
-from .pack_trial import PACK_KEY
+from .pack_trial import PACK_KEY, pack_name
 from .packing import plan as pack_plan
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
@@ -786,19 +785,21 @@ def _packed_parts(
         ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
     """
     from . import pack_driver as pd
-    from .pack_trial import StopBox, make_pack_trainable
+    from .pack_box import PackBox
+    from .pack_trial import make_pack_trainable
 
     spec, stores = plan.spec, runtime.stores
     minimize = str(spec.objective.directions[0]) == "min"
     stopper = pd.packed_stopper(stopper, spec.name, minimize)
-    stops = ray.remote(StopBox).options(num_cpus=0).remote() if pd.stops(stopper) else None
+    box = ray.remote(PackBox).options(num_cpus=0).remote()  # stops and refills
     book = pd.PackBook()
     inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
-    searcher = pd.PackSearch(inner, book, size, stores.remaining, pd.config_key(spec), stores.store)
+    key = pd.config_key(spec)
+    searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
     return (
-        make_pack_trainable(shipped, stops),
+        make_pack_trainable(shipped, box),
         searcher,
-        pd.PackScheduler(stopper, book, stops),
+        pd.PackScheduler(stopper, book, box),
         [pd.PackCallback(callbacks, book)],
     )
 

@@ -126,10 +126,11 @@ def test_profile_areas(bench) -> None:
 def test_trial_profile_parts(bench, tmp_path) -> None:
     source = tmp_path / "pack_trial.py"
     source.write_text(
-        "def _train_pack(config, spec, stops):\n"
+        "def _train_pack(config, spec, box):\n"
         "    stepped = runs.step()\n"
-        "    for number in _stopped(stops, live):\n"
+        "    stopped, offered = poll.answer(pack.live)\n"
         "    tune.report({ROUND: t, MEMBERS: reports})\n"
+        "    offered = poll.wait(t)\n"
     )
 
     def at(line: int) -> str:
@@ -138,7 +139,7 @@ def test_trial_profile_parts(bench, tmp_path) -> None:
     raw = "\n".join(
         [
             f"thread (train);run (ray/tune/f.py:1);{at(2)};step (fedtune/trainers/packed.py:9) 5",
-            f"thread (train);{at(3)};_stopped ({source}:9);get (ray/_private/worker.py:1) 2",
+            f"thread (train);{at(3)};answer ({source}:9);get (ray/_private/worker.py:1) 2",
             f"thread (train);{at(4)};report (ray/tune/session.py:1) 3",
             "thread (main);run (ray/_private/worker.py:1) 7",  # not the training thread
         ]
@@ -148,7 +149,7 @@ def test_trial_profile_parts(bench, tmp_path) -> None:
     assert p["share_by_part"] == {
         "engine round (PackedTrainer / Trainer)": 0.5,
         "tune.report (hand-off to the driver)": 0.3,
-        "StopBox: ray.get of the stopped members": 0.2,
+        "PackBox: ray.get of the driver's stops and refills": 0.2,
     }
     assert p["share_by_line"][0] == ["stepped = runs.step()", 0.5]
     assert bench.trial_profile("")["share_by_part"] == {}

@@ -115,53 +115,105 @@ def test_each_member_reports_what_its_unpacked_trial_reports(monkeypatch):
     assert any(packed[n][-1][DECAY_ROUNDS] for n in (0, 2))  # the decay rule acted, and agreed
 
 
+class _Poll:
+    """The BoxPoll's answers, scripted: ``answers[i]`` is the i-th report's ``(stopped,
+    offered)``; ``waits`` what a pack with no member left gets when it waits."""
+
+    def __init__(self, answers: list[tuple[list[int], list[dict]]], waits: list[list[dict]]):
+        self.answers, self.waits = list(answers), list(waits)
+        self.asked: list[list[int]] = []
+        self.waited: list[int] = []
+
+    def __call__(self, box: Any, first: int) -> _Poll:
+        return self
+
+    def answer(self, live: list[int]) -> tuple[list[int], list[dict]]:
+        self.asked.append(list(live))
+        return self.answers.pop(0) if self.answers else ([], [])
+
+    def wait(self, report: int) -> list[dict]:
+        self.waited.append(report)
+        return self.waits.pop(0) if self.waits else []
+
+
+def _by_member(reports: list[dict]) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for report in reports:
+        for result in report[MEMBERS]:
+            out.setdefault(result[TRIAL_KEY], []).append(dict(result))
+    return out
+
+
 def test_a_stopped_member_leaves_the_pack_and_is_not_reported_again(monkeypatch):
     spec = _spec()
     reports = _capture(monkeypatch)
-    asked: list[list[int]] = []
-
-    class Poll:  # the StopPoll's answers: member 1 was stopped at the first report
-        def __init__(self, box: Any) -> None:
-            pass
-
-        def stopped(self, live: list[int]) -> list[int]:
-            asked.append(list(live))
-            return [1] if len(asked) == 1 else []
-
-    monkeypatch.setattr(pack_trial, "StopPoll", Poll)
-    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 0.1)]}, spec, stops=object())
-    assert asked[0] == [0, 1] and all(1 not in live for live in asked[1:])
-    rounds_of = {0: [], 1: []}
-    for report in reports:
-        for result in report[MEMBERS]:
-            rounds_of[result[TRIAL_KEY]] += [row[ROUND] for row in result[HISTORY]]
+    poll = _Poll([([1], [])], [])  # member 1 was stopped at the first report
+    monkeypatch.setattr(pack_trial, "BoxPoll", poll)
+    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 0.1)]}, spec, box=object())
+    assert poll.asked[0] == [0, 1] and all(1 not in live for live in poll.asked[1:])
+    rounds_of = {
+        n: [row[ROUND] for r in results for row in r[HISTORY]]
+        for n, results in _by_member(reports).items()
+    }
     assert rounds_of[0] == list(range(1, ROUNDS + 1))
-    assert rounds_of[1] == []  # its rows up to the stop went with the report it was stopped on
+    assert 1 not in rounds_of  # its rows up to the stop went with the report it was stopped on
+    assert poll.waited == [ROUNDS]  # no member left: it waited for the answer to its last report
 
 
-def test_the_stop_poll_never_waits_and_applies_an_answer_once_it_arrived(monkeypatch):
+def test_a_refill_joins_at_round_0_and_reports_what_its_unpacked_trial_reports(monkeypatch):
+    decay = {"enabled": True, "window": 2, "patience": 1, "cooldown": 1}
+    spec = _spec(seeds=[0, 1], decay=decay)
+    reports = _capture(monkeypatch)
+    late, last = _member(7, 0.07, 0.3), _member(9, 0.02)
+    # 1 diverges (reported at step 2); 7 is offered at the second report (step 3) and diverges
+    # at its own round 7 (step 10); 9 joins when the pack has no member left
+    poll = _Poll([([], []), ([], [late])], [[last], []])
+    monkeypatch.setattr(pack_trial, "BoxPoll", poll)
+    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 5e3)]}, spec, box=object())
+    packed = _by_member(reports)
+    assert sorted(packed) == [0, 1, 7, 9]
+    for member in (late, last):
+        alone = _capture(monkeypatch)
+        train_trial(dict(member), spec)
+        mine = [{k: v for k, v in r.items() if k != TRIAL_KEY} for r in packed[member[TRIAL_KEY]]]
+        assert [r[OUTCOME] for r in mine[:-1]] == [RUNNING] * (len(mine) - 1)
+        assert _same(_joined(mine), _joined(alone)), member[TRIAL_KEY]
+        assert [r[ROUND] for r in mine] == [r[ROUND] for r in alone]  # its own report rounds
+    # 0 completed at step 8 and 7 diverged at step 10: the pack waited for the answer to that
+    # report, took 9, and after 9's 8 rounds waited again and ended
+    assert poll.waited == [10, 18]
+    assert packed[7][-1][OUTCOME] == TrialOutcome.DIVERGED
+    assert packed[9][-1][OUTCOME] == TrialOutcome.COMPLETED
+    assert [r[OUTCOME] for r in reports].count("ended") == 2
+
+
+def test_the_box_poll_never_waits_and_applies_an_answer_once_it_arrived(monkeypatch):
     import ray
 
     arrived = {"now": False}
     monkeypatch.setattr(ray, "wait", lambda refs, timeout: (refs if arrived["now"] else [], []))
     monkeypatch.setattr(ray, "get", lambda ref: ref)
+    joining = {TRIAL_KEY: 9}
 
-    class Box:  # StopBox.which.remote: the asked lives; its answer is [1, 7]
+    class Box:  # PackBox.poll.remote and .wait.remote, answered at once
         def __init__(self) -> None:
-            self.asked: list[list[int]] = []
-            self.which = self
+            self.asked: list[tuple] = []
+            self.poll = self.wait = self
 
-        def remote(self, live: list[int]) -> list[int]:
-            self.asked.append(list(live))
-            return [1, 7]
+        def remote(self, pack: str, arg: Any) -> Any:
+            self.asked.append((pack, arg))
+            return ([1, 7], [joining]) if isinstance(arg, list) else []
 
     box = Box()
-    poll = pack_trial.StopPoll(box)
-    assert poll.stopped([0, 1, 2]) == [] and box.asked == [[0, 1, 2]]  # the question goes out
-    assert poll.stopped([0, 1, 2]) == [] and len(box.asked) == 1  # unanswered: no second one
+    poll = pack_trial.BoxPoll(box, 3)
+    assert poll.answer([0, 1, 2]) == ([], []) and box.asked == [("pack-0003", [0, 1, 2])]
+    assert poll.answer([0, 1, 2]) == ([], []) and len(box.asked) == 1  # unanswered: no second
     arrived["now"] = True
-    assert poll.stopped([0, 1, 2]) == [1]  # 7 is not in the pack any more
-    assert box.asked == [[0, 1, 2], [0, 1, 2]]  # and the next question is out
+    assert poll.answer([0, 1, 2]) == ([1], [joining])  # 7 is not in the pack any more
+    assert box.asked[-1] == ("pack-0003", [0, 1, 2])  # and the next question is out
+    # no member left: the question in flight answers first, then the box's wait for report 12
+    assert poll.wait(12) == [joining] and len(box.asked) == 2
+    assert poll.wait(12) == [] and box.asked[-1] == ("pack-0003", 12)
 
 
 # -- the driver's searcher --------------------------------------------------------------------
@@ -193,10 +245,21 @@ class _Store:
         self.attrs.setdefault(number, {}).update(attrs)
 
 
-def _search(size: int = 3, budget: int = 7):
+def _search(size: int = 3, budget: int = 7, box: Any = None):
     inner, book, store = _Inner(), pd.PackBook(), _Store()
-    search = pd.PackSearch(inner, book, size, budget, lambda c: c["opt"], store)
+    search = pd.PackSearch(inner, book, size, budget, lambda c: c["opt"], store, box)
     return search, inner, book, store
+
+
+class _Offers:
+    """PackBox.offer.remote, recorded: ``(pack, member numbers, answers)``."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+        self.offer = self
+
+    def remote(self, pack: str, configs: list[dict], answers: int | None) -> None:
+        self.sent.append((pack, [c[TRIAL_KEY] for c in configs], answers))
 
 
 def test_the_searcher_packs_configurations_that_share_a_key_up_to_the_budget():
@@ -240,6 +303,37 @@ def test_the_searcher_tells_each_member_once_and_ends_open_members_with_their_pa
     ]
 
 
+def test_the_searcher_refills_a_freed_place_after_telling_its_member_and_answers_an_empty_pack():
+    box = _Offers()
+    search, inner, book, store = _search(size=2, budget=6, box=box)
+    config = search.suggest("p")
+    a, b = [m[TRIAL_KEY] for m in config[PACK_KEY]]  # 1 and 2 ("a"); 0 ("b") waits
+    assert (a, b) == (1, 2) and book.refilled == {"p"}
+    search.on_trial_result("p", {ROUND: 3, OUTCOME: RUNNING, **_result((a, "completed", 3))})
+    # a is told before its place is asked for: 3 ("b") waits too, 4 ("a") joins the pack
+    assert inner.events[-2:] == [("result", a, 3), ("complete", a, False)]
+    assert list(inner.asked.values()) == [0, 1, 2, 3, 4]
+    assert box.sent == [("pack-0001", [4], None)] and book.members["p"] == [1, 2, 4]
+    assert store.attrs[4]["pack"] == "pack-0001"
+    search.on_trial_result("p", {ROUND: 5, OUTCOME: RUNNING, **_result((b, RUNNING, 5))})
+    assert len(box.sent) == 1  # nothing ended, nothing to say
+    ended = _result((b, "diverged", 6), (4, "completed", 6))
+    search.on_trial_result("p", {ROUND: 6, OUTCOME: "ended", **ended})
+    # two places: 5 ("a") is asked, then the budget (6) is spent; the pack waits on report 6
+    assert box.sent[-1] == ("pack-0001", [5], 6)
+    search.on_trial_result("p", {ROUND: 9, OUTCOME: "ended", **_result((5, "completed", 9))})
+    assert box.sent[-1] == ("pack-0001", [], 9)  # nothing left with its key: the pack ends
+    assert search.suggest("q")[PACK_KEY] == [{"opt": "b", TRIAL_KEY: 0}, {"opt": "b", TRIAL_KEY: 3}]
+
+
+def test_a_pack_of_one_or_a_study_without_a_box_is_never_refilled():
+    box = _Offers()
+    search, _inner, book, _store = _search(size=3, budget=1, box=box)
+    assert [m[TRIAL_KEY] for m in search.suggest("alone")[PACK_KEY]] == [0]
+    search.on_trial_result("alone", {ROUND: 8, OUTCOME: "ended", **_result((0, "completed", 8))})
+    assert box.sent == [] and book.refilled == set()
+
+
 # -- the driver's scheduler -------------------------------------------------------------------
 class _Stopper(TuneSchedulerStopper):
     def observe(self, number: int, values) -> StopReason | None:
@@ -275,6 +369,10 @@ def test_the_scheduler_stops_members_and_their_pack_once_all_have_ended():
     assert book.stopped == {1} and box.sent == [[1]]
     last = {MEMBERS: [_rows(0, TrialOutcome.COMPLETED, range(4, 9))]}
     assert scheduler.on_trial_result(None, pack, last) == TrialScheduler.STOP
+    refilled = _Trial("r", [2, 3])
+    book.refilled.add("r")  # a pack that takes refills ends when the searcher says so
+    ended = {MEMBERS: [_rows(n, TrialOutcome.COMPLETED, range(1, 9)) for n in (2, 3)]}
+    assert scheduler.on_trial_result(None, refilled, ended) == TrialScheduler.CONTINUE
 
 
 def test_ray_tunes_schedulers_become_optuna_pruners_for_packed_studies():
@@ -305,9 +403,10 @@ def test_callbacks_see_each_member_as_a_trial():
     callback = pd.PackCallback([recorder], book)
     pack = _Trial("p", [4, 5])
     pack.error_file = "/tmp/the-pack-error"
-    book.open("p", [4, 5])
+    book.open("p", pack.config[PACK_KEY], "key", refills=True)
     callback.on_trial_start(iteration=0, trials=[], trial=pack)
     result = {MEMBERS: [_rows(4, TrialOutcome.COMPLETED, range(1, 3))]}
+    book.join("p", {TRIAL_KEY: 6})  # the searcher refilled 4's place at this report
     callback.on_trial_result(iteration=1, trials=[], trial=pack, result=result)
     callback.on_trial_error(iteration=2, trials=[], trial=pack)
     hooks = [(hook, seen[0]) for hook, seen in recorder.calls]
@@ -316,7 +415,9 @@ def test_callbacks_see_each_member_as_a_trial():
         ("on_trial_start", "config-5"),
         ("on_trial_result", "config-4"),
         ("on_trial_complete", "config-4"),
-        ("on_trial_error", "config-5"),  # the member still open when its pack failed
+        ("on_trial_start", "config-6"),  # the refill starts at the report that freed its place
+        ("on_trial_error", "config-5"),  # the members still open when their pack failed
+        ("on_trial_error", "config-6"),
     ]
     assert recorder.calls[3][1][2][OUTCOME] == TrialOutcome.COMPLETED
     member = pd.MemberTrial(pack, pack.config[PACK_KEY][1])
