@@ -433,10 +433,10 @@ WHOLE_PHASES = {
     "mlflow_opened_after_launch": "the MLflow store and parent run open (a thread)",
     "first_trial_entered_after_launch": "launch → the first trial's code runs",
     "trials": "first trial entered → Tune's fit returned (all trials)",
-    "ray_stop_s": "Ray's shutdown after the fit (in its thread, overlapping the report)",
+    "ray_stop_s": "Ray's shutdown after the fit (in its thread, waited for before the report)",
     "report_s": "trade-off analysis, tradeoff/*.json/csv and the plots (PNG)",
     "mlflow_report_s": "MLflow: best.json, trials_table.json, tradeoff/ artifacts, metrics",
-    "exit_s": "report done → process gone (summary, Ray's thread joined, atexit, exit)",
+    "exit_s": "report done → process gone (summary, the lock released, atexit, exit)",
 }
 
 

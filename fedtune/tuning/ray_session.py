@@ -110,7 +110,6 @@ class EarlyRay:
     the lock: ``run_study`` then reports the conflict as usual). :meth:`ready` waits for Ray and
     re-raises its start-up error (a one-line ``RayStartError``). :meth:`stop_ray` shuts Ray down
     (once its start has finished: a half-started Ray cannot be stopped from outside), and
-    :meth:`request_stop` lets the thread do it while the caller goes on;
     :meth:`close` then also releases the lock. Both are idempotent, so the caller closes it in a
     ``finally`` whatever ``run_study`` did. Unless ``run_study`` :meth:`claim` ed it, closing
     also removes the lock file and the directories :meth:`begin` made: a spec that fails
@@ -166,12 +165,9 @@ class EarlyRay:
             raise self._error
         return False
 
-    def request_stop(self) -> None:
-        """Let the thread shut Ray down, without waiting: the caller writes the study's
-        report meanwhile; :meth:`stop_ray` or :meth:`close` waits for it."""
-        self._stop.set()
-
     def stop_ray(self) -> None:
+        """Shut Ray down and wait for it (the caller's thread does nothing with Ray meanwhile:
+        ``docs/explanation/architecture.md``, *Ray's shutdown*)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -446,7 +446,7 @@ def _start_ray(
     env = code_runtime_env(plan.spec, plan.workdir)
     if early is not None and not env and not plan.ray_address:
         shipped = early.ready()
-        stack.callback(early.request_stop)  # Ray shuts down in its thread during finalize
+        stack.callback(early.stop_ray)  # before the report: docs/explanation/architecture.md
     else:
         if early is not None:
             early.stop_ray()  # this study needs a Ray of its own

@@ -95,11 +95,11 @@ def test_it_holds_the_study_lock_from_begin_to_close(
             pass
 
 
-def test_request_stop_lets_ray_shut_down_while_the_caller_goes_on(
+def test_stop_ray_waits_for_the_shutdown_and_keeps_the_lock_until_closed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After the fit, run_study asks the thread to shut Ray down and writes the
-    study's report meanwhile; closing (the lock's release) waits for the shutdown."""
+    """After the fit, run_study stops Ray and waits, so that its own thread touches nothing of
+    Ray's while Ray shuts down; the lock stays held until the study closes it."""
     import threading
 
     shutting, release = threading.Event(), threading.Event()
@@ -115,13 +115,12 @@ def test_request_stop_lets_ray_shut_down_while_the_caller_goes_on(
     monkeypatch.setattr(rs, "ray_session", session)
     early = rs.EarlyRay.begin(tmp_path / "w").claim()
     early.ready()
-    early.request_stop()  # returns at once
-    assert shutting.wait(30) and early._thread.is_alive()
-    with pytest.raises(ConflictError), rs.study_lock(tmp_path / "w"):
-        pass  # the lock is still held while Ray shuts down
     threading.Timer(0.2, release.set).start()
-    early.close()  # waits for the shutdown, then releases the lock
-    assert not early._thread.is_alive()
+    early.stop_ray()
+    assert shutting.is_set() and release.is_set() and not early._thread.is_alive()
+    with pytest.raises(ConflictError), rs.study_lock(tmp_path / "w"):
+        pass  # the lock is still the study's
+    early.close()
     with rs.study_lock(tmp_path / "w"):
         pass
 
@@ -239,9 +238,9 @@ def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(tmp_path: Path
     assert marks["early_ray"] < marks["spec_loaded"] < marks["driver_imported"]
     assert marks["early_ray_ready"] <= marks["ray_started"]  # run_study used that Ray
     assert marks["trial_entered"] > marks["early_ray_ready"]
-    # Ray shuts down in its thread while the report is written, and is gone
-    # when the process has ended (which skips the module teardown, not Ray's clean-up)
-    assert marks["fit_done"] < marks["finalize"] < marks["ray_stopped"]
+    # Ray has shut down before the report is written, and is gone when the process has ended
+    # (which skips the module teardown, not Ray's clean-up)
+    assert marks["fit_done"] < marks["ray_stopped"] < marks["finalize"]
     assert not ray_temp_dir(workdir.resolve()).exists() and _ray_processes(workdir) == []
     assert "SIGTERM handler" not in run.stderr  # Ray's note about its thread stays quiet
 
