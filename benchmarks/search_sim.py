@@ -22,17 +22,22 @@ at a time), :func:`run_packed`:
 
 * up to P configurations are asked at once (one Optuna ``ask`` each, the stopper's proposal
   first when nothing is queued, as ``FedtuneSearch.suggest``; TPE's ``constant_liar`` counts
-  those asked and not yet told as pending); those sharing the first one's pack key
-  (:func:`~fedtune.tuning.pack_driver.config_key`) form the pack, the others wait for the next
-  (``PackSearch``); the next pack is asked when this one is empty;
-* the members run in lockstep, one round at a time. Each round every live member's new
-  selection-rule value is reported to Optuna and goes to the stopper (``stopper_for``'s, through
-  :func:`~fedtune.tuning.pack_driver.packed_stopper`: ASHA and the median rule become Optuna's
-  pruners); a member whose row is final (its last round, or the round it diverged) is not
-  observed, as ``PackScheduler`` skips a final member result. The members that ended are then
-  told, final ones first, then those the stopper stopped (``PRUNED``), each exactly as
-  ``FedtuneSearch`` tells a trial and with the stopper's ``complete``; an ended member leaves
-  (the pack shrinks, no refill);
+  those asked and not yet told as pending) and packed by the driver's own
+  :class:`~fedtune.tuning.pack_driver.Backlog`: those sharing a pack key
+  (:func:`~fedtune.tuning.pack_driver.config_key`) form the pack, the others wait;
+* the members run in lockstep, one round at a time, each at its own round. Each round every
+  live member's new selection-rule value is reported to Optuna and goes to the stopper
+  (``stopper_for``'s, through :func:`~fedtune.tuning.pack_driver.packed_stopper`: ASHA and the
+  median rule become Optuna's pruners); a member whose row is final (its last round, or the
+  round it diverged) is not observed, as ``PackScheduler`` skips a final member result. The
+  members that ended are then told, final ones first, then those the stopper stopped
+  (``PRUNED``), each exactly as ``FedtuneSearch`` tells a trial and with the stopper's
+  ``complete``;
+* each freed place is then refilled with a configuration of the pack's key (the backlog's,
+  else newly asked; ``PackSearch``'s refill), which runs its round 1 at the pack's next round.
+  The driver's pack takes it at its next report instead, a round or two later: the report
+  that freed the place reaches the driver while the pack runs on. A pack with no member left
+  and nothing to take ends, and the next pack is formed; a pack of one is never refilled;
 * a member's curve is its configuration's whole unpacked curve (the engine's, cached; a packed
   member's curve equals it to ≤ 1e-12, ``tests/unit/test_packed_exactness.py``), replayed round
   by round, so a member the stopper stops was trained to its end once (the cache keeps it);
@@ -433,7 +438,7 @@ def run_packed(
     Returns:
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
     """
-    from fedtune.tuning.pack_driver import config_key, packed_stopper
+    from fedtune.tuning.pack_driver import Backlog, config_key, packed_stopper
     from fedtune.tuning.strategies import stopper_for
     from fedtune.tuning.trainable import TRIAL_KEY
 
@@ -441,69 +446,84 @@ def run_packed(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stopper = packed_stopper(stopper_for(spec, task.space, task.rounds), spec.name, True)
-    key_of = config_key(spec)
-    backlog: list[tuple[str, Any, dict[str, Any]]] = []  # asked, not yet in a pack
-    steps: list[Step] = []
-    asked = used = packs = 0
-    while used < round_budget:
-        while len(backlog) < size and asked < max_trials:  # PackSearch.suggest
-            trial, point = _ask(study, stopper, task.space)
-            asked += 1
-            backlog.append((key_of({**point, TRIAL_KEY: trial.number}), trial, point))
-        if not backlog:
-            break
-        first = backlog[0][0]
-        chosen = [b for b in backlog if b[0] == first][:size]
-        backlog = [b for b in backlog if all(b is not c for c in chosen)]
-        members = [_Member(trial, point, *cache.curve(point)) for _, trial, point in chosen]
-        used += _run_pack(members, study, stopper, steps, last, packs)
-        packs += 1
-    return steps
+    run = _PackedRun(study, stopper, last)
+    asked: dict[int, tuple[Any, dict[str, Any]]] = {}  # number -> (trial, point)
+
+    def ask() -> dict[str, Any] | None:  # PackSearch's, within the sim's budget
+        if len(asked) >= max_trials or run.used >= round_budget:
+            return None
+        trial, point = _ask(study, stopper, task.space)
+        asked[trial.number] = (trial, point)
+        return {**point, TRIAL_KEY: trial.number}
+
+    def member(config: dict[str, Any]) -> _Member:
+        trial, point = asked[int(config[TRIAL_KEY])]
+        return _Member(trial, point, *cache.curve(point))
+
+    backlog = Backlog(size, config_key(spec), ask)
+    while run.used < round_budget and (first := backlog.pack()):
+
+        def refill(n: int, key: str = backlog.key(first[0]), alone: bool = len(first) == 1):
+            return [] if alone else [member(c) for c in backlog.refill(key, n)]  # one: unpacked
+
+        run.pack([member(c) for c in first], refill)
+    return run.steps
 
 
-def _run_pack(
-    members: list[_Member],
-    study: optuna.Study,
-    stopper: Stopper,
-    steps: list[Step],
-    last: int,
-    index: int,
-) -> int:
-    """Run one pack in lockstep until every member ended; append its members' steps.
+class _PackedRun:
+    """The packs of a study, one after another, and what they were charged (module docstring).
 
     Args:
-        members: The pack's members, in pack order.
-        study: The study (asked, reported to and told).
-        stopper: The study's stopper.
-        steps: The study's trials so far (the pack's are appended as they are told).
+        study: The study (reported to and told).
+        stopper: The study's stopper (:func:`~fedtune.tuning.pack_driver.packed_stopper`).
         last: Rounds in the selection rule's mean.
-        index: The pack's index in the study.
-
-    Returns:
-        The rounds the pack's members ran, summed.
     """
-    live, charged, t = list(members), 0, 0
-    while live:
-        t += 1
-        final = [m for m in live if t == m.final_at]
-        for m in live:
-            if t > len(m.losses):  # diverged this round: no row
-                continue
-            m.ran = t
-            value = _objective(m.losses[max(0, t - last) : t])
-            if math.isfinite(value):
-                m.trial.report(value, t)
-            if m not in final:  # PackScheduler observes non-final member results only
-                why = stopper.observe(m.trial.number, [value])
+
+    def __init__(self, study: optuna.Study, stopper: Stopper, last: int) -> None:
+        self.study, self.stopper, self.last = study, stopper, last
+        self.steps: list[Step] = []
+        self.used = 0  # rounds every pack's members ran so far
+        self.packs = 0
+
+    def pack(self, members: list[_Member], refill: Callable[[int], list[_Member]]) -> None:
+        """Run one pack in lockstep until no member is left; append its members' steps.
+
+        Args:
+            members: The pack's first members, in pack order.
+            refill: The members that take ``n`` freed places (``PackSearch``'s refill; they
+                run their round 1 at the next round of the pack).
+        """
+        everyone, live, charged = list(members), list(members), 0
+        while live:
+            final = []
+            for m in live:  # m.ran + 1: this member's own round (refills joined later)
+                t = m.ran + 1
+                if t > len(m.losses):  # diverged at round t: no row
+                    final.append(m)
+                    continue
+                m.ran = t
+                self.used += 1
+                value = _objective(m.losses[max(0, t - self.last) : t])
+                if math.isfinite(value):
+                    m.trial.report(value, t)
+                if t == m.final_at:  # PackScheduler observes non-final member results only
+                    final.append(m)
+                    continue
+                why = self.stopper.observe(m.trial.number, [value])
                 if why:
                     m.stop = str(why)
-        stopped = [m for m in live if m.stop and m not in final]
-        for m in final + stopped:
-            done = sum(x.ran for x in members)
-            steps.append(_tell(m, study, stopper, last, done - charged, index))
-            charged = done
-            live.remove(m)
-    return sum(m.ran for m in members)
+            stopped = [m for m in live if m.stop and m not in final]
+            for m in final + stopped:
+                done = sum(x.ran for x in everyone)
+                self.steps.append(
+                    _tell(m, self.study, self.stopper, self.last, done - charged, self.packs)
+                )
+                charged = done
+                live.remove(m)
+            joining = refill(len(final) + len(stopped)) if final or stopped else []
+            everyone += joining
+            live += joining
+        self.packs += 1
 
 
 def _tell(

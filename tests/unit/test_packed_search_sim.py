@@ -1,7 +1,7 @@
 """benchmarks/search_sim.py with packed trials on a tiny task: a pack's P configurations are
-asked together, each is told once, the stopper stops members one by one while the others go
-on, a pack is charged the rounds it ran, and ``pack=1`` is the unpacked path. Nothing here
-asserts a timing or a search result."""
+asked together, each is told once and its place refilled, the stopper stops members one by one
+while the others go on, a pack is charged the rounds it ran, and ``pack=1`` is the unpacked
+path. Nothing here asserts a timing or a search result."""
 
 from __future__ import annotations
 
@@ -70,17 +70,16 @@ def test_a_pack_is_asked_together_and_each_member_told_once(sim, monkeypatch, st
     told = [n for kind, n in events if kind == "tell"]
     assert len(told) == len(set(told)) == len(steps)  # each member told once
     assert [s.number for s in steps] == told and set(told) <= set(asked)
-    # P asks, then that pack's tells (every member of the tiny task shares a pack key)
+    # P asks together; after that an ask refills a place a tell freed (every configuration of
+    # the tiny task shares a pack key): never more than P pending, and the pack took refills
+    assert all(kind == "ask" for kind, _ in events[:P])
+    pending = 0
+    for kind, _ in events:
+        pending += 1 if kind == "ask" else -1
+        assert 0 <= pending <= P, events
     packs = sorted({s.pack for s in steps})
-    assert packs == list(range(len(packs))) and len(packs) >= 2
-    at = 0
-    for p in packs:
-        members = {s.number for s in steps if s.pack == p}
-        assert len(members) == P
-        assert {n for _, n in events[at : at + P]} == members
-        assert all(kind == "ask" for kind, _ in events[at : at + P])
-        assert all(kind == "tell" for kind, _ in events[at + P : at + 2 * P])
-        at += 2 * P
+    assert packs == list(range(len(packs)))
+    assert len({s.number for s in steps if s.pack == 0}) > P
     # a pack is charged exactly the rounds its members ran, in the order they ended
     for p in packs:
         mine = [s for s in steps if s.pack == p]
@@ -90,13 +89,13 @@ def test_a_pack_is_asked_together_and_each_member_told_once(sim, monkeypatch, st
 
 def test_the_stopper_stops_members_while_the_others_go_on(sim) -> None:
     module, task, cache = sim
-    steps = module.run_strategy(task, "hyperband", 0, 4 * task.rounds, 16, 4, cache, pack=P)
+    # seed 4: its rungs stop five members (seed 0's configurations diverge or complete)
+    steps = module.run_strategy(task, "hyperband", 4, 4 * task.rounds, 16, 4, cache, pack=P)
     stopped = [s for s in steps if s.value is None]
     assert stopped and all(s.stop == "rung" and s.rounds < task.rounds for s in stopped)
-    for s in stopped:  # it left its pack, which went on without it
-        rest = [o for o in steps if o.pack == s.pack and o.rounds > s.rounds]
-        assert rest, f"member {s.number} was the last of its pack"
-        assert steps.index(s) < min(steps.index(o) for o in rest)
+    # a stopped member left its pack, which went on without it (the last one may end a pack)
+    went_on = [s for s in stopped if any(o.pack == s.pack for o in steps[steps.index(s) + 1 :])]
+    assert len(went_on) >= len(stopped) - 1 and went_on
     completed = [s for s in steps if s.value is not None and math.isfinite(s.value)]
     assert completed and all(s.rounds == task.rounds for s in completed)
 
