@@ -44,6 +44,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment
@@ -124,19 +125,25 @@ def _reporting(fn):
     return run
 
 
-def packed_child(task: str, p: int, device: str, repeats: int, target: float, threads, queue):
+def packed_child(task, p, device, repeats, target, threads, stagger, queue):
     """One process: a pack of P configurations; the rates of ``repeats`` timed samples."""
-    _reporting(_packed_child)(task, p, device, repeats, target, threads, queue)
+    _reporting(_packed_child)(task, p, device, repeats, target, threads, stagger, queue)
 
 
-def _packed_child(task: str, p: int, device: str, repeats: int, target: float, threads, queue):
+def _packed_child(task, p, device, repeats, target, threads, stagger, queue):
     import torch
 
     torch.set_num_threads(threads)
 
+    import fedtune
     from fedtune.trainers.packed import PackedTrainer
 
-    pack = PackedTrainer(configs(task, p, device))
+    waves = [configs(task, p, device)[w::stagger] for w in range(stagger)]
+    pack = PackedTrainer(waves[0])
+    for wave in waves[1:]:  # refills one step apart: the members sit at ``stagger`` rounds
+        pack.step()
+        for cfg in wave:
+            pack.add(cfg)
     pack.step()
     _sync(device)
     start = time.perf_counter()
@@ -160,6 +167,8 @@ def _packed_child(task: str, p: int, device: str, repeats: int, target: float, t
             "rss_mb": rss,
             "peak_rss_mb": peak,
             "torch_threads": torch.get_num_threads(),
+            "round_indices": len({m.round for m in pack._members}),
+            "fedtune_path": str(Path(fedtune.__file__).parent),
         }
     )
 
@@ -255,10 +264,12 @@ def _checked(out: dict) -> dict:
     return out
 
 
-def run_packed(task: str, p: int, device: str, repeats: int, target: float, threads: int) -> dict:
+def run_packed(
+    task: str, p: int, device: str, repeats: int, target: float, threads: int, stagger: int = 1
+) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    args = (task, p, device, repeats, target, threads, queue)
+    args = (task, p, device, repeats, target, threads, stagger, queue)
     proc = ctx.Process(target=packed_child, args=args)
     proc.start()
     out = _checked(queue.get())
@@ -273,6 +284,8 @@ def run_packed(task: str, p: int, device: str, repeats: int, target: float, thre
         "peak_rss_mb": round(out["peak_rss_mb"], 1),
         "rss_mb_per_config": round(out["rss_mb"] / p, 2),
         "torch_threads": out["torch_threads"],
+        "round_indices": out["round_indices"],
+        "fedtune_path": out["fedtune_path"],
     }
 
 
@@ -323,8 +336,17 @@ def main(argv: list[str] | None = None) -> dict:
         "processes use every core; run on a quiet machine: under other load a 2-thread pool "
         "on 2 cores ran 2-4x slower)",
     )
+    parser.add_argument(
+        "--stagger",
+        type=int,
+        default=1,
+        help="S > 1: time each pack with its members at one round index and at S (joined one "
+        "step apart, as refills join), no separate processes; writes packing_staggered.json",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.stagger > 1:
+        return staggered(args, sizes)
     results = {}
     for task in args.tasks.split(","):
         load_before = os.getloadavg()[0]
@@ -374,6 +396,51 @@ def main(argv: list[str] | None = None) -> dict:
     }
     name = "packing.json" if args.device == "cpu" else "packing_cuda.json"
     out = args.out or RESULTS / name
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+def staggered(args: argparse.Namespace, sizes: list[int]) -> dict:
+    """Packs whose members sit at one round index against packs whose members sit at
+    ``--stagger`` (the cost of refills: one cohort per round index); writes the JSON."""
+    results: dict[str, Any] = {}
+    for task in args.tasks.split(","):
+        rows = []
+        for p in sizes:
+            one, spread = (
+                run_packed(task, p, args.device, args.repeats, args.target, args.pack_threads, s)
+                for s in (1, min(args.stagger, p))
+            )
+            rows.append(
+                {
+                    "P": p,
+                    "one_round_index": one,
+                    "staggered": spread,
+                    "ratio": round(spread["config_rounds_per_s"] / one["config_rounds_per_s"], 3),
+                }
+            )
+            print(task, p, rows[-1]["ratio"], flush=True)
+        results[task] = rows
+    doc = {
+        "benchmark": "packing_staggered",
+        "setting": {
+            "algorithm": "fedavgm",
+            "clients_per_round": M,
+            "local_steps": K,
+            "batch_size": B,
+            "stagger": args.stagger,
+            "pack_sizes": sizes,
+            "repeats": args.repeats,
+            "target_s": args.target,
+            "device": args.device,
+            "pack_threads": args.pack_threads,
+            "statistic": "median over repeats",
+        },
+        "environment": environment(),
+        "command": "python benchmarks/packing.py " + " ".join(sys.argv[1:]),
+        "results": results,
+    }
+    out = args.out or RESULTS / "packing_staggered.json"
     out.write_text(json.dumps(doc, indent=2) + "\n")
     return doc
 

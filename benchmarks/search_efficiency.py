@@ -37,7 +37,10 @@ within the budget only when every round its pack had run by the time it ended fi
 budget) cells the packed study's median gap is at most the unpacked one's and its seeds within
 1 % at least as many (issue 30: the default strategy with packing no worse than without it at
 equal rounds). A task whose algorithm cannot pack (``byo``: its own round) runs unpacked either
-way; ``packing`` lists it apart.
+way; ``packing`` lists it apart. ``pack.vmapped_groups`` says what refills cost: a refill starts
+at round 0 beside members further on, and a pack runs one vmapped group per distinct round
+index (at the largest budget: the median over seeds of the mean groups per round and of the
+share of rounds with one group, and the most in any round).
 
 ``--concurrent C`` runs the unpacked study with ``budget.max_concurrent = C`` (C trials at once,
 a freed slot refilled at once: ``search_sim.run_concurrent``), reported as ``<strategy>@c<C>``
@@ -123,6 +126,27 @@ def rounds_to_within(steps: list[Step], goal: float) -> tuple[int | None, int | 
         if best <= goal:
             return total, i
     return None, None
+
+
+def vmapped_groups(studies: list[list[int]]) -> dict[str, Any]:
+    """What refills cost a pack: the vmapped groups it ran per round (one per distinct round
+    index of its members), over each study's rounds (``search_sim.run_packed``'s ``groups``).
+
+    Args:
+        studies: Per study (seed), each round's groups.
+
+    Returns:
+        The median over studies of their mean and of their share of rounds with one group, and
+        the most groups any round ran.
+    """
+    ran = [g for g in studies if g]
+    if not ran:
+        return {"median_mean": None, "median_share_one": None, "max": None}
+    return {
+        "median_mean": round(statistics.median(statistics.fmean(g) for g in ran), 3),
+        "median_share_one": round(statistics.median(g.count(1) / len(g) for g in ran), 3),
+        "max": max(max(g) for g in ran),
+    }
 
 
 def summarize(by_budget: dict[int, list[list[Step]]], grid: dict[str, Any]) -> dict:
@@ -371,15 +395,18 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
         wide = args.concurrent if pack == 1 else 1  # packed: one pack at a time
         name = f"{m}{PACKED}{pack}" if pack > 1 else m if wide == 1 else f"{m}{CONCURRENT}{wide}"
         start = time.perf_counter()
-        runs = {
-            b: [
-                run_strategy(
-                    t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache, pack=pack, concurrent=wide
+        runs: dict[int, list[list[Step]]] = {b: [] for b in budgets}  # a study per seed
+        groups: dict[int, list[list[int]]] = {b: [] for b in budgets}  # packed: its rounds'
+        for b in budgets:
+            for seed in args.seeds:
+                groups[b].append([])
+                study = run_strategy(
+                    *(t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache),
+                    pack=pack,
+                    concurrent=wide,
+                    groups=groups[b][-1],
                 )
-                for seed in args.seeds
-            ]
-            for b in budgets
-        }  # one study per budget and seed
+                runs[b].append(study)
         search[name] = summarize(runs, grid)
         search[name]["wall_s"] = time.perf_counter() - start
         if wide > 1:
@@ -387,6 +414,7 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
         if pack > 1:
             _, size, note = pack_plan(study_spec(t, m, 0, 1), pack)
             search[name]["pack"] = {"pack": pack, "size": size, "packed": size > 1, "note": note}
+            search[name]["pack"]["vmapped_groups"] = vmapped_groups(groups[max(budgets)])
         traces[name] = {str(b): [[s.to_row() for s in r] for r in rs] for b, rs in runs.items()}
         b = search[name]["by_budget"][str(max(budgets))]
         print(

@@ -35,7 +35,7 @@ at a time), :func:`run_packed`:
   ``complete``;
 * each freed place is then refilled with a configuration of the pack's key (the backlog's,
   else newly asked; ``PackSearch``'s refill), which runs its round 1 at the pack's next round.
-  The driver's pack takes it at its next report instead, a round or two later: the report
+  The driver's pack takes it at its next report instead, some rounds later: the report
   that freed the place reaches the driver while the pack runs on. A pack with no member left
   and nothing to take ends, and the next pack is formed; a pack of one is never refilled;
 * a member's curve is its configuration's whole unpacked curve (the engine's, cached; a packed
@@ -321,6 +321,7 @@ def run_strategy(
     grace: int | None = None,
     pack: int = 1,
     concurrent: int = 1,
+    groups: list[int] | None = None,
 ) -> list[Step]:
     """Trials of ``strategy`` until ``round_budget`` rounds have run (or ``max_trials``).
 
@@ -337,6 +338,7 @@ def run_strategy(
         pack: Configurations per trial process (``resources.pack``); > 1: :func:`run_packed`.
         concurrent: Unpacked trials at once (``budget.max_concurrent``); > 1:
             :func:`run_concurrent` (1: one after another, this function's own path).
+        groups: Packed: gets, per round a pack ran, its vmapped groups (:func:`run_packed`).
 
     Returns:
         The trials in the order they ended.
@@ -346,7 +348,7 @@ def run_strategy(
         packed, size, _ = pack_plan(spec, pack)
         if size > 1:
             return run_packed(
-                task, packed, size, round_budget, max_trials, target_trials, cache, last
+                task, packed, size, round_budget, max_trials, target_trials, cache, last, groups
             )
     if concurrent > 1:
         wide = spec.model_copy(
@@ -422,6 +424,7 @@ def run_packed(
     target_trials: int,
     cache: CurveCache,
     last: int = 10,
+    groups: list[int] | None = None,
 ) -> list[Step]:
     """The study of ``spec`` with ``size`` configurations per pack (module docstring).
 
@@ -434,6 +437,8 @@ def run_packed(
         target_trials: The study's ``budget.trials`` (the sampler's start-up follows it).
         cache: The task's curves.
         last: Rounds in the selection rule's mean.
+        groups: Gets, per round a pack ran, the distinct round indices of the members that ran
+            it: the vmapped groups a ``PackedTrainer`` runs then (refills start at round 0).
 
     Returns:
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
@@ -446,7 +451,7 @@ def run_packed(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stopper = packed_stopper(stopper_for(spec, task.space, task.rounds), spec.name, True)
-    run = _PackedRun(study, stopper, last)
+    run = _PackedRun(study, stopper, last, groups)
     asked: dict[int, tuple[Any, dict[str, Any]]] = {}  # number -> (trial, point)
 
     def ask() -> dict[str, Any] | None:  # PackSearch's, within the sim's budget
@@ -477,10 +482,13 @@ class _PackedRun:
         study: The study (reported to and told).
         stopper: The study's stopper (:func:`~fedtune.tuning.pack_driver.packed_stopper`).
         last: Rounds in the selection rule's mean.
+        groups: Gets each round's vmapped groups (None: not kept).
     """
 
-    def __init__(self, study: optuna.Study, stopper: Stopper, last: int) -> None:
-        self.study, self.stopper, self.last = study, stopper, last
+    def __init__(
+        self, study: optuna.Study, stopper: Stopper, last: int, groups: list[int] | None = None
+    ) -> None:
+        self.study, self.stopper, self.last, self.groups = study, stopper, last, groups
         self.steps: list[Step] = []
         self.used = 0  # rounds every pack's members ran so far
         self.packs = 0
@@ -495,6 +503,9 @@ class _PackedRun:
         """
         everyone, live, charged = list(members), list(members), 0
         while live:
+            running = {m.ran for m in live if m.ran < len(m.losses)}  # their rounds - 1
+            if self.groups is not None and running:
+                self.groups.append(len(running))
             final = []
             for m in live:  # m.ran + 1: this member's own round (refills joined later)
                 t = m.ran + 1

@@ -28,8 +28,9 @@ round (docs/explanation/algorithms.md §1.3 and §2) for P configurations at onc
 Each member's curve equals its own unpacked run up to float rounding (≤ 1e-12 relative in
 float64: tests/unit/test_packed_exactness.py). Members are stopped individually
 (:meth:`PackedTrainer.stop`) and a pack takes new members (:meth:`PackedTrainer.add`); members
-at different rounds (after a refill) are run as one vmapped group per round index, since their
-cohorts differ.
+at different rounds (after a refill) form one group per round index, since their cohorts
+differ, and with in-memory data the local steps of every group still run as one batch of pairs
+(each pair reads its own rows of the same data).
 
 What packs: the LocalUpdate family with the weighted-mean aggregator (:func:`pack_refusal`
 says why anything else does not, in one line, and the caller runs it one configuration per
@@ -210,6 +211,37 @@ class _Member:
     @property
     def done(self) -> bool:
         return self.outcome is not None or self.round >= self.config.train.rounds
+
+
+@dataclass
+class _Group:
+    """The members of one round index in a step, between their broadcast and their local
+    steps (:meth:`PackedTrainer._open`) and after them (:meth:`PackedTrainer._close`)."""
+
+    t: int
+    positions: list[int]  # in the stacked state
+    members: list[_Member]
+    data: Any  # the cohort view
+    weights: torch.Tensor  # w_i of the cohort [M]
+    params: Params
+    opt_state: Any
+    consts: dict[str, torch.Tensor]
+    x: Params  # the broadcast models [G, …]
+    client_loss: list[float]
+    rows: torch.Tensor  # [G, M, K_max, B]
+    steps: torch.Tensor  # [G, M]
+    thetas: torch.Tensor  # [G, M, K_max]
+    cohorts: list[Cohort]
+
+
+def _pad_steps(v: torch.Tensor, k_max: int, zero: bool = False) -> torch.Tensor:
+    """``[G, M, K, …]`` padded to K_max steps: rows repeat the last batch (real rows, masked),
+    Θ rows are 0 (``zero``)."""
+    k = v.shape[2]
+    if k == k_max:
+        return v
+    pad = torch.zeros_like(v[:, :, :1]) if zero else v[:, :, -1:]
+    return torch.cat([v, pad.expand(*v.shape[:2], k_max - k, *v.shape[3:])], 2)
 
 
 class PackedTrainer:
@@ -422,6 +454,10 @@ class PackedTrainer:
     def step(self) -> list[RoundRecord | None]:
         """Run one round of every active member.
 
+        Members at different rounds (after a refill) form one group per round index, each with
+        its own cohort; their local steps still run as one batch of (member, client) pairs when
+        the data is in memory (every cohort is then a view of the same rows).
+
         Returns:
             One entry per member (by index): its round's record, or None when it did not run
             a round (ended before, or diverged in this round).
@@ -433,11 +469,12 @@ class PackedTrainer:
             raise RuntimeError("every member of the pack has ended")
         start = time.perf_counter()
         out: list[RoundRecord | None] = [None] * len(self._members)
-        groups: dict[int, list[int]] = {}
+        by_round: dict[int, list[int]] = {}
         for pos, i in enumerate(self._slots):
-            groups.setdefault(self._members[i].round, []).append(pos)
-        for t in sorted(groups):
-            self._round(t, groups[t], out, start)
+            by_round.setdefault(self._members[i].round, []).append(pos)
+        groups = [g for t in sorted(by_round) if (g := self._open(t, by_round[t])) is not None]
+        for group, messages in zip(groups, self._local_steps(groups), strict=True):
+            self._close(group, messages, out, start)
         self._wall += time.perf_counter() - start
         self._drop([i for i in self._slots if self._members[i].done])
         return out
@@ -458,8 +495,9 @@ class PackedTrainer:
             {"params": params, "opt": opt_state},
         )
 
-    def _round(self, t: int, positions: list[int], out: list, start: float) -> None:
-        """Round ``t`` of the members at ``positions`` of the stacked state (one cohort)."""
+    def _open(self, t: int, positions: list[int]) -> _Group | None:
+        """Round ``t`` of the members at ``positions`` up to their local steps: the cohort, the
+        broadcast, ℓ_t and the divergence test, every member's batch rows (None: all diverged)."""
         members = [self._members[self._slots[p]] for p in positions]
         train = members[0].config.train
         clients = torch.from_numpy(
@@ -491,23 +529,59 @@ class PackedTrainer:
             else:
                 alive.append(g)
         if not alive:
-            return
+            return None
         if len(alive) < len(members):
             params, opt_state, x, consts = _rows((params, opt_state, x, consts), alive)
             members = [members[g] for g in alive]
             positions = [positions[g] for g in alive]
             client_loss = [client_loss[g] for g in alive]
         rows, steps, thetas, cohorts = self._batches(members, t, clients, data, weights)
+        return _Group(
+            t=t,
+            positions=positions,
+            members=members,
+            data=data,
+            weights=weights,
+            params=params,
+            opt_state=opt_state,
+            consts=consts,
+            x=x,
+            client_loss=client_loss,
+            rows=rows,
+            steps=steps,
+            thetas=thetas,
+            cohorts=cohorts,
+        )
+
+    def _local_steps(self, groups: list[_Group]) -> list[Params]:
+        """Every group's client messages ``[G, M, …]``: all groups' (member, client) pairs in
+        one batch when they read the same rows (in-memory data), else group by group."""
+        if len(groups) > 1 and all(g.data is groups[0].data for g in groups):
+            k_max = max(g.rows.shape[2] for g in groups)
+            merged = self._client_chunks(
+                members=[m for g in groups for m in g.members],
+                x={k: torch.cat([g.x[k] for g in groups]) for k in groups[0].x},
+                rows=torch.cat([_pad_steps(g.rows, k_max) for g in groups]),
+                steps=torch.cat([g.steps for g in groups]),
+                thetas=torch.cat([_pad_steps(g.thetas, k_max, zero=True) for g in groups]),
+                data=groups[0].data,
+            )
+            split = {k: torch.split(v, [len(g.members) for g in groups]) for k, v in merged.items()}
+            return [{k: split[k][j] for k in merged} for j in range(len(groups))]
+        return [
+            self._client_chunks(g.members, g.x, g.rows, g.steps, g.thetas, g.data) for g in groups
+        ]
+
+    def _client_chunks(self, members, x, rows, steps, thetas, data) -> Params:
+        """The client messages ``[G, M, …]`` of G members, at most a chunk of them per call."""
         client_lr = [m.hparams.client_lr * m.decay.client_scale for m in members]
-        server_lr = [m.hparams.server_lr * m.decay.server_scale for m in members]
         alphas = [m.hparams.prox_alpha for m in members]
-        prox = any(alphas)
         k_max = rows.shape[2]
         masked = bool(steps.min() < k_max)
         mask = step_mask(steps.reshape(-1), k_max).reshape((*steps.shape, k_max))
         lr = self._vector(client_lr, self.dtype)
-        alpha = self._vector(alphas, self.dtype) if prox else None
-        chunk = self.chunk or self._auto_chunk(len(members), len(clients))
+        alpha = self._vector(alphas, self.dtype) if any(alphas) else None
+        chunk = self.chunk or self._auto_chunk(len(members), rows.shape[1])
         parts = []
         for a in range(0, len(members), chunk):
             part = slice(a, a + chunk)
@@ -522,13 +596,22 @@ class PackedTrainer:
                     data,
                 )
             )
-        messages = parts[0] if len(parts) == 1 else pytree.tree_map(lambda *v: torch.cat(v), *parts)
-        q = vmap(weighted_mean, in_dims=(0, None))(messages, weights)
+        return parts[0] if len(parts) == 1 else pytree.tree_map(lambda *v: torch.cat(v), *parts)
+
+    def _close(self, group: _Group, messages: Params, out: list, start: float) -> None:
+        """Round ``group.t`` of a group after its local steps: the aggregation, the server
+        step, the evaluation and every member's record."""
+        t, members, train = group.t, group.members, group.members[0].config.train
+        client_lr = [m.hparams.client_lr * m.decay.client_scale for m in members]
+        server_lr = [m.hparams.server_lr * m.decay.server_scale for m in members]
+        q = vmap(weighted_mean, in_dims=(0, None))(messages, group.weights)
         norms = torch.sqrt(
             sum((v.double() ** 2).reshape(v.shape[0], -1).sum(1) for v in q.values())
         ).tolist()
-        params, opt_state = self._server_step(params, opt_state, q, self._vector(server_lr), consts)
-        self._put(positions, params, opt_state)
+        params, opt_state = self._server_step(
+            group.params, group.opt_state, q, self._vector(server_lr), group.consts
+        )
+        self._put(group.positions, params, opt_state)
         evaluate = [
             g
             for g, m in enumerate(members)
@@ -536,16 +619,16 @@ class PackedTrainer:
         ]
         evaluated = self._evaluate(t, params, evaluate, train) if evaluate else {}
         for g, m in enumerate(members):
-            m.decay.observe(client_loss[g])
-            m.examples += Trainer._round_examples(cohorts[g])
+            m.decay.observe(group.client_loss[g])
+            m.examples += Trainer._round_examples(group.cohorts[g])
             train_loss, test, extra = evaluated.get(g, (None, {}, {}))
             extra = dict(extra)
             extra[RUNNER_METRIC] = 1.0
-            if cohorts[g].steps is not None:
-                extra.update(step_summary(cohorts[g].steps))
+            if group.cohorts[g].steps is not None:
+                extra.update(step_summary(group.cohorts[g].steps))
             record = RoundRecord(
                 round=t + 1,
-                client_loss=client_loss[g],
+                client_loss=group.client_loss[g],
                 update_norm=norms[g],
                 client_lr=client_lr[g],
                 server_lr=server_lr[g],
@@ -559,7 +642,7 @@ class PackedTrainer:
             m.records.append(record)
             if m.round >= m.config.train.rounds:
                 m.outcome = Outcome.COMPLETED
-            out[self._slots[positions[g]]] = record
+            out[self._slots[group.positions[g]]] = record
 
     def _auto_chunk(self, members: int, clients: int) -> int:
         if self.device.type != "cpu":

@@ -210,6 +210,37 @@ def test_stop_member_and_refill():
     assert len(pack.result(new).records) == configs[3]["train"]["rounds"]
 
 
+@pytest.mark.parametrize(
+    ("name", "epochs"), [("fedavgm", False), ("fedprox", False), ("fedavg", True)]
+)
+def test_members_at_three_rounds_run_their_local_steps_in_one_batch(monkeypatch, name, epochs):
+    """Refills after steps 1 and 3: up to three round indices (three cohorts, K_p or τ_i of
+    different lengths) in a step, one client call each step, every curve the unpacked one."""
+    configs = variants(name, epochs)
+    calls = []
+    clients = PackedTrainer._clients
+
+    def spy(self, *args):
+        calls.append(1)
+        return clients(self, *args)
+
+    monkeypatch.setattr(PackedTrainer, "_clients", spy)
+    pack = PackedTrainer(configs[:2], chunk=64)
+    joins = {1: configs[2], 3: configs[3]}  # step -> the configuration that joins after it
+    groups, step = [], 0
+    while not pack.done or step in joins:
+        if step in joins:
+            pack.add(joins[step])
+        groups.append(len({pack._members[i].round for i in pack._slots}))
+        before = len(calls)
+        pack.step()
+        step += 1
+        assert len(calls) - before == 1, (step, groups[-1])  # every group's pairs at once
+    assert max(groups) == 3
+    for i, cfg in enumerate(configs):
+        assert_same_curve(pack.result(i).records, unpacked(cfg).records)
+
+
 def test_pack_key_separates_what_must_be_shared():
     a, b = variants("fedavg")[:2]
     assert pack_key(a) == pack_key(b)

@@ -170,12 +170,17 @@ def test_the_report_compares_the_packed_strategy_with_the_unpacked_one(
     doc = json.loads(out.read_text())
     search = doc["tasks"]["tiny"]["search"]
     assert set(search) == {"tpe_guard", f"tpe_guard+pack{P}"}
-    assert search[f"tpe_guard+pack{P}"]["pack"] == {
+    pack = dict(search[f"tpe_guard+pack{P}"]["pack"])
+    groups = pack.pop("vmapped_groups")
+    assert pack == {
         "pack": P,
         "size": P,
         "packed": True,
         "note": f"{P} configurations per trial process, 1 process at once (resources.pack = {P})",
     }
+    # refills start at round 0 beside members further on: one vmapped group per round index
+    assert 1 <= groups["median_mean"] <= groups["max"] <= P
+    assert 0 <= groups["median_share_one"] <= 1
     summary = doc["packing"][f"tpe_guard+pack{P}"]
     assert summary["unpacked"] == "tpe_guard" and summary["cells"] == 2
     cells = summary["by_cell"]
@@ -312,3 +317,15 @@ def test_the_report_compares_packing_with_as_many_trials_at_once(bench, tmp_path
     assert all(p["packed"] == f"tpe_guard+pack{P}" and p["cells"] == 2 for p in packing.values())
     table = bench.packing_table(doc)
     assert f"tpe_guard@c{P}: gap" in table and "tpe_guard: gap" in table
+
+
+def test_a_packs_vmapped_groups_are_its_members_distinct_rounds(sim) -> None:
+    module, task, cache = sim
+    groups: list[int] = []
+    steps = module.run_strategy(
+        task, "hyperband", 4, 4 * task.rounds, 16, 4, cache, pack=P, groups=groups
+    )
+    # one entry per round the pack ran: the first round is one group (every member at round 1),
+    # refills make more, never more than the members
+    assert groups[0] == 1 and max(groups) > 1 and all(1 <= g <= P for g in groups)
+    assert len(groups) >= max(s.rounds for s in steps)

@@ -27,3 +27,18 @@ def test_ceiling_bounds_the_speedup_by_the_measured_product_rate(monkeypatch):
 
 def test_the_product_rate_is_measured():
     assert packing.bmm_gflops(threads=1, p=1, seconds=0.05) > 0.1
+
+
+@pytest.mark.timeout(300)
+def test_stagger_times_a_pack_at_one_round_index_and_at_several(tmp_path):
+    out = tmp_path / "staggered.json"
+    args = ["--stagger", "4", "--sizes", "4", "--tasks", "quadratic", "--repeats", "1"]
+    doc = packing.main([*args, "--target", "0.2", "--out", str(out)])
+    (row,) = doc["results"]["quadratic"]
+    assert row["one_round_index"]["round_indices"] == 1
+    assert row["staggered"]["round_indices"] == 4  # joined one step apart, as refills join
+    assert row["ratio"] == pytest.approx(
+        row["staggered"]["config_rounds_per_s"] / row["one_round_index"]["config_rounds_per_s"],
+        abs=1e-3,
+    )
+    assert out.exists() and doc["setting"]["stagger"] == 4
