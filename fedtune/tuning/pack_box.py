@@ -40,7 +40,7 @@ class PackBox:
         """Give a pack configurations to take, or answer the report it waits on.
 
         Args:
-            pack: The pack's name (:func:`~.pack_driver.pack_name`).
+            pack: The pack's name (:func:`~.pack_trial.pack_name`).
             configs: Member configs that join it (each with its Optuna number).
             answers: The pack's report (its ``round``) this answers: the pack had no member
                 left then, and ends unless ``configs`` (or an earlier offer) has some.
