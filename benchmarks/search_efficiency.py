@@ -405,6 +405,7 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
                     pack=pack,
                     concurrent=wide,
                     groups=groups[b][-1],
+                    refill_delay=args.refill_delay,
                 )
                 runs[b].append(study)
         search[name] = summarize(runs, grid)
@@ -415,6 +416,7 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
             _, size, note = pack_plan(study_spec(t, m, 0, 1), pack)
             search[name]["pack"] = {"pack": pack, "size": size, "packed": size > 1, "note": note}
             search[name]["pack"]["vmapped_groups"] = vmapped_groups(groups[max(budgets)])
+            search[name]["pack"]["refill_delay"] = args.refill_delay
         traces[name] = {str(b): [[s.to_row() for s in r] for r in rs] for b, rs in runs.items()}
         b = search[name]["by_budget"][str(max(budgets))]
         print(
@@ -511,6 +513,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="unpacked trials at once (budget.max_concurrent) of the --pack 1 row: "
         "<strategy>@c<C> (1: the sequential <strategy>)",
+    )
+    p.add_argument(
+        "--refill-delay",
+        type=int,
+        default=0,
+        help="packed rows: rounds a refill waits before its round 1 while its pack runs on "
+        "(the driver's lag: benchmarks/refill_lag.py measured 1-2)",
     )
     p.add_argument("--verify", nargs=4, metavar=("TASK", "SEED", "STRATEGY", "TRIALS"))
     p.add_argument("--table", action="store_true", help="print --out's table (markdown)")

@@ -323,6 +323,7 @@ def run_strategy(
     pack: int = 1,
     concurrent: int = 1,
     groups: list[int] | None = None,
+    refill_delay: int = 0,
 ) -> list[Step]:
     """Trials of ``strategy`` until ``round_budget`` rounds have run (or ``max_trials``).
 
@@ -340,6 +341,7 @@ def run_strategy(
         concurrent: Unpacked trials at once (``budget.max_concurrent``); > 1:
             :func:`run_concurrent` (1: one after another, this function's own path).
         groups: Packed: gets, per round a pack ran, its vmapped groups (:func:`run_packed`).
+        refill_delay: Packed: rounds a refill waits before its round 1 (:func:`run_packed`).
 
     Returns:
         The trials in the order they ended.
@@ -349,7 +351,9 @@ def run_strategy(
         packed, size, _ = pack_plan(spec, pack)
         if size > 1:
             return run_packed(
-                task, packed, size, round_budget, max_trials, target_trials, cache, last, groups
+                *(task, packed, size, round_budget, max_trials, target_trials, cache, last),
+                groups=groups,
+                refill_delay=refill_delay,
             )
     if concurrent > 1:
         wide = spec.model_copy(
@@ -409,6 +413,7 @@ class _Member:
     outcome: str  # of its whole curve: completed | diverged
     ran: int = 0
     stop: str | None = None
+    wait: int = 0  # rounds of the pack it waits before its round 1 (a refill's lag)
 
     @property
     def final_at(self) -> int:
@@ -426,6 +431,7 @@ def run_packed(
     cache: CurveCache,
     last: int = 10,
     groups: list[int] | None = None,
+    refill_delay: int = 0,
 ) -> list[Step]:
     """The study of ``spec`` with ``size`` configurations per pack (module docstring).
 
@@ -440,6 +446,9 @@ def run_packed(
         last: Rounds in the selection rule's mean.
         groups: Gets, per round a pack ran, the distinct round indices of the members that ran
             it: the vmapped groups a ``PackedTrainer`` runs then (refills start at round 0).
+        refill_delay: Rounds of the pack a refill waits before its round 1 while other members
+            run (the driver's lag, ``benchmarks/refill_lag.py``); 0: the next round. A pack
+            with no member left waits for its refills, so they never wait then.
 
     Returns:
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
@@ -452,7 +461,7 @@ def run_packed(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         stopper = packed_stopper(stopper_for(spec, task.space, task.rounds), spec.name, True)
-    run = _PackedRun(study, stopper, last, groups)
+    run = _PackedRun(study, stopper, last, groups, refill_delay)
     asked: dict[int, tuple[Any, dict[str, Any]]] = {}  # number -> (trial, point)
 
     def ask() -> dict[str, Any] | None:  # PackSearch's, within the sim's budget
@@ -484,12 +493,19 @@ class _PackedRun:
         stopper: The study's stopper (:func:`~fedtune.tuning.pack_driver.packed_stopper`).
         last: Rounds in the selection rule's mean.
         groups: Gets each round's vmapped groups (None: not kept).
+        delay: Rounds a refill waits while other members run (:func:`run_packed`).
     """
 
     def __init__(
-        self, study: optuna.Study, stopper: Stopper, last: int, groups: list[int] | None = None
+        self,
+        study: optuna.Study,
+        stopper: Stopper,
+        last: int,
+        groups: list[int] | None = None,
+        delay: int = 0,
     ) -> None:
         self.study, self.stopper, self.last, self.groups = study, stopper, last, groups
+        self.delay = delay
         self.steps: list[Step] = []
         self.used = 0  # rounds every pack's members ran so far
         self.packs = 0
@@ -504,11 +520,19 @@ class _PackedRun:
         """
         everyone, live, charged = list(members), list(members), 0
         while live:
-            running = {m.ran for m in live if m.ran < len(m.losses)}  # their rounds - 1
+            if all(m.wait for m in live):  # nothing runs: the pack waits for its refills
+                for m in live:
+                    m.wait = 0
+            waiting = [m for m in live if m.wait]
+            for m in waiting:
+                m.wait -= 1
+            running = {m.ran for m in live if m not in waiting and m.ran < len(m.losses)}
             if self.groups is not None and running:
                 self.groups.append(len(running))
             final = []
             for m in live:  # m.ran + 1: this member's own round (refills joined later)
+                if m in waiting:
+                    continue
                 t = m.ran + 1
                 if t > len(m.losses):  # diverged at round t: no row
                     final.append(m)
@@ -533,6 +557,8 @@ class _PackedRun:
                 charged = done
                 live.remove(m)
             joining = refill(len(final) + len(stopped)) if final or stopped else []
+            for m in joining:
+                m.wait = self.delay
             everyone += joining
             live += joining
         self.packs += 1

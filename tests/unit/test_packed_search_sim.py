@@ -172,6 +172,7 @@ def test_the_report_compares_the_packed_strategy_with_the_unpacked_one(
     assert set(search) == {"tpe_guard", f"tpe_guard+pack{P}"}
     pack = dict(search[f"tpe_guard+pack{P}"]["pack"])
     groups = pack.pop("vmapped_groups")
+    assert pack.pop("refill_delay") == 0  # the default: a refill runs at the next round
     assert pack == {
         "pack": P,
         "size": P,
@@ -329,3 +330,41 @@ def test_a_packs_vmapped_groups_are_its_members_distinct_rounds(sim) -> None:
     # refills make more, never more than the members
     assert groups[0] == 1 and max(groups) > 1 and all(1 <= g <= P for g in groups)
     assert len(groups) >= max(s.rounds for s in steps)
+
+
+class _NoStop:
+    def observe(self, number, values):
+        return None
+
+    def complete(self, number, outcome, value):
+        return None
+
+
+@pytest.mark.parametrize(
+    ("first", "delay", "groups", "told"),
+    [
+        # m0 ends at round 3; its refill (2 rounds) starts at once, beside m1 (6 rounds) ...
+        ((3, 6), 0, [1, 1, 1, 2, 2, 1], [3, 2, 6]),
+        # ... or two rounds later, while m1 runs on
+        ((3, 6), 2, [1, 1, 1, 1, 1, 2, 1], [3, 6, 2]),
+        # a pack with no member left waits for its refill: no delay then
+        ((3,), 2, [1, 1, 1, 1, 1], [3, 2]),
+    ],
+)
+def test_a_refill_waits_its_delay_while_the_pack_runs_on(sim, first, delay, groups, told):
+    import optuna
+
+    module = sim[0]
+    study = optuna.create_study()
+    extra = [module._Member(study.ask(), {}, [1.0, 0.5], "completed")]
+
+    def refill(n: int) -> list:
+        return [extra.pop()] if extra else []
+
+    members = [module._Member(study.ask(), {}, [1.0] * r, "completed") for r in first]
+    seen: list[int] = []
+    run = module._PackedRun(study, _NoStop(), 1, seen, delay)
+    run.pack(members, refill)
+    assert seen == groups  # one entry per round the pack ran: its members' distinct rounds
+    assert run.used == sum(first) + 2  # waiting costs no rounds
+    assert [s.rounds for s in run.steps] == told
