@@ -5,8 +5,9 @@ starts a local Ray, creates the box as a study does (``num_cpus=0``) and measure
 
 * ``rss_mb``: the actor process's resident memory, and whether torch was imported in it
   (``torch_imported``: the box's module imports only the standard library);
-* ``poll_ms``: one ``poll`` round trip from the driver (``ray.get`` of ``box.poll.remote``), the
-  question a pack asks at its reports; ``wait_answered_ms``: ``wait`` when the answer is there.
+* ``poll_ms``: one ``poll`` round trip (``ray.get`` of ``box.poll.remote``), the question a pack
+  of one asks at its reports; ``answer_ready_ms``: one ``answer`` round trip when the driver has
+  already answered that report, the question a pack that takes refills asks.
 
 Each measure is taken in ``--sessions`` fresh Ray sessions; the JSON has every value and the
 median. Writes ``benchmarks/results/pack_box.json``::
@@ -61,13 +62,13 @@ def one_session(calls: int) -> dict:
             polls.append(time.perf_counter() - t0)
             ray.get(box.offer.remote("pack-0001", [], i))
             t0 = time.perf_counter()
-            ray.get(box.wait.remote("pack-0001", i))
+            ray.get(box.answer.remote("pack-0001", i, live))
             waits.append(time.perf_counter() - t0)
         return {
             "rss_mb": round(_rss_mb(pid), 1),
             "torch_imported": torch_imported,
             "poll_ms": round(statistics.median(polls) * 1e3, 3),
-            "wait_answered_ms": round(statistics.median(waits) * 1e3, 3),
+            "answer_ready_ms": round(statistics.median(waits) * 1e3, 3),
         }
     finally:
         ray.shutdown()
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
         "sessions": runs,
         "median": {
             k: statistics.median(r[k] for r in runs)
-            for k in ("rss_mb", "poll_ms", "wait_answered_ms")
+            for k in ("rss_mb", "poll_ms", "answer_ready_ms")
         },
         "torch_imported": any(r["torch_imported"] for r in runs),
         "command": "python benchmarks/pack_box.py " + " ".join(argv or sys.argv[1:]),

@@ -3,9 +3,11 @@
 One :class:`PackBox` per packed study, a Ray actor (``ray.remote(PackBox)``) that the driver
 writes and the packs read. It imports only the standard library, so its process costs a bare
 Ray worker, not torch. The hand-off it carries is described in ``docs/explanation/packing.md``
-(*Refilling*): a pack asks at its reports without waiting (:meth:`PackBox.poll`); a pack with no
-member left waits for the driver's answer to its last report (:meth:`PackBox.wait`) and ends
-only when that answer brings no configuration.
+(*Refilling*). The driver answers every report of a pack it refills (:meth:`PackBox.offer`);
+the pack asks for that answer at each report and takes it at its next one
+(:meth:`PackBox.answer`), and a pack with no member left waits for the answer to its last
+report and ends only when it brings no configuration. A pack of one asks without waiting
+(:meth:`PackBox.poll`): its stops only save compute.
 """
 
 from __future__ import annotations
@@ -37,13 +39,13 @@ class PackBox:
     async def offer(
         self, pack: str, configs: Sequence[dict[str, Any]], answers: int | None = None
     ) -> None:
-        """Give a pack configurations to take, or answer the report it waits on.
+        """Give a pack configurations to take, and answer one of its reports.
 
         Args:
             pack: The pack's name (:func:`~.pack_trial.pack_name`).
             configs: Member configs that join it (each with its Optuna number).
-            answers: The pack's report (its ``round``) this answers: the pack had no member
-                left then, and ends unless ``configs`` (or an earlier offer) has some.
+            answers: The pack's report (its ``round``) the driver has now processed: its stops
+                and these configurations are the answer to it.
         """
         async with self._changed:
             self._offers.setdefault(pack, []).extend(configs)
@@ -64,16 +66,19 @@ class PackBox:
         """
         return [n for n in live if n in self._stopped], self._offers.pop(pack, [])
 
-    async def wait(self, pack: str, report: int) -> list[dict[str, Any]]:
-        """The configurations that join a pack with no member left, once the driver answered.
+    async def answer(
+        self, pack: str, report: int, live: Sequence[int]
+    ) -> tuple[list[int], list[dict]]:
+        """What the driver decided for a pack at one of its reports, once it has decided.
 
         Args:
             pack: The pack's name.
-            report: Its last report's ``round``.
+            report: The report's ``round``.
+            live: The pack's members still training.
 
         Returns:
-            The configurations offered and not yet taken (none: the pack ends).
+            As :meth:`poll`, once the driver has answered ``report``.
         """
         async with self._changed:
             await self._changed.wait_for(lambda: self._answered.get(pack, -1) >= report)
-            return self._offers.pop(pack, [])
+            return await self.poll(pack, live)

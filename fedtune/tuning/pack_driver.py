@@ -27,8 +27,9 @@ members exactly as they work on unpacked trials:
 **Refills.** A member that ends (completed, diverged or stopped) frees its place: once its
 trial is told, :class:`PackSearch` asks for a configuration with the pack's key and offers it
 to the pack through the box, so a pack keeps P configurations pending as P unpacked trials
-would. The member joins at round 0 at the pack's next report. A pack with no member left
-reports so and waits for the searcher's answer to that report; the answer either brings
+would. The searcher answers every report of such a pack; the pack takes the answer at its
+next report, so the member joins at round 0 one report after the end that freed its place. A
+pack with no member left waits for the answer to its last report, which either brings
 configurations or ends the pack (the budget is spent, or none of the waiting ones shares its
 key). A pack of one trains on the engine's own trainer and is never refilled. Nothing about a
 study's meaning changes with packing: ``docs/explanation/packing.md``.
@@ -296,17 +297,15 @@ class PackSearch(Searcher):
         return freed
 
     def _refill(self, trial_id: str, freed: int, result: Mapping[str, Any]) -> None:
-        """Offer a pack configurations for the places its ended members freed, and answer a
-        report that said it has no member left (it waits for that answer)."""
+        """Answer a pack's report: configurations for the places its ended members freed (the
+        pack takes the answer at its next report, or waits for it when it has no member
+        left)."""
         joining = self.backlog.refill(self.book.keys[trial_id], freed) if freed else []
         first = self.book.members[trial_id][0]
         for config in joining:
             self.book.join(trial_id, config)
             self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=pack_name(first))
-        idle = result.get(OUTCOME, RUNNING) != RUNNING
-        if joining or idle:
-            answers = int(result[ROUND]) if idle else None
-            self.box.offer.remote(pack_name(first), joining, answers)
+        self.box.offer.remote(pack_name(first), joining, int(result[ROUND]))  # every report
 
 
 class PackScheduler(FIFOScheduler):

@@ -13,8 +13,8 @@ of :mod:`.trainable` (its rows since its last report under ``HISTORY``, its runn
 its outcome), with its number under ``TRIAL_KEY``; :mod:`.pack_driver` hands each one to the
 searcher and the callbacks as the result of that member's own trial.
 
-The driver's decisions come through its :class:`~.pack_box.PackBox` (``box``), asked at the
-reports without waiting (:class:`BoxPoll`). A member the driver stopped leaves the pack: it
+The driver's decisions come through its :class:`~.pack_box.PackBox` (``box``), asked at each
+report and taken at the next (:class:`BoxPoll`). A member the driver stopped leaves the pack: it
 costs no more compute and is not reported again (the driver ended its trial at the report it
 was stopped on). A configuration the driver offers joins the pack at round 0 (a refill of a
 place that a member's end freed). A pack with no member left reports so and waits for the
@@ -214,13 +214,13 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, box: Any) -> None:
 
     timeline.mark("trial_built")
     pack = _Members(spec, runs, first)
-    poll = None if box is None else BoxPoll(box, member_numbers(config)[0])
+    poll = None if box is None else BoxPoll(box, member_numbers(config)[0], runs.refills)
     t = 0
     while True:
         if not pack.live:
             if poll is None or not runs.refills:
                 break
-            offered = poll.wait(t)  # the driver's answer to the report that said so
+            offered = poll.wait()  # the driver's answer to the report that said so
             if not offered:
                 break
             pack.join(offered, t)
@@ -243,7 +243,7 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, box: Any) -> None:
         if not ended and not due:
             continue
         if poll is not None:
-            stopped, offered = poll.answer(pack.live)
+            stopped, offered = poll.answer(t, pack.live)
             for number in stopped:
                 runs.stop(number)
                 pack.live.remove(number)
@@ -254,28 +254,32 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, box: Any) -> None:
 
 
 class BoxPoll:
-    """The driver's decisions for one pack, asked without waiting: one question to the
-    :class:`~.pack_box.PackBox` in flight, its answer applied at the first report after it
-    arrived.
+    """The driver's decisions for one pack: one question to the :class:`~.pack_box.PackBox` in
+    flight, asked at each report and taken at the next.
 
-    A member the driver stopped has ended for the study at that report (its trial is told
-    then); the pack only stops spending compute on it, so a late answer costs rounds, never
-    records. Waiting for the answer at every report cost a pack a fifth of its time.
-    Configurations the driver offered are the pack's once an answer carrying them arrived.
+    A pack that takes refills (``answered``) asks for the driver's answer to the report it is
+    about to send and takes it at its next report, waiting if the driver has not answered yet:
+    the driver answers every report of such a pack, usually while the pack runs the round in
+    between, so a refill joins one report after the one that freed its place. A pack of one
+    (``answered`` False; the driver offers it nothing) asks without waiting and applies an
+    answer at the first report after it arrived: for it a stop only saves compute, and a late
+    one costs rounds, never records.
 
     Args:
         box: The driver's :class:`~.pack_box.PackBox` actor.
         first: The pack's first member's number (its name in the box).
+        answered: The driver answers each of its reports (it takes refills).
     """
 
-    def __init__(self, box: Any, first: int) -> None:
-        self.box, self.pack, self.asked = box, pack_name(first), None
+    def __init__(self, box: Any, first: int, answered: bool) -> None:
+        self.box, self.pack, self.answered, self.asked = box, pack_name(first), answered, None
 
-    def answer(self, live: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
-        """``(stopped, offered)``: those of ``live`` the driver stopped and the configurations
-        it offered, as far as its last answer says; asks again.
+    def answer(self, report: int, live: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
+        """``(stopped, offered)``: the previous question's answer (those of ``live`` the driver
+        stopped, the configurations it offered); asks the question of ``report``.
 
         Args:
+            report: The ``round`` of the report the pack is about to send.
             live: The pack's members still training.
 
         Returns:
@@ -286,31 +290,25 @@ class BoxPoll:
         stopped: list[int] = []
         offered: list[dict[str, Any]] = []
         if self.asked is not None:
-            ready, _ = ray.wait([self.asked], timeout=0)
-            if not ready:
-                return [], []
+            if not self.answered and not ray.wait([self.asked], timeout=0)[0]:
+                return [], []  # not there yet: no second question
             stopped, offered = ray.get(self.asked)
-        self.asked = self.box.poll.remote(self.pack, live)
+        if self.answered:
+            self.asked = self.box.answer.remote(self.pack, report, live)
+        else:
+            self.asked = self.box.poll.remote(self.pack, live)
         return [n for n in stopped if n in live], offered
 
-    def wait(self, report: int) -> list[dict[str, Any]]:
-        """The configurations that join a pack with no member left: those of the question in
-        flight, else the driver's answer to ``report``, waited for.
-
-        Args:
-            report: The ``round`` of the pack's last report (it said no member was left).
-
-        Returns:
-            The joining member configs (none: the pack ends).
-        """
+    def wait(self) -> list[dict[str, Any]]:
+        """The configurations that join a pack with no member left: the answer to its last
+        report (the question in flight), waited for; none: the pack ends."""
         import ray
 
-        if self.asked is not None:
-            _, offered = ray.get(self.asked)
-            self.asked = None
-            if offered:
-                return offered
-        return ray.get(self.box.wait.remote(self.pack, report))
+        if self.asked is None:
+            return []
+        _, offered = ray.get(self.asked)
+        self.asked = None
+        return offered
 
 
 def _final(rows: TrialRows, number: int, outcome: Outcome, reason: str = "") -> dict[str, Any]:

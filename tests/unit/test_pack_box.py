@@ -33,23 +33,24 @@ def test_a_poll_names_the_stopped_live_members_and_takes_the_offers_once() -> No
     assert other == ([], [{"n": 6}])  # each pack takes its own
 
 
-def test_wait_returns_only_once_the_driver_answered_that_report() -> None:
+def test_an_answer_comes_only_once_the_driver_answered_that_report() -> None:
     async def scenario() -> list:
         box = PackBox()
-        await box.offer("p", [], answers=4)  # an answer to an earlier report
-        waiting = asyncio.create_task(box.wait("p", 7))
+        await box.offer("p", [], answers=4)  # the answer to an earlier report
+        waiting = asyncio.create_task(box.answer("p", 7, [1, 2]))
         await asyncio.sleep(0.05)
         early = waiting.done()
         await box.offer("p", [{"n": 8}])  # an offer that answers no report yet
+        await box.stop([2])
         await asyncio.sleep(0.05)
         still = waiting.done()
         await box.offer("p", [{"n": 9}], answers=7)
-        return [early, still, await asyncio.wait_for(waiting, 5), await box.wait("p", 7)]
+        return [early, still, await asyncio.wait_for(waiting, 5), await box.answer("p", 7, [1])]
 
     early, still, got, after = asyncio.run(scenario())
     assert not early and not still
-    assert got == [{"n": 8}, {"n": 9}]  # every offer up to the answer
-    assert after == []  # answered, nothing left: the pack ends
+    assert got == ([2], [{"n": 8}, {"n": 9}])  # the stops and every offer up to the answer
+    assert after == ([], [])  # answered, nothing left: a pack with no member would end
 
 
 def test_the_box_imports_no_torch() -> None:
@@ -66,6 +67,6 @@ def test_the_benchmark_measures_a_real_actor(tmp_path) -> None:
     subprocess.run([sys.executable, str(script), *args], check=True, capture_output=True)
     result = json.loads(out.read_text())
     session = result["sessions"][0]
-    assert session["rss_mb"] > 0 and session["poll_ms"] > 0 and session["wait_answered_ms"] > 0
+    assert session["rss_mb"] > 0 and session["poll_ms"] > 0 and session["answer_ready_ms"] > 0
     assert result["torch_imported"] is False
     assert result["median"]["rss_mb"] == session["rss_mb"]

@@ -122,17 +122,20 @@ class _Poll:
     def __init__(self, answers: list[tuple[list[int], list[dict]]], waits: list[list[dict]]):
         self.answers, self.waits = list(answers), list(waits)
         self.asked: list[list[int]] = []
+        self.reports: list[int] = []
         self.waited: list[int] = []
 
-    def __call__(self, box: Any, first: int) -> _Poll:
+    def __call__(self, box: Any, first: int, answered: bool) -> _Poll:
+        assert answered  # a pack of two or more: the driver answers its every report
         return self
 
-    def answer(self, live: list[int]) -> tuple[list[int], list[dict]]:
+    def answer(self, report: int, live: list[int]) -> tuple[list[int], list[dict]]:
         self.asked.append(list(live))
+        self.reports.append(report)
         return self.answers.pop(0) if self.answers else ([], [])
 
-    def wait(self, report: int) -> list[dict]:
-        self.waited.append(report)
+    def wait(self) -> list[dict]:
+        self.waited.append(self.reports[-1])  # the answer to its last report
         return self.waits.pop(0) if self.waits else []
 
 
@@ -187,7 +190,8 @@ def test_a_refill_joins_at_round_0_and_reports_what_its_unpacked_trial_reports(m
     assert [r[OUTCOME] for r in reports].count("ended") == 2
 
 
-def test_the_box_poll_never_waits_and_applies_an_answer_once_it_arrived(monkeypatch):
+@pytest.mark.parametrize("answered", [True, False])
+def test_the_box_poll_takes_each_answer_at_the_next_report(monkeypatch, answered):
     import ray
 
     arrived = {"now": False}
@@ -195,25 +199,35 @@ def test_the_box_poll_never_waits_and_applies_an_answer_once_it_arrived(monkeypa
     monkeypatch.setattr(ray, "get", lambda ref: ref)
     joining = {TRIAL_KEY: 9}
 
-    class Box:  # PackBox.poll.remote and .wait.remote, answered at once
+    class Box:  # PackBox.answer.remote / .poll.remote, answered at once: [1, 7] and 9
         def __init__(self) -> None:
             self.asked: list[tuple] = []
-            self.poll = self.wait = self
+            self.answer, self.poll = self.Method(self, "answer"), self.Method(self, "poll")
 
-        def remote(self, pack: str, arg: Any) -> Any:
-            self.asked.append((pack, arg))
-            return ([1, 7], [joining]) if isinstance(arg, list) else []
+        class Method:
+            def __init__(self, box, name) -> None:
+                self.box, self.name = box, name
+
+            def remote(self, *args: Any) -> tuple:
+                self.box.asked.append((self.name, *args))
+                return [1, 7], [joining]
 
     box = Box()
-    poll = pack_trial.BoxPoll(box, 3)
-    assert poll.answer([0, 1, 2]) == ([], []) and box.asked == [("pack-0003", [0, 1, 2])]
-    assert poll.answer([0, 1, 2]) == ([], []) and len(box.asked) == 1  # unanswered: no second
-    arrived["now"] = True
-    assert poll.answer([0, 1, 2]) == ([1], [joining])  # 7 is not in the pack any more
-    assert box.asked[-1] == ("pack-0003", [0, 1, 2])  # and the next question is out
-    # no member left: the question in flight answers first, then the box's wait for report 12
-    assert poll.wait(12) == [joining] and len(box.asked) == 2
-    assert poll.wait(12) == [] and box.asked[-1] == ("pack-0003", 12)
+    poll = pack_trial.BoxPoll(box, 3, answered)
+    assert poll.answer(6, [0, 1, 2]) == ([], [])  # nothing asked before
+    question = (
+        ("answer", "pack-0003", 6, [0, 1, 2]) if answered else ("poll", "pack-0003", [0, 1, 2])
+    )
+    assert box.asked == [question]
+    got = poll.answer(7, [0, 1, 2])
+    if answered:  # the driver answers every report: the pack waits for it (here: it is there)
+        assert got == ([1], [joining]) and box.asked[-1] == ("answer", "pack-0003", 7, [0, 1, 2])
+    else:  # not arrived: no waiting and no second question
+        assert got == ([], []) and len(box.asked) == 1
+        arrived["now"] = True
+        assert poll.answer(7, [0, 1, 2]) == ([1], [joining])  # 7 is not in the pack any more
+    # no member left: the answer to its last report, waited for, brings 9
+    assert poll.wait() == [joining] and poll.wait() == []
 
 
 # -- the driver's searcher --------------------------------------------------------------------
@@ -303,7 +317,7 @@ def test_the_searcher_tells_each_member_once_and_ends_open_members_with_their_pa
     ]
 
 
-def test_the_searcher_refills_a_freed_place_after_telling_its_member_and_answers_an_empty_pack():
+def test_the_searcher_refills_a_freed_place_after_telling_its_member_and_answers_each_report():
     box = _Offers()
     search, inner, book, store = _search(size=2, budget=6, box=box)
     config = search.suggest("p")
@@ -313,10 +327,10 @@ def test_the_searcher_refills_a_freed_place_after_telling_its_member_and_answers
     # a is told before its place is asked for: 3 ("b") waits too, 4 ("a") joins the pack
     assert inner.events[-2:] == [("result", a, 3), ("complete", a, False)]
     assert list(inner.asked.values()) == [0, 1, 2, 3, 4]
-    assert box.sent == [("pack-0001", [4], None)] and book.members["p"] == [1, 2, 4]
+    assert box.sent == [("pack-0001", [4], 3)] and book.members["p"] == [1, 2, 4]
     assert store.attrs[4]["pack"] == "pack-0001"
     search.on_trial_result("p", {ROUND: 5, OUTCOME: RUNNING, **_result((b, RUNNING, 5))})
-    assert len(box.sent) == 1  # nothing ended, nothing to say
+    assert box.sent[-1] == ("pack-0001", [], 5)  # nothing ended: an answer all the same
     ended = _result((b, "diverged", 6), (4, "completed", 6))
     search.on_trial_result("p", {ROUND: 6, OUTCOME: "ended", **ended})
     # two places: 5 ("a") is asked, then the budget (6) is spent; the pack waits on report 6
