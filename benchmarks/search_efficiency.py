@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         help="packed rows: rounds a refill waits before its round 1 while its pack runs on "
-        "(the driver's lag: benchmarks/refill_lag.py measured 1-2)",
+        "(the driver's lag: benchmarks/refill_lag.py measured 0 or 1)",
     )
     p.add_argument("--verify", nargs=4, metavar=("TASK", "SEED", "STRATEGY", "TRIALS"))
     p.add_argument("--table", action="store_true", help="print --out's table (markdown)")

@@ -35,10 +35,9 @@ at a time), :func:`run_packed`:
   ``complete``;
 * each freed place is then refilled with a configuration of the pack's key (the backlog's,
   else newly asked; ``PackSearch``'s refill), which runs its round 1 at the pack's next round.
-  The driver's pack takes it at its next report instead, 1–2 rounds later
-  (``refill_lag.py``): the report that freed the place reaches the driver while the pack runs
-  on. A pack with no member left and nothing to take ends, and the next pack is formed; a pack
-  of one is never refilled;
+  The driver's pack takes it one report later (``refill_lag.py``: 1 round, 0 when the pack
+  had no member left), which ``refill_delay=1`` models. A pack with no member left and
+  nothing to take ends, and the next pack is formed; a pack of one is never refilled;
 * a member's curve is its configuration's whole unpacked curve (the engine's, cached; a packed
   member's curve equals it to ≤ 1e-12, ``tests/unit/test_packed_exactness.py``), replayed round
   by round, so a member the stopper stops was trained to its end once (the cache keeps it);
