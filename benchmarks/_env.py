@@ -6,6 +6,7 @@ import os
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 
 
 def environment() -> dict:
@@ -34,3 +35,25 @@ def environment() -> dict:
     except ImportError:  # pragma: no cover
         pass
     return info
+
+
+def memory_mib(pid: int | str = "self") -> dict[str, float]:
+    """``VmRSS`` and ``VmHWM`` of a process in MiB, from *one* read of ``/proc/<pid>/status``
+    (the kernel reports them together, so the peak is never below the current size, as it
+    could be with two reads while the process grows).
+
+    Args:
+        pid: The process (``self``: this one).
+
+    Returns:
+        The fields found, by name (none for a process without memory, e.g. a zombie).
+
+    Raises:
+        OSError: The process is gone.
+    """
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return out

@@ -71,7 +71,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 
-from _env import environment  # noqa: E402
+from _env import environment, memory_mib  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PG_URL = os.environ.get("FEDTUNE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -262,9 +262,7 @@ def cpu_s(pid: int) -> float:
 
 def rss_mb(pid: int) -> float:
     with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        return memory_mib(pid).get("VmRSS", 0.0)
     return 0.0
 
 

@@ -56,7 +56,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import environment
+from _env import environment, memory_mib
 
 GENERATOR = 1
 WORDS = 20_000
@@ -128,20 +128,8 @@ def generate(path: Path, clients: int, seed: int = 0, posts_max: int = POSTS_MAX
 # ---------------------------------------------------------------- one measured process
 
 
-def _memory() -> dict[str, float]:
-    """``VmHWM`` and ``VmRSS`` in MiB from *one* read of ``/proc/self/status`` (the kernel
-    reports them together, so the peak is never below the current size, as it could be with two
-    reads while the process grows)."""
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key = line.split(":", 1)[0]
-        if key in ("VmHWM", "VmRSS"):
-            out[key] = int(line.split()[1]) / 1024
-    return out
-
-
 def _peak_and_after() -> dict[str, float]:
-    mem = _memory()
+    mem = memory_mib()
     return {"peak_rss_mib": mem["VmHWM"], "rss_after_mib": mem["VmRSS"]}
 
 
@@ -194,7 +182,7 @@ def child(
         "hparams": {"client_lr": 0.1, "server_lr": 1.0},
         "seed": 0,
     }
-    out = {"rss_after_imports_mib": _memory()["VmRSS"]}
+    out = {"rss_after_imports_mib": memory_mib()["VmRSS"]}
     start = time.perf_counter()
     trainer = Trainer(config)
     out["load"] = {

@@ -29,14 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _env import environment
+from _env import environment, memory_mib
 
 OUT = Path(__file__).resolve().parent / "results" / "pack_box.json"
-
-
-def _rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmRSS:")[1].split()[0]) / 1024
 
 
 def _actor_facts(self) -> tuple[int, bool]:  # runs in the actor (``__ray_call__``)
@@ -65,7 +60,7 @@ def one_session(calls: int) -> dict:
             ray.get(box.answer.remote("pack-0001", i, live))
             waits.append(time.perf_counter() - t0)
         return {
-            "rss_mb": round(_rss_mb(pid), 1),
+            "rss_mb": round(memory_mib(pid)["VmRSS"], 1),
             "torch_imported": torch_imported,
             "poll_ms": round(statistics.median(polls) * 1e3, 3),
             "answer_ready_ms": round(statistics.median(waits) * 1e3, 3),

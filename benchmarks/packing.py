@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import environment
+from _env import environment, memory_mib
 
 RESULTS = Path(__file__).parent / "results"
 PACK_SIZES = (1, 8, 64)
@@ -94,11 +94,7 @@ def configs(task: str, p: int, device: str) -> list[dict]:
 
 def rss_mb() -> tuple[float, float]:
     """(VmRSS, VmHWM) of this process in MiB."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024
+    fields = memory_mib()
     return fields["VmRSS"], fields["VmHWM"]
 
 
@@ -346,7 +342,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.stagger > 1:
-        return staggered(args, sizes)
+        return staggered(args, sizes, sys.argv[1:] if argv is None else argv)
     results = {}
     for task in args.tasks.split(","):
         load_before = os.getloadavg()[0]
@@ -377,19 +373,10 @@ def main(argv: list[str] | None = None) -> dict:
     doc = {
         "benchmark": "packing",
         "setting": {
-            "algorithm": "fedavgm",
-            "clients_per_round": M,
-            "local_steps": K,
-            "batch_size": B,
+            **_setting(args, sizes),
             "tasks": {t: TASKS[t] for t in args.tasks.split(",")},
-            "pack_sizes": sizes,
             "separate_processes": SEPARATE,
-            "repeats": args.repeats,
-            "target_s": args.target,
-            "device": args.device,
-            "pack_threads": args.pack_threads,
             "separate_threads_each": 1,
-            "statistic": "median over repeats",
         },
         "environment": environment(),
         "results": results,
@@ -400,7 +387,23 @@ def main(argv: list[str] | None = None) -> dict:
     return doc
 
 
-def staggered(args: argparse.Namespace, sizes: list[int]) -> dict:
+def _setting(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
+    """What every packing JSON says of its setting."""
+    return {
+        "algorithm": "fedavgm",
+        "clients_per_round": M,
+        "local_steps": K,
+        "batch_size": B,
+        "pack_sizes": sizes,
+        "repeats": args.repeats,
+        "target_s": args.target,
+        "device": args.device,
+        "pack_threads": args.pack_threads,
+        "statistic": "median over repeats",
+    }
+
+
+def staggered(args: argparse.Namespace, sizes: list[int], argv: list[str]) -> dict:
     """Packs whose members sit at one round index against packs whose members sit at
     ``--stagger`` (the cost of refills: one cohort per round index); writes the JSON."""
     results: dict[str, Any] = {}
@@ -423,21 +426,9 @@ def staggered(args: argparse.Namespace, sizes: list[int]) -> dict:
         results[task] = rows
     doc = {
         "benchmark": "packing_staggered",
-        "setting": {
-            "algorithm": "fedavgm",
-            "clients_per_round": M,
-            "local_steps": K,
-            "batch_size": B,
-            "stagger": args.stagger,
-            "pack_sizes": sizes,
-            "repeats": args.repeats,
-            "target_s": args.target,
-            "device": args.device,
-            "pack_threads": args.pack_threads,
-            "statistic": "median over repeats",
-        },
+        "setting": {**_setting(args, sizes), "stagger": args.stagger},
         "environment": environment(),
-        "command": "python benchmarks/packing.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/packing.py " + " ".join(argv),
         "results": results,
     }
     out = args.out or RESULTS / "packing_staggered.json"

@@ -517,7 +517,7 @@ class _PackedRun:
             refill: The members that take ``n`` freed places (``PackSearch``'s refill; they
                 run their round 1 at the next round of the pack).
         """
-        everyone, live, charged = list(members), list(members), 0
+        live, charged = list(members), self.used  # rounds run before this pack: charged
         while live:
             if all(m.wait for m in live):  # nothing runs: the pack waits for its refills
                 for m in live:
@@ -548,17 +548,15 @@ class _PackedRun:
                 if why:
                     m.stop = str(why)
             stopped = [m for m in live if m.stop and m not in final]
-            for m in final + stopped:
-                done = sum(x.ran for x in everyone)
+            for m in final + stopped:  # charged the rounds its pack ran since the previous tell
                 self.steps.append(
-                    _tell(m, self.study, self.stopper, self.last, done - charged, self.packs)
+                    _tell(m, self.study, self.stopper, self.last, self.used - charged, self.packs)
                 )
-                charged = done
+                charged = self.used
                 live.remove(m)
             joining = refill(len(final) + len(stopped)) if final or stopped else []
             for m in joining:
                 m.wait = self.delay
-            everyone += joining
             live += joining
         self.packs += 1
 

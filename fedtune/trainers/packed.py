@@ -228,6 +228,7 @@ class _Group:
     consts: dict[str, torch.Tensor]
     x: Params  # the broadcast models [G, …]
     client_loss: list[float]
+    client_lr: list[float]  # γ_t of each member this round (its decay scale applied)
     rows: torch.Tensor  # [G, M, K_max, B]
     steps: torch.Tensor  # [G, M]
     thetas: torch.Tensor  # [G, M, K_max]
@@ -547,6 +548,7 @@ class PackedTrainer:
             consts=consts,
             x=x,
             client_loss=client_loss,
+            client_lr=[m.hparams.client_lr * m.decay.client_scale for m in members],
             rows=rows,
             steps=steps,
             thetas=thetas,
@@ -560,6 +562,7 @@ class PackedTrainer:
             k_max = max(g.rows.shape[2] for g in groups)
             merged = self._client_chunks(
                 members=[m for g in groups for m in g.members],
+                client_lr=[lr for g in groups for lr in g.client_lr],
                 x={k: torch.cat([g.x[k] for g in groups]) for k in groups[0].x},
                 rows=torch.cat([_pad_steps(g.rows, k_max) for g in groups]),
                 steps=torch.cat([g.steps for g in groups]),
@@ -569,12 +572,13 @@ class PackedTrainer:
             split = {k: torch.split(v, [len(g.members) for g in groups]) for k, v in merged.items()}
             return [{k: split[k][j] for k in merged} for j in range(len(groups))]
         return [
-            self._client_chunks(g.members, g.x, g.rows, g.steps, g.thetas, g.data) for g in groups
+            self._client_chunks(g.members, g.client_lr, g.x, g.rows, g.steps, g.thetas, g.data)
+            for g in groups
         ]
 
-    def _client_chunks(self, members, x, rows, steps, thetas, data) -> Params:
-        """The client messages ``[G, M, …]`` of G members, at most a chunk of them per call."""
-        client_lr = [m.hparams.client_lr * m.decay.client_scale for m in members]
+    def _client_chunks(self, members, client_lr, x, rows, steps, thetas, data) -> Params:
+        """The client messages ``[G, M, …]`` of G members (rates γ_t ``client_lr``), at most a
+        chunk of them per call."""
         alphas = [m.hparams.prox_alpha for m in members]
         k_max = rows.shape[2]
         masked = bool(steps.min() < k_max)
@@ -602,7 +606,7 @@ class PackedTrainer:
         """Round ``group.t`` of a group after its local steps: the aggregation, the server
         step, the evaluation and every member's record."""
         t, members, train = group.t, group.members, group.members[0].config.train
-        client_lr = [m.hparams.client_lr * m.decay.client_scale for m in members]
+        client_lr = group.client_lr
         server_lr = [m.hparams.server_lr * m.decay.server_scale for m in members]
         q = vmap(weighted_mean, in_dims=(0, None))(messages, group.weights)
         norms = torch.sqrt(

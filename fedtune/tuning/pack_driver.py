@@ -265,10 +265,15 @@ class PackSearch(Searcher):
             return Searcher.FINISHED
         refills = self.box is not None and len(pack) > 1  # a pack of one runs unpacked
         self.book.open(trial_id, pack, self.key(pack[0]), refills)
-        first = int(pack[0][TRIAL_KEY])
-        for config in pack:
-            self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=pack_name(first))
-        return {PACK_KEY: pack, TRIAL_KEY: first}
+        self._name(trial_id, pack)
+        return {PACK_KEY: pack, TRIAL_KEY: int(pack[0][TRIAL_KEY])}
+
+    def _name(self, trial_id: str, configs: Sequence[Mapping[str, Any]]) -> str:
+        """Give members of a pack its name (their Optuna user attribute ``pack``); returns it."""
+        name = pack_name(self.book.members[trial_id][0])
+        for config in configs:
+            self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=name)
+        return name
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         freed = self._tell(result)
@@ -301,11 +306,10 @@ class PackSearch(Searcher):
         pack takes the answer at its next report, or waits for it when it has no member
         left)."""
         joining = self.backlog.refill(self.book.keys[trial_id], freed) if freed else []
-        first = self.book.members[trial_id][0]
         for config in joining:
             self.book.join(trial_id, config)
-            self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=pack_name(first))
-        self.box.offer.remote(pack_name(first), joining, int(result[ROUND]))  # every report
+        name = self._name(trial_id, joining)
+        self.box.offer.remote(name, joining, int(result[ROUND]))  # every report
 
 
 class PackScheduler(FIFOScheduler):
