@@ -963,6 +963,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "tracking server's (0: every process shares the CPUs as an equal)",
     )
     p.add_argument("--out", default=str(REPO / "benchmarks/results/load.json"))
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's directory (drivers' and MLflow server's logs); kept anyway when "
+        "a round was lost",
+    )
     args = p.parse_args(argv)
     if args.driver:
         drive(args.driver)
@@ -1016,11 +1022,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     report["projection"] = projections(report["steps"])
     report["environment_after"] = {"load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
+    # a loss keeps its evidence: the drivers' and the MLflow server's logs
+    keep = args.keep or any(step["after_interrupt"]["lost"] for step in report["steps"])
+    if keep:
+        report["kept"] = str(root)
+        print(f"kept the drivers' and the MLflow server's logs in {root}", file=sys.stderr)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     import shutil
 
-    shutil.rmtree(root, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
     return report
 
 

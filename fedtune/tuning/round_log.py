@@ -89,6 +89,12 @@ class RoundLog:
             self._start()
             self._cond.notify_all()
 
+    @property
+    def unsent(self) -> int:
+        """The metrics queued and not stored yet (a failed request's included)."""
+        with self._cond:
+            return sum(len(v) for v in self._pending.values())
+
     def flush(self, run_id: str | None = None) -> None:
         """Store what is queued for ``run_id`` (every run when None) before returning; a failed
         request is tried again :attr:`RETRIES` times (an overloaded server), then raised."""

@@ -85,6 +85,7 @@ __all__ = [
     "run_study",
 ]
 
+log = logging.getLogger(__name__)
 _TUNE_ENV = {
     "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the storage and MLflow are the record
     "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C raises KeyboardInterrupt at once
@@ -472,9 +473,31 @@ def _end_failed(stores: Deferred[Stores], tracking: Deferred[Tracking], exc: Bas
         with contextlib.suppress(Exception):  # trials in flight: interrupted, re-run later
             og.reconcile(opened.study, opened.store)
         done = tracking.result()
-        with contextlib.suppress(Exception):
+        failed: Exception | None = None
+        try:
             done.tracker.reconcile(done.parent, og.run_statuses(opened.study))
-        done.tracker.finish_study(done.parent, {}, status)
+        except Exception as error:  # the parent run still ends
+            failed = error
+        try:
+            done.tracker.finish_study(done.parent, {}, status)
+        except Exception as error:
+            failed = failed or error
+        if failed is not None:
+            _unstored(done.tracker, failed)
+
+
+def _unstored(tracker: Any, error: BaseException) -> None:
+    """Say on stderr that an ended study's runs were not all stored (never silent).
+
+    Args:
+        tracker: The study's :class:`~.tracking.StudyTracker`.
+        error: Why.
+    """
+    log.warning(
+        "the study's MLflow runs were not all closed; %d metrics of its rounds are not stored: %s",
+        tracker.rounds.unsent,
+        error,
+    )
 
 
 def _open_stores(plan: StudyPlan) -> Stores:

@@ -178,3 +178,44 @@ def test_an_interrupted_study_keeps_every_round_its_driver_received(
         stored = {m.step for m in client.get_metric_history(runs[number].info.run_id, "objective")}
         assert rounds <= stored
         assert runs[number].info.status in ("KILLED", "FINISHED")
+
+
+def test_an_ended_study_whose_rounds_cannot_be_stored_says_so(
+    tmp_path, caplog, monkeypatch
+) -> None:
+    """``_end_failed`` (Ctrl-C, a failed study): a child run that cannot be closed does not
+    keep the parent run open, and the metrics left unstored are named on stderr, not hidden."""
+    from types import SimpleNamespace
+
+    from fedtune.tuning import study as study_module
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("e")).info.run_id
+    gate = _Gate(client, fail=10**6)  # the server never comes back
+    gate.open.set()
+    rounds = RoundLog(gate, linger=60.0)
+    rounds.RETRIES, rounds.RETRY_S = 0, 0.01
+    rounds.add(run_id, round_metrics(_rows(1, 3), 0))
+    finished = []
+
+    class Tracker:
+        def __init__(self) -> None:
+            self.rounds = rounds
+
+        def reconcile(self, parent, statuses):
+            rounds.flush()
+
+        def finish_study(self, parent, metrics, status):
+            finished.append((parent, status))
+
+    tracker = Tracker()
+    stores = SimpleNamespace(result=lambda: SimpleNamespace(study=None, store=None))
+    tracking = SimpleNamespace(result=lambda: SimpleNamespace(tracker=tracker, parent="p"))
+    monkeypatch.setattr(study_module.og, "run_statuses", lambda study: {})
+    monkeypatch.setattr(study_module.og, "reconcile", lambda study, store: None)
+    with caplog.at_level("WARNING", logger=study_module.__name__):
+        study_module._end_failed(stores, tracking, KeyboardInterrupt())
+    assert finished == [("p", "KILLED")]
+    assert rounds.unsent == 6  # 3 rounds of client_loss and objective, kept queued
+    assert "6 metrics of its rounds are not stored" in caplog.text
+    assert "tracking server unreachable" in caplog.text
