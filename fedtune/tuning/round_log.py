@@ -12,7 +12,9 @@ not the number of results. While a batch is being sent the next one accumulates.
 Nothing is dropped:
 
 * the queue is bounded (``max_pending`` metrics): :meth:`add` blocks the caller (the Tune
-  loop, hence Ray's back-pressure on the trainables) until the flusher has made room;
+  loop, hence Ray's back-pressure on the trainables; a pack waits for its driver's answer)
+  until the flusher has made room. The bound is a few seconds of a busy driver's rounds, so
+  MLflow trails the trials by seconds, not minutes, when the trials outrun it;
 * :meth:`flush` (one run, or all) returns once every metric queued before the call is stored;
   the tracker calls it before it touches a run otherwise (closing a trial, reconciling runs on
   Ctrl-C or resume, the study's end), so a run is never closed with rounds still queued;
@@ -43,7 +45,7 @@ class RoundLog:
     """Queue of per-round metrics per run and the thread that sends them (module docstring)."""
 
     LINGER = 0.5  # seconds the flusher waits for more results before it sends
-    MAX_PENDING = 200_000  # metrics queued at most (~40 MB)
+    MAX_PENDING = 5_000  # metrics queued at most (~1 MB): ~700 rounds of ~7 metrics
     SENDERS = 4  # runs sent at once
     RETRIES, RETRY_S = 3, 2.0  # a flush tries a failed request again after 2, 4, 8 s
 
