@@ -100,6 +100,49 @@ def image_exists(tool: str, ref: str) -> bool:
     return subprocess.run(argv, capture_output=True).returncode == 0
 
 
+#: debootstrap's tries: a mirror caught mid-sync, or a busy network, fails a first run now and
+#: then (twice on a fresh 2-core machine, each time followed by a run that succeeded)
+DEBOOTSTRAP_TRIES, DEBOOTSTRAP_WAIT_S = 3, 15.0
+
+
+def debootstrap(rootfs: Path, tries: int = DEBOOTSTRAP_TRIES, wait_s: float = DEBOOTSTRAP_WAIT_S):
+    """Make the base root file system with ``debootstrap``, from scratch at every try.
+
+    Args:
+        rootfs: Where (emptied first).
+        tries: Runs at most; each failure but the last is said on stderr, then waited on.
+        wait_s: Seconds before the second run (doubled for each later one).
+
+    Raises:
+        BuildError: Every run failed; the message ends with the last lines of its log.
+    """
+    argv = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
+            "bookworm", str(rootfs), DEBIAN_MIRROR]  # fmt: skip
+    for attempt in range(1, tries + 1):
+        shutil.rmtree(rootfs, ignore_errors=True)
+        rootfs.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode == 0:
+            return
+        why = _last_lines(rootfs / "debootstrap" / "debootstrap.log", done.stderr)
+        if attempt == tries:
+            raise BuildError(f"debootstrap failed (exit {done.returncode}) {tries} times: {why}")
+        print(f"debootstrap failed (exit {done.returncode}), trying again: {why}",
+              file=sys.stderr)  # fmt: skip
+        time.sleep(wait_s * 2 ** (attempt - 1))
+
+
+def _last_lines(log: Path, stderr: str, count: int = 3) -> str:
+    """The last lines of debootstrap's log (kept in the target when it fails), else of its
+    stderr, joined on one line."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    lines = [line.strip() for line in (text or stderr or "").splitlines() if line.strip()]
+    return " | ".join(lines[-count:]) or "no log"
+
+
 def local_base(cache: Path, *, rebuild: bool = False) -> str:
     """The Debian base image (made once: debootstrap, then ``buildah`` from scratch + commit)."""
     if not rebuild and image_exists("buildah", LOCAL_BASE):
@@ -109,13 +152,9 @@ def local_base(cache: Path, *, rebuild: bool = False) -> str:
     rootfs = cache / f"rootfs-bookworm-py{PYTHON_VERSION}"
     done_mark = rootfs / ".fedtune-complete"
     if rebuild or not done_mark.is_file():
-        shutil.rmtree(rootfs, ignore_errors=True)
-        rootfs.parent.mkdir(parents=True, exist_ok=True)
         print(f"debootstrap: Debian bookworm + {' '.join(BASE_PACKAGES)} -> {rootfs}",
               file=sys.stderr)  # fmt: skip
-        _run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-              "bookworm", str(rootfs), DEBIAN_MIRROR], "debootstrap",
-             stdout=subprocess.DEVNULL)  # fmt: skip
+        debootstrap(rootfs)
         # as the official image: `python` is Python 3.11; no apt lists or caches in the base
         (rootfs / "usr/local/bin").mkdir(parents=True, exist_ok=True)
         for name in ("python", "python3"):

@@ -84,3 +84,54 @@ def test_a_missing_builder_is_one_line_exit_1(tmp_path) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.strip() == "build_image: error: podman is not installed"
+
+
+def _fake_debootstrap(bin_dir: Path, failures: int) -> Path:
+    """A ``debootstrap`` that fails its first ``failures`` runs as a mirror mid-sync does,
+    leaving its log in the target, then makes the target."""
+    count = bin_dir / "runs"
+    script = bin_dir / "debootstrap"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat "{count}" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "{count}"\n'
+        'target="$4"; mkdir -p "$target/debootstrap"\n'
+        f'if [ "$n" -le {failures} ]; then\n'
+        '  echo "I: Retrieving Packages" > "$target/debootstrap/debootstrap.log"\n'
+        '  echo "E: Hash Sum mismatch (run $n)" >> "$target/debootstrap/debootstrap.log"\n'
+        "  exit 1\n"
+        "fi\n"
+        'rm -r "$target/debootstrap"; mkdir -p "$target/usr/bin"\n'
+    )
+    script.chmod(0o755)
+    return count
+
+
+def test_debootstrap_is_tried_again_from_scratch_and_says_why(
+    build_image, tmp_path, monkeypatch, capsys
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    runs = _fake_debootstrap(bin_dir, failures=1)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    rootfs = tmp_path / "rootfs"
+    build_image.debootstrap(rootfs, tries=3, wait_s=0.0)
+    assert runs.read_text().strip() == "2"
+    assert (rootfs / "usr/bin").is_dir() and not (rootfs / "debootstrap").exists()
+    said = capsys.readouterr().err
+    assert "debootstrap failed (exit 1), trying again" in said
+    assert "E: Hash Sum mismatch (run 1)" in said
+
+
+def test_debootstrap_failing_every_try_is_one_error_with_its_log(
+    build_image, tmp_path, monkeypatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    runs = _fake_debootstrap(bin_dir, failures=10)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    with pytest.raises(build_image.BuildError) as raised:
+        build_image.debootstrap(tmp_path / "rootfs", tries=2, wait_s=0.0)
+    assert runs.read_text().strip() == "2"
+    assert str(raised.value) == (
+        "debootstrap failed (exit 1) 2 times: I: Retrieving Packages | E: Hash Sum mismatch (run 2)"
+    )
