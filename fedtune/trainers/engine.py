@@ -49,12 +49,21 @@ from .steps import epoch_steps, padded_batches, step_summary
 from .tasks import Task, build_task
 from .tasks.base import InMemoryData
 
-__all__ = ["RUNNER_METRIC", "Trainer", "cohort_rows", "pick_device", "run_trial"]
+__all__ = [
+    "EVAL_CLIENTS_METRIC",
+    "RUNNER_METRIC",
+    "Trainer",
+    "cohort_rows",
+    "pick_device",
+    "run_trial",
+]
 
 OnRound = Callable[[RoundRecord], bool | None]
 #: round-record extra: 1.0 when the round's clients ran vectorized, 0.0 when sequentially
 #: (``runner: sequential``, ``auto`` choosing it, or the vectorized runner's fallback)
 RUNNER_METRIC = "runner_vectorized"
+#: round-record extra of an evaluation round: |E_t|, the clients its population loss covered
+EVAL_CLIENTS_METRIC = "eval_clients"
 _STATE_VERSION = 1
 
 
@@ -279,7 +288,7 @@ class Trainer:
         if self.test is not None:
             metrics = {k: self._metric(f) for k, f in self.task.metric_fns.items()}
             test = dataset_metrics(self.per_example_loss, metrics, params, self.test, bs)
-        return train_loss, test, {"eval_clients": float(evaluated)}
+        return train_loss, test, {EVAL_CLIENTS_METRIC: float(evaluated)}
 
     def stop(self, reason: str = "stopped by caller") -> None:
         """End the trial as ``stopped`` unless it has already ended.

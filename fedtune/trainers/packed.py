@@ -62,7 +62,7 @@ from .algorithms.registry import effective_hparams
 from .client import make_packed_client_fn
 from .config import TrialConfig
 from .decay import DecayController
-from .engine import RUNNER_METRIC, Trainer, cohort_rows, pick_device
+from .engine import EVAL_CLIENTS_METRIC, RUNNER_METRIC, Trainer, cohort_rows, pick_device
 from .evaluation import (
     client_mean_losses,
     dataset_means,
@@ -721,7 +721,7 @@ class PackedTrainer:
             g: (
                 None if train_loss is None else train_loss[j],
                 {k: v[j] for k, v in test.items()},
-                {"eval_clients": float(evaluated)},
+                {EVAL_CLIENTS_METRIC: float(evaluated)},
             )
             for j, g in enumerate(which)
         }

@@ -3,9 +3,12 @@
 A trial's learning rates γ_t and η_t change only when LocalUpdateDecay decays them
 (Charles & Konečný 2020 (arXiv:2007.00878) §9, docs/explanation/algorithms.md §2: γ ← a_client · γ,
 η ← a_server · η once the window's loss has plateaued P times, then C rounds of cooldown), and
-``decays`` counts those decays: per round all three are piecewise constant.
-Logging them every round made two or three of a round's ~7 MLflow metrics pure repetition — the
-tracking server's writes are the limit of a team's load (``benchmarks/load.py``).
+``decays`` counts those decays: per round all three are piecewise constant. So are the
+engine's ``runner_vectorized`` (1 while the clients run vectorised; it changes only when the
+vectorised runner falls back) and ``eval_clients`` (|E_t| on evaluation rounds, set by the
+study). Logging them every round made three or four of a round's ~7 MLflow metrics pure
+repetition — the tracking server's writes are the limit of a team's load
+(``benchmarks/load.py``).
 
 A key of :data:`STEP_KEYS` is logged
 
@@ -25,9 +28,11 @@ from collections.abc import Iterable
 
 from mlflow.entities import Metric
 
+from fedtune.trainers.engine import EVAL_CLIENTS_METRIC, RUNNER_METRIC
+
 __all__ = ["STEP_KEYS", "StepPoints"]
 
-STEP_KEYS = frozenset({"client_lr", "server_lr", "decays"})
+STEP_KEYS = frozenset({"client_lr", "server_lr", "decays", RUNNER_METRIC, EVAL_CLIENTS_METRIC})
 
 
 class StepPoints:

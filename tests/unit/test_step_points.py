@@ -67,3 +67,29 @@ def test_a_change_right_after_a_logged_point_repeats_nothing() -> None:
     assert steps.close("r", 0) == []  # the last round is already a point
     again = steps.keep("r", [Metric("client_lr", 0.3, 0, 9)])  # a closed run starts anew
     assert [(m.step, m.value) for m in again] == [(9, 0.3)]
+
+
+def test_the_runner_flag_and_the_evaluated_clients_are_step_points_too(tmp_path) -> None:
+    """``runner_vectorized`` (every round) and ``eval_clients`` (evaluation rounds only) hold
+    still: two points each, and a fallback to the sequential runner shows as its step."""
+    tracker = StudyTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "steps")
+    parent = tracker.client.create_run(tracker.experiment_id).info.run_id
+    run_id = tracker.start_trial(parent, 0, {"n": 0}, {})
+    rows = []
+    for r in range(1, 31):
+        row = {"round": r, "client_loss": 1.0 / r, "runner_vectorized": 0.0 if r > 20 else 1.0}
+        if r == 1 or r % 10 == 0:
+            row["eval_clients"] = 100.0
+        rows.append(row)
+    for first in range(0, 30, 5):
+        tracker.log_rounds(run_id, rows[first : first + 5])
+    tracker.end_trial(run_id, "FINISHED", {"outcome": "completed"})
+    assert _history(tracker, run_id, "runner_vectorized") == [
+        (1, 1.0),
+        (20, 1.0),
+        (21, 0.0),
+        (30, 0.0),
+    ]
+    assert _history(tracker, run_id, "eval_clients") == [(1, 100.0), (30, 100.0)]
+    assert len(tracker.client.get_metric_history(run_id, "client_loss")) == 30
+    tracker.finish_study(parent, {}, "FINISHED")
