@@ -95,7 +95,7 @@ class RoundLog:
     def unsent(self) -> int:
         """The metrics queued and not stored yet (a failed request's included)."""
         with self._cond:
-            return sum(len(v) for v in self._pending.values())
+            return self._count
 
     def flush(self, run_id: str | None = None) -> None:
         """Store what is queued for ``run_id`` (every run when None) before returning; a failed

@@ -482,22 +482,13 @@ def _end_failed(stores: Deferred[Stores], tracking: Deferred[Tracking], exc: Bas
             done.tracker.finish_study(done.parent, {}, status)
         except Exception as error:
             failed = failed or error
-        if failed is not None:
-            _unstored(done.tracker, failed)
-
-
-def _unstored(tracker: Any, error: BaseException) -> None:
-    """Say on stderr that an ended study's runs were not all stored (never silent).
-
-    Args:
-        tracker: The study's :class:`~.tracking.StudyTracker`.
-        error: Why.
-    """
-    log.warning(
-        "the study's MLflow runs were not all closed; %d metrics of its rounds are not stored: %s",
-        tracker.rounds.unsent,
-        error,
-    )
+        if failed is not None:  # said on stderr, never silent: rounds may not be stored
+            log.warning(
+                "the study's MLflow runs were not all closed; %d metrics of its rounds are not "
+                "stored: %s",
+                done.tracker.rounds.unsent,
+                failed,
+            )
 
 
 def _open_stores(plan: StudyPlan) -> Stores:
