@@ -66,8 +66,8 @@ class QuadraticModel(nn.Module):
         c = inputs[..., d * d : d * d + d]
         xi = inputs[..., d * d + d :]
         diff = self.x - c
-        # (diffᵀ A) · diff: one batched vector-matrix product, then a dot product (faster in a
-        # pack than the three-operand einsum: benchmarks/results/packing.json)
+        # (diffᵀ A) · diff: one batched vector-matrix product, then a dot product (in a pack,
+        # where vmap batches it, faster than the three-operand einsum)
         quad = 0.5 * (torch.einsum("...i,...ij->...j", diff, A) * diff).sum(-1)
         return quad + (xi * self.x).sum(-1)
 
