@@ -73,7 +73,7 @@ from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
 from .parsing import parse_trial_config
 from .records import Outcome, RoundRecord, TrialResult
-from .sampling import batch_streams, sample_clients
+from .sampling import batch_streams, sample_clients, trials_batch_indices
 from .server_opt import make_server_opt
 from .steps import step_mask, step_summary, theta_rows
 from .streams import prepared
@@ -659,16 +659,34 @@ class PackedTrainer:
         """Every member's batch rows (its own seed and K_p or τ_i), padded to the group's
         K_max: rows ``[G, M, K_max, B]``, steps ``[G, M]``, Θ rows ``[G, M, K_max]`` and each
         member's :class:`Cohort` (for its record)."""
-        drawn = []
-        cohort = clients.tolist()
-        streams = [row for m in members for row in batch_streams(m.config.seed, t, cohort)]
-        with prepared(streams):  # every member's client streams seeded in one pass
-            for m in members:
-                nb = m.algorithm.num_batches()
-                steps, rows = cohort_rows(
-                    m.config, nb, m.local_steps, t, clients, data, self.data.client_sizes
+        train = members[0].config.train  # batch_size and batch_sampling are the pack's
+        if train.batch_sampling != "full" and all(
+            m.config.train.local_epochs is None for m in members
+        ):
+            drawn = [
+                (None, rows)
+                for rows in trials_batch_indices(
+                    [m.config.seed for m in members],
+                    t,
+                    clients,
+                    data.offsets[clients],
+                    data.counts[clients],
+                    [m.algorithm.num_batches() for m in members],
+                    train.batch_size,
+                    train.batch_sampling,
                 )
-                drawn.append((steps, rows))
+            ]
+        else:
+            drawn = []
+            cohort = clients.tolist()
+            streams = [row for m in members for row in batch_streams(m.config.seed, t, cohort)]
+            with prepared(streams):  # every member's client streams seeded in one pass
+                for m in members:
+                    nb = m.algorithm.num_batches()
+                    steps, rows = cohort_rows(
+                        m.config, nb, m.local_steps, t, clients, data, self.data.client_sizes
+                    )
+                    drawn.append((steps, rows))
         k_max = max(rows.shape[1] for _, rows in drawn)
         all_rows, all_steps, all_thetas, cohorts = [], [], [], []
         size = len(clients)

@@ -20,7 +20,13 @@ import torch
 
 from .streams import generators
 
-__all__ = ["batch_indices", "batch_streams", "cohort_batch_indices", "sample_clients"]
+__all__ = [
+    "batch_indices",
+    "batch_streams",
+    "cohort_batch_indices",
+    "sample_clients",
+    "trials_batch_indices",
+]
 
 _COHORT_STREAM = 0xC0
 _BATCH_STREAM = 0xBA
@@ -103,10 +109,55 @@ def cohort_batch_indices(
         count = int(counts[0])  # equal sizes (checked by the caller)
         rows = torch.arange(count, dtype=torch.long).expand(m, steps, count)
         return rows + offsets.to(torch.long).view(m, 1, 1)
-    need = steps * batch_size
-    local = np.empty((m, need), dtype=np.int64)
-    rngs = generators(batch_streams(trial_seed, round_idx, clients.tolist()))
-    for i, (rng, n) in enumerate(zip(rngs, counts.tolist(), strict=True)):
-        local[i] = _draws(rng, n, need, mode)
-    local += offsets.numpy().astype(np.int64)[:, None]
-    return torch.from_numpy(local).view(m, steps, batch_size)
+    return trials_batch_indices(
+        [trial_seed], round_idx, clients, offsets, counts, [steps], batch_size, mode
+    )[0]
+
+
+def trials_batch_indices(
+    trial_seeds: list[int],
+    round_idx: int,
+    clients: torch.Tensor,
+    offsets: torch.Tensor,
+    counts: torch.Tensor,
+    steps: list[int],
+    batch_size: int,
+    mode: str,
+) -> list[torch.Tensor]:
+    """The rows of one cohort for several trials: entry j is ``cohort_batch_indices(
+    trial_seeds[j], round_idx, clients, offsets, counts, steps[j], batch_size, mode)``.
+
+    A packed trial's members share the cohort; their (trial, client) streams are seeded in one
+    vectorised pass and drawn in one loop, with the cohort's sizes and offsets read once.
+
+    Args:
+        trial_seeds: Each trial's seed.
+        round_idx: The round's index.
+        clients: The cohort's global client indices ``[M]``.
+        offsets: Each client's first global row ``[M]``.
+        counts: Each client's number of examples ``[M]``.
+        steps: Each trial's number of batches per client.
+        batch_size: B.
+        mode: ``with_replacement`` or ``shuffle`` (``full``: one trial at a time).
+
+    Returns:
+        One int64 tensor ``[M, steps[j], B]`` per trial.
+    """
+    if mode == "full":
+        return [
+            cohort_batch_indices(s, round_idx, clients, offsets, counts, k, batch_size, mode)
+            for s, k in zip(trial_seeds, steps, strict=True)
+        ]
+    cohort, sizes = clients.tolist(), counts.tolist()
+    base = offsets.numpy().astype(np.int64)[:, None]
+    rngs = generators([row for s in trial_seeds for row in batch_streams(s, round_idx, cohort)])
+    out = []
+    for k in steps:
+        need = k * batch_size
+        local = np.empty((len(cohort), need), dtype=np.int64)
+        for i, n in enumerate(sizes):
+            local[i] = _draws(next(rngs), n, need, mode)
+        local += base
+        out.append(torch.from_numpy(local).view(len(cohort), k, batch_size))
+    rngs.close()
+    return out

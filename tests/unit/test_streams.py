@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedtune.trainers.sampling import _BATCH_STREAM, _local_draws, cohort_batch_indices
+from fedtune.trainers.sampling import (
+    _BATCH_STREAM,
+    _local_draws,
+    cohort_batch_indices,
+    trials_batch_indices,
+)
 from fedtune.trainers.streams import generators, prepared
 
 
@@ -61,6 +66,32 @@ def test_cohort_rows_equal_each_clients_own_stream(mode):
     ):
         own = _local_draws(11, 6, c, n, 12, mode).reshape(4, 3) + o
         assert rows[i].tolist() == own.tolist()
+
+
+@pytest.mark.parametrize("mode", ["with_replacement", "shuffle"])
+def test_several_trials_rows_equal_each_trials_own_cohort_rows(mode):
+    clients = torch.tensor([3, 8, 40, 99])
+    counts = torch.tensor([5, 17, 2, 30])
+    offsets = torch.tensor([100, 200, 300, 400])
+    seeds, steps = [11, 0, 2**32 - 1, 11, 2**33], [4, 1, 6, 2, 3]  # a seed past 32 bits too
+    together = trials_batch_indices(seeds, 6, clients, offsets, counts, steps, 3, mode)
+    assert len(together) == len(seeds)
+    for seed, k, rows in zip(seeds, steps, together, strict=True):
+        assert rows.shape == (4, k, 3)
+        for i, (c, n, o) in enumerate(
+            zip(clients.tolist(), counts.tolist(), offsets.tolist(), strict=True)
+        ):
+            own = _local_draws(seed, 6, c, n, 3 * k, mode).reshape(k, 3) + o
+            assert rows[i].tolist() == own.tolist(), (seed, c)
+
+
+def test_several_trials_full_batches_are_every_row():
+    clients, counts, offsets = torch.tensor([1, 4]), torch.tensor([3, 3]), torch.tensor([0, 9])
+    rows = trials_batch_indices([5, 6], 2, clients, offsets, counts, [2, 1], 3, "full")
+    assert [r.tolist() for r in rows] == [
+        [[[0, 1, 2], [0, 1, 2]], [[9, 10, 11], [9, 10, 11]]],
+        [[[0, 1, 2]], [[9, 10, 11]]],
+    ]
 
 
 def test_prepared_rows_draw_the_same_and_big_seeds_fall_back():
