@@ -57,3 +57,15 @@ def memory_mib(pid: int | str = "self") -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             out[key] = int(value.split()[0]) / 1024
     return out
+
+
+def sync(device: str) -> None:
+    """Wait for the device's queued work (a CUDA device; nothing to wait for on a CPU).
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()

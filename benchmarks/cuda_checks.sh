@@ -5,11 +5,11 @@
 #
 #     OUT=/some/folder bash benchmarks/cuda_checks.sh
 #
-# Writes cuda_tests.log, packing_cuda.json and engine_throughput_cuda.json into $OUT
-# (default: benchmarks/results); THROUGHPUT=0 leaves out engine_throughput.py. The one
-# deselected test needs MLflow (fedtune[tune]), which a GPU image with only the engine's
-# dependencies lacks. Each benchmark has a time limit so that one slow part cannot take the
-# others' time.
+# Writes cuda_tests.log, pack_profile_cuda.json, packing_cuda.json and
+# engine_throughput_cuda.json into $OUT (default: benchmarks/results); THROUGHPUT=0 leaves out
+# engine_throughput.py. The one deselected test needs MLflow (fedtune[tune]), which a GPU image
+# with only the engine's dependencies lacks. Each benchmark has a time limit so that one slow
+# part cannot take the others' time.
 set -u
 OUT=${OUT:-benchmarks/results}
 mkdir -p "$OUT"
@@ -21,6 +21,9 @@ python3 -m pytest -q -p no:cacheprovider -o addopts="-ra" \
     tests/unit/test_engine_throughput_benchmark.py \
     --deselect tests/unit/test_runners_cli.py::test_tune_summary_explains_more_trials_than_the_target \
     2>&1 | tee "$OUT/cuda_tests.log"
+# where a pack's round goes on the GPU (host phases, device time, launches)
+timeout "${PROFILE_LIMIT:-90}" python3 benchmarks/pack_profile.py --device cuda \
+    --out "$OUT/pack_profile_cuda.json" || echo "pack_profile.py --device cuda: exit $?"
 # one torch thread in the pack, as in each separate process: on a GPU the threads only run the
 # host side
 timeout "${PACKING_LIMIT:-240}" python3 benchmarks/packing.py --device cuda --target 1.0 \

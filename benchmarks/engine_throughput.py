@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import environment
+from _env import environment, sync
 
 from fedtune.trainers import Trainer, build_task
 from fedtune.trainers.runners import choose_runner
@@ -109,11 +109,6 @@ def engine_round(task: Task, task_cfg: dict, runner: str, m: int, k: int, device
 
     one_round.trainer = trainer  # type: ignore[attr-defined]
     return one_round
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def plain_round(task: Task, m: int, k: int) -> Callable[[], None]:
@@ -179,20 +174,20 @@ def fedavg_loop_round(task: Task, m: int, k: int, lt: bool = False) -> Callable[
 def rounds_for(one_round: Callable[[], None], target: float, device: str = "cpu") -> int:
     """Warm up (two rounds) and pick the number of rounds of one sample (≈ ``target`` s)."""
     one_round()
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     one_round()
-    _sync(device)
+    sync(device)
     per = max(time.perf_counter() - start, 1e-6)
     return max(1, min(500, round(target / per)))
 
 
 def sample(one_round: Callable[[], None], rounds: int, device: str = "cpu") -> float:
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     for _ in range(rounds):
         one_round()
-    _sync(device)
+    sync(device)
     return rounds / (time.perf_counter() - start)
 
 

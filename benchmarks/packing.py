@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import environment, memory_mib
+from _env import environment, memory_mib, sync
 
 RESULTS = Path(__file__).parent / "results"
 PACK_SIZES = (1, 8, 64)
@@ -98,13 +98,6 @@ def rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
 # -- child processes ---------------------------------------------------------------------------
 def _reporting(fn):
     """Run a child's body; on an error put ``{"error": ...}`` so the parent does not wait."""
@@ -141,19 +134,19 @@ def _packed_child(task, p, device, repeats, target, threads, stagger, queue):
         for cfg in wave:
             pack.add(cfg)
     pack.step()
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     pack.step()
-    _sync(device)
+    sync(device)
     per = max(time.perf_counter() - start, 1e-6)
     rounds = max(1, round(target / per))
     rates = []
     for _ in range(repeats):
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         for _ in range(rounds):
             pack.step()
-        _sync(device)
+        sync(device)
         rates.append(p * rounds / (time.perf_counter() - start))
     rss, peak = rss_mb()
     queue.put(
@@ -187,13 +180,13 @@ def _separate_child(cfg: dict, repeats: int, target: float, barrier, queue) -> N
     rates = []
     for _ in range(repeats):
         barrier.wait()
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         done = 0
         while time.perf_counter() - start < target:
             trainer.step()
             done += 1
-        _sync(device)
+        sync(device)
         rates.append(done / (time.perf_counter() - start))
     rss, peak = rss_mb()
     queue.put({"rounds_per_s": rates, "rss_mb": rss, "peak_rss_mb": peak})

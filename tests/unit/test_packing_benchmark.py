@@ -3,6 +3,7 @@ speedup bound it gives."""
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
@@ -42,3 +43,24 @@ def test_stagger_times_a_pack_at_one_round_index_and_at_several(tmp_path):
         abs=1e-3,
     )
     assert out.exists() and doc["setting"]["stagger"] == 4
+
+
+@pytest.mark.timeout(300)
+def test_the_pack_profile_splits_a_round_into_its_phases(tmp_path):
+    import pack_profile
+
+    out = tmp_path / "profile.json"
+    args = ["--tasks", "quadratic", "--sizes", "1,3", "--rounds", "2", "--repeats", "2"]
+    doc = pack_profile.main([*args, "--profiled", "2", "--out", str(out)])
+    rows = doc["results"]["quadratic"]
+    assert [r["P"] for r in rows] == [1, 3] and out.exists()
+    for row in rows:
+        assert len(row["samples_ms_per_round"]) == 2
+        assert row["ms_per_round"] == pytest.approx(statistics.median(row["samples_ms_per_round"]))
+        shares = row["share_of_step"]
+        assert set(shares) == set(pack_profile.PHASES)
+        # the phases run inside step, _batches inside _open
+        assert 0 < shares["_batches"] <= shares["_open"] < 1
+        assert 0 < shares["_local_steps"] < 1 and 0 < shares["_close"] < 1
+        assert shares["_open"] + shares["_local_steps"] + shares["_close"] <= 1.001
+        assert row["kernel_launches"] == 0 and "device_busy_ms" not in row  # a CPU run

@@ -1,0 +1,190 @@
+"""Where a packed trial's round goes: the host's phases, the device's busy time, kernel launches.
+
+For each task of ``benchmarks/packing.py`` (the digits ``mlp`` and the ``quadratic``; the same
+FedAvgM configurations, M = 10, K = 10, B = 20) and each P of ``--sizes``, one
+:class:`fedtune.trainers.packed.PackedTrainer` of P configurations warms up 3 rounds, then:
+
+* ``ms_per_round`` — the median of ``--repeats`` timings of ``--rounds`` rounds each (the
+  device synchronised before and after);
+* ``torch.profiler`` over ``--profiled`` rounds: per round, the device's kernel time
+  (``device_busy_ms``; CUDA only), the kernel launches, the host-device synchronisations
+  (``cudaStreamSynchronize``/``cudaDeviceSynchronize``) and the host-to-device copies;
+* ``cProfile`` over ``--profiled`` rounds: the share of ``PackedTrainer.step`` spent in each
+  phase — ``_open`` (the cohort, the broadcast, ℓ_t and its divergence test), within it
+  ``_batches`` (every member's batch rows), ``_local_steps`` and ``_close`` (aggregation, the
+  server step, evaluation and records). cProfile slows Python, so these are shares, not times.
+
+On a GPU, ``device_busy_ms`` far below ``ms_per_round`` means the host bounds the pack.
+Writes ``benchmarks/results/pack_profile.json`` (``pack_profile_cuda.json`` with
+``--device cuda``).
+
+Usage::
+
+    python benchmarks/pack_profile.py [--sizes 1,64] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _env import environment, sync
+from packing import TASKS, B, K, M, configs
+
+RESULTS = Path(__file__).parent / "results"
+#: PackedTrainer methods whose cumulative time is reported, as shares of ``step``
+PHASES = ("_open", "_batches", "_local_steps", "_close")
+_SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+_LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+
+
+def _timed(pack, device: str, rounds: int, repeats: int) -> list[float]:
+    samples = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(rounds):
+            pack.step()
+        sync(device)
+        samples.append((time.perf_counter() - start) * 1e3 / rounds)
+    return samples
+
+
+def _counters(pack, device: str, rounds: int) -> dict:
+    """Per-round device time, launches, synchronisations and host-to-device copies."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(rounds):
+            pack.step()
+        sync(device)
+    events = prof.key_averages()
+
+    def per_round(keys) -> float:
+        return sum(e.count for e in events if e.key in keys) / rounds
+
+    out = {
+        "kernel_launches": per_round(_LAUNCHES),
+        "synchronisations": per_round(_SYNCS),
+        "host_to_device_copies": sum(e.count for e in events if "HtoD" in e.key) / rounds,
+    }
+    if device.startswith("cuda"):
+        busy_us = sum(e.self_device_time_total for e in events)
+        out["device_busy_ms"] = busy_us / 1e3 / rounds
+    return out
+
+
+def _phases(pack, device: str, rounds: int) -> dict[str, float]:
+    """Each phase's share of ``step`` (cumulative cProfile times)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(rounds):
+        pack.step()
+    sync(device)
+    profiler.disable()
+    cumulative = {}
+    for (path, _, name), row in pstats.Stats(profiler).stats.items():
+        if path.endswith("packed.py") and name in ("step", *PHASES):
+            cumulative[name] = cumulative.get(name, 0.0) + row[3]
+    total = cumulative.get("step") or 1e-12
+    return {name: round(cumulative.get(name, 0.0) / total, 3) for name in PHASES}
+
+
+def measure(task: str, p: int, device: str, rounds: int, repeats: int, profiled: int) -> dict:
+    """One pack's figures (see the module docstring).
+
+    Args:
+        task: ``mlp`` or ``quadratic``.
+        p: The pack's size.
+        device: ``cpu`` or ``cuda``.
+        rounds: Rounds per timing.
+        repeats: Timings (the median is reported).
+        profiled: Rounds under each profiler.
+
+    Returns:
+        The pack's figures.
+    """
+    from fedtune.trainers.packed import PackedTrainer
+
+    pack = PackedTrainer(configs(task, p, device))
+    for _ in range(3):
+        pack.step()
+    samples = _timed(pack, device, rounds, repeats)
+    return {
+        "P": p,
+        "ms_per_round": statistics.median(samples),
+        "samples_ms_per_round": samples,
+        **_counters(pack, device, profiled),
+        "share_of_step": _phases(pack, device, profiled),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--sizes", default="1,64")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per timing")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profiled", type=int, default=5, help="rounds under each profiler")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results = {
+        task: [
+            measure(task, p, args.device, args.rounds, args.repeats, args.profiled) for p in sizes
+        ]
+        for task in args.tasks.split(",")
+    }
+    for task, rows in results.items():
+        for row in rows:
+            busy = row.get("device_busy_ms")
+            print(
+                f"{task} P={row['P']}: {row['ms_per_round']:.1f} ms/round"
+                + ("" if busy is None else f", device busy {busy:.1f} ms")
+                + f", {row['kernel_launches']:.0f} launches, shares {row['share_of_step']}",
+                flush=True,
+            )
+    doc = {
+        "benchmark": "pack_profile",
+        "setting": {
+            "algorithm": "fedavgm",
+            "clients_per_round": M,
+            "local_steps": K,
+            "batch_size": B,
+            "tasks": {t: TASKS[t] for t in results},
+            "pack_sizes": sizes,
+            "rounds_per_timing": args.rounds,
+            "repeats": args.repeats,
+            "profiled_rounds": args.profiled,
+            "device": args.device,
+            "torch_threads": args.threads,
+            "statistic": "median of the timings; counters per round",
+        },
+        "command": "python benchmarks/pack_profile.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "environment": environment(),
+        "results": results,
+    }
+    name = "pack_profile.json" if args.device == "cpu" else "pack_profile_cuda.json"
+    out = args.out or RESULTS / name
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()
