@@ -588,6 +588,14 @@ def _used(samples: list[dict[str, Any]], key: str) -> float:
     return sum(last[p] - first[p] for p in last)
 
 
+def _grown(readings: list[float]) -> float:
+    """CPU seconds one process used between its first and its largest reading: ``cpu_s`` reads
+    0.0 once the process is gone (a driver that ended before the last sample), and CPU time only
+    grows."""
+    found = [r for r in readings if r > 0]
+    return max(found) - found[0] if found else 0.0
+
+
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Rates (medians of the per-second rates), backlog and its slope, CPU and memory."""
     t = [s["t"] - samples[0]["t"] for s in samples]
@@ -598,7 +606,10 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     backlog = [s["reported"] - s["recorded"] for s in samples]
     first, last = samples[0], samples[-1]
     drivers = (
-        [(b - a) / span for a, b in zip(first["driver_cpu_s"], last["driver_cpu_s"], strict=True)]
+        [
+            _grown([s["driver_cpu_s"][i] for s in samples]) / span
+            for i in range(len(first["driver_cpu_s"]))
+        ]
         if span
         else []
     )
