@@ -31,30 +31,17 @@ import json
 import pstats
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment, sync
-from packing import TASKS, B, K, M, configs
+from packing import TASKS, B, K, M, configs, time_rounds
 
 RESULTS = Path(__file__).parent / "results"
 #: PackedTrainer methods whose cumulative time is reported, as shares of ``step``
 PHASES = ("_open", "_batches", "_local_steps", "_close")
 _SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
 _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
-
-
-def _timed(pack, device: str, rounds: int, repeats: int) -> list[float]:
-    samples = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(rounds):
-            pack.step()
-        sync(device)
-        samples.append((time.perf_counter() - start) * 1e3 / rounds)
-    return samples
 
 
 def _counters(pack, device: str, rounds: int) -> dict:
@@ -119,7 +106,7 @@ def measure(task: str, p: int, device: str, rounds: int, repeats: int, profiled:
     pack = PackedTrainer(configs(task, p, device))
     for _ in range(3):
         pack.step()
-    samples = _timed(pack, device, rounds, repeats)
+    samples = [time_rounds(pack, device, rounds) * 1e3 / rounds for _ in range(repeats)]
     return {
         "P": p,
         "ms_per_round": statistics.median(samples),

@@ -98,6 +98,25 @@ def rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def time_rounds(pack, device: str, rounds: int) -> float:
+    """Seconds that ``rounds`` rounds of a pack take, its device synchronised before and after.
+
+    Args:
+        pack: A :class:`fedtune.trainers.packed.PackedTrainer`.
+        device: Its device.
+        rounds: Rounds to time.
+
+    Returns:
+        The seconds.
+    """
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        pack.step()
+    sync(device)
+    return time.perf_counter() - start
+
+
 # -- child processes ---------------------------------------------------------------------------
 def _reporting(fn):
     """Run a child's body; on an error put ``{"error": ...}`` so the parent does not wait."""
@@ -134,20 +153,9 @@ def _packed_child(task, p, device, repeats, target, threads, stagger, queue):
         for cfg in wave:
             pack.add(cfg)
     pack.step()
-    sync(device)
-    start = time.perf_counter()
-    pack.step()
-    sync(device)
-    per = max(time.perf_counter() - start, 1e-6)
+    per = max(time_rounds(pack, device, 1), 1e-6)
     rounds = max(1, round(target / per))
-    rates = []
-    for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        for _ in range(rounds):
-            pack.step()
-        sync(device)
-        rates.append(p * rounds / (time.perf_counter() - start))
+    rates = [p * rounds / time_rounds(pack, device, rounds) for _ in range(repeats)]
     rss, peak = rss_mb()
     queue.put(
         {
