@@ -592,8 +592,7 @@ def _grown(readings: list[float]) -> float:
     """CPU seconds one process used between its first and its largest reading: ``cpu_s`` reads
     0.0 once the process is gone (a driver that ended before the last sample), and CPU time only
     grows."""
-    found = [r for r in readings if r > 0]
-    return max(found) - found[0] if found else 0.0
+    return max(readings) - readings[0]
 
 
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:

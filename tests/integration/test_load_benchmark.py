@@ -105,6 +105,12 @@ def test_summary_rates_backlog_slope_and_projection(bench) -> None:
     assert p["driver_cores_for_500_rounds_per_s"] == 7.5
 
 
+def test_a_driver_gone_before_the_last_sample_keeps_the_cpu_it_used(bench) -> None:
+    samples = [_sample(t, 100 * t, 100 * t, 0.5 * t) for t in range(11)]
+    samples[-1] = {**samples[-1], "driver_cpu_s": [0.0, 10.0]}  # driver 0 ended: read as 0.0
+    assert bench.summarize(samples)["driver_cores"]["each"] == [0.45, 1.0]
+
+
 def test_profile_areas(bench) -> None:
     raw = "\n".join(
         [
