@@ -29,12 +29,15 @@ bad arguments exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,6 +122,7 @@ def debootstrap(rootfs: Path, tries: int = DEBOOTSTRAP_TRIES, wait_s: float = DE
     argv = ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
             "bookworm", str(rootfs), DEBIAN_MIRROR]  # fmt: skip
     for attempt in range(1, tries + 1):
+        unmount_under(rootfs)  # a failed run leaves the target's /proc mounted
         shutil.rmtree(rootfs, ignore_errors=True)
         rootfs.parent.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -132,15 +136,43 @@ def debootstrap(rootfs: Path, tries: int = DEBOOTSTRAP_TRIES, wait_s: float = DE
         time.sleep(wait_s * 2 ** (attempt - 1))
 
 
+def unmount_under(root: Path) -> list[str]:
+    """Unmount every file system mounted at or below ``root``, the deepest first.
+
+    debootstrap mounts ``/proc`` (and, in some modes, ``/sys``) in its target while it installs;
+    a run that fails leaves them, and removing the target then fails on their files.
+
+    Args:
+        root: The directory.
+
+    Returns:
+        The mount points unmounted.
+    """
+    prefix = str(root.resolve())
+    points = []
+    with open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])
+            if point == prefix or point.startswith(prefix + "/"):
+                points.append(point)
+    for point in sorted(points, key=lambda p: p.count("/"), reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+    return points
+
+
 def _last_lines(log: Path, stderr: str, count: int = 3) -> str:
-    """The last lines of debootstrap's log (kept in the target when it fails), else of its
-    stderr, joined on one line."""
+    """The last lines of debootstrap's log (kept in the target when it fails) and of its
+    stderr (where it prints its ``E:`` line), joined on one line."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         text = ""
-    lines = [line.strip() for line in (text or stderr or "").splitlines() if line.strip()]
-    return " | ".join(lines[-count:]) or "no log"
+    parts = []
+    for source in (text, stderr or ""):
+        lines = [line.strip() for line in source.splitlines() if line.strip()]
+        if lines:
+            parts.append(" | ".join(lines[-count:]))
+    return " || ".join(parts) or "no log"
 
 
 def local_base(cache: Path, *, rebuild: bool = False) -> str:
@@ -235,8 +267,36 @@ def build_command(
     return [*argv, str(REPO)]
 
 
+@contextlib.contextmanager
+def build_lock(cache: Path) -> Iterator[None]:
+    """Hold the cache's lock: one build at a time (two at once, e.g. ``make image`` while the
+    tests build, would debootstrap into the same directory and break each other).
+
+    Args:
+        cache: The base's cache directory (made if missing).
+    """
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another build ({cache / 'build.lock'})",
+                  file=sys.stderr)  # fmt: skip
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build(args: argparse.Namespace) -> str:
     tool = engine(args.engine)
+    # buildah here: one build at a time per cache (the base and the layers are shared)
+    with build_lock(Path(args.cache)) if tool == "buildah" else contextlib.nullcontext():
+        return _build(args, tool)
+
+
+def _build(args: argparse.Namespace, tool: str) -> str:
     tag = args.tag or default_tag(args.variant)
     build_args = {"TORCH_VARIANT": args.variant}
     if args.cuda_tag:

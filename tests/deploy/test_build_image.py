@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.needs import REPO_ROOT
+from tests.needs import REPO_ROOT, need
 
 SCRIPT = REPO_ROOT / "deploy" / "build_image.py"
 
@@ -86,24 +89,42 @@ def test_a_missing_builder_is_one_line_exit_1(tmp_path) -> None:
     assert done.stderr.strip() == "build_image: error: podman is not installed"
 
 
-def _fake_debootstrap(bin_dir: Path, failures: int) -> Path:
+def _fake_debootstrap(bin_dir: Path, failures: int, mount_proc: bool = False) -> Path:
     """A ``debootstrap`` that fails its first ``failures`` runs as a mirror mid-sync does,
-    leaving its log in the target, then makes the target."""
+    leaving its log in the target (and, with ``mount_proc``, a file system mounted at its
+    ``/proc``, as the real one leaves it), then makes the target."""
     count = bin_dir / "runs"
     script = bin_dir / "debootstrap"
+    proc = (  # read-only once written, as /proc's files cannot be removed
+        'mkdir -p "$target/proc"; mount -t tmpfs fake "$target/proc"; : > "$target/proc/1"\n'
+        'mount -o remount,ro "$target/proc"\n'
+    )
     script.write_text(
         "#!/bin/sh\n"
         f'n=$(cat "{count}" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "{count}"\n'
-        'target="$4"; mkdir -p "$target/debootstrap"\n'
-        f'if [ "$n" -le {failures} ]; then\n'
+        'target="$4"\n'
+        'if [ -e "$target/proc/1" ]; then echo "E: $target is not empty" >&2; exit 2; fi\n'
+        'mkdir -p "$target/debootstrap"\n'
+        + (proc if mount_proc else "")
+        + f'if [ "$n" -le {failures} ]; then\n'
         '  echo "I: Retrieving Packages" > "$target/debootstrap/debootstrap.log"\n'
         '  echo "E: Hash Sum mismatch (run $n)" >> "$target/debootstrap/debootstrap.log"\n'
+        '  echo "E: Couldn\'t download packages (run $n)" >&2\n'
         "  exit 1\n"
         "fi\n"
         'rm -r "$target/debootstrap"; mkdir -p "$target/usr/bin"\n'
     )
     script.chmod(0o755)
     return count
+
+
+def _mounted(path: Path) -> bool:
+    return any(line.split()[4] == str(path) for line in open("/proc/self/mountinfo"))
+
+
+def _can_mount() -> str | None:
+    """None when this process may mount file systems (root), else why not."""
+    return None if os.geteuid() == 0 else "mounting a tmpfs needs root"
 
 
 def test_debootstrap_is_tried_again_from_scratch_and_says_why(
@@ -133,5 +154,68 @@ def test_debootstrap_failing_every_try_is_one_error_with_its_log(
         build_image.debootstrap(tmp_path / "rootfs", tries=2, wait_s=0.0)
     assert runs.read_text().strip() == "2"
     assert str(raised.value) == (
-        "debootstrap failed (exit 1) 2 times: I: Retrieving Packages | E: Hash Sum mismatch (run 2)"
+        "debootstrap failed (exit 1) 2 times: I: Retrieving Packages | E: Hash Sum mismatch "
+        "(run 2) || E: Couldn't download packages (run 2)"
     )
+
+
+def test_a_failed_debootstrap_leaving_proc_mounted_is_unmounted_and_tried_again(
+    build_image, tmp_path, monkeypatch, capsys
+) -> None:
+    """The real failure on fresh machines: debootstrap's target keeps its /proc mounted, and
+    removing the target for the next try failed on /proc's files."""
+    need("image", _can_mount())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    runs = _fake_debootstrap(bin_dir, failures=1, mount_proc=True)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin:/usr/sbin:/sbin")
+    rootfs = tmp_path / "root fs"  # a space: mountinfo writes it as \\040
+    try:
+        build_image.debootstrap(rootfs, tries=2, wait_s=0.0)
+        assert runs.read_text().strip() == "2"
+        assert (rootfs / "usr/bin").is_dir()
+        assert "E: Hash Sum mismatch (run 1)" in capsys.readouterr().err
+    finally:
+        unmounted = build_image.unmount_under(rootfs)  # the second run's own mount
+    assert unmounted == [str(rootfs / "proc")]
+    assert not _mounted(rootfs / "proc")
+
+
+def test_unmounting_under_a_directory_takes_the_deepest_first_and_nothing_beside_it(
+    build_image, tmp_path
+) -> None:
+    need("image", _can_mount())
+    inner, beside = tmp_path / "root/proc", tmp_path / "rootx"
+    for point in (inner, beside):
+        point.mkdir(parents=True)
+        subprocess.run(["mount", "-t", "tmpfs", "fake", str(point)], check=True)
+    nested = inner / "sys"
+    nested.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "fake", str(nested)], check=True)
+    try:
+        assert sorted(build_image.unmount_under(tmp_path / "root")) == [str(inner), str(nested)]
+        assert not _mounted(inner) and not _mounted(nested)
+        assert _mounted(beside)  # a sibling whose name starts the same is not under it
+    finally:
+        build_image.unmount_under(beside)
+    assert not _mounted(beside)
+
+
+def test_a_second_build_waits_for_the_first_to_release_the_cache(
+    build_image, tmp_path, capsys
+) -> None:
+    entered = []
+
+    def second() -> None:
+        with build_image.build_lock(tmp_path / "cache"):
+            entered.append(time.monotonic())
+
+    with build_image.build_lock(tmp_path / "cache"):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        time.sleep(0.5)
+        assert not entered  # held by the first
+        released = time.monotonic()
+    waiter.join(timeout=30)
+    assert entered and entered[0] >= released
+    assert "waiting for another build" in capsys.readouterr().err
