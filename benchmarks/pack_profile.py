@@ -6,9 +6,10 @@ FedAvgM configurations, M = 10, K = 10, B = 20) and each P of ``--sizes``, one
 
 * ``ms_per_round`` — the median of ``--repeats`` timings of ``--rounds`` rounds each (the
   device synchronised before and after);
-* ``torch.profiler`` over ``--profiled`` rounds: per round, the device's kernel time
-  (``device_busy_ms``; CUDA only), the kernel launches, the host-device synchronisations
-  (``cudaStreamSynchronize``/``cudaDeviceSynchronize``) and the host-to-device copies;
+* ``torch.profiler`` over ``--profiled`` rounds: per round, the device's time in kernels and
+  copies (``device_busy_ms``; CUDA only), the kernel launches, the host-device
+  synchronisations (``cudaStreamSynchronize``/``cudaDeviceSynchronize``) and the host-to-device
+  copies;
 * ``cProfile`` over ``--profiled`` rounds: the share of ``PackedTrainer.step`` spent in each
   phase — ``_open`` (the cohort, the broadcast, ℓ_t and its divergence test), within it
   ``_batches`` (every member's batch rows), ``_local_steps`` and ``_close`` (aggregation, the
