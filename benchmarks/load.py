@@ -579,13 +579,11 @@ def _used(samples: list[dict[str, Any]], key: str) -> float:
     """CPU seconds used over the samples by processes that come and go (``{pid: cpu_s}``): a
     process's CPU time only grows, so a lower reading is one that ended (``cpu_s`` reads 0.0
     once ``/proc/PID`` is gone) and keeps its last value."""
-    first: dict[Any, float] = {}
-    last: dict[Any, float] = {}
+    readings: dict[Any, list[float]] = {}
     for s in samples:
         for pid, cpu in s.get(key, {}).items():
-            first.setdefault(pid, cpu)
-            last[pid] = max(last.get(pid, cpu), cpu)
-    return sum(last[p] - first[p] for p in last)
+            readings.setdefault(pid, []).append(cpu)
+    return sum(_grown(r) for r in readings.values())
 
 
 def _grown(readings: list[float]) -> float:

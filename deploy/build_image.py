@@ -283,10 +283,7 @@ def build_lock(cache: Path) -> Iterator[None]:
             print(f"waiting for another build ({cache / 'build.lock'})",
                   file=sys.stderr)  # fmt: skip
             fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield  # closing the file releases the lock
 
 
 def build(args: argparse.Namespace) -> str:
