@@ -1,46 +1,54 @@
-"""Check a study with uploaded code in a *subprocess* (user code never runs in the API process).
+"""Check a study with uploaded code in a *sandbox* (user code never runs in the API process).
 
 ``POST /v1/studies`` with ``code.sha256`` extracts the package into a scratch directory and runs
 
-    python -P -m fedtune.service.code_check REQUEST.json RESULT.json
+    python -P -m fedtune.service.code_check /sandbox/request.json /sandbox/out/result.json
 
-with a time limit (``FEDTUNE_CODE_CHECK_TIMEOUT_S``) and an environment without the service's
-secrets (no API token, database URL, code URL key or Ray token). The child imports
+in a bubblewrap sandbox (:mod:`fedtune.sandbox`: its own PID namespace, no network, the package
+and the Python environment read-only, a private ``/tmp``, limits on CPU time, memory, file size
+and processes; ``FEDTUNE_CODE_SANDBOX=none`` is the operator's opt-out) with a wall-clock limit
+(``FEDTUNE_CODE_CHECK_TIMEOUT_S``) and the environment of :func:`.child_env.child_env`
+(``code-check``: no variable of the service's but the locale and thread counts). The child imports
 ``code.modules`` from the package (``fedtune.trainers.code.load_code``: syntax errors, import
 errors, exceptions at import and invalid registrations carry the ``file:line`` of the error),
-then validates the whole spec as the driver will (``accept_spec``: task, model, algorithm and
-search space must be registered), and writes either the accepted document or
-``{field, reason, location}``. The parent turns a failure into ``CodeError`` (422 naming the
-field and the file:line); a child that runs out of time is killed and answered the same way.
+validates the whole spec as the driver will (``accept_spec``: task, model, algorithm and search
+space must be registered), builds the task and model once, and writes either the accepted
+document or ``{field, reason, location}``.
+
+The parent trusts nothing it reads back: the document is parsed again, the service's rules are
+applied to it again, and its summary (name, project, priority, budget, resources) must be the
+submission's; the summary the service stores is computed here, not taken from the child. A
+failure becomes ``CodeError`` (422 naming the field and the file:line); a sandbox that runs out of
+time, CPU or memory is killed with everything it started and answered the same way.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import signal
 import subprocess
 import sys
 import tempfile
 import traceback
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fedtune.errors import ConfigError
+from fedtune.sandbox import Limits, Sandbox, SandboxMode, prepare_for_sandbox
 
-__all__ = ["CheckedCode", "check_in_subprocess", "main"]
+__all__ = ["SANDBOX_ROOT", "check_in_sandbox", "main"]
 
-#: variables of the service the child must not see (it runs code the service does not trust)
-_PRIVATE = (
-    "FEDTUNE_API_TOKEN",
-    "FEDTUNE_DATABASE_URL",
-    "FEDTUNE_CODE_URL_KEY",
-    "RAY_AUTH_TOKEN",
-    "MLFLOW_TRACKING_TOKEN",
-    "MLFLOW_TRACKING_PASSWORD",
-    "AWS_SECRET_ACCESS_KEY",
-    "PGPASSWORD",
-)
+#: where the package, the request and the answer are inside the sandbox
+SANDBOX_ROOT = "/sandbox"
+#: the summary fields the child's document must keep from the submission
+_SUMMARY = ("name", "project", "priority", "experiment", "algorithm")
+#: how a sandbox killed by a limit is told to the submitter
+_SIGNALS = {
+    signal.SIGXCPU: "used more CPU time than the code check allows",
+    signal.SIGXFSZ: "wrote a file larger than the code check allows",
+    signal.SIGKILL: "was killed (its memory, CPU time or processes ran out)",
+}
 
 
 def _code_error(field: str, reason: str, location: str | None = None) -> ConfigError:
@@ -51,46 +59,121 @@ def _code_error(field: str, reason: str, location: str | None = None) -> ConfigE
     return CodeError(field, reason, location)
 
 
-class CheckedCode(dict):
-    """What the child accepted: ``document`` (normalised spec) and the summary fields."""
+def check_in_sandbox(spec: Mapping[str, Any], package: bytes, settings: Any) -> Any:
+    """Extract ``package`` and validate ``spec`` against it in a sandboxed child.
 
+    Args:
+        spec: the submitted spec, its ``code`` as ``{modules}``.
+        package: the uploaded package (a zip).
+        settings: the service's settings (sandbox mode, limits, time limit, workdir).
 
-def check_in_subprocess(
-    spec: Mapping[str, Any], package: bytes, *, timeout_s: float, scratch: Path
-) -> CheckedCode:
-    """Extract ``package``, validate ``spec`` against it in a child process; raise the
-    child's error (``CodeError``/``ConfigError``) or return what it accepted."""
+    Returns:
+        The ``AcceptedSpec`` of the child's document, its summary computed here.
+
+    Raises:
+        ConfigError: the code or the spec was refused (``CodeError`` with ``file:line``), the
+            check ran out of time or resources, or its answer is not the submitted spec.
+    """
     from fedtune.code_package import extract
 
+    from .child_env import ChildKind, child_env
+
+    scratch = Path(settings.workdir).resolve() / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
+    timeout_s = settings.code_check_timeout_s
     with tempfile.TemporaryDirectory(prefix="code-check-", dir=scratch) as tmp:
         root = extract(package, Path(tmp) / "code")
-        request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
-        request.write_text(json.dumps({"spec": dict(spec), "root": str(root)}))
-        env = {k: v for k, v in os.environ.items() if k not in _PRIVATE}
-        env.setdefault("OMP_NUM_THREADS", "1")
-        argv = [sys.executable, "-P", "-m", "fedtune.service.code_check", str(request), str(result)]
-        try:
-            proc = subprocess.run(
-                argv,
-                env=env,
-                cwd=tmp,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout_s,
-                check=False,
+        out = Path(tmp) / "out"
+        out.mkdir()
+        request = Path(tmp) / "request.json"
+        env = child_env(settings, ChildKind.CODE_CHECK)
+        if settings.code_sandbox == SandboxMode.NONE:
+            inside_root, inside_out, inside_request = str(root), out, request
+        else:
+            inside_root = str(
+                PurePosixPath(SANDBOX_ROOT, "code", root.relative_to(Path(tmp) / "code"))
             )
+            inside_out, inside_request = Path(f"{SANDBOX_ROOT}/out"), f"{SANDBOX_ROOT}/request.json"
+        request.write_text(json.dumps({"spec": dict(spec), "root": inside_root}))
+        argv = [sys.executable, "-P", "-m", "fedtune.service.code_check"]
+        argv += [str(inside_request), str(inside_out / "result.json")]
+        try:
+            proc = _run(argv, settings, env, tmp=Path(tmp), out=out, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
             raise _code_error(
                 "code.modules", f"importing and checking the code took longer than {timeout_s:g} s"
             ) from None
-        if not result.is_file():
-            tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise _code_error("code", f"the code check exited {proc.returncode}: {tail[0][:500]}")
-        answer = json.loads(result.read_text())
+        answer = _read_answer(out / "result.json", proc)
     if not answer.get("ok"):
-        raise _code_error(answer["field"], answer["reason"], answer.get("location"))
-    return CheckedCode(answer)
+        raise _code_error(
+            str(answer.get("field") or "code"),
+            str(answer.get("reason") or "refused"),
+            answer.get("location") if isinstance(answer.get("location"), str) else None,
+        )
+    return _accepted(spec, answer.get("document"), settings)
+
+
+def _run(
+    argv: list[str], settings: Any, env: dict[str, str], *, tmp: Path, out: Path, timeout_s: float
+) -> subprocess.CompletedProcess:
+    """The check's child, sandboxed unless the operator opted out."""
+    if settings.code_sandbox == SandboxMode.NONE:
+        return subprocess.run(
+            argv,
+            env={**env, "PATH": "/usr/bin:/bin"},
+            cwd=tmp,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    prepare_for_sandbox(tmp / "code")
+    prepare_for_sandbox(out, writable=True)
+    prepare_for_sandbox(tmp / "request.json")
+    box = Sandbox(
+        read_only={tmp / "code": f"{SANDBOX_ROOT}/code", tmp / "request.json": argv[-2]},
+        writable={out: f"{SANDBOX_ROOT}/out"},
+        env=env,
+        limits=Limits(
+            cpu_s=max(1, int(timeout_s) + 1),
+            memory_bytes=settings.code_sandbox_memory_mib << 20,
+            processes=settings.code_sandbox_processes,
+        ),
+    )
+    return box.run(argv, timeout_s=timeout_s)
+
+
+def _read_answer(path: Path, proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    """The child's answer, or why there is none (a limit, a crash)."""
+    if proc.returncode < 0 and -proc.returncode in _SIGNALS:
+        raise _code_error("code", f"the code check {_SIGNALS[-proc.returncode]}")
+    try:
+        answer = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        answer = None
+    if not isinstance(answer, dict):
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise _code_error("code", f"the code check exited {proc.returncode}: {tail[0][:500]}")
+    return answer
+
+
+def _accepted(spec: Mapping[str, Any], document: Any, settings: Any) -> Any:
+    """The child's document, checked again here: the service's rules, and the submission's
+    summary unchanged (the child ran user code, so its answer is a claim, not a fact)."""
+    from .specs import accepted_from, parse_spec, service_rules
+
+    if not isinstance(document, dict):
+        raise _code_error("code", "the code check answered no study document")
+    submitted = accepted_from(parse_spec(spec), dict(spec))
+    parsed = parse_spec(document)
+    service_rules(parsed, settings)
+    accepted = accepted_from(parsed, document)
+    for name in (*_SUMMARY, "task", "trials", "max_concurrent", "cpu", "gpu", "pack"):
+        if getattr(accepted, name) != getattr(submitted, name):
+            raise _code_error(
+                "code", f"the code check answered a study whose {name} is not the submitted one"
+            )
+    return accepted
 
 
 # ---------------------------------------------------------------------- the child
@@ -170,8 +253,7 @@ def _check(spec: dict[str, Any], root: str) -> dict[str, Any]:
     _build_once(data)
     document = dict(accepted.document)
     document["code"] = {"modules": modules}  # the scratch path means nothing later
-    summary = {k: v for k, v in accepted.__dict__.items() if k != "document"}
-    return {"ok": True, "document": document, "summary": summary}
+    return {"ok": True, "document": document}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,14 +4,14 @@
   size, paths inside the root, no links) and store it under its SHA-256 — identical code is
   stored once; answers the digest;
 * :func:`accept_code_study`: a submitted spec whose ``code`` names an uploaded package
-  (``code: {sha256, modules}``) is validated by a subprocess that imports it
-  (:mod:`.code_check`); the stored document keeps ``code: {modules}`` and the study row the
+  (``code: {sha256, modules}``) is validated by a sandboxed child that imports it
+  (:mod:`.code_check`, :mod:`fedtune.sandbox`); the stored document keeps ``code: {modules}`` and the study row the
   digest (``studies.code_sha256``), next to the study in the same database;
 * :func:`study_code_zip` (``GET /v1/studies/{id}/code.zip?token=…``): the package of one study
   for its RayJob, authorised by the per-study credential of :mod:`.code_url`.
 
-Nothing is accepted unless the operator enabled uploads (``FEDTUNE_ALLOW_CODE_UPLOAD``): the
-code runs with the rights of the study driver and the Ray workers.
+Nothing is accepted unless the operator enabled uploads (``FEDTUNE_ALLOW_CODE_UPLOAD``): what
+uploaded code can reach on each backend is ``docs/explanation/threat-model.md``.
 """
 
 from __future__ import annotations
@@ -19,20 +19,27 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
 from fedtune.errors import ConfigError, ConflictError
+from fedtune.sandbox import SandboxMode, sandbox_missing
 
-from .code_check import check_in_subprocess
+from .code_check import check_in_sandbox
 from .code_url import code_url_key, verify_code_token
 from .errors import CodeUploadDisabledError, StudyNotFoundError
 from .models import DEFAULT_PROJECT
 from .repository import Repository
 from .specs import AcceptedSpec, parse_spec, service_rules
 
-__all__ = ["CodeOut", "accept_code_study", "study_code_zip", "upload_code"]
+__all__ = [
+    "CodeOut",
+    "accept_code_study",
+    "code_sandbox_state",
+    "require_code_sandbox",
+    "study_code_zip",
+    "upload_code",
+]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -50,6 +57,43 @@ def _enabled(ctx: Any) -> None:
             "this service does not accept user code (the operator sets FEDTUNE_ALLOW_CODE_UPLOAD"
             "=true, Helm value codeUpload.enabled); uploaded code runs with the driver's rights"
         )
+
+
+def require_code_sandbox(settings: Any) -> None:
+    """Refuse to start a service that would run uploaded code unsandboxed without being told to.
+
+    Args:
+        settings: the service's settings.
+
+    Raises:
+        ConfigError: code upload is on, ``FEDTUNE_CODE_SANDBOX`` is not ``none`` and no sandbox
+            can be made here (one line: what is missing, and the two ways out).
+    """
+    if not settings.allow_code_upload or settings.code_sandbox == SandboxMode.NONE:
+        return
+    missing = sandbox_missing()
+    if missing is not None:
+        raise ConfigError(
+            "FEDTUNE_CODE_SANDBOX",
+            f"code upload is on but no sandbox can be made: {missing}; install bubblewrap, "
+            "or set FEDTUNE_CODE_SANDBOX=none to run uploaded code as the service's own user",
+        )
+
+
+def code_sandbox_state(settings: Any) -> str | None:
+    """How uploaded code is isolated, as ``/readyz`` and the start-up log say it.
+
+    Args:
+        settings: the service's settings.
+
+    Returns:
+        None with code upload off; else ``bwrap``, or a ``none: …`` warning.
+    """
+    if not settings.allow_code_upload:
+        return None
+    if settings.code_sandbox == SandboxMode.NONE:
+        return "none: uploaded code runs unsandboxed, as the service's own user"
+    return str(settings.code_sandbox)
 
 
 def upload_code(ctx: Any, data: bytes, project: str = DEFAULT_PROJECT) -> CodeOut:
@@ -98,7 +142,7 @@ def code_reference(code: Any) -> tuple[str, list[Any]]:
 def accept_code_study(
     ctx: Any, body: Mapping[str, Any], project: str = DEFAULT_PROJECT
 ) -> tuple[AcceptedSpec, str]:
-    """Validate a spec with uploaded code in a subprocess; ``(accepted, sha256)``. The package
+    """Validate a spec with uploaded code in a sandbox; ``(accepted, sha256)``. The package
     must have been uploaded for the study's ``project`` (else it is unknown, as no package)."""
     _enabled(ctx)
     digest, modules = code_reference(body["code"])
@@ -111,13 +155,7 @@ def accept_code_study(
         raise ConfigError(
             "code.sha256", "no uploaded package has this digest; upload it first (POST /v1/code)"
         )
-    checked = check_in_subprocess(
-        spec,
-        package,
-        timeout_s=ctx.settings.code_check_timeout_s,
-        scratch=Path(ctx.settings.workdir).resolve() / "tmp",
-    )
-    return AcceptedSpec(**checked["summary"], document=checked["document"]), digest
+    return check_in_sandbox(spec, package, ctx.settings), digest
 
 
 def study_code_zip(ctx: Any, study_id: str, token: str) -> bytes:

@@ -67,6 +67,7 @@ def readiness(ctx: ServiceContext) -> Readiness:
     ``backend_health``) does not make the replica unready — it still serves reads, submissions
     and cancellations, and taking every replica out of its Service would hide the reason — so
     the answer stays 200, with ``status: degraded`` and ``backend: {up: false, reason}``."""
+    from .code_services import code_sandbox_state
     from .migrate import current_revision
 
     if ctx.warmup is not None and not ctx.warmup.done.is_set():
@@ -76,7 +77,13 @@ def readiness(ctx: ServiceContext) -> Readiness:
     revision = current_revision(ctx.db.engine)
     backend = backend_readiness(ctx)
     status = "degraded" if backend is not None and backend.up is False else "ready"
-    return Readiness(status=status, database=ctx.db.dialect, revision=revision, backend=backend)
+    return Readiness(
+        status=status,
+        database=ctx.db.dialect,
+        revision=revision,
+        backend=backend,
+        code_sandbox=code_sandbox_state(ctx.settings),
+    )
 
 
 def backend_readiness(ctx: ServiceContext) -> BackendReadiness | None:

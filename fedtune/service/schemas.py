@@ -134,3 +134,8 @@ class Readiness(_Out):
     backend: BackendReadiness | None = Field(
         None, description="the backend's state (absent without a scheduler: backend none)"
     )
+    code_sandbox: str | None = Field(
+        None,
+        description="how uploaded code is isolated: bwrap, or 'none: …' when the operator "
+        "turned the sandbox off (null while code upload is off)",
+    )

@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fedtune.errors import ConfigError
+from fedtune.sandbox import SandboxMode
 
 __all__ = [
     "PLACEHOLDER_SECRETS",
@@ -201,6 +202,16 @@ class Settings(BaseSettings):
     max_code_bytes: int = Field(16 * 1024**2, ge=1024, le=1 << 30)
     #: time limit of the subprocess that imports uploaded code at submission
     code_check_timeout_s: float = Field(60.0, gt=0, le=3600)
+    #: how uploaded code is isolated (``fedtune.sandbox``, ``docs/explanation/threat-model.md``):
+    #: ``bwrap`` (bubblewrap: own PID namespace, no network, read-only mounts, limits; with code
+    #: upload on and no working bubblewrap the service refuses to start) or ``none`` (the
+    #: operator's explicit opt-out: user code runs as the service's user, which ``/readyz`` and
+    #: the log say)
+    code_sandbox: SandboxMode = SandboxMode.BWRAP
+    #: address space of each sandboxed process, in MiB (``RLIMIT_AS``: an allocation past it fails)
+    code_sandbox_memory_mib: int = Field(4096, ge=256, le=1 << 20)
+    #: processes the sandbox's user may run at once (``RLIMIT_NPROC``: a fork past it fails)
+    code_sandbox_processes: int = Field(64, ge=4, le=100_000)
     #: the service's URL as RayJobs reach it (the kubernetes backend's code ``working_dir`` URI)
     public_url: str | None = None
     #: key of the per-study code download credentials (default: derived from the API token, else

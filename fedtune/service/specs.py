@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AcceptedSpec",
     "accept_spec",
+    "accepted_from",
     "load_spec",
     "parse_spec",
     "request_hash",
@@ -129,7 +130,22 @@ def accept_spec(data: Any, settings: Any = None, *, rules: bool = True) -> Accep
     if rules:
         service_rules(spec, settings)
     spec.check()
-    document = spec.to_dict()
+    return accepted_from(spec, spec.to_dict())
+
+
+def accepted_from(spec: StudySpec, document: dict[str, Any]) -> AcceptedSpec:
+    """The summary of ``spec`` with the document the service stores for it.
+
+    Args:
+        spec: The parsed spec.
+        document: Its normalised document (``spec.to_dict()`` after ``check``).
+
+    Returns:
+        What the service stores and schedules.
+
+    Raises:
+        ConfigError: A number of ``document`` is NaN or infinite.
+    """
     bad = _non_finite(document)
     if bad is not None:
         raise ConfigError(bad, "must be a finite number (JSON has no NaN or Infinity)")

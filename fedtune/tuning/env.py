@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = [
+    "VARIABLES",
     "cache_dir",
     "cuda_visible_devices",
     "mlflow_tracking_uri",
@@ -26,6 +27,16 @@ __all__ = [
     "sqlite_wal",
     "timeline_file",
 ]
+
+
+#: the tuning layer's own variables (a local study driver inherits them: ``service.child_env``)
+VARIABLES = (
+    "FEDTUNE_SQLITE_WAL",
+    "FEDTUNE_CACHE_DIR",
+    "FEDTUNE_RAY_START_ATTEMPTS",
+    "FEDTUNE_RAY_START_BACKOFF_S",
+    "FEDTUNE_TIMELINE",
+)
 
 
 def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:

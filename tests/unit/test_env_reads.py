@@ -24,11 +24,11 @@ READERS = frozenset(
 )
 #: (module, function) reads that are no settings, each with its reason
 ALLOWED: dict[tuple[str, str], str] = {
-    ("fedtune/service/code_check.py", "check_in_subprocess"): (
-        "copies the environment, less the service's secrets, for the child process"
+    ("fedtune/service/child_env.py", "child_env"): (
+        "copies the allowlisted variables of the environment into a child's"
     ),
-    ("fedtune/service/backends/local.py", "LocalBackend._env"): (
-        "copies the environment, less the service's secrets, for the driver process"
+    ("fedtune/sandbox.py", "Sandbox.run"): (
+        "gives bubblewrap itself the service's PATH (the sandbox's own environment is given)"
     ),
     ("fedtune/service/study_code.py", "_shipped_by_the_job"): (
         "Ray's job supervisor's description of the running job, not a setting"

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..backends import Backend, make_backend
+from ..code_services import code_sandbox_state, require_code_sandbox
 from ..comparisons import record_ended_groups
 from ..db import Database
 from ..leader import make_leadership
@@ -141,6 +142,9 @@ def create_app(
     """The service app. ``backend`` defaults to ``FEDTUNE_BACKEND``'s (tests inject fakes);
     ``schedule=False`` builds the scheduler without its thread (tests call ``tick()``)."""
     settings = settings or load_settings()
+    require_code_sandbox(settings)  # one line, before anything starts
+    if code_sandbox_state(settings) not in (None, "bwrap"):
+        log.warning("FEDTUNE_CODE_SANDBOX=none: %s", code_sandbox_state(settings))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -46,7 +46,7 @@ import yaml
 
 from fedtune.errors import BackendError
 
-from ..mlflow_tenancy import driver_env_for
+from ..child_env import ChildKind, child_env
 from ..settings import Settings
 from .base import LaunchRequest, check_study_id, driver_argv
 from .k8s_pods import gib, head_pod, object_store_bytes, submitter_pod, worker_pod
@@ -171,7 +171,10 @@ def _cluster(request: LaunchRequest, settings: Settings, labels: dict) -> dict[s
         "headGroupSpec": {
             "rayStartParams": head_params,
             "template": head_pod(
-                labels, settings, head_res, driver_env_for(settings, request.project)
+                labels,
+                settings,
+                head_res,
+                child_env(settings, ChildKind.RAYJOB, project=request.project),
             ),
         },
         "workerGroupSpecs": [_worker_group(request, settings, labels)],

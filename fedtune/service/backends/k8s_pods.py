@@ -140,7 +140,8 @@ def head_pod(
         labels: The pod's labels.
         settings: The service's settings.
         resources: The container's resources.
-        env: More variables of the driver (its project's MLflow workspace and credential).
+        env: The driver's variables (``child_env``'s ``rayjob``: heartbeat, sandbox mode, its
+            project's MLflow workspace and credential).
 
     Returns:
         The pod template.
@@ -149,7 +150,6 @@ def head_pod(
     workdir = head_workdir(settings)
     container["env"] += [
         {"name": "FEDTUNE_WORKDIR", "value": workdir},
-        {"name": "FEDTUNE_HEARTBEAT_S", "value": str(settings.heartbeat_s)},
         *_secret_env(settings),
         *({"name": k, "value": v} for k, v in (env or {}).items()),
     ]

@@ -31,7 +31,7 @@ from typing import Any
 
 from fedtune.errors import BackendError
 
-from ..mlflow_tenancy import driver_env_for
+from ..child_env import ChildKind, child_env
 from ..paths import study_workdir
 from ..settings import BackendKind, Settings
 from .base import (
@@ -47,18 +47,6 @@ from .base import (
 __all__ = ["LocalBackend", "absolute_sqlite_url", "process_start_ticks"]
 
 log = logging.getLogger(__name__)
-
-#: variables a driver must not inherit from the service process
-#: the service's own secrets and switches, never a driver's (a driver of a project with an
-#: MLflow workspace gets that workspace's credential instead: ``mlflow_tenancy.driver_env``)
-_PRIVATE_ENV = (
-    "FEDTUNE_API_TOKEN",
-    "RAY_ADDRESS",
-    "FEDTUNE_MLFLOW_ADMIN_PASSWORD",
-    "FEDTUNE_MLFLOW_WORKSPACES",
-    "MLFLOW_TRACKING_USERNAME",
-    "MLFLOW_TRACKING_PASSWORD",
-)
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -233,18 +221,8 @@ class LocalBackend(Backend):
     # ---------------------------------------------------------------- helpers
 
     def _env(self, project: str | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
-        s = self.settings
-        env.update(
-            FEDTUNE_DATABASE_URL=absolute_sqlite_url(s.database_url),
-            FEDTUNE_WORKDIR=str(Path(s.workdir).resolve()),
-            FEDTUNE_HEARTBEAT_S=str(s.heartbeat_s),
-            FEDTUNE_BACKEND=str(s.backend),
-        )
-        if s.mlflow_tracking_uri:
-            env["MLFLOW_TRACKING_URI"] = s.mlflow_tracking_uri
-        env.update(driver_env_for(s, project))
-        return env
+        """The driver's environment: the one allowlist of :mod:`..child_env`."""
+        return child_env(self.settings, ChildKind.LOCAL_DRIVER, project=project)
 
     def _is_ours(self, ref: Mapping[str, Any]) -> bool:
         """Alive, on this host, same start time as when launched, and leading its group."""

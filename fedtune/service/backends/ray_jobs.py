@@ -49,7 +49,7 @@ from typing import Any
 
 from fedtune.errors import BackendError
 
-from ..mlflow_tenancy import driver_env_for
+from ..child_env import ChildKind, child_env
 from ..settings import BackendKind, Settings
 from .base import (
     Backend,
@@ -201,10 +201,7 @@ class RayJobsBackend(Backend):
                 entrypoint=entrypoint,
                 submission_id=sid,
                 runtime_env={
-                    "env_vars": {
-                        "FEDTUNE_HEARTBEAT_S": str(self.settings.heartbeat_s),
-                        **driver_env_for(self.settings, request.project),
-                    }
+                    "env_vars": child_env(self.settings, ChildKind.RAY_JOB, project=request.project)
                 },
                 metadata={
                     "fedtune.study": request.study_id,

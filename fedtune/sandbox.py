@@ -1,0 +1,289 @@
+"""Run a command of fedtune's over user code in a bubblewrap sandbox.
+
+A sandboxed process sees a root file system that holds only ``/usr`` (with the usual ``/bin``,
+``/lib`` links), the Python environment fedtune runs in, and the paths the caller names, all
+read-only except the ones it names writable; a fresh ``/proc`` of its own PID namespace (no
+process of the service is visible, so no ``/proc/<pid>/environ``), a minimal ``/dev``, a
+size-bounded tmpfs at ``/tmp``, no network (a network namespace with a loopback that is down),
+an environment of exactly the variables it is given, and resource limits (CPU seconds, address
+space, file size, processes). It runs as an unprivileged user: where the service runs as root,
+``setpriv`` drops to ``SANDBOX_UID`` inside the sandbox (so ``RLIMIT_NPROC`` holds: the kernel
+does not apply it to root); otherwise a user namespace maps the service's own user onto it. When
+the caller dies or kills the sandbox, every process in it dies (``--die-with-parent``: the PID
+namespace's first process goes, and the kernel ends the rest).
+
+Why bubblewrap, and what it isolates on each backend: ``docs/explanation/threat-model.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import shutil
+import site
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "SANDBOX_UID",
+    "Limits",
+    "Sandbox",
+    "SandboxMode",
+    "python_paths",
+    "sandbox_missing",
+]
+
+#: the user (and group) sandboxed code runs as: ``nobody``
+SANDBOX_UID = 65534
+#: top-level paths that are links into /usr on a merged-/usr system, or directories to bind
+_SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: files of /etc a dynamically linked Python needs (nothing else of /etc is visible)
+_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf")
+
+
+class SandboxMode(enum.StrEnum):
+    """``FEDTUNE_CODE_SANDBOX``: how user code is isolated."""
+
+    BWRAP = "bwrap"  # bubblewrap (the default): the service refuses to start without it
+    NONE = "none"  # the operator's explicit opt-out: user code runs as the service's user
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox (each a ``setrlimit`` limit of every process in it).
+
+    Attributes:
+        cpu_s: CPU seconds of one process (``RLIMIT_CPU``; SIGXCPU, then SIGKILL).
+        memory_bytes: address space of one process (``RLIMIT_AS``; allocations fail).
+        file_bytes: size of one written file (``RLIMIT_FSIZE``; SIGXFSZ).
+        processes: processes of the sandbox's user (``RLIMIT_NPROC``; fork fails).
+        tmp_bytes: size of the private ``/tmp`` (a tmpfs, charged to memory).
+    """
+
+    cpu_s: int = 120
+    memory_bytes: int = 4 << 30
+    file_bytes: int = 64 << 20
+    processes: int = 64
+    tmp_bytes: int = 256 << 20
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """One sandbox: what it may read and write, its environment and its limits.
+
+    Attributes:
+        read_only: host path -> path inside, mounted read-only.
+        writable: host path -> path inside, mounted writable.
+        env: the whole environment of the sandboxed command.
+        limits: its resource limits.
+        cwd: its working directory, inside.
+        network: keep the host's network (only for commands that must reach a service).
+    """
+
+    read_only: Mapping[Path, str] = field(default_factory=dict)
+    writable: Mapping[Path, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    cwd: str = "/tmp"
+    network: bool = False
+
+    def command(
+        self, argv: Sequence[str], *, bwrap: str | None = None, proc: bool | None = None
+    ) -> list[str]:
+        """``argv`` wrapped to run in this sandbox.
+
+        Args:
+            argv: the command, with paths as the sandbox sees them.
+            bwrap: the bubblewrap executable (default: ``bwrap`` on ``PATH``).
+            proc: mount a ``/proc`` of the sandbox's own PID namespace (default: when the
+                probe could; a container whose ``/proc`` is masked allows none, and the sandbox
+                then has no ``/proc`` at all).
+
+        Returns:
+            The argv to start.
+        """
+        proc = _probe()[1] if proc is None else proc
+        root = os.geteuid() == 0
+        out = [bwrap or shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
+        out += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        if not self.network:
+            out.append("--unshare-net")
+        if not root:  # a user namespace maps the service's user onto SANDBOX_UID
+            out += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+            out += ["--cap-drop", "ALL"]
+        out += ["--ro-bind", "/usr", "/usr"]
+        for path in _SYSTEM_DIRS:
+            if os.path.islink(path):
+                out += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                out += ["--ro-bind", path, path]
+        for path in _ETC_FILES:
+            out += ["--ro-bind-try", path, path]
+        binds = [("--ro-bind", str(host), str(host)) for host in python_paths()]
+        binds += [("--ro-bind", str(host), inside) for host, inside in self.read_only.items()]
+        binds += [("--bind", str(host), inside) for host, inside in self.writable.items()]
+        for parent in _ancestors(inside for _, _, inside in binds):
+            out += ["--perms", "0755", "--dir", parent]  # not the host's modes (/root: 0700)
+        out += ["--proc", "/proc", "--dev", "/dev"] if proc else ["--dev", "/dev"]
+        out += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        for kind, host, inside in binds:
+            out += [kind, host, inside]
+        out += ["--chdir", self.cwd, "--clearenv"]
+        for key, value in self.env.items():
+            out += ["--setenv", key, value]
+        out.append("--")
+        if root:  # drop to nobody inside, where the mounts are made: RLIMIT_NPROC then holds
+            out += [
+                "setpriv",
+                f"--reuid={SANDBOX_UID}",
+                f"--regid={SANDBOX_UID}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
+        limits = self.limits
+        out += [
+            "prlimit",
+            f"--cpu={limits.cpu_s}",
+            f"--as={limits.memory_bytes}",
+            f"--fsize={limits.file_bytes}",
+            f"--nproc={limits.processes}",
+            "--core=0",
+            "--",
+        ]
+        return out + list(argv)
+
+    def run(
+        self, argv: Sequence[str], *, timeout_s: float, input_bytes: bytes | None = None
+    ) -> subprocess.CompletedProcess:
+        """Run ``argv`` in the sandbox; kill the whole sandbox at ``timeout_s``.
+
+        Args:
+            argv: the command, with paths as the sandbox sees them.
+            timeout_s: wall-clock limit.
+            input_bytes: its standard input (default: none).
+
+        Returns:
+            The finished process (stdout and stderr captured).
+
+        Raises:
+            subprocess.TimeoutExpired: it ran past ``timeout_s`` (it is killed, with everything
+                it started).
+        """
+        return subprocess.run(
+            self.command(argv),
+            input=input_bytes,
+            stdin=None if input_bytes is not None else subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+
+
+def prepare_for_sandbox(path: Path, *, writable: bool = False) -> None:
+    """Make ``path`` (a tree the service made) usable by the sandbox's user.
+
+    A tree the service (as root) made with private modes cannot be read by ``SANDBOX_UID``:
+    directories become 0755 and files 0644; a writable directory is given to that user. Run as
+    another user, the user namespace maps the service's user onto it and nothing changes.
+
+    Args:
+        path: a directory or file of the service's (a package's copy, a scratch folder).
+        writable: the sandbox writes into ``path`` itself.
+    """
+    if os.geteuid() != 0:
+        return
+    if path.is_file():
+        os.chmod(path, 0o644)
+        return
+    for current, _dirs, files in os.walk(path):
+        os.chmod(current, 0o755)
+        for name in files:
+            file = os.path.join(current, name)
+            if not os.path.islink(file):
+                os.chmod(file, 0o644)
+    if writable:
+        os.chown(path, SANDBOX_UID, SANDBOX_UID)
+
+
+@functools.cache
+def python_paths() -> tuple[Path, ...]:
+    """The directories of this Python environment a sandboxed ``python`` needs, read-only.
+
+    The interpreter's prefixes, its ``site-packages`` and the directory fedtune itself is
+    imported from (an editable install's source folder, without the rest of its checkout);
+    nested paths are given once. Never ``sys.path``'s other entries: ``python -m`` puts the
+    working directory there, which may hold the service's database.
+
+    Returns:
+        Absolute, existing directories, none inside another.
+    """
+    import fedtune
+
+    found = {Path(sys.prefix), Path(sys.base_prefix), Path(fedtune.__file__).resolve().parent}
+    found.add(Path(os.path.realpath(sys.executable)).parent.parent)
+    found.update(Path(entry) for entry in site.getsitepackages())
+    return _outermost(p.resolve() for p in found if p.exists())
+
+
+def _ancestors(paths: Iterable[str]) -> list[str]:
+    """The directories above ``paths`` (not ``/``), each once, parents first."""
+    found: dict[str, None] = {}
+    for path in paths:
+        for parent in reversed(Path(path).parents[:-1]):
+            found[str(parent)] = None
+    return sorted(found, key=lambda p: p.count("/"))
+
+
+def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
+    ordered = sorted(set(paths), key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in ordered:
+        if path == Path("/") or not any(path.is_relative_to(k) for k in kept):
+            kept.append(path)
+    return tuple(p for p in kept if p != Path("/"))
+
+
+def sandbox_missing() -> str | None:
+    """Why a sandbox cannot be made here, or None when it can (probed once a process).
+
+    Returns:
+        One line naming what is missing (bubblewrap, setpriv/prlimit, namespaces).
+    """
+    return _probe()[0]
+
+
+@functools.cache
+def _probe() -> tuple[str | None, bool]:
+    """(why no sandbox can be made, or None; whether it can mount a ``/proc`` of its own)."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)", False
+    for tool in ("prlimit", "setpriv"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (util-linux)", False
+    reason = ""
+    for proc in (True, False):  # a container with a masked /proc allows no new one
+        probe = Sandbox(env={"PATH": "/usr/bin:/bin"})
+        try:
+            done = subprocess.run(
+                probe.command([sys.executable, "-I", "-c", "pass"], bwrap=exe, proc=proc),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bubblewrap cannot start a sandbox here: {exc}", False
+        if done.returncode == 0:
+            return None, proc
+        reason = reason or (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return f"bubblewrap cannot start a sandbox here: {reason}", False

@@ -1,0 +1,144 @@
+"""The environment of every process the service starts: one allowlist.
+
+A child of the service gets the variables named here and nothing else of the service's own
+environment: a code check (uploaded code imported in a sandbox), a ``local`` study driver, a Ray
+Jobs API driver (its ``runtime_env``) and a KubeRay RayJob's head (its pod ``env``). A variable
+not named here, a new secret setting among them, is withheld by default.
+
+* :data:`PLATFORM` — locale, thread counts and devices: every child, the sandbox included;
+* :data:`HOST` — a driver on the service's own machine also keeps its home, temporary folder,
+  Python path and the tuning layer's knobs (:data:`fedtune.tuning.env.VARIABLES`);
+* then each kind's own settings, rendered from :class:`~.settings.Settings` (never copied from
+  the environment), only those its process reads: the workdir, the heartbeat, the retry policy,
+  the tracking URI, and the study's MLflow workspace credential
+  (:func:`.mlflow_tenancy.driver_env_for`).
+
+The service's API token, code URL key, Ray token and MLflow admin password reach no child. The
+database URL reaches the ``local`` driver only (it records its study's progress there); a Ray
+job or RayJob driver gets it from its cluster's environment, never from the service.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from fedtune.tuning.env import VARIABLES as TUNING_VARIABLES
+
+from .mlflow_tenancy import driver_env_for
+from .settings import Settings
+
+__all__ = ["HOST", "PLATFORM", "ChildKind", "child_env"]
+
+
+class ChildKind(enum.StrEnum):
+    """Which child an environment is for."""
+
+    CODE_CHECK = "code-check"  # uploaded code imported in the sandbox (``code_check``)
+    LOCAL_DRIVER = "local-driver"  # ``fedtune worker run-study`` as the service's child
+    RAY_JOB = "ray-job"  # a Ray Jobs API driver (backend ``ray``): its ``runtime_env``
+    RAYJOB = "rayjob"  # a KubeRay RayJob's head pod (backend ``kubernetes``)
+
+
+#: what any child may inherit: how the platform runs (locale, threads, devices), no credential
+PLATFORM = frozenset(
+    {
+        "LANG",
+        "LANGUAGE",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "OPENBLAS_CORETYPE",
+        "OPENBLAS_L2_SIZE",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+    }
+)
+#: what a child on the service's own machine also inherits (the local driver)
+HOST = (
+    PLATFORM
+    | frozenset(
+        {
+            "PATH",
+            "HOME",
+            "USER",
+            "LOGNAME",
+            "TMPDIR",
+            "XDG_CACHE_HOME",
+            "VIRTUAL_ENV",
+            "PYTHONPATH",
+            "PYTHONHASHSEED",
+            "PYTHONUNBUFFERED",
+            "PYTHONDONTWRITEBYTECODE",
+            "RAY_USAGE_STATS_ENABLED",
+            "RAY_DEDUP_LOGS",
+            "RAY_AIR_NEW_OUTPUT",
+            "MLFLOW_HTTP_REQUEST_TIMEOUT",
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR",
+            "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT",
+        }
+    )
+    | frozenset(TUNING_VARIABLES)
+)
+#: the sandbox's fixed variables: its home and temporary folder are its private tmpfs
+SANDBOX_FIXED = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "USER": "fedtune",
+    "MPLCONFIGDIR": "/tmp",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def child_env(
+    settings: Settings,
+    kind: ChildKind,
+    *,
+    project: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The whole environment of a child of ``kind`` (see the module docstring).
+
+    Args:
+        settings: the service's settings.
+        kind: which child.
+        project: the study's project (its MLflow workspace credential), for drivers.
+        environ: the service's environment (default: this process's).
+
+    Returns:
+        Variable -> value. For ``RAY_JOB`` and ``RAYJOB`` only the variables the service sets
+        (the cluster's own environment supplies the rest).
+    """
+    environ = os.environ if environ is None else environ
+    if kind is ChildKind.CODE_CHECK:
+        env = {k: v for k, v in environ.items() if k in PLATFORM}
+        return {**env, **SANDBOX_FIXED}
+    driver = {
+        "FEDTUNE_HEARTBEAT_S": str(settings.heartbeat_s),
+        **driver_env_for(settings, project),
+    }
+    if kind is not ChildKind.LOCAL_DRIVER:
+        return driver
+    from .backends.local import absolute_sqlite_url
+
+    env = {k: v for k, v in environ.items() if k in HOST}
+    env.update(
+        driver,
+        FEDTUNE_DATABASE_URL=absolute_sqlite_url(settings.database_url),
+        FEDTUNE_WORKDIR=str(Path(settings.workdir).resolve()),
+        FEDTUNE_BACKEND=str(settings.backend),
+        FEDTUNE_MAX_DISPATCH_ATTEMPTS=str(settings.max_dispatch_attempts),
+        FEDTUNE_RETRY_BACKOFF_S=str(settings.retry_backoff_s),
+        FEDTUNE_MAX_CODE_BYTES=str(settings.max_code_bytes),
+    )
+    if settings.mlflow_tracking_uri:
+        env["MLFLOW_TRACKING_URI"] = settings.mlflow_tracking_uri
+    return env

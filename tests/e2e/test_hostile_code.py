@@ -1,0 +1,236 @@
+"""A hostile package against a real ``fedtune serve``: the code check finds nothing and is bounded.
+
+A member with code upload submits packages that, when the service's code check imports them,
+try to take the service over (issue: "a member becomes admin"): read the service's secrets from
+their own environment and every ``/proc/*/environ``, read the service's SQLite database, a
+ServiceAccount token and a secret file of the workdir, connect to the API and to PostgreSQL, and
+write outside their directory; then a fork bomb, 10 GB of memory and an endless loop that
+escapes into a process of its own. Before the sandbox, the first one read the API token, the
+code URL key, the database URL and the MLflow admin password (from ``/proc/<ppid>/environ``),
+and the others ran unbounded or outlived the check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fedtune.code_package import pack
+from fedtune.sandbox import sandbox_missing
+from tests.needs import need
+from tests.service.code_fixtures import write_package
+from tests.service.helpers import Server, tiny_spec
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "hostile-admin-token-0123456789abcdef"
+SECRETS = {
+    "FEDTUNE_API_TOKEN": TOKEN,
+    "FEDTUNE_CODE_URL_KEY": "hostile-code-url-key-0123456789abcdef",
+    "FEDTUNE_MLFLOW_ADMIN_PASSWORD": "hostile-mlflow-admin-password-0123",
+}
+TIMEOUT_S = 20
+ADMIN = {"Authorization": f"Bearer {TOKEN}"}
+
+PROBE = '''
+"""Imported by the service's code check: tries everything, then reports what it found."""
+import glob, json, os, socket
+
+NAMES = {names!r}
+found = {{"leaks": {{}}, "pids": [], "read": [], "connected": [], "wrote": []}}
+
+
+def leak(source, text):
+    for line in text.replace("\\0", "\\n").splitlines():
+        key, _, value = line.partition("=")
+        if key in NAMES and value:
+            found["leaks"].setdefault(source, {{}})[key] = value
+
+
+leak("environ", "\\n".join(f"{{k}}={{v}}" for k, v in os.environ.items()))
+for path in ["/proc/%d/environ" % os.getppid(), "/proc/1/environ", *glob.glob("/proc/*/environ")]:
+    try:
+        leak(path, open(path, "rb").read().decode(errors="replace"))
+    except OSError:
+        pass
+found["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) if os.path.isdir(
+    "/proc") else []
+for path in {readable!r}:
+    try:
+        open(path, "rb").read(16)
+        found["read"].append(path)
+    except OSError:
+        pass
+for host, port in {ports!r}:
+    sock = socket.socket()
+    sock.settimeout(2)
+    try:
+        if sock.connect_ex((host, port)) == 0:
+            found["connected"].append(port)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+for path in {writable!r} + [os.path.join(os.path.dirname(__file__), "planted.py")]:
+    try:
+        with open(path, "w") as out:
+            out.write("planted")
+        found["wrote"].append(path)
+    except OSError:
+        pass
+raise RuntimeError("FINDINGS" + json.dumps(found) + "END")
+'''
+
+
+@pytest.fixture
+def hostile_server(tmp_path: Path) -> Iterator[Server]:
+    """``fedtune serve`` with code upload, every secret set, and a SQLite database."""
+    need("bwrap", sandbox_missing())
+    env = {
+        **SECRETS,
+        "FEDTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'fedtune.db'}",
+        "FEDTUNE_WORKDIR": str(tmp_path / "work"),
+        "FEDTUNE_BACKEND": "none",
+        "FEDTUNE_ALLOW_CODE_UPLOAD": "true",
+        "FEDTUNE_CODE_CHECK_TIMEOUT_S": str(TIMEOUT_S),
+    }
+    server = Server(env, tmp_path / "serve.log")
+    server.env.pop("MLFLOW_TRACKING_URI", None)
+    server.start(timeout=120)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _submit(server: Server, root: Path, body: str) -> httpx.Response:
+    """Upload ``body`` as ``user_lab/tasks.py`` and submit a study that imports it."""
+    package = pack(write_package(root, body))
+    up = httpx.post(
+        f"{server.url}/v1/code",
+        content=package.data,
+        headers={**ADMIN, "Content-Type": "application/zip"},
+        timeout=60,
+    )
+    assert up.status_code in (200, 201), up.text
+    spec = tiny_spec(name="hostile", code={"sha256": package.sha256, "modules": ["user_lab.tasks"]})
+    return httpx.post(f"{server.url}/v1/studies", json=spec, headers=ADMIN, timeout=TIMEOUT_S + 60)
+
+
+def _marked(marker: str) -> list[int]:
+    """PIDs of this machine whose command line holds ``marker``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_the_code_check_finds_no_secret_file_or_connection(hostile_server, tmp_path) -> None:
+    workdir = Path(hostile_server.env["FEDTUNE_WORKDIR"])
+    (workdir / "secret.txt").write_text("the service's own file")
+    token_dir = tmp_path / "serviceaccount"  # where a pod's token would be, made readable here
+    token_dir.mkdir()
+    (token_dir / "token").write_text("sa-token")
+    port = int(hostile_server.url.rsplit(":", 1)[1])
+    body = PROBE.format(
+        names=[*SECRETS, "FEDTUNE_DATABASE_URL", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN"],
+        readable=[
+            str(tmp_path / "fedtune.db"),
+            str(workdir / "secret.txt"),
+            str(token_dir / "token"),
+            "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        ],
+        ports=[("127.0.0.1", port), ("127.0.0.1", 5432), ("127.0.0.1", 5000)],
+        writable=[str(workdir / "planted.txt"), str(tmp_path / "planted.txt")],
+    )
+    r = _submit(hostile_server, tmp_path / "lab", body)
+
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == "code.modules[0]"
+    assert "(at user_lab/tasks.py:" in error["message"]  # the package's own file:line, as before
+    found = json.loads(error["message"].split("FINDINGS", 1)[1].split("END", 1)[0])
+    assert found["leaks"] == {}
+    for secret in SECRETS.values():
+        assert secret not in r.text
+    assert set(found["pids"]) <= set(range(1, 8))  # its own PID namespace: a few of its own
+    assert found["read"] == []
+    assert found["connected"] == []
+    assert found["wrote"] == []
+    assert not (workdir / "planted.txt").exists() and not (tmp_path / "planted.txt").exists()
+    assert httpx.get(f"{hostile_server.url}/readyz", timeout=10).json()["code_sandbox"] == "bwrap"
+
+
+def test_a_fork_bomb_is_bounded_and_dies_with_the_check(hostile_server, tmp_path) -> None:
+    marker = f"hostile-bomb-{uuid.uuid4().hex}"
+    bomb = "import os\nwhile len(os.listdir('/proc')) < 3000:\n    try: os.fork()\n    except OSError: pass\n"
+    body = (
+        f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', {bomb!r}, {marker!r}])\n"
+    )
+    peak, answers = [0], []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], len(_marked(marker)))
+            answers.append(httpx.get(f"{hostile_server.url}/healthz", timeout=10).status_code)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = _submit(hostile_server, tmp_path / "lab", body)
+    finally:
+        done.set()
+        watcher.join()
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"].startswith("code")
+    assert 0 < peak[0] <= 64  # FEDTUNE_CODE_SANDBOX_PROCESSES
+    assert answers and set(answers) == {200}  # the service kept answering
+    time.sleep(2)
+    assert _marked(marker) == []  # nothing outlived the check
+
+
+def test_ten_gigabytes_of_memory_are_refused(hostile_server, tmp_path) -> None:
+    r = _submit(hostile_server, tmp_path / "lab", "hoard = bytearray(10 * 1024**3)\n")
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["field"] == "code.modules[0]" and "MemoryError" in error["message"]
+
+
+def test_an_endless_loop_that_escapes_is_killed_with_the_check(hostile_server, tmp_path) -> None:
+    marker = f"hostile-loop-{uuid.uuid4().hex}"
+    body = textwrap.dedent(
+        f"""
+        import os, sys
+        if os.fork() == 0:
+            os.setsid()
+            os.execv(sys.executable, [sys.executable, "-c", "while True: pass", {marker!r}])
+        while True:
+            pass
+        """
+    )
+    started = time.monotonic()
+    r = _submit(hostile_server, tmp_path / "lab", body)
+    assert r.status_code == 422, r.text
+    assert f"longer than {TIMEOUT_S} s" in r.json()["error"]["message"]
+    assert time.monotonic() - started < TIMEOUT_S + 30
+    deadline = time.monotonic() + 10
+    while _marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _marked(marker) == []  # the escaped process died with the sandbox
+    assert os.path.exists(hostile_server.log)
