@@ -83,10 +83,11 @@ RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels 
 # ---- runtime: the virtualenv, a non-root user, nothing else --------------------------------
 FROM ${BASE_IMAGE} AS runtime
 
-# bash: KubeRay starts Ray with `/bin/bash -c "ray start ..."`; wget: KubeRay's default probes.
+# bash: KubeRay starts Ray with `/bin/bash -c "ray start ..."`; wget: KubeRay's default probes;
+# bubblewrap: the sandbox of uploaded code (fedtune/sandbox.py; setpriv and prlimit are util-linux's).
 RUN set -eu; \
     apt-get update; \
-    apt-get install -y --no-install-recommends wget; \
+    apt-get install -y --no-install-recommends wget bubblewrap; \
     rm -rf /var/lib/apt/lists/*; \
     groupadd --system --gid 10001 fedtune; \
     useradd --system --uid 10001 --gid 10001 --home-dir /home/fedtune --create-home \

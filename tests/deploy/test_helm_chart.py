@@ -669,9 +669,13 @@ def test_code_upload_is_off_by_default_and_one_value_turns_it_on(render) -> None
     settings = load_settings(
         allow_code_upload=env["FEDTUNE_ALLOW_CODE_UPLOAD"]["value"],
         public_url=env["FEDTUNE_PUBLIC_URL"]["value"],
+        code_sandbox=env["FEDTUNE_CODE_SANDBOX"]["value"],
     )
     assert settings.allow_code_upload is True
+    assert settings.code_sandbox == "bwrap"  # the sandbox unless the operator opts out
     assert settings.public_url.startswith("http://") and settings.public_url.endswith(".svc:8000")
+    opted_out = render({"codeUpload": {"enabled": True, "sandbox": "none"}})
+    assert container_env(api_container(opted_out))["FEDTUNE_CODE_SANDBOX"]["value"] == "none"
 
 
 def test_oidc_values_reach_the_api_as_settings(render) -> None:
