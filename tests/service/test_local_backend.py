@@ -18,17 +18,18 @@ from fedtune.service.backends.local import LocalBackend, process_start_ticks
 SID = "0123456789ab"
 
 # A stand-in driver: starts a grandchild (as Ray would), records both pids and the environment,
-# then sleeps; IGNORE_SIGNALS makes it ignore SIGINT and SIGTERM; EXIT=<n> makes it exit at once.
+# then sleeps; IGNORE_SIGNALS makes it ignore SIGINT and SIGTERM; EXIT=<n> makes it exit at once
+# (the test's variables, handed over as arguments: a driver inherits only the allowlist's).
 DRIVER = r"""
 import json, os, signal, subprocess, sys, time
-out = sys.argv[1]
-if os.environ.get("IGNORE_SIGNALS"):
+out, ignore_signals, exit_code = sys.argv[1:4]
+if ignore_signals:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 else:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as the real driver does
-if "EXIT" in os.environ:
-    sys.exit(int(os.environ["EXIT"]))
+if exit_code:
+    sys.exit(int(exit_code))
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 env = {k: os.environ.get(k) for k in ("FEDTUNE_DATABASE_URL", "FEDTUNE_API_TOKEN", "RAY_ADDRESS")}
 with open(out + ".tmp", "w") as f:
@@ -57,7 +58,10 @@ def backend(make_settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("RAY_ADDRESS", "http://somewhere:8265")
     info = tmp_path / "driver.json"
     settings = make_settings(backend="local", database_url="sqlite:////tmp/never-opened.db")
-    argv = lambda sid, attempt: [sys.executable, "-c", DRIVER, str(info)]  # noqa: E731
+    def argv(sid: str, attempt: int) -> list[str]:
+        knobs = [os.environ.get("IGNORE_SIGNALS", ""), os.environ.get("EXIT", "")]
+        return [sys.executable, "-c", DRIVER, str(info), *knobs]
+
     b = LocalBackend(settings, argv=argv, grace_s=1.0)
     b.info = info
     yield b
