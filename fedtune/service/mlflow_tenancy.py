@@ -1,7 +1,8 @@
 """Keep MLflow's workspaces and permissions in step with fedtune's projects and roles.
 
 One fedtune project is one MLflow workspace (an MLflow server started with
-``--enable-workspaces --app-name basic-auth``): :func:`workspace_for` names it — the project's
+``--enable-workspaces --app-name fedtune``: MLflow's basic-auth app with the user list scoped,
+:mod:`.mlflow_app`): :func:`workspace_for` names it — the project's
 own name, ``default`` for the ``default`` project, ``project-<name>`` for the few names MLflow
 refuses (one character, or ``api``, ``ajax-api``, ``workspaces``, ``static-files``).
 

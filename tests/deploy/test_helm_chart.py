@@ -758,7 +758,7 @@ def _mlflow_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_mlflow_workspaces_follow_auth_and_keep_the_admin_password_in_a_secret(render) -> None:
-    """Auth on: MLflow runs ``--enable-workspaces --app-name=basic-auth`` with its admin password
+    """Auth on: MLflow runs ``--enable-workspaces --app-name=fedtune`` with its admin password
     from a Secret (MLflow and the API read it; no ConfigMap and no driver holds it); off by
     default without auth, and ``mlflow.workspaces.enabled: false`` turns it off with auth."""
     plain = render({})
@@ -768,7 +768,7 @@ def test_mlflow_workspaces_follow_auth_and_keep_the_admin_password_in_a_secret(r
 
     manifests = render({"auth": {"apiToken": "test-token-set-by-the-test"}})
     mlflow = _mlflow_container(manifests)
-    assert {"--enable-workspaces", "--app-name=basic-auth"} <= set(mlflow["args"])
+    assert {"--enable-workspaces", "--app-name=fedtune"} <= set(mlflow["args"])
     secret = one(manifests, "Secret", f"{FULLNAME}-mlflow-auth")
     password = secret["stringData"]["admin-password"]
     assert password == MLFLOW_ADMIN_PASSWORD

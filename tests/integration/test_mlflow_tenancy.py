@@ -1,6 +1,7 @@
 """Projects all the way into MLflow, against a real ``mlflow server`` with workspaces and auth.
 
-One server (``--enable-workspaces --app-name basic-auth``, SQLite backend, served artifacts) for
+One server (``--enable-workspaces --app-name fedtune``: MLflow's basic-auth app with the user
+list scoped, ``fedtune/service/mlflow_app.py``; SQLite backend, served artifacts) for
 the module; :class:`~fedtune.service.mlflow_tenancy.MlflowTenancy` syncs two projects
 (``team-a``, ``team-b``) and three users into it: ``ana`` (member of team-a), ``vic`` (viewer of
 team-a) and ``bob`` (member of team-b). Each study driver logs with its workspace's driver
@@ -37,7 +38,7 @@ auth_cache_ttl_seconds = 30
 
 
 def start_server(root: Path) -> tuple[subprocess.Popen, str]:
-    """``mlflow server --enable-workspaces --app-name basic-auth`` on a free port of 127.0.0.1.
+    """``mlflow server --enable-workspaces --app-name fedtune`` on a free port of 127.0.0.1.
 
     Args:
         root: Folder of its databases, artifacts, auth config and log.
@@ -67,7 +68,7 @@ def start_server(root: Path) -> tuple[subprocess.Popen, str]:
         str(root / "artifacts"),
         "--enable-workspaces",
         "--app-name",
-        "basic-auth",
+        "fedtune",
         "--host",
         "127.0.0.1",
         "--port",
@@ -243,6 +244,34 @@ def test_other_projects_runs_are_hidden(world, user, project, target):
     names, runs = listed(world, user, project)
     assert f"study-{target}" not in names
     assert world["studies"][target]["run_id"] not in runs
+
+
+@pytest.mark.parametrize("route", ["/api/2.0/mlflow/users/list", "/ajax-api/2.0/mlflow/users/list"])
+def test_a_member_lists_only_the_users_of_their_own_projects(world, route):
+    """MLflow's basic-auth app lists every user to any member: the other projects' members and
+    drivers (``fedtune-driver-<project>``), so their names. fedtune's app lists a member the
+    users sharing a workspace with them; an admin still sees everyone."""
+
+    def answer(user: str, project: str, auth=None) -> httpx.Response:
+        with httpx.Client(base_url=world["url"], timeout=30) as c:
+            return c.get(
+                route,
+                auth=auth or (user, world["passwords"][user]),
+                headers={"X-MLFLOW-WORKSPACE": workspace_for(project)},
+            )
+
+    def names(user: str, project: str, auth=None) -> set[str]:
+        listed = answer(user, project, auth)
+        assert listed.status_code == 200, listed.text
+        return {u["username"] for u in listed.json()["users"]}
+
+    team_a = {"ana", "vic", driver_user(workspace_for("team-a"))}
+    assert names("ana", "team-a") == team_a
+    assert names("bob", "team-b") == {"bob", driver_user(workspace_for("team-b"))}
+    assert answer("vic", "team-a").status_code == 403  # MLflow lists users to members only
+    assert answer("bob", "team-a").status_code == 403  # and in their own workspaces
+    everyone = names("admin", "team-a", auth=("admin", ADMIN_PASSWORD))
+    assert team_a | {"bob", driver_user(workspace_for("team-b"))} <= everyone
 
 
 def test_member_edits_viewer_only_reads(world):
