@@ -29,6 +29,8 @@ from fedtune.service.settings import load_settings
 from tests.service.code_fixtures import write_package
 from tests.service.helpers import tiny_spec
 
+PATH = {"PATH": "/usr/bin:/bin"}
+
 
 def _timed(call) -> float:
     start = time.perf_counter()
@@ -63,7 +65,7 @@ def main() -> int:
                     _timed(lambda s=settings: check_in_sandbox(spec, package.data, s))
                 )
                 argv = boxed if mode == "bwrap" else pass_argv
-                bare[mode].append(_timed(lambda a=argv: subprocess.run(a, check=True)))
+                bare[mode].append(_timed(lambda a=argv: subprocess.run(a, check=True, env=PATH)))
     med = {
         f"{k}_{m}": statistics.median(v)
         for k, d in (("check", check), ("bare", bare))

@@ -33,6 +33,9 @@ __all__ = [
     "Limits",
     "Sandbox",
     "SandboxMode",
+    "command_pid",
+    "give_to_sandbox",
+    "prepare_for_sandbox",
     "python_paths",
     "sandbox_missing",
 ]
@@ -57,18 +60,22 @@ class Limits:
     """Resource limits of one sandbox (each a ``setrlimit`` limit of every process in it).
 
     Attributes:
-        cpu_s: CPU seconds of one process (``RLIMIT_CPU``; SIGXCPU, then SIGKILL).
-        memory_bytes: address space of one process (``RLIMIT_AS``; allocations fail).
-        file_bytes: size of one written file (``RLIMIT_FSIZE``; SIGXFSZ).
+        cpu_s: CPU seconds of one process (``RLIMIT_CPU``; SIGXCPU, then SIGKILL); None: no
+            limit (a study driver, which runs for hours).
+        memory_bytes: address space of one process (``RLIMIT_AS``; allocations fail); None: no
+            limit (Ray reserves far more address space than it uses).
+        file_bytes: size of one written file (``RLIMIT_FSIZE``; SIGXFSZ); None: no limit.
         processes: processes of the sandbox's user (``RLIMIT_NPROC``; fork fails).
         tmp_bytes: size of the private ``/tmp`` (a tmpfs, charged to memory).
+        shm_bytes: size of a writable ``/dev/shm`` (a tmpfs: Ray's object store); 0: none.
     """
 
-    cpu_s: int = 120
-    memory_bytes: int = 4 << 30
-    file_bytes: int = 64 << 20
+    cpu_s: int | None = 120
+    memory_bytes: int | None = 4 << 30
+    file_bytes: int | None = 64 << 20
     processes: int = 64
     tmp_bytes: int = 256 << 20
+    shm_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,10 +85,16 @@ class Sandbox:
     Attributes:
         read_only: host path -> path inside, mounted read-only.
         writable: host path -> path inside, mounted writable.
-        env: the whole environment of the sandboxed command.
+        env: the whole environment of the sandboxed command: start :meth:`command` with it as
+            bubblewrap's own environment (never on the command line, which every user of the
+            machine can read), as :meth:`run` does.
         limits: its resource limits.
         cwd: its working directory, inside.
         network: keep the host's network (only for commands that must reach a service).
+        private: path inside -> size in bytes of a private, writable tmpfs there (mounted
+            before ``writable``, which may lie inside it).
+        new_session: start the command in a session of its own (no terminal to inject into);
+            False keeps it in the caller's process group, for a caller that signals the group.
     """
 
     read_only: Mapping[Path, str] = field(default_factory=dict)
@@ -90,6 +103,8 @@ class Sandbox:
     limits: Limits = field(default_factory=Limits)
     cwd: str = "/tmp"
     network: bool = False
+    private: Mapping[str, int] = field(default_factory=dict)
+    new_session: bool = True
 
     def command(
         self, argv: Sequence[str], *, bwrap: str | None = None, proc: bool | None = None
@@ -108,7 +123,9 @@ class Sandbox:
         """
         proc = _probe()[1] if proc is None else proc
         root = os.geteuid() == 0
-        out = [bwrap or shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session"]
+        out = [bwrap or shutil.which("bwrap") or "bwrap", "--die-with-parent"]
+        if self.new_session:
+            out.append("--new-session")
         out += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
         if not self.network:
             out.append("--unshare-net")
@@ -126,16 +143,22 @@ class Sandbox:
         binds = [("--ro-bind", str(host), str(host)) for host in python_paths()]
         binds += [("--ro-bind", str(host), inside) for host, inside in self.read_only.items()]
         binds += [("--bind", str(host), inside) for host, inside in self.writable.items()]
-        for parent in _ancestors(inside for _, _, inside in binds):
-            out += ["--perms", "0755", "--dir", parent]  # not the host's modes (/root: 0700)
         out += ["--proc", "/proc", "--dev", "/dev"] if proc else ["--dev", "/dev"]
-        out += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        out += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        if self.limits.shm_bytes:
+            out += ["--perms", "1777", "--size", str(self.limits.shm_bytes), "--tmpfs", "/dev/shm"]
+        # the folders above each mount point, made here (not with the host's modes: /root is
+        # 0700) after the tmpfs they may lie in, and before what is mounted on them
+        for parent in _ancestors(self.private):
+            out += ["--perms", "0755", "--dir", parent]
+        for inside, size in self.private.items():
+            out += ["--perms", "1777", "--size", str(size), "--tmpfs", inside]
+        for parent in _ancestors(inside for _, _, inside in binds):
+            if parent not in ("/tmp", *self.private):
+                out += ["--perms", "0755", "--dir", parent]
         for kind, host, inside in binds:
             out += [kind, host, inside]
-        out += ["--chdir", self.cwd, "--clearenv"]
-        for key, value in self.env.items():
-            out += ["--setenv", key, value]
-        out.append("--")
+        out += ["--chdir", self.cwd, "--"]  # the environment is bwrap's own: ``env`` (not argv)
         if root:  # drop to nobody inside, where the mounts are made: RLIMIT_NPROC then holds
             out += [
                 "setpriv",
@@ -150,9 +173,9 @@ class Sandbox:
         limits = self.limits
         out += [
             "prlimit",
-            f"--cpu={limits.cpu_s}",
-            f"--as={limits.memory_bytes}",
-            f"--fsize={limits.file_bytes}",
+            f"--cpu={_limit(limits.cpu_s)}",
+            f"--as={_limit(limits.memory_bytes)}",
+            f"--fsize={_limit(limits.file_bytes)}",
             f"--nproc={limits.processes}",
             "--core=0",
             "--",
@@ -183,8 +206,52 @@ class Sandbox:
             capture_output=True,
             timeout=timeout_s,
             check=False,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            env=dict(self.env),
         )
+
+
+def _limit(value: int | None) -> str:
+    return "unlimited" if value is None else str(value)
+
+
+def command_pid(outer_pid: int) -> int | None:
+    """The host PID of the command a sandbox started by ``outer_pid`` (bubblewrap) runs.
+
+    bubblewrap's first process forks the PID namespace's init, which forks the command
+    (``setpriv`` and ``prlimit`` exec into it, keeping its PID): the command is the
+    grandchild. A signal meant for the command alone (a clean stop) goes there.
+
+    Args:
+        outer_pid: the PID of the ``bwrap`` process the caller started.
+
+    Returns:
+        The command's PID, or None when it is not (or no longer) running.
+    """
+    pid = outer_pid
+    for _ in range(2):
+        children = _children(pid)
+        if len(children) != 1:
+            return None
+        pid = children[0]
+    return pid
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        listed = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [int(child) for child in listed]
+    except OSError:
+        pass
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def prepare_for_sandbox(path: Path, *, writable: bool = False) -> None:
@@ -211,6 +278,20 @@ def prepare_for_sandbox(path: Path, *, writable: bool = False) -> None:
                 os.chmod(file, 0o644)
     if writable:
         os.chown(path, SANDBOX_UID, SANDBOX_UID)
+
+
+def give_to_sandbox(path: Path) -> None:
+    """Make the tree ``path`` the sandbox user's (a study's folder its sandboxed driver writes).
+
+    Args:
+        path: a directory of the service's; nothing changes unless the service runs as root.
+    """
+    if os.geteuid() != 0:
+        return
+    for current, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            os.lchown(os.path.join(current, name), SANDBOX_UID, SANDBOX_UID)
+    os.chown(path, SANDBOX_UID, SANDBOX_UID)
 
 
 @functools.cache
@@ -275,6 +356,7 @@ def _probe() -> tuple[str | None, bool]:
         try:
             done = subprocess.run(
                 probe.command([sys.executable, "-I", "-c", "pass"], bwrap=exe, proc=proc),
+                env=dict(probe.env),
                 capture_output=True,
                 text=True,
                 timeout=60,

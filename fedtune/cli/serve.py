@@ -1,7 +1,8 @@
 """``fedtune serve``: run the service (API + scheduler) with uvicorn.
 
 Embedded defaults: SQLite ``./fedtune.db``, backend ``local`` (drivers are child processes with
-embedded Ray), no token — a laptop service. Every option overrides its ``FEDTUNE_*`` variable;
+embedded Ray that report to this server with a credential of their study's, not to its
+database), no token — a laptop service. Every option overrides its ``FEDTUNE_*`` variable;
 the rest comes from the environment (``fedtune.service.settings``). One process: the scheduler
 runs inside it.
 """
@@ -41,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
         "max_concurrent_studies": args.max_concurrent_studies,
     }
     settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    if settings.backend == "local" and settings.driver_url is None:
+        # local drivers report to this server, not to its database (service.driver_link)
+        overrides["driver_url"] = own_url(args.host, args.port)
+        settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -56,3 +61,9 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
     return 0
+
+
+def own_url(host: str, port: int) -> str:
+    """The URL this machine's processes reach the server at (a wildcard bind: loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

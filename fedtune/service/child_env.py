@@ -13,9 +13,11 @@ not named here, a new secret setting among them, is withheld by default.
   the tracking URI, and the study's MLflow workspace credential
   (:func:`.mlflow_tenancy.driver_env_for`).
 
-The service's API token, code URL key, Ray token and MLflow admin password reach no child. The
-database URL reaches the ``local`` driver only (it records its study's progress there); a Ray
-job or RayJob driver gets it from its cluster's environment, never from the service.
+The service's API token, code URL key, Ray token and MLflow admin password reach no child. A
+driver gets the URL it reports to and a credential of its own study and attempt
+(``FEDTUNE_DRIVER_URL``, ``FEDTUNE_DRIVER_TOKEN``: :mod:`.driver_link`) when the service has such
+a URL; only without one does a ``local`` driver get the database URL (a Ray job or RayJob driver
+then reads it from its cluster's environment, never from the service).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ def child_env(
     kind: ChildKind,
     *,
     project: str | None = None,
+    study: tuple[str, int] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of a child of ``kind`` (see the module docstring).
@@ -111,6 +114,8 @@ def child_env(
         settings: the service's settings.
         kind: which child.
         project: the study's project (its MLflow workspace credential), for drivers.
+        study: ``(study id, attempt)`` of a driver: its credential for the service's driver
+            routes, when the service has a URL its drivers reach (``drivers_report_to``).
         environ: the service's environment (default: this process's).
 
     Returns:
@@ -124,15 +129,17 @@ def child_env(
     driver = {
         "FEDTUNE_HEARTBEAT_S": str(settings.heartbeat_s),
         **driver_env_for(settings, project),
+        **_report_to(settings, study),
     }
     if kind is not ChildKind.LOCAL_DRIVER:
         return driver
-    from .backends.local import absolute_sqlite_url
-
     env = {k: v for k, v in environ.items() if k in HOST}
+    if "FEDTUNE_DRIVER_URL" not in driver:  # no URL: the driver writes the database itself
+        from .backends.local import absolute_sqlite_url
+
+        env["FEDTUNE_DATABASE_URL"] = absolute_sqlite_url(settings.database_url)
     env.update(
         driver,
-        FEDTUNE_DATABASE_URL=absolute_sqlite_url(settings.database_url),
         FEDTUNE_WORKDIR=str(Path(settings.workdir).resolve()),
         FEDTUNE_BACKEND=str(settings.backend),
         FEDTUNE_MAX_DISPATCH_ATTEMPTS=str(settings.max_dispatch_attempts),
@@ -142,3 +149,15 @@ def child_env(
     if settings.mlflow_tracking_uri:
         env["MLFLOW_TRACKING_URI"] = settings.mlflow_tracking_uri
     return env
+
+
+def _report_to(settings: Settings, study: tuple[str, int] | None) -> dict[str, str]:
+    """A driver's URL and credential for the service's driver routes (empty: none)."""
+    url = settings.drivers_report_to
+    if url is None or study is None:
+        return {}
+    from .code_url import code_url_key
+    from .driver_link import driver_token
+
+    token = driver_token(code_url_key(settings), study[0], study[1])
+    return {"FEDTUNE_DRIVER_URL": url, "FEDTUNE_DRIVER_TOKEN": token}

@@ -56,13 +56,11 @@ from fedtune.errors import (
     FedtuneError,
 )
 
-from .db import Database
+from .driver_link import DriverLink, link_from_environment
+from .driver_ops import Claim
 from .faults import is_database_outage, is_transient, retry_delay_s
-from .models import utcnow
 from .optuna_sync import OptunaView
 from .paths import check_workdir, study_tracking_uri, study_workdir
-from .reconcile import recover_study
-from .repository import Repository
 from .settings import Settings, database_url_from_env, load_settings
 from .specs import load_spec
 from .states import StudyState
@@ -85,10 +83,10 @@ class Heartbeat(threading.Thread):
     """Stamp ``heartbeat_at``; call ``on_lost`` once the study is no longer ours to run."""
 
     def __init__(
-        self, db: Database, study_id: str, attempt: int, every_s: float, on_lost: Callable[[], None]
+        self, link: DriverLink, attempt: int, every_s: float, on_lost: Callable[[], None]
     ) -> None:
         super().__init__(name="fedtune-heartbeat", daemon=True)
-        self.db, self.study_id, self.attempt, self.every_s = db, study_id, attempt, every_s
+        self.link, self.study_id, self.attempt, self.every_s = link, link.study_id, attempt, every_s
         self.on_lost = on_lost
         self.halt = threading.Event()
         self._lock = threading.Lock()
@@ -101,13 +99,7 @@ class Heartbeat(threading.Thread):
 
     def beat(self) -> bool:
         """One heartbeat; False when the study was cancelled or re-dispatched."""
-        with self.db.session() as session:
-            repo = Repository(session)
-            study = repo.require_study(self.study_id)
-            if study.state != StudyState.RUNNING or study.attempts != self.attempt:
-                return False
-            repo.update_study(self.study_id, heartbeat_at=utcnow())
-        return True
+        return self.link.heartbeat(self.attempt)
 
     def run(self) -> None:
         while not self.halt.wait(self.every_s):
@@ -148,55 +140,60 @@ def load_driver_settings() -> Settings:
         The settings, as the service's.
 
     Raises:
-        ConfigError: ``FEDTUNE_DATABASE_URL`` is not set (the service's own default, a SQLite
-            file in the working directory, is no database a driver may write: on a cluster no
-            service reads it), or a setting is invalid.
+        ConfigError: neither ``FEDTUNE_DRIVER_URL`` with ``FEDTUNE_DRIVER_TOKEN`` nor
+            ``FEDTUNE_DATABASE_URL`` is set (the service's own default, a SQLite file in the
+            working directory, is no database a driver may write: on a cluster no service reads
+            it), or a setting is invalid.
     """
-    if not (database_url_from_env() or "").strip():
+    settings = load_settings()
+    has_api = settings.driver_url is not None and settings.driver_token is not None
+    if not has_api and not (database_url_from_env() or "").strip():
         raise ConfigError(
             "FEDTUNE_DATABASE_URL",
-            "not set in the driver's environment; give the cluster's processes the service "
-            "database's URL (the driver never falls back to a SQLite file)",
+            "not set in the driver's environment, nor FEDTUNE_DRIVER_URL and "
+            "FEDTUNE_DRIVER_TOKEN; give the driver the service's URL and its study's token, or "
+            "the cluster's processes the service database's URL (the driver never falls back "
+            "to a SQLite file)",
         )
-    return load_settings()
+    return settings
 
 
-def _claim(
-    db: Database, study_id: str, attempt: int | None
-) -> tuple[dict[str, Any], int, str | None] | None:
-    with db.session(readonly=True) as session:
-        study = Repository(session).require_study(study_id)
-        if study.state != StudyState.RUNNING:
-            log.warning("study %s is %s; nothing to do", study_id, study.state)
-            return None
-        if attempt is not None and study.attempts != attempt:
-            log.warning("study %s: attempt %s superseded by %s", study_id, attempt, study.attempts)
-            return None
-        return dict(study.spec), study.attempts, study.code_sha256
+def _claim(link: DriverLink, attempt: int | None) -> Claim | None:
+    claim = link.claim()
+    if claim.state != StudyState.RUNNING:
+        log.warning("study %s is %s; nothing to do", link.study_id, claim.state)
+        return None
+    if attempt is not None and claim.attempts != attempt:
+        log.warning("study %s: attempt %s superseded by %s", link.study_id, attempt, claim.attempts)
+        return None
+    return claim
 
 
-def _restart_if_storage_lost(db: Database, study_id: str, view: OptunaView) -> None:
+def _restart_if_storage_lost(link: DriverLink, view: OptunaView) -> None:
     """Trials recorded but no Optuna storage (a fresh pod): the study starts over, cleanly."""
     if view.exists():
         return
-    with db.session() as session:
-        dropped = Repository(session).delete_trials(study_id)
+    dropped = link.reset_trials()
     if dropped:
         log.warning(
             "study %s: Optuna storage %s missing; %d recorded trial(s) dropped, "
             "the study starts over",
-            study_id,
+            link.study_id,
             view.path,
             dropped,
         )
 
 
-def _finish(db: Database, study_id: str, state: StudyState, **values: Any) -> None:
-    with db.session() as session:
-        if not Repository(session).transition(
-            study_id, state, expected=[StudyState.RUNNING], **values
-        ):
-            log.warning("study %s changed state meanwhile; %s not recorded", study_id, state)
+def _finish(link: DriverLink, state: StudyState, **values: Any) -> None:
+    if not link.finish(state, **values):
+        log.warning("study %s changed state meanwhile; %s not recorded", link.study_id, state)
+
+
+def _sync(link: DriverLink, view: OptunaView) -> None:
+    """Every finished trial of the Optuna storage recorded by the service."""
+    fixed = link.apply_finished_trials(view.finished())
+    if fixed:
+        log.info("study %s: %d trial(s) synchronised from the Optuna storage", link.study_id, fixed)
 
 
 def run_driver(
@@ -206,57 +203,60 @@ def run_driver(
     *,
     run_study: Callable[..., Any] | None = None,
     sleep: Callable[[float], Any] = time.sleep,
+    link: DriverLink | None = None,
 ) -> int:
     """Run study ``study_id`` to its end (see the module docstring); returns the exit code.
-    ``sleep`` waits out the backoff before a transient error re-queues the study."""
+    ``sleep`` waits out the backoff before a transient error re-queues the study; ``link``
+    (default: the one the environment names, ``driver_link.link_from_environment``) is how
+    the driver reads and records its study."""
     if run_study is None:
         from fedtune.tuning.study import run_study
 
-    db = Database(settings.database_url)
-    # The driver alone writes the service database; the Ray processes it starts (an embedded
-    # cluster's raylet, agents and trial workers) inherit its environment: keep the database's
-    # credentials out of it (the engine reads the URL from ``settings``).
-    os.environ.pop("FEDTUNE_DATABASE_URL", None)
+    link = link_from_environment(study_id, settings) if link is None else link
+    # The Ray processes the driver starts (an embedded cluster's raylet, agents and trial
+    # workers) inherit its environment: keep its credential out of it (the link holds it).
+    for name in ("FEDTUNE_DATABASE_URL", "FEDTUNE_DRIVER_TOKEN"):
+        os.environ.pop(name, None)
     try:
         try:
             check_workdir(settings)
         except ConfigError as exc:
-            if _claim(db, study_id, attempt) is not None:
-                _finish(db, study_id, StudyState.FAILED, error=str(exc))
+            if _claim(link, attempt) is not None:
+                _finish(link, StudyState.FAILED, error=str(exc))
             raise
-        claimed = _claim(db, study_id, attempt)
+        claimed = _claim(link, attempt)
         if claimed is None:
             return 0
-        document, attempts, code_sha256 = claimed
         workdir = study_workdir(settings, study_id)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            spec = load_spec(with_study_code(db, settings, document, code_sha256))
+            spec = load_spec(with_study_code(link, settings, claimed.spec, claimed.code_sha256))
         except ConfigError as exc:
             what = "invalid stored spec"
             if isinstance(exc, CodeError):  # the service's check imported it, this machine not
                 what = "the study's code failed to load on the driver's machine"
             log.error("study %s failed: %s: %s", study_id, what, exc)
-            _finish(db, study_id, StudyState.FAILED, error=f"{what}: {exc}")
+            _finish(link, StudyState.FAILED, error=f"{what}: {exc}")
             return 1
         view = OptunaView(workdir, spec.name)
-        _restart_if_storage_lost(db, study_id, view)
-        code = _drive(db, study_id, attempts, settings, spec, workdir, view, run_study)
+        _restart_if_storage_lost(link, view)
+        code = _drive(link, claimed.attempts, settings, spec, workdir, view, run_study)
         if isinstance(code, BaseException):  # a transient error: back in the queue, or failed
-            return _retry_later(db, study_id, attempts, settings, code, sleep)
+            return _retry_later(link, claimed.attempts, settings, code, sleep)
         return code
     finally:
-        db.dispose()
+        link.close()
 
 
-def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> int | Exception:
+def _drive(link, attempts, settings, spec, workdir, view, run_study) -> int | Exception:
     from .sink import DbSink, TrialRecorder  # Ray Tune: imported in the driver only
 
+    study_id = link.study_id
     uri = study_tracking_uri(settings, study_id)
-    mlflow_ids = _MlflowIds(db, study_id, view, uri)
-    sink = DbSink(TrialRecorder(db, study_id), run_id_of=mlflow_ids.trial_run)
+    mlflow_ids = _MlflowIds(link, view, uri)
+    sink = DbSink(TrialRecorder(link), run_id_of=mlflow_ids.trial_run)
     heartbeat = Heartbeat(
-        db, study_id, attempts, settings.heartbeat_s, lambda: os.kill(os.getpid(), signal.SIGINT)
+        link, attempts, settings.heartbeat_s, lambda: os.kill(os.getpid(), signal.SIGINT)
     )
     stop = _StopOnce()
     previous = signal.signal(signal.SIGTERM, stop)
@@ -279,8 +279,8 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
             heartbeat.stop()  # before any final write, and before the handlers are restored
     except KeyboardInterrupt:
         log.warning("study %s: driver stopped", study_id)
-        view.sync_into(db, study_id)
-        _drop_queue_if_cancelled(db, study_id, view)
+        _sync(link, view)
+        _drop_queue_if_cancelled(link, view)
         return EXIT_STOPPED
     except ConflictError as exc:
         log.error("study %s: %s", study_id, exc)
@@ -289,32 +289,32 @@ def _drive(db, study_id, attempts, settings, spec, workdir, view, run_study) -> 
         if is_database_outage(exc):  # nothing to write now: the next dispatch syncs and resumes
             log.warning("study %s: the service database failed: %s", study_id, _one_line(exc))
             return exc
-        view.sync_into(db, study_id)
+        _sync(link, view)
         if is_transient(exc):
             log.warning("study %s: transient error: %s", study_id, _one_line(exc))
             return exc
         log.exception("study %s failed", study_id)
-        _finish(db, study_id, StudyState.FAILED, error=_one_line(exc))
+        _finish(link, StudyState.FAILED, error=_one_line(exc))
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
     try:
-        return _record_end(db, study_id, view, result)
+        return _record_end(link, view, result)
     except DatabaseUnavailableError as exc:  # the next dispatch finds the study done and ends it
         log.warning("study %s: the service database failed at the end: %s", study_id, exc)
         return exc
 
 
-def _record_end(db: Database, study_id: str, view: OptunaView, result: Any) -> int:
-    """The finished study's trials and final state into the service database."""
-    view.sync_into(db, study_id)
+def _record_end(link: DriverLink, view: OptunaView, result: Any) -> int:
+    """The finished study's trials and final state, recorded by the service."""
+    study_id = link.study_id
+    _sync(link, view)
     best = result.best or {}
     if result.failure:  # no best configuration (all diverged, failed, stopped): failed, why
         reason = result.failure
         _finish(
-            db,
-            study_id,
+            link,
             StudyState.FAILED,
             error=reason[:2000],
             mlflow_experiment_id=result.experiment_id,
@@ -323,8 +323,7 @@ def _record_end(db: Database, study_id: str, view: OptunaView, result: Any) -> i
         log.error("study %s failed: %s", study_id, reason)
         return 1
     _finish(
-        db,
-        study_id,
+        link,
         StudyState.SUCCEEDED,
         error=None,
         best_trial=best.get("number"),
@@ -336,25 +335,21 @@ def _record_end(db: Database, study_id: str, view: OptunaView, result: Any) -> i
     return 0
 
 
-def _drop_queue_if_cancelled(db: Database, study_id: str, view: OptunaView) -> None:
+def _drop_queue_if_cancelled(link: DriverLink, view: OptunaView) -> None:
     """A cancelled study leaves no WAITING trial in its Optuna storage."""
-    with db.session(readonly=True) as session:
-        cancelled = Repository(session).require_study(study_id).state == StudyState.CANCELLED
-    if cancelled and (dropped := view.discard_waiting()):
-        log.info("study %s cancelled: %d queued trial(s) dropped", study_id, dropped)
+    if link.is_cancelled() and (dropped := view.discard_waiting()):
+        log.info("study %s cancelled: %d queued trial(s) dropped", link.study_id, dropped)
 
 
-def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:
+def _retry_later(link, attempt, settings, exc, sleep) -> int:
     """Re-queue the study after the backoff (attempts left) or fail it (the last one); after a
     database outage, once the database answers again, without using up the attempt."""
-    reason = _one_line(exc)
+    study_id, reason = link.study_id, _one_line(exc)
     if is_database_outage(exc):
-        if not _wait_for_database(db, study_id, settings, sleep):
+        if not _wait_for_database(link, settings, sleep):
             return EXIT_STOPPED
-        recovery = recover_study(
-            db, study_id, attempt, reason, settings.max_dispatch_attempts, counts=False
-        )
-        return EXIT_REQUEUED if recovery.action == "requeued" else 1
+        action = link.recover(attempt, reason, counts=False)
+        return EXIT_REQUEUED if action == "requeued" else 1
     if attempt < settings.max_dispatch_attempts:
         delay = retry_delay_s(settings.retry_backoff_s, attempt)
         log.warning("study %s: re-queued in %.0f s", study_id, delay)
@@ -362,8 +357,8 @@ def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:
             sleep(delay)
         except KeyboardInterrupt:  # stopped meanwhile: the service decides (module docstring)
             return EXIT_STOPPED
-    recovery = recover_study(db, study_id, attempt, reason, settings.max_dispatch_attempts)
-    return EXIT_REQUEUED if recovery.action == "requeued" else 1
+    action = link.recover(attempt, reason, counts=True)
+    return EXIT_REQUEUED if action == "requeued" else 1
 
 
 #: how long a driver waits for the service database after an outage before it gives up (the
@@ -371,12 +366,13 @@ def _retry_later(db, study_id, attempt, settings, exc, sleep) -> int:
 OUTAGE_WAIT_S = 900.0
 
 
-def _wait_for_database(db, study_id, settings, sleep, limit_s: float = OUTAGE_WAIT_S) -> bool:
-    """Wait (backoff, at most 30 s a step) until the database answers; False when stopped."""
+def _wait_for_database(link, settings, sleep, limit_s: float = OUTAGE_WAIT_S) -> bool:
+    """Wait (backoff, at most 30 s a step) until the service answers; False when stopped."""
+    study_id = link.study_id
     delay, waited = max(settings.retry_backoff_s, 0.5), 0.0
     while True:
         try:
-            db.ping()
+            link.ping()
             return True
         except DatabaseUnavailableError:
             if waited >= limit_s:
@@ -395,20 +391,15 @@ def _wait_for_database(db, study_id, settings, sleep, limit_s: float = OUTAGE_WA
 class _MlflowIds:
     """Record the study's MLflow parent run (once) as trials start; return each trial's run."""
 
-    def __init__(self, db: Database, study_id: str, view: OptunaView, uri: str) -> None:
-        self.db, self.study_id, self.view, self.uri = db, study_id, view, uri
+    def __init__(self, link: DriverLink, view: OptunaView, uri: str) -> None:
+        self.link, self.view, self.uri = link, view, uri
         self._parent: str | None = None
 
     def trial_run(self, number: int) -> str | None:
         if self._parent is None:
             self._parent = self.view.parent_run_id()
             if self._parent:
-                with self.db.session() as session:
-                    Repository(session).update_study(
-                        self.study_id,
-                        mlflow_run_id=self._parent,
-                        mlflow_experiment_id=self._experiment(self._parent),
-                    )
+                self.link.set_mlflow_ids(self._parent, self._experiment(self._parent))
         return self.view.run_id_of(number)
 
     def _experiment(self, run_id: str) -> str | None:

@@ -3,8 +3,8 @@
 ``run_study`` keeps every trial in ``<workdir>/optuna.db``; this view reads it only through
 ``fedtune.tuning.store.StudyStore`` (outcome, MLflow run ids, the ℓ_t curve — the attribute
 names live there, not here). The driver reads it to learn MLflow
-run ids while trials run, and after ``run_study`` returns to :meth:`OptunaView.sync_into` the
-service database: a trial whose final event never reached the database (the driver was killed
+run ids while trials run, and after ``run_study`` returns hands :meth:`OptunaView.finished` to
+the service (through its link, ``driver_link``): a trial whose final event never reached the database (the driver was killed
 between Optuna's ``tell`` and the sink's write) gets its final state from Optuna, so the service
 never shows fewer finished trials than were run.
 """
@@ -18,8 +18,6 @@ from typing import Any
 
 from fedtune.outcomes import TrialOutcome, from_optuna_state, service_state
 
-from .db import Database
-from .repository import Repository
 from .states import TrialState
 
 __all__ = ["OptunaView"]
@@ -54,27 +52,38 @@ class OptunaView:
         store = self._open()
         return None if store is None else store.run_id_of(number)
 
-    def sync_into(self, db: Database, study_id: str) -> int:
-        """Give every finished Optuna trial its final state in the database; returns #fixed."""
+    def finished(self) -> list[dict[str, Any]]:
+        """Every finished trial of the Optuna storage, as the service records it.
+
+        Returns:
+            ``{number, params, run_id, state, value, outcome, curve: {rounds, loss}}`` each
+            (``driver_ops.apply_finished_trials`` writes them); unfinished trials and queued
+            ones a cancel dropped are left out.
+        """
         store = self._open()
         if store is None:
-            return 0
-        fixed = 0
-        with db.session() as session:
-            repo = Repository(session)
-            for t in store.records():
-                state = _state(t)
-                row = repo.get_trial(study_id, t.number, lock=True)
-                if state is None or (row is not None and row.state == state):
-                    continue
-                if row is None:
-                    repo.start_trial(study_id, t.number, t.params, t.run_id)
-                    _curve_into(repo, study_id, t)
-                repo.finish_trial(study_id, t.number, state, t.value, t.outcome)
-                fixed += 1
-        if fixed:
-            log.info("study %s: %d trial(s) synchronised from the Optuna storage", study_id, fixed)
-        return fixed
+            return []
+        records = []
+        for t in store.records():
+            state = _state(t)
+            if state is None:
+                continue
+            curve = t.curve or {}
+            records.append(
+                {
+                    "number": int(t.number),
+                    "params": dict(t.params or {}),
+                    "run_id": t.run_id,
+                    "state": str(state),
+                    "value": _finite(t.value),
+                    "outcome": t.outcome,
+                    "curve": {
+                        "rounds": [int(r) for r in curve.get("rounds", ())],
+                        "loss": [_finite(x) for x in curve.get("loss", ())],
+                    },
+                }
+            )
+        return records
 
     def discard_waiting(self, *, orphans: bool = False) -> int:
         """Drop the study's queued (``WAITING``) trials: a cancelled study leaves none behind
@@ -97,8 +106,8 @@ def _state(t: Any) -> TrialState | None:
     return service_state(outcome)
 
 
-def _curve_into(repo: Repository, study_id: str, t: Any) -> None:
-    curve = t.curve
-    for r, loss in zip(curve.get("rounds", ()), curve.get("loss", ()), strict=False):
-        value = None if loss is None or not math.isfinite(loss) else float(loss)
-        repo.record_round(study_id, t.number, int(r), {"client_loss": value})
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None

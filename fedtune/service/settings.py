@@ -117,7 +117,7 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("MLFLOW_TRACKING_URI")
     )
     #: one MLflow workspace per project (``fedtune.service.mlflow_tenancy``): the tracking
-    #: server runs ``mlflow server --enable-workspaces --app-name basic-auth``; the service keeps
+    #: server runs ``mlflow server --enable-workspaces --app-name fedtune``; the service keeps
     #: its workspaces, users and roles in step with fedtune's and each study driver logs into its
     #: project's workspace with that workspace's driver credential. Needs an http(s)
     #: ``MLFLOW_TRACKING_URI`` and ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``
@@ -214,6 +214,14 @@ class Settings(BaseSettings):
     code_sandbox_processes: int = Field(64, ge=4, le=100_000)
     #: the service's URL as RayJobs reach it (the kubernetes backend's code ``working_dir`` URI)
     public_url: str | None = None
+    #: the URL study drivers report to (``/v1/driver``, with a per-study credential) instead of
+    #: writing the database: ``fedtune serve`` sets its own loopback URL for the ``local``
+    #: backend; unset, ``ray`` and ``kubernetes`` drivers use ``FEDTUNE_PUBLIC_URL``, and without
+    #: either a driver is given the database URL (``fedtune.service.driver_link``)
+    driver_url: str | None = None
+    #: a study driver's credential for ``FEDTUNE_DRIVER_URL``, valid for one study and one
+    #: dispatch attempt: the backend sets it in the driver's environment, never an operator
+    driver_token: SecretStr | None = None
     #: key of the per-study code download credentials (default: derived from the API token, else
     #: a random key kept in ``<workdir>/code-url.key``)
     code_url_key: SecretStr | None = None
@@ -253,6 +261,8 @@ class Settings(BaseSettings):
         "k8s_service_account",
         "k8s_workdir_claim",
         "public_url",
+        "driver_url",
+        "driver_token",
         "code_url_key",
         "mlflow_admin_password",
         mode="before",
@@ -286,7 +296,7 @@ class Settings(BaseSettings):
             raise ValueError("must be an SQLAlchemy URL such as sqlite:///./fedtune.db")
         return value
 
-    @field_validator("public_url")
+    @field_validator("public_url", "driver_url")
     @classmethod
     def _public_url(cls, value: str | None) -> str | None:
         if value is None:
@@ -356,7 +366,7 @@ class Settings(BaseSettings):
         if not uri.startswith(("http://", "https://")):
             raise ValueError(
                 "FEDTUNE_MLFLOW_WORKSPACES needs an http(s) MLFLOW_TRACKING_URI (a tracking "
-                "server started with --enable-workspaces --app-name basic-auth)"
+                "server started with --enable-workspaces --app-name fedtune)"
             )
         if self.mlflow_admin_password is None:
             raise ValueError("FEDTUNE_MLFLOW_WORKSPACES needs FEDTUNE_MLFLOW_ADMIN_PASSWORD")
@@ -365,6 +375,14 @@ class Settings(BaseSettings):
     @property
     def token(self) -> str | None:
         return self.api_token.get_secret_value() if self.api_token else None
+
+    @property
+    def drivers_report_to(self) -> str | None:
+        """The URL drivers report to: ``driver_url``, else (a cluster backend) ``public_url``."""
+        if self.driver_url:
+            return self.driver_url
+        cluster = self.backend in (BackendKind.RAY, BackendKind.KUBERNETES)
+        return self.public_url if cluster else None
 
 
 _ENV_NAMES = {

@@ -1,10 +1,11 @@
-"""Write a running study's trials into the service database (the driver's side of progress).
+"""Record a running study's trials for the service (the driver's side of progress).
 
 ``run_study(..., sinks=[...])`` (``fedtune/tuning/study.py``) takes extra **Ray Tune callbacks**
 run in the driver; each trial's Tune config carries its Optuna trial number under
 ``fedtune.trial`` and every result the rounds since the previous report under ``history``.
 :class:`DbSink` is that callback; it forwards to :class:`TrialRecorder`, which is Ray-free (unit
-tests drive it directly) and has the three-method shape::
+tests drive it directly), writes through the driver's link (``driver_link``: the API with the
+study's credential, or the database) and has the three-method shape::
 
     on_trial_start(number, params, mlflow_run_id=None)
     on_trial_result(number, rows)              # rows: [{"round": r, metric: value, ...}, ...]
@@ -25,8 +26,7 @@ from ray.tune import Callback
 from fedtune.outcomes import TrialOutcome, final_outcome, service_state
 from fedtune.tuning.trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY  # the schema
 
-from .db import Database
-from .repository import Repository
+from .driver_link import DriverLink
 from .states import TrialState
 
 __all__ = ["DbSink", "TrialRecorder"]
@@ -35,32 +35,23 @@ log = logging.getLogger(__name__)
 
 
 class TrialRecorder:
-    """Trial events → rows of ``trials`` / ``trial_rounds`` (one transaction per event)."""
+    """Trial events → the study's trial rows, through the driver's link (one call per event)."""
 
-    def __init__(self, db: Database, study_id: str) -> None:
-        self.db, self.study_id = db, study_id
+    def __init__(self, link: DriverLink) -> None:
+        self.link = link
 
     def on_trial_start(
         self, number: int, params: Mapping[str, Any], mlflow_run_id: str | None = None
     ) -> None:
-        with self.db.session() as session:
-            Repository(session).start_trial(self.study_id, number, params, mlflow_run_id)
+        self.link.trial_started(number, params, mlflow_run_id)
 
     def on_trial_result(self, number: int, rows: Iterable[Mapping[str, Any]]) -> None:
-        rows = list(rows)
-        if not rows:
-            return
-        with self.db.session() as session:
-            repo = Repository(session)
-            for row in rows:
-                metrics = {k: v for k, v in row.items() if k != ROUND}
-                repo.record_round(self.study_id, number, int(row[ROUND]), metrics)
+        self.link.record_rounds(number, rows)
 
     def on_trial_end(
         self, number: int, state: TrialState, value: float | None, outcome: str | None
     ) -> None:
-        with self.db.session() as session:
-            Repository(session).finish_trial(self.study_id, number, state, value, outcome)
+        self.link.trial_ended(number, state, value, outcome)
 
 
 class DbSink(Callback):

@@ -11,7 +11,9 @@ driver or a fresh pod reads it from there, not from any file system).
   = the study's package URL, which Ray hands the driver in ``RAY_JOB_CONFIG_JSON_ENV_VAR``) put
   the modules on the driver's and every worker's path: the spec is used as stored (no
   ``path``, so trials on other nodes import them the same way);
-* otherwise (the local and the ``ray`` backend) the package is extracted once per digest under
+* otherwise (the local and the ``ray`` backend) the package, fetched through the driver's link
+  (the service's API with the study's credential, or the database) and checked against its
+  digest, is extracted once per digest under
   ``<FEDTUNE_WORKDIR>/code/<sha256>`` and named as ``code.path``; ``run_study`` ships it from
   there to every trial through Ray's ``runtime_env`` (``fedtune.tuning.code_shipping``). This
   holds even when modules of the same names are installed where the driver runs (an older
@@ -36,8 +38,7 @@ from typing import Any
 
 from fedtune.errors import ConfigError
 
-from .db import Database
-from .repository import Repository
+from .driver_link import DriverLink
 from .settings import Settings
 
 __all__ = ["code_dir", "with_study_code"]
@@ -70,7 +71,7 @@ def _importable(modules: list[str]) -> bool:
 
 
 def with_study_code(
-    db: Database, settings: Settings, document: Mapping[str, Any], sha256: str | None
+    link: DriverLink, settings: Settings, document: Mapping[str, Any], sha256: str | None
 ) -> dict[str, Any]:
     """``document`` whose ``code`` section the driver can import (see the module docstring)."""
     document = dict(document)
@@ -80,13 +81,15 @@ def with_study_code(
     modules = list(code.get("modules") or [])
     if _shipped_by_the_job() and _importable(modules):
         return document
-    with db.session(readonly=True) as session:
-        package = Repository(session).get_code_package(sha256)
+    package = link.package()
     if package is None:
         raise ConfigError("code.sha256", f"the study's code package {sha256} is not stored")
-    from fedtune.code_package import extract
+    from fedtune.code_package import extract, sha256_of
+
+    if sha256_of(package) != sha256:
+        raise ConfigError("code.sha256", f"the package received is not {sha256}")
 
     root = extract(package, code_dir(settings, sha256), max_bytes=settings.max_code_bytes)
-    log.info("code package %s unpacked from the database to %s", sha256, root)
+    log.info("code package %s unpacked from the service to %s", sha256, root)
     document["code"] = {**code, "path": str(root)}
     return document

@@ -92,17 +92,17 @@ def _installed_copy(site: Path) -> Path:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root: Path = tmp_path_factory.mktemp("byo-ray")
-    url = f"sqlite:///{root / 'fedtune.db'}"  # one machine: the head's driver opens it too
+    url = f"sqlite:///{root / 'fedtune.db'}"  # the service's alone: the head's drivers use the API
     head_workdir = root / "head"
     api_only = root / "api-site"  # on the service's PYTHONPATH only
     api_only.mkdir()
     (api_only / f"{ONLY_ON_THE_API}.py").write_text("MEDIAN = 0.5\n")
     installed = _installed_copy(root / "cluster-site")  # on the cluster's PYTHONPATH only
-    # the cluster's processes carry the driver's settings (the Helm chart: envFrom the Secret)
-    # and one MLflow store that the service reads too (the chart: an MLflow server)
+    # the cluster's processes carry the driver's settings, but no database URL: drivers report
+    # to the service's API with their study's credential (FEDTUNE_DRIVER_URL, set below), and
+    # one MLflow store that the service reads too (the chart: an MLflow server)
     mlflow = f"sqlite:///{root / 'mlflow.db'}"
     env = {
-        "FEDTUNE_DATABASE_URL": url,
         "FEDTUNE_WORKDIR": str(head_workdir),
         "MLFLOW_TRACKING_URI": mlflow,
         "OMP_NUM_THREADS": "1",
@@ -129,6 +129,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             },
             root / "serve.log",
         )
+        server.env["FEDTUNE_DRIVER_URL"] = server.url  # where the head's drivers report
         server.start()
         yield World(root, cluster, server, head_workdir)
     finally:
@@ -217,9 +218,10 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
     assert not [p for p in curve if INSTALLED_MARK in p.metrics]  # the uploaded one, not
     # the older fedlab installed on the cluster: the package of the study's code_sha256 wins
 
-    # the driver (a Ray job on the head) unpacked the package from the database
+    # the driver (a Ray job on the head, no database URL in its environment) fetched the
+    # package from the service with its study's credential and unpacked it
     unpacked = world.head_workdir / "code" / sha
-    assert f"code package {sha} unpacked from the database to {unpacked}" in logs, logs[-3000:]
+    assert f"code package {sha} unpacked from the service to {unpacked}" in logs, logs[-3000:]
     assert (unpacked / "fedlab" / "methods.py").read_bytes() == (
         EXAMPLE / "fedlab" / "methods.py"
     ).read_bytes()

@@ -234,3 +234,100 @@ def test_an_endless_loop_that_escapes_is_killed_with_the_check(hostile_server, t
         time.sleep(0.5)
     assert _marked(marker) == []  # the escaped process died with the sandbox
     assert os.path.exists(hostile_server.log)
+
+
+# ------------------------------------------------------------- the driver and its trials
+
+#: the same probes, run where user code runs after the check: at import in the driver (it has a
+#: driver URL, the check has none) and in the task builder each trial calls
+DRIVER_PACKAGE = """
+import json, os
+from fedtune.trainers.tasks import build_task, register_task
+
+PROBE = {probe!r}
+
+
+def probe(where):
+    scope = {{"__file__": __file__}}
+    try:
+        exec(PROBE, scope)
+    except RuntimeError as exc:
+        raise RuntimeError(where + ":" + str(exc)) from None
+
+
+if os.environ.get("FEDTUNE_DRIVER_URL"):
+    probe("driver")
+
+
+@register_task("user_quadratic", "the quadratic, after a look around")
+def build(params, seed):
+    probe("trial")
+    return build_task("quadratic", params, seed)
+"""
+
+
+@pytest.fixture
+def local_server(tmp_path: Path) -> Iterator[Server]:
+    """``fedtune serve`` with the local backend, code upload, every secret and SQLite."""
+    need("bwrap", sandbox_missing())
+    env = {
+        **SECRETS,
+        "FEDTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'fedtune.db'}",
+        "FEDTUNE_WORKDIR": str(tmp_path / "work"),
+        "FEDTUNE_BACKEND": "local",
+        "FEDTUNE_ALLOW_CODE_UPLOAD": "true",
+        "FEDTUNE_SCHEDULER_INTERVAL_S": "0.2",
+        "FEDTUNE_HEARTBEAT_S": "1",
+    }
+    server = Server(env, tmp_path / "serve.log")
+    server.env.pop("MLFLOW_TRACKING_URI", None)
+    server.start(timeout=120)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _study_error(server: Server, sid: str, timeout_s: float = 300) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        study = httpx.get(f"{server.url}/v1/studies/{sid}", headers=ADMIN, timeout=30).json()
+        if study["state"] in ("failed", "succeeded", "cancelled"):
+            return study
+        time.sleep(1)
+    raise AssertionError(f"study {sid} still {study['state']}:\n{server.log.read_text()[-3000:]}")
+
+
+def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_server, tmp_path):
+    workdir = Path(local_server.env["FEDTUNE_WORKDIR"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "secret.txt").write_text("the service's own file")
+    probe = PROBE.format(
+        names=[*SECRETS, "FEDTUNE_DATABASE_URL", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN"],
+        readable=[
+            str(tmp_path / "fedtune.db"),
+            str(workdir / "secret.txt"),
+            str(workdir / "code-url.key"),
+            str(local_server.log),
+        ],
+        ports=[],
+        writable=[str(workdir / "planted.txt"), str(tmp_path / "planted.txt")],
+    )
+    body = DRIVER_PACKAGE.format(probe=probe)
+    # the check imports it without a driver URL: accepted; the driver then probes at import
+    r = _submit(local_server, tmp_path / "lab", body)
+    assert r.status_code == 201, r.text
+    study = _study_error(local_server, r.json()["id"])
+    assert study["state"] == "failed", study
+    error = study["error"]
+    assert "driver:" in error, error  # the driver imported it (and refused to go on)
+    found = json.loads(error.split("FINDINGS", 1)[1].split("END", 1)[0])
+    assert found["leaks"] == {}, found["leaks"]  # no database URL, no service secret
+    assert set(found["pids"]) <= set(range(1, 8)), found["pids"]  # its own PID namespace
+    assert found["read"] == []
+    # its writes land in its private tmpfs (the workdir, /tmp), never on the service's disk
+    assert not (workdir / "planted.txt").exists() and not (tmp_path / "planted.txt").exists()
+    assert not list(workdir.glob("code/*/user_lab/planted.py"))
+    for secret in SECRETS.values():
+        assert secret not in json.dumps(study)
+    assert "in a sandbox" in local_server.log.read_text()

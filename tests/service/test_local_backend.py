@@ -58,6 +58,7 @@ def backend(make_settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("RAY_ADDRESS", "http://somewhere:8265")
     info = tmp_path / "driver.json"
     settings = make_settings(backend="local", database_url="sqlite:////tmp/never-opened.db")
+
     def argv(sid: str, attempt: int) -> list[str]:
         knobs = [os.environ.get("IGNORE_SIGNALS", ""), os.environ.get("EXIT", "")]
         return [sys.executable, "-c", DRIVER, str(info), *knobs]

@@ -108,6 +108,25 @@ def test_workers_get_no_secret_and_the_driver_only_what_it_reads(k8s_settings):
             assert "envFrom" not in container, role
             assert not any("valueFrom" in e for e in container.get("env", [])), role
     assert "envFrom" not in head
+
+
+def test_a_driver_that_reaches_the_api_gets_no_database_url(k8s_settings):
+    """With FEDTUNE_PUBLIC_URL the head's driver reports through the API with its study's own
+    credential: the env Secret's database URL is not in the head's environment at all."""
+    from fedtune.service.code_url import code_url_key
+    from fedtune.service.driver_link import verify_driver_token
+
+    settings = k8s_settings(public_url="http://fedtune.ml.svc:8000")
+    manifest = rayjob_manifest(REQUESTS[1], settings)
+    head = next(pod for where, _, pod in pod_templates(manifest) if where.endswith("head"))
+    env = {e["name"]: e for e in head["containers"][0]["env"]}
+    assert "FEDTUNE_DATABASE_URL" not in env
+    assert env["FEDTUNE_DRIVER_URL"]["value"] == "http://fedtune.ml.svc:8000"
+    token = env["FEDTUNE_DRIVER_TOKEN"]["value"]
+    request = REQUESTS[1]
+    key = code_url_key(settings)
+    assert verify_driver_token(key, request.study_id, token) == request.attempt
+    assert verify_driver_token(key, "ffffffffffff", token) is None  # that study's only
     assert manifest["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}
     off = rayjob_manifest(REQUESTS[1], k8s_settings(k8s_ray_token_auth=False))
     assert "authOptions" not in off["spec"]["rayClusterSpec"]

@@ -27,9 +27,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fedtune/service/child_env.py", "child_env"): (
         "copies the allowlisted variables of the environment into a child's"
     ),
-    ("fedtune/sandbox.py", "Sandbox.run"): (
-        "gives bubblewrap itself the service's PATH (the sandbox's own environment is given)"
-    ),
     ("fedtune/service/study_code.py", "_shipped_by_the_job"): (
         "Ray's job supervisor's description of the running job, not a setting"
     ),

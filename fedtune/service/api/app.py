@@ -41,6 +41,7 @@ from . import (
     routes_admin,
     routes_code,
     routes_compare,
+    routes_driver,
     routes_health,
     routes_meta,
     routes_studies,
@@ -186,6 +187,7 @@ def create_app(
         routes_code,
         routes_meta,
         routes_admin,
+        routes_driver,
     ):  # one per resource
         app.include_router(module.router)
     return app

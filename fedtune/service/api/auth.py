@@ -22,8 +22,10 @@ costs the server no parsing. It leaves the caller (:class:`~fedtune.service.acce
 in the request's state; :data:`Caller` hands it to the routes, which authorize
 (:mod:`fedtune.service.access`), and declares the bearer scheme for OpenAPI.
 
-One path carries its own credential instead: ``GET /v1/studies/<id>/code.zip?token=…``, a
-study's code package for its RayJob, authorised per study (``fedtune/service/code_url.py``).
+Two kinds of path carry their own credential instead: ``GET /v1/studies/<id>/code.zip?token=…``,
+a study's code package for its RayJob, authorised per study (``fedtune/service/code_url.py``),
+and ``/v1/driver/studies/<id>/…``, where a study's driver reports with a token of that study's
+dispatch attempt (``fedtune/service/api/routes_driver.py``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ __all__ = ["PROTECTED_PREFIX", "BearerAuth", "Caller", "bearer", "current_princi
 
 PROTECTED_PREFIX = "/v1"
 #: (method, path) authorised by a credential of their own, not the bearer token
-OWN_CREDENTIAL = (("GET", re.compile(r"^/v1/studies/[0-9a-f]{12}/code\.zip$")),)
+OWN_CREDENTIAL = (
+    ("GET", re.compile(r"^/v1/studies/[0-9a-f]{12}/code\.zip$")),
+    (None, re.compile(r"^/v1/driver/studies/[0-9a-f]{12}(/|$)")),
+)
 BOOTSTRAP = Principal("admin", admin=True, via="bootstrap")
 bearer = HTTPBearer(
     auto_error=False,
@@ -90,7 +95,7 @@ class BearerAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        own = any(scope.get("method") == m and p.match(path) for m, p in OWN_CREDENTIAL)
+        own = any(m in (None, scope.get("method")) and p.match(path) for m, p in OWN_CREDENTIAL)
         if not own and (path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/")):
             raw = dict(scope["headers"]).get(b"authorization")
             header = raw.decode("latin-1") if raw is not None else None

@@ -174,7 +174,12 @@ def _cluster(request: LaunchRequest, settings: Settings, labels: dict) -> dict[s
                 labels,
                 settings,
                 head_res,
-                child_env(settings, ChildKind.RAYJOB, project=request.project),
+                child_env(
+                    settings,
+                    ChildKind.RAYJOB,
+                    project=request.project,
+                    study=(request.study_id, request.attempt),
+                ),
             ),
         },
         "workerGroupSpecs": [_worker_group(request, settings, labels)],

@@ -111,8 +111,15 @@ def _with_shm(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
 
 
 def _secret_env(settings: Settings) -> list[dict[str, Any]]:
+    """The env Secret's keys the driver reads: not the database URL when it reports to the
+    service's API instead (``FEDTUNE_PUBLIC_URL``, ``service.driver_link``)."""
     if not settings.k8s_env_secret:
         return []
+    keys = {
+        key: optional
+        for key, optional in DRIVER_SECRET_KEYS.items()
+        if not (key == "FEDTUNE_DATABASE_URL" and settings.drivers_report_to)
+    }
     return [
         {
             "name": key,
@@ -124,7 +131,7 @@ def _secret_env(settings: Settings) -> list[dict[str, Any]]:
                 }
             },
         }
-        for key, opt in DRIVER_SECRET_KEYS.items()
+        for key, opt in keys.items()
     ]
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.errors import BackendError
+from fedtune.sandbox import command_pid
 
 from ..child_env import ChildKind, child_env
 from ..paths import study_workdir
@@ -43,6 +44,7 @@ from .base import (
     last_error_line,
     python_driver_argv,
 )
+from .local_sandbox import driver_sandbox, sandboxes_driver
 
 __all__ = ["LocalBackend", "absolute_sqlite_url", "process_start_ticks"]
 
@@ -112,6 +114,11 @@ class LocalBackend(Backend):
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"study-{request.study_id}-{request.attempt}.log"
         argv = self._argv(request.study_id, request.attempt)
+        env = self._env(request.project, (request.study_id, request.attempt))
+        sandboxed = sandboxes_driver(self.settings, request.code_sha256, env)
+        if sandboxed:  # uploaded code: the driver, its Ray and its trials in one sandbox
+            box = driver_sandbox(self.settings, request.study_id, env)
+            argv, env = box.command(argv), dict(box.env)
         with log_path.open("ab") as out:
             try:
                 proc = subprocess.Popen(
@@ -119,7 +126,7 @@ class LocalBackend(Backend):
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
-                    env=self._env(request.project),
+                    env=env,
                     cwd=str(Path(self.settings.workdir).resolve()),
                     start_new_session=True,
                     close_fds=True,
@@ -131,13 +138,19 @@ class LocalBackend(Backend):
             self._children[proc.pid] = proc
             self._start_ticks[proc.pid] = ticks
             self._exit_codes.pop(proc.pid, None)
-        log.info("study %s: driver pid %d started", request.study_id, proc.pid)
+        log.info(
+            "study %s: driver pid %d started%s",
+            request.study_id,
+            proc.pid,
+            " in a sandbox" if sandboxed else "",
+        )
         return {
             "pid": proc.pid,
             "start_ticks": ticks,
             "host": self._host,
             "log": str(log_path),
             "study": request.study_id,
+            "sandboxed": sandboxed,
         }
 
     def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
@@ -220,9 +233,11 @@ class LocalBackend(Backend):
 
     # ---------------------------------------------------------------- helpers
 
-    def _env(self, project: str | None = None) -> dict[str, str]:
+    def _env(
+        self, project: str | None = None, study: tuple[str, int] | None = None
+    ) -> dict[str, str]:
         """The driver's environment: the one allowlist of :mod:`..child_env`."""
-        return child_env(self.settings, ChildKind.LOCAL_DRIVER, project=project)
+        return child_env(self.settings, ChildKind.LOCAL_DRIVER, project=project, study=study)
 
     def _is_ours(self, ref: Mapping[str, Any]) -> bool:
         """Alive, on this host, same start time as when launched, and leading its group."""
@@ -258,7 +273,7 @@ class LocalBackend(Backend):
             self._terminate_adopted(pid, ref)
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGINT)
+            os.kill(_driver_pid(pid, ref), signal.SIGINT)
         self._wait_leader(pid, child, ref, self.grace_s)
         # while the leader is unreaped (a zombie at worst) its group id cannot be reused
         for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0.0)):
@@ -283,7 +298,7 @@ class LocalBackend(Backend):
             return
         members = group_members(pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGINT)
+            os.kill(_driver_pid(pid, ref), signal.SIGINT)
         self._wait_leader(pid, None, ref, self.grace_s)
         for sig, wait_s in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 0.0)):
             for member, ticks in members.items():
@@ -317,6 +332,14 @@ class LocalBackend(Backend):
         except ChildProcessError:
             return False
         return info is None
+
+
+def _driver_pid(pid: int, ref: Mapping[str, Any]) -> int:
+    """Where a clean stop (SIGINT) goes: the driver; in a sandbox, the command bubblewrap runs
+    (it forwards no signal), else the process started."""
+    if not ref.get("sandboxed"):
+        return pid
+    return command_pid(pid) or pid
 
 
 def absolute_sqlite_url(url: str) -> str:

@@ -1,0 +1,108 @@
+"""The sandbox of a ``local`` study driver that runs uploaded code (:mod:`fedtune.sandbox`).
+
+A study with a code package imports it in its driver and in every trial; on the ``local``
+backend all of them run under the driver, so the driver, its embedded Ray and its trials run in
+one bubblewrap sandbox:
+
+* its own PID namespace: no process of the service, or of another study, is visible;
+* the service's working directory is a private tmpfs, with only this study's folder
+  (``<workdir>/studies/<id>``) bound into it, writable; the database file, the other studies,
+  the logs, the code store and the key files are not there;
+* the Python environment read-only, the operator's data roots read-only, a private ``/tmp``
+  and ``/dev/shm`` (Ray's session and object store);
+* the network of the machine: the driver reports to the service's API with its own study's
+  credential (``FEDTUNE_DRIVER_URL``/``FEDTUNE_DRIVER_TOKEN``: a sandboxed driver needs one, so
+  it is never given the database URL) and logs to MLflow with its project's credential;
+* the environment of :func:`..child_env.child_env` (``local-driver``) with its home and
+  temporary folders inside the sandbox;
+* as ``nobody``, with a bound on processes and threads; no bound on CPU time or memory (a study
+  runs for hours, and Ray reserves far more address space than it uses).
+
+It stays in the process group the backend signals (no new session); a clean stop goes to the
+driver itself (:func:`fedtune.sandbox.command_pid`), since bubblewrap forwards no signal.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from fedtune.sandbox import Limits, Sandbox, SandboxMode, give_to_sandbox
+
+from ..paths import study_workdir
+from ..settings import Settings
+
+__all__ = ["driver_sandbox", "sandboxes_driver"]
+
+#: the private tmpfs over the service's workdir (the code package is unpacked there)
+WORKDIR_TMPFS_BYTES = 1 << 30
+#: processes and threads of the sandbox's user (Ray's raylet, GCS and workers are many threads)
+DRIVER_PROCESSES = 8192
+DRIVER_TMP_BYTES = 2 << 30
+DRIVER_SHM_BYTES = 2 << 30
+
+
+def sandboxes_driver(settings: Settings, code_sha256: str | None, env: Mapping[str, str]) -> bool:
+    """Whether a study's local driver runs in a sandbox: it has uploaded code, the sandbox is
+    on, and the driver reports through the API (it is then given no database URL).
+
+    Args:
+        settings: the service's settings.
+        code_sha256: the study's code package (None: no uploaded code runs in it).
+        env: the driver's environment.
+
+    Returns:
+        True when :func:`driver_sandbox` applies.
+    """
+    return (
+        code_sha256 is not None
+        and settings.code_sandbox == SandboxMode.BWRAP
+        and "FEDTUNE_DRIVER_URL" in env
+        and "FEDTUNE_DATABASE_URL" not in env
+    )
+
+
+def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) -> Sandbox:
+    """The sandbox of one study's local driver (see the module docstring).
+
+    Args:
+        settings: the service's settings.
+        study_id: the study.
+        env: the driver's environment (``child_env``'s ``local-driver``).
+
+    Returns:
+        The sandbox; its study folder exists and belongs to the sandbox's user.
+    """
+    workdir = Path(settings.workdir).resolve()
+    study = study_workdir(settings, study_id).resolve()
+    study.mkdir(parents=True, exist_ok=True)
+    give_to_sandbox(study)
+    inside = {
+        **env,
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "USER": "fedtune",
+        "XDG_CACHE_HOME": "/tmp/.cache",
+        "MPLCONFIGDIR": "/tmp",
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        "FEDTUNE_WORKDIR": str(workdir),
+    }
+    inside.pop("VIRTUAL_ENV", None)
+    return Sandbox(
+        read_only={root: str(root) for root in settings.data_roots},
+        writable={study: str(study)},
+        env=inside,
+        limits=Limits(
+            cpu_s=None,
+            memory_bytes=None,
+            file_bytes=None,
+            processes=DRIVER_PROCESSES,
+            tmp_bytes=DRIVER_TMP_BYTES,
+            shm_bytes=DRIVER_SHM_BYTES,
+        ),
+        cwd=str(workdir),
+        network=True,
+        private={str(workdir): WORKDIR_TMPFS_BYTES},
+        new_session=False,
+    )

@@ -1,0 +1,291 @@
+"""How a study driver reads and records its own study: through the service's API, or its database.
+
+A driver reports to the service through a *link* with one method per thing it does
+(:class:`DriverLink`):
+
+* :class:`ApiLink` — ``FEDTUNE_DRIVER_URL`` and ``FEDTUNE_DRIVER_TOKEN``: the service's
+  ``/v1/driver/studies/<id>`` routes (:mod:`.api.routes_driver`) with a credential valid for
+  that study and that dispatch attempt only (:func:`driver_token`). The driver then holds no
+  credential of the service's database, so nothing it runs (uploaded code included) can read or
+  write another study. Every backend uses it when the service knows a URL its drivers reach
+  (``FEDTUNE_DRIVER_URL``: ``fedtune serve`` sets its own loopback URL for the ``local``
+  backend; ``FEDTUNE_PUBLIC_URL`` for ``ray`` and ``kubernetes``);
+* :class:`DbLink` — ``FEDTUNE_DATABASE_URL``: the database itself, where the service gives no
+  URL (an embedding without an HTTP server, a cluster whose drivers cannot reach the API).
+
+Both call the same functions (:mod:`.driver_ops`). The API link turns a service that does not
+answer (connection refused, 502/503/504) into ``DatabaseUnavailableError``, so the driver waits
+for it and resumes as it does for a database outage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+import httpx
+
+from fedtune.errors import ConflictError, DatabaseUnavailableError, FedtuneError
+
+from . import driver_ops
+from .db import Database
+from .states import StudyState, TrialState
+
+__all__ = [
+    "ApiLink",
+    "DbLink",
+    "DriverLink",
+    "driver_token",
+    "parse_driver_token",
+    "verify_driver_token",
+]
+
+_PREFIX = "ftd"
+
+
+def driver_token(key: bytes, study_id: str, attempt: int) -> str:
+    """The credential of one study's driver for one dispatch attempt.
+
+    Args:
+        key: the service's per-study credential key (``code_url.code_url_key``).
+        study_id: the study.
+        attempt: the dispatch attempt.
+
+    Returns:
+        ``ftd.<attempt>.<HMAC-SHA256(key, "fedtune-driver:<study>:<attempt>")>``.
+    """
+    mac = hmac.new(key, f"fedtune-driver:{study_id}:{attempt}".encode(), hashlib.sha256)
+    return f"{_PREFIX}.{attempt}.{mac.hexdigest()}"
+
+
+def parse_driver_token(token: str) -> int | None:
+    """The attempt a driver token claims, or None for anything that is not one."""
+    prefix, _, rest = token.partition(".")
+    attempt, _, mac = rest.partition(".")
+    if prefix != _PREFIX or not attempt.isdigit() or len(mac) != 64:
+        return None
+    return int(attempt)
+
+
+def verify_driver_token(key: bytes, study_id: str, token: str) -> int | None:
+    """The attempt ``token`` is valid for, for ``study_id``; None when it is not valid."""
+    attempt = parse_driver_token(token)
+    if attempt is None:
+        return None
+    good = driver_token(key, study_id, attempt)
+    return attempt if hmac.compare_digest(good.encode(), token.encode()) else None
+
+
+class DriverLink(Protocol):
+    """What a driver does with its study (see the module docstring)."""
+
+    study_id: str
+
+    def claim(self) -> driver_ops.Claim: ...
+
+    def finish(self, state: StudyState, **values: Any) -> bool: ...
+
+    def heartbeat(self, attempt: int) -> bool: ...
+
+    def is_cancelled(self) -> bool: ...
+
+    def reset_trials(self) -> int: ...
+
+    def set_mlflow_ids(self, run_id: str, experiment_id: str | None) -> None: ...
+
+    def trial_started(self, number: int, params: Mapping[str, Any], run_id: str | None) -> None: ...
+
+    def record_rounds(self, number: int, rows: Iterable[Mapping[str, Any]]) -> None: ...
+
+    def trial_ended(
+        self, number: int, state: TrialState, value: float | None, outcome: str | None
+    ) -> None: ...
+
+    def apply_finished_trials(self, records: list[dict[str, Any]]) -> int: ...
+
+    def recover(self, attempt: int, reason: str, *, counts: bool) -> str: ...
+
+    def ping(self) -> None: ...
+
+    def package(self) -> bytes | None: ...
+
+    def close(self) -> None: ...
+
+
+class DbLink:
+    """The driver writes the service database itself (``FEDTUNE_DATABASE_URL``)."""
+
+    def __init__(self, db: Database, study_id: str, max_attempts: int) -> None:
+        self.db, self.study_id, self.max_attempts = db, study_id, max_attempts
+
+    def claim(self) -> driver_ops.Claim:
+        return driver_ops.claim(self.db, self.study_id)
+
+    def finish(self, state: StudyState, **values: Any) -> bool:
+        return driver_ops.finish(self.db, self.study_id, state, values)
+
+    def heartbeat(self, attempt: int) -> bool:
+        return driver_ops.heartbeat(self.db, self.study_id, attempt)
+
+    def is_cancelled(self) -> bool:
+        return driver_ops.is_cancelled(self.db, self.study_id)
+
+    def reset_trials(self) -> int:
+        return driver_ops.reset_trials(self.db, self.study_id)
+
+    def set_mlflow_ids(self, run_id: str, experiment_id: str | None) -> None:
+        driver_ops.set_mlflow_ids(self.db, self.study_id, run_id, experiment_id)
+
+    def trial_started(self, number: int, params: Mapping[str, Any], run_id: str | None) -> None:
+        driver_ops.trial_started(self.db, self.study_id, number, params, run_id)
+
+    def record_rounds(self, number: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        driver_ops.record_rounds(self.db, self.study_id, number, rows)
+
+    def trial_ended(
+        self, number: int, state: TrialState, value: float | None, outcome: str | None
+    ) -> None:
+        driver_ops.trial_ended(self.db, self.study_id, number, state, value, outcome)
+
+    def apply_finished_trials(self, records: list[dict[str, Any]]) -> int:
+        return driver_ops.apply_finished_trials(self.db, self.study_id, records)
+
+    def recover(self, attempt: int, reason: str, *, counts: bool) -> str:
+        return driver_ops.recover(
+            self.db, self.study_id, attempt, reason, self.max_attempts, counts=counts
+        )
+
+    def ping(self) -> None:
+        self.db.ping()
+
+    def package(self) -> bytes | None:
+        return driver_ops.study_package(self.db, self.study_id)
+
+    def close(self) -> None:
+        self.db.dispose()
+
+
+def _json(value: Any) -> Any:
+    """``value`` with every NaN and ±∞ as None (JSON has neither)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    return value
+
+
+class ApiLink:
+    """The driver reports through the service's ``/v1/driver`` routes with its own credential."""
+
+    def __init__(
+        self,
+        url: str,
+        study_id: str,
+        token: str,
+        *,
+        client: httpx.Client | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.study_id = study_id
+        self._base = f"{url.rstrip('/')}/v1/driver/studies/{study_id}"
+        self._client = client or httpx.Client(timeout=timeout_s)
+        self._own_client = client is None
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    def _call(self, method: str, path: str = "", body: Any = None) -> httpx.Response:
+        content = None if body is None else json.dumps(_json(body)).encode()
+        headers = {**self._headers, **({"Content-Type": "application/json"} if content else {})}
+        try:
+            answer = self._client.request(
+                method, self._base + path, content=content, headers=headers
+            )
+        except httpx.TransportError as exc:
+            raise DatabaseUnavailableError(f"the fedtune service did not answer: {exc}") from exc
+        if answer.status_code in (502, 503, 504):
+            raise DatabaseUnavailableError(
+                f"the fedtune service is unavailable ({answer.status_code}): {answer.text[:300]}"
+            )
+        if answer.status_code == 409:
+            raise ConflictError(f"the fedtune service refused {method} {path or '/'}: superseded")
+        if answer.status_code >= 400:
+            raise FedtuneError(
+                f"the fedtune service refused {method} {path or '/'} "
+                f"({answer.status_code}): {answer.text[:300]}"
+            )
+        return answer
+
+    def claim(self) -> driver_ops.Claim:
+        data = self._call("GET").json()
+        return driver_ops.Claim(
+            data["state"], int(data["attempts"]), data["spec"], data.get("code_sha256")
+        )
+
+    def finish(self, state: StudyState, **values: Any) -> bool:
+        return bool(self._call("POST", "/finish", {"state": str(state), "values": values}).json())
+
+    def heartbeat(self, attempt: int) -> bool:
+        return bool(self._call("POST", "/heartbeat").json())
+
+    def is_cancelled(self) -> bool:
+        return self.claim().state == StudyState.CANCELLED
+
+    def reset_trials(self) -> int:
+        return int(self._call("POST", "/trials/reset").json())
+
+    def set_mlflow_ids(self, run_id: str, experiment_id: str | None) -> None:
+        self._call("POST", "/mlflow", {"run_id": run_id, "experiment_id": experiment_id})
+
+    def trial_started(self, number: int, params: Mapping[str, Any], run_id: str | None) -> None:
+        self._call("POST", f"/trials/{int(number)}/start", {"params": params, "run_id": run_id})
+
+    def record_rounds(self, number: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        rows = list(rows)
+        if rows:
+            self._call("POST", f"/trials/{int(number)}/rounds", rows)
+
+    def trial_ended(
+        self, number: int, state: TrialState, value: float | None, outcome: str | None
+    ) -> None:
+        body = {"state": str(state), "value": value, "outcome": outcome}
+        self._call("POST", f"/trials/{int(number)}/end", body)
+
+    def apply_finished_trials(self, records: list[dict[str, Any]]) -> int:
+        return int(self._call("POST", "/trials/finished", records).json()) if records else 0
+
+    def recover(self, attempt: int, reason: str, *, counts: bool) -> str:
+        return str(self._call("POST", "/recover", {"reason": reason, "counts": counts}).json())
+
+    def ping(self) -> None:
+        self._call("GET")
+
+    def package(self) -> bytes | None:
+        answer = self._call("GET", "/code")
+        return answer.content if answer.status_code == 200 else None
+
+    def close(self) -> None:
+        if self._own_client:
+            self._client.close()
+
+
+def link_from_environment(study_id: str, settings: Any) -> DriverLink:
+    """The link a driver's settings name (see the module docstring).
+
+    Args:
+        study_id: the driver's study.
+        settings: the driver's settings (``driver.load_driver_settings`` refuses ones that
+            name neither a driver URL and token nor a database URL).
+
+    Returns:
+        An :class:`ApiLink` when ``FEDTUNE_DRIVER_URL`` and ``FEDTUNE_DRIVER_TOKEN`` are set,
+        else a :class:`DbLink` on ``FEDTUNE_DATABASE_URL``.
+    """
+    url, token = settings.driver_url, settings.driver_token
+    if url and token is not None:
+        return ApiLink(url, study_id, token.get_secret_value())
+    return DbLink(Database(settings.database_url), study_id, settings.max_dispatch_attempts)
