@@ -140,7 +140,7 @@ class Sandbox:
                 out += ["--ro-bind", path, path]
         for path in _ETC_FILES:
             out += ["--ro-bind-try", path, path]
-        binds = [("--ro-bind", str(host), str(host)) for host in python_paths()]
+        binds = [("--ro-bind", str(host), str(host)) for host in python_paths(self.env)]
         binds += [("--ro-bind", str(host), inside) for host, inside in self.read_only.items()]
         binds += [("--bind", str(host), inside) for host, inside in self.writable.items()]
         out += ["--proc", "/proc", "--dev", "/dev"] if proc else ["--dev", "/dev"]
@@ -294,24 +294,34 @@ def give_to_sandbox(path: Path) -> None:
     os.chown(path, SANDBOX_UID, SANDBOX_UID)
 
 
-@functools.cache
-def python_paths() -> tuple[Path, ...]:
+def python_paths(env: Mapping[str, str] | None = None) -> tuple[Path, ...]:
     """The directories of this Python environment a sandboxed ``python`` needs, read-only.
 
-    The interpreter's prefixes, its ``site-packages`` and the directory fedtune itself is
-    imported from (an editable install's source folder, without the rest of its checkout);
-    nested paths are given once. Never ``sys.path``'s other entries: ``python -m`` puts the
-    working directory there, which may hold the service's database.
+    The interpreter's prefixes, its ``site-packages``, the directory fedtune itself is
+    imported from (an editable install's source folder, without the rest of its checkout) and
+    the folders of the sandbox's own ``PYTHONPATH`` (the operator's, passed on by
+    ``child_env``); nested paths are given once. Never ``sys.path``'s other entries:
+    ``python -m`` puts the working directory there, which may hold the service's database.
+
+    Args:
+        env: the sandbox's environment (its ``PYTHONPATH``).
 
     Returns:
         Absolute, existing directories, none inside another.
     """
+    extra = (env or {}).get("PYTHONPATH", "")
+    entries = [Path(e) for e in extra.split(os.pathsep) if e and os.path.isabs(e)]
+    return _outermost([*_interpreter_paths(), *(p.resolve() for p in entries if p.is_dir())])
+
+
+@functools.cache
+def _interpreter_paths() -> tuple[Path, ...]:
     import fedtune
 
     found = {Path(sys.prefix), Path(sys.base_prefix), Path(fedtune.__file__).resolve().parent}
     found.add(Path(os.path.realpath(sys.executable)).parent.parent)
     found.update(Path(entry) for entry in site.getsitepackages())
-    return _outermost(p.resolve() for p in found if p.exists())
+    return tuple(p.resolve() for p in found if p.exists())
 
 
 def _ancestors(paths: Iterable[str]) -> list[str]:

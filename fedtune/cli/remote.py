@@ -1,7 +1,7 @@
 """Remote verbs, through the SDK: ``fedtune submit | status | studies | wait | cancel | trials |
 tradeoff``.
 
-    fedtune submit examples/study.yaml [--wait]      # prints the study id
+    fedtune submit examples/quickstart.yaml [--wait]  # prints the study id
     fedtune submit study.yaml --code ./my_lab        # uploads the user code package first
     fedtune submit study.yaml --project vision --set budget.trials=8
     fedtune status ID        fedtune wait ID [--timeout S]        fedtune cancel ID
@@ -332,5 +332,6 @@ def whoami(args: argparse.Namespace) -> int:
         print(_json(me))
         return 0
     roles = ", ".join(f"{p} ({r})" for p, r in sorted(me["projects"].items())) or "none"
-    print(f"{me['name']}{' (admin)' if me['admin'] else ''} via {me['via']}; projects: {roles}")
+    via = "open: tokens are not checked" if me["via"] == "open" else me["via"]
+    print(f"{me['name']}{' (admin)' if me['admin'] else ''} via {via}; projects: {roles}")
     return 0

@@ -2,7 +2,9 @@
 
 Embedded defaults: SQLite ``./fedtune.db``, backend ``local`` (drivers are child processes with
 embedded Ray that report to this server with a credential of their study's, not to its
-database), no token — a laptop service. Every option overrides its ``FEDTUNE_*`` variable;
+database), and, without ``FEDTUNE_API_TOKEN``, an admin token kept in
+``<workdir>/admin-token`` (``fedtune.service.admin_token``; ``--insecure-open`` for an open
+service on loopback). Every option overrides its ``FEDTUNE_*`` variable;
 the rest comes from the environment (``fedtune.service.settings``). One process: the scheduler
 runs inside it.
 """
@@ -21,10 +23,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
     p.add_argument(
-        "--backend", choices=["local", "ray", "kubernetes", "none"], help="(FEDTUNE_BACKEND)"
+        "--backend",
+        choices=["local", "ray", "kubernetes", "none"],
+        help="where study drivers run: local (children of this process, embedded Ray), ray "
+        "(jobs on RAY_ADDRESS), kubernetes (a KubeRay RayJob per study), none (accept only) "
+        "(FEDTUNE_BACKEND, default local)",
     )
     p.add_argument("--workdir", help="studies' working directory (FEDTUNE_WORKDIR)")
-    p.add_argument("--max-concurrent-studies", type=int, help="(FEDTUNE_MAX_CONCURRENT_STUDIES)")
+    p.add_argument(
+        "--max-concurrent-studies",
+        type=int,
+        help="studies whose drivers run at once; the others wait, queued "
+        "(FEDTUNE_MAX_CONCURRENT_STUDIES, default 2)",
+    )
+    p.add_argument(
+        "--insecure-open",
+        action="store_true",
+        help="without FEDTUNE_API_TOKEN, accept every request as an admin instead of making an "
+        "admin token (loopback only, no users; FEDTUNE_INSECURE_OPEN)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -32,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from fedtune.service.admin_token import closed_by_default
     from fedtune.service.api import create_app
     from fedtune.service.settings import load_settings
 
@@ -40,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         "backend": args.backend,
         "workdir": args.workdir,
         "max_concurrent_studies": args.max_concurrent_studies,
+        "insecure_open": True if args.insecure_open else None,
     }
     settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
     if settings.backend == "local" and settings.driver_url is None:
@@ -58,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             require_current_schema(db)
         finally:
             db.dispose()
+    settings = closed_by_default(settings, args.host)  # an admin token, unless told otherwise
     app = create_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
     return 0

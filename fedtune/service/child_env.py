@@ -123,8 +123,8 @@ def child_env(
         (the cluster's own environment supplies the rest).
     """
     environ = os.environ if environ is None else environ
-    if kind is ChildKind.CODE_CHECK:
-        env = {k: v for k, v in environ.items() if k in PLATFORM}
+    if kind is ChildKind.CODE_CHECK:  # and the operator's PYTHONPATH: its folders are mounted
+        env = {k: v for k, v in environ.items() if k in PLATFORM or k == "PYTHONPATH"}
         return {**env, **SANDBOX_FIXED}
     driver = {
         "FEDTUNE_HEARTBEAT_S": str(settings.heartbeat_s),

@@ -67,6 +67,7 @@ def readiness(ctx: ServiceContext) -> Readiness:
     ``backend_health``) does not make the replica unready — it still serves reads, submissions
     and cancellations, and taking every replica out of its Service would hide the reason — so
     the answer stays 200, with ``status: degraded`` and ``backend: {up: false, reason}``."""
+    from .admin_token import auth_mode
     from .code_services import code_sandbox_state
     from .migrate import current_revision
 
@@ -82,6 +83,7 @@ def readiness(ctx: ServiceContext) -> Readiness:
         database=ctx.db.dialect,
         revision=revision,
         backend=backend,
+        auth=auth_mode(ctx.settings),
         code_sandbox=code_sandbox_state(ctx.settings),
     )
 

@@ -134,6 +134,11 @@ class Readiness(_Out):
     backend: BackendReadiness | None = Field(
         None, description="the backend's state (absent without a scheduler: backend none)"
     )
+    auth: str = Field(
+        "token",
+        description="how /v1 calls authenticate: token, oidc, token+oidc, or "
+        "'open: tokens are not checked'",
+    )
     code_sandbox: str | None = Field(
         None,
         description="how uploaded code is isolated: bwrap, or 'none: …' when the operator "

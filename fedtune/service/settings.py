@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     #: a bearer token: this one, a user's API token or an OIDC JWT; unset and no issuer, the API
     #: is open and every caller an admin. At least 16 characters, no whitespace, no placeholder
     api_token: SecretStr | None = None
+    #: with no ``FEDTUNE_API_TOKEN`` and no OIDC issuer, leave the API open (every caller an
+    #: admin) instead of using the token ``fedtune serve`` keeps in ``<workdir>/admin-token``:
+    #: only on loopback and with no users in the database (``fedtune serve --insecure-open``)
+    insecure_open: bool = False
     #: where study drivers run: ``local`` (a child process of the service, embedded Ray),
     #: ``ray`` (a Ray Jobs API job on ``RAY_ADDRESS``), ``kubernetes`` (a KubeRay RayJob per
     #: study), ``none`` (studies are accepted and stay queued)

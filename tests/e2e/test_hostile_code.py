@@ -91,21 +91,26 @@ raise RuntimeError("FINDINGS" + json.dumps(found) + "END")
 '''
 
 
-@pytest.fixture
-def hostile_server(tmp_path: Path) -> Iterator[Server]:
+def _server(tmp_path: Path, backend: str, **extra: str) -> Server:
     """``fedtune serve`` with code upload, every secret set, and a SQLite database."""
     need("bwrap", sandbox_missing())
     env = {
         **SECRETS,
         "FEDTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'fedtune.db'}",
         "FEDTUNE_WORKDIR": str(tmp_path / "work"),
-        "FEDTUNE_BACKEND": "none",
+        "FEDTUNE_BACKEND": backend,
         "FEDTUNE_ALLOW_CODE_UPLOAD": "true",
-        "FEDTUNE_CODE_CHECK_TIMEOUT_S": str(TIMEOUT_S),
+        **extra,
     }
     server = Server(env, tmp_path / "serve.log")
     server.env.pop("MLFLOW_TRACKING_URI", None)
-    server.start(timeout=120)
+    return server.start(timeout=120)
+
+
+@pytest.fixture
+def hostile_server(tmp_path: Path) -> Iterator[Server]:
+    """A service that checks code and runs no study (backend ``none``)."""
+    server = _server(tmp_path, "none", FEDTUNE_CODE_CHECK_TIMEOUT_S=str(TIMEOUT_S))
     try:
         yield server
     finally:
@@ -268,20 +273,8 @@ def build(params, seed):
 
 @pytest.fixture
 def local_server(tmp_path: Path) -> Iterator[Server]:
-    """``fedtune serve`` with the local backend, code upload, every secret and SQLite."""
-    need("bwrap", sandbox_missing())
-    env = {
-        **SECRETS,
-        "FEDTUNE_DATABASE_URL": f"sqlite:///{tmp_path / 'fedtune.db'}",
-        "FEDTUNE_WORKDIR": str(tmp_path / "work"),
-        "FEDTUNE_BACKEND": "local",
-        "FEDTUNE_ALLOW_CODE_UPLOAD": "true",
-        "FEDTUNE_SCHEDULER_INTERVAL_S": "0.2",
-        "FEDTUNE_HEARTBEAT_S": "1",
-    }
-    server = Server(env, tmp_path / "serve.log")
-    server.env.pop("MLFLOW_TRACKING_URI", None)
-    server.start(timeout=120)
+    """A service whose studies' drivers are its children (backend ``local``)."""
+    server = _server(tmp_path, "local", FEDTUNE_SCHEDULER_INTERVAL_S="0.2", FEDTUNE_HEARTBEAT_S="1")
     try:
         yield server
     finally:

@@ -124,7 +124,10 @@ class FakeBackend(Backend):
 class Server:
     """``fedtune serve`` in a subprocess on a free port; stopped (or SIGKILLed) by its PID."""
 
-    def __init__(self, env: Mapping[str, str], log: Path, port: int | None = None) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log: Path, port: int | None = None, args: tuple = ()
+    ) -> None:
+        self.args = tuple(args)  # more options of ``fedtune serve``
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -141,6 +144,7 @@ class Server:
             str(self.port),
             "--log-level",
             "info",
+            *self.args,
         ]
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(

@@ -60,6 +60,7 @@ def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> No
         "database": "sqlite",
         "revision": "0006",
         "backend": {"kind": "local", "up": True, "reason": None},
+        "auth": "token",
         "code_sandbox": None,  # code upload is off
     }
     assert client.get("/metrics", headers=bare).status_code == 200

@@ -58,7 +58,7 @@ def test_three_outages_never_fail_the_study_nor_use_up_its_attempts(ctx, monkeyp
         real_ping()
 
     monkeypatch.setattr(ctx.db, "ping", ping)
-    monkeypatch.setattr("fedtune.service.driver.Database", lambda url: ctx.db)
+    monkeypatch.setattr("fedtune.service.driver_link.Database", lambda url: ctx.db)
     monkeypatch.setattr(ctx.db, "dispose", lambda: None)
     slept: list[float] = []
 
@@ -82,12 +82,29 @@ def test_three_outages_never_fail_the_study_nor_use_up_its_attempts(ctx, monkeyp
 
 def test_a_database_that_never_returns_gives_up_waiting(ctx) -> None:
     from fedtune.service.driver import _wait_for_database
+    from fedtune.service.driver_link import DbLink
 
-    down = Database(f"postgresql+psycopg://fedtune@127.0.0.1:{free_port()}/gone")
+    down = DbLink(Database(f"postgresql+psycopg://fedtune@127.0.0.1:{free_port()}/gone"), "s1", 3)
     slept: list[float] = []
     try:
         with pytest.raises(DatabaseUnavailableError):
-            _wait_for_database(down, "s1", ctx.settings, slept.append, limit_s=5.0)
+            _wait_for_database(down, ctx.settings, slept.append, limit_s=5.0)
     finally:
-        down.dispose()
+        down.close()
+    assert sum(slept) >= 5.0 and max(slept) <= 30.0
+
+
+def test_a_service_that_does_not_answer_is_waited_for_like_a_database(ctx) -> None:
+    """A driver that reports through the API and finds nothing listening treats it as an
+    outage of the service: it waits and backs off, as for the database, then gives up."""
+    from fedtune.service.driver import _wait_for_database
+    from fedtune.service.driver_link import ApiLink
+
+    gone = ApiLink(f"http://127.0.0.1:{free_port()}", "0123456789ab", "ftd.1." + "0" * 64)
+    slept: list[float] = []
+    try:
+        with pytest.raises(DatabaseUnavailableError, match="did not answer"):
+            _wait_for_database(gone, ctx.settings, slept.append, limit_s=5.0)
+    finally:
+        gone.close()
     assert sum(slept) >= 5.0 and max(slept) <= 30.0

@@ -73,6 +73,11 @@ def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> N
     assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study) == 0
     assert fake_run_study.seen["workdir"] == study_workdir(ctx.settings, sid)
     assert fake_run_study.seen["tracking_uri"].endswith(f"studies/{sid}/mlflow.db")
+    assert_fake_study_recorded(ctx, sid)
+
+
+def assert_fake_study_recorded(ctx: ServiceContext, sid: str) -> None:
+    """What :func:`fake_run_study` leaves in the service database, however the driver wrote."""
     with ctx.db.session(readonly=True) as s:
         repo = Repository(s)
         study = repo.require_study(sid)

@@ -19,11 +19,11 @@ from fedtune.service.driver import run_driver
 from fedtune.service.driver_link import ApiLink, driver_token
 from fedtune.service.repository import Repository
 from fedtune.service.services import ServiceContext
-from fedtune.service.states import StudyState, TrialState
+from fedtune.service.states import StudyState
 
 from .conftest import TOKEN
 from .helpers import running_study
-from .test_driver import fake_run_study
+from .test_driver import assert_fake_study_recorded, fake_run_study
 
 BASE = "http://testserver"
 
@@ -46,19 +46,7 @@ def test_a_driver_records_its_study_through_the_api(api) -> None:
     sid = running_study(ctx)
     link = _link(client, ctx.settings, sid)
     assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study, link=link) == 0
-    with ctx.db.session(readonly=True) as s:
-        repo = Repository(s)
-        study = repo.require_study(sid)
-        assert study.state == StudyState.SUCCEEDED and study.error is None
-        assert (study.best_trial, study.best_value) == (0, 0.75)
-        assert (study.mlflow_experiment_id, study.mlflow_run_id) == ("3", "c" * 32)
-        trials = repo.list_trials(sid)
-        assert [(t.number, t.state, t.value, t.outcome) for t in trials] == [
-            (0, TrialState.COMPLETED, 0.75, "completed"),
-            (1, TrialState.FAILED, None, "failed"),
-        ]
-        curve = [(r.round, r.metrics["client_loss"]) for r in repo.curve(sid, 0)]
-        assert curve == [(1, 3.0), (2, 2.0), (3, 1.0), (4, 0.5)]
+    assert_fake_study_recorded(ctx, sid)
 
 
 def test_a_driver_token_opens_its_own_study_and_attempt_only(api) -> None:

@@ -21,12 +21,12 @@ from fedtune.errors import ConfigError
 from fedtune.service.api.app import create_app
 from fedtune.tuning.spec import StudySpec
 
-TOKEN = "contract-token"
+TOKEN = "contract-token-0123456789"
 
 
 @pytest.fixture
 def client(make_settings):
-    app = create_app(make_settings(token=TOKEN), schedule=False)
+    app = create_app(make_settings(api_token=TOKEN), schedule=False)
     with TestClient(app) as tc:
         yield tc
 

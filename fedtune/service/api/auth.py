@@ -13,8 +13,11 @@ one of:
 No or malformed header → 401 ``unauthorized``; a token that is none of these (unknown, revoked,
 expired, a bad signature) → 401 ``invalid_token``; both with ``WWW-Authenticate: Bearer``. The
 bootstrap token is compared with ``hmac.compare_digest``; no token is ever logged. Without
-``FEDTUNE_API_TOKEN`` the API is open: every caller is an anonymous admin (a local, one-user
-service) — a shared deployment must set it (the chart does).
+``FEDTUNE_API_TOKEN`` or an issuer the API is open — ``fedtune serve`` runs so only when told to
+(``--insecure-open``, loopback only: :mod:`..admin_token`): a caller without a token is an
+anonymous admin, each such request's log line says that tokens are not checked, and a token
+that is sent anyway is checked all the same (a user's is used, an unknown one is 401), so nobody
+is silently someone else.
 
 The check runs in :class:`BearerAuth`, an ASGI middleware, *before* the body is read or parsed:
 an unauthenticated client learns nothing about the body it sent (no 400/413/422 before 401) and
@@ -31,6 +34,7 @@ dispatch attempt (``fedtune/service/api/routes_driver.py``).
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 from collections.abc import Callable
 from typing import Annotated
@@ -42,9 +46,12 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..access import ANONYMOUS_ADMIN, Principal
+from ..admin_token import OPEN
 from ..errors import InvalidTokenError, UnauthorizedError, error_body, status_and_code
 
 __all__ = ["PROTECTED_PREFIX", "BearerAuth", "Caller", "bearer", "current_principal"]
+
+log = logging.getLogger(__name__)
 
 PROTECTED_PREFIX = "/v1"
 #: (method, path) authorised by a credential of their own, not the bearer token
@@ -100,8 +107,9 @@ class BearerAuth:
             raw = dict(scope["headers"]).get(b"authorization")
             header = raw.decode("latin-1") if raw is not None else None
             try:
-                if not self.required:
+                if not self.required and not header:
                     principal = ANONYMOUS_ADMIN
+                    log.info("%s: %s %s", OPEN, scope.get("method"), path)
                 else:  # a user token is a database lookup: off the event loop
                     principal = await run_in_threadpool(
                         authenticate, self.token, header, self.resolve

@@ -201,7 +201,12 @@ class RayJobsBackend(Backend):
                 entrypoint=entrypoint,
                 submission_id=sid,
                 runtime_env={
-                    "env_vars": child_env(self.settings, ChildKind.RAY_JOB, project=request.project)
+                    "env_vars": child_env(
+                        self.settings,
+                        ChildKind.RAY_JOB,
+                        project=request.project,
+                        study=(request.study_id, request.attempt),
+                    )
                 },
                 metadata={
                     "fedtune.study": request.study_id,
