@@ -106,6 +106,7 @@ def child_env(
     *,
     project: str | None = None,
     study: tuple[str, int] | None = None,
+    code: bool = True,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of a child of ``kind`` (see the module docstring).
@@ -116,6 +117,10 @@ def child_env(
         project: the study's project (its MLflow workspace credential), for drivers.
         study: ``(study id, attempt)`` of a driver: its credential for the service's driver
             routes, when the service has a URL its drivers reach (``drivers_report_to``).
+        code: the study runs uploaded code. A ``local`` driver of a study without it, on a
+            database several replicas may share (not SQLite), writes that database itself: its
+            service's URL dies with that replica, while the replica that takes over adopts the
+            driver (it runs no code of the member's, so it may hold the URL).
         environ: the service's environment (default: this process's).
 
     Returns:
@@ -133,6 +138,10 @@ def child_env(
     }
     if kind is not ChildKind.LOCAL_DRIVER:
         return driver
+    shared = not settings.database_url.startswith("sqlite")
+    if shared and not code:
+        driver.pop("FEDTUNE_DRIVER_URL", None)
+        driver.pop("FEDTUNE_DRIVER_TOKEN", None)
     env = {k: v for k, v in environ.items() if k in HOST}
     if "FEDTUNE_DRIVER_URL" not in driver:  # no URL: the driver writes the database itself
         from .backends.local import absolute_sqlite_url

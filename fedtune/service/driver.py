@@ -1,20 +1,23 @@
 """The study driver: what ``fedtune worker run-study ID`` runs, wherever the backend put it.
 
-0. read the settings from the environment, where ``FEDTUNE_DATABASE_URL`` must be set
-   (:func:`load_driver_settings`: every backend passes it; a driver on a cluster whose
-   processes lack it must not fall back to a SQLite file in its working directory that no
+0. read the settings from the environment, where ``FEDTUNE_DRIVER_URL`` and
+   ``FEDTUNE_DRIVER_TOKEN`` (the service's API, with a credential of this study and attempt:
+   :mod:`.driver_link`) or else ``FEDTUNE_DATABASE_URL`` must be set
+   (:func:`load_driver_settings`: every backend passes one; a driver on a cluster whose
+   processes lack both must not fall back to a SQLite file in its working directory that no
    service reads): if not, exit 2 with one line naming the variable — the backend reads that
-   line and, exit status 2 being permanent, fails the study without another attempt;
+   line and, exit status 2 being permanent, fails the study without another attempt; the
+   driver reads and writes its study only through that link;
    then check that ``FEDTUNE_WORKDIR`` is writable (a read-only root file system without a mounted
    workdir): if not, record that one line as the study's error (when the study is ours to run),
    and exit 2 with it;
-1. load the study from the service database; exit 0 at once unless it is ``running`` and this is
-   its current dispatch attempt (a superseded or cancelled driver must not run);
-   A study with uploaded code finds its package in the database (:mod:`.study_code`); code
+1. load the study; exit 0 at once unless it is ``running`` and this is its current dispatch
+   attempt (a superseded or cancelled driver must not run);
+   A study with uploaded code fetches its package from the service (:mod:`.study_code`); code
    that does not import here fails the study with "the study's code failed to load on the
    driver's machine: <field>: <error> (at <file:line>)";
 2. ``run_study(spec, <FEDTUNE_WORKDIR>/studies/<id>, sinks=[DbSink])`` — trials, rounds and
-   MLflow run ids go to the database while it runs, so status and trials are always current.
+   MLflow run ids go to the service while it runs, so status and trials are always current.
    Embedded Ray unless ``RAY_ADDRESS`` is set (inside a Ray job or a RayJob it is);
 3. a heartbeat thread stamps ``studies.heartbeat_at`` every ``FEDTUNE_HEARTBEAT_S`` and stops
    the driver (SIGINT to itself) when the study is cancelled or re-dispatched elsewhere;

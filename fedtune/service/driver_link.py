@@ -230,6 +230,7 @@ class ApiLink:
         return bool(self._call("POST", "/finish", {"state": str(state), "values": values}).json())
 
     def heartbeat(self, attempt: int) -> bool:
+        # the attempt is the token's: the service compares it with the study's current one
         return bool(self._call("POST", "/heartbeat").json())
 
     def is_cancelled(self) -> bool:

@@ -104,3 +104,18 @@ def test_a_local_driver_gets_its_study_credential_and_no_database_url(make_setti
     # without a URL the driver still writes the database itself
     plain = child_env(make_settings(backend="local"), ChildKind.LOCAL_DRIVER, study=("0" * 12, 1))
     assert "FEDTUNE_DATABASE_URL" in plain and "FEDTUNE_DRIVER_TOKEN" not in plain
+
+
+def test_a_local_driver_without_code_on_a_shared_database_writes_it_itself(make_settings) -> None:
+    """Replicas on one PostgreSQL database: a driver bound to its replica's URL would lose its
+    service with that replica, while the one that takes over adopts the driver. A study without
+    uploaded code runs no code of the member's, so its driver may hold the database URL; one
+    with code still reports through the API (it runs in the sandbox)."""
+    pg = "postgresql+psycopg://fedtune@127.0.0.1:5432/test"
+    settings = make_settings(
+        backend="local", driver_url="http://127.0.0.1:8123", database_url=pg, api_token=TOKEN
+    )
+    plain = child_env(settings, ChildKind.LOCAL_DRIVER, study=("0" * 12, 1), code=False)
+    assert plain["FEDTUNE_DATABASE_URL"] == pg and "FEDTUNE_DRIVER_TOKEN" not in plain
+    with_code = child_env(settings, ChildKind.LOCAL_DRIVER, study=("0" * 12, 1), code=True)
+    assert "FEDTUNE_DATABASE_URL" not in with_code and "FEDTUNE_DRIVER_TOKEN" in with_code
