@@ -75,6 +75,8 @@ ARG TORCH_VARIANT=cpu
 COPY pyproject.toml README.md ./
 COPY fedtune ./fedtune
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels . \
+    && find pyproject.toml fedtune -type f ! -path '*/__pycache__/*' -print0 | sort -z \
+       | xargs -0 sha256sum | sha256sum > /fedtune-source.sha256 \
     && pip install --no-cache-dir --no-deps --no-index --find-links /wheels "fedtune[service]" \
     && pip check \
     && python -c "import torch, fedtune, ray; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'ray', ray.__version__)" \
@@ -103,8 +105,11 @@ RUN set -eu; \
     for tool in fedtune ray mlflow; do ln -s "/opt/venv/bin/$tool" "/usr/local/bin/$tool"; done
 
 # The dependencies (cached unless the lock or a build argument changes), then fedtune's wheel from
-# the build stage, mounted rather than copied: a code change rebuilds only this small layer.
+# the build stage, mounted rather than copied: a code change rebuilds only this small layer. A
+# builder's layer cache does not look into a mounted folder (buildah reused a stale fedtune), so
+# the digest of fedtune's source is copied first: a changed source misses the cache below.
 COPY --from=deps /opt/venv /opt/venv
+COPY --from=build /fedtune-source.sha256 /opt/venv/fedtune-source.sha256
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     /opt/venv/bin/pip install --no-cache-dir --no-deps --no-index --find-links /wheels "fedtune[service]"
 
