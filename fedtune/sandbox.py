@@ -33,7 +33,6 @@ __all__ = [
     "Limits",
     "Sandbox",
     "SandboxMode",
-    "command_pid",
     "give_to_sandbox",
     "prepare_for_sandbox",
     "python_paths",
@@ -212,46 +211,6 @@ class Sandbox:
 
 def _limit(value: int | None) -> str:
     return "unlimited" if value is None else str(value)
-
-
-def command_pid(outer_pid: int) -> int | None:
-    """The host PID of the command a sandbox started by ``outer_pid`` (bubblewrap) runs.
-
-    bubblewrap's first process forks the PID namespace's init, which forks the command
-    (``setpriv`` and ``prlimit`` exec into it, keeping its PID): the command is the
-    grandchild. A signal meant for the command alone (a clean stop) goes there.
-
-    Args:
-        outer_pid: the PID of the ``bwrap`` process the caller started.
-
-    Returns:
-        The command's PID, or None when it is not (or no longer) running.
-    """
-    pid = outer_pid
-    for _ in range(2):
-        children = _children(pid)
-        if len(children) != 1:
-            return None
-        pid = children[0]
-    return pid
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        listed = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        return [int(child) for child in listed]
-    except OSError:
-        pass
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def prepare_for_sandbox(path: Path, *, writable: bool = False) -> None:

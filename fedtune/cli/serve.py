@@ -63,8 +63,7 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
     if settings.backend == "local" and settings.driver_url is None:
         # local drivers report to this server, not to its database (service.driver_link)
-        overrides["driver_url"] = own_url(args.host, args.port)
-        settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = settings.model_copy(update={"driver_url": own_url(args.host, args.port)})
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

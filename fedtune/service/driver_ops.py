@@ -22,6 +22,7 @@ __all__ = [
     "Claim",
     "apply_finished_trials",
     "claim",
+    "current_attempt",
     "finish",
     "heartbeat",
     "is_cancelled",
@@ -79,6 +80,12 @@ def claim(db: Database, study_id: str) -> Claim:
     with db.session(readonly=True) as session:
         study = Repository(session).require_study(study_id)
         return Claim(str(study.state), study.attempts, dict(study.spec), study.code_sha256)
+
+
+def current_attempt(db: Database, study_id: str) -> int:
+    """The study's current dispatch attempt (a driver's writes must come from it)."""
+    with db.session(readonly=True) as session:
+        return Repository(session).study_attempts(study_id)
 
 
 def finish(db: Database, study_id: str, state: StudyState, values: Mapping[str, Any]) -> bool:

@@ -77,6 +77,13 @@ class Repository:
             raise StudyNotFoundError(f"no study {study_id!r}")
         return study
 
+    def study_attempts(self, study_id: str) -> int:
+        """A study's current dispatch attempt, without loading the study (its spec)."""
+        attempts = self.session.scalar(select(Study.attempts).where(Study.id == study_id))
+        if attempts is None:
+            raise StudyNotFoundError(f"no study {study_id!r}")
+        return attempts
+
     def page_studies(
         self,
         states: Sequence[StudyState] = (),

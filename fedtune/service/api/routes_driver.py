@@ -102,7 +102,7 @@ class RecoverIn(_Body):
 
 async def _current(ctx: Ctx, study_id: str, attempt: int) -> None:
     """Writes come from the study's current attempt only (409 for a superseded driver)."""
-    current = (await run_in_threadpool(driver_ops.claim, ctx.db, study_id)).attempts
+    current = await run_in_threadpool(driver_ops.current_attempt, ctx.db, study_id)
     if current != attempt:
         raise ConflictError(f"attempt {attempt} of study {study_id} was superseded by {current}")
 

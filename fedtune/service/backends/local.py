@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.errors import BackendError
-from fedtune.sandbox import command_pid
 
 from ..child_env import ChildKind, child_env
 from ..paths import study_workdir
@@ -68,15 +67,41 @@ def process_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def group_members(pgid: int) -> dict[int, int]:
-    """Live processes of process group ``pgid``: pid -> start ticks."""
-    members = {}
+def command_pid(outer_pid: int) -> int | None:
+    """The host PID of the command a sandbox started by ``outer_pid`` (bubblewrap) runs.
+
+    bubblewrap's first process forks the PID namespace's init, which forks the command
+    (``setpriv`` and ``prlimit`` exec into it, keeping its PID): the command is the grandchild.
+
+    Args:
+        outer_pid: the PID of the ``bwrap`` process the backend started.
+
+    Returns:
+        The command's PID, or None when it is not (or no longer) running.
+    """
+    pid = outer_pid
+    for _ in range(2):
+        children = [p for p, fields in _live() if int(fields[1]) == pid]
+        if len(children) != 1:
+            return None
+        pid = children[0]
+    return pid
+
+
+def _live() -> list[tuple[int, list[str]]]:
+    """Every live process: (pid, its ``/proc/<pid>/stat`` fields after the command name)."""
+    found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             fields = _stat(int(entry.name))
-            if fields is not None and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-                members[int(entry.name)] = int(fields[19])
-    return members
+            if fields is not None and fields[0] not in ("Z", "X"):
+                found.append((int(entry.name), fields))
+    return found
+
+
+def group_members(pgid: int) -> dict[int, int]:
+    """Live processes of process group ``pgid``: pid -> start ticks."""
+    return {pid: int(fields[19]) for pid, fields in _live() if int(fields[2]) == pgid}
 
 
 #: exit codes of reaped drivers kept for their studies' next poll (oldest dropped first)

@@ -19,7 +19,7 @@ one bubblewrap sandbox:
   runs for hours, and Ray reserves far more address space than it uses).
 
 It stays in the process group the backend signals (no new session); a clean stop goes to the
-driver itself (:func:`fedtune.sandbox.command_pid`), since bubblewrap forwards no signal.
+driver itself (:func:`.local.command_pid`), since bubblewrap forwards no signal.
 """
 
 from __future__ import annotations
