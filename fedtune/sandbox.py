@@ -94,6 +94,10 @@ class Sandbox:
             before ``writable``, which may lie inside it).
         new_session: start the command in a session of its own (no terminal to inject into);
             False keeps it in the caller's process group, for a caller that signals the group.
+        same_user: run as the caller's own user (a user namespace that maps it onto itself,
+            every capability dropped) instead of ``SANDBOX_UID``: for a command that must talk
+            to the caller's own sockets (a shared Ray node's raylet); ``RLIMIT_NPROC`` then
+            does not hold for a caller that is root.
     """
 
     read_only: Mapping[Path, str] = field(default_factory=dict)
@@ -104,6 +108,7 @@ class Sandbox:
     network: bool = False
     private: Mapping[str, int] = field(default_factory=dict)
     new_session: bool = True
+    same_user: bool = False
 
     def command(
         self, argv: Sequence[str], *, bwrap: str | None = None, proc: bool | None = None
@@ -128,7 +133,10 @@ class Sandbox:
         out += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
         if not self.network:
             out.append("--unshare-net")
-        if not root:  # a user namespace maps the service's user onto SANDBOX_UID
+        if self.same_user:  # a user namespace that maps the caller onto itself
+            out += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
+            out += ["--cap-drop", "ALL"]
+        elif not root:  # a user namespace maps the service's user onto SANDBOX_UID
             out += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
             out += ["--cap-drop", "ALL"]
         out += ["--ro-bind", "/usr", "/usr"]
@@ -158,7 +166,7 @@ class Sandbox:
         for kind, host, inside in binds:
             out += [kind, host, inside]
         out += ["--chdir", self.cwd, "--"]  # the environment is bwrap's own: ``env`` (not argv)
-        if root:  # drop to nobody inside, where the mounts are made: RLIMIT_NPROC then holds
+        if root and not self.same_user:  # drop to nobody inside: RLIMIT_NPROC then holds
             out += [
                 "setpriv",
                 f"--reuid={SANDBOX_UID}",

@@ -2,8 +2,10 @@
 
 A child of the service gets the variables named here and nothing else of the service's own
 environment: a code check (uploaded code imported in a sandbox), a ``local`` study driver, a Ray
-Jobs API driver (its ``runtime_env``) and a KubeRay RayJob's head (its pod ``env``). A variable
-not named here, a new secret setting among them, is withheld by default.
+Jobs API driver (its ``runtime_env``) and a KubeRay RayJob's head (its pod ``env``); and a Ray
+Jobs API driver that re-runs itself in a sandbox on a shared head gives that sandbox only what
+:func:`head_driver_env` names of its own. A variable not named here, a new secret setting among
+them, is withheld by default.
 
 * :data:`PLATFORM` — locale, thread counts and devices: every child, the sandbox included;
 * :data:`HOST` — a driver on the service's own machine also keeps its home, temporary folder,
@@ -32,7 +34,15 @@ from fedtune.tuning.env import VARIABLES as TUNING_VARIABLES
 from .mlflow_tenancy import driver_env_for
 from .settings import Settings
 
-__all__ = ["HOST", "PLATFORM", "ChildKind", "child_env"]
+__all__ = [
+    "DRIVER_SANDBOX",
+    "HOST",
+    "PLATFORM",
+    "SANDBOXED",
+    "ChildKind",
+    "child_env",
+    "head_driver_env",
+]
 
 
 class ChildKind(enum.StrEnum):
@@ -42,6 +52,28 @@ class ChildKind(enum.StrEnum):
     LOCAL_DRIVER = "local-driver"  # ``fedtune worker run-study`` as the service's child
     RAY_JOB = "ray-job"  # a Ray Jobs API driver (backend ``ray``): its ``runtime_env``
     RAYJOB = "rayjob"  # a KubeRay RayJob's head pod (backend ``kubernetes``)
+    HEAD_DRIVER = "head-driver"  # a Ray job's driver, re-run in a sandbox on a shared head
+
+
+#: a driver's own variables a sandboxed head driver keeps (its Ray job's ``runtime_env`` and the
+#: head's environment gave them; the MLflow login is its project's, never the admin's)
+HEAD_DRIVER_KEEPS = frozenset(
+    {
+        "FEDTUNE_HEARTBEAT_S",
+        "FEDTUNE_MAX_DISPATCH_ATTEMPTS",
+        "FEDTUNE_RETRY_BACKOFF_S",
+        "FEDTUNE_MAX_CODE_BYTES",
+        "MLFLOW_TRACKING_URI",
+        "MLFLOW_WORKSPACE",
+        "MLFLOW_TRACKING_USERNAME",
+        "MLFLOW_TRACKING_PASSWORD",
+    }
+)
+#: set in a sandboxed driver's environment (both sandboxes): it checks what it may reach
+SANDBOXED = "FEDTUNE_SANDBOXED"
+#: set in a Ray job driver's environment for a study with uploaded code: the sandbox to re-run
+#: itself in on the shared head (``FEDTUNE_CODE_SANDBOX`` of the service)
+DRIVER_SANDBOX = "FEDTUNE_DRIVER_SANDBOX"
 
 
 #: what any child may inherit: how the platform runs (locale, threads, devices), no credential
@@ -125,17 +157,22 @@ def child_env(
 
     Returns:
         Variable -> value. For ``RAY_JOB`` and ``RAYJOB`` only the variables the service sets
-        (the cluster's own environment supplies the rest).
+        (the cluster's own environment supplies the rest). For ``HEAD_DRIVER``, ``settings``
+        and ``environ`` are the Ray job driver's own (:func:`head_driver_env`).
     """
     environ = os.environ if environ is None else environ
     if kind is ChildKind.CODE_CHECK:  # and the operator's PYTHONPATH: its folders are mounted
         env = {k: v for k, v in environ.items() if k in PLATFORM or k == "PYTHONPATH"}
         return {**env, **SANDBOX_FIXED}
+    if kind is ChildKind.HEAD_DRIVER:
+        return head_driver_env(settings, environ)
     driver = {
         "FEDTUNE_HEARTBEAT_S": str(settings.heartbeat_s),
         **driver_env_for(settings, project),
         **_report_to(settings, study),
     }
+    if kind is ChildKind.RAY_JOB and code:  # the driver sandboxes itself on the shared head
+        driver[DRIVER_SANDBOX] = str(settings.code_sandbox)
     if kind is not ChildKind.LOCAL_DRIVER:
         return driver
     shared = not settings.database_url.startswith("sqlite")
@@ -170,3 +207,29 @@ def _report_to(settings: Settings, study: tuple[str, int] | None) -> dict[str, s
 
     token = driver_token(code_url_key(settings), study[0], study[1])
     return {"FEDTUNE_DRIVER_URL": url, "FEDTUNE_DRIVER_TOKEN": token}
+
+
+def head_driver_env(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a Ray job's driver re-run in a sandbox on a shared head.
+
+    The driver keeps what runs it (:data:`HOST`, Ray's own ``RAY_*`` variables: the cluster's
+    address, its job and, on a cluster with token authentication, its token), its own settings
+    (:data:`HEAD_DRIVER_KEEPS`), and its study's credential; nothing else of the head's
+    environment (a database URL the cluster's processes carry, the head's other secrets).
+
+    Args:
+        settings: the driver's settings (its ``driver_url`` and ``driver_token``).
+        environ: the driver's environment, as the Ray job started it.
+
+    Returns:
+        Variable -> value.
+    """
+    env = {k: v for k, v in environ.items() if k in HOST or k.startswith("RAY_")}
+    env.update({k: v for k, v in environ.items() if k in HEAD_DRIVER_KEEPS})
+    env.pop("VIRTUAL_ENV", None)
+    if settings.driver_url and settings.driver_token is not None:
+        env["FEDTUNE_DRIVER_URL"] = settings.driver_url
+        env["FEDTUNE_DRIVER_TOKEN"] = settings.driver_token.get_secret_value()
+    env["FEDTUNE_WORKDIR"] = str(Path(settings.workdir).resolve())
+    env[SANDBOXED] = "1"
+    return env

@@ -13,7 +13,9 @@
    and exit 2 with it;
 1. load the study; exit 0 at once unless it is ``running`` and this is its current dispatch
    attempt (a superseded or cancelled driver must not run);
-   A study with uploaded code fetches its package from the service (:mod:`.study_code`); code
+   A study with uploaded code fetches its package from the service (:mod:`.study_code`); on a
+   shared Ray head (backend ``ray``) the driver then imports nothing and runs the rest of itself
+   in a sandbox (:mod:`.head_sandbox`); code
    that does not import here fails the study with "the study's code failed to load on the
    driver's machine: <field>: <error> (at <file:line>)";
 2. ``run_study(spec, <FEDTUNE_WORKDIR>/studies/<id>, sinks=[DbSink])`` — trials, rounds and
@@ -62,6 +64,7 @@ from fedtune.errors import (
 from .driver_link import DriverLink, link_from_environment
 from .driver_ops import Claim
 from .faults import is_database_outage, is_transient, retry_delay_s
+from .head_sandbox import check_sandboxed_tracking, run_in_head_sandbox, wants_head_sandbox
 from .optuna_sync import OptunaView
 from .paths import check_workdir, study_tracking_uri, study_workdir
 from .settings import Settings, database_url_from_env, load_settings
@@ -233,10 +236,17 @@ def run_driver(
         workdir = study_workdir(settings, study_id)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            spec = load_spec(with_study_code(link, settings, claimed.spec, claimed.code_sha256))
+            document = with_study_code(link, settings, claimed.spec, claimed.code_sha256)
+            if wants_head_sandbox(settings, claimed.code_sha256):  # imports nothing here
+                return run_in_head_sandbox(settings, study_id, claimed.attempts, document)
+            if settings.sandboxed:
+                check_sandboxed_tracking(settings, study_id)
+            spec = load_spec(document)
         except ConfigError as exc:
             what = "invalid stored spec"
-            if isinstance(exc, CodeError):  # the service's check imported it, this machine not
+            if exc.field in ("code", "code.path", "MLFLOW_TRACKING_URI", "FEDTUNE_DRIVER_SANDBOX"):
+                what = "the study's driver cannot run here"
+            elif isinstance(exc, CodeError):  # the service's check imported it, this machine not
                 what = "the study's code failed to load on the driver's machine"
             log.error("study %s failed: %s: %s", study_id, what, exc)
             _finish(link, StudyState.FAILED, error=f"{what}: {exc}")

@@ -216,6 +216,12 @@ class Settings(BaseSettings):
     code_sandbox_memory_mib: int = Field(4096, ge=256, le=1 << 20)
     #: processes the sandbox's user may run at once (``RLIMIT_NPROC``: a fork past it fails)
     code_sandbox_processes: int = Field(64, ge=4, le=100_000)
+    #: set by the service in a Ray job's environment (backend ``ray``) for a study with uploaded
+    #: code: its driver re-runs itself in this sandbox on the shared head
+    #: (``fedtune.service.head_sandbox``); never an operator's setting
+    driver_sandbox: SandboxMode | None = None
+    #: set inside a sandboxed driver: it checks that what it writes is inside its sandbox
+    sandboxed: bool = False
     #: the service's URL as RayJobs reach it (the kubernetes backend's code ``working_dir`` URI)
     public_url: str | None = None
     #: the URL study drivers report to (``/v1/driver``, with a per-study credential) instead of

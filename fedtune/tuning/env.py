@@ -22,6 +22,7 @@ __all__ = [
     "cuda_visible_devices",
     "mlflow_tracking_uri",
     "ray_address",
+    "ray_node_id",
     "ray_start_attempts",
     "ray_start_backoff_s",
     "sqlite_wal",
@@ -36,6 +37,7 @@ VARIABLES = (
     "FEDTUNE_RAY_START_ATTEMPTS",
     "FEDTUNE_RAY_START_BACKOFF_S",
     "FEDTUNE_TIMELINE",
+    "FEDTUNE_RAY_NODE_ID",
 )
 
 
@@ -150,3 +152,20 @@ def cuda_visible_devices(environ: Mapping[str, str] | None = None) -> str | None
     """
     environ = _environ(environ)
     return environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def ray_node_id(environ: Mapping[str, str] | None = None) -> str | None:
+    """``FEDTUNE_RAY_NODE_ID``: the Ray node a driver in a PID namespace of its own joins.
+
+    Ray finds the node a driver runs on among the processes it can see (the node's raylet); a
+    sandboxed driver sees none of the node's, so its sandbox names the node
+    (:mod:`fedtune.service.head_sandbox`).
+
+    Args:
+        environ: the environment (default: this process's).
+
+    Returns:
+        The node's id (hex), or None when unset or empty.
+    """
+    environ = _environ(environ)
+    return environ.get("FEDTUNE_RAY_NODE_ID") or None

@@ -132,6 +132,8 @@ def start_ray(
         generous = {"worker_register_timeout_seconds": WORKER_REGISTER_TIMEOUT_S, **NO_PRESTART}
         kwargs["_system_config"] = {**generous, **(kwargs.get("_system_config") or {})}
     where = kwargs.get("address") or "embedded"
+    if (node := env.ray_node_id()) and kwargs.get("address"):
+        _join_node(node)
     for attempt in range(1, policy.attempts + 1):
         try:
             init(**kwargs)
@@ -156,6 +158,21 @@ def start_ray(
     raise RayStartError(
         f"Ray did not start ({where}) after {policy.attempts} attempt(s): {_first_line(last)}"
     )
+
+
+def _join_node(node_id: str) -> None:
+    """Make ``ray.init`` join node ``node_id`` without looking for its raylet's process.
+
+    Ray's driver finds the node it runs on by the ``--node_id`` of the raylet processes it can
+    see (``ray._private.services.find_node_ids``); a driver in a PID namespace of its own (a
+    sandbox on a shared head) sees none, and is told the node instead.
+
+    Args:
+        node_id: the node's id (hex).
+    """
+    from ray._private import services
+
+    services.find_node_ids = lambda: [node_id]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -131,10 +131,8 @@ def test_no_pod_gets_a_whole_secret_and_ray_workers_get_no_credentials(
     for cluster in find(rendered_all[scenario], "RayCluster"):
         env_secret = f"{FULLNAME}-env"
         head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
-        assert _secret_refs(head) == {
-            (env_secret, "FEDTUNE_DATABASE_URL"),
-            (env_secret, "MLFLOW_TRACKING_URI"),
-        }
+        # no database URL: drivers on the head report to the API with their study's token
+        assert _secret_refs(head) == {(env_secret, "MLFLOW_TRACKING_URI")}
         for group in cluster["spec"]["workerGroupSpecs"]:
             for container in group["template"]["spec"]["containers"]:
                 assert not _secret_refs(container), group["groupName"]
@@ -145,9 +143,9 @@ def test_rayjob_drivers_get_a_secret_with_only_what_they_use(rendered_all) -> No
     manifests = rendered_all["defaults"]
     name = container_env(api_pod(manifests)["containers"][0])["FEDTUNE_K8S_ENV_SECRET"]["value"]
     driver = one(manifests, "Secret", name)
-    assert set(driver["stringData"]) == {"FEDTUNE_DATABASE_URL", "MLFLOW_TRACKING_URI"}
+    assert set(driver["stringData"]) == {"MLFLOW_TRACKING_URI"}  # no database URL
     full = one(manifests, "Secret", f"{FULLNAME}-env")["stringData"]
-    assert driver["stringData"]["FEDTUNE_DATABASE_URL"] == full["FEDTUNE_DATABASE_URL"]
+    assert driver["stringData"]["MLFLOW_TRACKING_URI"] == full["MLFLOW_TRACKING_URI"]
 
 
 def test_fedtune_and_mlflow_use_separate_non_superuser_roles(rendered_all) -> None:
@@ -229,21 +227,23 @@ def test_network_policies_admit_only_fedtune_pods_to_postgresql_and_the_api_to_r
     policies = {p["metadata"]["name"]: p for p in find(manifests, "NetworkPolicy")}
     pg = policies[f"{FULLNAME}-postgresql"]
     assert _selects(pg["spec"]["podSelector"], _labels_of(manifests, "postgresql"))
-    for component in ("api", "mlflow", "ray-head"):
+    for component in ("api", "mlflow"):
         assert _admitted(pg, _labels_of(manifests, component), "postgresql"), component
+    # no Ray pod: drivers report to the API with their study's token
+    assert not _admitted(pg, _labels_of(manifests, "ray-head"), "postgresql")
     worker = _labels_of(manifests, "ray-worker") | {
         "ray.io/cluster": f"{FULLNAME}-ray",
         "ray.io/node-type": "worker",
     }
     assert not _admitted(pg, worker, "postgresql")
     assert not _admitted(pg, {"app": "something-else"}, "postgresql")
-    # a RayJob head (labels from rayjob_manifest + KubeRay's node type) reaches it, its workers not
+    # nor a RayJob's pods (labels from rayjob_manifest + KubeRay's node type)
     study = {
         "app.kubernetes.io/name": "fedtune",
         "app.kubernetes.io/component": "study",
         "app.kubernetes.io/managed-by": "fedtune",
     }
-    assert _admitted(pg, study | {"ray.io/node-type": "head"}, "postgresql")
+    assert not _admitted(pg, study | {"ray.io/node-type": "head"}, "postgresql")
     assert not _admitted(pg, study | {"ray.io/node-type": "worker"}, "postgresql")
 
     ray = policies[f"{FULLNAME}-ray"]

@@ -496,8 +496,10 @@ CONTRACT_ENV = {
         *(f"FEDTUNE_{name}" for name in STUDY_LIMITS.values()),
         "HOME",
     },
-    "ray": {"RAY_ADDRESS"},
+    #: drivers on the cluster report to the API (its in-cluster URL), never to the database
+    "ray": {"RAY_ADDRESS", "FEDTUNE_PUBLIC_URL"},
     "kubernetes": {
+        "FEDTUNE_PUBLIC_URL",
         "FEDTUNE_K8S_NAMESPACE",
         "FEDTUNE_K8S_IMAGE",
         "FEDTUNE_K8S_ENV_SECRET",

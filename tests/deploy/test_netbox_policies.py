@@ -54,8 +54,8 @@ RAY_PODS = {"ray-head", "ray-worker-1", "ray-worker-2"}
 EXPECTED: dict[tuple[str, int], set[str]] = {
     # no policy selects the API: anyone, the laptop included
     ("api", 8000): set(SOURCES),
-    # PostgreSQL: the API, MLflow, the migration Job and the Ray head (drivers) — never a worker
-    ("postgresql", 5432): {"api", "mlflow", "db-upgrade", "ray-head"},
+    # PostgreSQL: the API, MLflow and the migration Job; no Ray pod (drivers report to the API)
+    ("postgresql", 5432): {"api", "mlflow", "db-upgrade"},
     # MLflow: fedtune pods of this release (Ray's included), not the laptop or the intruder
     ("mlflow", 5000): FEDTUNE_PODS,
     # the dashboard / Jobs API: the API and the cluster's own pods

@@ -19,7 +19,9 @@ every cluster process, as in an image built earlier): the study runs the code of
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -34,7 +36,8 @@ import yaml
 from fedtune.client import Client
 from fedtune.code_package import pack
 from fedtune.service.states import StudyState, TrialState
-from tests.service.helpers import Server
+from tests.integration.conftest import mlflow_server_process
+from tests.service.helpers import Server, tiny_spec
 from tests.service.ray_cluster import LocalRayCluster, session_pids
 
 from .test_service_e2e import FAST, TOKEN, _mlflow_runs
@@ -48,6 +51,8 @@ STUDY = EXAMPLE / "study.yaml"
 ONLY_ON_THE_API = "wine_cellar_stats"
 #: the round diagnostic of the older fedlab installed on the cluster (see ``_installed_copy``)
 INSTALLED_MARK = "installed_copy_ran"
+#: a database URL in the environment of the cluster's processes, which no driver may see
+HEAD_DATABASE_URL = "postgresql://fedtune:head-database-password@127.0.0.1:9/fedtune"
 
 
 @dataclass
@@ -98,12 +103,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     api_only.mkdir()
     (api_only / f"{ONLY_ON_THE_API}.py").write_text("MEDIAN = 0.5\n")
     installed = _installed_copy(root / "cluster-site")  # on the cluster's PYTHONPATH only
-    # the cluster's processes carry the driver's settings, but no database URL: drivers report
-    # to the service's API with their study's credential (FEDTUNE_DRIVER_URL, set below), and
-    # one MLflow store that the service reads too (the chart: an MLflow server)
-    mlflow = f"sqlite:///{root / 'mlflow.db'}"
+    # the cluster's processes carry the driver's settings and a database URL (as a head given
+    # the service's would): drivers report to the service's API with their study's credential
+    # (FEDTUNE_DRIVER_URL, set below) and never read it, and a sandboxed driver never sees it;
+    # one MLflow server that the service reads too (the chart's)
+    stack = contextlib.ExitStack()
+    _, mlflow = stack.enter_context(
+        mlflow_server_process(
+            f"sqlite:///{root / 'mlflow.db'}", root / "mlflow.log", artifacts=str(root / "art")
+        )
+    )
     env = {
         "FEDTUNE_WORKDIR": str(head_workdir),
+        "FEDTUNE_DATABASE_URL": HEAD_DATABASE_URL,
         "MLFLOW_TRACKING_URI": mlflow,
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO), str(installed)]),
@@ -137,6 +149,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             server.stop()
         sessions = cluster.sessions
         cluster.stop()
+        stack.close()
         assert not [p for s in sessions for p in session_pids(s)], "cluster processes survived"
 
 
@@ -238,9 +251,8 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
     assert sorted(t.number for t in done) == sorted(t.number for t in trials)
     searched = {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
     assert all(set(t.params) == searched for t in done)  # the user's method's hyperparameters
-    # the cluster's MLflow store is a local SQLite file: the service does not show its path
-    assert final.mlflow.tracking_uri is None
-    parent, children = _mlflow_runs(final, local_store=f"sqlite:///{world.root / 'mlflow.db'}")
+    assert final.mlflow.tracking_uri == world.server.env["MLFLOW_TRACKING_URI"]
+    parent, children = _mlflow_runs(final)
     assert parent.info.status == "FINISHED" and len(children) == 2
     for child in children:
         assert child.info.status == "FINISHED"
@@ -269,3 +281,46 @@ def test_code_the_cluster_cannot_import_fails_the_study_with_the_reason(
     assert final.error in study.logs  # the Ray job's log says why, too
     assert f"fedlab/tasks.py:{line}" in final.error, final.error
     assert final.attempts == 1 and study.trials == []
+
+
+def test_a_hostile_driver_on_the_shared_head_finds_no_secret_or_file(world: World) -> None:
+    """A study whose code, imported by its driver on the head (a Ray job), looks around: the
+    driver ran it in a sandbox, which holds no process of the head, no database URL and no
+    other study's file; what it writes stays in the sandbox."""
+    from fedtune.sandbox import sandbox_missing
+    from tests.needs import need
+
+    from .test_hostile_code import DRIVER_PACKAGE, PROBE
+
+    need("bwrap", sandbox_missing())
+    other = world.head_workdir / "studies" / "0123456789ab"  # another study's folder
+    other.mkdir(parents=True, exist_ok=True)
+    (other / "optuna.db").write_text("another study's storage")
+    (world.head_workdir / "secret.txt").write_text("the head's own file")
+    service_db = world.server.env["FEDTUNE_DATABASE_URL"].removeprefix("sqlite:///")
+    probe = PROBE.format(
+        names=["FEDTUNE_DATABASE_URL", "FEDTUNE_API_TOKEN", "FEDTUNE_CODE_URL_KEY"],
+        readable=[str(other / "optuna.db"), str(world.head_workdir / "secret.txt"), service_db],
+        ports=[],
+        writable=[str(world.head_workdir / "planted.txt"), str(other / "planted.txt")],
+    )
+    lab = world.root / "hostile-lab"
+    (lab / "user_lab").mkdir(parents=True)
+    (lab / "user_lab" / "__init__.py").write_text("")
+    (lab / "user_lab" / "tasks.py").write_text(DRIVER_PACKAGE.format(probe=probe))
+    # the check (no driver URL) imports it and finds no error: the driver's import probes
+    spec = tiny_spec(name="hostile-on-the-head", trials=1, code={"modules": ["user_lab.tasks"]})
+    with Client(world.server.url, token=TOKEN, timeout=30) as sdk:
+        study = sdk.submit(spec, code=lab)
+        final = study.wait(progress=False, timeout=400, poll_s=0.5)
+    logs = world.logs(study.id)
+    assert final.state == StudyState.FAILED, (final.state, logs[-3000:])
+    assert "driver:" in final.error, final.error  # the driver imported it, and refused to go on
+    assert "runs its uploaded code in a sandbox" in logs, logs[-3000:]
+    found = json.loads(final.error.split("FINDINGS", 1)[1].split("END", 1)[0])
+    assert found["leaks"] == {}, found["leaks"]  # no database URL: not in its environment
+    assert set(found["pids"]) <= set(range(1, 8)), found["pids"]  # no process of the head
+    assert found["read"] == []
+    assert HEAD_DATABASE_URL not in logs and HEAD_DATABASE_URL not in final.error
+    assert not (world.head_workdir / "planted.txt").exists()
+    assert not (other / "planted.txt").exists()

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from fedtune.sandbox import Limits, Sandbox, SandboxMode, give_to_sandbox
 
+from ..child_env import SANDBOXED
 from ..paths import study_workdir
 from ..settings import Settings
 
@@ -87,6 +88,7 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
         "MPLCONFIGDIR": "/tmp",
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "FEDTUNE_WORKDIR": str(workdir),
+        SANDBOXED: "1",
     }
     inside.pop("VIRTUAL_ENV", None)
     return Sandbox(

@@ -5,18 +5,21 @@ entrypoint ``fedtune worker run-study <id> --attempt <n>`` (built with ``shlex.j
 validated parts: Ray runs entrypoints through a shell). Inside the job Ray sets ``RAY_ADDRESS``,
 so the driver's trials run on that cluster.
 
-The cluster's processes must have the settings the driver reads — ``FEDTUNE_DATABASE_URL`` and
-``MLFLOW_TRACKING_URI`` — in their environment (the Helm chart's RayCluster head reads those two
-keys of the env Secret, and its workers get none); they are deliberately *not* sent in the job's
-``runtime_env``, which the Ray dashboard shows to anyone who can open it. Without a
-``MLFLOW_TRACKING_URI`` each driver writes MLflow to a SQLite file in the *head's* workdir, which
-the service cannot read unless it shares that workdir: the backend warns at start.
+The job's ``runtime_env`` carries the driver's own settings (:func:`..child_env.child_env`, kind
+``ray-job``): the URL it reports to (``FEDTUNE_DRIVER_URL`` or ``FEDTUNE_PUBLIC_URL``) and its
+study's credential, its project's MLflow login; never the database URL or a service secret (the
+Ray dashboard shows a job's ``runtime_env`` to anyone who can open it). Without such a URL the
+cluster's processes must carry ``FEDTUNE_DATABASE_URL`` themselves. ``MLFLOW_TRACKING_URI`` comes
+from the cluster's environment (the Helm chart's RayCluster head reads that one key of the env
+Secret); without it each driver writes MLflow to a SQLite file in the *head's* workdir, which the
+service cannot read unless it shares that workdir: the backend warns at start.
 
-A study with uploaded code needs nothing more here: the driver reads the package from the
-database and unpacks it under the head's ``FEDTUNE_WORKDIR/code/<sha256>``
-(:mod:`fedtune.service.study_code`), and its ``ray.init`` ships it to the trials on every node as
-``runtime_env`` ``py_modules`` (:mod:`fedtune.tuning.code_shipping`; Ray merges that with the
-job's own ``runtime_env``).
+A study with uploaded code: the driver fetches the package through its link and unpacks it under
+the head's ``FEDTUNE_WORKDIR/code/<sha256>`` (:mod:`fedtune.service.study_code`), then, asked by
+the job's ``FEDTUNE_DRIVER_SANDBOX``, runs the rest of itself in a sandbox on the head
+(:mod:`fedtune.service.head_sandbox`); its ``ray.init`` ships the package to the trials on every
+node as ``runtime_env`` ``py_modules`` (:mod:`fedtune.tuning.code_shipping`; Ray merges that
+with the job's own ``runtime_env``).
 
 A cluster with token authentication (Ray turns it on when a token exists) needs its token in
 ``RAY_AUTH_TOKEN`` (Ray's own variable, read by the settings); it is sent as
@@ -206,6 +209,7 @@ class RayJobsBackend(Backend):
                         ChildKind.RAY_JOB,
                         project=request.project,
                         study=(request.study_id, request.attempt),
+                        code=request.code_sha256 is not None,
                     )
                 },
                 metadata={

@@ -1,0 +1,136 @@
+"""The pieces of a driver's sandbox on a shared Ray head (``fedtune.service.head_sandbox``).
+
+The whole path, a hostile package's driver on a real Ray head, is
+``tests/e2e/test_byo_ray_backend.py``; these check each piece where it can fail alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedtune.errors import ConfigError
+from fedtune.sandbox import Sandbox
+from fedtune.service.child_env import DRIVER_SANDBOX, SANDBOXED, ChildKind, child_env
+from fedtune.service.head_sandbox import (
+    check_sandboxed_tracking,
+    head_sandbox,
+    ray_node,
+    wants_head_sandbox,
+)
+
+from .conftest import TOKEN
+
+STUDY = "0123456789ab"
+
+
+def test_a_ray_job_of_a_study_with_code_asks_its_driver_for_the_sandbox(make_settings) -> None:
+    settings = make_settings(backend="ray", public_url="http://api:8000", api_token=TOKEN)
+    with_code = child_env(settings, ChildKind.RAY_JOB, study=(STUDY, 2), code=True)
+    assert with_code[DRIVER_SANDBOX] == "bwrap"
+    assert "FEDTUNE_DATABASE_URL" not in with_code and "FEDTUNE_DRIVER_TOKEN" in with_code
+    plain = child_env(settings, ChildKind.RAY_JOB, study=(STUDY, 2), code=False)
+    assert DRIVER_SANDBOX not in plain  # no code of the member's: nothing to sandbox
+    opted_out = make_settings(backend="ray", public_url="http://api:8000", code_sandbox="none")
+    env = child_env(opted_out, ChildKind.RAY_JOB, study=(STUDY, 2), code=True)
+    assert env[DRIVER_SANDBOX] == "none"
+
+
+def test_only_a_driver_asked_to_with_code_sandboxes_itself(make_settings) -> None:
+    assert wants_head_sandbox(make_settings(driver_sandbox="bwrap"), "ab" * 32)
+    assert not wants_head_sandbox(make_settings(driver_sandbox="bwrap"), None)
+    assert not wants_head_sandbox(make_settings(driver_sandbox="none"), "ab" * 32)
+    assert not wants_head_sandbox(make_settings(), "ab" * 32)  # local, kubernetes: not asked
+
+
+def test_the_head_driver_keeps_its_own_variables_and_no_secret_of_the_head(make_settings) -> None:
+    settings = make_settings(driver_url="http://api:8000", driver_token="ftd.1.abc")
+    head = {
+        "PATH": "/usr/bin",
+        "RAY_ADDRESS": "10.0.0.1:6379",
+        "RAY_JOB_CONFIG_JSON_ENV_VAR": "{}",
+        "MLFLOW_TRACKING_URI": "http://mlflow:5000",
+        "MLFLOW_TRACKING_USERNAME": "fedtune-driver-team1",
+        "MLFLOW_TRACKING_PASSWORD": "project-password",
+        "FEDTUNE_HEARTBEAT_S": "5",
+        # what the head's processes may carry, and a driver never needs
+        "FEDTUNE_DATABASE_URL": "postgresql://fedtune:secret@db/fedtune",
+        "FEDTUNE_API_TOKEN": TOKEN,
+        "FEDTUNE_MLFLOW_ADMIN_PASSWORD": "admin-password",
+        "AWS_SECRET_ACCESS_KEY": "cloud",
+        DRIVER_SANDBOX: "bwrap",
+    }
+    env = child_env(settings, ChildKind.HEAD_DRIVER, environ=head)
+    for name in ("RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR", "MLFLOW_TRACKING_PASSWORD"):
+        assert env[name] == head[name]
+    assert env["FEDTUNE_DRIVER_URL"] == "http://api:8000"
+    assert env["FEDTUNE_DRIVER_TOKEN"] == "ftd.1.abc"
+    assert env[SANDBOXED] == "1" and env["FEDTUNE_HEARTBEAT_S"] == "5"
+    for name in ("FEDTUNE_DATABASE_URL", "FEDTUNE_API_TOKEN", "AWS_SECRET_ACCESS_KEY"):
+        assert name not in env
+    assert "FEDTUNE_MLFLOW_ADMIN_PASSWORD" not in env
+    assert DRIVER_SANDBOX not in env  # the sandboxed driver runs, it does not sandbox again
+
+
+def test_the_node_is_found_among_the_drivers_ancestors(tmp_path: Path) -> None:
+    """A stand-in raylet (its command line as Ray's) starts a child; the child finds it."""
+    session = tmp_path / "session_2026-11-26_1"
+    argv = [
+        sys.executable,
+        "-c",
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1]])",
+        "from fedtune.service.head_sandbox import ray_node; print(*ray_node())",
+        f"--raylet_socket_name={session}/sockets/raylet",
+        "--node_id=6d9ad670be",
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == [str(session), "6d9ad670be"]
+    with pytest.raises(ConfigError, match="no raylet among its parent processes"):
+        ray_node(os.getpid())  # pytest is no Ray job's
+
+
+def test_the_sandbox_binds_the_study_its_code_and_the_session_only(make_settings, tmp_path) -> None:
+    settings = make_settings(workdir=tmp_path / "head", driver_url="http://a", driver_token="t")
+    code = tmp_path / "head" / "code" / ("ab" * 32)
+    code.mkdir(parents=True)
+    session = tmp_path / "ray" / "session_1"
+    box = head_sandbox(settings, STUDY, code, (session, "6d9a"))
+    assert isinstance(box, Sandbox)
+    study = (tmp_path / "head" / "studies" / STUDY).resolve()
+    assert box.writable == {study: str(study), session.resolve(): str(session.resolve())}
+    assert box.read_only == {code.resolve(): str(code.resolve())}
+    assert box.private == {str((tmp_path / "head").resolve()): 16 << 20}  # the rest: hidden
+    assert box.env["FEDTUNE_RAY_NODE_ID"] == "6d9a" and box.network and box.same_user
+    argv = box.command(["python"], bwrap="bwrap", proc=True)
+    assert "--unshare-pid" in argv and "--unshare-user" in argv and "setpriv" not in argv
+    assert argv[argv.index("--uid") + 1] == str(os.geteuid())  # the raylet's sockets are its
+
+
+@pytest.mark.parametrize(
+    ("uri", "allowed"),
+    [
+        (None, True),
+        ("http://mlflow:5000", True),
+        ("https://mlflow.example", True),
+        ("sqlite:///{work}/studies/0123456789ab/mlflow.db", True),
+        ("sqlite:///{work}/mlflow.db", False),  # every study's store
+        ("file://{work}/mlruns", False),
+        ("{work}/../mlruns", False),
+    ],
+)
+def test_a_sandboxed_driver_refuses_a_store_every_project_shares(
+    make_settings, tmp_path, uri, allowed
+) -> None:
+    work = tmp_path / "work"
+    settings = make_settings(
+        workdir=work, mlflow_tracking_uri=uri.format(work=work) if uri else None
+    )
+    if allowed:
+        check_sandboxed_tracking(settings, STUDY)
+    else:
+        with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI: .* tracking server"):
+            check_sandboxed_tracking(settings, STUDY)
