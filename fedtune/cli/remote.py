@@ -148,8 +148,9 @@ def _show_status(s: Any) -> str:
         ("algorithm / task", f"{s.algorithm} / {s.task}"),
         (
             "trials",
+            # "stopped", as every other output says: the API's ``pruned`` is Optuna's word
             f"{p.finished}/{p.requested} finished ({p.completed} completed, "
-            f"{p.pruned} pruned, {p.failed} failed), {p.running} running",
+            f"{p.pruned} stopped, {p.failed} failed), {p.running} running",
         ),
         (
             "best",

@@ -32,7 +32,7 @@ from fedtune.redact import scrub_text
 
 from .access import Principal
 from .errors import InvalidRequestError
-from .mlflow_tenancy import mlflow_workspace
+from .mlflow_tenancy import mlflow_workspace, workspace_for
 from .models import MethodGroup, Study, utcnow
 from .paths import study_tracking_uri
 from .redact import redact_uri
@@ -150,7 +150,7 @@ def _record(
     import tempfile
 
     from fedtune.tuning.compare_runs import record_comparison
-    from fedtune.tuning.tracking import UI_QUERY
+    from fedtune.tuning.mlflow_urls import run_url
 
     if not uris[0]:
         return None
@@ -168,12 +168,8 @@ def _record(
     with tempfile.TemporaryDirectory() as tmp, mlflow_workspace(ctx.settings, projects[0]):
         done = record_comparison(c, tmp, uris[0], parent_uris=parents)
     shown = redact_uri(uris[0]) or ""
-    url = None
-    if shown.startswith(("http://", "https://")):
-        url = (
-            f"{shown.rstrip('/')}/#/experiments/{done['experiment_id']}/runs/"
-            f"{done['run_id']}?{UI_QUERY}"
-        )
+    workspace = workspace_for(projects[0]) if ctx.settings.mlflow_workspaces else None
+    url = run_url(shown, done["experiment_id"], done["run_id"], workspace)
     return {
         "run_id": done["run_id"],
         "experiment_id": done["experiment_id"],

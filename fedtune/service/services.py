@@ -26,7 +26,7 @@ from .errors import (
     InvalidRequestError,
     StudyNotFoundError,
 )
-from .mlflow_tenancy import mlflow_workspace
+from .mlflow_tenancy import mlflow_workspace, workspace_for
 from .models import Project, Study, Trial
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
@@ -277,7 +277,7 @@ def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
         spec=study.spec,
         progress=_progress(study.trials_requested, counts),
         best=_best(repo, study),
-        mlflow=_mlflow_links(study, study_tracking_uri(ctx.settings, study.id)),
+        mlflow=_mlflow_links(study, study_tracking_uri(ctx.settings, study.id), ctx.settings),
     )
 
 
@@ -337,16 +337,14 @@ def _best(repo: Repository, study: Study) -> BestTrial | None:
     return BestTrial(number=trial.number, value=trial.value, params=trial.params)
 
 
-def _mlflow_links(study: Study, tracking_uri: str | None) -> MlflowLinks:
+def _mlflow_links(study: Study, tracking_uri: str | None, settings: Settings) -> MlflowLinks:
     shown = redact_uri(tracking_uri)
     url = None
-    if shown and shown.startswith(("http://", "https://")) and study.mlflow_run_id:
-        from fedtune.tuning.tracking import UI_QUERY  # the model-training page, not GenAI's
+    if study.mlflow_run_id:
+        from fedtune.tuning.mlflow_urls import run_url
 
-        url = (
-            f"{shown.rstrip('/')}/#/experiments/{study.mlflow_experiment_id}"
-            f"/runs/{study.mlflow_run_id}?{UI_QUERY}"
-        )
+        workspace = workspace_for(study.project) if settings.mlflow_workspaces else None
+        url = run_url(shown, study.mlflow_experiment_id, study.mlflow_run_id, workspace)
     return MlflowLinks(
         tracking_uri=shown,
         experiment_id=study.mlflow_experiment_id,

@@ -69,6 +69,7 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from fedtune.redact import scrub
 
 from . import env
+from .mlflow_urls import run_url, ui_url
 from .round_log import MAX_BATCH, RoundLog
 from .spec import StudySpec
 from .sqlite_commits import fast_commits_for
@@ -93,6 +94,7 @@ __all__ = [
     "kill_study_runs",
     "resolve_tracking_uri",
     "run_experiment_id",
+    "run_url",
     "stored_tradeoff",
     "ui_command",
     "ui_url",
@@ -134,16 +136,6 @@ def ui_command(uri: str) -> str:
     if uri.startswith(("http://", "https://")):
         return ""
     return f"{executable('mlflow')} ui --backend-store-uri {uri}"
-
-
-UI_QUERY = "workflowType=machine_learning"  # MLflow 3 opens on GenAI pages without it
-
-
-def ui_url(uri: str, experiment_id: str) -> str:
-    """The experiment's runs table: on the tracking server, or on ``mlflow ui``'s default
-    address (127.0.0.1:5000) for a local store."""
-    base = uri.rstrip("/") if uri.startswith(("http://", "https://")) else "http://127.0.0.1:5000"
-    return f"{base}/#/experiments/{experiment_id}/runs?{UI_QUERY}"
 
 
 @contextlib.contextmanager
