@@ -32,10 +32,12 @@ lint: $(STAMP)
 # The documentation site (build/site), warnings as errors; docs-gen rewrites the generated reference.
 docs: $(STAMP)
 	$(BIN)/python tools/docs_gen.py --check
+	$(BIN)/python tools/docs_includes.py --check
 	$(BIN)/mkdocs build --strict --quiet
 
 docs-gen: $(STAMP)
 	$(BIN)/python tools/docs_gen.py --write
+	$(BIN)/python tools/docs_includes.py --write
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_throughput.py

@@ -24,6 +24,7 @@ __all__ = ["main"]
 
 #: verb modules, in the order `fedtune --help` lists them; a module that is absent is skipped
 VERBS = (
+    "init",
     "train",
     "tune",
     "compare",
@@ -46,6 +47,7 @@ DESCRIPTION = "Hyperparameter tuning for local-update federated and meta-learnin
 #: ``fedtune --help`` lists the verbs under these headings, in this order; a verb in none of them
 #: (``worker``: the service starts it) is not listed but runs
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("getting started", ("init",)),
     (
         "local work",
         (

@@ -33,7 +33,7 @@ import pytest
 
 from tests.needs import need
 
-from .pages import REPO, Page, bash_script, python_script
+from .pages import REPO, Page, bash_script, matches, output_file, python_script
 
 DEV_BIN = Path(sys.executable).parent
 #: what a page's commands must not inherit from the test process
@@ -72,6 +72,9 @@ class Environment:
     path: list[Path]
     env: dict[str, str] = field(default_factory=dict)
     python: Path = Path(sys.executable)
+    #: the working directory holds the checkout's ``examples/`` and ``helm/`` (False: a light
+    #: client's laptop, which has only what ``pip install fedtune`` gave it)
+    checkout: bool = True
 
 
 def base_environment(home: Path, path: list[Path]) -> dict[str, str]:
@@ -100,18 +103,20 @@ def base_environment(home: Path, path: list[Path]) -> dict[str, str]:
     return env
 
 
-def workspace(tmp: Path) -> tuple[Path, Path]:
+def workspace(tmp: Path, checkout: bool = True) -> tuple[Path, Path]:
     """A fresh working directory with copies of ``examples/`` and ``helm/``, and a home.
 
     Args:
         tmp: an empty temporary directory.
+        checkout: copy the checkout's folders (False: a laptop with ``pip install fedtune``,
+            which has neither).
 
     Returns:
         (working directory, home directory).
     """
     work, home = tmp / "work", tmp / "home"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in ("examples", "helm"):
+    for name in ("examples", "helm") if checkout else ():
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, work / name, ignore=ignore)
     work.mkdir(exist_ok=True)
@@ -130,12 +135,14 @@ def run_page(page: Page, tmp: Path, environment: Environment) -> RunResult:
     Returns:
         The outcome, naming the failing block's ``page:line``.
     """
-    work, home = workspace(tmp)
+    work, home = workspace(tmp, environment.checkout)
     env = base_environment(home, environment.path) | environment.env
     marker = tmp / "block"
+    outputs = tmp / "outputs"
+    outputs.mkdir()
     output = []
     scripts = [
-        ("bash", bash_script(page, marker, REPO / "Makefile"), ["bash"]),
+        ("bash", bash_script(page, marker, REPO / "Makefile", outputs), ["bash"]),
         ("python", python_script(page, marker), [str(environment.python)]),
     ]
     for lang, script, argv in scripts:
@@ -161,7 +168,27 @@ def run_page(page: Page, tmp: Path, environment: Environment) -> RunResult:
         output.append(f"--- {lang} of {page.name}\n{done.stdout}{done.stderr}")
         if done.returncode != 0:
             return RunResult(False, _where(page, lang, path, marker, done.stderr), "".join(output))
+        if lang == "bash" and (wrong := _wrong_output(page, outputs)) is not None:
+            return RunResult(False, wrong[0], "".join(output) + wrong[1])
     return RunResult(True, "", "".join(output))
+
+
+def _wrong_output(page: Page, outputs: Path) -> tuple[str, str] | None:
+    """The first ``Output`` block that differs from what its bash block printed: its
+    ``page:line`` and the two texts; None when every one matches."""
+    for block in page.runnable("bash"):
+        shown = page.expected(block)
+        if shown is None:
+            continue
+        printed = output_file(outputs, block).read_text().splitlines()
+        if not matches(list(shown.lines), printed):
+            expected = "\n".join(shown.lines)
+            return (
+                f"{page.name}:{shown.line}",
+                f"\n--- expected ({page.name}:{shown.line}, … matches anything)\n{expected}"
+                f"\n--- printed by the block at {page.name}:{block.line}\n" + "\n".join(printed),
+            )
+    return None
 
 
 def _where(page: Page, lang: str, script: Path, marker: Path, stderr: str) -> str:
@@ -290,7 +317,7 @@ def environment_for(request: pytest.FixtureRequest, tmp_path: Path):
         if page.env == "service":
             return Environment([DEV_BIN], service)
         light = request.getfixturevalue("light_venv")
-        return Environment([light], service, light / "python")
+        return Environment([light], service, light / "python", checkout=False)
 
     with stack:
         yield make

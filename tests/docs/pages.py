@@ -9,6 +9,7 @@ bash's ``$LINENO`` and Python's tracebacks name the page's own line numbers.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 RUNNABLE = ("bash", "python")
+#: the title of a ``text`` block that shows what the runnable block before it prints
+OUTPUT = "Output"
+#: in an expected output: any text within a line; a line of it alone, any number of lines
+ANY = "…"
 ENVIRONMENTS = ("local", "service", "light", "operator")
 #: a line of a page that is a `make` command (README: `make run`, `make test`)
 MAKE_LINE = re.compile(r"^\s*make\s+([A-Za-z0-9_.-]+)\s*$")
@@ -89,6 +94,25 @@ class Page:
             Those blocks, in page order.
         """
         return [b for b in self.blocks if b.lang == lang and b.runnable]
+
+    def expected(self, block: Block) -> Block | None:
+        """The ``text`` block titled ``Output`` that follows ``block``: what it prints.
+
+        Args:
+            block: a runnable block of the page.
+
+        Returns:
+            The output block (only blank lines between the two), or None.
+        """
+        after = self.blocks.index(block) + 1
+        if after >= len(self.blocks):
+            return None
+        shown = self.blocks[after]
+        if shown.lang != "text" or shown.title != OUTPUT:
+            return None
+        text = self.path.read_text().splitlines()
+        between = text[block.line - 1 + len(block.lines) + 1 : shown.line - 2]
+        return shown if not any(line.strip() for line in between) else None
 
     @property
     def skipped(self) -> list[Block]:
@@ -209,7 +233,47 @@ def _padded(blocks: list[Block], first: str) -> list[str]:
     return script
 
 
-def bash_script(page: Page, marker: Path, makefile: Path | None = None) -> str | None:
+def output_file(outputs: Path, block: Block) -> Path:
+    """Where the script writes what ``block`` prints (a block with an expected output)."""
+    return outputs / f"{block.line}.txt"
+
+
+def matches(expected: list[str], printed: list[str]) -> bool:
+    """Whether ``printed`` is ``expected``, ``…`` standing for any text within a line and a
+    line of ``…`` alone for any number of lines (trailing blanks ignored).
+
+    Args:
+        expected: the lines an ``Output`` block shows.
+        printed: the lines the block printed.
+
+    Returns:
+        True when they match.
+    """
+
+    def line_matches(want: str, got: str) -> bool:
+        parts = [re.escape(part) for part in want.rstrip().split(ANY)]
+        return re.fullmatch(".*".join(parts), got.rstrip(), re.S) is not None
+
+    want, got = list(expected), list(printed)
+    while want and not want[-1].strip():
+        want.pop()
+    while got and not got[-1].strip():
+        got.pop()
+
+    @functools.cache
+    def match(i: int, j: int) -> bool:
+        if i == len(want):
+            return j == len(got)
+        if want[i].strip() == ANY:
+            return any(match(i + 1, k) for k in range(j, len(got) + 1))
+        return j < len(got) and line_matches(want[i], got[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def bash_script(
+    page: Page, marker: Path, makefile: Path | None = None, outputs: Path | None = None
+) -> str | None:
     """The page's ``bash`` blocks as one script, each block at its page line.
 
     Before each block the script writes ``page:line`` to ``marker``; a failing command prints
@@ -221,6 +285,8 @@ def bash_script(page: Page, marker: Path, makefile: Path | None = None) -> str |
         page: the page.
         marker: the file the script records the block being run in.
         makefile: the repository's Makefile.
+        outputs: where a block with an expected output (:meth:`Page.expected`) writes what it
+            prints (:func:`output_file`), which it also still prints.
 
     Returns:
         The script, or None when the page runs no bash block.
@@ -242,6 +308,10 @@ def bash_script(page: Page, marker: Path, makefile: Path | None = None) -> str |
                     f"{block.line + n}: it acts on the checkout (make test is this suite)'"
                 )
             lines.append(line)
+        if outputs is not None and page.expected(block) is not None:
+            into = _sh_quote(str(output_file(outputs, block)))
+            lines[0] += "; {"  # the block's lines keep their page lines; the group's
+            lines.append(f"}} > {into} 2>&1; cat {into}")  # end is the closing fence's
         marked.append(Block(block.lang, block.title, block.line - 1, tuple(lines)))
     head = (
         f"set -Eeuo pipefail; DOCS_MARKER={_sh_quote(str(marker))}; "

@@ -135,3 +135,33 @@ class _Described(pydantic.BaseModel):
 
 def test_the_description_check_finds_an_undescribed_field(docs_gen) -> None:
     assert _undescribed(docs_gen, _Described) == ["bare"]
+
+
+@pytest.fixture(scope="module")
+def docs_includes():
+    spec = importlib.util.spec_from_file_location(
+        "docs_includes", REPO / "tools" / "docs_includes.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_file_the_docs_show_is_the_file(docs_includes) -> None:
+    assert not docs_includes.stale(), "\n".join(docs_includes.stale())
+
+
+def test_a_shown_file_that_changed_is_stale_until_written(docs_includes, tmp_path) -> None:
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "s.yaml").write_text("name: new\ntrials: 2\n")
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "p.md"
+    page.write_text('# P\n\n  ```yaml title="examples/s.yaml"\n  name: old\n  ```\n\nafter\n')
+    assert docs_includes.stale(tmp_path) == [
+        "docs/p.md: a block titled with a file differs from the file (run `make docs-gen`)"
+    ]
+    page.write_text(docs_includes.expanded(page.read_text(), tmp_path))
+    assert page.read_text() == (
+        '# P\n\n  ```yaml title="examples/s.yaml"\n  name: new\n  trials: 2\n  ```\n\nafter\n'
+    )
+    assert docs_includes.stale(tmp_path) == []

@@ -98,6 +98,21 @@ def test_harness_a_failing_block_is_reported_with_its_page_line(
     assert "after the failure" not in result.output  # nothing ran after it
 
 
+def test_harness_an_output_block_is_what_its_block_prints(tmp_path: Path) -> None:
+    page = parse_page(FIXTURES / "output.md")
+    result = run_page(page, tmp_path, Environment([DEV_BIN]))
+    assert result.ok, result.output
+    assert "submitted 687f86080436" in result.output  # still printed, as without a check
+
+
+def test_harness_a_changed_message_fails_its_output_block(tmp_path: Path) -> None:
+    page = parse_page(FIXTURES / "wrong_output.md")
+    result = run_page(page, tmp_path, Environment([DEV_BIN]))
+    assert not result.ok
+    assert result.where == f"{page.name}:12"  # the Output block's first line
+    assert "got 0" in result.output and "Input should be" in result.output
+
+
 def test_harness_make_lines_become_the_recipe_or_a_printed_skip(tmp_path: Path) -> None:
     page = parse_page(FIXTURES / "make.md")
     script = bash_script(page, tmp_path / "m", REPO / "Makefile")

@@ -132,5 +132,5 @@ def test_a_sandboxed_driver_refuses_a_store_every_project_shares(
     if allowed:
         check_sandboxed_tracking(settings, STUDY)
     else:
-        with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI: .* tracking server"):
+        with pytest.raises(ConfigError, match=r"MLFLOW_TRACKING_URI: .* tracking server"):
             check_sandboxed_tracking(settings, STUDY)
