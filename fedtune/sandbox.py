@@ -1,7 +1,9 @@
 """Run a command of fedtune's over user code in a bubblewrap sandbox.
 
 A sandboxed process sees a root file system that holds only ``/usr`` (with the usual ``/bin``,
-``/lib`` links), the Python environment fedtune runs in, and the paths the caller names, all
+``/lib`` links), the few files of ``/etc`` a dynamically linked Python needs (and, with the
+host's network, those of name resolution and certificates), the Python environment fedtune runs
+in, and the paths the caller names, all
 read-only except the ones it names writable; a fresh ``/proc`` of its own PID namespace (no
 process of the service is visible, so no ``/proc/<pid>/environ``), a minimal ``/dev``, a
 size-bounded tmpfs at ``/tmp``, no network (a network namespace with a loopback that is down),
@@ -45,6 +47,17 @@ SANDBOX_UID = 65534
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: files of /etc a dynamically linked Python needs (nothing else of /etc is visible)
 _ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime", "/etc/nsswitch.conf")
+#: what a sandbox with the host's network also needs of /etc: name resolution (a cluster's
+#: Service names, an /etc/hosts a pod was given) and the system's certificates
+_NETWORK_ETC = (
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+)
 
 
 class SandboxMode(enum.StrEnum):
@@ -98,6 +111,10 @@ class Sandbox:
             every capability dropped) instead of ``SANDBOX_UID``: for a command that must talk
             to the caller's own sockets (a shared Ray node's raylet); ``RLIMIT_NPROC`` then
             does not hold for a caller that is root.
+        needs_proc: the command cannot run without a ``/proc`` (a Ray driver reads its own
+            process there): where no ``/proc`` of its own can be mounted (a container that masks
+            ``/proc``: a Kubernetes pod), it shares the caller's PID namespace and sees the
+            caller's ``/proc``, read-only, instead of having none.
     """
 
     read_only: Mapping[Path, str] = field(default_factory=dict)
@@ -109,6 +126,7 @@ class Sandbox:
     private: Mapping[str, int] = field(default_factory=dict)
     new_session: bool = True
     same_user: bool = False
+    needs_proc: bool = False
 
     def command(
         self, argv: Sequence[str], *, bwrap: str | None = None, proc: bool | None = None
@@ -130,7 +148,9 @@ class Sandbox:
         out = [bwrap or shutil.which("bwrap") or "bwrap", "--die-with-parent"]
         if self.new_session:
             out.append("--new-session")
-        out += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+        shared_pid = self.needs_proc and not proc  # the caller's processes, read-only
+        out += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        out += [] if shared_pid else ["--unshare-pid"]
         if not self.network:
             out.append("--unshare-net")
         if self.same_user:  # a user namespace that maps the caller onto itself
@@ -145,12 +165,17 @@ class Sandbox:
                 out += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 out += ["--ro-bind", path, path]
-        for path in _ETC_FILES:
+        out += ["--perms", "0755", "--dir", "/etc"]  # not 0700: the sandbox's user reads it
+        for path in _ETC_FILES + (_NETWORK_ETC if self.network else ()):
             out += ["--ro-bind-try", path, path]
         binds = [("--ro-bind", str(host), str(host)) for host in python_paths(self.env)]
         binds += [("--ro-bind", str(host), inside) for host, inside in self.read_only.items()]
         binds += [("--bind", str(host), inside) for host, inside in self.writable.items()]
-        out += ["--proc", "/proc", "--dev", "/dev"] if proc else ["--dev", "/dev"]
+        if proc:
+            out += ["--proc", "/proc"]
+        elif shared_pid:
+            out += ["--ro-bind", "/proc", "/proc"]
+        out += ["--dev", "/dev"]
         out += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         if self.limits.shm_bytes:
             out += ["--perms", "1777", "--size", str(self.limits.shm_bytes), "--tmpfs", "/dev/shm"]

@@ -9,7 +9,11 @@ nothing, and runs the rest of itself, ``fedtune worker run-study`` again, in a b
 sandbox (:mod:`fedtune.sandbox`):
 
 * its own PID namespace: no process of the head (the raylet, the GCS, the other drivers) is
-  visible, so no ``/proc/<pid>/environ``;
+  visible, so no ``/proc/<pid>/environ``; except in a container that masks ``/proc`` (a
+  Kubernetes pod, unless ``procMount: Unmasked``), where no ``/proc`` of its own can be mounted
+  and a Ray driver cannot run without one: there it shares the pod's PID namespace and reads its
+  ``/proc`` (the head pod's processes: Ray's, and the other drivers, whose environments hold
+  what Ray's own job API shows any code on the cluster: docs/explanation/threat-model.md);
 * the head's ``FEDTUNE_WORKDIR`` is a private tmpfs, with only this study's folder bound
   writable and its code package bound read-only; the other studies, the code store and any
   file of the head are not there;
@@ -157,6 +161,7 @@ def head_sandbox(
         private={str(workdir): WORKDIR_TMPFS_BYTES},
         new_session=False,
         same_user=True,
+        needs_proc=True,
     )
 
 

@@ -134,3 +134,43 @@ def test_a_sandboxed_driver_refuses_a_store_every_project_shares(
     else:
         with pytest.raises(ConfigError, match=r"MLFLOW_TRACKING_URI: .* tracking server"):
             check_sandboxed_tracking(settings, STUDY)
+
+
+def test_a_sandbox_with_the_network_resolves_names_as_its_host_does(tmp_path) -> None:
+    """A driver on a cluster reaches the API and MLflow by their Service names: a sandbox with
+    the host's network has its /etc/hosts and resolver settings (read-only), one without has
+    neither."""
+    from fedtune.sandbox import sandbox_missing
+    from tests.needs import need
+
+    need("bwrap", sandbox_missing())
+    probe = (
+        "import os, socket; print(socket.gethostbyname('localhost'), os.path.exists('/etc/hosts'))"
+    )
+    found = {}
+    for network in (True, False):
+        box = Sandbox(env={"PATH": "/usr/bin:/bin"}, network=network)
+        done = subprocess.run(
+            box.command([sys.executable, "-I", "-c", probe]),
+            env=dict(box.env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        found[network] = (done.returncode, done.stdout.split())
+    assert found[True] == (0, ["127.0.0.1", "True"])
+    assert found[False][0] != 0 or found[False][1][1] == "False"
+
+
+def test_where_no_proc_can_be_mounted_a_ray_driver_shares_the_pods_read_only() -> None:
+    """A Kubernetes pod masks /proc, so a nested sandbox cannot mount one of its own; a Ray
+    driver cannot start without one (measured in the cluster-in-a-box: ``NoSuchProcess`` for
+    its own pid), so it shares the pod's PID namespace and reads its /proc; a sandbox that needs
+    none (the code check) keeps its own PID namespace and has no /proc."""
+    own = Sandbox(needs_proc=True).command(["python"], bwrap="bwrap", proc=True)
+    assert "--unshare-pid" in own and own[own.index("--proc") + 1] == "/proc"
+    masked = Sandbox(needs_proc=True).command(["python"], bwrap="bwrap", proc=False)
+    assert "--unshare-pid" not in masked and "--proc" not in masked
+    assert masked[masked.index("/proc") - 1] == "--ro-bind"
+    check = Sandbox().command(["python"], bwrap="bwrap", proc=False)
+    assert "--unshare-pid" in check and "/proc" not in check
