@@ -40,6 +40,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import quote
 
 import httpx
 
@@ -481,6 +482,22 @@ class Client:
             ``{name, admin, projects: {project: role}, via}``.
         """
         return self.request("GET", "/v1/whoami")
+
+    def mlflow_login(self, user: str | None = None) -> dict[str, Any]:
+        """Make a new password of an MLflow UI login (the old one stops working).
+
+        Args:
+            user: whose login (default: this token's user; another user's: admins only).
+
+        Returns:
+            ``{user, workspaces, password}``: log into the MLflow UI as ``user`` with
+            ``password`` (shown once: fedtune does not store it), in one of ``workspaces``.
+
+        Raises:
+            NotFoundError: the service keeps no MLflow workspaces (its MLflow has no logins).
+        """
+        name = user or self.whoami()["name"]
+        return self.request("POST", f"/v1/users/{quote(name, safe='')}/mlflow-login")
 
     def users(self) -> list[dict[str, Any]]:
         """List every user with its roles and live token ids (admins only).

@@ -216,7 +216,21 @@ class MlflowLinks(WireModel):
     tracking_uri: str | None
     experiment_id: str | None
     run_id: str | None
-    run_url: str | None = _about("the parent run in the MLflow UI (http URIs)", None)
+    run_url: str | None = _about(
+        "the parent run in the MLflow UI, in its workspace (an MLflow server only)", None
+    )
+    ui_url: str | None = _about(
+        "the MLflow UI to open, on the study's workspace (FEDTUNE_MLFLOW_PUBLIC_URL, else an "
+        "http(s) tracking URI; null: the runs are in a file on the service's machine)",
+        None,
+    )
+    workspace: str | None = _about(
+        "the MLflow workspace of the study's project (null: MLflow keeps no workspaces)", None
+    )
+    login: str | None = _about(
+        "the route that makes a member's MLflow login (`fedtune mlflow-login`), with workspaces",
+        None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,7 +64,17 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "the service's client",
-        ("submit", "status", "studies", "wait", "cancel", "trials", "tradeoff", "whoami"),
+        (
+            "submit",
+            "status",
+            "studies",
+            "wait",
+            "cancel",
+            "trials",
+            "tradeoff",
+            "whoami",
+            "mlflow-login",
+        ),
     ),
     ("administration", ("serve", "db", "users", "projects")),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,34 @@ VERB_EXTRAS: dict[str, str] = {
     "users": "service",
     "projects": "service",
 }
+
+
+def figure(value: Any) -> str:
+    """A value as every output shows it: a float to 4 significant digits (``inf`` for ∞),
+    ``-`` for none, anything else as it prints.
+
+    Args:
+        value: a number, None or another value.
+
+    Returns:
+        The text.
+    """
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, with an ``s`` unless ``n`` is 1 (``1 trial``, ``2 trials``).
+
+    Args:
+        n: the count.
+        word: the singular.
+
+    Returns:
+        The text.
+    """
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

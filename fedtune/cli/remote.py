@@ -8,6 +8,7 @@ tradeoff``.
     fedtune studies [--state S ...] [--project P] [--limit N] [--page-token T | --all] [--order asc]
     fedtune trials ID [--state completed]             fedtune tradeoff ID
     fedtune whoami                                    # who the token is, its projects
+    fedtune mlflow-login [USER]                       # a new MLflow UI password
 
 ``--url`` (default ``$FEDTUNE_URL`` or http://127.0.0.1:8000) and ``--token`` (default
 ``$FEDTUNE_TOKEN``, else ``$FEDTUNE_API_TOKEN``) on every verb, ``--project`` (default
@@ -116,6 +117,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.set_defaults(func=whoami)
 
+    p = sub.add_parser(
+        "mlflow-login",
+        help="a new password for the MLflow UI, and where to open it",
+        description="Make a new password of your MLflow UI login (the old one stops working; an "
+        "admin may name another user). It is shown once: fedtune does not store it.",
+    )
+    p.add_argument("user", nargs="?", help="whose login (default: yours)")
+    _common(p)
+    p.set_defaults(func=mlflow_login)
+
 
 def _client(args: argparse.Namespace) -> Any:
     from fedtune.client import Client
@@ -156,7 +167,7 @@ def _show_status(s: Any) -> str:
             "best",
             "-" if s.best is None else f"{s.best.value} (trial {s.best.number}) {s.best.params}",
         ),
-        ("mlflow", s.mlflow.run_url or s.mlflow.tracking_uri or "-"),
+        ("mlflow", _mlflow_line(s.mlflow)),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
@@ -311,18 +322,53 @@ def trials(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mlflow_line(m: Any) -> str:
+    """Where a member opens the study's runs: the run's page (or the UI, before the run
+    starts), in which workspace, and how to log in; or why there is nothing to open."""
+    where = m.run_url or m.ui_url or m.tracking_uri
+    if where is None:
+        return (
+            "- (a file on the service's machine: no MLflow UI to open; its operator can set "
+            "MLFLOW_TRACKING_URI to an MLflow server)"
+        )
+    if m.workspace:
+        where += f" (workspace {m.workspace}; log in with `fedtune mlflow-login`)"
+    return where
+
+
 def tradeoff(args: argparse.Namespace) -> int:
     with _client(args) as client:
         t = client.study(args.study_id).tradeoff()
     if args.json:
         print(_json(t))
         return 0
-    print(f"Pareto set (rounds to reach {t.pareto_target} vs final {t.metric}): trials {t.pareto}")
-    print("lower envelope E(R) = best loss reachable within R rounds:")
+    from .common import figure
+
+    # the words and figures of `fedtune tune`'s summary: one vocabulary in every output
+    print(
+        f"Pareto set (fewer rounds to loss <= {figure(t.pareto_target)} vs lower final loss, "
+        f"the mean {t.metric} of the last rounds): trials {t.pareto}"
+    )
+    print("lower envelope E(R) = lowest loss reachable within R rounds:")
     shown = [p for p in t.envelope if p.get("loss") is not None]
     step = max(1, len(shown) // 20)
     for point in shown[::step]:
-        print(f"  R={point['round']:>5}  E={point['loss']:.6g}  (trial {point['trial_id']})")
+        print(f"  R={point['round']:>5}  E={figure(point['loss'])}  (trial {point['trial_id']})")
+    return 0
+
+
+def mlflow_login(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        login = client.mlflow_login(args.user)
+    if args.json:
+        print(_json(login))
+        return 0
+    print(f"user        {login['user']}")
+    print(f"workspaces  {', '.join(login['workspaces']) or '-'}")
+    print(f"password    {login['password']}")
+    print(
+        "(shown once; `fedtune status ID` shows the MLflow UI's address and the study's workspace)"
+    )
     return 0
 
 

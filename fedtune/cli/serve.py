@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         "insecure_open": True if args.insecure_open else None,
     }
     settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    require_free_port(args.host, args.port)  # before the database, the scheduler's lock
     if settings.backend == "local" and settings.driver_url is None:
         # local drivers report to this server, not to its database (service.driver_link)
         settings = settings.model_copy(update={"driver_url": own_url(args.host, args.port)})
@@ -80,6 +81,37 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
     return 0
+
+
+def require_free_port(host: str, port: int) -> None:
+    """Refuse, in one line, an address another process listens on.
+
+    uvicorn would find it only after the application started (the database opened, the
+    scheduler's lock taken), and then print its own traceback-like lines and exit 3.
+
+    Args:
+        host: the bind address.
+        port: the port.
+
+    Raises:
+        ConfigError: the address is in use (or cannot be bound here).
+    """
+    import socket
+
+    from fedtune.errors import ConfigError
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            why = "is in use" if exc.errno == 98 else f"cannot be bound ({exc.strerror})"
+            raise ConfigError(
+                "--port",
+                f"{host}:{port} {why}: another process (another fedtune serve?) listens there; "
+                "stop it, or pick another port with --port",
+            ) from None
 
 
 def own_url(host: str, port: int) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -22,7 +21,8 @@ from typing import Any
 
 from fedtune.outcomes import TrialOutcome
 
-from .common import add_set_option
+from .common import add_set_option, plural
+from .common import figure as _fmt
 
 __all__ = ["register"]
 
@@ -82,12 +82,6 @@ def _quiet_libraries() -> None:
     # (creating its database tables) before that import: quiet the children it logs through too
     for name in ("mlflow", "mlflow.store.db.utils", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.4g}"
-    return "-" if value is None else str(value)
 
 
 def _short(path: str) -> str:
@@ -151,7 +145,7 @@ def _strategy_lines(spec, counts: dict[str, int], reasons: dict[str, int]) -> li
     completed = counts.get(TrialOutcome.COMPLETED, 0)
     if stopped:
         why = ", ".join(f"{k}: {v}" for k, v in reasons.items())
-        line = f"stopped early  : {stopped} trials" + (f" ({why})" if why else "")
+        line = f"stopped early  : {plural(stopped, 'trial')}" + (f" ({why})" if why else "")
         if stopped * 2 > counts.get("trials", 0):
             line += (
                 f"; {completed} completed (the best configuration is chosen among the "

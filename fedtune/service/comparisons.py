@@ -32,7 +32,8 @@ from fedtune.redact import scrub_text
 
 from .access import Principal
 from .errors import InvalidRequestError
-from .mlflow_tenancy import mlflow_workspace, workspace_for
+from .mlflow_links import mlflow_links
+from .mlflow_tenancy import mlflow_workspace
 from .models import MethodGroup, Study, utcnow
 from .paths import study_tracking_uri
 from .redact import redact_uri
@@ -57,18 +58,15 @@ MAX_COMPARED = 20
 def _theory(uri: str | None, run_id: str | None) -> list[dict[str, Any]] | None:
     if not uri or not run_id:
         return None
-    import tempfile
-    from pathlib import Path
-
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    from fedtune.tuning.tracking import artifact_text
+
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = MlflowClient(tracking_uri=uri).download_artifacts(
-                run_id, "tradeoff/theory.json", tmp
-            )
-            return json.loads(Path(path).read_text())
+        return json.loads(
+            artifact_text(MlflowClient(tracking_uri=uri), run_id, "tradeoff/theory.json")
+        )
     except (MlflowException, OSError, ValueError):
         return None
 
@@ -150,7 +148,6 @@ def _record(
     import tempfile
 
     from fedtune.tuning.compare_runs import record_comparison
-    from fedtune.tuning.mlflow_urls import run_url
 
     if not uris[0]:
         return None
@@ -168,8 +165,8 @@ def _record(
     with tempfile.TemporaryDirectory() as tmp, mlflow_workspace(ctx.settings, projects[0]):
         done = record_comparison(c, tmp, uris[0], parent_uris=parents)
     shown = redact_uri(uris[0]) or ""
-    workspace = workspace_for(projects[0]) if ctx.settings.mlflow_workspaces else None
-    url = run_url(shown, done["experiment_id"], done["run_id"], workspace)
+    links = mlflow_links(ctx.settings, uris[0], projects[0], done["experiment_id"], done["run_id"])
+    url = links.run_url
     return {
         "run_id": done["run_id"],
         "experiment_id": done["experiment_id"],

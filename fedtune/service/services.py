@@ -26,17 +26,16 @@ from .errors import (
     InvalidRequestError,
     StudyNotFoundError,
 )
-from .mlflow_tenancy import mlflow_workspace, workspace_for
+from .mlflow_links import mlflow_links
+from .mlflow_tenancy import mlflow_workspace
 from .models import Project, Study, Trial
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
-from .redact import redact_uri
 from .repository import Repository
 from .schemas import (
     BestTrial,
     CurveOut,
     CurvePoint,
-    MlflowLinks,
     Progress,
     StudyDetail,
     StudyOut,
@@ -277,7 +276,13 @@ def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
         spec=study.spec,
         progress=_progress(study.trials_requested, counts),
         best=_best(repo, study),
-        mlflow=_mlflow_links(study, study_tracking_uri(ctx.settings, study.id), ctx.settings),
+        mlflow=mlflow_links(
+            ctx.settings,
+            study_tracking_uri(ctx.settings, study.id),
+            study.project,
+            study.mlflow_experiment_id,
+            study.mlflow_run_id,
+        ),
     )
 
 
@@ -335,22 +340,6 @@ def _best(repo: Repository, study: Study) -> BestTrial | None:
     if trial is None:
         return None
     return BestTrial(number=trial.number, value=trial.value, params=trial.params)
-
-
-def _mlflow_links(study: Study, tracking_uri: str | None, settings: Settings) -> MlflowLinks:
-    shown = redact_uri(tracking_uri)
-    url = None
-    if study.mlflow_run_id:
-        from fedtune.tuning.mlflow_urls import run_url
-
-        workspace = workspace_for(study.project) if settings.mlflow_workspaces else None
-        url = run_url(shown, study.mlflow_experiment_id, study.mlflow_run_id, workspace)
-    return MlflowLinks(
-        tracking_uri=shown,
-        experiment_id=study.mlflow_experiment_id,
-        run_id=study.mlflow_run_id,
-        run_url=url,
-    )
 
 
 # ------------------------------------------------------------------------ trials

@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     #: project's workspace with that workspace's driver credential. Needs an http(s)
     #: ``MLFLOW_TRACKING_URI`` and ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``
     mlflow_workspaces: bool = False
+    #: the MLflow UI as members open it (an ingress, a port-forward), for the links the service
+    #: hands out (``run_url``, ``ui_url``); unset: the tracking URI when it is http(s)
+    mlflow_public_url: str | None = None
     #: the MLflow server's admin user (its basic-auth ``admin_username``)
     mlflow_admin_username: str = "admin"
     #: the MLflow server's admin password: the service alone holds it (drivers get a credential
@@ -306,7 +309,7 @@ class Settings(BaseSettings):
             raise ValueError("must be an SQLAlchemy URL such as sqlite:///./fedtune.db")
         return value
 
-    @field_validator("public_url", "driver_url")
+    @field_validator("public_url", "driver_url", "mlflow_public_url")
     @classmethod
     def _public_url(cls, value: str | None) -> str | None:
         if value is None:

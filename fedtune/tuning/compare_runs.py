@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ def local_input(workdir: str | Path, tracking_uri: str | None = None) -> StudyIn
     from mlflow.exceptions import MlflowException
 
     from .store import StudyStore, make_storage, storage_url
-    from .tracking import resolve_tracking_uri
+    from .tracking import artifact_text, resolve_tracking_uri
 
     root = Path(workdir)
     tradeoff = root / "tradeoff" / "tradeoff.json"
@@ -85,11 +84,8 @@ def local_input(workdir: str | Path, tracking_uri: str | None = None) -> StudyIn
     theory = root / "tradeoff" / "theory.json"
     client = MlflowClient(tracking_uri=uri)
     try:
-        with _no_progress_bar():
-            run = client.get_run(run_id) if run_id else None
-            with tempfile.TemporaryDirectory() as tmp:
-                local = client.download_artifacts(run_id, "spec.yaml", tmp) if run else None
-                document = yaml.safe_load(Path(local).read_text()) if local else None
+        run = client.get_run(run_id) if run_id else None
+        document = yaml.safe_load(artifact_text(client, run_id, "spec.yaml")) if run else None
     except (MlflowException, OSError):
         run, document = None, None
     if run is None or not isinstance(document, dict):
@@ -105,13 +101,6 @@ def local_input(workdir: str | Path, tracking_uri: str | None = None) -> StudyIn
         theory=json.loads(theory.read_text()) if theory.is_file() else None,
         run=RunRef(strip_credentials(uri), run.info.experiment_id, run.info.run_id),
     )
-
-
-def _no_progress_bar() -> contextlib.AbstractContextManager[None]:
-    """MLflow draws a progress bar on stderr for every artifact it downloads: not in our output."""
-    from .tracking import mlflow_variable
-
-    return mlflow_variable("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def _note(c: Comparison, uri: str) -> str:

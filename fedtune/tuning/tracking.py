@@ -90,6 +90,7 @@ __all__ = [
     "MAX_BATCH",
     "MlflowCallback",
     "StudyTracker",
+    "artifact_text",
     "error_line",
     "kill_study_runs",
     "resolve_tracking_uri",
@@ -136,6 +137,33 @@ def ui_command(uri: str) -> str:
     if uri.startswith(("http://", "https://")):
         return ""
     return f"{executable('mlflow')} ui --backend-store-uri {uri}"
+
+
+def artifact_text(client: MlflowClient, run_id: str, path: str) -> str:
+    """The text of a run's artifact, downloaded without MLflow's progress bar on stderr.
+
+    Args:
+        client: the tracking client.
+        run_id: the run.
+        path: the artifact's path in the run.
+
+    Returns:
+        Its text, exactly as stored.
+
+    Raises:
+        MlflowException: no such run or artifact.
+        OSError: the download failed.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, quiet_artifacts():
+        return Path(client.download_artifacts(run_id, path, tmp)).read_text()
+
+
+def quiet_artifacts() -> contextlib.AbstractContextManager[None]:
+    """MLflow draws a progress bar on stderr for every artifact it downloads (also when it reads
+    a table back to append to it): not in fedtune's output, nor in a service's log."""
+    return mlflow_variable("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 @contextlib.contextmanager
@@ -319,17 +347,14 @@ class StudyTracker:
     ) -> None:
         """An MLflow table artifact (the UI shows it as a table); ``note``, what its rows are,
         goes to the run's tag ``name`` (e.g. ``trials_table.json``: "52 of 1000 trials …")."""
-        self.client.log_table(run_id, data=dict(columns), artifact_file=name)
+        with quiet_artifacts():  # MLflow reads the table back to append to it
+            self.client.log_table(run_id, data=dict(columns), artifact_file=name)
         if note is not None:
             self.client.set_tag(run_id, name, note)
 
     def read_text(self, run_id: str, path: str) -> str:
         """An artifact's text, exactly as stored."""
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            local = self.client.download_artifacts(run_id, path, tmp)
-            return Path(local).read_text()
+        return artifact_text(self.client, run_id, path)
 
     def log_json(self, run_id: str, data: Any, name: str) -> None:
         self.client.log_text(run_id, json.dumps(data, indent=2, default=str), name)
@@ -419,12 +444,9 @@ class StudyTracker:
 
 def stored_tradeoff(uri: str, parent_run_id: str) -> str | None:
     """The text of a study's ``tradeoff/tradeoff.json`` in MLflow (None when not there yet)."""
-    import tempfile
-
     client = MlflowClient(tracking_uri=uri)
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            return Path(client.download_artifacts(parent_run_id, TRADEOFF_FILE, tmp)).read_text()
+        return artifact_text(client, parent_run_id, TRADEOFF_FILE)
     except (MlflowException, OSError):
         return None
 

@@ -47,12 +47,14 @@ def load_yaml(path: Path) -> dict[str, Any]:
         return yaml.load(handle, Loader=_LOADER) or {}
 
 
-#: what an offline render needs besides the example files: the chart refuses to invent a password
-#: or Ray token that `lookup` could not read back
+#: what an offline render needs besides the example files: the chart refuses to invent a password,
+#: an API token or a Ray token that `lookup` could not read back
 PG_PASSWORD = "offline-render-password-0123456789"
 RAY_TOKEN = "offline-render-ray-token-0123456789"
 MLFLOW_ADMIN_PASSWORD = "offline-render-mlflow-admin-0123456789"
+API_TOKEN = "offline-render-api-token-0123456789"
 OFFLINE_SECRETS = {
+    "auth": {"apiToken": API_TOKEN},
     "postgresql": {"auth": {"password": PG_PASSWORD}},
     "rayCluster": {"auth": {"token": RAY_TOKEN}},
     "mlflow": {"auth": {"adminPassword": MLFLOW_ADMIN_PASSWORD}},

@@ -588,7 +588,14 @@ def test_offline_render_without_a_password_fails_with_the_fix(helm, render, upgr
         render({}, offline_secrets=False, upgrade=upgrade)
     with pytest.raises(helm.HelmError, match=r"rayCluster\.auth\.token .* is required"):
         render(
-            {**RAY, "postgresql": OFFLINE_SECRETS["postgresql"]},
+            {**RAY, "postgresql": OFFLINE_SECRETS["postgresql"], "auth": OFFLINE_SECRETS["auth"]},
+            offline_secrets=False,
+            upgrade=upgrade,
+        )
+    # the API's token: never open, so generated on install, which an offline render cannot do
+    with pytest.raises(helm.HelmError, match=r"auth\.apiToken \(or auth\.existingSecret, or "):
+        render(
+            {"postgresql": OFFLINE_SECRETS["postgresql"], "mlflow": OFFLINE_SECRETS["mlflow"]},
             offline_secrets=False,
             upgrade=upgrade,
         )

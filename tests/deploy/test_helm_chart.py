@@ -608,7 +608,10 @@ def test_mlflow_uses_its_own_postgres_database_and_the_artifact_pvc(
     manifests = rendered_scenarios["defaults"]
     deployment = one(manifests, "Deployment", f"{FULLNAME}-mlflow")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["mlflow"] and container["args"][0] == "server"
+    # with workspaces (the default: the API is never open) a shell writes the basic-auth
+    # settings, then execs `mlflow "$@"`
+    assert container["command"][-1] == "mlflow" and container["args"][0] == "server"
+    assert container["command"] == ["mlflow"] or 'exec mlflow "$@"' in container["command"][2]
     assert (
         container_env(container)["MLFLOW_BACKEND_STORE_URI"]["valueFrom"]["secretKeyRef"]["name"]
         == f"{FULLNAME}-env"
@@ -760,13 +763,14 @@ def _mlflow_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_mlflow_workspaces_follow_auth_and_keep_the_admin_password_in_a_secret(render) -> None:
-    """Auth on: MLflow runs ``--enable-workspaces --app-name=fedtune`` with its admin password
-    from a Secret (MLflow and the API read it; no ConfigMap and no driver holds it); off by
-    default without auth, and ``mlflow.workspaces.enabled: false`` turns it off with auth."""
-    plain = render({})
-    assert "--enable-workspaces" not in _mlflow_container(plain)["args"]
-    assert "FEDTUNE_MLFLOW_WORKSPACES" not in container_env(api_container(plain))
-    assert not [s for s in find(plain, "Secret") if s["metadata"]["name"].endswith("mlflow-auth")]
+    """Auth is always on (a token given, generated, or OIDC): MLflow runs ``--enable-workspaces
+    --app-name=fedtune`` with its admin password from a Secret (MLflow and the API read it; no
+    ConfigMap and no driver holds it) by default, and ``mlflow.workspaces.enabled: false`` turns
+    it off."""
+    oidc = render({"auth": {"apiToken": "", "oidc": {"issuer": "https://id.example.com/realms/x"}}})
+    assert "--enable-workspaces" in _mlflow_container(oidc)["args"]  # no token, still closed
+    assert "FEDTUNE_API_TOKEN" not in container_env(api_container(oidc))
+    assert not [s for s in find(oidc, "Secret") if s["metadata"]["name"] == f"{FULLNAME}-auth"]
 
     manifests = render({"auth": {"apiToken": "test-token-set-by-the-test"}})
     mlflow = _mlflow_container(manifests)
@@ -810,3 +814,15 @@ def test_mlflow_admin_password_derives_from_the_postgres_password(render) -> Non
     secret = one(render(values), "Secret", f"{FULLNAME}-mlflow-auth")
     expected = hashlib.sha256(f"fedtune-mlflow-admin:{PG_PASSWORD}".encode()).hexdigest()[:40]
     assert secret["stringData"]["admin-password"] == expected
+
+
+def test_mlflow_public_url_is_the_base_of_the_links_the_api_hands_out(render) -> None:
+    from fedtune.service.settings import load_settings
+
+    default = container_env(api_container(render({})))
+    assert "FEDTUNE_MLFLOW_PUBLIC_URL" not in default
+    env = container_env(
+        api_container(render({"mlflow": {"publicUrl": "https://mlflow.example.com"}}))
+    )
+    value = env["FEDTUNE_MLFLOW_PUBLIC_URL"]["value"]
+    assert load_settings(mlflow_public_url=value).mlflow_public_url == value

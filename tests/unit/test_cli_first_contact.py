@@ -56,7 +56,9 @@ def test_help_groups_the_verbs_and_hides_the_worker(capsys) -> None:
         "trials",
         "tradeoff",
         "whoami",
+        "mlflow-login",
     ]
+    assert _section(text, "getting started") == ["init"]
     assert _section(text, "administration") == ["serve", "db", "users", "projects"]
     assert "worker" not in text and "\nother:" not in text
     # hidden, not gone: the service starts it
@@ -180,3 +182,25 @@ def test_the_quickstart_header_names_the_search_it_uses() -> None:
     spec = StudySpec.from_file(QUICKSTART)
     assert str(spec.strategy) in header and "ASHA" not in header
     assert "(MEASURED)" not in header
+
+
+def test_serve_on_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*FEDTUNE, "serve", "--port", str(port), "--workdir", str(tmp_path / "w")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"fedtune: error: --port: 127.0.0.1:{port} is in use: another process (another fedtune "
+        "serve?) listens there; stop it, or pick another port with --port"
+    ]
+    assert not (tmp_path / "fedtune.db").exists()  # refused before the database was opened

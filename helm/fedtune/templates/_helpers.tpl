@@ -119,12 +119,23 @@ seccompProfile:
 {{- mulf $num (get $factor $unit | default 0.0) -}}
 {{- end -}}
 
-{{/* Secret with the API token; empty when no token is configured. */}}
+{{/* Secret with the API token: auth.existingSecret, else the chart's own (auth.apiToken, or one
+generated when neither it nor OIDC is configured: the API is never open); empty only with OIDC and
+no token. */}}
 {{- define "fedtune.authSecretName" -}}
 {{- if .Values.auth.existingSecret -}}
 {{- .Values.auth.existingSecret -}}
-{{- else if .Values.auth.apiToken -}}
+{{- else if or .Values.auth.apiToken (not .Values.auth.oidc.issuer) -}}
 {{- printf "%s-auth" (include "fedtune.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The API token of the chart's own Secret: auth.apiToken, else fedtune.stableRandom. */}}
+{{- define "fedtune.apiToken" -}}
+{{- if .Values.auth.apiToken -}}
+{{- .Values.auth.apiToken -}}
+{{- else -}}
+{{- include "fedtune.stableRandom" (dict "ctx" . "memo" "apiToken" "secret" (printf "%s-auth" (include "fedtune.fullname" .)) "key" "api-token" "values" "auth.apiToken (or auth.existingSecret, or auth.oidc.issuer)") -}}
 {{- end -}}
 {{- end -}}
 
@@ -353,7 +364,7 @@ system, and Ray (~/.ray), matplotlib and others write below $HOME; /tmp is alway
 {{/* Whether MLflow runs with one workspace per project and its basic-auth app ("true" or ""): mlflow.workspaces.enabled, or when that is null, whether auth is on. */}}
 {{- define "fedtune.mlflowWorkspaces" -}}
 {{- $w := .Values.mlflow.workspaces.enabled -}}
-{{- $authOn := or .Values.auth.apiToken .Values.auth.existingSecret .Values.auth.oidc.issuer -}}
+{{- $authOn := true -}}{{- /* the API is never open: a token is configured, generated, or OIDC is on */ -}}
 {{- if and .Values.mlflow.enabled (or (eq (toString $w) "true") (and (kindIs "invalid" $w) $authOn)) -}}true{{- end -}}
 {{- end -}}
 
