@@ -36,6 +36,7 @@ __all__ = [
     "Sandbox",
     "SandboxMode",
     "give_to_sandbox",
+    "home_inside",
     "prepare_for_sandbox",
     "python_paths",
     "sandbox_missing",
@@ -88,6 +89,23 @@ class Limits:
     processes: int = 64
     tmp_bytes: int = 256 << 20
     shm_bytes: int = 0
+
+    @classmethod
+    def long_running(cls, processes: int, tmp_bytes: int, shm_bytes: int) -> Limits:
+        """The limits of a sandbox that runs for hours (a study driver, its Ray and trials).
+
+        No bound on CPU time, address space (Ray reserves far more than it uses) or file size;
+        the processes and threads of its user, and the sizes of its ``/tmp`` and ``/dev/shm``.
+
+        Args:
+            processes: ``RLIMIT_NPROC``.
+            tmp_bytes: the size of its ``/tmp``.
+            shm_bytes: the size of its ``/dev/shm``.
+
+        Returns:
+            The limits.
+        """
+        return cls(None, None, None, processes, tmp_bytes, shm_bytes)
 
 
 @dataclass(frozen=True)
@@ -240,6 +258,22 @@ class Sandbox:
             check=False,
             env=dict(self.env),
         )
+
+
+def home_inside() -> dict[str, str]:
+    """The variables that keep a sandboxed driver's home, caches and temporary files in its
+    private ``/tmp``, and find this Python first.
+
+    Returns:
+        Variable -> value.
+    """
+    return {
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "XDG_CACHE_HOME": "/tmp/.cache",
+        "MPLCONFIGDIR": "/tmp",
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    }
 
 
 def _limit(value: int | None) -> str:

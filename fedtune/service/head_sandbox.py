@@ -36,12 +36,11 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from fedtune.errors import ConfigError
-from fedtune.sandbox import Limits, Sandbox, SandboxMode, sandbox_missing
+from fedtune.sandbox import Limits, Sandbox, SandboxMode, home_inside, sandbox_missing
 
 from .backends.base import python_driver_argv
 from .child_env import DRIVER_SANDBOX, ChildKind, child_env
@@ -136,11 +135,7 @@ def head_sandbox(
     inside = {
         **child_env(settings, ChildKind.HEAD_DRIVER),
         "FEDTUNE_RAY_NODE_ID": node_id,
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
-        "XDG_CACHE_HOME": "/tmp/.cache",
-        "MPLCONFIGDIR": "/tmp",
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+        **home_inside(),
     }
     read_only = {root: str(root) for root in settings.data_roots}
     read_only[code_root.resolve()] = str(code_root.resolve())
@@ -148,14 +143,7 @@ def head_sandbox(
         read_only=read_only,
         writable={study: str(study), session.resolve(): str(session.resolve())},
         env=inside,
-        limits=Limits(
-            cpu_s=None,
-            memory_bytes=None,
-            file_bytes=None,
-            processes=DRIVER_PROCESSES,
-            tmp_bytes=DRIVER_TMP_BYTES,
-            shm_bytes=DRIVER_SHM_BYTES,
-        ),
+        limits=Limits.long_running(DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES),
         cwd=str(study),
         network=True,
         private={str(workdir): WORKDIR_TMPFS_BYTES},

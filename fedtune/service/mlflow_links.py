@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from fedtune.tuning.mlflow_urls import run_url
 from fedtune.wire_models import MlflowLinks
 
 from .mlflow_tenancy import workspace_for
@@ -65,8 +66,6 @@ def mlflow_links(
     Returns:
         The links (a file store: no URL).
     """
-    from fedtune.tuning.mlflow_urls import run_url
-
     base = ui_base(settings, tracking_uri)
     workspace = workspace_of(settings, project)
     ui = None

@@ -24,8 +24,11 @@ schemas) before their pods run. Translated, and nothing else:
 =========================== ====================================================================
 rendered                    on this machine
 =========================== ====================================================================
-``FEDTUNE_DATABASE_URL``    the chart's PostgreSQL Service URL -> a throw-away schema of
-                            127.0.0.1:5432/test (asserted to be the chart's URL first)
+``FEDTUNE_DRIVER_URL``      the API's Service URL (``FEDTUNE_PUBLIC_URL``, where drivers report
+                            with their study's token) -> a real ``fedtune serve`` on 127.0.0.1
+                            with the rendered API token, on a throw-away schema of
+                            127.0.0.1:5432/test (asserted to be the chart's URL first; no head
+                            has a database URL to translate)
 ``MLFLOW_TRACKING_URI``     ``http://<release>-fedtune-mlflow.<ns>.svc:5000`` -> the test's
                             ``mlflow server`` on 127.0.0.1 (asserted first)
 ``RAY_ADDRESS``             not set: the driver starts Ray inside the pod (embedded) instead of
@@ -49,7 +52,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-from sqlalchemy.engine import make_url
 
 from fedtune.service.backends.base import LaunchRequest
 from fedtune.service.backends.k8s_manifest import rayjob_manifest
@@ -60,19 +62,22 @@ from fedtune.service.repository import Repository
 from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.settings import Settings, load_settings
 from fedtune.service.states import StudyState
-from tests.deploy.conftest import NAMESPACE, RELEASE, crd_schema, one
+from tests.deploy.conftest import API_TOKEN, NAMESPACE, RELEASE, crd_schema, one
 from tests.deploy.image_rootfs import ImageRoot
 from tests.deploy.pod_sandbox import Sandbox
 from tests.deploy.test_dockerfile import DOCKERFILE, parse_dockerfile
 from tests.integration.conftest import mlflow_server  # noqa: F401  (a real `mlflow server`)
 from tests.needs import need
-from tests.service.helpers import pg_schema, pg_unreachable_reason, tiny_spec
+from tests.service.helpers import Server, pg_schema, pg_unreachable_reason, tiny_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.image]
 
 FULLNAME = f"{RELEASE}-fedtune"
-RAY_VALUES = {"backend": "ray", "rayCluster": {"enabled": True}}
-K8S_VALUES: dict[str, Any] = {}  # the chart's default backend: kubernetes
+#: the test's ``mlflow server`` keeps no workspaces: the chart's MLflow tenancy (on by default, the
+#: API never being open) is run by the cluster-in-a-box (tests/deploy/test_cluster_box.py)
+NO_WORKSPACES = {"mlflow": {"workspaces": {"enabled": False}}}
+RAY_VALUES = {"backend": "ray", "rayCluster": {"enabled": True}, **NO_WORKSPACES}
+K8S_VALUES: dict[str, Any] = {**NO_WORKSPACES}  # the chart's default backend: kubernetes
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -120,12 +125,32 @@ def container_env(container: dict, manifests: list[dict]) -> dict[str, str]:
     return env
 
 
-def translate(env: dict[str, str], db_url: str, mlflow_url: str) -> dict[str, str]:
+def translate(env: dict[str, str], api_url: str, mlflow_url: str) -> dict[str, str]:
     """The two service URLs of the cluster -> this machine's (see the module docstring)."""
-    rendered = make_url(env["FEDTUNE_DATABASE_URL"])
-    assert (rendered.host, rendered.port) == (f"{FULLNAME}-postgresql", 5432), rendered
+    assert "FEDTUNE_DATABASE_URL" not in env  # no driver holds it: it reports to the API
+    assert env["FEDTUNE_DRIVER_URL"] == f"http://{FULLNAME}.{NAMESPACE}.svc:8000"
+    assert env["FEDTUNE_DRIVER_TOKEN"].startswith("ftd.1.")  # its study's, attempt 1
     assert env["MLFLOW_TRACKING_URI"] == f"http://{FULLNAME}-mlflow.{NAMESPACE}.svc:5000"
-    return env | {"FEDTUNE_DATABASE_URL": db_url, "MLFLOW_TRACKING_URI": mlflow_url}
+    return env | {"FEDTUNE_DRIVER_URL": api_url, "MLFLOW_TRACKING_URI": mlflow_url}
+
+
+@pytest.fixture
+def api_url(db_url: str, tmp_path: Path) -> Any:
+    """A real ``fedtune serve`` on the test's schema with the rendered API token (its driver
+    routes check the drivers' study tokens, derived from that token); it dispatches nothing."""
+    server = Server(
+        {
+            "FEDTUNE_DATABASE_URL": db_url,
+            "FEDTUNE_API_TOKEN": API_TOKEN,
+            "FEDTUNE_BACKEND": "none",
+            "FEDTUNE_WORKDIR": str(tmp_path / "api"),
+        },
+        tmp_path / "api.log",
+    ).start(timeout=120)
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 def api_settings(manifests: list[dict], db_url: str, monkeypatch) -> Settings:
@@ -208,7 +233,9 @@ class _RecordingJobs:
         return kwargs["submission_id"]
 
 
-def ray_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[dict, dict, dict, str]:
+def ray_head_case(
+    render, db_url, api_url, mlflow_url, monkeypatch, sid_of
+) -> tuple[dict, dict, dict, str]:
     manifests = render(RAY_VALUES)
     settings = api_settings(manifests, db_url, monkeypatch)
     _db, sid = sid_of(settings)
@@ -218,13 +245,12 @@ def ray_head_case(render, db_url, mlflow_url, monkeypatch, sid_of) -> tuple[dict
     jsonschema.Draft7Validator(crd_schema("RayCluster")).validate(_plain(cluster))
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     container = head["containers"][0]
-    env = translate(container_env(container, manifests), db_url, mlflow_url)
-    env |= jobs.submitted["runtime_env"]["env_vars"]
-    return head, container, env, jobs.submitted["entrypoint"]
+    env = container_env(container, manifests) | jobs.submitted["runtime_env"]["env_vars"]
+    return head, container, translate(env, api_url, mlflow_url), jobs.submitted["entrypoint"]
 
 
 def rayjob_head_case(
-    render, db_url, mlflow_url, monkeypatch, sid_of
+    render, db_url, api_url, mlflow_url, monkeypatch, sid_of
 ) -> tuple[dict, dict, dict, str]:
     manifests = render(K8S_VALUES)
     settings = api_settings(manifests, db_url, monkeypatch)
@@ -233,7 +259,7 @@ def rayjob_head_case(
     jsonschema.Draft7Validator(crd_schema("RayJob")).validate(manifest)
     head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     container = head["containers"][0]
-    env = translate(container_env(container, manifests), db_url, mlflow_url)
+    env = translate(container_env(container, manifests), api_url, mlflow_url)
     return head, container, env, manifest["spec"]["entrypoint"]
 
 
@@ -245,6 +271,7 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
     case,
     render,
     db_url,
+    api_url,
     mlflow_server,  # noqa: F811
     monkeypatch,
     tmp_path,
@@ -258,7 +285,7 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
         return db, sid
 
     pod, container, env, entrypoint = CASES[case](
-        render, db_url, mlflow_server, monkeypatch, sid_of
+        render, db_url, api_url, mlflow_server, monkeypatch, sid_of
     )
     ((sid, db),) = studies.items()
     assert shlex.split(entrypoint) == ["fedtune", "worker", "run-study", sid, "--attempt", "1"]
@@ -284,6 +311,7 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
 def test_the_head_before_finding_1_fails_at_start_with_one_line(
     render,
     db_url,
+    api_url,
     mlflow_server,  # noqa: F811
     monkeypatch,
     tmp_path,
@@ -299,7 +327,7 @@ def test_the_head_before_finding_1_fails_at_start_with_one_line(
         return db, sid
 
     pod, container, env, entrypoint = ray_head_case(
-        render, db_url, mlflow_server, monkeypatch, sid_of
+        render, db_url, api_url, mlflow_server, monkeypatch, sid_of
     )
     ((sid, db),) = studies.items()
     old = copy.deepcopy(container)

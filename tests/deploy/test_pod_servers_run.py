@@ -82,11 +82,14 @@ def test_the_mlflow_server_container_serves_from_the_image(render, tmp_path, ima
             base = f"http://127.0.0.1:{port}"
             ok = _wait(f"{base}/health", process, lambda r: r.status_code == 200, 300)
             assert ok is not None, log.read_text()[-3000:]
-            created = httpx.post(
-                f"{base}/api/2.0/mlflow/experiments/create",
-                json={"name": "from-the-image"},
-                timeout=30,
-            )
+            # the chart's default: one workspace per project behind MLflow's login (the API is
+            # never open), the admin made at the first start from the rendered Secret
+            secret = one(manifests, "Secret", f"{FULLNAME}-mlflow-auth")["stringData"]
+            create = {"url": f"{base}/api/2.0/mlflow/experiments/create", "timeout": 30}
+            create["json"] = {"name": "from-the-image"}
+            create["headers"] = {"X-MLFLOW-WORKSPACE": "default"}
+            assert httpx.post(**create).status_code == 401  # no login, nothing
+            created = httpx.post(**create, auth=("admin", secret["admin-password"]))
             assert created.status_code == 200, created.text
             # the chart turns MLflow's server jobs off: no huey job consumers beside the server
             huey = [cmd for cmd in _descendants(process.pid) if "huey" in cmd]

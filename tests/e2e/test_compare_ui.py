@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from fedtune.tuning.compare import RunRef, StudyInput, compare
 from fedtune.tuning.compare_runs import record_comparison
-from fedtune.tuning.tracking import UI_QUERY
+from fedtune.tuning.mlflow_urls import UI_QUERY
 from fedtune.tuning.tradeoff import TrialCurve, analyze_tradeoff
 from tests.integration.conftest import mlflow_server_process
 from tests.needs import need

@@ -24,11 +24,10 @@ driver itself (:func:`.local.command_pid`), since bubblewrap forwards no signal.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from fedtune.sandbox import Limits, Sandbox, SandboxMode, give_to_sandbox
+from fedtune.sandbox import Limits, Sandbox, SandboxMode, give_to_sandbox, home_inside
 
 from ..child_env import SANDBOXED
 from ..paths import study_workdir
@@ -81,12 +80,8 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
     give_to_sandbox(study)
     inside = {
         **env,
-        "HOME": "/tmp",
-        "TMPDIR": "/tmp",
+        **home_inside(),
         "USER": "fedtune",
-        "XDG_CACHE_HOME": "/tmp/.cache",
-        "MPLCONFIGDIR": "/tmp",
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "FEDTUNE_WORKDIR": str(workdir),
         SANDBOXED: "1",
     }
@@ -95,14 +90,7 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
         read_only={root: str(root) for root in settings.data_roots},
         writable={study: str(study)},
         env=inside,
-        limits=Limits(
-            cpu_s=None,
-            memory_bytes=None,
-            file_bytes=None,
-            processes=DRIVER_PROCESSES,
-            tmp_bytes=DRIVER_TMP_BYTES,
-            shm_bytes=DRIVER_SHM_BYTES,
-        ),
+        limits=Limits.long_running(DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES),
         cwd=str(workdir),
         network=True,
         private={str(workdir): WORKDIR_TMPFS_BYTES},
