@@ -61,6 +61,7 @@ from fedtune.errors import (
     FedtuneError,
 )
 
+from .child_env import DRIVER_SANDBOX
 from .driver_link import DriverLink, link_from_environment
 from .driver_ops import Claim
 from .faults import is_database_outage, is_transient, retry_delay_s
@@ -244,10 +245,10 @@ def run_driver(
             spec = load_spec(document)
         except ConfigError as exc:
             what = "invalid stored spec"
-            if exc.field in ("code", "code.path", "MLFLOW_TRACKING_URI", "FEDTUNE_DRIVER_SANDBOX"):
-                what = "the study's driver cannot run here"
-            elif isinstance(exc, CodeError):  # the service's check imported it, this machine not
+            if isinstance(exc, CodeError):  # the service's check imported it, this machine not
                 what = "the study's code failed to load on the driver's machine"
+            elif exc.field in ("code", "code.path", "MLFLOW_TRACKING_URI", DRIVER_SANDBOX):
+                what = "the study's driver cannot run here"  # no sandbox, a shared file store
             log.error("study %s failed: %s: %s", study_id, what, exc)
             _finish(link, StudyState.FAILED, error=f"{what}: {exc}")
             return 1

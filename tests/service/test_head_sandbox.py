@@ -174,3 +174,26 @@ def test_where_no_proc_can_be_mounted_a_ray_driver_shares_the_pods_read_only() -
     assert masked[masked.index("/proc") - 1] == "--ro-bind"
     check = Sandbox().command(["python"], bwrap="bwrap", proc=False)
     assert "--unshare-pid" in check and "/proc" not in check
+
+
+def test_a_sandboxed_driver_fails_its_study_on_a_shared_store_with_one_line(
+    ctx, make_settings, tmp_path
+) -> None:
+    """The driver refuses before any trial: the study fails with the reason, nothing runs."""
+    from fedtune.service.driver import run_driver
+    from fedtune.service.services import get_study
+
+    from .helpers import running_study
+
+    sid = running_study(ctx)
+    shared = f"sqlite:///{tmp_path / 'every-study-mlflow.db'}"
+    settings = ctx.settings.model_copy(update={"sandboxed": True, "mlflow_tracking_uri": shared})
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("run_study called")
+
+    assert run_driver(sid, settings, 1, run_study=must_not_run) == 1
+    error = get_study(ctx, sid).error
+    assert error.startswith("the study's driver cannot run here: MLFLOW_TRACKING_URI: sqlite"), (
+        error
+    )
