@@ -164,14 +164,12 @@ def _record(
     parents = {s.key: u for s, u in zip(c.studies, uris, strict=True) if u}
     with tempfile.TemporaryDirectory() as tmp, mlflow_workspace(ctx.settings, projects[0]):
         done = record_comparison(c, tmp, uris[0], parent_uris=parents)
-    shown = redact_uri(uris[0]) or ""
     links = mlflow_links(ctx.settings, uris[0], projects[0], done["experiment_id"], done["run_id"])
-    url = links.run_url
     return {
         "run_id": done["run_id"],
         "experiment_id": done["experiment_id"],
-        "tracking_uri": shown,
-        "run_url": url,
+        "tracking_uri": links.tracking_uri or "",
+        "run_url": links.run_url,
     }
 
 
