@@ -77,6 +77,9 @@ class Limits:
             limit (a study driver, which runs for hours).
         memory_bytes: address space of one process (``RLIMIT_AS``; allocations fail); None: no
             limit (Ray reserves far more address space than it uses).
+        data_bytes: private writable memory of one process (``RLIMIT_DATA``: its heap and
+            anonymous mappings, not reserved address space or shared memory; allocations
+            fail); None: no limit.
         file_bytes: size of one written file (``RLIMIT_FSIZE``; SIGXFSZ); None: no limit.
         processes: processes of the sandbox's user (``RLIMIT_NPROC``; fork fails).
         tmp_bytes: size of the private ``/tmp`` (a tmpfs, charged to memory).
@@ -89,23 +92,28 @@ class Limits:
     processes: int = 64
     tmp_bytes: int = 256 << 20
     shm_bytes: int = 0
+    data_bytes: int | None = None
 
     @classmethod
-    def long_running(cls, processes: int, tmp_bytes: int, shm_bytes: int) -> Limits:
+    def long_running(
+        cls, processes: int, tmp_bytes: int, shm_bytes: int, data_bytes: int | None
+    ) -> Limits:
         """The limits of a sandbox that runs for hours (a study driver, its Ray and trials).
 
         No bound on CPU time, address space (Ray reserves far more than it uses) or file size;
-        the processes and threads of its user, and the sizes of its ``/tmp`` and ``/dev/shm``.
+        the private memory of each process, the processes and threads of its user, and the
+        sizes of its ``/tmp`` and ``/dev/shm``.
 
         Args:
             processes: ``RLIMIT_NPROC``.
             tmp_bytes: the size of its ``/tmp``.
             shm_bytes: the size of its ``/dev/shm``.
+            data_bytes: ``RLIMIT_DATA`` of each process; None: no limit.
 
         Returns:
             The limits.
         """
-        return cls(None, None, None, processes, tmp_bytes, shm_bytes)
+        return cls(None, None, None, processes, tmp_bytes, shm_bytes, data_bytes)
 
 
 @dataclass(frozen=True)
@@ -225,6 +233,7 @@ class Sandbox:
             "prlimit",
             f"--cpu={_limit(limits.cpu_s)}",
             f"--as={_limit(limits.memory_bytes)}",
+            f"--data={_limit(limits.data_bytes)}",
             f"--fsize={_limit(limits.file_bytes)}",
             f"--nproc={limits.processes}",
             "--core=0",

@@ -143,7 +143,9 @@ def head_sandbox(
         read_only=read_only,
         writable={study: str(study), session.resolve(): str(session.resolve())},
         env=inside,
-        limits=Limits.long_running(DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES),
+        limits=Limits.long_running(
+            DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES, settings.study_sandbox_data_bytes
+        ),
         cwd=str(study),
         network=True,
         private={str(workdir): WORKDIR_TMPFS_BYTES},

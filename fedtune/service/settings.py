@@ -219,6 +219,10 @@ class Settings(BaseSettings):
     code_sandbox_memory_mib: int = Field(4096, ge=256, le=1 << 20)
     #: processes the sandbox's user may run at once (``RLIMIT_NPROC``: a fork past it fails)
     code_sandbox_processes: int = Field(64, ge=4, le=100_000)
+    #: private memory of each process of a sandboxed study driver (uploaded code), its local
+    #: Ray and trials, in MiB (``RLIMIT_DATA``: heap and anonymous mappings, not shared memory
+    #: or reserved address space; an allocation past it fails); 0: no bound
+    study_sandbox_memory_mib: int = Field(8192, ge=0, le=1 << 30)
     #: set by the service in a Ray job's environment (backend ``ray``) for a study with uploaded
     #: code: its driver re-runs itself in this sandbox on the shared head
     #: (``fedtune.service.head_sandbox``); never an operator's setting
@@ -388,6 +392,11 @@ class Settings(BaseSettings):
     @property
     def token(self) -> str | None:
         return self.api_token.get_secret_value() if self.api_token else None
+
+    @property
+    def study_sandbox_data_bytes(self) -> int | None:
+        """``study_sandbox_memory_mib`` in bytes (``RLIMIT_DATA``); None: no bound."""
+        return (self.study_sandbox_memory_mib << 20) or None
 
     @property
     def drivers_report_to(self) -> str | None:

@@ -324,3 +324,36 @@ def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_serv
     for secret in SECRETS.values():
         assert secret not in json.dumps(study)
     assert "in a sandbox" in local_server.log.read_text()
+
+
+#: at import in the driver: 10 GB in the driver itself and in a child process (as a trial is one,
+#: under the driver's local Ray), then the outcome as the study's error
+MEMORY_PACKAGE = """
+import os, subprocess, sys
+
+GRAB = "bytearray(10 * 10**9)"
+
+
+def grab_here():
+    try:
+        exec(GRAB)
+    except MemoryError:
+        return "MemoryError"
+    return "allocated"
+
+
+if os.environ.get("FEDTUNE_DRIVER_URL"):
+    child = subprocess.run([sys.executable, "-c", GRAB], capture_output=True, text=True)
+    in_child = "MemoryError" if "MemoryError" in child.stderr else f"exit {child.returncode}"
+    raise RuntimeError(f"MEMORY driver={grab_here()} child={in_child} END")
+"""
+
+
+def test_ten_gigabytes_in_a_local_driver_and_its_children_are_refused(local_server, tmp_path):
+    r = _submit(local_server, tmp_path / "lab", MEMORY_PACKAGE)
+    assert r.status_code == 201, r.text  # the check imports it without a driver URL
+    study = _study_error(local_server, r.json()["id"])
+    assert study["state"] == "failed", study
+    found = study["error"].split("MEMORY", 1)[1].split("END", 1)[0].split()
+    assert found == ["driver=MemoryError", "child=MemoryError"], study["error"]
+    assert httpx.get(f"{local_server.url}/healthz", timeout=10).status_code == 200

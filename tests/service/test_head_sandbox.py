@@ -32,6 +32,7 @@ def test_a_ray_job_of_a_study_with_code_asks_its_driver_for_the_sandbox(make_set
     settings = make_settings(backend="ray", public_url="http://api:8000", api_token=TOKEN)
     with_code = child_env(settings, ChildKind.RAY_JOB, study=(STUDY, 2), code=True)
     assert with_code[DRIVER_SANDBOX] == "bwrap"
+    assert with_code["FEDTUNE_STUDY_SANDBOX_MEMORY_MIB"] == "8192"  # the sandbox's memory bound
     assert "FEDTUNE_DATABASE_URL" not in with_code and "FEDTUNE_DRIVER_TOKEN" in with_code
     plain = child_env(settings, ChildKind.RAY_JOB, study=(STUDY, 2), code=False)
     assert DRIVER_SANDBOX not in plain  # no code of the member's: nothing to sandbox
@@ -108,6 +109,10 @@ def test_the_sandbox_binds_the_study_its_code_and_the_session_only(make_settings
     argv = box.command(["python"], bwrap="bwrap", proc=True)
     assert "--unshare-pid" in argv and "--unshare-user" in argv and "setpriv" not in argv
     assert argv[argv.index("--uid") + 1] == str(os.geteuid())  # the raylet's sockets are its
+    assert f"--data={8192 << 20}" in argv and "--cpu=unlimited" in argv  # memory, not CPU time
+    unbounded = make_settings(workdir=tmp_path / "head", study_sandbox_memory_mib=0)
+    argv = head_sandbox(unbounded, STUDY, code, (session, "6d9a")).command(["python"], proc=True)
+    assert "--data=unlimited" in argv
 
 
 @pytest.mark.parametrize(

@@ -90,7 +90,9 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
         read_only={root: str(root) for root in settings.data_roots},
         writable={study: str(study)},
         env=inside,
-        limits=Limits.long_running(DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES),
+        limits=Limits.long_running(
+            DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES, settings.study_sandbox_data_bytes
+        ),
         cwd=str(workdir),
         network=True,
         private={str(workdir): WORKDIR_TMPFS_BYTES},
