@@ -34,6 +34,7 @@ VERBS = (
     "frontier",
     "reproduce",
     "serve",
+    "mlflow_server",
     "remote",
     "worker",
     "db",
@@ -76,7 +77,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "mlflow-login",
         ),
     ),
-    ("administration", ("serve", "db", "users", "projects")),
+    ("administration", ("serve", "mlflow-server", "db", "users", "projects")),
 )
 
 

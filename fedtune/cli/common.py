@@ -43,6 +43,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
         "sqlalchemy",
         "alembic",
         "pydantic_settings",
+        "flask_wtf",
     ),
 }
 
@@ -65,6 +66,7 @@ VERB_EXTRAS: dict[str, str] = {
     "reproduce": "engine",
     "manifest": "service",
     "serve": "service",
+    "mlflow-server": "service",
     "worker": "service",
     "db": "service",
     "users": "service",

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def require_free_port(host: str, port: int) -> None:
+def require_free_port(host: str, port: int, who: str = "another fedtune serve?") -> None:
     """Refuse, in one line, an address another process listens on.
 
     uvicorn would find it only after the application started (the database opened, the
@@ -92,6 +92,7 @@ def require_free_port(host: str, port: int) -> None:
     Args:
         host: the bind address.
         port: the port.
+        who: a guess at who listens there, for the message.
 
     Raises:
         ConfigError: the address is in use (or cannot be bound here).
@@ -109,7 +110,7 @@ def require_free_port(host: str, port: int) -> None:
             why = "is in use" if exc.errno == 98 else f"cannot be bound ({exc.strerror})"
             raise ConfigError(
                 "--port",
-                f"{host}:{port} {why}: another process (another fedtune serve?) listens there; "
+                f"{host}:{port} {why}: another process ({who}) listens there; "
                 "stop it, or pick another port with --port",
             ) from None
 

@@ -30,7 +30,7 @@ from fedtune.errors import ConfigError
 
 from .settings import Settings
 
-__all__ = ["OPEN", "admin_token_path", "auth_mode", "closed_by_default"]
+__all__ = ["OPEN", "admin_token_path", "auth_mode", "closed_by_default", "read_or_make_secret"]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def closed_by_default(settings: Settings, host: str) -> Settings:
         log.warning("%s: every caller is an admin (--insecure-open)", OPEN)
         return settings
     path = admin_token_path(settings)
-    token = _read_or_make(path)
+    token = read_or_make_secret(path, "FEDTUNE_API_TOKEN")
     log.warning(
         "no FEDTUNE_API_TOKEN: every /v1 call needs a token; the admin token is in %s "
         "(export FEDTUNE_TOKEN=$(cat %s))",
@@ -124,8 +124,19 @@ def _users(settings: Settings) -> int:
         db.dispose()
 
 
-def _read_or_make(path: Path) -> str:
-    """The token in ``path``, made (0600, atomically) when there is none."""
+def read_or_make_secret(path: Path, field: str) -> str:
+    """The secret kept in ``path``, made (random, 0600, atomically) when there is none.
+
+    Args:
+        path: the file (its folder is made).
+        field: the setting the secret stands for, named in a refusal.
+
+    Returns:
+        The secret.
+
+    Raises:
+        ConfigError: the file holds no usable secret (shorter than 16 characters).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -136,5 +147,5 @@ def _read_or_make(path: Path) -> str:
             out.write(secrets.token_urlsafe(32) + "\n")
     token = path.read_text().strip()
     if len(token) < 16:
-        raise ConfigError("FEDTUNE_API_TOKEN", f"{path} holds no usable token; delete it")
+        raise ConfigError(field, f"{path} holds no usable secret; delete it")
     return token

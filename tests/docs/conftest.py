@@ -151,14 +151,7 @@ def run_page(page: Page, tmp: Path, environment: Environment) -> RunResult:
         path = tmp / f"page.{'sh' if lang == 'bash' else 'py'}"
         path.write_text(script)
         try:
-            done = subprocess.run(
-                [*argv, str(path)],
-                cwd=work,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=page.timeout,
-            )
+            done = _run_in_session([*argv, str(path)], work, env, page.timeout)
         except subprocess.TimeoutExpired as exc:
             where = marker.read_text().strip() if marker.exists() else page.name
             text = f"{exc.stdout or ''}{exc.stderr or ''}"
@@ -171,6 +164,39 @@ def run_page(page: Page, tmp: Path, environment: Environment) -> RunResult:
         if lang == "bash" and (wrong := _wrong_output(page, outputs)) is not None:
             return RunResult(False, wrong[0], "".join(output) + wrong[1])
     return RunResult(True, "", "".join(output))
+
+
+def _run_in_session(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """Run a page's script in a session of its own; whatever it left running in that session
+    (a server started with ``&`` and not stopped) is killed when it ends, or at ``timeout``."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        _kill_session(proc.pid)
+        exc.stdout, exc.stderr = proc.communicate()
+        raise
+    finally:
+        _kill_session(proc.pid)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _kill_session(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (the script's session), if any is left."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _wrong_output(page: Page, outputs: Path) -> tuple[str, str] | None:
@@ -313,6 +339,10 @@ def environment_for(request: pytest.FixtureRequest, tmp_path: Path):
             return Environment([DEV_BIN])
         if page.env == "operator":
             return Environment([DEV_BIN, request.getfixturevalue("helm_bin")])
+        if page.env == "team":  # the page starts its service; its laptop blocks: the light client
+            light = request.getfixturevalue("light_venv")
+            laptop = base_environment(tmp_path, [light])["PATH"]
+            return Environment([DEV_BIN], {"DOCS_LAPTOP_PATH": laptop}, checkout=False)
         service = stack.enter_context(started_service(tmp_path / "service"))
         if page.env == "service":
             return Environment([DEV_BIN], service)

@@ -23,7 +23,11 @@ RUNNABLE = ("bash", "python")
 OUTPUT = "Output"
 #: in an expected output: any text within a line; a line of it alone, any number of lines
 ANY = "…"
-ENVIRONMENTS = ("local", "service", "light", "operator")
+ENVIRONMENTS = ("local", "service", "light", "operator", "team")
+#: the title of a ``bash`` block a member runs on their laptop: under ``docs_env: team`` it runs
+#: with only the light install on ``PATH`` (``$DOCS_LAPTOP_PATH``), the rest on the service's
+#: machine
+LAPTOP = "On the member's laptop"
 #: a line of a page that is a `make` command (README: `make run`, `make test`)
 MAKE_LINE = re.compile(r"^\s*make\s+([A-Za-z0-9_.-]+)\s*$")
 _FENCE = re.compile(
@@ -308,10 +312,18 @@ def bash_script(
                     f"{block.line + n}: it acts on the checkout (make test is this suite)'"
                 )
             lines.append(line)
+        end = []  # on the closing fence's line: the block's own lines keep their page lines
+        if block.title.startswith(LAPTOP):
+            lines[0] += (
+                "; DOCS_PATH=$PATH; PATH=${DOCS_LAPTOP_PATH:?a laptop block needs docs_env team}; hash -r"
+            )
+            end.append("PATH=$DOCS_PATH; hash -r")
         if outputs is not None and page.expected(block) is not None:
             into = _sh_quote(str(output_file(outputs, block)))
-            lines[0] += "; {"  # the block's lines keep their page lines; the group's
-            lines.append(f"}} > {into} 2>&1; cat {into}")  # end is the closing fence's
+            lines[0] += "; {"
+            end.insert(0, f"}} > {into} 2>&1; cat {into}")
+        if end:
+            lines.append("; ".join(end))
         marked.append(Block(block.lang, block.title, block.line - 1, tuple(lines)))
     head = (
         f"set -Eeuo pipefail; DOCS_MARKER={_sh_quote(str(marker))}; "

@@ -1,7 +1,7 @@
 """Every documented command runs: the ``bash`` and ``python`` blocks of each page (README.md
 and docs/**), in the environment its ``docs_env`` names (docs/development/docs.md).
 
-The four newcomer paths have their own test ids (``test_newcomer_path[...]``); the harness is
+The newcomer paths have their own test ids (``test_newcomer_path[...]``); the harness is
 proven on small pages of its own under ``tests/docs/fixtures/``.
 """
 
@@ -19,11 +19,12 @@ from .pages import pages as all_pages
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 FIXTURES = Path(__file__).parent / "fixtures"
-#: the four readers the docs are written for: test id -> (page, the docs_env it runs in)
+#: the readers the docs are written for: test id -> (page, the docs_env it runs in)
 NEWCOMER_PATHS = {
     "researcher-own-model": ("docs/tutorials/own-model.md", "local"),
     "mlflow-comparison": ("docs/tutorials/mlflow-comparison.md", "local"),
     "team-member-light-client": ("docs/how-to/team-service.md", "light"),
+    "team-one-machine": ("docs/how-to/team-one-machine.md", "team"),
     "operator-helm-kuberay": ("docs/how-to/helm-kuberay.md", "operator"),
 }
 
@@ -140,6 +141,23 @@ def test_harness_a_light_page_runs_without_the_engine(environment_for, tmp_path)
     result = run_page(page, tmp_path, environment)
     assert result.ok, result.output
     assert (tmp_path / "work" / "light.txt").read_text().split() == ["no-torch", MEMBER]
+
+
+@pytest.mark.e2e
+def test_harness_a_laptop_block_has_the_light_client_only_and_nothing_outlives_the_page(
+    environment_for, tmp_path
+) -> None:
+    page = parse_page(FIXTURES / "team.md")
+    result = run_page(page, tmp_path, environment_for(page))
+    assert result.ok, result.output
+    work = tmp_path / "work"
+    assert (work / "laptop.txt").read_text().splitlines() == [
+        "laptop after machine",
+        "machine again",
+    ]
+    left = int((work / "left-running.pid").read_text())
+    stat = Path(f"/proc/{left}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # killed
 
 
 def test_harness_an_operator_page_renders_the_chart_offline(environment_for, tmp_path) -> None:

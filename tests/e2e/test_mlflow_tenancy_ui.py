@@ -1,6 +1,6 @@
 """Headless Chromium logs into the MLflow UI as each user and sees only its projects' experiments.
 
-A real ``mlflow server --enable-workspaces --app-name basic-auth`` (the one
+A real ``fedtune mlflow-server`` (``mlflow server --enable-workspaces --app-name fedtune``, the one
 ``tests/integration/test_mlflow_tenancy.py`` starts) with two projects and three users synced by
 :class:`~fedtune.service.mlflow_tenancy.MlflowTenancy`: ``ana`` (member of team-a), ``vic``
 (viewer of team-a), ``bob`` (member of team-b). The UI is a single-page app whose requests are
@@ -20,7 +20,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -84,6 +84,37 @@ def devtools(profile: Path) -> Iterator[str]:
         stop_group(proc, grace=10)
 
 
+@contextlib.contextmanager
+def logged_in(profile: Path, user: str, password: str) -> Iterator[Callable[..., dict]]:
+    """A headless Chromium that sends ``user``'s basic-auth login with every request.
+
+    Args:
+        profile: A fresh Chromium profile folder.
+        user: The MLflow user.
+        password: Its password.
+
+    Returns:
+        A context manager giving ``call(method, **params) -> result`` (a DevTools command).
+    """
+    from websockets.sync.client import connect
+
+    with devtools(profile) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
+        ids = itertools.count(1)
+
+        def call(method: str, **params) -> dict:
+            sent = next(ids)
+            ws.send(json.dumps({"id": sent, "method": method, "params": params}))
+            while True:
+                message = json.loads(ws.recv(timeout=30))
+                if message.get("id") == sent:
+                    return message.get("result", {})
+
+        login = base64.b64encode(f"{user}:{password}".encode()).decode()
+        call("Network.enable")
+        call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
+        yield call
+
+
 def on_route(state: dict, workspace: str) -> bool:
     """Whether the page's route is the experiments list of ``workspace``.
 
@@ -130,23 +161,8 @@ def experiments_text(
     Raises:
         AssertionError: No loaded list of ``workspace`` as ``user`` by the timeout.
     """
-    from websockets.sync.client import connect
-
     url = f"{base}/#/experiments?{urllib.parse.urlencode({'workspace': workspace})}"
-    with devtools(profile) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
-        ids = itertools.count(1)
-
-        def call(method: str, **params):
-            sent = next(ids)
-            ws.send(json.dumps({"id": sent, "method": method, "params": params}))
-            while True:
-                message = json.loads(ws.recv(timeout=30))
-                if message.get("id") == sent:
-                    return message.get("result", {})
-
-        login = base64.b64encode(f"{user}:{password}".encode()).decode()
-        call("Network.enable")
-        call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
+    with logged_in(profile, user, password) as call:
         call("Page.navigate", url=url)
         state, loaded, navigations = {}, None, 1
         deadline = time.monotonic() + timeout
@@ -193,6 +209,7 @@ def ui(tmp_path_factory) -> Iterator[dict]:
         tenancy = MlflowTenancy(url, "admin", ADMIN_PASSWORD)
         tenancy.sync(["team-a", "team-b"], ROLES)
         passwords = {name: tenancy.issue_password(name) for name in ROLES}
+        runs = {}
         for project in ("team-a", "team-b"):  # each study's driver logs its experiment
             env = tenancy.driver_env(project)
             auth = (env["MLFLOW_TRACKING_USERNAME"], env["MLFLOW_TRACKING_PASSWORD"])
@@ -204,7 +221,16 @@ def ui(tmp_path_factory) -> Iterator[dict]:
                 timeout=30,
             )
             assert made.status_code == 200, made.text
-        yield {"url": url, "passwords": passwords}
+            run = httpx.post(
+                f"{url}/api/2.0/mlflow/runs/create",
+                json={"experiment_id": made.json()["experiment_id"], "run_name": f"run-{project}"},
+                auth=auth,
+                headers={"X-MLFLOW-WORKSPACE": project},
+                timeout=30,
+            )
+            assert run.status_code == 200, run.text
+            runs[project] = (made.json()["experiment_id"], run.json()["run"]["info"]["run_id"])
+        yield {"url": url, "passwords": passwords, "runs": runs}
         tenancy.close()
     finally:
         stop_group(proc)
@@ -227,3 +253,50 @@ def test_each_user_sees_only_its_projects_experiments(ui, tmp_path, user, worksp
     if sees is not None:
         assert sees in text
     assert hidden not in text
+
+
+def run_page_text(url: str, user: str, password: str, profile: Path, timeout: float = 60) -> str:
+    """The text Chromium, logged in as ``user``, shows for ``url`` (a run's page) once it has
+    drawn the run's name or the workspace picker (or, at the timeout, whatever it shows).
+
+    Args:
+        url: The link to open.
+        user: The MLflow user.
+        password: Its password.
+        profile: A fresh Chromium profile folder.
+        timeout: Seconds to wait.
+
+    Returns:
+        ``document.body.innerText``.
+    """
+    text = ""
+    with logged_in(profile, user, password) as call:
+        call("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = call(
+                "Runtime.evaluate", expression="document.body.innerText", returnByValue=True
+            )
+            value = found.get("result", {}).get("value")
+            text = value if isinstance(value, str) else ""
+            if "run-team-" in text or "Select workspace" in text:
+                return text
+            time.sleep(0.5)
+    return text
+
+
+def test_a_run_link_fedtune_hands_out_opens_the_run_for_its_member(ui, tmp_path) -> None:
+    """The link ``GET /v1/studies`` and ``compare`` give (``mlflow_urls.run_url``, with the
+    run's workspace) opens the run itself for its project's member; without the workspace the
+    UI stops at its workspace picker; another project's member never sees the run."""
+    from fedtune.tuning.mlflow_urls import run_url
+
+    experiment, run = ui["runs"]["team-a"]
+    link = run_url(ui["url"], experiment, run, "team-a")
+    text = run_page_text(link, "ana", ui["passwords"]["ana"], tmp_path / "ana")
+    assert "run-team-a" in text and "Select workspace" not in text, text[:2000]
+    bare = run_url(ui["url"], experiment, run)  # the link before it named the workspace
+    text = run_page_text(bare, "ana", ui["passwords"]["ana"], tmp_path / "bare")
+    assert "Select workspace" in text and "run-team-a" not in text, text[:2000]
+    text = run_page_text(link, "bob", ui["passwords"]["bob"], tmp_path / "bob", timeout=20)
+    assert "bob" in text.splitlines() and "run-team-a" not in text, text[:2000]  # "loading"

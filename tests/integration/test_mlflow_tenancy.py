@@ -1,7 +1,8 @@
 """Projects all the way into MLflow, against a real ``mlflow server`` with workspaces and auth.
 
-One server (``--enable-workspaces --app-name fedtune``: MLflow's basic-auth app with the user
-list scoped, ``fedtune/service/mlflow_app.py``; SQLite backend, served artifacts) for
+One server (``fedtune mlflow-server``: ``--enable-workspaces --app-name fedtune``, MLflow's
+basic-auth app with the user list scoped, ``fedtune/service/mlflow_app.py``; SQLite backend,
+served artifacts) for
 the module; :class:`~fedtune.service.mlflow_tenancy.MlflowTenancy` syncs two projects
 (``team-a``, ``team-b``) and three users into it: ``ana`` (member of team-a), ``vic`` (viewer of
 team-a) and ``bob`` (member of team-b). Each study driver logs with its workspace's driver
@@ -27,18 +28,11 @@ from fedtune.service.mlflow_tenancy import (
 from tests.integration.conftest import BIN, free_port, stop_group, wait_http
 
 ADMIN_PASSWORD = "tenancy-admin-password-0123456789"
-AUTH_INI = """[mlflow]
-default_permission = NO_PERMISSIONS
-database_uri = sqlite:///{root}/auth.db
-admin_username = admin
-authorization_function = mlflow.server.auth:authenticate_request_basic_auth
-grant_default_workspace_access = false
-auth_cache_ttl_seconds = 30
-"""
 
 
 def start_server(root: Path) -> tuple[subprocess.Popen, str]:
-    """``mlflow server --enable-workspaces --app-name fedtune`` on a free port of 127.0.0.1.
+    """``fedtune mlflow-server`` (``mlflow server --enable-workspaces --app-name fedtune`` with
+    basic auth, as the chart runs it) on a free port of 127.0.0.1.
 
     Args:
         root: Folder of its databases, artifacts, auth config and log.
@@ -46,35 +40,17 @@ def start_server(root: Path) -> tuple[subprocess.Popen, str]:
     Returns:
         The process (its own session) and its base URL, once ``/health`` answers.
     """
-    (root / "auth.ini").write_text(AUTH_INI.format(root=root))
     port = free_port()
-    env = {
-        **os.environ,
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-        "MLFLOW_AUTH_CONFIG_PATH": str(root / "auth.ini"),
-        "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD,
-        "MLFLOW_FLASK_SERVER_SECRET_KEY": "tenancy-test-flask-secret-key",
-        "MLFLOW_RBAC_SEED_DEFAULT_ROLES": "false",
-    }
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_WORKSPACE"):
+    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD}
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_WORKSPACE", "MLFLOW_BACKEND_STORE_URI"):
         env.pop(name, None)
     cmd = [
-        str(BIN / "mlflow"),
-        "server",
-        "--backend-store-uri",
-        f"sqlite:///{root}/mlflow.db",
-        "--serve-artifacts",
-        "--artifacts-destination",
-        str(root / "artifacts"),
-        "--enable-workspaces",
-        "--app-name",
-        "fedtune",
-        "--host",
-        "127.0.0.1",
+        str(BIN / "fedtune"),
+        "mlflow-server",
+        "--dir",
+        str(root / "mlflow"),
         "--port",
         str(port),
-        "--workers",
-        "1",
     ]
     log = root / "server.log"
     with log.open("w") as fh:
