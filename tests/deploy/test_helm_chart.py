@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -608,10 +609,9 @@ def test_mlflow_uses_its_own_postgres_database_and_the_artifact_pvc(
     manifests = rendered_scenarios["defaults"]
     deployment = one(manifests, "Deployment", f"{FULLNAME}-mlflow")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    # with workspaces (the default: the API is never open) a shell writes the basic-auth
-    # settings, then execs `mlflow "$@"`
-    assert container["command"][-1] == "mlflow" and container["args"][0] == "server"
-    assert container["command"] == ["mlflow"] or 'exec mlflow "$@"' in container["command"][2]
+    # with workspaces (the default: the API is never open) `fedtune mlflow-server` writes the
+    # basic-auth settings, then execs `mlflow server`
+    assert container["command"] == WORKSPACES
     assert (
         container_env(container)["MLFLOW_BACKEND_STORE_URI"]["valueFrom"]["secretKeyRef"]["name"]
         == f"{FULLNAME}-env"
@@ -757,6 +757,10 @@ def test_study_limits_and_data_roots_reach_the_service_settings(render) -> None:
     assert (custom.max_clients, custom.max_trial_cpu) == (5_000_000, 0.5)
 
 
+#: the MLflow container's command with workspaces (``fedtune/cli/mlflow_server.py``)
+WORKSPACES = ["fedtune", "mlflow-server"]
+
+
 def _mlflow_container(manifests: list[dict[str, Any]]) -> dict[str, Any]:
     deployment = one(manifests, "Deployment", f"{FULLNAME}-mlflow")
     return deployment["spec"]["template"]["spec"]["containers"][0]
@@ -768,13 +772,23 @@ def test_mlflow_workspaces_follow_auth_and_keep_the_admin_password_in_a_secret(r
     ConfigMap and no driver holds it) by default, and ``mlflow.workspaces.enabled: false`` turns
     it off."""
     oidc = render({"auth": {"apiToken": "", "oidc": {"issuer": "https://id.example.com/realms/x"}}})
-    assert "--enable-workspaces" in _mlflow_container(oidc)["args"]  # no token, still closed
+    assert _mlflow_container(oidc)["command"] == WORKSPACES  # no token, still closed
     assert "FEDTUNE_API_TOKEN" not in container_env(api_container(oidc))
     assert not [s for s in find(oidc, "Secret") if s["metadata"]["name"] == f"{FULLNAME}-auth"]
 
     manifests = render({"auth": {"apiToken": "test-token-set-by-the-test"}})
     mlflow = _mlflow_container(manifests)
-    assert {"--enable-workspaces", "--app-name=fedtune"} <= set(mlflow["args"])
+    assert mlflow["command"] == WORKSPACES  # one recipe: the chart's MLflow is the command's
+    from fedtune.cli import build_parser
+
+    args = build_parser().parse_args(["mlflow-server", *mlflow["args"]])  # flags it knows
+    assert (args.host, args.port, args.cache_seconds, args.admin_username) == (
+        "0.0.0.0",
+        5000,
+        30,
+        "admin",
+    )
+    assert args.dir == Path("/tmp/mlflow-server") and args.backend_store_uri is None  # env only
     secret = one(manifests, "Secret", f"{FULLNAME}-mlflow-auth")
     password = secret["stringData"]["admin-password"]
     assert password == MLFLOW_ADMIN_PASSWORD
@@ -802,6 +816,7 @@ def test_mlflow_workspaces_follow_auth_and_keep_the_admin_password_in_a_secret(r
             "mlflow": {"workspaces": {"enabled": False}},
         }
     )
+    assert _mlflow_container(off)["command"] == ["mlflow"]
     assert "--enable-workspaces" not in _mlflow_container(off)["args"]
     assert "FEDTUNE_MLFLOW_WORKSPACES" not in container_env(api_container(off))
 
