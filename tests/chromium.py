@@ -1,8 +1,19 @@
-"""Headless Chromium as the tests and the MLflow-UI benchmark start it (Debian's ``chromium``)."""
+"""Headless Chromium as the tests and the MLflow-UI benchmark start it (Debian's ``chromium``),
+and a page of it driven over the DevTools protocol."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import itertools
+import json
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from tests.integration.conftest import free_port, stop_group
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: a headless browser that reaches nothing but the pages it is given
@@ -15,3 +26,85 @@ HEADLESS = [
     "--disable-sync",
     "--no-first-run",
 ]
+FLAGS = [*HEADLESS, "--remote-allow-origins=*"]
+
+
+@contextlib.contextmanager
+def devtools(profile: Path) -> Iterator[str]:
+    """A headless Chromium: the DevTools WebSocket URL of its blank page."""
+    port = free_port()
+    argv = [
+        str(CHROMIUM),
+        *FLAGS,
+        f"--remote-debugging-port={port}",
+        f"--user-data-dir={profile}",
+        "about:blank",
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
+                    targets = json.load(r)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        yield next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+    finally:
+        stop_group(proc, grace=10)
+
+
+@contextlib.contextmanager
+def page_session(profile: Path) -> Iterator[Callable[..., dict]]:
+    """A headless Chromium's blank page, driven over the DevTools protocol.
+
+    Args:
+        profile: A fresh Chromium profile folder.
+
+    Returns:
+        A context manager giving ``call(method, **params) -> result`` (a DevTools command).
+    """
+    from websockets.sync.client import connect
+
+    with devtools(profile) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
+        ids = itertools.count(1)
+
+        def call(method: str, **params) -> dict:
+            sent = next(ids)
+            ws.send(json.dumps({"id": sent, "method": method, "params": params}))
+            while True:
+                message = json.loads(ws.recv(timeout=30))
+                if message.get("id") == sent:
+                    return message.get("result", {})
+
+        yield call
+
+
+@contextlib.contextmanager
+def logged_in(profile: Path, user: str, password: str) -> Iterator[Callable[..., dict]]:
+    """:func:`page_session` sending ``user``'s basic-auth login with every request.
+
+    Args:
+        profile: A fresh Chromium profile folder.
+        user: The user.
+        password: Its password.
+
+    Returns:
+        A context manager giving ``call(method, **params) -> result``.
+    """
+    with page_session(profile) as call:
+        login = base64.b64encode(f"{user}:{password}".encode()).decode()
+        call("Network.enable")
+        call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
+        yield call
+
+
+def evaluate(call: Callable[..., dict], expression: str) -> object:
+    """The value of a JavaScript ``expression`` in the page (None while a document loads)."""
+    found = call("Runtime.evaluate", expression=expression, returnByValue=True)
+    return found.get("result", {}).get("value")

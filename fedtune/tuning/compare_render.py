@@ -1,4 +1,5 @@
-"""A comparison drawn: one PNG (matplotlib, Agg canvas) and one self-contained HTML page.
+"""A comparison drawn: one PNG (matplotlib, Agg canvas) and one self-contained HTML page, both
+from one description of the figure (:func:`comparison_figure`, :mod:`.figure`).
 
 The page needs no network: its figures are inline SVG drawn here, its one script (hover
 read-outs and showing/hiding a study) is inline too, no CDN, no external stylesheet. Both show
@@ -16,8 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .compare import BUDGET_ROUNDS, BUDGET_TRIALS, BUDGET_WHOLE, Comparison
+from .figure import Figure, Panel, Series, axis
+from .figure_png import png
 
-__all__ = ["COLOURS", "render_html", "render_png", "write_figures"]
+__all__ = [
+    "COLOURS",
+    "comparison_figure",
+    "render_html",
+    "render_png",
+    "write_figures",
+]
 
 #: one colour per study, in order (matplotlib's tab10)
 COLOURS = (
@@ -46,18 +55,28 @@ def _finite(points: Sequence[Sequence[float]]) -> list[tuple[float, float]]:
     ]
 
 
-def _panels(c: Comparison) -> list[tuple[str, str, str, dict[str, list[tuple[float, float]]]]]:
-    """(title, x label, y label, points by study key) of each panel."""
+def comparison_figure(c: Comparison) -> Figure:
+    """The comparison's figure, as both the PNG and the page draw it (:mod:`.figure`).
+
+    Args:
+        c: The comparison.
+
+    Returns:
+        Its panels: the lower envelopes, the budget curves, the Pareto sets and, where the
+        theory applies, the predicted (ρ, Δ); each axis logarithmic where its values span more
+        than a decade.
+    """
     pareto = {k: [(p["rounds_to_target"], p["final_loss"]) for p in v] for k, v in c.pareto.items()}
     panels = [
-        ("Lower envelope E(R)", "rounds R (one trial)", "best smoothed loss", c.envelopes),
+        ("Lower envelope E(R)", "step", "rounds R (one trial)", "best smoothed loss", c.envelopes),
         (
             "Best objective within total budget",
+            "step",
             "total rounds spent",
             "lowest final loss",
             c.budget_curves,
         ),
-        ("Pareto sets", "rounds to target", "final loss", pareto),
+        ("Pareto sets", "line", "rounds to target", "final loss", pareto),
     ]
     pred = {
         k: [(p["rho_predicted"], p["delta_predicted"]) for p in v]
@@ -65,17 +84,26 @@ def _panels(c: Comparison) -> list[tuple[str, str, str, dict[str, list[tuple[flo
         if v
     }
     if pred:
-        panels.append(("Predicted trade-off", "rho (rate)", "Delta (accuracy loss)", pred))
-    return [(t, x, y, {k: _finite(v) for k, v in d.items()}) for t, x, y, d in panels]
-
-
-def _wide(values: list[float]) -> bool:
-    """Positive values spanning more than a decade: drawn on a log scale."""
-    return bool(values) and min(values) > 0 and max(values) > 10 * min(values)
+        panels.append(
+            ("Predicted trade-off", "points", "rho (rate)", "Delta (accuracy loss)", pred)
+        )
+    keys = c.study_keys()
+    drawn = []
+    for title, kind, x_label, y_label, data in panels:
+        series = tuple(
+            Series(key, _colour(i), tuple(sorted(_finite(data.get(key, [])))))
+            for i, key in enumerate(keys)
+        )
+        series = tuple(s for s in series if s.points)
+        xs = [x for s in series for x, _ in s.points]
+        ys = [y for s in series for _, y in s.points]
+        drawn.append(Panel(title, kind, axis(x_label, xs), axis(y_label, ys), series))
+    verdict = "comparable" if c.comparable else "NOT comparable (forced)"
+    return Figure(f"{' vs '.join(keys)}: {verdict}", tuple(drawn))
 
 
 def render_png(c: Comparison, path: str | Path) -> Path:
-    """Draw the comparison's panels side by side.
+    """Draw the comparison's panels side by side (:func:`comparison_figure`).
 
     Args:
         c: The comparison.
@@ -84,102 +112,80 @@ def render_png(c: Comparison, path: str | Path) -> Path:
     Returns:
         The path written.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    panels = _panels(c)
-    fig = Figure(figsize=(5 * len(panels), 4.2))
-    FigureCanvasAgg(fig)
-    keys = c.study_keys()
-    for j, (title, xl, yl, data) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), j + 1)
-        for i, key in enumerate(keys):
-            pts = sorted(data.get(key, []))
-            if not pts:
-                continue
-            xs, ys = zip(*pts, strict=True)
-            if title.startswith("Predicted"):
-                ax.plot(xs, ys, "o", color=_colour(i), label=key, ms=4)
-            elif title == "Pareto sets":
-                ax.plot(xs, ys, "o-", color=_colour(i), label=key, ms=4)
-            else:
-                ax.step(xs, ys, where="post", color=_colour(i), label=key)
-        ax.set_title(title)
-        ax.set_xlabel(xl)
-        ax.set_ylabel(yl)
-        if _wide([y for pts in data.values() for _, y in pts]):
-            ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    verdict = "comparable" if c.comparable else "NOT comparable (forced)"
-    fig.suptitle(f"{' vs '.join(keys)}: {verdict}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    return path
+    return png(comparison_figure(c), path)
 
 
-_W, _H, _PAD = 420, 300, 48
-_KINDS = {"Pareto sets": "line", "Predicted trade-off": "points"}
+#: an SVG panel: its size and the plot area's margins (room for tick labels and axis labels)
+_W, _H = 440, 320
+_LEFT, _RIGHT, _TOP, _BOTTOM = 70, 14, 14, 50
 
 
-def _scale(values: list[float], lo_px: float, hi_px: float, log: bool):
-    vals = [math.log10(v) for v in values] if log else values
-    lo, hi = min(vals), max(vals)
-    if hi == lo:
-        lo, hi = lo - 0.5, hi + 0.5
-
-    def f(v: float) -> float:
-        x = math.log10(v) if log else v
-        return lo_px + (x - lo) / (hi - lo) * (hi_px - lo_px)
-
-    return f, (10**lo if log else lo), (10**hi if log else hi)
-
-
-def _svg_panel(
-    index: int, title: str, xl: str, yl: str, data: dict, keys: list[str], kind: str
-) -> str:
-    pts_all = [p for k in keys for p in data.get(k, [])]
-    head = f'<figure class="panel" id="panel-{index}"><figcaption>{html.escape(title)}</figcaption>'
-    if not pts_all:
+def _svg_panel(index: int, panel: Panel) -> str:
+    """One panel as inline SVG: gridlines, ticks and their labels where the axes say."""
+    esc = html.escape
+    head = f'<figure class="panel" id="panel-{index}"><figcaption>{esc(panel.title)}</figcaption>'
+    if not panel.series:
         return head + "<p>no finite points</p></figure>"
-    xs = [p[0] for p in pts_all]
-    ys = [p[1] for p in pts_all]
-    fx, x0, x1 = _scale(xs, _PAD, _W - 10, False)
-    fy, y0, y1 = _scale(ys, _H - _PAD, 10, _wide(ys))
+    x0, x1, y0, y1 = _LEFT, _W - _RIGHT, _H - _BOTTOM, _TOP
+
+    def fx(v: float) -> float:
+        return x0 + panel.x.fraction(v) * (x1 - x0)
+
+    def fy(v: float) -> float:
+        return y0 + panel.y.fraction(v) * (y1 - y0)
+
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
-        f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(title)}">',
-        f'<line x1="{_PAD}" y1="{_H - _PAD}" x2="{_W - 10}" y2="{_H - _PAD}" stroke="#444"/>',
-        f'<line x1="{_PAD}" y1="10" x2="{_PAD}" y2="{_H - _PAD}" stroke="#444"/>',
-        f'<text x="{_W / 2}" y="{_H - 12}" text-anchor="middle">{html.escape(xl)}</text>',
-        f'<text x="12" y="{_H / 2}" transform="rotate(-90 12 {_H / 2})" '
-        f'text-anchor="middle">{html.escape(yl)}</text>',
-        f'<text x="{_PAD}" y="{_H - _PAD + 14}" font-size="10">{x0:.4g}</text>',
-        f'<text x="{_W - 10}" y="{_H - _PAD + 14}" font-size="10" '
-        f'text-anchor="end">{x1:.4g}</text>',
-        f'<text x="{_PAD - 4}" y="{_H - _PAD}" font-size="10" text-anchor="end">{y0:.4g}</text>',
-        f'<text x="{_PAD - 4}" y="18" font-size="10" text-anchor="end">{y1:.4g}</text>',
+        f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{esc(panel.title)}">',
+        f'<g class="axis" data-axis="x" data-scale="{"log" if panel.x.log else "linear"}">',
     ]
-    for i, key in enumerate(keys):
-        pts = sorted(data.get(key, []))
-        if not pts:
-            continue
+    for tick, label in zip(panel.x.ticks, panel.x.tick_labels, strict=True):
+        px = fx(tick)
+        parts.append(
+            f'<line class="grid" x1="{px:.1f}" y1="{y1}" x2="{px:.1f}" y2="{y0}" stroke="#ddd"/>'
+            f'<line x1="{px:.1f}" y1="{y0}" x2="{px:.1f}" y2="{y0 + 5}" stroke="#444"/>'
+            f'<text class="tick" x="{px:.1f}" y="{y0 + 17}" font-size="11" '
+            f'text-anchor="middle" data-value="{tick:.12g}">{esc(label)}</text>'
+        )
+    parts.append(
+        f'<text class="label" x="{(x0 + x1) / 2}" y="{_H - 8}" text-anchor="middle">'
+        f"{esc(panel.x.label)}</text></g>"
+    )
+    parts.append(
+        f'<g class="axis" data-axis="y" data-scale="{"log" if panel.y.log else "linear"}">'
+    )
+    for tick, label in zip(panel.y.ticks, panel.y.tick_labels, strict=True):
+        py = fy(tick)
+        parts.append(
+            f'<line class="grid" x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#ddd"/>'
+            f'<line x1="{x0 - 5}" y1="{py:.1f}" x2="{x0}" y2="{py:.1f}" stroke="#444"/>'
+            f'<text class="tick" x="{x0 - 8}" y="{py + 4:.1f}" font-size="11" '
+            f'text-anchor="end" data-value="{tick:.12g}">{esc(label)}</text>'
+        )
+    parts.append(
+        f'<text class="label" x="14" y="{(y0 + y1) / 2}" transform="rotate(-90 14 '
+        f'{(y0 + y1) / 2})" text-anchor="middle">{esc(panel.y.label)}</text></g>'
+    )
+    parts.append(
+        f'<rect class="frame" x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" '
+        'fill="none" stroke="#444"/>'
+    )
+    for s in panel.series:
         coords = []
-        for j, (x, y) in enumerate(pts):
-            if kind == "step" and j:
-                coords.append(f"{fx(x):.1f},{fy(pts[j - 1][1]):.1f}")
+        for j, (x, y) in enumerate(s.points):
+            if panel.kind == "step" and j:
+                coords.append(f"{fx(x):.1f},{fy(s.points[j - 1][1]):.1f}")
             coords.append(f"{fx(x):.1f},{fy(y):.1f}")
-        k = html.escape(key, quote=True)
+        k = esc(s.key, quote=True)
         parts.append(f'<g class="series" data-study="{k}">')
-        if kind != "points":
+        if panel.kind != "points":
             parts.append(
-                f'<polyline fill="none" stroke="{_colour(i)}" stroke-width="2" '
+                f'<polyline fill="none" stroke="{s.colour}" stroke-width="2" '
                 f'points="{" ".join(coords)}"/>'
             )
-        for x, y in pts:
+        for x, y in s.points:
             parts.append(
-                f'<circle cx="{fx(x):.1f}" cy="{fy(y):.1f}" r="3" fill="{_colour(i)}" '
+                f'<circle cx="{fx(x):.1f}" cy="{fy(y):.1f}" r="3" fill="{s.colour}" '
                 f'data-x="{x:.6g}" data-y="{y:.6g}"><title>{k}: ({x:.4g}, {y:.4g})</title>'
                 "</circle>"
             )
@@ -243,10 +249,7 @@ def render_html(c: Comparison, path: str | Path) -> Path:
         f"<td>{esc(s.run_id or '-')}</td></tr>"
         for s in c.studies
     )
-    panels = "".join(
-        _svg_panel(j, t, x, y, d, keys, _KINDS.get(t, "step"))
-        for j, (t, x, y, d) in enumerate(_panels(c))
-    )
+    panels = "".join(_svg_panel(j, p) for j, p in enumerate(comparison_figure(c).panels))
     rows = []
     for budget in (BUDGET_TRIALS, BUDGET_ROUNDS, BUDGET_WHOLE):
         best = c.winner(budget)

@@ -29,6 +29,8 @@ from matplotlib.figure import Figure
 
 from fedtune.outcomes import TrialOutcome
 
+from .figure import axis
+from .figure_png import apply_axis
 from .tradeoff import FLAG_STOPPED, TradeOff, TrialCurve, TrialId
 
 __all__ = [
@@ -88,9 +90,10 @@ def plot_curves(
     ylabel: str = "training loss ℓ_t",
     total: int | None = None,
 ) -> Path:
-    """All curves on log-y axes, coloured by hyperparameter ``color_by``; ``total``: the
+    """All curves (a log y axis when the losses span more than a decade: :func:`.figure.axis`),
+    coloured by hyperparameter ``color_by``; ``total``: the
     study's number of trials when ``curves`` are a selection of them (said in the title)."""
-    fig = Figure(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
     colours = _colours(curves, color_by, fig, ax)
     labelled: set[str] = set()
@@ -111,11 +114,14 @@ def plot_curves(
             alpha=0.85,
             label=label,
         )
-    ax.set_yscale("log")
+    finite = [v for c in curves for v in c.losses if math.isfinite(v) and v > 0]
+    apply_axis(ax, "y", axis(ylabel, finite))
+    apply_axis(ax, "x", axis("round", [r for c in curves for r in c.rounds]))
+    ax.grid(alpha=0.3)
     shown = f"{len(curves)} trials"
     if total is not None and total > len(curves):
         shown = f"{len(curves)} of {total} trials (best final losses, Pareto set, envelope)"
-    ax.set(xlabel="round", ylabel=ylabel, title=shown)
+    ax.set_title(shown)
     if labelled:
         ax.legend(fontsize=8)
     return _save(fig, path)
@@ -132,7 +138,7 @@ def pareto_figure(tradeoff: TradeOff) -> Figure:
     hollow squares at the loss of the round they reached (never on the Pareto set), diverged
     and blown-up trials left out (counted in the title). In a large study only the trials of
     :meth:`~.tradeoff.TradeOff.shown` are drawn so; the others are small grey dots, unlabelled."""
-    fig = Figure(figsize=(6, 4.5))
+    fig = Figure(figsize=(6, 4.5), layout="constrained")
     ax = fig.add_subplot()
     k = (
         tradeoff.targets.index(tradeoff.pareto_target)
@@ -200,12 +206,13 @@ def pareto_figure(tradeoff: TradeOff) -> Figure:
     left_out = len(tradeoff.trials) - len(shown)
     if left_out:
         ax.set_title(f"{left_out} diverged / blown-up trial(s) not shown", fontsize=9)
-    ax.set_yscale("log")
     target = f"{tradeoff.pareto_target:.4g}" if tradeoff.pareto_target is not None else "—"
-    ax.set(
-        xlabel=f"rounds to reach loss {target} (▶ = never)",
-        ylabel=f"final loss (mean of last {tradeoff.last_rounds} rounds)",
-    )
+    drawn = [(r if math.isfinite(r) else edge, t.final_loss) for t, r in pts] + rest
+    x_label = f"rounds to reach loss {target} (▶ = never)"
+    apply_axis(ax, "x", axis(x_label, [x for x, _ in drawn]))
+    y_label = f"final loss (mean of last {tradeoff.last_rounds} rounds)"
+    apply_axis(ax, "y", axis(y_label, [y for _, y in drawn]))
+    ax.grid(alpha=0.3)
     return fig
 
 
@@ -213,7 +220,7 @@ def plot_envelope(
     tradeoff: TradeOff, path: str | Path, label_keys: Sequence[str] | None = None
 ) -> Path:
     """E(R) coloured by the trial attaining it; dotted lines at the regime changes."""
-    fig = Figure(figsize=(7.5, 4.8))
+    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
     ax = fig.add_subplot()
     pts = [p for p in tradeoff.envelope if math.isfinite(p.loss)]
     params = {t.trial_id: t.params for t in tradeoff.trials}
@@ -237,12 +244,10 @@ def plot_envelope(
         )
     for change in tradeoff.regime_changes:
         ax.axvline(change.round, color="0.5", ls=":", lw=1)
-    ax.set_yscale("log")
-    ax.set(
-        xlabel="round budget R",
-        ylabel="best smoothed loss within R rounds",
-        title=f"lower envelope ({len(tradeoff.regime_changes)} regime changes)",
-    )
+    apply_axis(ax, "x", axis("round budget R", [p.round for p in pts]))
+    apply_axis(ax, "y", axis("best smoothed loss within R rounds", [p.loss for p in pts]))
+    ax.grid(alpha=0.3)
+    ax.set_title(f"lower envelope ({len(tradeoff.regime_changes)} regime changes)")
     if holders:
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return _save(fig, path)

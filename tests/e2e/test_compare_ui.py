@@ -80,3 +80,68 @@ def test_chromium_shows_the_page_and_the_mlflow_run(tmp_path):
     for parent in parents.values():
         assert parent in run_page.stdout  # tags compared.<study> and the note's links
     assert "ui-methods-fedprox.final_loss_all" in run_text  # a metric of the run
+
+
+#: per panel of the page: each axis's scale, its tick labels with their boxes and its label's
+#: box, the plot frame, and every point's centre
+AXES = """JSON.stringify(Array.from(document.querySelectorAll('figure.panel svg'), (svg) => {
+    const box = (e) => { const r = e.getBoundingClientRect();
+        return [r.left, r.top, r.right, r.bottom]; };
+    const axes = {};
+    svg.querySelectorAll('g.axis').forEach((g) => {
+        axes[g.dataset.axis] = {
+            scale: g.dataset.scale,
+            ticks: Array.from(g.querySelectorAll('text.tick'), (t) => [t.textContent, box(t)]),
+            label: box(g.querySelector('text.label')),
+        };
+    });
+    return {axes: axes, frame: box(svg.querySelector('rect.frame')),
+            points: Array.from(svg.querySelectorAll('circle'), (c) => {
+                const b = box(c); return [(b[0] + b[2]) / 2, (b[1] + b[3]) / 2]; })};
+}))"""
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_chromium_draws_each_axis_as_the_png_does_with_readable_ticks(tmp_path):
+    """The page's figures, as Chromium lays them out, have the description's scales and tick
+    labels (the PNG's, ``tests/unit/test_figure.py``), at least three ticks on every axis, no
+    two labels overlapping, and every point inside its frame."""
+    import json
+    import time
+
+    from fedtune.tuning.compare_render import comparison_figure, render_html
+    from tests.chromium import evaluate, page_session
+    from tests.unit.test_figure import wide_comparison
+
+    need("chromium", None if CHROMIUM.is_file() else f"{CHROMIUM} is not installed")
+    c = wide_comparison()
+    page = render_html(c, tmp_path / "comparison.html")
+    with page_session(tmp_path / "profile") as call:
+        call("Page.navigate", url=page.as_uri())
+        deadline, panels = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not panels:
+            value = evaluate(call, AXES)
+            panels = json.loads(value) if isinstance(value, str) else []
+            time.sleep(0.2)
+    figure = comparison_figure(c)
+    assert len(panels) == len(figure.panels) == 3
+    for drawn, panel in zip(panels, figure.panels, strict=True):
+        for name, spec in (("x", panel.x), ("y", panel.y)):
+            shown = drawn["axes"][name]
+            assert shown["scale"] == ("log" if spec.log else "linear"), (panel.title, name)
+            labels = [text for text, _ in shown["ticks"]]
+            assert labels == list(spec.tick_labels) and len(labels) >= 3, (panel.title, name)
+            assert len(set(labels)) == len(labels), (panel.title, name, labels)
+            boxes = [b for _, b in shown["ticks"]]
+            for i, a in enumerate(boxes):
+                assert not _overlap(a, shown["label"]), (panel.title, name, labels[i])
+                for b in boxes[i + 1 :]:
+                    assert not _overlap(a, b), (panel.title, name, labels)
+        left, top, right, bottom = drawn["frame"]
+        for x, y in drawn["points"]:
+            assert left - 0.5 <= x <= right + 0.5 and top - 0.5 <= y <= bottom + 0.5
+    envelope = panels[0]["axes"]
+    assert envelope["y"]["scale"] == "log" and envelope["x"]["scale"] == "log"

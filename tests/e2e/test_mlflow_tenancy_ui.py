@@ -12,27 +12,22 @@ prompt. The UI's workspace is the ``workspace`` parameter of its route.
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import itertools
 import json
-import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from fedtune.service.mlflow_tenancy import MlflowTenancy
-from tests.chromium import CHROMIUM, HEADLESS
-from tests.integration.conftest import free_port, stop_group
+from tests.chromium import CHROMIUM, evaluate, logged_in
+from tests.integration.conftest import stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.needs import need
 
-FLAGS = [*HEADLESS, "--remote-allow-origins=*"]
 #: the experiments list page as it is now: its route, title, the text, its rows' names, whether
 #: it shows the empty-state prompt, and whether rows are still loading (skeleton rows are
 #: ``aria-busy``; meanwhile the table's header is already there, and so is the login)
@@ -52,67 +47,6 @@ STATE = """JSON.stringify({
 #: header, is "Home - MLflow")
 TITLE = "Experiments - MLflow"
 ROLES = {"ana": {"team-a": "member"}, "vic": {"team-a": "viewer"}, "bob": {"team-b": "member"}}
-
-
-@contextlib.contextmanager
-def devtools(profile: Path) -> Iterator[str]:
-    """A headless Chromium: the DevTools WebSocket URL of its blank page."""
-    port = free_port()
-    argv = [
-        str(CHROMIUM),
-        *FLAGS,
-        f"--remote-debugging-port={port}",
-        f"--user-data-dir={profile}",
-        "about:blank",
-    ]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
-                    targets = json.load(r)
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.2)
-        yield next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
-    finally:
-        stop_group(proc, grace=10)
-
-
-@contextlib.contextmanager
-def logged_in(profile: Path, user: str, password: str) -> Iterator[Callable[..., dict]]:
-    """A headless Chromium that sends ``user``'s basic-auth login with every request.
-
-    Args:
-        profile: A fresh Chromium profile folder.
-        user: The MLflow user.
-        password: Its password.
-
-    Returns:
-        A context manager giving ``call(method, **params) -> result`` (a DevTools command).
-    """
-    from websockets.sync.client import connect
-
-    with devtools(profile) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
-        ids = itertools.count(1)
-
-        def call(method: str, **params) -> dict:
-            sent = next(ids)
-            ws.send(json.dumps({"id": sent, "method": method, "params": params}))
-            while True:
-                message = json.loads(ws.recv(timeout=30))
-                if message.get("id") == sent:
-                    return message.get("result", {})
-
-        login = base64.b64encode(f"{user}:{password}".encode()).decode()
-        call("Network.enable")
-        call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
-        yield call
 
 
 def on_route(state: dict, workspace: str) -> bool:
@@ -167,8 +101,7 @@ def experiments_text(
         state, loaded, navigations = {}, None, 1
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = call("Runtime.evaluate", expression=STATE, returnByValue=True)
-            value = found.get("result", {}).get("value")  # none while a document replaces another
+            value = evaluate(call, STATE)  # none while a document replaces another
             state = json.loads(value) if isinstance(value, str) else {}
             if state and state["text"] and not on_route(state, workspace):
                 call("Page.navigate", url=url)  # the app, drawn, went elsewhere (its home page)
@@ -274,10 +207,7 @@ def run_page_text(url: str, user: str, password: str, profile: Path, timeout: fl
         call("Page.navigate", url=url)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = call(
-                "Runtime.evaluate", expression="document.body.innerText", returnByValue=True
-            )
-            value = found.get("result", {}).get("value")
+            value = evaluate(call, "document.body.innerText")
             text = value if isinstance(value, str) else ""
             if "run-team-" in text or "Select workspace" in text:
                 return text
