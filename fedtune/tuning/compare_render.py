@@ -13,11 +13,11 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .compare import BUDGET_ROUNDS, BUDGET_TRIALS, BUDGET_WHOLE, Comparison
-from .figure import Figure, Panel, Series, axis
+from .figure import Axis, Figure, Panel, Series, axis
 from .figure_png import png
 
 __all__ = [
@@ -137,35 +137,9 @@ def _svg_panel(index: int, panel: Panel) -> str:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
         f'viewBox="0 0 {_W} {_H}" role="img" aria-label="{esc(panel.title)}">',
-        f'<g class="axis" data-axis="x" data-scale="{"log" if panel.x.log else "linear"}">',
+        _svg_axis("x", panel.x, fx, (x0, x1, y0, y1)),
+        _svg_axis("y", panel.y, fy, (x0, x1, y0, y1)),
     ]
-    for tick, label in zip(panel.x.ticks, panel.x.tick_labels, strict=True):
-        px = fx(tick)
-        parts.append(
-            f'<line class="grid" x1="{px:.1f}" y1="{y1}" x2="{px:.1f}" y2="{y0}" stroke="#ddd"/>'
-            f'<line x1="{px:.1f}" y1="{y0}" x2="{px:.1f}" y2="{y0 + 5}" stroke="#444"/>'
-            f'<text class="tick" x="{px:.1f}" y="{y0 + 17}" font-size="11" '
-            f'text-anchor="middle" data-value="{tick:.12g}">{esc(label)}</text>'
-        )
-    parts.append(
-        f'<text class="label" x="{(x0 + x1) / 2}" y="{_H - 8}" text-anchor="middle">'
-        f"{esc(panel.x.label)}</text></g>"
-    )
-    parts.append(
-        f'<g class="axis" data-axis="y" data-scale="{"log" if panel.y.log else "linear"}">'
-    )
-    for tick, label in zip(panel.y.ticks, panel.y.tick_labels, strict=True):
-        py = fy(tick)
-        parts.append(
-            f'<line class="grid" x1="{x0}" y1="{py:.1f}" x2="{x1}" y2="{py:.1f}" stroke="#ddd"/>'
-            f'<line x1="{x0 - 5}" y1="{py:.1f}" x2="{x0}" y2="{py:.1f}" stroke="#444"/>'
-            f'<text class="tick" x="{x0 - 8}" y="{py + 4:.1f}" font-size="11" '
-            f'text-anchor="end" data-value="{tick:.12g}">{esc(label)}</text>'
-        )
-    parts.append(
-        f'<text class="label" x="14" y="{(y0 + y1) / 2}" transform="rotate(-90 14 '
-        f'{(y0 + y1) / 2})" text-anchor="middle">{esc(panel.y.label)}</text></g>'
-    )
     parts.append(
         f'<rect class="frame" x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" '
         'fill="none" stroke="#444"/>'
@@ -192,6 +166,46 @@ def _svg_panel(index: int, panel: Panel) -> str:
         parts.append("</g>")
     parts.append("</svg>")
     return head + "".join(parts) + "</figure>"
+
+
+def _svg_axis(
+    name: str, spec: Axis, place: Callable[[float], float], frame: tuple[float, ...]
+) -> str:
+    """One axis of an SVG panel: a gridline, a tick and a label per tick, and its title.
+
+    Args:
+        name: ``x`` or ``y``.
+        spec: the axis.
+        place: value -> pixel along the axis.
+        frame: the plot area's left, right, bottom and top pixels.
+
+    Returns:
+        The SVG group.
+    """
+    x0, x1, y0, y1 = frame
+    out = [f'<g class="axis" data-axis="{name}" data-scale="{"log" if spec.log else "linear"}">']
+    for tick, label in zip(spec.ticks, spec.tick_labels, strict=True):
+        p = place(tick)
+        if name == "x":
+            grid, mark, at = (p, y1, p, y0), (p, y0, p, y0 + 5), (p, y0 + 17, "middle")
+        else:
+            grid, mark, at = (x0, p, x1, p), (x0 - 5, p, x0, p), (x0 - 8, p + 4, "end")
+        out.append(
+            '<line class="grid" x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" '
+            'stroke="#ddd"/>'.format(*grid)
+            + '<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="#444"/>'.format(*mark)
+            + f'<text class="tick" x="{at[0]:.1f}" y="{at[1]:.1f}" font-size="11" '
+            f'text-anchor="{at[2]}" data-value="{tick:.12g}">{html.escape(label)}</text>'
+        )
+    if name == "x":
+        where = f'x="{(x0 + x1) / 2}" y="{_H - 8}"'
+    else:
+        middle = (y0 + y1) / 2
+        where = f'x="14" y="{middle}" transform="rotate(-90 14 {middle})"'
+    out.append(
+        f'<text class="label" {where} text-anchor="middle">{html.escape(spec.label)}</text></g>'
+    )
+    return "".join(out)
 
 
 def _fmt(v: object, digits: int = 4) -> str:
