@@ -44,7 +44,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument(
         "--backend-store-uri",
-        default=os.environ.get("MLFLOW_BACKEND_STORE_URI"),
         help="tracking and auth store, e.g. postgresql://… (MLFLOW_BACKEND_STORE_URI; default "
         "sqlite in --dir)",
     )
@@ -67,6 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fedtune.errors import ConfigError
+    from fedtune.service.child_env import mlflow_server_env
     from fedtune.service.mlflow_server import MlflowServer
 
     from .serve import require_free_port
@@ -74,12 +74,13 @@ def run(args: argparse.Namespace) -> int:
     for name in ("port", "workers", "cache_seconds"):
         if getattr(args, name) < (0 if name == "cache_seconds" else 1):
             raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")
+    environ = mlflow_server_env()
     server = MlflowServer(
         root=args.dir,
         host=args.host,
         port=args.port,
         workers=args.workers,
-        backend_store_uri=args.backend_store_uri,
+        backend_store_uri=args.backend_store_uri or environ.get("MLFLOW_BACKEND_STORE_URI"),
         artifacts_destination=args.artifacts_destination,
         admin_username=args.admin_username,
         cache_seconds=args.cache_seconds,
@@ -90,15 +91,15 @@ def run(args: argparse.Namespace) -> int:
     mlflow_bin = str(mlflow) if mlflow.exists() else shutil.which("mlflow")
     if mlflow_bin is None:
         raise ConfigError("mlflow", "the mlflow command is not installed next to fedtune")
-    password = server.prepare(os.environ)
-    env = server.env(password, os.environ)
+    password = server.prepare(environ)
+    env = server.env(password, environ)
     upgrade = subprocess.run(
         [sys.executable, "-c", _UPGRADE], env=env, capture_output=True, text=True, check=False
     )
     if upgrade.returncode != 0:
         last = (upgrade.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ConfigError("--backend-store-uri", f"mlflow db upgrade failed: {last}")
-    given = "MLFLOW_AUTH_ADMIN_PASSWORD" in os.environ
+    given = "MLFLOW_AUTH_ADMIN_PASSWORD" in environ
     where = "$MLFLOW_AUTH_ADMIN_PASSWORD" if given else f"$(cat {server.password_path})"
     user = (
         ""

@@ -4,7 +4,8 @@ A child of the service gets the variables named here and nothing else of the ser
 environment: a code check (uploaded code imported in a sandbox), a ``local`` study driver, a Ray
 Jobs API driver (its ``runtime_env``) and a KubeRay RayJob's head (its pod ``env``); and a Ray
 Jobs API driver that re-runs itself in a sandbox on a shared head gives that sandbox only what
-:func:`head_driver_env` names of its own. A variable not named here, a new secret setting among
+:func:`head_driver_env` names of its own; ``fedtune mlflow-server`` gives MLflow what
+:func:`mlflow_server_env` names. A variable not named here, a new secret setting among
 them, is withheld by default.
 
 * :data:`PLATFORM` — locale, thread counts and devices: every child, the sandbox included;
@@ -42,6 +43,7 @@ __all__ = [
     "ChildKind",
     "child_env",
     "head_driver_env",
+    "mlflow_server_env",
 ]
 
 
@@ -120,6 +122,24 @@ HOST = (
     )
     | frozenset(TUNING_VARIABLES)
 )
+#: what ``fedtune mlflow-server`` keeps beyond :data:`HOST`: MLflow's store and admin password,
+#: and the artifact stores' own credentials (S3, GCS, Azure)
+MLFLOW_SERVER_KEEPS = frozenset(
+    {
+        "MLFLOW_BACKEND_STORE_URI",
+        "MLFLOW_AUTH_ADMIN_PASSWORD",
+        "MLFLOW_S3_ENDPOINT_URL",
+        "MLFLOW_S3_IGNORE_TLS",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "AZURE_STORAGE_CONNECTION_STRING",
+        "AZURE_STORAGE_ACCESS_KEY",
+    }
+)
 #: the sandbox's fixed variables: its home and temporary folder are its private tmpfs
 SANDBOX_FIXED = {
     "PATH": "/usr/bin:/bin",
@@ -196,6 +216,20 @@ def child_env(
     if settings.mlflow_tracking_uri:
         env["MLFLOW_TRACKING_URI"] = settings.mlflow_tracking_uri
     return env
+
+
+def mlflow_server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's variables ``fedtune mlflow-server`` keeps (:data:`HOST`,
+    :data:`MLFLOW_SERVER_KEEPS`): none of fedtune's settings or tokens, no MLflow login.
+
+    Args:
+        environ: the caller's environment (default: this process's).
+
+    Returns:
+        Variable -> value.
+    """
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k in HOST or k in MLFLOW_SERVER_KEEPS}
 
 
 def _report_to(settings: Settings, study: tuple[str, int] | None) -> dict[str, str]:

@@ -14,7 +14,8 @@ sets, so that nobody copies the recipe by hand (``docs/how-to/team-one-machine.m
 * ``mlflow db upgrade`` of the store before the server starts (the chart's init container);
 * no jobs run by the server, and MLflow's default roles not seeded.
 
-The server gets none of the caller's ``FEDTUNE_*`` or ``MLFLOW_TRACKING_*`` variables.
+The server gets only what :func:`.child_env.mlflow_server_env` keeps of the caller's environment:
+none of fedtune's settings or tokens, no MLflow login.
 """
 
 from __future__ import annotations
@@ -36,9 +37,6 @@ authorization_function = mlflow.server.auth:authenticate_request_basic_auth
 grant_default_workspace_access = false
 auth_cache_ttl_seconds = {cache_seconds}
 """
-
-#: what the server keeps of its caller's environment: none of fedtune's settings or logins
-_WITHHELD = ("FEDTUNE_", "MLFLOW_TRACKING_", "MLFLOW_WORKSPACE")
 
 
 @dataclass(frozen=True)
@@ -98,12 +96,12 @@ class MlflowServer:
 
         Args:
             password: the admin password.
-            environ: the caller's environment.
+            environ: what it keeps of the caller's (``child_env.mlflow_server_env``).
 
         Returns:
             Variable -> value.
         """
-        env = {k: v for k, v in environ.items() if not k.startswith(_WITHHELD)}
+        env = dict(environ)
         flask_key = hashlib.sha256(f"fedtune-mlflow-flask:{password}".encode()).hexdigest()
         env.update(
             MLFLOW_AUTH_CONFIG_PATH=str(self.root.resolve() / "auth.ini"),
@@ -146,7 +144,7 @@ class MlflowServer:
         """Make its folder (0700), its admin password when none is given, and its auth config.
 
         Args:
-            environ: the caller's environment (``MLFLOW_AUTH_ADMIN_PASSWORD``).
+            environ: what it keeps of the caller's (``MLFLOW_AUTH_ADMIN_PASSWORD``).
 
         Returns:
             The admin password.

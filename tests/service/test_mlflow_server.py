@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 
+from fedtune.service.child_env import mlflow_server_env
 from fedtune.service.mlflow_server import MlflowServer
 
 SECRETS = {
@@ -29,7 +30,9 @@ def test_the_server_runs_closed_with_workspaces_and_the_store_off_its_command_li
     argv = server.argv("mlflow")
     assert {"--enable-workspaces", "--app-name=fedtune", "--port=5123"} <= set(argv)
     assert not any("p%40ss" in arg for arg in argv)  # the store's password: env only
-    env = server.env("pw-0123456789abcdef", {"PATH": "/usr/bin", **SECRETS})
+    kept = mlflow_server_env({"PATH": "/usr/bin", "AWS_ACCESS_KEY_ID": "k", **SECRETS})
+    assert kept == {"PATH": "/usr/bin", "AWS_ACCESS_KEY_ID": "k"}  # an allowlist
+    env = server.env("pw-0123456789abcdef", kept)
     assert env["MLFLOW_BACKEND_STORE_URI"] == "postgresql://u:p%40ss@db/m"
     assert env["MLFLOW_AUTH_ADMIN_PASSWORD"] == "pw-0123456789abcdef"
     assert env["MLFLOW_RBAC_SEED_DEFAULT_ROLES"] == "false" and env["PATH"] == "/usr/bin"

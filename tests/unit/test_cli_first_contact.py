@@ -59,7 +59,7 @@ def test_help_groups_the_verbs_and_hides_the_worker(capsys) -> None:
         "mlflow-login",
     ]
     assert _section(text, "getting started") == ["init"]
-    assert _section(text, "administration") == ["serve", "db", "users", "projects"]
+    assert _section(text, "administration") == ["serve", "mlflow-server", "db", "users", "projects"]
     assert "worker" not in text and "\nother:" not in text
     # hidden, not gone: the service starts it
     assert parser.parse_args(["worker", "run-study", "0123456789ab"]).func is not None

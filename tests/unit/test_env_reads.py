@@ -27,6 +27,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fedtune/service/child_env.py", "child_env"): (
         "copies the allowlisted variables of the environment into a child's"
     ),
+    ("fedtune/service/child_env.py", "mlflow_server_env"): (
+        "copies the allowlisted variables of the environment into the MLflow server's"
+    ),
     ("fedtune/service/study_code.py", "_shipped_by_the_job"): (
         "Ray's job supervisor's description of the running job, not a setting"
     ),
