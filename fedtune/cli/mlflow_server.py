@@ -71,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
     from .serve import require_free_port
 
-    for name in ("port", "workers", "cache_seconds"):
-        if getattr(args, name) < (0 if name == "cache_seconds" else 1):
-            raise ConfigError(f"--{name.replace('_', '-')}", "must be positive")
+    for name, least in (("port", 1), ("workers", 1), ("cache_seconds", 0)):
+        if getattr(args, name) < least:
+            flag = f"--{name.replace('_', '-')}"
+            raise ConfigError(flag, f"must be at least {least}, got {getattr(args, name)}")
     environ = mlflow_server_env()
     server = MlflowServer(
         root=args.dir,
