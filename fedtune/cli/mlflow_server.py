@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from fedtune.service.child_env import mlflow_server_env
     from fedtune.service.mlflow_server import MlflowServer
 
-    from .serve import require_free_port
+    from .serve import own_url, require_free_port
 
     for name, least in (("port", 1), ("workers", 1), ("cache_seconds", 0)):
         if getattr(args, name) < least:
@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if upgrade.returncode != 0:
         last = (upgrade.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ConfigError("--backend-store-uri", f"mlflow db upgrade failed: {last}")
+    url = own_url(args.host, args.port)
     given = "MLFLOW_AUTH_ADMIN_PASSWORD" in environ
     where = "$MLFLOW_AUTH_ADMIN_PASSWORD" if given else f"$(cat {server.password_path})"
     user = (
@@ -108,10 +109,10 @@ def run(args: argparse.Namespace) -> int:
         else f"FEDTUNE_MLFLOW_ADMIN_USERNAME={args.admin_username} "
     )
     print(
-        f"MLflow at {server.url}, one workspace per project; admin {args.admin_username!r}, "
+        f"MLflow at {url}, one workspace per project; admin {args.admin_username!r}, "
         f"password in {'MLFLOW_AUTH_ADMIN_PASSWORD' if given else server.password_path}.\n"
         "Start the service against it with:\n"
-        f"  MLFLOW_TRACKING_URI={server.url} FEDTUNE_MLFLOW_WORKSPACES=true \\\n"
+        f"  MLFLOW_TRACKING_URI={url} FEDTUNE_MLFLOW_WORKSPACES=true \\\n"
         f"  {user}FEDTUNE_MLFLOW_ADMIN_PASSWORD={where} fedtune serve",
         flush=True,
     )

@@ -77,12 +77,6 @@ class MlflowServer:
         """Where a password this command made is kept."""
         return self.root.resolve() / "admin-password"
 
-    @property
-    def url(self) -> str:
-        """The URL this machine's processes reach the server at."""
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.host, self.host)
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
-
     def auth_ini(self) -> str:
         """The basic-auth config's text (``%`` escaped: it is an ini file with interpolation)."""
         return AUTH_INI.format(

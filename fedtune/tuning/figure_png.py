@@ -23,17 +23,13 @@ def apply_axis(ax: Any, which: str, spec: Axis) -> None:
         which: ``x`` or ``y``.
         spec: the axis.
     """
+    from matplotlib.ticker import NullLocator
+
     getattr(ax, f"set_{which}scale")("log" if spec.log else "linear")
     getattr(ax, f"set_{which}lim")(spec.lo, spec.hi)
     getattr(ax, f"set_{which}ticks")(spec.ticks, spec.tick_labels)
-    getattr(ax, f"{which}axis").set_minor_locator(_no_ticks())
+    getattr(ax, f"{which}axis").set_minor_locator(NullLocator())
     getattr(ax, f"set_{which}label")(spec.label)
-
-
-def _no_ticks() -> Any:
-    from matplotlib.ticker import NullLocator
-
-    return NullLocator()
 
 
 def png(figure: Figure, path: str | Path) -> Path:
