@@ -14,6 +14,7 @@ crds         ``FEDTUNE_REQUIRE_CRDS=1``
 bwrap        ``FEDTUNE_REQUIRE_BWRAP=1``
 image        ``FEDTUNE_REQUIRE_IMAGE=1``  (buildah, root: the built image's root file system)
 box          ``FEDTUNE_REQUIRE_BOX=1``  (root, ``ip`` and ``nft``: network namespaces, nftables)
+seccomp      ``FEDTUNE_REQUIRE_SECCOMP=1``  (Debian's ``python3-seccomp``: loading a profile)
 ============ ===============================
 
 The KubeRay CRDs are read from ``FEDTUNE_CRD_DIR``, by default ``../shared/k8s/crds`` beside
@@ -36,6 +37,7 @@ REQUIRE_VARS = {
     "bwrap": "FEDTUNE_REQUIRE_BWRAP",
     "image": "FEDTUNE_REQUIRE_IMAGE",
     "box": "FEDTUNE_REQUIRE_BOX",
+    "seccomp": "FEDTUNE_REQUIRE_SECCOMP",
 }
 
 

@@ -22,6 +22,10 @@ image ``Env``                the image's own configuration (``buildah inspect``)
 /proc, /dev, /sys            a new /proc of a new PID namespace, a minimal /dev with a tmpfs
                              ``/dev/shm`` (mode 1777, as a runtime gives every container), /sys
                              read-only
+``seccompProfile: Localhost`` the profile, compiled and loaded with libseccomp
+                             (``tests/seccomp_profiles.py``) before the sandbox is made, so that
+                             the container's processes and the sandbox's set-up run under it;
+                             ``RuntimeDefault`` is not emulated (no filter)
 ============================ =====================================================================
 
 The network is this machine's unless the caller runs the sandbox inside a network namespace
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.deploy.image_rootfs import ImageRoot
+from tests.seccomp_profiles import under_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGE_VENV = "/opt/venv"
@@ -73,6 +78,7 @@ class Sandbox:
     overlays: dict[str, Path] = field(default_factory=dict)
     uid: int = 10001
     gid: int = 10001
+    seccomp: Path | None = None
 
     def volume(self, mount_path: str, *, read_only: bool = False) -> Path:
         """A fresh host directory for ``mount_path``, owned by the pod's user (emptyDir/fsGroup)."""
@@ -146,6 +152,9 @@ class Sandbox:
             ]
         else:
             args += ["--unshare-user", "--uid", str(self.uid), "--gid", str(self.gid)]
+        if self.seccomp is not None:
+            assert self.seccomp.is_file(), f"no seccomp profile at {self.seccomp} on the node"
+            return under_profile(self.seccomp, [*args, *command])
         return [*args, *command]
 
     def env(self, container_env: Mapping[str, str]) -> dict[str, str]:

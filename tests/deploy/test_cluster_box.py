@@ -23,7 +23,10 @@ laptop         this machine's virtualenv: the SDK uploads ``examples/byo`` and s
 Every image container runs under tests/deploy/pod_sandbox.py (read-only root, UID 10001, no
 capabilities, only its rendered volumes writable) inside its pod's namespace, with the rendered
 env (Secrets resolved) and ``/etc/hosts`` answering the rendered Service names (and KubeRay's
-``<cluster>-head-svc``) with the pods' IPs: no URL is translated.
+``<cluster>-head-svc``) with the pods' IPs: no URL is translated. Code upload is on, so the API
+and the Ray head containers name the chart's ``Localhost`` seccomp profile: the chart's installer
+script writes it into a directory that stands for the node's seccomp root, and those two
+containers run under it (every code check and every sandboxed driver starts bubblewrap there).
 
 KubeRay's part, emulated (its operator does not run here): the pods of the RayCluster get the
 labels KubeRay adds (``ray.io/cluster``, ``ray.io/node-type``); their containers run
@@ -64,6 +67,7 @@ from tests.deploy.pod_sandbox import Sandbox
 from tests.deploy.test_netbox_policies import chart_pods
 from tests.deploy.test_pod_commands_run import container_argv, container_env, pod_process
 from tests.needs import REPO_ROOT, need
+from tests.seccomp_profiles import install_profile, seccomp_missing
 
 pytestmark = [pytest.mark.box, pytest.mark.image, pytest.mark.integration]
 
@@ -82,7 +86,9 @@ HEAD_ENV = [
 VALUES = {
     "backend": "ray",
     "auth": {"apiToken": TOKEN},
-    "codeUpload": {"enabled": True},
+    # the API and the Ray head start bubblewrap under the chart's seccomp profile, installed on
+    # the "node" by the chart's installer (tests/seccomp_profiles.py)
+    "codeUpload": {"enabled": True, "seccomp": {"install": True}},
     "rayCluster": {
         "enabled": True,
         "head": {"env": HEAD_ENV},
@@ -101,6 +107,7 @@ class Box:
     hosts: Path
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     ray_token: str = ""
+    seccomp_root: Path | None = None
 
     def log(self, name: str) -> str:
         path = self.root / f"{name}.log"
@@ -174,7 +181,9 @@ class Box:
 def _container(
     box: Box, pod: str, spec: dict, container: dict, image_root: Any, env: dict[str, str]
 ) -> tuple[Sandbox, dict[str, str], str]:
-    sandbox, full_env, cwd = pod_process(box.root / pod, spec, container, env, image_root)
+    sandbox, full_env, cwd = pod_process(
+        box.root / pod, spec, container, env, image_root, box.seccomp_root
+    )
     sandbox.overlays["/etc/hosts"] = box.hosts
     return sandbox, full_env, cwd
 
@@ -339,11 +348,18 @@ def _ray(box: Box, image_root: Any) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def box(render, image_root, tmp_path_factory) -> Iterator[Box]:
     need("box", box_missing())
+    need("seccomp", seccomp_missing())
     root = tmp_path_factory.mktemp("box")
     policies, pods, services = chart_pods(render, VALUES)
     manifests = render(VALUES)
     net = NetBox(f"cb{os.getpid() % 1000}", (234, os.getpid() % 250))
     made = Box(net, manifests, policies, root, root / "hosts")
+    made.seccomp_root = root / "node-seccomp"
+    install_profile(
+        one(manifests, "DaemonSet", f"{FULLNAME}-seccomp-installer"),
+        one(manifests, "ConfigMap", f"{FULLNAME}-seccomp"),
+        made.seccomp_root,
+    )
     try:
         for name in (
             "laptop",

@@ -166,11 +166,16 @@ def api_settings(manifests: list[dict], db_url: str, monkeypatch) -> Settings:
 
 
 def pod_process(
-    tmp_path: Path, pod: dict, container: dict, env: dict[str, str], root: ImageRoot
+    tmp_path: Path,
+    pod: dict,
+    container: dict,
+    env: dict[str, str],
+    root: ImageRoot,
+    seccomp_root: Path | None = None,
 ) -> tuple[Sandbox, dict[str, str], str]:
     """The sandbox of ``container`` in ``pod`` over the image ``root`` (its user, its writable
-    mounts), the process environment (the image's Env, then the container's) and the working
-    directory."""
+    mounts, its ``Localhost`` seccomp profile read from ``seccomp_root``, the node's), the
+    process environment (the image's Env, then the container's) and the working directory."""
     security = pod.get("securityContext", {}) | container.get("securityContext", {})
     assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
     assert security["allowPrivilegeEscalation"] is False
@@ -178,6 +183,10 @@ def pod_process(
     sandbox = Sandbox(
         tmp_path / container["name"], root, uid=security["runAsUser"], gid=security["runAsGroup"]
     )
+    profile = security.get("seccompProfile", {})
+    if profile.get("type") == "Localhost":
+        assert seccomp_root is not None, f"{container['name']} needs a node's seccomp root"
+        sandbox.seccomp = seccomp_root / profile["localhostProfile"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     for mount in container.get("volumeMounts", []):
         volume = volumes[mount["name"]]

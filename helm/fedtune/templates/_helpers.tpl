@@ -110,6 +110,28 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
+{{/* Whether the containers that start the code sandbox get the chart's Localhost seccomp profile. */}}
+{{- define "fedtune.sandboxSeccomp" -}}
+{{- $c := .Values.codeUpload -}}
+{{- if and $c.enabled (eq $c.sandbox "bwrap") $c.seccomp.localhostProfile -}}
+{{- if or (has ".." (splitList "/" $c.seccomp.localhostProfile)) (hasPrefix "/" $c.seccomp.localhostProfile) -}}
+{{- fail "codeUpload.seccomp.localhostProfile: a path inside the kubelet's seccomp root (no leading / and no ..)" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* securityContext `sc` of a container that starts the code sandbox (the API, the Ray head):
+its own, with the chart's Localhost seccomp profile when code upload runs bubblewrap. Args: dict
+"ctx" (root context) "sc" (the container's securityContext value). */}}
+{{- define "fedtune.sandboxSecurityContext" -}}
+{{- $sc := deepCopy .sc -}}
+{{- if include "fedtune.sandboxSeccomp" .ctx -}}
+{{- $_ := set $sc "seccompProfile" (dict "type" "Localhost" "localhostProfile" .ctx.Values.codeUpload.seccomp.localhostProfile) -}}
+{{- end -}}
+{{- toYaml $sc -}}
+{{- end -}}
+
 {{/* Resource memory quantity in MiB (float): "16Gi" -> 16384. Plain numbers are bytes. */}}
 {{- define "fedtune.memoryMi" -}}
 {{- $q := toString . -}}
