@@ -3,6 +3,10 @@
 One background thread ticks every ``FEDTUNE_SCHEDULER_INTERVAL_S`` seconds (and at once when a
 study is cancelled):
 
+0. **deadline** — a running study past its deadline (``Settings.study_deadline``:
+   ``FEDTUNE_STUDY_DEADLINE_S``, or its ``budget.wall_clock_s`` plus
+   ``FEDTUNE_STUDY_DEADLINE_GRACE_S``) fails with that reason, its running trials are killed and
+   its driver is stopped as a cancelled one's (step 1): whatever its code does, a study ends;
 1. **stop** — drivers of studies cancelled since the last tick: ``backend.stop(ref)`` (the whole
    driver with its trials); once the driver is gone, the study's MLflow runs are marked
    ``KILLED`` (``tracking.kill_runs``) and, where its Optuna storage is on this machine's workdir,
@@ -51,7 +55,7 @@ from .backends.base import Backend, LaunchRequest
 from .db import Database
 from .leader import Fence, Leadership
 from .mlflow_tenancy import mlflow_workspace
-from .models import DEFAULT_PROJECT, Project
+from .models import DEFAULT_PROJECT, Project, utcnow
 from .optuna_sync import OptunaView
 from .paths import study_tracking_uri, study_workdir
 from .project_usage import reservation, trial_processes
@@ -70,6 +74,7 @@ QUEUE_SCAN = 5000  # queued studies the admission looks at per tick (oldest firs
 
 @dataclass
 class TickReport:
+    late: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     recovered: list[Recovery] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
@@ -164,6 +169,7 @@ class Scheduler:
                 if not self.is_leader:
                     return report  # another replica (or process) schedules this database
             self.backend.tidy()
+            report.late = self._fail_late()
             report.stopped = self._process_stops()
             report.recovered = reconcile_running(
                 self.db,
@@ -178,6 +184,43 @@ class Scheduler:
             if self._after_tick is not None:
                 report.after = self._after_tick()
             return report
+
+    def _fail_late(self) -> list[str]:
+        """Fail the running studies past their deadline and queue their drivers' stop."""
+        now = utcnow()
+        with self.db.session(readonly=True) as session:
+            late = []
+            for study in Repository(session).studies_in(StudyState.RUNNING):
+                budget = (study.spec or {}).get("budget") or {}
+                limit = self.settings.study_deadline(budget.get("wall_clock_s"))
+                started = study.started_at
+                if limit is not None and started and (now - started).total_seconds() > limit:
+                    late.append((study.id, limit, budget.get("wall_clock_s")))
+        failed = []
+        for study_id, limit, wall_clock_s in late:
+            grace = self.settings.study_deadline_grace_s
+            by_budget = wall_clock_s is not None and limit == float(wall_clock_s) + grace
+            why = (
+                f"budget.wall_clock_s {wall_clock_s:g} s + FEDTUNE_STUDY_DEADLINE_GRACE_S {grace} s"
+                if by_budget
+                else "FEDTUNE_STUDY_DEADLINE_S"
+            )
+            error = f"the study ran past its deadline of {limit:g} s ({why}); its driver was stopped"
+            with self.db.session() as session:
+                repo = Repository(session)
+                if not repo.transition(
+                    study_id,
+                    StudyState.FAILED,
+                    expected=[StudyState.RUNNING],
+                    error=error,
+                    fence=self.fence,
+                ):
+                    continue  # it ended meanwhile
+                repo.kill_running_trials(study_id)
+            log.warning("study %s: %s", study_id, error)
+            self._stops.put((study_id, 0))
+            failed.append(study_id)
+        return failed
 
     def _process_stops(self) -> list[str]:
         """Signal the drivers of newly cancelled studies; finish those whose driver is gone."""

@@ -223,6 +223,13 @@ class Settings(BaseSettings):
     #: Ray and trials, in MiB (``RLIMIT_DATA``: heap and anonymous mappings, not shared memory
     #: or reserved address space; an allocation past it fails); 0: no bound
     study_sandbox_memory_mib: int = Field(8192, ge=0, le=1 << 30)
+    #: the longest a study may run after its dispatch, in seconds, whatever its budget: the
+    #: scheduler then fails it and stops its driver, on every backend (an endless loop in
+    #: uploaded code ends there); 0: no bound
+    study_deadline_s: int = Field(7 * 24 * 3600, ge=0)
+    #: what a study with ``budget.wall_clock_s`` may run beyond that budget before the same
+    #: stop (its start, its last rounds, its report), in seconds
+    study_deadline_grace_s: int = Field(900, ge=0)
     #: set by the service in a Ray job's environment (backend ``ray``) for a study with uploaded
     #: code: its driver re-runs itself in this sandbox on the shared head
     #: (``fedtune.service.head_sandbox``); never an operator's setting
@@ -397,6 +404,21 @@ class Settings(BaseSettings):
     def study_sandbox_data_bytes(self) -> int | None:
         """``study_sandbox_memory_mib`` in bytes (``RLIMIT_DATA``); None: no bound."""
         return (self.study_sandbox_memory_mib << 20) or None
+
+    def study_deadline(self, wall_clock_s: float | None) -> float | None:
+        """How long a study may run after its dispatch.
+
+        Args:
+            wall_clock_s: the study's ``budget.wall_clock_s``, or None.
+
+        Returns:
+            Seconds: ``study_deadline_s``, or ``wall_clock_s + study_deadline_grace_s`` when
+            that is sooner; None when neither bounds it.
+        """
+        limits = [float(self.study_deadline_s)] if self.study_deadline_s else []
+        if wall_clock_s is not None:
+            limits.append(float(wall_clock_s) + self.study_deadline_grace_s)
+        return min(limits) if limits else None
 
     @property
     def drivers_report_to(self) -> str | None:

@@ -357,3 +357,39 @@ def test_ten_gigabytes_in_a_local_driver_and_its_children_are_refused(local_serv
     found = study["error"].split("MEMORY", 1)[1].split("END", 1)[0].split()
     assert found == ["driver=MemoryError", "child=MemoryError"], study["error"]
     assert httpx.get(f"{local_server.url}/healthz", timeout=10).status_code == 200
+
+
+#: at import in the driver: a child in a session of its own that spins for ever, then the
+#: driver spins itself (marked so that the test can look for them on this machine)
+LOOP_PACKAGE = """
+import os, subprocess, sys
+
+if os.environ.get("FEDTUNE_DRIVER_URL"):
+    subprocess.Popen([sys.executable, "-c", "# {marker}\\nwhile True: pass"], start_new_session=True)
+    while True:
+        pass
+"""
+
+
+def test_an_endless_loop_in_a_local_driver_ends_at_the_study_deadline(tmp_path):
+    marker = f"fedtune-endless-{os.getpid()}"
+    server = _server(
+        tmp_path,
+        "local",
+        FEDTUNE_SCHEDULER_INTERVAL_S="0.2",
+        FEDTUNE_HEARTBEAT_S="1",
+        FEDTUNE_STUDY_DEADLINE_S="15",
+    )
+    try:
+        r = _submit(server, tmp_path / "lab", LOOP_PACKAGE.format(marker=marker))
+        assert r.status_code == 201, r.text  # the check imports it without a driver URL
+        study = _study_error(server, r.json()["id"], timeout_s=180)
+        assert study["state"] == "failed", study
+        assert "ran past its deadline of 15 s (FEDTUNE_STUDY_DEADLINE_S)" in study["error"], study
+        deadline = time.monotonic() + 60  # the stop reaches the whole sandbox
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _marked(marker) == []
+        assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+    finally:
+        server.stop()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 
 import pytest
 
 from fedtune.errors import BackendError
 from fedtune.service.backends.base import DriverStatus
 from fedtune.service.db import Database
-from fedtune.service.models import Study
+from fedtune.service.models import Study, utcnow
 from fedtune.service.reconcile import reconcile_running
 from fedtune.service.repository import Repository
 from fedtune.service.scheduler import Scheduler
@@ -142,6 +143,50 @@ def test_cancel_stops_the_driver_and_marks_runs(setup) -> None:
     assert (experiment, parent, runs) == ("7", "a" * 32, ["b" * 32])
     assert uri.endswith(f"studies/{sid}/mlflow.db")
     assert scheduler.tick().recovered == []  # a cancelled study is never re-dispatched
+
+
+def _started_ago(ctx: ServiceContext, study_id: str, seconds: float) -> None:
+    with ctx.db.session() as s:
+        Repository(s).update_study(study_id, started_at=utcnow() - timedelta(seconds=seconds))
+
+
+def test_a_study_past_its_budget_and_grace_fails_and_its_driver_stops(setup) -> None:
+    ctx, scheduler, backend, _ = setup
+    scheduler.settings = ctx.settings.model_copy(update={"study_deadline_grace_s": 60})
+    [sid] = _submit(ctx, budget={"trials": 2, "wall_clock_s": 30})
+    [other] = _submit(ctx)
+    scheduler.tick()
+    with ctx.db.session() as s:
+        Repository(s).start_trial(sid, 0, {})
+    _started_ago(ctx, sid, 89)
+    _started_ago(ctx, other, 89)
+    assert scheduler.tick().late == []  # 89 s < 30 s + 60 s
+    _started_ago(ctx, sid, 91)
+    report = scheduler.tick()
+    assert (report.late, report.stopped) == ([sid], [sid])
+    study = _study(ctx, sid)
+    assert study.state == StudyState.FAILED
+    assert study.error == (
+        "the study ran past its deadline of 90 s (budget.wall_clock_s 30 s + "
+        "FEDTUNE_STUDY_DEADLINE_GRACE_S 60 s); its driver was stopped"
+    )
+    with ctx.db.session(readonly=True) as s:
+        assert [t.state for t in Repository(s).list_trials(sid)] == [TrialState.KILLED]
+    assert backend.stopped == [{"study": sid, "attempt": 1}]
+    assert _study(ctx, other).state == StudyState.RUNNING  # no budget: a week by default
+    assert scheduler.tick().recovered == []  # never re-dispatched
+
+
+def test_the_service_deadline_bounds_every_study_and_zero_lifts_it(setup) -> None:
+    ctx, scheduler, backend, _ = setup
+    [sid] = _submit(ctx, budget={"trials": 2, "wall_clock_s": 10**6})
+    scheduler.tick()
+    scheduler.settings = ctx.settings.model_copy(update={"study_deadline_s": 0})
+    _started_ago(ctx, sid, 10**5)
+    assert scheduler.tick().late == []
+    scheduler.settings = ctx.settings.model_copy(update={"study_deadline_s": 3600})
+    assert scheduler.tick().late == [sid]
+    assert "deadline of 3600 s (FEDTUNE_STUDY_DEADLINE_S)" in _study(ctx, sid).error
 
 
 def test_reconcile_at_start(setup) -> None:
