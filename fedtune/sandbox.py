@@ -9,8 +9,10 @@ process of the service is visible, so no ``/proc/<pid>/environ``), a minimal ``/
 size-bounded tmpfs at ``/tmp``, no network (a network namespace with a loopback that is down),
 an environment of exactly the variables it is given, and resource limits (CPU seconds, address
 space, file size, processes). It runs as an unprivileged user: where the service runs as root,
-``setpriv`` drops to ``SANDBOX_UID`` inside the sandbox (so ``RLIMIT_NPROC`` holds: the kernel
-does not apply it to root); otherwise a user namespace maps the service's own user onto it. When
+``setpriv`` drops to a user of the sandbox's own (:func:`sandbox_uid`) inside the sandbox (so
+``RLIMIT_NPROC`` holds, for it alone: the kernel does not apply it to root, and counts a
+user's processes machine-wide); otherwise a user namespace maps the service's own user onto
+``SANDBOX_UID`` (``nobody``), and the namespace's count is its own. When
 the caller dies or kills the sandbox, every process in it dies (``--die-with-parent``: the PID
 namespace's first process goes, and the kernel ends the rest).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import secrets
 import shutil
 import site
 import subprocess
@@ -40,10 +43,32 @@ __all__ = [
     "prepare_for_sandbox",
     "python_paths",
     "sandbox_missing",
+    "sandbox_uid",
 ]
 
-#: the user (and group) sandboxed code runs as: ``nobody``
+#: the user (and group) sandboxed code runs as where the service does not run as root (a user
+#: namespace maps the service's user onto it): ``nobody``
 SANDBOX_UID = 65534
+#: where the service runs as root, each sandbox runs as a user of its own, drawn at random from
+#: ``[SANDBOX_UID_BASE, SANDBOX_UID_BASE + SANDBOX_UID_COUNT)`` (ids no account should use):
+#: ``RLIMIT_NPROC`` counts every process and thread of a user on the machine, so sandboxes that
+#: shared one user would share their bound, and one fork bomb, or a study's Ray with its hundreds
+#: of threads, would leave the others (another member's code check) no process at all
+SANDBOX_UID_BASE = 0x70000000
+SANDBOX_UID_COUNT = 1 << 24
+
+
+def sandbox_uid() -> int:
+    """The user (and group) a new sandbox runs as.
+
+    Returns:
+        ``SANDBOX_UID`` unless the service runs as root; then a fresh id of the range above.
+    """
+    if os.geteuid() != 0:
+        return SANDBOX_UID
+    return SANDBOX_UID_BASE + secrets.randbelow(SANDBOX_UID_COUNT)
+
+
 #: top-level paths that are links into /usr on a merged-/usr system, or directories to bind
 _SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: files of /etc a dynamically linked Python needs (nothing else of /etc is visible)
@@ -141,6 +166,9 @@ class Sandbox:
             process there): where no ``/proc`` of its own can be mounted (a container that masks
             ``/proc``: a Kubernetes pod), it shares the caller's PID namespace and sees the
             caller's ``/proc``, read-only, instead of having none.
+        uid: the user (and group) it runs as, unless ``same_user``: one of its own
+            (:func:`sandbox_uid`); give it what it writes with :func:`prepare_for_sandbox` or
+            :func:`give_to_sandbox` and this id.
     """
 
     read_only: Mapping[Path, str] = field(default_factory=dict)
@@ -153,6 +181,7 @@ class Sandbox:
     new_session: bool = True
     same_user: bool = False
     needs_proc: bool = False
+    uid: int = field(default_factory=sandbox_uid)
 
     def command(
         self, argv: Sequence[str], *, bwrap: str | None = None, proc: bool | None = None
@@ -182,8 +211,8 @@ class Sandbox:
         if self.same_user:  # a user namespace that maps the caller onto itself
             out += ["--unshare-user", "--uid", str(os.geteuid()), "--gid", str(os.getegid())]
             out += ["--cap-drop", "ALL"]
-        elif not root:  # a user namespace maps the service's user onto SANDBOX_UID
-            out += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        elif not root:  # a user namespace maps the service's user onto the sandbox's
+            out += ["--unshare-user", "--uid", str(self.uid), "--gid", str(self.uid)]
             out += ["--cap-drop", "ALL"]
         out += ["--ro-bind", "/usr", "/usr"]
         for path in _SYSTEM_DIRS:
@@ -217,11 +246,11 @@ class Sandbox:
         for kind, host, inside in binds:
             out += [kind, host, inside]
         out += ["--chdir", self.cwd, "--"]  # the environment is bwrap's own: ``env`` (not argv)
-        if root and not self.same_user:  # drop to nobody inside: RLIMIT_NPROC then holds
+        if root and not self.same_user:  # drop to its user inside: RLIMIT_NPROC then holds
             out += [
                 "setpriv",
-                f"--reuid={SANDBOX_UID}",
-                f"--regid={SANDBOX_UID}",
+                f"--reuid={self.uid}",
+                f"--regid={self.uid}",
                 "--clear-groups",
                 "--inh-caps=-all",
                 "--bounding-set=-all",
@@ -289,7 +318,7 @@ def _limit(value: int | None) -> str:
     return "unlimited" if value is None else str(value)
 
 
-def prepare_for_sandbox(path: Path, *, writable: bool = False) -> None:
+def prepare_for_sandbox(path: Path, *, writable: bool = False, uid: int = SANDBOX_UID) -> None:
     """Make ``path`` (a tree the service made) usable by the sandbox's user.
 
     A tree the service (as root) made with private modes cannot be read by ``SANDBOX_UID``:
@@ -299,6 +328,7 @@ def prepare_for_sandbox(path: Path, *, writable: bool = False) -> None:
     Args:
         path: a directory or file of the service's (a package's copy, a scratch folder).
         writable: the sandbox writes into ``path`` itself.
+        uid: the sandbox's user (and group), which a writable ``path`` is given to.
     """
     if os.geteuid() != 0:
         return
@@ -312,21 +342,22 @@ def prepare_for_sandbox(path: Path, *, writable: bool = False) -> None:
             if not os.path.islink(file):
                 os.chmod(file, 0o644)
     if writable:
-        os.chown(path, SANDBOX_UID, SANDBOX_UID)
+        os.chown(path, uid, uid)
 
 
-def give_to_sandbox(path: Path) -> None:
+def give_to_sandbox(path: Path, uid: int = SANDBOX_UID) -> None:
     """Make the tree ``path`` the sandbox user's (a study's folder its sandboxed driver writes).
 
     Args:
         path: a directory of the service's; nothing changes unless the service runs as root.
+        uid: the sandbox's user (and group).
     """
     if os.geteuid() != 0:
         return
     for current, dirs, files in os.walk(path):
         for name in (*dirs, *files):
-            os.lchown(os.path.join(current, name), SANDBOX_UID, SANDBOX_UID)
-    os.chown(path, SANDBOX_UID, SANDBOX_UID)
+            os.lchown(os.path.join(current, name), uid, uid)
+    os.chown(path, uid, uid)
 
 
 def python_paths(env: Mapping[str, str] | None = None) -> tuple[Path, ...]:

@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from fedtune.errors import ConfigError
-from fedtune.sandbox import Limits, Sandbox, SandboxMode, prepare_for_sandbox
+from fedtune.sandbox import Limits, Sandbox, SandboxMode, prepare_for_sandbox, sandbox_uid
 
 __all__ = ["SANDBOX_ROOT", "check_in_sandbox", "main"]
 
@@ -127,8 +127,9 @@ def _run(
             timeout=timeout_s,
             check=False,
         )
+    uid = sandbox_uid()
     prepare_for_sandbox(tmp / "code")
-    prepare_for_sandbox(out, writable=True)
+    prepare_for_sandbox(out, writable=True, uid=uid)
     prepare_for_sandbox(tmp / "request.json")
     box = Sandbox(
         read_only={tmp / "code": f"{SANDBOX_ROOT}/code", tmp / "request.json": argv[-2]},
@@ -139,6 +140,7 @@ def _run(
             memory_bytes=settings.code_sandbox_memory_mib << 20,
             processes=settings.code_sandbox_processes,
         ),
+        uid=uid,
     )
     return box.run(argv, timeout_s=timeout_s)
 

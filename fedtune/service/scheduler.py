@@ -205,7 +205,9 @@ class Scheduler:
                 if by_budget
                 else "FEDTUNE_STUDY_DEADLINE_S"
             )
-            error = f"the study ran past its deadline of {limit:g} s ({why}); its driver was stopped"
+            error = (
+                f"the study ran past its deadline of {limit:g} s ({why}); its driver was stopped"
+            )
             with self.db.session() as session:
                 repo = Repository(session)
                 if not repo.transition(

@@ -449,12 +449,21 @@ def _status(box: Box, study_id: str, wait_s: float = 0) -> dict[str, Any]:
     return box.python("laptop", _WAIT, API_URL, TOKEN, study_id, str(wait_s), timeout=wait_s + 60)
 
 
+def _seccomp_mode(pid: int) -> int:
+    """0: no filter, 2: a seccomp filter (``/proc/<pid>/status``)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("Seccomp:", 1)[1].split()[0])
+
+
 def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
     t0 = time.monotonic()
     done = _submit(box, _small("box-study"))
     took = time.monotonic() - t0
     assert done["state"] == "succeeded", (done, box.log("api"), box.log("ray-head"))
     assert [t["state"] for t in done["trials"]] == ["completed"] * 2
+    # its code was checked in the API and its driver sandboxed on the head, each container under
+    # the chart's Localhost profile (the others under no filter: RuntimeDefault is not emulated)
+    assert [_seccomp_mode(box.procs[n].pid) for n in ("api", "ray-head", "mlflow")] == [2, 2, 0]
     # MLflow has the study's runs in its project's workspace (`default`), behind MLflow's login:
     # asked from the API's pod (the laptop may not reach MLflow) with the rendered admin password
     password = one(box.manifests, "Secret", f"{FULLNAME}-mlflow-auth")["stringData"]

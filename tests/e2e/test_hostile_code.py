@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from fedtune.code_package import pack
-from fedtune.sandbox import sandbox_missing
+from fedtune.sandbox import SANDBOX_UID, SANDBOX_UID_BASE, SANDBOX_UID_COUNT, sandbox_missing
 from tests.needs import need
 from tests.service.code_fixtures import write_package
 from tests.service.helpers import Server, tiny_spec
@@ -393,3 +393,59 @@ def test_an_endless_loop_in_a_local_driver_ends_at_the_study_deadline(tmp_path):
         assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
     finally:
         server.stop()
+
+
+#: at import in the driver: 200 idle threads (as a study's Ray has hundreds), then a long sleep
+BUSY_PACKAGE = """
+import os, threading, time
+
+if os.environ.get("FEDTUNE_DRIVER_URL"):
+    idle = threading.Event()
+    for _ in range(200):
+        threading.Thread(target=idle.wait, daemon=True).start()
+    time.sleep(600)
+"""
+
+
+QUIET_PACKAGE = """
+import threading
+
+worker = threading.Thread(target=lambda: None)
+worker.start()
+worker.join()
+"""
+
+
+def _sandbox_threads() -> int:
+    """Threads of the sandboxes' users on this machine (``nobody``, or, where the service runs
+    as root, users of their own)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        uid = int(fields["Uid"].split()[0]) if fields else 0
+        if uid == SANDBOX_UID or SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + SANDBOX_UID_COUNT:
+            total += int(fields["Threads"])
+    return total
+
+
+def test_a_code_check_runs_beside_a_study_sandbox_full_of_threads(local_server, tmp_path):
+    """Where the service runs as root, sandboxes drop to real users, whose processes and threads
+    ``RLIMIT_NPROC`` counts machine-wide: a study's sandbox must not use up a code check's."""
+    busy = _submit(local_server, tmp_path / "busy", BUSY_PACKAGE)
+    assert busy.status_code == 201, busy.text
+    deadline = time.monotonic() + 180
+    while _sandbox_threads() < 200 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _sandbox_threads() >= 200, local_server.log.read_text()[-3000:]
+    try:
+        # a package that starts a thread at import, as many libraries do (a pool, a monitor)
+        checked = _submit(local_server, tmp_path / "quiet", QUIET_PACKAGE)
+        assert checked.status_code == 201, checked.text
+    finally:
+        httpx.post(
+            f"{local_server.url}/v1/studies/{busy.json()['id']}/cancel", headers=ADMIN, timeout=30
+        )

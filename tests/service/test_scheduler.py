@@ -178,7 +178,7 @@ def test_a_study_past_its_budget_and_grace_fails_and_its_driver_stops(setup) -> 
 
 
 def test_the_service_deadline_bounds_every_study_and_zero_lifts_it(setup) -> None:
-    ctx, scheduler, backend, _ = setup
+    ctx, scheduler, _, _ = setup
     [sid] = _submit(ctx, budget={"trials": 2, "wall_clock_s": 10**6})
     scheduler.tick()
     scheduler.settings = ctx.settings.model_copy(update={"study_deadline_s": 0})

@@ -15,8 +15,11 @@ one bubblewrap sandbox:
   it is never given the database URL) and logs to MLflow with its project's credential;
 * the environment of :func:`..child_env.child_env` (``local-driver``) with its home and
   temporary folders inside the sandbox;
-* as ``nobody``, with a bound on processes and threads; no bound on CPU time or memory (a study
-  runs for hours, and Ray reserves far more address space than it uses).
+* as an unprivileged user of its own (:func:`fedtune.sandbox.sandbox_uid`: where the service
+  runs as root, a fresh id, so that its Ray's threads count against no other sandbox), with bounds on
+  processes and threads and on each process's private memory; no bound on CPU time (a study
+  runs for hours: the scheduler's study deadline ends it) or address space (Ray reserves far
+  more than it uses).
 
 It stays in the process group the backend signals (no new session); a clean stop goes to the
 driver itself (:func:`.local.command_pid`), since bubblewrap forwards no signal.
@@ -27,7 +30,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from fedtune.sandbox import Limits, Sandbox, SandboxMode, give_to_sandbox, home_inside
+from fedtune.sandbox import (
+    Limits,
+    Sandbox,
+    SandboxMode,
+    give_to_sandbox,
+    home_inside,
+    sandbox_uid,
+)
 
 from ..child_env import SANDBOXED
 from ..paths import study_workdir
@@ -77,7 +87,8 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
     workdir = Path(settings.workdir).resolve()
     study = study_workdir(settings, study_id).resolve()
     study.mkdir(parents=True, exist_ok=True)
-    give_to_sandbox(study)
+    uid = sandbox_uid()
+    give_to_sandbox(study, uid)
     inside = {
         **env,
         **home_inside(),
@@ -97,4 +108,5 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
         network=True,
         private={str(workdir): WORKDIR_TMPFS_BYTES},
         new_session=False,
+        uid=uid,
     )
