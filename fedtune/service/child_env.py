@@ -194,6 +194,7 @@ def child_env(
     if kind is ChildKind.RAY_JOB and code:  # the driver sandboxes itself on the shared head
         driver[DRIVER_SANDBOX] = str(settings.code_sandbox)
         driver["FEDTUNE_STUDY_SANDBOX_MEMORY_MIB"] = str(settings.study_sandbox_memory_mib)
+        driver["FEDTUNE_STUDY_SANDBOX_PROCESSES"] = str(settings.study_sandbox_processes)
     if kind is not ChildKind.LOCAL_DRIVER:
         return driver
     shared = not settings.database_url.startswith("sqlite")

@@ -61,8 +61,6 @@ WORKDIR_TMPFS_BYTES = 16 << 20
 #: the driver's private /tmp and /dev/shm
 DRIVER_TMP_BYTES = 2 << 30
 DRIVER_SHM_BYTES = 256 << 20
-#: processes and threads of a driver (its Ray core worker is many threads)
-DRIVER_PROCESSES = 8192
 _RAYLET_SOCKET = b"--raylet_socket_name="
 
 
@@ -144,7 +142,10 @@ def head_sandbox(
         writable={study: str(study), session.resolve(): str(session.resolve())},
         env=inside,
         limits=Limits.long_running(
-            DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES, settings.study_sandbox_data_bytes
+            settings.study_sandbox_processes,
+            DRIVER_TMP_BYTES,
+            DRIVER_SHM_BYTES,
+            settings.study_sandbox_data_bytes,
         ),
         cwd=str(study),
         network=True,

@@ -223,6 +223,9 @@ class Settings(BaseSettings):
     #: Ray and trials, in MiB (``RLIMIT_DATA``: heap and anonymous mappings, not shared memory
     #: or reserved address space; an allocation past it fails); 0: no bound
     study_sandbox_memory_mib: int = Field(8192, ge=0, le=1 << 30)
+    #: processes and threads a sandboxed study driver, its local Ray and trials may run at once
+    #: (``RLIMIT_NPROC``: a fork past it fails; Ray's raylet, GCS and workers are many threads)
+    study_sandbox_processes: int = Field(8192, ge=256, le=1 << 22)
     #: the longest a study may run after its dispatch, in seconds, whatever its budget: the
     #: scheduler then fails it and stops its driver, on every backend (an endless loop in
     #: uploaded code ends there); 0: no bound

@@ -449,3 +449,51 @@ def test_a_code_check_runs_beside_a_study_sandbox_full_of_threads(local_server, 
         httpx.post(
             f"{local_server.url}/v1/studies/{busy.json()['id']}/cancel", headers=ADMIN, timeout=30
         )
+
+
+#: at import in the driver: the driver becomes a fork bomb (each child forks on), marked
+BOMB_PACKAGE = """
+import os, sys
+
+BOMB = "import os\\nwhile True:\\n    try: os.fork()\\n    except OSError: pass\\n"
+if os.environ.get("FEDTUNE_DRIVER_URL"):
+    os.execv(sys.executable, [sys.executable, "-c", BOMB, "{marker}"])
+"""
+
+
+def test_a_fork_bomb_in_a_local_driver_is_bounded_and_ends_with_the_study(tmp_path):
+    marker = f"fedtune-bomb-{uuid.uuid4().hex}"
+    server = _server(
+        tmp_path,
+        "local",
+        FEDTUNE_SCHEDULER_INTERVAL_S="0.2",
+        FEDTUNE_HEARTBEAT_S="1",
+        FEDTUNE_STUDY_SANDBOX_PROCESSES="256",
+        FEDTUNE_STUDY_DEADLINE_S="20",
+    )
+    peak, answers = [0], []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], len(_marked(marker)))
+            answers.append(httpx.get(f"{server.url}/healthz", timeout=10).status_code)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        r = _submit(server, tmp_path / "lab", BOMB_PACKAGE.format(marker=marker))
+        assert r.status_code == 201, r.text  # the check imports it without a driver URL
+        study = _study_error(server, r.json()["id"], timeout_s=180)
+        deadline = time.monotonic() + 60
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        done.set()
+        watcher.join()
+        server.stop()
+    assert study["state"] == "failed" and "ran past its deadline of 20 s" in study["error"], study
+    assert 100 < peak[0] <= 256, peak  # FEDTUNE_STUDY_SANDBOX_PROCESSES
+    assert answers and set(answers) == {200}  # the service kept answering
+    assert _marked(marker) == []  # the stop took the whole sandbox

@@ -47,8 +47,6 @@ __all__ = ["driver_sandbox", "sandboxes_driver"]
 
 #: the private tmpfs over the service's workdir (the code package is unpacked there)
 WORKDIR_TMPFS_BYTES = 1 << 30
-#: processes and threads of the sandbox's user (Ray's raylet, GCS and workers are many threads)
-DRIVER_PROCESSES = 8192
 DRIVER_TMP_BYTES = 2 << 30
 DRIVER_SHM_BYTES = 2 << 30
 
@@ -102,7 +100,10 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
         writable={study: str(study)},
         env=inside,
         limits=Limits.long_running(
-            DRIVER_PROCESSES, DRIVER_TMP_BYTES, DRIVER_SHM_BYTES, settings.study_sandbox_data_bytes
+            settings.study_sandbox_processes,
+            DRIVER_TMP_BYTES,
+            DRIVER_SHM_BYTES,
+            settings.study_sandbox_data_bytes,
         ),
         cwd=str(workdir),
         network=True,
