@@ -34,11 +34,11 @@ from .access import Principal
 from .errors import InvalidRequestError
 from .mlflow_links import mlflow_links
 from .mlflow_tenancy import mlflow_workspace
-from .models import MethodGroup, Study, utcnow
+from .models import DEFAULT_PROJECT, MethodGroup, Study, utcnow
 from .paths import study_tracking_uri
 from .redact import redact_uri
 from .repository import Repository
-from .services import ServiceContext, authorize, get_tradeoff, submit_study
+from .services import ServiceContext, accept_submission, authorize, get_tradeoff, submit_study
 from .states import StudyState
 
 __all__ = [
@@ -193,23 +193,18 @@ def submit_methods(
     """
     from fedtune.tuning.methods import expand_methods
 
-    from .code_services import accept_code_study
-    from .specs import accept_spec
-
     if not isinstance(body, Mapping):
         raise InvalidRequestError("<body>", "a study spec is a JSON object")
     documents = expand_methods(body)
-    for document in documents:  # every spec valid before the first study is queued
-        if document.get("code") is None:
-            accept_spec(document, ctx.settings)
-    if any(d.get("code") is not None for d in documents):
-        project = body.get("project")
-        for document in documents:
-            accept_code_study(ctx, document, project if isinstance(project, str) else "default")
+    project = body.get("project")
+    project = project if isinstance(project, str) else DEFAULT_PROJECT
+    # every spec valid before the first study is queued, each checked once (with code: one
+    # sandboxed check per algorithm)
+    accepted = [accept_submission(ctx, document, project) for document in documents]
     studies, created = [], False
-    for document in documents:
+    for document, checked in zip(documents, accepted, strict=True):
         key = None if idempotency_key is None else f"{idempotency_key}:{document['algorithm']}"
-        study, new = submit_study(ctx, document, key, caller)
+        study, new = submit_study(ctx, document, key, caller, checked)
         studies.append(study)
         created = created or new
     ids = [s.id for s in studies]

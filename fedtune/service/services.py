@@ -43,7 +43,7 @@ from .schemas import (
     TrialOut,
 )
 from .settings import Settings
-from .specs import accept_spec, request_hash
+from .specs import AcceptedSpec, accept_spec, request_hash
 from .states import StudyState, TrialState
 from .warmup import Warmup
 
@@ -92,15 +92,40 @@ def new_study_id() -> str:
 # ------------------------------------------------------------------------ studies
 
 
+def accept_submission(
+    ctx: ServiceContext, body: Any, project: str
+) -> tuple[AcceptedSpec, str | None]:
+    """Validate a submitted document once: ``(accepted, code_sha256)``.
+
+    Args:
+        ctx: The service.
+        body: The spec document.
+        project: The project it is submitted to (its uploaded packages only).
+
+    Returns:
+        The accepted spec, and the digest of its code package (None without code).
+
+    Raises:
+        ConfigError: The document is invalid (with code: as its sandboxed check found it).
+    """
+    if isinstance(body, Mapping) and body.get("code") is not None:
+        # user code: checked in a child; the package must be this project's upload
+        return accept_code_study(ctx, body, project)
+    return accept_spec(body, ctx.settings), None
+
+
 def submit_study(
     ctx: ServiceContext,
     body: Any,
     idempotency_key: str | None = None,
     caller: Principal = ANONYMOUS_ADMIN,
+    accepted: tuple[AcceptedSpec, str | None] | None = None,
 ) -> tuple[StudyDetail, bool]:
     """Queue a study for ``caller``; ``(study, created)``. A repeated ``idempotency_key`` with
     the same body returns the study created the first time (``created`` False), with another
-    body → 409. The caller must be a member of the spec's ``project`` (default ``default``)."""
+    body → 409. The caller must be a member of the spec's ``project`` (default ``default``).
+    ``accepted``: what :func:`accept_submission` already made of ``body`` (it is not checked
+    again)."""
     digest = request_hash(body)
     if idempotency_key is not None and not _KEY.match(idempotency_key):
         raise InvalidRequestError("Idempotency-Key", "1-128 characters of [A-Za-z0-9._:+/=-]")
@@ -108,12 +133,7 @@ def submit_study(
     replay = _replayed(ctx, idempotency_key, digest)
     if replay is not None:
         return replay, False
-    code_sha256 = None
-    if isinstance(body, Mapping) and body.get("code") is not None:
-        # user code: checked in a child; the package must be this project's upload
-        accepted, code_sha256 = accept_code_study(ctx, body, project)
-    else:
-        accepted = accept_spec(body, ctx.settings)
+    accepted, code_sha256 = accepted or accept_submission(ctx, body, project)
     if accepted.priority > max_priority:
         raise InvalidRequestError(
             "priority",

@@ -274,3 +274,31 @@ def test_sdk_and_cli_upload_the_code_of_a_study_file(
     assert main(["submit", str(path), "--code", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "code.modules[0]" in err[0] and "user_lab/tasks.py:1" in err[0]
+
+
+def test_a_study_of_methods_with_code_is_checked_once_per_algorithm(
+    make_client, tmp_path, monkeypatch
+) -> None:
+    from fedtune.service import code_services
+
+    checked: list[str] = []
+    real = code_services.check_in_sandbox
+
+    def counting(spec, package, settings):
+        checked.append(spec["algorithm"])
+        return real(spec, package, settings)
+
+    monkeypatch.setattr(code_services, "check_in_sandbox", counting)
+    client = make_client()
+    package = pack(write_package(tmp_path / "lab"))
+    assert _upload(client, package.data).status_code == 201
+    spec = _code_spec(package.sha256, name="m")
+    spec["algorithm"] = ["fedavg", {"name": "fedprox", "search": {"space": "fedprox"}}]
+    r = client.post("/v1/methods", json=spec)
+    assert r.status_code == 201, r.text
+    assert [s["code_sha256"] for s in r.json()["studies"]] == [package.sha256] * 2
+    assert sorted(checked) == ["fedavg", "fedprox"]  # one sandboxed check each, not two
+    bad = {**spec, "algorithm": ["fedavg", "no-such-algorithm"]}
+    before = len(client.get("/v1/studies").json()["items"])
+    assert client.post("/v1/methods", json=bad).status_code == 422
+    assert len(client.get("/v1/studies").json()["items"]) == before  # nothing queued
