@@ -27,7 +27,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = ["Candidate", "Decision", "ProjectLoad", "gpu_seconds", "plan", "plan_dispatch"]
 
@@ -163,7 +166,7 @@ def plan_dispatch(
     session: Any,
     queued: Sequence[Any],
     slots: int,
-    settings: Any,
+    settings: Settings,
     cluster_gpus: float | None = None,
 ) -> Decision:
     """:func:`plan` over the database's state: ``queued`` study rows, every project's quotas,

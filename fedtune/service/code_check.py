@@ -32,10 +32,13 @@ import tempfile
 import traceback
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import ConfigError
 from fedtune.sandbox import Limits, Sandbox, SandboxMode, prepare_for_sandbox, sandbox_uid
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = ["SANDBOX_ROOT", "check_in_sandbox", "main"]
 
@@ -59,7 +62,7 @@ def _code_error(field: str, reason: str, location: str | None = None) -> ConfigE
     return CodeError(field, reason, location)
 
 
-def check_in_sandbox(spec: Mapping[str, Any], package: bytes, settings: Any) -> Any:
+def check_in_sandbox(spec: Mapping[str, Any], package: bytes, settings: Settings) -> Any:
     """Extract ``package`` and validate ``spec`` against it in a sandboxed child.
 
     Args:
@@ -114,7 +117,13 @@ def check_in_sandbox(spec: Mapping[str, Any], package: bytes, settings: Any) -> 
 
 
 def _run(
-    argv: list[str], settings: Any, env: dict[str, str], *, tmp: Path, out: Path, timeout_s: float
+    argv: list[str],
+    settings: Settings,
+    env: dict[str, str],
+    *,
+    tmp: Path,
+    out: Path,
+    timeout_s: float,
 ) -> subprocess.CompletedProcess:
     """The check's child, sandboxed unless the operator opted out."""
     if settings.code_sandbox == SandboxMode.NONE:
@@ -159,7 +168,7 @@ def _read_answer(path: Path, proc: subprocess.CompletedProcess) -> dict[str, Any
     return answer
 
 
-def _accepted(spec: Mapping[str, Any], document: Any, settings: Any) -> Any:
+def _accepted(spec: Mapping[str, Any], document: Any, settings: Settings) -> Any:
     """The child's document, checked again here: the service's rules, and the submission's
     summary unchanged (the child ran user code, so its answer is a claim, not a fact)."""
     from .specs import accepted_from, parse_spec, service_rules

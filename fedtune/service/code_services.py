@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
 from fedtune.errors import ConfigError, ConflictError
@@ -31,6 +31,9 @@ from .errors import CodeUploadDisabledError, StudyNotFoundError
 from .models import DEFAULT_PROJECT
 from .repository import Repository
 from .specs import AcceptedSpec, parse_spec, service_rules
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = [
     "CodeOut",
@@ -59,7 +62,7 @@ def _enabled(ctx: Any) -> None:
         )
 
 
-def require_code_sandbox(settings: Any) -> None:
+def require_code_sandbox(settings: Settings) -> None:
     """Refuse to start a service that would run uploaded code unsandboxed without being told to.
 
     Args:
@@ -80,7 +83,7 @@ def require_code_sandbox(settings: Any) -> None:
         )
 
 
-def code_sandbox_state(settings: Any) -> str | None:
+def code_sandbox_state(settings: Settings) -> str | None:
     """How uploaded code is isolated, as ``/readyz`` and the start-up log say it.
 
     Args:

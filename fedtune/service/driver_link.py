@@ -25,7 +25,7 @@ import hmac
 import json
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -34,6 +34,9 @@ from fedtune.errors import ConflictError, DatabaseUnavailableError, FedtuneError
 from . import driver_ops
 from .db import Database
 from .states import StudyState, TrialState
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = [
     "ApiLink",
@@ -274,7 +277,7 @@ class ApiLink:
             self._client.close()
 
 
-def link_from_environment(study_id: str, settings: Any) -> DriverLink:
+def link_from_environment(study_id: str, settings: Settings) -> DriverLink:
     """The link a driver's settings name (see the module docstring).
 
     Args:

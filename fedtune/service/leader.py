@@ -29,7 +29,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import and_, exists, select
 from sqlalchemy.sql.elements import ColumnElement
@@ -38,6 +38,9 @@ from fedtune.errors import FedtuneError
 
 from .db import Database
 from .models import SchedulerLease, utcnow
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = [
     "LEASE",
@@ -162,7 +165,7 @@ class ProcessLock:
             self._fh = None
 
 
-def make_leadership(db: Database, settings: Any) -> Leadership | None:
+def make_leadership(db: Database, settings: Settings) -> Leadership | None:
     """A lease on PostgreSQL, a lock file beside a SQLite file, nothing for in-memory SQLite."""
     if db.dialect == "postgresql":
         return DatabaseLease(db, settings.leader_lease_s)

@@ -36,11 +36,14 @@ import logging
 import secrets
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from fedtune.errors import ConfigError
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = [
     "DEFAULT_WORKSPACE",
@@ -138,7 +141,7 @@ def driver_env(admin_password: str, project: str | None) -> dict[str, str]:
     }
 
 
-def driver_env_for(settings: Any, project: str | None) -> dict[str, str]:
+def driver_env_for(settings: Settings, project: str | None) -> dict[str, str]:
     """A study driver's MLflow environment under ``settings`` (empty without workspaces).
 
     Args:
@@ -155,7 +158,7 @@ def driver_env_for(settings: Any, project: str | None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def mlflow_workspace(settings: Any, project: str | None) -> Iterator[None]:
+def mlflow_workspace(settings: Settings, project: str | None) -> Iterator[None]:
     """The service's own MLflow calls in the block go to ``project``'s workspace.
 
     Only this thread's calls: it sets MLflow's workspace context variable, not the process's
@@ -177,7 +180,7 @@ def mlflow_workspace(settings: Any, project: str | None) -> Iterator[None]:
         yield
 
 
-def tenancy_from_settings(settings: Any) -> MlflowTenancy | None:
+def tenancy_from_settings(settings: Settings) -> MlflowTenancy | None:
     """The MLflow tenancy the settings describe, or None (``FEDTUNE_MLFLOW_WORKSPACES`` off).
 
     Args:

@@ -27,9 +27,12 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .access import Principal
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 __all__ = ["KEYS_TTL_S", "OidcConfig", "OidcVerifier", "looks_like_jwt"]
 
@@ -51,7 +54,7 @@ class OidcConfig:
     clock_skew_s: int = 30
 
     @classmethod
-    def from_settings(cls, settings: Any) -> OidcConfig | None:
+    def from_settings(cls, settings: Settings) -> OidcConfig | None:
         if not getattr(settings, "oidc_issuer", None):
             return None
         return cls(

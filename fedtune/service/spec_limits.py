@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from fedtune.trainers.config import TaskConfig
     from fedtune.tuning.spec import SearchSpec, StudySpec
 
+    from .settings import Settings
+
 __all__ = [
     "check_data_paths",
     "check_sizes",
@@ -159,7 +161,7 @@ def _written(spec: StudySpec, field: str) -> Any:
     return getattr(getattr(spec, section), key)
 
 
-def check_sizes(spec: StudySpec, settings: Any) -> None:
+def check_sizes(spec: StudySpec, settings: Settings) -> None:
     """Refuse sizes beyond the settings' limits (see the module docstring).
 
     Args:
@@ -215,7 +217,7 @@ def _searched(search: SearchSpec) -> Iterator[tuple[str, Mapping[str, Any], str]
                 yield f"search.{block}.{name}", entry, resolve_path(name) or name
 
 
-def describe_limits(settings: Any) -> str:
+def describe_limits(settings: Settings) -> str:
     """This server's limits on a spec, as Markdown (the OpenAPI description of the submit)."""
     roots = ", ".join(f"`{r}`" for r in settings.data_roots) or "none: no data paths accepted"
     rows = [

@@ -33,6 +33,8 @@ from .spec_limits import check_data_paths, check_sizes, check_spaces
 if TYPE_CHECKING:
     from fedtune.tuning.spec import StudySpec
 
+    from .settings import Settings
+
 __all__ = [
     "AcceptedSpec",
     "accept_spec",
@@ -87,7 +89,7 @@ def parse_spec(data: Any) -> StudySpec:
     return StudySpec.parse(dict(data))
 
 
-def service_rules(spec: StudySpec, settings: Any = None) -> None:
+def service_rules(spec: StudySpec, settings: Settings | None = None) -> None:
     """Apply the server's own rules to a parsed spec (:mod:`.spec_limits`).
 
     They run before ``StudySpec.check``, so a spec beyond a limit costs no deep validation.
@@ -111,7 +113,7 @@ def service_rules(spec: StudySpec, settings: Any = None) -> None:
         )
 
 
-def accept_spec(data: Any, settings: Any = None, *, rules: bool = True) -> AcceptedSpec:
+def accept_spec(data: Any, settings: Settings | None = None, *, rules: bool = True) -> AcceptedSpec:
     """Validate a submitted spec: its shape, the server's rules, then the spec in depth.
 
     Args:

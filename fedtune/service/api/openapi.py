@@ -11,9 +11,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 __all__ = ["ERROR_STATUSES", "install_openapi"]
 
@@ -27,7 +30,7 @@ ERROR_STATUSES: dict[str, str] = {
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}
 
 
-def install_openapi(app: FastAPI, settings: Any = None) -> None:
+def install_openapi(app: FastAPI, settings: Settings | None = None) -> None:
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -70,7 +73,7 @@ def _study_spec_body(document: dict[str, Any]) -> None:
             media["examples"] = examples
 
 
-def _submission_limits(document: dict[str, Any], settings: Any) -> None:
+def _submission_limits(document: dict[str, Any], settings: Settings) -> None:
     from ..spec_limits import describe_limits
 
     post = document["paths"]["/v1/studies"]["post"]
