@@ -137,7 +137,7 @@ def drive(config_path: str) -> None:
 
     from fedtune.tuning import StudySpec, run_study
     from fedtune.tuning import optuna_glue as og
-    from fedtune.tuning.trainable import TRIAL_KEY
+    from fedtune.tuning.keys import TRIAL_KEY
 
     if cfg.get("optuna_url"):
         og.storage_url = lambda workdir: cfg["optuna_url"]  # the team's PostgreSQL

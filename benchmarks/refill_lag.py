@@ -67,8 +67,8 @@ def lags(results: list[dict]) -> list[int]:
     A member's place is freed at its last report (it ended then: completed, diverged, or
     stopped by the driver at that report). Refills take the freed places oldest first.
     """
+    from fedtune.tuning.keys import HISTORY, ROUND, TRIAL_KEY
     from fedtune.tuning.pack_trial import MEMBERS
-    from fedtune.tuning.trainable import HISTORY, ROUND, TRIAL_KEY
 
     joined: dict[int, int] = {}
     last: dict[int, int] = {}

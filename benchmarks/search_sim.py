@@ -3,7 +3,7 @@ C unpacked trials at once, or packed.
 
 Same parts as ``run_study`` — the study's sampler (:func:`~fedtune.tuning.optuna_glue.make_sampler`),
 the space's Optuna distributions (``suggest``), the strategy's stopper
-(:func:`~fedtune.tuning.strategies.stopper_for`, :mod:`fedtune.tuning.stop_rules`), Optuna's
+(:func:`~fedtune.tuning.stoppers.stopper_for`, :mod:`fedtune.tuning.stop_rules`), Optuna's
 pruners — and the same meaning of a trial as
 :class:`~fedtune.tuning.optuna_glue.FedtuneSearch` gives it (completed → its selection-rule
 value, diverged → the worst value, stopped → ``PRUNED`` with its per-round values reported),
@@ -212,7 +212,8 @@ def stopper_of(task: Any, spec: StudySpec) -> Stopper:
     """The strategy's stopper, as ``run_study`` builds it (``stopper_for``); ``asha`` and
     ``median`` are Ray Tune schedulers there, Optuna's successive-halving / median pruner here."""
     from fedtune.tuning.stop_rules import PrunerStopper
-    from fedtune.tuning.strategies import Strategy, stopper_for
+    from fedtune.tuning.stoppers import stopper_for
+    from fedtune.tuning.strategies import Strategy
 
     s = spec.scheduler
     if spec.strategy == Strategy.ASHA:
@@ -452,9 +453,9 @@ def run_packed(
     Returns:
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
     """
+    from fedtune.tuning.keys import TRIAL_KEY
     from fedtune.tuning.pack_driver import Backlog, config_key, packed_stopper
-    from fedtune.tuning.strategies import stopper_for
-    from fedtune.tuning.trainable import TRIAL_KEY
+    from fedtune.tuning.stoppers import stopper_for
 
     study = _study(spec, target_trials)
     with warnings.catch_warnings():

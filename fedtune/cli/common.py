@@ -238,3 +238,16 @@ def load_code_options(args: argparse.Namespace) -> None:
         if not args.module:
             raise ConfigError("--module", "name at least one module to import from --code")
         load_code({"path": args.code, "modules": args.module})
+
+
+def quiet_libraries() -> None:
+    """Keep Optuna's and MLflow's INFO lines off a study's terminal."""
+    import logging
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # mlflow's first import sets its "mlflow" logger back to INFO, and the tracker may be made
+    # (creating its database tables) before that import: quiet the children it logs through too
+    for name in ("mlflow", "mlflow.store.db.utils", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -58,8 +58,8 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
     from fedtune.tuning.study import run_study
     from fedtune.tuning.tracking import resolve_tracking_uri
 
+    from .common import quiet_libraries
     from .compare import _text
-    from .tune import _quiet_libraries
 
     group = documents[0]["tracking"]["experiment"]
     root = Path(args.workdir or Path("runs") / group)
@@ -67,7 +67,7 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
         StudySpec.from_dict(d, base_dir=Path(args.study_file).parent, source=args.study_file)
         for d in documents
     ]  # every spec checked before the first study starts
-    _quiet_libraries()
+    quiet_libraries()
     results, workdirs = [], []
     for spec in specs:
         workdir = root / spec.algorithm

@@ -21,7 +21,7 @@ from typing import Any
 
 from fedtune.outcomes import TrialOutcome
 
-from .common import add_set_option, plural
+from .common import add_set_option, plural, quiet_libraries
 from .common import figure as _fmt
 
 __all__ = ["register"]
@@ -70,18 +70,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run, fast_exit=True)  # ends without module teardown
-
-
-def _quiet_libraries() -> None:
-    import logging
-
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # mlflow's first import sets its "mlflow" logger back to INFO, and the tracker may be made
-    # (creating its database tables) before that import: quiet the children it logs through too
-    for name in ("mlflow", "mlflow.store.db.utils", "alembic.runtime.migration"):
-        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _short(path: str) -> str:
@@ -293,7 +281,7 @@ def _run(args: argparse.Namespace, early: Any) -> int:
     timeline.mark("driver_imported")
 
     workdir = _workdir(args, spec.name)
-    _quiet_libraries()
+    quiet_libraries()
     progress = None if args.json else sys.stderr
     if progress is not None:
         print(f"study {spec.name} -> {Path(workdir).resolve()}", file=sys.stderr)

@@ -203,8 +203,6 @@ def child_env(
         driver.pop("FEDTUNE_DRIVER_TOKEN", None)
     env = {k: v for k, v in environ.items() if k in HOST}
     if "FEDTUNE_DRIVER_URL" not in driver:  # no URL: the driver writes the database itself
-        from .backends.local import absolute_sqlite_url
-
         env["FEDTUNE_DATABASE_URL"] = absolute_sqlite_url(settings.database_url)
     env.update(
         driver,
@@ -269,3 +267,25 @@ def head_driver_env(settings: Settings, environ: Mapping[str, str]) -> dict[str,
     env["FEDTUNE_WORKDIR"] = str(Path(settings.workdir).resolve())
     env[SANDBOXED] = "1"
     return env
+
+
+def absolute_sqlite_url(url: str) -> str:
+    """``url`` with a relative SQLite path made absolute (from this process's working
+    directory): the driver runs in the workdir, where ``./fedtune.db`` would be a new, empty
+    file. Other URLs are returned as they are.
+
+    Args:
+        url: an SQLAlchemy URL.
+
+    Returns:
+        The URL the driver opens the same database with.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
+        return url
+    if path.startswith("file:") or os.path.isabs(path):
+        return url
+    return parsed.set(database=os.path.abspath(path)).render_as_string(hide_password=False)

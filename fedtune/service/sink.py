@@ -24,7 +24,7 @@ from typing import Any
 from ray.tune import Callback
 
 from fedtune.outcomes import TrialOutcome, final_outcome, service_state
-from fedtune.tuning.trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY  # the schema
+from fedtune.tuning.keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY  # the schema
 
 from .driver_link import DriverLink
 from .states import TrialState

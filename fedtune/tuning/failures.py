@@ -29,8 +29,8 @@ from ray import tune
 
 from fedtune.outcomes import TrialOutcome
 
+from .keys import TRIAL_KEY
 from .store import StudyStore
-from .trainable import TRIAL_KEY
 
 __all__ = [
     "FIRST_ERROR_ATTR",

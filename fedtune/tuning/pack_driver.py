@@ -47,10 +47,10 @@ from ray.tune.search import Searcher
 
 from fedtune.outcomes import RUNNING
 
+from .keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from .pack_trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 from .stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
 from .store import StudyStore
-from .trainable import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 
 __all__ = [
     "Backlog",

@@ -31,18 +31,9 @@ from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, TrialConfig
 
 from . import timeline
+from .keys import OUTCOME, ROUND, TRIAL_KEY
 from .spec import StudySpec
-from .trainable import (
-    OUTCOME,
-    ROUND,
-    TRIAL_KEY,
-    TrialError,
-    TrialRows,
-    _SeedRuns,
-    seed_mean,
-    trial_configs,
-    trial_message,
-)
+from .trainable import TrialError, TrialRows, _SeedRuns, seed_mean, trial_configs, trial_message
 
 __all__ = ["MEMBERS", "PACK_KEY", "BoxPoll", "member_numbers", "pack_name", "train_pack"]
 

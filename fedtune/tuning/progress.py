@@ -18,9 +18,9 @@ from ray.tune import Callback
 
 from fedtune.outcomes import TrialOutcome, final_outcome
 
+from .keys import OBJECTIVE, OUTCOME, TRIAL_KEY
 from .spec import Mode
 from .tracking import error_line
-from .trainable import OBJECTIVE, OUTCOME, TRIAL_KEY
 
 __all__ = ["ProgressCallback", "format_duration"]
 

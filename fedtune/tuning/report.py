@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .keys import SMOOTH_WINDOW
 from .tradeoff import TradeOff, TrialCurve, analyze_tradeoff
-from .trainable import SMOOTH_WINDOW
 
 __all__ = ["PROVISIONAL_NOTE", "tradeoff_of", "tradeoff_text"]
 

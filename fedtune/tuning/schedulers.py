@@ -16,10 +16,26 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 
-from .stop_rules import Stopper
-from .trainable import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
+from .keys import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
+from .stop_rules import Stopper, TuneSchedulerStopper
 
-__all__ = ["RuleScheduler", "ray_scheduler"]
+__all__ = ["RuleScheduler", "ray_scheduler", "tune_scheduler"]
+
+
+def tune_scheduler(stopper: Stopper) -> TrialScheduler:
+    """The Ray Tune scheduler that carries a study's stopper into Tune.
+
+    Args:
+        stopper: The study's stopper (:func:`.stoppers.stopper_for`).
+
+    Returns:
+        The Ray Tune scheduler a :class:`~.stop_rules.TuneSchedulerStopper` names, else a
+        :class:`RuleScheduler` that asks the stopper after every reported round.
+    """
+    if isinstance(stopper, TuneSchedulerStopper):
+        s = stopper
+        return ray_scheduler(s.scheduler, s.rounds, s.grace, s.factor, s.mode)
+    return RuleScheduler(stopper)
 
 
 class RuleScheduler(FIFOScheduler):

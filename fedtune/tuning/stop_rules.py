@@ -1,6 +1,6 @@
 """Who stops a study's trials: the :class:`Stopper` interface and every stopper behind it.
 
-A study has exactly one stopper (built by :func:`fedtune.tuning.strategies.stopper_for`); the
+A study has exactly one stopper (built by :func:`fedtune.tuning.stoppers.stopper_for`); the
 searcher (:class:`~.optuna_glue.FedtuneSearch`) and Ray Tune's scheduler, both in the driver,
 talk only to it:
 
@@ -11,8 +11,8 @@ talk only to it:
 * :class:`TuneSchedulerStopper` — a Ray Tune scheduler (ASHA, the median stopping rule, none),
   which decides inside Tune.
 
-Nothing here imports Ray: :meth:`Stopper.tune_scheduler` builds the Ray Tune side
-(:mod:`.schedulers`) when a study runs, and the in-process benchmark uses the stoppers without
+Nothing here imports Ray: :func:`.schedulers.tune_scheduler` builds the Ray Tune side of a
+stopper when a study runs, and the in-process benchmark uses the stoppers without
 it. Why the rules are what they are: ``docs/explanation/search-strategies.md``.
 """
 
@@ -138,16 +138,6 @@ class Stopper(abc.ABC):
                 (:func:`~.optuna_glue.sweep_history`).
         """
         return None
-
-    def tune_scheduler(self) -> Any:
-        """The Ray Tune scheduler that carries this stopper's decisions into a study.
-
-        Returns:
-            A FIFO scheduler that asks :meth:`observe` after every reported round.
-        """
-        from .schedulers import RuleScheduler
-
-        return RuleScheduler(self)
 
 
 # -- the selection-rule stop rule --------------------------------------------------------------
@@ -534,13 +524,3 @@ class TuneSchedulerStopper(Stopper):
 
     def observe(self, number: int, values: Sequence[float]) -> StopReason | None:
         return None  # the Tune scheduler decides on the reported results
-
-    def tune_scheduler(self) -> Any:
-        """The Ray Tune scheduler itself.
-
-        Returns:
-            ASHA, the median stopping rule, or a FIFO scheduler (none).
-        """
-        from .schedulers import ray_scheduler
-
-        return ray_scheduler(self.scheduler, self.rounds, self.grace, self.factor, self.mode)

@@ -17,7 +17,7 @@
 3. **fit** (:func:`_fit`): a ``Tuner`` with :class:`~.optuna_glue.FedtuneSearch`,
    ``tune.with_resources`` and ``max_concurrent_trials`` runs the ``target − finished``
    remaining trials; they are stopped early by the study's one stopper
-   (:func:`.strategies.stopper_for`: a Ray Tune scheduler, or fedtune's own stop rule asked
+   (:func:`.stoppers.stopper_for`: a Ray Tune scheduler, or fedtune's own stop rule asked
    by :class:`.schedulers.RuleScheduler`); the driver's callbacks log every result to MLflow
    and the progress line;
 4. **finalize** (:func:`_finalize`): the trade-off of every finished trial, computed from the
@@ -55,6 +55,7 @@ from . import optuna_glue as og
 from . import timeline
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
+from .keys import TRIAL_KEY
 from .pack_trial import PACK_KEY, pack_name
 from .packing import plan as pack_plan
 from .preflight import preflight
@@ -62,12 +63,13 @@ from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
 from .ray_session import ray_session as _ray_session
 from .ray_session import study_lock as _study_lock
+from .schedulers import tune_scheduler
 from .spec import StudySpec
 from .startup import Deferred, Startup, import_soon
+from .stoppers import stopper_for
 from .store import StudyStore
-from .strategies import stopper_for
 from .tradeoff import TOP_TRIALS, TradeOff
-from .trainable import TRIAL_KEY, make_trainable
+from .trainable import make_trainable
 
 if TYPE_CHECKING:
     from .tracking import StudyTracker
@@ -750,7 +752,7 @@ def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tuple[tun
         trainable, searcher, scheduler, callbacks = parts
     else:
         searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
-        trainable, scheduler = make_trainable(shipped), stopper.tune_scheduler()
+        trainable, scheduler = make_trainable(shipped), tune_scheduler(stopper)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),

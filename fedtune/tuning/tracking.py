@@ -69,6 +69,7 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from fedtune.redact import scrub
 
 from . import env
+from .keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from .mlflow_urls import run_url, ui_url
 from .round_log import MAX_BATCH, RoundLog
 from .spec import StudySpec
@@ -76,15 +77,7 @@ from .sqlite_commits import fast_commits_for
 from .sqlite_template import seed_sqlite_store
 from .step_points import StepPoints
 from .tracking_store import prepare_tracking_store
-from .trainable import (
-    DECAY_ROUNDS,
-    HISTORY,
-    OBJECTIVE,
-    OUTCOME,
-    ROUND,
-    TRIAL_KEY,
-    sampled_params,
-)
+from .trainable import sampled_params
 
 __all__ = [
     "MAX_BATCH",

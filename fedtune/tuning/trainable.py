@@ -1,13 +1,13 @@
 """The Ray Tune function trainable of a study, and the schema of the results it reports.
 
 A trial's Tune ``config`` is the plain ``{config path: value}`` dict that the Optuna searcher
-sampled, plus the Optuna trial number under :data:`TRIAL_KEY`. The trainable turns it into a
+sampled, plus the Optuna trial number under :data:`~.keys.TRIAL_KEY`. The trainable turns it into a
 typed trial configuration on its first line (``spec.trial_config`` → ``parse_trial_config``),
 trains it round by round (one :class:`~fedtune.trainers.Trainer` per seed of ``spec.seeds``, in
 lockstep; per-round metrics are then means over seeds) and calls ``tune.report`` once every
 ``spec.report_every`` rounds and at the end. Ray's result-throughput guidance is to report
 seconds, not milliseconds, apart; every report therefore carries the rounds since the previous
-one under :data:`HISTORY`, so nothing is lost when reports are sparse.
+one under :data:`~.keys.HISTORY`, so nothing is lost when reports are sparse.
 
 Objective (the papers' selection rule, Charles & Konečný 2020 (arXiv:2007.00878) §8.3): with the
 per-round values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
@@ -15,14 +15,14 @@ per-round values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
     objective_t = mean(v_{t-N+1..t})   over the last N = ``objective.last_rounds`` values
 
 reported every time (ASHA / median compare trials on it) and carried in every round row of
-:data:`HISTORY` under :data:`OBJECTIVE`, so the searcher reports it to Optuna as the
+:data:`~.keys.HISTORY` under :data:`~.keys.OBJECTIVE`, so the searcher reports it to Optuna as the
 intermediate value and MLflow logs it per round. **One value per trial**: the objective at the
 last round the trial reached — a completed trial's final objective, a stopped (pruned) trial's
 objective at the round it was stopped (Optuna's value of a PRUNED trial is its last
 intermediate value, i.e. exactly this), the worst value for a diverged one — used by Optuna,
 MLflow, the service and the trade-off files alike. Multi-objective studies also report
 ``final_loss`` (the same mean of ℓ_t) and ``rounds_to_target`` = first round whose trailing mean
-of :data:`SMOOTH_WINDOW` values of ℓ is ≤ ``objective.target_loss`` (∞ while not reached), the
+of :data:`~.keys.SMOOTH_WINDOW` values of ℓ is ≤ ``objective.target_loss`` (∞ while not reached), the
 definitions of :mod:`fedtune.tuning.tradeoff`.
 
 GPU trials (``resources.gpu > 0``) compute on CUDA: ``train.device: auto`` becomes ``cuda``, and
@@ -31,11 +31,11 @@ logical GPUs) the trial fails at once with one line (:func:`gpu_device`) instead
 on CPU while holding GPUs. ``train.device: cpu`` stated in the spec is obeyed (the GPUs are then
 a scheduling reservation only, e.g. logical GPUs in tests).
 
-With ``decay.enabled`` every row also carries :data:`DECAYS` (decays so far, mean over seeds)
-and the final report :data:`DECAY_ROUNDS` (the rounds after which a rate decayed).
+With ``decay.enabled`` every row also carries :data:`~.keys.DECAYS` (decays so far, mean over seeds)
+and the final report :data:`~.keys.DECAY_ROUNDS` (the rounds after which a rate decayed).
 
 A diverged trial (non-finite or exploding loss, an *outcome* of the engine) ends with a report
-whose :data:`OUTCOME` is ``diverged`` and whose objectives are the worst possible values
+whose :data:`~.keys.OUTCOME` is ``diverged`` and whose objectives are the worst possible values
 (+∞ when minimised, −∞ when maximised); an exception raised here fails only this trial.
 """
 
@@ -54,18 +54,11 @@ from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
 
 from . import env, timeline
+from .keys import DECAY_ROUNDS, DECAYS, HISTORY, OBJECTIVE, OUTCOME, ROUND, SMOOTH_WINDOW, TRIAL_KEY
 from .spec import Mode, MultiMetric, StudySpec
 
 __all__ = [
-    "DECAYS",
-    "DECAY_ROUNDS",
-    "HISTORY",
-    "OBJECTIVE",
-    "OUTCOME",
-    "ROUND",
     "RUNNING",
-    "SMOOTH_WINDOW",
-    "TRIAL_KEY",
     "ObjectiveTracker",
     "TrialError",
     "TrialRows",
@@ -76,15 +69,6 @@ __all__ = [
     "train_trial",
     "trial_configs",
 ]
-
-TRIAL_KEY = "fedtune.trial"  # Optuna trial number, added to the Tune config by the searcher
-ROUND = "round"
-OUTCOME = "outcome"
-OBJECTIVE = "objective"
-HISTORY = "history"
-DECAYS = "decays"
-DECAY_ROUNDS = "decay_rounds"
-SMOOTH_WINDOW = 5  # trailing window of ℓ for rounds-to-target (study and trade-off share it)
 
 
 def sampled_params(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -167,7 +151,7 @@ class ObjectiveTracker:
 
 class _FirstReach:
     """Rounds to target of a growing curve, one round at a time: the first round whose
-    trailing mean of :data:`SMOOTH_WINDOW` values of ℓ is ≤ ``target`` (∞ until then).
+    trailing mean of :data:`~.keys.SMOOTH_WINDOW` values of ℓ is ≤ ``target`` (∞ until then).
 
     Bit for bit :func:`~.tradeoff.smooth` + :func:`~.tradeoff.rounds_to_target` of the whole
     curve (the trade-off's definition): the same sequential cumulative sums of the finite values
@@ -210,7 +194,7 @@ class TrialRows:
     Args:
         spec: The study (its objective).
         rounds: The trial's ``train.rounds``.
-        decay: Whether its rates decay (rows then carry :data:`DECAYS`).
+        decay: Whether its rates decay (rows then carry :data:`~.keys.DECAYS`).
     """
 
     def __init__(self, spec: StudySpec, rounds: int, decay: bool) -> None:

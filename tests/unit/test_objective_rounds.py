@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from fedtune.tuning import trainable
+from fedtune.tuning.keys import SMOOTH_WINDOW
 from fedtune.tuning.spec import StudySpec
 from fedtune.tuning.tradeoff import rounds_to_target, smooth
-from fedtune.tuning.trainable import SMOOTH_WINDOW, ObjectiveTracker, _FirstReach
+from fedtune.tuning.trainable import ObjectiveTracker, _FirstReach
 
 
 def _curve(seed: int, n: int) -> list[float]:

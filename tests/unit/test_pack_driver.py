@@ -18,19 +18,12 @@ from fedtune.errors import ConfigError
 from fedtune.outcomes import RUNNING, TrialOutcome
 from fedtune.tuning import pack_driver as pd
 from fedtune.tuning import pack_trial
+from fedtune.tuning.keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from fedtune.tuning.pack_trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.packing import AUTO_MAX, plan, reserved_processes
 from fedtune.tuning.spec import StudySpec
 from fedtune.tuning.stop_rules import PrunerStopper, StopReason, TuneSchedulerStopper
-from fedtune.tuning.trainable import (
-    DECAY_ROUNDS,
-    HISTORY,
-    OBJECTIVE,
-    OUTCOME,
-    ROUND,
-    TRIAL_KEY,
-    train_trial,
-)
+from fedtune.tuning.trainable import train_trial
 
 ROUNDS = 8
 #: fields of a round's record that are measured time, not arithmetic

@@ -44,11 +44,11 @@ def test_a_new_study_gets_the_default_strategy():
 def test_every_stopper_gives_tune_the_scheduler_that_carries_its_decisions():
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
-    from fedtune.tuning.schedulers import RuleScheduler
-    from fedtune.tuning.strategies import stopper_for
+    from fedtune.tuning.schedulers import RuleScheduler, tune_scheduler
+    from fedtune.tuning.stoppers import stopper_for
 
     def scheduler(s: StudySpec):
-        return stopper_for(s, s.search_space(), 60).tune_scheduler()
+        return tune_scheduler(stopper_for(s, s.search_space(), 60))
 
     s = spec()  # the default: its own stop rule, carried by a FIFO scheduler that asks it
     assert isinstance(scheduler(s), RuleScheduler)

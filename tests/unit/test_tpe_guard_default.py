@@ -19,7 +19,7 @@ import pytest
 from fedtune.tuning import SamplerName, Strategy, StudySpec
 from fedtune.tuning.spec import DEFAULT_STRATEGY
 from fedtune.tuning.stop_rules import RUNG, IncumbentStopper, PrunerStopper, StopRule
-from fedtune.tuning.strategies import stopper_for
+from fedtune.tuning.stoppers import stopper_for
 
 SYNTHETIC = {
     "name": "synthetic-1-1",
@@ -121,7 +121,7 @@ def test_hyperband_brackets_and_decisions_are_seeded():
 
 
 def test_hyperband_is_a_strategy_with_its_own_stop_rule():
-    from fedtune.tuning.schedulers import RuleScheduler
+    from fedtune.tuning.schedulers import RuleScheduler, tune_scheduler
 
     spec = StudySpec.from_dict(
         {**SYNTHETIC, "search": {"space": "fedavg", "strategy": "hyperband"}}
@@ -129,7 +129,7 @@ def test_hyperband_is_a_strategy_with_its_own_stop_rule():
     assert spec.sampler_name == SamplerName.TPE and spec.scheduler_name is None
     state = stopper_for(spec, spec.search_space(), 30)
     assert isinstance(state, PrunerStopper)
-    assert isinstance(state.tune_scheduler(), RuleScheduler)
+    assert isinstance(tune_scheduler(state), RuleScheduler)
 
 
 def test_tune_summary_names_the_strategy_and_counts_stopped_trials():

@@ -45,7 +45,7 @@ from .base import (
 )
 from .local_sandbox import driver_sandbox, sandboxes_driver
 
-__all__ = ["LocalBackend", "absolute_sqlite_url", "process_start_ticks"]
+__all__ = ["LocalBackend", "process_start_ticks"]
 
 log = logging.getLogger(__name__)
 
@@ -369,28 +369,6 @@ def _driver_pid(pid: int, ref: Mapping[str, Any]) -> int:
     if not ref.get("sandboxed"):
         return pid
     return command_pid(pid) or pid
-
-
-def absolute_sqlite_url(url: str) -> str:
-    """``url`` with a relative SQLite path made absolute (from this process's working
-    directory): the driver runs in the workdir, where ``./fedtune.db`` would be a new, empty
-    file. Other URLs are returned as they are.
-
-    Args:
-        url: an SQLAlchemy URL.
-
-    Returns:
-        The URL the driver opens the same database with.
-    """
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    path = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:":
-        return url
-    if path.startswith("file:") or os.path.isabs(path):
-        return url
-    return parsed.set(database=os.path.abspath(path)).render_as_string(hide_password=False)
 
 
 def _log_tail_line(path: Any) -> str | None:
