@@ -12,6 +12,7 @@ and the others ran unbounded or outlived the check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import textwrap
@@ -180,32 +181,40 @@ def test_the_code_check_finds_no_secret_file_or_connection(hostile_server, tmp_p
     assert httpx.get(f"{hostile_server.url}/readyz", timeout=10).json()["code_sandbox"] == "bwrap"
 
 
+@contextlib.contextmanager
+def _watching(server: Server, marker: str) -> Iterator[dict]:
+    """While the block runs, twice a second: the most processes marked ``marker`` seen at once
+    (``peak``) and the service's ``/healthz`` answers (``answers``)."""
+    seen: dict = {"peak": 0, "answers": []}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen["peak"] = max(seen["peak"], len(_marked(marker)))
+            seen["answers"].append(httpx.get(f"{server.url}/healthz", timeout=10).status_code)
+            time.sleep(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
+
+
 def test_a_fork_bomb_is_bounded_and_dies_with_the_check(hostile_server, tmp_path) -> None:
     marker = f"hostile-bomb-{uuid.uuid4().hex}"
     bomb = "import os\nwhile len(os.listdir('/proc')) < 3000:\n    try: os.fork()\n    except OSError: pass\n"
     body = (
         f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', {bomb!r}, {marker!r}])\n"
     )
-    peak, answers = [0], []
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], len(_marked(marker)))
-            answers.append(httpx.get(f"{hostile_server.url}/healthz", timeout=10).status_code)
-            time.sleep(0.5)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
+    with _watching(hostile_server, marker) as seen:
         r = _submit(hostile_server, tmp_path / "lab", body)
-    finally:
-        done.set()
-        watcher.join()
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"].startswith("code")
-    assert 0 < peak[0] <= 64  # FEDTUNE_CODE_SANDBOX_PROCESSES
-    assert answers and set(answers) == {200}  # the service kept answering
+    assert 0 < seen["peak"] <= 64  # FEDTUNE_CODE_SANDBOX_PROCESSES
+    assert seen["answers"] and set(seen["answers"]) == {200}  # the service kept answering
     time.sleep(2)
     assert _marked(marker) == []  # nothing outlived the check
 
@@ -471,29 +480,17 @@ def test_a_fork_bomb_in_a_local_driver_is_bounded_and_ends_with_the_study(tmp_pa
         FEDTUNE_STUDY_SANDBOX_PROCESSES="256",
         FEDTUNE_STUDY_DEADLINE_S="20",
     )
-    peak, answers = [0], []
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], len(_marked(marker)))
-            answers.append(httpx.get(f"{server.url}/healthz", timeout=10).status_code)
-            time.sleep(0.5)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
     try:
-        r = _submit(server, tmp_path / "lab", BOMB_PACKAGE.format(marker=marker))
-        assert r.status_code == 201, r.text  # the check imports it without a driver URL
-        study = _study_error(server, r.json()["id"], timeout_s=180)
-        deadline = time.monotonic() + 60
-        while _marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        with _watching(server, marker) as seen:
+            r = _submit(server, tmp_path / "lab", BOMB_PACKAGE.format(marker=marker))
+            assert r.status_code == 201, r.text  # the check imports it without a driver URL
+            study = _study_error(server, r.json()["id"], timeout_s=180)
+            deadline = time.monotonic() + 60
+            while _marked(marker) and time.monotonic() < deadline:
+                time.sleep(0.5)
     finally:
-        done.set()
-        watcher.join()
         server.stop()
     assert study["state"] == "failed" and "ran past its deadline of 20 s" in study["error"], study
-    assert 100 < peak[0] <= 256, peak  # FEDTUNE_STUDY_SANDBOX_PROCESSES
-    assert answers and set(answers) == {200}  # the service kept answering
+    assert 100 < seen["peak"] <= 256, seen["peak"]  # FEDTUNE_STUDY_SANDBOX_PROCESSES
+    assert seen["answers"] and set(seen["answers"]) == {200}  # the service kept answering
     assert _marked(marker) == []  # the stop took the whole sandbox
