@@ -341,11 +341,12 @@ def _progress(requested: int, counts: Mapping[TrialState, int]) -> Progress:
 
 
 def _maximise(spec: Mapping[str, Any]) -> bool | None:
-    """Direction of the study's objective; ``None`` for a multi-objective study."""
-    objective = spec.get("objective") or {}
-    if objective.get("metrics"):
-        return None
-    return objective.get("metric") == "test_accuracy"
+    """Direction of the study's objective, as its spec says it; ``None`` for a multi-objective
+    study."""
+    from fedtune.tuning.spec import Mode, ObjectiveSpec
+
+    objective = ObjectiveSpec.model_validate(spec.get("objective") or {})
+    return None if objective.is_multi else objective.directions[0] == Mode.MAX
 
 
 def _best(repo: Repository, study: Study) -> BestTrial | None:
