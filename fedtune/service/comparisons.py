@@ -33,9 +33,7 @@ from fedtune.redact import scrub_text
 from .access import Principal
 from .errors import InvalidRequestError
 from .mlflow_links import mlflow_links
-from .mlflow_tenancy import mlflow_workspace
 from .models import DEFAULT_PROJECT, MethodGroup, Study, utcnow
-from .paths import study_tracking_uri
 from .redact import redact_uri
 from .repository import Repository
 from .services import ServiceContext, accept_submission, authorize, get_tradeoff, submit_study
@@ -105,7 +103,7 @@ def compare_studies(
     for study_id in ids:  # every one first: no work for a comparison that will be refused
         authorize(ctx, caller, study_id, write=record)
     c, uris, projects = _compare(ctx, ids, force)
-    return {**c.to_dict(), "mlflow": _record(ctx, c, uris, projects) if record else None}
+    return {**c.to_dict(), "mlflow": _record(ctx, c, ids, uris, projects) if record else None}
 
 
 def _compare(
@@ -121,12 +119,11 @@ def _compare(
             study = Repository(session).require_study(study_id)
             spec, run_id, exp = study.spec, study.mlflow_run_id, study.mlflow_experiment_id
             project = study.project
-        uri = study_tracking_uri(ctx.settings, study_id)
+        with ctx.mlflow(study_id, project) as uri:
+            theory = _theory(uri, run_id)
         uris.append(uri)
         projects.append(project)
         run = RunRef(redact_uri(uri) or "", str(exp or ""), run_id) if run_id else None
-        with mlflow_workspace(ctx.settings, project):
-            theory = _theory(uri, run_id)
         inputs.append(
             StudyInput(
                 label=study_id,
@@ -140,7 +137,7 @@ def _compare(
 
 
 def _record(
-    ctx: ServiceContext, c: Any, uris: list[str | None], projects: list[str]
+    ctx: ServiceContext, c: Any, ids: Sequence[str], uris: list[str | None], projects: list[str]
 ) -> dict[str, Any] | None:
     """The comparison as an MLflow run in the first study's store and workspace (None: no
     store); with MLflow workspaces on, only studies of one project (one workspace) are recorded
@@ -162,8 +159,8 @@ def _record(
             "not recorded: MLflow keeps each project's runs in its own workspace",
         )
     parents = {s.key: u for s, u in zip(c.studies, uris, strict=True) if u}
-    with tempfile.TemporaryDirectory() as tmp, mlflow_workspace(ctx.settings, projects[0]):
-        done = record_comparison(c, tmp, uris[0], parent_uris=parents)
+    with tempfile.TemporaryDirectory() as tmp, ctx.mlflow(ids[0], projects[0]) as uri:
+        done = record_comparison(c, tmp, uri, parent_uris=parents)
     links = mlflow_links(ctx.settings, uris[0], projects[0], done["experiment_id"], done["run_id"])
     return {
         "run_id": done["run_id"],
@@ -323,7 +320,7 @@ def _record_group(ctx: ServiceContext, group_id: str, succeeded: list[str]) -> d
         return {"error": f"{len(succeeded)} of the group's studies succeeded: nothing to compare"}
     try:
         c, uris, projects = _compare(ctx, succeeded, force=False)
-        recorded = _record(ctx, c, uris, projects)
+        recorded = _record(ctx, c, succeeded, uris, projects)
     except Exception as exc:  # recorded on the group: a tick never fails for a comparison
         log.warning(
             "study of methods %s: no comparison recorded: %s", group_id, scrub_text(str(exc))

@@ -180,6 +180,25 @@ def mlflow_workspace(settings: Settings, project: str | None) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def study_mlflow(settings: Settings, study_id: str, project: str | None) -> Iterator[str]:
+    """A study's MLflow store as the service reaches it: the service's MLflow calls in the block
+    go to the study's project's workspace (:func:`mlflow_workspace`).
+
+    Args:
+        settings: The service's settings.
+        study_id: The study.
+        project: Its project.
+
+    Returns:
+        A context manager that yields the study's tracking URI.
+    """
+    from .paths import study_tracking_uri
+
+    with mlflow_workspace(settings, project):
+        yield study_tracking_uri(settings, study_id)
+
+
 def tenancy_from_settings(settings: Settings) -> MlflowTenancy | None:
     """The MLflow tenancy the settings describe, or None (``FEDTUNE_MLFLOW_WORKSPACES`` off).
 

@@ -54,10 +54,10 @@ from .backend_health import BackendHealth
 from .backends.base import Backend, LaunchRequest
 from .db import Database
 from .leader import Fence, Leadership
-from .mlflow_tenancy import mlflow_workspace
+from .mlflow_tenancy import study_mlflow
 from .models import DEFAULT_PROJECT, Project, utcnow
 from .optuna_sync import OptunaView
-from .paths import study_tracking_uri, study_workdir
+from .paths import study_workdir
 from .project_usage import reservation, trial_processes
 from .reconcile import Recovery, reconcile_running, release_finished
 from .repository import Repository
@@ -276,8 +276,8 @@ class Scheduler:
             self._drop_queue(study_id, name, gone)
             if self._kill_runs is not None and (mlflow[1] or runs):
                 try:
-                    with mlflow_workspace(self.settings, project):
-                        self._kill_runs(study_tracking_uri(self.settings, study_id), *mlflow, runs)
+                    with study_mlflow(self.settings, study_id, project) as uri:
+                        self._kill_runs(uri, *mlflow, runs)
                 except Exception as exc:  # MLflow down: the cancellation itself stands
                     log.warning("study %s: marking MLflow runs KILLED failed: %s", study_id, exc)
 

@@ -10,6 +10,7 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,7 +28,7 @@ from .errors import (
     StudyNotFoundError,
 )
 from .mlflow_links import mlflow_links
-from .mlflow_tenancy import mlflow_workspace
+from .mlflow_tenancy import study_mlflow
 from .models import Project, Study, Trial
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
@@ -82,6 +83,11 @@ class ServiceContext:
     warmup: Warmup | None = None  # readiness waits for it (fedtune.service.warmup)
     #: MLflow's workspaces and roles kept in step with projects (``mlflow_tenancy.TenancyLoop``)
     tenancy: Any = None
+
+    def mlflow(self, study_id: str, project: str | None) -> AbstractContextManager[str]:
+        """A study's MLflow store: yields its tracking URI, with the service's MLflow calls in
+        the block in its project's workspace (:func:`.mlflow_tenancy.study_mlflow`)."""
+        return study_mlflow(self.settings, study_id, project)
 
 
 def new_study_id() -> str:
@@ -418,8 +424,8 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
                     )
                 )
     if ended and run_id:
-        with mlflow_workspace(ctx.settings, project):
-            text = stored_tradeoff(study_tracking_uri(ctx.settings, study_id), run_id)
+        with ctx.mlflow(study_id, project) as uri:
+            text = stored_tradeoff(uri, run_id)
         if text is not None:
             return text
     return tradeoff_text(tradeoff_of(spec, curves, provisional=True))
