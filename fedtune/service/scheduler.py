@@ -192,19 +192,12 @@ class Scheduler:
             late = []
             for study in Repository(session).studies_in(StudyState.RUNNING):
                 budget = (study.spec or {}).get("budget") or {}
-                limit = self.settings.study_deadline(budget.get("wall_clock_s"))
+                deadline = self.settings.study_deadline(budget.get("wall_clock_s"))
                 started = study.started_at
-                if limit is not None and started and (now - started).total_seconds() > limit:
-                    late.append((study.id, limit, budget.get("wall_clock_s")))
+                if deadline and started and (now - started).total_seconds() > deadline[0]:
+                    late.append((study.id, *deadline))
         failed = []
-        for study_id, limit, wall_clock_s in late:
-            grace = self.settings.study_deadline_grace_s
-            by_budget = wall_clock_s is not None and limit == float(wall_clock_s) + grace
-            why = (
-                f"budget.wall_clock_s {wall_clock_s:g} s + FEDTUNE_STUDY_DEADLINE_GRACE_S {grace} s"
-                if by_budget
-                else "FEDTUNE_STUDY_DEADLINE_S"
-            )
+        for study_id, limit, why in late:
             error = (
                 f"the study ran past its deadline of {limit:g} s ({why}); its driver was stopped"
             )

@@ -408,20 +408,26 @@ class Settings(BaseSettings):
         """``study_sandbox_memory_mib`` in bytes (``RLIMIT_DATA``); None: no bound."""
         return (self.study_sandbox_memory_mib << 20) or None
 
-    def study_deadline(self, wall_clock_s: float | None) -> float | None:
-        """How long a study may run after its dispatch.
+    def study_deadline(self, wall_clock_s: float | None) -> tuple[float, str] | None:
+        """How long a study may run after its dispatch, and what sets that.
 
         Args:
             wall_clock_s: the study's ``budget.wall_clock_s``, or None.
 
         Returns:
-            Seconds: ``study_deadline_s``, or ``wall_clock_s + study_deadline_grace_s`` when
-            that is sooner; None when neither bounds it.
+            ``(seconds, why)``: ``study_deadline_s``, or ``wall_clock_s +
+            study_deadline_grace_s`` when that is sooner; None when neither bounds it.
         """
-        limits = [float(self.study_deadline_s)] if self.study_deadline_s else []
+        limits = []
+        if self.study_deadline_s:
+            limits.append((float(self.study_deadline_s), "FEDTUNE_STUDY_DEADLINE_S"))
         if wall_clock_s is not None:
-            limits.append(float(wall_clock_s) + self.study_deadline_grace_s)
-        return min(limits) if limits else None
+            grace = self.study_deadline_grace_s
+            why = (
+                f"budget.wall_clock_s {wall_clock_s:g} s + FEDTUNE_STUDY_DEADLINE_GRACE_S {grace} s"
+            )
+            limits.append((float(wall_clock_s) + grace, why))
+        return min(limits, key=lambda limit: limit[0]) if limits else None
 
     @property
     def drivers_report_to(self) -> str | None:
