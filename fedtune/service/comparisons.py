@@ -33,10 +33,17 @@ from fedtune.redact import scrub_text
 from .access import Principal
 from .errors import InvalidRequestError
 from .mlflow_links import mlflow_links
-from .models import DEFAULT_PROJECT, MethodGroup, Study, utcnow
+from .models import MethodGroup, Study, utcnow
 from .redact import redact_uri
 from .repository import Repository
-from .services import ServiceContext, accept_submission, authorize, get_tradeoff, submit_study
+from .services import (
+    ServiceContext,
+    accept_submission,
+    authorize,
+    get_tradeoff,
+    submission_project,
+    submit_study,
+)
 from .states import StudyState
 
 __all__ = [
@@ -193,10 +200,10 @@ def submit_methods(
     if not isinstance(body, Mapping):
         raise InvalidRequestError("<body>", "a study spec is a JSON object")
     documents = expand_methods(body)
-    project = body.get("project")
-    project = project if isinstance(project, str) else DEFAULT_PROJECT
-    # every spec valid before the first study is queued, each checked once (with code: one
-    # sandboxed check per algorithm)
+    # the project each study goes to, as submit_study resolves it (and may the caller submit
+    # there?), before any check; then every spec valid before the first study is queued, each
+    # checked once (with code: one sandboxed check per algorithm)
+    project, _ = submission_project(ctx, body, caller)
     accepted = [accept_submission(ctx, document, project) for document in documents]
     studies, created = [], False
     for document, checked in zip(documents, accepted, strict=True):

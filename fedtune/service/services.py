@@ -135,7 +135,7 @@ def submit_study(
     digest = request_hash(body)
     if idempotency_key is not None and not _KEY.match(idempotency_key):
         raise InvalidRequestError("Idempotency-Key", "1-128 characters of [A-Za-z0-9._:+/=-]")
-    project, max_priority = _submit_project(ctx, body, caller)
+    project, max_priority = submission_project(ctx, body, caller)
     replay = _replayed(ctx, idempotency_key, digest)
     if replay is not None:
         return replay, False
@@ -176,7 +176,7 @@ def submit_study(
     return get_study(ctx, study.id), True
 
 
-def _submit_project(ctx: ServiceContext, body: Any, caller: Principal) -> tuple[str, int]:
+def submission_project(ctx: ServiceContext, body: Any, caller: Principal) -> tuple[str, int]:
     """The project a submission goes to and its ``max_priority``, if ``caller`` may submit
     there: an unknown project and one the caller cannot see are the same 422 (no existence
     oracle); a viewer gets 403. A submission naming none goes to :func:`default_project`."""

@@ -302,3 +302,24 @@ def test_a_study_of_methods_with_code_is_checked_once_per_algorithm(
     before = len(client.get("/v1/studies").json()["items"])
     assert client.post("/v1/methods", json=bad).status_code == 422
     assert len(client.get("/v1/studies").json()["items"]) == before  # nothing queued
+
+
+def test_a_members_study_of_methods_with_code_goes_to_their_project(make_client, tmp_path) -> None:
+    """A member of one project who names none submits there, as for one study: the package
+    they uploaded there is found, and each algorithm's check runs for that project."""
+    from fedtune.service import identity
+
+    client = make_client()
+    with client.app.state.runtime.db.session() as s:
+        identity.create_project(s, "vision")
+        identity.create_user(s, "mia")
+        identity.add_member(s, "mia", "vision", "member")
+        mia = {"Authorization": f"Bearer {identity.issue_token(s, 'mia').secret}"}
+    package = pack(write_package(tmp_path / "lab"))
+    up = client.post("/v1/code", content=package.data, headers={**ZIP, **mia})
+    assert up.status_code == 201, up.text
+    spec = _code_spec(package.sha256, name="m")
+    spec["algorithm"] = ["fedavg", {"name": "fedprox", "search": {"space": "fedprox"}}]
+    r = client.post("/v1/methods", json=spec, headers=mia)
+    assert r.status_code == 201, r.text
+    assert [s["project"] for s in r.json()["studies"]] == ["vision", "vision"]
