@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import RELEASE, find, one
+from tests.deploy.conftest import RELEASE, find, one, pod_specs
 from tests.needs import REPO_ROOT, need
 from tests.seccomp_profiles import (
     CHART_PROFILE,
@@ -91,11 +91,7 @@ def _containers(manifests: list[dict]) -> dict[str, dict]:
     """Every container of every rendered workload, by "<kind>/<name>/<container>"."""
     found = {}
     for manifest in manifests:
-        spec = manifest.get("spec", {})
-        pods = [spec.get("template", {}).get("spec")]
-        pods += [g.get("template", {}).get("spec") for g in spec.get("workerGroupSpecs", [])]
-        pods += [spec.get("headGroupSpec", {}).get("template", {}).get("spec")]
-        for pod in filter(None, pods):
+        for _, _, pod in pod_specs(manifest):
             for c in pod.get("initContainers", []) + pod.get("containers", []):
                 where = f"{manifest['kind']}/{manifest['metadata']['name']}/{c['name']}"
                 found[where] = (pod.get("securityContext") or {}) | (c.get("securityContext") or {})
