@@ -186,16 +186,28 @@ class StudyOut(WireModel):
 
 @dataclass(frozen=True, kw_only=True)
 class Progress(WireModel):
-    """A study's trials by state, out of the ``requested`` ones."""
+    """A study's trials by state, out of the ``requested`` ones, and the compute it used."""
 
-    requested: int
+    requested: int = _about(
+        "budget.trials; with a budget in compute and no trial count, the service's most "
+        "(FEDTUNE_MAX_TRIALS)"
+    )
     finished: int = _about("completed + pruned + failed trials")
     completed: int
     pruned: int
     failed: int
     killed: int
     running: int
-    fraction: float = field(metadata={"ge": 0, "le": 1})
+    fraction: float = field(
+        metadata={
+            "ge": 0,
+            "le": 1,
+            "description": "the largest share of a budget used: trials finished, "
+            "configuration_rounds of budget.configuration_rounds, seconds since its start of "
+            "budget.time",
+        }
+    )
+    configuration_rounds: int = _about("rounds its trials trained, all trials together", 0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -143,6 +143,20 @@ def _strategy_lines(spec, counts: dict[str, int], reasons: dict[str, int]) -> li
     return lines
 
 
+def _budget_lines(budget, result) -> list[str]:
+    """What the study spent of its budget in compute (none: no line)."""
+    lines = []
+    if budget.configuration_rounds is not None:
+        lines.append(
+            f"budget         : {result.configuration_rounds}/{budget.configuration_rounds}"
+            " configuration-rounds"
+        )
+    if budget.time is not None:
+        took = result.timings.get("tuning_s", 0.0)
+        lines.append(f"budget         : {took:.0f} s of {budget.time:g} s of tuning")
+    return lines
+
+
 def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None = None) -> str:
     c = result.counts
     shown = (
@@ -153,13 +167,15 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
     )
     outcomes = ", ".join(f"{c.get(k, 0)} {k}" for k in shown)
     took = result.timings.get("total_s", 0.0)
-    count = f"{c['trials']}/{result.target_trials} trials"
-    if c["trials"] > result.target_trials:  # extended earlier with --trials, resumed without
+    target = result.target_trials
+    count = f"{c['trials']}/{target} trials" if target is not None else f"{c['trials']} trials"
+    if target is not None and c["trials"] > target:  # extended with --trials, resumed without
         count = (
-            f"{c['trials']} trials (more than this run's target of {result.target_trials}:"
+            f"{c['trials']} trials (more than this run's target of {target}:"
             " the study was extended with --trials before)"
         )
     lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
+    lines += _budget_lines(spec.budget, result)
     lines += _strategy_lines(spec, c, result.stop_reasons)
     if spec.resources.pack != 1 and result.packing is not None:
         lines.append(f"packing        : {result.packing}")

@@ -285,6 +285,8 @@ def _drive(link, attempts, settings, spec, workdir, view, run_study) -> int | Ex
             result = run_study(
                 spec,
                 workdir,
+                # a budget in compute and no trial count: the service's most trials, at most
+                trials=settings.max_trials if spec.budget.trials is None else None,
                 tracking_uri=uri,
                 ray_address=settings.ray_address,
                 sinks=[sink],

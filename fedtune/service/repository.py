@@ -317,6 +317,14 @@ class Repository:
         counts.update({TrialState(s): int(n) for s, n in self.session.execute(query)})
         return counts
 
+    def rounds_trained(self, study_id: str) -> int:
+        """Configuration-rounds the study's trials trained: the sum of their last rounds (one
+        index range read of its trials)."""
+        query = select(func.coalesce(func.sum(Trial.last_round), 0)).where(
+            Trial.study_id == study_id
+        )
+        return int(self.session.scalar(query) or 0)
+
     def best_completed(self, study_id: str, maximise: bool) -> Trial | None:
         """The completed, scored, not diverged trial with the best value (lowest number among
         equals): one index range read of the study's trials, sorted in SQL."""

@@ -4,7 +4,7 @@ One background thread ticks every ``FEDTUNE_SCHEDULER_INTERVAL_S`` seconds (and 
 study is cancelled):
 
 0. **deadline** — a running study past its deadline (``Settings.study_deadline``:
-   ``FEDTUNE_STUDY_DEADLINE_S``, or its ``budget.wall_clock_s`` plus
+   ``FEDTUNE_STUDY_DEADLINE_S``, or its ``budget.time`` plus
    ``FEDTUNE_STUDY_DEADLINE_GRACE_S``) fails with that reason, its running trials are killed and
    its driver is stopped as a cancelled one's (step 1): whatever its code does, a study ends;
 1. **stop** — drivers of studies cancelled since the last tick: ``backend.stop(ref)`` (the whole
@@ -62,6 +62,7 @@ from .project_usage import reservation, trial_processes
 from .reconcile import Recovery, reconcile_running, release_finished
 from .repository import Repository
 from .settings import Settings
+from .specs import stored_budget
 from .states import StudyState
 
 __all__ = ["Scheduler", "TickReport"]
@@ -191,8 +192,7 @@ class Scheduler:
         with self.db.session(readonly=True) as session:
             late = []
             for study in Repository(session).studies_in(StudyState.RUNNING):
-                budget = (study.spec or {}).get("budget") or {}
-                deadline = self.settings.study_deadline(budget.get("wall_clock_s"))
+                deadline = self.settings.study_deadline(stored_budget(study.spec).time)
                 started = study.started_at
                 if deadline and started and (now - started).total_seconds() > deadline[0]:
                     late.append((study.id, *deadline))

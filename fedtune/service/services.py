@@ -29,7 +29,7 @@ from .errors import (
 )
 from .mlflow_links import mlflow_links
 from .mlflow_tenancy import study_mlflow
-from .models import Project, Study, Trial
+from .models import Project, Study, Trial, utcnow
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
 from .repository import Repository
@@ -44,7 +44,7 @@ from .schemas import (
     TrialOut,
 )
 from .settings import Settings
-from .specs import AcceptedSpec, accept_spec, request_hash
+from .specs import AcceptedSpec, accept_spec, request_hash, stored_budget
 from .states import StudyState, TrialState
 from .warmup import Warmup
 
@@ -153,7 +153,8 @@ def submit_study(
         spec=accepted.document,
         algorithm=accepted.algorithm,
         task=accepted.task,
-        trials_requested=accepted.trials,
+        # a budget in compute and no trial count: at most FEDTUNE_MAX_TRIALS, as the driver runs
+        trials_requested=accepted.trials or ctx.settings.max_trials,
         attempts=0,
         code_sha256=code_sha256,
         project=project,
@@ -300,7 +301,7 @@ def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
     return StudyDetail.from_attributes(
         _study_out(study),
         spec=study.spec,
-        progress=_progress(study.trials_requested, counts),
+        progress=_progress(study, counts, repo.rounds_trained(study.id)),
         best=_best(repo, study),
         mlflow=mlflow_links(
             ctx.settings,
@@ -332,8 +333,26 @@ def cancel_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
     return get_study(ctx, study_id)
 
 
-def _progress(requested: int, counts: Mapping[TrialState, int]) -> Progress:
+def _progress(study: Study, counts: Mapping[TrialState, int], rounds: int) -> Progress:
+    """A study's progress: its trials by state and the largest share of a budget it used.
+
+    Args:
+        study: The study's row.
+        counts: Its trials by state.
+        rounds: The configuration-rounds its trials trained.
+
+    Returns:
+        The progress the API shows.
+    """
     done = counts[TrialState.COMPLETED] + counts[TrialState.PRUNED] + counts[TrialState.FAILED]
+    requested = study.trials_requested
+    shares = [done / requested if requested else 1.0]
+    budget = stored_budget(study.spec)
+    if budget.configuration_rounds is not None:
+        shares.append(rounds / budget.configuration_rounds)
+    if budget.time is not None and study.started_at is not None:
+        ran = (study.finished_at or utcnow()) - study.started_at
+        shares.append(ran.total_seconds() / budget.time)
     return Progress(
         requested=requested,
         finished=done,
@@ -342,7 +361,8 @@ def _progress(requested: int, counts: Mapping[TrialState, int]) -> Progress:
         failed=counts[TrialState.FAILED],
         killed=counts[TrialState.KILLED],
         running=counts[TrialState.RUNNING],
-        fraction=min(1.0, done / requested) if requested else 1.0,
+        fraction=min(1.0, max(0.0, *shares)),
+        configuration_rounds=rounds,
     )
 
 

@@ -230,7 +230,7 @@ class Settings(BaseSettings):
     #: scheduler then fails it and stops its driver, on every backend (an endless loop in
     #: uploaded code ends there); 0: no bound
     study_deadline_s: int = Field(7 * 24 * 3600, ge=0)
-    #: what a study with ``budget.wall_clock_s`` may run beyond that budget before the same
+    #: what a study with ``budget.time`` may run beyond that budget before the same
     #: stop (its start, its last rounds, its report), in seconds
     study_deadline_grace_s: int = Field(900, ge=0)
     #: set by the service in a Ray job's environment (backend ``ray``) for a study with uploaded
@@ -408,25 +408,23 @@ class Settings(BaseSettings):
         """``study_sandbox_memory_mib`` in bytes (``RLIMIT_DATA``); None: no bound."""
         return (self.study_sandbox_memory_mib << 20) or None
 
-    def study_deadline(self, wall_clock_s: float | None) -> tuple[float, str] | None:
+    def study_deadline(self, budget_time_s: float | None) -> tuple[float, str] | None:
         """How long a study may run after its dispatch, and what sets that.
 
         Args:
-            wall_clock_s: the study's ``budget.wall_clock_s``, or None.
+            budget_time_s: the study's ``budget.time`` in seconds, or None.
 
         Returns:
-            ``(seconds, why)``: ``study_deadline_s``, or ``wall_clock_s +
+            ``(seconds, why)``: ``study_deadline_s``, or ``budget_time_s +
             study_deadline_grace_s`` when that is sooner; None when neither bounds it.
         """
         limits = []
         if self.study_deadline_s:
             limits.append((float(self.study_deadline_s), "FEDTUNE_STUDY_DEADLINE_S"))
-        if wall_clock_s is not None:
+        if budget_time_s is not None:
             grace = self.study_deadline_grace_s
-            why = (
-                f"budget.wall_clock_s {wall_clock_s:g} s + FEDTUNE_STUDY_DEADLINE_GRACE_S {grace} s"
-            )
-            limits.append((float(wall_clock_s) + grace, why))
+            why = f"budget.time {budget_time_s:g} s + FEDTUNE_STUDY_DEADLINE_GRACE_S {grace} s"
+            limits.append((float(budget_time_s) + grace, why))
         return min(limits, key=lambda limit: limit[0]) if limits else None
 
     @property

@@ -16,7 +16,11 @@ Every refusal is ``ConfigError(field, reason)`` (→ 422 naming the dotted field
   ``seeds`` and ``task.seed``, ``budget.max_concurrent``, ``resources.cpu``/``gpu``, and the
   search space itself — choices (and grid values) per parameter and parameters per spec, which
   keeps validation cheap. A searched size (``search.parameters.rounds.high``) is bounded like a
-  fixed one. A size is checked where the spec writes it (a default is the server's own).
+  fixed one. A size is checked where the spec writes it (a default is the server's own);
+* **a budget in compute** stays within what the service runs: ``budget.configuration_rounds``
+  at most ``FEDTUNE_MAX_TRIALS × FEDTUNE_MAX_ROUNDS``, ``budget.time`` at most
+  ``FEDTUNE_STUDY_DEADLINE_S``. A study with such a budget and no ``budget.trials`` runs at most
+  ``FEDTUNE_MAX_TRIALS`` trials (the driver's target).
 """
 
 from __future__ import annotations
@@ -173,6 +177,7 @@ def check_sizes(spec: StudySpec, settings: Settings) -> None:
     """
     for field, setting in _FIXED:
         _at_most(field, _written(spec, field), getattr(settings, setting), setting)
+    _check_compute(spec, settings)
     for i, seed in enumerate(spec.seeds or ()):
         _at_most(f"seeds[{i}]", seed, settings.max_seed, "max_seed")
     entries = list(_searched(spec.search))
@@ -217,11 +222,41 @@ def _searched(search: SearchSpec) -> Iterator[tuple[str, Mapping[str, Any], str]
                 yield f"search.{block}.{name}", entry, resolve_path(name) or name
 
 
+def _check_compute(spec: StudySpec, settings: Settings) -> None:
+    """A budget in compute within what the service would run: ``budget.configuration_rounds``
+    at most ``FEDTUNE_MAX_TRIALS`` trials of ``FEDTUNE_MAX_ROUNDS`` rounds, ``budget.time``
+    at most ``FEDTUNE_STUDY_DEADLINE_S`` (the scheduler stops every study then)."""
+    budget = spec.budget
+    most = settings.max_trials * settings.max_rounds
+    if budget.configuration_rounds is not None and budget.configuration_rounds > most:
+        raise ConfigError(
+            "budget.configuration_rounds",
+            f"must be at most {most} (FEDTUNE_MAX_TRIALS × FEDTUNE_MAX_ROUNDS)",
+        )
+    deadline = settings.study_deadline_s
+    if budget.time is not None and deadline and budget.time > deadline:
+        raise ConfigError(
+            "budget.time",
+            f"must be at most {deadline} s (FEDTUNE_STUDY_DEADLINE_S: the service stops every "
+            "study then)",
+        )
+
+
 def describe_limits(settings: Settings) -> str:
     """This server's limits on a spec, as Markdown (the OpenAPI description of the submit)."""
     roots = ", ".join(f"`{r}`" for r in settings.data_roots) or "none: no data paths accepted"
     rows = [
         ("budget.trials", settings.max_trials, "FEDTUNE_MAX_TRIALS"),
+        (
+            "budget.configuration_rounds",
+            settings.max_trials * settings.max_rounds,
+            "FEDTUNE_MAX_TRIALS × FEDTUNE_MAX_ROUNDS",
+        ),
+        (
+            "budget.time (seconds; 0: no limit)",
+            settings.study_deadline_s,
+            "FEDTUNE_STUDY_DEADLINE_S",
+        ),
         ("train.rounds", settings.max_rounds, "FEDTUNE_MAX_ROUNDS"),
         ("task.clients, train.clients_per_round", settings.max_clients, "FEDTUNE_MAX_CLIENTS"),
         ("task.dim", settings.max_dim, "FEDTUNE_MAX_DIM"),

@@ -31,7 +31,7 @@ from .errors import InvalidRequestError
 from .spec_limits import check_data_paths, check_sizes, check_spaces
 
 if TYPE_CHECKING:
-    from fedtune.tuning.spec import StudySpec
+    from fedtune.tuning.spec import BudgetSpec, StudySpec
 
     from .settings import Settings
 
@@ -43,6 +43,7 @@ __all__ = [
     "parse_spec",
     "request_hash",
     "service_rules",
+    "stored_budget",
 ]
 
 
@@ -58,7 +59,7 @@ class AcceptedSpec:
     name: str
     algorithm: str
     task: str
-    trials: int
+    trials: int | None
     max_concurrent: int
     cpu: float
     gpu: float
@@ -67,6 +68,21 @@ class AcceptedSpec:
     project: str | None = None
     priority: int = 0
     pack: int | str = 1
+
+
+def stored_budget(document: Mapping[str, Any] | None) -> BudgetSpec:
+    """The ``budget`` of a stored spec, typed (a row stored before ``budget.time`` had its old
+    name ``wall_clock_s``: read as ``time``).
+
+    Args:
+        document: A study row's spec.
+
+    Returns:
+        Its budget.
+    """
+    from fedtune.tuning.spec import BudgetSpec
+
+    return BudgetSpec.model_validate((document or {}).get("budget") or {})
 
 
 def parse_spec(data: Any) -> StudySpec:

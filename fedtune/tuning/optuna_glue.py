@@ -64,8 +64,9 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status, optuna_
 from fedtune.redact import scrub
 from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_values, suggest
 
+from .budget import Ask, RoundBudget, rounds_spent
 from .keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from .spec import Mode, MultiMetric, SamplerName, StudySpec
+from .spec import DEFAULT_TRIALS, Mode, MultiMetric, SamplerName, StudySpec
 from .stop_rules import SWEEP_ATTR, Observed, Stopper
 from .store import CURVE_ATTR, StudyStore, make_storage, outcome_of, storage_url
 from .tradeoff import TrialCurve
@@ -81,7 +82,10 @@ __all__ = [
     "make_sampler",
     "make_storage",
     "open_study",
+    "planned_trials",
     "reconcile",
+    "round_budget",
+    "rounds_trained",
     "run_statuses",
     "storage_url",
     "study_counts",
@@ -140,14 +144,49 @@ def open_study(spec: StudySpec, storage: RDBStorage, space: SearchSpace) -> optu
     return study
 
 
-def target_trials(spec: StudySpec, space: SearchSpace, trials: int | None) -> int:
-    """Total trials wanted: ``--trials`` or the budget; a grid has at most its point count."""
+def target_trials(spec: StudySpec, space: SearchSpace, trials: int | None) -> int | None:
+    """Total trials wanted: ``--trials`` or the budget (None: no limit in trials, a budget in
+    compute ends the study); a grid has at most its point count."""
     total = trials if trials is not None else spec.budget.trials
-    if total < 1:
+    if total is not None and total < 1:
         raise ConfigError("budget.trials", f"must be >= 1, got {total}")
     if spec.sampler_name == SamplerName.GRID:
-        total = min(total, len(grid_points(space)))
+        points = len(grid_points(space))
+        total = points if total is None else min(total, points)
     return total
+
+
+def round_budget(spec: StudySpec, study: optuna.Study) -> RoundBudget | None:
+    """The study's ``budget.configuration_rounds`` as a :class:`~.budget.RoundBudget`, less
+    what its ended trials trained (None: no such budget)."""
+    limit = spec.budget.configuration_rounds
+    if limit is None:
+        return None
+    return RoundBudget(limit, spec.train.rounds, rounds_trained(study))
+
+
+def rounds_trained(study: optuna.Study) -> int:
+    """Configuration-rounds the study's ended trials trained (:func:`~.budget.rounds_spent`)."""
+    return rounds_spent(study.get_trials(deepcopy=False, states=_FINISHED))
+
+
+def planned_trials(spec: StudySpec, target: int | None) -> int:
+    """The trials a sampler plans for (its random start-up, NSGA-II's population).
+
+    Args:
+        spec: The study.
+        target: :func:`target_trials`.
+
+    Returns:
+        ``target``; without one, the configurations ``budget.configuration_rounds`` holds at
+        ``train.rounds`` each (more run when some stop early), else ``DEFAULT_TRIALS``.
+    """
+    if target is not None:
+        return target
+    rounds = spec.budget.configuration_rounds
+    if rounds is not None:
+        return max(1, rounds // spec.train.rounds)
+    return DEFAULT_TRIALS
 
 
 _NEVER_ENDED = (TrialOutcome.INTERRUPTED, TrialOutcome.CANCELLED)  # re-run, or dropped by a cancel
@@ -250,6 +289,7 @@ class FedtuneSearch(Searcher):
         store: StudyStore,
         sampler: optuna.samplers.BaseSampler,
         stopper: Stopper | None = None,
+        budget: RoundBudget | None = None,
     ) -> None:
         multi = spec.objective.is_multi
         modes = [str(m) for m in spec.objective.directions]
@@ -269,6 +309,7 @@ class FedtuneSearch(Searcher):
         self._unreported: dict[str, tuple[float, int]] = {}  # (value, round) not yet written
         self._due_at: dict[str, float] = {}  # when the next write is due
         self._stopper = stopper
+        self._budget = budget
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return not config  # the space is the study's; Tune's param_space stays empty
@@ -281,7 +322,12 @@ class FedtuneSearch(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         """Nothing to restore: see :meth:`save`."""
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if self._budget is not None:
+            ask = self._budget.ask()
+            if ask != Ask.GO:  # None: ask again when a configuration ends
+                return Searcher.FINISHED if ask == Ask.DONE else None
+            self._budget.start(trial_id)
         if self._stopper is not None and not self._waiting():
             self._propose()
         trial = self._study.ask()  # an enqueued (re-run, grid or sweep) point first
@@ -320,6 +366,8 @@ class FedtuneSearch(Searcher):
                 report = (float(value), int(row[ROUND]))
             last = int(row[ROUND])
         self._seen[trial_id] = last
+        if self._budget is not None:
+            self._budget.trained(trial_id, last)
         if report is not None:  # the report point's value only, not too often (module docstring)
             self._unreported[trial_id] = report
             if time.monotonic() >= self._due_at.get(trial_id, -math.inf):
@@ -347,6 +395,8 @@ class FedtuneSearch(Searcher):
         elif state == TrialState.COMPLETE:
             values = [float(result[k]) for k in self._keys]
         self._record(trial.number, trial_id, outcome, result or {})
+        if self._budget is not None:
+            self._budget.end(trial_id, (result or {}).get(ROUND))
         if self._stopper is not None:
             value = values[0] if values and outcome == TrialOutcome.COMPLETED else None
             self._stopper.complete(trial.number, outcome, value)

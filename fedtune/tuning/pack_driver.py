@@ -214,7 +214,8 @@ class PackSearch(Searcher):
         inner: The study's :class:`~.optuna_glue.FedtuneSearch`.
         book: The driver's :class:`PackBook`.
         size: Configurations per pack.
-        budget: Configurations to run in all (the study's remaining trials).
+        budget: Configurations to run in all (the study's remaining trials; None: no limit,
+            the inner searcher's budget in configuration-rounds ends the study).
         key: A member config's pack key (members with equal keys share a pack).
         store: The study's store: each member's Optuna user attribute ``pack`` names its pack
             (``pack-<first member's number>``, the pack's Ray Tune trial directory).
@@ -227,7 +228,7 @@ class PackSearch(Searcher):
         inner: Searcher,
         book: PackBook,
         size: int,
-        budget: int,
+        budget: int | None,
         key: Callable[[Mapping[str, Any]], str],
         store: StudyStore,
         box: Any = None,
@@ -236,6 +237,7 @@ class PackSearch(Searcher):
         self.inner, self.book, self.size, self.budget, self.key = inner, book, size, budget, key
         self.store, self.box = store, box
         self.asked = 0
+        self.finished = False  # no configuration will ever be asked again
         self.backlog = Backlog(size, key, self._ask)
         self._closed: set[int] = set()
         self._ids: dict[int, str] = {}  # member number -> the inner searcher's trial id
@@ -250,19 +252,24 @@ class PackSearch(Searcher):
         self.inner.restore(checkpoint_path)
 
     def _ask(self) -> dict[str, Any] | None:
-        """One configuration from the inner searcher (None: the budget is spent)."""
-        if self.asked >= self.budget:
+        """One configuration from the inner searcher (None: none now; :attr:`finished` says
+        whether ever again)."""
+        if self.budget is not None and self.asked >= self.budget:
+            self.finished = True
+            return None
+        asked = f"ask-{self.asked + 1}"  # the inner searcher's id of the configuration
+        config = self.inner.suggest(asked)
+        if not isinstance(config, dict):  # its configuration-rounds: wait, or finished
+            self.finished = config == Searcher.FINISHED
             return None
         self.asked += 1
-        asked = f"ask-{self.asked}"  # the inner searcher's id of the configuration
-        config = self.inner.suggest(asked)
         self._ids[int(config[TRIAL_KEY])] = asked
         return config
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         pack = self.backlog.pack()
         if not pack:
-            return Searcher.FINISHED
+            return Searcher.FINISHED if self.finished else None
         refills = self.box is not None and len(pack) > 1  # a pack of one runs unpacked
         self.book.open(trial_id, pack, self.key(pack[0]), refills)
         self._name(trial_id, pack)

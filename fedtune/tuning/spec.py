@@ -57,6 +57,7 @@ from pydantic import (
     model_validator,
 )
 
+from fedtune.durations import parse_duration
 from fedtune.errors import CodeError, ConfigError
 from fedtune.search_spaces import (
     Parameter,
@@ -241,10 +242,65 @@ def default_round_counts(rounds: int, reduction_factor: float = 3.0) -> tuple[in
     return last, grace
 
 
+#: ``budget.trials`` of a study that gives no budget in trials, time or configuration-rounds
+DEFAULT_TRIALS = 16
+
+#: seconds, or a string such as ``"30m"`` (:func:`fedtune.durations.parse_duration`)
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0},
+                {"type": "string"},
+            ]
+        }
+    ),
+]
+
+
 class BudgetSpec(_Spec):
-    trials: Count = 16
-    max_concurrent: Count = 1
-    wall_clock_s: Annotated[float, Field(strict=True, gt=0)] | None = None
+    """What a study may spend; it stops asking for configurations at the first limit reached.
+
+    ``trials``: configurations in all (default 16, or no limit when ``time`` or
+    ``configuration_rounds`` is given); ``max_concurrent``: configurations trained at once;
+    ``time``: wall-clock seconds of the fit (``90``, ``"30m"``, ``"1h30m"``; what runs then is
+    stopped, as Ray Tune's ``time_budget_s``); ``configuration_rounds``: rounds trained by all
+    configurations together, never exceeded (:mod:`fedtune.tuning.budget`). ``wall_clock_s``
+    is the old name of ``time`` and is still read (with ``trials`` still 16 by default).
+    """
+
+    trials: Count | None = None  # default 16, or no limit with time or configuration_rounds
+    max_concurrent: Count = 1  # configurations trained at once, packed or not
+    time: Duration | None = None  # seconds, or 45s, 30m, 1h30m, 2d: the fit's wall-clock time
+    configuration_rounds: Count | None = None  # rounds of all configurations together
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        """Read ``wall_clock_s`` as ``time``; default ``trials`` when no budget is given."""
+        if not isinstance(data, Mapping):
+            return data
+        data, old = dict(data), None
+        if "wall_clock_s" in data:
+            old = data.pop("wall_clock_s")
+            if old is not None and data.get("time") is not None:
+                raise ConfigError("wall_clock_s", "is the old name of time: give only time")
+            if old is not None:
+                data["time"] = old
+        # a spec of the old name meant 16 trials at most, as it still does
+        unbounded = data.get("configuration_rounds") is None and (
+            data.get("time") is None or old is not None
+        )
+        if data.get("trials") is None and unbounded:
+            data["trials"] = DEFAULT_TRIALS
+        return data
+
+    @property
+    def compute(self) -> bool:
+        """Whether the study has a budget in compute (time or configuration-rounds)."""
+        return self.time is not None or self.configuration_rounds is not None
 
 
 #: the largest ``resources.pack``

@@ -53,6 +53,7 @@ from fedtune.redact import strip_credentials
 
 from . import optuna_glue as og
 from . import timeline
+from .budget import RoundBudget
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
 from .keys import TRIAL_KEY
@@ -106,7 +107,9 @@ class StudyResult:
         tracking_uri: The MLflow store, without credentials.
         experiment_id: The MLflow experiment.
         parent_run_id: The study's parent MLflow run.
-        target_trials: The number of finished trials it aimed at.
+        target_trials: The number of finished trials it aimed at (None: no limit in trials, a
+            budget in compute ended it).
+        configuration_rounds: Rounds trained by all its finished trials, in every session.
         finished: Trials finished in total.
         ran: Trials this invocation finished.
         counts: Trials by state.
@@ -130,7 +133,8 @@ class StudyResult:
     tracking_uri: str  # without credentials (``fedtune tune --json`` prints it)
     experiment_id: str
     parent_run_id: str
-    target_trials: int
+    target_trials: int | None
+    configuration_rounds: int
     finished: int
     ran: int
     counts: dict[str, int]
@@ -199,7 +203,7 @@ class StudyPlan:
             Tune, Optuna and MLflow record gets this spec).
         workdir: Its directory (resolved).
         space: Its search space.
-        target: The number of finished trials it is to have.
+        target: The number of finished trials it is to have (None: no limit in trials).
         stored: Its Optuna storage exists (a resume or an extension, not a new study).
         tracking_uri: The MLflow store given by the caller, else the spec's, with its
             credentials (None: ``MLFLOW_TRACKING_URI``, else the workdir's).
@@ -210,7 +214,7 @@ class StudyPlan:
     spec: StudySpec
     workdir: Path
     space: Any
-    target: int
+    target: int | None
     stored: bool
     tracking_uri: str | None
     ray_address: str | None
@@ -225,13 +229,13 @@ class Stores:
         store: fedtune's view of the storage.
         study: The Optuna study.
         fixed: What reconciling it found (finished and interrupted trials).
-        remaining: The trials still to run (target − finished).
+        remaining: The trials still to run (target − finished; None: no limit in trials).
     """
 
     store: StudyStore
     study: Any
     fixed: og.Reconciled
-    remaining: int
+    remaining: int | None
 
 
 @dataclass(frozen=True)
@@ -374,7 +378,7 @@ def _prepare(
     """
     space = spec.search_space()
     target = og.target_trials(spec, space, trials)
-    og.make_sampler(spec, target)
+    og.make_sampler(spec, og.planned_trials(spec, target))
     stored = Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
     uri = tracking_uri or spec.tracking.uri  # the spec's, credentials and all, kept here only
     return StudyPlan(
@@ -417,7 +421,7 @@ def _start_runtime(plan: StudyPlan, early: EarlyRay | None) -> Iterator[Runtime]
         tracking = startup.then(stores, _open_tracking, plan)
         try:
             needed = stores.result().remaining if plan.stored else plan.target
-            shipped = _start_ray(plan, startup, early, ray_stack) if needed else False
+            shipped = _start_ray(plan, startup, early, ray_stack) if needed != 0 else False
             runtime = Runtime(stores.result(), tracking, shipped)
             tracking.check()  # known already: before any trial runs
             timeline.mark("session_ready")
@@ -510,7 +514,8 @@ def _open_stores(plan: StudyPlan) -> Stores:
         og.enqueue_grid(study, space)
     fixed = og.reconcile(study, store)
     timeline.mark("optuna_opened")
-    return Stores(store, study, fixed, max(0, plan.target - fixed.finished))
+    remaining = None if plan.target is None else max(0, plan.target - fixed.finished)
+    return Stores(store, study, fixed, remaining)
 
 
 def _open_tracking(stores: Stores, plan: StudyPlan) -> Tracking:
@@ -560,20 +565,21 @@ def _fit(
         Exception: The tracking store's error when it failed to open, else the fit's.
     """
     stores = runtime.stores
-    if not stores.remaining:
+    if stores.remaining == 0:
         return Fitted(stores, runtime.tracking.result())
     start = time.perf_counter()
     first = _FirstStart()
+    budget = og.round_budget(plan.spec, stores.study)
     callbacks = [
         first,
         FirstErrorCallback(stores.study),
         _AfterTracking(plan.spec, runtime),
-        *_progress(plan, stores, progress),
+        *_progress(plan, stores, progress, budget),
         *sinks,
     ]
     try:
         with _tune_environment():
-            tuner, packing = _tuner(plan, runtime, callbacks)
+            tuner, packing = _tuner(plan, runtime, callbacks, budget)
             timeline.mark("fit")
             tuner.fit()
             timeline.mark("fit_done")
@@ -606,8 +612,9 @@ def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
     best = og.best_trial(spec, study, space)
     report = tradeoff_report(spec, og.study_curves(stores.store, space), plan.workdir / "tradeoff")
     timeline.mark("report_written")
-    finished = og.count_finished(study)
+    finished, rounds = og.count_finished(study), og.rounds_trained(study)
     metrics = {f"n_{k}": float(v) for k, v in counts.items()}
+    metrics["configuration_rounds"] = float(rounds)
     if best is not None:
         metrics.update({f"best_{k}": v for k, v in best["values"].items()})
     if report.envelope:
@@ -638,6 +645,7 @@ def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
         experiment_id=tracker.experiment_id,
         parent_run_id=parent,
         target_trials=plan.target,
+        configuration_rounds=rounds,
         finished=finished,
         ran=finished - stores.fixed.finished,
         counts=counts,
@@ -707,13 +715,16 @@ class _AfterTracking(tune.Callback):
         self._callback().on_trial_error(*args, **kwargs)
 
 
-def _progress(plan: StudyPlan, stores: Stores, stream: TextIO | None) -> list[Any]:
+def _progress(
+    plan: StudyPlan, stores: Stores, stream: TextIO | None, budget: RoundBudget | None
+) -> list[Any]:
     """The progress line's callback, when there is a stream for it.
 
     Args:
         plan: The study's plan.
         stores: The Optuna storage (the best trial and counts so far).
         stream: Where the line goes (None: no line).
+        budget: The study's budget in configuration-rounds (None: none).
 
     Returns:
         The callback in a list, or an empty list.
@@ -734,24 +745,29 @@ def _progress(plan: StudyPlan, stores: Stores, stream: TextIO | None) -> list[An
             (best["value"], best["number"]) if best else None,
             shown,
             plan.spec.objective.directions[0],
+            rounds=budget,
+            time_s=plan.spec.budget.time,
         )
     ]
 
 
-def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tuple[tune.Tuner, str]:
+def _tuner(
+    plan: StudyPlan, runtime: Runtime, callbacks: list[Any], budget: RoundBudget | None
+) -> tuple[tune.Tuner, str]:
     """The study's Tuner, and how it packs configurations into trial processes (one line)."""
     spec, stores = plan.spec, runtime.stores
     rounds = spec.train.rounds
     offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
-    sampler = og.make_sampler(spec, plan.target, offset=offset)
+    sampler = og.make_sampler(spec, og.planned_trials(spec, plan.target), offset=offset)
     stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
     shipped = worker_spec(spec) if runtime.shipped else spec
     packing = pack_plan(spec, ray.cluster_resources())
     if packing.packed:
-        parts = _packed_parts(plan, runtime, stopper, sampler, packing.size, shipped, callbacks)
+        search = (stopper, sampler, budget)
+        parts = _packed_parts(plan, runtime, search, packing.size, shipped, callbacks)
         trainable, searcher, scheduler, callbacks = parts
     else:
-        searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
+        searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
         trainable, scheduler = make_trainable(shipped), tune_scheduler(stopper)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     tuner = tune.Tuner(
@@ -759,9 +775,9 @@ def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tuple[tun
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             scheduler=scheduler,
-            num_samples=stores.remaining,
+            num_samples=-1 if stores.remaining is None else stores.remaining,  # -1: no limit
             max_concurrent_trials=packing.processes,
-            time_budget_s=spec.budget.wall_clock_s,
+            time_budget_s=spec.budget.time,
             reuse_actors=True,
             trial_name_creator=_trial_name,
             trial_dirname_creator=_trial_name,
@@ -780,8 +796,7 @@ def _tuner(plan: StudyPlan, runtime: Runtime, callbacks: list[Any]) -> tuple[tun
 def _packed_parts(
     plan: StudyPlan,
     runtime: Runtime,
-    stopper: Any,
-    sampler: Any,
+    search: tuple[Any, Any, RoundBudget | None],
     size: int,
     shipped: StudySpec,
     callbacks: list[Any],
@@ -791,8 +806,8 @@ def _packed_parts(
     Args:
         plan: The study's plan.
         runtime: The stores.
-        stopper: The study's stopper.
-        sampler: Its Optuna sampler.
+        search: The study's stopper, its Optuna sampler and its budget in configuration-rounds
+            (None: none).
         size: Configurations per pack.
         shipped: The spec the trials get.
         callbacks: The study's callbacks, which see configurations.
@@ -805,11 +820,12 @@ def _packed_parts(
     from .pack_trial import make_pack_trainable
 
     spec, stores = plan.spec, runtime.stores
+    stopper, sampler, budget = search
     minimize = str(spec.objective.directions[0]) == "min"
     stopper = pd.packed_stopper(stopper, spec.name, minimize)
     box = ray.remote(PackBox).options(num_cpus=0).remote()  # stops and refills
     book = pd.PackBook()
-    inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper)
+    inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
     key = pd.config_key(spec)
     searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
     return (

@@ -324,7 +324,8 @@ def test_invalid_trials_argument_exits_2(tmp_path, capsys, quadratic_study):
 
 
 def test_wall_clock_budget_ends_the_study_early(tmp_path, ray_local, quadratic_study):
-    """``budget.wall_clock_s`` stops launching trials; the study still ends cleanly."""
+    """``budget.wall_clock_s`` (the old name of ``budget.time``) stops launching trials; the
+    study still ends cleanly, and a spec of the old name still means 16 trials at most."""
     raw = quadratic_study(
         "short-budget",
         sampler={"name": "random", "seed": 0},

@@ -334,6 +334,22 @@ def test_cancel_lifecycle(client: TestClient, fake_backend: FakeBackend) -> None
 # ---------------------------------------------------------------- trials, curves, trade-off
 
 
+def test_progress_counts_configuration_rounds_against_their_budget(client: TestClient) -> None:
+    budget = {"configuration_rounds": 10, "max_concurrent": 1}
+    sid = _submit(client, budget=budget)["id"]
+    with _runtime(client).db.session() as s:
+        repo = Repository(s)
+        for n, rounds in ((0, 4), (1, 2)):  # a whole trial of 4 rounds, one stopped after 2
+            repo.start_trial(sid, n, {"hparams.client_lr": 0.01})
+            for r in range(1, rounds + 1):
+                repo.record_round(sid, n, r, {"client_loss": 1.0 / r})
+        repo.finish_trial(sid, 0, TrialState.COMPLETED, 0.3, "completed")
+    progress = client.get(f"/v1/studies/{sid}").json()["progress"]
+    assert progress["configuration_rounds"] == 6
+    # 1 finished of at most FEDTUNE_MAX_TRIALS, but 6 of 10 configuration-rounds
+    assert progress["fraction"] == pytest.approx(0.6)
+
+
 def test_trials_curves_tradeoff_and_best(client: TestClient) -> None:
     sid = _submit(client, trials=3)["id"]
     curves = {0: [4.0, 3.0, 1.0, 0.5], 1: [2.0, 1.5, 1.4, 1.4]}

@@ -34,7 +34,7 @@ def _rows(*losses: float, start: int = 1) -> list[dict]:
     return [{"round": r, "client_loss": v, "update_norm": 1.0} for r, v in enumerate(losses, start)]
 
 
-def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks):
+def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks, trials=None):
     """Two trials as Tune reports them: results in batches, a completion, an error."""
     [sink] = sinks
     fake_run_study.seen = {"workdir": workdir, "tracking_uri": tracking_uri, "ray": ray_address}

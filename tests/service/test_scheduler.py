@@ -153,7 +153,7 @@ def _started_ago(ctx: ServiceContext, study_id: str, seconds: float) -> None:
 def test_a_study_past_its_budget_and_grace_fails_and_its_driver_stops(setup) -> None:
     ctx, scheduler, backend, _ = setup
     scheduler.settings = ctx.settings.model_copy(update={"study_deadline_grace_s": 60})
-    [sid] = _submit(ctx, budget={"trials": 2, "wall_clock_s": 30})
+    [sid] = _submit(ctx, budget={"trials": 2, "time": "30s"})
     [other] = _submit(ctx)
     scheduler.tick()
     with ctx.db.session() as s:
@@ -167,7 +167,7 @@ def test_a_study_past_its_budget_and_grace_fails_and_its_driver_stops(setup) -> 
     study = _study(ctx, sid)
     assert study.state == StudyState.FAILED
     assert study.error == (
-        "the study ran past its deadline of 90 s (budget.wall_clock_s 30 s + "
+        "the study ran past its deadline of 90 s (budget.time 30 s + "
         "FEDTUNE_STUDY_DEADLINE_GRACE_S 60 s); its driver was stopped"
     )
     with ctx.db.session(readonly=True) as s:
@@ -179,7 +179,7 @@ def test_a_study_past_its_budget_and_grace_fails_and_its_driver_stops(setup) -> 
 
 def test_the_service_deadline_bounds_every_study_and_zero_lifts_it(setup) -> None:
     ctx, scheduler, _, _ = setup
-    [sid] = _submit(ctx, budget={"trials": 2, "wall_clock_s": 10**6})
+    [sid] = _submit(ctx, budget={"trials": 2, "wall_clock_s": 10**5})  # the old name of time
     scheduler.tick()
     scheduler.settings = ctx.settings.model_copy(update={"study_deadline_s": 0})
     _started_ago(ctx, sid, 10**5)

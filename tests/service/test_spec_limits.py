@@ -225,6 +225,29 @@ def test_size_limits_are_settings(make_client) -> None:
     )
 
 
+def test_a_budget_in_compute_is_bounded_by_what_the_service_runs(make_client) -> None:
+    c = make_client(max_trials=10, max_rounds=4, study_deadline_s=3600)
+    budget = {"configuration_rounds": 41, "max_concurrent": 1}
+    error = _error(c.post("/v1/studies", json=tiny_spec() | {"budget": budget}))
+    assert error["field"] == "budget.configuration_rounds"
+    assert "at most 40 (FEDTUNE_MAX_TRIALS × FEDTUNE_MAX_ROUNDS)" in error["message"]
+    error = _error(c.post("/v1/studies", json=tiny_spec() | {"budget": {"time": "1h1s"}}))
+    assert error["field"] == "budget.time" and "at most 3600 s" in error["message"]
+    error = _error(c.post("/v1/studies", json=tiny_spec() | {"budget": {"time": "1 hour"}}))
+    assert error["field"] == "budget.time" and "'30m'" in error["message"]
+    ok = c.post("/v1/studies", json=tiny_spec() | {"budget": {"time": "1h", "trials": None}})
+    assert ok.status_code == 201, ok.text
+    study = c.get(f"/v1/studies/{ok.json()['id']}").json()
+    # no trial count: at most the service's most trials; the stored spec says time in seconds
+    assert study["trials_requested"] == 10 and study["progress"]["requested"] == 10
+    assert study["spec"]["budget"] | {} == {
+        "trials": None,
+        "max_concurrent": 1,
+        "time": 3600.0,
+        "configuration_rounds": None,
+    }
+
+
 # ---------------------------------------------------------------- validation cost
 
 
