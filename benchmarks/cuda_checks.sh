@@ -5,7 +5,7 @@
 #
 #     OUT=/some/folder bash benchmarks/cuda_checks.sh
 #
-# Writes cuda_tests.log, pack_profile_cuda.json, packing_cuda.json and
+# Writes cuda_tests.log, pack_profile_cuda.json, packing_cuda.json, pack_baselines_cuda.json and
 # engine_throughput_cuda.json into $OUT (default: benchmarks/results); THROUGHPUT=0 leaves out
 # engine_throughput.py. The one deselected test needs MLflow (fedtune[tune]), which a GPU image
 # with only the engine's dependencies lacks. Each benchmark has a time limit so that one slow
@@ -28,6 +28,11 @@ timeout "${PROFILE_LIMIT:-90}" python3 benchmarks/pack_profile.py --device cuda 
 # host side
 timeout "${PACKING_LIMIT:-240}" python3 benchmarks/packing.py --device cuda --target 1.0 \
     --pack-threads 1 --out "$OUT/packing_cuda.json" || echo "packing.py --device cuda: exit $?"
+# the pack against hand-written torch.func loops, plain and captured as a CUDA graph: the
+# reference of the GPU issue (pack ≥ 0.5× the graph at P = 64, 256, 1,024)
+timeout "${BASELINES_LIMIT:-240}" python3 benchmarks/pack_baselines.py --device cuda \
+    --sizes 1,64,256,1024 --target 1.0 --out "$OUT/pack_baselines_cuda.json" \
+    || echo "pack_baselines.py --device cuda: exit $?"
 if [ "${THROUGHPUT:-1}" = 1 ]; then
     timeout "${THROUGHPUT_LIMIT:-150}" python3 benchmarks/engine_throughput.py --device cuda \
         --out "$OUT/engine_throughput_cuda.json" || echo "engine_throughput.py --device cuda: exit $?"

@@ -87,6 +87,22 @@ def pick_device(requested: str) -> torch.device:
     return device
 
 
+def device_label(requested: str) -> str:
+    """What ``train.device`` resolves to here, as a run records it.
+
+    Args:
+        requested: ``train.device`` (``auto``, ``cpu``, ``cuda``, ``cuda:1`` …).
+
+    Returns:
+        ``cpu``, or the CUDA device with its name: ``cuda:0 (NVIDIA H100 80GB HBM3)``.
+    """
+    device = pick_device(requested)
+    if device.type != "cuda":
+        return str(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
 class Trainer:
     """Run one trial round by round, with checkpoints between rounds.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "DECAYS",
     "DECAY_ROUNDS",
+    "DEVICE",
     "HISTORY",
     "OBJECTIVE",
     "OUTCOME",
@@ -25,4 +26,5 @@ OBJECTIVE = "objective"
 HISTORY = "history"
 DECAYS = "decays"
 DECAY_ROUNDS = "decay_rounds"
+DEVICE = "device"  # where a trial computes (each result; the MLflow run's tag)
 SMOOTH_WINDOW = 5  # trailing window of ℓ for rounds-to-target (study and trade-off share it)

@@ -29,6 +29,7 @@ from typing import Any
 from fedtune.errors import FedtuneError
 from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, TrialConfig
+from fedtune.trainers.engine import device_label
 
 from . import timeline
 from .keys import OUTCOME, ROUND, TRIAL_KEY
@@ -183,7 +184,9 @@ class _Members:
             self._enter(number, configs, 0)
 
     def _enter(self, number: int, configs: list[TrialConfig], t: int) -> None:
-        self.rows[number] = TrialRows(self.spec, configs[0].train.rounds, configs[0].decay.enabled)
+        first = configs[0]
+        device = device_label(first.train.device)
+        self.rows[number] = TrialRows(self.spec, first.train.rounds, first.decay.enabled, device)
         self.joined[number] = t
         self.live.append(number)
 

@@ -15,7 +15,12 @@ holding ``resources`` (so GPUs are reserved per pack). Why and what was measured
 * ``auto``: as many processes as the Ray cluster runs at once for the study's
   ``resources`` (its CPUs, or its GPUs for GPU trials), never more than ``max_concurrent``,
   and the concurrent configurations spread over them: P = ceil(max_concurrent / processes),
-  at most :data:`AUTO_MAX`. A cluster with a free slot per configuration gets P = 1.
+  at most :data:`AUTO_MAX` on CPUs; on a GPU at most :data:`MAX_PACK` and what fits the
+  trial's GPU memory (:mod:`.pack_memory`). A cluster with a free slot per configuration gets
+  P = 1.
+
+On a GPU an integer ``pack`` that does not fit the trial's memory is refused with one line that
+names the memory it needs (``ConfigError`` on ``resources.pack``).
 
 A study whose algorithm cannot be packed (:func:`~fedtune.trainers.packed.pack_refusal`) runs
 one configuration per process and says why in one line (:func:`plan`). Nothing here imports Ray,
@@ -25,20 +30,24 @@ and :func:`reserved_processes` (the service's reservations) imports nothing heav
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fedtune.errors import ConfigError
 
 if TYPE_CHECKING:
+    from .pack_memory import PackMemory
     from .spec import StudySpec
 
 __all__ = ["AUTO", "AUTO_MAX", "PackPlan", "plan", "reserved_processes"]
 
 AUTO = "auto"
-#: the most configurations ``auto`` puts in one process (the largest P the benchmark measured)
+#: the most configurations ``auto`` puts in one CPU process (the largest P the benchmark
+#: measured)
 AUTO_MAX = 64
+#: the largest ``resources.pack`` (``auto`` on a GPU: at most this and what fits its memory)
+MAX_PACK = 1024
 
 
 @dataclass(frozen=True)
@@ -86,15 +95,24 @@ def _slots(spec: StudySpec, cluster: Mapping[str, float]) -> int:
     return max(1, int(cluster.get("CPU", 1.0) // res.cpu))
 
 
-def plan(spec: StudySpec, cluster: Mapping[str, float] | None = None) -> PackPlan:
+def plan(
+    spec: StudySpec,
+    cluster: Mapping[str, float] | None = None,
+    memory: Callable[[], PackMemory | None] | None = None,
+) -> PackPlan:
     """Resolve ``resources.pack`` for a run of the study.
 
     Args:
         spec: The study.
         cluster: Ray's ``cluster_resources()`` (``auto`` reads it; None: one process slot).
+        memory: Measures a GPU pack's memory on a trial's GPU (called only for a GPU study
+            that packs; None, or it returns None: not measured).
 
     Returns:
         The pack size, the processes at once and the line that says so.
+
+    Raises:
+        ConfigError: ``resources.pack`` does not fit the trial's GPU memory.
     """
     concurrent = spec.budget.max_concurrent
     wanted = spec.resources.pack
@@ -103,12 +121,20 @@ def plan(spec: StudySpec, cluster: Mapping[str, float] | None = None) -> PackPla
     why = refusal(spec)
     if why is not None:
         return PackPlan(1, concurrent, f"one configuration per trial process: {why}")
+    gpu = spec.resources.gpu > 0 and spec.train.device != "cpu"  # trials compute on CUDA
+    measured = memory() if gpu and memory is not None else None
     if wanted == AUTO:
         slots = min(concurrent, _slots(spec, cluster or {}))
-        size = min(AUTO_MAX, math.ceil(concurrent / slots))
+        size = min(MAX_PACK if gpu else AUTO_MAX, math.ceil(concurrent / slots))
         how = f"auto, {slots} process slot{'s' if slots != 1 else ''}"
+        if measured is not None and measured.fits() < size:
+            size = max(1, measured.fits())
+            how += f", at most {size} in the GPU's memory"
     else:
         size, how = int(wanted), f"resources.pack = {wanted}"
+        why = measured.refusal(size) if measured is not None else None
+        if why is not None:
+            raise ConfigError("resources.pack", why)
     processes = math.ceil(concurrent / size)
     if size == 1:
         return PackPlan(1, concurrent, f"one configuration per trial process ({how})")

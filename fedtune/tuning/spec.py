@@ -91,6 +91,7 @@ from fedtune.trainers.parsing import parse_trial_config
 from fedtune.trainers.typed import config_error, from_mapping, number, to_dict
 
 from .choices import can_check_cheaply, check_choice
+from .packing import MAX_PACK
 from .strategies import DEFAULT_STRATEGY, STRATEGIES, SamplerName, SchedulerName, Strategy
 
 __all__ = [
@@ -301,10 +302,6 @@ class BudgetSpec(_Spec):
     def compute(self) -> bool:
         """Whether the study has a budget in compute (time or configuration-rounds)."""
         return self.time is not None or self.configuration_rounds is not None
-
-
-#: the largest ``resources.pack``
-MAX_PACK = 1024
 
 
 class ResourcesSpec(_Spec):

@@ -57,6 +57,7 @@ from .budget import RoundBudget
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
 from .keys import TRIAL_KEY
+from .pack_memory import measure_on_cluster
 from .pack_trial import PACK_KEY, pack_name
 from .packing import plan as pack_plan
 from .preflight import preflight
@@ -761,7 +762,7 @@ def _tuner(
     sampler = og.make_sampler(spec, og.planned_trials(spec, plan.target), offset=offset)
     stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
     shipped = worker_spec(spec) if runtime.shipped else spec
-    packing = pack_plan(spec, ray.cluster_resources())
+    packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
     if packing.packed:
         search = (stopper, sampler, budget)
         parts = _packed_parts(plan, runtime, search, packing.size, shipped, callbacks)

@@ -11,8 +11,10 @@ UI shows it as a model-training experiment (its runs table) instead of the GenAI
 * one child run per Optuna trial (tag ``mlflow.parentRunId``; name ``trial-NNNN``; params = the
   trial's hyperparameters; per-round metrics with ``step = round``, queued by the Tune callback
   and sent by a background thread that coalesces the rounds of every open run into
-  ``log_batch`` calls of at most 1000 entities (:mod:`.round_log`); tags ``study``, ``algorithm``, ``task``, ``outcome``,
-  ``optuna_trial_number``, ``objective_metric`` = what the metric ``objective`` is). Every
+  ``log_batch`` calls of at most 1000 entities (:mod:`.round_log`); tags ``study``,
+  ``algorithm``, ``task``, ``outcome``, ``optuna_trial_number``, ``objective_metric`` = what the
+  metric ``objective`` is, and ``device`` = where the trial computed, ``cpu`` or
+  ``cuda:0 (<GPU name>)``). Every
   round logs ``objective`` (the running objective, Optuna's intermediate value); the learning
   rates ``client_lr``/``server_lr`` and, with decay, ``decays`` are logged at the first and
   last rounds and around each change only (:mod:`.step_points`); at the end the trial's value
@@ -69,7 +71,7 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from fedtune.redact import scrub
 
 from . import env
-from .keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from .keys import DECAY_ROUNDS, DEVICE, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from .mlflow_urls import run_url, ui_url
 from .round_log import MAX_BATCH, RoundLog
 from .spec import StudySpec
@@ -546,10 +548,13 @@ class MlflowCallback(Callback):
         if DECAY_ROUNDS in result:
             params[DECAY_ROUNDS] = ",".join(map(str, result[DECAY_ROUNDS])) or "none"
             metrics["decays"] = float(len(result[DECAY_ROUNDS]))
+        tags = {"outcome": outcome}
+        if DEVICE in result:
+            tags[DEVICE] = str(result[DEVICE])
         self._close(
             trial,
             mlflow_status(outcome),
-            {"outcome": outcome},
+            tags,
             metrics,
             params,
             int(result.get(ROUND, 0)),
@@ -557,7 +562,11 @@ class MlflowCallback(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         failed = TrialOutcome.FAILED
-        self._close(trial, mlflow_status(failed), {"outcome": failed, "error": error_line(trial)})
+        tags = {"outcome": failed, "error": error_line(trial)}
+        device = (trial.last_result or {}).get(DEVICE)
+        if device is not None:  # it failed after its first report
+            tags[DEVICE] = str(device)
+        self._close(trial, mlflow_status(failed), tags)
 
     def _close(
         self,

@@ -52,9 +52,20 @@ import numpy as np
 from fedtune.errors import FedtuneError
 from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
+from fedtune.trainers.engine import device_label
 
 from . import env, timeline
-from .keys import DECAY_ROUNDS, DECAYS, HISTORY, OBJECTIVE, OUTCOME, ROUND, SMOOTH_WINDOW, TRIAL_KEY
+from .keys import (
+    DECAY_ROUNDS,
+    DECAYS,
+    DEVICE,
+    HISTORY,
+    OBJECTIVE,
+    OUTCOME,
+    ROUND,
+    SMOOTH_WINDOW,
+    TRIAL_KEY,
+)
 from .spec import Mode, MultiMetric, StudySpec
 
 __all__ = [
@@ -195,11 +206,13 @@ class TrialRows:
         spec: The study (its objective).
         rounds: The trial's ``train.rounds``.
         decay: Whether its rates decay (rows then carry :data:`~.keys.DECAYS`).
+        device: Where it computes (:func:`~fedtune.trainers.engine.device_label`), given in
+            each result (None: not given).
     """
 
-    def __init__(self, spec: StudySpec, rounds: int, decay: bool) -> None:
+    def __init__(self, spec: StudySpec, rounds: int, decay: bool, device: str | None = None):
         self.tracker = ObjectiveTracker(spec)
-        self.rounds, self.decay = rounds, decay
+        self.rounds, self.decay, self.device = rounds, decay, device
         self.pending: list[dict[str, Any]] = []
         self.last: dict[str, Any] = {ROUND: 0}
         self.decay_rounds: list[int] = []
@@ -226,6 +239,8 @@ class TrialRows:
             out["reason"] = reason
         if outcome != RUNNING and self.decay:
             out[DECAY_ROUNDS] = list(self.decay_rounds)
+        if self.device is not None:
+            out[DEVICE] = self.device
         return out
 
 
@@ -301,7 +316,8 @@ def _train(config: dict[str, Any], spec: StudySpec) -> None:
     from ray import tune  # imported here: the engine never needs Ray
 
     timeline.mark("trial_built")
-    rows = TrialRows(spec, runs.rounds, runs.decay_enabled)
+    device = device_label(runs.trainers[0].config.train.device)
+    rows = TrialRows(spec, runs.rounds, runs.decay_enabled, device)
     while not runs.done:
         row = runs.step()
         if row is None:

@@ -115,6 +115,7 @@ def test_each_configuration_of_a_pack_is_its_own_trial_with_its_unpacked_curve(
         run = children[t.number]
         assert run.info.status == mlflow_status(outcome)
         assert run.data.tags["outcome"] == outcome
+        assert run.data.tags["device"] == "cpu"  # each member's run says where it computed
         logged = {
             m.step: m.value for m in client.get_metric_history(run.info.run_id, "client_loss")
         }

@@ -64,6 +64,7 @@ def test_study_end_to_end(tmp_path, ray_local, mlflow_server, quadratic_study):
         assert run.info.status == "FINISHED"
         assert run.info.run_name == f"trial-{t.number:04d}"
         assert run.data.tags["outcome"] == t.user_attrs["outcome"]
+        assert run.data.tags["device"] == "cpu"  # where the trial computed
         assert {run.data.tags[k] for k in ("study", "algorithm", "task")} == {
             "e2e-quad",
             "fedavg",

@@ -19,6 +19,7 @@ from fedtune.outcomes import RUNNING, TrialOutcome
 from fedtune.tuning import pack_driver as pd
 from fedtune.tuning import pack_trial
 from fedtune.tuning.keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from fedtune.tuning.pack_memory import PackMemory
 from fedtune.tuning.pack_trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.packing import AUTO_MAX, plan, reserved_processes
 from fedtune.tuning.spec import StudySpec
@@ -443,6 +444,41 @@ def test_auto_packs_the_concurrent_configurations_into_the_clusters_process_slot
     assert plan(wide, {"CPU": 1.0}).size == AUTO_MAX
     gpus = _spec(budget={"max_concurrent": 16}, resources={"pack": "auto", "gpu": 0.5})
     assert plan(gpus, {"CPU": 64.0, "GPU": 2.0}).processes == 4  # 2 GPUs / 0.5 per process
+
+
+def test_on_a_gpu_the_devices_memory_decides_the_pack():
+    MiB = 2**20
+    # 100 MiB for the task and model, 20 MiB per configuration, 2 GiB for a trial:
+    # 0.85 · 2048 MiB − 100 MiB holds 82 configurations
+    memory = PackMemory(base=100 * MiB, per_member=20 * MiB, available=2048 * MiB, device="H100")
+    assert memory.fits() == 82 and memory.refusal(82) is None
+    measured = []
+
+    def measure() -> PackMemory:
+        measured.append(1)
+        return memory
+
+    spec = _spec(budget={"max_concurrent": 512}, resources={"pack": "auto", "gpu": 1})
+    auto = plan(spec, {"CPU": 16.0, "GPU": 1.0}, measure)
+    assert (auto.size, auto.processes) == (82, 7), auto  # not AUTO_MAX: a GPU goes past 64
+    assert "at most 82 in the GPU's memory" in auto.note
+    roomy = PackMemory(base=100 * MiB, per_member=MiB, available=80 * 2**30)
+    assert plan(spec, {"GPU": 1.0}, lambda: roomy).size == 512  # all of them, one process
+    fixed = _spec(budget={"max_concurrent": 256}, resources={"pack": 256, "gpu": 1})
+    with pytest.raises(ConfigError) as caught:
+        plan(fixed, {"GPU": 1.0}, measure)
+    line = str(caught.value)
+    assert caught.value.field == "resources.pack" and "\n" not in line
+    # 100 MiB + 256 · 20 MiB = 5220 MiB at 85 % usable: 6.0 GiB needed
+    assert "256 configurations need 6.0 GiB of GPU memory" in line, line
+    assert "2.0 GiB on H100: pack at most 82" in line, line
+    cpu = _spec(budget={"max_concurrent": 512}, resources={"pack": "auto"})
+    assert plan(cpu, {"CPU": 1.0}, measure).size == AUTO_MAX  # a CPU study is not measured
+    assert len(measured) == 2
+    tiny = PackMemory(base=3 * 2**30, per_member=MiB, available=2**30)
+    assert "not even one configuration fits" in tiny.refusal(1)
+    assert plan(spec, {"GPU": 1.0}, lambda: tiny).size == 1  # auto: the trial says what fails
+    assert plan(spec, {"GPU": 1.0}, lambda: None).size == 512  # not measured: MAX_PACK bounds
 
 
 def test_an_integer_pack_and_the_processes_a_study_reserves():

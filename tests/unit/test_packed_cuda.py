@@ -62,3 +62,32 @@ def test_cuda_pack_agrees_with_the_cpu_run():
         for a, b in zip(gpu.result(i).records, cpu.records, strict=True):
             assert a.client_loss == pytest.approx(b.client_loss, rel=1e-9)
             assert a.update_norm == pytest.approx(b.update_norm, rel=1e-9)
+
+
+def test_the_measured_pack_memory_predicts_a_larger_pack():
+    """:func:`fedtune.tuning.pack_memory.measure` (packs of 1 and 4) predicts a pack of 16's
+    peak allocation to within a quarter."""
+    from fedtune.tuning.pack_memory import measure
+    from fedtune.tuning.spec import StudySpec
+
+    base = digits(0)
+    study = {
+        "name": "memory",
+        "task": base["task"],
+        "algorithm": "fedavgm",
+        "train": base["train"],
+        "search": {"space": "fedavgm"},
+        "resources": {"gpu": 1},
+    }
+    spec = StudySpec.from_dict(study)
+    memory = measure(spec, 1.0)
+    assert memory.per_member > 0 and memory.base >= 0 and memory.available > 0
+    config = on("cuda", [digits(0)])[0]
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
+    pack = PackedTrainer([config] * 16)
+    pack.step()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - start
+    assert abs(peak - memory.need(16)) <= 0.25 * memory.need(16), (peak, memory)

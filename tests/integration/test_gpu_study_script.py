@@ -1,0 +1,42 @@
+"""benchmarks/gpu_study.py's dry run: the GPU path's studies end to end on a logical GPU.
+
+The script a GPU host runs (``benchmarks/gpu_study.sh``) must work before a GPU is lent: here
+Ray gets one logical GPU and the trials compute on the CPU. Real Ray, Optuna and MLflow, in a
+process of its own (the script starts and stops its Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(600)
+def test_the_gpu_study_runs_four_trials_on_one_gpu_and_packs_by_its_memory(tmp_path):
+    out = tmp_path / "gpu_study.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/gpu_study.py", "--device", "cpu", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["problems"] == [] and doc["ray_gpus"] == 1.0
+    shared, packed = doc["studies"]["shared"], doc["studies"]["packed"]
+    assert shared["most_at_once"] == 4  # 4 × 0.25 of the one GPU
+    assert shared["finished"] == packed["finished"] == 8
+    assert shared["devices"] == packed["devices"] == ["cpu"]  # every run says where it computed
+    assert shared["packing"] == "one configuration per trial process"
+    # pack: auto on the one (logical) GPU: the 4 concurrent configurations in one process; the
+    # trials compute on the CPU (train.device: cpu), so no GPU memory is measured
+    assert packed["packing"].startswith("4 configurations per trial process, 1 process")
