@@ -208,6 +208,16 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
     return "\n".join(lines)
 
 
+def _warn_budget(spec: Any, trials: int | None) -> None:
+    """Say on stderr, in one line, when the study's budget is below what its search needs
+    (:mod:`fedtune.tuning.budget_advice`)."""
+    from fedtune.tuning.budget_advice import advice
+
+    line = advice(spec, spec.search_space(), trials)
+    if line is not None:
+        print(f"fedtune: warning: {line}", file=sys.stderr)
+
+
 def _workdir(args: argparse.Namespace, name: str) -> str:
     """``--workdir``, else ``runs/<study name>``."""
     return args.workdir or str(Path("runs") / name)
@@ -298,6 +308,7 @@ def _run(args: argparse.Namespace, early: Any) -> int:
 
     workdir = _workdir(args, spec.name)
     quiet_libraries()
+    _warn_budget(spec, args.trials)
     progress = None if args.json else sys.stderr
     if progress is not None:
         print(f"study {spec.name} -> {Path(workdir).resolve()}", file=sys.stderr)

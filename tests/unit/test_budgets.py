@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,36 @@ def test_the_progress_line_shows_the_budget_used_and_left() -> None:
     assert "30/100 configuration-rounds · 0:30 of 10:00 · ETA 3:30" in text, text
     clock.now = 500.0  # now the time ends first
     assert line.line().endswith("ETA 1:40")
+
+
+def _digits(budget: dict, **extra):
+    import yaml
+
+    from fedtune.tuning.spec import StudySpec
+
+    doc = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "examples/quickstart.yaml").read_text()
+    )
+    return StudySpec.from_dict(doc | {"budget": budget} | extra)
+
+
+def test_advice_names_the_budget_a_search_needs():
+    from fedtune.tuning.budget_advice import advice, full_trials, recommended_full_trials
+
+    assert [recommended_full_trials(n) for n in (1, 2, 3, 4)] == [16, 22, 32, 43]
+    quickstart = _digits({"trials": 16, "max_concurrent": 2})
+    assert advice(quickstart, quickstart.search_space()) is None  # 16 of 32: half, no line
+    small = _digits({"trials": 8})
+    line = advice(small, small.search_space())
+    assert line is not None and "\n" not in line
+    assert line.startswith("the budget is 8 full trials (30 rounds each) for 3 searched")
+    assert "give at least 16, better 32" in line and "budget.configuration_rounds: 960" in line
+    assert advice(small, small.search_space(), trials=20) is None  # fedtune tune --trials 20
+    rounds = _digits({"configuration_rounds": 300})  # 10 full trials of 30 rounds
+    assert full_trials(rounds) == 10 and "10 full trials" in advice(rounds, rounds.search_space())
+    both = _digits({"configuration_rounds": 3000, "trials": 4})  # the trials end it first
+    assert full_trials(both) == 4
+    timed = _digits({"time": "5m"})
+    assert full_trials(timed) is None and advice(timed, timed.search_space()) is None
+    grid = _digits({"trials": 4}, sampler={"name": "grid"}, search={"space": "fedavgm"})
+    assert advice(grid, grid.search_space()) is None  # a grid has its own count
