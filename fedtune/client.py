@@ -52,14 +52,22 @@ from fedtune.wire_models import (
     ComparisonOut,
     CurveOut,
     CurvePoint,
+    Identity,
+    MembershipOut,
     MethodGroupOut,
     MlflowLinks,
+    MlflowLoginOut,
     Progress,
+    ProjectDetail,
+    ProjectOut,
+    Revoked,
     StudyDetail,
     StudyOut,
     StudyPage,
+    TokenOut,
     TradeoffOut,
     TrialOut,
+    UserOut,
 )
 
 __all__ = [
@@ -475,37 +483,38 @@ class Client:
 
     # ---------------------------------------------------------------- identity
 
-    def whoami(self) -> dict[str, Any]:
+    def whoami(self) -> Identity:
         """Say who this client's token authenticates.
 
         Returns:
-            ``{name, admin, projects: {project: role}, via}``.
+            Its ``name``, ``admin``, ``projects`` (role per project) and ``via``.
         """
-        return self.request("GET", "/v1/whoami")
+        return Identity.from_json(self.request("GET", "/v1/whoami"))
 
-    def mlflow_login(self, user: str | None = None) -> dict[str, Any]:
+    def mlflow_login(self, user: str | None = None) -> MlflowLoginOut:
         """Make a new password of an MLflow UI login (the old one stops working).
 
         Args:
             user: whose login (default: this token's user; another user's: admins only).
 
         Returns:
-            ``{user, workspaces, password}``: log into the MLflow UI as ``user`` with
+            ``user``, ``workspaces``, ``password``: log into the MLflow UI as ``user`` with
             ``password`` (shown once: fedtune does not store it), in one of ``workspaces``.
 
         Raises:
             NotFoundError: the service keeps no MLflow workspaces (its MLflow has no logins).
         """
-        name = user or self.whoami()["name"]
-        return self.request("POST", f"/v1/users/{quote(name, safe='')}/mlflow-login")
+        name = user or self.whoami().name
+        path = f"/v1/users/{quote(name, safe='')}/mlflow-login"
+        return MlflowLoginOut.from_json(self.request("POST", path))
 
-    def users(self) -> list[dict[str, Any]]:
+    def users(self) -> list[UserOut]:
         """List every user with its roles and live token ids (admins only).
 
         Returns:
             One object per user.
         """
-        return self.request("GET", "/v1/users")
+        return [UserOut.from_json(u) for u in self.request("GET", "/v1/users")]
 
     def create_user(
         self,
@@ -515,7 +524,7 @@ class Client:
         *,
         admin: bool = False,
         expires_in_days: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> TokenOut:
         """Create a user and its first token (admins only).
 
         Args:
@@ -535,9 +544,9 @@ class Client:
             "admin": admin,
             "expires_in_days": expires_in_days,
         }
-        return self.request("POST", "/v1/users", json=body)
+        return TokenOut.from_json(self.request("POST", "/v1/users", json=body))
 
-    def new_token(self, user: str, expires_in_days: float | None = None) -> dict[str, Any]:
+    def new_token(self, user: str, expires_in_days: float | None = None) -> TokenOut:
         """Create another token for ``user``, e.g. to rotate (a user may make its own).
 
         Args:
@@ -547,9 +556,8 @@ class Client:
         Returns:
             The new token and its id.
         """
-        return self.request(
-            "POST", f"/v1/users/{user}/tokens", json={"expires_in_days": expires_in_days}
-        )
+        body = {"expires_in_days": expires_in_days}
+        return TokenOut.from_json(self.request("POST", f"/v1/users/{user}/tokens", json=body))
 
     def revoke(self, user: str, token_id: str | None = None) -> int:
         """Revoke all of ``user``'s tokens, or one (admins only).
@@ -561,11 +569,12 @@ class Client:
         Returns:
             How many live tokens were revoked.
         """
-        return self.request("POST", f"/v1/users/{user}/revoke", json={"token_id": token_id})[
-            "revoked"
-        ]
+        body = {"token_id": token_id}
+        return Revoked.from_json(
+            self.request("POST", f"/v1/users/{user}/revoke", json=body)
+        ).revoked
 
-    def set_role(self, user: str, project: str, role: str = "member") -> dict[str, Any]:
+    def set_role(self, user: str, project: str, role: str = "member") -> MembershipOut:
         """Give ``user`` a role in ``project``.
 
         Args:
@@ -576,17 +585,18 @@ class Client:
         Returns:
             The user's membership as the service stored it.
         """
-        return self.request("PUT", f"/v1/users/{user}/projects/{project}", json={"role": role})
+        path = f"/v1/users/{user}/projects/{project}"
+        return MembershipOut.from_json(self.request("PUT", path, json={"role": role}))
 
-    def projects(self) -> list[dict[str, Any]]:
+    def projects(self) -> list[ProjectOut]:
         """List the projects this caller belongs to (an admin: all), with their quotas.
 
         Returns:
             One object per project.
         """
-        return self.request("GET", "/v1/projects")
+        return [ProjectOut.from_json(p) for p in self.request("GET", "/v1/projects")]
 
-    def project(self, name: str) -> dict[str, Any]:
+    def project(self, name: str) -> ProjectDetail:
         """Get a project's quota and its usage now.
 
         Args:
@@ -595,9 +605,9 @@ class Client:
         Returns:
             The project, its quota and usage.
         """
-        return self.request("GET", f"/v1/projects/{name}")
+        return ProjectDetail.from_json(self.request("GET", f"/v1/projects/{name}"))
 
-    def create_project(self, name: str) -> dict[str, Any]:
+    def create_project(self, name: str) -> ProjectOut:
         """Create a project.
 
         Args:
@@ -606,9 +616,9 @@ class Client:
         Returns:
             The new project.
         """
-        return self.request("POST", "/v1/projects", json={"name": name})
+        return ProjectOut.from_json(self.request("POST", "/v1/projects", json={"name": name}))
 
-    def set_quota(self, name: str, **quota: float | int | None) -> dict[str, Any]:
+    def set_quota(self, name: str, **quota: float | int | None) -> ProjectOut:
         """Set a project's quota.
 
         Args:
@@ -619,7 +629,7 @@ class Client:
         Returns:
             The project with its new quota.
         """
-        return self.request("PUT", f"/v1/projects/{name}/quota", json=quota)
+        return ProjectOut.from_json(self.request("PUT", f"/v1/projects/{name}/quota", json=quota))
 
 
 def _list_filters(state: States, project: str | None) -> dict[str, Any]:

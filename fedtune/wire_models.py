@@ -29,15 +29,27 @@ __all__ = [
     "ComparisonOut",
     "CurveOut",
     "CurvePoint",
+    "Identity",
+    "MembershipOut",
     "MethodGroupOut",
     "MethodsOut",
     "MlflowLinks",
+    "MlflowLoginOut",
     "Progress",
+    "ProjectDetail",
+    "ProjectOut",
+    "Quota",
+    "Revoked",
+    "StudyCounts",
     "StudyDetail",
     "StudyOut",
     "StudyPage",
+    "TokenInfo",
+    "TokenOut",
     "TradeoffOut",
     "TrialOut",
+    "Usage",
+    "UserOut",
     "WireModel",
 ]
 
@@ -58,6 +70,19 @@ class WireModel:
     def extra(self) -> dict[str, Any]:
         """Fields of the answer this version does not know (a newer service's), as sent."""
         return self.__dict__.get("_extra", {})
+
+    def __getitem__(self, key: str) -> Any:
+        """``answer["name"]``: a field, or a field this version does not know, by name (code
+        written when the SDK answered these as dicts keeps working).
+
+        Raises:
+            KeyError: No such field.
+        """
+        if key in {f.name for f in dataclasses.fields(self)}:  # type: ignore[arg-type]
+            return getattr(self, key)
+        if key in self.extra:
+            return self.extra[key]
+        raise KeyError(key)
 
     @classmethod
     def from_json(cls: type[W], data: Mapping[str, Any]) -> W:
@@ -373,3 +398,120 @@ class MethodGroupOut(WireModel):
             "(run_id, experiment_id, tracking_uri, run_url) or {error} saying why there is none"
         },
     )
+
+
+# ---------------------------------------------------------------- identity and projects
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity(WireModel):
+    """Who a bearer token authenticates (``GET /v1/whoami``)."""
+
+    name: str
+    admin: bool
+    projects: dict[str, str] = field(
+        metadata={"description": "the caller's role per project: member or viewer"}
+    )
+    via: str = _about("how it authenticated: token, oidc, or open (a service without tokens)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenInfo(WireModel):
+    """A live token of a user: its id, never its secret."""
+
+    id: str
+    expires_at: dt.datetime | None
+    label: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserOut(WireModel):
+    """A user with its roles and live tokens (``GET /v1/users``, admins only)."""
+
+    name: str
+    admin: bool
+    projects: dict[str, str] = field(metadata={"description": "role per project: member or viewer"})
+    tokens: list[TokenInfo]
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenOut(WireModel):
+    """A token just issued: its secret is shown this once (only its hash is stored)."""
+
+    user: str
+    token_id: str
+    token: str = _about("shown once: only its hash is stored")
+    expires_at: dt.datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MlflowLoginOut(WireModel):
+    """A user's MLflow login: shown once, to its owner (fedtune does not store the password)."""
+
+    user: str
+    workspaces: list[str] = field(
+        metadata={"description": "the MLflow workspaces of the user's projects"}
+    )
+    password: str = _about("the user's new MLflow password; the old one stops working")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Revoked(WireModel):
+    """How many live tokens a revocation ended."""
+
+    revoked: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MembershipOut(WireModel):
+    """A user's role in a project, as the service stored it."""
+
+    user: str
+    project: str
+    role: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quota(WireModel):
+    """A project's quotas (``null``: unlimited)."""
+
+    gpus: float | None = _about("GPUs its studies may reserve at once")
+    trials: int | None = _about("configurations its studies may train at once")
+    studies: int | None = _about("active (queued or running) studies")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectOut(WireModel):
+    """A project: its owner, quotas, fair-share weight and highest priority."""
+
+    name: str
+    owner: str | None
+    quota: Quota
+    weight: float = _about("fair-share weight")
+    max_priority: int = _about("the highest priority its studies may ask for")
+    queue_name: str | None = _about("its Kueue LocalQueue, when Kueue schedules")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyCounts(WireModel):
+    """A project's live studies by state."""
+
+    queued: int
+    running: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage(WireModel):
+    """What a project's running studies reserve now, against its quota."""
+
+    studies: StudyCounts
+    gpus: float = _about("GPUs reserved: each running study's trial processes × resources.gpu")
+    trials: int = _about("configurations reserved: each running study's budget.max_concurrent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectDetail(ProjectOut):
+    """A project with what it uses now (``GET /v1/projects/{project}``)."""
+
+    usage: Usage

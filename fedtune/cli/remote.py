@@ -363,9 +363,9 @@ def mlflow_login(args: argparse.Namespace) -> int:
     if args.json:
         print(_json(login))
         return 0
-    print(f"user        {login['user']}")
-    print(f"workspaces  {', '.join(login['workspaces']) or '-'}")
-    print(f"password    {login['password']}")
+    print(f"user        {login.user}")
+    print(f"workspaces  {', '.join(login.workspaces) or '-'}")
+    print(f"password    {login.password}")
     print(
         "(shown once; `fedtune status ID` shows the MLflow UI's address and the study's workspace)"
     )
@@ -378,7 +378,7 @@ def whoami(args: argparse.Namespace) -> int:
     if args.json:
         print(_json(me))
         return 0
-    roles = ", ".join(f"{p} ({r})" for p, r in sorted(me["projects"].items())) or "none"
-    via = "open: tokens are not checked" if me["via"] == "open" else me["via"]
-    print(f"{me['name']}{' (admin)' if me['admin'] else ''} via {via}; projects: {roles}")
+    roles = ", ".join(f"{p} ({r})" for p, r in sorted(me.projects.items())) or "none"
+    via = "open: tokens are not checked" if me.via == "open" else me.via
+    print(f"{me.name}{' (admin)' if me.admin else ''} via {via}; projects: {roles}")
     return 0

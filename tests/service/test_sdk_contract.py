@@ -28,6 +28,15 @@ ROUTES = {
     ("POST", "/v1/studies/{study_id}/cancel"): wire_models.StudyDetail,
     ("GET", "/v1/studies/{study_id}/trials/{number}/curve"): wire_models.CurveOut,
     ("GET", "/v1/studies/{study_id}/tradeoff"): wire_models.TradeoffOut,
+    ("GET", "/v1/whoami"): wire_models.Identity,
+    ("POST", "/v1/users"): wire_models.TokenOut,
+    ("POST", "/v1/users/{name}/tokens"): wire_models.TokenOut,
+    ("POST", "/v1/users/{name}/mlflow-login"): wire_models.MlflowLoginOut,
+    ("POST", "/v1/users/{name}/revoke"): wire_models.Revoked,
+    ("PUT", "/v1/users/{name}/projects/{project}"): wire_models.MembershipOut,
+    ("POST", "/v1/projects"): wire_models.ProjectOut,
+    ("GET", "/v1/projects/{project}"): wire_models.ProjectDetail,
+    ("PUT", "/v1/projects/{project}/quota"): wire_models.ProjectOut,
 }
 #: the SDK's name → the shared class
 SDK_NAMES = {
@@ -171,3 +180,23 @@ def test_the_sdk_works_without_any_server_module(tmp_path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "typed 404 study_not_found" in out.stdout
     assert "loaded []" in out.stdout
+
+
+def test_an_answer_still_reads_as_the_dict_it_was() -> None:
+    """Code written when the SDK answered identity and projects as dicts keeps working."""
+    body = {
+        "name": "vision",
+        "owner": None,
+        "quota": {"gpus": 2.0, "trials": None, "studies": 4},
+        "weight": 1.0,
+        "max_priority": 0,
+        "queue_name": None,
+        "usage": {"studies": {"queued": 1, "running": 0}, "gpus": 0.0, "trials": 0},
+        "newer": "a field of a newer service",
+    }
+    project = wire_models.ProjectDetail.from_json(body)
+    assert project.quota.gpus == project["quota"]["gpus"] == 2.0
+    assert project["usage"]["studies"]["queued"] == 1 and project["newer"] == body["newer"]
+    with pytest.raises(KeyError):
+        project["missing"]
+    assert project.to_json() == body

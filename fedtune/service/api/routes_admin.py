@@ -8,6 +8,7 @@ belongs to; ``GET /v1/projects/{p}`` answers 404 to a caller who is not in ``p``
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Annotated, Any, Literal
 
@@ -15,6 +16,20 @@ from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from fedtune.errors import ForbiddenError, NotFoundError
+from fedtune.wire_models import (
+    Identity,
+    MembershipOut,
+    MlflowLoginOut,
+    ProjectDetail,
+    ProjectOut,
+    Quota,
+    Revoked,
+    StudyCounts,
+    TokenInfo,
+    TokenOut,
+    Usage,
+    UserOut,
+)
 
 from .. import identity
 from ..access import Principal
@@ -121,13 +136,6 @@ class QuotaIn(_In):
     )
 
 
-class TokenOut(BaseModel):
-    user: str
-    token_id: str
-    token: str = Field(description="shown once: only its hash is stored")
-    expires_at: dt.datetime | None
-
-
 def _admin(caller: Principal) -> None:
     if not caller.admin:
         raise ForbiddenError("only an admin may do this")
@@ -141,16 +149,6 @@ def _token(issued: identity.IssuedToken) -> TokenOut:
     return TokenOut(
         user=issued.user, token_id=issued.id, token=issued.secret, expires_at=issued.expires_at
     )
-
-
-class MlflowLoginOut(BaseModel):
-    """A user's MLflow login: shown once, to its owner (fedtune does not store the password)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    user: str
-    workspaces: list[str] = Field(description="the MLflow workspaces of the user's projects")
-    password: str = Field(description="the user's new MLflow password; the old one stops working")
 
 
 def _poke(ctx: Any) -> None:
@@ -190,17 +188,22 @@ def mlflow_login(ctx: Ctx, caller: Caller, name: Name) -> MlflowLoginOut:
     return MlflowLoginOut(user=name, workspaces=workspaces, password=password)
 
 
-@router.get("/whoami")
-def whoami(caller: Caller) -> dict[str, Any]:
+@router.get("/whoami", response_model=Identity)
+def whoami(caller: Caller) -> Identity:
     """Who the bearer token is: name, admin, role per project, how it authenticated."""
-    return caller.to_dict()
+    return Identity(**caller.to_dict())
 
 
-@router.get("/users", responses=_ERRORS)
-def list_users(ctx: Ctx, caller: Caller) -> list[dict[str, Any]]:
+def _user(row: dict[str, Any]) -> UserOut:
+    return UserOut(**{**row, "tokens": [TokenInfo(**t) for t in row["tokens"]]})
+
+
+@router.get("/users", response_model=list[UserOut], responses=_ERRORS)
+def list_users(ctx: Ctx, caller: Caller) -> list[UserOut]:
+    """Every user with its roles and live token ids (admins only)."""
     _admin(caller)
     with ctx.db.session(readonly=True) as session:
-        return identity.list_users(session)
+        return [_user(row) for row in identity.list_users(session)]
 
 
 @router.post("/users", status_code=201, response_model=TokenOut, responses=_TAKEN)
@@ -228,57 +231,67 @@ def new_token(ctx: Ctx, caller: Caller, name: Name, body: TokenIn) -> TokenOut:
     return _token(issued)
 
 
-@router.post("/users/{name}/revoke", responses=_ERRORS)
-def revoke(ctx: Ctx, caller: Caller, name: Name, body: RevokeIn) -> dict[str, int]:
+@router.post("/users/{name}/revoke", response_model=Revoked, responses=_ERRORS)
+def revoke(ctx: Ctx, caller: Caller, name: Name, body: RevokeIn) -> Revoked:
+    """Revoke all of ``name``'s live tokens, or one (admins only)."""
     _admin(caller)
     with ctx.db.session() as session:
         revoked = identity.revoke(session, name, body.token_id)
     _poke(ctx)
-    return {"revoked": revoked}
+    return Revoked(revoked=revoked)
 
 
-@router.put("/users/{name}/projects/{project}", responses=_ERRORS)
-def set_role(ctx: Ctx, caller: Caller, name: Name, project: Name, body: RoleIn) -> dict[str, str]:
+@router.put("/users/{name}/projects/{project}", response_model=MembershipOut, responses=_ERRORS)
+def set_role(ctx: Ctx, caller: Caller, name: Name, project: Name, body: RoleIn) -> MembershipOut:
+    """Give ``name`` a role in ``project`` (admins only)."""
     _admin(caller)
     with ctx.db.session() as session:
         identity.add_member(session, name, project, body.role)
     _poke(ctx)
-    return {"user": name, "project": project, "role": body.role}
+    return MembershipOut(user=name, project=project, role=body.role)
 
 
-@router.get("/projects", responses=_ERRORS)
-def list_projects(ctx: Ctx, caller: Caller) -> list[dict[str, Any]]:
+def _project(row: Any) -> ProjectOut:
+    described = identity.describe_project(row)
+    return ProjectOut(**{**described, "quota": Quota(**described["quota"])})
+
+
+@router.get("/projects", response_model=list[ProjectOut], responses=_ERRORS)
+def list_projects(ctx: Ctx, caller: Caller) -> list[ProjectOut]:
     """The projects the caller belongs to (an admin: all), with quotas."""
     with ctx.db.session(readonly=True) as session:
-        return [
-            identity.describe_project(p)
-            for p in identity.projects(session)
-            if caller.can_read(p.name)
-        ]
+        return [_project(p) for p in identity.projects(session) if caller.can_read(p.name)]
 
 
-@router.post("/projects", status_code=201, responses=_TAKEN)
-def create_project(ctx: Ctx, caller: Caller, body: ProjectIn) -> dict[str, Any]:
+@router.post("/projects", status_code=201, response_model=ProjectOut, responses=_TAKEN)
+def create_project(ctx: Ctx, caller: Caller, body: ProjectIn) -> ProjectOut:
+    """A new project, without quotas (admins only)."""
     _admin(caller)
     with ctx.db.session() as session:
-        described = identity.describe_project(identity.create_project(session, body.name))
+        described = _project(identity.create_project(session, body.name))
     if ctx.tenancy is not None:  # its MLflow workspace is made with it
         ctx.tenancy.ensure(body.name)
     return described
 
 
-@router.get("/projects/{project}", responses=_ERRORS)
-def get_project(ctx: Ctx, caller: Caller, project: Name) -> dict[str, Any]:
+@router.get("/projects/{project}", response_model=ProjectDetail, responses=_ERRORS)
+def get_project(ctx: Ctx, caller: Caller, project: Name) -> ProjectDetail:
     """A project's quota and its usage now (404 unless the caller is in it)."""
     if not caller.can_read(project):
         raise NotFoundError(f"no project {project!r}")
     with ctx.db.session(readonly=True) as session:
         row = identity.require_project(session, project)
-        return {**identity.describe_project(row), "usage": project_usage(session, project)}
+        usage = project_usage(session, project)
+        base = _project(row)
+    counts = StudyCounts(**usage["studies"])
+    return ProjectDetail(
+        **{f.name: getattr(base, f.name) for f in dataclasses.fields(ProjectOut)},
+        usage=Usage(studies=counts, gpus=usage["gpus"], trials=usage["trials"]),
+    )
 
 
-@router.put("/projects/{project}/quota", responses=_ERRORS)
-def set_quota(ctx: Ctx, caller: Caller, project: Name, body: QuotaIn) -> dict[str, Any]:
+@router.put("/projects/{project}/quota", response_model=ProjectOut, responses=_ERRORS)
+def set_quota(ctx: Ctx, caller: Caller, project: Name, body: QuotaIn) -> ProjectOut:
     """Set the quotas given (``null``: unlimited; a field left out keeps its value)."""
     _admin(caller)
     names = {
@@ -290,4 +303,4 @@ def set_quota(ctx: Ctx, caller: Caller, project: Name, body: QuotaIn) -> dict[st
     }
     values = {names[k]: v for k, v in body.model_dump(exclude_unset=True).items()}
     with ctx.db.session() as session:
-        return identity.describe_project(identity.set_quota(session, project, **values))
+        return _project(identity.set_quota(session, project, **values))
