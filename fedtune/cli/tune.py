@@ -210,7 +210,7 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
 
 def _warn_budget(spec: Any, trials: int | None) -> None:
     """Say on stderr, in one line, when the study's budget is below what its search needs
-    (:mod:`fedtune.tuning.budget_advice`)."""
+    (:mod:`fedtune.tuning.budget_advice`); called for a new study only."""
     from fedtune.tuning.budget_advice import advice
 
     line = advice(spec, spec.search_space(), trials)
@@ -308,7 +308,8 @@ def _run(args: argparse.Namespace, early: Any) -> int:
 
     workdir = _workdir(args, spec.name)
     quiet_libraries()
-    _warn_budget(spec, args.trials)
+    if not (Path(workdir) / "optuna.db").exists():
+        _warn_budget(spec, args.trials)  # a new study: not again on each resume or extension
     progress = None if args.json else sys.stderr
     if progress is not None:
         print(f"study {spec.name} -> {Path(workdir).resolve()}", file=sys.stderr)

@@ -52,6 +52,7 @@ def _result(counts: dict[str, int], error: str | None, best: dict | None = None)
         experiment_id="3",
         parent_run_id="c" * 32,
         target_trials=counts["trials"],
+        configuration_rounds=4 * counts["trials"],
         finished=counts["trials"],
         ran=counts["trials"],
         counts=counts,

@@ -190,10 +190,10 @@ def test_fedtune_tune_prints_one_line_when_ray_never_starts(
     assert code == 1 and len(calls) == 2
     assert err[-1].startswith("fedtune: error: Ray did not start (embedded) after 2 attempt(s)")
     assert "Traceback" not in "\n".join(err)
-    # one error line; the only other lines (when logging reaches stderr): one notice per retry
-    assert [line for line in err if not line.startswith("Ray start-up failed (attempt 1")] == [
-        err[-1]
-    ]
+    # one error line; the only other lines: one notice per retry (when logging reaches stderr)
+    # and the warning that the study's 5 trials are a small budget (fedtune.tuning.budget_advice)
+    others = ("Ray start-up failed (attempt 1", "fedtune: warning: the budget is 5 full trials")
+    assert [line for line in err if not line.startswith(others)] == [err[-1]]
     assert not ray_temp_dir(workdir.resolve()).exists()  # cleaned up although it failed
 
 
