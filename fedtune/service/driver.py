@@ -285,8 +285,7 @@ def _drive(link, attempts, settings, spec, workdir, view, run_study) -> int | Ex
             result = run_study(
                 spec,
                 workdir,
-                # a budget in compute and no trial count: the service's most trials, at most
-                trials=settings.max_trials if spec.budget.trials is None else None,
+                trials=settings.study_trials(spec.budget.trials),  # as the study row says
                 tracking_uri=uri,
                 ray_address=settings.ray_address,
                 sinks=[sink],

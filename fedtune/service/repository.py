@@ -308,22 +308,21 @@ class Repository:
         return list(self.session.scalars(query.order_by(Trial.number)))
 
     def trial_counts(self, study_id: str) -> dict[TrialState, int]:
+        return self.trial_progress(study_id)[0]
+
+    def trial_progress(self, study_id: str) -> tuple[dict[TrialState, int], int]:
+        """The study's trials by state and the configuration-rounds they trained (the sum of
+        their last rounds), in one index range read of its trials."""
         query = (
-            select(Trial.state, func.count())
+            select(Trial.state, func.count(), func.coalesce(func.sum(Trial.last_round), 0))
             .where(Trial.study_id == study_id)
             .group_by(Trial.state)
         )
-        counts = dict.fromkeys(TrialState, 0)
-        counts.update({TrialState(s): int(n) for s, n in self.session.execute(query)})
-        return counts
-
-    def rounds_trained(self, study_id: str) -> int:
-        """Configuration-rounds the study's trials trained: the sum of their last rounds (one
-        index range read of its trials)."""
-        query = select(func.coalesce(func.sum(Trial.last_round), 0)).where(
-            Trial.study_id == study_id
-        )
-        return int(self.session.scalar(query) or 0)
+        counts, rounds = dict.fromkeys(TrialState, 0), 0
+        for state, n, trained in self.session.execute(query):
+            counts[TrialState(state)] = int(n)
+            rounds += int(trained)
+        return counts, rounds
 
     def best_completed(self, study_id: str, maximise: bool) -> Trial | None:
         """The completed, scored, not diverged trial with the best value (lowest number among

@@ -153,8 +153,7 @@ def submit_study(
         spec=accepted.document,
         algorithm=accepted.algorithm,
         task=accepted.task,
-        # a budget in compute and no trial count: at most FEDTUNE_MAX_TRIALS, as the driver runs
-        trials_requested=accepted.trials or ctx.settings.max_trials,
+        trials_requested=ctx.settings.study_trials(accepted.trials),  # as the driver runs it
         attempts=0,
         code_sha256=code_sha256,
         project=project,
@@ -297,11 +296,11 @@ def read_study(ctx: ServiceContext, caller: Principal, study_id: str) -> StudyDe
 
 
 def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
-    counts = repo.trial_counts(study.id)
+    counts, rounds = repo.trial_progress(study.id)
     return StudyDetail.from_attributes(
         _study_out(study),
         spec=study.spec,
-        progress=_progress(study, counts, repo.rounds_trained(study.id)),
+        progress=_progress(study, counts, rounds),
         best=_best(repo, study),
         mlflow=mlflow_links(
             ctx.settings,

@@ -408,6 +408,22 @@ class Settings(BaseSettings):
         """``study_sandbox_memory_mib`` in bytes (``RLIMIT_DATA``); None: no bound."""
         return (self.study_sandbox_memory_mib << 20) or None
 
+    @property
+    def max_configuration_rounds(self) -> int:
+        """The largest ``budget.configuration_rounds``: ``max_trials`` trials of ``max_rounds``."""
+        return self.max_trials * self.max_rounds
+
+    def study_trials(self, budget_trials: int | None) -> int:
+        """The trials a study runs at most.
+
+        Args:
+            budget_trials: Its ``budget.trials`` (None: a budget in compute without one).
+
+        Returns:
+            ``budget_trials``, else ``max_trials``.
+        """
+        return budget_trials if budget_trials is not None else self.max_trials
+
     def study_deadline(self, budget_time_s: float | None) -> tuple[float, str] | None:
         """How long a study may run after its dispatch, and what sets that.
 

@@ -227,7 +227,7 @@ def _check_compute(spec: StudySpec, settings: Settings) -> None:
     at most ``FEDTUNE_MAX_TRIALS`` trials of ``FEDTUNE_MAX_ROUNDS`` rounds, ``budget.time``
     at most ``FEDTUNE_STUDY_DEADLINE_S`` (the scheduler stops every study then)."""
     budget = spec.budget
-    most = settings.max_trials * settings.max_rounds
+    most = settings.max_configuration_rounds
     if budget.configuration_rounds is not None and budget.configuration_rounds > most:
         raise ConfigError(
             "budget.configuration_rounds",
@@ -249,7 +249,7 @@ def describe_limits(settings: Settings) -> str:
         ("budget.trials", settings.max_trials, "FEDTUNE_MAX_TRIALS"),
         (
             "budget.configuration_rounds",
-            settings.max_trials * settings.max_rounds,
+            settings.max_configuration_rounds,
             "FEDTUNE_MAX_TRIALS × FEDTUNE_MAX_ROUNDS",
         ),
         (

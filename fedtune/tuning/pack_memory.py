@@ -71,9 +71,9 @@ class PackMemory:
 
     def refusal(self, size: int) -> str | None:
         """One line saying why a pack of ``size`` cannot run on the trial's GPU, or None."""
-        if size <= self.fits():
-            return None
         most = self.fits()
+        if size <= most:
+            return None
         advice = f"pack at most {most}" if most else "not even one configuration fits"
         return (
             f"{size} configurations need {_mib(self.need(size) / HEADROOM)} of GPU memory "

@@ -548,13 +548,10 @@ class MlflowCallback(Callback):
         if DECAY_ROUNDS in result:
             params[DECAY_ROUNDS] = ",".join(map(str, result[DECAY_ROUNDS])) or "none"
             metrics["decays"] = float(len(result[DECAY_ROUNDS]))
-        tags = {"outcome": outcome}
-        if DEVICE in result:
-            tags[DEVICE] = str(result[DEVICE])
         self._close(
             trial,
             mlflow_status(outcome),
-            tags,
+            _with_device({"outcome": outcome}, result),
             metrics,
             params,
             int(result.get(ROUND, 0)),
@@ -563,10 +560,7 @@ class MlflowCallback(Callback):
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         failed = TrialOutcome.FAILED
         tags = {"outcome": failed, "error": error_line(trial)}
-        device = (trial.last_result or {}).get(DEVICE)
-        if device is not None:  # it failed after its first report
-            tags[DEVICE] = str(device)
-        self._close(trial, mlflow_status(failed), tags)
+        self._close(trial, mlflow_status(failed), _with_device(tags, trial.last_result or {}))
 
     def _close(
         self,
@@ -580,6 +574,11 @@ class MlflowCallback(Callback):
         run_id = self.runs.pop(trial.trial_id, None)
         if run_id is not None:
             self.tracker.end_trial(run_id, status, tags, metrics, params, step)
+
+
+def _with_device(tags: dict[str, str], result: Mapping[str, Any]) -> dict[str, str]:
+    """``tags`` and the ``device`` the trial's last result names (none before its first)."""
+    return {**tags, DEVICE: str(result[DEVICE])} if DEVICE in result else tags
 
 
 def objective_description(spec: StudySpec) -> str:

@@ -8,7 +8,6 @@ belongs to; ``GET /v1/projects/{p}`` answers 404 to a caller who is not in ``p``
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Annotated, Any, Literal
 
@@ -284,10 +283,8 @@ def get_project(ctx: Ctx, caller: Caller, project: Name) -> ProjectDetail:
         usage = project_usage(session, project)
         base = _project(row)
     counts = StudyCounts(**usage["studies"])
-    return ProjectDetail(
-        **{f.name: getattr(base, f.name) for f in dataclasses.fields(ProjectOut)},
-        usage=Usage(studies=counts, gpus=usage["gpus"], trials=usage["trials"]),
-    )
+    usage_out = Usage(studies=counts, gpus=usage["gpus"], trials=usage["trials"])
+    return ProjectDetail.from_attributes(base, usage=usage_out)
 
 
 @router.put("/projects/{project}/quota", response_model=ProjectOut, responses=_ERRORS)
