@@ -8,7 +8,11 @@ and one retry:
   :func:`fedtune.tuning.ray_runtime.start_ray` with :data:`POLICY` (a failed start is shut
   down, its processes reaped, and tried once more; workers get 180 s to register);
 * ``ray start`` subprocesses (``tests/service/ray_cluster.py``): :data:`START_TIMEOUT_S` per
-  try, :data:`START_RETRIES` retry after stopping what the failed try left;
+  try, :data:`START_RETRIES` retry after stopping what the failed try left. A worker node's
+  ``ray start`` gives its raylet a fixed 30 s to register with the head (Ray's
+  ``raylet_start_wait_time_s``, not configurable); with two test workers on two loaded CPUs
+  that ran out twice in a row (CI, stop 50), so worker nodes get :data:`NODE_START_RETRIES`
+  retries, each after :data:`NODE_RETRY_BACKOFF_S` × the attempt's number of seconds;
 * drivers the tests run as subprocesses (``fedtune tune``, the service's drivers) use the
   product's own retries (``FEDTUNE_RAY_START_ATTEMPTS``, default 3).
 """
@@ -20,10 +24,19 @@ from typing import Any
 
 from fedtune.tuning.ray_runtime import RayStartPolicy, start_ray
 
-__all__ = ["POLICY", "START_RETRIES", "START_TIMEOUT_S", "init_ray"]
+__all__ = [
+    "NODE_RETRY_BACKOFF_S",
+    "NODE_START_RETRIES",
+    "POLICY",
+    "START_RETRIES",
+    "START_TIMEOUT_S",
+    "init_ray",
+]
 
 START_TIMEOUT_S = 240
 START_RETRIES = 1
+NODE_START_RETRIES = 4
+NODE_RETRY_BACKOFF_S = 10.0
 POLICY = RayStartPolicy(attempts=1 + START_RETRIES, backoff_s=5.0)
 
 

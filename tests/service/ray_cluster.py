@@ -15,7 +15,8 @@ a session of its own, with its own temp dir and ports, ``--num-gpus`` *logical* 
 custom resource ``ft_node_<name>`` that tells the nodes apart (``ray.nodes()`` shows it). A
 node's processes — its raylet, agents and the worker processes that run its tasks — all carry
 that session, so :meth:`RayNode.kill` takes exactly one node down (``SIGKILL``, as a lost
-machine) and nothing else. Start-ups are given generous time and one retry (a loaded machine).
+machine) and nothing else. Start-ups are given generous time and one retry, worker nodes more
+(a loaded machine; ``tests/ray_start.py``).
 """
 
 from __future__ import annotations
@@ -29,10 +30,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from tests.ray_start import START_RETRIES, START_TIMEOUT_S
+from tests.ray_start import (
+    NODE_RETRY_BACKOFF_S,
+    NODE_START_RETRIES,
+    START_RETRIES,
+    START_TIMEOUT_S,
+)
 
 from .helpers import free_port
 
@@ -96,8 +103,11 @@ class _Started:
         self.temp_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: sockets
         self.session: int | None = None
 
-    def _start(self, argv: list[str], retries: int = START_RETRIES) -> None:
+    def _start(
+        self, argv: list[str], retries: int = START_RETRIES, backoff_s: float = 0.0
+    ) -> None:
         for attempt in range(retries + 1):
+            time.sleep(backoff_s * attempt)  # a loaded machine: give it time to settle
             proc = subprocess.Popen(
                 [*argv, f"--temp-dir={self.temp_dir}"],
                 env=self.env,
@@ -212,7 +222,7 @@ class LocalRayCluster(_Started):
             "--object-store-memory=100000000",
             *_node_ports(),
         ]
-        node._start(argv)
+        node._start(argv, retries=NODE_START_RETRIES, backoff_s=NODE_RETRY_BACKOFF_S)
         self.nodes.append(node)
         return node
 
