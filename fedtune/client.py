@@ -623,8 +623,8 @@ class Client:
 
         Args:
             name: The project's name.
-            **quota: Any of ``gpus``, ``trials``, ``studies``, ``weight`` and ``max_priority``
-                (None: unlimited).
+            **quota: Any of ``gpus``, ``trials``, ``studies``, ``gpu_hours``, ``weight`` and
+                ``max_priority`` (None: unlimited).
 
         Returns:
             The project with its new quota.

@@ -479,6 +479,12 @@ class Quota(WireModel):
     gpus: float | None = _about("GPUs its studies may reserve at once")
     trials: int | None = _about("configurations its studies may train at once")
     studies: int | None = _about("active (queued or running) studies")
+    gpu_hours: float | None = _about(
+        "GPU-hours its studies may use or hold within the fair-share window"
+        " (FEDTUNE_FAIR_SHARE_WINDOW_S): used, plus what running studies may still use,"
+        " plus what a new one may use (GPUs × budget.time)",
+        None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -508,6 +514,11 @@ class Usage(WireModel):
     studies: StudyCounts
     gpus: float = _about("GPUs reserved: each running study's trial processes × resources.gpu")
     trials: int = _about("configurations reserved: each running study's budget.max_concurrent")
+    gpu_hours: float | None = _about(
+        "GPU-hours counted against quota.gpu_hours: used within the fair-share window, plus"
+        " what running studies may still use (null: a running study has no time limit)",
+        None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,8 @@
     fedtune users list                      fedtune users revoke NAME [--token-id ID]
     fedtune users token NAME [--expires-days D]          # another token (rotation)
     fedtune projects create P               fedtune projects list
-    fedtune projects quota P [--gpus N] [--trials N] [--studies N] [--weight W] [--max-priority N]
+    fedtune projects quota P [--gpus N] [--trials N] [--studies N] [--gpu-hours H]
+                             [--weight W] [--max-priority N] [--unlimited FIELD]
 
 They act on ``FEDTUNE_DATABASE_URL`` (or ``--database-url``) directly — no API, no token — so the
 first admin can be made where the database is (``kubectl exec`` into an API pod). ``users
@@ -68,6 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=float)
     p.add_argument("--trials", type=int)
     p.add_argument("--studies", type=int)
+    p.add_argument(
+        "--gpu-hours",
+        type=float,
+        help="GPU-hours used or held within the fair-share window (GPUs × budget.time per study)",
+    )
     p.add_argument("--weight", type=float)
     p.add_argument("--max-priority", type=int)
     p.add_argument(
@@ -75,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="FIELD",
-        choices=("gpus", "trials", "studies"),
+        choices=("gpus", "trials", "studies", "gpu_hours"),
         help="clear a quota",
     )
     _db(p, _quota)
@@ -92,7 +98,8 @@ def _session_run(args: argparse.Namespace, func: Any) -> int:
     from fedtune.service.settings import load_settings
 
     overrides = {"database_url": args.database_url} if args.database_url else {}
-    db = Database(load_settings(**overrides).database_url)
+    args.settings = load_settings(**overrides)  # the usage's window and deadline
+    db = Database(args.settings.database_url)
     try:
         require_current_schema(db)
         with db.session() as session:
@@ -173,7 +180,7 @@ def _list_projects(args: argparse.Namespace, session: Any) -> int:
     from fedtune.service.project_usage import project_usage
 
     rows = [
-        {**identity.describe_project(p), "usage": project_usage(session, p.name)}
+        {**identity.describe_project(p), "usage": project_usage(session, p.name, args.settings)}
         for p in identity.projects(session)
     ]
     if args.json:
@@ -185,7 +192,8 @@ def _list_projects(args: argparse.Namespace, session: Any) -> int:
         print(
             f"{r['name']:<20} gpus {u['gpus']:g}/{cap(q['gpus'])}  trials {u['trials']}/"
             f"{cap(q['trials'])}  studies {u['studies']['queued'] + u['studies']['running']}/"
-            f"{cap(q['studies'])}  weight {r['weight']:g}  max priority {r['max_priority']}"
+            f"{cap(q['studies'])}  gpu-hours {cap(u['gpu_hours'])}/{cap(q['gpu_hours'])}  "
+            f"weight {r['weight']:g}  max priority {r['max_priority']}"
         )
     return 0
 
@@ -194,13 +202,7 @@ def _quota(args: argparse.Namespace, session: Any) -> int:
     from fedtune.service import identity
 
     values: dict[str, Any] = {}
-    for flag, column in (
-        ("gpus", "quota_gpus"),
-        ("trials", "quota_trials"),
-        ("studies", "quota_studies"),
-        ("weight", "weight"),
-        ("max_priority", "max_priority"),
-    ):
+    for column, (flag, _, _) in identity.QUOTA_FIELDS.items():
         if getattr(args, flag) is not None:
             values[column] = getattr(args, flag)
     for flag in args.unlimited:

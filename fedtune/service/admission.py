@@ -9,8 +9,13 @@ study. :func:`plan` admits queued studies one at a time while there are free stu
 slots (``FEDTUNE_MAX_CONCURRENT_STUDIES``):
 
 1. a study whose project's reservations would then exceed one of its quotas (GPUs, trials,
-   active studies), or the cluster's GPUs (``FEDTUNE_CLUSTER_GPUS``), is not admitted: it stays
-   ``queued`` with the reason (``waiting for project quota: 8/8 GPUs``) and never fails for it;
+   active studies, GPU-hours), or the cluster's GPUs (``FEDTUNE_CLUSTER_GPUS``), is not
+   admitted: it stays ``queued`` with the reason (``waiting for project quota: 8/8 GPUs``) and
+   never fails for it. The GPU-hour quota is a budget in compute over the fair-share window:
+   a study is admitted when the window's GPU-hours (:func:`.project_usage.gpu_hour_charge`:
+   used, plus what running studies may still use) plus its own GPUs × ``budget.time`` (else
+   ``FEDTUNE_STUDY_DEADLINE_S``) fit ``quota_gpu_hours``, so a study that declares a short
+   ``budget.time`` fits where an open-ended one waits;
 2. among projects with an admissible study, the next admission goes to the one furthest below
    its weighted fair share: the lowest ``(GPU-seconds used in the sliding window
    FEDTUNE_FAIR_SHARE_WINDOW_S + GPUs reserved now × 1 s) / weight`` — Slurm's fair-share in
@@ -25,6 +30,7 @@ what it admits (tests drive it directly).
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +51,7 @@ class Candidate:
     created_at: dt.datetime
     gpus: float
     trials: int
+    gpu_seconds: float = 0.0  # what it may use: GPUs × its time limit (inf: no limit)
 
 
 @dataclass
@@ -60,6 +67,8 @@ class ProjectLoad:
     trials: int = 0
     studies: int = 0
     gpu_seconds: float = 0.0
+    quota_gpu_hours: float | None = None
+    gpu_hour_seconds: float = 0.0  # counted against quota_gpu_hours: used + still held
 
     def refusal(self, c: Candidate) -> str | None:
         """Why ``c`` does not fit this project's quota now, or None."""
@@ -69,7 +78,30 @@ class ProjectLoad:
             return f"waiting for project quota: {self.trials}/{self.quota_trials} trials"
         if self.quota_studies is not None and self.studies + 1 > self.quota_studies:
             return f"waiting for project quota: {self.studies}/{self.quota_studies} active studies"
-        return None
+        return self._gpu_hour_refusal(c)
+
+    def _gpu_hour_refusal(self, c: Candidate) -> str | None:
+        if self.quota_gpu_hours is None or c.gpu_seconds <= 0:
+            return None
+        quota = self.quota_gpu_hours * 3600.0
+        if self.gpu_hour_seconds + c.gpu_seconds <= quota + 1e-6:
+            return None
+        if math.isinf(c.gpu_seconds):
+            return (
+                "waiting for project quota: a study with GPUs and no budget.time has no time"
+                " limit (FEDTUNE_STUDY_DEADLINE_S is 0), so it never fits a GPU-hour quota"
+            )
+        ask = c.gpu_seconds / 3600.0
+        if c.gpu_seconds > quota + 1e-6:
+            return (
+                f"waiting for project quota: it may use {ask:.2f} GPU-hours (GPUs × budget.time),"
+                f" more than the project's {self.quota_gpu_hours:g} per window"
+            )
+        counted = self.gpu_hour_seconds / 3600.0
+        return (
+            f"waiting for project quota: {counted:.2f}/{self.quota_gpu_hours:g} GPU-hours used"
+            f" or held in the window, and it may use {ask:.2f}"
+        )
 
     def share(self) -> float:
         """Usage per unit of weight (lower: further below its fair share)."""
@@ -79,6 +111,7 @@ class ProjectLoad:
         self.gpus += c.gpus
         self.trials += c.trials
         self.studies += 1
+        self.gpu_hour_seconds += c.gpu_seconds
 
 
 @dataclass
@@ -172,10 +205,10 @@ def plan_dispatch(
     """:func:`plan` over the database's state: ``queued`` study rows, every project's quotas,
     the running studies' reservations and the window's GPU-seconds. The cluster's GPUs are
     ``settings.cluster_gpus`` when set, else ``cluster_gpus`` (what the backend reports)."""
-    from sqlalchemy import or_, select
+    from sqlalchemy import select
 
-    from .models import DEFAULT_PROJECT, Project, Study
-    from .project_usage import reservation
+    from .models import DEFAULT_PROJECT, Project
+    from .project_usage import gpu_hour_charge, recent_studies, reservation, time_limit_s
     from .states import StudyState
 
     now = dt.datetime.now(dt.UTC)
@@ -189,40 +222,42 @@ def plan_dispatch(
             None if kueue else p.quota_trials,
             None if kueue else p.quota_studies,
             p.weight or 1.0,
+            quota_gpu_hours=None if kueue else p.quota_gpu_hours,
         )
         for p in session.scalars(select(Project))
     }
-    since = now - dt.timedelta(seconds=window)
-    # running studies and those finished within the window: two index ranges (state,
-    # finished_at), whatever the number of older finished studies; a re-queued study (started,
-    # not finished) is left out here as below: it reserves nothing while it waits
-    recent = session.execute(
-        select(Study.project, Study.state, Study.spec, Study.started_at, Study.finished_at)
-        .where(Study.started_at.is_not(None))
-        .where(or_(Study.state == StudyState.RUNNING, Study.finished_at >= since))
-    ).all()
     used = 0.0
-    for project, state, spec, began, ended in recent:
+    for project, state, spec, began, ended in recent_studies(session, now, settings):
         load = loads.setdefault(project or DEFAULT_PROJECT, ProjectLoad(project or DEFAULT_PROJECT))
-        gpus, trials = reservation(spec or {})
+        spec = spec or {}
+        gpus, trials = reservation(spec)
         if state == StudyState.QUEUED:
             continue  # re-queued: it reserves nothing while it waits
-        if state == StudyState.RUNNING:
+        running = state == StudyState.RUNNING
+        if running:
             load.gpus += gpus
             load.trials += trials
             load.studies += 1
             used += gpus
             ended = None
         load.gpu_seconds += gpu_seconds([(gpus, began, ended)], now, window)
-    candidates = [
-        Candidate(
-            s.id,
-            s.project or DEFAULT_PROJECT,
-            int(s.priority or 0),
-            s.created_at,
-            *reservation(s.spec or {}),
+        load.gpu_hour_seconds += gpu_hour_charge(
+            spec, began, ended, running=running, now=now, settings=settings
         )
-        for s in queued
-    ]
+    candidates = []
+    for row in queued:
+        gpus, trials = reservation(row.spec or {})
+        limit = time_limit_s(row.spec or {}, settings) if gpus > 0 else 0.0
+        candidates.append(
+            Candidate(
+                row.id,
+                row.project or DEFAULT_PROJECT,
+                int(row.priority or 0),
+                row.created_at,
+                gpus,
+                trials,
+                gpu_seconds=gpus * limit,
+            )
+        )
     capacity = settings.cluster_gpus if settings.cluster_gpus is not None else cluster_gpus
     return plan(candidates, loads.values(), slots, capacity, used)

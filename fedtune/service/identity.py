@@ -62,6 +62,7 @@ QUOTA_FIELDS: dict[str, tuple[str, float, float]] = {
     "quota_gpus": ("gpus", 0, 100_000),
     "quota_trials": ("trials", 0, 1_000_000),
     "quota_studies": ("studies", 0, 1_000_000),
+    "quota_gpu_hours": ("gpu_hours", 0, 1e9),
     "weight": ("weight", 1e-3, 1e6),
     "max_priority": ("max_priority", 0, 1000),
 }
@@ -115,6 +116,7 @@ def describe_project(project: Project) -> dict:
             "gpus": project.quota_gpus,
             "trials": project.quota_trials,
             "studies": project.quota_studies,
+            "gpu_hours": project.quota_gpu_hours,
         },
         "weight": project.weight,
         "max_priority": project.max_priority,
@@ -130,8 +132,8 @@ def require_project(session: Session, name: str) -> Project:
 
 
 def set_quota(session: Session, name: str, **values: float | int | None) -> Project:
-    """Set a project's ``quota_gpus``/``quota_trials``/``quota_studies``/``weight``/
-    ``max_priority`` (only those given; a quota of ``None`` is unlimited)."""
+    """Set a project's settings named in :data:`QUOTA_FIELDS` (only those given; a quota of
+    ``None`` is unlimited)."""
     project = require_project(session, name)
     for key, value in values.items():
         _check_quota(key, value)
@@ -144,8 +146,7 @@ def _check_quota(key: str, value: Any) -> None:
     """Refuse a project setting outside :data:`QUOTA_FIELDS` (the error names the API field).
 
     Args:
-        key: The column (``quota_gpus``, ``quota_trials``, ``quota_studies``, ``weight``,
-            ``max_priority``).
+        key: The column, a key of :data:`QUOTA_FIELDS`.
         value: The new value; None (unlimited) only for the three quotas.
 
     Returns:

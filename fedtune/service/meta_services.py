@@ -130,7 +130,9 @@ def metrics_snapshot(ctx: ServiceContext) -> dict[str, Any]:
         repo = Repository(session)
         by_state = repo.count_by_state()
         running_trials = repo.running_trials_total()
-        usage = {p.name: (p, project_usage(session, p.name)) for p in projects(session)}
+        usage = {
+            p.name: (p, project_usage(session, p.name, ctx.settings)) for p in projects(session)
+        }
     return {
         "studies": {str(k): v for k, v in by_state.items()},
         "trials_running": running_trials,
@@ -143,9 +145,11 @@ def _project_figures(project: Any, usage: dict[str, Any]) -> dict[str, Any]:
     return {
         "gpus": usage["gpus"],
         "trials": usage["trials"],
+        "gpu_hours": usage["gpu_hours"],
         "queued": usage["studies"]["queued"],
         "running": usage["studies"]["running"],
         "quota_gpus": project.quota_gpus,
         "quota_trials": project.quota_trials,
         "quota_studies": project.quota_studies,
+        "quota_gpu_hours": project.quota_gpu_hours,
     }

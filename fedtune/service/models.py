@@ -9,7 +9,7 @@ tables: ``users``, ``projects`` (ownership, quotas, fair-share weight), ``member
 role in a project), ``api_tokens`` (hashed per-user tokens), ``code_package_owners`` (which
 projects uploaded a package) and ``scheduler_lease`` (the one scheduler leader and its fencing
 token); since revision 0006 ``method_groups`` (the studies of one study of methods and the
-comparison recorded once they have all ended).
+comparison recorded once they have all ended); since revision 0007 ``projects.quota_gpu_hours``.
 The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
 them (``tests/service/test_migrations.py`` compares the two).
 """
@@ -240,6 +240,7 @@ class Project(Base):
     quota_gpus: Mapped[float | None] = mapped_column(Float)
     quota_trials: Mapped[int | None] = mapped_column(Integer)
     quota_studies: Mapped[int | None] = mapped_column(Integer)
+    quota_gpu_hours: Mapped[float | None] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     max_priority: Mapped[int] = mapped_column(Integer, default=0)
     queue_name: Mapped[str | None] = mapped_column(String(63))

@@ -103,9 +103,7 @@ class _Started:
         self.temp_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: sockets
         self.session: int | None = None
 
-    def _start(
-        self, argv: list[str], retries: int = START_RETRIES, backoff_s: float = 0.0
-    ) -> None:
+    def _start(self, argv: list[str], retries: int = START_RETRIES, backoff_s: float = 0.0) -> None:
         for attempt in range(retries + 1):
             time.sleep(backoff_s * attempt)  # a loaded machine: give it time to settle
             proc = subprocess.Popen(

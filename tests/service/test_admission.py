@@ -166,3 +166,104 @@ def test_priority_orders_a_projects_queue_and_is_bounded(team) -> None:
     with pytest.raises(InvalidRequestError) as err:
         _submit(ctx, "a", 1, priority=6)
     assert err.value.field == "priority"
+
+
+# ------------------------------------------------------------------ the GPU-hour quota
+
+
+def test_a_gpu_hour_quota_admits_what_fits_the_window_and_says_why_not() -> None:
+    hour = 3600.0
+    load = lambda: ProjectLoad("a", quota_gpu_hours=10, gpu_hour_seconds=8 * hour)  # noqa: E731
+    fits = Candidate("fits", "a", 0, T0, 1.0, 1, gpu_seconds=2 * hour)
+    d = plan([fits], [load()], slots=5)
+    assert d.admit == ["fits"]
+    over = Candidate("over", "a", 0, T0, 1.0, 1, gpu_seconds=3 * hour)
+    d = plan([over], [load()], slots=5)
+    assert d.admit == [] and d.waiting == {
+        "over": "waiting for project quota: 8.00/10 GPU-hours used or held in the window,"
+        " and it may use 3.00"
+    }
+    # two that fit one at a time: the first admitted holds its hours, the second waits
+    first = Candidate("first", "a", 0, T0, 1.0, 1, gpu_seconds=1.5 * hour)
+    second = Candidate("second", "a", 0, T0 + dt.timedelta(minutes=1), 1.0, 1, 1.5 * hour)
+    d = plan([first, second], [load()], slots=5)
+    assert d.admit == ["first"] and "9.50/10 GPU-hours" in d.waiting["second"]
+    alone = Candidate("alone", "a", 0, T0, 4.0, 4, gpu_seconds=4 * 3 * hour)
+    d = plan([alone], [ProjectLoad("a", quota_gpu_hours=10)], slots=5)
+    assert d.waiting["alone"] == (
+        "waiting for project quota: it may use 12.00 GPU-hours (GPUs × budget.time),"
+        " more than the project's 10 per window"
+    )
+    endless = Candidate("endless", "a", 0, T0, 1.0, 1, gpu_seconds=float("inf"))
+    d = plan([endless], [ProjectLoad("a", quota_gpu_hours=1e9)], slots=5)
+    assert "no time limit" in d.waiting["endless"]
+    cpu = Candidate("cpu", "a", 0, T0, 0.0, 1, gpu_seconds=0.0)  # no GPU: nothing to charge
+    assert plan([cpu], [load()], slots=5).admit == ["cpu"]
+
+
+def test_the_charge_counts_the_window_and_what_a_running_study_may_still_use(
+    make_settings: Callable,
+) -> None:
+    from fedtune.service.project_usage import gpu_hour_charge, time_limit_s
+
+    settings = make_settings(fair_share_window_s=3600, study_deadline_s=86400)
+    now = T0 + dt.timedelta(hours=5)
+    timed = {"resources": {"gpu": 2}, "budget": {"time": "90m", "max_concurrent": 1}}
+    assert time_limit_s(timed, settings) == 5400
+    assert time_limit_s({"resources": {"gpu": 2}}, settings) == 86400
+    unbounded = settings.model_copy(update={"study_deadline_s": 0})
+    assert time_limit_s({"resources": {"gpu": 2}}, unbounded) == float("inf")
+    began = now - dt.timedelta(minutes=30)
+    charge = gpu_hour_charge(timed, began, None, running=True, now=now, settings=settings)
+    assert charge == pytest.approx(2 * 5400)  # 30 min used + 60 min it may still use
+    # ended after 30 min, within the window: what it used, nothing held
+    ended = gpu_hour_charge(timed, began, now, running=False, now=now, settings=settings)
+    assert ended == pytest.approx(2 * 1800)
+    # started 3 h ago, ended 30 min ago: only its last 30 min lie in the 1 h window
+    old = gpu_hour_charge(
+        timed,
+        now - dt.timedelta(hours=3),
+        now - dt.timedelta(minutes=30),
+        running=False,
+        now=now,
+        settings=settings,
+    )
+    assert old == pytest.approx(2 * 1800)
+    requeued = gpu_hour_charge(timed, began, None, running=False, now=now, settings=settings)
+    cpu = gpu_hour_charge({}, began, None, running=True, now=now, settings=settings)
+    assert requeued == 0.0 and cpu == 0.0
+
+
+def test_the_scheduler_admits_under_a_gpu_hour_quota_by_budget_time(
+    sqlite_db: Database, make_settings: Callable
+) -> None:
+    """A project with 2 GPU-hours per 8 h window: a 1 GPU × 1 h study runs, a 1 GPU × 90 min
+    one waits with the reason (1 + 1.5 > 2) and runs once the first ends early (it then counts
+    only what it used); the project's usage shows the hours counted."""
+    from fedtune.service.api.routes_admin import get_project
+
+    settings = make_settings(
+        database_url=sqlite_db.url, max_concurrent_studies=20, fair_share_window_s=8 * 3600
+    )
+    scheduler = Scheduler(sqlite_db, FakeBackend(), settings)
+    ctx = ServiceContext(sqlite_db, settings, scheduler)
+    with sqlite_db.session() as s:
+        identity.create_project(s, "g")
+        identity.set_quota(s, "g", quota_gpu_hours=2)
+    hour = _submit(ctx, "g", 1, gpus=1.0, budget={"trials": 2, "time": "1h"})[0]
+    longer = _submit(ctx, "g", 1, gpus=1.0, budget={"trials": 2, "time": "90m"})[0]
+    scheduler.tick()
+    assert get_study(ctx, hour).state == StudyState.RUNNING
+    waiting = get_study(ctx, longer)
+    assert waiting.state == StudyState.QUEUED
+    assert waiting.queued_reason is not None
+    assert waiting.queued_reason.startswith("waiting for project quota: 1.00/2 GPU-hours")
+    detail = get_project(ctx, Principal("admin", admin=True), "g")
+    assert detail.quota.gpu_hours == 2
+    assert detail.usage.gpu_hours == pytest.approx(1.0, abs=0.01)
+    with ctx.db.session() as s:
+        Repository(s).transition(hour, StudyState.SUCCEEDED)
+    scheduler.tick()
+    assert get_study(ctx, longer).state == StudyState.RUNNING
+    detail = get_project(ctx, Principal("admin", admin=True), "g")
+    assert detail.usage.gpu_hours == pytest.approx(1.5, abs=0.01)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import re
 import zipfile
 from collections.abc import Callable, Iterator
@@ -343,14 +344,18 @@ def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> 
     it per project. The world's running study of p1 reserves 1 trial (max_concurrent 1)."""
     r = world.client.put(
         "/v1/projects/p1/quota",
-        json={"gpus": 8, "trials": 4, "studies": 3},
+        json={"gpus": 8, "trials": 4, "studies": 3, "gpu_hours": 12.5},
         headers=world.headers("admin"),
     )
-    assert r.status_code == 200 and r.json()["quota"] == {"gpus": 8.0, "trials": 4, "studies": 3}
+    quota = {"gpus": 8.0, "trials": 4, "studies": 3, "gpu_hours": 12.5}
+    assert r.status_code == 200 and r.json()["quota"] == quota
     p1 = world.client.get("/v1/projects/p1", headers=world.headers("viewer")).json()
     assert p1["usage"]["studies"]["running"] == 1 and p1["usage"]["trials"] == 1
+    assert p1["usage"]["gpu_hours"] == 0.0  # its running study holds no GPU
     text = world.client.get("/metrics").text
     assert 'fedtune_project_quota_gpus{project="p1"} 8.0' in text
+    assert 'fedtune_project_quota_gpu_hours{project="p1"} 12.5' in text
+    assert 'fedtune_project_gpu_hours{project="p1"} 0.0' in text
     assert 'fedtune_project_reserved_trials{project="p1"} 1.0' in text
     assert 'fedtune_project_quota_gpus{project="p2"}' not in text  # unlimited: no sample
 
@@ -364,6 +369,9 @@ def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> 
         ({"trials": 1.5}, "trials"),
         ({"gpus": 1e300}, "gpus"),
         ({"gpus": True}, "gpus"),
+        ({"gpu_hours": -1}, "gpu_hours"),
+        ({"gpu_hours": 1e10}, "gpu_hours"),
+        ({"gpu_hours": "2h"}, "gpu_hours"),
         ({"weight": 5e-324}, "weight"),  # feeds the fair-share division: was accepted
         ({"weight": 0}, "weight"),
         ({"weight": None}, "weight"),
@@ -385,11 +393,13 @@ def test_the_bounds_themselves_are_accepted(world: World) -> None:
         "gpus": 100_000,
         "trials": 1_000_000,
         "studies": 1_000_000,
+        "gpu_hours": 1e9,
         "weight": 1e6,
         "max_priority": 1000,
     }
-    low = {"gpus": 0, "trials": 0, "studies": 0, "weight": 1e-3, "max_priority": 0}
-    for body in (top, low, {"gpus": None, "trials": None, "studies": None}):
+    low = {"gpus": 0, "trials": 0, "studies": 0, "gpu_hours": 0, "weight": 1e-3, "max_priority": 0}
+    unlimited = {"gpus": None, "trials": None, "studies": None, "gpu_hours": None}
+    for body in (top, low, unlimited):
         r = world.client.put("/v1/projects/p1/quota", json=body, headers=world.headers("admin"))
         assert r.status_code == 200, r.text
 
@@ -435,3 +445,14 @@ def test_the_cli_bounds_quotas_as_the_api_does(world: World, capsys) -> None:
     assert main(["projects", "quota", "p1", "--weight", "5e-324", "--database-url", url]) == 2
     assert "weight" in capsys.readouterr().err
     assert main(["projects", "quota", "p1", "--weight", "2", "--database-url", url]) == 0
+    capsys.readouterr()
+    assert main(["projects", "quota", "p1", "--gpu-hours", "-1", "--database-url", url]) == 2
+    assert "gpu_hours" in capsys.readouterr().err
+    assert main(["projects", "quota", "p1", "--gpu-hours", "40", "--database-url", url]) == 0
+    assert json.loads(capsys.readouterr().out)["quota"]["gpu_hours"] == 40.0
+    assert main(["projects", "list", "--database-url", url]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("p1 "))
+    assert "gpu-hours 0/40" in line
+    argv = ["projects", "quota", "p1", "--unlimited", "gpu_hours", "--database-url", url]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["quota"]["gpu_hours"] is None

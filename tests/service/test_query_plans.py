@@ -178,6 +178,6 @@ def test_the_scheduler_tick_reads_only_live_studies(history, make_settings) -> N
     assert report.dispatched  # the whole tick ran: watch, release, admission, dispatch
     assert_indexed(db, sent)
     with captured(db) as sent, db.session(readonly=True) as session:
-        usage = project_usage(session, "vision")
+        usage = project_usage(session, "vision", settings)
     assert usage["studies"]["running"] >= 0
     assert_indexed(db, sent)

@@ -187,11 +187,16 @@ def test_an_answer_still_reads_as_the_dict_it_was() -> None:
     body = {
         "name": "vision",
         "owner": None,
-        "quota": {"gpus": 2.0, "trials": None, "studies": 4},
+        "quota": {"gpus": 2.0, "trials": None, "studies": 4, "gpu_hours": 10.0},
         "weight": 1.0,
         "max_priority": 0,
         "queue_name": None,
-        "usage": {"studies": {"queued": 1, "running": 0}, "gpus": 0.0, "trials": 0},
+        "usage": {
+            "studies": {"queued": 1, "running": 0},
+            "gpus": 0.0,
+            "trials": 0,
+            "gpu_hours": 0.5,
+        },
         "newer": "a field of a newer service",
     }
     project = wire_models.ProjectDetail.from_json(body)
@@ -200,3 +205,8 @@ def test_an_answer_still_reads_as_the_dict_it_was() -> None:
     with pytest.raises(KeyError):
         project["missing"]
     assert project.to_json() == body
+    # an older service's answer, before GPU-hour quotas: the new fields read as null
+    older = {**body, "quota": {"gpus": 2.0, "trials": None, "studies": 4}}
+    older["usage"] = {k: v for k, v in body["usage"].items() if k != "gpu_hours"}
+    old = wire_models.ProjectDetail.from_json(older)
+    assert old.quota.gpu_hours is None and old.usage.gpu_hours is None

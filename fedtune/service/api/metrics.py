@@ -84,6 +84,11 @@ _PROJECT_GAUGES = (
         "Concurrent trials the project's studies reserve",
         "trials",
     ),
+    (
+        "fedtune_project_gpu_hours",
+        "GPU-hours the project's studies used in the fair-share window or may still use",
+        "gpu_hours",
+    ),
     ("fedtune_project_studies_queued", "The project's studies waiting", "queued"),
     ("fedtune_project_studies_running", "The project's studies running", "running"),
     ("fedtune_project_quota_gpus", "The project's GPU quota (absent: unlimited)", "quota_gpus"),
@@ -96,6 +101,11 @@ _PROJECT_GAUGES = (
         "fedtune_project_quota_studies",
         "The project's active-study quota (absent: unlimited)",
         "quota_studies",
+    ),
+    (
+        "fedtune_project_quota_gpu_hours",
+        "The project's GPU-hour quota per fair-share window (absent: unlimited)",
+        "quota_gpu_hours",
     ),
 )
 

@@ -129,6 +129,11 @@ class QuotaIn(_In):
     studies: int | None = _setting(
         "quota_studies", "active (queued or running) studies", nullable=True
     )
+    gpu_hours: float | None = _setting(
+        "quota_gpu_hours",
+        "GPU-hours its studies may use or hold within the fair-share window",
+        nullable=True,
+    )
     weight: float = _setting("weight", "fair-share weight", nullable=False)
     max_priority: int = _setting(
         "max_priority", "the highest priority its studies may ask for", nullable=False
@@ -280,10 +285,12 @@ def get_project(ctx: Ctx, caller: Caller, project: Name) -> ProjectDetail:
         raise NotFoundError(f"no project {project!r}")
     with ctx.db.session(readonly=True) as session:
         row = identity.require_project(session, project)
-        usage = project_usage(session, project)
+        usage = project_usage(session, project, ctx.settings)
         base = _project(row)
     counts = StudyCounts(**usage["studies"])
-    usage_out = Usage(studies=counts, gpus=usage["gpus"], trials=usage["trials"])
+    usage_out = Usage(
+        studies=counts, gpus=usage["gpus"], trials=usage["trials"], gpu_hours=usage["gpu_hours"]
+    )
     return ProjectDetail.from_attributes(base, usage=usage_out)
 
 
@@ -291,13 +298,7 @@ def get_project(ctx: Ctx, caller: Caller, project: Name) -> ProjectDetail:
 def set_quota(ctx: Ctx, caller: Caller, project: Name, body: QuotaIn) -> ProjectOut:
     """Set the quotas given (``null``: unlimited; a field left out keeps its value)."""
     _admin(caller)
-    names = {
-        "gpus": "quota_gpus",
-        "trials": "quota_trials",
-        "studies": "quota_studies",
-        "weight": "weight",
-        "max_priority": "max_priority",
-    }
-    values = {names[k]: v for k, v in body.model_dump(exclude_unset=True).items()}
+    columns = {field: column for column, (field, _, _) in identity.QUOTA_FIELDS.items()}
+    values = {columns[k]: v for k, v in body.model_dump(exclude_unset=True).items()}
     with ctx.db.session() as session:
         return _project(identity.set_quota(session, project, **values))
