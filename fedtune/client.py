@@ -49,7 +49,7 @@ from fedtune.states import StudyState, TrialState
 from fedtune.wire import exception_from_body
 from fedtune.wire_models import (
     BestTrial,
-    ComparisonOut,
+    Comparison,
     CurveOut,
     CurvePoint,
     Identity,
@@ -96,7 +96,6 @@ MAX_PACKAGE_BYTES = 1 << 30
 StudyStatus = StudyDetail
 TrialInfo = TrialOut
 TradeOff = TradeoffOut
-Comparison = ComparisonOut
 MethodGroup = MethodGroupOut
 
 

@@ -121,13 +121,12 @@ def _local(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
 
 def _remote(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
     from fedtune.client import Client
-    from fedtune.tuning.compare import Comparison
 
     token = setting("token").resolve(args.token)
     with Client(setting("url").resolve(args.url), token=token or None) as client:
         answer = client.compare(args.studies, force=args.force, record=args.record)
-    c = Comparison.from_dict(answer.to_json())
-    out: dict[str, Any] = dict(answer.mlflow or {})
+    c = answer  # the comparison itself, typed: one class in the SDK and the engine
+    out: dict[str, Any] = dict(c.mlflow or {})
     if args.out:
         from fedtune.tuning.compare_render import write_figures
 
@@ -149,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
             f"directory: {', '.join(bad)}",
         )
     if args.json:
-        print(json.dumps({"comparison": c.to_dict(), **(recorded or {})}, default=str))
+        print(json.dumps({"comparison": c.to_json(), **(recorded or {})}, default=str))
         return 0
     lines = _text(c)
     if recorded:

@@ -94,7 +94,7 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
     if args.json:
         body = {
             "studies": [r.to_dict() for r in results],
-            "comparison": c.to_dict(),
+            "comparison": c.to_json(),
             **recorded,
         }
         json.dump(body, sys.stdout, default=str)

@@ -19,6 +19,7 @@ succeeded (two or more; otherwise the group says why there is no comparison).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -29,6 +30,7 @@ from sqlalchemy import select, update
 
 from fedtune.errors import NotFoundError
 from fedtune.redact import scrub_text
+from fedtune.wire_models import Comparison
 
 from .access import Principal
 from .errors import InvalidRequestError
@@ -82,7 +84,7 @@ def compare_studies(
     study_ids: Sequence[str],
     force: bool = False,
     record: bool = False,
-) -> dict[str, Any]:
+) -> Comparison:
     """``GET /v1/compare``: the comparison of studies ``caller`` may read.
 
     Args:
@@ -94,8 +96,8 @@ def compare_studies(
             every study).
 
     Returns:
-        ``Comparison.to_dict()`` of :mod:`fedtune.tuning.compare`, with ``mlflow`` (the run
-        recorded, or None).
+        The comparison (:class:`fedtune.wire_models.Comparison`), its ``mlflow`` the run
+        recorded (None: not asked).
 
     Raises:
         StudyNotFoundError: A study does not exist or is not the caller's to read.
@@ -110,7 +112,7 @@ def compare_studies(
     for study_id in ids:  # every one first: no work for a comparison that will be refused
         authorize(ctx, caller, study_id, write=record)
     c, uris, projects = _compare(ctx, ids, force)
-    return {**c.to_dict(), "mlflow": _record(ctx, c, ids, uris, projects) if record else None}
+    return dataclasses.replace(c, mlflow=_record(ctx, c, ids, uris, projects) if record else None)
 
 
 def _compare(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from fedtune.wire_models import (
     BestTrial,
-    ComparisonOut,
+    Comparison,
     CurveOut,
     CurvePoint,
     MethodGroupOut,
@@ -34,7 +34,7 @@ __all__ = [
     "AlgorithmOut",
     "BestTrial",
     "CodeOut",
-    "ComparisonOut",
+    "Comparison",
     "CurveOut",
     "CurvePoint",
     "ErrorDetail",

@@ -31,13 +31,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fedtune.errors import ConfigError
+from fedtune.wire_models import (
+    BUDGET_ROUNDS,
+    BUDGET_TRIALS,
+    BUDGET_WHOLE,
+    Comparison,
+    MatchedRow,
+    StudyLine,
+)
 
-from .tradeoff import finite_or_none, write_json_csv
+from .tradeoff import write_json_csv
 
 __all__ = [
     "BUDGET_ROUNDS",
@@ -51,9 +59,8 @@ __all__ = [
     "budget_curve",
     "compare",
     "differences",
+    "write_comparison",
 ]
-
-BUDGET_TRIALS, BUDGET_ROUNDS, BUDGET_WHOLE = "equal trials", "equal total rounds", "whole study"
 
 
 @dataclass(frozen=True)
@@ -84,157 +91,19 @@ class StudyInput:
     run: RunRef | None = None
 
 
-@dataclass(frozen=True)
-class StudyLine:
-    """One compared study, in brief."""
+def write_comparison(c: Comparison, directory: str | Path, stem: str = "comparison") -> dict:
+    """Write ``<stem>.json`` and ``<stem>.csv`` (the matched-budget table).
 
-    key: str  # unique within the comparison: the study's name (with #n when names repeat)
-    label: str
-    name: str
-    algorithm: str
-    task: str
-    trials_total: int
-    trials_listed: int
-    rounds_spent: int
-    start_loss: float | None
-    pareto_target: float | None
-    run_id: str | None = None
-    experiment_id: str | None = None
-    tracking_uri: str | None = None
+    Args:
+        c: The comparison.
+        directory: Where (created if missing).
+        stem: The files' stem.
 
-
-@dataclass(frozen=True)
-class MatchedRow:
-    """A study's best configuration within one budget."""
-
-    budget: str  # BUDGET_TRIALS, BUDGET_ROUNDS or BUDGET_WHOLE
-    amount: int  # trials (equal trials) or total rounds (the others)
-    key: str
-    trial_id: Any
-    final_loss: float | None
-    params: Mapping[str, Any]
-    trials_used: int
-    rounds_used: int
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Result of :func:`compare` (see the module docstring)."""
-
-    studies: tuple[StudyLine, ...]
-    comparable: bool
-    differences: tuple[str, ...]
-    forced: bool
-    envelopes: Mapping[str, list[tuple[int, float]]]
-    budget_curves: Mapping[str, list[tuple[int, float]]]
-    pareto: Mapping[str, list[dict[str, Any]]]
-    predictions: Mapping[str, list[dict[str, Any]]]
-    matched: tuple[MatchedRow, ...]
-    notes: Mapping[str, str] = field(default_factory=dict)
-
-    def study_keys(self) -> list[str]:
-        """The studies' keys, in the order given."""
-        return [s.key for s in self.studies]
-
-    def best_at(self, budget: str) -> dict[str, MatchedRow]:
-        """The matched-budget rows of one budget, by study key.
-
-        Args:
-            budget: ``BUDGET_TRIALS``, ``BUDGET_ROUNDS`` or ``BUDGET_WHOLE``.
-
-        Returns:
-            Each study's row (a study with no finite final loss has none).
-        """
-        return {r.key: r for r in self.matched if r.budget == budget}
-
-    def winner(self, budget: str = BUDGET_WHOLE) -> str | None:
-        """The key of the study with the lowest final loss at ``budget`` (None: no finite one).
-
-        Args:
-            budget: One of the budgets of :attr:`matched`.
-
-        Returns:
-            The study's key, or None.
-        """
-        rows = [r for r in self.best_at(budget).values() if r.final_loss is not None]
-        return min(rows, key=lambda r: r.final_loss).key if rows else None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready (∞ and NaN as null)."""
-        body = {
-            "studies": [asdict(s) for s in self.studies],
-            "comparable": self.comparable,
-            "differences": list(self.differences),
-            "forced": self.forced,
-            "envelopes": {k: [list(p) for p in v] for k, v in self.envelopes.items()},
-            "budget_curves": {k: [list(p) for p in v] for k, v in self.budget_curves.items()},
-            "pareto": {k: list(v) for k, v in self.pareto.items()},
-            "predictions": {k: list(v) for k, v in self.predictions.items()},
-            "matched": [{**asdict(r), "params": dict(r.params)} for r in self.matched],
-            "notes": dict(self.notes),
-        }
-        return finite_or_none(body)
-
-    def to_json(self) -> str:
-        """The text of ``comparison.json``."""
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False, default=str)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
-        """The comparison :meth:`to_dict` wrote (null losses read back as ∞).
-
-        Args:
-            data: A ``comparison.json`` document (or the service's answer).
-
-        Returns:
-            The comparison.
-        """
-
-        def points(v: list) -> list[tuple[int, float]]:
-            return [(int(r), math.inf if x is None else float(x)) for r, x in v]
-
-        return cls(
-            studies=tuple(StudyLine(**s) for s in data["studies"]),
-            comparable=bool(data["comparable"]),
-            differences=tuple(data.get("differences") or ()),
-            forced=bool(data.get("forced")),
-            envelopes={k: points(v) for k, v in data.get("envelopes", {}).items()},
-            budget_curves={k: points(v) for k, v in data.get("budget_curves", {}).items()},
-            pareto={k: list(v) for k, v in data.get("pareto", {}).items()},
-            predictions={k: list(v) for k, v in data.get("predictions", {}).items()},
-            matched=tuple(MatchedRow(**r) for r in data.get("matched", [])),
-            notes=dict(data.get("notes") or {}),
-        )
-
-    def table_rows(self) -> list[dict[str, Any]]:
-        """The matched-budget table, one row per (budget, study): the CSV's rows."""
-        keys = sorted({k for r in self.matched for k in r.params})
-        rows = []
-        for r in self.matched:
-            row = {
-                "budget": r.budget,
-                "amount": r.amount,
-                "study": r.key,
-                "trial": r.trial_id,
-                "final_loss": r.final_loss,
-                "trials_used": r.trials_used,
-                "rounds_used": r.rounds_used,
-            }
-            row.update({f"param.{k}": r.params.get(k, "") for k in keys})
-            rows.append(row)
-        return rows
-
-    def write(self, directory: str | Path, stem: str = "comparison") -> dict[str, Path]:
-        """Write ``<stem>.json`` and ``<stem>.csv`` (the matched-budget table).
-
-        Args:
-            directory: Where (created if missing).
-            stem: The files' stem.
-
-        Returns:
-            The paths, by kind (``json``, ``csv``).
-        """
-        return write_json_csv(directory, stem, self.to_json(), self.table_rows(), "budget")
+    Returns:
+        The paths, by kind (``json``, ``csv``).
+    """
+    text = json.dumps(c.to_json(), indent=2, allow_nan=False, default=str)
+    return write_json_csv(directory, stem, text, c.table_rows(), "budget")
 
 
 def _num(value: Any) -> float:
@@ -338,14 +207,14 @@ def _row(budget: str, amount: int, key: str, found, used: int, spent: int) -> Ma
     if found is None:
         return None
     return MatchedRow(
-        budget,
-        amount,
-        key,
-        found.get("trial_id"),
-        _num(found.get("final_loss")),
-        dict(found.get("params") or {}),
-        used,
-        spent,
+        budget=budget,
+        amount=amount,
+        key=key,
+        trial_id=found.get("trial_id"),
+        final_loss=_num(found.get("final_loss")),
+        params=dict(found.get("params") or {}),
+        trials_used=used,
+        rounds_used=spent,
     )
 
 
@@ -484,14 +353,14 @@ def compare(inputs: Sequence[StudyInput], force: bool = False) -> Comparison:
     if diffs:
         notes["comparable"] = "forced: " + "; ".join(diffs)
     return Comparison(
-        tuple(lines),
-        not diffs,
-        tuple(diffs),
-        bool(diffs) and force,
-        envelopes,
-        {k: budget_curve(i.tradeoff) for k, i in zip(keys, inputs, strict=True)},
-        {k: _pareto(i.tradeoff) for k, i in zip(keys, inputs, strict=True)},
-        {k: _predictions(i.theory) for k, i in zip(keys, inputs, strict=True)},
-        tuple(matched),
-        notes,
+        studies=lines,
+        comparable=not diffs,
+        differences=list(diffs),
+        forced=bool(diffs) and force,
+        envelopes=envelopes,
+        budget_curves={k: budget_curve(i.tradeoff) for k, i in zip(keys, inputs, strict=True)},
+        pareto={k: _pareto(i.tradeoff) for k, i in zip(keys, inputs, strict=True)},
+        predictions={k: _predictions(i.theory) for k, i in zip(keys, inputs, strict=True)},
+        matched=matched,
+        notes=notes,
     )

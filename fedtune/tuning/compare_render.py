@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .compare import BUDGET_ROUNDS, BUDGET_TRIALS, BUDGET_WHOLE, Comparison
+from .compare import BUDGET_ROUNDS, BUDGET_TRIALS, BUDGET_WHOLE, Comparison, write_comparison
 from .figure import Axis, Figure, Panel, Series, axis
 from .figure_png import png
 
@@ -283,7 +283,7 @@ def render_html(c: Comparison, path: str | Path) -> Path:
                 f"<td>{esc(params)}</td></tr>"
             )
     notes = "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in c.notes.items())
-    data = json.dumps(c.to_dict()).replace("</", "<\\/")
+    data = json.dumps(c.to_json()).replace("</", "<\\/")
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>
@@ -329,7 +329,7 @@ def write_figures(c: Comparison, directory: str | Path, stem: str = "comparison"
         The paths, by kind (``png``, ``html``, ``json``, ``csv``).
     """
     out = Path(directory)
-    paths = c.write(out, stem)
+    paths = write_comparison(c, out, stem)
     paths["png"] = render_png(c, out / f"{stem}.png")
     paths["html"] = render_html(c, out / f"{stem}.html")
     return paths

@@ -50,6 +50,7 @@ import numpy as np
 
 from fedtune.errors import ConfigError
 from fedtune.trainers.records import Outcome, TrialResult
+from fedtune.wire_models import finite_or_none
 
 __all__ = [
     "BLOWUP",
@@ -354,24 +355,6 @@ def write_json_csv(
         writer.writeheader()
         writer.writerows(rows)
     return paths
-
-
-def finite_or_none(obj: Any) -> Any:
-    """``obj`` with every non-finite float (inside dicts, lists and tuples) replaced by None.
-
-    Args:
-        obj: JSON-like data.
-
-    Returns:
-        The same data, valid strict JSON.
-    """
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite_or_none(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite_or_none(v) for v in obj]
-    return obj
 
 
 def analyze_tradeoff(

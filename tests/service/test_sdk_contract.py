@@ -37,6 +37,8 @@ ROUTES = {
     ("POST", "/v1/projects"): wire_models.ProjectOut,
     ("GET", "/v1/projects/{project}"): wire_models.ProjectDetail,
     ("PUT", "/v1/projects/{project}/quota"): wire_models.ProjectOut,
+    ("GET", "/v1/compare"): wire_models.Comparison,
+    ("POST", "/v1/compare"): wire_models.Comparison,
 }
 #: the SDK's name → the shared class
 SDK_NAMES = {
@@ -49,8 +51,17 @@ SDK_NAMES = {
     "CurvePoint": wire_models.CurvePoint,
     "TradeOff": wire_models.TradeoffOut,
     "StudyPage": wire_models.StudyPage,
+    "Comparison": wire_models.Comparison,
 }
-SHARED = [getattr(wire_models, name) for name in wire_models.__all__ if name != "WireModel"]
+#: every answer class, once (an older name of a class is no second class)
+SHARED = [
+    cls
+    for name in wire_models.__all__
+    if isinstance(cls := getattr(wire_models, name), type)
+    and issubclass(cls, wire_models.WireModel)
+    and cls is not wire_models.WireModel
+    and cls.__name__ == name
+]
 
 
 @pytest.fixture(scope="module")

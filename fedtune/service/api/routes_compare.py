@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 
 from .. import comparisons
-from ..schemas import ComparisonOut, ErrorResponse, MethodGroupOut, MethodsOut, dump_json
+from ..schemas import Comparison, ErrorResponse, MethodGroupOut, MethodsOut, dump_json
 from .auth import Caller
 from .deps import Ctx
 from .routes_studies import SpecBody
@@ -37,25 +37,25 @@ GroupId = Annotated[str, Path(max_length=32, description="the study of methods' 
 Force = Annotated[bool, Query(description="compare studies of a different task, data or objective")]
 
 
-@router.get("/v1/compare", response_model=ComparisonOut, responses=_ERRORS)
+@router.get("/v1/compare", response_model=Comparison, responses=_ERRORS)
 def compare(ctx: Ctx, caller: Caller, studies: Studies, force: Force = False) -> Response:
     """Compare studies on one task: lower envelopes, budget curves, Pareto sets, predicted
     trade-offs and each study's best configuration at matched budgets (equal trials, equal
     total rounds). Every study must be readable by the caller (404 otherwise)."""
     answer = comparisons.compare_studies(ctx, caller, studies.split(","), force)
-    return Response(json.dumps(answer, allow_nan=False), media_type="application/json")
+    return Response(json.dumps(answer.to_json(), allow_nan=False), media_type="application/json")
 
 
 @router.post(
     "/v1/compare",
-    response_model=ComparisonOut,
+    response_model=Comparison,
     responses={403: {"model": ErrorResponse, "description": "a viewer of a study"}, **_ERRORS},
 )
 def record_comparison(ctx: Ctx, caller: Caller, studies: Studies, force: Force = False) -> Response:
     """As ``GET``, and record the comparison as an MLflow run (artifacts PNG, HTML, JSON, CSV)
     linked with the studies' parent runs. The caller must be allowed to change every study."""
     answer = comparisons.compare_studies(ctx, caller, studies.split(","), force, record=True)
-    return Response(json.dumps(answer, allow_nan=False), media_type="application/json")
+    return Response(json.dumps(answer.to_json(), allow_nan=False), media_type="application/json")
 
 
 @router.post(
