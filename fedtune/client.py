@@ -45,11 +45,11 @@ from urllib.parse import quote
 import httpx
 
 from fedtune.errors import ConfigError, FedtuneError, ServiceUnreachableError
+from fedtune.results import Comparison, TradeOff
 from fedtune.states import StudyState, TrialState
 from fedtune.wire import exception_from_body
 from fedtune.wire_models import (
     BestTrial,
-    Comparison,
     CurveOut,
     CurvePoint,
     Identity,
@@ -65,7 +65,6 @@ from fedtune.wire_models import (
     StudyOut,
     StudyPage,
     TokenOut,
-    TradeoffOut,
     TrialOut,
     UserOut,
 )
@@ -95,7 +94,6 @@ MAX_PACKAGE_BYTES = 1 << 30
 #: the SDK's names of the API's answers (:mod:`fedtune.wire_models`, shared with the service)
 StudyStatus = StudyDetail
 TrialInfo = TrialOut
-TradeOff = TradeoffOut
 MethodGroup = MethodGroupOut
 
 

@@ -26,16 +26,10 @@ from typing import Any, TypeVar
 from fedtune.states import StudyState, TrialState
 
 __all__ = [
-    "BUDGET_ROUNDS",
-    "BUDGET_TRIALS",
-    "BUDGET_WHOLE",
     "BestTrial",
-    "Comparison",
-    "ComparisonOut",
     "CurveOut",
     "CurvePoint",
     "Identity",
-    "MatchedRow",
     "MembershipOut",
     "MethodGroupOut",
     "MethodsOut",
@@ -48,12 +42,10 @@ __all__ = [
     "Revoked",
     "StudyCounts",
     "StudyDetail",
-    "StudyLine",
     "StudyOut",
     "StudyPage",
     "TokenInfo",
     "TokenOut",
-    "TradeoffOut",
     "TrialOut",
     "Usage",
     "UserOut",
@@ -334,166 +326,6 @@ class CurveOut(WireModel):
     study_id: str
     trial: int
     rounds: list[CurvePoint]
-
-
-@dataclass(frozen=True, kw_only=True)
-class TradeoffOut(WireModel):
-    """``fedtune.tuning.tradeoff.TradeOff.to_dict()`` (∞ → null): once the study has ended,
-    MLflow's ``tradeoff/tradeoff.json`` of its parent run, byte for byte."""
-
-    metric: str
-    start_loss: float | None = None
-    targets: list[float | None]
-    pareto_target: float | None
-    last_rounds: int
-    smooth_window: int
-    trials: list[dict[str, Any]]
-    pareto: list[int]
-    envelope: list[dict[str, Any]]
-    regime_changes: list[dict[str, Any]]
-    notes: dict[str, str]
-
-
-BUDGET_TRIALS, BUDGET_ROUNDS, BUDGET_WHOLE = "equal trials", "equal total rounds", "whole study"
-
-
-@dataclass(frozen=True, kw_only=True)
-class StudyLine(WireModel):
-    """One compared study, in brief."""
-
-    key: str = _about("unique within the comparison: the study's name (with #n when repeated)")
-    label: str = _about("how the user named it: a service study id or a local workdir")
-    name: str
-    algorithm: str
-    task: str
-    trials_total: int
-    trials_listed: int = _about("trials its trade-off lists (the best, Pareto and envelope's)")
-    rounds_spent: int
-    start_loss: float | None
-    pareto_target: float | None
-    run_id: str | None = None
-    experiment_id: str | None = None
-    tracking_uri: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class MatchedRow(WireModel):
-    """A study's best configuration within one budget."""
-
-    budget: str = _about("equal trials, equal total rounds or whole study")
-    amount: int = _about("trials (equal trials) or total rounds (the others)")
-    key: str
-    trial_id: Any
-    final_loss: float | None
-    params: dict[str, Any]
-    trials_used: int
-    rounds_used: int
-
-
-def _points(value: list) -> list[tuple[int, float]]:
-    """``[[round, loss|null], ...]`` → ``[(round, loss|∞), ...]``."""
-    return [(int(r), math.inf if x is None else float(x)) for r, x in value]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Comparison(WireModel):
-    """Studies compared on one task: lower envelopes, budget curves, Pareto sets, predictions,
-    matched budgets (``fedtune.tuning.compare.compare``; on the wire ∞ is null)."""
-
-    studies: list[StudyLine]
-    comparable: bool
-    differences: list[str]
-    forced: bool
-    envelopes: dict[str, list[tuple[int, float | None]]] = field(
-        metadata={
-            "description": "per study: (rounds R, best smoothed loss of any trial within R rounds)"
-        }
-    )
-    budget_curves: dict[str, list[tuple[int, float | None]]] = field(
-        metadata={
-            "description": "per study: (total rounds spent, lowest final loss of the trials "
-            "ended by then)"
-        }
-    )
-    pareto: dict[str, list[dict[str, Any]]]
-    predictions: dict[str, list[dict[str, Any]]]
-    matched: list[MatchedRow]
-    notes: dict[str, str]
-    mlflow: dict[str, Any] | None = field(
-        default=None,
-        metadata={
-            "description": "the comparison's MLflow run (POST: recorded; GET: null): run_id, "
-            "experiment_id, tracking_uri, run_url"
-        },
-    )
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Comparison:
-        """Build a comparison from its JSON (null losses read back as ∞).
-
-        Args:
-            data: A ``comparison.json`` document or the service's answer.
-
-        Returns:
-            The comparison, unknown keys kept in :attr:`extra`.
-        """
-        data = dict(data)
-        for key in ("envelopes", "budget_curves"):
-            data[key] = {k: _points(v) for k, v in (data.get(key) or {}).items()}
-        return super().from_json(data)
-
-    def to_json(self) -> dict[str, Any]:
-        """This comparison as strict JSON (∞ and NaN as null), :attr:`extra` included."""
-        return finite_or_none(super().to_json())
-
-    def study_keys(self) -> list[str]:
-        """The studies' keys, in the order given."""
-        return [s.key for s in self.studies]
-
-    def best_at(self, budget: str) -> dict[str, MatchedRow]:
-        """The matched-budget rows of one budget, by study key.
-
-        Args:
-            budget: ``BUDGET_TRIALS``, ``BUDGET_ROUNDS`` or ``BUDGET_WHOLE``.
-
-        Returns:
-            Each study's row (a study with no finite final loss has none).
-        """
-        return {r.key: r for r in self.matched if r.budget == budget}
-
-    def winner(self, budget: str = BUDGET_WHOLE) -> str | None:
-        """The key of the study with the lowest final loss at ``budget`` (None: no finite one).
-
-        Args:
-            budget: One of the budgets of :attr:`matched`.
-
-        Returns:
-            The study's key, or None.
-        """
-        rows = [r for r in self.best_at(budget).values() if r.final_loss is not None]
-        return min(rows, key=lambda r: r.final_loss).key if rows else None
-
-    def table_rows(self) -> list[dict[str, Any]]:
-        """The matched-budget table, one row per (budget, study): the CSV's rows."""
-        keys = sorted({k for r in self.matched for k in r.params})
-        rows = []
-        for r in self.matched:
-            row = {
-                "budget": r.budget,
-                "amount": r.amount,
-                "study": r.key,
-                "trial": r.trial_id,
-                "final_loss": r.final_loss,
-                "trials_used": r.trials_used,
-                "rounds_used": r.rounds_used,
-            }
-            row.update({f"param.{k}": r.params.get(k, "") for k in keys})
-            rows.append(row)
-        return rows
-
-
-#: the name of :class:`Comparison` before the SDK and the engine shared it
-ComparisonOut = Comparison
 
 
 def finite_or_none(obj: Any) -> Any:

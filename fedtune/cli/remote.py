@@ -350,10 +350,10 @@ def tradeoff(args: argparse.Namespace) -> int:
         f"the mean {t.metric} of the last rounds): trials {t.pareto}"
     )
     print("lower envelope E(R) = lowest loss reachable within R rounds:")
-    shown = [p for p in t.envelope if p.get("loss") is not None]
+    shown = [p for p in t.envelope if p.loss is not None]
     step = max(1, len(shown) // 20)
     for point in shown[::step]:
-        print(f"  R={point['round']:>5}  E={figure(point['loss'])}  (trial {point['trial_id']})")
+        print(f"  R={point.round:>5}  E={figure(point.loss)}  (trial {point.trial_id})")
     return 0
 
 

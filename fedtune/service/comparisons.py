@@ -30,7 +30,7 @@ from sqlalchemy import select, update
 
 from fedtune.errors import NotFoundError
 from fedtune.redact import scrub_text
-from fedtune.wire_models import Comparison
+from fedtune.results import Comparison
 
 from .access import Principal
 from .errors import InvalidRequestError

@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from fedtune.results import Comparison, TradeOff
 from fedtune.wire_models import (
     BestTrial,
-    Comparison,
     CurveOut,
     CurvePoint,
     MethodGroupOut,
@@ -26,7 +26,6 @@ from fedtune.wire_models import (
     StudyDetail,
     StudyOut,
     StudyPage,
-    TradeoffOut,
     TrialOut,
 )
 
@@ -50,7 +49,7 @@ __all__ = [
     "StudyOut",
     "StudyPage",
     "TaskOut",
-    "TradeoffOut",
+    "TradeOff",
     "TrialOut",
     "dump_json",
 ]

@@ -417,9 +417,9 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
     before, the same computation (``fedtune.tuning.report``) on the trials finished so far,
     with a ``notes.provisional`` line."""
     _known(study_id)
-    from fedtune.tuning.report import tradeoff_of, tradeoff_text
+    from fedtune.tuning.report import tradeoff_of
     from fedtune.tuning.tracking import stored_tradeoff
-    from fedtune.tuning.tradeoff import TrialCurve
+    from fedtune.tuning.tradeoff import TrialCurve, tradeoff_text
 
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)

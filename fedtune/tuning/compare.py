@@ -1,7 +1,7 @@
 """Compare studies: several methods (or settings) on one task, from their stored trade-offs.
 
 Pure computation (no MLflow, no files): the inputs are, per study, its spec document and its
-``tradeoff.json`` (:meth:`fedtune.tuning.tradeoff.TradeOff.to_dict`), optionally the rows of its
+``tradeoff.json`` (a :class:`fedtune.results.TradeOff`), optionally the rows of its
 ``theory.json`` (predicted (ρ, Δ) on a quadratic task, :mod:`fedtune.tuning.theory_link`). The
 answer, a :class:`Comparison`, holds for every study:
 
@@ -36,13 +36,16 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.errors import ConfigError
-from fedtune.wire_models import (
+from fedtune.results import (
     BUDGET_ROUNDS,
     BUDGET_TRIALS,
     BUDGET_WHOLE,
     Comparison,
     MatchedRow,
     StudyLine,
+    TradeOff,
+    TrialSummary,
+    loss,
 )
 
 from .tradeoff import write_json_csv
@@ -79,16 +82,20 @@ class StudyInput:
     Args:
         label: How the user named it: a service study id or a local workdir.
         document: The study's spec document (``StudySpec.to_dict()`` or the service's copy).
-        tradeoff: Its ``tradeoff.json`` content.
+        tradeoff: Its trade-off (the content of ``tradeoff.json`` is read into one).
         theory: The rows of its ``theory.json`` (None: no prediction applies).
         run: Its parent run in MLflow, if known.
     """
 
     label: str
     document: Mapping[str, Any]
-    tradeoff: Mapping[str, Any]
+    tradeoff: TradeOff
     theory: Sequence[Mapping[str, Any]] | None = None
     run: RunRef | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tradeoff, Mapping):  # a decoded tradeoff.json
+            object.__setattr__(self, "tradeoff", TradeOff.from_json(self.tradeoff))
 
 
 def write_comparison(c: Comparison, directory: str | Path, stem: str = "comparison") -> dict:
@@ -104,10 +111,6 @@ def write_comparison(c: Comparison, directory: str | Path, stem: str = "comparis
     """
     text = json.dumps(c.to_json(), indent=2, allow_nan=False, default=str)
     return write_json_csv(directory, stem, text, c.table_rows(), "budget")
-
-
-def _num(value: Any) -> float:
-    return math.inf if value is None else float(value)
 
 
 def _task(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,21 +160,21 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def _trials(tradeoff: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _trials(tradeoff: TradeOff) -> list[TrialSummary]:
     """The listed trials in the order they were numbered (ran)."""
 
-    def order(t: Mapping[str, Any]) -> Any:
-        tid = t.get("trial_id")
+    def order(t: TrialSummary) -> Any:
+        tid = t.trial_id
         return (0, tid) if isinstance(tid, int) else (1, str(tid))
 
-    return sorted(tradeoff.get("trials") or [], key=order)
+    return sorted(tradeoff.trials, key=order)
 
 
-def budget_curve(tradeoff: Mapping[str, Any]) -> list[tuple[int, float]]:
+def budget_curve(tradeoff: TradeOff) -> list[tuple[int, float]]:
     """Lowest final loss against total rounds spent, trials taken in the order they ran.
 
     Args:
-        tradeoff: A ``tradeoff.json`` document.
+        tradeoff: A study's trade-off.
 
     Returns:
         ``(rounds spent so far, best final loss so far)`` after each trial (∞ until one trial
@@ -179,40 +182,43 @@ def budget_curve(tradeoff: Mapping[str, Any]) -> list[tuple[int, float]]:
     """
     spent, best, out = 0, math.inf, []
     for t in _trials(tradeoff):
-        spent += int(t.get("last_round") or 0)
-        best = min(best, _num(t.get("final_loss")))
+        spent += int(t.last_round or 0)
+        best = min(best, loss(t.final_loss))
         out.append((spent, best))
     return out
 
 
 def _best_within(
-    trials: list[Mapping[str, Any]], *, max_trials: int | None = None, max_rounds: int | None = None
-) -> tuple[Mapping[str, Any] | None, int, int]:
-    best, used, spent = None, 0, 0
+    trials: list[TrialSummary], *, max_trials: int | None = None, max_rounds: int | None = None
+) -> tuple[TrialSummary | None, int, int]:
+    best: TrialSummary | None = None
+    used, spent = 0, 0
     for t in trials:
-        rounds = int(t.get("last_round") or 0)
+        rounds = int(t.last_round or 0)
         if max_trials is not None and used >= max_trials:
             break
         if max_rounds is not None and spent + rounds > max_rounds:
             break
         used, spent = used + 1, spent + rounds
-        if math.isfinite(_num(t.get("final_loss"))) and (
-            best is None or _num(t.get("final_loss")) < _num(best.get("final_loss"))
+        if math.isfinite(loss(t.final_loss)) and (
+            best is None or loss(t.final_loss) < loss(best.final_loss)
         ):
             best = t
     return best, used, spent
 
 
-def _row(budget: str, amount: int, key: str, found, used: int, spent: int) -> MatchedRow | None:
+def _row(
+    budget: str, amount: int, key: str, found: TrialSummary | None, used: int, spent: int
+) -> MatchedRow | None:
     if found is None:
         return None
     return MatchedRow(
         budget=budget,
         amount=amount,
         key=key,
-        trial_id=found.get("trial_id"),
-        final_loss=_num(found.get("final_loss")),
-        params=dict(found.get("params") or {}),
+        trial_id=found.trial_id,
+        final_loss=loss(found.final_loss),
+        params=dict(found.params),
         trials_used=used,
         rounds_used=spent,
     )
@@ -226,23 +232,22 @@ def _keys(inputs: Sequence[StudyInput]) -> list[str]:
     return out
 
 
-def _pareto(tradeoff: Mapping[str, Any]) -> list[dict[str, Any]]:
-    target = tradeoff.get("pareto_target")
-    targets = list(tradeoff.get("targets") or [])
+def _pareto(tradeoff: TradeOff) -> list[dict[str, Any]]:
+    target, targets = tradeoff.pareto_target, list(tradeoff.targets)
     k = targets.index(target) if target in targets else None
-    by_id = {t.get("trial_id"): t for t in tradeoff.get("trials") or []}
+    by_id = {t.trial_id: t for t in tradeoff.trials}
     out = []
-    for tid in tradeoff.get("pareto") or []:
+    for tid in tradeoff.pareto:
         t = by_id.get(tid)
         if t is None:
             continue
-        rtt = t.get("rounds_to_target") or []
+        rtt = t.rounds_to_target
         out.append(
             {
                 "trial_id": tid,
-                "rounds_to_target": _num(rtt[k]) if k is not None and k < len(rtt) else math.inf,
-                "final_loss": _num(t.get("final_loss")),
-                "params": dict(t.get("params") or {}),
+                "rounds_to_target": loss(rtt[k]) if k is not None and k < len(rtt) else math.inf,
+                "final_loss": loss(t.final_loss),
+                "params": dict(t.params),
             }
         )
     return out
@@ -300,11 +305,11 @@ def compare(inputs: Sequence[StudyInput], force: bool = False) -> Comparison:
                 name=str(i.document.get("name") or i.label),
                 algorithm=str(i.document.get("algorithm") or ""),
                 task=str(task.get("name") or ""),
-                trials_total=int(i.tradeoff.get("trials_total") or len(trials)),
+                trials_total=int(i.tradeoff.trials_total or len(trials)),
                 trials_listed=len(trials),
-                rounds_spent=sum(int(t.get("last_round") or 0) for t in trials),
-                start_loss=i.tradeoff.get("start_loss"),
-                pareto_target=i.tradeoff.get("pareto_target"),
+                rounds_spent=sum(int(t.last_round or 0) for t in trials),
+                start_loss=i.tradeoff.start_loss,
+                pareto_target=i.tradeoff.pareto_target,
                 run_id=i.run.run_id if i.run else None,
                 experiment_id=i.run.experiment_id if i.run else None,
                 tracking_uri=i.run.tracking_uri if i.run else None,
@@ -325,9 +330,9 @@ def compare(inputs: Sequence[StudyInput], force: bool = False) -> Comparison:
                 matched.append(row)
     envelopes = {
         k: [
-            (int(p["round"]), _num(p.get("loss")))
-            for p in i.tradeoff.get("envelope") or []
-            if p.get("loss") is not None
+            (int(p.round), loss(p.loss))
+            for p in i.tradeoff.envelope
+            if p.loss is not None and math.isfinite(p.loss)
         ]
         for k, i in zip(keys, inputs, strict=True)
     }

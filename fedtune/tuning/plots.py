@@ -31,7 +31,7 @@ from fedtune.outcomes import TrialOutcome
 
 from .figure import axis
 from .figure_png import apply_axis
-from .tradeoff import FLAG_STOPPED, TradeOff, TrialCurve, TrialId
+from .tradeoff import FLAG_STOPPED, TradeOff, TrialCurve, TrialId, write_tradeoff
 
 __all__ = [
     "TheoryRow",
@@ -261,7 +261,7 @@ def write_artifacts(
 ) -> dict[str, Path]:
     """tradeoff.json/.csv plus curves.png, pareto.png and envelope.png in ``directory``."""
     out = Path(directory)
-    paths = tradeoff.write(out)
+    paths = write_tradeoff(tradeoff, out)
     named = set(tradeoff.shown())  # a large study: its best trials, Pareto set and envelope
     shown = [c for c in curves if c.trial_id in named]
     paths["curves"] = plot_curves(shown, out / "curves.png", color_by, total=len(curves))

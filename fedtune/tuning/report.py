@@ -18,7 +18,7 @@ from typing import Any
 from .keys import SMOOTH_WINDOW
 from .tradeoff import TradeOff, TrialCurve, analyze_tradeoff
 
-__all__ = ["PROVISIONAL_NOTE", "tradeoff_of", "tradeoff_text"]
+__all__ = ["PROVISIONAL_NOTE", "tradeoff_of"]
 
 PROVISIONAL_NOTE = (
     "computed from the trials finished so far; once the study has ended this is MLflow's "
@@ -51,8 +51,3 @@ def tradeoff_of(
 
         t = replace(t, notes={**t.notes, "provisional": PROVISIONAL_NOTE})
     return t
-
-
-def tradeoff_text(t: TradeOff) -> str:
-    """The exact text of ``tradeoff.json`` (∞/NaN as null)."""
-    return t.to_json()

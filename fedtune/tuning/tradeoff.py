@@ -42,21 +42,28 @@ import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedtune.errors import ConfigError
+from fedtune.results import (
+    TOP_TRIALS,
+    EnvelopePoint,
+    RegimeChange,
+    TradeOff,
+    TrialSummary,
+)
 from fedtune.trainers.records import Outcome, TrialResult
-from fedtune.wire_models import finite_or_none
 
 __all__ = [
     "BLOWUP",
     "FLAG_BLOWN_UP",
     "FLAG_DIVERGED",
     "FLAG_STOPPED",
+    "TOP_TRIALS",
     "EnvelopePoint",
     "RegimeChange",
     "TradeOff",
@@ -67,13 +74,12 @@ __all__ = [
     "pareto_front",
     "rounds_to_target",
     "smooth",
+    "tradeoff_text",
+    "write_tradeoff",
 ]
 
 TrialId = str | int
 BLOWUP = 2.0  # final loss ≥ BLOWUP × starting loss: blown up (finite, but far above the start)
-#: trials named in the files and figures of a large study (:meth:`TradeOff.shown`): the
-#: ``TOP_TRIALS`` lowest final losses plus the Pareto set and the envelope's trials
-TOP_TRIALS = 50
 
 
 @dataclass(frozen=True)
@@ -124,38 +130,6 @@ class TrialCurve:
 #: flags of :class:`TrialSummary` (empty: a trial that ran to the end and is compared fully)
 FLAG_DIVERGED, FLAG_STOPPED = Outcome.DIVERGED.value, Outcome.STOPPED.value
 FLAG_BLOWN_UP = "blown_up"
-
-
-@dataclass(frozen=True)
-class TrialSummary:
-    trial_id: TrialId
-    params: Mapping[str, Any]
-    outcome: Outcome
-    last_round: int
-    final_loss: float  # on the rounds the trial reached
-    best_loss: float  # min of the smoothed curve
-    rounds_to_target: tuple[float, ...]  # aligned with TradeOff.targets; inf = never
-    flag: str = ""  # "", diverged, blown_up, stopped (module docstring)
-
-    @property
-    def comparable(self) -> bool:
-        """Ran to the end without diverging or blowing up: on the final-loss front if best."""
-        return not self.flag
-
-
-@dataclass(frozen=True)
-class EnvelopePoint:
-    round: int
-    loss: float
-    trial_id: TrialId | None  # None before any trial has a finite value
-
-
-@dataclass(frozen=True)
-class RegimeChange:
-    round: int
-    from_trial: TrialId
-    to_trial: TrialId
-    loss: float
 
 
 def smooth(losses: Sequence[float], window: int) -> np.ndarray:
@@ -212,123 +186,41 @@ def lower_envelope(
         column = best[:, j]
         low = float(column.min()) if column.size else math.inf
         if not math.isfinite(low):
-            points.append(EnvelopePoint(int(r), math.inf, None))
+            points.append(EnvelopePoint(round=int(r), loss=math.inf, trial_id=None))
             continue
         if holder is None or column[holder] > low:
             new = int(np.flatnonzero(column == low)[0])
             if holder is not None:
                 changes.append(
-                    RegimeChange(int(r), curves[holder].trial_id, curves[new].trial_id, low)
+                    RegimeChange(
+                        round=int(r),
+                        from_trial=curves[holder].trial_id,
+                        to_trial=curves[new].trial_id,
+                        loss=low,
+                    )
                 )
             holder = new
-        points.append(EnvelopePoint(int(r), low, curves[holder].trial_id))
+        points.append(EnvelopePoint(round=int(r), loss=low, trial_id=curves[holder].trial_id))
     return points, changes
 
 
-@dataclass(frozen=True)
-class TradeOff:
-    """Result of :func:`analyze_tradeoff` (see the module docstring for the definitions)."""
+def tradeoff_text(t: TradeOff, top: int | None = TOP_TRIALS) -> str:
+    """The exact text of ``tradeoff.json`` (∞/NaN as null): :meth:`TradeOff.report`'s JSON."""
+    return json.dumps(t.to_dict(top), indent=2, allow_nan=False)
 
-    targets: tuple[float, ...]
-    pareto_target: float | None
-    last_rounds: int
-    smooth_window: int
-    trials: tuple[TrialSummary, ...]
-    pareto: tuple[TrialId, ...]  # by increasing rounds to pareto_target
-    envelope: tuple[EnvelopePoint, ...]
-    regime_changes: tuple[RegimeChange, ...]
-    notes: Mapping[str, str] = field(default_factory=dict)
-    start_loss: float = math.nan  # ℓ_0: median first recorded loss
-    metric: str = "client_loss"  # the record field the curves are
 
-    def summary_of(self, trial_id: TrialId) -> TrialSummary:
-        return next(t for t in self.trials if t.trial_id == trial_id)
+def write_tradeoff(t: TradeOff, directory: str | Path, stem: str = "tradeoff") -> dict[str, Path]:
+    """Write ``<stem>.json`` and ``<stem>.csv`` into ``directory``.
 
-    def shown(self, top: int | None = TOP_TRIALS) -> tuple[TrialId, ...]:
-        """The trials the study's files and figures list, in study order (bounded
-        at any number of trials): every trial when there are at most ``top`` (or
-        ``top`` is None), else the ``top`` lowest final losses, the Pareto set and the trials
-        that hold the envelope. The others are counted (``trials_total``), not listed."""
-        if top is None or len(self.trials) <= top:
-            return tuple(t.trial_id for t in self.trials)
-        finite = [t for t in self.trials if math.isfinite(t.final_loss)]
-        keep = {t.trial_id for t in sorted(finite, key=lambda t: t.final_loss)[:top]}
-        keep |= set(self.pareto) | {p.trial_id for p in self.envelope if p.trial_id is not None}
-        return tuple(t.trial_id for t in self.trials if t.trial_id in keep)
+    Args:
+        t: The trade-off.
+        directory: Where (created if missing).
+        stem: The files' stem.
 
-    def _listed(self, top: int | None) -> tuple[TrialSummary, ...]:
-        keep = set(self.shown(top))
-        return tuple(t for t in self.trials if t.trial_id in keep)
-
-    def best_final(self) -> TrialSummary | None:
-        """The trial the papers' selection rule picks (lowest final loss), if any is finite."""
-        finite = [t for t in self.trials if math.isfinite(t.final_loss)]
-        return min(finite, key=lambda t: t.final_loss) if finite else None
-
-    def to_json(self) -> str:
-        """The text of ``tradeoff.json`` (∞/NaN as null): the bytes the service returns."""
-        return json.dumps(self.to_dict(), indent=2, allow_nan=False)
-
-    def to_dict(self, top: int | None = TOP_TRIALS) -> dict[str, Any]:
-        """JSON-ready; ∞/NaN become null. ``trials`` lists :meth:`shown` ``(top)`` of the
-        ``trials_total`` trials (every one with ``top`` None; a note says which when cut)."""
-        listed = self._listed(top)
-        notes = dict(self.notes)
-        if len(listed) < len(self.trials):
-            notes["trials"] = (
-                f"{len(listed)} of {len(self.trials)} trials listed: the {top} lowest final "
-                "losses, the Pareto set and the envelope's trials (every trial: the study's "
-                "Optuna storage and MLflow child runs)"
-            )
-        body = {
-            "metric": self.metric,
-            "start_loss": self.start_loss,
-            "targets": list(self.targets),
-            "pareto_target": self.pareto_target,
-            "last_rounds": self.last_rounds,
-            "smooth_window": self.smooth_window,
-            "trials": [
-                {
-                    **t.__dict__,
-                    "outcome": str(t.outcome),
-                    "params": dict(t.params),
-                    "rounds_to_target": list(t.rounds_to_target),
-                }
-                for t in listed
-            ],
-            "trials_total": len(self.trials),
-            "pareto": list(self.pareto),
-            "envelope": [p.__dict__ for p in self.envelope],
-            "regime_changes": [c.__dict__ for c in self.regime_changes],
-            "notes": notes,
-        }
-        return finite_or_none(body)
-
-    def to_csv_rows(self, top: int | None = TOP_TRIALS) -> list[dict[str, Any]]:
-        """One row per listed trial (:meth:`shown`): id, outcome, rounds, final/best loss,
-        on_pareto, R_τ, params."""
-        listed = self._listed(top)
-        keys = sorted({k for t in listed for k in t.params})
-        rows = []
-        for t in listed:
-            row: dict[str, Any] = {
-                "trial_id": t.trial_id,
-                "outcome": str(t.outcome),
-                "last_round": t.last_round,
-                "final_loss": t.final_loss,
-                "best_loss": t.best_loss,
-                "flag": t.flag,
-                "on_pareto": t.trial_id in self.pareto,
-            }
-            for target, r in zip(self.targets, t.rounds_to_target, strict=True):
-                row[f"rounds_to_{target:.4g}"] = r
-            row.update({f"param.{k}": t.params.get(k, "") for k in keys})
-            rows.append(row)
-        return rows
-
-    def write(self, directory: str | Path, stem: str = "tradeoff") -> dict[str, Path]:
-        """Write ``<stem>.json`` and ``<stem>.csv`` into ``directory``."""
-        return write_json_csv(directory, stem, self.to_json(), self.to_csv_rows(), "trial_id")
+    Returns:
+        The paths, by kind (``json``, ``csv``).
+    """
+    return write_json_csv(directory, stem, tradeoff_text(t), t.to_csv_rows(), "trial_id")
 
 
 def write_json_csv(
@@ -425,17 +317,18 @@ def analyze_tradeoff(
         "on the Pareto set)",
     }
     return TradeOff(
-        tuple(targets),
-        pareto_target,
-        last_rounds,
-        smooth_window,
-        tuple(summaries),
-        pareto,
-        tuple(envelope),
-        tuple(changes),
-        notes,
-        start_loss,
-        metric,
+        metric=metric,
+        start_loss=start_loss,
+        targets=list(targets),
+        pareto_target=pareto_target,
+        last_rounds=last_rounds,
+        smooth_window=smooth_window,
+        trials=summaries,
+        trials_total=len(summaries),
+        pareto=list(pareto),
+        envelope=envelope,
+        regime_changes=changes,
+        notes=notes,
     )
 
 
@@ -474,4 +367,13 @@ def _summarize(
     rtt = tuple(rounds_to_target(c.rounds, s, t) for t in targets)
     best = float(s.min()) if s.size else math.inf
     last = c.rounds[-1] if c.rounds else 0
-    return TrialSummary(c.trial_id, c.params, c.outcome, last, final, best, rtt, flag)
+    return TrialSummary(
+        trial_id=c.trial_id,
+        params=dict(c.params),
+        outcome=c.outcome,
+        last_round=last,
+        final_loss=final,
+        best_loss=best,
+        rounds_to_target=list(rtt),
+        flag=flag,
+    )

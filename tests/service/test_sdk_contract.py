@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from fedtune import client as sdk
-from fedtune import wire_models
+from fedtune import results, wire_models
 from fedtune.service import schemas
 from fedtune.service.api import create_app
 from fedtune.states import StudyState
@@ -27,7 +27,7 @@ ROUTES = {
     ("GET", "/v1/studies/{study_id}"): wire_models.StudyDetail,
     ("POST", "/v1/studies/{study_id}/cancel"): wire_models.StudyDetail,
     ("GET", "/v1/studies/{study_id}/trials/{number}/curve"): wire_models.CurveOut,
-    ("GET", "/v1/studies/{study_id}/tradeoff"): wire_models.TradeoffOut,
+    ("GET", "/v1/studies/{study_id}/tradeoff"): results.TradeOff,
     ("GET", "/v1/whoami"): wire_models.Identity,
     ("POST", "/v1/users"): wire_models.TokenOut,
     ("POST", "/v1/users/{name}/tokens"): wire_models.TokenOut,
@@ -37,8 +37,8 @@ ROUTES = {
     ("POST", "/v1/projects"): wire_models.ProjectOut,
     ("GET", "/v1/projects/{project}"): wire_models.ProjectDetail,
     ("PUT", "/v1/projects/{project}/quota"): wire_models.ProjectOut,
-    ("GET", "/v1/compare"): wire_models.Comparison,
-    ("POST", "/v1/compare"): wire_models.Comparison,
+    ("GET", "/v1/compare"): results.Comparison,
+    ("POST", "/v1/compare"): results.Comparison,
 }
 #: the SDK's name → the shared class
 SDK_NAMES = {
@@ -49,15 +49,16 @@ SDK_NAMES = {
     "MlflowLinks": wire_models.MlflowLinks,
     "TrialInfo": wire_models.TrialOut,
     "CurvePoint": wire_models.CurvePoint,
-    "TradeOff": wire_models.TradeoffOut,
+    "TradeOff": results.TradeOff,
     "StudyPage": wire_models.StudyPage,
-    "Comparison": wire_models.Comparison,
+    "Comparison": results.Comparison,
 }
 #: every answer class, once (an older name of a class is no second class)
 SHARED = [
     cls
-    for name in wire_models.__all__
-    if isinstance(cls := getattr(wire_models, name), type)
+    for module in (wire_models, results)
+    for name in module.__all__
+    if isinstance(cls := getattr(module, name), type)
     and issubclass(cls, wire_models.WireModel)
     and cls is not wire_models.WireModel
     and cls.__name__ == name

@@ -23,6 +23,7 @@ from fedtune.tuning import (
     theory_table,
     write_artifacts,
 )
+from fedtune.tuning.tradeoff import write_tradeoff
 from tests.images import assert_tuning_plot
 
 T = 200
@@ -58,14 +59,14 @@ def curves():
 
 def test_rounds_to_target_and_final_loss(curves):
     out = analyze_tradeoff(curves, targets=[2.0, 0.5], last_rounds=10, smooth_window=1)
-    assert out.targets == (0.5, 2.0)
+    assert out.targets == [0.5, 2.0]
     fast, slow, medium = (out.summary_of(i) for i in ("fast", "slow", "medium"))
     # first integer t with floor + (start − floor)e^{−t/τ} ≤ target
-    assert fast.rounds_to_target == (math.inf, math.ceil(5 * math.log(9 / 1)))
-    assert slow.rounds_to_target == (
+    assert fast.rounds_to_target == [math.inf, math.ceil(5 * math.log(9 / 1))]
+    assert slow.rounds_to_target == [
         math.ceil(40 * math.log(9.9 / 0.4)),
         math.ceil(40 * math.log(9.9 / 1.9)),
-    )
+    ]
     assert medium.rounds_to_target[1] == math.ceil(10 * math.log(8.5 / 0.5))
     assert slow.final_loss == pytest.approx(np.mean(decay(**SLOW)[-10:]), rel=1e-12)
     assert fast.last_round == T and fast.best_loss == pytest.approx(decay(**FAST)[-1])
@@ -85,8 +86,8 @@ def test_pareto_set_membership_and_ties(curves):
 
 def test_target_nobody_reaches_keeps_only_the_best_final_loss(curves):
     out = analyze_tradeoff(curves, targets=[0.01], smooth_window=1)
-    assert all(s.rounds_to_target == (math.inf,) for s in out.trials)
-    assert out.pareto == ("slow",)
+    assert all(s.rounds_to_target == [math.inf] for s in out.trials)
+    assert out.pareto == ["slow"]
 
 
 def test_envelope_switches_from_fast_to_slow_at_the_crossing(curves):
@@ -132,7 +133,7 @@ def test_diverged_and_early_stopped_trials(curves):
     assert boom.final_loss == math.inf and boom.outcome == Outcome.DIVERGED
     assert "boom" not in out.pareto
     assert all(p.trial_id != "boom" for p in out.envelope)  # excluded by default
-    assert cut.last_round == 20 and cut.rounds_to_target == (math.inf,)
+    assert cut.last_round == 20 and cut.rounds_to_target == [math.inf]
     assert cut.final_loss == pytest.approx(np.mean(decay(**MEDIUM)[10:20]))
     with_boom = analyze_tradeoff([*curves, diverged], smooth_window=1, include_diverged=True)
     assert {p.trial_id for p in with_boom.envelope} == {"boom"}
@@ -146,7 +147,7 @@ def test_all_diverged_gives_empty_results():
     d = TrialCurve(0, {}, [1, 2], [1.0, math.inf], "diverged")
     out = analyze_tradeoff([d])
     assert (
-        out.targets == () and out.pareto == () and out.envelope == () and out.best_final() is None
+        out.targets == [] and out.pareto == [] and out.envelope == [] and out.best_final() is None
     )
     assert json.loads(json.dumps(out.to_dict(), allow_nan=False))["trials"][0]["final_loss"] is None
 
@@ -213,7 +214,7 @@ def test_json_and_csv(tmp_path, curves):
     rows = out.to_csv_rows()
     assert [r["on_pareto"] for r in rows] == [t in out.pareto for t in ("fast", "slow", "medium")]
     assert rows[0]["rounds_to_0.5"] == math.inf and rows[0]["param.client_lr"] == 1.0
-    paths = out.write(tmp_path)
+    paths = write_tradeoff(out, tmp_path)
     with paths["csv"].open() as fh:
         read = list(csv.DictReader(fh))
     assert float(read[0]["rounds_to_0.5"]) == math.inf and read[1]["trial_id"] == "slow"

@@ -16,7 +16,7 @@ from ..schemas import (
     ErrorResponse,
     StudyDetail,
     StudyPage,
-    TradeoffOut,
+    TradeOff,
     TrialOut,
     dump_json,
 )
@@ -178,7 +178,7 @@ def get_curve(ctx: Ctx, caller: Caller, study_id: StudyId, number: TrialNumber) 
     return services.get_curve(ctx, study_id, number)
 
 
-@router.get("/{study_id}/tradeoff", response_model=TradeoffOut, responses=_ERRORS)
+@router.get("/{study_id}/tradeoff", response_model=TradeOff, responses=_ERRORS)
 def get_tradeoff(ctx: Ctx, caller: Caller, study_id: StudyId) -> Response:
     """Once the study has ended: MLflow's ``tradeoff/tradeoff.json``, byte for byte."""
     services.authorize(ctx, caller, study_id)
