@@ -49,6 +49,7 @@ from fedtune.results import Comparison, TradeOff
 from fedtune.states import StudyState, TrialState
 from fedtune.wire import exception_from_body
 from fedtune.wire_models import (
+    AlgorithmOut,
     BestTrial,
     CurveOut,
     CurvePoint,
@@ -61,9 +62,11 @@ from fedtune.wire_models import (
     ProjectDetail,
     ProjectOut,
     Revoked,
+    SearchSpaceOut,
     StudyDetail,
     StudyOut,
     StudyPage,
+    TaskOut,
     TokenOut,
     TrialOut,
     UserOut,
@@ -454,29 +457,29 @@ class Client:
 
     # ---------------------------------------------------------------- discovery
 
-    def algorithms(self) -> list[dict[str, Any]]:
+    def algorithms(self) -> list[AlgorithmOut]:
         """List the algorithms the service offers.
 
         Returns:
             One object per algorithm, as ``GET /v1/algorithms`` answers.
         """
-        return self.request("GET", "/v1/algorithms")
+        return [AlgorithmOut.from_json(a) for a in self.request("GET", "/v1/algorithms")]
 
-    def tasks(self) -> list[dict[str, Any]]:
+    def tasks(self) -> list[TaskOut]:
         """List the tasks the service offers.
 
         Returns:
             One object per task, as ``GET /v1/tasks`` answers.
         """
-        return self.request("GET", "/v1/tasks")
+        return [TaskOut.from_json(t) for t in self.request("GET", "/v1/tasks")]
 
-    def search_spaces(self) -> list[dict[str, Any]]:
+    def search_spaces(self) -> list[SearchSpaceOut]:
         """List the search spaces the service ships.
 
         Returns:
             One object per space, as ``GET /v1/search-spaces`` answers.
         """
-        return self.request("GET", "/v1/search-spaces")
+        return [SearchSpaceOut.from_json(s) for s in self.request("GET", "/v1/search-spaces")]
 
     # ---------------------------------------------------------------- identity
 

@@ -26,7 +26,9 @@ from typing import Any, TypeVar
 from fedtune.states import StudyState, TrialState
 
 __all__ = [
+    "AlgorithmOut",
     "BestTrial",
+    "CodeOut",
     "CurveOut",
     "CurvePoint",
     "Identity",
@@ -40,10 +42,12 @@ __all__ = [
     "ProjectOut",
     "Quota",
     "Revoked",
+    "SearchSpaceOut",
     "StudyCounts",
     "StudyDetail",
     "StudyOut",
     "StudyPage",
+    "TaskOut",
     "TokenInfo",
     "TokenOut",
     "TrialOut",
@@ -374,6 +378,49 @@ class MethodGroupOut(WireModel):
             "(run_id, experiment_id, tracking_uri, run_url) or {error} saying why there is none"
         },
     )
+
+
+# ---------------------------------------------------------------- discovery and code
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgorithmOut(WireModel):
+    """An algorithm the service offers: its paper, searched hyperparameters and defaults."""
+
+    name: str
+    summary: str
+    paper: str
+    params: list[str]
+    defaults: dict[str, Any]
+    fixed: dict[str, Any]
+    server_opts: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskOut(WireModel):
+    """A task the service offers."""
+
+    name: str
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpaceOut(WireModel):
+    """A search space the service ships: the algorithms it fits and its parameters."""
+
+    name: str
+    description: str
+    algorithms: list[str]
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeOut(WireModel):
+    """An uploaded code package."""
+
+    sha256: str = _about("SHA-256 of the package: name it as code.sha256 in a spec")
+    size: int
+    created: bool = _about("False when identical code was stored before")
 
 
 # ---------------------------------------------------------------- identity and projects

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
 from fedtune.errors import ConfigError, ConflictError
 from fedtune.sandbox import SandboxMode, sandbox_missing
+from fedtune.wire_models import CodeOut
 
 from .code_check import check_in_sandbox
 from .code_url import code_url_key, verify_code_token
@@ -45,13 +45,6 @@ __all__ = [
 ]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-@dataclass(frozen=True)
-class CodeOut:
-    sha256: str
-    size: int
-    created: bool
 
 
 def _enabled(ctx: Any) -> None:
@@ -117,7 +110,7 @@ def upload_code(ctx: Any, data: bytes, project: str = DEFAULT_PROJECT) -> CodeOu
             break
         except ConflictError:
             created = False
-    return CodeOut(digest, len(data), created)
+    return CodeOut(sha256=digest, size=len(data), created=created)
 
 
 def code_reference(code: Any) -> tuple[str, list[Any]]:

@@ -57,15 +57,6 @@ class Claim:
     spec: dict[str, Any]
     code_sha256: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Give the claim as JSON-ready data."""
-        return {
-            "state": self.state,
-            "attempts": self.attempts,
-            "spec": self.spec,
-            "code_sha256": self.code_sha256,
-        }
-
 
 def claim(db: Database, study_id: str) -> Claim:
     """The study as its driver starts it (``ConfigError``-free: a missing study raises).

@@ -16,16 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from fedtune.results import Comparison, TradeOff
 from fedtune.wire_models import (
+    AlgorithmOut,
     BestTrial,
+    CodeOut,
     CurveOut,
     CurvePoint,
     MethodGroupOut,
     MethodsOut,
     MlflowLinks,
     Progress,
+    SearchSpaceOut,
     StudyDetail,
     StudyOut,
     StudyPage,
+    TaskOut,
     TrialOut,
 )
 
@@ -86,34 +90,6 @@ class ErrorDetail(_Out):
 
 class ErrorResponse(_Out):
     error: ErrorDetail
-
-
-class CodeOut(_Out):
-    sha256: str = Field(description="SHA-256 of the package: name it as code.sha256 in a spec")
-    size: int
-    created: bool = Field(description="False when identical code was stored before")
-
-
-class AlgorithmOut(_Out):
-    name: str
-    summary: str
-    paper: str
-    params: list[str]
-    defaults: dict[str, Any]
-    fixed: dict[str, Any]
-    server_opts: list[str]
-
-
-class TaskOut(_Out):
-    name: str
-    description: str
-
-
-class SearchSpaceOut(_Out):
-    name: str
-    description: str
-    algorithms: list[str]
-    parameters: dict[str, Any]
 
 
 class Health(_Out):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
+from fedtune import wire_models
 from fedtune.client import Client, StudyStatus, TrialInfo
 from fedtune.errors import ConfigError
 from fedtune.service.api import create_app
@@ -83,9 +84,12 @@ def test_submit_status_and_list(app_client: TestClient, sleeps, tmp_path) -> Non
         assert sdk.submit(typed).status().name == "typed"
         names = [s.name for s in sdk.studies(state="queued")]
         assert names == ["typed", "from-file", "tiny"]
-        assert "fedavg" in {a["name"] for a in sdk.algorithms()}
-        assert "quadratic" in {t["name"] for t in sdk.tasks()}
-        assert sdk.search_spaces()
+        algorithms = sdk.algorithms()
+        assert all(isinstance(a, wire_models.AlgorithmOut) for a in algorithms)
+        assert "fedavg" in {a.name for a in algorithms}
+        assert "quadratic" in {t.name for t in sdk.tasks()}
+        spaces = sdk.search_spaces()
+        assert spaces and all(isinstance(s, wire_models.SearchSpaceOut) for s in spaces)
     assert sleeps == []
 
 

@@ -61,7 +61,7 @@ async def upload_code(
     out = await run_in_threadpool(code_services.upload_code, ctx, data, project)
     if not out.created:
         response.status_code = 200
-    return CodeOut(sha256=out.sha256, size=out.size, created=out.created)
+    return out
 
 
 @router.get(

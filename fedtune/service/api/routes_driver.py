@@ -107,9 +107,9 @@ async def _current(ctx: Ctx, study_id: str, attempt: int) -> None:
         raise ConflictError(f"attempt {attempt} of study {study_id} was superseded by {current}")
 
 
-@router.get("")
-async def claim(ctx: Ctx, study_id: StudyId, attempt: Attempt) -> dict[str, Any]:
-    return (await run_in_threadpool(driver_ops.claim, ctx.db, study_id)).to_dict()
+@router.get("", response_model=driver_ops.Claim)
+async def claim(ctx: Ctx, study_id: StudyId, attempt: Attempt) -> driver_ops.Claim:
+    return await run_in_threadpool(driver_ops.claim, ctx.db, study_id)
 
 
 @router.post("/heartbeat")
