@@ -6,7 +6,7 @@ GPUs:
 
 * ``shared`` — ``resources: {gpu: 0.25}``: four trials share one GPU, unpacked;
 * ``packed`` — ``resources: {gpu: 1, pack: auto}``: the configurations in packs sized by the
-  GPU's memory (``fedtune/tuning/pack_memory.py``).
+  GPU's memory (``fedtune/tuning/packing/memory.py``).
 
 For each, from the outside: the trials finished, the most that ran at once (from Optuna's
 start and end times), the device every MLflow child run records (its ``device`` tag), how the

@@ -37,7 +37,7 @@ cluster runs them on other nodes; the recorded rate then measures the pipeline, 
 a CPU it was left.
 ``--backend sqlite`` (the smoke test) uses SQLite files instead of PostgreSQL for both.
 
-``--pack P`` gives every study ``resources.pack: P`` (:mod:`fedtune.tuning.packing`): its
+``--pack P`` gives every study ``resources.pack: P`` (:mod:`fedtune.tuning.packing.plan`): its
 configurations train P to a trial process, and the ladder counts concurrent *configurations*
 (``--ladder 64 --studies 8 --pack 8``: 8 drivers, each one process of 8 configurations;
 ``--pack 1 8`` runs each step of the ladder unpacked, then packed, on the same servers). Every
@@ -335,7 +335,7 @@ def processes(per_study: list[int], pack: int) -> int:
     Returns:
         ``ceil(configurations / pack)`` summed over the studies (``packing.reserved_processes``).
     """
-    from fedtune.tuning.packing import reserved_processes
+    from fedtune.tuning.packing.plan import reserved_processes
 
     return sum(reserved_processes(max(1, min(pack, n)), n) for n in per_study)
 

@@ -191,7 +191,7 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
     import yaml
 
     from fedtune.tuning import optuna_glue as og
-    from fedtune.tuning.report import tradeoff_of
+    from fedtune.tuning.analysis.report import tradeoff_of
     from fedtune.tuning.spec import StudySpec
     from fedtune.tuning.store import StudyStore
     from fedtune.tuning.study import summary_table

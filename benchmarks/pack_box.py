@@ -1,6 +1,6 @@
 """The packed study's ``PackBox`` actor: its resident memory and the cost of one question.
 
-Every packed study runs one :class:`fedtune.tuning.pack_box.PackBox` (stops and refills). This
+Every packed study runs one :class:`fedtune.tuning.packing.box.PackBox` (stops and refills). This
 starts a local Ray, creates the box as a study does (``num_cpus=0``) and measures:
 
 * ``rss_mb``: the actor process's resident memory, and whether torch was imported in it
@@ -42,7 +42,7 @@ def one_session(calls: int) -> dict:
     """One Ray session: the box's RSS and the median round trips of ``calls`` questions."""
     import ray
 
-    from fedtune.tuning.pack_box import PackBox
+    from fedtune.tuning.packing.box import PackBox
 
     temp = tempfile.mkdtemp(prefix="ft-box-", dir="/tmp")  # its own: short socket paths
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, _temp_dir=temp)

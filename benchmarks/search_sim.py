@@ -16,18 +16,18 @@ when more rounds are needed (the engine is deterministic for a configuration).
 ``asha`` here is Optuna's ``SuccessiveHalvingPruner`` (the study path uses Ray Tune's ASHA:
 both asynchronous successive halving, grace ``min_resource``, factor 3, no promotion).
 
-**Packed trials** (``pack=P``, a study's ``resources.pack``, :mod:`fedtune.tuning.packing`): the
-study as :mod:`fedtune.tuning.pack_driver` runs it with ``budget.max_concurrent = P`` (one pack
+**Packed trials** (``pack=P``, a study's ``resources.pack``, :mod:`fedtune.tuning.packing.plan`): the
+study as :mod:`fedtune.tuning.packing.driver` runs it with ``budget.max_concurrent = P`` (one pack
 at a time), :func:`run_packed`:
 
 * up to P configurations are asked at once (one Optuna ``ask`` each, the stopper's proposal
   first when nothing is queued, as ``FedtuneSearch.suggest``; TPE's ``constant_liar`` counts
   those asked and not yet told as pending) and packed by the driver's own
-  :class:`~fedtune.tuning.pack_driver.Backlog`: those sharing a pack key
-  (:func:`~fedtune.tuning.pack_driver.config_key`) form the pack, the others wait;
+  :class:`~fedtune.tuning.packing.driver.Backlog`: those sharing a pack key
+  (:func:`~fedtune.tuning.packing.driver.config_key`) form the pack, the others wait;
 * the members run in lockstep, one round at a time, each at its own round. Each round every
   live member's new selection-rule value is reported to Optuna and goes to the stopper
-  (``stopper_for``'s, through :func:`~fedtune.tuning.pack_driver.packed_stopper`: ASHA and the
+  (``stopper_for``'s, through :func:`~fedtune.tuning.packing.driver.packed_stopper`: ASHA and the
   median rule become Optuna's pruners); a member whose row is final (its last round, or the
   round it diverged) is not observed, as ``PackScheduler`` skips a final member result. The
   members that ended are then told, final ones first, then those the stopper stopped
@@ -264,9 +264,9 @@ def pack_plan(spec: StudySpec, pack: int) -> tuple[StudySpec, int, str]:
 
     Returns:
         ``(study, size, note)``: the study as packed, the configurations a pack holds (1: it
-        cannot pack, the note says why) and the plan's line (:func:`fedtune.tuning.packing.plan`).
+        cannot pack, the note says why) and the plan's line (:func:`fedtune.tuning.packing.plan.plan`).
     """
-    from fedtune.tuning.packing import plan
+    from fedtune.tuning.packing.plan import plan
 
     packed = spec.model_copy(
         update={
@@ -454,7 +454,7 @@ def run_packed(
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
     """
     from fedtune.tuning.keys import TRIAL_KEY
-    from fedtune.tuning.pack_driver import Backlog, config_key, packed_stopper
+    from fedtune.tuning.packing.driver import Backlog, config_key, packed_stopper
     from fedtune.tuning.stoppers import stopper_for
 
     study = _study(spec, target_trials)
@@ -490,7 +490,7 @@ class _PackedRun:
 
     Args:
         study: The study (reported to and told).
-        stopper: The study's stopper (:func:`~fedtune.tuning.pack_driver.packed_stopper`).
+        stopper: The study's stopper (:func:`~fedtune.tuning.packing.driver.packed_stopper`).
         last: Rounds in the selection rule's mean.
         groups: Gets each round's vmapped groups (None: not kept).
         delay: Rounds a refill waits while other members run (:func:`run_packed`).

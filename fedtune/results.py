@@ -1,8 +1,8 @@
 """The results fedtune computes, typed once for the engine, the files, the API and the SDK.
 
-A :class:`TradeOff` (:func:`fedtune.tuning.tradeoff.analyze_tradeoff`) is what a study's
+A :class:`TradeOff` (:func:`fedtune.tuning.analysis.tradeoff.analyze_tradeoff`) is what a study's
 ``tradeoff/tradeoff.json`` holds and what ``GET /v1/studies/{id}/tradeoff`` answers; a
-:class:`Comparison` (:func:`fedtune.tuning.compare.compare`) is ``comparison.json`` and the
+:class:`Comparison` (:func:`fedtune.tuning.analysis.compare.compare`) is ``comparison.json`` and the
 answer of ``/v1/compare``. The engine builds them, the service returns them and the SDK reads
 them back with :meth:`~fedtune.wire_models.WireModel.from_json`: one class each, so the three
 never drift. In memory a loss that was never reached is ``inf``; on the wire it is ``null``,
@@ -103,7 +103,7 @@ class RegimeChange(_Strict):
 @dataclass(frozen=True, kw_only=True)
 class TradeOff(_Strict):
     """The measured convergence–accuracy trade-off of a study
-    (:func:`fedtune.tuning.tradeoff.analyze_tradeoff`; ``tradeoff.json``, ∞ as null)."""
+    (:func:`fedtune.tuning.analysis.tradeoff.analyze_tradeoff`; ``tradeoff.json``, ∞ as null)."""
 
     metric: str = _about("the record field the curves are", "client_loss")
     start_loss: float | None = _about("ℓ_0: the median first recorded loss", None)
@@ -230,7 +230,7 @@ def _points(value: list) -> list[tuple[int, float]]:
 @dataclass(frozen=True, kw_only=True)
 class Comparison(_Strict):
     """Studies compared on one task: lower envelopes, budget curves, Pareto sets, predictions,
-    matched budgets (``fedtune.tuning.compare.compare``; on the wire ∞ is null)."""
+    matched budgets (``fedtune.tuning.analysis.compare.compare``; on the wire ∞ is null)."""
 
     studies: list[StudyLine]
     comparable: bool

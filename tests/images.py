@@ -46,7 +46,7 @@ def assert_plot_png(
     return rgb
 
 
-# fedtune.tuning.plots: Figure(figsize=…) per artifact, saved at dpi 110 with a tight bbox
+# fedtune.tuning.analysis.plots: Figure(figsize=…) per artifact, saved at dpi 110 with a tight bbox
 TUNING_DPI = 110
 TUNING_FIGSIZES = {
     "curves": (7, 4.5),

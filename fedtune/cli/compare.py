@@ -5,7 +5,7 @@ Local studies are named by their workdir (``fedtune tune --workdir``), the servi
 each study's best configuration at matched budgets (equal trials, equal total rounds, whole
 study); writes ``comparison.png``, ``comparison.html`` (self-contained), ``comparison.json`` and
 ``comparison.csv`` into ``--out``. Local studies' comparison is also an MLflow run of its own
-that links to the compared parent runs (:mod:`fedtune.tuning.compare_runs`). Studies with a
+that links to the compared parent runs (:mod:`fedtune.tuning.analysis.compare_runs`). Studies with a
 different task, data or objective are refused unless ``--force``.
 """
 
@@ -75,7 +75,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 
 def _text(c: Any) -> list[str]:
-    from fedtune.tuning.compare import BUDGET_ROUNDS, BUDGET_TRIALS, BUDGET_WHOLE
+    from fedtune.tuning.analysis.compare import BUDGET_ROUNDS, BUDGET_TRIALS, BUDGET_WHOLE
 
     lines = [f"compared: {', '.join(c.study_keys())}"]
     if c.comparable:
@@ -103,8 +103,8 @@ def _text(c: Any) -> list[str]:
 
 
 def _local(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
-    from fedtune.tuning.compare import compare
-    from fedtune.tuning.compare_runs import local_input, record_comparison
+    from fedtune.tuning.analysis.compare import compare
+    from fedtune.tuning.analysis.compare_runs import local_input, record_comparison
     from fedtune.tuning.tracking import resolve_tracking_uri
 
     inputs = [local_input(w, args.tracking_uri) for w in args.studies]
@@ -128,7 +128,7 @@ def _remote(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
     c = answer  # the comparison itself, typed: one class in the SDK and the engine
     out: dict[str, Any] = dict(c.mlflow or {})
     if args.out:
-        from fedtune.tuning.compare_render import write_figures
+        from fedtune.tuning.analysis.compare_render import write_figures
 
         out["files"] = {k: str(v) for k, v in write_figures(c, args.out).items()}
     return c, out or None

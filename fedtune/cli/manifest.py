@@ -4,7 +4,7 @@ create for a study, printed as YAML (or JSON) for review or GitOps — no cluste
 The study is validated as ``fedtune tune`` validates it (bad input: one line, exit 2); the
 manifest is the service's own (:func:`fedtune.service.backends.k8s_manifest.rayjob_manifest`),
 sized for the study's trial processes at once, each holding its ``resources``
-(:func:`fedtune.tuning.packing.reserved_processes`: ``budget.max_concurrent``, or
+(:func:`fedtune.tuning.packing.plan.reserved_processes`: ``budget.max_concurrent``, or
 ``ceil(max_concurrent / P)`` with ``resources.pack`` = P), and configured by the same
 ``FEDTUNE_K8S_*`` variables as the service (image, namespace, service account, Secret, ...).
 
@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     from fedtune.service.backends.k8s_manifest import rayjob_manifest
     from fedtune.service.services import new_study_id
     from fedtune.service.settings import load_settings
-    from fedtune.tuning.packing import reserved_processes
+    from fedtune.tuning.packing.plan import reserved_processes
     from fedtune.tuning.spec import StudySpec
 
     spec = StudySpec.from_file(args.study_file)

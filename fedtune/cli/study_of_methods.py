@@ -52,8 +52,8 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
     Returns:
         The exit code: 0 when every study found a best configuration, else 1.
     """
-    from fedtune.tuning.compare import compare
-    from fedtune.tuning.compare_runs import local_input, record_comparison
+    from fedtune.tuning.analysis.compare import compare
+    from fedtune.tuning.analysis.compare_runs import local_input, record_comparison
     from fedtune.tuning.spec import StudySpec
     from fedtune.tuning.study import run_study
     from fedtune.tuning.tracking import resolve_tracking_uri

@@ -5,7 +5,7 @@ includes another project's study reveals nothing of it. The trade-off compared i
 ``GET /v1/studies/{id}/tradeoff`` returns (MLflow's file once the study has ended, else
 provisional); the predictions are the parent run's ``tradeoff/theory.json`` when there is one.
 Recording a comparison (``POST /v1/compare``) makes it an MLflow run in the first study's
-tracking store and tags the compared parent runs (:mod:`fedtune.tuning.compare_runs`); it needs
+tracking store and tags the compared parent runs (:mod:`fedtune.tuning.analysis.compare_runs`); it needs
 the right to change every study (a viewer: 403).
 
 A study of methods (a spec whose ``algorithm`` lists algorithms, :mod:`fedtune.tuning.methods`)
@@ -120,7 +120,7 @@ def _compare(
 ) -> tuple[Any, list[str | None], list[str]]:
     """The comparison of studies ``ids`` (access already checked), their tracking stores and
     their projects (each study's MLflow files are read in its project's workspace)."""
-    from fedtune.tuning.compare import RunRef, StudyInput, compare
+    from fedtune.tuning.analysis.compare import RunRef, StudyInput, compare
 
     inputs, uris, projects = [], [], []
     for study_id in ids:
@@ -153,7 +153,7 @@ def _record(
     together."""
     import tempfile
 
-    from fedtune.tuning.compare_runs import record_comparison
+    from fedtune.tuning.analysis.compare_runs import record_comparison
 
     if not uris[0]:
         return None

@@ -2,7 +2,7 @@
 
 A study *reserves* what it may use at once, from its dispatch until it ends:
 ``processes × resources.gpu`` GPUs, where ``processes`` is the trial processes it holds at once
-(:func:`~fedtune.tuning.packing.reserved_processes`: ``budget.max_concurrent``, or
+(:func:`~fedtune.tuning.packing.plan.reserved_processes`: ``budget.max_concurrent``, or
 ``ceil(max_concurrent / P)`` for a study packing an integer ``resources.pack`` = P
 configurations per process), and ``budget.max_concurrent`` trials (configurations, packed or
 not). A queued or running study is *active*. Read from the studies table (its spec), so every
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from fedtune.tuning.packing import reserved_processes
+from fedtune.tuning.packing.plan import reserved_processes
 
 from .models import Study
 from .specs import stored_budget

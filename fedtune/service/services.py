@@ -414,12 +414,12 @@ def get_curve(ctx: ServiceContext, study_id: str, number: int) -> CurveOut:
 def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
     """The study's trade-off as JSON text: once the study has ended, MLflow's
     ``tradeoff/tradeoff.json`` of its parent run byte for byte (computed once, by the driver);
-    before, the same computation (``fedtune.tuning.report``) on the trials finished so far,
+    before, the same computation (``fedtune.tuning.analysis.report``) on the trials finished so far,
     with a ``notes.provisional`` line."""
     _known(study_id)
-    from fedtune.tuning.report import tradeoff_of
+    from fedtune.tuning.analysis.report import tradeoff_of
+    from fedtune.tuning.analysis.tradeoff import TrialCurve, tradeoff_text
     from fedtune.tuning.tracking import stored_tradeoff
-    from fedtune.tuning.tradeoff import TrialCurve, tradeoff_text
 
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)

@@ -56,8 +56,8 @@ _PLOTS = (
 )
 _LAZY = {
     **dict.fromkeys(_SPEC, "spec"),
-    **dict.fromkeys(_TRADEOFF, "tradeoff"),
-    **dict.fromkeys(_PLOTS, "plots"),
+    **dict.fromkeys(_TRADEOFF, "analysis.tradeoff"),
+    **dict.fromkeys(_PLOTS, "analysis.plots"),
     "run_study": "study",
     "StudyResult": "study",
     "StudyTracker": "tracking",

@@ -13,7 +13,7 @@ study of methods::
 ``<name>-<algorithm>``, with the same task, seed, training settings, objective, sampler and
 budget, in one MLflow experiment (``tracking.experiment``, default the study of methods' name),
 so the runs sit side by side in the MLflow UI. Each is run as a study of its own, then the
-studies are compared (:mod:`fedtune.tuning.compare`).
+studies are compared (:mod:`fedtune.tuning.analysis.compare`).
 """
 
 from __future__ import annotations

@@ -64,12 +64,12 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status, optuna_
 from fedtune.redact import scrub
 from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_values, suggest
 
+from .analysis.tradeoff import TrialCurve
 from .budget import Ask, RoundBudget, rounds_spent
 from .keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from .spec import DEFAULT_TRIALS, Mode, MultiMetric, SamplerName, StudySpec
 from .stop_rules import SWEEP_ATTR, Observed, Stopper
 from .store import CURVE_ATTR, StudyStore, make_storage, outcome_of, storage_url
-from .tradeoff import TrialCurve
 
 __all__ = [
     "CURVE_ATTR",

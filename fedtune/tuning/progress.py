@@ -183,6 +183,8 @@ class ProgressCallback(Callback):
         if self._tty:
             self.draw(force=True)
             self._write("\n")
+        elif self.done_here == 0:  # no trial ended (a time budget spent starting): say so once
+            self._write(self.line() + "\n")
 
     def _write(self, text: str) -> None:
         """Write and flush; a closed pipe (``| head``) turns the display off, not the study."""

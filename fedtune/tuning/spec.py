@@ -91,7 +91,7 @@ from fedtune.trainers.parsing import parse_trial_config
 from fedtune.trainers.typed import config_error, from_mapping, number, to_dict
 
 from .choices import can_check_cheaply, check_choice
-from .packing import MAX_PACK
+from .packing.plan import MAX_PACK
 from .strategies import DEFAULT_STRATEGY, STRATEGIES, SamplerName, SchedulerName, Strategy
 
 __all__ = [
@@ -307,7 +307,7 @@ class BudgetSpec(_Spec):
 class ResourcesSpec(_Spec):
     """Per trial process: CPUs (> 0) and GPUs (a fraction < 1 shares one GPU, else whole
     GPUs); ``pack``: configurations trained per process (an integer, or ``auto``:
-    :mod:`fedtune.tuning.packing`)."""
+    :mod:`fedtune.tuning.packing.plan`)."""
 
     cpu: Annotated[float, Field(strict=True, gt=0)] = 1.0
     gpu: NonNegFloat = 0.0
@@ -325,7 +325,7 @@ FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class TradeoffSpec(_Spec):
-    """Targets τ of the trade-off (``fedtune.tuning.tradeoff``), single- or multi-objective.
+    """Targets τ of the trade-off (``fedtune.tuning.analysis.tradeoff``), single- or multi-objective.
 
     ``targets``: losses to report rounds-to-target for (default: quantiles of the best smoothed
     loss of the trials that ran to the end, below the starting loss); ``pareto_target``: the τ

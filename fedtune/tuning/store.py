@@ -26,8 +26,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from fedtune.outcomes import TrialOutcome, from_optuna_state, optuna_state
 
+from .analysis.tradeoff import TrialCurve
 from .sqlite_commits import fast_commits_for
-from .tradeoff import TrialCurve
 
 __all__ = ["CURVE_ATTR", "PARENT_ATTR", "RUN_ATTR", "StudyStore", "TrialRecord", "storage_url"]
 

@@ -53,13 +53,14 @@ from fedtune.redact import strip_credentials
 
 from . import optuna_glue as og
 from . import timeline
+from .analysis.tradeoff import TOP_TRIALS, TradeOff
 from .budget import RoundBudget
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
 from .keys import TRIAL_KEY
-from .pack_memory import measure_on_cluster
-from .pack_trial import PACK_KEY, pack_name
-from .packing import plan as pack_plan
+from .packing.memory import measure_on_cluster
+from .packing.plan import plan as pack_plan
+from .packing.trial import PACK_KEY, pack_name
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
@@ -70,7 +71,6 @@ from .spec import StudySpec
 from .startup import Deferred, Startup, import_soon
 from .stoppers import stopper_for
 from .store import StudyStore
-from .tradeoff import TOP_TRIALS, TradeOff
 from .trainable import make_trainable
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class StudyResult:
         failure: Why there is no best configuration (None: there is one); a study with a
             failure ends failed.
         packing: How this invocation packed configurations into trial processes
-            (:mod:`.packing`; None: it ran none).
+            (:mod:`.packing.plan`; None: it ran none).
     """
 
     name: str
@@ -673,7 +673,7 @@ class _FirstStart(tune.Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if self.at is None:
             timeline.mark("first_trial_scheduled")
-            import_soon(f"{__package__}.plots")  # ~0.6 s of CPU, off the start-up
+            import_soon(f"{__package__}.analysis.plots")  # ~0.6 s of CPU, off the start-up
             self.at = time.perf_counter()
 
 
@@ -802,7 +802,7 @@ def _packed_parts(
     shipped: StudySpec,
     callbacks: list[Any],
 ) -> tuple[Any, Any, Any, list[Any]]:
-    """The trainable, searcher, scheduler and callbacks of a packed study (:mod:`.pack_driver`).
+    """The trainable, searcher, scheduler and callbacks of a packed study (:mod:`.packing.driver`).
 
     Args:
         plan: The study's plan.
@@ -816,9 +816,9 @@ def _packed_parts(
     Returns:
         ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
     """
-    from . import pack_driver as pd
-    from .pack_box import PackBox
-    from .pack_trial import make_pack_trainable
+    from .packing import driver as pd
+    from .packing.box import PackBox
+    from .packing.trial import make_pack_trainable
 
     spec, stores = plan.spec, runtime.stores
     stopper, sampler, budget = search
@@ -858,9 +858,9 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     """Trade-off of the finished trials (``tradeoff.py``), its files, Pareto rows and E(R)."""
     if not curves:
         return _Report()
-    from .plots import write_artifacts
-    from .report import tradeoff_of
-    from .theory_link import theory_report
+    from .analysis.plots import write_artifacts
+    from .analysis.report import tradeoff_of
+    from .analysis.theory_link import theory_report
 
     document = spec.to_dict()
     rounds = spec.train.rounds

@@ -17,7 +17,7 @@ UI shows it as a model-training experiment (its runs table) instead of the GenAI
   ``cuda:0 (<GPU name>)``). Every
   round logs ``objective`` (the running objective, Optuna's intermediate value); the learning
   rates ``client_lr``/``server_lr`` and, with decay, ``decays`` are logged at the first and
-  last rounds and around each change only (:mod:`.step_points`); at the end the trial's value
+  last rounds and around each change only (:mod:`.analysis.step_points`); at the end the trial's value
   is logged as ``objective`` (∞ for a diverged trial is stored by MLflow as the largest float,
   so it sorts last), with decay the param
   ``decay_rounds``. Final status: ``FINISHED`` for completed, diverged and stopped
@@ -71,13 +71,13 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from fedtune.redact import scrub
 
 from . import env
+from .analysis.step_points import StepPoints
 from .keys import DECAY_ROUNDS, DEVICE, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from .mlflow_urls import run_url, ui_url
 from .round_log import MAX_BATCH, RoundLog
 from .spec import StudySpec
 from .sqlite_commits import fast_commits_for
 from .sqlite_template import seed_sqlite_store
-from .step_points import StepPoints
 from .tracking_store import prepare_tracking_store
 from .trainable import sampled_params
 
@@ -380,7 +380,7 @@ class StudyTracker:
     ) -> None:
         """Close a child run: final tags, metrics at ``step`` (±∞ kept: MLflow stores the
         largest float) and params — after the run's queued rounds are stored; the rates'
-        last points (:mod:`.step_points`) go with the final metrics."""
+        last points (:mod:`.analysis.step_points`) go with the final metrics."""
         self.rounds.flush(run_id)
         items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
         ts = _now()

@@ -23,7 +23,7 @@ intermediate value, i.e. exactly this), the worst value for a diverged one — u
 MLflow, the service and the trade-off files alike. Multi-objective studies also report
 ``final_loss`` (the same mean of ℓ_t) and ``rounds_to_target`` = first round whose trailing mean
 of :data:`~.keys.SMOOTH_WINDOW` values of ℓ is ≤ ``objective.target_loss`` (∞ while not reached), the
-definitions of :mod:`fedtune.tuning.tradeoff`.
+definitions of :mod:`fedtune.tuning.analysis.tradeoff`.
 
 GPU trials (``resources.gpu > 0``) compute on CUDA: ``train.device: auto`` becomes ``cuda``, and
 when CUDA is not available in the trial's process (a CPU image, a node without a driver, Ray's
@@ -164,7 +164,7 @@ class _FirstReach:
     """Rounds to target of a growing curve, one round at a time: the first round whose
     trailing mean of :data:`~.keys.SMOOTH_WINDOW` values of ℓ is ≤ ``target`` (∞ until then).
 
-    Bit for bit :func:`~.tradeoff.smooth` + :func:`~.tradeoff.rounds_to_target` of the whole
+    Bit for bit :func:`~.analysis.tradeoff.smooth` + :func:`~.analysis.tradeoff.rounds_to_target` of the whole
     curve (the trade-off's definition): the same sequential cumulative sums of the finite values
     and counts of the non-finite ones, of which only the last ``SMOOTH_WINDOW + 1`` are kept.
     """

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-from fedtune.tuning.compare import RunRef, StudyInput, compare
-from fedtune.tuning.compare_runs import record_comparison
+from fedtune.tuning.analysis.compare import RunRef, StudyInput, compare
+from fedtune.tuning.analysis.compare_runs import record_comparison
+from fedtune.tuning.analysis.tradeoff import TrialCurve, analyze_tradeoff
 from fedtune.tuning.mlflow_urls import UI_QUERY
-from fedtune.tuning.tradeoff import TrialCurve, analyze_tradeoff
 from tests.integration.conftest import mlflow_server_process
 from tests.needs import need
 
@@ -112,7 +112,7 @@ def test_chromium_draws_each_axis_as_the_png_does_with_readable_ticks(tmp_path):
     import json
     import time
 
-    from fedtune.tuning.compare_render import comparison_figure, render_html
+    from fedtune.tuning.analysis.compare_render import comparison_figure, render_html
     from tests.chromium import evaluate, page_session
     from tests.unit.test_figure import wide_comparison
 

@@ -13,7 +13,7 @@ import yaml
 from mlflow import MlflowClient
 
 from fedtune.cli import main
-from fedtune.tuning.compare import BUDGET_TRIALS
+from fedtune.tuning.analysis.compare import BUDGET_TRIALS
 
 from .conftest import make_quadratic_study
 

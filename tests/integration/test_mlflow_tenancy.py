@@ -378,9 +378,9 @@ def test_a_comparison_run_obeys_the_same_rules(world, monkeypatch, tmp_path):
     from mlflow import MlflowClient
 
     from fedtune.service.mlflow_tenancy import mlflow_workspace
-    from fedtune.tuning.compare import RunRef, StudyInput, compare
-    from fedtune.tuning.compare_runs import record_comparison
-    from fedtune.tuning.tradeoff import TrialCurve, analyze_tradeoff
+    from fedtune.tuning.analysis.compare import RunRef, StudyInput, compare
+    from fedtune.tuning.analysis.compare_runs import record_comparison
+    from fedtune.tuning.analysis.tradeoff import TrialCurve, analyze_tradeoff
 
     url, study = world["url"], world["studies"]["team-a"]
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")

@@ -125,6 +125,23 @@ def test_the_progress_line_shows_the_budget_used_and_left() -> None:
     assert line.line().endswith("ETA 1:40")
 
 
+def test_a_log_that_saw_no_trial_end_still_shows_the_budget_spent() -> None:
+    """Without a terminal the line is written when a trial ends; a time budget spent before
+    any ended (a busy machine, long trials) gets the line once, at the end of the fit."""
+    clock, out = _Clock(), io.StringIO()
+    progress = ProgressCallback(out, "s", None, 0, time_s=8, clock=clock)
+    progress.setup()
+    clock.now = 8.0
+    progress.on_experiment_end([])
+    expected = "s  0 done · starting trials\ns  0 done · 0 running · 0:08 of 0:08 · ETA 0:00\n"
+    assert out.getvalue() == expected
+    ended, out = _Clock(), io.StringIO()
+    progress = ProgressCallback(out, "s", None, 0, time_s=8, clock=ended)
+    progress.on_trial_complete(0, [], _Trial(0))
+    progress.on_experiment_end([])
+    assert out.getvalue().count("\n") == 1  # a trial ended: its line, nothing more
+
+
 def _digits(budget: dict, **extra):
     import yaml
 

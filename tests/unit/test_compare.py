@@ -10,7 +10,7 @@ import re
 import pytest
 
 from fedtune.errors import ConfigError
-from fedtune.tuning.compare import (
+from fedtune.tuning.analysis.compare import (
     BUDGET_ROUNDS,
     BUDGET_TRIALS,
     BUDGET_WHOLE,
@@ -19,8 +19,8 @@ from fedtune.tuning.compare import (
     budget_curve,
     compare,
 )
-from fedtune.tuning.compare_render import render_html, write_figures
-from fedtune.tuning.tradeoff import TrialCurve, analyze_tradeoff
+from fedtune.tuning.analysis.compare_render import render_html, write_figures
+from fedtune.tuning.analysis.tradeoff import TrialCurve, analyze_tradeoff
 
 TASK = {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0}
 OBJECTIVE = {"metric": "train_loss", "last_rounds": 3}

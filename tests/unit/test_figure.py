@@ -1,4 +1,4 @@
-"""One description of a figure (``fedtune.tuning.figure``): its axes, and the PNG drawn from it."""
+"""One description of a figure (``fedtune.tuning.analysis.figure``): its axes, and the PNG drawn from it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from fedtune.tuning.compare import StudyInput, compare
-from fedtune.tuning.compare_render import comparison_figure
-from fedtune.tuning.figure import axis, tick_label
-from fedtune.tuning.figure_png import matplotlib_figure
-from fedtune.tuning.tradeoff import TrialCurve, analyze_tradeoff
+from fedtune.tuning.analysis.compare import StudyInput, compare
+from fedtune.tuning.analysis.compare_render import comparison_figure
+from fedtune.tuning.analysis.figure import axis, tick_label
+from fedtune.tuning.analysis.figure_png import matplotlib_figure
+from fedtune.tuning.analysis.tradeoff import TrialCurve, analyze_tradeoff
 
 TASK = {"name": "digits", "clients": 10, "seed": 0}
 

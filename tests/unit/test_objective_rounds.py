@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from fedtune.tuning import trainable
+from fedtune.tuning.analysis.tradeoff import rounds_to_target, smooth
 from fedtune.tuning.keys import SMOOTH_WINDOW
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.tradeoff import rounds_to_target, smooth
 from fedtune.tuning.trainable import ObjectiveTracker, _FirstReach
 
 

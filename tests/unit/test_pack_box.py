@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fedtune.tuning.pack_box import PackBox
+from fedtune.tuning.packing.box import PackBox
 from tests.benchmarks import BENCHMARKS
 
 
@@ -54,7 +54,7 @@ def test_an_answer_comes_only_once_the_driver_answered_that_report() -> None:
 
 
 def test_the_box_imports_no_torch() -> None:
-    code = "import sys, fedtune.tuning.pack_box; print('torch' in sys.modules)"
+    code = "import sys, fedtune.tuning.packing.box; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

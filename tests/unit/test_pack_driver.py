@@ -1,7 +1,7 @@
 """Packed trials without a cluster: the pack's reports, the driver's fan-out, the plan.
 
 The trainables run in this process with ``ray.tune.report`` captured; the driver's wrappers
-(:mod:`fedtune.tuning.pack_driver`) run against recording fakes of the searcher, callbacks and
+(:mod:`fedtune.tuning.packing.driver`) run against recording fakes of the searcher, callbacks and
 stopper they wrap, so each test names exactly which member event must reach them, and how often.
 """
 
@@ -16,12 +16,12 @@ from ray.tune.search import Searcher
 
 from fedtune.errors import ConfigError
 from fedtune.outcomes import RUNNING, TrialOutcome
-from fedtune.tuning import pack_driver as pd
-from fedtune.tuning import pack_trial
 from fedtune.tuning.keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from fedtune.tuning.pack_memory import PackMemory
-from fedtune.tuning.pack_trial import MEMBERS, PACK_KEY, train_pack
-from fedtune.tuning.packing import AUTO_MAX, plan, reserved_processes
+from fedtune.tuning.packing import driver as pd
+from fedtune.tuning.packing import trial as pack_trial
+from fedtune.tuning.packing.memory import PackMemory
+from fedtune.tuning.packing.plan import AUTO_MAX, plan, reserved_processes
+from fedtune.tuning.packing.trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.spec import StudySpec
 from fedtune.tuning.stop_rules import PrunerStopper, StopReason, TuneSchedulerStopper
 from fedtune.tuning.trainable import train_trial

@@ -65,9 +65,9 @@ def test_cuda_pack_agrees_with_the_cpu_run():
 
 
 def test_the_measured_pack_memory_predicts_a_larger_pack():
-    """:func:`fedtune.tuning.pack_memory.measure` (packs of 1 and 4) predicts a pack of 16's
+    """:func:`fedtune.tuning.packing.memory.measure` (packs of 1 and 4) predicts a pack of 16's
     peak allocation to within a quarter."""
-    from fedtune.tuning.pack_memory import measure
+    from fedtune.tuning.packing.memory import measure
     from fedtune.tuning.spec import StudySpec
 
     base = digits(0)

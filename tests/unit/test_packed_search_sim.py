@@ -134,7 +134,7 @@ def test_pack_1_is_the_unpacked_path(sim, strategy) -> None:
 
 def test_a_study_that_cannot_pack_runs_unpacked(sim, monkeypatch) -> None:
     module, task, cache = sim
-    import fedtune.tuning.packing as packing
+    import fedtune.tuning.packing.plan as packing
 
     monkeypatch.setattr(packing, "refusal", lambda spec: "its own round")
     spec, size, note = module.pack_plan(module.study_spec(task, "tpe_guard", 0, 4), P)

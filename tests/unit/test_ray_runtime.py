@@ -213,7 +213,9 @@ def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
     from tests.service import ray_cluster  # `ray start` subprocesses: the same timeout, retry
 
     assert ray_cluster.START_TIMEOUT_S is ray_start.START_TIMEOUT_S
-    assert ray_cluster._Started._start.__defaults__ == (ray_start.START_RETRIES,)
+    assert ray_cluster._Started._start.__defaults__ == (ray_start.START_RETRIES, 0.0)
+    # a worker node's `ray start` has Ray's fixed 30 s to register: more tries, with a pause
+    assert ray_start.NODE_START_RETRIES >= 3 and ray_start.NODE_RETRY_BACKOFF_S > 0
 
 
 def test_stragglers_of_a_normal_run_are_not_called_a_killed_drivers(

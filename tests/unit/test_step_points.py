@@ -1,12 +1,12 @@
 """Learning rates and decay counts reach MLflow as the points that draw their steps
-(``fedtune.tuning.step_points``), not once per round: the first round, both sides of each
+(``fedtune.tuning.analysis.step_points``), not once per round: the first round, both sides of each
 change, the last round. Against a real MLflow store (a SQLite file) through ``StudyTracker``."""
 
 from __future__ import annotations
 
 from mlflow.entities import Metric
 
-from fedtune.tuning.step_points import StepPoints
+from fedtune.tuning.analysis.step_points import StepPoints
 from fedtune.tuning.tracking import StudyTracker
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedtune.trainers import Trainer, build_task
-from fedtune.tuning.theory_link import predict
+from fedtune.tuning.analysis.theory_link import predict
 
 
 def _config(**hp):

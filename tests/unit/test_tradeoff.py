@@ -23,7 +23,7 @@ from fedtune.tuning import (
     theory_table,
     write_artifacts,
 )
-from fedtune.tuning.tradeoff import write_tradeoff
+from fedtune.tuning.analysis.tradeoff import write_tradeoff
 from tests.images import assert_tuning_plot
 
 T = 200
@@ -279,7 +279,7 @@ def test_plots_are_written(tmp_path, curves):
 
 
 def test_pareto_plot_labels_every_point_with_its_trial_number():
-    from fedtune.tuning.plots import pareto_figure
+    from fedtune.tuning.analysis.plots import pareto_figure
 
     out = analyze_tradeoff(_issue_curves(), last_rounds=10, smooth_window=5)
     fig = pareto_figure(out)

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from fedtune.tuning import plots
-from fedtune.tuning.tradeoff import TOP_TRIALS, TradeOff
+from fedtune.tuning.analysis import plots
+from fedtune.tuning.analysis.tradeoff import TOP_TRIALS, TradeOff
 from tests.benchmarks import load_benchmark
 from tests.images import assert_tuning_plot
 

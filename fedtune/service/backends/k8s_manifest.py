@@ -24,7 +24,7 @@ it once the study's driver is final (``KubernetesBackend.release``, called by th
 Sizing from the study's ``resources`` (per trial process ``cpu``, ``gpu``) and its trial
 processes at once (``LaunchRequest.processes``: ``budget.max_concurrent``, or
 ``ceil(max_concurrent / P)`` for a study packing P configurations per process,
-:func:`fedtune.tuning.packing.reserved_processes`): a whole-GPU process gets a pod with
+:func:`fedtune.tuning.packing.plan.reserved_processes`): a whole-GPU process gets a pod with
 ``nvidia.com/gpu: ceil(gpu)`` (a limit only: Kubernetes sets the request equal); fractional GPUs
 (gpu < 1) put ⌊1/gpu⌋ processes on one one-GPU pod; CPU processes get one pod each. Worker
 memory is ``max(processes × FEDTUNE_K8S_MEMORY_PER_TRIAL_GI, GPUs × FEDTUNE_K8S_MEMORY_PER_GPU_GI)

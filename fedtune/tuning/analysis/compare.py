@@ -2,7 +2,7 @@
 
 Pure computation (no MLflow, no files): the inputs are, per study, its spec document and its
 ``tradeoff.json`` (a :class:`fedtune.results.TradeOff`), optionally the rows of its
-``theory.json`` (predicted (ρ, Δ) on a quadratic task, :mod:`fedtune.tuning.theory_link`). The
+``theory.json`` (predicted (ρ, Δ) on a quadratic task, :mod:`fedtune.tuning.analysis.theory_link`). The
 answer, a :class:`Comparison`, holds for every study:
 
 * its **lower envelope** E(R): the best smoothed loss any of its trials reached within R rounds

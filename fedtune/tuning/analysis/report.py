@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .keys import SMOOTH_WINDOW
+from ..keys import SMOOTH_WINDOW
 from .tradeoff import TradeOff, TrialCurve, analyze_tradeoff
 
 __all__ = ["PROVISIONAL_NOTE", "tradeoff_of"]

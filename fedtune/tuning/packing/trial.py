@@ -10,10 +10,10 @@ mean over its seeds, exactly as :mod:`.trainable` computes it.
 Every ``spec.report_every`` of a member's rounds (and when members end) the pack reports one
 result whose :data:`MEMBERS` list holds each reporting member's result in the unpacked schema
 of :mod:`.trainable` (its rows since its last report under ``HISTORY``, its running objective,
-its outcome), with its number under ``TRIAL_KEY``; :mod:`.pack_driver` hands each one to the
+its outcome), with its number under ``TRIAL_KEY``; :mod:`.driver` hands each one to the
 searcher and the callbacks as the result of that member's own trial.
 
-The driver's decisions come through its :class:`~.pack_box.PackBox` (``box``), asked at each
+The driver's decisions come through its :class:`~.box.PackBox` (``box``), asked at each
 report and taken at the next (:class:`BoxPoll`). A member the driver stopped leaves the pack: it
 costs no more compute and is not reported again (the driver ended its trial at the report it
 was stopped on). A configuration the driver offers joins the pack at round 0 (a refill of a
@@ -31,10 +31,10 @@ from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, TrialConfig
 from fedtune.trainers.engine import device_label
 
-from . import timeline
-from .keys import OUTCOME, ROUND, TRIAL_KEY
-from .spec import StudySpec
-from .trainable import TrialError, TrialRows, _SeedRuns, seed_mean, trial_configs, trial_message
+from .. import timeline
+from ..keys import OUTCOME, ROUND, TRIAL_KEY
+from ..spec import StudySpec
+from ..trainable import TrialError, TrialRows, _SeedRuns, seed_mean, trial_configs, trial_message
 
 __all__ = ["MEMBERS", "PACK_KEY", "BoxPoll", "member_numbers", "pack_name", "train_pack"]
 
@@ -147,7 +147,7 @@ def train_pack(config: dict[str, Any], spec: StudySpec, box: Any = None) -> None
     Args:
         config: The pack's Tune config (:data:`PACK_KEY`).
         spec: The study.
-        box: The driver's :class:`~.pack_box.PackBox` actor (None: no stops, no refills).
+        box: The driver's :class:`~.box.PackBox` actor (None: no stops, no refills).
     """
     if timeline.enabled():
         timeline.mark("trial_process_start", timeline.process_start())
@@ -248,7 +248,7 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, box: Any) -> None:
 
 
 class BoxPoll:
-    """The driver's decisions for one pack: one question to the :class:`~.pack_box.PackBox` in
+    """The driver's decisions for one pack: one question to the :class:`~.box.PackBox` in
     flight, asked at each report and taken at the next.
 
     A pack that takes refills (``answered``) asks for the driver's answer to the report it is
@@ -260,7 +260,7 @@ class BoxPoll:
     one costs rounds, never records.
 
     Args:
-        box: The driver's :class:`~.pack_box.PackBox` actor.
+        box: The driver's :class:`~.box.PackBox` actor.
         first: The pack's first member's number (its name in the box).
         answered: The driver answers each of its reports (it takes refills).
     """
@@ -310,7 +310,7 @@ def _final(rows: TrialRows, number: int, outcome: Outcome, reason: str = "") -> 
 
 
 def make_pack_trainable(spec: StudySpec, box: Any) -> Any:
-    """``train_pack`` bound to ``spec`` and the driver's :class:`~.pack_box.PackBox` (shipped
+    """``train_pack`` bound to ``spec`` and the driver's :class:`~.box.PackBox` (shipped
     once)."""
     from ray import tune
 

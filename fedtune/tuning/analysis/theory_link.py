@@ -48,8 +48,8 @@ from fedtune.trainers.theory.surrogate import (
     surrogate_spectrum,
 )
 
+from ..spec import StudySpec
 from .plots import plot_theory, theory_table
-from .spec import StudySpec
 
 __all__ = ["Prediction", "predict", "theory_report"]
 

@@ -5,7 +5,7 @@ The page needs no network: its figures are inline SVG drawn here, its one script
 read-outs and showing/hiding a study) is inline too, no CDN, no external stylesheet. Both show
 the studies' lower envelopes E(R), their budget curves (best final loss within r rounds of
 total budget), their Pareto sets (rounds to target vs final loss), the predicted (ρ, Δ) where
-the theory applies, and the table at matched budgets (:mod:`fedtune.tuning.compare`).
+the theory applies, and the table at matched budgets (:mod:`fedtune.tuning.analysis.compare`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A *pack* is one Ray Tune trial that trains P configurations of the study at once with the
 engine's :class:`~fedtune.trainers.packed.PackedTrainer`; each configuration stays its own
-Optuna trial, MLflow child run and service trial (:mod:`.pack_driver` fans a pack's events out
+Optuna trial, MLflow child run and service trial (:mod:`.driver` fans a pack's events out
 to them). ``budget.max_concurrent`` counts configurations, never processes: a study trains
 ``max_concurrent`` configurations at once in ``ceil(max_concurrent / P)`` processes, each
 holding ``resources`` (so GPUs are reserved per pack). Why and what was measured:
@@ -16,7 +16,7 @@ holding ``resources`` (so GPUs are reserved per pack). Why and what was measured
   ``resources`` (its CPUs, or its GPUs for GPU trials), never more than ``max_concurrent``,
   and the concurrent configurations spread over them: P = ceil(max_concurrent / processes),
   at most :data:`AUTO_MAX` on CPUs; on a GPU at most :data:`MAX_PACK` and what fits the
-  trial's GPU memory (:mod:`.pack_memory`). A cluster with a free slot per configuration gets
+  trial's GPU memory (:mod:`.memory`). A cluster with a free slot per configuration gets
   P = 1.
 
 On a GPU an integer ``pack`` that does not fit the trial's memory is refused with one line that
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 from fedtune.errors import ConfigError
 
 if TYPE_CHECKING:
-    from .pack_memory import PackMemory
-    from .spec import StudySpec
+    from ..spec import StudySpec
+    from .memory import PackMemory
 
 __all__ = ["AUTO", "AUTO_MAX", "PackPlan", "plan", "reserved_processes"]
 

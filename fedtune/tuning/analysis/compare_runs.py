@@ -50,7 +50,7 @@ def metric_key(study: str, what: str) -> str:
 
 
 def local_input(workdir: str | Path, tracking_uri: str | None = None) -> StudyInput:
-    """One local study, as :func:`fedtune.tuning.compare.compare` reads it.
+    """One local study, as :func:`fedtune.tuning.analysis.compare.compare` reads it.
 
     Args:
         workdir: The study's workdir (``fedtune tune --workdir``).
@@ -66,8 +66,8 @@ def local_input(workdir: str | Path, tracking_uri: str | None = None) -> StudyIn
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from .store import StudyStore, make_storage, storage_url
-    from .tracking import artifact_text, resolve_tracking_uri
+    from ..store import StudyStore, make_storage, storage_url
+    from ..tracking import artifact_text, resolve_tracking_uri
 
     root = Path(workdir)
     tradeoff = root / "tradeoff" / "tradeoff.json"
@@ -137,7 +137,7 @@ def record_comparison(
             store, else ``fedtune-comparisons``).
         name: The run's name (default ``compare-<study>-<study>…``).
         parent_uris: The store of each compared study's parent run, by study key, credentials
-            and all (default: the store its :class:`~fedtune.tuning.compare.StudyLine` names).
+            and all (default: the store its :class:`~fedtune.tuning.analysis.compare.StudyLine` names).
 
     Returns:
         ``run_id``, ``experiment_id``, ``tracking_uri`` and the written ``files``.
@@ -146,9 +146,9 @@ def record_comparison(
     from mlflow.entities import Metric, RunTag
     from mlflow.exceptions import MlflowException
 
+    from ..tracking import KIND_TAG as EXPERIMENT_KIND
+    from ..tracking import KIND_TRAINING, _no_run_links, _now
     from .compare_render import write_figures
-    from .tracking import KIND_TAG as EXPERIMENT_KIND
-    from .tracking import KIND_TRAINING, _no_run_links, _now
 
     files = write_figures(c, directory)
     client = MlflowClient(tracking_uri=tracking_uri)

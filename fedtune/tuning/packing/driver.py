@@ -1,6 +1,6 @@
 """The driver's side of packed trials: each configuration of a pack is its own trial.
 
-Ray Tune runs a pack (:mod:`.pack_trial`) as one trial; everything fedtune records is per
+Ray Tune runs a pack (:mod:`.trial`) as one trial; everything fedtune records is per
 configuration. Three wrappers turn a pack's events into its members' events, so that the
 study's searcher and callbacks (Optuna, MLflow, the progress line, the service's sink) work on
 members exactly as they work on unpacked trials:
@@ -17,7 +17,7 @@ members exactly as they work on unpacked trials:
 * :class:`PackScheduler` stops members: every member's new rounds go to the study's
   :class:`~.stop_rules.Stopper` (a stopped member's trial ends at that report, as an unpacked
   trial's does when Tune stops it), and the pack is told through the study's
-  :class:`~.pack_box.PackBox` actor so the member costs no more compute. Ray Tune's ASHA and
+  :class:`~.box.PackBox` actor so the member costs no more compute. Ray Tune's ASHA and
   median rule cannot stop part of a trial; a packed study uses Optuna's
   ``SuccessiveHalvingPruner`` / ``MedianPruner`` on the same rounds instead
   (:func:`packed_stopper`).
@@ -47,10 +47,10 @@ from ray.tune.search import Searcher
 
 from fedtune.outcomes import RUNNING
 
-from .keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from .pack_trial import MEMBERS, PACK_KEY, member_numbers, pack_name
-from .stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
-from .store import StudyStore
+from ..keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from ..stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
+from ..store import StudyStore
+from .trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 
 __all__ = [
     "Backlog",
@@ -219,7 +219,7 @@ class PackSearch(Searcher):
         key: A member config's pack key (members with equal keys share a pack).
         store: The study's store: each member's Optuna user attribute ``pack`` names its pack
             (``pack-<first member's number>``, the pack's Ray Tune trial directory).
-        box: The study's :class:`~.pack_box.PackBox` actor, through which packs of two or more
+        box: The study's :class:`~.box.PackBox` actor, through which packs of two or more
             take refills (None: packs only shrink).
     """
 
@@ -325,7 +325,7 @@ class PackScheduler(FIFOScheduler):
     Args:
         stopper: The study's stopper (:func:`packed_stopper`).
         book: The driver's :class:`PackBook`.
-        box: The :class:`~.pack_box.PackBox` actor the packs read (None: no pack hears of a
+        box: The :class:`~.box.PackBox` actor the packs read (None: no pack hears of a
             stop until its trial is stopped).
     """
 
@@ -454,7 +454,7 @@ def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:
     from fedtune.trainers import parse_trial_config
     from fedtune.trainers.packed import pack_key, pack_refusal
 
-    from .trainable import sampled_params
+    from ..trainable import sampled_params
 
     def key(config: Mapping[str, Any]) -> str:
         parsed = parse_trial_config(spec.trial_config(sampled_params(config)))
