@@ -72,8 +72,8 @@ def run(name: str, resources: dict[str, Any], device: str, root: Path) -> dict[s
     import optuna
     from mlflow import MlflowClient
 
+    from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.spec import StudySpec
-    from fedtune.tuning.study import run_study
 
     spec = StudySpec.from_dict(study(name, resources, device))
     start = time.perf_counter()

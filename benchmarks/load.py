@@ -136,8 +136,8 @@ def drive(config_path: str) -> None:
     from ray import tune
 
     from fedtune.tuning import StudySpec, run_study
-    from fedtune.tuning import optuna_glue as og
     from fedtune.tuning.keys import TRIAL_KEY
+    from fedtune.tuning.optuna import search as og
 
     if cfg.get("optuna_url"):
         og.storage_url = lambda workdir: cfg["optuna_url"]  # the team's PostgreSQL
@@ -297,7 +297,7 @@ def start_mlflow(backend_uri: str, root: Path):
             timeout=600,
         )
     else:
-        from fedtune.tuning.sqlite_template import seed_sqlite_store
+        from fedtune.tuning.mlflow.sqlite_template import seed_sqlite_store
 
         seed_sqlite_store(backend_uri)
     with mlflow_server_process(

@@ -7,12 +7,12 @@ store, artifacts under the workdir), made one of two ways (``"how"`` in the JSON
   (:data:`STUDY`: 1 client, d = 1, 2 rounds, random sampler, ``max_concurrent`` 2): Ray Tune,
   the searcher, the MLflow callback, the end of the study, all as a user runs them;
 * ``synthetic`` — the same stores without Ray (:func:`synthetic_study`): the study's stores
-  (``fedtune.tuning.study._open_stores`` and ``_open_tracking``: Optuna study, MLflow
+  (``fedtune.tuning.driver.study._open_stores`` and ``_open_tracking``: Optuna study, MLflow
   experiment and parent run), then per trial what the searcher and the MLflow callback
   record — the Optuna trial asked from the study's space and told its value, its outcome,
   rounds and curve
-  (:class:`~fedtune.tuning.store.StudyStore`), a child run through
-  :class:`~fedtune.tuning.tracking.StudyTracker` (``start_trial``, ``log_rounds``,
+  (:class:`~fedtune.tuning.optuna.store.StudyStore`), a child run through
+  :class:`~fedtune.tuning.mlflow.tracking.StudyTracker` (``start_trial``, ``log_rounds``,
   ``end_trial``) — and the driver's own end of the study (``study._finalize``: the trade-off
   analysis, ``tradeoff/*``, plots, ``best.json``, ``trials_table.json``, summary metrics).
   Curves follow a contraction ``ℓ_t = f + (1 − f)·|1 − γη|^{2t}`` of the sampled rates (a
@@ -91,7 +91,7 @@ def real_study(n: int, workdir: Path, env: dict[str, str]) -> dict[str, Any]:
 
 def synthetic_study(n: int, workdir: Path, child_runs: bool = True, seed: int = 0) -> Any:
     """The stores of an ``n``-trial study of :data:`STUDY` without Ray (module docstring);
-    the driver's :class:`~fedtune.tuning.study.StudyResult`. The Optuna trials are added in one
+    the driver's :class:`~fedtune.tuning.driver.study.StudyResult`. The Optuna trials are added in one
     batch (``add_trials``: no sampler pass over every earlier trial) with the attributes the
     searcher writes; ``child_runs`` False leaves the MLflow child runs out (only the parent's
     artifacts are wanted)."""
@@ -100,9 +100,15 @@ def synthetic_study(n: int, workdir: Path, child_runs: bool = True, seed: int = 
     import yaml
 
     from fedtune.search_spaces import suggest
+    from fedtune.tuning.driver.study import (
+        Fitted,
+        _finalize,
+        _open_stores,
+        _open_tracking,
+        _prepare,
+    )
+    from fedtune.tuning.optuna.store import CURVE_ATTR, OUTCOME_ATTR, RUN_ATTR
     from fedtune.tuning.spec import StudySpec
-    from fedtune.tuning.store import CURVE_ATTR, OUTCOME_ATTR, RUN_ATTR
-    from fedtune.tuning.study import Fitted, _finalize, _open_stores, _open_tracking, _prepare
 
     spec = StudySpec.from_dict(yaml.safe_load(study_text(n)))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -190,11 +196,11 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
 
     import yaml
 
-    from fedtune.tuning import optuna_glue as og
     from fedtune.tuning.analysis.report import tradeoff_of
+    from fedtune.tuning.driver.study import summary_table
+    from fedtune.tuning.optuna import search as og
+    from fedtune.tuning.optuna.store import StudyStore
     from fedtune.tuning.spec import StudySpec
-    from fedtune.tuning.store import StudyStore
-    from fedtune.tuning.study import summary_table
 
     spec = StudySpec.from_dict(yaml.safe_load(study_text(n)))
     store = StudyStore.at(workdir, spec.name)
@@ -262,7 +268,7 @@ def search_api(base: str, experiment_id: str) -> float:
 
 def measure_ui(result: dict[str, Any], repeats: int, scratch: Path) -> dict[str, Any]:
     """The runs page (default and sorted by run name) loaded ``repeats`` times each."""
-    from fedtune.tuning.tracking import ui_url
+    from fedtune.tuning.mlflow.tracking import ui_url
 
     out: dict[str, Any] = {}
     scratch.mkdir(parents=True, exist_ok=True)

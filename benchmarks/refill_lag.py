@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
-    from fedtune.tuning import study as study_module
+    from fedtune.tuning.driver import study as study_module
+    from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.spec import StudySpec
-    from fedtune.tuning.study import run_study
 
     # Tune's own JSON logger (off in studies: Optuna and MLflow are the record) writes each
     # pack's results, with its step, to its trial directory: this measurement reads them

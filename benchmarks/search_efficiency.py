@@ -442,7 +442,7 @@ def verify(task: str, seed: int, strategy: str, trials: int) -> dict[str, Any]:
     import optuna
     import ray
 
-    from fedtune.tuning.study import run_study
+    from fedtune.tuning.driver.study import run_study
 
     t = st.Task(task)
     name = f"{task}-{strategy}-s{seed}".replace("_", "-")

@@ -1,11 +1,11 @@
 """fedtune's search strategies run in-process, one trial at a time (the suite's fast path),
 C unpacked trials at once, or packed.
 
-Same parts as ``run_study`` — the study's sampler (:func:`~fedtune.tuning.optuna_glue.make_sampler`),
+Same parts as ``run_study`` — the study's sampler (:func:`~fedtune.tuning.optuna.search.make_sampler`),
 the space's Optuna distributions (``suggest``), the strategy's stopper
-(:func:`~fedtune.tuning.stoppers.stopper_for`, :mod:`fedtune.tuning.stop_rules`), Optuna's
+(:func:`~fedtune.tuning.trials.stoppers.stopper_for`, :mod:`fedtune.tuning.trials.stop_rules`), Optuna's
 pruners — and the same meaning of a trial as
-:class:`~fedtune.tuning.optuna_glue.FedtuneSearch` gives it (completed → its selection-rule
+:class:`~fedtune.tuning.optuna.search.FedtuneSearch` gives it (completed → its selection-rule
 value, diverged → the worst value, stopped → ``PRUNED`` with its per-round values reported),
 but without Ray, MLflow or the RDB storage: a trial is the engine's ``run_trial`` on the task's
 built data, and the strategy's stop decision is taken after every round (``report_every: 1``).
@@ -97,9 +97,9 @@ import optuna
 from optuna.trial import TrialState
 
 from fedtune.search_spaces.optuna_adapter import suggest
-from fedtune.tuning.optuna_glue import make_sampler
+from fedtune.tuning.optuna.search import make_sampler
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.stop_rules import Stopper
+from fedtune.tuning.trials.stop_rules import Stopper
 
 __all__ = [
     "CurveCache",
@@ -211,9 +211,9 @@ def _objective(tail: list[float]) -> float:
 def stopper_of(task: Any, spec: StudySpec) -> Stopper:
     """The strategy's stopper, as ``run_study`` builds it (``stopper_for``); ``asha`` and
     ``median`` are Ray Tune schedulers there, Optuna's successive-halving / median pruner here."""
-    from fedtune.tuning.stop_rules import PrunerStopper
-    from fedtune.tuning.stoppers import stopper_for
     from fedtune.tuning.strategies import Strategy
+    from fedtune.tuning.trials.stop_rules import PrunerStopper
+    from fedtune.tuning.trials.stoppers import stopper_for
 
     s = spec.scheduler
     if spec.strategy == Strategy.ASHA:
@@ -288,7 +288,7 @@ def _ask(study: optuna.Study, stopper: Stopper, space: Any) -> tuple[Any, dict[s
     Returns:
         The Optuna trial and its point.
     """
-    from fedtune.tuning.stop_rules import SWEEP_ATTR
+    from fedtune.tuning.trials.stop_rules import SWEEP_ATTR
 
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     proposal = None if waiting else stopper.propose()
@@ -455,7 +455,7 @@ def run_packed(
     """
     from fedtune.tuning.keys import TRIAL_KEY
     from fedtune.tuning.packing.driver import Backlog, config_key, packed_stopper
-    from fedtune.tuning.stoppers import stopper_for
+    from fedtune.tuning.trials.stoppers import stopper_for
 
     study = _study(spec, target_trials)
     with warnings.catch_warnings():

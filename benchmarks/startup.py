@@ -16,7 +16,7 @@ with a fresh embedded Ray:
   equivalent trivial study (quadratic task with 1 client of dimension 1 and 1 example, 1 round,
   random sampler, no scheduler, ``budget.trials = N``, ``max_concurrent = 1``), with the real
   defaults: Optuna SQLite storage and MLflow SQLite store in the workdir. The environment
-  variable ``FEDTUNE_TIMELINE`` (:mod:`fedtune.tuning.timeline`) makes the driver and the trial
+  variable ``FEDTUNE_TIMELINE`` (:mod:`fedtune.tuning.driver.timeline`) makes the driver and the trial
   processes stamp their phases, so the fixed cost is split into: interpreter + CLI start, spec
   (imports of the engine), driver imports, Optuna storage, Ray start, MLflow store, Tuner
   construction, first trial scheduled (driver), trial process start → trainable entered.
@@ -32,7 +32,7 @@ repeats: ``per_trial_overhead_s`` = the median gap (runs with the most trials); 
 trials: per trial, the SQLite commits (Optuna and MLflow, each an fsync) and the driver's time
 in the searcher, the MLflow callback and Tune's actor reset — what the per-trial overhead is.
 
-The MLflow store template (:mod:`fedtune.tuning.tracking`) is built before the repeats (one
+The MLflow store template (:mod:`fedtune.tuning.mlflow.tracking`) is built before the repeats (one
 extra run, reported as ``cold_template``), as any earlier study on the machine does.
 
 Usage: ``python benchmarks/startup.py [--repeats 5] [--trials 6] [--profile-trials 12]
@@ -275,11 +275,11 @@ def summarize(runs: list[dict[str, Any]], kind: str, ns: list[int]) -> dict[str,
 #: (file suffix, function) -> name in the per-trial profile
 _PROFILED = {
     ("<method 'commit' of 'sqlite3.Connection' objects>", ""): "sqlite_commit",
-    ("fedtune/tuning/optuna_glue.py", "suggest"): "searcher_suggest (Optuna ask)",
-    ("fedtune/tuning/optuna_glue.py", "on_trial_complete"): "searcher_complete (Optuna tell)",
-    ("fedtune/tuning/tracking.py", "on_trial_start"): "mlflow_trial_start",
-    ("fedtune/tuning/tracking.py", "on_trial_result"): "mlflow_trial_result",
-    ("fedtune/tuning/tracking.py", "on_trial_complete"): "mlflow_trial_complete",
+    ("fedtune/tuning/optuna/search.py", "suggest"): "searcher_suggest (Optuna ask)",
+    ("fedtune/tuning/optuna/search.py", "on_trial_complete"): "searcher_complete (Optuna tell)",
+    ("fedtune/tuning/mlflow/tracking.py", "on_trial_start"): "mlflow_trial_start",
+    ("fedtune/tuning/mlflow/tracking.py", "on_trial_result"): "mlflow_trial_result",
+    ("fedtune/tuning/mlflow/tracking.py", "on_trial_complete"): "mlflow_trial_complete",
     ("ray/tune/execution/tune_controller.py", "_on_trial_reset"): "tune_actor_reset",
 }
 
@@ -291,8 +291,8 @@ def profile_per_trial(trials: int, scratch: Path) -> dict[str, Any]:
 
     import yaml
 
+    from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.spec import StudySpec
-    from fedtune.tuning.study import run_study
 
     doc = yaml.safe_load(STUDY)
     doc["budget"]["trials"] = trials
@@ -319,7 +319,7 @@ PHASES = {
     "ray_start_s": "the embedded Ray's start in that thread (ray import, ray.init)",
     "spec_loaded": "StudySpec.from_file: the engine's imports (torch), YAML, search space, "
     "validation",
-    "driver_imported": "import fedtune.tuning.study: Ray, Ray Tune (searcher), Optuna",
+    "driver_imported": "import fedtune.tuning.driver.study: Ray, Ray Tune (searcher), Optuna",
     "optuna_opened": "study lock, Optuna RDB storage (SQLite) and study; for a new study in "
     "the stores' thread, concurrently with Ray's start",
     "ray_started": "waiting for the embedded Ray (started early, see ray_start_s) and the "
@@ -427,7 +427,7 @@ WHOLE_KINDS = ("plain_torch", "fedtune")
 WHOLE_PHASES = {
     "interpreter_cli": "launch → `fedtune tune` parsed its arguments (interpreter, CLI)",
     "spec_loaded": "StudySpec.from_file: YAML, search space, the engine's imports (torch)",
-    "driver_imported": "import fedtune.tuning.study (Ray Tune, Optuna)",
+    "driver_imported": "import fedtune.tuning.driver.study (Ray Tune, Optuna)",
     "ray_start_s": "the embedded Ray's start, in a thread from launch (overlaps the above)",
     "optuna_opened_after_launch": "the Optuna storage open (a thread)",
     "mlflow_opened_after_launch": "the MLflow store and parent run open (a thread)",

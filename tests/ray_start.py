@@ -5,7 +5,7 @@ has 30 s to register, workers 60 s. Every Ray the tests start therefore gets a g
 and one retry:
 
 * in-process ``ray.init`` (``tests/integration/conftest.py``): :func:`init_ray` —
-  :func:`fedtune.tuning.ray_runtime.start_ray` with :data:`POLICY` (a failed start is shut
+  :func:`fedtune.tuning.driver.ray_runtime.start_ray` with :data:`POLICY` (a failed start is shut
   down, its processes reaped, and tried once more; workers get 180 s to register);
 * ``ray start`` subprocesses (``tests/service/ray_cluster.py``): :data:`START_TIMEOUT_S` per
   try, :data:`START_RETRIES` retry after stopping what the failed try left. A worker node's
@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedtune.tuning.ray_runtime import RayStartPolicy, start_ray
+from fedtune.tuning.driver.ray_runtime import RayStartPolicy, start_ray
 
 __all__ = [
     "NODE_RETRY_BACKOFF_S",

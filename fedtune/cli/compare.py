@@ -5,7 +5,7 @@ Local studies are named by their workdir (``fedtune tune --workdir``), the servi
 each study's best configuration at matched budgets (equal trials, equal total rounds, whole
 study); writes ``comparison.png``, ``comparison.html`` (self-contained), ``comparison.json`` and
 ``comparison.csv`` into ``--out``. Local studies' comparison is also an MLflow run of its own
-that links to the compared parent runs (:mod:`fedtune.tuning.analysis.compare_runs`). Studies with a
+that links to the compared parent runs (:mod:`fedtune.tuning.mlflow.comparisons`). Studies with a
 different task, data or objective are refused unless ``--force``.
 """
 
@@ -104,8 +104,8 @@ def _text(c: Any) -> list[str]:
 
 def _local(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
     from fedtune.tuning.analysis.compare import compare
-    from fedtune.tuning.analysis.compare_runs import local_input, record_comparison
-    from fedtune.tuning.tracking import resolve_tracking_uri
+    from fedtune.tuning.mlflow.comparisons import local_input, record_comparison
+    from fedtune.tuning.mlflow.tracking import resolve_tracking_uri
 
     inputs = [local_input(w, args.tracking_uri) for w in args.studies]
     c = compare(inputs, force=args.force)

@@ -53,10 +53,10 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
         The exit code: 0 when every study found a best configuration, else 1.
     """
     from fedtune.tuning.analysis.compare import compare
-    from fedtune.tuning.analysis.compare_runs import local_input, record_comparison
+    from fedtune.tuning.driver.study import run_study
+    from fedtune.tuning.mlflow.comparisons import local_input, record_comparison
+    from fedtune.tuning.mlflow.tracking import resolve_tracking_uri
     from fedtune.tuning.spec import StudySpec
-    from fedtune.tuning.study import run_study
-    from fedtune.tuning.tracking import resolve_tracking_uri
 
     from .common import quiet_libraries
     from .compare import _text

@@ -183,7 +183,7 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
     lines += ["", *_best_lines(result, spec), "", *_pareto_lines(result), ""]
     tradeoff = Path(result.workdir) / "tradeoff"
-    from fedtune.tuning.tracking import executable
+    from fedtune.tuning.mlflow.tracking import executable
 
     again = (
         f"{executable('fedtune')} tune {shlex.quote(str(Path(study_path).resolve()))} "
@@ -225,7 +225,7 @@ def _workdir(args: argparse.Namespace, name: str) -> str:
 
 def _early_ray(args: argparse.Namespace) -> Any:
     """Start the study's embedded Ray now, before the engine's imports and the spec's
-    validation (``fedtune.tuning.ray_session.EarlyRay``: they overlap), when what Ray needs is
+    validation (``fedtune.tuning.driver.ray_session.EarlyRay``: they overlap), when what Ray needs is
     known from the file alone: a local Ray (no ``--ray-address``, no ``RAY_ADDRESS``), no
     ``code:`` section (its ``runtime_env`` needs the validated spec), and a study that will run
     trials (new, or ``--trials`` given). Otherwise, or if the file does not parse, None: the
@@ -256,7 +256,7 @@ def _early_ray(args: argparse.Namespace) -> Any:
     workdir = Path(_workdir(args, name)).resolve()
     if (workdir / "optuna.db").exists() and args.trials is None:
         return None  # a stored study: finished ones need no Ray
-    from fedtune.tuning.ray_session import EarlyRay
+    from fedtune.tuning.driver.ray_session import EarlyRay
 
     return EarlyRay.begin(workdir)
 
@@ -274,7 +274,7 @@ def _load_spec(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.tuning import timeline
+    from fedtune.tuning.driver import timeline
 
     timeline.mark("cli")
     early = _early_ray(args)
@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, early: Any) -> int:
     from fedtune.errors import ConfigError, DataError
-    from fedtune.tuning import timeline
+    from fedtune.tuning.driver import timeline
 
     from .study_of_methods import methods_of, run_methods
 
@@ -302,7 +302,7 @@ def _run(args: argparse.Namespace, early: Any) -> int:
         print(f"fedtune: error: {exc}", file=sys.stderr, flush=True)
         return 2
     timeline.mark("spec_loaded")
-    from fedtune.tuning.study import run_study
+    from fedtune.tuning.driver.study import run_study
 
     timeline.mark("driver_imported")
 

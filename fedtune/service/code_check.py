@@ -234,7 +234,7 @@ def _build_once(data: dict[str, Any]) -> None:
     """The task and model built once, as a trial would: a builder that
     raises is a 422 at submission, not a study whose every trial fails."""
     try:
-        from fedtune.tuning.preflight import preflight
+        from fedtune.tuning.driver.preflight import preflight
     except ImportError:  # an older engine: its trials find out
         return
     from fedtune.tuning.spec import StudySpec

@@ -5,7 +5,7 @@ includes another project's study reveals nothing of it. The trade-off compared i
 ``GET /v1/studies/{id}/tradeoff`` returns (MLflow's file once the study has ended, else
 provisional); the predictions are the parent run's ``tradeoff/theory.json`` when there is one.
 Recording a comparison (``POST /v1/compare``) makes it an MLflow run in the first study's
-tracking store and tags the compared parent runs (:mod:`fedtune.tuning.analysis.compare_runs`); it needs
+tracking store and tags the compared parent runs (:mod:`fedtune.tuning.mlflow.comparisons`); it needs
 the right to change every study (a viewer: 403).
 
 A study of methods (a spec whose ``algorithm`` lists algorithms, :mod:`fedtune.tuning.methods`)
@@ -68,7 +68,7 @@ def _theory(uri: str | None, run_id: str | None) -> list[dict[str, Any]] | None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from fedtune.tuning.tracking import artifact_text
+    from fedtune.tuning.mlflow.tracking import artifact_text
 
     try:
         return json.loads(
@@ -153,7 +153,7 @@ def _record(
     together."""
     import tempfile
 
-    from fedtune.tuning.analysis.compare_runs import record_comparison
+    from fedtune.tuning.mlflow.comparisons import record_comparison
 
     if not uris[0]:
         return None

@@ -217,7 +217,7 @@ def run_driver(
     (default: the one the environment names, ``driver_link.link_from_environment``) is how
     the driver reads and records its study."""
     if run_study is None:
-        from fedtune.tuning.study import run_study
+        from fedtune.tuning.driver.study import run_study
 
     link = link_from_environment(study_id, settings) if link is None else link
     # The Ray processes the driver starts (an embedded cluster's raylet, agents and trial
@@ -419,7 +419,7 @@ class _MlflowIds:
 
     def _experiment(self, run_id: str) -> str | None:
         try:
-            from fedtune.tuning.tracking import run_experiment_id
+            from fedtune.tuning.mlflow.tracking import run_experiment_id
 
             return run_experiment_id(self.uri, run_id)
         except Exception:  # the id is a convenience for links; never fail the study on it

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from fedtune.tuning.mlflow_urls import run_url
+from fedtune.tuning.mlflow.urls import run_url
 from fedtune.wire_models import MlflowLinks
 
 from .mlflow_tenancy import workspace_for

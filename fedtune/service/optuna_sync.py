@@ -1,7 +1,7 @@
 """The driver's read-only view of a study's Optuna storage (the tuning source of truth).
 
 ``run_study`` keeps every trial in ``<workdir>/optuna.db``; this view reads it only through
-``fedtune.tuning.store.StudyStore`` (outcome, MLflow run ids, the ℓ_t curve — the attribute
+``fedtune.tuning.optuna.store.StudyStore`` (outcome, MLflow run ids, the ℓ_t curve — the attribute
 names live there, not here). The driver reads it to learn MLflow
 run ids while trials run, and after ``run_study`` returns hands :meth:`OptunaView.finished` to
 the service (through its link, ``driver_link``): a trial whose final event never reached the database (the driver was killed
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class OptunaView:
-    """The service's side of ``fedtune.tuning.store.StudyStore`` (the study's one record)."""
+    """The service's side of ``fedtune.tuning.optuna.store.StudyStore`` (the study's one record)."""
 
     def __init__(self, workdir: Path, study_name: str) -> None:
         self.workdir = Path(workdir)
@@ -39,7 +39,7 @@ class OptunaView:
 
     def _open(self) -> Any:
         if self._store is None:
-            from fedtune.tuning.store import StudyStore
+            from fedtune.tuning.optuna.store import StudyStore
 
             self._store = StudyStore.existing(self.workdir, self.study_name)
         return self._store
@@ -87,12 +87,12 @@ class OptunaView:
 
     def discard_waiting(self, *, orphans: bool = False) -> int:
         """Drop the study's queued (``WAITING``) trials: a cancelled study leaves none behind
-        (``fedtune.tuning.failures.discard_waiting``); with ``orphans`` (its driver is gone) the
+        (``fedtune.tuning.driver.failures.discard_waiting``); with ``orphans`` (its driver is gone) the
         trials it left ``RUNNING`` end interrupted; returns how many."""
         store = self._open()
         if store is None:
             return 0
-        from fedtune.tuning.failures import discard_waiting
+        from fedtune.tuning.driver.failures import discard_waiting
 
         return discard_waiting(store, orphans=orphans)
 

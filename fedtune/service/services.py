@@ -419,7 +419,7 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
     _known(study_id)
     from fedtune.tuning.analysis.report import tradeoff_of
     from fedtune.tuning.analysis.tradeoff import TrialCurve, tradeoff_text
-    from fedtune.tuning.tracking import stored_tradeoff
+    from fedtune.tuning.mlflow.tracking import stored_tradeoff
 
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)

@@ -1,6 +1,6 @@
 """Record a running study's trials for the service (the driver's side of progress).
 
-``run_study(..., sinks=[...])`` (``fedtune/tuning/study.py``) takes extra **Ray Tune callbacks**
+``run_study(..., sinks=[...])`` (``fedtune/tuning/driver/study.py``) takes extra **Ray Tune callbacks**
 run in the driver; each trial's Tune config carries its Optuna trial number under
 ``fedtune.trial`` and every result the rounds since the previous report under ``history``.
 :class:`DbSink` is that callback; it forwards to :class:`TrialRecorder`, which is Ray-free (unit

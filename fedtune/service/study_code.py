@@ -15,7 +15,7 @@ driver or a fresh pod reads it from there, not from any file system).
   (the service's API with the study's credential, or the database) and checked against its
   digest, is extracted once per digest under
   ``<FEDTUNE_WORKDIR>/code/<sha256>`` and named as ``code.path``; ``run_study`` ships it from
-  there to every trial through Ray's ``runtime_env`` (``fedtune.tuning.code_shipping``). This
+  there to every trial through Ray's ``runtime_env`` (``fedtune.tuning.driver.code_shipping``). This
   holds even when modules of the same names are installed where the driver runs (an older
   version in the cluster's image): ``code.path`` comes first on the driver's ``sys.path`` and
   ``py_modules`` first on the workers' ``PYTHONPATH``, so the study runs the code of its

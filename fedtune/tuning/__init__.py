@@ -58,13 +58,13 @@ _LAZY = {
     **dict.fromkeys(_SPEC, "spec"),
     **dict.fromkeys(_TRADEOFF, "analysis.tradeoff"),
     **dict.fromkeys(_PLOTS, "analysis.plots"),
-    "run_study": "study",
-    "StudyResult": "study",
-    "StudyTracker": "tracking",
-    "MlflowCallback": "tracking",
-    "FedtuneSearch": "optuna_glue",
-    "ProgressCallback": "progress",
-    "make_trainable": "trainable",
+    "run_study": "driver.study",
+    "StudyResult": "driver.study",
+    "StudyTracker": "mlflow.tracking",
+    "MlflowCallback": "mlflow.tracking",
+    "FedtuneSearch": "optuna.search",
+    "ProgressCallback": "driver.progress",
+    "make_trainable": "trials.trainable",
 }
 __all__ = sorted(_LAZY)
 

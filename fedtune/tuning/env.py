@@ -85,7 +85,7 @@ def sqlite_wal(environ: Mapping[str, str] | None = None) -> str:
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where fedtune keeps files it can rebuild (:mod:`fedtune.tuning.sqlite_template`).
+    """Where fedtune keeps files it can rebuild (:mod:`fedtune.tuning.mlflow.sqlite_template`).
 
     ``FEDTUNE_CACHE_DIR``, else ``$XDG_CACHE_HOME/fedtune``, else ``~/.cache/fedtune``.
 
@@ -129,7 +129,7 @@ def ray_start_backoff_s(environ: Mapping[str, str] | None = None) -> str:
 
 
 def timeline_file(environ: Mapping[str, str] | None = None) -> str | None:
-    """``FEDTUNE_TIMELINE``: the file of the start-up timeline (:mod:`fedtune.tuning.timeline`).
+    """``FEDTUNE_TIMELINE``: the file of the start-up timeline (:mod:`fedtune.tuning.driver.timeline`).
 
     Args:
         environ: the environment (default: this process's).

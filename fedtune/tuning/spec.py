@@ -268,7 +268,7 @@ class BudgetSpec(_Spec):
     ``configuration_rounds`` is given); ``max_concurrent``: configurations trained at once;
     ``time``: wall-clock seconds of the fit (``90``, ``"30m"``, ``"1h30m"``; what runs then is
     stopped, as Ray Tune's ``time_budget_s``); ``configuration_rounds``: rounds trained by all
-    configurations together, never exceeded (:mod:`fedtune.tuning.budget`). ``wall_clock_s``
+    configurations together, never exceeded (:mod:`fedtune.tuning.optuna.budget`). ``wall_clock_s``
     is the old name of ``time`` and is still read (with ``trials`` still 16 by default).
     """
 

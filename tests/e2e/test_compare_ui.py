@@ -12,9 +12,9 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from fedtune.tuning.analysis.compare import RunRef, StudyInput, compare
-from fedtune.tuning.analysis.compare_runs import record_comparison
 from fedtune.tuning.analysis.tradeoff import TrialCurve, analyze_tradeoff
-from fedtune.tuning.mlflow_urls import UI_QUERY
+from fedtune.tuning.mlflow.comparisons import record_comparison
+from fedtune.tuning.mlflow.urls import UI_QUERY
 from tests.integration.conftest import mlflow_server_process
 from tests.needs import need
 

@@ -219,7 +219,7 @@ def test_a_run_link_fedtune_hands_out_opens_the_run_for_its_member(ui, tmp_path)
     """The link ``GET /v1/studies`` and ``compare`` give (``mlflow_urls.run_url``, with the
     run's workspace) opens the run itself for its project's member; without the workspace the
     UI stops at its workspace picker; another project's member never sees the run."""
-    from fedtune.tuning.mlflow_urls import run_url
+    from fedtune.tuning.mlflow.urls import run_url
 
     experiment, run = ui["runs"]["team-a"]
     link = run_url(ui["url"], experiment, run, "team-a")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from fedtune.tuning.mlflow_urls import UI_QUERY
+from fedtune.tuning.mlflow.urls import UI_QUERY
 from tests.chromium import CHROMIUM, HEADLESS
 from tests.integration.conftest import make_quadratic_study
 from tests.needs import need

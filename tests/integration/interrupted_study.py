@@ -18,7 +18,7 @@ from pathlib import Path
 from ray import tune
 
 from fedtune.tuning import StudySpec, run_study
-from fedtune.tuning.round_log import RoundLog
+from fedtune.tuning.mlflow.round_log import RoundLog
 
 
 def main(spec_json: str, tracking_uri: str, workdir: str, out: str) -> None:

@@ -13,8 +13,8 @@ import io
 import optuna
 import pytest
 
+from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.study import run_study
 
 ROUNDS = 12  # the quadratic study's train.rounds
 

@@ -23,9 +23,9 @@ import optuna
 import yaml
 from mlflow import MlflowClient
 
-from fedtune.tuning.ray_runtime import ray_temp_dir
+from fedtune.tuning.driver.ray_runtime import ray_temp_dir
+from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.study import run_study
 
 PASSWORD = "S3cretPW-at-rest-9f2c"
 TOKENS = {

@@ -6,7 +6,7 @@ served artifacts) for
 the module; :class:`~fedtune.service.mlflow_tenancy.MlflowTenancy` syncs two projects
 (``team-a``, ``team-b``) and three users into it: ``ana`` (member of team-a), ``vic`` (viewer of
 team-a) and ``bob`` (member of team-b). Each study driver logs with its workspace's driver
-credential through fedtune's own :class:`~fedtune.tuning.tracking.StudyTracker`. Then every
+credential through fedtune's own :class:`~fedtune.tuning.mlflow.tracking.StudyTracker`. Then every
 experiment, run, metric-history and artifact route answers each user according to role.
 """
 
@@ -87,7 +87,7 @@ def mlflow_auth_server(tmp_path_factory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def world(mlflow_auth_server, tmp_path_factory) -> Iterator[dict]:
     """Two projects, three users and one study of each project, logged by its driver."""
-    from fedtune.tuning.tracking import StudyTracker
+    from fedtune.tuning.mlflow.tracking import StudyTracker
 
     url = mlflow_auth_server
     tenancy = MlflowTenancy(url, "admin", ADMIN_PASSWORD)
@@ -379,8 +379,8 @@ def test_a_comparison_run_obeys_the_same_rules(world, monkeypatch, tmp_path):
 
     from fedtune.service.mlflow_tenancy import mlflow_workspace
     from fedtune.tuning.analysis.compare import RunRef, StudyInput, compare
-    from fedtune.tuning.analysis.compare_runs import record_comparison
     from fedtune.tuning.analysis.tradeoff import TrialCurve, analyze_tradeoff
+    from fedtune.tuning.mlflow.comparisons import record_comparison
 
     url, study = world["url"], world["studies"]["team-a"]
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")

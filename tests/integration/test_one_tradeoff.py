@@ -164,8 +164,8 @@ def _history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, flo
 
 
 def test_resume_and_extension_add_no_duplicate_parent_metrics(tmp_path, ray_local, mlflow_server):
+    from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.spec import StudySpec
-    from fedtune.tuning.study import run_study
 
     spec = StudySpec.from_dict(DECAYING)
     first = run_study(spec, tmp_path / "s", tracking_uri=mlflow_server)

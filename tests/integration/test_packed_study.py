@@ -20,10 +20,10 @@ from mlflow import MlflowClient
 from fedtune.cli.tune import _summary
 from fedtune.outcomes import TrialOutcome, mlflow_status
 from fedtune.trainers import Trainer
+from fedtune.tuning.driver.study import run_study
+from fedtune.tuning.optuna.store import CURVE_ATTR
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.store import CURVE_ATTR
-from fedtune.tuning.study import run_study
-from fedtune.tuning.trainable import trial_configs
+from fedtune.tuning.trials.trainable import trial_configs
 
 ROUNDS = 12
 

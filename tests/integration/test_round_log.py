@@ -1,4 +1,4 @@
-"""Per-round metrics reach MLflow through one background thread (``fedtune.tuning.round_log``):
+"""Per-round metrics reach MLflow through one background thread (``fedtune.tuning.mlflow.round_log``):
 results of many trials are coalesced into few ``log_batch`` requests, the queue is bounded,
 and nothing queued is lost when a trial ends, the study ends or the driver is interrupted.
 
@@ -15,8 +15,8 @@ import pytest
 from mlflow import MlflowClient
 
 from fedtune.tuning import StudySpec
-from fedtune.tuning.round_log import RoundLog
-from fedtune.tuning.tracking import StudyTracker, round_metrics
+from fedtune.tuning.mlflow.round_log import RoundLog
+from fedtune.tuning.mlflow.tracking import StudyTracker, round_metrics
 
 from .conftest import REPO
 
@@ -187,7 +187,7 @@ def test_an_ended_study_whose_rounds_cannot_be_stored_says_so(
     keep the parent run open, and the metrics left unstored are named on stderr, not hidden."""
     from types import SimpleNamespace
 
-    from fedtune.tuning import study as study_module
+    from fedtune.tuning.driver import study as study_module
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("e")).info.run_id

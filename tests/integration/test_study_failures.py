@@ -18,8 +18,8 @@ from fedtune.service.repository import Repository
 from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.settings import load_settings
 from fedtune.service.states import StudyState, TrialState
-from fedtune.tuning import optuna_glue as og
-from fedtune.tuning.failures import FIRST_ERROR_ATTR
+from fedtune.tuning.driver.failures import FIRST_ERROR_ATTR
+from fedtune.tuning.optuna import search as og
 
 
 def _run_by_the_service(tmp_path, spec: dict, **settings: object) -> tuple:

@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from fedtune.tuning import StudySpec, run_study
-from fedtune.tuning import study as study_module
+from fedtune.tuning.driver import study as study_module
 
 
 def test_a_slow_tracking_store_delays_no_trial_and_loses_no_run(

@@ -14,9 +14,9 @@ import optuna
 import pytest
 
 from fedtune.tuning import Strategy
+from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.stop_rules import SWEEP_ATTR
-from fedtune.tuning.study import run_study
+from fedtune.tuning.trials.stop_rules import SWEEP_ATTR
 
 SPEC = {
     "name": "tradeoff-quad",

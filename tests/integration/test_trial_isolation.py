@@ -7,9 +7,9 @@ from __future__ import annotations
 import optuna
 from ray import tune
 
-from fedtune.tuning import optuna_glue as og
+from fedtune.tuning.driver.study import run_study
+from fedtune.tuning.optuna import search as og
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.study import run_study
 
 A = {"hparams.client_lr": 0.05, "hparams.server_lr": 0.1}
 B = {"hparams.client_lr": 0.09, "hparams.server_lr": 0.19}

@@ -29,8 +29,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from fedtune.tuning.ray_runtime import _start_ticks as _ticks  # live (not zombie) start time
-from fedtune.tuning.ray_runtime import ray_temp_dir
+from fedtune.tuning.driver.ray_runtime import _start_ticks as _ticks  # live (not zombie) start time
+from fedtune.tuning.driver.ray_runtime import ray_temp_dir
 from tests.integration.conftest import make_quadratic_study
 
 N = 5

@@ -22,9 +22,9 @@ from mlflow import MlflowClient
 from fedtune.cli import main
 from fedtune.tuning.analysis.tradeoff import rounds_to_target as rounds_to_target_of
 from fedtune.tuning.analysis.tradeoff import smooth
+from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.keys import SMOOTH_WINDOW
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.study import run_study
 from tests.images import assert_tuning_plot
 
 

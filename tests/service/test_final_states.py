@@ -24,15 +24,15 @@ from fedtune.service.repository import Repository
 from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, cancel_study, submit_study
 from fedtune.service.states import StudyState, TrialState
-from fedtune.tuning import optuna_glue as og
-from fedtune.tuning.failures import (
+from fedtune.tuning.driver.failures import (
     FIRST_ERROR_ATTR,
     FirstErrorCallback,
     first_error,
     no_best_reason,
 )
-from fedtune.tuning.store import StudyStore
-from fedtune.tuning.study import StudyResult
+from fedtune.tuning.driver.study import StudyResult
+from fedtune.tuning.optuna import search as og
+from fedtune.tuning.optuna.store import StudyStore
 
 from .helpers import FakeBackend, running_study, tiny_spec
 
@@ -146,7 +146,7 @@ def test_the_first_trial_error_is_kept_on_the_optuna_study() -> None:
     trace = (
         "Failure # 1 (occurred at 2026-11-23)\nray::ImplicitFunc.train() (pid=1)\n"
         '  File "trainable.py", line 190\n'
-        "fedtune.tuning.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file\n"
+        "fedtune.tuning.trials.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file\n"
     )
     for number, text in ((1, trace), (0, "later: another error")):
         trial = SimpleNamespace(config={"fedtune.trial": number}, get_error=lambda t=text: t)

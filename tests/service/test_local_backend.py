@@ -178,7 +178,7 @@ def test_a_killed_drivers_ray_processes_are_reaped_and_its_temp_dir_removed(
 ) -> None:
     """The service cleans up after a driver killed with SIGKILL."""
     from fedtune.service.paths import study_workdir
-    from fedtune.tuning.ray_runtime import ray_temp_dir
+    from fedtune.tuning.driver.ray_runtime import ray_temp_dir
 
     settings = make_settings(backend="local", database_url="sqlite:////tmp/never-opened.db")
     workdir = study_workdir(settings, SID)

@@ -23,7 +23,7 @@ DRIVERS = 4
 def _open_store(uri: str, experiment: str, barrier, results) -> None:
     """One driver: import, wait for the others, open the store and the study's experiment."""
     try:
-        from fedtune.tuning.tracking import StudyTracker
+        from fedtune.tuning.mlflow.tracking import StudyTracker
 
         barrier.wait(timeout=180)
         tracker = StudyTracker(uri, experiment)

@@ -10,9 +10,9 @@ import pytest
 
 from fedtune.durations import format_duration, parse_duration
 from fedtune.service.specs import stored_budget
-from fedtune.tuning.budget import Ask, RoundBudget, rounds_spent
+from fedtune.tuning.driver.progress import ProgressCallback
 from fedtune.tuning.keys import TRIAL_KEY
-from fedtune.tuning.progress import ProgressCallback
+from fedtune.tuning.optuna.budget import Ask, RoundBudget, rounds_spent
 from fedtune.tuning.spec import DEFAULT_TRIALS, BudgetSpec
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedtune.errors import CodeError
-from fedtune.tuning.code_shipping import code_runtime_env, worker_spec
+from fedtune.tuning.driver.code_shipping import code_runtime_env, worker_spec
 from fedtune.tuning.spec import StudySpec
 
 USER_CODE = Path(__file__).resolve().parent / "user_code"

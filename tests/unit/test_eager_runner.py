@@ -196,7 +196,7 @@ def test_round_records_say_which_runner_ran(monkeypatch, runner, threshold, ran,
 
 def test_runner_metric_reaches_mlflow_rows():
     pytest.importorskip("mlflow")
-    from fedtune.tuning.tracking import round_metrics
+    from fedtune.tuning.mlflow.tracking import round_metrics
 
     trainer = Trainer(_config("sequential"))
     metrics = round_metrics([trainer.step().as_dict()], 0)

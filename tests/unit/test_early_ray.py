@@ -1,5 +1,5 @@
 """``fedtune tune`` starts its embedded Ray before its imports (start-up):
-``fedtune.tuning.ray_session.EarlyRay`` holds the study lock, starts Ray in a thread, hands both
+``fedtune.tuning.driver.ray_session.EarlyRay`` holds the study lock, starts Ray in a thread, hands both
 to ``run_study``, and never leaves Ray running — after a spec error, a finished study, Ctrl-C.
 Timing is measured by ``benchmarks/startup.py``; here only what must hold."""
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from fedtune.errors import ConflictError, RayStartError
-from fedtune.tuning import ray_session as rs
-from fedtune.tuning.ray_runtime import _candidates, ray_temp_dir
+from fedtune.tuning.driver import ray_session as rs
+from fedtune.tuning.driver.ray_runtime import _candidates, ray_temp_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def test_the_early_ray_module_imports_nothing_heavy() -> None:
     """It is imported before anything else so that Ray starts at once: no torch, no Ray (the
     early thread imports Ray), no Optuna — also through the ``fedtune.tuning`` package."""
     code = (
-        "import sys, fedtune.tuning.ray_session, fedtune.tuning.timeline\n"
+        "import sys, fedtune.tuning.driver.ray_session, fedtune.tuning.driver.timeline\n"
         "print(sorted(m for m in ('torch', 'ray', 'optuna', 'mlflow', 'pydantic') "
         "if m in sys.modules))"
     )

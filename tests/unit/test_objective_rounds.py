@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from fedtune.tuning import trainable
 from fedtune.tuning.analysis.tradeoff import rounds_to_target, smooth
 from fedtune.tuning.keys import SMOOTH_WINDOW
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.trainable import ObjectiveTracker, _FirstReach
+from fedtune.tuning.trials import trainable
+from fedtune.tuning.trials.trainable import ObjectiveTracker, _FirstReach
 
 
 def _curve(seed: int, n: int) -> list[float]:

@@ -23,8 +23,8 @@ from fedtune.tuning.packing.memory import PackMemory
 from fedtune.tuning.packing.plan import AUTO_MAX, plan, reserved_processes
 from fedtune.tuning.packing.trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.stop_rules import PrunerStopper, StopReason, TuneSchedulerStopper
-from fedtune.tuning.trainable import train_trial
+from fedtune.tuning.trials.stop_rules import PrunerStopper, StopReason, TuneSchedulerStopper
+from fedtune.tuning.trials.trainable import train_trial
 
 ROUNDS = 8
 #: fields of a round's record that are measured time, not arithmetic

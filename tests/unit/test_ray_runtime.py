@@ -18,8 +18,8 @@ import yaml
 
 from fedtune.cli import main
 from fedtune.errors import ConfigError, RayStartError, TransientError
-from fedtune.tuning import ray_runtime as rr
-from fedtune.tuning.ray_runtime import (
+from fedtune.tuning.driver import ray_runtime as rr
+from fedtune.tuning.driver.ray_runtime import (
     RAY_TEMP_MAX,
     TEMP_PREFIX,
     RayStartPolicy,
@@ -228,7 +228,7 @@ def test_stragglers_of_a_normal_run_are_not_called_a_killed_drivers(
 
     import ray
 
-    from fedtune.tuning import ray_session
+    from fedtune.tuning.driver import ray_session
 
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
     temp = ray_temp_dir(tmp_path)
@@ -243,7 +243,7 @@ def test_stragglers_of_a_normal_run_are_not_called_a_killed_drivers(
     # the suite's session Ray (tests/integration's ray_local) may be up in this process: this
     # driver must start its own, as `fedtune tune` does, not reuse the caller's
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    caplog.set_level(logging.DEBUG, logger="fedtune.tuning.ray_runtime")
+    caplog.set_level(logging.DEBUG, logger="fedtune.tuning.driver.ray_runtime")
     try:
         procs.append(_spawn([*sleeper, f"--temp_dir={temp}"]))  # a killed driver's leftover
         with ray_session.ray_session(tmp_path, address=None):

@@ -12,8 +12,8 @@ import yaml
 
 from fedtune.redact import scrub, scrub_text, strip_credentials
 from fedtune.service.redact import redact_uri
+from fedtune.tuning.mlflow.tracking import StudyTracker
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.tracking import StudyTracker
 
 SECRET_URI = "https://alice:s3cret@mlflow.example.com:5000/prefix?token=t0k"
 

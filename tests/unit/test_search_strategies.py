@@ -11,7 +11,7 @@ import pytest
 
 from fedtune.errors import ConfigError
 from fedtune.tuning import SamplerName, SchedulerName, Strategy, StudySpec
-from fedtune.tuning.stop_rules import (
+from fedtune.tuning.trials.stop_rules import (
     LINE_STEP,
     PLATEAU,
     WORSE,
@@ -44,8 +44,8 @@ def test_a_new_study_gets_the_default_strategy():
 def test_every_stopper_gives_tune_the_scheduler_that_carries_its_decisions():
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
-    from fedtune.tuning.schedulers import RuleScheduler, tune_scheduler
-    from fedtune.tuning.stoppers import stopper_for
+    from fedtune.tuning.trials.schedulers import RuleScheduler, tune_scheduler
+    from fedtune.tuning.trials.stoppers import stopper_for
 
     def scheduler(s: StudySpec):
         return tune_scheduler(stopper_for(s, s.search_space(), 60))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.tuning import sqlite_commits
-from fedtune.tuning.sqlite_commits import fast_commits, filesystem_type, wal_allowed
-from fedtune.tuning.store import make_storage, storage_url
+from fedtune.tuning.driver import sqlite_commits
+from fedtune.tuning.driver.sqlite_commits import fast_commits, filesystem_type, wal_allowed
+from fedtune.tuning.optuna.store import make_storage, storage_url
 
 pytest.importorskip("sqlalchemy")
 
@@ -61,7 +61,7 @@ def test_other_sqlite_files_keep_sqlites_defaults(tmp_path: Path) -> None:
 
 
 def test_the_mlflow_store_commits_in_wal_mode(tmp_path: Path, monkeypatch) -> None:
-    from fedtune.tuning.tracking import StudyTracker
+    from fedtune.tuning.mlflow.tracking import StudyTracker
 
     monkeypatch.setenv("FEDTUNE_CACHE_DIR", str(tmp_path / "cache"))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -107,7 +107,7 @@ def test_a_finished_trial_survives_kill_9_right_after_its_commit(tmp_path: Path)
     script = textwrap.dedent(
         f"""
         import os, signal, optuna
-        from fedtune.tuning.store import make_storage, storage_url
+        from fedtune.tuning.optuna.store import make_storage, storage_url
         storage = make_storage(storage_url({str(tmp_path)!r}))
         study = optuna.create_study(storage=storage, study_name="s")
         for i in range(3):

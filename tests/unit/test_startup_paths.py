@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.tuning import sqlite_template, timeline
-from fedtune.tuning.sqlite_template import seed_sqlite_store, template_path
+from fedtune.tuning.driver import timeline
+from fedtune.tuning.mlflow import sqlite_template
+from fedtune.tuning.mlflow.sqlite_template import seed_sqlite_store, template_path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,7 @@ def test_seed_keeps_an_existing_store_and_ignores_other_stores(tmp_path: Path, c
 def test_unwritable_cache_leaves_the_store_to_mlflow(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fedtune.tuning.tracking import StudyTracker
+    from fedtune.tuning.mlflow.tracking import StudyTracker
 
     blocker = tmp_path / "file"
     blocker.write_text("")
@@ -93,7 +94,7 @@ def test_unwritable_cache_leaves_the_store_to_mlflow(
 
 
 def test_study_tracker_starts_a_new_store_from_the_template(tmp_path: Path, cache: Path) -> None:
-    from fedtune.tuning.tracking import StudyTracker
+    from fedtune.tuning.mlflow.tracking import StudyTracker
 
     first = StudyTracker(f"sqlite:///{tmp_path / 'a.db'}", "exp")
     assert template_path().is_file()  # built once, by MLflow
@@ -124,7 +125,7 @@ def _imported_after(code: str) -> set[str]:
 def test_driver_and_trial_imports_leave_mlflow_and_matplotlib_out() -> None:
     """The driver imports MLflow in a thread while Ray starts; a trial process needs neither
     MLflow nor matplotlib (figures are drawn by the driver at the end)."""
-    loaded = _imported_after("import fedtune.tuning.study, fedtune.tuning.trainable")
+    loaded = _imported_after("import fedtune.tuning.driver.study, fedtune.tuning.trials.trainable")
     assert "ray" in loaded and "optuna" in loaded
     assert "mlflow" not in loaded
     assert "matplotlib" not in loaded
@@ -153,7 +154,7 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     """run_study with Ray and the fit replaced: records where the stores were opened."""
     import threading
 
-    from fedtune.tuning import study
+    from fedtune.tuning.driver import study
 
     real_open = study._open_stores
 
@@ -200,7 +201,7 @@ def tiny_spec(name: str = "tiny"):
 def test_a_new_study_opens_its_stores_while_ray_starts(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fedtune.tuning.study import run_study
+    from fedtune.tuning.driver.study import run_study
 
     calls: list[str] = []
     _without_ray(monkeypatch, calls)
@@ -218,7 +219,7 @@ def test_a_bad_budget_fails_before_ray_starts(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fedtune.errors import ConfigError
-    from fedtune.tuning.study import run_study
+    from fedtune.tuning.driver.study import run_study
 
     calls: list[str] = []
     _without_ray(monkeypatch, calls)
@@ -233,7 +234,7 @@ def test_the_parent_run_opened_while_ray_started_ends_failed_when_ray_fails(
     from mlflow import MlflowClient
 
     from fedtune.errors import ConfigError
-    from fedtune.tuning import study
+    from fedtune.tuning.driver import study
 
     calls: list[str] = []
     _without_ray(monkeypatch, calls)
@@ -252,7 +253,7 @@ def test_ctrl_c_while_ray_starts_kills_the_parent_run(
 ) -> None:
     from mlflow import MlflowClient
 
-    from fedtune.tuning import study
+    from fedtune.tuning.driver import study
 
     calls: list[str] = []
     _without_ray(monkeypatch, calls)
@@ -279,7 +280,7 @@ def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(tmp_path: Path)
         import time
         from pathlib import Path
         from fedtune.tuning.spec import StudySpec
-        from fedtune.tuning.study import _open_stores, _open_tracking, _prepare
+        from fedtune.tuning.driver.study import _open_stores, _open_tracking, _prepare
         spec = StudySpec.from_dict({{
             "name": "lazy-plots", "algorithm": "fedavg", "search": {{"space": "fedavg"}},
             "task": {{"name": "quadratic", "clients": 1, "dim": 1, "examples": 1}},

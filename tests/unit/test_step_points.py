@@ -1,13 +1,13 @@
 """Learning rates and decay counts reach MLflow as the points that draw their steps
-(``fedtune.tuning.analysis.step_points``), not once per round: the first round, both sides of each
+(``fedtune.tuning.mlflow.step_points``), not once per round: the first round, both sides of each
 change, the last round. Against a real MLflow store (a SQLite file) through ``StudyTracker``."""
 
 from __future__ import annotations
 
 from mlflow.entities import Metric
 
-from fedtune.tuning.analysis.step_points import StepPoints
-from fedtune.tuning.tracking import StudyTracker
+from fedtune.tuning.mlflow.step_points import StepPoints
+from fedtune.tuning.mlflow.tracking import StudyTracker
 
 
 def _rows(rounds: int, decay_at: int | None = None) -> list[dict]:

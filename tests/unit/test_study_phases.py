@@ -1,5 +1,5 @@
-"""The study's phases: the start-up handle (:mod:`fedtune.tuning.startup`) and the frozen,
-picklable data the phases pass on (:mod:`fedtune.tuning.study`). No Ray."""
+"""The study's phases: the start-up handle (:mod:`fedtune.tuning.driver.startup`) and the frozen,
+picklable data the phases pass on (:mod:`fedtune.tuning.driver.study`). No Ray."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fedtune.tuning.startup import Deferred, Startup
+from fedtune.tuning.driver.startup import Deferred, Startup
 from tests.unit.test_startup_paths import tiny_spec
 
 
@@ -116,7 +116,7 @@ class _TracingPickler(pickle.Pickler):
 def test_the_phases_context_is_frozen_and_what_tune_pickles_holds_no_future(
     tmp_path: Path,
 ) -> None:
-    from fedtune.tuning import study
+    from fedtune.tuning.driver import study
 
     workdir = tmp_path / "w"
     workdir.mkdir()

@@ -18,8 +18,8 @@ import pytest
 
 from fedtune.tuning import SamplerName, Strategy, StudySpec
 from fedtune.tuning.spec import DEFAULT_STRATEGY
-from fedtune.tuning.stop_rules import RUNG, IncumbentStopper, PrunerStopper, StopRule
-from fedtune.tuning.stoppers import stopper_for
+from fedtune.tuning.trials.stop_rules import RUNG, IncumbentStopper, PrunerStopper, StopRule
+from fedtune.tuning.trials.stoppers import stopper_for
 
 SYNTHETIC = {
     "name": "synthetic-1-1",
@@ -121,7 +121,7 @@ def test_hyperband_brackets_and_decisions_are_seeded():
 
 
 def test_hyperband_is_a_strategy_with_its_own_stop_rule():
-    from fedtune.tuning.schedulers import RuleScheduler, tune_scheduler
+    from fedtune.tuning.trials.schedulers import RuleScheduler, tune_scheduler
 
     spec = StudySpec.from_dict(
         {**SYNTHETIC, "search": {"space": "fedavg", "strategy": "hyperband"}}

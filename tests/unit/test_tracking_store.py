@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedtune.tuning import tracking_store
+from fedtune.tuning.mlflow import store as tracking_store
 
 
 @pytest.mark.parametrize(

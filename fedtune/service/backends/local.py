@@ -198,7 +198,7 @@ class LocalBackend(Backend):
     def _reap_study(self, study_id: str) -> None:
         """A dead driver's Ray agents and workers (kill -9 leaves them): stopped by the study's
         temp dir, which is removed (``ray_runtime.reap_study``; skipped while a driver runs)."""
-        from fedtune.tuning.ray_runtime import reap_study
+        from fedtune.tuning.driver.ray_runtime import reap_study
 
         try:
             reap_study(study_workdir(self.settings, check_study_id(study_id)))

@@ -18,7 +18,7 @@ A study with uploaded code: the driver fetches the package through its link and 
 the head's ``FEDTUNE_WORKDIR/code/<sha256>`` (:mod:`fedtune.service.study_code`), then, asked by
 the job's ``FEDTUNE_DRIVER_SANDBOX``, runs the rest of itself in a sandbox on the head
 (:mod:`fedtune.service.head_sandbox`); its ``ray.init`` ships the package to the trials on every
-node as ``runtime_env`` ``py_modules`` (:mod:`fedtune.tuning.code_shipping`; Ray merges that
+node as ``runtime_env`` ``py_modules`` (:mod:`fedtune.tuning.driver.code_shipping`; Ray merges that
 with the job's own ``runtime_env``).
 
 A cluster with token authentication (Ray turns it on when a token exists) needs its token in

@@ -5,7 +5,7 @@
 ``tradeoff.targets`` / ``tradeoff.pareto_target`` (default with several objectives:
 ``objective.target_loss``) — and :func:`tradeoff_text` is the exact JSON text of
 ``tradeoff.json``. The study driver writes that file and logs it to MLflow
-(``fedtune.tuning.study``); the service returns MLflow's file byte for byte once the study has
+(``fedtune.tuning.driver.study``); the service returns MLflow's file byte for byte once the study has
 ended, and while it runs the same function on the trials finished so far, marked provisional
 (Charles & Konečný 2021 (arXiv:2103.05032) §4 for the trade-off itself).
 """

@@ -48,8 +48,8 @@ from ray.tune.search import Searcher
 from fedtune.outcomes import RUNNING
 
 from ..keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from ..stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
-from ..store import StudyStore
+from ..optuna.store import StudyStore
+from ..trials.stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
 from .trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 
 __all__ = [
@@ -454,7 +454,7 @@ def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:
     from fedtune.trainers import parse_trial_config
     from fedtune.trainers.packed import pack_key, pack_refusal
 
-    from ..trainable import sampled_params
+    from ..trials.trainable import sampled_params
 
     def key(config: Mapping[str, Any]) -> str:
         parsed = parse_trial_config(spec.trial_config(sampled_params(config)))

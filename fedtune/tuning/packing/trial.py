@@ -31,10 +31,17 @@ from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, TrialConfig
 from fedtune.trainers.engine import device_label
 
-from .. import timeline
+from ..driver import timeline
 from ..keys import OUTCOME, ROUND, TRIAL_KEY
 from ..spec import StudySpec
-from ..trainable import TrialError, TrialRows, _SeedRuns, seed_mean, trial_configs, trial_message
+from ..trials.trainable import (
+    TrialError,
+    TrialRows,
+    _SeedRuns,
+    seed_mean,
+    trial_configs,
+    trial_message,
+)
 
 __all__ = ["MEMBERS", "PACK_KEY", "BoxPoll", "member_numbers", "pack_name", "train_pack"]
 

@@ -24,10 +24,10 @@ from ray.tune import Callback
 from fedtune.durations import format_duration
 from fedtune.outcomes import TrialOutcome, final_outcome
 
-from .budget import RoundBudget
-from .keys import OBJECTIVE, OUTCOME, TRIAL_KEY
-from .spec import Mode
-from .tracking import error_line
+from ..keys import OBJECTIVE, OUTCOME, TRIAL_KEY
+from ..mlflow.tracking import error_line
+from ..optuna.budget import RoundBudget
+from ..spec import Mode
 
 __all__ = ["ProgressCallback"]
 

@@ -8,7 +8,7 @@ store first under a PostgreSQL advisory lock (drivers may be processes on other 
 a file lock would not do): the first holder creates the tables, the others then find them.
 For other databases (MySQL, SQL Server) a failed creation is retried, since the tables the
 other driver made are there when it is tried again. SQLite stores are seeded from a template
-(:mod:`fedtune.tuning.sqlite_template`), file and HTTP stores create nothing: left alone.
+(:mod:`fedtune.tuning.mlflow.sqlite_template`), file and HTTP stores create nothing: left alone.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from typing import Any
 from fedtune.code_package import EXCLUDED_NAMES, extract, pack
 from fedtune.errors import CodeError
 
-from .spec import StudySpec
+from ..spec import StudySpec
 
 __all__ = ["code_runtime_env", "worker_spec"]
 

@@ -9,7 +9,7 @@ come from ``get_trial_id_from_study_id_trial_number``, never from private attrib
 Per trial: user attributes ``outcome``, ``rounds``, ``reason``, ``mlflow_run_id``,
 ``decays``/``decay_rounds`` and the system attribute ``fedtune:curve`` (ℓ_t per round). Per
 study: ``mlflow_parent_run_id``. The trade-off is computed once from :meth:`StudyStore.curves`
-by ``fedtune.tuning.study.tradeoff_report`` and kept, byte for byte, as MLflow's
+by ``fedtune.tuning.driver.study.tradeoff_report`` and kept, byte for byte, as MLflow's
 ``tradeoff/tradeoff.json`` (the service returns that file).
 """
 
@@ -26,8 +26,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from fedtune.outcomes import TrialOutcome, from_optuna_state, optuna_state
 
-from .analysis.tradeoff import TrialCurve
-from .sqlite_commits import fast_commits_for
+from ..analysis.tradeoff import TrialCurve
+from ..driver.sqlite_commits import fast_commits_for
 
 __all__ = ["CURVE_ATTR", "PARENT_ATTR", "RUN_ATTR", "StudyStore", "TrialRecord", "storage_url"]
 

@@ -54,8 +54,9 @@ from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
 from fedtune.trainers.engine import device_label
 
-from . import env, timeline
-from .keys import (
+from .. import env
+from ..driver import timeline
+from ..keys import (
     DECAY_ROUNDS,
     DECAYS,
     DEVICE,
@@ -66,7 +67,7 @@ from .keys import (
     SMOOTH_WINDOW,
     TRIAL_KEY,
 )
-from .spec import Mode, MultiMetric, StudySpec
+from ..spec import Mode, MultiMetric, StudySpec
 
 __all__ = [
     "RUNNING",

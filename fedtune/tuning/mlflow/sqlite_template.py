@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote
 
-from . import env
+from .. import env
 
 __all__ = ["cache_dir", "seed_sqlite_store", "sqlite_path", "template_path"]
 

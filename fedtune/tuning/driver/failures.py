@@ -29,8 +29,8 @@ from ray import tune
 
 from fedtune.outcomes import TrialOutcome
 
-from .keys import TRIAL_KEY
-from .store import StudyStore
+from ..keys import TRIAL_KEY
+from ..optuna.store import StudyStore
 
 __all__ = [
     "FIRST_ERROR_ATTR",
@@ -48,7 +48,7 @@ _MAX_CHARS = 2000
 def error_line(trial: Any) -> str:
     """One line for a failed Tune trial: the last line of its error trace (:func:`.tracking.
     error_line`: the fedtune error's own message, without Ray's ``TrialError:`` wrapper)."""
-    from .tracking import error_line as last_line
+    from ..mlflow.tracking import error_line as last_line
 
     line = last_line(trial)
     return (line if line != "error" else "the trial failed without an error message")[:_MAX_CHARS]

@@ -16,7 +16,7 @@ from ray.tune.schedulers import (
     TrialScheduler,
 )
 
-from .keys import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
+from ..keys import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
 from .stop_rules import Stopper, TuneSchedulerStopper
 
 __all__ = ["RuleScheduler", "ray_scheduler", "tune_scheduler"]

@@ -9,7 +9,7 @@ driver. Only the driver process writes to it (workers never touch Optuna).
 tells the storage's study through Optuna's public ask/tell API):
 
 * the running objective (the mean of the last N values of the objective's record field,
-  ``fedtune.tuning.trainable``) → ``trial.report(value, step=round)`` at a *report point*
+  ``fedtune.tuning.trials.trainable``) → ``trial.report(value, step=round)`` at a *report point*
   (every ``report_every`` rounds), at most once per trial every
   :attr:`FedtuneSearch.REPORT_INTERVAL_S` seconds, and always at the trial's last round
   (single objective; Optuna has no intermediate values for several objectives). One write costs
@@ -64,11 +64,11 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status, optuna_
 from fedtune.redact import scrub
 from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_values, suggest
 
-from .analysis.tradeoff import TrialCurve
+from ..analysis.tradeoff import TrialCurve
+from ..keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from ..spec import DEFAULT_TRIALS, Mode, MultiMetric, SamplerName, StudySpec
+from ..trials.stop_rules import SWEEP_ATTR, Observed, Stopper
 from .budget import Ask, RoundBudget, rounds_spent
-from .keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from .spec import DEFAULT_TRIALS, Mode, MultiMetric, SamplerName, StudySpec
-from .stop_rules import SWEEP_ATTR, Observed, Stopper
 from .store import CURVE_ATTR, StudyStore, make_storage, outcome_of, storage_url
 
 __all__ = [

@@ -51,30 +51,30 @@ from fedtune.errors import ConfigError
 from fedtune.outcomes import TrialOutcome
 from fedtune.redact import strip_credentials
 
-from . import optuna_glue as og
+from ..analysis.tradeoff import TOP_TRIALS, TradeOff
+from ..keys import TRIAL_KEY
+from ..optuna import search as og
+from ..optuna.budget import RoundBudget
+from ..optuna.store import StudyStore
+from ..packing.memory import measure_on_cluster
+from ..packing.plan import plan as pack_plan
+from ..packing.trial import PACK_KEY, pack_name
+from ..spec import StudySpec
+from ..trials.schedulers import tune_scheduler
+from ..trials.stoppers import stopper_for
+from ..trials.trainable import make_trainable
 from . import timeline
-from .analysis.tradeoff import TOP_TRIALS, TradeOff
-from .budget import RoundBudget
 from .code_shipping import code_runtime_env, worker_spec
 from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
-from .keys import TRIAL_KEY
-from .packing.memory import measure_on_cluster
-from .packing.plan import plan as pack_plan
-from .packing.trial import PACK_KEY, pack_name
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
 from .ray_session import ray_session as _ray_session
 from .ray_session import study_lock as _study_lock
-from .schedulers import tune_scheduler
-from .spec import StudySpec
 from .startup import Deferred, Startup, import_soon
-from .stoppers import stopper_for
-from .store import StudyStore
-from .trainable import make_trainable
 
 if TYPE_CHECKING:
-    from .tracking import StudyTracker
+    from ..mlflow.tracking import StudyTracker
 
 # MLflow (.tracking), matplotlib (.plots) and the theory report are imported where used: MLflow
 # by the thread that opens the tracking store while Ray starts, so neither is paid before
@@ -166,7 +166,7 @@ class StudyResult:
         Returns:
             The MLflow UI command and page, and the Optuna dashboard command.
         """
-        from .tracking import executable, ui_command, ui_url
+        from ..mlflow.tracking import executable, ui_command, ui_url
 
         return {
             "mlflow_ui": ui_command(self.tracking_uri),
@@ -532,8 +532,8 @@ def _open_tracking(stores: Stores, plan: StudyPlan) -> Tracking:
     Returns:
         The open MLflow store and parent run.
     """
+    from ..mlflow.tracking import StudyTracker, resolve_tracking_uri
     from . import progress  # noqa: F401 — imported here, off the critical path
-    from .tracking import StudyTracker, resolve_tracking_uri
 
     spec, workdir = plan.spec, plan.workdir
     uri = resolve_tracking_uri(workdir, plan.tracking_uri, spec.tracking.uri)
@@ -673,7 +673,7 @@ class _FirstStart(tune.Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if self.at is None:
             timeline.mark("first_trial_scheduled")
-            import_soon(f"{__package__}.analysis.plots")  # ~0.6 s of CPU, off the start-up
+            import_soon("fedtune.tuning.analysis.plots")  # ~0.6 s of CPU, off the start-up
             self.at = time.perf_counter()
 
 
@@ -695,7 +695,7 @@ class _AfterTracking(tune.Callback):
 
     def _callback(self) -> Any:
         if self._inner is None:
-            from .tracking import MlflowCallback
+            from ..mlflow.tracking import MlflowCallback
 
             tracking, store = self._runtime.tracking.result(), self._runtime.stores.store
             self._inner = MlflowCallback(
@@ -816,9 +816,9 @@ def _packed_parts(
     Returns:
         ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
     """
-    from .packing import driver as pd
-    from .packing.box import PackBox
-    from .packing.trial import make_pack_trainable
+    from ..packing import driver as pd
+    from ..packing.box import PackBox
+    from ..packing.trial import make_pack_trainable
 
     spec, stores = plan.spec, runtime.stores
     stopper, sampler, budget = search
@@ -858,9 +858,9 @@ def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
     """Trade-off of the finished trials (``tradeoff.py``), its files, Pareto rows and E(R)."""
     if not curves:
         return _Report()
-    from .analysis.plots import write_artifacts
-    from .analysis.report import tradeoff_of
-    from .analysis.theory_link import theory_report
+    from ..analysis.plots import write_artifacts
+    from ..analysis.report import tradeoff_of
+    from ..analysis.theory_link import theory_report
 
     document = spec.to_dict()
     rounds = spec.train.rounds

@@ -29,8 +29,8 @@ import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import env
-from .sqlite_template import sqlite_path
+from .. import env
+from ..mlflow.sqlite_template import sqlite_path
 
 __all__ = [
     "NETWORK_FILESYSTEMS",

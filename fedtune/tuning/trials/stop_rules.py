@@ -1,6 +1,6 @@
 """Who stops a study's trials: the :class:`Stopper` interface and every stopper behind it.
 
-A study has exactly one stopper (built by :func:`fedtune.tuning.stoppers.stopper_for`); the
+A study has exactly one stopper (built by :func:`fedtune.tuning.trials.stoppers.stopper_for`); the
 searcher (:class:`~.optuna_glue.FedtuneSearch`) and Ray Tune's scheduler, both in the driver,
 talk only to it:
 

@@ -45,7 +45,7 @@ from typing import Any
 
 from fedtune.errors import ConfigError, RayStartError
 
-from . import env
+from .. import env
 
 __all__ = [
     "NO_PRESTART",
@@ -351,7 +351,7 @@ def reap_orphans(
 def reap_study(workdir: Path) -> list[int]:
     """The service's clean-up after a study's driver died: reap the Ray processes of the study
     in ``workdir`` and remove its hashed temp dir — unless a live driver holds the study's lock
-    (``<workdir>/.lock``, as :func:`fedtune.tuning.study.run_study` takes it). Returns the pids."""
+    (``<workdir>/.lock``, as :func:`fedtune.tuning.driver.study.run_study` takes it). Returns the pids."""
     workdir = Path(workdir)
     if not workdir.is_dir():
         return []

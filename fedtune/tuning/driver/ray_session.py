@@ -10,7 +10,7 @@
   Those imports (torch, Ray Tune, Optuna) take seconds of CPU in the main thread while Ray's
   start is mostly waiting on its GCS and raylet processes, so the two overlap. It takes the
   study lock first, so it never touches a temp dir another driver uses, and hands both the
-  lock and Ray to :func:`~fedtune.tuning.study.run_study`.
+  lock and Ray to :func:`~fedtune.tuning.driver.study.run_study`.
 
 Light on purpose: Ray is imported inside the functions (by the early thread, not the caller).
 """

@@ -45,7 +45,7 @@ local SQLite store ``sqlite:///<workdir>/mlflow.db`` whose artifacts go to
 ``<workdir>/mlartifacts`` (the experiment's artifact location). A new SQLite store is a copy of
 a cached empty one (:mod:`.sqlite_template`: no migrations at every study's start). The URI's
 credentials live only in the driver's memory (:class:`StudyTracker`, the study's plan): nothing
-the study writes holds them (``fedtune.tuning.study``).
+the study writes holds them (``fedtune.tuning.driver.study``).
 """
 
 from __future__ import annotations
@@ -70,16 +70,16 @@ from ray.tune import Callback
 from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from fedtune.redact import scrub
 
-from . import env
-from .analysis.step_points import StepPoints
-from .keys import DECAY_ROUNDS, DEVICE, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from .mlflow_urls import run_url, ui_url
+from .. import env
+from ..driver.sqlite_commits import fast_commits_for
+from ..keys import DECAY_ROUNDS, DEVICE, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from ..spec import StudySpec
+from ..trials.trainable import sampled_params
 from .round_log import MAX_BATCH, RoundLog
-from .spec import StudySpec
-from .sqlite_commits import fast_commits_for
 from .sqlite_template import seed_sqlite_store
-from .tracking_store import prepare_tracking_store
-from .trainable import sampled_params
+from .step_points import StepPoints
+from .store import prepare_tracking_store
+from .urls import run_url, ui_url
 
 __all__ = [
     "MAX_BATCH",

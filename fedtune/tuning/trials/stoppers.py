@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from .spec import StudySpec
-from .strategies import STRATEGIES, StopperKind
+from ..spec import StudySpec
+from ..strategies import STRATEGIES, StopperKind
 
 if TYPE_CHECKING:
     from fedtune.search_spaces import SearchSpace

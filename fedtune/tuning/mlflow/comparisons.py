@@ -27,7 +27,14 @@ import yaml
 from fedtune.errors import ConfigError
 from fedtune.redact import strip_credentials
 
-from .compare import BUDGET_ROUNDS, BUDGET_TRIALS, BUDGET_WHOLE, Comparison, RunRef, StudyInput
+from ..analysis.compare import (
+    BUDGET_ROUNDS,
+    BUDGET_TRIALS,
+    BUDGET_WHOLE,
+    Comparison,
+    RunRef,
+    StudyInput,
+)
 
 __all__ = ["COMPARISON_DIR", "KIND_TAG", "local_input", "metric_key", "record_comparison"]
 
@@ -66,8 +73,8 @@ def local_input(workdir: str | Path, tracking_uri: str | None = None) -> StudyIn
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from ..store import StudyStore, make_storage, storage_url
-    from ..tracking import artifact_text, resolve_tracking_uri
+    from ..optuna.store import StudyStore, make_storage, storage_url
+    from .tracking import artifact_text, resolve_tracking_uri
 
     root = Path(workdir)
     tradeoff = root / "tradeoff" / "tradeoff.json"
@@ -146,9 +153,9 @@ def record_comparison(
     from mlflow.entities import Metric, RunTag
     from mlflow.exceptions import MlflowException
 
-    from ..tracking import KIND_TAG as EXPERIMENT_KIND
-    from ..tracking import KIND_TRAINING, _no_run_links, _now
-    from .compare_render import write_figures
+    from ..analysis.compare_render import write_figures
+    from .tracking import KIND_TAG as EXPERIMENT_KIND
+    from .tracking import KIND_TRAINING, _no_run_links, _now
 
     files = write_figures(c, directory)
     client = MlflowClient(tracking_uri=tracking_uri)

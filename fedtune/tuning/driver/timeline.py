@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-from . import env
+from .. import env
 
 __all__ = ["ENV", "enabled", "mark", "process_start"]
 
