@@ -91,7 +91,7 @@ from fedtune.trainers.parsing import parse_trial_config
 from fedtune.trainers.typed import config_error, from_mapping, number, to_dict
 
 from .choices import can_check_cheaply, check_choice
-from .packing.plan import MAX_PACK
+from .packing.limits import MAX_PACK
 from .strategies import DEFAULT_STRATEGY, STRATEGIES, SamplerName, SchedulerName, Strategy
 
 __all__ = [

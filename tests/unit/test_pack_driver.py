@@ -19,8 +19,9 @@ from fedtune.outcomes import RUNNING, TrialOutcome
 from fedtune.tuning.keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from fedtune.tuning.packing import driver as pd
 from fedtune.tuning.packing import trial as pack_trial
+from fedtune.tuning.packing.limits import AUTO_MAX
 from fedtune.tuning.packing.memory import PackMemory
-from fedtune.tuning.packing.plan import AUTO_MAX, plan, reserved_processes
+from fedtune.tuning.packing.plan import plan, reserved_processes
 from fedtune.tuning.packing.trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.spec import StudySpec
 from fedtune.tuning.trials.stop_rules import PrunerStopper, StopReason, TuneSchedulerStopper

@@ -11,7 +11,7 @@ shares one; a pack is sized to :data:`HEADROOM` of that (the allocator's fragmen
 other tensors of a long run).
 
 * ``pack: auto`` on a GPU: P is also at most what fits (:meth:`PackMemory.fits`), and at most
-  :data:`~.plan.MAX_PACK` instead of the CPU's :data:`~.plan.AUTO_MAX`;
+  :data:`~.limits.MAX_PACK` instead of the CPU's :data:`~.limits.AUTO_MAX`;
 * an integer ``resources.pack`` that does not fit is refused before any trial starts, with one
   line that names the memory it needs (:meth:`PackMemory.refusal`).
 

@@ -36,18 +36,13 @@ from typing import TYPE_CHECKING
 
 from fedtune.errors import ConfigError
 
+from .limits import AUTO, AUTO_MAX, MAX_PACK
+
 if TYPE_CHECKING:
     from ..spec import StudySpec
     from .memory import PackMemory
 
-__all__ = ["AUTO", "AUTO_MAX", "PackPlan", "plan", "reserved_processes"]
-
-AUTO = "auto"
-#: the most configurations ``auto`` puts in one CPU process (the largest P the benchmark
-#: measured)
-AUTO_MAX = 64
-#: the largest ``resources.pack`` (``auto`` on a GPU: at most this and what fits its memory)
-MAX_PACK = 1024
+__all__ = ["PackPlan", "plan", "reserved_processes"]
 
 
 @dataclass(frozen=True)
