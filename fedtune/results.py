@@ -14,7 +14,7 @@ Pure Python, like :mod:`fedtune.wire_models`: the light install imports it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +43,22 @@ TOP_TRIALS = 50
 def loss(value: float | None) -> float:
     """A loss as a number: ``null`` (never reached, diverged) is ``inf``."""
     return math.inf if value is None else float(value)
+
+
+def _with_params(
+    rows: Iterable[tuple[dict[str, Any], Mapping[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Table rows with a ``param.<name>`` column for every parameter any row has.
+
+    Args:
+        rows: Each row's columns and its configuration's parameters.
+
+    Returns:
+        The rows, each with every parameter column (blank where it has none).
+    """
+    rows = list(rows)
+    keys = sorted({k for _, params in rows for k in params})
+    return [{**row, **{f"param.{k}": params.get(k, "") for k in keys}} for row, params in rows]
 
 
 class _Strict(WireModel):
@@ -163,10 +179,8 @@ class TradeOff(_Strict):
     def to_csv_rows(self, top: int | None = TOP_TRIALS) -> list[dict[str, Any]]:
         """One row per listed trial (:meth:`shown`): id, outcome, rounds, final/best loss,
         on_pareto, R_τ, params (``inf`` kept, as CSV writes it)."""
-        listed = self.report(top).trials
-        keys = sorted({k for t in listed for k in t.params})
         rows = []
-        for t in listed:
+        for t in self.report(top).trials:
             row: dict[str, Any] = {
                 "trial_id": t.trial_id,
                 "outcome": str(t.outcome),
@@ -178,9 +192,8 @@ class TradeOff(_Strict):
             }
             for target, r in zip(self.targets, t.rounds_to_target, strict=True):
                 row[f"rounds_to_{target:.4g}"] = r
-            row.update({f"param.{k}": t.params.get(k, "") for k in keys})
-            rows.append(row)
-        return rows
+            rows.append((row, t.params))
+        return _with_params(rows)
 
 
 # ---------------------------------------------------------------- comparisons of studies
@@ -303,18 +316,18 @@ class Comparison(_Strict):
 
     def table_rows(self) -> list[dict[str, Any]]:
         """The matched-budget table, one row per (budget, study): the CSV's rows."""
-        keys = sorted({k for r in self.matched for k in r.params})
-        rows = []
-        for r in self.matched:
-            row = {
-                "budget": r.budget,
-                "amount": r.amount,
-                "study": r.key,
-                "trial": r.trial_id,
-                "final_loss": r.final_loss,
-                "trials_used": r.trials_used,
-                "rounds_used": r.rounds_used,
-            }
-            row.update({f"param.{k}": r.params.get(k, "") for k in keys})
-            rows.append(row)
-        return rows
+        return _with_params(
+            (
+                {
+                    "budget": r.budget,
+                    "amount": r.amount,
+                    "study": r.key,
+                    "trial": r.trial_id,
+                    "final_loss": r.final_loss,
+                    "trials_used": r.trials_used,
+                    "rounds_used": r.rounds_used,
+                },
+                r.params,
+            )
+            for r in self.matched
+        )
