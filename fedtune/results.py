@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .wire_models import WireModel, _about, finite_or_none
+from .wire_models import RecordedRun, WireModel, _about, finite_or_none
 
 __all__ = [
     "BUDGET_ROUNDS",
@@ -264,12 +264,9 @@ class Comparison(_Strict):
     predictions: dict[str, list[dict[str, Any]]]
     matched: list[MatchedRow]
     notes: dict[str, str]
-    mlflow: dict[str, Any] | None = field(
+    mlflow: RecordedRun | None = field(
         default=None,
-        metadata={
-            "description": "the comparison's MLflow run (POST: recorded; GET: null): run_id, "
-            "experiment_id, tracking_uri, run_url"
-        },
+        metadata={"description": "the comparison's MLflow run (POST: recorded; GET: null)"},
     )
 
     @classmethod

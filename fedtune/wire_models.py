@@ -34,6 +34,7 @@ __all__ = [
     "Identity",
     "MembershipOut",
     "MethodGroupOut",
+    "MethodStudy",
     "MethodsOut",
     "MlflowLinks",
     "MlflowLoginOut",
@@ -41,6 +42,7 @@ __all__ = [
     "ProjectDetail",
     "ProjectOut",
     "Quota",
+    "RecordedRun",
     "Revoked",
     "SearchSpaceOut",
     "StudyCounts",
@@ -361,21 +363,39 @@ class MethodsOut(WireModel):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecordedRun(WireModel):
+    """Where a comparison was recorded in MLflow, or why it was not (``error``)."""
+
+    run_id: str | None = None
+    experiment_id: str | None = None
+    tracking_uri: str | None = None
+    run_url: str | None = _about("the run in the MLflow UI (null: no UI to link to)", None)
+    error: str | None = _about("why no comparison was recorded (the other fields are null)", None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodStudy(WireModel):
+    """One study of a study of methods."""
+
+    id: str
+    algorithm: str
+    state: StudyState
+
+
+@dataclass(frozen=True, kw_only=True)
 class MethodGroupOut(WireModel):
     """A study of methods: its studies and, once they have all ended, their comparison."""
 
     id: str
     name: str
     project: str
-    studies: list[dict[str, Any]] = field(
-        metadata={"description": "each study's id, algorithm and state"}
-    )
+    studies: list[MethodStudy]
     compare_url: str
-    comparison: dict[str, Any] | None = field(
+    comparison: RecordedRun | None = field(
         default=None,
         metadata={
-            "description": "null until every study has ended; then the MLflow run recorded "
-            "(run_id, experiment_id, tracking_uri, run_url) or {error} saying why there is none"
+            "description": "null until every study has ended; then the MLflow run recorded, "
+            "or why there is none"
         },
     )
 

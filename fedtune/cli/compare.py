@@ -126,7 +126,7 @@ def _remote(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
     with Client(setting("url").resolve(args.url), token=token or None) as client:
         answer = client.compare(args.studies, force=args.force, record=args.record)
     c = answer  # the comparison itself, typed: one class in the SDK and the engine
-    out: dict[str, Any] = dict(c.mlflow or {})
+    out: dict[str, Any] = c.mlflow.to_json() if c.mlflow is not None else {}
     if args.out:
         from fedtune.tuning.analysis.compare_render import write_figures
 

@@ -217,10 +217,10 @@ def _submit_methods(args: argparse.Namespace, spec: dict[str, Any], project: str
         print(_json(group))
     elif group.comparison is None:
         print(f"study of methods {group.id}: comparison not recorded yet", file=sys.stderr)
-    elif "error" in group.comparison:
-        print(f"study of methods {group.id}: no comparison: {group.comparison['error']}")
+    elif group.comparison.error is not None:
+        print(f"study of methods {group.id}: no comparison: {group.comparison.error}")
     else:
-        print(f"comparison recorded: MLflow run {group.comparison.get('run_id')}")
+        print(f"comparison recorded: MLflow run {group.comparison.run_id}")
     return max(codes)
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import select, update
 from fedtune.errors import NotFoundError
 from fedtune.redact import scrub_text
 from fedtune.results import Comparison
+from fedtune.wire_models import MethodGroupOut, MethodStudy, RecordedRun
 
 from .access import Principal
 from .errors import InvalidRequestError
@@ -147,7 +148,7 @@ def _compare(
 
 def _record(
     ctx: ServiceContext, c: Any, ids: Sequence[str], uris: list[str | None], projects: list[str]
-) -> dict[str, Any] | None:
+) -> RecordedRun | None:
     """The comparison as an MLflow run in the first study's store and workspace (None: no
     store); with MLflow workspaces on, only studies of one project (one workspace) are recorded
     together."""
@@ -171,12 +172,12 @@ def _record(
     with tempfile.TemporaryDirectory() as tmp, ctx.mlflow(ids[0], projects[0]) as uri:
         done = record_comparison(c, tmp, uri, parent_uris=parents)
     links = mlflow_links(ctx.settings, uris[0], projects[0], done["experiment_id"], done["run_id"])
-    return {
-        "run_id": done["run_id"],
-        "experiment_id": done["experiment_id"],
-        "tracking_uri": links.tracking_uri or "",
-        "run_url": links.run_url,
-    }
+    return RecordedRun(
+        run_id=done["run_id"],
+        experiment_id=done["experiment_id"],
+        tracking_uri=links.tracking_uri or "",
+        run_url=links.run_url,
+    )
 
 
 def submit_methods(
@@ -241,7 +242,7 @@ def _group_of(ctx: ServiceContext, ids: list[str]) -> str | None:
     return None
 
 
-def get_method_group(ctx: ServiceContext, caller: Principal, group_id: str) -> dict[str, Any]:
+def get_method_group(ctx: ServiceContext, caller: Principal, group_id: str) -> MethodGroupOut:
     """``GET /v1/methods/{id}``: a study of methods, its studies' states and its comparison.
 
     Args:
@@ -250,10 +251,9 @@ def get_method_group(ctx: ServiceContext, caller: Principal, group_id: str) -> d
         group_id: The group's id.
 
     Returns:
-        ``id``, ``name``, ``project``, ``studies`` (id, algorithm, state), ``compare_url`` and
-        ``comparison``: None until every study has ended and the comparison is recorded, then
-        the MLflow run (``run_id``, ``experiment_id``, ``tracking_uri``, ``run_url``) or
-        ``{"error": ...}`` saying why there is none.
+        The group: its studies (id, algorithm, state), ``compare_url`` and ``comparison``: None
+        until every study has ended and the comparison is recorded, then the MLflow run or
+        the ``error`` saying why there is none.
 
     Raises:
         NotFoundError: No such group, or not the caller's to read.
@@ -267,18 +267,20 @@ def get_method_group(ctx: ServiceContext, caller: Principal, group_id: str) -> d
         ).all()
         found = {r.id: r for r in rows}
         studies = [
-            {"id": i, "algorithm": found[i].algorithm, "state": str(found[i].state.value)}
+            MethodStudy(id=i, algorithm=found[i].algorithm, state=found[i].state)
             for i in group.study_ids
             if i in found
         ]
-        return {
-            "id": group.id,
-            "name": group.name,
-            "project": group.project,
-            "studies": studies,
-            "compare_url": f"/v1/compare?studies={','.join(group.study_ids)}",
-            "comparison": group.comparison,
-        }
+        return MethodGroupOut(
+            id=group.id,
+            name=group.name,
+            project=group.project,
+            studies=studies,
+            compare_url=f"/v1/compare?studies={','.join(group.study_ids)}",
+            comparison=None
+            if group.comparison is None
+            else RecordedRun.from_json(group.comparison),
+        )
 
 
 def record_ended_groups(ctx: ServiceContext, limit: int = 1) -> list[str]:
@@ -319,14 +321,15 @@ def record_ended_groups(ctx: ServiceContext, limit: int = 1) -> list[str]:
             continue  # another replica's tick has it
         comparison = _record_group(ctx, group_id, succeeded)
         with ctx.db.session() as session:
-            session.get(MethodGroup, group_id).comparison = comparison
+            session.get(MethodGroup, group_id).comparison = comparison.to_json()
         done.append(group_id)
     return done
 
 
-def _record_group(ctx: ServiceContext, group_id: str, succeeded: list[str]) -> dict[str, Any]:
+def _record_group(ctx: ServiceContext, group_id: str, succeeded: list[str]) -> RecordedRun:
     if len(succeeded) < 2:
-        return {"error": f"{len(succeeded)} of the group's studies succeeded: nothing to compare"}
+        why = f"{len(succeeded)} of the group's studies succeeded: nothing to compare"
+        return RecordedRun(error=why)
     try:
         c, uris, projects = _compare(ctx, succeeded, force=False)
         recorded = _record(ctx, c, succeeded, uris, projects)
@@ -334,8 +337,8 @@ def _record_group(ctx: ServiceContext, group_id: str, succeeded: list[str]) -> d
         log.warning(
             "study of methods %s: no comparison recorded: %s", group_id, scrub_text(str(exc))
         )
-        return {"error": scrub_text(f"{type(exc).__name__}: {exc}")[:2000]}
+        return RecordedRun(error=scrub_text(f"{type(exc).__name__}: {exc}")[:2000])
     if recorded is None:
-        return {"error": "the studies have no tracking store"}
-    log.info("study of methods %s: comparison recorded as run %s", group_id, recorded["run_id"])
+        return RecordedRun(error="the studies have no tracking store")
+    log.info("study of methods %s: comparison recorded as run %s", group_id, recorded.run_id)
     return recorded

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from fedtune import wire_models as sdk_types
 from fedtune.client import Client, Comparison
 from fedtune.errors import ConfigError, NotFoundError, StudyNotFoundError
 from fedtune.service import identity
@@ -147,7 +148,7 @@ def test_a_recorded_comparison_is_an_mlflow_run(make_settings, tmp_path) -> None
         with _sdk(client, TOKEN) as sdk:
             assert sdk.compare([a, b]).mlflow is None  # GET records nothing
             recorded = sdk.compare([a, b], record=True)
-    run = MlflowClient(uri).get_run(recorded.mlflow["run_id"])
+    run = MlflowClient(uri).get_run(recorded.mlflow.run_id)
     assert run.data.tags["fedtune.kind"] == "comparison"
     assert run.data.metrics["s-default-3.final_loss_all"] == pytest.approx(2.5)
     files = {f.path for f in MlflowClient(uri).list_artifacts(run.info.run_id, "comparison")}
@@ -189,7 +190,7 @@ def test_the_service_records_a_study_of_methods_once_every_study_has_ended(
         with _sdk(client, bo) as other, pytest.raises(NotFoundError):
             other.method_group(studies.group)  # another project's study of methods
     assert [s["state"] for s in group.studies] == ["succeeded", "succeeded", "cancelled"]
-    run = MlflowClient(uri).get_run(group.comparison["run_id"])
+    run = MlflowClient(uri).get_run(group.comparison.run_id)
     assert run.data.tags["fedtune.kind"] == "comparison"
     compared = {k for k in run.data.metrics if k.endswith(".final_loss_all")}
     assert compared == {"m-fedavg.final_loss_all", "m-fedprox.final_loss_all"}  # not the cancelled
@@ -206,7 +207,8 @@ def test_a_study_of_methods_with_one_success_says_why_there_is_no_comparison(app
         _run(app, studies[1].id, [4.0, 9.0], StudyState.FAILED)
         assert record_ended_groups(app.app.state.runtime.ctx) == [studies.group]
         group = sdk.method_group(studies.group)
-    assert group.comparison == {"error": "1 of the group's studies succeeded: nothing to compare"}
+    assert isinstance(group.comparison, sdk_types.RecordedRun) and group.comparison.run_id is None
+    assert group.comparison.error == "1 of the group's studies succeeded: nothing to compare"
 
 
 def test_the_scheduler_tick_ends_with_its_after_step(make_settings) -> None:

@@ -98,4 +98,4 @@ def get_methods(ctx: Ctx, caller: Caller, group_id: GroupId) -> Response:
     """A study of methods: its studies' states and, once every one has ended, the MLflow run of
     their comparison (recorded by the service's scheduler)."""
     answer = comparisons.get_method_group(ctx, caller, group_id)
-    return Response(dump_json(MethodGroupOut(**answer)), media_type="application/json")
+    return Response(dump_json(answer), media_type="application/json")
