@@ -197,7 +197,7 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
     import yaml
 
     from fedtune.tuning.analysis.report import tradeoff_of
-    from fedtune.tuning.driver.study import summary_table
+    from fedtune.tuning.analysis.trials_table import trials_table
     from fedtune.tuning.optuna import search as og
     from fedtune.tuning.optuna.store import StudyStore
     from fedtune.tuning.spec import StudySpec
@@ -215,7 +215,7 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
         writer.writeheader()
         writer.writerows(rows)
         out[f"tradeoff.csv_{label}"] = len(buf.getvalue().encode())
-        table, _ = summary_table(store, t, space, top=top or 10**9)
+        table, _ = trials_table(store, t, space, top=top or 10**9)
         data = {
             "columns": list(table),
             "data": [list(r) for r in zip(*table.values(), strict=True)],

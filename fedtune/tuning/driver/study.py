@@ -51,7 +51,8 @@ from fedtune.errors import ConfigError
 from fedtune.outcomes import TrialOutcome
 from fedtune.redact import strip_credentials
 
-from ..analysis.tradeoff import TOP_TRIALS, TradeOff
+from ..analysis.report import study_report
+from ..analysis.trials_table import trials_table
 from ..keys import TRIAL_KEY
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
@@ -611,7 +612,7 @@ def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
     study, tracker, parent = stores.study, fitted.tracking.tracker, fitted.tracking.parent
     counts = og.study_counts(study)
     best = og.best_trial(spec, study, space)
-    report = tradeoff_report(spec, og.study_curves(stores.store, space), plan.workdir / "tradeoff")
+    report = study_report(spec, og.study_curves(stores.store, space), plan.workdir / "tradeoff")
     timeline.mark("report_written")
     finished, rounds = og.count_finished(study), og.rounds_trained(study)
     metrics = {f"n_{k}": float(v) for k, v in counts.items()}
@@ -624,7 +625,7 @@ def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
     best_run = stores.store.run_id_of(best["number"]) if best is not None else None
     tracker.mark_best(parent, best_run, best["number"] if best else None)
     minimize = str(spec.objective.directions[0]) == "min"
-    table, note = summary_table(
+    table, note = trials_table(
         stores.store, report.analysis, space, minimize, best["number"] if best is not None else None
     )
     if table["number"]:
@@ -841,118 +842,6 @@ def _trial_name(trial: Any) -> str:
     if PACK_KEY in trial.config:
         return pack_name(int(trial.config[TRIAL_KEY]))
     return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
-
-
-# -- the trade-off ----------------------------------------------------------------------
-@dataclass
-class _Report:
-    tradeoff: dict[str, Any] | None = None  # tradeoff.json's content (its listed trials)
-    pareto: list[dict[str, Any]] = field(default_factory=list)
-    envelope: list[tuple[int, float]] = field(default_factory=list)
-    files: dict[str, Path] = field(default_factory=dict)
-    directory: Path | None = None
-    analysis: TradeOff | None = None  # every trial's summary
-
-
-def tradeoff_report(spec: StudySpec, curves: list, directory: Path) -> _Report:
-    """Trade-off of the finished trials (``tradeoff.py``), its files, Pareto rows and E(R)."""
-    if not curves:
-        return _Report()
-    from ..analysis.plots import write_artifacts
-    from ..analysis.report import tradeoff_of
-    from ..analysis.theory_link import theory_report
-
-    document = spec.to_dict()
-    rounds = spec.train.rounds
-    t = tradeoff_of({**document, "train": {**document["train"], "rounds": rounds}}, curves)
-    files = write_artifacts(t, curves, directory, color_by=next(iter(curves[0].params), None))
-    k = t.targets.index(t.pareto_target) if t.pareto_target is not None else 0
-    pareto = [
-        {
-            "number": s.trial_id,
-            "rounds_to_target": s.rounds_to_target[k],
-            "final_loss": s.final_loss,
-            "params": dict(s.params),
-        }
-        for s in map(t.summary_of, t.pareto)
-    ]
-    envelope = [(p.round, p.loss) for p in t.envelope if math.isfinite(p.loss)]
-    named = set(t.shown())  # a large study: its best trials, Pareto set and envelope
-    files.update(theory_report(spec, [c for c in curves if c.trial_id in named], directory))
-    return _Report(t.to_dict(), pareto, envelope, files, directory, t)
-
-
-def summary_table(
-    store: StudyStore,
-    analysis: TradeOff | None,
-    space: Any,
-    minimize: bool = True,
-    best: int | None = None,
-    top: int = TOP_TRIALS,
-) -> tuple[dict[str, list], str]:
-    """The MLflow table ``trials_table.json`` and a line saying what it lists: one row per
-    finished trial — number, rank (1 = best objective), outcome, params, objective, rounds
-    reached, rounds to the Pareto target, flag, on the Pareto set, decays — for every trial of
-    a study of at most ``top``; beyond, the ``top`` best objectives, the Pareto set and the
-    best trial ``best`` (bounded at any number of trials)."""
-    from fedtune.search_spaces import resolve_values
-
-    summaries = {s.trial_id: s for s in analysis.trials} if analysis is not None else {}
-    pareto = set(analysis.pareto) if analysis is not None else set()
-    k = None
-    if analysis is not None and analysis.pareto_target is not None:
-        k = analysis.targets.index(analysis.pareto_target)
-    trials = [t for t in store.trials() if t.state.is_finished()]
-
-    def objective(t: Any) -> float | None:
-        value = t.values[0] if t.values else None
-        return value if value is not None and math.isfinite(value) else None
-
-    valued = [t for t in trials if objective(t) is not None]
-    ranked = sorted(valued, key=lambda t: (objective(t) * (1 if minimize else -1), t.number))
-    rank = {t.number: i for i, t in enumerate(ranked, 1)}
-    listed = trials
-    note = f"all {len(trials)} finished trials"
-    if len(trials) > top:
-        keep = {t.number for t in ranked[:top]} | pareto | ({best} if best is not None else set())
-        listed = [t for t in trials if t.number in keep]
-        note = (
-            f"{len(listed)} of {len(trials)} finished trials: the {top} best objectives, "
-            "the Pareto set and the best trial"
-        )
-    keys = sorted({p for t in listed for p in t.params})
-    cols: dict[str, list] = {
-        c: []
-        for c in (
-            "number",
-            "rank",
-            "outcome",
-            "objective",
-            "rounds",
-            "rounds_to_target",
-            "flag",
-            "on_pareto",
-            "decays",
-        )
-    }
-    cols.update({f"param.{p}": [] for p in keys})
-    for t in sorted(listed, key=lambda t: t.number):
-        summary = summaries.get(t.number)
-        rtt = summary.rounds_to_target[k] if summary is not None and k is not None else None
-        cols["number"].append(t.number)
-        cols["rank"].append(rank.get(t.number))
-        cols["outcome"].append(og.outcome_of(t))
-        cols["objective"].append(objective(t))
-        cols["rounds"].append(t.user_attrs.get("rounds"))
-        cols["rounds_to_target"].append(rtt if rtt is not None and math.isfinite(rtt) else None)
-        cols["flag"].append(summary.flag if summary is not None else "")
-        cols["on_pareto"].append(t.number in pareto)
-        cols["decays"].append(t.user_attrs.get("decays"))
-        params = resolve_values(space, t.params) if t.params else {}
-        for p in keys:
-            value = params.get(p)
-            cols[f"param.{p}"].append(value if value is None else str(value))
-    return cols, note
 
 
 # -- process plumbing: Ray's resources, Tune's environment ----------------------------
