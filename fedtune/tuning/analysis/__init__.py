@@ -1,4 +1,4 @@
-"""What a study's trials mean: the convergence–accuracy trade-off (``tradeoff``, ``report``),
-comparisons between studies (``compare``, ``compare_runs``, ``compare_render``), the figures
-(``figure``, ``figure_png``, ``plots``, ``step_points``) and the quadratic theory's predictions
-(``theory_link``). No MLflow here except ``compare_runs``, which records a comparison."""
+"""What a study's trials mean: the convergence–accuracy trade-off (``tradeoff``; ``report``: a
+finished study's files), the table of its trials (``trials_table``), comparisons between studies
+(``compare``, ``compare_render``), the figures (``figure``, ``figure_png``, ``plots``) and the
+quadratic theory's predictions (``theory_link``). No MLflow here: recording is ``mlflow/``'s."""
