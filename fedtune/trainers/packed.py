@@ -55,7 +55,6 @@ from torch.utils import _pytree as pytree
 from fedtune.errors import ConfigError
 
 from .algorithms import Cohort, LocalUpdate, get_recipe, resolve
-from .algorithms.base import weighted_mean
 from .algorithms.local_update import mean_aggregator
 from .algorithms.recipe import _build_local_update
 from .algorithms.registry import effective_hparams
@@ -235,6 +234,11 @@ class _Group:
     cohorts: list[Cohort]
 
 
+def _member_weights(group: _Group) -> torch.Tensor:
+    """The cohort's weights w_i once per member of ``group``: ``[G, M]``."""
+    return group.weights.unsqueeze(0).expand(len(group.members), -1)
+
+
 def _pad_steps(v: torch.Tensor, k_max: int, zero: bool = False) -> torch.Tensor:
     """``[G, M, K, …]`` padded to K_max steps: rows repeat the last batch (real rows, masked),
     Θ rows are 0 (``zero``)."""
@@ -406,10 +410,13 @@ class PackedTrainer:
     def _metric(self, fn):
         return lambda params, x, y: fn(functional_call(self._module, params, (x,)), y)
 
-    def _clients(self, x, lr, alpha, rows, thetas, mask, data) -> Params:
-        """The messages ``[G, M, …]`` of G members' M clients: the pairs flattened to G·M and
-        run by :func:`~fedtune.trainers.client.make_packed_client_fn` (batches read from the
-        cohort view ``data`` one step at a time, ``[G·M, B, …]``)."""
+    def _clients(self, x, lr, alpha, rows, thetas, mask, weights, data) -> Params:
+        """The aggregated message ``q [G, …]`` of G members: their M clients' messages, the
+        pairs flattened to G·M and run by :func:`~fedtune.trainers.client.make_packed_client_fn`
+        (batches read from the cohort view ``data`` one step at a time, ``[G·M, B, …]``), then
+        averaged over each member's clients with its cohort's weights ``[G, M]`` while they
+        are in cache: Σ_i w_i msg_i, the :func:`~fedtune.trainers.algorithms.base.weighted_mean`
+        of the unpacked round."""
         if self._client_fn is None:
             units = self._members[0].algorithm.rule.units
             self._client_fn = make_packed_client_fn(self.loss_of, units)
@@ -431,7 +438,11 @@ class PackedTrainer:
             pairs(thetas),
             pairs(mask),
         )
-        return {k: v.reshape(g, m, *v.shape[1:]) for k, v in out.items()}
+        w = weights.reshape(g * m)
+        return {
+            k: v.mul_(w.view(-1, *([1] * (v.dim() - 1)))).unflatten(0, (g, m)).sum(1)
+            for k, v in out.items()
+        }
 
     def _server_opt(self, consts: Mapping[str, torch.Tensor]):
         assert self._server_name is not None
@@ -474,8 +485,8 @@ class PackedTrainer:
         for pos, i in enumerate(self._slots):
             by_round.setdefault(self._members[i].round, []).append(pos)
         groups = [g for t in sorted(by_round) if (g := self._open(t, by_round[t])) is not None]
-        for group, messages in zip(groups, self._local_steps(groups), strict=True):
-            self._close(group, messages, out, start)
+        for group, q in zip(groups, self._local_steps(groups), strict=True):
+            self._close(group, q, out, start)
         self._wall += time.perf_counter() - start
         self._drop([i for i in self._slots if self._members[i].done])
         return out
@@ -556,8 +567,8 @@ class PackedTrainer:
         )
 
     def _local_steps(self, groups: list[_Group]) -> list[Params]:
-        """Every group's client messages ``[G, M, …]``: all groups' (member, client) pairs in
-        one batch when they read the same rows (in-memory data), else group by group."""
+        """Every group's aggregated client message ``q [G, …]``: all groups' (member, client)
+        pairs in one batch when they read the same rows (in-memory data), else group by group."""
         if len(groups) > 1 and all(g.data is groups[0].data for g in groups):
             k_max = max(g.rows.shape[2] for g in groups)
             merged = self._client_chunks(
@@ -567,18 +578,22 @@ class PackedTrainer:
                 rows=torch.cat([_pad_steps(g.rows, k_max) for g in groups]),
                 steps=torch.cat([g.steps for g in groups]),
                 thetas=torch.cat([_pad_steps(g.thetas, k_max, zero=True) for g in groups]),
+                weights=torch.cat([_member_weights(g) for g in groups]),
                 data=groups[0].data,
             )
             split = {k: torch.split(v, [len(g.members) for g in groups]) for k, v in merged.items()}
             return [{k: split[k][j] for k in merged} for j in range(len(groups))]
         return [
-            self._client_chunks(g.members, g.client_lr, g.x, g.rows, g.steps, g.thetas, g.data)
+            self._client_chunks(
+                g.members, g.client_lr, g.x, g.rows, g.steps, g.thetas, _member_weights(g), g.data
+            )
             for g in groups
         ]
 
-    def _client_chunks(self, members, client_lr, x, rows, steps, thetas, data) -> Params:
-        """The client messages ``[G, M, …]`` of G members (rates γ_t ``client_lr``), at most a
-        chunk of them per call."""
+    def _client_chunks(self, members, client_lr, x, rows, steps, thetas, weights, data) -> Params:
+        """The aggregated client messages ``q [G, …]`` of G members (rates γ_t ``client_lr``,
+        cohort weights ``[G, M]``), at most a chunk of them per call, each chunk's ``q``
+        written into one output."""
         alphas = [m.hparams.prox_alpha for m in members]
         k_max = rows.shape[2]
         masked = bool(steps.min() < k_max)
@@ -586,29 +601,33 @@ class PackedTrainer:
         lr = self._vector(client_lr, self.dtype)
         alpha = self._vector(alphas, self.dtype) if any(alphas) else None
         chunk = self.chunk or self._auto_chunk(len(members), rows.shape[1])
-        parts = []
+        q: Params = {}
         for a in range(0, len(members), chunk):
             part = slice(a, a + chunk)
-            parts.append(
-                self._clients(
-                    {k: v[part] for k, v in x.items()},
-                    lr[part],
-                    None if alpha is None else alpha[part],
-                    rows[part],
-                    thetas[part],
-                    mask[part] if masked else None,
-                    data,
-                )
+            done = self._clients(
+                {k: v[part] for k, v in x.items()},
+                lr[part],
+                None if alpha is None else alpha[part],
+                rows[part],
+                thetas[part],
+                mask[part] if masked else None,
+                weights[part],
+                data,
             )
-        return parts[0] if len(parts) == 1 else pytree.tree_map(lambda *v: torch.cat(v), *parts)
+            if a == 0 and chunk >= len(members):
+                return done
+            for k, v in done.items():
+                if k not in q:
+                    q[k] = v.new_empty((len(members), *v.shape[1:]))
+                q[k][part] = v
+        return q
 
-    def _close(self, group: _Group, messages: Params, out: list, start: float) -> None:
-        """Round ``group.t`` of a group after its local steps: the aggregation, the server
-        step, the evaluation and every member's record."""
+    def _close(self, group: _Group, q: Params, out: list, start: float) -> None:
+        """Round ``group.t`` of a group after its local steps and their aggregation ``q``: the
+        server step, the evaluation and every member's record."""
         t, members, train = group.t, group.members, group.members[0].config.train
         client_lr = group.client_lr
         server_lr = [m.hparams.server_lr * m.decay.server_scale for m in members]
-        q = vmap(weighted_mean, in_dims=(0, None))(messages, group.weights)
         norms = torch.sqrt(
             sum((v.double() ** 2).reshape(v.shape[0], -1).sum(1) for v in q.values())
         ).tolist()
