@@ -205,7 +205,7 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
     spec = StudySpec.from_dict(yaml.safe_load(study_text(n)))
     store = StudyStore.at(workdir, spec.name)
     space = spec.search_space()
-    t = tradeoff_of(spec.to_dict(), og.study_curves(store, space))
+    t = tradeoff_of(spec, og.study_curves(store, space))
     out: dict[str, int] = {}
     for label, top in (("every_trial", None), ("bounded", 50)):
         out[f"tradeoff.json_{label}"] = len(json.dumps(t.to_dict(top), indent=2).encode())

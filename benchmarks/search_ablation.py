@@ -42,7 +42,7 @@ from search_efficiency import OUT as EFFICIENCY
 from search_efficiency import TASKS, task_spec
 
 from fedtune.search_spaces import suggest
-from fedtune.trainers import Trainer, parse_trial_config
+from fedtune.trainers import Trainer
 from fedtune.tuning.trials.stop_rules import IncumbentStopper, StopRule, TheorySweep, relative_gap
 
 OUT = Path(__file__).resolve().parent / "results" / "search_ablation.json"
@@ -119,7 +119,7 @@ def simulate(task: str, variant: str, seed: int, goal: float, grid_best: float) 
         trial = study.ask()
         params = suggest(trial, space)
         state.started(trial.number, proposal[0] if proposal else None)
-        trainer = Trainer(parse_trial_config(spec.trial_config(params)))
+        trainer = Trainer(spec.trial(params))
         tail: deque[float] = deque(maxlen=LAST)
         outcome = "completed"
         while not trainer.done:

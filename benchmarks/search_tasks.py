@@ -36,7 +36,7 @@ import torch
 import yaml
 
 from fedtune.search_spaces import grid_points
-from fedtune.trainers import build_task, run_trial
+from fedtune.trainers import TrialConfig, build_task, run_trial
 from fedtune.tuning.spec import StudySpec
 
 ROOT = Path(__file__).resolve().parent
@@ -175,8 +175,8 @@ class Task:
         task = self.spec.task
         self.data = build_task(task.name, dict(task.params), self.spec.trial_seeds()[0])
 
-    def config(self, point: dict[str, Any]) -> dict[str, Any]:
-        return self.spec.trial_config(point)
+    def config(self, point: dict[str, Any]) -> TrialConfig:
+        return self.spec.trial(point)
 
     def run(self, point: dict[str, Any], on_round: Any = None):
         return run_trial(self.config(point), on_round, task=self.data)

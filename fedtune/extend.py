@@ -69,8 +69,13 @@ from fedtune.trainers.algorithms.base import (
     tree_norm,
     weighted_mean,
 )
-from fedtune.trainers.algorithms.local_update import Aggregator, LocalUpdate, mean_aggregator
-from fedtune.trainers.algorithms.recipe import SERVER_PARAMS, Recipe, _build_local_update
+from fedtune.trainers.algorithms.local_update import (
+    Aggregator,
+    LocalUpdate,
+    PackedAggregator,
+    mean_aggregator,
+)
+from fedtune.trainers.algorithms.recipe import SERVER_PARAMS, Recipe
 from fedtune.trainers.algorithms.registry import algorithm_origin, algorithms, register
 from fedtune.trainers.client import ClientRule
 from fedtune.trainers.code import CodeSpec, LoadReport, load_code
@@ -101,6 +106,7 @@ __all__ = [
     "LoadReport",
     "LocalUpdate",
     "Origin",
+    "PackedAggregator",
     "Recipe",
     "RoundContext",
     "ServerOpt",
@@ -133,13 +139,18 @@ def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **rec
         aggregator: The method's aggregation part, ``aggregator(messages [M, ...], weights [M],
             steps τ [M], client_lr) -> (q, diagnostics)`` (see :class:`Aggregator`), used in
             place of the weighted mean q = Σ_i w_i q_i of :class:`LocalUpdate` (e.g. FedNova's
-            normalized averaging). Give either ``aggregator`` or ``build``, not both.
+            normalized averaging). Give either ``aggregator`` or ``build``, not both. Its form
+            over a pack's stacked members, ``packed_aggregator`` (see
+            :class:`PackedAggregator`), lets configurations of the method share a pack.
         **recipe: The :class:`Recipe`'s fields: ``summary``, ``paper``, ``hparams`` (the
             :class:`HParam` declarations of what your parts read besides ``client_lr``,
             ``prox_alpha``, ``theta`` and ``server_*``; ``build`` reads them as
             ``hp.<name>``), ``params`` (the names a study may set; default: ``client_lr``, the
             server optimizer's and all of yours, less ``fixed``), ``theta``, ``units``,
-            ``defaults``, ``fixed``, ``server_opts``, ``build(recipe, hp, local_steps, task)`` …
+            ``defaults``, ``fixed``, ``server_opts``, ``build(recipe, hp, local_steps, task)``,
+            ``packed_aggregator``, ``packable`` (False: never packed; default: derived) and
+            ``member_hparams`` (which of γ, η, α, Θ, β, β₁, β₂, ε members of one pack may
+            differ in; default: all the recipe declares) …
 
     Returns:
         The registered recipe.
@@ -173,18 +184,8 @@ def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **rec
                 "algorithm.aggregator",
                 f"must be callable (messages, weights, steps, client_lr), got {aggregator!r}",
             )
-        recipe["build"] = _with_aggregator(aggregator)
+        recipe["aggregator"] = aggregator
     return register(Recipe(name, **_fields(recipe)))
-
-
-def _with_aggregator(aggregator: Aggregator):
-    """``Recipe.build`` of a LocalUpdate method with its own aggregator part."""
-
-    def build_with_aggregator(recipe: Recipe, hp: Any, local_steps: int, task: Task):
-        base = _build_local_update(recipe, hp, local_steps, task)
-        return LocalUpdate(recipe.name, base.rule, base.server_opt, aggregator)
-
-    return build_with_aggregator
 
 
 def _fields(recipe: Mapping[str, Any]) -> dict[str, Any]:

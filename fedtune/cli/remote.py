@@ -29,6 +29,7 @@ from typing import Any
 
 from fedtune.client_settings import setting
 from fedtune.errors import ConfigError
+from fedtune.tuning.methods import is_methods_study
 
 from .common import add_set_option, apply_sets, load_yaml, resolve_code
 
@@ -185,7 +186,7 @@ def submit(args: argparse.Namespace) -> int:
     project = args.project  # --project wins over the file; $FEDTUNE_PROJECT does not
     if project is None and spec.get("project") is None:
         project = setting("project").resolve(None)
-    if isinstance(spec.get("algorithm"), list):  # a study of methods: one study per algorithm
+    if is_methods_study(spec):  # a study of methods: one study per algorithm
         return _submit_methods(args, spec, project)
     with _client(args) as client:
         study = client.submit(spec, code=args.code, project=project)

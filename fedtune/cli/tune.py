@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedtune.outcomes import TrialOutcome
+from fedtune.tuning.methods import is_methods_study
 
 from .common import add_set_option, plural, quiet_libraries
 from .common import figure as _fmt
@@ -248,7 +249,7 @@ def _early_ray(args: argparse.Namespace) -> Any:
         return None
     if not isinstance(doc, dict) or doc.get("code") is not None:
         return None
-    if isinstance(doc.get("algorithm"), list):
+    if is_methods_study(doc):
         return None  # a study of methods: one study per algorithm, each in its own workdir
     name = doc.get("name")
     if args.workdir is None and not isinstance(name, str):

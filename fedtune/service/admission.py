@@ -229,7 +229,6 @@ def plan_dispatch(
     used = 0.0
     for project, state, spec, began, ended in recent_studies(session, now, settings):
         load = loads.setdefault(project or DEFAULT_PROJECT, ProjectLoad(project or DEFAULT_PROJECT))
-        spec = spec or {}
         gpus, trials = reservation(spec)
         if state == StudyState.QUEUED:
             continue  # re-queued: it reserves nothing while it waits
@@ -246,8 +245,8 @@ def plan_dispatch(
         )
     candidates = []
     for row in queued:
-        gpus, trials = reservation(row.spec or {})
-        limit = time_limit_s(row.spec or {}, settings) if gpus > 0 else 0.0
+        gpus, trials = reservation(row.sections)
+        limit = time_limit_s(row.sections, settings) if gpus > 0 else 0.0
         candidates.append(
             Candidate(
                 row.id,

@@ -210,7 +210,7 @@ def submit_methods(
     accepted = [accept_submission(ctx, document, project) for document in documents]
     studies, created = [], False
     for document, checked in zip(documents, accepted, strict=True):
-        key = None if idempotency_key is None else f"{idempotency_key}:{document['algorithm']}"
+        key = None if idempotency_key is None else f"{idempotency_key}:{checked[0].algorithm}"
         study, new = submit_study(ctx, document, key, caller, checked)
         studies.append(study)
         created = created or new

@@ -17,7 +17,8 @@ them (``tests/service/test_migrations.py`` compares the two).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -40,6 +41,9 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .states import StudyState, TrialState
+
+if TYPE_CHECKING:
+    from fedtune.tuning.spec import StoredSpec
 
 __all__ = [
     "BOOTSTRAP_ADMIN",
@@ -149,6 +153,15 @@ class Study(Base):
     trials: Mapped[list[Trial]] = relationship(
         back_populates="study", cascade="all, delete-orphan", passive_deletes=True
     )
+
+    @functools.cached_property
+    def sections(self) -> StoredSpec:
+        """The typed parts of :attr:`spec` the service reads (``budget``, ``resources``,
+        ``objective``), parsed once per row object: a study's spec never changes after it is
+        accepted."""
+        from .specs import stored_spec
+
+        return stored_spec(self.spec)
 
     # revision 0005: every list filter, the scheduler's scans and the fair-share window read
     # an index range ordered like the list's keyset (created_at, id)

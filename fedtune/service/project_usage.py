@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, or_, select
@@ -28,10 +27,12 @@ from sqlalchemy.orm import Session
 from fedtune.tuning.packing.plan import reserved_processes
 
 from .models import Study
-from .specs import stored_budget
+from .specs import stored_spec
 from .states import StudyState
 
 if TYPE_CHECKING:
+    from fedtune.tuning.spec import StoredSpec
+
     from .settings import Settings
 
 __all__ = [
@@ -44,56 +45,49 @@ __all__ = [
 ]
 
 
-def _concurrent(spec: Mapping[str, Any]) -> int:
-    """``budget.max_concurrent`` of a stored spec: configurations trained at once."""
-    return int((spec.get("budget") or {}).get("max_concurrent") or 1)
-
-
-def trial_processes(spec: Mapping[str, Any]) -> int:
+def trial_processes(spec: StoredSpec) -> int:
     """Count the trial processes a study holds at once, each with its ``resources``.
 
     Args:
-        spec: The study's stored spec (its ``to_dict()``).
+        spec: The typed parts of the study's stored spec (``Study.sections``).
 
     Returns:
         ``reserved_processes(resources.pack, budget.max_concurrent)``.
     """
-    pack = (spec.get("resources") or {}).get("pack") or 1
-    return reserved_processes(pack, _concurrent(spec))
+    return reserved_processes(spec.resources.pack, spec.budget.max_concurrent)
 
 
-def reservation(spec: Mapping[str, Any]) -> tuple[float, int]:
+def reservation(spec: StoredSpec) -> tuple[float, int]:
     """Say what a study reserves while it runs (see the module docstring).
 
     Args:
-        spec: The study's stored spec.
+        spec: The typed parts of the study's stored spec.
 
     Returns:
         ``(GPUs, trials)``: ``trial_processes × resources.gpu`` and ``budget.max_concurrent``.
     """
-    gpu = float((spec.get("resources") or {}).get("gpu") or 0.0)
-    return trial_processes(spec) * gpu, _concurrent(spec)
+    return trial_processes(spec) * spec.resources.gpu, spec.budget.max_concurrent
 
 
-def time_limit_s(spec: Mapping[str, Any], settings: Settings) -> float:
+def time_limit_s(spec: StoredSpec, settings: Settings) -> float:
     """Say how long a study may hold what it reserves, as its GPU-hour quota charges it.
 
     Args:
-        spec: The study's stored spec.
+        spec: The typed parts of the study's stored spec.
         settings: The service's settings (``study_deadline_s``).
 
     Returns:
         Its ``budget.time`` in seconds, else ``FEDTUNE_STUDY_DEADLINE_S``; ``inf`` when
         neither bounds it.
     """
-    budget_time = stored_budget(spec).time
+    budget_time = spec.budget.time
     if budget_time is not None:
         return float(budget_time)
     return float(settings.study_deadline_s) if settings.study_deadline_s else math.inf
 
 
 def gpu_hour_charge(
-    spec: Mapping[str, Any],
+    spec: StoredSpec,
     began: dt.datetime | None,
     ended: dt.datetime | None,
     *,
@@ -104,7 +98,7 @@ def gpu_hour_charge(
     """Count what a study charges its project's GPU-hour quota now (see the module docstring).
 
     Args:
-        spec: The study's stored spec.
+        spec: The typed parts of the study's stored spec.
         began: When it was dispatched (None: never).
         ended: When it ended (None: it has not).
         running: Whether it runs now (it may then still use the rest of its time limit).
@@ -153,7 +147,6 @@ def project_usage(session: Session, project: str, settings: Settings) -> dict[st
     now = dt.datetime.now(dt.UTC)
     gpus, trials, gpu_seconds = 0.0, 0, 0.0
     for _, state, spec, began, ended in recent_studies(session, now, settings, project):
-        spec = spec or {}
         running = state == StudyState.RUNNING
         if running:
             g, t = reservation(spec)
@@ -185,7 +178,8 @@ def recent_studies(
         project: Only this project's studies (None: every project's).
 
     Returns:
-        Rows ``(project, state, spec, started_at, finished_at)``: two index ranges of
+        Rows ``(project, state, spec, started_at, finished_at)``, ``spec`` the typed parts
+        of the stored spec (parsed once per row): two index ranges of
         ``(state, finished_at)``, whatever the number of older finished studies. A re-queued
         study (started, not finished) is among them; it reserves nothing while it waits.
     """
@@ -197,4 +191,7 @@ def recent_studies(
     )
     if project is not None:
         query = query.where(Study.project == project)
-    return list(session.execute(query).all())
+    return [
+        (project, state, stored_spec(spec), began, ended)
+        for project, state, spec, began, ended in session.execute(query).all()
+    ]

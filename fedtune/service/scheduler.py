@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
@@ -62,8 +63,10 @@ from .project_usage import reservation, trial_processes
 from .reconcile import Recovery, reconcile_running, release_finished
 from .repository import Repository
 from .settings import Settings
-from .specs import stored_budget
 from .states import StudyState
+
+if TYPE_CHECKING:
+    from fedtune.tuning.spec import StoredSpec
 
 __all__ = ["Scheduler", "TickReport"]
 
@@ -192,7 +195,7 @@ class Scheduler:
         with self.db.session(readonly=True) as session:
             late = []
             for study in Repository(session).studies_in(StudyState.RUNNING):
-                deadline = self.settings.study_deadline(stored_budget(study.spec).time)
+                deadline = self.settings.study_deadline(study.sections.budget.time)
                 started = study.started_at
                 if deadline and started and (now - started).total_seconds() > deadline[0]:
                     late.append((study.id, *deadline))
@@ -303,13 +306,13 @@ class Scheduler:
                 s.id: (
                     s.attempts,
                     {
-                        **_request_fields(s.spec),
+                        **_request_fields(s.sections),
                         "code_sha256": s.code_sha256,
                         "project": s.project or DEFAULT_PROJECT,
                         "queue": queues.get(s.project or DEFAULT_PROJECT),
                     },
                     s.queued_reason,
-                    reservation(s.spec or {}),
+                    reservation(s.sections),
                 )
                 for s in waiting
             }
@@ -409,20 +412,19 @@ class Scheduler:
         return True
 
 
-def _request_fields(spec: dict) -> dict:
+def _request_fields(spec: StoredSpec) -> dict:
     """The :class:`LaunchRequest` fields of a stored spec: resources per trial process.
 
     Args:
-        spec: The study's stored spec.
+        spec: The typed parts of the study's stored spec (``Study.sections``).
 
     Returns:
         ``cpu`` and ``gpu`` (per process), ``max_concurrent`` (configurations at once) and
         ``processes`` (trial processes at once: :func:`.project_usage.trial_processes`).
     """
-    resources, budget = spec.get("resources") or {}, spec.get("budget") or {}
     return {
-        "cpu": float(resources.get("cpu") or 1.0),
-        "gpu": float(resources.get("gpu") or 0.0),
-        "max_concurrent": int(budget.get("max_concurrent") or 1),
+        "cpu": spec.resources.cpu,
+        "gpu": spec.resources.gpu,
+        "max_concurrent": spec.budget.max_concurrent,
         "processes": trial_processes(spec),
     }

@@ -44,7 +44,7 @@ from .schemas import (
     TrialOut,
 )
 from .settings import Settings
-from .specs import AcceptedSpec, accept_spec, request_hash, stored_budget
+from .specs import AcceptedSpec, accept_spec, request_hash
 from .states import StudyState, TrialState
 from .warmup import Warmup
 
@@ -346,7 +346,7 @@ def _progress(study: Study, counts: Mapping[TrialState, int], rounds: int) -> Pr
     done = counts[TrialState.COMPLETED] + counts[TrialState.PRUNED] + counts[TrialState.FAILED]
     requested = study.trials_requested
     shares = [done / requested if requested else 1.0]
-    budget = stored_budget(study.spec)
+    budget = study.sections.budget
     if budget.configuration_rounds is not None:
         shares.append(rounds / budget.configuration_rounds)
     if budget.time is not None and study.started_at is not None:
@@ -365,15 +365,6 @@ def _progress(study: Study, counts: Mapping[TrialState, int], rounds: int) -> Pr
     )
 
 
-def _maximise(spec: Mapping[str, Any]) -> bool | None:
-    """Direction of the study's objective, as its spec says it; ``None`` for a multi-objective
-    study."""
-    from fedtune.tuning.spec import Mode, ObjectiveSpec
-
-    objective = ObjectiveSpec.model_validate(spec.get("objective") or {})
-    return None if objective.is_multi else objective.directions[0] == Mode.MAX
-
-
 def _best(repo: Repository, study: Study) -> BestTrial | None:
     """The driver's pick once the study finished; meanwhile the best completed trial so far."""
     if study.best_trial is not None:
@@ -381,7 +372,7 @@ def _best(repo: Repository, study: Study) -> BestTrial | None:
         done = trial is not None and trial.state == TrialState.COMPLETED
         params = trial.params if done else {}
         return BestTrial(number=study.best_trial, value=study.best_value, params=params)
-    maximise = _maximise(study.spec)
+    maximise = study.sections.maximise
     trial = None if maximise is None else repo.best_completed(study.id, maximise)
     if trial is None:
         return None
@@ -425,7 +416,7 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
         repo = Repository(session)
         study = repo.require_study(study_id)
         ended, run_id, project = study.state.terminal, study.mlflow_run_id, study.project
-        spec, trials, rounds = study.spec, repo.list_trials(study_id), repo.curves(study_id)
+        sections, trials, rounds = study.sections, repo.list_trials(study_id), repo.curves(study_id)
         curves = []
         for trial in trials:
             if trial.state not in (TrialState.COMPLETED, TrialState.PRUNED):
@@ -447,7 +438,7 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
             text = stored_tradeoff(uri, run_id)
         if text is not None:
             return text
-    return tradeoff_text(tradeoff_of(spec, curves, provisional=True))
+    return tradeoff_text(tradeoff_of(sections, curves, provisional=True))
 
 
 def _outcome(trial: Trial) -> str:

@@ -31,7 +31,7 @@ from .errors import InvalidRequestError
 from .spec_limits import check_data_paths, check_sizes, check_spaces
 
 if TYPE_CHECKING:
-    from fedtune.tuning.spec import BudgetSpec, StudySpec
+    from fedtune.tuning.spec import StoredSpec, StudySpec
 
     from .settings import Settings
 
@@ -43,7 +43,7 @@ __all__ = [
     "parse_spec",
     "request_hash",
     "service_rules",
-    "stored_budget",
+    "stored_spec",
 ]
 
 
@@ -70,19 +70,19 @@ class AcceptedSpec:
     pack: int | str = 1
 
 
-def stored_budget(document: Mapping[str, Any] | None) -> BudgetSpec:
-    """The ``budget`` of a stored spec, typed (a row stored before ``budget.time`` had its old
-    name ``wall_clock_s``: read as ``time``).
+def stored_spec(document: Mapping[str, Any] | None) -> StoredSpec:
+    """The typed parts of a stored spec that the service reads after acceptance.
 
     Args:
-        document: A study row's spec.
+        document: A study row's spec (None: an empty one).
 
     Returns:
-        Its budget.
+        Its ``budget``, ``resources`` and ``objective``
+        (:class:`fedtune.tuning.spec.StoredSpec`); a row reads it once, as ``Study.sections``.
     """
-    from fedtune.tuning.spec import BudgetSpec
+    from fedtune.tuning.spec import StoredSpec
 
-    return BudgetSpec.model_validate((document or {}).get("budget") or {})
+    return StoredSpec.model_validate(document or {})
 
 
 def parse_spec(data: Any) -> StudySpec:

@@ -21,6 +21,7 @@ Ray, MLflow or FastAPI.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -377,12 +378,15 @@ class Trainer:
             raise ConfigError(
                 "checkpoint", f"unsupported checkpoint version {state.get('version')}"
             )
-        mine, theirs = self.config.to_dict(), dict(state["config"])
-        for d in (mine, theirs):
-            d["train"] = {
-                k: v for k, v in d["train"].items() if k not in ("rounds", "device", "runner")
-            }
-        if mine != theirs:
+        mine = self.config
+        try:
+            theirs = parse_trial_config(state["config"])
+        except ConfigError:
+            theirs = None
+        if theirs is not None:  # the fields a resumed run may change take this run's values
+            free = {k: getattr(mine.train, k) for k in ("rounds", "device", "runner")}
+            theirs = dataclasses.replace(theirs, train=dataclasses.replace(theirs.train, **free))
+        if theirs != mine:
             raise ConfigError("checkpoint", "was written by a different configuration")
         state = copy.deepcopy(dict(state))
         self.state.params = _to_device(state["params"], self.device)

@@ -32,9 +32,11 @@ at different rounds (after a refill) form one group per round index, since their
 differ, and with in-memory data the local steps of every group still run as one batch of pairs
 (each pair reads its own rows of the same data).
 
-What packs: the LocalUpdate family with the weighted-mean aggregator (:func:`pack_refusal`
-says why anything else does not, in one line, and the caller runs it one configuration per
-process). Imports nothing from Ray, MLflow or FastAPI.
+What packs is what the recipe declares (``Recipe.packable``, ``Recipe.member_hparams``): the
+LocalUpdate family with the weighted mean, or with an aggregator that comes with its form over
+stacked members (``packed_aggregator``). :func:`pack_refusal` says why anything else does not,
+in one line, and the caller runs it one configuration per process. Imports nothing from Ray,
+MLflow or FastAPI.
 """
 
 from __future__ import annotations
@@ -55,8 +57,6 @@ from torch.utils import _pytree as pytree
 from fedtune.errors import ConfigError
 
 from .algorithms import Cohort, LocalUpdate, get_recipe, resolve
-from .algorithms.local_update import mean_aggregator
-from .algorithms.recipe import _build_local_update
 from .algorithms.registry import effective_hparams
 from .client import make_packed_client_fn
 from .config import TrialConfig
@@ -77,6 +77,7 @@ from .server_opt import make_server_opt
 from .steps import step_mask, step_summary, theta_rows
 from .streams import prepared
 from .tasks import Task, build_task
+from .typed import to_dict
 
 __all__ = ["CPU_CHUNK_BYTES", "PACKED_RUNNER", "PackedTrainer", "pack_key", "pack_refusal"]
 
@@ -86,17 +87,6 @@ CPU_CHUNK_BYTES = 16 * 2**20
 
 #: the runner name a packed member's result reports
 PACKED_RUNNER = "packed"
-#: per-member hyperparameters (searched scalars) the pack holds as ``[P]`` tensors
-_MEMBER_HPARAMS = (
-    "client_lr",
-    "server_lr",
-    "prox_alpha",
-    "theta",
-    "server_momentum",
-    "server_beta1",
-    "server_beta2",
-    "server_eps",
-)
 #: the server optimizer's constants, passed to it as per-member tensors
 _SERVER_CONSTS = ("server_momentum", "server_beta1", "server_beta2", "server_eps")
 #: train fields a member may set on its own
@@ -123,16 +113,8 @@ def pack_refusal(config: TrialConfig | Mapping[str, Any]) -> str | None:
     """
     cfg = _parse(config)
     recipe = get_recipe(cfg.algorithm)
-    if recipe.build is not _build_local_update:
-        return (
-            f"algorithm {recipe.name!r} is not a plain LocalUpdate (its own server state, "
-            "aggregator or round): one configuration per process"
-        )
-    if recipe.second_order:
-        return (
-            f"algorithm {recipe.name!r} differentiates through exactly K inner steps, which "
-            "has no masked form: one configuration per process"
-        )
+    if recipe.pack_refusal is not None:
+        return recipe.pack_refusal
     hp = effective_hparams(recipe, cfg)
     if hp.server_bias_correction:
         return (
@@ -157,14 +139,21 @@ def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
         A JSON string; equal keys can share a :class:`PackedTrainer`.
     """
     cfg = _parse(config)
-    hp = effective_hparams(get_recipe(cfg.algorithm), cfg)
-    shared_hp = {k: v for k, v in dataclasses.asdict(hp).items() if k not in _MEMBER_HPARAMS}
-    data = cfg.to_dict()
-    data["train"] = {k: v for k, v in data["train"].items() if k not in _MEMBER_TRAIN}
-    data["hparams"] = shared_hp
-    for k in ("seed", "decay"):
-        data.pop(k, None)
-    return json.dumps(data, sort_keys=True, default=str)
+    recipe = get_recipe(cfg.algorithm)
+    hp = effective_hparams(recipe, cfg)
+    members = recipe.member_hparams or ()
+    shared = {
+        "task": cfg.task.to_dict(),
+        "algorithm": cfg.algorithm,
+        "train": {
+            f.name: to_dict(getattr(cfg.train, f.name))
+            for f in dataclasses.fields(cfg.train)
+            if f.name not in _MEMBER_TRAIN
+        },
+        "hparams": {k: v for k, v in dataclasses.asdict(hp).items() if k not in members},
+        "code": None if cfg.code is None else cfg.code.model_dump(),
+    }
+    return json.dumps(shared, sort_keys=True, default=str)
 
 
 class _Index:
@@ -277,6 +266,9 @@ class PackedTrainer:
             raise ConfigError("pack", "needs at least one configuration")
         first = parsed[0]
         self.key = pack_key(first)
+        #: the recipe's aggregator over stacked members; None: the weighted mean, taken per
+        #: chunk of members right after their local steps
+        self._aggregate = get_recipe(first.algorithm).packed_aggregator
         self.task = (
             task
             if task is not None
@@ -327,7 +319,7 @@ class PackedTrainer:
                 "pack", "configurations differ in more than their searched scalars (pack_key)"
             )
         algorithm, hp, local_steps = resolve(cfg, self.task)
-        assert isinstance(algorithm, LocalUpdate) and algorithm.aggregator is mean_aggregator
+        assert isinstance(algorithm, LocalUpdate)
         gen = torch.Generator().manual_seed(cfg.seed)
         model = self.task.model_fn(gen).to(device=self.device, dtype=self.dtype)
         params = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -438,6 +430,8 @@ class PackedTrainer:
             pairs(thetas),
             pairs(mask),
         )
+        if self._aggregate is not None:  # the recipe's aggregator takes every message
+            return {k: v.unflatten(0, (g, m)) for k, v in out.items()}
         w = weights.reshape(g * m)
         return {
             k: v.mul_(w.view(-1, *([1] * (v.dim() - 1)))).unflatten(0, (g, m)).sum(1)
@@ -623,10 +617,17 @@ class PackedTrainer:
         return q
 
     def _close(self, group: _Group, q: Params, out: list, start: float) -> None:
-        """Round ``group.t`` of a group after its local steps and their aggregation ``q``: the
-        server step, the evaluation and every member's record."""
+        """Round ``group.t`` of a group after its local steps: the aggregation ``q`` (the
+        weighted mean, already taken, or the recipe's ``packed_aggregator`` of the messages
+        ``[G, M, …]``), the server step, the evaluation and every member's record."""
         t, members, train = group.t, group.members, group.members[0].config.train
         client_lr = group.client_lr
+        diagnostics: dict[str, list[float]] = {}
+        if self._aggregate is not None:
+            q, diag = self._aggregate(
+                q, group.weights, group.steps, self._vector(client_lr, self.dtype)
+            )
+            diagnostics = {k: [float(x) for x in v.tolist()] for k, v in diag.items()}
         server_lr = [m.hparams.server_lr * m.decay.server_scale for m in members]
         norms = torch.sqrt(
             sum((v.double() ** 2).reshape(v.shape[0], -1).sum(1) for v in q.values())
@@ -645,7 +646,7 @@ class PackedTrainer:
             m.decay.observe(group.client_loss[g])
             m.examples += Trainer._round_examples(group.cohorts[g])
             train_loss, test, extra = evaluated.get(g, (None, {}, {}))
-            extra = dict(extra)
+            extra = {**{k: v[g] for k, v in diagnostics.items()}, **extra}
             extra[RUNNER_METRIC] = 1.0
             if group.cohorts[g].steps is not None:
                 extra.update(step_summary(group.cohorts[g].steps))

@@ -7,6 +7,7 @@ code, and the registry names the types, so the two directions live in two module
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from fedtune.errors import ConfigError
@@ -19,7 +20,23 @@ from .typed import from_mapping
 
 __all__ = ["parse_trial_config"]
 
-_TOP_KEYS = ("task", "algorithm", "train", "hparams", "decay", "seed", "code")
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class _Document:
+    """A trial configuration's top-level keys as given, each read once."""
+
+    task: Any = _MISSING
+    algorithm: Any = None
+    train: Any = None
+    hparams: Any = None
+    decay: Any = None
+    seed: Any = 0
+    code: Any = None
+
+
+_TOP_KEYS = tuple(f.name for f in fields(_Document))
 
 
 def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> TrialConfig:
@@ -36,25 +53,25 @@ def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> Tr
         unknown = sorted(set(data) - set(_TOP_KEYS))
         if unknown:
             raise ConfigError(unknown[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")
+        doc = _Document(**data)
         code = None
-        if data.get("code") is not None:
-            code = parse_code_spec(data["code"]).resolved(".")
+        if doc.code is not None:
+            code = parse_code_spec(doc.code).resolved(".")
             load_code(code)
-        if "task" not in data:
+        if doc.task is _MISSING:
             raise ConfigError("task", "is required")
-        if not isinstance(data.get("algorithm"), str):
+        if not isinstance(doc.algorithm, str):
             raise ConfigError("algorithm", "is required (an algorithm name, e.g. fedavg)")
-        seed = data.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ConfigError("seed", f"must be an integer, got {seed!r}")
-        hparams = get_recipe(data["algorithm"]).given_hparams(data.get("hparams"))
+        if isinstance(doc.seed, bool) or not isinstance(doc.seed, int):
+            raise ConfigError("seed", f"must be an integer, got {doc.seed!r}")
+        hparams = get_recipe(doc.algorithm).given_hparams(doc.hparams)
         return TrialConfig(
-            task=TaskConfig.from_dict(data["task"]),
-            algorithm=data["algorithm"],
-            train=from_mapping(TrainConfig, data.get("train"), "train"),
+            task=TaskConfig.from_dict(doc.task),
+            algorithm=doc.algorithm,
+            train=from_mapping(TrainConfig, doc.train, "train"),
             hparams=hparams,
-            decay=from_mapping(DecayConfig, data.get("decay"), "decay"),
-            seed=seed,
+            decay=from_mapping(DecayConfig, doc.decay, "decay"),
+            seed=doc.seed,
             code=code,
         )
     except ConfigError as exc:

@@ -34,6 +34,7 @@ __all__ = [
     "error_path",
     "from_mapping",
     "number",
+    "replace_fields",
     "to_dict",
 ]
 
@@ -109,6 +110,36 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -
     if callable(validate):
         validate(path)
     return obj
+
+
+def replace_fields(obj: T, values: Mapping[str, Any], path: str = "") -> T:
+    """A copy of the frozen dataclass ``obj`` with ``values`` in its fields, each checked as
+    :func:`from_mapping` checks it (unknown keys, the field's type, ``validate``).
+
+    Args:
+        obj: The dataclass.
+        values: ``{field: value}``.
+        path: The dotted path of ``obj`` in errors.
+
+    Returns:
+        The new dataclass (``obj`` itself when ``values`` is empty).
+    """
+    if not values:
+        return obj
+    cls = type(obj)
+    known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+    prefix = f"{path}." if path else ""
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown key (known: {', '.join(known)})")
+    hints = typing.get_type_hints(cls)
+    new = dataclasses.replace(
+        obj, **{k: coerce(v, hints[k], f"{prefix}{k}") for k, v in values.items()}
+    )
+    validate = getattr(new, "validate", None)
+    if callable(validate):
+        validate(path)
+    return new
 
 
 def _value(value: Any, cls: type, name: str) -> Any:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from fedtune.errors import ConfigError
@@ -42,24 +43,32 @@ def is_methods_study(document: Any) -> bool:
     return isinstance(document, Mapping) and isinstance(document.get("algorithm"), list)
 
 
-def _entry(i: int, entry: Any) -> tuple[str, Mapping[str, Any] | None]:
+@dataclass(frozen=True)
+class _Entry:
+    """One entry of the ``algorithm`` list: a name, and a search that overrides the study's."""
+
+    name: Any = None
+    search: Any = None
+
+
+def _entry(i: int, entry: Any) -> _Entry:
     where = f"algorithm[{i}]"
     if isinstance(entry, str):
-        name, search = entry, None
+        parsed = _Entry(entry)
     elif isinstance(entry, Mapping):
-        unknown = set(entry) - {"name", "search"}
+        unknown = set(entry) - {f.name for f in fields(_Entry)}
         if unknown:
             raise ConfigError(f"{where}.{sorted(unknown)[0]}", "unknown key (name, search)")
-        name, search = entry.get("name"), entry.get("search")
-        if search is not None and not isinstance(search, Mapping):
+        parsed = _Entry(**entry)
+        if parsed.search is not None and not isinstance(parsed.search, Mapping):
             raise ConfigError(f"{where}.search", "must be a mapping")
     else:
         raise ConfigError(where, "must be an algorithm name or {name: ..., search: {...}}")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(parsed.name, str) or not _NAME.match(parsed.name):
         raise ConfigError(
             f"{where}.name" if isinstance(entry, Mapping) else where, "must name an algorithm"
         )
-    return name, search
+    return parsed
 
 
 def expand_methods(document: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -82,18 +91,19 @@ def expand_methods(document: Mapping[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(name, str) or not name:
         raise ConfigError("name", "a study of methods needs a name")
     entries = [_entry(i, e) for i, e in enumerate(algorithms)]
-    names = [n for n, _ in entries]
+    names = [e.name for e in entries]
     if len(set(names)) != len(names):
         raise ConfigError("algorithm", f"an algorithm is listed twice: {names}")
     tracking = dict(document.get("tracking") or {})
     tracking.setdefault("experiment", name)
     out = []
-    for algorithm, search in entries:
+    for entry in entries:
         one = copy.deepcopy({k: v for k, v in document.items() if k != "algorithm"})
-        one["name"] = f"{name}-{algorithm}"
-        one["algorithm"] = algorithm
-        one["tracking"] = copy.deepcopy(tracking)
-        if search is not None:
-            one["search"] = {**dict(one.get("search") or {}), **copy.deepcopy(dict(search))}
+        one.update(
+            name=f"{name}-{entry.name}", algorithm=entry.name, tracking=copy.deepcopy(tracking)
+        )
+        if entry.search is not None:
+            given = dict(document.get("search") or {})
+            one.update(search=copy.deepcopy({**given, **dict(entry.search)}))
         out.append(one)
     return out

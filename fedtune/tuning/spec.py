@@ -16,7 +16,7 @@ the engine's own types (``task``: ``TaskConfig``, ``train``: ``TrainConfig``, ``
 ``DecayConfig``; ``hparams`` typed against the algorithm's recipe in
 :attr:`StudySpec.base_config`); the spec keeps which keys the user wrote (a default is not a
 written value, and :meth:`StudySpec.to_dict` writes back only those). A trial's configuration is
-the base with the sampled ``{path: value}`` applied (:meth:`StudySpec.trial_config`). The
+the base with each sampled ``{path: value}`` in its typed field (:meth:`StudySpec.trial`). The
 default objective is the papers' selection rule, the mean training loss ℓ_t over the last N
 rounds (Charles & Konečný 2020 (arXiv:2007.00878) §8.3); the multi-objective form (final loss,
 rounds to reach ``target_loss``) explores the convergence–accuracy trade-off
@@ -36,6 +36,7 @@ service validates user code in a subprocess instead).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import json
 from collections.abc import Mapping
@@ -85,10 +86,8 @@ from fedtune.trainers.config import (
     TaskConfig,
     TrainConfig,
     TrialConfig,
-    apply_overrides,
 )
-from fedtune.trainers.parsing import parse_trial_config
-from fedtune.trainers.typed import config_error, from_mapping, number, to_dict
+from fedtune.trainers.typed import config_error, from_mapping, number, replace_fields, to_dict
 
 from .choices import can_check_cheaply, check_choice
 from .packing.limits import MAX_PACK
@@ -107,6 +106,7 @@ __all__ = [
     "SchedulerName",
     "SchedulerSpec",
     "SearchSpec",
+    "StoredSpec",
     "Strategy",
     "StudySpec",
     "TrackingSpec",
@@ -115,6 +115,8 @@ __all__ = [
 ]
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+#: the sections of a trial configuration a searched path may set (``train.local_steps``, …)
+_SAMPLED_SECTIONS = ("task", "train", "decay", "hparams")
 
 
 class Mode(enum.StrEnum):
@@ -375,6 +377,47 @@ class SearchSpec(_Spec):
 
 def _task(value: Any) -> TaskConfig:
     return value if isinstance(value, TaskConfig) else TaskConfig.from_dict(value, "")
+
+
+class StoredTrain(_Spec):
+    """What a stored spec's readers need of its ``train`` section: its rounds."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    rounds: int | None = None
+
+
+class StoredSpec(BaseModel):
+    """A stored study document's typed summary: what the service (its scheduler, quotas,
+    progress and trade-off) and comparisons read after acceptance.
+
+    One validation of the whole document; its other sections are ignored (they were checked
+    when the study was accepted). A section stored as ``null`` or left out takes its
+    defaults, and a row stored before ``budget.time`` reads its old name ``wall_clock_s``.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: str | None = None
+    algorithm: str | None = None
+    task: Annotated[TaskConfig, PlainValidator(_task)] | None = None
+    train: StoredTrain = Field(default_factory=StoredTrain)
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    tradeoff: TradeoffSpec = Field(default_factory=TradeoffSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_defaults(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return {k: v for k, v in data.items() if v is not None}
+        return data
+
+    @property
+    def maximise(self) -> bool | None:
+        """Whether the objective is maximised; None for a multi-objective study."""
+        return None if self.objective.is_multi else self.objective.directions[0] == Mode.MAX
 
 
 def _part(cls: type) -> Any:
@@ -799,20 +842,40 @@ class StudySpec(_Spec):
             )
         return self._base_config
 
-    def trial_config(self, sampled: dict[str, Any], seed: int | None = None) -> dict[str, Any]:
-        """Give one trial's configuration.
+    def trial(self, sampled: Mapping[str, Any], seed: int | None = None) -> TrialConfig:
+        """Give one trial's typed configuration.
 
         Args:
-            sampled: The sampled values, ``{path: value}``.
+            sampled: The sampled values, ``{path: value}`` (``train.<field>``,
+                ``decay.<field>``, ``hparams.<name>``, ``task.<name>``).
             seed: The trial's seed (None: the first of :meth:`trial_seeds`).
 
         Returns:
-            :meth:`base_trial_config` with ``sampled`` and ``seed`` applied.
+            :attr:`base_config` with each sampled value in its field, checked as the base's
+            own values are, and ``seed``.
+
+        Raises:
+            ConfigError: A path outside those sections, or a value its field refuses.
         """
-        config = apply_overrides(self.base_trial_config(), sampled)
+        base = self.base_config
+        by_section: dict[str, dict[str, Any]] = {}
+        for path, value in sampled.items():
+            section, _, name = path.partition(".")
+            if section not in _SAMPLED_SECTIONS or not name or "." in name:
+                raise ConfigError(path, "is not a path a search may set")
+            by_section.setdefault(section, {})[name] = value
+        typed = {
+            "task": lambda v: TaskConfig.from_dict({**base.task.to_dict(), **v}),
+            "train": lambda v: replace_fields(base.train, v, "train"),
+            "decay": lambda v: replace_fields(base.decay, v, "decay"),
+            "hparams": lambda v: get_recipe(self.algorithm).given_hparams(
+                {**self.section("hparams"), **v}
+            ),
+        }
+        changes = {section: typed[section](v) for section, v in by_section.items()}
         if seed is not None:
-            config["seed"] = seed
-        return config
+            changes.update(seed=seed)
+        return dataclasses.replace(base, **changes) if changes else base
 
     @property
     def experiment(self) -> str:
@@ -1052,7 +1115,7 @@ class StudySpec(_Spec):
                         _check_recipe(recipe, check_choice(base, p.path, v))
                     else:
                         point = resolve_values(space, {p.path: v})
-                        base = parse_trial_config(self.trial_config(point))
+                        base = self.trial(point)
                         _check_recipe(recipe, base)
                 except ConfigError as exc:
                     field = self.param_origin(exc.field) if exc.field in paths else exc.field

@@ -205,14 +205,16 @@ def test_the_charge_counts_the_window_and_what_a_running_study_may_still_use(
     make_settings: Callable,
 ) -> None:
     from fedtune.service.project_usage import gpu_hour_charge, time_limit_s
+    from fedtune.service.specs import stored_spec
 
     settings = make_settings(fair_share_window_s=3600, study_deadline_s=86400)
     now = T0 + dt.timedelta(hours=5)
-    timed = {"resources": {"gpu": 2}, "budget": {"time": "90m", "max_concurrent": 1}}
+    timed = stored_spec({"resources": {"gpu": 2}, "budget": {"time": "90m", "max_concurrent": 1}})
+    gpus = stored_spec({"resources": {"gpu": 2}})
     assert time_limit_s(timed, settings) == 5400
-    assert time_limit_s({"resources": {"gpu": 2}}, settings) == 86400
+    assert time_limit_s(gpus, settings) == 86400
     unbounded = settings.model_copy(update={"study_deadline_s": 0})
-    assert time_limit_s({"resources": {"gpu": 2}}, unbounded) == float("inf")
+    assert time_limit_s(gpus, unbounded) == float("inf")
     began = now - dt.timedelta(minutes=30)
     charge = gpu_hour_charge(timed, began, None, running=True, now=now, settings=settings)
     assert charge == pytest.approx(2 * 5400)  # 30 min used + 60 min it may still use
@@ -230,7 +232,7 @@ def test_the_charge_counts_the_window_and_what_a_running_study_may_still_use(
     )
     assert old == pytest.approx(2 * 1800)
     requeued = gpu_hour_charge(timed, began, None, running=False, now=now, settings=settings)
-    cpu = gpu_hour_charge({}, began, None, running=True, now=now, settings=settings)
+    cpu = gpu_hour_charge(stored_spec({}), began, None, running=True, now=now, settings=settings)
     assert requeued == 0.0 and cpu == 0.0
 
 

@@ -29,7 +29,7 @@ from fedtune.service.project_usage import project_usage, reservation, trial_proc
 from fedtune.service.repository import Repository
 from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, get_study, submit_study
-from fedtune.service.specs import accept_spec
+from fedtune.service.specs import accept_spec, stored_spec
 from fedtune.service.states import StudyState
 
 from ..needs import need
@@ -60,15 +60,15 @@ def test_a_study_reserves_gpus_per_trial_process_and_trials_per_configuration(
 ) -> None:
     document = accept_spec(_spec(pack=pack)).document
     assert document["resources"]["pack"] == pack
-    assert trial_processes(document) == processes
-    assert reservation(document) == (gpus, 8)
+    assert trial_processes(stored_spec(document)) == processes
+    assert reservation(stored_spec(document)) == (gpus, 8)
 
 
 def test_a_spec_stored_before_packing_reserves_as_before() -> None:
     document = accept_spec(_spec(pack=1)).document
     del document["resources"]["pack"]
-    assert reservation(document) == (8.0, 8)
-    assert reservation({}) == (0.0, 1)
+    assert reservation(stored_spec(document)) == (8.0, 8)
+    assert reservation(stored_spec({})) == (0.0, 1)
 
 
 # ---------------------------------------------------------------- the scheduler, for real

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedtune.durations import format_duration, parse_duration
-from fedtune.service.specs import stored_budget
+from fedtune.service.specs import stored_spec
 from fedtune.tuning.driver.progress import ProgressCallback
 from fedtune.tuning.keys import TRIAL_KEY
 from fedtune.tuning.optuna.budget import Ask, RoundBudget, rounds_spent
@@ -91,8 +91,9 @@ def test_budget_spec_defaults_and_names() -> None:
     with pytest.raises(ValueError, match="old name of time"):
         BudgetSpec.model_validate({"wall_clock_s": 10, "time": 10})
     # a row stored before the rename still reads
-    assert stored_budget({"budget": {"trials": 4, "wall_clock_s": 30}}).time == 30.0
-    assert stored_budget(None) == BudgetSpec()
+    assert stored_spec({"budget": {"trials": 4, "wall_clock_s": 30}}).budget.time == 30.0
+    assert stored_spec(None).budget == BudgetSpec()
+    assert stored_spec({"budget": None, "name": "x"}).budget == BudgetSpec()
 
 
 class _Clock:

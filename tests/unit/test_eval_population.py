@@ -173,7 +173,7 @@ def test_set_from_a_study_spec_and_the_train_cli(tmp_path, capsys):
     data = copy.deepcopy(base)
     data["train"].update(eval_population="sample", eval_clients=4)
     spec = StudySpec.from_dict(data)
-    parsed = parse_trial_config(spec.trial_config({}, seed=0))
+    parsed = spec.trial({}, seed=0)
     assert (parsed.train.eval_population, parsed.train.eval_clients) == ("sample", 4)
     data["train"].update(eval_population="off")
     with pytest.raises(ConfigError) as err:

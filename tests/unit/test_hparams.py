@@ -136,7 +136,7 @@ def test_user_declaration_is_the_default_search_space_for_study_and_optuna():
     for _ in range(5):
         sampled = suggest(study.ask(), space)
         assert 0.05 <= sampled["hparams.ft_damping"] <= 1.0
-        parse_trial_config(spec.trial_config(sampled))
+        spec.trial(sampled)
     with pytest.raises(ConfigError) as err:
         StudySpec.from_dict(user_study(override={"ft_damping": {"low": 0.0, "log": False}}))
     assert err.value.field == "search.override.ft_damping"

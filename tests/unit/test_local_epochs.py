@@ -228,7 +228,7 @@ def test_local_epochs_is_searchable_like_k():
     param = next(p for p in space.enabled if p.path == "train.local_epochs")
     assert param.low > 0 and param.log
     trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0)).ask()
-    config = parse_trial_config(spec.trial_config(suggest(trial, space)))
+    config = spec.trial(suggest(trial, space))
     assert config.train.local_epochs is not None and config.train.local_steps is None
     Trainer(config)  # builds
 

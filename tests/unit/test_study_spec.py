@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from fedtune.errors import ConfigError
+from fedtune.overrides import apply_overrides
 from fedtune.search_spaces import suggest
 from fedtune.trainers.parsing import parse_trial_config
 from fedtune.tuning import Mode, SamplerName, SchedulerName, StudySpec
@@ -35,6 +36,31 @@ def spec_with(**changes) -> dict:
     return data
 
 
+def test_a_trial_sets_each_sampled_value_in_its_typed_field_and_checks_it():
+    spec = StudySpec.from_dict(spec_with(algorithm="fedavgm"))
+    trial = spec.trial(
+        {
+            "train.local_steps": 3,
+            "decay.window": 4,
+            "task.dirichlet": 0.7,
+            "hparams.client_lr": 0.2,
+        },
+        seed=9,
+    )
+    assert (trial.train.local_steps, trial.decay.window, trial.seed) == (3, 4, 9)
+    assert trial.task.params["dirichlet"] == 0.7 and trial.hparams["client_lr"] == 0.2
+    assert trial.train.rounds == spec.train.rounds and spec.trial({}) is spec.base_config
+    for sampled, field in [
+        ({"train.local_steps": "3"}, "train.local_steps"),
+        ({"train.nope": 1}, "train.nope"),
+        ({"hparams.nope": 1}, "hparams.nope"),
+        ({"budget.trials": 2}, "budget.trials"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            spec.trial(sampled)
+        assert err.value.field == field
+
+
 def test_quickstart_loads_and_builds_trial_configs():
     spec = StudySpec.from_file(QUICKSTART)
     assert spec.algorithm in ("fedavgm", "fedavg") and spec.task.name == "digits"
@@ -49,10 +75,12 @@ def test_quickstart_loads_and_builds_trial_configs():
     assert parse_trial_config(spec.base_trial_config()).train.rounds == 30
     trial = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0)).ask()
     sampled = suggest(trial, space)
-    config = spec.trial_config(sampled, seed=5)
-    parsed = parse_trial_config(config)
+    parsed = spec.trial(sampled, seed=5)
     assert parsed.seed == 5 and parsed.hparams["client_lr"] == sampled["hparams.client_lr"]
     assert parsed.hparams_set == {"client_lr", "server_lr", "server_momentum"}
+    # the typed trial is the base configuration's document with the values set, parsed
+    document = apply_overrides(spec.base_trial_config(), {**sampled, "seed": 5})
+    assert parsed == parse_trial_config(document)
     assert StudySpec.from_dict(spec.to_dict()).to_dict() == spec.to_dict()  # reloads unchanged
 
 

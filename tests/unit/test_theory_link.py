@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from fedtune.trainers import Trainer, build_task
+from fedtune.trainers import Trainer, build_task, parse_trial_config
 from fedtune.tuning.analysis.theory_link import predict
 
 
@@ -32,7 +32,7 @@ def test_gd_server_prediction_matches_measured_contraction_and_limit():
     inst = build_task(
         "quadratic", {k: v for k, v in cfg["task"].items() if k not in ("name", "seed")}, seed=3
     ).meta["instance"]
-    pred = predict(cfg, inst)
+    pred = predict(parse_trial_config(cfg), inst)
     assert pred is not None and pred.rho_kind == "configured" and 0 < pred.rho < 1
     assert 0 <= pred.delta <= 1 and pred.kappa <= inst.L / inst.mu + 1e-9
     t = Trainer(cfg)
@@ -60,9 +60,13 @@ def _limit(cfg, inst):
 
 def test_no_prediction_outside_the_theory():
     inst = build_task("quadratic", {"clients": 3, "dim": 2}, seed=0).meta["instance"]
-    assert predict(_config(algorithm="fedadam", client_lr=0.01), inst) is None
-    assert predict(_config(client_lr=10.0, server_lr=0.1), inst) is None  # γ ≥ 1/L
-    hb = predict(_config(algorithm="fedavgm", client_lr=0.01, server_lr=0.1), inst)
+    assert predict(parse_trial_config(_config(algorithm="fedadam", client_lr=0.01)), inst) is None
+    assert (
+        predict(parse_trial_config(_config(client_lr=10.0, server_lr=0.1)), inst) is None
+    )  # γ ≥ 1/L
+    hb = predict(
+        parse_trial_config(_config(algorithm="fedavgm", client_lr=0.01, server_lr=0.1)), inst
+    )
     assert hb is not None and hb.rho_kind == "tuned"
 
 
@@ -85,7 +89,7 @@ def test_delta_uses_lemma5_for_theta_K_beyond_theorem4():
     Lemma 5, Δ = (√b − √a)/(√b + √a) with b, a the extreme eigenvalues of the Q_i; eq. 17 gave
     −0.2848 here (κ = 32.27 > κ₀ = 10)."""
     inst = _issue13_instance()
-    pred = predict(_trial("fomaml", 10, client_lr=0.05, server_lr=0.1), inst)
+    pred = predict(parse_trial_config(_trial("fomaml", 10, client_lr=0.05, server_lr=0.1)), inst)
     assert pred is not None
     # independently: Q_i = (I − γ A_i)^(K−1) as matrices, extreme eigenvalues over all clients
     q = np.concatenate(
@@ -98,7 +102,7 @@ def test_delta_uses_lemma5_for_theta_K_beyond_theorem4():
     assert pred.delta_form == "lemma5"
     assert pred.kappa > inst.L / inst.mu  # where eq. 17 would have been negative
     # inside Theorem 4 (γ < 1/(KL)) the same method keeps eq. 17
-    inside = predict(_trial("fomaml", 10, client_lr=0.009, server_lr=0.1), inst)
+    inside = predict(parse_trial_config(_trial("fomaml", 10, client_lr=0.009, server_lr=0.1)), inst)
     assert inside.delta_form == "eq17"
     kappa0 = inst.L / inst.mu
     want = (math.sqrt(kappa0) - math.sqrt(inside.kappa)) / (
@@ -125,7 +129,7 @@ def test_delta_in_unit_interval_for_every_predicted_configuration():
                             continue
                         cfg = _trial(algorithm, K, **hp)
                         cfg["task"].update(task, seed=seed)
-                        pred = predict(cfg, inst)
+                        pred = predict(parse_trial_config(cfg), inst)
                         if pred is None:
                             continue
                         assert 0.0 <= pred.delta <= 1.0, (algorithm, K, alpha, gamma, pred)

@@ -58,7 +58,7 @@ def synthetic_curves():
     spec = StudySpec.from_dict(SYNTHETIC)
     out = {}
     for key, point in (("better", ENDS_BETTER), ("faster", FASTER_START)):
-        result = run_trial(spec.trial_config(point))
+        result = run_trial(spec.trial(point))
         out[key] = selection_rule([v for _, v in result.curve("client_loss")])
     return spec, out
 

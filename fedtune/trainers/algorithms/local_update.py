@@ -26,7 +26,7 @@ from ..server_opt import ServerOpt
 from ..steps import theta_rows
 from .base import Cohort, Params, RoundContext, ServerState, tree_norm, weighted_mean
 
-__all__ = ["Aggregator", "LocalUpdate", "mean_aggregator"]
+__all__ = ["Aggregator", "LocalUpdate", "PackedAggregator", "mean_aggregator"]
 
 
 class Aggregator(Protocol):
@@ -45,6 +45,29 @@ class Aggregator(Protocol):
 
         Returns:
             The update q and diagnostics to log.
+        """
+        ...
+
+
+class PackedAggregator(Protocol):
+    """An :class:`Aggregator` over the P members of a pack at once (``fedtune.trainers.packed``).
+
+    Member p's update must equal the unpacked aggregator's on its own messages: packs are exact.
+    """
+
+    def __call__(
+        self, messages: Params, weights: torch.Tensor, steps: torch.Tensor, client_lr: torch.Tensor
+    ) -> tuple[Params, dict[str, torch.Tensor]]:
+        """Aggregate one round's messages of every member.
+
+        Args:
+            messages: The members' clients' messages, stacked ``[P, M, ...]``.
+            weights: The cohort's aggregation weights w_i ``[M]`` (one cohort for the pack).
+            steps: Each member's clients' local steps τ_i ``[P, M]``.
+            client_lr: Each member's client learning rate γ_t ``[P]``.
+
+        Returns:
+            The updates ``[P, ...]`` and diagnostics to log, each ``[P]``.
         """
         ...
 

@@ -25,17 +25,29 @@ from ..server_opt import SERVER_HPARAMS, SERVER_OPTS, make_server_opt
 from ..tasks.base import Task
 from ..theta import theta_vector
 from .base import Algorithm
-from .local_update import LocalUpdate
+from .local_update import Aggregator, LocalUpdate, PackedAggregator, mean_aggregator
 
 if TYPE_CHECKING:
     from ..config import TrialConfig
 
-__all__ = ["ALL_OPTS", "BASE_HPARAMS", "SERVER_PARAMS", "Recipe"]
+__all__ = ["ALL_OPTS", "BASE_HPARAMS", "MEMBER_HPARAMS", "SERVER_PARAMS", "Recipe"]
 
 SERVER_PARAMS = tuple(h.name for h in SERVER_HPARAMS)
 ALL_OPTS = SERVER_OPTS
 #: declared by the parts every recipe has (client rule, server optimizer)
 BASE_HPARAMS = (*CLIENT_HPARAMS, *SERVER_HPARAMS)
+#: the hyperparameters a pack can hold per member (``[P]`` tensors, Θ rows): the client
+#: rule's and the server optimizer's scalars (``fedtune.trainers.packed``)
+MEMBER_HPARAMS = (
+    "client_lr",
+    "server_lr",
+    "prox_alpha",
+    "theta",
+    "server_momentum",
+    "server_beta1",
+    "server_beta2",
+    "server_eps",
+)
 
 
 def _build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> Algorithm:
@@ -46,7 +58,7 @@ def _build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) -
         units=recipe.units,
         preset=recipe.theta,
     )
-    return LocalUpdate(recipe.name, rule, make_server_opt(hp))
+    return LocalUpdate(recipe.name, rule, make_server_opt(hp), recipe.aggregator or mean_aggregator)
 
 
 @dataclass(frozen=True)
@@ -76,7 +88,16 @@ class Recipe:
         fixed_k_reason: Why the method needs one K for all clients (refuses
             ``train.local_epochs``).
         build: ``build(recipe, hp, local_steps, task) -> Algorithm`` (default: a
-            :class:`LocalUpdate` of the client rule and server optimizer).
+            :class:`LocalUpdate` of the client rule, the server optimizer and ``aggregator``).
+        aggregator: The default round's aggregation part (None: the weighted mean), an
+            :class:`~.local_update.Aggregator`.
+        packed_aggregator: ``aggregator`` over a pack's stacked members, a
+            :class:`~.local_update.PackedAggregator`: a recipe with its own aggregator packs
+            only with it.
+        packable: Whether configurations of the method may share a pack (None: derived; the
+            default round with the weighted mean or a ``packed_aggregator``, first order).
+        member_hparams: The hyperparameters members of one pack may differ in (None: every
+            one of :data:`MEMBER_HPARAMS` the recipe declares); the others are shared.
 
     Raises:
         CodeError: A name in ``params``, ``defaults`` or ``fixed`` that no part declares, or
@@ -102,6 +123,10 @@ class Recipe:
     check: Callable[[TrialConfig], None] | None = None
     fixed_k_reason: str = ""  # why the method needs one K for all clients (rejects local_epochs)
     build: Callable[[Recipe, Any, int, Task], Algorithm] = _build_local_update
+    aggregator: Aggregator | None = None
+    packed_aggregator: PackedAggregator | None = None
+    packable: bool | None = None
+    member_hparams: tuple[str, ...] | None = None
     declared: Mapping[str, HParam] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -127,6 +152,66 @@ class Recipe:
                     raise CodeError(
                         f"hparams.{key}", f"{what} of {self.name!r}: {problem}", caller_location()
                     )
+        self._declare_packing()
+
+    def _declare_packing(self) -> None:
+        """Fill in ``packable`` and ``member_hparams`` when not given, and check them."""
+        default_round = self.build is _build_local_update
+        if self.aggregator is not None and not default_round:
+            raise CodeError(
+                "algorithm.aggregator",
+                "give either aggregator or build, not both",
+                caller_location(),
+            )
+        for name in ("aggregator", "packed_aggregator"):
+            part = getattr(self, name)
+            if part is not None and not callable(part):
+                raise CodeError(
+                    f"algorithm.{name}", f"must be callable, got {part!r}", caller_location()
+                )
+        members = self.member_hparams
+        if members is None:
+            members = tuple(n for n in MEMBER_HPARAMS if n in self.declared)
+        for name in members:
+            if name not in MEMBER_HPARAMS or name not in self.declared:
+                raise CodeError(
+                    "algorithm.member_hparams",
+                    f"{name!r} cannot differ within a pack: a pack holds per member only "
+                    f"{', '.join(n for n in MEMBER_HPARAMS if n in self.declared)}",
+                    caller_location(),
+                )
+        object.__setattr__(self, "member_hparams", tuple(members))
+        if self.packable is None:
+            object.__setattr__(self, "packable", self._round_refusal() is None)
+        elif self.packable and self._round_refusal() is not None:
+            raise CodeError("algorithm.packable", str(self._round_refusal()), caller_location())
+
+    def _round_refusal(self) -> str | None:
+        """Why the method's round has no packed form, or None."""
+        if self.build is not _build_local_update:
+            return (
+                f"algorithm {self.name!r} is not a plain LocalUpdate (its own server state, "
+                "aggregator or round): one configuration per process"
+            )
+        if self.aggregator is not None and self.packed_aggregator is None:
+            return (
+                f"algorithm {self.name!r} has its own aggregator and no packed_aggregator "
+                "(its form over stacked members): one configuration per process"
+            )
+        if self.second_order:
+            return (
+                f"algorithm {self.name!r} differentiates through exactly K inner steps, which "
+                "has no masked form: one configuration per process"
+            )
+        return None
+
+    @property
+    def pack_refusal(self) -> str | None:
+        """Why configurations of the method cannot share a pack, or None when they can."""
+        why = self._round_refusal()
+        if why is None and not self.packable:
+            why = f"algorithm {self.name!r} declares packable=False: one configuration per process"
+        return why
 
     @property
     def hparams_type(self) -> type:

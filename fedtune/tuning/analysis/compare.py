@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import ConfigError
 from fedtune.results import (
@@ -49,6 +49,9 @@ from fedtune.results import (
 )
 
 from .tradeoff import write_json_csv
+
+if TYPE_CHECKING:
+    from ..spec import StoredSpec
 
 __all__ = [
     "BUDGET_ROUNDS",
@@ -96,6 +99,12 @@ class StudyInput:
     def __post_init__(self) -> None:
         if isinstance(self.tradeoff, Mapping):  # a decoded tradeoff.json
             object.__setattr__(self, "tradeoff", TradeOff.from_json(self.tradeoff))
+        from ..spec import StoredSpec
+
+        object.__setattr__(self, "spec", StoredSpec.model_validate(self.document))
+
+    #: the document's typed summary (task, objective, name, algorithm), parsed once
+    spec: StoredSpec = field(init=False, repr=False, compare=False)
 
 
 def write_comparison(c: Comparison, directory: str | Path, stem: str = "comparison") -> dict:
@@ -113,39 +122,38 @@ def write_comparison(c: Comparison, directory: str | Path, stem: str = "comparis
     return write_json_csv(directory, stem, text, c.table_rows(), "budget")
 
 
-def _task(document: Mapping[str, Any]) -> dict[str, Any]:
-    task = document.get("task") or {}
-    return {"name": task} if isinstance(task, str) else dict(task)
-
-
-def _objective(document: Mapping[str, Any]) -> dict[str, Any]:
-    obj = dict(document.get("objective") or {})
+def _objective(spec: StoredSpec) -> dict[str, Any]:
+    o = spec.objective
     return {
-        "metric": obj.get("metric", "train_loss"),
-        "metrics": obj.get("metrics"),
-        "mode": obj.get("mode"),
-        "last_rounds": obj.get("last_rounds"),
+        "metric": str(o.single_metric) if not o.is_multi else None,
+        "metrics": [str(m) for m in o.metrics] if o.metrics else None,
+        "mode": None if o.mode is None else str(o.mode),
+        "last_rounds": o.last_rounds,
     }
 
 
-def differences(documents: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> list[str]:
+def _data(spec: StoredSpec) -> dict[str, Any]:
+    task = spec.task
+    return {} if task is None else {"seed": task.seed, **task.params}
+
+
+def differences(specs: Sequence[StoredSpec], keys: Sequence[str]) -> list[str]:
     """What makes studies not comparable: a different task, data or objective.
 
     Args:
-        documents: The studies' spec documents.
-        keys: Their names in the messages, aligned with ``documents``.
+        specs: The studies' specs (:attr:`StudyInput.spec`).
+        keys: Their names in the messages, aligned with ``specs``.
 
     Returns:
         One line per difference (empty: comparable).
     """
     out = []
-    if len(documents) < 2:
+    if len(specs) < 2:
         return out
-    tasks = [_task(d) for d in documents]
     checks = [
-        ("task", [t.get("name") for t in tasks]),
-        ("data", [{k: v for k, v in t.items() if k != "name"} for t in tasks]),
-        ("objective", [_objective(d) for d in documents]),
+        ("task", [None if s.task is None else s.task.name for s in specs]),
+        ("data", [_data(s) for s in specs]),
+        ("objective", [_objective(s) for s in specs]),
     ]
     for what, values in checks:
         if any(v != values[0] for v in values[1:]):
@@ -225,7 +233,7 @@ def _row(
 
 
 def _keys(inputs: Sequence[StudyInput]) -> list[str]:
-    names = [str(i.document.get("name") or i.label) for i in inputs]
+    names = [i.spec.name or i.label for i in inputs]
     out = []
     for i, name in enumerate(names):
         out.append(name if names.count(name) == 1 else f"{name}#{i + 1}")
@@ -288,7 +296,7 @@ def compare(inputs: Sequence[StudyInput], force: bool = False) -> Comparison:
     if len(inputs) < 2:
         raise ConfigError("studies", f"name at least two studies to compare, got {len(inputs)}")
     keys = _keys(inputs)
-    diffs = differences([i.document for i in inputs], keys)
+    diffs = differences([i.spec for i in inputs], keys)
     if diffs and not force:
         raise ConfigError(
             "studies",
@@ -297,14 +305,13 @@ def compare(inputs: Sequence[StudyInput], force: bool = False) -> Comparison:
     ordered = [_trials(i.tradeoff) for i in inputs]
     lines = []
     for key, i, trials in zip(keys, inputs, ordered, strict=True):
-        task = _task(i.document)
         lines.append(
             StudyLine(
                 key=key,
                 label=i.label,
-                name=str(i.document.get("name") or i.label),
-                algorithm=str(i.document.get("algorithm") or ""),
-                task=str(task.get("name") or ""),
+                name=i.spec.name or i.label,
+                algorithm=i.spec.algorithm or "",
+                task="" if i.spec.task is None else i.spec.task.name,
                 trials_total=int(i.tradeoff.trials_total or len(trials)),
                 trials_listed=len(trials),
                 rounds_spent=sum(int(t.last_round or 0) for t in trials),

@@ -13,7 +13,7 @@ ended, and while it runs the same function on the trials finished so far, marked
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,7 @@ from ..keys import SMOOTH_WINDOW
 from .tradeoff import TradeOff, TrialCurve, analyze_tradeoff
 
 if TYPE_CHECKING:
-    from ..spec import StudySpec
+    from ..spec import StoredSpec, StudySpec
 
 __all__ = ["PROVISIONAL_NOTE", "StudyReport", "study_report", "tradeoff_of"]
 
@@ -33,21 +33,20 @@ PROVISIONAL_NOTE = (
 
 
 def tradeoff_of(
-    document: Mapping[str, Any], curves: Sequence[TrialCurve], provisional: bool = False
+    spec: StudySpec | StoredSpec, curves: Sequence[TrialCurve], provisional: bool = False
 ) -> TradeOff:
-    """The trade-off of ``curves`` with the settings of the spec ``document`` (a
-    ``StudySpec.to_dict()`` or the service's stored spec)."""
-    objective = document.get("objective") or {}
-    given = document.get("tradeoff") or {}
-    target = given.get("pareto_target")
-    if target is None and objective.get("metrics"):
-        target = objective.get("target_loss")
-    rounds = (document.get("train") or {}).get("rounds")
+    """The trade-off of ``curves`` with the settings of the study ``spec`` (the driver's
+    :class:`~fedtune.tuning.spec.StudySpec`, or the service's typed stored copy)."""
+    objective, given = spec.objective, spec.tradeoff
+    target = given.pareto_target
+    if target is None and objective.is_multi:
+        target = objective.target_loss
+    rounds = spec.train.rounds
     t = analyze_tradeoff(
         curves,
-        targets=given.get("targets"),
+        targets=given.targets,
         pareto_target=target,
-        last_rounds=int(objective.get("last_rounds") or 10),
+        last_rounds=objective.last_rounds,
         smooth_window=SMOOTH_WINDOW,
         rounds_total=int(rounds) if rounds else None,
         metric="client_loss",
@@ -88,9 +87,7 @@ def study_report(spec: StudySpec, curves: list, directory: Path) -> StudyReport:
     from .plots import write_artifacts
     from .theory_link import theory_report
 
-    document = spec.to_dict()
-    rounds = spec.train.rounds
-    t = tradeoff_of({**document, "train": {**document["train"], "rounds": rounds}}, curves)
+    t = tradeoff_of(spec, curves)
     files = write_artifacts(t, curves, directory, color_by=next(iter(curves[0].params), None))
     k = t.targets.index(t.pareto_target) if t.pareto_target is not None else 0
     pareto = [

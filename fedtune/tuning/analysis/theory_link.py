@@ -23,15 +23,13 @@ prediction (``None``) rather than a wrong one.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from fedtune.errors import ConfigError
-from fedtune.trainers import build_task, get_recipe, parse_trial_config
+from fedtune.trainers import TrialConfig, build_task, get_recipe
 from fedtune.trainers.algorithms.registry import effective_hparams, local_steps_of
 from fedtune.trainers.theory import (
     QuadraticInstance,
@@ -77,11 +75,10 @@ def _delta(
     return float(delta_eq17(log_kappa, np.log(instance.L / instance.mu))), "eq17"
 
 
-def predict(config: Mapping[str, Any], instance: QuadraticInstance) -> Prediction | None:
+def predict(cfg: TrialConfig, instance: QuadraticInstance) -> Prediction | None:
     """The prediction for one trial configuration, or None when the theory does not apply."""
-    cfg = parse_trial_config(config)
     recipe = get_recipe(cfg.algorithm)
-    if recipe.build.__name__ != "_build_local_update" or recipe.second_order:
+    if recipe.build.__name__ != "_build_local_update" or recipe.aggregator or recipe.second_order:
         return None
     if recipe.theta not in _THETA or cfg.hparams.get("theta") or cfg.train.local_epochs is not None:
         return None  # the theory needs one Θ (one K) for every client
@@ -124,7 +121,7 @@ def theory_report(spec: StudySpec, curves: list, directory: Path) -> dict[str, P
     instance = build_task("quadratic", dict(spec.task.params), spec.task.seed).meta["instance"]
     predicted, forms = {}, {}
     for c in curves:
-        p = predict(spec.trial_config(dict(c.params)), instance)
+        p = predict(spec.trial(dict(c.params)), instance)
         if p is not None:
             predicted[c.trial_id] = (p.rho, p.delta)
             forms[c.trial_id] = p.delta_form

@@ -11,19 +11,22 @@ and the user's ``file:line`` (``fedtune tune``: exit 2; the service: the study `
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..spec import StudySpec
 
 __all__ = ["preflight"]
 
 
-def preflight(spec: Any) -> None:
+def preflight(spec: StudySpec) -> None:
     """Build ``spec``'s task and model once (base configuration, CPU); raise its ``ConfigError``.
 
     Only what the base configuration builds is checked: a searched value that breaks a task
     (say ``task.heterogeneity`` out of its range) still fails that trial alone."""
     from fedtune.trainers import Trainer
 
-    config = copy.deepcopy(spec.base_trial_config())
-    config.setdefault("train", {})["device"] = "cpu"  # the driver may have no GPU
-    Trainer(config)
+    spec.load_code()
+    base = spec.base_config
+    Trainer(dataclasses.replace(base, train=dataclasses.replace(base.train, device="cpu")))

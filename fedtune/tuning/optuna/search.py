@@ -488,5 +488,5 @@ def best_trial(spec: StudySpec, study: optuna.Study, space: SearchSpace) -> dict
         "value": value,
         "values": dict(zip(names, best.values, strict=True)),
         "params": params,
-        "config": spec.trial_config(params),
+        "config": spec.trial(params).to_dict(),
     }

@@ -451,13 +451,12 @@ def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:
     Returns:
         The function of a member's Tune config.
     """
-    from fedtune.trainers import parse_trial_config
     from fedtune.trainers.packed import pack_key, pack_refusal
 
     from ..trials.trainable import sampled_params
 
     def key(config: Mapping[str, Any]) -> str:
-        parsed = parse_trial_config(spec.trial_config(sampled_params(config)))
+        parsed = spec.trial(sampled_params(config))
         if pack_refusal(parsed) is not None:
             return f"alone:{config[TRIAL_KEY]}"
         return pack_key(parsed)

@@ -2,7 +2,7 @@
 
 A trial's Tune ``config`` is the plain ``{config path: value}`` dict that the Optuna searcher
 sampled, plus the Optuna trial number under :data:`~.keys.TRIAL_KEY`. The trainable turns it into a
-typed trial configuration on its first line (``spec.trial_config`` → ``parse_trial_config``),
+typed trial configuration on its first line (``spec.trial``),
 trains it round by round (one :class:`~fedtune.trainers.Trainer` per seed of ``spec.seeds``, in
 lockstep; per-round metrics are then means over seeds) and calls ``tune.report`` once every
 ``spec.report_every`` rounds and at the end. Ray's result-throughput guidance is to report
@@ -41,6 +41,7 @@ whose :data:`~.keys.OUTCOME` is ``diverged`` and whose objectives are the worst 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections import deque
@@ -51,7 +52,7 @@ import numpy as np
 
 from fedtune.errors import FedtuneError
 from fedtune.outcomes import RUNNING
-from fedtune.trainers import Outcome, Trainer, TrialConfig, parse_trial_config
+from fedtune.trainers import Outcome, Trainer, TrialConfig
 from fedtune.trainers.engine import device_label
 
 from .. import env
@@ -90,13 +91,20 @@ def sampled_params(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def trial_configs(spec: StudySpec, config: Mapping[str, Any]) -> list[TrialConfig]:
     """One typed trial configuration per seed of the study (GPU trials: see :func:`gpu_device`)."""
+    spec.load_code()  # idempotent: the study's algorithm must be registered to type hparams
     sampled = sampled_params(config)
-    raw = [spec.trial_config(sampled, seed=seed) for seed in spec.trial_seeds()]
-    if spec.resources.gpu > 0:
-        for cfg in raw:
-            train = cfg.setdefault("train", {})
-            train["device"] = gpu_device(spec.resources.gpu, train.get("device", "auto"))
-    return [parse_trial_config(cfg) for cfg in raw]
+    configs = [spec.trial(sampled, seed=seed) for seed in spec.trial_seeds()]
+    if spec.resources.gpu <= 0:
+        return configs
+    return [
+        dataclasses.replace(
+            c,
+            train=dataclasses.replace(
+                c.train, device=gpu_device(spec.resources.gpu, c.train.device)
+            ),
+        )
+        for c in configs
+    ]
 
 
 def gpu_device(gpu: float, requested: str) -> str:
