@@ -1,6 +1,6 @@
 """What the service accepts as a study spec (the one place it touches ``StudySpec``).
 
-``StudySpec`` (``fedtune/tuning/spec.py``) validates the study in two steps: ``parse`` checks its
+``StudySpec`` (``fedtune/tuning/spec/``) validates the study in two steps: ``parse`` checks its
 shape into typed sections (cheap), ``check`` validates it in depth (the search space, the recipe,
 a trial configuration per bound). Between the two the service applies the rules of a multi-user
 server to the parsed spec, each reported as ``ConfigError(field, reason)`` (→ 422):
