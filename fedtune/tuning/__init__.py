@@ -59,7 +59,7 @@ _LAZY = {
     **dict.fromkeys(_TRADEOFF, "analysis.tradeoff"),
     **dict.fromkeys(_PLOTS, "analysis.plots"),
     "run_study": "driver.study",
-    "StudyResult": "driver.study",
+    "StudyResult": "driver.phases",
     "StudyTracker": "mlflow.tracking",
     "MlflowCallback": "mlflow.tracking",
     "FedtuneSearch": "optuna.search",

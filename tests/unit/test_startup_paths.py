@@ -172,7 +172,7 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     monkeypatch.setattr(study.ray, "cluster_resources", lambda: {"CPU": 2.0})
     monkeypatch.setattr(
         study,
-        "_fit",
+        "fit",
         lambda plan, runtime, progress, sinks: study.Fitted(
             runtime.stores, runtime.tracking.result()
         ),

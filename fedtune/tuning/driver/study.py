@@ -14,7 +14,7 @@
    (:mod:`.code_shipping`), the task and model built once (:mod:`.preflight`) and the
    cluster's resources checked; what runs concurrently runs in one :class:`.startup.Startup`.
    A stored study is opened first, and Ray starts only when trials remain;
-3. **fit** (:func:`_fit`): a ``Tuner`` with :class:`~.optuna_glue.FedtuneSearch`,
+3. **fit** (:func:`.fit.fit`): a ``Tuner`` with :class:`~.optuna_glue.FedtuneSearch`,
    ``tune.with_resources`` and ``max_concurrent_trials`` runs the ``target − finished``
    remaining trials; they are stopped early by the study's one stopper
    (:func:`.stoppers.stopper_for`: a Ray Tune scheduler, or fedtune's own stop rule asked
@@ -36,46 +36,35 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import ray
-from ray import tune
 
 from fedtune.errors import ConfigError
-from fedtune.outcomes import TrialOutcome
 from fedtune.redact import strip_credentials
 
 from ..analysis.report import study_report
 from ..analysis.trials_table import trials_table
-from ..keys import TRIAL_KEY
 from ..optuna import search as og
-from ..optuna.budget import RoundBudget
 from ..optuna.store import StudyStore
-from ..packing.memory import measure_on_cluster
-from ..packing.plan import plan as pack_plan
-from ..packing.trial import PACK_KEY, pack_name
 from ..spec import StudySpec
-from ..trials.schedulers import tune_scheduler
-from ..trials.stoppers import stopper_for
-from ..trials.trainable import make_trainable
 from . import timeline
-from .code_shipping import code_runtime_env, worker_spec
-from .failures import FirstErrorCallback, all_failed, first_error, no_best_reason
+from .code_shipping import code_runtime_env
+from .failures import first_error, no_best_reason
+from .fit import fit
+from .phases import Fitted, Runtime, Stores, StudyPlan, StudyResult, Tracking
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
 from .ray_session import ray_session as _ray_session
 from .ray_session import study_lock as _study_lock
-from .startup import Deferred, Startup, import_soon
+from .startup import Deferred, Startup
 
 if TYPE_CHECKING:
-    from ..mlflow.tracking import StudyTracker
+    pass
 
 # MLflow (.tracking), matplotlib (.plots) and the theory report are imported where used: MLflow
 # by the thread that opens the tracking store while Ray starts, so neither is paid before
@@ -91,200 +80,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_TUNE_ENV = {
-    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the storage and MLflow are the record
-    "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C raises KeyboardInterrupt at once
-    "RAY_AIR_NEW_OUTPUT": "0",  # its experiment header prints even with verbose=0
-}
-
-
-@dataclass
-class StudyResult:
-    """What a study produced: its records, counts, best configuration and trade-off.
-
-    Attributes:
-        name: The study's name.
-        workdir: Its directory.
-        storage_url: The Optuna storage.
-        tracking_uri: The MLflow store, without credentials.
-        experiment_id: The MLflow experiment.
-        parent_run_id: The study's parent MLflow run.
-        target_trials: The number of finished trials it aimed at (None: no limit in trials, a
-            budget in compute ended it).
-        configuration_rounds: Rounds trained by all its finished trials, in every session.
-        finished: Trials finished in total.
-        ran: Trials this invocation finished.
-        counts: Trials by state.
-        best: The best trial: its number, configuration and objective values (None: none).
-        pareto: The Pareto set of the trade-off.
-        tradeoff: The measured trade-off (None: none could be measured).
-        artifacts: The trade-off report's files (plots, JSON, CSV) by name.
-        interrupted: Trials a previous driver left running, marked interrupted and re-run.
-        timings: Seconds spent starting, tuning, finalizing and in total.
-        stop_reasons: Stopped trials by reason (``worse``, ``rung``, ``asha`` …).
-        first_error: ``trial N: <error>`` of the first failed trial, if any.
-        failure: Why there is no best configuration (None: there is one); a study with a
-            failure ends failed.
-        packing: How this invocation packed configurations into trial processes
-            (:mod:`.packing.plan`; None: it ran none).
-    """
-
-    name: str
-    workdir: str
-    storage_url: str
-    tracking_uri: str  # without credentials (``fedtune tune --json`` prints it)
-    experiment_id: str
-    parent_run_id: str
-    target_trials: int | None
-    configuration_rounds: int
-    finished: int
-    ran: int
-    counts: dict[str, int]
-    best: dict[str, Any] | None
-    pareto: list[dict[str, Any]]
-    tradeoff: dict[str, Any] | None
-    artifacts: dict[str, str]
-    interrupted: list[int] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    #: stopped trials by reason (``optuna_glue.stop_reasons``: ``worse``, ``rung``, ``asha`` …)
-    stop_reasons: dict[str, int] = field(default_factory=dict)
-    #: ``trial N: <error>`` of the first failed trial (``failures.first_error``), if any
-    first_error: str | None = None
-    #: why there is no best configuration (``failures.no_best_reason``); None when there is one.
-    #: The one rule: a study with a failure ends failed (CLI exit 1, service state ``failed``)
-    failure: str | None = None
-    packing: str | None = None
-
-    @property
-    def all_failed(self) -> bool:
-        """Trials finished and every one of them failed (the study did not succeed)."""
-        return all_failed(self.counts)
-
-    @property
-    def commands(self) -> dict[str, str]:
-        """Commands that open the study's records.
-
-        Returns:
-            The MLflow UI command and page, and the Optuna dashboard command.
-        """
-        from ..mlflow.tracking import executable, ui_command, ui_url
-
-        return {
-            "mlflow_ui": ui_command(self.tracking_uri),
-            "mlflow_page": ui_url(self.tracking_uri, self.experiment_id),
-            "optuna_dashboard": f"{executable('optuna-dashboard')} {self.storage_url}",
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        """Give the result as JSON-ready data.
-
-        Returns:
-            Its fields and :attr:`commands`; ±∞ and NaN (a diverged value, a never-reached
-            target) become None.
-        """
-        return _json_safe({**self.__dict__, "commands": self.commands})
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
-# -- the phases' data -------------------------------------------------------------------
-@dataclass(frozen=True)
-class StudyPlan:
-    """One invocation of a study, as decided before anything starts (the phases' context).
-
-    Args:
-        spec: The study, its tracking URI without credentials (the plan is the driver's; what
-            Tune, Optuna and MLflow record gets this spec).
-        workdir: Its directory (resolved).
-        space: Its search space.
-        target: The number of finished trials it is to have (None: no limit in trials).
-        stored: Its Optuna storage exists (a resume or an extension, not a new study).
-        tracking_uri: The MLflow store given by the caller, else the spec's, with its
-            credentials (None: ``MLFLOW_TRACKING_URI``, else the workdir's).
-        ray_address: The Ray cluster to connect to (None: the caller's or an embedded Ray).
-        t0: ``time.perf_counter()`` when :func:`run_study` began.
-    """
-
-    spec: StudySpec
-    workdir: Path
-    space: Any
-    target: int | None
-    stored: bool
-    tracking_uri: str | None
-    ray_address: str | None
-    t0: float
-
-
-@dataclass(frozen=True)
-class Stores:
-    """The study's Optuna storage, open and reconciled.
-
-    Args:
-        store: fedtune's view of the storage.
-        study: The Optuna study.
-        fixed: What reconciling it found (finished and interrupted trials).
-        remaining: The trials still to run (target − finished; None: no limit in trials).
-    """
-
-    store: StudyStore
-    study: Any
-    fixed: og.Reconciled
-    remaining: int | None
-
-
-@dataclass(frozen=True)
-class Tracking:
-    """The study's MLflow store and parent run, open.
-
-    Args:
-        tracker: The MLflow store.
-        parent: The parent run's id.
-    """
-
-    tracker: StudyTracker
-    parent: str
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """What :func:`_start_runtime` started.
-
-    Args:
-        stores: The Optuna storage.
-        tracking: The MLflow store, opening in a thread until the first trial starts.
-        shipped: The study's code reaches the trials through the job's ``runtime_env``.
-    """
-
-    stores: Stores
-    tracking: Deferred[Tracking]
-    shipped: bool
-
-
-@dataclass(frozen=True)
-class Fitted:
-    """What :func:`_fit` leaves to :func:`_finalize`.
-
-    Args:
-        stores: The Optuna storage.
-        tracking: The MLflow store and parent run.
-        first_start: ``time.perf_counter()`` when the first trial started (None: none ran).
-        fit_s: Seconds the fit took.
-        packing: How the fit packed configurations into trial processes (None: nothing ran).
-    """
-
-    stores: Stores
-    tracking: Tracking
-    first_start: float | None = None
-    fit_s: float = 0.0
-    packing: str | None = None
 
 
 # -- run_study and its phases -----------------------------------------------------------
@@ -328,7 +123,7 @@ def run_study(
     with _claim(workdir, early) as early:
         plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address)
         with _start_runtime(plan, early) as runtime:
-            fitted = _fit(plan, runtime, progress, sinks)
+            fitted = fit(plan, runtime, progress, sinks)
         return _finalize(plan, fitted)
 
 
@@ -549,53 +344,6 @@ def _open_tracking(stores: Stores, plan: StudyPlan) -> Tracking:
     return Tracking(tracker, parent)
 
 
-def _fit(
-    plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Sequence[Any]
-) -> Fitted:
-    """Run the remaining trials with Ray Tune (nothing when none remain).
-
-    Args:
-        plan: The study's plan.
-        runtime: The stores, the tracking and Ray.
-        progress: A stream for the live progress line, if any.
-        sinks: Extra Ray Tune callbacks.
-
-    Returns:
-        The stores, the open tracking, when the first trial started and how long the fit took.
-
-    Raises:
-        Exception: The tracking store's error when it failed to open, else the fit's.
-    """
-    stores = runtime.stores
-    if stores.remaining == 0:
-        return Fitted(stores, runtime.tracking.result())
-    start = time.perf_counter()
-    first = _FirstStart()
-    budget = og.round_budget(plan.spec, stores.study)
-    callbacks = [
-        first,
-        FirstErrorCallback(stores.study),
-        _AfterTracking(plan.spec, runtime),
-        *_progress(plan, stores, progress, budget),
-        *sinks,
-    ]
-    try:
-        with _tune_environment():
-            tuner, packing = _tuner(plan, runtime, callbacks, budget)
-            timeline.mark("fit")
-            tuner.fit()
-            timeline.mark("fit_done")
-    except Exception:
-        runtime.tracking.result()  # a tracking store that failed to open is the study's error
-        raise
-    tracking = runtime.tracking.result()  # a fit without trials never asked for it
-    # a wall-clock budget ends the fit with trials in flight: record them as interrupted
-    # (re-run by the next invocation), exactly as after a Ctrl-C
-    if og.reconcile(stores.study, stores.store).interrupted:
-        tracking.tracker.reconcile(tracking.parent, og.run_statuses(stores.study))
-    return Fitted(stores, tracking, first.at, time.perf_counter() - start, packing)
-
-
 def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
     """Write the trade-off of every finished trial and end the parent run.
 
@@ -664,187 +412,7 @@ def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
     )
 
 
-# -- the fit's parts --------------------------------------------------------------------
-class _FirstStart(tune.Callback):
-    """Notes when the first trial starts, and begins the figures' imports then."""
-
-    def __init__(self) -> None:
-        self.at: float | None = None
-
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        if self.at is None:
-            timeline.mark("first_trial_scheduled")
-            import_soon("fedtune.tuning.analysis.plots")  # ~0.6 s of CPU, off the start-up
-            self.at = time.perf_counter()
-
-
-class _AfterTracking(tune.Callback):
-    """The MLflow callback (:class:`.tracking.MlflowCallback`), built at its first event.
-
-    It waits there for the tracking store, which opens in a thread while Tune sets up and the
-    first trial's worker starts; a store that failed to open raises its error there.
-
-    Args:
-        spec: The study.
-        runtime: The stores (child run ids are stored on the trials) and the tracking.
-    """
-
-    def __init__(self, spec: StudySpec, runtime: Runtime) -> None:
-        self._spec = spec
-        self._runtime = runtime
-        self._inner: Any = None
-
-    def _callback(self) -> Any:
-        if self._inner is None:
-            from ..mlflow.tracking import MlflowCallback
-
-            tracking, store = self._runtime.tracking.result(), self._runtime.stores.store
-            self._inner = MlflowCallback(
-                tracking.tracker, tracking.parent, self._spec, store.set_run_id
-            )
-        return self._inner
-
-    def on_trial_start(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_start(*args, **kwargs)
-
-    def on_trial_result(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_result(*args, **kwargs)
-
-    def on_trial_complete(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_complete(*args, **kwargs)
-
-    def on_trial_error(self, *args: Any, **kwargs: Any) -> None:
-        self._callback().on_trial_error(*args, **kwargs)
-
-
-def _progress(
-    plan: StudyPlan, stores: Stores, stream: TextIO | None, budget: RoundBudget | None
-) -> list[Any]:
-    """The progress line's callback, when there is a stream for it.
-
-    Args:
-        plan: The study's plan.
-        stores: The Optuna storage (the best trial and counts so far).
-        stream: Where the line goes (None: no line).
-        budget: The study's budget in configuration-rounds (None: none).
-
-    Returns:
-        The callback in a list, or an empty list.
-    """
-    if stream is None:
-        return []
-    from .progress import ProgressCallback
-
-    best = og.best_trial(plan.spec, stores.study, plan.space)
-    counts = og.study_counts(stores.study)
-    shown = {k: v for k, v in counts.items() if k not in ("trials", TrialOutcome.INTERRUPTED)}
-    return [
-        ProgressCallback(
-            stream,
-            plan.spec.name,
-            plan.target,
-            stores.fixed.finished,
-            (best["value"], best["number"]) if best else None,
-            shown,
-            plan.spec.objective.directions[0],
-            rounds=budget,
-            time_s=plan.spec.budget.time,
-        )
-    ]
-
-
-def _tuner(
-    plan: StudyPlan, runtime: Runtime, callbacks: list[Any], budget: RoundBudget | None
-) -> tuple[tune.Tuner, str]:
-    """The study's Tuner, and how it packs configurations into trial processes (one line)."""
-    spec, stores = plan.spec, runtime.stores
-    rounds = spec.train.rounds
-    offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
-    sampler = og.make_sampler(spec, og.planned_trials(spec, plan.target), offset=offset)
-    stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
-    shipped = worker_spec(spec) if runtime.shipped else spec
-    packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
-    if packing.packed:
-        search = (stopper, sampler, budget)
-        parts = _packed_parts(plan, runtime, search, packing.size, shipped, callbacks)
-        trainable, searcher, scheduler, callbacks = parts
-    else:
-        searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
-        trainable, scheduler = make_trainable(shipped), tune_scheduler(stopper)
-    resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
-    tuner = tune.Tuner(
-        tune.with_resources(trainable, resources),
-        tune_config=tune.TuneConfig(
-            search_alg=searcher,
-            scheduler=scheduler,
-            num_samples=-1 if stores.remaining is None else stores.remaining,  # -1: no limit
-            max_concurrent_trials=packing.processes,
-            time_budget_s=spec.budget.time,
-            reuse_actors=True,
-            trial_name_creator=_trial_name,
-            trial_dirname_creator=_trial_name,
-        ),
-        run_config=tune.RunConfig(
-            name=time.strftime("session-%Y%m%d-%H%M%S"),
-            storage_path=str(plan.workdir / "ray_results"),
-            callbacks=callbacks,
-            verbose=0,
-            failure_config=tune.FailureConfig(max_failures=0),
-        ),
-    )
-    return tuner, packing.note
-
-
-def _packed_parts(
-    plan: StudyPlan,
-    runtime: Runtime,
-    search: tuple[Any, Any, RoundBudget | None],
-    size: int,
-    shipped: StudySpec,
-    callbacks: list[Any],
-) -> tuple[Any, Any, Any, list[Any]]:
-    """The trainable, searcher, scheduler and callbacks of a packed study (:mod:`.packing.driver`).
-
-    Args:
-        plan: The study's plan.
-        runtime: The stores.
-        search: The study's stopper, its Optuna sampler and its budget in configuration-rounds
-            (None: none).
-        size: Configurations per pack.
-        shipped: The spec the trials get.
-        callbacks: The study's callbacks, which see configurations.
-
-    Returns:
-        ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
-    """
-    from ..packing import driver as pd
-    from ..packing.box import PackBox
-    from ..packing.trial import make_pack_trainable
-
-    spec, stores = plan.spec, runtime.stores
-    stopper, sampler, budget = search
-    minimize = str(spec.objective.directions[0]) == "min"
-    stopper = pd.packed_stopper(stopper, spec.name, minimize)
-    box = ray.remote(PackBox).options(num_cpus=0).remote()  # stops and refills
-    book = pd.PackBook()
-    inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
-    key = pd.config_key(spec)
-    searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
-    return (
-        make_pack_trainable(shipped, box),
-        searcher,
-        pd.PackScheduler(stopper, book, box),
-        [pd.PackCallback(callbacks, book)],
-    )
-
-
-def _trial_name(trial: Any) -> str:
-    if PACK_KEY in trial.config:
-        return pack_name(int(trial.config[TRIAL_KEY]))
-    return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
-
-
-# -- process plumbing: Ray's resources, Tune's environment ----------------------------
+# -- process plumbing: Ray's resources -------------------------------------------------
 def check_resources(spec: StudySpec, cluster: dict[str, float]) -> None:
     """Fail fast when one trial's CPUs/GPUs exceed what the whole Ray cluster has."""
     have = {"cpu": cluster.get("CPU", 0.0), "gpu": cluster.get("GPU", 0.0)}
@@ -857,22 +425,3 @@ def check_resources(spec: StudySpec, cluster: dict[str, float]) -> None:
                 f"{have[key]:g} (CPU {have['cpu']:g}, GPU {have['gpu']:g}); "
                 "lower resources or use a cluster with them (--ray-address)",
             )
-
-
-@contextlib.contextmanager
-def _tune_environment() -> Iterator[None]:
-    """Tune settings read from the environment at ``fit`` time, restored afterwards."""
-    saved = {k: os.environ.get(k) for k in _TUNE_ENV}
-    os.environ.update(_TUNE_ENV)
-    tune_log = logging.getLogger("ray.tune")
-    level = tune_log.level
-    tune_log.setLevel(logging.CRITICAL)  # trial errors are reported by our callbacks
-    try:
-        yield
-    finally:
-        tune_log.setLevel(level)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

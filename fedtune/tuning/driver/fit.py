@@ -1,0 +1,288 @@
+"""The fit phase of a study (:func:`fit`): Ray Tune's Tuner with the study's searcher,
+scheduler, trainable and callbacks, packed or not, in Tune's environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+import ray
+from ray import tune
+
+from fedtune.outcomes import TrialOutcome
+
+from ..keys import TRIAL_KEY
+from ..optuna import search as og
+from ..optuna.budget import RoundBudget
+from ..packing.memory import measure_on_cluster
+from ..packing.plan import plan as pack_plan
+from ..packing.trial import PACK_KEY, pack_name
+from ..spec import StudySpec
+from ..trials.schedulers import tune_scheduler
+from ..trials.stoppers import stopper_for
+from ..trials.trainable import make_trainable
+from . import timeline
+from .code_shipping import worker_spec
+from .failures import FirstErrorCallback
+from .startup import import_soon
+
+if TYPE_CHECKING:
+    pass
+
+from .phases import Fitted, Runtime, Stores, StudyPlan
+
+__all__ = ["fit"]
+
+_TUNE_ENV = {
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # the storage and MLflow are the record
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C raises KeyboardInterrupt at once
+    "RAY_AIR_NEW_OUTPUT": "0",  # its experiment header prints even with verbose=0
+}
+
+
+def fit(plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Sequence[Any]) -> Fitted:
+    """Run the remaining trials with Ray Tune (nothing when none remain).
+
+    Args:
+        plan: The study's plan.
+        runtime: The stores, the tracking and Ray.
+        progress: A stream for the live progress line, if any.
+        sinks: Extra Ray Tune callbacks.
+
+    Returns:
+        The stores, the open tracking, when the first trial started and how long the fit took.
+
+    Raises:
+        Exception: The tracking store's error when it failed to open, else the fit's.
+    """
+    stores = runtime.stores
+    if stores.remaining == 0:
+        return Fitted(stores, runtime.tracking.result())
+    start = time.perf_counter()
+    first = _FirstStart()
+    budget = og.round_budget(plan.spec, stores.study)
+    callbacks = [
+        first,
+        FirstErrorCallback(stores.study),
+        _AfterTracking(plan.spec, runtime),
+        *_progress(plan, stores, progress, budget),
+        *sinks,
+    ]
+    try:
+        with _tune_environment():
+            tuner, packing = _tuner(plan, runtime, callbacks, budget)
+            timeline.mark("fit")
+            tuner.fit()
+            timeline.mark("fit_done")
+    except Exception:
+        runtime.tracking.result()  # a tracking store that failed to open is the study's error
+        raise
+    tracking = runtime.tracking.result()  # a fit without trials never asked for it
+    # a wall-clock budget ends the fit with trials in flight: record them as interrupted
+    # (re-run by the next invocation), exactly as after a Ctrl-C
+    if og.reconcile(stores.study, stores.store).interrupted:
+        tracking.tracker.reconcile(tracking.parent, og.run_statuses(stores.study))
+    return Fitted(stores, tracking, first.at, time.perf_counter() - start, packing)
+
+
+class _FirstStart(tune.Callback):
+    """Notes when the first trial starts, and begins the figures' imports then."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self.at is None:
+            timeline.mark("first_trial_scheduled")
+            import_soon("fedtune.tuning.analysis.plots")  # ~0.6 s of CPU, off the start-up
+            self.at = time.perf_counter()
+
+
+class _AfterTracking(tune.Callback):
+    """The MLflow callback (:class:`.tracking.MlflowCallback`), built at its first event.
+
+    It waits there for the tracking store, which opens in a thread while Tune sets up and the
+    first trial's worker starts; a store that failed to open raises its error there.
+
+    Args:
+        spec: The study.
+        runtime: The stores (child run ids are stored on the trials) and the tracking.
+    """
+
+    def __init__(self, spec: StudySpec, runtime: Runtime) -> None:
+        self._spec = spec
+        self._runtime = runtime
+        self._inner: Any = None
+
+    def _callback(self) -> Any:
+        if self._inner is None:
+            from ..mlflow.tracking import MlflowCallback
+
+            tracking, store = self._runtime.tracking.result(), self._runtime.stores.store
+            self._inner = MlflowCallback(
+                tracking.tracker, tracking.parent, self._spec, store.set_run_id
+            )
+        return self._inner
+
+    def on_trial_start(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_start(*args, **kwargs)
+
+    def on_trial_result(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_result(*args, **kwargs)
+
+    def on_trial_complete(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_complete(*args, **kwargs)
+
+    def on_trial_error(self, *args: Any, **kwargs: Any) -> None:
+        self._callback().on_trial_error(*args, **kwargs)
+
+
+def _progress(
+    plan: StudyPlan, stores: Stores, stream: TextIO | None, budget: RoundBudget | None
+) -> list[Any]:
+    """The progress line's callback, when there is a stream for it.
+
+    Args:
+        plan: The study's plan.
+        stores: The Optuna storage (the best trial and counts so far).
+        stream: Where the line goes (None: no line).
+        budget: The study's budget in configuration-rounds (None: none).
+
+    Returns:
+        The callback in a list, or an empty list.
+    """
+    if stream is None:
+        return []
+    from .progress import ProgressCallback
+
+    best = og.best_trial(plan.spec, stores.study, plan.space)
+    counts = og.study_counts(stores.study)
+    shown = {k: v for k, v in counts.items() if k not in ("trials", TrialOutcome.INTERRUPTED)}
+    return [
+        ProgressCallback(
+            stream,
+            plan.spec.name,
+            plan.target,
+            stores.fixed.finished,
+            (best["value"], best["number"]) if best else None,
+            shown,
+            plan.spec.objective.directions[0],
+            rounds=budget,
+            time_s=plan.spec.budget.time,
+        )
+    ]
+
+
+def _tuner(
+    plan: StudyPlan, runtime: Runtime, callbacks: list[Any], budget: RoundBudget | None
+) -> tuple[tune.Tuner, str]:
+    """The study's Tuner, and how it packs configurations into trial processes (one line)."""
+    spec, stores = plan.spec, runtime.stores
+    rounds = spec.train.rounds
+    offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
+    sampler = og.make_sampler(spec, og.planned_trials(spec, plan.target), offset=offset)
+    stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
+    shipped = worker_spec(spec) if runtime.shipped else spec
+    packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
+    if packing.packed:
+        search = (stopper, sampler, budget)
+        parts = _packed_parts(plan, runtime, search, packing.size, shipped, callbacks)
+        trainable, searcher, scheduler, callbacks = parts
+    else:
+        searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
+        trainable, scheduler = make_trainable(shipped), tune_scheduler(stopper)
+    resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, resources),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=-1 if stores.remaining is None else stores.remaining,  # -1: no limit
+            max_concurrent_trials=packing.processes,
+            time_budget_s=spec.budget.time,
+            reuse_actors=True,
+            trial_name_creator=_trial_name,
+            trial_dirname_creator=_trial_name,
+        ),
+        run_config=tune.RunConfig(
+            name=time.strftime("session-%Y%m%d-%H%M%S"),
+            storage_path=str(plan.workdir / "ray_results"),
+            callbacks=callbacks,
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    )
+    return tuner, packing.note
+
+
+def _packed_parts(
+    plan: StudyPlan,
+    runtime: Runtime,
+    search: tuple[Any, Any, RoundBudget | None],
+    size: int,
+    shipped: StudySpec,
+    callbacks: list[Any],
+) -> tuple[Any, Any, Any, list[Any]]:
+    """The trainable, searcher, scheduler and callbacks of a packed study (:mod:`.packing.driver`).
+
+    Args:
+        plan: The study's plan.
+        runtime: The stores.
+        search: The study's stopper, its Optuna sampler and its budget in configuration-rounds
+            (None: none).
+        size: Configurations per pack.
+        shipped: The spec the trials get.
+        callbacks: The study's callbacks, which see configurations.
+
+    Returns:
+        ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
+    """
+    from ..packing import driver as pd
+    from ..packing.box import PackBox
+    from ..packing.trial import make_pack_trainable
+
+    spec, stores = plan.spec, runtime.stores
+    stopper, sampler, budget = search
+    minimize = str(spec.objective.directions[0]) == "min"
+    stopper = pd.packed_stopper(stopper, spec.name, minimize)
+    box = ray.remote(PackBox).options(num_cpus=0).remote()  # stops and refills
+    book = pd.PackBook()
+    inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
+    key = pd.config_key(spec)
+    searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
+    return (
+        make_pack_trainable(shipped, box),
+        searcher,
+        pd.PackScheduler(stopper, book, box),
+        [pd.PackCallback(callbacks, book)],
+    )
+
+
+def _trial_name(trial: Any) -> str:
+    if PACK_KEY in trial.config:
+        return pack_name(int(trial.config[TRIAL_KEY]))
+    return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
+
+
+@contextlib.contextmanager
+def _tune_environment() -> Iterator[None]:
+    """Tune settings read from the environment at ``fit`` time, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in _TUNE_ENV}
+    os.environ.update(_TUNE_ENV)
+    tune_log = logging.getLogger("ray.tune")
+    level = tune_log.level
+    tune_log.setLevel(logging.CRITICAL)  # trial errors are reported by our callbacks
+    try:
+        yield
+    finally:
+        tune_log.setLevel(level)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
