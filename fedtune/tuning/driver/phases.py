@@ -36,7 +36,7 @@ class StudyPlan:
         tracking_uri: The MLflow store given by the caller, else the spec's, with its
             credentials (None: ``MLFLOW_TRACKING_URI``, else the workdir's).
         ray_address: The Ray cluster to connect to (None: the caller's or an embedded Ray).
-        t0: ``time.perf_counter()`` when :func:`run_study` began.
+        t0: ``time.perf_counter()`` when :func:`.study.run_study` began.
     """
 
     spec: StudySpec
@@ -81,7 +81,7 @@ class Tracking:
 
 @dataclass(frozen=True)
 class Runtime:
-    """What :func:`_start_runtime` started.
+    """What :func:`.study._start_runtime` started.
 
     Args:
         stores: The Optuna storage.
@@ -96,7 +96,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Fitted:
-    """What :func:`_fit` leaves to :func:`_finalize`.
+    """What :func:`.fit.fit` leaves to :func:`.study._finalize`.
 
     Args:
         stores: The Optuna storage.
