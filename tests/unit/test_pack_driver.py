@@ -431,6 +431,10 @@ def test_callbacks_see_each_member_as_a_trial():
     assert recorder.calls[3][1][2][OUTCOME] == TrialOutcome.COMPLETED
     member = pd.MemberTrial(pack, pack.config[PACK_KEY][1])
     assert member.error_file == "/tmp/the-pack-error"  # a failed pack's error is its members'
+    assert (member.trial_id, member.config[TRIAL_KEY]) == ("config-5", 5)
+    pack.local_path = "/tmp/the-pack"
+    with pytest.raises(AttributeError):  # a member is not a proxy of its pack
+        member.local_path  # noqa: B018
     assert not callback._trials  # ended members are not kept
 
 

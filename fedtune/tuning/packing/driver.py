@@ -70,8 +70,10 @@ def member_id(number: int) -> str:
 
 
 class MemberTrial:
-    """A pack's member, as a Tune callback sees a trial (``trial_id``, ``config``,
-    ``last_result``; anything else, such as the error of a failed pack, is the pack's).
+    """A pack's member as the study's callbacks see a trial: its own ``trial_id``, ``config``
+    and ``last_result``, and its pack's error (``error_file``, ``get_error``) when the pack
+    fails. These are all the callbacks read of a Tune trial (MLflow, progress, the service's
+    sink, the first error).
 
     Args:
         pack: The pack's Tune trial.
@@ -84,8 +86,14 @@ class MemberTrial:
         self.trial_id = member_id(int(config[TRIAL_KEY]))
         self.last_result: dict[str, Any] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.pack, name)
+    @property
+    def error_file(self) -> str | None:
+        """The file of the pack's traceback, once it failed (Tune writes it on the driver)."""
+        return getattr(self.pack, "error_file", None)
+
+    def get_error(self) -> Any:
+        """The pack's error (None while it has none)."""
+        return self.pack.get_error()
 
 
 @dataclass
