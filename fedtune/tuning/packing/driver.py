@@ -47,8 +47,9 @@ from ray.tune.search import Searcher
 
 from fedtune.outcomes import RUNNING
 
-from ..keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from ..keys import HISTORY, OUTCOME, ROUND, TRIAL_KEY
 from ..optuna.store import StudyStore
+from ..trials.schedulers import RoundFeed
 from ..trials.stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
 from .trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 
@@ -340,7 +341,7 @@ class PackScheduler(FIFOScheduler):
     def __init__(self, stopper: Stopper, book: PackBook, box: Any) -> None:
         super().__init__()
         self.stopper, self.book, self.box = stopper, book, box
-        self._seen: dict[int, int] = {}
+        self.feed = RoundFeed(stopper)
         self._ended: set[int] = set()
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
@@ -367,15 +368,7 @@ class PackScheduler(FIFOScheduler):
         return TrialScheduler.CONTINUE
 
     def _observe(self, number: int, member: Mapping[str, Any]) -> bool:
-        last = self._seen.get(number, 0)
-        values = []
-        for row in member.get(HISTORY, ()):
-            if row[ROUND] <= last or row.get(OBJECTIVE) is None:
-                continue
-            values.append(float(row[OBJECTIVE]))
-            last = int(row[ROUND])
-        self._seen[number] = last
-        return bool(values) and self.stopper.observe(number, values) is not None
+        return self.feed.observe(number, member.get(HISTORY, ())) is not None
 
 
 class PackCallback(tune.Callback):

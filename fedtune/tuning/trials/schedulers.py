@@ -7,6 +7,7 @@ built by :func:`ray_scheduler` and decides by itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ray.tune.schedulers import (
@@ -17,9 +18,9 @@ from ray.tune.schedulers import (
 )
 
 from ..keys import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
-from .stop_rules import Stopper, TuneSchedulerStopper
+from .stop_rules import Stopper, StopReason, TuneSchedulerStopper
 
-__all__ = ["RuleScheduler", "ray_scheduler", "tune_scheduler"]
+__all__ = ["RoundFeed", "RuleScheduler", "ray_scheduler", "tune_scheduler"]
 
 
 def tune_scheduler(stopper: Stopper) -> TrialScheduler:
@@ -38,13 +39,41 @@ def tune_scheduler(stopper: Stopper) -> TrialScheduler:
     return RuleScheduler(stopper)
 
 
-class RuleScheduler(FIFOScheduler):
-    """Stops a trial when its study's stopper says so.
+class RoundFeed:
+    """Hands a stopper each trial's new rounds, once: the one loop over a report's rounds of
+    :class:`RuleScheduler` and of a pack's scheduler (``fedtune.tuning.packing.driver``).
 
-    Each report carries the rounds since the previous one (``HISTORY``) with the running
-    selection-rule value under ``OBJECTIVE``; every new round's value goes to the stopper
-    (rounds already seen are skipped: a function trainable's final result can be delivered
-    twice).
+    A report carries the rounds since the previous one (``HISTORY``) with the running
+    selection-rule value under ``OBJECTIVE``; rounds already seen are skipped (a function
+    trainable's final result can be delivered twice), and so are rounds without a value.
+
+    Args:
+        stopper: The study's stopper.
+    """
+
+    def __init__(self, stopper: Stopper) -> None:
+        self.stopper = stopper
+        self._seen: dict[int, int] = {}
+
+    def observe(self, number: int, history: Iterable[Mapping[str, Any]]) -> StopReason | None:
+        """Give the stopper trial ``number``'s new rounds of ``history``.
+
+        Returns:
+            Why the trial stops, or None (it goes on, or the report had no new round).
+        """
+        last = self._seen.get(number, 0)
+        values = []
+        for row in history:
+            if row[ROUND] <= last or row.get(OBJECTIVE) is None:
+                continue
+            values.append(float(row[OBJECTIVE]))
+            last = int(row[ROUND])
+        self._seen[number] = last
+        return self.stopper.observe(number, values) if values else None
+
+
+class RuleScheduler(FIFOScheduler):
+    """Stops a trial when its study's stopper says so, after every report (:class:`RoundFeed`).
 
     Args:
         stopper: The study's stopper.
@@ -53,21 +82,10 @@ class RuleScheduler(FIFOScheduler):
     def __init__(self, stopper: Stopper) -> None:
         super().__init__()
         self.stopper = stopper
-        self._seen: dict[int, int] = {}
+        self.feed = RoundFeed(stopper)
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        number = int(trial.config[TRIAL_KEY])
-        last = self._seen.get(number, 0)
-        values = []
-        for row in result.get(HISTORY, ()):
-            if row[ROUND] <= last or row.get(OBJECTIVE) is None:
-                continue
-            values.append(float(row[OBJECTIVE]))
-            last = int(row[ROUND])
-        self._seen[number] = last
-        if not values:
-            return TrialScheduler.CONTINUE
-        reason = self.stopper.observe(number, values)
+        reason = self.feed.observe(int(trial.config[TRIAL_KEY]), result.get(HISTORY, ()))
         return TrialScheduler.STOP if reason else TrialScheduler.CONTINUE
 
 
