@@ -265,3 +265,31 @@ def test_a_curve_that_starts_flat_then_drops_is_not_stopped():
     assert late[-1] < incumbent[-1]  # the late starter ends better
     assert rule.raw_worse(late[:5], incumbent)  # an early comparison stops it at round 5
     assert all(rule.decide(late[:k], incumbent, line=False) is None for k in range(1, rounds + 1))
+
+
+def test_a_stopper_hears_each_new_round_once():
+    """RoundFeed (RuleScheduler's and a pack's): a round delivered twice, or without a value,
+    does not reach the stopper; a report without a new round does not call it."""
+    from fedtune.tuning.keys import OBJECTIVE, ROUND
+    from fedtune.tuning.trials.schedulers import RoundFeed
+    from fedtune.tuning.trials.stop_rules import Stopper, StopReason
+
+    class Recorder(Stopper):
+        def __init__(self) -> None:
+            self.calls: list[tuple[int, list[float]]] = []
+
+        def observe(self, number, values):
+            self.calls.append((number, list(values)))
+            return StopReason.WORSE if values[-1] > 5 else None
+
+    def rows(*pairs):
+        return [{ROUND: r, OBJECTIVE: v} for r, v in pairs]
+
+    recorder = Recorder()
+    feed = RoundFeed(recorder)
+    assert feed.observe(3, rows((1, 1.0), (2, None), (3, 2.0))) is None
+    assert feed.observe(3, rows((2, 9.0), (3, 9.0))) is None  # delivered again: nothing new
+    assert feed.observe(4, rows((1, 6.0))) == StopReason.WORSE  # trials are apart
+    assert feed.observe(3, rows((3, 2.0), (4, 7.0))) == StopReason.WORSE
+    assert recorder.calls == [(3, [1.0, 2.0]), (4, [6.0]), (3, [7.0])]
+    assert feed.observe(3, []) is None and len(recorder.calls) == 3
