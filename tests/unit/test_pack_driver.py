@@ -385,13 +385,15 @@ def test_the_scheduler_stops_members_and_their_pack_once_all_have_ended():
 
 
 def test_ray_tunes_schedulers_become_optuna_pruners_for_packed_studies():
-    asha = pd.packed_stopper(TuneSchedulerStopper("asha", 30, 3, 3.0), "s", True)
-    median = pd.packed_stopper(TuneSchedulerStopper("median", 30, 3, 3.0), "s", True)
+    asha = TuneSchedulerStopper("asha", 30, 3, 3.0).per_member("s", True)
+    median = TuneSchedulerStopper("median", 30, 3, 3.0).per_member("s", True)
     none = TuneSchedulerStopper("none", 30, 3, 3.0)
     assert isinstance(asha, PrunerStopper) and isinstance(median, PrunerStopper)
     assert type(asha.mirror.pruner).__name__ == "SuccessiveHalvingPruner"
     assert type(median.mirror.pruner).__name__ == "MedianPruner"
-    assert pd.packed_stopper(none, "s", True) is none
+    assert none.per_member("s", True) is none
+    rule = PrunerStopper(median.mirror.pruner, "s", True)
+    assert rule.per_member("s", True) is rule  # a stopper that decides on each trial stays
 
 
 # -- the callbacks ----------------------------------------------------------------------------

@@ -249,7 +249,7 @@ def _packed_parts(
     spec, stores = plan.spec, runtime.stores
     stopper, sampler, budget = search
     minimize = str(spec.objective.directions[0]) == "min"
-    stopper = pd.packed_stopper(stopper, spec.name, minimize)
+    stopper = stopper.per_member(spec.name, minimize)
     box = ray.remote(PackBox).options(num_cpus=0).remote()  # stops and refills
     book = pd.PackBook()
     inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)

@@ -20,7 +20,7 @@ members exactly as they work on unpacked trials:
   :class:`~.box.PackBox` actor so the member costs no more compute. Ray Tune's ASHA and
   median rule cannot stop part of a trial; a packed study uses Optuna's
   ``SuccessiveHalvingPruner`` / ``MedianPruner`` on the same rounds instead
-  (:func:`packed_stopper`).
+  (:meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`).
 * :class:`PackCallback` wraps the study's Tune callbacks, calling them with a
   :class:`MemberTrial` per member.
 
@@ -50,7 +50,7 @@ from fedtune.outcomes import RUNNING
 from ..keys import HISTORY, OUTCOME, ROUND, TRIAL_KEY
 from ..optuna.store import StudyStore
 from ..trials.schedulers import RoundFeed
-from ..trials.stop_rules import PrunerStopper, Stopper, TuneSchedulerStopper
+from ..trials.stop_rules import Stopper
 from .trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 
 __all__ = [
@@ -61,7 +61,6 @@ __all__ = [
     "PackScheduler",
     "PackSearch",
     "config_key",
-    "packed_stopper",
 ]
 
 
@@ -332,7 +331,7 @@ class PackScheduler(FIFOScheduler):
     """Stops a pack's members when the study's stopper says so (module docstring).
 
     Args:
-        stopper: The study's stopper (:func:`packed_stopper`).
+        stopper: The study's stopper (:meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`).
         book: The driver's :class:`PackBook`.
         box: The :class:`~.box.PackBox` actor the packs read (None: no pack hears of a
             stop until its trial is stopped).
@@ -463,36 +462,3 @@ def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:
         return pack_key(parsed)
 
     return key
-
-
-def packed_stopper(stopper: Stopper, name: str, minimize: bool) -> Stopper:
-    """The study's stopper as a packed study needs it: one that decides on each member.
-
-    Ray Tune's schedulers stop whole trials; for a packed study ASHA becomes Optuna's
-    ``SuccessiveHalvingPruner`` (the same asynchronous successive halving: rungs at
-    ``grace · factor^k`` rounds, the top 1/factor of the values seen at a rung go on) and the
-    median rule Optuna's ``MedianPruner`` (after ``grace`` rounds, stop below the median of
-    the others at the same round), both fed every round by :class:`PrunerStopper`. Every other
-    stopper already decides on each trial.
-
-    Args:
-        stopper: The study's stopper.
-        name: The study's name.
-        minimize: The objective is minimised.
-
-    Returns:
-        A stopper whose :meth:`~.stop_rules.Stopper.observe` decides.
-    """
-    if not isinstance(stopper, TuneSchedulerStopper):
-        return stopper
-    import optuna
-
-    if stopper.scheduler == "asha":
-        pruner: optuna.pruners.BasePruner = optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=stopper.grace, reduction_factor=max(2, int(stopper.factor))
-        )
-    elif stopper.scheduler == "median":
-        pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=stopper.grace)
-    else:
-        return stopper
-    return PrunerStopper(pruner, name, minimize)

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 from fedtune.outcomes import RUNNING, TrialOutcome
 from fedtune.search_spaces import ParamType, SearchSpace, default_point
 
+from ..strategies import SchedulerName
+
 if TYPE_CHECKING:
     import optuna
 
@@ -108,6 +110,18 @@ class Stopper(abc.ABC):
         Returns:
             Why the trial stops now (or stopped before), or None: it goes on.
         """
+
+    def per_member(self, study: str, minimize: bool) -> Stopper:
+        """This stopper as a packed study needs it: one that decides on each member.
+
+        Args:
+            study: The study's name.
+            minimize: The objective is minimised.
+
+        Returns:
+            A stopper whose :meth:`observe` decides (this one, unless Ray Tune decides for it).
+        """
+        return self
 
     def complete(self, number: int, outcome: str, value: float | None) -> None:
         """Note that a trial ended.
@@ -524,3 +538,22 @@ class TuneSchedulerStopper(Stopper):
 
     def observe(self, number: int, values: Sequence[float]) -> StopReason | None:
         return None  # the Tune scheduler decides on the reported results
+
+    def per_member(self, study: str, minimize: bool) -> Stopper:
+        """Ray Tune's schedulers stop whole trials; in a pack, ASHA becomes Optuna's
+        ``SuccessiveHalvingPruner`` (the same asynchronous successive halving: rungs at
+        ``grace · factor^k`` rounds, the top 1/factor of the values seen at a rung go on) and
+        the median rule Optuna's ``MedianPruner`` (after ``grace`` rounds, stop below the
+        median of the others at the same round), both fed every round by
+        :class:`PrunerStopper`; ``none`` stays as it is."""
+        import optuna
+
+        if self.scheduler == SchedulerName.ASHA:
+            pruner: optuna.pruners.BasePruner = optuna.pruners.SuccessiveHalvingPruner(
+                min_resource=self.grace, reduction_factor=max(2, int(self.factor))
+            )
+        elif self.scheduler == SchedulerName.MEDIAN:
+            pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=self.grace)
+        else:
+            return self
+        return PrunerStopper(pruner, study, minimize)
