@@ -27,7 +27,7 @@ at a time), :func:`run_packed`:
   (:func:`~fedtune.tuning.packing.driver.config_key`) form the pack, the others wait;
 * the members run in lockstep, one round at a time, each at its own round. Each round every
   live member's new selection-rule value is reported to Optuna and goes to the stopper
-  (``stopper_for``'s, through :func:`~fedtune.tuning.packing.driver.packed_stopper`: ASHA and the
+  (``stopper_for``'s, through :meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`: ASHA and the
   median rule become Optuna's pruners); a member whose row is final (its last round, or the
   round it diverged) is not observed, as ``PackScheduler`` skips a final member result. The
   members that ended are then told, final ones first, then those the stopper stopped
@@ -454,13 +454,13 @@ def run_packed(
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
     """
     from fedtune.tuning.keys import TRIAL_KEY
-    from fedtune.tuning.packing.driver import Backlog, config_key, packed_stopper
+    from fedtune.tuning.packing.driver import Backlog, config_key
     from fedtune.tuning.trials.stoppers import stopper_for
 
     study = _study(spec, target_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        stopper = packed_stopper(stopper_for(spec, task.space, task.rounds), spec.name, True)
+        stopper = stopper_for(spec, task.space, task.rounds).per_member(spec.name, True)
     run = _PackedRun(study, stopper, last, groups, refill_delay)
     asked: dict[int, tuple[Any, dict[str, Any]]] = {}  # number -> (trial, point)
 
@@ -490,7 +490,7 @@ class _PackedRun:
 
     Args:
         study: The study (reported to and told).
-        stopper: The study's stopper (:func:`~fedtune.tuning.packing.driver.packed_stopper`).
+        stopper: The study's stopper (:meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`).
         last: Rounds in the selection rule's mean.
         groups: Gets each round's vmapped groups (None: not kept).
         delay: Rounds a refill waits while other members run (:func:`run_packed`).
