@@ -17,9 +17,10 @@ round (docs/explanation/algorithms.md §1.3 and §2) for P configurations at onc
    (:func:`~fedtune.trainers.client.make_packed_client_fn`) runs the P·M (member, client) pairs
    as one batch, with γ_t and α per pair: their losses vmapped, their gradients from one
    backward pass of the losses' sum (each pair's loss depends on its own parameters only);
-4. the weighted mean q_p = Σ_i w_i q_{p,i} and the server optimizer's step
-   (:func:`~fedtune.trainers.server_opt.make_server_opt`, built inside the vmap with β, β₁,
-   β₂, ε as per-member tensors) run vmapped over the members;
+4. the weighted mean q_p = Σ_i w_i q_{p,i}, taken per chunk of members right after their local
+   steps (or the recipe's ``packed_aggregator`` over every member's messages), and the server
+   optimizer's step (:func:`~fedtune.trainers.server_opt.make_server_opt`, built inside the
+   vmap with β, β₁, β₂, ε as per-member tensors), vmapped over the members;
 5. each member's :class:`~fedtune.trainers.decay.DecayController` (a small Python state
    machine) observes its ℓ_t and gives the next round's [P] rate multipliers;
 6. on evaluation rounds the population loss and the test metrics of every evaluated member come
@@ -41,12 +42,9 @@ MLflow or FastAPI.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
@@ -57,7 +55,6 @@ from torch.utils import _pytree as pytree
 from fedtune.errors import ConfigError
 
 from .algorithms import Cohort, LocalUpdate, get_recipe, resolve
-from .algorithms.registry import effective_hparams
 from .client import make_packed_client_fn
 from .config import TrialConfig
 from .decay import DecayController
@@ -70,14 +67,14 @@ from .evaluation import (
 )
 from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
-from .parsing import parse_trial_config
+from .pack_rules import pack_key, pack_refusal, parse
+from .pack_state import Group, Index, Member, Params, member_weights, pad_steps, stacked_rows
 from .records import Outcome, RoundRecord, TrialResult
 from .sampling import batch_streams, sample_clients, trials_batch_indices
 from .server_opt import make_server_opt
 from .steps import step_mask, step_summary, theta_rows
 from .streams import prepared
 from .tasks import Task, build_task
-from .typed import to_dict
 
 __all__ = ["CPU_CHUNK_BYTES", "PACKED_RUNNER", "PackedTrainer", "pack_key", "pack_refusal"]
 
@@ -89,153 +86,6 @@ CPU_CHUNK_BYTES = 16 * 2**20
 PACKED_RUNNER = "packed"
 #: the server optimizer's constants, passed to it as per-member tensors
 _SERVER_CONSTS = ("server_momentum", "server_beta1", "server_beta2", "server_eps")
-#: train fields a member may set on its own
-_MEMBER_TRAIN = ("local_steps", "local_epochs", "rounds", "divergence_factor", "runner")
-
-Params = dict[str, torch.Tensor]
-
-
-def _parse(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
-    return config if isinstance(config, TrialConfig) else parse_trial_config(config)
-
-
-def pack_refusal(config: TrialConfig | Mapping[str, Any]) -> str | None:
-    """Say why a configuration cannot join a pack (it then runs one per process).
-
-    Args:
-        config: The trial's configuration, parsed or as a mapping.
-
-    Returns:
-        One line giving the reason, or None when it can be packed.
-
-    Raises:
-        ConfigError: An invalid configuration.
-    """
-    cfg = _parse(config)
-    recipe = get_recipe(cfg.algorithm)
-    if recipe.pack_refusal is not None:
-        return recipe.pack_refusal
-    hp = effective_hparams(recipe, cfg)
-    if hp.server_bias_correction:
-        return (
-            "server_bias_correction raises β to the step count as a Python power, not "
-            "vectorised: one configuration per process"
-        )
-    return None
-
-
-def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
-    """Give the key that configurations sharing a pack must have in common.
-
-    Everything but the searched scalars: task (and data seed), algorithm, the server optimizer
-    and its form, the train section less ``local_steps``, ``local_epochs``, ``rounds``,
-    ``divergence_factor`` and ``runner``, and the user code. The trial seed, γ, η, α, Θ, β,
-    β₁, β₂, ε and the decay section may differ.
-
-    Args:
-        config: The trial's configuration, parsed or as a mapping.
-
-    Returns:
-        A JSON string; equal keys can share a :class:`PackedTrainer`.
-    """
-    cfg = _parse(config)
-    recipe = get_recipe(cfg.algorithm)
-    hp = effective_hparams(recipe, cfg)
-    members = recipe.member_hparams or ()
-    shared = {
-        "task": cfg.task.to_dict(),
-        "algorithm": cfg.algorithm,
-        "train": {
-            f.name: to_dict(getattr(cfg.train, f.name))
-            for f in dataclasses.fields(cfg.train)
-            if f.name not in _MEMBER_TRAIN
-        },
-        "hparams": {k: v for k, v in dataclasses.asdict(hp).items() if k not in members},
-        "code": None if cfg.code is None else cfg.code.model_dump(),
-    }
-    return json.dumps(shared, sort_keys=True, default=str)
-
-
-class _Index:
-    """The index tensor of ``positions`` on each device asked for (built once per device: an
-    adaptive server optimizer keeps its step count ``t`` on the CPU beside CUDA state)."""
-
-    def __init__(self, positions: Sequence[int]) -> None:
-        self.positions, self._on = list(positions), {}
-
-    def on(self, device: torch.device) -> torch.Tensor:
-        if device not in self._on:
-            self._on[device] = torch.tensor(self.positions, dtype=torch.long, device=device)
-        return self._on[device]
-
-
-def _rows(tree: Any, positions: Sequence[int]) -> Any:
-    """The rows ``positions`` of every stacked tensor of ``tree``, each indexed on its own
-    device."""
-    index = _Index(positions)
-    return pytree.tree_map(lambda v: v.index_select(0, index.on(v.device)), tree)
-
-
-@dataclass
-class _Member:
-    """One configuration of the pack: its parts, its decay state machine and its records."""
-
-    config: TrialConfig
-    hparams: Any
-    algorithm: LocalUpdate
-    local_steps: int
-    decay: DecayController
-    records: list[RoundRecord] = field(default_factory=list)
-    outcome: Outcome | None = None
-    reason: str = ""
-    initial_loss: float | None = None
-    wall: float = 0.0
-    examples: int = 0
-
-    @property
-    def round(self) -> int:
-        return len(self.records)
-
-    @property
-    def done(self) -> bool:
-        return self.outcome is not None or self.round >= self.config.train.rounds
-
-
-@dataclass
-class _Group:
-    """The members of one round index in a step, between their broadcast and their local
-    steps (:meth:`PackedTrainer._open`) and after them (:meth:`PackedTrainer._close`)."""
-
-    t: int
-    positions: list[int]  # in the stacked state
-    members: list[_Member]
-    data: Any  # the cohort view
-    weights: torch.Tensor  # w_i of the cohort [M]
-    params: Params
-    opt_state: Any
-    consts: dict[str, torch.Tensor]
-    x: Params  # the broadcast models [G, …]
-    client_loss: list[float]
-    client_lr: list[float]  # γ_t of each member this round (its decay scale applied)
-    rows: torch.Tensor  # [G, M, K_max, B]
-    steps: torch.Tensor  # [G, M]
-    thetas: torch.Tensor  # [G, M, K_max]
-    cohorts: list[Cohort]
-
-
-def _member_weights(group: _Group) -> torch.Tensor:
-    """The cohort's weights w_i once per member of ``group``: ``[G, M]``."""
-    return group.weights.unsqueeze(0).expand(len(group.members), -1)
-
-
-def _pad_steps(v: torch.Tensor, k_max: int, zero: bool = False) -> torch.Tensor:
-    """``[G, M, K, …]`` padded to K_max steps: rows repeat the last batch (real rows, masked),
-    Θ rows are 0 (``zero``)."""
-    k = v.shape[2]
-    if k == k_max:
-        return v
-    pad = torch.zeros_like(v[:, :, :1]) if zero else v[:, :, -1:]
-    return torch.cat([v, pad.expand(*v.shape[:2], k_max - k, *v.shape[3:])], 2)
 
 
 class PackedTrainer:
@@ -261,7 +111,7 @@ class PackedTrainer:
         chunk: int | None = None,
     ) -> None:
         self.chunk = chunk
-        parsed = [_parse(c) for c in configs]
+        parsed = [parse(c) for c in configs]
         if not parsed:
             raise ConfigError("pack", "needs at least one configuration")
         first = parsed[0]
@@ -283,7 +133,7 @@ class PackedTrainer:
         )
         self.loss_of = ModuleLoss(self._module, self.task.loss_fn)
         self._server_name: tuple[str, str] | None = None
-        self._members: list[_Member] = []
+        self._members: list[Member] = []
         self._slots: list[int] = []  # member index of each row of the stacked state
         self.params: Params = {}
         self.opt_state: Any = None
@@ -310,7 +160,7 @@ class PackedTrainer:
         Raises:
             ConfigError: It cannot be packed, or its key differs from the pack's.
         """
-        cfg = _parse(config)
+        cfg = parse(config)
         reason = pack_refusal(cfg)
         if reason:
             raise ConfigError("pack", reason)
@@ -328,7 +178,7 @@ class PackedTrainer:
             self._server_name = (hp.server_opt, hp.nesterov_form)
         state = algorithm.init(params)
         decay = DecayController(cfg.decay, base_rates=(hp.client_lr, hp.server_lr))
-        self._members.append(_Member(cfg, hp, algorithm, local_steps, decay))
+        self._members.append(Member(cfg, hp, algorithm, local_steps, decay))
         row = {"params": state.params, "opt": state.opt_state}
         if not self._slots:
             stacked = pytree.tree_map(lambda v: v.unsqueeze(0), row)
@@ -359,7 +209,7 @@ class PackedTrainer:
         if len(keep) == len(self._slots):
             return
         self._slots = [self._slots[pos] for pos in keep]
-        stacked = _rows({"params": self.params, "opt": self.opt_state}, keep)
+        stacked = stacked_rows({"params": self.params, "opt": self.opt_state}, keep)
         self.params, self.opt_state = stacked["params"], stacked["opt"]
 
     @property
@@ -488,20 +338,20 @@ class PackedTrainer:
     def _take(self, tree: Any, positions: list[int]) -> Any:
         if positions == list(range(len(self._slots))):
             return tree
-        return _rows(tree, positions)
+        return stacked_rows(tree, positions)
 
     def _put(self, positions: list[int], params: Params, opt_state: Any) -> None:
         if positions == list(range(len(self._slots))):
             self.params, self.opt_state = params, opt_state
             return
-        index = _Index(positions)
+        index = Index(positions)
         pytree.tree_map(
             lambda dst, src: dst.index_copy_(0, index.on(dst.device), src),
             {"params": self.params, "opt": self.opt_state},
             {"params": params, "opt": opt_state},
         )
 
-    def _open(self, t: int, positions: list[int]) -> _Group | None:
+    def _open(self, t: int, positions: list[int]) -> Group | None:
         """Round ``t`` of the members at ``positions`` up to their local steps: the cohort, the
         broadcast, ℓ_t and the divergence test, every member's batch rows (None: all diverged)."""
         members = [self._members[self._slots[p]] for p in positions]
@@ -537,12 +387,12 @@ class PackedTrainer:
         if not alive:
             return None
         if len(alive) < len(members):
-            params, opt_state, x, consts = _rows((params, opt_state, x, consts), alive)
+            params, opt_state, x, consts = stacked_rows((params, opt_state, x, consts), alive)
             members = [members[g] for g in alive]
             positions = [positions[g] for g in alive]
             client_loss = [client_loss[g] for g in alive]
         rows, steps, thetas, cohorts = self._batches(members, t, clients, data, weights)
-        return _Group(
+        return Group(
             t=t,
             positions=positions,
             members=members,
@@ -560,7 +410,7 @@ class PackedTrainer:
             cohorts=cohorts,
         )
 
-    def _local_steps(self, groups: list[_Group]) -> list[Params]:
+    def _local_steps(self, groups: list[Group]) -> list[Params]:
         """Every group's aggregated client message ``q [G, …]``: all groups' (member, client)
         pairs in one batch when they read the same rows (in-memory data), else group by group."""
         if len(groups) > 1 and all(g.data is groups[0].data for g in groups):
@@ -569,17 +419,17 @@ class PackedTrainer:
                 members=[m for g in groups for m in g.members],
                 client_lr=[lr for g in groups for lr in g.client_lr],
                 x={k: torch.cat([g.x[k] for g in groups]) for k in groups[0].x},
-                rows=torch.cat([_pad_steps(g.rows, k_max) for g in groups]),
+                rows=torch.cat([pad_steps(g.rows, k_max) for g in groups]),
                 steps=torch.cat([g.steps for g in groups]),
-                thetas=torch.cat([_pad_steps(g.thetas, k_max, zero=True) for g in groups]),
-                weights=torch.cat([_member_weights(g) for g in groups]),
+                thetas=torch.cat([pad_steps(g.thetas, k_max, zero=True) for g in groups]),
+                weights=torch.cat([member_weights(g) for g in groups]),
                 data=groups[0].data,
             )
             split = {k: torch.split(v, [len(g.members) for g in groups]) for k, v in merged.items()}
             return [{k: split[k][j] for k in merged} for j in range(len(groups))]
         return [
             self._client_chunks(
-                g.members, g.client_lr, g.x, g.rows, g.steps, g.thetas, _member_weights(g), g.data
+                g.members, g.client_lr, g.x, g.rows, g.steps, g.thetas, member_weights(g), g.data
             )
             for g in groups
         ]
@@ -616,7 +466,7 @@ class PackedTrainer:
                 q[k][part] = v
         return q
 
-    def _close(self, group: _Group, q: Params, out: list, start: float) -> None:
+    def _close(self, group: Group, q: Params, out: list, start: float) -> None:
         """Round ``group.t`` of a group after its local steps: the aggregation ``q`` (the
         weighted mean, already taken, or the recipe's ``packed_aggregator`` of the messages
         ``[G, M, …]``), the server step, the evaluation and every member's record."""

@@ -1,0 +1,83 @@
+"""Which configurations may share a pack (:func:`pack_refusal`) and with whom (:func:`pack_key`):
+what the method's recipe declares (``Recipe.packable``, ``Recipe.member_hparams``) and what
+the configurations have in common.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from .algorithms import get_recipe
+from .algorithms.registry import effective_hparams
+from .config import TrialConfig
+from .parsing import parse_trial_config
+from .typed import to_dict
+
+__all__ = ["pack_key", "pack_refusal", "parse"]
+
+#: train fields a member may set on its own
+_MEMBER_TRAIN = ("local_steps", "local_epochs", "rounds", "divergence_factor", "runner")
+
+
+def parse(config: TrialConfig | Mapping[str, Any]) -> TrialConfig:
+    return config if isinstance(config, TrialConfig) else parse_trial_config(config)
+
+
+def pack_refusal(config: TrialConfig | Mapping[str, Any]) -> str | None:
+    """Say why a configuration cannot join a pack (it then runs one per process).
+
+    Args:
+        config: The trial's configuration, parsed or as a mapping.
+
+    Returns:
+        One line giving the reason, or None when it can be packed.
+
+    Raises:
+        ConfigError: An invalid configuration.
+    """
+    cfg = parse(config)
+    recipe = get_recipe(cfg.algorithm)
+    if recipe.pack_refusal is not None:
+        return recipe.pack_refusal
+    hp = effective_hparams(recipe, cfg)
+    if hp.server_bias_correction:
+        return (
+            "server_bias_correction raises β to the step count as a Python power, not "
+            "vectorised: one configuration per process"
+        )
+    return None
+
+
+def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
+    """Give the key that configurations sharing a pack must have in common.
+
+    Everything but the searched scalars: task (and data seed), algorithm, the server optimizer
+    and its form, the train section less ``local_steps``, ``local_epochs``, ``rounds``,
+    ``divergence_factor`` and ``runner``, and the user code. The trial seed, γ, η, α, Θ, β,
+    β₁, β₂, ε and the decay section may differ.
+
+    Args:
+        config: The trial's configuration, parsed or as a mapping.
+
+    Returns:
+        A JSON string; equal keys can share a :class:`PackedTrainer`.
+    """
+    cfg = parse(config)
+    recipe = get_recipe(cfg.algorithm)
+    hp = effective_hparams(recipe, cfg)
+    members = recipe.member_hparams or ()
+    shared = {
+        "task": cfg.task.to_dict(),
+        "algorithm": cfg.algorithm,
+        "train": {
+            f.name: to_dict(getattr(cfg.train, f.name))
+            for f in dataclasses.fields(cfg.train)
+            if f.name not in _MEMBER_TRAIN
+        },
+        "hparams": {k: v for k, v in dataclasses.asdict(hp).items() if k not in members},
+        "code": None if cfg.code is None else cfg.code.model_dump(),
+    }
+    return json.dumps(shared, sort_keys=True, default=str)
