@@ -98,13 +98,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
 
-    from fedtune.tuning.driver import study as study_module
+    from fedtune.tuning.driver import fit as fit_module
     from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.spec import StudySpec
 
     # Tune's own JSON logger (off in studies: Optuna and MLflow are the record) writes each
     # pack's results, with its step, to its trial directory: this measurement reads them
-    study_module._TUNE_ENV = {**study_module._TUNE_ENV, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"}
+    fit_module._TUNE_ENV = {**fit_module._TUNE_ENV, "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "0"}
 
     spec = StudySpec.from_dict(study(args.pack, args.trials, args.rounds))
     with tempfile.TemporaryDirectory(prefix="refill-lag-") as root:

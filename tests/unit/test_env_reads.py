@@ -36,7 +36,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fedtune/service/backends/kubernetes.py", "load_api_client"): (
         "the kubernetes client's own KUBECONFIG, passed at call time (the client reads it once)"
     ),
-    ("fedtune/tuning/driver/study.py", "_tune_environment"): (
+    ("fedtune/tuning/driver/fit.py", "_tune_environment"): (
         "saves the Ray Tune variables it sets for fit, to restore them"
     ),
     ("fedtune/tuning/mlflow/tracking.py", "mlflow_variable"): (

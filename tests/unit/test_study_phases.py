@@ -116,7 +116,7 @@ class _TracingPickler(pickle.Pickler):
 def test_the_phases_context_is_frozen_and_what_tune_pickles_holds_no_future(
     tmp_path: Path,
 ) -> None:
-    from fedtune.tuning.driver import study
+    from fedtune.tuning.driver import fit, study
 
     workdir = tmp_path / "w"
     workdir.mkdir()
@@ -133,7 +133,7 @@ def test_the_phases_context_is_frozen_and_what_tune_pickles_holds_no_future(
         runtime = study.Runtime(stores.result(), tracking, shipped=False)
         with pytest.raises(dataclasses.FrozenInstanceError):
             runtime.shipped = True  # type: ignore[misc]
-        callback = study._AfterTracking(plan.spec, runtime)  # in Tune's run_config
+        callback = fit._AfterTracking(plan.spec, runtime)  # in Tune's run_config
         pickler = _TracingPickler((Future, ThreadPoolExecutor, Startup, threading.Thread))
         pickler.dump([callback, runtime, plan])
         assert pickler.met == []
