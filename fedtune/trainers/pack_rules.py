@@ -56,8 +56,10 @@ def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
 
     Everything but the searched scalars: task (and data seed), algorithm, the server optimizer
     and its form, the train section less ``local_steps``, ``local_epochs``, ``rounds``,
-    ``divergence_factor`` and ``runner``, and the user code. The trial seed, γ, η, α, Θ, β,
-    β₁, β₂, ε and the decay section may differ.
+    ``divergence_factor`` and ``runner``, the hyperparameters outside the recipe's
+    ``member_hparams``, and the user code. The trial seed, the recipe's ``member_hparams``
+    (by default every one of γ, η, α, Θ, β, β₁, β₂, ε it declares) and the decay section may
+    differ.
 
     Args:
         config: The trial's configuration, parsed or as a mapping.

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(n: int, exclude: Iterable[int] = ()) -> list[int]:
+    """``n`` distinct free ports, none of ``exclude``: every socket stays bound until all are
+    chosen, so the kernel cannot hand one port out twice (two ``free_port()`` calls can: CI
+    once gave Ray's runtime-env agent and its metrics exporter the same port)."""
+    taken = set(exclude)
+    with contextlib.ExitStack() as stack:
+        ports: list[int] = []
+        while len(ports) < n:
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if port not in taken:
+                taken.add(port)
+                ports.append(port)
+        return ports
 
 
 # ---------------------------------------------------------------------- PostgreSQL

@@ -41,7 +41,7 @@ from tests.ray_start import (
     START_TIMEOUT_S,
 )
 
-from .helpers import free_port
+from .helpers import free_ports
 
 BIN = Path(sys.executable).parent
 
@@ -83,7 +83,8 @@ def _kill_session(session: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _node_ports() -> list[str]:
+def _node_ports(exclude: tuple[int, ...] = ()) -> list[str]:
+    """A node's ports, distinct from each other and from ``exclude`` (:func:`free_ports`)."""
     names = (
         "node-manager-port",
         "object-manager-port",
@@ -92,7 +93,14 @@ def _node_ports() -> list[str]:
         "metrics-export-port",
         "runtime-env-agent-port",
     )
-    return [f"--{name}={free_port()}" for name in names]
+    ports = free_ports(len(names), exclude)
+    return [f"--{name}={port}" for name, port in zip(names, ports, strict=True)]
+
+
+def _head_ports(dashboard: int, gcs: int) -> list[str]:
+    """The head's Ray Client port and node ports, distinct from its dashboard and GCS ports."""
+    (client,) = free_ports(1, (dashboard, gcs))
+    return [f"--ray-client-server-port={client}", *_node_ports((dashboard, gcs, client))]
 
 
 class _Started:
@@ -175,8 +183,7 @@ class LocalRayCluster(_Started):
         full.pop("RAY_ADDRESS", None)
         super().__init__(full, "ftray-")
         self.head_cpus = head_cpus
-        self.dashboard_port = free_port()
-        self.gcs_port = free_port()
+        self.dashboard_port, self.gcs_port = free_ports(2)
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
         self.gcs_address = f"127.0.0.1:{self.gcs_port}"
         self.nodes: list[RayNode] = []
@@ -193,8 +200,7 @@ class LocalRayCluster(_Started):
             "--object-store-memory=100000000",
             f"--port={self.gcs_port}",
             f"--dashboard-port={self.dashboard_port}",
-            f"--ray-client-server-port={free_port()}",
-            *_node_ports(),
+            *_head_ports(self.dashboard_port, self.gcs_port),
         ]
         self._start(argv)
         return self

@@ -218,6 +218,20 @@ def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
     assert ray_start.NODE_START_RETRIES >= 3 and ray_start.NODE_RETRY_BACKOFF_S > 0
 
 
+def test_a_ray_node_the_tests_start_gets_distinct_ports() -> None:
+    """CI once gave Ray's runtime-env agent and its metrics exporter the same port (each from
+    its own free_port()): a node's ports now come from one free_ports() call."""
+    from tests.service import ray_cluster
+    from tests.service.helpers import free_ports
+
+    for _ in range(20):
+        head = ray_cluster._head_ports(*free_ports(2))
+        ports = [int(arg.split("=")[1]) for arg in head]
+        assert len(ports) == 7 and len(set(ports)) == 7
+    taken = free_ports(10)
+    assert len(set(taken)) == 10 and not set(free_ports(30, taken)) & set(taken)
+
+
 def test_stragglers_of_a_normal_run_are_not_called_a_killed_drivers(
     tmp_path: Path, monkeypatch, caplog
 ) -> None:
