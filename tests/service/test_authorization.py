@@ -83,10 +83,12 @@ OPEN = {"/healthz", "/readyz", "/metrics"}
 
 
 def _zip() -> bytes:
+    """The same bytes on every call (fixed entry times: writestr would stamp the clock's, and
+    two uploads a second apart would then be two packages)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("authz_lab/__init__.py", "")
-        archive.writestr("authz_lab/tasks.py", "X = 1\n")
+        for name, text in (("authz_lab/__init__.py", ""), ("authz_lab/tasks.py", "X = 1\n")):
+            archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), text)
     return buffer.getvalue()
 
 
