@@ -176,14 +176,7 @@ def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **rec
     fixed = recipe.get("fixed", {})
     names = ("client_lr", *SERVER_PARAMS, *(h.name for h in own))
     recipe.setdefault("params", tuple(n for n in names if n not in fixed))
-    if aggregator is not None:
-        if "build" in recipe:
-            raise CodeError("algorithm.aggregator", "give either aggregator or build, not both")
-        if not callable(aggregator):
-            raise CodeError(
-                "algorithm.aggregator",
-                f"must be callable (messages, weights, steps, client_lr), got {aggregator!r}",
-            )
+    if aggregator is not None:  # the recipe checks it (callable, not beside a build)
         recipe["aggregator"] = aggregator
     return register(Recipe(name, **_fields(recipe)))
 

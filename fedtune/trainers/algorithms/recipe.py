@@ -167,7 +167,9 @@ class Recipe:
             part = getattr(self, name)
             if part is not None and not callable(part):
                 raise CodeError(
-                    f"algorithm.{name}", f"must be callable, got {part!r}", caller_location()
+                    f"algorithm.{name}",
+                    f"must be callable (messages, weights, steps, client_lr), got {part!r}",
+                    caller_location(),
                 )
         members = self.member_hparams
         if members is None:

@@ -20,9 +20,7 @@ from pydantic import (
 )
 
 from fedtune.errors import ConfigError
-from fedtune.search_spaces import (
-    SearchSpace,
-)
+from fedtune.search_spaces import SearchSpace, resolve_path
 from fedtune.trainers.algorithms.registry import (
     get_recipe,
 )
@@ -51,7 +49,7 @@ from .sections import (
     _Spec,
     default_round_counts,
 )
-from .trial_parts import GIVEN_SECTIONS, SAMPLED_SECTIONS, Decay, Task, Train, written_keys
+from .trial_parts import GIVEN_SECTIONS, Decay, Task, Train, written_keys
 
 __all__ = ["StudySpec"]
 
@@ -434,9 +432,9 @@ class StudySpec(_Spec):
         base = self.base_config
         by_section: dict[str, dict[str, Any]] = {}
         for path, value in sampled.items():
-            section, _, name = path.partition(".")
-            if section not in SAMPLED_SECTIONS or not name or "." in name:
+            if "." not in path or resolve_path(path) != path:  # the search space's own rule
                 raise ConfigError(path, "is not a path a search may set")
+            section, _, name = path.partition(".")
             by_section.setdefault(section, {})[name] = value
         typed = {
             "task": lambda v: TaskConfig.from_dict({**base.task.to_dict(), **v}),

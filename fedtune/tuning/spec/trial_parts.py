@@ -26,9 +26,6 @@ from .sections import (
 
 __all__ = ["Decay", "Task", "Train", "written_keys"]
 
-#: the sections of a trial configuration a searched path may set (``train.local_steps``, …)
-SAMPLED_SECTIONS = ("task", "train", "decay", "hparams")
-
 
 def _part(cls: type) -> Any:
     """Validate a spec section into the engine's dataclass ``cls`` (errors relative to it)."""
