@@ -13,8 +13,8 @@ A configuration seen before (the same point in the same task) replays its cached
 of training again; a curve cached only up to an earlier stop is trained again from round 1
 when more rounds are needed (the engine is deterministic for a configuration).
 
-``asha`` here is Optuna's ``SuccessiveHalvingPruner`` (the study path uses Ray Tune's ASHA:
-both asynchronous successive halving, grace ``min_resource``, factor 3, no promotion).
+``asha`` is Optuna's ``SuccessiveHalvingPruner`` here as in a study (asynchronous successive
+halving, grace ``min_resource``, factor 3, no promotion): the stopper is ``stopper_for``'s.
 
 **Packed trials** (``pack=P``, a study's ``resources.pack``, :mod:`fedtune.tuning.packing.plan`): the
 study as :mod:`fedtune.tuning.packing.driver` runs it with ``budget.max_concurrent = P`` (one pack
@@ -27,9 +27,8 @@ at a time), :func:`run_packed`:
   (:func:`~fedtune.tuning.packing.driver.config_key`) form the pack, the others wait;
 * the members run in lockstep, one round at a time, each at its own round. Each round every
   live member's new selection-rule value is reported to Optuna and goes to the stopper
-  (``stopper_for``'s, through :meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`: ASHA and the
-  median rule become Optuna's pruners); a member whose row is final (its last round, or the
-  round it diverged) is not observed, as ``PackScheduler`` skips a final member result. The
+  (``stopper_for``'s: ASHA and the median rule are Optuna's pruners); a member whose row is
+  final (its last round, or the round it diverged) is not observed, as ``PackScheduler`` skips a final member result. The
   members that ended are then told, final ones first, then those the stopper stopped
   (``PRUNED``), each exactly as ``FedtuneSearch`` tells a trial and with the stopper's
   ``complete``;
@@ -53,9 +52,9 @@ without packing, what a packed study with ``pack: C`` must be compared with),
 them, all of the same speed:
 
 * the simulation advances in ticks; each tick every running trial runs its next round, whose
-  selection-rule value is reported to Optuna and goes to the study's stopper (``stopper_of``,
-  as the sequential path; every row, its last one included, as Ray Tune's scheduler sees every
-  result). A trial ends at its last round (``completed``: the engine has finished, whatever the
+  selection-rule value is reported to Optuna and goes to the study's stopper (``stopper_for``,
+  as the sequential path; every row, its last one included: a study's scheduler skips a final
+  row, which differs only where a pruner's rung falls on the last round). A trial ends at its last round (``completed``: the engine has finished, whatever the
   stopper says then, as the engine path of the sequential study), at the round it diverged (no
   row; ``diverged``) or when the stopper stops it (``stopped``, ``PRUNED``). Those that ended in
   a tick are told, in the order they started, exactly as ``FedtuneSearch`` tells a trial
@@ -100,6 +99,7 @@ from fedtune.search_spaces.optuna_adapter import suggest
 from fedtune.tuning.optuna.search import make_sampler
 from fedtune.tuning.spec import StudySpec
 from fedtune.tuning.trials.stop_rules import Stopper
+from fedtune.tuning.trials.stoppers import stopper_for
 
 __all__ = [
     "CurveCache",
@@ -206,25 +206,6 @@ class CurveCache:
 
 def _objective(tail: list[float]) -> float:
     return sum(tail) / len(tail) if tail and all(map(math.isfinite, tail)) else math.inf
-
-
-def stopper_of(task: Any, spec: StudySpec) -> Stopper:
-    """The strategy's stopper, as ``run_study`` builds it (``stopper_for``); ``asha`` and
-    ``median`` are Ray Tune schedulers there, Optuna's successive-halving / median pruner here."""
-    from fedtune.tuning.strategies import Strategy
-    from fedtune.tuning.trials.stop_rules import PrunerStopper
-    from fedtune.tuning.trials.stoppers import stopper_for
-
-    s = spec.scheduler
-    if spec.strategy == Strategy.ASHA:
-        pruner = optuna.pruners.SuccessiveHalvingPruner(
-            min_resource=s.grace_rounds, reduction_factor=int(s.reduction_factor)
-        )
-        return PrunerStopper(pruner, spec.name)
-    if spec.strategy == Strategy.MEDIAN:
-        pruner = optuna.pruners.MedianPruner(n_warmup_steps=s.grace_rounds)
-        return PrunerStopper(pruner, spec.name)
-    return stopper_for(spec, task.space, task.rounds)
 
 
 def study_spec(
@@ -365,7 +346,7 @@ def run_strategy(
     study = _study(spec, target_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        stopper = stopper_of(task, spec)
+        stopper = stopper_for(spec, task.space, task.rounds)
     steps: list[Step] = []
     used = 0
     while used < round_budget and len(steps) < max_trials:
@@ -455,12 +436,11 @@ def run_packed(
     """
     from fedtune.tuning.keys import TRIAL_KEY
     from fedtune.tuning.packing.driver import Backlog, config_key
-    from fedtune.tuning.trials.stoppers import stopper_for
 
     study = _study(spec, target_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        stopper = stopper_for(spec, task.space, task.rounds).per_member(spec.name, True)
+        stopper = stopper_for(spec, task.space, task.rounds)
     run = _PackedRun(study, stopper, last, groups, refill_delay)
     asked: dict[int, tuple[Any, dict[str, Any]]] = {}  # number -> (trial, point)
 
@@ -490,7 +470,7 @@ class _PackedRun:
 
     Args:
         study: The study (reported to and told).
-        stopper: The study's stopper (:meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`).
+        stopper: The study's stopper (``stopper_for``).
         last: Rounds in the selection rule's mean.
         groups: Gets each round's vmapped groups (None: not kept).
         delay: Rounds a refill waits while other members run (:func:`run_packed`).
@@ -622,7 +602,7 @@ def run_concurrent(
     study = _study(spec, target_trials)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        stopper = stopper_of(task, spec)
+        stopper = stopper_for(spec, task.space, task.rounds)
     running: list[_Member] = []  # in the order they started
     steps: list[Step] = []
     asked = used = charged = 0

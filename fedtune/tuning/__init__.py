@@ -64,7 +64,6 @@ _LAZY = {
     "MlflowCallback": "mlflow.tracking",
     "FedtuneSearch": "optuna.search",
     "ProgressCallback": "driver.progress",
-    "make_trainable": "trials.trainable",
 }
 __all__ = sorted(_LAZY)
 

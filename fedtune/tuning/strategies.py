@@ -58,7 +58,7 @@ class Strategy(enum.StrEnum):
 class StopperKind(enum.StrEnum):
     """How a strategy stops its trials early (built by :func:`.stoppers.stopper_for`)."""
 
-    TUNE_SCHEDULER = "tune_scheduler"  # the Ray Tune scheduler the strategy names
+    SCHEDULER = "scheduler"  # the scheduler the strategy names (successive halving, median, none)
     GUARD = "guard"  # the guard rule against the incumbent
     SWEEP_AND_RULE = "sweep_and_rule"  # the γ = η sweep, then the selection rule
     HYPERBAND = "hyperband"  # Optuna's Hyperband pruner over rounds
@@ -71,7 +71,8 @@ class StrategyDef:
     Args:
         sampler: The Optuna sampler that proposes its points (built by
             :func:`~.optuna_glue.make_sampler`).
-        scheduler: The Ray Tune scheduler that stops its trials; None: its own stop rule.
+        scheduler: The scheduler that stops its trials (asha, median, none); None: its own
+            stop rule.
         stopper: How its trials are stopped (:func:`.stoppers.stopper_for` builds it).
         summary: What it is made of, in a few words (``fedtune tune``'s ``search`` line).
         description: What it does (the strategies reference).
@@ -85,7 +86,7 @@ class StrategyDef:
 
     @property
     def own_stop_rule(self) -> bool:
-        """Whether fedtune's own rule, not a Ray Tune scheduler, stops its trials."""
+        """Whether fedtune's own rule, not a named scheduler, stops its trials."""
         return self.scheduler is None
 
 
@@ -102,30 +103,30 @@ STRATEGIES: Mapping[Strategy, StrategyDef] = {
     Strategy.TPE: StrategyDef(
         SamplerName.TPE,
         SchedulerName.NONE,
-        StopperKind.TUNE_SCHEDULER,
+        StopperKind.SCHEDULER,
         "TPE sampler, no early stopping",
         "TPE, no early stopping",
     ),
     Strategy.RANDOM: StrategyDef(
         SamplerName.RANDOM,
         SchedulerName.NONE,
-        StopperKind.TUNE_SCHEDULER,
+        StopperKind.SCHEDULER,
         "random sampler, no early stopping",
         "random search, no early stopping",
     ),
     Strategy.ASHA: StrategyDef(
         SamplerName.TPE,
         SchedulerName.ASHA,
-        StopperKind.TUNE_SCHEDULER,
+        StopperKind.SCHEDULER,
         "TPE sampler + ASHA scheduler",
-        "TPE + Ray Tune's ASHA (asynchronous successive halving)",
+        "TPE + ASHA (asynchronous successive halving, Optuna's pruner over rounds)",
     ),
     Strategy.MEDIAN: StrategyDef(
         SamplerName.TPE,
         SchedulerName.MEDIAN,
-        StopperKind.TUNE_SCHEDULER,
+        StopperKind.SCHEDULER,
         "TPE sampler + median stopping rule",
-        "TPE + Ray Tune's median stopping rule",
+        "TPE + the median stopping rule (Optuna's median pruner over rounds)",
     ),
     Strategy.HYPERBAND: StrategyDef(
         SamplerName.TPE,

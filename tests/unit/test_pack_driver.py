@@ -24,8 +24,8 @@ from fedtune.tuning.packing.memory import PackMemory
 from fedtune.tuning.packing.plan import plan, reserved_processes
 from fedtune.tuning.packing.trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.trials.stop_rules import PrunerStopper, StopReason, TuneSchedulerStopper
-from fedtune.tuning.trials.trainable import train_trial
+from fedtune.tuning.trials.schedulers import PackScheduler
+from fedtune.tuning.trials.stop_rules import NeverStop, StopReason
 
 ROUNDS = 8
 #: fields of a round's record that are measured time, not arithmetic
@@ -66,6 +66,16 @@ def _member(number: int, client_lr: float, server_lr: float = 0.1) -> dict[str, 
     return {"hparams.client_lr": client_lr, "hparams.server_lr": server_lr, TRIAL_KEY: number}
 
 
+def _alone(monkeypatch, member: dict[str, Any], spec: StudySpec) -> list[dict]:
+    """What a configuration reports in a pack of its own (the engine's trainers, no
+    PackedTrainer): its member results, without the pack's bookkeeping."""
+    reports = _capture(monkeypatch)
+    train_pack({PACK_KEY: [dict(member)]}, spec)
+    mine = [{k: v for k, v in m.items() if k != TRIAL_KEY} for r in reports for m in r[MEMBERS]]
+    assert all(m[TRIAL_KEY] == member[TRIAL_KEY] for r in reports for m in r[MEMBERS])
+    return mine
+
+
 def _joined(reports: list[dict]) -> dict[str, Any]:
     """An unpacked trial's reports as one: every row, and the final result's fields."""
     rows = [row for r in reports for row in r[HISTORY]]
@@ -99,8 +109,7 @@ def test_each_member_reports_what_its_unpacked_trial_reports(monkeypatch):
     assert reports[-1][OUTCOME] != RUNNING and all(r[OUTCOME] == RUNNING for r in reports[:-1])
     for member in members:
         number = member[TRIAL_KEY]
-        alone = _capture(monkeypatch)
-        train_trial(dict(member), spec)
+        alone = _alone(monkeypatch, member, spec)
         mine = packed[number]
         assert [r[OUTCOME] for r in mine[:-1]] == [RUNNING] * (len(mine) - 1)
         assert _same(_joined(mine), _joined(alone)), number
@@ -171,8 +180,7 @@ def test_a_refill_joins_at_round_0_and_reports_what_its_unpacked_trial_reports(m
     packed = _by_member(reports)
     assert sorted(packed) == [0, 1, 7, 9]
     for member in (late, last):
-        alone = _capture(monkeypatch)
-        train_trial(dict(member), spec)
+        alone = _alone(monkeypatch, member, spec)
         mine = [{k: v for k, v in r.items() if k != TRIAL_KEY} for r in packed[member[TRIAL_KEY]]]
         assert [r[OUTCOME] for r in mine[:-1]] == [RUNNING] * (len(mine) - 1)
         assert _same(_joined(mine), _joined(alone)), member[TRIAL_KEY]
@@ -344,9 +352,9 @@ def test_a_pack_of_one_or_a_study_without_a_box_is_never_refilled():
 
 
 # -- the driver's scheduler -------------------------------------------------------------------
-class _Stopper(TuneSchedulerStopper):
+class _Stopper(NeverStop):
     def observe(self, number: int, values) -> StopReason | None:
-        return StopReason.RUNG if number == 1 else None
+        return StopReason.RUNG if number in (1, 5) else None
 
 
 class _Box:
@@ -369,31 +377,22 @@ def _rows(number: int, outcome: str, rounds: range) -> dict:
     return {TRIAL_KEY: number, OUTCOME: outcome, HISTORY: rows}
 
 
-def test_the_scheduler_stops_members_and_their_pack_once_all_have_ended():
+def test_the_scheduler_stops_members_and_a_pack_whose_last_members_it_stopped():
     book, box = pd.PackBook(), _Box()
-    scheduler = pd.PackScheduler(_Stopper("none", ROUNDS, 1, 2.0), book, box)
+    scheduler = PackScheduler(_Stopper(), book, box)
     pack = _Trial("p", [0, 1])
     first = {MEMBERS: [_rows(0, RUNNING, range(1, 4)), _rows(1, RUNNING, range(1, 4))]}
     assert scheduler.on_trial_result(None, pack, first) == TrialScheduler.CONTINUE
     assert book.stopped == {1} and box.sent == [[1]]
     last = {MEMBERS: [_rows(0, TrialOutcome.COMPLETED, range(4, 9))]}
-    assert scheduler.on_trial_result(None, pack, last) == TrialScheduler.STOP
+    assert scheduler.on_trial_result(None, pack, last) == TrialScheduler.CONTINUE  # ends itself
+    alone = _Trial("a", [5])  # a pack of one whose configuration is stopped: Tune stops it
+    one = {MEMBERS: [_rows(5, RUNNING, range(1, 4))]}
+    assert scheduler.on_trial_result(None, alone, one) == TrialScheduler.STOP
     refilled = _Trial("r", [2, 3])
     book.refilled.add("r")  # a pack that takes refills ends when the searcher says so
     ended = {MEMBERS: [_rows(n, TrialOutcome.COMPLETED, range(1, 9)) for n in (2, 3)]}
     assert scheduler.on_trial_result(None, refilled, ended) == TrialScheduler.CONTINUE
-
-
-def test_ray_tunes_schedulers_become_optuna_pruners_for_packed_studies():
-    asha = TuneSchedulerStopper("asha", 30, 3, 3.0).per_member("s", True)
-    median = TuneSchedulerStopper("median", 30, 3, 3.0).per_member("s", True)
-    none = TuneSchedulerStopper("none", 30, 3, 3.0)
-    assert isinstance(asha, PrunerStopper) and isinstance(median, PrunerStopper)
-    assert type(asha.mirror.pruner).__name__ == "SuccessiveHalvingPruner"
-    assert type(median.mirror.pruner).__name__ == "MedianPruner"
-    assert none.per_member("s", True) is none
-    rule = PrunerStopper(median.mirror.pruner, "s", True)
-    assert rule.per_member("s", True) is rule  # a stopper that decides on each trial stays
 
 
 # -- the callbacks ----------------------------------------------------------------------------
@@ -438,6 +437,24 @@ def test_callbacks_see_each_member_as_a_trial():
     with pytest.raises(AttributeError):  # a member is not a proxy of its pack
         member.local_path  # noqa: B018
     assert not callback._trials  # ended members are not kept
+
+
+def test_a_member_of_a_pack_tune_stops_ends_after_its_searcher_hears_of_it():
+    """Tune tells the searcher of a result it stops a trial on only when it stops the trial
+    (``search_alg.on_trial_complete``), before the callbacks' ``on_trial_complete``: a pack of
+    one stopped at a result ends its member there, not at the result, so the progress line and
+    MLflow see the searcher's ledger after the member's end, as for any trial."""
+    book, recorder = pd.PackBook(), _Recorder()
+    callback = pd.PackCallback([recorder], book)
+    pack = _Trial("p", [3])
+    book.open("p", pack.config[PACK_KEY], "alone:3", refills=False)
+    callback.on_trial_start(iteration=0, trials=[], trial=pack)
+    final = {MEMBERS: [_rows(3, TrialOutcome.COMPLETED, range(1, 9))], "done": True}
+    callback.on_trial_result(iteration=1, trials=[], trial=pack, result=final)
+    assert [hook for hook, _ in recorder.calls] == ["on_trial_start", "on_trial_result"]
+    callback.on_trial_complete(iteration=2, trials=[], trial=pack)  # after the searcher's
+    assert recorder.calls[-1][0] == "on_trial_complete"
+    assert recorder.calls[-1][1][2][OUTCOME] == TrialOutcome.COMPLETED  # its last result
 
 
 # -- the plan ---------------------------------------------------------------------------------

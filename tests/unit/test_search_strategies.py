@@ -41,26 +41,35 @@ def test_a_new_study_gets_the_default_strategy():
     assert StudySpec.from_dict(s.to_dict()).strategy == Strategy.TPE_GUARD  # survives storage
 
 
-def test_every_stopper_gives_tune_the_scheduler_that_carries_its_decisions():
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-
-    from fedtune.tuning.trials.schedulers import RuleScheduler, tune_scheduler
+def test_every_strategy_has_a_stopper_that_decides_on_each_configuration():
+    """One stopper per study, asked by the one scheduler (PackScheduler) for every
+    configuration, packed or not: Ray Tune's ASHA and median rule, which can only stop a whole
+    trial, are Optuna's pruners over the same rounds."""
+    from fedtune.tuning.trials.stop_rules import (
+        IncumbentStopper,
+        NeverStop,
+        PrunerStopper,
+        StopReason,
+    )
     from fedtune.tuning.trials.stoppers import stopper_for
 
-    def scheduler(s: StudySpec):
-        return tune_scheduler(stopper_for(s, s.search_space(), 60))
+    def stopper(s: StudySpec):
+        return stopper_for(s, s.search_space(), 60)
 
-    s = spec()  # the default: its own stop rule, carried by a FIFO scheduler that asks it
-    assert isinstance(scheduler(s), RuleScheduler)
-    tradeoff = spec(search={"strategy": "tradeoff"})
-    assert isinstance(scheduler(tradeoff), RuleScheduler) and scheduler(tradeoff).stopper.sweep
-    asha = spec(search={"strategy": "asha"})
-    assert asha.strategy == Strategy.ASHA and isinstance(scheduler(asha), ASHAScheduler)
-    assert isinstance(scheduler(spec(search={"strategy": "median"})), MedianStoppingRule)
-    plain = scheduler(spec(search={"strategy": "tpe"}))
-    assert type(plain) is FIFOScheduler  # no early stopping
+    assert isinstance(stopper(spec()), IncumbentStopper)  # the default: its own stop rule
+    tradeoff = stopper(spec(search={"strategy": "tradeoff"}))
+    assert isinstance(tradeoff, IncumbentStopper) and tradeoff.sweep
+    asha = stopper(spec(search={"strategy": "asha"}, scheduler={"grace_rounds": 4}))
+    assert isinstance(asha, PrunerStopper) and asha.reason == StopReason.RUNG
+    pruner = asha.mirror.pruner
+    assert type(pruner).__name__ == "SuccessiveHalvingPruner"
+    assert (pruner._min_resource, pruner._reduction_factor) == (4, 3)
+    median = stopper(spec(search={"strategy": "median"}))
+    assert type(median.mirror.pruner).__name__ == "MedianPruner"
+    assert median.reason == StopReason.MEDIAN
+    assert isinstance(stopper(spec(search={"strategy": "tpe"})), NeverStop)  # no early stopping
     free = spec(sampler={"name": "random"}, scheduler={"name": "median"})  # no strategy
-    assert isinstance(scheduler(free), MedianStoppingRule)
+    assert type(stopper(free).mirror.pruner).__name__ == "MedianPruner"
 
 
 @pytest.mark.parametrize(
@@ -268,7 +277,7 @@ def test_a_curve_that_starts_flat_then_drops_is_not_stopped():
 
 
 def test_a_stopper_hears_each_new_round_once():
-    """RoundFeed (RuleScheduler's and a pack's): a round delivered twice, or without a value,
+    """RoundFeed (the scheduler's): a round delivered twice, or without a value,
     does not reach the stopper; a report without a new round does not call it."""
     from fedtune.tuning.keys import OBJECTIVE, ROUND
     from fedtune.tuning.trials.schedulers import RoundFeed

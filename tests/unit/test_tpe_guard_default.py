@@ -121,15 +121,13 @@ def test_hyperband_brackets_and_decisions_are_seeded():
 
 
 def test_hyperband_is_a_strategy_with_its_own_stop_rule():
-    from fedtune.tuning.trials.schedulers import RuleScheduler, tune_scheduler
-
     spec = StudySpec.from_dict(
         {**SYNTHETIC, "search": {"space": "fedavg", "strategy": "hyperband"}}
     )
     assert spec.sampler_name == SamplerName.TPE and spec.scheduler_name is None
     state = stopper_for(spec, spec.search_space(), 30)
     assert isinstance(state, PrunerStopper)
-    assert isinstance(tune_scheduler(state), RuleScheduler)
+    assert type(state.mirror.pruner).__name__ == "HyperbandPruner"
 
 
 def test_tune_summary_names_the_strategy_and_counts_stopped_trials():

@@ -1,5 +1,9 @@
 """The fit phase of a study (:func:`fit`): Ray Tune's Tuner with the study's searcher,
-scheduler, trainable and callbacks, packed or not, in Tune's environment.
+scheduler, trainable and callbacks, in Tune's environment.
+
+Every trial is a pack (:mod:`..packing`): P ≥ 1 configurations in one Ray Tune trial, each its
+own Optuna trial, MLflow run and service trial. An unpacked study is one whose packs hold one
+configuration each; it runs through the same searcher, scheduler, trainable and callbacks.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import ray
 from ray import tune
@@ -19,22 +23,19 @@ from fedtune.outcomes import TrialOutcome
 from ..keys import TRIAL_KEY
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
+from ..packing import driver as pd
+from ..packing.box import PackBox
 from ..packing.memory import measure_on_cluster
 from ..packing.plan import plan as pack_plan
-from ..packing.trial import PACK_KEY, pack_name
+from ..packing.trial import make_pack_trainable, pack_name
 from ..spec import StudySpec
-from ..trials.schedulers import tune_scheduler
+from ..trials.schedulers import PackScheduler
 from ..trials.stoppers import stopper_for
-from ..trials.trainable import make_trainable
 from . import timeline
 from .code_shipping import worker_spec
 from .failures import FirstErrorCallback
-from .startup import import_soon
-
-if TYPE_CHECKING:
-    pass
-
 from .phases import Fitted, Runtime, Stores, StudyPlan
+from .startup import import_soon
 
 __all__ = ["fit"]
 
@@ -189,13 +190,10 @@ def _tuner(
     stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
     shipped = worker_spec(spec) if runtime.shipped else spec
     packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
-    if packing.packed:
-        search = (stopper, sampler, budget)
-        parts = _packed_parts(plan, runtime, search, packing.size, shipped, callbacks)
-        trainable, searcher, scheduler, callbacks = parts
-    else:
-        searcher = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
-        trainable, scheduler = make_trainable(shipped), tune_scheduler(stopper)
+    search = (stopper, sampler, budget)
+    trainable, searcher, scheduler, callbacks = _parts(
+        plan, runtime, search, packing.size, shipped, callbacks
+    )
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
@@ -206,8 +204,8 @@ def _tuner(
             max_concurrent_trials=packing.processes,
             time_budget_s=spec.budget.time,
             reuse_actors=True,
-            trial_name_creator=_trial_name,
-            trial_dirname_creator=_trial_name,
+            trial_name_creator=_trial_namer(packing.size),
+            trial_dirname_creator=_trial_namer(packing.size),
         ),
         run_config=tune.RunConfig(
             name=time.strftime("session-%Y%m%d-%H%M%S"),
@@ -220,7 +218,7 @@ def _tuner(
     return tuner, packing.note
 
 
-def _packed_parts(
+def _parts(
     plan: StudyPlan,
     runtime: Runtime,
     search: tuple[Any, Any, RoundBudget | None],
@@ -228,45 +226,48 @@ def _packed_parts(
     shipped: StudySpec,
     callbacks: list[Any],
 ) -> tuple[Any, Any, Any, list[Any]]:
-    """The trainable, searcher, scheduler and callbacks of a packed study (:mod:`.packing.driver`).
+    """The trainable, searcher, scheduler and callbacks of a study (:mod:`.packing.driver`).
+
+    A study that packs (``size`` ≥ 2) gets the :class:`~.packing.box.PackBox` actor through
+    which its packs hear of stops and take refills; packs of one need none (Ray Tune stops the
+    trial of a stopped configuration, and a place a configuration frees is Tune's to refill).
 
     Args:
         plan: The study's plan.
         runtime: The stores.
         search: The study's stopper, its Optuna sampler and its budget in configuration-rounds
             (None: none).
-        size: Configurations per pack.
+        size: Configurations per pack (1: every configuration in a process of its own).
         shipped: The spec the trials get.
         callbacks: The study's callbacks, which see configurations.
 
     Returns:
         ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
     """
-    from ..packing import driver as pd
-    from ..packing.box import PackBox
-    from ..packing.trial import make_pack_trainable
-
     spec, stores = plan.spec, runtime.stores
     stopper, sampler, budget = search
-    minimize = str(spec.objective.directions[0]) == "min"
-    stopper = stopper.per_member(spec.name, minimize)
-    box = ray.remote(PackBox).options(num_cpus=0).remote()  # stops and refills
+    box = ray.remote(PackBox).options(num_cpus=0).remote() if size > 1 else None
     book = pd.PackBook()
     inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
-    key = pd.config_key(spec)
+    key = pd.config_key(spec) if size > 1 else pd.alone
     searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
     return (
         make_pack_trainable(shipped, box),
         searcher,
-        pd.PackScheduler(stopper, book, box),
+        PackScheduler(stopper, book, box),
         [pd.PackCallback(callbacks, book)],
     )
 
 
-def _trial_name(trial: Any) -> str:
-    if PACK_KEY in trial.config:
-        return pack_name(int(trial.config[TRIAL_KEY]))
-    return f"trial-{int(trial.config[TRIAL_KEY]):04d}"
+def _trial_namer(size: int) -> Any:
+    """A trial's name and directory: ``pack-<first member's number>`` in a study that packs,
+    ``trial-<number>`` when each configuration has a process of its own."""
+
+    def name(trial: Any) -> str:
+        number = int(trial.config[TRIAL_KEY])
+        return pack_name(number) if size > 1 else f"trial-{number:04d}"
+
+    return name
 
 
 @contextlib.contextmanager

@@ -14,12 +14,12 @@
    (:mod:`.code_shipping`), the task and model built once (:mod:`.preflight`) and the
    cluster's resources checked; what runs concurrently runs in one :class:`.startup.Startup`.
    A stored study is opened first, and Ray starts only when trials remain;
-3. **fit** (:func:`.fit.fit`): a ``Tuner`` with :class:`~.optuna_glue.FedtuneSearch`,
-   ``tune.with_resources`` and ``max_concurrent_trials`` runs the ``target − finished``
-   remaining trials; they are stopped early by the study's one stopper
-   (:func:`.stoppers.stopper_for`: a Ray Tune scheduler, or fedtune's own stop rule asked
-   by :class:`.schedulers.RuleScheduler`); the driver's callbacks log every result to MLflow
-   and the progress line;
+3. **fit** (:func:`.fit.fit`): a ``Tuner`` runs the ``target − finished`` remaining
+   configurations in packs of P ≥ 1 per trial process (:mod:`..packing`), asked of
+   :class:`~.optuna_glue.FedtuneSearch`; they are stopped early by the study's one stopper
+   (:func:`.stoppers.stopper_for`), asked by :class:`.schedulers.PackScheduler` after every
+   report; the driver's callbacks log every configuration's results to MLflow and the
+   progress line;
 4. **finalize** (:func:`_finalize`): the trade-off of every finished trial, computed from the
    storage, written as PNG/JSON/CSV, logged on the parent run with summary metrics, and
    returned with the best configuration and the Pareto set.

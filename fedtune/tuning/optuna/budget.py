@@ -11,7 +11,7 @@ earlier one (Optuna's ``rounds`` user attribute), and a running configuration ho
 ``train.rounds`` until it ends. A configuration stopped early (a stopper, a divergence) gives
 back what it did not use, so stopping bad configurations early buys more of them. When a new
 configuration does not fit, the searcher waits while others run (their end may free enough)
-and finishes when none runs. Both the unpacked searcher and a pack's members go through
+and finishes when none runs. Every configuration, whatever its pack, goes through
 :meth:`RoundBudget.ask` (:mod:`.optuna_glue`, :mod:`.packing.driver`); the progress line reads
 :attr:`RoundBudget.used`.
 

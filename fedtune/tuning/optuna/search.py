@@ -447,8 +447,8 @@ def study_counts(study: optuna.Study) -> dict[str, int]:
 
 def stop_reasons(study: optuna.Study, scheduler: str | None) -> dict[str, int]:
     """Stopped trials by why they were stopped: the stop rule's reason (Optuna user attribute
-    ``stop_rule``: ``worse``, ``plateau``, ``rung``), else the Ray Tune ``scheduler`` that
-    stopped them (``asha``, ``median``)."""
+    ``stop_rule``: ``worse``, ``plateau``, ``rung``, ``median``), else (trials that Ray Tune's
+    own schedulers stopped, before every stop had a reason) the study's ``scheduler``."""
     reasons: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False, states=_FINISHED):
         if outcome_of(t) == TrialOutcome.STOPPED:

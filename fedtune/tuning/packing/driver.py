@@ -1,9 +1,10 @@
-"""The driver's side of packed trials: each configuration of a pack is its own trial.
+"""The driver's side of every trial: each configuration of a pack is its own trial.
 
-Ray Tune runs a pack (:mod:`.trial`) as one trial; everything fedtune records is per
-configuration. Three wrappers turn a pack's events into its members' events, so that the
-study's searcher and callbacks (Optuna, MLflow, the progress line, the service's sink) work on
-members exactly as they work on unpacked trials:
+Ray Tune runs a pack (:mod:`.trial`) of P ≥ 1 configurations as one trial; everything fedtune
+records is per configuration. A study that does not pack is one whose packs hold one
+configuration each, on the same path. Three wrappers turn a pack's events into its members'
+events, so that the study's searcher and callbacks (Optuna, MLflow, the progress line, the
+service's sink) see configurations, whatever the pack size:
 
 * :class:`PackSearch` wraps :class:`~.optuna_glue.FedtuneSearch`. Tune asks it for one trial;
   it asks Optuna for up to P configurations at once (one ``ask`` each: with TPE's
@@ -14,13 +15,8 @@ members exactly as they work on unpacked trials:
   ``server_opt`` splits a batch: it asks on (up to 2P configurations waiting) until one key has
   P, packs the largest group (ties: the key asked first), and the rest wait for the next pack.
   It stops asking at the study's budget of configurations.
-* :class:`PackScheduler` stops members: every member's new rounds go to the study's
-  :class:`~.stop_rules.Stopper` (a stopped member's trial ends at that report, as an unpacked
-  trial's does when Tune stops it), and the pack is told through the study's
-  :class:`~.box.PackBox` actor so the member costs no more compute. Ray Tune's ASHA and
-  median rule cannot stop part of a trial; a packed study uses Optuna's
-  ``SuccessiveHalvingPruner`` / ``MedianPruner`` on the same rounds instead
-  (:meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`).
+* The study's scheduler (:class:`~fedtune.tuning.trials.schedulers.PackScheduler`) stops
+  members on the study's stopper's word, and tells a pack through its :class:`~.box.PackBox`.
 * :class:`PackCallback` wraps the study's Tune callbacks, calling them with a
   :class:`MemberTrial` per member.
 
@@ -42,15 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray import tune
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.result import DONE
 from ray.tune.search import Searcher
 
 from fedtune.outcomes import RUNNING
 
-from ..keys import HISTORY, OUTCOME, ROUND, TRIAL_KEY
+from ..keys import OUTCOME, ROUND, TRIAL_KEY
 from ..optuna.store import StudyStore
-from ..trials.schedulers import RoundFeed
-from ..trials.stop_rules import Stopper
 from .trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 
 __all__ = [
@@ -58,8 +52,8 @@ __all__ = [
     "MemberTrial",
     "PackBook",
     "PackCallback",
-    "PackScheduler",
     "PackSearch",
+    "alone",
     "config_key",
 ]
 
@@ -278,16 +272,18 @@ class PackSearch(Searcher):
         pack = self.backlog.pack()
         if not pack:
             return Searcher.FINISHED if self.finished else None
-        refills = self.box is not None and len(pack) > 1  # a pack of one runs unpacked
+        refills = self.box is not None and len(pack) > 1  # a pack of one: never refilled
         self.book.open(trial_id, pack, self.key(pack[0]), refills)
         self._name(trial_id, pack)
         return {PACK_KEY: pack, TRIAL_KEY: int(pack[0][TRIAL_KEY])}
 
     def _name(self, trial_id: str, configs: Sequence[Mapping[str, Any]]) -> str:
-        """Give members of a pack its name (their Optuna user attribute ``pack``); returns it."""
+        """Give members of a pack its name (their Optuna user attribute ``pack``, in a study
+        that packs); returns it."""
         name = pack_name(self.book.members[trial_id][0])
-        for config in configs:
-            self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=name)
+        if self.size > 1:
+            for config in configs:
+                self.store.set_trial_attrs(int(config[TRIAL_KEY]), pack=name)
         return name
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -327,49 +323,6 @@ class PackSearch(Searcher):
         self.box.offer.remote(name, joining, int(result[ROUND]))  # every report
 
 
-class PackScheduler(FIFOScheduler):
-    """Stops a pack's members when the study's stopper says so (module docstring).
-
-    Args:
-        stopper: The study's stopper (:meth:`~fedtune.tuning.trials.stop_rules.Stopper.per_member`).
-        book: The driver's :class:`PackBook`.
-        box: The :class:`~.box.PackBox` actor the packs read (None: no pack hears of a
-            stop until its trial is stopped).
-    """
-
-    def __init__(self, stopper: Stopper, book: PackBook, box: Any) -> None:
-        super().__init__()
-        self.stopper, self.book, self.box = stopper, book, box
-        self.feed = RoundFeed(stopper)
-        self._ended: set[int] = set()
-
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        stopped = []
-        for member in result.get(MEMBERS, ()):
-            number = int(member[TRIAL_KEY])
-            if number in self._ended:
-                continue
-            if member.get(OUTCOME, RUNNING) != RUNNING:
-                self._ended.add(number)
-                continue
-            if self._observe(number, member):
-                stopped.append(number)
-                self._ended.add(number)
-        if stopped:
-            self.book.stopped.update(stopped)
-            if self.box is not None:
-                self.box.stop.remote(stopped)
-        if trial.trial_id in self.book.refilled:
-            return TrialScheduler.CONTINUE  # it ends when the searcher's answer brings no one
-        numbers = self.book.numbers(trial.trial_id, trial.config)
-        if numbers and all(n in self._ended for n in numbers):
-            return TrialScheduler.STOP
-        return TrialScheduler.CONTINUE
-
-    def _observe(self, number: int, member: Mapping[str, Any]) -> bool:
-        return self.feed.observe(number, member.get(HISTORY, ())) is not None
-
-
 class PackCallback(tune.Callback):
     """The study's Tune callbacks, called once per member of each pack (module docstring).
 
@@ -401,8 +354,13 @@ class PackCallback(tune.Callback):
         self._each("on_trial_start", member, iteration=iteration, trials=trials, **info)
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        # Tune stops the pack at this result (``done``): the searcher hears of it only when the
+        # pack is stopped, so its members end then (:meth:`on_trial_complete`), after the
+        # searcher has told them, as a trial's callbacks always hear of its end after its
+        # searcher
+        stopping = bool(result.get(DONE))
         for number, member, ended in self.book.results(result):
-            self._member(number, member, ended, iteration, trials, info)
+            self._member(number, member, ended and not stopping, iteration, trials, info)
         for number in self.book.numbers(trial.trial_id, trial.config):  # refills: start now
             if number not in self._trials and number not in self._closed:
                 self._start(trial, self.book.configs[number], iteration, trials, {})
@@ -458,7 +416,13 @@ def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:
     def key(config: Mapping[str, Any]) -> str:
         parsed = spec.trial(sampled_params(config))
         if pack_refusal(parsed) is not None:
-            return f"alone:{config[TRIAL_KEY]}"
+            return alone(config)
         return pack_key(parsed)
 
     return key
+
+
+def alone(config: Mapping[str, Any]) -> str:
+    """The pack key of a configuration that runs alone (its own; a study with packs of one
+    asks no more)."""
+    return f"alone:{config[TRIAL_KEY]}"

@@ -1,15 +1,17 @@
-"""The Ray Tune function trainable of a pack: several configurations in one trial process.
+"""The Ray Tune function trainable of every trial: a pack of P ≥ 1 configurations in one
+process.
 
-A pack's Tune ``config`` holds its members under :data:`PACK_KEY`: each member is the config
-an unpacked trial would get (its sampled ``{path: value}`` and its Optuna number under
-``TRIAL_KEY``). Each member trains with every seed of ``spec.seeds`` as one member of one
-:class:`~fedtune.trainers.packed.PackedTrainer` (a member alone, or one that cannot be packed,
-trains with the engine's own :class:`~fedtune.trainers.Trainer`); its per-round record is the
-mean over its seeds, exactly as :mod:`.trainable` computes it.
+A pack's Tune ``config`` holds its members under :data:`PACK_KEY`: each member is a
+configuration's config (its sampled ``{path: value}`` and its Optuna number under
+``TRIAL_KEY``). Each member trains with every seed of ``spec.seeds``: a pack of one with the
+engine's own :class:`~fedtune.trainers.Trainer` per seed, in lockstep (:class:`_Single`), a
+larger pack as members of one :class:`~fedtune.trainers.packed.PackedTrainer`
+(:class:`_Packed`); a member's per-round record is the mean over its seeds
+(:func:`~fedtune.tuning.trials.trainable.seed_mean`) either way.
 
 Every ``spec.report_every`` of a member's rounds (and when members end) the pack reports one
-result whose :data:`MEMBERS` list holds each reporting member's result in the unpacked schema
-of :mod:`.trainable` (its rows since its last report under ``HISTORY``, its running objective,
+result whose :data:`MEMBERS` list holds each reporting member's result in the schema of
+:mod:`~fedtune.tuning.trials.trainable` (its rows since its last report under ``HISTORY``, its running objective,
 its outcome), with its number under ``TRIAL_KEY``; :mod:`.driver` hands each one to the
 searcher and the callbacks as the result of that member's own trial.
 
@@ -28,7 +30,7 @@ from typing import Any
 
 from fedtune.errors import FedtuneError
 from fedtune.outcomes import RUNNING
-from fedtune.trainers import Outcome, TrialConfig
+from fedtune.trainers import Outcome, Trainer, TrialConfig
 from fedtune.trainers.engine import device_label
 
 from ..driver import timeline
@@ -37,7 +39,6 @@ from ..spec import StudySpec
 from ..trials.trainable import (
     TrialError,
     TrialRows,
-    _SeedRuns,
     seed_mean,
     trial_configs,
     trial_message,
@@ -61,24 +62,34 @@ def member_numbers(config: Mapping[str, Any]) -> list[int]:
 
 
 class _Single:
-    """One member trained alone by the engine's trainers (a pack of one, never refilled)."""
+    """A pack of one: its configuration trained by the engine's own trainers, one per seed,
+    stepped in lockstep (the task's data built once and shared); never refilled."""
 
     refills = False
 
     def __init__(self, number: int, configs: list[TrialConfig]) -> None:
-        self.number, self.runs = number, _SeedRuns(configs)
+        first = Trainer(configs[0])
+        self.number = number
+        self.trainers = [first] + [Trainer(c, task=first.task) for c in configs[1:]]
 
     def step(self) -> dict[int, dict[str, Any] | None]:
-        return {self.number: self.runs.step()}
+        """The member's mean record over its seeds, None when a seed diverged."""
+        rows = []
+        for trainer in self.trainers:
+            record = trainer.step()
+            if record is None:
+                return {self.number: None}
+            rows.append(record.as_dict())
+        return {self.number: seed_mean(rows)}
 
     def done(self, number: int) -> bool:
-        return self.runs.done
+        return any(t.done for t in self.trainers)
 
     def decays(self, number: int) -> float:
-        return self.runs.decays()
+        return sum(t.decay.decays for t in self.trainers) / len(self.trainers)
 
     def reason(self, number: int) -> str:
-        return self.runs.reason()
+        return next((t.reason for t in self.trainers if t.outcome == Outcome.DIVERGED), "")
 
     def stop(self, number: int) -> None:
         return None
@@ -118,7 +129,7 @@ class _Packed:
                 out[number] = seed_mean([r.as_dict() for r in got])
                 if got[0].round >= self.rounds[number]:
                     self._ended.add(number)
-            else:  # a seed diverged: the member ends as diverged (as _SeedRuns)
+            else:  # a seed diverged: the member ends as diverged (as in _Single)
                 out[number] = None
                 self.stop(number)
         return out

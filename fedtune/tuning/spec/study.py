@@ -175,7 +175,8 @@ class StudySpec(_Spec):
 
     @property
     def scheduler_name(self) -> SchedulerName | None:
-        """The Ray Tune scheduler (None: the trade-off strategy's own stop rule)."""
+        """The named scheduler: ``asha``, ``median`` or ``none`` (None: the strategy's own stop
+        rule)."""
         strategy = self.strategy
         if strategy is None:
             return self.scheduler.name or SchedulerName.ASHA

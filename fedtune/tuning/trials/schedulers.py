@@ -1,47 +1,41 @@
-"""The Ray Tune schedulers a study's :class:`~.stop_rules.Stopper` hands to Tune.
+"""The study's Ray Tune scheduler: it stops configurations when the study's stopper says so.
 
-A stopper with its own rule runs under :class:`RuleScheduler`, a FIFO scheduler that asks it
-after every reported round; a Ray Tune scheduler (ASHA, the median stopping rule, none) is
-built by :func:`ray_scheduler` and decides by itself.
+Every trial is a pack of P ≥ 1 configurations (:mod:`fedtune.tuning.packing`). After each of a
+pack's reports, :class:`PackScheduler` hands every member's new rounds to the study's
+:class:`~.stop_rules.Stopper` (:class:`RoundFeed`). A stopped member's own trial ends at that
+report: the callbacks and the searcher hear so (``PackBook.stopped``), and the pack leaves it out
+from the next round on, told through the study's :class:`~fedtune.tuning.packing.box.PackBox`.
+A pack whose last members were stopped at a report (a pack of one whose configuration was
+stopped) is stopped by Tune there; a pack whose members ended by themselves (completed,
+diverged) ends itself, and one that takes refills ends when the searcher's answer brings no
+configuration.
+
+Ray Tune's own schedulers (ASHA, the median stopping rule) stop whole trials and cannot stop one
+member of a pack; ``asha`` and ``median`` are Optuna's pruners over the same rounds
+(:class:`~.stop_rules.PrunerStopper`), for every study, packed or not.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ray.tune.schedulers import (
-    ASHAScheduler,
-    FIFOScheduler,
-    MedianStoppingRule,
-    TrialScheduler,
-)
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from ..keys import HISTORY, OBJECTIVE, ROUND, TRIAL_KEY
-from .stop_rules import Stopper, StopReason, TuneSchedulerStopper
+from fedtune.outcomes import RUNNING
 
-__all__ = ["RoundFeed", "RuleScheduler", "ray_scheduler", "tune_scheduler"]
+from ..keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from ..packing.trial import MEMBERS
+from .stop_rules import Stopper, StopReason
 
+if TYPE_CHECKING:
+    from ..packing.driver import PackBook
 
-def tune_scheduler(stopper: Stopper) -> TrialScheduler:
-    """The Ray Tune scheduler that carries a study's stopper into Tune.
-
-    Args:
-        stopper: The study's stopper (:func:`.stoppers.stopper_for`).
-
-    Returns:
-        The Ray Tune scheduler a :class:`~.stop_rules.TuneSchedulerStopper` names, else a
-        :class:`RuleScheduler` that asks the stopper after every reported round.
-    """
-    if isinstance(stopper, TuneSchedulerStopper):
-        s = stopper
-        return ray_scheduler(s.scheduler, s.rounds, s.grace, s.factor, s.mode)
-    return RuleScheduler(stopper)
+__all__ = ["PackScheduler", "RoundFeed"]
 
 
 class RoundFeed:
-    """Hands a stopper each trial's new rounds, once: the one loop over a report's rounds of
-    :class:`RuleScheduler` and of a pack's scheduler (``fedtune.tuning.packing.driver``).
+    """Hands a stopper each trial's new rounds, once.
 
     A report carries the rounds since the previous one (``HISTORY``) with the running
     selection-rule value under ``OBJECTIVE``; rounds already seen are skipped (a function
@@ -72,39 +66,44 @@ class RoundFeed:
         return self.stopper.observe(number, values) if values else None
 
 
-class RuleScheduler(FIFOScheduler):
-    """Stops a trial when its study's stopper says so, after every report (:class:`RoundFeed`).
+class PackScheduler(FIFOScheduler):
+    """Stops a pack's members when the study's stopper says so (module docstring).
 
     Args:
-        stopper: The study's stopper.
+        stopper: The study's stopper (:func:`.stoppers.stopper_for`).
+        book: The driver's :class:`~fedtune.tuning.packing.driver.PackBook`.
+        box: The :class:`~.box.PackBox` actor the packs read (None: no pack hears of a
+            stop until its trial is stopped).
     """
 
-    def __init__(self, stopper: Stopper) -> None:
+    def __init__(self, stopper: Stopper, book: PackBook, box: Any) -> None:
         super().__init__()
-        self.stopper = stopper
+        self.stopper, self.book, self.box = stopper, book, box
         self.feed = RoundFeed(stopper)
+        self._ended: set[int] = set()
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
-        reason = self.feed.observe(int(trial.config[TRIAL_KEY]), result.get(HISTORY, ()))
-        return TrialScheduler.STOP if reason else TrialScheduler.CONTINUE
+        stopped = []
+        for member in result.get(MEMBERS, ()):
+            number = int(member[TRIAL_KEY])
+            if number in self._ended:
+                continue
+            if member.get(OUTCOME, RUNNING) != RUNNING:
+                self._ended.add(number)
+                continue
+            if self._observe(number, member):
+                stopped.append(number)
+                self._ended.add(number)
+        if stopped:
+            self.book.stopped.update(stopped)
+            if self.box is not None:
+                self.box.stop.remote(stopped)
+        if trial.trial_id in self.book.refilled:
+            return TrialScheduler.CONTINUE  # it ends when the searcher's answer brings no one
+        numbers = self.book.numbers(trial.trial_id, trial.config)
+        if stopped and all(n in self._ended for n in numbers):
+            return TrialScheduler.STOP  # its last members were stopped here: it cannot know yet
+        return TrialScheduler.CONTINUE  # members that end by themselves: the pack ends itself
 
-
-def ray_scheduler(name: str, rounds: int, grace: int, factor: float, mode: str) -> Any:
-    """A Ray Tune scheduler over rounds, on the running selection-rule value.
-
-    Args:
-        name: ``asha``, ``median`` or ``none``.
-        rounds: Rounds of a complete trial (ASHA's ``max_t``).
-        grace: Rounds before the first stop.
-        factor: ASHA's reduction factor.
-        mode: ``min`` or ``max``.
-
-    Returns:
-        ``ASHAScheduler``, ``MedianStoppingRule`` or (none) ``FIFOScheduler``.
-    """
-    common = {"time_attr": ROUND, "metric": OBJECTIVE, "mode": mode, "grace_period": grace}
-    if name == "asha":
-        return ASHAScheduler(max_t=rounds, reduction_factor=factor, **common)
-    if name == "median":
-        return MedianStoppingRule(min_samples_required=3, **common)
-    return FIFOScheduler()
+    def _observe(self, number: int, member: Mapping[str, Any]) -> bool:
+        return self.feed.observe(number, member.get(HISTORY, ())) is not None

@@ -1,19 +1,19 @@
 """Who stops a study's trials: the :class:`Stopper` interface and every stopper behind it.
 
 A study has exactly one stopper (built by :func:`fedtune.tuning.trials.stoppers.stopper_for`); the
-searcher (:class:`~.optuna_glue.FedtuneSearch`) and Ray Tune's scheduler, both in the driver,
-talk only to it:
+searcher (:class:`~.optuna_glue.FedtuneSearch`) and the study's Ray Tune scheduler
+(:class:`~.schedulers.PackScheduler`), both in the driver, talk only to it, and it decides on
+each configuration, whatever its pack:
 
 * :class:`IncumbentStopper` — fedtune's selection-rule stopping against the incumbent
   (:class:`StopRule`): ``tpe_guard`` (:meth:`StopRule.guard`) and, with the theory-guided sweep
   (:class:`TheorySweep`) proposing its first points, ``tradeoff``;
-* :class:`PrunerStopper` — an Optuna pruner fed every round: ``hyperband``;
-* :class:`TuneSchedulerStopper` — a Ray Tune scheduler (ASHA, the median stopping rule, none),
-  which decides inside Tune.
+* :class:`PrunerStopper` — an Optuna pruner fed every round: ``hyperband``, ``asha``
+  (asynchronous successive halving) and the ``median`` rule;
+* :class:`NeverStop` — no early stopping (``tpe``, ``random``, ``scheduler.name: none``).
 
-Nothing here imports Ray: :func:`.schedulers.tune_scheduler` builds the Ray Tune side of a
-stopper when a study runs, and the in-process benchmark uses the stoppers without
-it. Why the rules are what they are: ``docs/explanation/search-strategies.md``.
+Nothing here imports Ray: the in-process benchmark uses the stoppers as a study does. Why the
+rules are what they are: ``docs/explanation/search-strategies.md``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from typing import TYPE_CHECKING, Any
 from fedtune.outcomes import RUNNING, TrialOutcome
 from fedtune.search_spaces import ParamType, SearchSpace, default_point
 
-from ..strategies import SchedulerName
-
 if TYPE_CHECKING:
     import optuna
 
@@ -40,13 +38,13 @@ __all__ = [
     "REFINE_STEP",
     "SWEEP_ATTR",
     "IncumbentStopper",
+    "NeverStop",
     "Observed",
     "PrunerStopper",
     "StopReason",
     "StopRule",
     "Stopper",
     "TheorySweep",
-    "TuneSchedulerStopper",
     "relative_gap",
 ]
 
@@ -63,6 +61,7 @@ class StopReason(enum.StrEnum):
     WORSE = "worse"
     PLATEAU = "plateau"
     RUNG = "rung"  # not in the top 1/factor of the values at a rung's round (successive halving)
+    MEDIAN = "median"  # below the median of the other trials at the same round
 
 
 WORSE, PLATEAU, RUNG = StopReason.WORSE, StopReason.PLATEAU, StopReason.RUNG
@@ -110,18 +109,6 @@ class Stopper(abc.ABC):
         Returns:
             Why the trial stops now (or stopped before), or None: it goes on.
         """
-
-    def per_member(self, study: str, minimize: bool) -> Stopper:
-        """This stopper as a packed study needs it: one that decides on each member.
-
-        Args:
-            study: The study's name.
-            minimize: The objective is minimised.
-
-        Returns:
-            A stopper whose :meth:`observe` decides (this one, unless Ray Tune decides for it).
-        """
-        return self
 
     def complete(self, number: int, outcome: str, value: float | None) -> None:
         """Note that a trial ended.
@@ -435,12 +422,19 @@ class PrunerStopper(Stopper):
     the same decisions in a study and in the in-process benchmark.
 
     Args:
-        pruner: The pruner (Hyperband's: :meth:`hyperband`).
+        pruner: The pruner (:meth:`hyperband`, :meth:`successive_halving`, :meth:`median`).
         name: The study's name.
         minimize: The objective is minimised.
+        reason: What a stop by this pruner is called (Optuna user attribute ``stop_rule``).
     """
 
-    def __init__(self, pruner: optuna.pruners.BasePruner, name: str, minimize: bool = True):
+    def __init__(
+        self,
+        pruner: optuna.pruners.BasePruner,
+        name: str,
+        minimize: bool = True,
+        reason: StopReason = StopReason.RUNG,
+    ):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -454,6 +448,7 @@ class PrunerStopper(Stopper):
         self.curves: dict[int, list[float]] = {}
         self.stops: dict[int, StopReason] = {}
         self.finished: dict[int, str] = {}
+        self.reason = reason
 
     @classmethod
     def hyperband(
@@ -479,6 +474,49 @@ class PrunerStopper(Stopper):
         )
         return cls(pruner, name, minimize)
 
+    @classmethod
+    def successive_halving(
+        cls, name: str, grace: int, factor: float, minimize: bool = True
+    ) -> PrunerStopper:
+        """``asha``: Optuna's ``SuccessiveHalvingPruner`` over rounds (asynchronous successive
+        halving, Li et al. 2020, arXiv:1810.05934: rungs at ``grace · factor^k`` rounds, the top
+        1/factor of the values seen at a rung go on).
+
+        Args:
+            name: The study's name.
+            grace: The first rung (``scheduler.grace_rounds``).
+            factor: The reduction factor (``scheduler.reduction_factor``).
+            minimize: The objective is minimised.
+
+        Returns:
+            The stopper.
+        """
+        import optuna
+
+        pruner = optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=grace, reduction_factor=max(2, int(factor))
+        )
+        return cls(pruner, name, minimize)
+
+    @classmethod
+    def median(cls, name: str, grace: int, minimize: bool = True) -> PrunerStopper:
+        """``median``: Optuna's ``MedianPruner`` over rounds (after ``grace`` rounds and 3
+        trials, stop a trial whose value is worse than the median of the others' at the same
+        round).
+
+        Args:
+            name: The study's name.
+            grace: Rounds before the first stop (``scheduler.grace_rounds``).
+            minimize: The objective is minimised.
+
+        Returns:
+            The stopper.
+        """
+        import optuna
+
+        pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=grace)
+        return cls(pruner, name, minimize, StopReason.MEDIAN)
+
     def _trial(self, number: int) -> optuna.Trial:
         while len(self.trials) <= number:
             self.trials.append(self.mirror.ask())
@@ -496,8 +534,8 @@ class PrunerStopper(Stopper):
             if math.isfinite(value):
                 trial.report(float(value), len(curve))
                 if trial.should_prune():
-                    self.stops[number] = RUNG
-                    return RUNG
+                    self.stops[number] = self.reason
+                    return self.reason
         return None
 
     def complete(self, number: int, outcome: str, value: float | None) -> None:
@@ -517,43 +555,9 @@ class PrunerStopper(Stopper):
         return self.stops.get(number)
 
 
-# -- a Ray Tune scheduler (``asha``, ``median``, none) -----------------------------------------
-@dataclass(frozen=True)
-class TuneSchedulerStopper(Stopper):
-    """A Ray Tune scheduler as the study's stopper: it decides inside Tune, on the results.
-
-    Args:
-        scheduler: ``asha``, ``median`` or ``none`` (a ``SchedulerName``).
-        rounds: Rounds of a complete trial (ASHA's ``max_t``).
-        grace: Rounds before the first stop (``scheduler.grace_rounds``).
-        factor: ASHA's reduction factor (``scheduler.reduction_factor``).
-        mode: ``min`` or ``max``.
-    """
-
-    scheduler: str
-    rounds: int
-    grace: int
-    factor: float
-    mode: str = "min"
+# -- no early stopping (``tpe``, ``random``, ``scheduler.name: none``) -------------------------
+class NeverStop(Stopper):
+    """Lets every trial run all its rounds."""
 
     def observe(self, number: int, values: Sequence[float]) -> StopReason | None:
-        return None  # the Tune scheduler decides on the reported results
-
-    def per_member(self, study: str, minimize: bool) -> Stopper:
-        """Ray Tune's schedulers stop whole trials; in a pack, ASHA becomes Optuna's
-        ``SuccessiveHalvingPruner`` (the same asynchronous successive halving: rungs at
-        ``grace · factor^k`` rounds, the top 1/factor of the values seen at a rung go on) and
-        the median rule Optuna's ``MedianPruner`` (after ``grace`` rounds, stop below the
-        median of the others at the same round), both fed every round by
-        :class:`PrunerStopper`; ``none`` stays as it is."""
-        import optuna
-
-        if self.scheduler == SchedulerName.ASHA:
-            pruner: optuna.pruners.BasePruner = optuna.pruners.SuccessiveHalvingPruner(
-                min_resource=self.grace, reduction_factor=max(2, int(self.factor))
-            )
-        elif self.scheduler == SchedulerName.MEDIAN:
-            pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=self.grace)
-        else:
-            return self
-        return PrunerStopper(pruner, study, minimize)
+        return None

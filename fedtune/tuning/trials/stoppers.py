@@ -1,6 +1,6 @@
 """A study's stopper, built from its strategy (:data:`.strategies.STRATEGIES`) or, without one,
-its ``scheduler.name``: a Ray Tune scheduler, or one of fedtune's own stop rules
-(:mod:`.stop_rules`)."""
+its ``scheduler.name``: successive halving, the median rule or none, or one of fedtune's own stop
+rules (:mod:`.stop_rules`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ..spec import StudySpec
-from ..strategies import STRATEGIES, StopperKind
+from ..strategies import STRATEGIES, SchedulerName, StopperKind
 
 if TYPE_CHECKING:
     from fedtune.search_spaces import SearchSpace
@@ -25,14 +25,18 @@ def _minimize(spec: StudySpec) -> bool:
     return str(spec.objective.directions[0]) == "min"
 
 
-def _tune_scheduler(spec: StudySpec, space: SearchSpace, rounds: int) -> Stopper:
-    """The study's Ray Tune scheduler (``scheduler_name``) as its stopper."""
-    from .stop_rules import TuneSchedulerStopper
+def _scheduler(spec: StudySpec, space: SearchSpace, rounds: int) -> Stopper:
+    """The study's ``scheduler_name`` as its stopper: ``asha``, ``median`` or ``none``."""
+    from .stop_rules import NeverStop, PrunerStopper
 
-    s, name = spec.scheduler, spec.scheduler_name
-    return TuneSchedulerStopper(
-        str(name), rounds, s.grace_rounds, s.reduction_factor, str(spec.objective.directions[0])
-    )
+    s, name, minimize = spec.scheduler, spec.scheduler_name, _minimize(spec)
+    if name == SchedulerName.ASHA:
+        return PrunerStopper.successive_halving(
+            spec.name, s.grace_rounds, s.reduction_factor, minimize
+        )
+    if name == SchedulerName.MEDIAN:
+        return PrunerStopper.median(spec.name, s.grace_rounds, minimize)
+    return NeverStop()
 
 
 def _guard(spec: StudySpec, space: SearchSpace, rounds: int) -> Stopper:
@@ -66,7 +70,7 @@ def _hyperband(spec: StudySpec, space: SearchSpace, rounds: int) -> Stopper:
 
 #: how each kind of stopper is built
 _BUILD: Mapping[StopperKind, StopperFactory] = {
-    StopperKind.TUNE_SCHEDULER: _tune_scheduler,
+    StopperKind.SCHEDULER: _scheduler,
     StopperKind.GUARD: _guard,
     StopperKind.SWEEP_AND_RULE: _sweep_and_rule,
     StopperKind.HYPERBAND: _hyperband,
@@ -88,10 +92,10 @@ def stopper_for(
         history: The trials of an earlier invocation (a resumed study), if any.
 
     Returns:
-        The stopper the searcher and Ray Tune's scheduler ask.
+        The stopper the searcher and the study's scheduler ask.
     """
     strategy = spec.strategy
-    build = _BUILD[STRATEGIES[strategy].stopper] if strategy is not None else _tune_scheduler
+    build = _BUILD[STRATEGIES[strategy].stopper] if strategy is not None else _scheduler
     stopper = build(spec, space, rounds)
     if history:
         stopper.resume(history)

@@ -1,20 +1,22 @@
-"""The Ray Tune function trainable of a study, and the schema of the results it reports.
+"""What a trial reports: a configuration's typed trial configurations, its rows and objective,
+and the schema of its results.
 
-A trial's Tune ``config`` is the plain ``{config path: value}`` dict that the Optuna searcher
-sampled, plus the Optuna trial number under :data:`~.keys.TRIAL_KEY`. The trainable turns it into a
-typed trial configuration on its first line (``spec.trial``),
-trains it round by round (one :class:`~fedtune.trainers.Trainer` per seed of ``spec.seeds``, in
-lockstep; per-round metrics are then means over seeds) and calls ``tune.report`` once every
-``spec.report_every`` rounds and at the end. Ray's result-throughput guidance is to report
-seconds, not milliseconds, apart; every report therefore carries the rounds since the previous
-one under :data:`~.keys.HISTORY`, so nothing is lost when reports are sparse.
+Every trial is a pack of P ≥ 1 configurations (its trainable: :mod:`fedtune.tuning.packing.trial`).
+Each configuration's Tune config is the plain ``{config path: value}`` dict that the Optuna
+searcher sampled, plus the Optuna trial number under :data:`~.keys.TRIAL_KEY`; it becomes one
+typed trial configuration per seed of ``spec.seeds`` (:func:`trial_configs`, by
+``spec.trial``), and its per-round record is the mean over its seeds (:func:`seed_mean`). Its
+result, every ``spec.report_every`` rounds and at the end, is built by :class:`TrialRows`. Ray's
+result-throughput guidance is to report seconds, not milliseconds, apart; every result therefore
+carries the rounds since the previous one under :data:`~.keys.HISTORY`, so nothing is lost when
+reports are sparse.
 
 Objective (the papers' selection rule, Charles & Konečný 2020 (arXiv:2007.00878) §8.3): with the
 per-round values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
 
     objective_t = mean(v_{t-N+1..t})   over the last N = ``objective.last_rounds`` values
 
-reported every time (ASHA / median compare trials on it) and carried in every round row of
+reported every time (the study's stopper compares trials on it) and carried in every round row of
 :data:`~.keys.HISTORY` under :data:`~.keys.OBJECTIVE`, so the searcher reports it to Optuna as the
 intermediate value and MLflow logs it per round. **One value per trial**: the objective at the
 last round the trial reached — a completed trial's final objective, a stopped (pruned) trial's
@@ -36,7 +38,8 @@ and the final report :data:`~.keys.DECAY_ROUNDS` (the rounds after which a rate 
 
 A diverged trial (non-finite or exploding loss, an *outcome* of the engine) ends with a report
 whose :data:`~.keys.OUTCOME` is ``diverged`` and whose objectives are the worst possible values
-(+∞ when minimised, −∞ when maximised); an exception raised here fails only this trial.
+(+∞ when minimised, −∞ when maximised); an exception raised in a trial fails only its pack
+(:class:`TrialError`).
 """
 
 from __future__ import annotations
@@ -52,11 +55,9 @@ import numpy as np
 
 from fedtune.errors import FedtuneError
 from fedtune.outcomes import RUNNING
-from fedtune.trainers import Outcome, Trainer, TrialConfig
-from fedtune.trainers.engine import device_label
+from fedtune.trainers import Outcome, TrialConfig
 
 from .. import env
-from ..driver import timeline
 from ..keys import (
     DECAY_ROUNDS,
     DECAYS,
@@ -76,11 +77,10 @@ __all__ = [
     "TrialError",
     "TrialRows",
     "gpu_device",
-    "make_trainable",
     "sampled_params",
     "seed_mean",
-    "train_trial",
     "trial_configs",
+    "trial_message",
 ]
 
 
@@ -253,56 +253,12 @@ class TrialRows:
         return out
 
 
-class _SeedRuns:
-    """One trainer per seed, stepped in lockstep; the task (data) is built once and shared."""
-
-    def __init__(self, configs: list[TrialConfig]) -> None:
-        first = Trainer(configs[0])
-        self.trainers = [first] + [Trainer(c, task=first.task) for c in configs[1:]]
-        self.rounds = configs[0].train.rounds
-
-    @property
-    def done(self) -> bool:
-        return any(t.done for t in self.trainers)
-
-    def step(self) -> dict[str, Any] | None:
-        """Mean record over seeds, or None when any seed diverged."""
-        rows = []
-        for trainer in self.trainers:
-            record = trainer.step()
-            if record is None:
-                return None
-            rows.append(record.as_dict())
-        return seed_mean(rows)
-
-    def reason(self) -> str:
-        return next((t.reason for t in self.trainers if t.outcome == Outcome.DIVERGED), "")
-
-    @property
-    def decay_enabled(self) -> bool:
-        return any(t.decay.config.enabled for t in self.trainers)
-
-    def decays(self) -> float:
-        return float(np.mean([t.decay.decays for t in self.trainers]))
-
-
 class TrialError(RuntimeError):
     """A fedtune error inside a trial, re-raised in a form Ray can ship to the driver.
 
     ``ConfigError``/``DataError`` take several constructor arguments and do not survive the
     pickling Ray does between processes; the message (``ConfigError: field: reason``) does.
     """
-
-
-def train_trial(config: dict[str, Any], spec: StudySpec) -> None:
-    """Ray Tune function trainable (see the module docstring)."""
-    if timeline.enabled():
-        timeline.mark("trial_process_start", timeline.process_start())
-        timeline.mark("trial_entered")
-    try:
-        _train(config, spec)
-    except FedtuneError as exc:
-        raise TrialError(trial_message(exc, spec)) from None
 
 
 _RAY_PACKAGE = re.compile(r"\S*/runtime_resources/py_modules_files/_ray_pkg_[0-9a-f]+/")
@@ -318,26 +274,6 @@ def trial_message(exc: FedtuneError, spec: StudySpec) -> str:
     if code is not None and code.path:
         text = _RAY_PACKAGE.sub(lambda _: str(code.path).rstrip("/") + "/", text)
     return text
-
-
-def _train(config: dict[str, Any], spec: StudySpec) -> None:
-    runs = _SeedRuns(trial_configs(spec, config))
-    from ray import tune  # imported here: the engine never needs Ray
-
-    timeline.mark("trial_built")
-    device = device_label(runs.trainers[0].config.train.device)
-    rows = TrialRows(spec, runs.rounds, runs.decay_enabled, device)
-    while not runs.done:
-        row = runs.step()
-        if row is None:
-            break
-        rows.add(row, runs.decays() if runs.decay_enabled else 0.0)
-        if row[ROUND] % spec.report_every == 0 and not runs.done:
-            tune.report(rows.report())
-    diverged = any(t.outcome == Outcome.DIVERGED for t in runs.trainers)
-    outcome = Outcome.DIVERGED if diverged else Outcome.COMPLETED
-    tune.report(rows.report(str(outcome), runs.reason()))
-    timeline.mark("trial_reported")
 
 
 def _result(
@@ -356,10 +292,3 @@ def _result(
         **tracker.values(diverged=outcome == Outcome.DIVERGED),
         HISTORY: list(history),
     }
-
-
-def make_trainable(spec: StudySpec) -> Any:
-    """``train_trial`` bound to ``spec`` (shipped once through Ray's object store)."""
-    from ray import tune
-
-    return tune.with_parameters(train_trial, spec=spec)
