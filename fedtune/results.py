@@ -4,7 +4,7 @@ A :class:`TradeOff` (:func:`fedtune.tuning.analysis.tradeoff.analyze_tradeoff`) 
 ``tradeoff/tradeoff.json`` holds and what ``GET /v1/studies/{id}/tradeoff`` answers; a
 :class:`Comparison` (:func:`fedtune.tuning.analysis.compare.compare`) is ``comparison.json`` and the
 answer of ``/v1/compare``. The engine builds them, the service returns them and the SDK reads
-them back with :meth:`~fedtune.wire_models.WireModel.from_json`: one class each, so the three
+them back with :meth:`~fedtune.wire_base.WireModel.from_json`: one class each, so the three
 never drift. In memory a loss that was never reached is ``inf``; on the wire it is ``null``,
 read back as ``inf`` where a number is compared (:func:`loss`).
 
@@ -18,7 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .wire_models import RecordedRun, WireModel, _about, finite_or_none
+from .wire_base import WireModel, described, finite_or_none
+from .wire_models import RecordedRun
 
 __all__ = [
     "BUDGET_ROUNDS",
@@ -80,16 +81,16 @@ class TrialSummary(_Strict):
 
     trial_id: Any
     params: dict[str, Any]
-    outcome: str = _about("how it ended: completed, diverged or stopped")
+    outcome: str = described("how it ended: completed, diverged or stopped")
     last_round: int
-    final_loss: float | None = _about(
+    final_loss: float | None = described(
         "mean loss over the objective's last rounds (null: diverged or not finite)"
     )
-    best_loss: float | None = _about("lowest point of its smoothed curve")
+    best_loss: float | None = described("lowest point of its smoothed curve")
     rounds_to_target: list[float | None] = field(
         metadata={"description": "first round at or below each target (null: never)"}
     )
-    flag: str = _about("'' (compared fully), diverged, blown_up or stopped", "")
+    flag: str = described("'' (compared fully), diverged, blown_up or stopped", "")
 
     @property
     def comparable(self) -> bool:
@@ -121,14 +122,14 @@ class TradeOff(_Strict):
     """The measured convergence–accuracy trade-off of a study
     (:func:`fedtune.tuning.analysis.tradeoff.analyze_tradeoff`; ``tradeoff.json``, ∞ as null)."""
 
-    metric: str = _about("the record field the curves are", "client_loss")
-    start_loss: float | None = _about("ℓ_0: the median first recorded loss", None)
+    metric: str = described("the record field the curves are", "client_loss")
+    start_loss: float | None = described("ℓ_0: the median first recorded loss", None)
     targets: list[float]
     pareto_target: float | None
     last_rounds: int
     smooth_window: int
     trials: list[TrialSummary]
-    trials_total: int | None = _about("the study's trials; ``trials`` may list fewer", None)
+    trials_total: int | None = described("the study's trials; ``trials`` may list fewer", None)
     pareto: list[Any] = field(
         metadata={"description": "trial ids of the Pareto set, by increasing rounds to target"}
     )
@@ -206,13 +207,13 @@ BUDGET_TRIALS, BUDGET_ROUNDS, BUDGET_WHOLE = "equal trials", "equal total rounds
 class StudyLine(_Strict):
     """One compared study, in brief."""
 
-    key: str = _about("unique within the comparison: the study's name (with #n when repeated)")
-    label: str = _about("how the user named it: a service study id or a local workdir")
+    key: str = described("unique within the comparison: the study's name (with #n when repeated)")
+    label: str = described("how the user named it: a service study id or a local workdir")
     name: str
     algorithm: str
     task: str
     trials_total: int
-    trials_listed: int = _about("trials its trade-off lists (the best, Pareto and envelope's)")
+    trials_listed: int = described("trials its trade-off lists (the best, Pareto and envelope's)")
     rounds_spent: int
     start_loss: float | None
     pareto_target: float | None
@@ -225,8 +226,8 @@ class StudyLine(_Strict):
 class MatchedRow(_Strict):
     """A study's best configuration within one budget."""
 
-    budget: str = _about("equal trials, equal total rounds or whole study")
-    amount: int = _about("trials (equal trials) or total rounds (the others)")
+    budget: str = described("equal trials, equal total rounds or whole study")
+    amount: int = described("trials (equal trials) or total rounds (the others)")
     key: str
     trial_id: Any
     final_loss: float | None

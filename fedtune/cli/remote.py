@@ -137,7 +137,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _json(obj: Any) -> str:
-    from fedtune.wire_models import WireModel
+    from fedtune.wire_base import WireModel
 
     if isinstance(obj, WireModel):
         obj = obj.to_json()  # as the service sent it, fields unknown to this version included

@@ -17,6 +17,7 @@ from fedtune import results, wire_models
 from fedtune.service import schemas
 from fedtune.service.api import create_app
 from fedtune.states import StudyState
+from fedtune.wire_base import WireModel
 
 from .conftest import TOKEN
 
@@ -59,8 +60,8 @@ SHARED = [
     for module in (wire_models, results)
     for name in module.__all__
     if isinstance(cls := getattr(module, name), type)
-    and issubclass(cls, wire_models.WireModel)
-    and cls is not wire_models.WireModel
+    and issubclass(cls, WireModel)
+    and cls is not WireModel
     and cls.__name__ == name
 ]
 
