@@ -12,7 +12,7 @@ FedAvgM configurations, M = 10, K = 10, B = 20) and each P of ``--sizes``, one
   copies;
 * ``cProfile`` over ``--profiled`` rounds: the share of ``PackedTrainer.step`` spent in each
   phase — ``_open`` (the cohort, the broadcast, ℓ_t and its divergence test), within it
-  ``_batches`` (every member's batch rows), ``_local_steps`` and ``_close`` (aggregation, the
+  ``_batches`` (every member's batch rows, ``pack_batches.group_batches``), ``_local_steps`` and ``_close`` (aggregation, the
   server step, evaluation and records). cProfile slows Python, so these are shares, not times.
 
 On a GPU, ``device_busy_ms`` far below ``ms_per_round`` means the host bounds the pack.
@@ -39,8 +39,14 @@ from _env import environment, sync
 from packing import TASKS, B, K, M, configs, time_rounds
 
 RESULTS = Path(__file__).parent / "results"
-#: PackedTrainer methods whose cumulative time is reported, as shares of ``step``
-PHASES = ("_open", "_batches", "_local_steps", "_close")
+#: the phases whose cumulative time is reported, as shares of ``PackedTrainer.step``: each
+#: phase's function, as the file it is in and its name
+PHASES = {
+    "_open": ("packed.py", "_open"),
+    "_batches": ("pack_batches.py", "group_batches"),
+    "_local_steps": ("packed.py", "_local_steps"),
+    "_close": ("packed.py", "_close"),
+}
 _SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
 _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
@@ -80,10 +86,12 @@ def _phases(pack, device: str, rounds: int) -> dict[str, float]:
         pack.step()
     sync(device)
     profiler.disable()
+    where = {"step": ("packed.py", "step"), **PHASES}
     cumulative = {}
     for (path, _, name), row in pstats.Stats(profiler).stats.items():
-        if path.endswith("packed.py") and name in ("step", *PHASES):
-            cumulative[name] = cumulative.get(name, 0.0) + row[3]
+        for phase, (file, function) in where.items():
+            if path.endswith(file) and name == function:
+                cumulative[phase] = cumulative.get(phase, 0.0) + row[3]
     total = cumulative.get("step") or 1e-12
     return {name: round(cumulative.get(name, 0.0) / total, 3) for name in PHASES}
 

@@ -22,6 +22,7 @@ rows, not O(population).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ __all__ = [
     "dataset_means",
     "dataset_metrics",
     "evaluation_clients",
+    "members_evaluation",
     "population_loss",
     "population_losses",
 ]
@@ -154,3 +156,59 @@ def dataset_means(
     for name, metric in metric_fns.items():
         out[name] = _per_example(metric, params, data.inputs, data.targets, batch_size).mean(0)
     return out
+
+
+def members_evaluation(
+    packed_loss: Callable[..., torch.Tensor],
+    metrics: Mapping[str, Callable[..., torch.Tensor]],
+    params: dict[str, torch.Tensor],
+    which: list[int],
+    data: FederatedData,
+    test: Dataset | None,
+    train: Any,
+    t: int,
+    seed: int,
+) -> dict[int, tuple[float | None, dict[str, float], float]]:
+    """An evaluation round of a pack's members: each one's population loss (as
+    ``train.eval_population`` says), test metrics and the number of clients evaluated, as the
+    engine's ``Trainer`` gives them for one.
+
+    Args:
+        packed_loss: The per-example loss vmapped over members (``[N, P]``).
+        metrics: The test metrics, each vmapped over members.
+        params: The members' models, stacked ``[P, …]``.
+        which: The positions in ``params`` to evaluate.
+        data: The training data.
+        test: The test data, if any.
+        train: The members' training configuration (its evaluation settings are the pack's).
+        t: The round (0-based).
+        seed: The data seed (the sampled evaluation clients come from it and ``t``).
+
+    Returns:
+        ``{position: (population loss or None, test metrics, clients evaluated)}``.
+    """
+    if len(which) < next(iter(params.values())).shape[0]:
+        index = torch.tensor(which, dtype=torch.long, device=next(iter(params.values())).device)
+        params = {k: v.index_select(0, index) for k, v in params.items()}
+    bs = train.eval_batch_size
+    losses, evaluated = None, 0
+    if train.eval_population != "off":
+        clients = None
+        if train.eval_population == "sample":
+            assert train.eval_clients is not None  # validated
+            clients = evaluation_clients(seed, t, data.num_clients, train.eval_clients)
+        losses = population_losses(packed_loss, params, data, bs, clients).tolist()
+        evaluated = data.num_clients if clients is None else len(clients)
+    means: dict[str, list[float]] = {}
+    if test is not None:
+        means = {
+            k: v.tolist() for k, v in dataset_means(packed_loss, metrics, params, test, bs).items()
+        }
+    return {
+        g: (
+            None if losses is None else losses[j],
+            {k: v[j] for k, v in means.items()},
+            float(evaluated),
+        )
+        for j, g in enumerate(which)
+    }

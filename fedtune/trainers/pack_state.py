@@ -5,6 +5,7 @@ on the stacked state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,26 @@ class Member:
     @property
     def done(self) -> bool:
         return self.outcome is not None or self.round >= self.config.train.rounds
+
+    def diverges(self, t: int, loss: float) -> bool:
+        """Take round ``t``'s client loss ℓ_t; end as ``diverged`` when it is not finite or
+        exceeds ``train.divergence_factor`` · |ℓ_1| (the engine's rule).
+
+        Args:
+            t: The round (0-based).
+            loss: Its client loss ℓ_t.
+
+        Returns:
+            Whether the member diverged in this round.
+        """
+        if self.initial_loss is None and math.isfinite(loss):
+            self.initial_loss = max(abs(loss), 1e-12)
+        bound = self.config.train.divergence_factor * (self.initial_loss or 1.0)
+        if math.isfinite(loss) and loss <= bound:
+            return False
+        self.outcome = Outcome.DIVERGED
+        self.reason = f"round {t + 1}: client loss {loss:.4g} (bound {bound:.4g})"
+        return True
 
 
 @dataclass

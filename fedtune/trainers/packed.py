@@ -42,7 +42,6 @@ MLflow or FastAPI.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
@@ -54,33 +53,24 @@ from torch.utils import _pytree as pytree
 
 from fedtune.errors import ConfigError
 
-from .algorithms import Cohort, LocalUpdate, get_recipe, resolve
-from .client import make_packed_client_fn
+from .algorithms import LocalUpdate, get_recipe, resolve
 from .config import TrialConfig
 from .decay import DecayController
-from .engine import EVAL_CLIENTS_METRIC, RUNNER_METRIC, Trainer, cohort_rows, pick_device
-from .evaluation import (
-    client_mean_losses,
-    dataset_means,
-    evaluation_clients,
-    population_losses,
-)
+from .engine import EVAL_CLIENTS_METRIC, RUNNER_METRIC, Trainer, pick_device
+from .evaluation import client_mean_losses, members_evaluation
 from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
+from .pack_batches import group_batches
+from .pack_clients import PackedClients
 from .pack_rules import pack_key, pack_refusal, parse
 from .pack_state import Group, Index, Member, Params, member_weights, pad_steps, stacked_rows
 from .records import Outcome, RoundRecord, TrialResult
-from .sampling import batch_streams, sample_clients, trials_batch_indices
+from .sampling import sample_clients
 from .server_opt import make_server_opt
-from .steps import step_mask, step_summary, theta_rows
-from .streams import prepared
+from .steps import step_summary
 from .tasks import Task, build_task
 
-__all__ = ["CPU_CHUNK_BYTES", "PACKED_RUNNER", "PackedTrainer", "pack_key", "pack_refusal"]
-
-#: on a CPU, the members per vmapped client call are chosen so that one client state
-#: ``[members, M, parameters]`` takes at most this many bytes
-CPU_CHUNK_BYTES = 16 * 2**20
+__all__ = ["PACKED_RUNNER", "PackedTrainer", "pack_key", "pack_refusal"]
 
 #: the runner name a packed member's result reports
 PACKED_RUNNER = "packed"
@@ -97,7 +87,7 @@ class PackedTrainer:
         task: The task, already built (None: built from the first configuration).
         chunk: Run the clients of at most this many members per vmapped call. None: all at
             once on a GPU; on a CPU as many as keep one client state ``[chunk, M, parameters]``
-            within :data:`CPU_CHUNK_BYTES` (in cache: the digits MLP ran 2× faster in chunks of
+            within :data:`~.pack_clients.CPU_CHUNK_BYTES` (in cache: the digits MLP ran 2× faster in chunks of
             16 than all 64 at once). The numbers do not change.
 
     Raises:
@@ -137,7 +127,7 @@ class PackedTrainer:
         self._slots: list[int] = []  # member index of each row of the stacked state
         self.params: Params = {}
         self.opt_state: Any = None
-        self._client_fn: Any = None  # make_packed_client_fn, built with the first member
+        self._local: PackedClients | None = None  # the local steps, built with the first member
         self._packed_loss = vmap(self.loss_of.per_example, in_dims=(0, None, None), out_dims=1)
         self._metrics = {
             name: vmap(self._metric(fn), in_dims=(0, None, None), out_dims=1)
@@ -252,42 +242,6 @@ class PackedTrainer:
     def _metric(self, fn):
         return lambda params, x, y: fn(functional_call(self._module, params, (x,)), y)
 
-    def _clients(self, x, lr, alpha, rows, thetas, mask, weights, data) -> Params:
-        """The aggregated message ``q [G, …]`` of G members: their M clients' messages, the
-        pairs flattened to G·M and run by :func:`~fedtune.trainers.client.make_packed_client_fn`
-        (batches read from the cohort view ``data`` one step at a time, ``[G·M, B, …]``), then
-        averaged over each member's clients with its cohort's weights ``[G, M]`` while they
-        are in cache: Σ_i w_i msg_i, the :func:`~fedtune.trainers.algorithms.base.weighted_mean`
-        of the unpacked round."""
-        if self._client_fn is None:
-            units = self._members[0].algorithm.rule.units
-            self._client_fn = make_packed_client_fn(self.loss_of, units)
-        g, m = rows.shape[:2]
-
-        def pairs(v: torch.Tensor | None) -> torch.Tensor | None:  # [G, M, …] -> [G·M, …]
-            return None if v is None else v.reshape(g * m, *v.shape[2:])
-
-        def per_pair(v: torch.Tensor | None) -> torch.Tensor | None:  # [G, …] -> [G·M, …]
-            return None if v is None else pairs(v.unsqueeze(1).expand(g, m, *v.shape[1:]))
-
-        out = self._client_fn(
-            {k: per_pair(v) for k, v in x.items()},
-            per_pair(lr),
-            per_pair(alpha),
-            pairs(rows),
-            data.inputs,
-            data.targets,
-            pairs(thetas),
-            pairs(mask),
-        )
-        if self._aggregate is not None:  # the recipe's aggregator takes every message
-            return {k: v.unflatten(0, (g, m)) for k, v in out.items()}
-        w = weights.reshape(g * m)
-        return {
-            k: v.mul_(w.view(-1, *([1] * (v.dim() - 1)))).unflatten(0, (g, m)).sum(1)
-            for k, v in out.items()
-        }
-
     def _server_opt(self, consts: Mapping[str, torch.Tensor]):
         assert self._server_name is not None
         name, form = self._server_name
@@ -373,17 +327,7 @@ class PackedTrainer:
         x = self._broadcast(params, opt_state, consts)
         losses = client_mean_losses(self._packed_loss, x, data, clients, train.eval_batch_size)
         client_loss = (weights * losses.T.contiguous()).sum(1).tolist()
-        alive = []
-        for g, m in enumerate(members):
-            loss = client_loss[g]
-            if m.initial_loss is None and math.isfinite(loss):
-                m.initial_loss = max(abs(loss), 1e-12)
-            bound = m.config.train.divergence_factor * (m.initial_loss or 1.0)
-            if not math.isfinite(loss) or loss > bound:
-                m.outcome = Outcome.DIVERGED
-                m.reason = f"round {t + 1}: client loss {loss:.4g} (bound {bound:.4g})"
-            else:
-                alive.append(g)
+        alive = [g for g, m in enumerate(members) if not m.diverges(t, client_loss[g])]
         if not alive:
             return None
         if len(alive) < len(members):
@@ -391,7 +335,9 @@ class PackedTrainer:
             members = [members[g] for g in alive]
             positions = [positions[g] for g in alive]
             client_loss = [client_loss[g] for g in alive]
-        rows, steps, thetas, cohorts = self._batches(members, t, clients, data, weights)
+        rows, steps, thetas, cohorts = group_batches(
+            members, t, clients, data, weights, self.data.client_sizes, self.dtype, self.device
+        )
         return Group(
             t=t,
             positions=positions,
@@ -415,9 +361,9 @@ class PackedTrainer:
         pairs in one batch when they read the same rows (in-memory data), else group by group."""
         if len(groups) > 1 and all(g.data is groups[0].data for g in groups):
             k_max = max(g.rows.shape[2] for g in groups)
-            merged = self._client_chunks(
-                members=[m for g in groups for m in g.members],
+            merged = self._clients()(
                 client_lr=[lr for g in groups for lr in g.client_lr],
+                alphas=[m.hparams.prox_alpha for g in groups for m in g.members],
                 x={k: torch.cat([g.x[k] for g in groups]) for k in groups[0].x},
                 rows=torch.cat([pad_steps(g.rows, k_max) for g in groups]),
                 steps=torch.cat([g.steps for g in groups]),
@@ -428,43 +374,28 @@ class PackedTrainer:
             split = {k: torch.split(v, [len(g.members) for g in groups]) for k, v in merged.items()}
             return [{k: split[k][j] for k in merged} for j in range(len(groups))]
         return [
-            self._client_chunks(
-                g.members, g.client_lr, g.x, g.rows, g.steps, g.thetas, member_weights(g), g.data
+            self._clients()(
+                g.client_lr,
+                [m.hparams.prox_alpha for m in g.members],
+                g.x,
+                g.rows,
+                g.steps,
+                g.thetas,
+                member_weights(g),
+                g.data,
             )
             for g in groups
         ]
 
-    def _client_chunks(self, members, client_lr, x, rows, steps, thetas, weights, data) -> Params:
-        """The aggregated client messages ``q [G, …]`` of G members (rates γ_t ``client_lr``,
-        cohort weights ``[G, M]``), at most a chunk of them per call, each chunk's ``q``
-        written into one output."""
-        alphas = [m.hparams.prox_alpha for m in members]
-        k_max = rows.shape[2]
-        masked = bool(steps.min() < k_max)
-        mask = step_mask(steps.reshape(-1), k_max).reshape((*steps.shape, k_max))
-        lr = self._vector(client_lr, self.dtype)
-        alpha = self._vector(alphas, self.dtype) if any(alphas) else None
-        chunk = self.chunk or self._auto_chunk(len(members), rows.shape[1])
-        q: Params = {}
-        for a in range(0, len(members), chunk):
-            part = slice(a, a + chunk)
-            done = self._clients(
-                {k: v[part] for k, v in x.items()},
-                lr[part],
-                None if alpha is None else alpha[part],
-                rows[part],
-                thetas[part],
-                mask[part] if masked else None,
-                weights[part],
-                data,
+    def _clients(self) -> PackedClients:
+        """The pack's local steps (built with its first member's client rule)."""
+        if self._local is None:
+            units = self._members[0].algorithm.rule.units
+            averaged = self._aggregate is None
+            self._local = PackedClients(
+                self.loss_of, units, averaged, self.device, self.dtype, self.chunk
             )
-            if a == 0 and chunk >= len(members):
-                return done
-            for k, v in done.items():
-                if k not in q:
-                    q[k] = v.new_empty((len(members), *v.shape[1:]))
-                q[k][part] = v
-        return q
+        return self._local
 
     def _close(self, group: Group, q: Params, out: list, start: float) -> None:
         """Round ``group.t`` of a group after its local steps: the aggregation ``q`` (the
@@ -491,7 +422,23 @@ class PackedTrainer:
             for g, m in enumerate(members)
             if t == 0 or (t + 1) % train.eval_every == 0 or t + 1 == m.config.train.rounds
         ]
-        evaluated = self._evaluate(t, params, evaluate, train) if evaluate else {}
+        evaluated = {}
+        if evaluate:
+            seed = self._members[0].config.task.seed
+            found = members_evaluation(
+                self._packed_loss,
+                self._metrics,
+                params,
+                evaluate,
+                self.data,
+                self.test,
+                train,
+                t,
+                seed,
+            )
+            evaluated = {
+                g: (loss, test, {EVAL_CLIENTS_METRIC: n}) for g, (loss, test, n) in found.items()
+            }
         for g, m in enumerate(members):
             m.decay.observe(group.client_loss[g])
             m.examples += Trainer._round_examples(group.cohorts[g])
@@ -517,102 +464,6 @@ class PackedTrainer:
             if m.round >= m.config.train.rounds:
                 m.outcome = Outcome.COMPLETED
             out[self._slots[group.positions[g]]] = record
-
-    def _auto_chunk(self, members: int, clients: int) -> int:
-        if self.device.type != "cpu":
-            return members
-        size = torch.finfo(self.dtype).bits // 8
-        state = clients * sum(v[0].numel() for v in self.params.values()) * size
-        return max(1, min(members, CPU_CHUNK_BYTES // max(state, 1)))
-
-    def _batches(self, members, t, clients, data, weights):
-        """Every member's batch rows (its own seed and K_p or τ_i), padded to the group's
-        K_max: rows ``[G, M, K_max, B]``, steps ``[G, M]``, Θ rows ``[G, M, K_max]`` and each
-        member's :class:`Cohort` (for its record)."""
-        train = members[0].config.train  # batch_size and batch_sampling are the pack's
-        if train.batch_sampling != "full" and all(
-            m.config.train.local_epochs is None for m in members
-        ):
-            drawn = [
-                (None, rows)
-                for rows in trials_batch_indices(
-                    [m.config.seed for m in members],
-                    t,
-                    clients,
-                    data.offsets[clients],
-                    data.counts[clients],
-                    [m.algorithm.num_batches() for m in members],
-                    train.batch_size,
-                    train.batch_sampling,
-                )
-            ]
-        else:
-            drawn = []
-            cohort = clients.tolist()
-            streams = [row for m in members for row in batch_streams(m.config.seed, t, cohort)]
-            with prepared(streams):  # every member's client streams seeded in one pass
-                for m in members:
-                    nb = m.algorithm.num_batches()
-                    steps, rows = cohort_rows(
-                        m.config, nb, m.local_steps, t, clients, data, self.data.client_sizes
-                    )
-                    drawn.append((steps, rows))
-        k_max = max(rows.shape[1] for _, rows in drawn)
-        all_rows, all_steps, all_thetas, cohorts = [], [], [], []
-        size = len(clients)
-        for m, (steps, rows) in zip(members, drawn, strict=True):
-            cohorts.append(Cohort(clients, rows, weights, steps))
-            nb = rows.shape[1]
-            if nb < k_max:  # the padding repeats the last drawn batch (real rows, masked)
-                rows = torch.cat([rows, rows[:, -1:].expand(size, k_max - nb, -1)], 1)
-            if steps is None:
-                theta = torch.zeros(k_max, dtype=self.dtype)
-                theta[:nb] = m.algorithm.rule.theta.to(self.dtype)
-                theta = theta.expand(size, k_max)
-                steps = torch.full((size,), nb, dtype=torch.long)
-            else:
-                theta = theta_rows(m.algorithm.rule.preset, steps, k_max, self.dtype)
-            all_rows.append(rows)
-            all_steps.append(steps)
-            all_thetas.append(theta)
-        dev = self.device
-        return (
-            torch.stack(all_rows).to(dev),
-            torch.stack(all_steps).to(dev),
-            torch.stack(all_thetas).to(dev),
-            cohorts,
-        )
-
-    def _evaluate(self, t: int, params: Params, which: list[int], train) -> dict[int, tuple]:
-        """Population loss and test metrics of the members ``which`` (positions in ``params``),
-        as :meth:`Trainer._evaluate` gives them for one."""
-        if len(which) < next(iter(params.values())).shape[0]:
-            index = torch.tensor(which, dtype=torch.long, device=self.device)
-            params = {k: v.index_select(0, index) for k, v in params.items()}
-        bs = train.eval_batch_size
-        train_loss, evaluated = None, 0
-        if train.eval_population != "off":
-            clients = None
-            if train.eval_population == "sample":
-                assert train.eval_clients is not None  # validated
-                clients = evaluation_clients(
-                    self._members[0].config.task.seed, t, self.data.num_clients, train.eval_clients
-                )
-            train_loss = population_losses(self._packed_loss, params, self.data, bs, clients)
-            train_loss = train_loss.tolist()
-            evaluated = self.data.num_clients if clients is None else len(clients)
-        test: dict[str, list[float]] = {}
-        if self.test is not None:
-            means = dataset_means(self._packed_loss, self._metrics, params, self.test, bs)
-            test = {k: v.tolist() for k, v in means.items()}
-        return {
-            g: (
-                None if train_loss is None else train_loss[j],
-                {k: v[j] for k, v in test.items()},
-                {EVAL_CLIENTS_METRIC: float(evaluated)},
-            )
-            for j, g in enumerate(which)
-        }
 
     # -- results --------------------------------------------------------------------------
     def result(self, i: int) -> TrialResult:
