@@ -268,7 +268,7 @@ def search_api(base: str, experiment_id: str) -> float:
 
 def measure_ui(result: dict[str, Any], repeats: int, scratch: Path) -> dict[str, Any]:
     """The runs page (default and sorted by run name) loaded ``repeats`` times each."""
-    from fedtune.tuning.mlflow.tracking import ui_url
+    from fedtune.tuning.mlflow.urls import ui_url
 
     out: dict[str, Any] = {}
     scratch.mkdir(parents=True, exist_ok=True)

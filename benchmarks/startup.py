@@ -32,8 +32,8 @@ repeats: ``per_trial_overhead_s`` = the median gap (runs with the most trials); 
 trials: per trial, the SQLite commits (Optuna and MLflow, each an fsync) and the driver's time
 in the searcher, the MLflow callback and Tune's actor reset — what the per-trial overhead is.
 
-The MLflow store template (:mod:`fedtune.tuning.mlflow.tracking`) is built before the repeats (one
-extra run, reported as ``cold_template``), as any earlier study on the machine does.
+The MLflow store template (:mod:`fedtune.tuning.mlflow.sqlite_template`) is built before the
+repeats (one extra run, reported as ``cold_template``), as any earlier study on the machine does.
 
 Usage: ``python benchmarks/startup.py [--repeats 5] [--trials 6] [--profile-trials 12]
 [--out PATH]``
@@ -277,9 +277,9 @@ _PROFILED = {
     ("<method 'commit' of 'sqlite3.Connection' objects>", ""): "sqlite_commit",
     ("fedtune/tuning/optuna/search.py", "suggest"): "searcher_suggest (Optuna ask)",
     ("fedtune/tuning/optuna/search.py", "on_trial_complete"): "searcher_complete (Optuna tell)",
-    ("fedtune/tuning/mlflow/tracking.py", "on_trial_start"): "mlflow_trial_start",
-    ("fedtune/tuning/mlflow/tracking.py", "on_trial_result"): "mlflow_trial_result",
-    ("fedtune/tuning/mlflow/tracking.py", "on_trial_complete"): "mlflow_trial_complete",
+    ("fedtune/tuning/mlflow/callback.py", "on_trial_start"): "mlflow_trial_start",
+    ("fedtune/tuning/mlflow/callback.py", "on_trial_result"): "mlflow_trial_result",
+    ("fedtune/tuning/mlflow/callback.py", "on_trial_complete"): "mlflow_trial_complete",
     ("ray/tune/execution/tune_controller.py", "_on_trial_reset"): "tune_actor_reset",
 }
 

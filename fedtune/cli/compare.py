@@ -104,8 +104,8 @@ def _text(c: Any) -> list[str]:
 
 def _local(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
     from fedtune.tuning.analysis.compare import compare
+    from fedtune.tuning.mlflow.client import resolve_tracking_uri
     from fedtune.tuning.mlflow.comparisons import local_input, record_comparison
-    from fedtune.tuning.mlflow.tracking import resolve_tracking_uri
 
     inputs = [local_input(w, args.tracking_uri) for w in args.studies]
     c = compare(inputs, force=args.force)

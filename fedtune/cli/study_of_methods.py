@@ -54,8 +54,8 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
     """
     from fedtune.tuning.analysis.compare import compare
     from fedtune.tuning.driver.study import run_study
+    from fedtune.tuning.mlflow.client import resolve_tracking_uri
     from fedtune.tuning.mlflow.comparisons import local_input, record_comparison
-    from fedtune.tuning.mlflow.tracking import resolve_tracking_uri
     from fedtune.tuning.spec import StudySpec
 
     from .common import quiet_libraries

@@ -184,7 +184,7 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
     lines += ["", *_best_lines(result, spec), "", *_pareto_lines(result), ""]
     tradeoff = Path(result.workdir) / "tradeoff"
-    from fedtune.tuning.mlflow.tracking import executable
+    from fedtune.tuning.mlflow.client import executable
 
     again = (
         f"{executable('fedtune')} tune {shlex.quote(str(Path(study_path).resolve()))} "

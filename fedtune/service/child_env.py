@@ -14,7 +14,7 @@ them, is withheld by default.
 * then each kind's own settings, rendered from :class:`~.settings.Settings` (never copied from
   the environment), only those its process reads: the workdir, the heartbeat, the retry policy,
   the tracking URI, and the study's MLflow workspace credential
-  (:func:`.mlflow_tenancy.driver_env_for`).
+  (:func:`.mlflow_workspaces.driver_env_for`).
 
 The service's API token, code URL key, Ray token and MLflow admin password reach no child. A
 driver gets the URL it reports to and a credential of its own study and attempt
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fedtune.tuning.env import VARIABLES as TUNING_VARIABLES
 
-from .mlflow_tenancy import driver_env_for
+from .mlflow_workspaces import driver_env_for
 from .settings import Settings
 
 __all__ = [

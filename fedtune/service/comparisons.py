@@ -69,7 +69,7 @@ def _theory(uri: str | None, run_id: str | None) -> list[dict[str, Any]] | None:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from fedtune.tuning.mlflow.tracking import artifact_text
+    from fedtune.tuning.mlflow.client import artifact_text
 
     try:
         return json.loads(

@@ -419,7 +419,7 @@ class _MlflowIds:
 
     def _experiment(self, run_id: str) -> str | None:
         try:
-            from fedtune.tuning.mlflow.tracking import run_experiment_id
+            from fedtune.tuning.mlflow.client import run_experiment_id
 
             return run_experiment_id(self.uri, run_id)
         except Exception:  # the id is a convenience for links; never fail the study on it

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from fedtune.tuning.mlflow.urls import run_url
 from fedtune.wire_models import MlflowLinks
 
-from .mlflow_tenancy import workspace_for
+from .mlflow_workspaces import workspace_for
 from .redact import redact_uri
 from .settings import Settings
 

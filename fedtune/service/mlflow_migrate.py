@@ -2,7 +2,7 @@
 
 Before MLflow workspaces every study logged into MLflow's ``default`` workspace. This moves each
 study's experiment (``studies.mlflow_experiment_id``) into the workspace of the study's project
-(:func:`~fedtune.service.mlflow_tenancy.workspace_for`) with MLflow's own tool,
+(:func:`~fedtune.service.mlflow_workspaces.workspace_for`) with MLflow's own tool,
 ``mlflow db move-resources --resource-type experiments --name …``, which moves an experiment
 with its runs, metrics, tags and traces in one transaction and leaves artifacts where they are
 (``--artifact-policy preserve``: stored artifact URIs keep resolving). It creates the target
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .mlflow_tenancy import DEFAULT_WORKSPACE, workspace_for
+from .mlflow_workspaces import DEFAULT_WORKSPACE, workspace_for
 
 __all__ = ["MigrationPlan", "migrate_experiments", "plan_migration"]
 

@@ -1,13 +1,7 @@
-"""Keep MLflow's workspaces and permissions in step with fedtune's projects and roles.
+"""Keep MLflow's workspaces, users and roles in step with fedtune's projects and roles.
 
-One fedtune project is one MLflow workspace (an MLflow server started with
-``--enable-workspaces --app-name fedtune``: MLflow's basic-auth app with the user list scoped,
-:mod:`.mlflow_app`): :func:`workspace_for` names it — the project's
-own name, ``default`` for the ``default`` project, ``project-<name>`` for the few names MLflow
-refuses (one character, or ``api``, ``ajax-api``, ``workspaces``, ``static-files``).
-
-MLflow's basic-auth app (3.17) has workspace-scoped roles (RBAC). Each workspace gets two roles
-that this module owns:
+MLflow's basic-auth app (3.17) has workspace-scoped roles (RBAC). Each workspace
+(:func:`~.mlflow_workspaces.workspace_for`) gets two roles that this module owns:
 
 * ``fedtune-member``: ``workspace *`` ``USE`` (create experiments and runs there) and
   ``experiment *`` ``EDIT`` (read and log to every experiment of the workspace);
@@ -15,57 +9,45 @@ that this module owns:
 
 A fedtune admin is an MLflow admin (``is_admin``: everything). A user who has no role in a
 workspace gets 403 on its experiments and runs and never sees them listed (with
-``default_permission = NO_PERMISSIONS`` and ``grant_default_workspace_access = false``).
+``default_permission = NO_PERMISSIONS`` and ``grant_default_workspace_access = false``). Each
+workspace's driver user is a member of it.
 
-Study drivers log as ``fedtune-driver-<workspace>``, a member of that one workspace, whose
-password is derived (HMAC-SHA256) from the admin password, so the service can hand it to a driver
-without storing it and a driver never holds the admin credential.
-
-:meth:`MlflowTenancy.sync` is idempotent: it is called when a project is created and periodically
-by the service (``FEDTUNE_MLFLOW_SYNC_S``, 60 s by default), which bounds how long a revoked
-user or a changed role lasts in MLflow. Everything goes through MLflow's REST API with the
-admin credential; nothing here touches MLflow's databases.
+:meth:`MlflowTenancy.sync` is idempotent, so it can run again whenever fedtune changes
+(:mod:`.mlflow_sync` runs it). Everything goes through MLflow's REST API with the admin
+credential; nothing here touches MLflow's databases.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import hmac
 import logging
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from fedtune.errors import ConfigError
 
-if TYPE_CHECKING:
-    from .settings import Settings
+from .mlflow_workspaces import (
+    DEFAULT_WORKSPACE,
+    DRIVER_PREFIX,
+    driver_env,
+    driver_password,
+    driver_user,
+    workspace_for,
+)
 
 __all__ = [
-    "DEFAULT_WORKSPACE",
     "MEMBER_ROLE",
     "VIEWER_ROLE",
     "MlflowTenancy",
     "SyncReport",
     "TenancyError",
-    "TenancyLoop",
-    "driver_env",
-    "driver_env_for",
-    "driver_password",
-    "driver_user",
-    "mlflow_workspace",
-    "sync_from_database",
-    "tenancy_from_settings",
-    "workspace_for",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WORKSPACE = "default"
 MEMBER_ROLE = "fedtune-member"
 VIEWER_ROLE = "fedtune-viewer"
 #: the permissions of each role this module owns, as (resource type, pattern, permission)
@@ -74,147 +56,6 @@ ROLE_GRANTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     VIEWER_ROLE: (("experiment", "*", "READ"),),
 }
 _ROLE_OF = {"member": MEMBER_ROLE, "viewer": VIEWER_ROLE}
-_RESERVED = frozenset({"workspaces", "api", "ajax-api", "static-files"})
-_DRIVER_PREFIX = "fedtune-driver-"
-WORKSPACE_HEADER = "X-MLFLOW-WORKSPACE"
-
-
-def workspace_for(project: str | None) -> str:
-    """The MLflow workspace of a fedtune project.
-
-    Args:
-        project: The project's name; None is the ``default`` project.
-
-    Returns:
-        ``default`` for the default project, the project's name where MLflow accepts it, else
-        ``project-<name>``.
-    """
-    name = project or DEFAULT_WORKSPACE
-    if len(name) < 2 or name in _RESERVED:
-        return f"project-{name}"
-    return name
-
-
-def driver_user(workspace: str) -> str:
-    """The MLflow user a study driver of ``workspace`` logs as.
-
-    Args:
-        workspace: The MLflow workspace.
-
-    Returns:
-        ``fedtune-driver-<workspace>``.
-    """
-    return f"{_DRIVER_PREFIX}{workspace}"
-
-
-def driver_password(admin_password: str, workspace: str) -> str:
-    """The password of a workspace's driver user, derived from the MLflow admin password.
-
-    Args:
-        admin_password: The MLflow admin's password (the service's secret).
-        workspace: The MLflow workspace.
-
-    Returns:
-        64 hex digits (HMAC-SHA256), the same for the same admin password and workspace, so
-        nothing needs storing; it opens nothing but that workspace.
-    """
-    key = admin_password.encode()
-    return hmac.new(key, f"fedtune-driver:{workspace}".encode(), hashlib.sha256).hexdigest()
-
-
-def driver_env(admin_password: str, project: str | None) -> dict[str, str]:
-    """The MLflow client environment of a study driver of ``project``.
-
-    Args:
-        admin_password: The MLflow admin's password.
-        project: The study's project.
-
-    Returns:
-        ``MLFLOW_WORKSPACE``, ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD`` of
-        the driver user of the project's workspace (never the admin credential).
-    """
-    workspace = workspace_for(project)
-    return {
-        "MLFLOW_WORKSPACE": workspace,
-        "MLFLOW_TRACKING_USERNAME": driver_user(workspace),
-        "MLFLOW_TRACKING_PASSWORD": driver_password(admin_password, workspace),
-    }
-
-
-def driver_env_for(settings: Settings, project: str | None) -> dict[str, str]:
-    """A study driver's MLflow environment under ``settings`` (empty without workspaces).
-
-    Args:
-        settings: The service's settings.
-        project: The study's project.
-
-    Returns:
-        :func:`driver_env`'s variables when ``FEDTUNE_MLFLOW_WORKSPACES`` is on, else ``{}``.
-    """
-    password = getattr(settings, "mlflow_admin_password", None)
-    if not getattr(settings, "mlflow_workspaces", False) or password is None:
-        return {}
-    return driver_env(password.get_secret_value(), project)
-
-
-@contextlib.contextmanager
-def mlflow_workspace(settings: Settings, project: str | None) -> Iterator[None]:
-    """The service's own MLflow calls in the block go to ``project``'s workspace.
-
-    Only this thread's calls: it sets MLflow's workspace context variable, not the process's
-    ``MLFLOW_WORKSPACE``. Without ``FEDTUNE_MLFLOW_WORKSPACES`` it does nothing.
-
-    Args:
-        settings: The service's settings.
-        project: The study's project.
-
-    Returns:
-        A context manager.
-    """
-    if not getattr(settings, "mlflow_workspaces", False):
-        yield
-        return
-    from mlflow.utils.workspace_context import ServerWorkspaceContext
-
-    with ServerWorkspaceContext(workspace_for(project)):
-        yield
-
-
-@contextlib.contextmanager
-def study_mlflow(settings: Settings, study_id: str, project: str | None) -> Iterator[str]:
-    """A study's MLflow store as the service reaches it: the service's MLflow calls in the block
-    go to the study's project's workspace (:func:`mlflow_workspace`).
-
-    Args:
-        settings: The service's settings.
-        study_id: The study.
-        project: Its project.
-
-    Returns:
-        A context manager that yields the study's tracking URI.
-    """
-    from .paths import study_tracking_uri
-
-    with mlflow_workspace(settings, project):
-        yield study_tracking_uri(settings, study_id)
-
-
-def tenancy_from_settings(settings: Settings) -> MlflowTenancy | None:
-    """The MLflow tenancy the settings describe, or None (``FEDTUNE_MLFLOW_WORKSPACES`` off).
-
-    Args:
-        settings: The service's settings.
-
-    Returns:
-        An :class:`MlflowTenancy` on ``MLFLOW_TRACKING_URI`` with the admin credential, or None.
-    """
-    if not settings.mlflow_workspaces or settings.mlflow_admin_password is None:
-        return None
-    return MlflowTenancy(
-        settings.mlflow_tracking_uri,
-        settings.mlflow_admin_username,
-        settings.mlflow_admin_password.get_secret_value(),
-    )
 
 
 class TenancyError(RuntimeError):
@@ -520,7 +361,7 @@ class MlflowTenancy:
         Returns:
             True for a fedtune user's MLflow login.
         """
-        return name != self.admin_user and not name.startswith(_DRIVER_PREFIX)
+        return name != self.admin_user and not name.startswith(DRIVER_PREFIX)
 
     def _user_roles(self, username: str) -> list[dict]:
         body = self._call(
@@ -563,161 +404,3 @@ class MlflowTenancy:
         for rid in sorted(have - want):
             self._unassign(name, rid)
             report.unassigned.append(f"{name}:{owned[rid][0]}:{owned[rid][1]}")
-
-
-def sync_from_database(
-    tenancy: MlflowTenancy, session: Any, drop_unknown: bool = False
-) -> SyncReport:
-    """Run :meth:`MlflowTenancy.sync` with the projects, users and roles of fedtune's database.
-
-    A user who is disabled or whose every token is revoked or expired loses its MLflow login.
-
-    Args:
-        tenancy: The MLflow server's tenancy.
-        session: A SQLAlchemy session of fedtune's database.
-        drop_unknown: Also delete the MLflow logins of users fedtune does not know (OIDC).
-
-    Returns:
-        What changed.
-    """
-    from sqlalchemy import select
-
-    from .models import ApiToken, Membership, Project, User, utcnow
-
-    projects = [p.name for p in session.scalars(select(Project))]
-    now = utcnow()
-    live = {
-        t.user_name
-        for t in session.scalars(select(ApiToken).where(ApiToken.revoked_at.is_(None)))
-        if t.expires_at is None or t.expires_at > now
-    }
-    enabled: dict[str, User] = {}
-    disabled: list[str] = []
-    for user in session.scalars(select(User)):
-        if user.disabled_at is None and user.name in live:
-            enabled[user.name] = user
-        else:
-            disabled.append(user.name)
-    roles: dict[str, dict[str, str]] = {name: {} for name in enabled}
-    for m in session.scalars(select(Membership)):
-        if m.user_name in roles:
-            roles[m.user_name][m.project] = m.role
-    admins = [name for name, user in enabled.items() if user.is_admin]
-    return tenancy.sync(projects, roles, admins, disabled, drop_unknown)
-
-
-class TenancyLoop:
-    """The service's thread that runs :func:`sync_from_database` every ``period_s`` seconds.
-
-    :meth:`poke` asks for a sync now (after a project or a membership changed);
-    :meth:`ensure` makes a project's workspace before its first study is dispatched. The MLflow
-    logins of users fedtune's database does not know (OIDC users, made by :meth:`sync_user`)
-    are deleted by the first sync after each multiple of ``oidc_login_s`` (Unix time), so such
-    a login lasts at most that long; its owner asks for a new one, which reads its groups again.
-    """
-
-    def __init__(
-        self, db: Any, tenancy: MlflowTenancy, period_s: float, oidc_login_s: float = 28800.0
-    ) -> None:
-        """Args:
-        db: fedtune's :class:`~fedtune.service.db.Database`.
-        tenancy: The MLflow server's tenancy.
-        period_s: Seconds between two syncs.
-        oidc_login_s: How long an OIDC user's MLflow login lasts at most.
-        """
-        import threading
-
-        self.db = db
-        self.tenancy = tenancy
-        self.period_s = period_s
-        self.oidc_login_s = oidc_login_s
-        self._epoch: int | None = None
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._ready: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name="fedtune-mlflow-sync", daemon=True)
-        self.last: SyncReport | None = None
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
-        self.tenancy.close()
-
-    def poke(self) -> None:
-        """Sync soon (in the loop's thread), not waiting for the period to end."""
-        self._wake.set()
-
-    def ensure(self, project: str | None) -> str:
-        """Make the project's workspace, roles and driver user if this process has not yet.
-
-        Args:
-            project: The project.
-
-        Returns:
-            The workspace's name.
-        """
-        workspace = workspace_for(project)
-        with self._lock:
-            if workspace not in self._ready:
-                self.tenancy.ensure_workspace(project)
-                self._ready.add(workspace)
-        return workspace
-
-    def before_launch(self, request: Any) -> None:
-        """The scheduler's hook: a study's workspace exists before its driver starts.
-
-        Args:
-            request: The :class:`~fedtune.service.backends.base.LaunchRequest`.
-
-        Returns:
-            None; raises ``BackendError`` when MLflow cannot be reached (the study stays queued).
-        """
-        from .backends.base import BackendError
-
-        try:
-            self.ensure(request.project)
-        except (TenancyError, httpx.HTTPError) as exc:
-            raise BackendError(
-                f"the MLflow workspace of project {request.project!r}: {exc}"
-            ) from exc
-
-    def sync_now(self) -> SyncReport:
-        """One sync, in the caller's thread.
-
-        Returns:
-            What changed.
-        """
-        import time
-
-        epoch = int(time.time() // self.oidc_login_s)
-        drop = self._epoch is not None and epoch != self._epoch
-        with self._lock, self.db.session(readonly=True) as session:
-            self.last = sync_from_database(self.tenancy, session, drop_unknown=drop)
-            self._epoch = epoch
-            return self.last
-
-    def sync_user(self, name: str, roles: Mapping[str, str], *, admin: bool = False) -> None:
-        """One user's MLflow roles now (its MLflow login is about to be issued).
-
-        Args:
-            name: The user.
-            roles: {project: role}.
-            admin: Whether it is an admin.
-        """
-        with self._lock:
-            self.tenancy.sync_user(name, roles, admin=admin)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sync_now()
-            except Exception as exc:  # the next period tries again
-                log.warning("MLflow tenancy sync failed: %s", exc)
-            self._wake.wait(self.period_s)
-            self._wake.clear()

@@ -37,7 +37,7 @@ def study_workdir(settings: Settings, study_id: str) -> Path:
 
 def study_tracking_uri(settings: Settings, study_id: str) -> str:
     """``MLFLOW_TRACKING_URI``, else a SQLite MLflow store inside the study's workdir (the
-    default of ``fedtune.tuning.mlflow.tracking.resolve_tracking_uri``, made explicit)."""
+    default of ``fedtune.tuning.mlflow.client.resolve_tracking_uri``, made explicit)."""
     if settings.mlflow_tracking_uri:
         return settings.mlflow_tracking_uri
     return f"sqlite:///{study_workdir(settings, study_id) / 'mlflow.db'}"

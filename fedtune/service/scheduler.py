@@ -55,7 +55,7 @@ from .backend_health import BackendHealth
 from .backends.base import Backend, LaunchRequest
 from .db import Database
 from .leader import Fence, Leadership
-from .mlflow_tenancy import study_mlflow
+from .mlflow_workspaces import study_mlflow
 from .models import DEFAULT_PROJECT, Project, utcnow
 from .optuna_sync import OptunaView
 from .paths import study_workdir

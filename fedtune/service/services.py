@@ -28,7 +28,7 @@ from .errors import (
     StudyNotFoundError,
 )
 from .mlflow_links import mlflow_links
-from .mlflow_tenancy import study_mlflow
+from .mlflow_workspaces import study_mlflow
 from .models import Project, Study, Trial, utcnow
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
 from .paths import study_tracking_uri
@@ -81,12 +81,12 @@ class ServiceContext:
     settings: Settings
     stopper: StopRequester | None = None
     warmup: Warmup | None = None  # readiness waits for it (fedtune.service.warmup)
-    #: MLflow's workspaces and roles kept in step with projects (``mlflow_tenancy.TenancyLoop``)
+    #: MLflow's workspaces and roles kept in step with projects (``mlflow_sync.TenancyLoop``)
     tenancy: Any = None
 
     def mlflow(self, study_id: str, project: str | None) -> AbstractContextManager[str]:
         """A study's MLflow store: yields its tracking URI, with the service's MLflow calls in
-        the block in its project's workspace (:func:`.mlflow_tenancy.study_mlflow`)."""
+        the block in its project's workspace (:func:`.mlflow_workspaces.study_mlflow`)."""
         return study_mlflow(self.settings, study_id, project)
 
 
@@ -410,7 +410,7 @@ def get_tradeoff(ctx: ServiceContext, study_id: str) -> str:
     _known(study_id)
     from fedtune.tuning.analysis.report import tradeoff_of
     from fedtune.tuning.analysis.tradeoff import TrialCurve, tradeoff_text
-    from fedtune.tuning.mlflow.tracking import stored_tradeoff
+    from fedtune.tuning.mlflow.client import stored_tradeoff
 
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)

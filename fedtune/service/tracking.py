@@ -7,7 +7,7 @@ Trial runs change only while ``RUNNING``/``SCHEDULED`` (a trial that failed befo
 stays FAILED); the parent run of a cancelled study ends ``KILLED`` unless it had ``FINISHED``
 (a driver stopped by SIGTERM under Ray ends it as FAILED on its way out); MLflow is reached with ``MlflowClient`` and an
 explicit tracking URI (no fluent global state; docs/development/style.md habit 11), in the one MLflow adapter
-``fedtune.tuning.mlflow.tracking``.
+``fedtune.tuning.mlflow`` (its module ``client``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def kill_runs(
     run_ids: Iterable[str | None] = (),
 ) -> list[str]:
     """Set the unfinished runs of a study to KILLED; returns the ids changed (through the one
-    MLflow adapter, ``fedtune.tuning.mlflow.tracking.kill_study_runs``)."""
-    from fedtune.tuning.mlflow.tracking import kill_study_runs
+    MLflow adapter, ``fedtune.tuning.mlflow.client.kill_study_runs``)."""
+    from fedtune.tuning.mlflow.client import kill_study_runs
 
     return kill_study_runs(tracking_uri, experiment_id, parent_run_id, run_ids)

@@ -61,7 +61,7 @@ _LAZY = {
     "run_study": "driver.study",
     "StudyResult": "driver.phases",
     "StudyTracker": "mlflow.tracking",
-    "MlflowCallback": "mlflow.tracking",
+    "MlflowCallback": "mlflow.callback",
     "FedtuneSearch": "optuna.search",
     "ProgressCallback": "driver.progress",
 }

@@ -20,11 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fedtune.service.mlflow_tenancy import (
-    MlflowTenancy,
-    driver_user,
-    workspace_for,
-)
+from fedtune.service.mlflow_tenancy import MlflowTenancy
+from fedtune.service.mlflow_workspaces import driver_user, workspace_for
 from tests.integration.conftest import BIN, free_port, stop_group, wait_http
 
 ADMIN_PASSWORD = "tenancy-admin-password-0123456789"
@@ -377,7 +374,7 @@ def test_a_comparison_run_obeys_the_same_rules(world, monkeypatch, tmp_path):
 
     from mlflow import MlflowClient
 
-    from fedtune.service.mlflow_tenancy import mlflow_workspace
+    from fedtune.service.mlflow_workspaces import mlflow_workspace
     from fedtune.tuning.analysis.compare import RunRef, StudyInput, compare
     from fedtune.tuning.analysis.tradeoff import TrialCurve, analyze_tradeoff
     from fedtune.tuning.mlflow.comparisons import record_comparison

@@ -9,7 +9,7 @@ from fedtune.errors import ConfigError
 from fedtune.service.backends.base import LaunchRequest
 from fedtune.service.backends.k8s_manifest import rayjob_manifest
 from fedtune.service.backends.local import LocalBackend
-from fedtune.service.mlflow_tenancy import (
+from fedtune.service.mlflow_workspaces import (
     driver_env,
     driver_env_for,
     driver_password,

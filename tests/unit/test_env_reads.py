@@ -39,7 +39,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fedtune/tuning/driver/fit.py", "_tune_environment"): (
         "saves the Ray Tune variables it sets for fit, to restore them"
     ),
-    ("fedtune/tuning/mlflow/tracking.py", "mlflow_variable"): (
+    ("fedtune/tuning/mlflow/client.py", "mlflow_variable"): (
         "sets one of MLflow's own switches for a block and restores it"
     ),
 }

@@ -29,7 +29,7 @@ from ..comparisons import record_ended_groups
 from ..db import Database
 from ..leader import make_leadership
 from ..migrate import require_current_schema, upgrade_database
-from ..mlflow_tenancy import TenancyLoop, tenancy_from_settings
+from ..mlflow_sync import TenancyLoop, tenancy_from_settings
 from ..oidc import OidcConfig, OidcVerifier, looks_like_jwt
 from ..reconcile import reconcile_running
 from ..scheduler import Scheduler
@@ -73,7 +73,7 @@ class Runtime:
     requests: Counter
     latency: Histogram
     validation: ValidationPool  # where submissions are validated (pool.py)
-    #: keeps MLflow's workspaces and roles in step with projects (``mlflow_tenancy.py``)
+    #: keeps MLflow's workspaces and roles in step with projects (``mlflow_sync.py``)
     tenancy: TenancyLoop | None = None
 
     @classmethod

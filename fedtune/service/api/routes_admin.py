@@ -176,7 +176,7 @@ def mlflow_login(ctx: Ctx, caller: Caller, name: Name) -> MlflowLoginOut:
         raise NotFoundError("this service keeps no MLflow workspaces")
     if not ctx.tenancy.tenancy.manages(name):  # never MLflow's admin or a driver's login
         raise ForbiddenError(f"{name!r} has no MLflow login of its own")
-    from ..mlflow_tenancy import workspace_for
+    from ..mlflow_workspaces import workspace_for
 
     if caller.name == name and caller.via == "oidc":
         roles, admins = {name: dict(caller.roles)}, [name] if caller.admin else []

@@ -12,7 +12,7 @@ What each pod may read (finding "secrets reach every Ray pod"): the **head** run
 gets exactly the variables the driver reads — ``FEDTUNE_DATABASE_URL`` and
 ``MLFLOW_TRACKING_URI`` (single keys of the env Secret, never ``envFrom``), ``FEDTUNE_WORKDIR``,
 ``FEDTUNE_HEARTBEAT_S`` and, with MLflow workspaces, its project's ``MLFLOW_WORKSPACE`` and
-driver credential (``mlflow_tenancy.driver_env``: that workspace only); **workers** run trials, which never open the database or MLflow, and get
+driver credential (``mlflow_workspaces.driver_env``: that workspace only); **workers** run trials, which never open the database or MLflow, and get
 no secret at all; the **submitter** only runs ``ray job submit`` (KubeRay adds the head's address
 and, with token auth, the Ray token).
 """

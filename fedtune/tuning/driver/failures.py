@@ -46,9 +46,9 @@ _MAX_CHARS = 2000
 
 
 def error_line(trial: Any) -> str:
-    """One line for a failed Tune trial: the last line of its error trace (:func:`.tracking.
+    """One line for a failed Tune trial: the last line of its error trace (:func:`.callback.
     error_line`: the fedtune error's own message, without Ray's ``TrialError:`` wrapper)."""
-    from ..mlflow.tracking import error_line as last_line
+    from ..mlflow.callback import error_line as last_line
 
     line = last_line(trial)
     return (line if line != "error" else "the trial failed without an error message")[:_MAX_CHARS]

@@ -105,7 +105,7 @@ class _FirstStart(tune.Callback):
 
 
 class _AfterTracking(tune.Callback):
-    """The MLflow callback (:class:`.tracking.MlflowCallback`), built at its first event.
+    """The MLflow callback (:class:`.callback.MlflowCallback`), built at its first event.
 
     It waits there for the tracking store, which opens in a thread while Tune sets up and the
     first trial's worker starts; a store that failed to open raises its error there.
@@ -122,7 +122,7 @@ class _AfterTracking(tune.Callback):
 
     def _callback(self) -> Any:
         if self._inner is None:
-            from ..mlflow.tracking import MlflowCallback
+            from ..mlflow.callback import MlflowCallback
 
             tracking, store = self._runtime.tracking.result(), self._runtime.stores.store
             self._inner = MlflowCallback(

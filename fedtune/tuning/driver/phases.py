@@ -182,7 +182,8 @@ class StudyResult:
         Returns:
             The MLflow UI command and page, and the Optuna dashboard command.
         """
-        from ..mlflow.tracking import executable, ui_command, ui_url
+        from ..mlflow.client import executable, ui_command
+        from ..mlflow.urls import ui_url
 
         return {
             "mlflow_ui": ui_command(self.tracking_uri),

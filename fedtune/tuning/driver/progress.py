@@ -25,7 +25,7 @@ from fedtune.durations import format_duration
 from fedtune.outcomes import TrialOutcome, final_outcome
 
 from ..keys import OBJECTIVE, OUTCOME, TRIAL_KEY
-from ..mlflow.tracking import error_line
+from ..mlflow.callback import error_line
 from ..optuna.budget import RoundBudget
 from ..spec import Mode
 

@@ -328,7 +328,8 @@ def _open_tracking(stores: Stores, plan: StudyPlan) -> Tracking:
     Returns:
         The open MLflow store and parent run.
     """
-    from ..mlflow.tracking import StudyTracker, resolve_tracking_uri
+    from ..mlflow.client import resolve_tracking_uri
+    from ..mlflow.tracking import StudyTracker
     from . import progress  # noqa: F401 — imported here, off the critical path
 
     spec, workdir = plan.spec, plan.workdir

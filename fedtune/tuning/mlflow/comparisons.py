@@ -74,7 +74,7 @@ def local_input(workdir: str | Path, tracking_uri: str | None = None) -> StudyIn
     from mlflow.exceptions import MlflowException
 
     from ..optuna.store import StudyStore, make_storage, storage_url
-    from .tracking import artifact_text, resolve_tracking_uri
+    from .client import artifact_text, resolve_tracking_uri
 
     root = Path(workdir)
     tradeoff = root / "tradeoff" / "tradeoff.json"
@@ -154,8 +154,8 @@ def record_comparison(
     from mlflow.exceptions import MlflowException
 
     from ..analysis.compare_render import write_figures
-    from .tracking import KIND_TAG as EXPERIMENT_KIND
-    from .tracking import KIND_TRAINING, _no_run_links, _now
+    from .client import KIND_TAG as EXPERIMENT_KIND
+    from .client import KIND_TRAINING, no_run_links, now_ms
 
     files = write_figures(c, directory)
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -180,7 +180,7 @@ def record_comparison(
     }
     run = client.create_run(experiment_id, tags=tags, run_name=name[:250])
     run_id = run.info.run_id
-    ts = _now()
+    ts = now_ms()
     metrics = []
     for r in c.matched:
         if r.final_loss is not None and r.final_loss != float("inf"):
@@ -194,7 +194,7 @@ def record_comparison(
         client.log_batch(run_id, metrics=metrics[i : i + 1000])
     client.log_param(run_id, "studies", ",".join(c.study_keys())[:6000])
     client.log_artifacts(run_id, str(Path(directory)), COMPARISON_DIR)
-    with _no_run_links():
+    with no_run_links():
         client.set_terminated(run_id, "FINISHED")
     by_key = {s.key: s for s in c.studies}
     for s in by_key.values():
