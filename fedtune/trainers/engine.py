@@ -37,7 +37,7 @@ from .decay import DecayController
 from .evaluation import (
     client_mean_losses,
     dataset_metrics,
-    evaluation_clients,
+    evaluation_population,
     population_loss,
 )
 from .model_check import check_model_outputs
@@ -292,15 +292,10 @@ class Trainer:
         params, train = self.state.params, self.config.train
         bs = train.eval_batch_size
         train_loss, evaluated = None, 0
-        if train.eval_population != "off":
-            clients = None
-            if train.eval_population == "sample":
-                assert train.eval_clients is not None  # validated
-                clients = evaluation_clients(
-                    self.config.task.seed, t, self.data.num_clients, train.eval_clients
-                )
+        population = evaluation_population(train, self.config.task.seed, t, self.data.num_clients)
+        if population is not None:
+            clients, evaluated = population
             train_loss = population_loss(self.per_example_loss, params, self.data, bs, clients)
-            evaluated = self.data.num_clients if clients is None else len(clients)
         test: dict[str, float] = {}
         if self.test is not None:
             metrics = {k: self._metric(f) for k, f in self.task.metric_fns.items()}

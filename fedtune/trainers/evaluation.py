@@ -35,6 +35,7 @@ __all__ = [
     "dataset_means",
     "dataset_metrics",
     "evaluation_clients",
+    "evaluation_population",
     "members_evaluation",
     "population_loss",
     "population_losses",
@@ -92,6 +93,30 @@ def evaluation_clients(
         return None
     rng = np.random.default_rng([_EVAL_STREAM, data_seed, round_idx])
     return torch.from_numpy(np.sort(rng.choice(num_clients, size=size, replace=False)))
+
+
+def evaluation_population(
+    train: Any, data_seed: int, round_idx: int, num_clients: int
+) -> tuple[torch.Tensor | None, int] | None:
+    """The clients an evaluation round measures, as ``train.eval_population`` says.
+
+    Args:
+        train: The trial's training configuration.
+        data_seed: The data seed.
+        round_idx: The round (0-based).
+        num_clients: The population's size.
+
+    Returns:
+        None when it measures none (``off``); else the clients (None: every one, ``full`` or a
+        sample as large as the population) and how many they are.
+    """
+    if train.eval_population == "off":
+        return None
+    clients = None
+    if train.eval_population == "sample":
+        assert train.eval_clients is not None  # validated
+        clients = evaluation_clients(data_seed, round_idx, num_clients, train.eval_clients)
+    return clients, num_clients if clients is None else len(clients)
 
 
 def chunk_rows(data: FederatedData, batch_size: int) -> int | None:
@@ -192,13 +217,10 @@ def members_evaluation(
         params = {k: v.index_select(0, index) for k, v in params.items()}
     bs = train.eval_batch_size
     losses, evaluated = None, 0
-    if train.eval_population != "off":
-        clients = None
-        if train.eval_population == "sample":
-            assert train.eval_clients is not None  # validated
-            clients = evaluation_clients(seed, t, data.num_clients, train.eval_clients)
+    population = evaluation_population(train, seed, t, data.num_clients)
+    if population is not None:
+        clients, evaluated = population
         losses = population_losses(packed_loss, params, data, bs, clients).tolist()
-        evaluated = data.num_clients if clients is None else len(clients)
     means: dict[str, list[float]] = {}
     if test is not None:
         means = {
