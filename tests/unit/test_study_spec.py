@@ -130,6 +130,7 @@ def test_quickstart_loads_and_builds_trial_configs():
         ({"objective": {"metrics": ["final_loss", "rounds_to_target"]}}, "objective.target_loss"),
         ({"objective__mode": "max"}, "objective.mode"),
         ({"scheduler": {"name": "asha", "grace_rounds": 50}}, "scheduler.grace_rounds"),
+        ({"scheduler": {"name": "asha", "reduction_factor": 2.5}}, "scheduler.reduction_factor"),
         ({"report_every": 0}, "report_every"),
         ({"train__rounds": 0}, "train.rounds"),
         ({"train__rounds": 3}, "objective.last_rounds"),

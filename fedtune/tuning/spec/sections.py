@@ -148,13 +148,23 @@ class SamplerSpec(_Spec):
 
 
 class SchedulerSpec(_Spec):
-    """Early stopping by rounds: ASHA rungs start at ``grace_rounds``, factor ``reduction_factor``.
+    """Early stopping by rounds: ASHA rungs start at ``grace_rounds``, factor ``reduction_factor``
+    (a whole number: Optuna's successive-halving and Hyperband pruners take one).
     ``name``: None = the search strategy's (ASHA without a strategy). Unwritten,
     ``grace_rounds`` scales to ``train.rounds`` (:func:`default_round_counts`)."""
 
     name: SchedulerName | None = None
     grace_rounds: Count = 10
     reduction_factor: Annotated[float, Field(strict=True, gt=1)] = 3.0
+
+    @model_validator(mode="after")
+    def _whole_factor(self) -> SchedulerSpec:
+        if self.reduction_factor != int(self.reduction_factor):
+            raise ConfigError(
+                "reduction_factor",
+                f"must be a whole number (the rungs grow by it), got {self.reduction_factor:g}",
+            )
+        return self
 
 
 #: ``objective.last_rounds`` and ``scheduler.grace_rounds`` when unwritten and the rounds allow
