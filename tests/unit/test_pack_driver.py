@@ -449,9 +449,10 @@ def test_a_member_of_a_pack_tune_stops_ends_after_its_searcher_hears_of_it():
     pack = _Trial("p", [3])
     book.open("p", pack.config[PACK_KEY], "alone:3", refills=False)
     callback.on_trial_start(iteration=0, trials=[], trial=pack)
-    final = {MEMBERS: [_rows(3, TrialOutcome.COMPLETED, range(1, 9))], "done": True}
+    final = {MEMBERS: [_rows(3, TrialOutcome.COMPLETED, range(1, 9))], "done": True, "pid": 41}
     callback.on_trial_result(iteration=1, trials=[], trial=pack, result=final)
     assert [hook for hook, _ in recorder.calls] == ["on_trial_start", "on_trial_result"]
+    assert recorder.calls[-1][1][2]["pid"] == 41  # where it was reported from, as a trial's
     callback.on_trial_complete(iteration=2, trials=[], trial=pack)  # after the searcher's
     assert recorder.calls[-1][0] == "on_trial_complete"
     assert recorder.calls[-1][1][2][OUTCOME] == TrialOutcome.COMPLETED  # its last result

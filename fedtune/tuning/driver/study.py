@@ -103,8 +103,10 @@ def run_study(
         ray_address: A Ray cluster to run on (None: the caller's Ray, else an embedded one).
         trials: The number of finished trials to reach (None: the spec's budget).
         progress: A stream for the live progress line (e.g. ``sys.stderr``).
-        sinks: Extra Ray Tune callbacks run in the driver (each trial's config carries its
-            Optuna trial number under ``fedtune.trial``).
+        sinks: Extra Ray Tune callbacks run in the driver. Each sees every configuration as a
+            trial: its config carries its Optuna trial number under ``fedtune.trial``, and its
+            results hold fedtune's fields and Tune's ``pid``, ``hostname``, ``node_ip`` and
+            ``timestamp`` (not Tune's iteration counters, which are its pack's).
         early: The study's lock and embedded Ray, already starting (begun by ``fedtune tune``
             before its imports); used unless the study needs another Ray (``ray_address``,
             code shipped in a ``runtime_env``), and closed here.

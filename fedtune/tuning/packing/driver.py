@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ray import tune
-from ray.tune.result import DONE
+from ray.tune.result import DONE, HOSTNAME, NODE_IP, PID, TIMESTAMP
 from ray.tune.search import Searcher
 
 from fedtune.outcomes import RUNNING
@@ -61,6 +61,11 @@ __all__ = [
 def member_id(number: int) -> str:
     """The trial id a member has in the searcher and the callbacks."""
     return f"config-{number}"
+
+
+#: what Ray Tune adds to every result about where and when it was reported: true of each member
+#: of the pack, so a member's result carries them as a trial's would
+_REPORTED_FROM = (PID, HOSTNAME, NODE_IP, TIMESTAMP)
 
 
 class MemberTrial:
@@ -359,7 +364,9 @@ class PackCallback(tune.Callback):
         # searcher has told them, as a trial's callbacks always hear of its end after its
         # searcher
         stopping = bool(result.get(DONE))
+        where = {k: result[k] for k in _REPORTED_FROM if k in result}
         for number, member, ended in self.book.results(result):
+            member = {**where, **member}
             self._member(number, member, ended and not stopping, iteration, trials, info)
         for number in self.book.numbers(trial.trial_id, trial.config):  # refills: start now
             if number not in self._trials and number not in self._closed:
