@@ -76,6 +76,8 @@ import search_tasks as st
 from _env import environment
 from search_sim import CurveCache, Step, pack_plan, run_strategy, study_spec
 
+from fedtune.wire_base import finite_or_none
+
 OUT = Path(__file__).resolve().parent / "results" / "search_efficiency.json"
 LAST = st.LAST
 STRATEGIES = ("tpe", "tpe_guard", "hyperband", "tradeoff", "random", "asha")
@@ -549,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             **verify(task, int(seed), strategy, int(trials)),
             "command": command,
         }
-        args.out.write_text(json.dumps(_finite(previous), indent=2, default=str))
+        args.out.write_text(json.dumps(finite_or_none(previous), indent=2, default=str))
         print(json.dumps(previous["verify"], indent=1, default=str))
         return 0
     tasks = dict(previous.get("tasks") or {})
@@ -586,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(_finite(report), indent=2, default=str))
+        args.out.write_text(json.dumps(finite_or_none(report), indent=2, default=str))
 
     for task in [] if merged else args.tasks:
         tasks[task] = run_task(task, args, tasks.get(task))
@@ -595,19 +597,9 @@ def main(argv: list[str] | None = None) -> int:
         first = next(d for d in merged if d.get("tasks"))
         args.seeds, args.budgets = first["seeds"], first["budgets"]
         write()
-    print(json.dumps(_finite(overall(tasks, args.budgets)), indent=1))
+    print(json.dumps(finite_or_none(overall(tasks, args.budgets)), indent=1))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ the study produced (:class:`StudyResult`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from fedtune.wire_base import finite_or_none
 
 from ..optuna import search as og
 from ..optuna.store import StudyStore
@@ -198,14 +199,4 @@ class StudyResult:
             Its fields and :attr:`commands`; ±∞ and NaN (a diverged value, a never-reached
             target) become None.
         """
-        return _json_safe({**self.__dict__, "commands": self.commands})
-
-
-def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
+        return finite_or_none({**self.__dict__, "commands": self.commands})
