@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,7 +42,7 @@ from .evaluation import (
 from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
 from .parsing import parse_trial_config
-from .records import Outcome, RoundRecord, TrialResult
+from .records import Outcome, RoundRecord, TrialResult, divergence
 from .runners import choose_runner, make_runner
 from .sampling import cohort_batch_indices, sample_clients
 from .steps import epoch_steps, padded_batches, step_summary
@@ -235,12 +234,11 @@ class Trainer:
             self.per_example_loss, x, data, cohort.clients.cpu(), cfg.train.eval_batch_size
         )
         client_loss = float((cohort.weights * losses).sum())
-        if self.initial_loss is None and math.isfinite(client_loss):
-            self.initial_loss = max(abs(client_loss), 1e-12)
-        bound = cfg.train.divergence_factor * (self.initial_loss or 1.0)
-        if not math.isfinite(client_loss) or client_loss > bound:
-            self.outcome = Outcome.DIVERGED
-            self.reason = f"round {t + 1}: client loss {client_loss:.4g} (bound {bound:.4g})"
+        self.initial_loss, why = divergence(
+            client_loss, self.initial_loss, cfg.train.divergence_factor, t
+        )
+        if why is not None:
+            self.outcome, self.reason = Outcome.DIVERGED, why
             return None
         client_lr = self.hparams.client_lr * self.decay.client_scale
         server_lr = self.hparams.server_lr * self.decay.server_scale

@@ -5,7 +5,6 @@ on the stacked state.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +15,7 @@ from torch.utils import _pytree as pytree
 from .algorithms import Cohort, LocalUpdate
 from .config import TrialConfig
 from .decay import DecayController
-from .records import Outcome, RoundRecord
+from .records import Outcome, RoundRecord, divergence
 
 Params = dict[str, torch.Tensor]
 
@@ -78,13 +77,11 @@ class Member:
         Returns:
             Whether the member diverged in this round.
         """
-        if self.initial_loss is None and math.isfinite(loss):
-            self.initial_loss = max(abs(loss), 1e-12)
-        bound = self.config.train.divergence_factor * (self.initial_loss or 1.0)
-        if math.isfinite(loss) and loss <= bound:
+        factor = self.config.train.divergence_factor
+        self.initial_loss, why = divergence(loss, self.initial_loss, factor, t)
+        if why is None:
             return False
-        self.outcome = Outcome.DIVERGED
-        self.reason = f"round {t + 1}: client loss {loss:.4g} (bound {bound:.4g})"
+        self.outcome, self.reason = Outcome.DIVERGED, why
         return True
 
 

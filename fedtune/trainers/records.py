@@ -9,7 +9,29 @@ from typing import Any
 
 from fedtune.outcomes import TrialOutcome
 
-__all__ = ["Outcome", "RoundRecord", "TrialResult"]
+__all__ = ["Outcome", "RoundRecord", "TrialResult", "divergence"]
+
+
+def divergence(
+    loss: float, initial: float | None, factor: float, t: int
+) -> tuple[float | None, str | None]:
+    """The divergence rule of a round: ℓ_t not finite, or ℓ_t > ``factor`` · |ℓ_1|.
+
+    Args:
+        loss: Round ``t``'s client loss ℓ_t.
+        initial: |ℓ_1| so far (None until a finite loss was seen).
+        factor: ``train.divergence_factor``.
+        t: The round (0-based).
+
+    Returns:
+        |ℓ_1| (set at the first finite loss) and why the trial diverged (None: it did not).
+    """
+    if initial is None and math.isfinite(loss):
+        initial = max(abs(loss), 1e-12)
+    bound = factor * (initial or 1.0)
+    if math.isfinite(loss) and loss <= bound:
+        return initial, None
+    return initial, f"round {t + 1}: client loss {loss:.4g} (bound {bound:.4g})"
 
 
 class Outcome(enum.StrEnum):
