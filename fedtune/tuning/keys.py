@@ -17,6 +17,7 @@ __all__ = [
     "ROUND",
     "SMOOTH_WINDOW",
     "TRIAL_KEY",
+    "trial_name",
 ]
 
 TRIAL_KEY = "fedtune.trial"  # Optuna trial number, added to the Tune config by the searcher
@@ -28,3 +29,9 @@ DECAYS = "decays"
 DECAY_ROUNDS = "decay_rounds"
 DEVICE = "device"  # where a trial computes (each result; the MLflow run's tag)
 SMOOTH_WINDOW = 5  # trailing window of ℓ for rounds-to-target (study and trade-off share it)
+
+
+def trial_name(number: int) -> str:
+    """A configuration's name, ``trial-<its Optuna number>``: its MLflow child run's, and its Ray
+    Tune trial's when it has a process of its own."""
+    return f"trial-{number:04d}"

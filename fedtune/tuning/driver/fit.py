@@ -20,7 +20,7 @@ from ray import tune
 
 from fedtune.outcomes import TrialOutcome
 
-from ..keys import TRIAL_KEY
+from ..keys import TRIAL_KEY, trial_name
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
 from ..packing import driver as pd
@@ -195,6 +195,7 @@ def _tuner(
         plan, runtime, search, packing.size, shipped, callbacks
     )
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
+    name = _trial_namer(packing.size)
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(
@@ -204,8 +205,8 @@ def _tuner(
             max_concurrent_trials=packing.processes,
             time_budget_s=spec.budget.time,
             reuse_actors=True,
-            trial_name_creator=_trial_namer(packing.size),
-            trial_dirname_creator=_trial_namer(packing.size),
+            trial_name_creator=name,
+            trial_dirname_creator=name,
         ),
         run_config=tune.RunConfig(
             name=time.strftime("session-%Y%m%d-%H%M%S"),
@@ -265,7 +266,7 @@ def _trial_namer(size: int) -> Any:
 
     def name(trial: Any) -> str:
         number = int(trial.config[TRIAL_KEY])
-        return pack_name(number) if size > 1 else f"trial-{number:04d}"
+        return pack_name(number) if size > 1 else trial_name(number)
 
     return name
 

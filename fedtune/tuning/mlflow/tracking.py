@@ -50,7 +50,7 @@ from fedtune.outcomes import TrialOutcome, mlflow_status
 from fedtune.redact import scrub
 
 from ..driver.sqlite_commits import fast_commits_for
-from ..keys import ROUND
+from ..keys import ROUND, trial_name
 from ..spec import StudySpec
 from .client import (
     KIND_TAG,
@@ -241,9 +241,7 @@ class StudyTracker:
         self, parent: str, number: int, params: Mapping[str, Any], tags: Mapping[str, str]
     ) -> str:
         all_tags = {PARENT_TAG: parent, "optuna_trial_number": str(number), **tags}
-        run = self.client.create_run(
-            self.experiment_id, tags=all_tags, run_name=f"trial-{number:04d}"
-        )
+        run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=trial_name(number))
         self._log_params(run.info.run_id, {k: str(v) for k, v in params.items()})
         return run.info.run_id
 
