@@ -157,11 +157,13 @@ class Study(Base):
     @functools.cached_property
     def sections(self) -> StoredSpec:
         """The typed parts of :attr:`spec` the service reads (``budget``, ``resources``,
-        ``objective``), parsed once per row object: a study's spec never changes after it is
-        accepted."""
-        from .specs import stored_spec
+        ``objective``), parsed once per study (:func:`.specs.stored_spec_of`): a study's spec
+        never changes after it is accepted."""
+        from .specs import stored_spec, stored_spec_of
 
-        return stored_spec(self.spec)
+        if self.id is None or self.created_at is None:  # not flushed yet: no identity
+            return stored_spec(self.spec)
+        return stored_spec_of((self.id, self.created_at), self.spec)
 
     # revision 0005: every list filter, the scheduler's scans and the fair-share window read
     # an index range ordered like the list's keyset (created_at, id)

@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from fedtune.tuning.packing.plan import reserved_processes
 
 from .models import Study
-from .specs import stored_spec
+from .specs import stored_spec_of
 from .states import StudyState
 
 if TYPE_CHECKING:
@@ -179,19 +179,27 @@ def recent_studies(
 
     Returns:
         Rows ``(project, state, spec, started_at, finished_at)``, ``spec`` the typed parts
-        of the stored spec (parsed once per row): two index ranges of
+        of the stored spec (parsed once per study): two index ranges of
         ``(state, finished_at)``, whatever the number of older finished studies. A re-queued
         study (started, not finished) is among them; it reserves nothing while it waits.
     """
     since = now - dt.timedelta(seconds=float(settings.fair_share_window_s))
     query = (
-        select(Study.project, Study.state, Study.spec, Study.started_at, Study.finished_at)
+        select(
+            Study.id,
+            Study.created_at,
+            Study.project,
+            Study.state,
+            Study.spec,
+            Study.started_at,
+            Study.finished_at,
+        )
         .where(Study.started_at.is_not(None))
         .where(or_(Study.state == StudyState.RUNNING, Study.finished_at >= since))
     )
     if project is not None:
         query = query.where(Study.project == project)
     return [
-        (project, state, stored_spec(spec), began, ended)
-        for project, state, spec, began, ended in session.execute(query).all()
+        (project, state, stored_spec_of((key, created), spec), began, ended)
+        for key, created, project, state, spec, began, ended in session.execute(query).all()
     ]

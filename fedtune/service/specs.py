@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +46,11 @@ __all__ = [
     "request_hash",
     "service_rules",
     "stored_spec",
+    "stored_spec_of",
 ]
+
+#: parsed stored specs kept by :func:`stored_spec_of` (the fair-share window's rows, and more)
+STORED_SPECS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,38 @@ def stored_spec(document: Mapping[str, Any] | None) -> StoredSpec:
     from fedtune.tuning.spec import StoredSpec
 
     return StoredSpec.model_validate(document or {})
+
+
+_stored: OrderedDict[Hashable, StoredSpec] = OrderedDict()
+_stored_lock = threading.Lock()
+
+
+def stored_spec_of(key: Hashable, document: Mapping[str, Any] | None) -> StoredSpec:
+    """:func:`stored_spec` of a study row, parsed once per study rather than once per read.
+
+    A study's spec never changes after it is accepted, so the parsed parts are kept, by the
+    row's identity, for the last :data:`STORED_SPECS_KEPT` studies read: the scheduler's tick
+    reads the fair-share window's rows again every tick.
+
+    Args:
+        key: The row's identity, ``(study id, created_at)``: an id alone may come back in
+            another database of the same process (tests reuse fixed ids).
+        document: The row's spec, parsed when the key is not kept.
+
+    Returns:
+        The typed parts, as :func:`stored_spec` gives them.
+    """
+    with _stored_lock:
+        spec = _stored.get(key)
+        if spec is not None:
+            _stored.move_to_end(key)
+            return spec
+    spec = stored_spec(document)
+    with _stored_lock:
+        _stored[key] = spec
+        while len(_stored) > STORED_SPECS_KEPT:
+            _stored.popitem(last=False)
+    return spec
 
 
 def parse_spec(data: Any) -> StudySpec:
