@@ -148,7 +148,10 @@ def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **rec
             ``hp.<name>``), ``params`` (the names a study may set; default: ``client_lr``, the
             server optimizer's and all of yours, less ``fixed``), ``theta``, ``units``,
             ``defaults``, ``fixed``, ``server_opts``, ``build(recipe, hp, local_steps, task)``,
-            ``packed_aggregator``, ``packable`` (False: never packed; default: derived) and
+            ``packed_aggregator``, ``aggregator_hparams`` (the declared numbers the
+            aggregator reads, passed by keyword: a value, or every member's as a float64
+            ``[P]`` tensor to ``packed_aggregator``), ``packable`` (False: never packed;
+            default: derived) and
             ``member_hparams`` (which of γ, η, α, Θ, β, β₁, β₂, ε members of one pack may
             differ in; default: all the recipe declares) …
 

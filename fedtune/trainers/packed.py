@@ -108,7 +108,10 @@ class PackedTrainer:
         self.key = pack_key(first)
         #: the recipe's aggregator over stacked members; None: the weighted mean, taken per
         #: chunk of members right after their local steps
-        self._aggregate = get_recipe(first.algorithm).packed_aggregator
+        recipe = get_recipe(first.algorithm)
+        self._aggregate = recipe.packed_aggregator
+        #: what the aggregator reads of each member's hyperparameters (``aggregator_hparams``)
+        self._aggregate_reads = recipe.aggregator_hparams
         self.task = (
             task
             if task is not None
@@ -405,8 +408,12 @@ class PackedTrainer:
         client_lr = group.client_lr
         diagnostics: dict[str, list[float]] = {}
         if self._aggregate is not None:
+            reads = {
+                name: self._vector([float(getattr(m.hparams, name)) for m in members])
+                for name in self._aggregate_reads
+            }
             q, diag = self._aggregate(
-                q, group.weights, group.steps, self._vector(client_lr, self.dtype)
+                q, group.weights, group.steps, self._vector(client_lr, self.dtype), **reads
             )
             diagnostics = {k: [float(x) for x in v.tolist()] for k, v in diag.items()}
         server_lr = [m.hparams.server_lr * m.decay.server_scale for m in members]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedtune.trainers import Trainer
-from fedtune.trainers.algorithms.fednova import NormalizedAveraging, step_weight_norms
+from fedtune.trainers.algorithms.fednova import normalized_averaging, step_weight_norms
 from tests.conftest import quadratic_config
 
 
@@ -80,7 +80,7 @@ def test_normalizers():
     )
     msgs = {"x": torch.tensor([[3.0], [12.0]], dtype=torch.float64)}  # τ = 1, 4
     w = torch.tensor([0.25, 0.75], dtype=torch.float64)
-    q, diag = NormalizedAveraging()(msgs, w, torch.tensor([1, 4]), 0.1)
+    q, diag = normalized_averaging(msgs, w, torch.tensor([1, 4]), 0.1)
     tau_eff = 0.25 * 1 + 0.75 * 4
     assert diag["fednova_tau_eff"] == tau_eff
     assert float(q["x"]) == pytest.approx(tau_eff * (0.25 * 3.0 / 1 + 0.75 * 12.0 / 4))

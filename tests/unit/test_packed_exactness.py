@@ -132,6 +132,7 @@ def test_the_packable_algorithms():
         "lookahead",
         "minibatch_sgd",
         "fedavg_vanilla",
+        "fednova",
     } <= set(PACKABLE)
 
 
@@ -172,7 +173,7 @@ def test_decay_applies_per_member():
     assert pack.result(1).decays > 0 and pack.result(2).decays == 0
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedadam", "fomaml"])
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fedadam", "fomaml", "fednova"])
 def test_local_epochs_over_unequal_clients(name):
     pack = assert_pack_matches(variants(name, epochs=True), chunk=3)
     steps = [r.extra for r in pack.result(1).records]

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from fedtune.errors import CodeError
-from fedtune.extend import register_algorithm, weighted_mean
+from fedtune.extend import HParam, register_algorithm, weighted_mean
 from fedtune.trainers import get_recipe
 from fedtune.trainers.algorithms.recipe import MEMBER_HPARAMS
 from fedtune.trainers.packed import pack_key, pack_refusal
-from tests.unit.test_packed_exactness import assert_pack_matches, variants
+from tests.unit.test_packed_exactness import assert_pack_matches, unpacked, variants
 
 
 def work_weighted(messages, weights, steps, client_lr):
@@ -35,6 +35,28 @@ def work_weighted_packed(messages, weights, steps, client_lr):
     return q, {"work": total.squeeze(1) * client_lr}
 
 
+def mixed(messages, weights, steps, client_lr, mix):
+    """q = mix · work-weighted + (1 − mix) · weighted mean: an aggregator with its own
+    hyperparameter, ``mix``, read through ``aggregator_hparams``."""
+    work, diag = work_weighted(messages, weights, steps, client_lr)
+    mean = weighted_mean(messages, weights)
+    return {k: mix * work[k] + (1 - mix) * mean[k] for k in mean}, {**diag, "mix": float(mix)}
+
+
+def mixed_packed(messages, weights, steps, client_lr, mix):
+    """:func:`mixed` of every member; ``mix`` is each member's value, ``[P]`` float64."""
+    assert mix.dtype == torch.float64 and mix.shape == client_lr.shape
+    work, diag = work_weighted_packed(messages, weights, steps, client_lr)
+    w = weights.view(1, -1, *([1] * (next(iter(messages.values())).dim() - 2)))
+    m = {k: (w * v).sum(1) for k, v in messages.items()}
+    q = {
+        k: mix.to(v.dtype).view(-1, *([1] * (v.dim() - 1))) * work[k]
+        + (1 - mix.to(v.dtype)).view(-1, *([1] * (v.dim() - 1))) * m[k]
+        for k, v in m.items()
+    }
+    return q, {**diag, "mix": mix}
+
+
 @pytest.fixture(scope="module")
 def user_algorithms() -> dict[str, str]:
     names = {
@@ -42,6 +64,7 @@ def user_algorithms() -> dict[str, str]:
         "unpackable": "ft_pack_work_weighted_alone",
         "declined": "ft_pack_declined",
         "narrow": "ft_pack_narrow",
+        "mixed": "ft_pack_mixed",
     }
     params = ("client_lr", "server_lr", "server_momentum")
     register_algorithm(
@@ -61,6 +84,15 @@ def user_algorithms() -> dict[str, str]:
         params=params,
         member_hparams=("client_lr", "server_lr"),
     )
+    register_algorithm(
+        names["mixed"],
+        summary="an aggregator with its own hyperparameter",
+        params=(*params, "mix"),
+        hparams=(HParam("mix", float, 0.5, bounds=(0.0, 1.0)),),
+        aggregator=mixed,
+        packed_aggregator=mixed_packed,
+        aggregator_hparams=("mix",),
+    )
     return names
 
 
@@ -72,6 +104,25 @@ def test_a_user_aggregator_packs_exactly_through_its_packed_form(user_algorithms
     assert get_recipe(name).packable and pack_refusal(variants(name)[0]) is None
     pack = assert_pack_matches(variants(name, epochs=epochs))
     assert all("work" in r.extra for r in pack.result(0).records)
+
+
+@pytest.mark.parametrize("epochs", [False, True])
+def test_an_aggregator_reads_its_own_hyperparameters_packed_or_not(user_algorithms, epochs):
+    """``aggregator_hparams``: the unpacked aggregator gets ``mix`` as a number, the packed one
+    every member's as a float64 ``[P]`` tensor; ``mix`` is not a member hyperparameter, so it
+    is part of the pack key, and the pack's members equal their unpacked runs."""
+    name = user_algorithms["mixed"]
+    configs = variants(name, epochs=epochs)
+    for cfg in configs:
+        cfg["hparams"]["mix"] = 0.3
+    assert len({pack_key(c) for c in configs}) == 1
+    other = variants(name)[0]
+    other["hparams"]["mix"] = 0.6
+    assert pack_key(other) != pack_key(configs[0])
+    pack = assert_pack_matches(configs)
+    assert all(r.extra["mix"] == pytest.approx(0.3) for r in pack.result(2).records)
+    mix_free = variants(name)[0]  # the declared default reaches the aggregator too
+    assert unpacked(mix_free).records[0].extra["mix"] == 0.5
 
 
 def test_a_pack_of_a_user_aggregator_runs_in_chunks_and_at_several_rounds(user_algorithms):
@@ -107,6 +158,21 @@ def test_a_recipe_cannot_declare_what_a_pack_cannot_hold():
             "ft_pack_bad_part", aggregator=work_weighted, packed_aggregator="work_weighted"
         )
     assert err.value.field == "algorithm.packed_aggregator"
+    for bad, why in [
+        ({"aggregator_hparams": ("prox_alpha",)}, "no aggregator"),
+        ({"aggregator": mixed, "aggregator_hparams": ("mix",)}, "'mix' must be a declared"),
+        (
+            {
+                "aggregator": mixed,
+                "aggregator_hparams": ("mode",),
+                "hparams": (HParam("mode", str, "a", choices=("a", "b")),),
+            },
+            "float, int or bool",
+        ),
+    ]:
+        with pytest.raises(CodeError) as err:
+            register_algorithm("ft_pack_bad_reads", **bad)
+        assert err.value.field == "algorithm.aggregator_hparams" and why in err.value.reason
 
 
 def test_the_packed_form_is_checked_against_the_unpacked_aggregator():

@@ -26,55 +26,102 @@ server optimizer). p_i are the cohort's aggregation weights: the paper's p_i = n
 ``train.weighting: examples``; ``uniform`` gives F = mean_i f_i.
 
 FedNova is a recipe of existing parts: :class:`~.local_update.LocalUpdate` (client rule
-Θ_{1:τ_i} with optional α, any server optimizer) with :class:`NormalizedAveraging` as its
-aggregator. Round diagnostic: ``fednova_tau_eff``.
+Θ_{1:τ_i} with optional α, any server optimizer) with :func:`normalized_averaging` as its
+aggregator, which reads α (``aggregator_hparams``). Its form over a pack's stacked members,
+:func:`packed_normalized_averaging`, lets configurations share a pack, members differing in α
+too. Round diagnostic: ``fednova_tau_eff``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from ..tasks.base import Task
 from .base import Params, weighted_mean
-from .local_update import LocalUpdate
-from .recipe import SERVER_PARAMS, Recipe, _build_local_update
+from .recipe import SERVER_PARAMS, Recipe
 from .registry import register
 
-__all__ = ["PAPER", "NormalizedAveraging", "step_weight_norms"]
+__all__ = ["PAPER", "normalized_averaging", "packed_normalized_averaging", "step_weight_norms"]
 
 PAPER = "Wang et al. 2020, arXiv:2007.07481 (FedNova)"
 
 
-def step_weight_norms(steps: torch.Tensor, client_lr: float, prox_alpha: float) -> torch.Tensor:
-    """‖a_i‖₁ [M] (float64): τ_i for SGD, Σ_{j<τ_i} (1 − γα)^j with the proximal term."""
+def step_weight_norms(
+    steps: torch.Tensor, client_lr: float | torch.Tensor, prox_alpha: float | torch.Tensor
+) -> torch.Tensor:
+    """‖a_i‖₁ (float64): τ_i for SGD, Σ_{j<τ_i} (1 − γα)^j with the proximal term.
+
+    Args:
+        steps: The clients' local steps τ_i, ``[M]`` (or ``[P, M]``).
+        client_lr: γ_t, a number (or ``[P, 1]``, one per member).
+        prox_alpha: α, a number (or ``[P, 1]``).
+
+    Returns:
+        The norms, shaped like ``steps``.
+    """
     tau = steps.to(torch.float64)
-    rho = 1.0 - client_lr * prox_alpha
-    if rho == 1.0:
-        return tau
-    return (1.0 - torch.pow(torch.tensor(rho, dtype=torch.float64), tau)) / (1.0 - rho)
+    rho = 1.0 - torch.as_tensor(client_lr, dtype=torch.float64) * torch.as_tensor(
+        prox_alpha, dtype=torch.float64
+    )
+    proximal = (1.0 - torch.pow(rho, tau)) / (1.0 - rho)  # not finite where ρ = 1: not taken
+    return torch.where(rho == 1.0, tau, proximal)
 
 
-class NormalizedAveraging:
-    """The FedNova aggregator: q = τ_eff Σ_i p_i q_i/‖a_i‖₁ with τ_eff = Σ_i p_i ‖a_i‖₁."""
+def normalized_averaging(
+    messages: Params,
+    weights: torch.Tensor,
+    steps: torch.Tensor,
+    client_lr: float,
+    prox_alpha: float = 0.0,
+) -> tuple[Params, dict[str, float]]:
+    """The FedNova aggregator: q = τ_eff Σ_i p_i q_i/‖a_i‖₁ with τ_eff = Σ_i p_i ‖a_i‖₁.
 
-    def __init__(self, prox_alpha: float = 0.0) -> None:
-        self.prox_alpha = prox_alpha
+    Args:
+        messages: The clients' messages q_i ``[M, ...]``.
+        weights: Their weights p_i ``[M]``.
+        steps: Their local steps τ_i ``[M]``.
+        client_lr: γ_t.
+        prox_alpha: The proximal term's α.
 
-    def __call__(
-        self, messages: Params, weights: torch.Tensor, steps: torch.Tensor, client_lr: float
-    ) -> tuple[Params, dict[str, float]]:
-        norms = step_weight_norms(steps.cpu(), client_lr, self.prox_alpha).to(weights.device)
-        p = weights.to(torch.float64)
-        tau_eff = (p * norms).sum()
-        scaled = (p * tau_eff / norms).to(weights.dtype)  # p_i τ_eff / ‖a_i‖₁
-        return weighted_mean(messages, scaled), {"fednova_tau_eff": float(tau_eff)}
+    Returns:
+        q and ``fednova_tau_eff``.
+    """
+    norms = step_weight_norms(steps.cpu(), client_lr, prox_alpha).to(weights.device)
+    p = weights.to(torch.float64)
+    tau_eff = (p * norms).sum()
+    scaled = (p * tau_eff / norms).to(weights.dtype)  # p_i τ_eff / ‖a_i‖₁
+    return weighted_mean(messages, scaled), {"fednova_tau_eff": float(tau_eff)}
 
 
-def _build_fednova(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> LocalUpdate:
-    base = _build_local_update(recipe, hp, local_steps, task)
-    return LocalUpdate(recipe.name, base.rule, base.server_opt, NormalizedAveraging(hp.prox_alpha))
+def packed_normalized_averaging(
+    messages: Params,
+    weights: torch.Tensor,
+    steps: torch.Tensor,
+    client_lr: torch.Tensor,
+    prox_alpha: torch.Tensor,
+) -> tuple[Params, dict[str, torch.Tensor]]:
+    """:func:`normalized_averaging` of every member of a pack at once.
+
+    Args:
+        messages: The members' clients' messages ``[P, M, ...]``.
+        weights: The cohort's weights p_i ``[M]``.
+        steps: Each member's clients' local steps ``[P, M]``.
+        client_lr: Each member's γ_t ``[P]``.
+        prox_alpha: Each member's α ``[P]`` (float64).
+
+    Returns:
+        The updates ``[P, ...]`` and ``fednova_tau_eff`` ``[P]``.
+    """
+    norms = step_weight_norms(
+        steps.cpu(), client_lr.cpu().unsqueeze(1), prox_alpha.cpu().unsqueeze(1)
+    ).to(weights.device)
+    p = weights.to(torch.float64)
+    tau_eff = (p * norms).sum(1, keepdim=True)  # [P, 1]
+    scaled = (p * tau_eff / norms).to(weights.dtype)  # [P, M]
+    q = {
+        k: (scaled.to(v.dtype).view(*scaled.shape, *([1] * (v.dim() - 2))) * v).sum(1)
+        for k, v in messages.items()
+    }
+    return q, {"fednova_tau_eff": tau_eff.squeeze(1)}
 
 
 register(
@@ -83,6 +130,8 @@ register(
         "FedNova: normalized averaging of heterogeneous local work, q = τ_eff Σ p_i q_i/‖a_i‖₁",
         PAPER,
         ("client_lr", "prox_alpha", *SERVER_PARAMS),
-        build=_build_fednova,
+        aggregator=normalized_averaging,
+        packed_aggregator=packed_normalized_averaging,
+        aggregator_hparams=("prox_alpha",),
     )
 )

@@ -12,6 +12,7 @@ knows nothing of it, so a module of recipes (:mod:`.local_methods`) need not imp
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -58,7 +59,12 @@ def _build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) -
         units=recipe.units,
         preset=recipe.theta,
     )
-    return LocalUpdate(recipe.name, rule, make_server_opt(hp), recipe.aggregator or mean_aggregator)
+    aggregator = recipe.aggregator or mean_aggregator
+    if recipe.aggregator_hparams:  # the method's own hyperparameters, bound by keyword
+        aggregator = functools.partial(
+            aggregator, **{name: getattr(hp, name) for name in recipe.aggregator_hparams}
+        )
+    return LocalUpdate(recipe.name, rule, make_server_opt(hp), aggregator)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,9 @@ class Recipe:
         packed_aggregator: ``aggregator`` over a pack's stacked members, a
             :class:`~.local_update.PackedAggregator`: a recipe with its own aggregator packs
             only with it.
+        aggregator_hparams: The hyperparameters ``aggregator`` reads (numbers or booleans the
+            recipe declares), passed by keyword: the value to ``aggregator``, every member's
+            value as a float64 ``[P]`` tensor to ``packed_aggregator`` (e.g. FedNova's α).
         packable: Whether configurations of the method may share a pack (None: derived; the
             default round with the weighted mean or a ``packed_aggregator``, first order).
         member_hparams: The hyperparameters members of one pack may differ in (None: every
@@ -125,6 +134,7 @@ class Recipe:
     build: Callable[[Recipe, Any, int, Task], Algorithm] = _build_local_update
     aggregator: Aggregator | None = None
     packed_aggregator: PackedAggregator | None = None
+    aggregator_hparams: tuple[str, ...] = ()
     packable: bool | None = None
     member_hparams: tuple[str, ...] | None = None
     declared: Mapping[str, HParam] = field(init=False, repr=False, compare=False)
@@ -171,6 +181,7 @@ class Recipe:
                     f"must be callable (messages, weights, steps, client_lr), got {part!r}",
                     caller_location(),
                 )
+        self._check_aggregator_hparams()
         members = self.member_hparams
         if members is None:
             members = tuple(n for n in MEMBER_HPARAMS if n in self.declared)
@@ -187,6 +198,26 @@ class Recipe:
             object.__setattr__(self, "packable", self._round_refusal() is None)
         elif self.packable and self._round_refusal() is not None:
             raise CodeError("algorithm.packable", str(self._round_refusal()), caller_location())
+
+    def _check_aggregator_hparams(self) -> None:
+        """``aggregator_hparams`` name numeric or boolean declarations, read by an aggregator."""
+        names = self.aggregator_hparams
+        if names and self.aggregator is None:
+            raise CodeError(
+                "algorithm.aggregator_hparams",
+                "names what the aggregator reads, but the recipe has no aggregator",
+                caller_location(),
+            )
+        for name in names:
+            declared = self.declared.get(name)
+            if declared is None or declared.type not in (float, int, bool) or declared.nullable:
+                raise CodeError(
+                    "algorithm.aggregator_hparams",
+                    f"{name!r} must be a declared float, int or bool hyperparameter (not "
+                    "nullable): a pack hands its members' values to packed_aggregator as one "
+                    "float64 tensor",
+                    caller_location(),
+                )
 
     def _round_refusal(self) -> str | None:
         """Why the method's round has no packed form, or None."""
