@@ -50,6 +50,16 @@ once too: ``packing`` compares ``<strategy>+pack<P>`` with ``<strategy>@c<P>`` w
 has it (``--pack 1 P --concurrent P``), and keeps the comparison with the sequential
 ``<strategy>`` (from this or an earlier run) as ``<strategy>+pack<P> vs <strategy>``.
 
+``--equal-wall SPEED`` compares packed and unpacked studies at equal *wall time* instead of
+equal rounds: ``SPEED`` is ``search_pack_speed.py``'s report, the configuration-rounds per
+second of each task packed (P configurations in one ``PackedTrainer``) and unpacked (one after
+another in one process), and a packed row's budget B becomes B · T · s rounds, s the task's
+measured speed-up at its P (the study is configured for B · s trials, so its sampler's start-up
+follows that budget as a user's would). The row is ``<strategy>+pack<P>=wall``, its cells
+keyed by B: the same wall time as the unpacked rows' B on one core, less the per-trial and
+per-report costs of Ray Tune that a pack pays once for P configurations (left out, so the
+unpacked side is favoured). A task that cannot pack keeps s = 1.
+
 ``--verify TASK SEED STRATEGY TRIALS`` runs that study through ``run_study`` (Ray Tune + Optuna
 RDB storage + MLflow) and compares its trials' points, rounds and outcomes with the in-process
 path's. Writes ``benchmarks/results/search_efficiency.json``.
@@ -83,6 +93,7 @@ LAST = st.LAST
 STRATEGIES = ("tpe", "tpe_guard", "hyperband", "tradeoff", "random", "asha")
 PACKED = "+pack"  # a packed run's name: <strategy>+pack<P>
 CONCURRENT = "@c"  # an unpacked run with C trials at once: <strategy>@c<C>
+WALL = "=wall"  # a packed run at the unpacked runs' wall time: <strategy>+pack<P>=wall
 TRIAL_CAP = 4  # at most TRIAL_CAP · B trials in a study of budget B (stopping strategies)
 #: search_ablation.py's view of the suite: name -> (_, _, rounds, ASHA grace)
 TASKS = {
@@ -396,14 +407,17 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
     for m, pack in [(m, p) for m in args.strategies for p in args.pack]:
         wide = args.concurrent if pack == 1 else 1  # packed: one pack at a time
         name = f"{m}{PACKED}{pack}" if pack > 1 else m if wide == 1 else f"{m}{CONCURRENT}{wide}"
+        scale = wall_scale(args.equal_wall, task, pack) if args.equal_wall and pack > 1 else 1.0
+        name += WALL if args.equal_wall and pack > 1 else ""
         start = time.perf_counter()
         runs: dict[int, list[list[Step]]] = {b: [] for b in budgets}  # a study per seed
         groups: dict[int, list[list[int]]] = {b: [] for b in budgets}  # packed: its rounds'
         for b in budgets:
+            scaled = max(1, round(b * scale))  # B full trials' wall time, in full trials
             for seed in args.seeds:
                 groups[b].append([])
                 study = run_strategy(
-                    *(t, m, seed, b * t.rounds, TRIAL_CAP * b, b, cache),
+                    *(t, m, seed, round(b * scale * t.rounds), TRIAL_CAP * scaled, scaled, cache),
                     pack=pack,
                     concurrent=wide,
                     groups=groups[b][-1],
@@ -414,6 +428,8 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
         search[name]["wall_s"] = time.perf_counter() - start
         if wide > 1:
             search[name]["concurrent"] = wide
+        if scale != 1.0 or name.endswith(WALL):
+            search[name]["wall_scale"] = scale  # its B: B · scale full trials' rounds
         if pack > 1:
             _, size, note = pack_plan(study_spec(t, m, 0, 1), pack)
             search[name]["pack"] = {"pack": pack, "size": size, "packed": size > 1, "note": note}
@@ -435,6 +451,30 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
         "traces": traces,
         "engine_rounds_run": cache.engine_rounds,
     }
+
+
+def wall_scale(speed: dict[str, Any], task: str, pack: int) -> float:
+    """The configuration-rounds a pack of ``pack`` runs in one unpacked configuration-round's
+    wall time, on ``task`` (``search_pack_speed.py``'s median speed-up; 1 when it cannot pack).
+
+    Args:
+        speed: ``search_pack_speed.py``'s report.
+        task: The suite's task.
+        pack: Configurations per pack.
+
+    Returns:
+        The speed-up s.
+
+    Raises:
+        SystemExit: The report has no figure for that task and pack size.
+    """
+    entry = speed["tasks"].get(task)
+    if entry is not None and not entry.get("packed", True):
+        return 1.0
+    size = (entry or {}).get("by_size", {}).get(str(pack))
+    if size is None:
+        raise SystemExit(f"--equal-wall: no speed-up measured for {task} at P = {pack}")
+    return float(size["speedup"])
 
 
 def verify(task: str, seed: int, strategy: str, trials: int) -> dict[str, Any]:
@@ -528,6 +568,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="packed rows: rounds a refill waits before its round 1 while its pack runs on "
         "(the driver's lag: benchmarks/refill_lag.py measured 0 or 1)",
+    )
+    p.add_argument(
+        "--equal-wall",
+        type=lambda path: json.loads(Path(path).read_text()),
+        metavar="SPEED",
+        help="packed rows at the unpacked rows' wall time: search_pack_speed.py's report",
     )
     p.add_argument("--verify", nargs=4, metavar=("TASK", "SEED", "STRATEGY", "TRIALS"))
     p.add_argument("--table", action="store_true", help="print --out's table (markdown)")

@@ -210,13 +210,14 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
 
 
 def _warn_budget(spec: Any, trials: int | None) -> None:
-    """Say on stderr, in one line, when the study's budget is below what its search needs
-    (:mod:`fedtune.tuning.budget_advice`); called for a new study only."""
+    """Say on stderr, in one line, when the study's budget is below what a good answer of its
+    search needs (:mod:`fedtune.tuning.budget_advice`: a warning far below, else a note);
+    called for a new study only."""
     from fedtune.tuning.budget_advice import advice
 
-    line = advice(spec, spec.search_space(), trials)
-    if line is not None:
-        print(f"fedtune: warning: {line}", file=sys.stderr)
+    said = advice(spec, spec.search_space(), trials)
+    if said is not None:
+        print(f"fedtune: {said.level}: {said.line}", file=sys.stderr)
 
 
 def _workdir(args: argparse.Namespace, name: str) -> str:

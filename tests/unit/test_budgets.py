@@ -157,20 +157,45 @@ def _digits(budget: dict, **extra):
 def test_advice_names_the_budget_a_search_needs():
     from fedtune.tuning.budget_advice import advice, full_trials, recommended_full_trials
 
-    assert [recommended_full_trials(n) for n in (1, 2, 3, 4)] == [16, 22, 32, 43]
-    quickstart = _digits({"trials": 16, "max_concurrent": 2})
-    assert advice(quickstart, quickstart.search_space()) is None  # 16 of 32: half, no line
+    assert [recommended_full_trials(n) for n in (1, 2, 3, 4, 5, 8)] == [64, 64, 64, 64, 80, 128]
+    good = _digits({"trials": 64})
+    assert advice(good, good.search_space()) is None
+    quickstart = _digits({"trials": 16, "max_concurrent": 2})  # a quarter: a note, no warning
+    note = advice(quickstart, quickstart.search_space())
+    assert note is not None and note.level == "note" and "\n" not in note.line
+    assert note.line.startswith("the budget is 16 full trials (30 rounds each) for 3 searched")
+    assert "a good answer needs 64" in note.line and "configuration_rounds: 1920" in note.line
     small = _digits({"trials": 8})
-    line = advice(small, small.search_space())
-    assert line is not None and "\n" not in line
-    assert line.startswith("the budget is 8 full trials (30 rounds each) for 3 searched")
-    assert "give at least 16, better 32" in line and "budget.configuration_rounds: 960" in line
-    assert advice(small, small.search_space(), trials=20) is None  # fedtune tune --trials 20
+    warned = advice(small, small.search_space())
+    assert warned is not None and warned.level == "warning" and "\n" not in warned.line
+    assert warned.line.startswith("the budget is 8 full trials (30 rounds each) for 3 searched")
+    assert "give at least 16, better 64" in warned.line and "34 at 64" in warned.line
+    assert advice(small, small.search_space(), trials=64) is None  # fedtune tune --trials 64
+    assert advice(small, small.search_space(), trials=20).level == "note"
     rounds = _digits({"configuration_rounds": 300})  # 10 full trials of 30 rounds
-    assert full_trials(rounds) == 10 and "10 full trials" in advice(rounds, rounds.search_space())
+    assert full_trials(rounds) == 10
+    assert "10 full trials" in advice(rounds, rounds.search_space()).line
     both = _digits({"configuration_rounds": 3000, "trials": 4})  # the trials end it first
     assert full_trials(both) == 4
     timed = _digits({"time": "5m"})
     assert full_trials(timed) is None and advice(timed, timed.search_space()) is None
     grid = _digits({"trials": 4}, sampler={"name": "grid"}, search={"space": "fedavgm"})
     assert advice(grid, grid.search_space()) is None  # a grid has its own count
+
+
+def test_a_tied_parameter_is_not_counted_as_searched():
+    from fedtune.tuning.budget_advice import searched_parameters
+
+    spec = _digits(
+        {"trials": 64},
+        decay={"enabled": True},
+        search={
+            "space": "fedavgm",
+            "override": {
+                "decay.window": {"type": "int", "low": 2, "high": 8},
+                "decay.patience": {"tie": "decay.window"},
+            },
+        },
+    )
+    space = spec.search_space()
+    assert len(space.enabled) == searched_parameters(space) + 1
