@@ -159,7 +159,8 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
     own rate γ and proximal weight α: g_k ← ∇f(y; S_k) + α (y − x), msg ← msg + θ_k g_k,
     y ← y − γ g_k on its unmasked steps (Charles & Konečný 2021 (arXiv:2103.05032) §2.1);
     ``alpha`` None: no proximal term, ``mask`` None: every step is real. Step k's batches are
-    gathered as ``inputs[rows[:, k]]``.
+    gathered as ``inputs[rows[:, k]]``. A step that only some pairs have (``mask`` a prefix of
+    K_max per pair) is computed for those pairs alone, their states written back in place.
 
     The pairs' losses are vmapped and their gradients are taken with one ordinary backward pass
     of their sum: no pair's loss depends on another's parameters, so each pair's gradient is
@@ -176,18 +177,39 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
     """
     losses = vmap(loss_of, randomness="different")
 
+    def grad_of(y: Params, rows_k: torch.Tensor, inputs, targets) -> Params:
+        with torch.enable_grad():
+            leaves = {n: v.detach().requires_grad_() for n, v in y.items()}
+            total = losses(leaves, _gather(inputs, rows_k), _gather(targets, rows_k)).sum()
+            grads = torch.autograd.grad(total, list(leaves.values()))
+        return dict(zip(leaves, grads, strict=True))
+
     def fn(x: Params, lr, alpha, rows, inputs, targets, theta, mask) -> Params:
         def per_pair(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
             return v.view(-1, *([1] * (like.dim() - 1)))
 
         y, msg = x, {}
+        # pairs with a k-th step, per k (one read for the whole call: no host sync per step)
+        counts = None if mask is None else mask.sum(0).tolist()
         for k in range(rows.shape[1]):
-            with torch.enable_grad():
-                leaves = {n: v.detach().requires_grad_() for n, v in y.items()}
-                total = losses(leaves, _gather(inputs, rows[:, k]), _gather(targets, rows[:, k]))
-                total = total.sum()
-                grads = torch.autograd.grad(total, list(leaves.values()))
-            g = dict(zip(leaves, grads, strict=True))
+            if counts is not None and k > 0 and counts[k] < mask.shape[0]:
+                if counts[k] == 0:  # no pair has more steps (a mask is a prefix of K)
+                    break
+                live = mask[:, k].nonzero().squeeze(1)
+                # only the pairs with a k-th step compute it (a pack of members of different
+                # K, or clients of different τ_i): the others' work would be masked out
+                ys = {n: v.index_select(0, live) for n, v in y.items()}
+                g = grad_of(ys, rows[live, k], inputs, targets)
+                if alpha is not None:
+                    a = alpha[live]
+                    g = {n: g[n] + per_pair(a, g[n]) * (ys[n] - x[n][live]) for n in g}
+                th, step = theta[live, k], -lr[live]
+                for n in g:
+                    old = msg[n].index_select(0, live)
+                    msg[n].index_copy_(0, live, old + per_pair(th, g[n]) * g[n])
+                    y[n].index_copy_(0, live, ys[n] + per_pair(step, g[n]) * g[n])
+                continue
+            g = grad_of(y, rows[:, k], inputs, targets)
             if alpha is not None:
                 g = {n: g[n] + per_pair(alpha, g[n]) * (y[n] - x[n]) for n in g}
             if mask is None:  # every step is real (packed trials of equal K): in place
