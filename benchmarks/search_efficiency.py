@@ -162,16 +162,21 @@ def vmapped_groups(studies: list[list[int]]) -> dict[str, Any]:
     }
 
 
-def summarize(by_budget: dict[int, list[list[Step]]], grid: dict[str, Any]) -> dict:
+def summarize(
+    by_budget: dict[int, list[list[Step]]], grid: dict[str, Any], scale: float = 1.0
+) -> dict:
     """Per budget B, from the seeds' runs of a study configured for B trials (its sampler's
     random start-up follows the study's budget, ``make_sampler``): median gap, seeds within
-    1 %/5 %, trials run, stopped and why. Rounds to within 1 %/5 %: the largest budget's runs."""
+    1 %/5 %, trials run, stopped and why. Rounds to within 1 %/5 %: the largest budget's runs.
+    ``scale`` (``--equal-wall``): a budget B holds B · scale full trials' rounds, and rounds to
+    within are counted in unpacked rounds' wall time (configuration-rounds / scale)."""
     g, rounds = grid["best_value"], grid["rounds"]
     budgets = sorted(by_budget)
     runs = by_budget[budgets[-1]]
     entry: dict[str, Any] = {}
     for tol in (0.01, 0.05):
         reached = [rounds_to_within(s, g * (1 + tol)) for s in runs]
+        reached = [(None if r is None else round(r / scale), n) for r, n in reached]
         fracs = [r / grid["executed_rounds"] if r is not None else math.inf for r, _ in reached]
         median = statistics.median(fracs)
         entry[f"within_{int(tol * 100)}pct"] = {
@@ -181,7 +186,7 @@ def summarize(by_budget: dict[int, list[list[Step]]], grid: dict[str, Any]) -> d
         }
     entry["by_budget"] = {}
     for b in budgets:
-        picked = [best_within(s, b * rounds) for s in by_budget[b]]
+        picked = [best_within(s, round(b * scale * rounds)) for s in by_budget[b]]
         gaps = [v / g - 1 for v, _ in picked]
         reasons: dict[str, int] = {}
         for _, done in picked:
@@ -424,7 +429,7 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
                     refill_delay=args.refill_delay,
                 )
                 runs[b].append(study)
-        search[name] = summarize(runs, grid)
+        search[name] = summarize(runs, grid, scale)
         search[name]["wall_s"] = time.perf_counter() - start
         if wide > 1:
             search[name]["concurrent"] = wide

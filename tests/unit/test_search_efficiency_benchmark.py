@@ -107,3 +107,40 @@ def test_importing_the_suite_imports_no_user_code() -> None:
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "False"
+
+
+def test_a_packed_row_at_equal_wall_time_runs_the_rounds_its_speed_up_buys(
+    bench, tmp_path: Path
+) -> None:
+    """``--equal-wall``: a packed row's budget B holds B · T · s rounds (s the task's measured
+    speed-up at its P), and its cells are summarized within that budget, not B · T."""
+    module, _ = bench
+    speed = {"tasks": {"tiny": {"packed": True, "by_size": {"2": {"speedup": 2.5}}}}}
+    (tmp_path / "speed.json").write_text(json.dumps(speed))
+    args = ["--tasks", "tiny", "--seeds", "0", "--budgets", "1", "2", "--strategies", "tpe"]
+    args += ["--pack", "1", "2", "--equal-wall", str(tmp_path / "speed.json")]
+    module.main([*args, "--out", str(tmp_path / "w.json")])
+    task = json.loads((tmp_path / "w.json").read_text())["tasks"]["tiny"]
+    row = task["search"]["tpe+pack2=wall"]
+    assert row["wall_scale"] == 2.5 and "wall_scale" not in task["search"]["tpe"]
+    for b in (1, 2):
+        budget = round(b * 2.5 * task["rounds"])
+        (trace,) = task["traces"]["tpe+pack2=wall"][str(b)]
+        charged = [r[3] for r in trace]  # a packed row's cost: the rounds its pack ran
+        within = next(
+            (i for i in range(len(charged)) if sum(charged[: i + 1]) > budget), len(charged)
+        )
+        assert row["by_budget"][str(b)]["median_trials"] == within
+        assert within > task["search"]["tpe"]["by_budget"][str(b)]["median_trials"]
+    with pytest.raises(SystemExit, match="no speed-up measured for tiny at P = 4"):
+        module.wall_scale(speed, "tiny", 4)
+    assert module.wall_scale({"tasks": {"tiny": {"packed": False}}}, "tiny", 4) == 1.0
+
+
+def test_the_pack_speed_of_a_task_is_measured_on_points_that_complete(bench) -> None:
+    speed = load_benchmark("search_pack_speed.py")
+    out = speed.measure("tiny", [2], repeats=1)
+    size = out["by_size"]["2"]
+    assert out["packed"] and size["configurations"] == 2
+    assert size["configuration_rounds"] == 2 * out["rounds"]  # a full pack for every round
+    assert size["speedup"] == pytest.approx(size["packed_median"] / size["unpacked_median"])
