@@ -189,6 +189,11 @@ class SearchSpace:
     def enabled(self) -> tuple[Parameter, ...]:
         return tuple(p for p in self.parameters if p.enabled)
 
+    @property
+    def drawn(self) -> tuple[Parameter, ...]:
+        """The enabled parameters a sampler draws: not tied to another (a tied one copies)."""
+        return tuple(p for p in self.enabled if not p.tied)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON/YAML-ready form (stored with a study; reloadable with ``parse_space``)."""
         return {

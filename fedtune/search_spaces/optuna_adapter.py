@@ -51,7 +51,7 @@ def to_optuna_distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     This is the static part of the space (e.g. for samplers that need the space up front);
     conditional parameters need :func:`suggest`.
     """
-    return {p.path: distribution(p) for p in space.enabled if not p.tied and p.when is None}
+    return {p.path: distribution(p) for p in space.drawn if p.when is None}
 
 
 def suggest(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:

@@ -66,8 +66,8 @@ def recommended_full_trials(parameters: int) -> int:
 
 
 def searched_parameters(space: SearchSpace) -> int:
-    """The space's independently searched parameters: enabled, and not tied to another."""
-    return sum(1 for p in space.enabled if not p.tied)
+    """The space's independently searched parameters (:attr:`SearchSpace.drawn`)."""
+    return len(space.drawn)
 
 
 def full_trials(spec: StudySpec, trials: int | None = None) -> float | None:

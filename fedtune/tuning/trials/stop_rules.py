@@ -245,7 +245,7 @@ class TheorySweep:
 
     def __init__(self, space: SearchSpace, seed: int | None, minimize: bool = True) -> None:
         self.space, self.minimize = space, minimize
-        params = {p.path: p for p in space.enabled if not p.tied}
+        params = {p.path: p for p in space.drawn}
         self.lrs = [
             params[path]
             for path in (CLIENT_LR, SERVER_LR)
