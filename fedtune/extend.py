@@ -66,6 +66,7 @@ from fedtune.trainers.algorithms.base import (
     Cohort,
     RoundContext,
     ServerState,
+    members_weighted_mean,
     tree_norm,
     weighted_mean,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "load_code",
     "make_server_opt",
     "mean_aggregator",
+    "members_weighted_mean",
     "model_names",
     "register_algorithm",
     "register_model",

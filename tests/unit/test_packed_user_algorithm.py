@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedtune.errors import CodeError
-from fedtune.extend import HParam, register_algorithm, weighted_mean
+from fedtune.extend import HParam, members_weighted_mean, register_algorithm, weighted_mean
 from fedtune.trainers import get_recipe
 from fedtune.trainers.algorithms.recipe import MEMBER_HPARAMS
 from fedtune.trainers.packed import pack_key, pack_refusal
@@ -27,11 +27,7 @@ def work_weighted_packed(messages, weights, steps, client_lr):
     """:func:`work_weighted` of every member: ``messages [P, M, …]``, ``steps [P, M]``."""
     scaled = weights.unsqueeze(0) * steps.to(weights.dtype)  # [P, M]
     total = scaled.sum(1, keepdim=True)
-    share = scaled / total
-    q = {
-        k: (share.view(*share.shape, *([1] * (v.dim() - 2))) * v).sum(1)
-        for k, v in messages.items()
-    }
+    q = members_weighted_mean(messages, scaled / total)
     return q, {"work": total.squeeze(1) * client_lr}
 
 
@@ -47,8 +43,7 @@ def mixed_packed(messages, weights, steps, client_lr, mix):
     """:func:`mixed` of every member; ``mix`` is each member's value, ``[P]`` float64."""
     assert mix.dtype == torch.float64 and mix.shape == client_lr.shape
     work, diag = work_weighted_packed(messages, weights, steps, client_lr)
-    w = weights.view(1, -1, *([1] * (next(iter(messages.values())).dim() - 2)))
-    m = {k: (w * v).sum(1) for k, v in messages.items()}
+    m = members_weighted_mean(messages, weights)
     q = {
         k: mix.to(v.dtype).view(-1, *([1] * (v.dim() - 1))) * work[k]
         + (1 - mix.to(v.dtype)).view(-1, *([1] * (v.dim() - 1))) * m[k]

@@ -19,7 +19,14 @@ from ..runners import Runner
 from ..steps import step_mask
 from ..tasks.base import InMemoryData, Task
 
-__all__ = ["Algorithm", "Cohort", "RoundContext", "ServerState", "tree_norm"]
+__all__ = [
+    "Algorithm",
+    "Cohort",
+    "RoundContext",
+    "ServerState",
+    "members_weighted_mean",
+    "tree_norm",
+]
 
 Params = dict[str, torch.Tensor]
 
@@ -165,6 +172,24 @@ def tree_norm(tree: Params) -> float:
         sqrt(Σ ‖v‖²) over the tensors.
     """
     return float(torch.sqrt(sum((v.double() ** 2).sum() for v in tree.values())))
+
+
+def members_weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:
+    """:func:`weighted_mean` of each member of a pack: Σ_i w_{p,i} q_{p,i}.
+
+    Args:
+        stacked: Tensors by name, stacked ``[P, M, ...]`` (members, then clients).
+        weights: The weights ``[P, M]``, or ``[M]`` shared by every member.
+
+    Returns:
+        The weighted sums by name, ``[P, ...]``.
+    """
+    out = {}
+    for k, v in stacked.items():
+        w = weights.to(v.dtype)
+        w = w.reshape(*([1] * (2 - w.dim())), *w.shape, *([1] * (v.dim() - 2)))
+        out[k] = (w * v).sum(1)
+    return out
 
 
 def weighted_mean(stacked: Params, weights: torch.Tensor) -> Params:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Params, weighted_mean
+from .base import Params, members_weighted_mean, weighted_mean
 from .recipe import SERVER_PARAMS, Recipe
 from .registry import register
 
@@ -117,11 +117,7 @@ def packed_normalized_averaging(
     p = weights.to(torch.float64)
     tau_eff = (p * norms).sum(1, keepdim=True)  # [P, 1]
     scaled = (p * tau_eff / norms).to(weights.dtype)  # [P, M]
-    q = {
-        k: (scaled.to(v.dtype).view(*scaled.shape, *([1] * (v.dim() - 2))) * v).sum(1)
-        for k, v in messages.items()
-    }
-    return q, {"fednova_tau_eff": tau_eff.squeeze(1)}
+    return members_weighted_mean(messages, scaled), {"fednova_tau_eff": tau_eff.squeeze(1)}
 
 
 register(
