@@ -238,6 +238,10 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
                 y = {n: torch.empty_like(g[n]).copy_(y[n]) for n in g}
             new_msg = {n: msg[n] + per_pair(theta[:, k], g[n]) * g[n] for n in g}
             new_y = {n: y[n] + per_pair(-lr, g[n]) * g[n] for n in g}
+            if counts[k] == mask.shape[0]:  # every pair has step k: nothing to mask
+                msg, y = new_msg, new_y
+                continue
+            # step 0 with pairs that have no step at all (a later partial step is the live path)
             msg = {n: torch.where(per_pair(mask[:, k], g[n]), new_msg[n], msg[n]) for n in g}
             y = {n: torch.where(per_pair(mask[:, k], g[n]), new_y[n], y[n]) for n in g}
         if units == "delta":
