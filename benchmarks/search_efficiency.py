@@ -412,8 +412,9 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
     for m, pack in [(m, p) for m in args.strategies for p in args.pack]:
         wide = args.concurrent if pack == 1 else 1  # packed: one pack at a time
         name = f"{m}{PACKED}{pack}" if pack > 1 else m if wide == 1 else f"{m}{CONCURRENT}{wide}"
-        scale = wall_scale(args.equal_wall, task, pack) if args.equal_wall and pack > 1 else 1.0
-        name += WALL if args.equal_wall and pack > 1 else ""
+        wall = args.equal_wall is not None and pack > 1  # at the unpacked rows' wall time
+        scale = wall_scale(args.equal_wall, task, pack) if wall else 1.0
+        name += WALL if wall else ""
         start = time.perf_counter()
         runs: dict[int, list[list[Step]]] = {b: [] for b in budgets}  # a study per seed
         groups: dict[int, list[list[int]]] = {b: [] for b in budgets}  # packed: its rounds'
@@ -433,7 +434,7 @@ def run_task(task: str, args: argparse.Namespace, previous: dict | None) -> dict
         search[name]["wall_s"] = time.perf_counter() - start
         if wide > 1:
             search[name]["concurrent"] = wide
-        if scale != 1.0 or name.endswith(WALL):
+        if wall:
             search[name]["wall_scale"] = scale  # its B: B · scale full trials' rounds
         if pack > 1:
             _, size, note = pack_plan(study_spec(t, m, 0, 1), pack)
