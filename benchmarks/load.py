@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import itertools
 import json
 import os
@@ -133,6 +134,7 @@ def drive(config_path: str) -> None:
     # a driver started from a non-interactive shell inherits "ignore SIGINT": restore
     # Python's handler, or the end-of-step interrupt never reaches run_study
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    faulthandler.enable()  # a native crash (Ray's core worker, gRPC) leaves its stack in the log
     from ray import tune
 
     from fedtune.tuning import StudySpec, run_study
@@ -469,7 +471,7 @@ class Step:
         for name, proc in zip(self.names, self.procs, strict=True):
             if proc.returncode not in (0, None):
                 lines = (self.root / f"{name}.log").read_text(errors="replace").splitlines()
-                out[name] = "\n".join(lines[-6:])
+                out[name] = "\n".join([f"exit status {proc.returncode}", *lines[-6:]])
         return out
 
     def kill(self) -> None:
@@ -1030,8 +1032,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     report["projection"] = projections(report["steps"])
     report["environment_after"] = {"load_average_1_5_15": [round(x, 2) for x in os.getloadavg()]}
-    # a loss keeps its evidence: the drivers' and the MLflow server's logs
-    keep = args.keep or any(step["after_interrupt"]["lost"] for step in report["steps"])
+    # a loss or a driver that did not end cleanly keeps its evidence: the drivers' and the
+    # MLflow server's logs
+    keep = args.keep or any(
+        step["after_interrupt"]["lost"] or step["driver_errors"] for step in report["steps"]
+    )
     if keep:
         report["kept"] = str(root)
         print(f"kept the drivers' and the MLflow server's logs in {root}", file=sys.stderr)
