@@ -80,6 +80,7 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
             ray_address=args.ray_address,
             trials=args.trials,
             progress=None if args.json else sys.stderr,
+            in_process=not args.ray,
         )
         results.append(result)
         workdirs.append(workdir)

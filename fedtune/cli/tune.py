@@ -69,6 +69,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="ADDR",
         help="connect to this Ray cluster instead of starting one",
     )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="run trials as Ray Tune trials even when the study trains one configuration at "
+        "a time on the CPU (by default such a study runs them in this process, without Ray)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run, fast_exit=True)  # ends without module teardown
 
@@ -178,7 +184,11 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
     lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
     lines += _budget_lines(spec.budget, result)
     lines += _strategy_lines(spec, c, result.stop_reasons)
-    if spec.resources.pack != 1 and result.packing is not None:
+    from fedtune.tuning.driver.in_process import IN_PROCESS_NOTE
+
+    if result.packing == IN_PROCESS_NOTE:
+        lines.append(f"trials         : {IN_PROCESS_NOTE}; --ray runs them as Ray Tune trials")
+    elif spec.resources.pack != 1 and result.packing is not None:
         lines.append(f"packing        : {result.packing}")
     if result.interrupted:
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
@@ -250,6 +260,8 @@ def _early_ray(args: argparse.Namespace) -> Any:
         return None
     if not isinstance(doc, dict) or doc.get("code") is not None:
         return None
+    if not args.ray and _fits_one_process(doc):
+        return None  # its trials run in this process: no Ray at all
     if is_methods_study(doc):
         return None  # a study of methods: one study per algorithm, each in its own workdir
     name = doc.get("name")
@@ -261,6 +273,17 @@ def _early_ray(args: argparse.Namespace) -> Any:
     from fedtune.tuning.driver.ray_session import EarlyRay
 
     return EarlyRay.begin(workdir)
+
+
+def _fits_one_process(doc: dict[str, Any]) -> bool:
+    """Whether the study file's trials would run in this process (read from the file alone:
+    the driver decides again on the validated spec, and starts Ray itself if it must)."""
+    from fedtune.tuning.driver.in_process import fits_one_process
+
+    budget, resources = doc.get("budget") or {}, doc.get("resources") or {}
+    if not isinstance(budget, dict) or not isinstance(resources, dict):
+        return False
+    return fits_one_process(budget.get("max_concurrent", 1), resources.get("gpu", 0))
 
 
 def _load_spec(args: argparse.Namespace) -> Any:
@@ -324,6 +347,7 @@ def _run(args: argparse.Namespace, early: Any) -> int:
             trials=args.trials,
             progress=progress,
             early=early,
+            in_process=not args.ray,
         )
     except KeyboardInterrupt:
         print(

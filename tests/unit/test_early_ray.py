@@ -33,7 +33,7 @@ STUDY = textwrap.dedent(
     sampler: {name: random, seed: 0}
     scheduler: {name: none}
     objective: {metric: train_loss, last_rounds: 1}
-    budget: {trials: 2, max_concurrent: 1}
+    budget: {trials: 2, max_concurrent: 2}
     """
 )
 
@@ -162,6 +162,7 @@ def _args(study: Path, **kw) -> argparse.Namespace:
         "workdir": None,
         "trials": None,
         "ray_address": None,
+        "ray": False,
     }
     return argparse.Namespace(**(base | kw))
 
@@ -176,6 +177,10 @@ def _args(study: Path, **kw) -> argparse.Namespace:
         (STUDY, {}, False, {"RAY_ADDRESS": "10.0.0.1:6379"}, False),
         (STUDY + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False),  # runtime_env
         ("name: [unclosed\n", {}, False, {}, False),  # the usual path reports the error
+        # one configuration at a time on the CPU: its trials run in the driver, no Ray at all
+        (STUDY.replace("max_concurrent: 2", "max_concurrent: 1"), {}, False, {}, False),
+        (STUDY.replace("max_concurrent: 2", "max_concurrent: 1"), {"ray": True}, False, {}, True),
+        (STUDY + "resources: {gpu: 0.5}\n", {}, False, {}, True),
     ],
 )
 def test_when_the_cli_starts_ray_early(

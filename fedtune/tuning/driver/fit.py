@@ -9,6 +9,7 @@ configuration each; it runs through the same searcher, scheduler, trainable and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -27,13 +28,14 @@ from ..packing import driver as pd
 from ..packing.box import PackBox
 from ..packing.memory import measure_on_cluster
 from ..packing.plan import plan as pack_plan
-from ..packing.trial import make_pack_trainable, pack_name
+from ..packing.trial import make_pack_trainable, pack_name, train_pack
 from ..spec import StudySpec
 from ..trials.schedulers import PackScheduler
 from ..trials.stoppers import stopper_for
 from . import timeline
 from .code_shipping import worker_spec
 from .failures import FirstErrorCallback
+from .in_process import IN_PROCESS_NOTE, InProcessTuner
 from .phases import Fitted, Runtime, Stores, StudyPlan
 from .startup import import_soon
 
@@ -181,27 +183,39 @@ def _progress(
 
 def _tuner(
     plan: StudyPlan, runtime: Runtime, callbacks: list[Any], budget: RoundBudget | None
-) -> tuple[tune.Tuner, str]:
-    """The study's Tuner, and how it packs configurations into trial processes (one line)."""
+) -> tuple[tune.Tuner | InProcessTuner, str]:
+    """The study's Tuner (Ray Tune's, or the driver's own for a study whose trials run in its
+    process), and how it packs configurations into trial processes (one line)."""
     spec, stores = plan.spec, runtime.stores
     rounds = spec.train.rounds
     offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
     sampler = og.make_sampler(spec, og.planned_trials(spec, plan.target), offset=offset)
     stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
     shipped = worker_spec(spec) if runtime.shipped else spec
-    packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
+    num_samples = -1 if stores.remaining is None else stores.remaining  # -1: no limit
     search = (stopper, sampler, budget)
-    trainable, searcher, scheduler, callbacks = _parts(
-        plan, runtime, search, packing.size, shipped, callbacks
-    )
+    if plan.in_process:
+        searcher, scheduler, callbacks, _ = _parts(plan, runtime, search, 1, callbacks)
+        tuner = InProcessTuner(
+            functools.partial(train_pack, spec=spec),
+            searcher,
+            scheduler,
+            callbacks,
+            num_samples,
+            spec.budget.time,
+            threads=int(spec.resources.cpu),
+        )
+        return tuner, IN_PROCESS_NOTE
+    packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
+    searcher, scheduler, callbacks, box = _parts(plan, runtime, search, packing.size, callbacks)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     name = _trial_namer(packing.size)
     tuner = tune.Tuner(
-        tune.with_resources(trainable, resources),
+        tune.with_resources(make_pack_trainable(shipped, box), resources),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             scheduler=scheduler,
-            num_samples=-1 if stores.remaining is None else stores.remaining,  # -1: no limit
+            num_samples=num_samples,
             max_concurrent_trials=packing.processes,
             time_budget_s=spec.budget.time,
             reuse_actors=True,
@@ -224,14 +238,14 @@ def _parts(
     runtime: Runtime,
     search: tuple[Any, Any, RoundBudget | None],
     size: int,
-    shipped: StudySpec,
     callbacks: list[Any],
-) -> tuple[Any, Any, Any, list[Any]]:
-    """The trainable, searcher, scheduler and callbacks of a study (:mod:`.packing.driver`).
+) -> tuple[Any, Any, list[Any], Any]:
+    """The searcher, scheduler and callbacks of a study (:mod:`.packing.driver`), and its box.
 
     A study that packs (``size`` ≥ 2) gets the :class:`~.packing.box.PackBox` actor through
-    which its packs hear of stops and take refills; packs of one need none (Ray Tune stops the
-    trial of a stopped configuration, and a place a configuration frees is Tune's to refill).
+    which its packs hear of stops and take refills; packs of one need none (the tuner stops the
+    trial of a stopped configuration, and a place a configuration frees is the tuner's to
+    refill).
 
     Args:
         plan: The study's plan.
@@ -239,11 +253,10 @@ def _parts(
         search: The study's stopper, its Optuna sampler and its budget in configuration-rounds
             (None: none).
         size: Configurations per pack (1: every configuration in a process of its own).
-        shipped: The spec the trials get.
         callbacks: The study's callbacks, which see configurations.
 
     Returns:
-        ``(trainable, searcher, scheduler, callbacks)`` for the Tuner.
+        ``(searcher, scheduler, callbacks, box)`` for the tuner (``box`` None: packs of one).
     """
     spec, stores = plan.spec, runtime.stores
     stopper, sampler, budget = search
@@ -252,12 +265,7 @@ def _parts(
     inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
     key = pd.config_key(spec) if size > 1 else pd.alone
     searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
-    return (
-        make_pack_trainable(shipped, box),
-        searcher,
-        PackScheduler(stopper, book, box),
-        [pd.PackCallback(callbacks, book)],
-    )
+    return searcher, PackScheduler(stopper, book, box), [pd.PackCallback(callbacks, book)], box
 
 
 def _trial_namer(size: int) -> Any:

@@ -38,6 +38,8 @@ class StudyPlan:
             credentials (None: ``MLFLOW_TRACKING_URI``, else the workdir's).
         ray_address: The Ray cluster to connect to (None: the caller's or an embedded Ray).
         t0: ``time.perf_counter()`` when :func:`.study.run_study` began.
+        in_process: Its trials run in the driver's process, without Ray
+            (:mod:`.in_process`).
     """
 
     spec: StudySpec
@@ -48,6 +50,7 @@ class StudyPlan:
     tracking_uri: str | None
     ray_address: str | None
     t0: float
+    in_process: bool = False
 
 
 @dataclass(frozen=True)

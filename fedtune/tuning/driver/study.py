@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -46,6 +47,7 @@ import ray
 from fedtune.errors import ConfigError
 from fedtune.redact import strip_credentials
 
+from .. import env
 from ..analysis.report import study_report
 from ..analysis.trials_table import trials_table
 from ..optuna import search as og
@@ -55,6 +57,7 @@ from . import timeline
 from .code_shipping import code_runtime_env
 from .failures import first_error, no_best_reason
 from .fit import fit
+from .in_process import fits_one_process
 from .phases import Fitted, Runtime, Stores, StudyPlan, StudyResult, Tracking
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
@@ -93,6 +96,7 @@ def run_study(
     progress: TextIO | None = None,
     sinks: Sequence[Any] = (),
     early: EarlyRay | None = None,
+    in_process: bool = False,
 ) -> StudyResult:
     """Run (or resume, or extend to ``trials`` in total) the study ``spec`` under ``workdir``.
 
@@ -109,7 +113,10 @@ def run_study(
             ``timestamp`` (not Tune's iteration counters, which are its pack's).
         early: The study's lock and embedded Ray, already starting (begun by ``fedtune tune``
             before its imports); used unless the study needs another Ray (``ray_address``,
-            code shipped in a ``runtime_env``), and closed here.
+            code shipped in a ``runtime_env``) or none, and closed here.
+        in_process: Run the trials in this process, without Ray, when they fit it: one
+            configuration at a time on the CPU, and no Ray cluster named (``ray_address``,
+            ``RAY_ADDRESS``) or already running here (:mod:`.in_process`).
 
     Returns:
         The study's result.
@@ -123,7 +130,7 @@ def run_study(
     workdir.mkdir(parents=True, exist_ok=True)
     timeline.mark("run_study")
     with _claim(workdir, early) as early:
-        plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address)
+        plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address, in_process)
         with _start_runtime(plan, early) as runtime:
             fitted = fit(plan, runtime, progress, sinks)
         return _finalize(plan, fitted)
@@ -158,6 +165,7 @@ def _prepare(
     t0: float,
     tracking_uri: str | None = None,
     ray_address: str | None = None,
+    in_process: bool = False,
 ) -> StudyPlan:
     """Decide what this invocation of the study is; fail on spec errors before anything starts.
 
@@ -168,6 +176,7 @@ def _prepare(
         t0: When :func:`run_study` began.
         tracking_uri: The caller's MLflow store, if any.
         ray_address: The caller's Ray cluster, if any.
+        in_process: The caller lets trials that fit this process run in it.
 
     Returns:
         The plan the other phases follow.
@@ -180,8 +189,15 @@ def _prepare(
     og.make_sampler(spec, og.planned_trials(spec, target))
     stored = Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
     uri = tracking_uri or spec.tracking.uri  # the spec's, credentials and all, kept here only
+    here = (
+        in_process
+        and ray_address is None
+        and env.ray_address() is None
+        and not ray.is_initialized()
+        and fits_one_process(spec.budget.max_concurrent, spec.resources.gpu)
+    )
     return StudyPlan(
-        _without_credentials(spec), workdir, space, target, stored, uri, ray_address, t0
+        _without_credentials(spec), workdir, space, target, stored, uri, ray_address, t0, here
     )
 
 
@@ -220,7 +236,12 @@ def _start_runtime(plan: StudyPlan, early: EarlyRay | None) -> Iterator[Runtime]
         tracking = startup.then(stores, _open_tracking, plan)
         try:
             needed = stores.result().remaining if plan.stored else plan.target
-            shipped = _start_ray(plan, startup, early, ray_stack) if needed != 0 else False
+            if needed == 0:
+                shipped = False
+            elif plan.in_process:
+                shipped = _check_in_process(plan, early)
+            else:
+                shipped = _start_ray(plan, startup, early, ray_stack)
             runtime = Runtime(stores.result(), tracking, shipped)
             tracking.check()  # known already: before any trial runs
             timeline.mark("session_ready")
@@ -261,6 +282,27 @@ def _start_ray(
     checked.result()  # its ConfigError is the study's: no trial runs
     timeline.mark("ray_started")
     return shipped
+
+
+def _check_in_process(plan: StudyPlan, early: EarlyRay | None) -> bool:
+    """Check what a study whose trials run in this process needs (no Ray: an early one stops).
+
+    Args:
+        plan: The study's plan.
+        early: The early Ray, if it is this study's.
+
+    Returns:
+        False: no code reaches the trials through a ``runtime_env``.
+
+    Raises:
+        ConfigError: The task cannot be built, or a trial needs more CPUs than this machine.
+    """
+    if early is not None:
+        early.stop_ray()
+    check_resources(plan.spec, {"CPU": float(os.cpu_count() or 1), "GPU": 0.0}, "this machine")
+    preflight(plan.spec)
+    timeline.mark("in_process")
+    return False
 
 
 def _end_failed(stores: Deferred[Stores], tracking: Deferred[Tracking], exc: BaseException) -> None:
@@ -416,15 +458,18 @@ def _finalize(plan: StudyPlan, fitted: Fitted) -> StudyResult:
 
 
 # -- process plumbing: Ray's resources -------------------------------------------------
-def check_resources(spec: StudySpec, cluster: dict[str, float]) -> None:
-    """Fail fast when one trial's CPUs/GPUs exceed what the whole Ray cluster has."""
+def check_resources(
+    spec: StudySpec, cluster: dict[str, float], where: str = "the Ray cluster"
+) -> None:
+    """Fail fast when one trial's CPUs/GPUs exceed what the whole Ray cluster (or, for trials
+    in the driver's process, the machine: ``where``) has."""
     have = {"cpu": cluster.get("CPU", 0.0), "gpu": cluster.get("GPU", 0.0)}
     for key in ("cpu", "gpu"):
         want = getattr(spec.resources, key)
         if want > have[key]:
             raise ConfigError(
                 f"resources.{key}",
-                f"each trial asks for {want:g} {key.upper()}(s) but the Ray cluster has "
+                f"each trial asks for {want:g} {key.upper()}(s) but {where} has "
                 f"{have[key]:g} (CPU {have['cpu']:g}, GPU {have['gpu']:g}); "
                 "lower resources or use a cluster with them (--ray-address)",
             )

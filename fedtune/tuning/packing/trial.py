@@ -25,7 +25,7 @@ driver's answer to that report: it ends when the answer brings no configuration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedtune.errors import FedtuneError
@@ -159,19 +159,26 @@ class _Packed:
                 self.trainer.stop(i)
 
 
-def train_pack(config: dict[str, Any], spec: StudySpec, box: Any = None) -> None:
+def train_pack(
+    config: dict[str, Any],
+    spec: StudySpec,
+    box: Any = None,
+    report: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
     """Ray Tune function trainable of a pack (see the module docstring).
 
     Args:
         config: The pack's Tune config (:data:`PACK_KEY`).
         spec: The study.
         box: The driver's :class:`~.box.PackBox` actor (None: no stops, no refills).
+        report: Where each report goes (None: Ray Tune's ``tune.report``; a trial in the
+            driver's process: :class:`~..driver.in_process.InProcessTuner`'s).
     """
     if timeline.enabled():
         timeline.mark("trial_process_start", timeline.process_start())
         timeline.mark("trial_entered")
     try:
-        _train_pack(config, spec, box)
+        _train_pack(config, spec, box, report)
     except FedtuneError as exc:
         raise TrialError(trial_message(exc, spec)) from None
 
@@ -220,9 +227,17 @@ class _Members:
         return [n for n in self.live if (t - self.joined[n]) % self.spec.report_every == 0]
 
 
-def _train_pack(config: dict[str, Any], spec: StudySpec, box: Any) -> None:
+def _train_pack(
+    config: dict[str, Any],
+    spec: StudySpec,
+    box: Any,
+    report: Callable[[dict[str, Any]], None] | None,
+) -> None:
     runs, first = _runs(config, spec)
-    from ray import tune  # imported here: the engine never needs Ray
+    if report is None:
+        from ray import tune  # imported here: the engine never needs Ray
+
+        report = tune.report
 
     timeline.mark("trial_built")
     pack = _Members(spec, runs, first)
@@ -261,7 +276,7 @@ def _train_pack(config: dict[str, Any], spec: StudySpec, box: Any) -> None:
                 pack.live.remove(number)
             pack.join(offered, t)
         reports = ended + [{**pack.rows[n].report(), TRIAL_KEY: n} for n in due if n in pack.live]
-        tune.report({ROUND: t, OUTCOME: RUNNING if pack.live else "ended", MEMBERS: reports})
+        report({ROUND: t, OUTCOME: RUNNING if pack.live else "ended", MEMBERS: reports})
     timeline.mark("trial_reported")
 
 

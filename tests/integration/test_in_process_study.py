@@ -1,0 +1,210 @@
+"""Trials in the driver's process (``run_study(..., in_process=True)``, ``fedtune tune`` without
+``--ray``): a study that trains one configuration at a time on the CPU runs without Ray and
+records exactly what the same study records through Ray Tune; its stops, failures and time
+budget end trials as Ray Tune's do.
+
+``ray.init`` is made to fail for the in-process runs (a session fixture's Ray may run in this
+process, and ``ray.is_initialized`` is made to say it does not): a study that reached Ray would
+fail loudly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from mlflow import MlflowClient
+from ray import tune
+
+from fedtune.tuning.driver.in_process import IN_PROCESS_NOTE
+from fedtune.tuning.driver.study import run_study
+from fedtune.tuning.keys import TRIAL_KEY
+from fedtune.tuning.spec import StudySpec
+
+
+def _spec(quadratic_study, name: str, **overrides: Any) -> StudySpec:
+    doc = quadratic_study(name, **{"budget": {"trials": 4, "max_concurrent": 1}, **overrides})
+    return StudySpec.from_dict(doc)
+
+
+@contextlib.contextmanager
+def _without_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    import ray
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("ray.init was called by a study whose trials run in its driver")
+
+    with monkeypatch.context() as m:
+        m.setattr(ray, "is_initialized", lambda: False)
+        m.setattr(ray, "init", refuse)
+        yield
+
+
+class _Where(tune.Callback):
+    """The process of each configuration's results, and the rounds each reported."""
+
+    def __init__(self) -> None:
+        self.pids: dict[int, set[int]] = {}
+        self.rounds: dict[int, list[int]] = {}
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        number = int(trial.config[TRIAL_KEY])
+        self.pids.setdefault(number, set()).add(int(result["pid"]))
+        self.rounds.setdefault(number, []).extend(int(r["round"]) for r in result["history"])
+
+
+def _records(result) -> dict[int, dict[str, Any]]:
+    """Per trial: Optuna's state, params, value, intermediate values and attributes, and its
+    MLflow run's status, params, outcome and ``client_loss`` history (every round)."""
+    study = optuna.load_study(study_name=result.name, storage=result.storage_url)
+    client = MlflowClient(result.tracking_uri)
+    out = {}
+    for t in study.get_trials():
+        run = client.get_run(t.user_attrs["mlflow_run_id"])
+        history = client.get_metric_history(run.info.run_id, "client_loss")
+        attrs = {k: v for k, v in t.user_attrs.items() if k not in ("mlflow_run_id",)}
+        out[t.number] = {
+            "state": t.state.name,
+            "params": t.params,
+            "value": t.value,
+            "intermediate": t.intermediate_values,
+            "attrs": attrs,
+            "status": run.info.status,
+            "run_params": {k: v for k, v in run.data.params.items()},
+            "outcome": run.data.tags.get("outcome"),
+            "client_loss": sorted((m.step, m.value) for m in history),
+        }
+    return out
+
+
+def test_it_records_what_ray_tune_records(tmp_path, ray_local, quadratic_study, monkeypatch):
+    spec = _spec(quadratic_study, "here-vs-ray", scheduler={"name": "none"})
+    where = _Where()
+    with _without_ray(monkeypatch):
+        here = run_study(spec, tmp_path / "here", in_process=True, sinks=[where])
+    ray_tune = run_study(spec, tmp_path / "ray", in_process=True)  # Ray runs: Ray Tune's path
+    assert here.packing == IN_PROCESS_NOTE and ray_tune.packing != IN_PROCESS_NOTE
+    assert not (tmp_path / "here" / "ray_results").exists()
+    assert (tmp_path / "ray" / "ray_results").is_dir()
+    assert set(where.pids) == {0, 1, 2, 3} and all(p == {os.getpid()} for p in where.pids.values())
+    assert all(r == list(range(1, 13)) for r in where.rounds.values())  # every round, once
+    assert here.finished == ray_tune.finished == 4 and here.counts == ray_tune.counts
+    assert here.best == ray_tune.best and here.best is not None
+    assert here.configuration_rounds == ray_tune.configuration_rounds == 4 * 12
+    mine, theirs = _records(here), _records(ray_tune)
+    assert mine == theirs  # every trial: Optuna's and MLflow's records, value for value
+    assert all(r["state"] == "COMPLETE" and r["status"] == "FINISHED" for r in mine.values())
+    assert all(len(r["client_loss"]) == 12 for r in mine.values())
+    assert here.tradeoff == ray_tune.tradeoff and here.tradeoff is not None  # tradeoff.json
+
+
+def test_a_stopped_trial_ends_at_the_report_that_stopped_it(tmp_path, quadratic_study, monkeypatch):
+    spec = _spec(
+        quadratic_study,
+        "here-stops",
+        budget={"trials": 8, "max_concurrent": 1},
+        scheduler={"name": "asha", "grace_rounds": 2, "reduction_factor": 2},
+        search={
+            "space": "fedavg",
+            "override": {
+                "client_lr": {"low": 1.0e-4, "high": 0.1},
+                "server_lr": {"low": 1.0e-3, "high": 0.2},
+            },
+        },
+    )
+    where = _Where()
+    with _without_ray(monkeypatch):
+        result = run_study(spec, tmp_path / "w", in_process=True, sinks=[where])
+    records = _records(result)
+    stopped = {n for n, r in records.items() if r["attrs"].get("outcome") == "stopped"}
+    assert stopped and result.stop_reasons  # the study stopped some of its trials
+    assert sum(result.stop_reasons.values()) == len(stopped)
+    for number, r in records.items():
+        reported = where.rounds[number]
+        assert reported == list(range(1, len(reported) + 1))  # never a round past the stop
+        assert [s for s, _ in r["client_loss"]] == reported  # MLflow holds every round reported
+        if number in stopped:
+            assert len(reported) < 12 and r["outcome"] == "stopped"
+        else:
+            assert len(reported) == 12 and r["state"] == "COMPLETE"
+    assert result.configuration_rounds == sum(len(r) for r in where.rounds.values())
+
+
+def test_a_failed_trial_is_recorded_and_the_study_goes_on(tmp_path, quadratic_study, monkeypatch):
+    from fedtune.tuning.packing import trial as packed
+
+    spec = _spec(quadratic_study, "here-fails", scheduler={"name": "none"})
+    step = packed._Single.step
+
+    def failing(self):
+        if self.number == 1 and self.trainers[0].round == 2:
+            raise ValueError("boom in round 3")
+        return step(self)
+
+    monkeypatch.setattr(packed._Single, "step", failing)
+    with _without_ray(monkeypatch):
+        result = run_study(spec, tmp_path / "w", in_process=True)
+    records = _records(result)
+    assert result.counts["failed"] == 1 and result.finished == 4
+    assert result.first_error == "trial 1: ValueError: boom in round 3"
+    assert records[1]["status"] == "FAILED" and records[1]["outcome"] == "failed"
+    client = MlflowClient(result.tracking_uri)
+    run = client.get_run(
+        optuna.load_study(study_name=result.name, storage=result.storage_url)
+        .trials[1]
+        .user_attrs["mlflow_run_id"]
+    )
+    assert run.data.tags["error"] == "ValueError: boom in round 3"
+    assert [s for s, _ in records[1]["client_loss"]] == [1, 2]  # the rounds it reported
+    assert all(records[n]["state"] == "COMPLETE" for n in (0, 2, 3))
+
+
+def test_the_time_budget_leaves_the_trial_in_flight_to_the_next_run(
+    tmp_path, quadratic_study, monkeypatch
+):
+    slow = {"rounds": 200_000, "clients_per_round": 5, "local_steps": 3, "batch_size": 4}
+    spec = _spec(
+        quadratic_study,
+        "here-time",
+        scheduler={"name": "none"},
+        train={**slow, "eval_every": 1000, "dtype": "float64"},
+        budget={"trials": 4, "max_concurrent": 1, "time": 2},
+        report_every=50,
+    )
+    with _without_ray(monkeypatch):
+        result = run_study(spec, tmp_path / "w", in_process=True)
+    study = optuna.load_study(study_name=result.name, storage=result.storage_url)
+    first = study.trials[0]
+    assert result.finished == 0 and first.user_attrs["outcome"] == "interrupted"
+    assert [t.user_attrs.get("requeue_of") for t in study.trials[1:]] == [0]  # runs again next
+    run = MlflowClient(result.tracking_uri).get_run(first.user_attrs["mlflow_run_id"])
+    assert run.info.status == "KILLED"
+
+
+def test_fedtune_tune_runs_it_without_ray_and_with_ray_when_asked(tmp_path, quadratic_study):
+    doc = quadratic_study("cli-here", budget={"trials": 2, "max_concurrent": 1})
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(doc))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["FEDTUNE_TIMELINE"] = str(tmp_path / "timeline.jsonl")
+    out = {}
+    for flag, workdir in (([], "here"), (["--ray"], "ray")):
+        cmd = [sys.executable, "-m", "fedtune.cli", "tune", str(study), "--json"]
+        cmd += ["--workdir", str(tmp_path / workdir), *flag]
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        out[workdir] = json.loads(run.stdout)
+    assert out["here"]["packing"] == IN_PROCESS_NOTE != out["ray"]["packing"]
+    assert out["here"]["best"] == out["ray"]["best"] and out["here"]["finished"] == 2
+    phases = [json.loads(line)["phase"] for line in (tmp_path / "timeline.jsonl").open()]
+    first = phases[: phases.index("finalized") + 1]
+    assert "in_process" in first and not any("ray" in p for p in first)  # no Ray, not even early
+    assert "early_ray" in phases[len(first) :]  # --ray: Ray as before
