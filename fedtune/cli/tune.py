@@ -235,19 +235,28 @@ def _workdir(args: argparse.Namespace, name: str) -> str:
     return args.workdir or str(Path("runs") / name)
 
 
-def _early_ray(args: argparse.Namespace) -> Any:
-    """Start the study's embedded Ray now, before the engine's imports and the spec's
-    validation (``fedtune.tuning.driver.ray_session.EarlyRay``: they overlap), when what Ray needs is
-    known from the file alone: a local Ray (no ``--ray-address``, no ``RAY_ADDRESS``), no
-    ``code:`` section (its ``runtime_env`` needs the validated spec), and a study that will run
-    trials (new, or ``--trials`` given). Otherwise, or if the file does not parse, None: the
-    usual path reports everything."""
+def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Start what the study will need before the engine's imports and the spec's validation,
+    which take seconds of CPU in this process, when the study file alone says what that is.
+
+    A study whose trials will run in this process (one configuration at a time on the CPU, no
+    ``--ray``: ``fedtune.tuning.driver.in_process``) gets its MLflow store's process
+    (``fedtune.tuning.mlflow.process``), which imports MLflow on another CPU. Any other study
+    gets its embedded Ray (``fedtune.tuning.driver.ray_session.EarlyRay``: its start overlaps
+    the imports) when Ray is local (no ``--ray-address``, no ``RAY_ADDRESS``), the file has no
+    ``code:`` section (its ``runtime_env`` needs the validated spec) and the study will run
+    trials (new, or ``--trials`` given). Otherwise, or if the file does not parse, nothing: the
+    usual path reports everything.
+
+    Returns:
+        ``(early Ray, MLflow process)``, either or both None.
+    """
     import yaml
 
     from fedtune.tuning import env
 
     if args.ray_address or env.ray_address():
-        return None
+        return None, None
     from fedtune.errors import ConfigError
 
     from .common import apply_sets
@@ -257,22 +266,24 @@ def _early_ray(args: argparse.Namespace) -> Any:
         if isinstance(doc, dict):
             doc = apply_sets(doc, args.set)
     except (OSError, yaml.YAMLError, UnicodeDecodeError, ConfigError):
-        return None
-    if not isinstance(doc, dict) or doc.get("code") is not None:
-        return None
+        return None, None
+    if not isinstance(doc, dict) or is_methods_study(doc):
+        return None, None  # a study of methods: one study per algorithm, each in its own workdir
     if not args.ray and _fits_one_process(doc):
-        return None  # its trials run in this process: no Ray at all
-    if is_methods_study(doc):
-        return None  # a study of methods: one study per algorithm, each in its own workdir
+        from fedtune.tuning.mlflow.process import TrackerProcess
+
+        return None, TrackerProcess()  # its trials run in this process: no Ray at all
+    if doc.get("code") is not None:
+        return None, None
     name = doc.get("name")
     if args.workdir is None and not isinstance(name, str):
-        return None
+        return None, None
     workdir = Path(_workdir(args, name)).resolve()
     if (workdir / "optuna.db").exists() and args.trials is None:
-        return None  # a stored study: finished ones need no Ray
+        return None, None  # a stored study: finished ones need no Ray
     from fedtune.tuning.driver.ray_session import EarlyRay
 
-    return EarlyRay.begin(workdir)
+    return EarlyRay.begin(workdir), None
 
 
 def _fits_one_process(doc: dict[str, Any]) -> bool:
@@ -302,15 +313,17 @@ def run(args: argparse.Namespace) -> int:
     from fedtune.tuning.driver import timeline
 
     timeline.mark("cli")
-    early = _early_ray(args)
+    early, tracking = _early_start(args)
     try:
-        return _run(args, early)
+        return _run(args, early, tracking)
     finally:
         if early is not None:
             early.close()  # a spec error, Ctrl-C: Ray stops once its start has finished
+        if tracking is not None:
+            tracking.close()  # run_study closed it; a spec error, Ctrl-C: closed here
 
 
-def _run(args: argparse.Namespace, early: Any) -> int:
+def _run(args: argparse.Namespace, early: Any, tracking: Any) -> int:
     from fedtune.errors import ConfigError, DataError
     from fedtune.tuning.driver import timeline
 
@@ -348,6 +361,7 @@ def _run(args: argparse.Namespace, early: Any) -> int:
             progress=progress,
             early=early,
             in_process=not args.ray,
+            tracking_process=tracking,
         )
     except KeyboardInterrupt:
         print(

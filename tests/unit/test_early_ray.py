@@ -36,6 +36,7 @@ STUDY = textwrap.dedent(
     budget: {trials: 2, max_concurrent: 2}
     """
 )
+ONE_AT_A_TIME = STUDY.replace("max_concurrent: 2", "max_concurrent: 1")
 
 
 def test_the_early_ray_module_imports_nothing_heavy() -> None:
@@ -168,25 +169,30 @@ def _args(study: Path, **kw) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize(
-    ("text", "kw", "stored", "env", "begins"),
+    ("text", "kw", "stored", "env", "begins", "tracker"),
     [
-        (STUDY, {}, False, {}, True),  # a new study: Ray at once
-        (STUDY, {}, True, {}, False),  # stored: it may be finished and need no Ray
-        (STUDY, {"trials": 4}, True, {}, True),  # extended: it will run trials
-        (STUDY, {"ray_address": "10.0.0.1:6379"}, False, {}, False),  # a cluster's Ray
-        (STUDY, {}, False, {"RAY_ADDRESS": "10.0.0.1:6379"}, False),
-        (STUDY + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False),  # runtime_env
-        ("name: [unclosed\n", {}, False, {}, False),  # the usual path reports the error
-        # one configuration at a time on the CPU: its trials run in the driver, no Ray at all
-        (STUDY.replace("max_concurrent: 2", "max_concurrent: 1"), {}, False, {}, False),
-        (STUDY.replace("max_concurrent: 2", "max_concurrent: 1"), {"ray": True}, False, {}, True),
-        (STUDY + "resources: {gpu: 0.5}\n", {}, False, {}, True),
+        (STUDY, {}, False, {}, True, False),  # a new study: Ray at once
+        (STUDY, {}, True, {}, False, False),  # stored: it may be finished and need no Ray
+        (STUDY, {"trials": 4}, True, {}, True, False),  # extended: it will run trials
+        (STUDY, {"ray_address": "10.0.0.1:6379"}, False, {}, False, False),  # a cluster's Ray
+        (STUDY, {}, False, {"RAY_ADDRESS": "10.0.0.1:6379"}, False, False),
+        (STUDY + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False, False),
+        ("name: [unclosed\n", {}, False, {}, False, False),  # the usual path reports the error
+        # one configuration at a time on the CPU: its trials run in the driver, no Ray at all,
+        # and its MLflow store's process starts at once, stored study or not
+        (ONE_AT_A_TIME, {}, False, {}, False, True),
+        (ONE_AT_A_TIME, {}, True, {}, False, True),
+        (ONE_AT_A_TIME + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False, True),
+        (ONE_AT_A_TIME, {"ray": True}, False, {}, True, False),
+        (ONE_AT_A_TIME, {"ray_address": "10.0.0.1:6379"}, False, {}, False, False),
+        (STUDY + "resources: {gpu: 0.5}\n", {}, False, {}, True, False),
     ],
 )
 def test_when_the_cli_starts_ray_early(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text, kw, stored, env, begins
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text, kw, stored, env, begins, tracker
 ) -> None:
     from fedtune.cli import tune
+    from fedtune.tuning.mlflow import process
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -198,9 +204,13 @@ def test_when_the_cli_starts_ray_early(
         (tmp_path / "runs" / "early").mkdir(parents=True)
         (tmp_path / "runs" / "early" / "optuna.db").touch()
     begun: list[Path] = []
-    monkeypatch.setattr(rs.EarlyRay, "begin", classmethod(lambda cls, w: begun.append(w)))
-    tune._early_ray(_args(study, **kw))
-    assert begun == ([tmp_path / "runs" / "early"] if begins else [])
+    monkeypatch.setattr(rs.EarlyRay, "begin", classmethod(lambda cls, w: begun.append(w) or w))
+    monkeypatch.setattr(process, "TrackerProcess", lambda: "tracker process")
+    early, tracking = tune._early_start(_args(study, **kw))
+    assert begun == ([tmp_path / "runs" / "early"] if begins else []) and early == (
+        begun[0] if begins else None
+    )
+    assert tracking == ("tracker process" if tracker else None)
 
 
 def _ray_processes(workdir: Path) -> list[int]:

@@ -67,7 +67,7 @@ from .ray_session import study_lock as _study_lock
 from .startup import Deferred, Startup
 
 if TYPE_CHECKING:
-    pass
+    from ..mlflow.process import TrackerProcess
 
 # MLflow (.tracking), matplotlib (.plots) and the theory report are imported where used: MLflow
 # by the thread that opens the tracking store while Ray starts, so neither is paid before
@@ -97,6 +97,7 @@ def run_study(
     sinks: Sequence[Any] = (),
     early: EarlyRay | None = None,
     in_process: bool = False,
+    tracking_process: TrackerProcess | None = None,
 ) -> StudyResult:
     """Run (or resume, or extend to ``trials`` in total) the study ``spec`` under ``workdir``.
 
@@ -117,6 +118,9 @@ def run_study(
         in_process: Run the trials in this process, without Ray, when they fit it: one
             configuration at a time on the CPU, and no Ray cluster named (``ray_address``,
             ``RAY_ADDRESS``) or already running here (:mod:`.in_process`).
+        tracking_process: The MLflow store's process, already starting (begun by ``fedtune
+            tune`` before its imports, :mod:`..mlflow.process`); a study whose trials run in
+            this process uses it (or starts its own), and closes it here.
 
     Returns:
         The study's result.
@@ -131,9 +135,36 @@ def run_study(
     timeline.mark("run_study")
     with _claim(workdir, early) as early:
         plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address, in_process)
-        with _start_runtime(plan, early) as runtime:
-            fitted = fit(plan, runtime, progress, sinks)
-        return _finalize(plan, fitted)
+        with _tracker_process(plan, tracking_process) as process:
+            with _start_runtime(plan, early, process) as runtime:
+                fitted = fit(plan, runtime, progress, sinks)
+            return _finalize(plan, fitted)
+
+
+@contextlib.contextmanager
+def _tracker_process(plan: StudyPlan, given: TrackerProcess | None) -> Iterator[Any]:
+    """The MLflow store's process of a study whose trials run in this process, closed after.
+
+    Args:
+        plan: The study's plan.
+        given: The process the caller began (closed at once when the study's trials run
+            elsewhere: such a driver keeps its tracker in a thread).
+
+    Returns:
+        A context that yields the process, or None.
+    """
+    if not plan.in_process:
+        if given is not None:
+            given.close()
+        yield None
+        return
+    from ..mlflow.process import TrackerProcess
+
+    process = given if given is not None else TrackerProcess()
+    try:
+        yield process
+    finally:
+        process.close()
 
 
 @contextlib.contextmanager
@@ -221,19 +252,22 @@ def _without_credentials(spec: StudySpec) -> StudySpec:
 
 
 @contextlib.contextmanager
-def _start_runtime(plan: StudyPlan, early: EarlyRay | None) -> Iterator[Runtime]:
+def _start_runtime(
+    plan: StudyPlan, early: EarlyRay | None, process: TrackerProcess | None = None
+) -> Iterator[Runtime]:
     """Open the stores and start Ray concurrently; end the study's runs if the study fails.
 
     Args:
         plan: The study's plan.
         early: The early Ray, if it is this study's.
+        process: The MLflow store's process (None: the tracker lives in this process).
 
     Returns:
         A context that yields the runtime, then stops Ray and joins the start-up's threads.
     """
     with Startup("fedtune-stores") as startup, contextlib.ExitStack() as ray_stack:
         stores = startup.submit(_open_stores, plan, inline=plan.stored)  # stored: is Ray needed?
-        tracking = startup.then(stores, _open_tracking, plan)
+        tracking = startup.then(stores, _open_tracking, plan, process)
         try:
             needed = stores.result().remaining if plan.stored else plan.target
             if needed == 0:
@@ -359,7 +393,9 @@ def _open_stores(plan: StudyPlan) -> Stores:
     return Stores(store, study, fixed, remaining)
 
 
-def _open_tracking(stores: Stores, plan: StudyPlan) -> Tracking:
+def _open_tracking(
+    stores: Stores, plan: StudyPlan, process: TrackerProcess | None = None
+) -> Tracking:
     """Open the study's MLflow experiment and parent run; reconcile its child runs.
 
     The store is created if new, the parent run created or the resumed study's taken. Also
@@ -368,19 +404,24 @@ def _open_tracking(stores: Stores, plan: StudyPlan) -> Tracking:
     Args:
         stores: The Optuna storage (it records the parent run's id).
         plan: The study's plan.
+        process: The MLflow store's process (None: the tracker lives in this process).
 
     Returns:
         The open MLflow store and parent run.
     """
     from ..mlflow.client import resolve_tracking_uri
-    from ..mlflow.tracking import StudyTracker
     from . import progress  # noqa: F401 — imported here, off the critical path
 
     spec, workdir = plan.spec, plan.workdir
     uri = resolve_tracking_uri(workdir, plan.tracking_uri, spec.tracking.uri)
     local = uri.startswith("sqlite:") or "://" not in uri
     root = (workdir / "mlartifacts").as_uri() if local else None
-    tracker = StudyTracker(uri, spec.experiment, root)
+    if process is not None:
+        tracker: Any = process.open(uri, spec.experiment, root)
+    else:
+        from ..mlflow.tracking import StudyTracker
+
+        tracker = StudyTracker(uri, spec.experiment, root)
     space_doc = {**plan.space.to_dict(), "fingerprint": plan.space.fingerprint()}
     parent = tracker.start_study(spec, space_doc, stores.store.parent_run_id())
     stores.store.set_parent_run_id(parent)

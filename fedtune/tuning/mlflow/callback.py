@@ -25,7 +25,7 @@ import contextlib
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
@@ -34,7 +34,9 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 from ..keys import DECAY_ROUNDS, DEVICE, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from ..spec import StudySpec
 from ..trials.trainable import sampled_params
-from .tracking import StudyTracker
+
+if TYPE_CHECKING:
+    from .tracking import StudyTracker
 
 __all__ = ["MlflowCallback", "error_line", "objective_description"]
 

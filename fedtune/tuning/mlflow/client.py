@@ -26,9 +26,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
+from typing import Any
 
 from .. import env
 
@@ -87,7 +85,7 @@ def ui_command(uri: str) -> str:
     return f"{executable('mlflow')} ui --backend-store-uri {uri}"
 
 
-def artifact_text(client: MlflowClient, run_id: str, path: str) -> str:
+def artifact_text(client: Any, run_id: str, path: str) -> str:
     """The text of a run's artifact, downloaded without MLflow's progress bar on stderr.
 
     Args:
@@ -148,6 +146,9 @@ def now_ms() -> int:
 
 def stored_tradeoff(uri: str, parent_run_id: str) -> str | None:
     """The text of a study's ``tradeoff/tradeoff.json`` in MLflow (None when not there yet)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
     client = MlflowClient(tracking_uri=uri)
     try:
         return artifact_text(client, parent_run_id, TRADEOFF_FILE)
@@ -162,6 +163,8 @@ def kill_study_runs(
     run_ids: Iterable[str | None] = (),
 ) -> list[str]:
     """Set the unfinished runs of a study to KILLED; returns the ids changed."""
+    from mlflow import MlflowClient
+
     client = MlflowClient(tracking_uri=tracking_uri) if tracking_uri else MlflowClient()
     ids = {r for r in (*run_ids, parent_run_id) if r and _RUN_ID.match(r)}
     if parent_run_id and _RUN_ID.match(parent_run_id) and experiment_id:
@@ -183,4 +186,6 @@ def kill_study_runs(
 
 def run_experiment_id(uri: str, run_id: str) -> str:
     """The experiment of run ``run_id``."""
+    from mlflow import MlflowClient
+
     return MlflowClient(tracking_uri=uri).get_run(run_id).info.experiment_id

@@ -39,7 +39,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from mlflow import MlflowClient
@@ -47,11 +47,9 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from fedtune.outcomes import TrialOutcome, mlflow_status
-from fedtune.redact import scrub
 
 from ..driver.sqlite_commits import fast_commits_for
 from ..keys import ROUND, trial_name
-from ..spec import StudySpec
 from .client import (
     KIND_TAG,
     KIND_TRAINING,
@@ -61,10 +59,14 @@ from .client import (
     now_ms,
     quiet_artifacts,
 )
+from .record import StudyRecord, study_record
 from .round_log import MAX_BATCH, RoundLog
 from .sqlite_template import seed_sqlite_store
 from .step_points import StepPoints
 from .store import prepare_tracking_store
+
+if TYPE_CHECKING:
+    from ..spec import StudySpec
 
 __all__ = ["BEST_TAG", "StudyTracker", "round_metrics"]
 
@@ -129,6 +131,12 @@ class StudyTracker:
         self, spec: StudySpec, space_dict: Mapping[str, Any], run_id: str | None
     ) -> str:
         """Reuse ``run_id`` (a resumed study) when it exists here, else create the parent run."""
+        return self.start_record(study_record(spec), space_dict, run_id)
+
+    def start_record(
+        self, study: StudyRecord, space_dict: Mapping[str, Any], run_id: str | None
+    ) -> str:
+        """:meth:`start_study` of a study's record (:mod:`.record`)."""
         if run_id is not None:
             try:
                 self.client.get_run(run_id)
@@ -136,12 +144,12 @@ class StudyTracker:
                 return run_id
             except MlflowException:
                 pass  # another tracking store than last time: start a new parent
-        tags = {"study": spec.name, "algorithm": spec.algorithm, "task": spec.task.name}
-        run = self.client.create_run(self.experiment_id, tags=tags, run_name=spec.name)
+        tags = {"study": study.name, "algorithm": study.algorithm, "task": study.task}
+        run = self.client.create_run(self.experiment_id, tags=tags, run_name=study.name)
         run_id = run.info.run_id
-        document = scrub(spec.to_dict())  # no credential of a URI in the spec reaches MLflow
+        document = study.document  # no credential of a URI in the spec reaches MLflow
         params = _flatten({k: v for k, v in document.items() if k != "search"})
-        params["search.space"] = str(spec.search.space or "inline")
+        params["search.space"] = study.space
         self._log_params(run_id, params)
         self.client.log_text(run_id, yaml.safe_dump(document, sort_keys=False), "spec.yaml")
         self.client.log_text(

@@ -1,0 +1,209 @@
+"""The study's MLflow store served from a process of its own, for a driver that trains.
+
+A study whose trials run in the driver's process (:mod:`..driver.in_process`) would otherwise
+import MLflow in that process (seconds of CPU, under the interpreter lock the trials need)
+and send its rounds from threads beside the training. :class:`TrackerProcess` starts a child
+process at once — ``fedtune tune`` starts it before it imports the engine — which imports
+MLflow and :class:`~.tracking.StudyTracker` on another CPU while the driver imports torch,
+opens the store when asked (:meth:`TrackerProcess.open`) and then serves the tracker's calls;
+:class:`ProcessTracker` is the driver's handle, with the tracker's methods. So the driver never
+imports MLflow.
+
+A call waits for its answer, and an error raised in the child is raised in the driver (the
+same exception when it can be pickled, else a ``RuntimeError`` naming it). The child ignores
+SIGINT (Ctrl-C reaches the whole process group, and the driver's clean-up still needs the
+store), and ends when the driver closes it or its pipe (the driver exited).
+
+Light on purpose: MLflow is imported by the child only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import pickle
+import signal
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .record import study_record
+
+if TYPE_CHECKING:
+    from ..spec import StudySpec
+
+__all__ = ["ProcessTracker", "TrackerProcess"]
+
+_OPEN, _UNSENT = "__open__", "__unsent__"
+#: the tracker's methods a driver may call (the rest of its interface is its two attributes)
+_METHODS = frozenset(
+    {
+        "start_record",
+        "finish_study",
+        "log_series",
+        "mark_best",
+        "log_table",
+        "read_text",
+        "log_json",
+        "start_trial",
+        "log_rounds",
+        "end_trial",
+        "reconcile",
+    }
+)
+
+
+class TrackerProcess:
+    """A child process that imports MLflow now and serves one study's tracker (module
+    docstring)."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch, no threads
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_serve, args=(child,), name="fedtune-mlflow", daemon=True
+        )
+        self._process.start()
+        child.close()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the tracker's ``name`` in the child and return what it returned.
+
+        Raises:
+            Exception: What the call raised in the child.
+            RuntimeError: The child is gone.
+        """
+        with self._lock:
+            try:
+                self._conn.send((name, args, kwargs))
+                ok, value = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                raise RuntimeError(f"the study's MLflow process ended ({exc!r})") from None
+        if not ok:
+            raise value
+        return value
+
+    def open(self, uri: str, experiment: str, artifact_root: str | None) -> ProcessTracker:
+        """Open the study's MLflow store in the child (as :class:`~.tracking.StudyTracker`).
+
+        Args:
+            uri: The tracking URI.
+            experiment: The experiment's name.
+            artifact_root: Where a new experiment keeps its artifacts (None: the store's).
+
+        Returns:
+            The driver's handle.
+        """
+        uri, experiment_id = self.call(_OPEN, uri, experiment, artifact_root)
+        return ProcessTracker(self, uri, experiment_id)
+
+    def close(self, timeout: float = 60.0) -> None:
+        """End the child (its tracker's thread has stopped with ``finish_study``); again: no-op."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock, contextlib.suppress(OSError, EOFError, ValueError):
+            self._conn.send(None)
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(10)
+        self._conn.close()
+
+
+class _Unsent:
+    """``tracker.rounds`` as the driver reads it: how many queued metrics are not stored."""
+
+    def __init__(self, process: TrackerProcess) -> None:
+        self._process = process
+
+    @property
+    def unsent(self) -> int:
+        return int(self._process.call(_UNSENT))
+
+
+class ProcessTracker:
+    """The driver's handle on a :class:`~.tracking.StudyTracker` in a :class:`TrackerProcess`:
+    the same methods and attributes the driver uses.
+
+    Args:
+        process: The child.
+        uri: The store's URI.
+        experiment_id: The study's experiment.
+    """
+
+    def __init__(self, process: TrackerProcess, uri: str, experiment_id: str) -> None:
+        self._process, self.uri, self.experiment_id = process, uri, experiment_id
+        self.rounds = _Unsent(process)
+
+    def start_study(
+        self, spec: StudySpec, space_dict: Mapping[str, Any], run_id: str | None
+    ) -> str:
+        """As :meth:`~.tracking.StudyTracker.start_study` (the spec's record made here)."""
+        return self._process.call("start_record", study_record(spec), space_dict, run_id)
+
+    def log_rounds(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
+        self._process.call("log_rounds", run_id, list(rows))
+
+    def log_series(self, run_id: str, key: str, points: Iterable[tuple[int, float]]) -> None:
+        self._process.call("log_series", run_id, key, list(points))
+
+    def finish_study(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        status: str,
+        artifacts: Path | None = None,
+        artifact_path: str | None = None,
+        step: int = 0,
+    ) -> None:
+        self._process.call(
+            "finish_study", run_id, dict(metrics), status, artifacts, artifact_path, step
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _METHODS:
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self._process.call(name, *args, **kwargs)
+
+
+def _serve(conn: Any) -> None:
+    """The child: import the tracker, then answer calls until told to end or orphaned."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .tracking import StudyTracker  # MLflow, imported while the driver imports the engine
+
+    tracker: Any = None
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the driver is gone
+        if message is None:
+            return
+        name, args, kwargs = message
+        try:
+            if name == _OPEN:
+                tracker = StudyTracker(*args, **kwargs)
+                value: Any = (tracker.uri, tracker.experiment_id)
+            elif name == _UNSENT:
+                value = tracker.rounds.unsent
+            elif name in _METHODS:
+                value = getattr(tracker, name)(*args, **kwargs)
+            else:
+                raise AttributeError(f"StudyTracker.{name} is not served")
+            reply = (True, value)
+        except Exception as exc:
+            reply = (False, _portable(exc))
+        conn.send(reply)
+
+
+def _portable(exc: Exception) -> Exception:
+    """``exc`` if it survives a pickle round trip, else a ``RuntimeError`` that names it."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
