@@ -184,10 +184,10 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
     lines = [f"study {result.name}: {count} ({outcomes}) in {took:.0f} s, {result.ran} run now"]
     lines += _budget_lines(spec.budget, result)
     lines += _strategy_lines(spec, c, result.stop_reasons)
-    from fedtune.tuning.driver.in_process import IN_PROCESS_NOTE
+    from fedtune.tuning.driver.in_process import IN_PROCESS
 
-    if result.packing == IN_PROCESS_NOTE:
-        lines.append(f"trials         : {IN_PROCESS_NOTE}; --ray runs them as Ray Tune trials")
+    if result.packing is not None and result.packing.endswith(IN_PROCESS):
+        lines.append(f"trials         : {result.packing}; --ray runs them as Ray Tune trials")
     elif spec.resources.pack != 1 and result.packing is not None:
         lines.append(f"packing        : {result.packing}")
     if result.interrupted:
@@ -294,7 +294,9 @@ def _fits_one_process(doc: dict[str, Any]) -> bool:
     budget, resources = doc.get("budget") or {}, doc.get("resources") or {}
     if not isinstance(budget, dict) or not isinstance(resources, dict):
         return False
-    return fits_one_process(budget.get("max_concurrent", 1), resources.get("gpu", 0))
+    return fits_one_process(
+        budget.get("max_concurrent", 1), resources.get("gpu", 0), resources.get("pack", 1)
+    )
 
 
 def _load_spec(args: argparse.Namespace) -> Any:

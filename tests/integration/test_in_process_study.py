@@ -24,7 +24,7 @@ import yaml
 from mlflow import MlflowClient
 from ray import tune
 
-from fedtune.tuning.driver.in_process import IN_PROCESS_NOTE
+from fedtune.tuning.driver.in_process import in_process_note
 from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.keys import TRIAL_KEY
 from fedtune.tuning.spec import StudySpec
@@ -91,7 +91,7 @@ def test_it_records_what_ray_tune_records(tmp_path, ray_local, quadratic_study, 
     with _without_ray(monkeypatch):
         here = run_study(spec, tmp_path / "here", in_process=True, sinks=[where])
     ray_tune = run_study(spec, tmp_path / "ray", in_process=True)  # Ray runs: Ray Tune's path
-    assert here.packing == IN_PROCESS_NOTE and ray_tune.packing != IN_PROCESS_NOTE
+    assert here.packing == in_process_note(1) and ray_tune.packing != in_process_note(1)
     assert not (tmp_path / "here" / "ray_results").exists()
     assert (tmp_path / "ray" / "ray_results").is_dir()
     assert set(where.pids) == {0, 1, 2, 3} and all(p == {os.getpid()} for p in where.pids.values())
@@ -109,6 +109,34 @@ def test_it_records_what_ray_tune_records(tmp_path, ray_local, quadratic_study, 
     assert all(r["state"] == "COMPLETE" and r["status"] == "FINISHED" for r in mine.values())
     assert all(len(r["client_loss"]) == 12 for r in mine.values())
     assert here.tradeoff == ray_tune.tradeoff and here.tradeoff is not None  # tradeoff.json
+
+
+def test_a_pack_of_every_configuration_records_what_ray_tune_records(
+    tmp_path, ray_local, quadratic_study, monkeypatch
+):
+    # 4 configurations at a time in one pack, 8 in all: members stopped by ASHA and refilled
+    spec = _spec(
+        quadratic_study,
+        "here-packed",
+        budget={"trials": 8, "max_concurrent": 4},
+        resources={"cpu": 1, "gpu": 0, "pack": 4},
+        scheduler={"name": "asha", "grace_rounds": 2, "reduction_factor": 2},
+    )
+    where = _Where()
+    with _without_ray(monkeypatch):
+        here = run_study(spec, tmp_path / "here", in_process=True, sinks=[where])
+    ray_tune = run_study(spec, tmp_path / "ray", in_process=False)
+    assert here.packing == in_process_note(4) and "4 configurations per trial process" in str(
+        ray_tune.packing
+    )
+    assert all(p == {os.getpid()} for p in where.pids.values()) and len(where.pids) == 8
+    mine, theirs = _records(here), _records(ray_tune)
+    for number, r in mine.items():
+        a, b = r.pop("intermediate"), theirs[number].pop("intermediate")
+        assert all(a[k] == b[k] for k in a.keys() & b.keys())
+    assert mine == theirs  # stops and refills at the same reports: the same records
+    assert here.stop_reasons == ray_tune.stop_reasons and here.stop_reasons
+    assert here.best == ray_tune.best and here.tradeoff == ray_tune.tradeoff
 
 
 def test_a_stopped_trial_ends_at_the_report_that_stopped_it(tmp_path, quadratic_study, monkeypatch):
@@ -207,7 +235,7 @@ def test_fedtune_tune_runs_it_without_ray_and_with_ray_when_asked(tmp_path, quad
         run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         assert run.returncode == 0, run.stderr[-3000:]
         out[workdir] = json.loads(run.stdout)
-    assert out["here"]["packing"] == IN_PROCESS_NOTE != out["ray"]["packing"]
+    assert out["here"]["packing"] == in_process_note(1) != out["ray"]["packing"]
     assert out["here"]["best"] == out["ray"]["best"] and out["here"]["finished"] == 2
     phases = [json.loads(line)["phase"] for line in (tmp_path / "timeline.jsonl").open()]
     first = phases[: phases.index("finalized") + 1]

@@ -186,6 +186,8 @@ def _args(study: Path, **kw) -> argparse.Namespace:
         (ONE_AT_A_TIME, {"ray": True}, False, {}, True, False),
         (ONE_AT_A_TIME, {"ray_address": "10.0.0.1:6379"}, False, {}, False, False),
         (STUDY + "resources: {gpu: 0.5}\n", {}, False, {}, True, False),
+        (STUDY + "resources: {pack: 2}\n", {}, False, {}, False, True),  # one pack of all
+        (STUDY + "resources: {pack: auto}\n", {}, False, {}, True, False),
     ],
 )
 def test_when_the_cli_starts_ray_early(

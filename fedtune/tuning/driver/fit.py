@@ -25,7 +25,7 @@ from ..keys import TRIAL_KEY, trial_name
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
 from ..packing import driver as pd
-from ..packing.box import PackBox
+from ..packing.box import LocalBox, PackBox
 from ..packing.memory import measure_on_cluster
 from ..packing.plan import plan as pack_plan
 from ..packing.trial import make_pack_trainable, pack_name, train_pack
@@ -35,7 +35,7 @@ from ..trials.stoppers import stopper_for
 from . import timeline
 from .code_shipping import worker_spec
 from .failures import FirstErrorCallback
-from .in_process import IN_PROCESS_NOTE, InProcessTuner
+from .in_process import InProcessTuner, in_process_note
 from .phases import Fitted, Runtime, Stores, StudyPlan
 from .startup import import_soon
 
@@ -195,9 +195,11 @@ def _tuner(
     num_samples = -1 if stores.remaining is None else stores.remaining  # -1: no limit
     search = (stopper, sampler, budget)
     if plan.in_process:
-        searcher, scheduler, callbacks, _ = _parts(plan, runtime, search, 1, callbacks)
+        size = pack_plan(spec).size  # one process: one configuration, or one pack of them all
+        box = LocalBox() if size > 1 else None
+        searcher, scheduler, callbacks = _parts(plan, runtime, search, size, callbacks, box)
         tuner = InProcessTuner(
-            functools.partial(train_pack, spec=spec),
+            functools.partial(train_pack, spec=spec, box=box),
             searcher,
             scheduler,
             callbacks,
@@ -205,9 +207,10 @@ def _tuner(
             spec.budget.time,
             threads=int(spec.resources.cpu),
         )
-        return tuner, IN_PROCESS_NOTE
+        return tuner, in_process_note(size)
     packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
-    searcher, scheduler, callbacks, box = _parts(plan, runtime, search, packing.size, callbacks)
+    box = ray.remote(PackBox).options(num_cpus=0).remote() if packing.size > 1 else None
+    searcher, scheduler, callbacks = _parts(plan, runtime, search, packing.size, callbacks, box)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     name = _trial_namer(packing.size)
     tuner = tune.Tuner(
@@ -239,13 +242,14 @@ def _parts(
     search: tuple[Any, Any, RoundBudget | None],
     size: int,
     callbacks: list[Any],
-) -> tuple[Any, Any, list[Any], Any]:
-    """The searcher, scheduler and callbacks of a study (:mod:`.packing.driver`), and its box.
+    box: Any,
+) -> tuple[Any, Any, list[Any]]:
+    """The searcher, scheduler and callbacks of a study (:mod:`.packing.driver`).
 
-    A study that packs (``size`` ≥ 2) gets the :class:`~.packing.box.PackBox` actor through
-    which its packs hear of stops and take refills; packs of one need none (the tuner stops the
-    trial of a stopped configuration, and a place a configuration frees is the tuner's to
-    refill).
+    A study that packs (``size`` ≥ 2) has a box (:class:`~.packing.box.PackBox` actor, or a
+    :class:`~.packing.box.LocalBox` for trials in the driver's process) through which its
+    packs hear of stops and take refills; packs of one need none (the tuner stops the trial of
+    a stopped configuration, and a place a configuration frees is the tuner's to refill).
 
     Args:
         plan: The study's plan.
@@ -254,18 +258,18 @@ def _parts(
             (None: none).
         size: Configurations per pack (1: every configuration in a process of its own).
         callbacks: The study's callbacks, which see configurations.
+        box: The packs' box (None: packs of one).
 
     Returns:
-        ``(searcher, scheduler, callbacks, box)`` for the tuner (``box`` None: packs of one).
+        ``(searcher, scheduler, callbacks)`` for the tuner.
     """
     spec, stores = plan.spec, runtime.stores
     stopper, sampler, budget = search
-    box = ray.remote(PackBox).options(num_cpus=0).remote() if size > 1 else None
     book = pd.PackBook()
     inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
     key = pd.config_key(spec) if size > 1 else pd.alone
     searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
-    return searcher, PackScheduler(stopper, book, box), [pd.PackCallback(callbacks, book)], box
+    return searcher, PackScheduler(stopper, book, box), [pd.PackCallback(callbacks, book)]
 
 
 def _trial_namer(size: int) -> Any:

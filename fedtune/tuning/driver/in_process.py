@@ -1,8 +1,8 @@
 """Trials in the driver's own process, without Ray: a study that trains one configuration at a
-time on the CPU.
+time on the CPU, or all its configurations at once in one pack.
 
-Such a study (``budget.max_concurrent: 1``, ``resources.gpu: 0``, no Ray cluster named) needs
-no process but the driver's, and Ray's start and shutdown were most of what its run cost
+Such a study (``resources.gpu: 0`` and ``budget.max_concurrent: 1`` or an integer
+``resources.pack`` equal to it; no Ray cluster named) needs no process but the driver's, and Ray's start and shutdown were most of what its run cost
 (``docs/explanation/architecture.md``, *Trials in the driver's process*). With
 ``run_study(..., in_process=True)`` (``fedtune tune`` without ``--ray``) it runs through
 :class:`InProcessTuner`, which takes the place of Ray Tune's ``Tuner`` and drives the same parts
@@ -17,6 +17,8 @@ controller (``ray.tune.execution.tune_controller``, Ray 2.x):
   ``on_trial_complete``;
 * a trial's error: the scheduler's ``on_trial_error``, the searcher (``error=True``), the
   callbacks' ``on_trial_error`` (the trial's ``get_error`` gives its traceback);
+* a pack's stops and refills: through a :class:`~..packing.box.LocalBox`, answered by the time
+  the pack reads the answer (its reports are processed before ``report`` returns);
 * the study's time budget (``budget.time``): checked before each trial and at each report, as
   Ray Tune checks it at each step; a trial in flight at the budget is left as Ray Tune leaves it,
   running, and recorded as interrupted by the fit.
@@ -36,10 +38,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IN_PROCESS_NOTE", "InProcessTuner", "LocalTrial", "fits_one_process"]
+__all__ = ["IN_PROCESS", "InProcessTuner", "LocalTrial", "fits_one_process", "in_process_note"]
 
-#: how such a study runs its configurations (the study's ``packing`` line)
-IN_PROCESS_NOTE = "one configuration at a time, in the driver's process (no Ray)"
+#: how the ``packing`` line of such a study ends
+IN_PROCESS = "in the driver's process (no Ray)"
+
+
+def in_process_note(size: int) -> str:
+    """The study's ``packing`` line: how many configurations train at once, and where."""
+    if size == 1:
+        return f"one configuration at a time, {IN_PROCESS}"
+    return f"{size} configurations at a time in one pack, {IN_PROCESS}"
+
 
 #: the keys Ray Tune adds to each result that fedtune's callbacks read (``ray.tune.result``)
 _DONE, _ITERATION, _TRIAL_ID = "done", "training_iteration", "trial_id"
@@ -47,24 +57,28 @@ _PID, _HOSTNAME, _NODE_IP, _TIMESTAMP = "pid", "hostname", "node_ip", "timestamp
 _TIME_THIS, _TIME_TOTAL = "time_this_iter_s", "time_total_s"
 
 
-def fits_one_process(max_concurrent: Any, gpu: Any) -> bool:
-    """Whether a study's trials fit the driver's own process: one configuration at a time, on
-    the CPU.
+def fits_one_process(max_concurrent: Any, gpu: Any, pack: Any = 1) -> bool:
+    """Whether a study's trials fit the driver's own process: on the CPU, one configuration at
+    a time or all of them in one pack.
 
     Args:
         max_concurrent: ``budget.max_concurrent`` (configurations at once).
         gpu: ``resources.gpu`` (GPUs per trial process).
+        pack: ``resources.pack`` (configurations per process).
 
     Returns:
-        True for ``max_concurrent == 1`` and ``gpu == 0``; False for anything else, values
-        that are not numbers included (the validated spec reports those).
+        True for ``gpu == 0`` with ``max_concurrent == 1`` or an integer ``pack`` equal to
+        ``max_concurrent`` (an integer pack is refused for an algorithm that cannot pack);
+        False for anything else, values that are not numbers included (the validated spec
+        reports those).
     """
-    numbers = (int, float)
-    if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, numbers):
+    if not all(_number(v) for v in (max_concurrent, gpu)) or gpu != 0:
         return False
-    if isinstance(gpu, bool) or not isinstance(gpu, numbers):
-        return False
-    return max_concurrent == 1 and gpu == 0
+    return max_concurrent == 1 or (_number(pack) and pack == int(pack) == max_concurrent)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class LocalTrial:

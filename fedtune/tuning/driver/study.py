@@ -225,7 +225,7 @@ def _prepare(
         and ray_address is None
         and env.ray_address() is None
         and not ray.is_initialized()
-        and fits_one_process(spec.budget.max_concurrent, spec.resources.gpu)
+        and fits_one_process(spec.budget.max_concurrent, spec.resources.gpu, spec.resources.pack)
     )
     return StudyPlan(
         _without_credentials(spec), workdir, space, target, stored, uri, ray_address, t0, here

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["PackBox"]
+__all__ = ["LocalBox", "LocalRef", "PackBox"]
 
 
 class PackBox:
@@ -82,3 +82,60 @@ class PackBox:
         async with self._changed:
             await self._changed.wait_for(lambda: self._answered.get(pack, -1) >= report)
             return await self.poll(pack, live)
+
+
+class LocalRef:
+    """A question to a :class:`LocalBox`, answered when read (as ``ray.get`` reads a Ray
+    object reference).
+
+    Args:
+        answer: Gives the answer.
+    """
+
+    def __init__(self, answer: Any) -> None:
+        self._answer = answer
+
+    def get(self) -> tuple[list[int], list[dict]]:
+        """The answer, as of now."""
+        return self._answer()
+
+
+class _Local:
+    """One of a :class:`LocalBox`'s methods, called as an actor's is (``.remote(...)``)."""
+
+    def __init__(self, call: Any) -> None:
+        self.remote = call
+
+
+class LocalBox:
+    """Stops and refills for packs that run in the driver's own process
+    (:mod:`fedtune.tuning.driver.in_process`): the same hand-off as :class:`PackBox`, without a
+    Ray actor.
+
+    Such a pack's reports are processed by the driver before its ``report`` returns, so by the
+    time the pack reads the answer to a report (at its next one, or when it has no member left)
+    the driver has answered it: a question is answered when read (:class:`LocalRef`), from what
+    the driver has decided by then, which is what :meth:`PackBox.answer` waits for.
+    """
+
+    def __init__(self) -> None:
+        self._stopped: set[int] = set()
+        self._offers: dict[str, list[dict[str, Any]]] = {}
+        self.stop = _Local(self._stop)
+        self.offer = _Local(self._offer)
+        self.poll = _Local(self._ask)
+        self.answer = _Local(lambda pack, report, live: self._ask(pack, live))
+
+    def _stop(self, numbers: Sequence[int]) -> None:
+        self._stopped.update(int(n) for n in numbers)
+
+    def _offer(
+        self, pack: str, configs: Sequence[dict[str, Any]], answers: int | None = None
+    ) -> None:
+        self._offers.setdefault(pack, []).extend(configs)
+
+    def _ask(self, pack: str, live: Sequence[int]) -> LocalRef:
+        members = list(live)  # as sent: the pack's list goes on changing
+        return LocalRef(
+            lambda: ([n for n in members if n in self._stopped], self._offers.pop(pack, []))
+        )

@@ -43,6 +43,7 @@ from ..trials.trainable import (
     trial_configs,
     trial_message,
 )
+from .box import LocalRef
 
 __all__ = ["MEMBERS", "PACK_KEY", "BoxPoll", "member_numbers", "pack_name", "train_pack"]
 
@@ -312,14 +313,12 @@ class BoxPoll:
         Returns:
             The stopped members and the offered member configs (taken from the box).
         """
-        import ray
-
         stopped: list[int] = []
         offered: list[dict[str, Any]] = []
         if self.asked is not None:
-            if not self.answered and not ray.wait([self.asked], timeout=0)[0]:
+            if not self.answered and not _ready(self.asked):
                 return [], []  # not there yet: no second question
-            stopped, offered = ray.get(self.asked)
+            stopped, offered = _get(self.asked)
         if self.answered:
             self.asked = self.box.answer.remote(self.pack, report, live)
         else:
@@ -329,13 +328,29 @@ class BoxPoll:
     def wait(self) -> list[dict[str, Any]]:
         """The configurations that join a pack with no member left: the answer to its last
         report (the question in flight), waited for; none: the pack ends."""
-        import ray
-
         if self.asked is None:
             return []
-        _, offered = ray.get(self.asked)
+        _, offered = _get(self.asked)
         self.asked = None
         return offered
+
+
+def _ready(asked: Any) -> bool:
+    """Whether the answer to a question to the box is there (a local box's always is)."""
+    if isinstance(asked, LocalRef):
+        return True
+    import ray
+
+    return bool(ray.wait([asked], timeout=0)[0])
+
+
+def _get(asked: Any) -> tuple[list[int], list[dict[str, Any]]]:
+    """The answer to a question to the box (a Ray actor's or a :class:`~.box.LocalBox`'s)."""
+    if isinstance(asked, LocalRef):
+        return asked.get()
+    import ray
+
+    return ray.get(asked)
 
 
 def _final(rows: TrialRows, number: int, outcome: Outcome, reason: str = "") -> dict[str, Any]:
