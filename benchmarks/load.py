@@ -466,12 +466,21 @@ class Step:
         return time.monotonic() - start
 
     def errors(self) -> dict[str, str]:
-        """The last lines of the log of every driver that did not end cleanly."""
+        """The last lines of the log of every driver that did not end cleanly, and of its Ray
+        core worker's log (Ray ends a process whose thread reaches its core worker during its
+        shutdown with status 1, saying so only there)."""
         out = {}
         for name, proc in zip(self.names, self.procs, strict=True):
             if proc.returncode not in (0, None):
                 lines = (self.root / f"{name}.log").read_text(errors="replace").splitlines()
-                out[name] = "\n".join([f"exit status {proc.returncode}", *lines[-6:]])
+                core = [
+                    line
+                    for log in Path("/tmp/ray").glob(
+                        f"session_*/logs/python-core-driver-*_{proc.pid}.log"
+                    )
+                    for line in log.read_text(errors="replace").splitlines()[-4:]
+                ]
+                out[name] = "\n".join([f"exit status {proc.returncode}", *lines[-6:], *core])
         return out
 
     def kill(self) -> None:
