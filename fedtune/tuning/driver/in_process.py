@@ -137,7 +137,7 @@ class InProcessTuner:
 
     def __init__(
         self,
-        trainable: Callable[[dict[str, Any], Callable[[dict[str, Any]], None]], None],
+        trainable: Callable[..., None],
         searcher: Any,
         scheduler: Any,
         callbacks: Sequence[Any],
