@@ -272,7 +272,10 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
     if not args.ray and _fits_one_process(doc):
         from fedtune.tuning.mlflow.process import TrackerProcess
 
-        return None, TrackerProcess()  # its trials run in this process: no Ray at all
+        try:
+            return None, TrackerProcess()  # its trials run in this process: no Ray at all
+        except OSError:
+            return None, None  # the driver tries again, and says why if it cannot
     if doc.get("code") is not None:
         return None, None
     name = doc.get("name")

@@ -200,6 +200,21 @@ def test_a_failed_trial_is_recorded_and_the_study_goes_on(tmp_path, quadratic_st
     assert all(records[n]["state"] == "COMPLETE" for n in (0, 2, 3))
 
 
+def test_a_callback_error_ends_the_study_not_the_trial(tmp_path, quadratic_study, monkeypatch):
+    class Broken(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+            raise RuntimeError("the sink is down")
+
+    spec = _spec(quadratic_study, "here-sink", scheduler={"name": "none"})
+    with _without_ray(monkeypatch), pytest.raises(RuntimeError, match="the sink is down"):
+        run_study(spec, tmp_path / "w", in_process=True, sinks=[Broken()])
+    storage = f"sqlite:///{tmp_path / 'w' / 'optuna.db'}"
+    trials = optuna.load_study(study_name=spec.name, storage=storage).trials
+    # the trial in flight is re-run by the next invocation, as after Ray Tune's fit raised
+    assert trials[0].user_attrs["outcome"] == "interrupted" and len(trials) == 2
+    assert trials[1].user_attrs["requeue_of"] == 0
+
+
 def test_the_time_budget_leaves_the_trial_in_flight_to_the_next_run(
     tmp_path, quadratic_study, monkeypatch
 ):

@@ -16,7 +16,8 @@ controller (``ray.tune.execution.tune_controller``, Ray 2.x):
 * a trial's end: the scheduler, the searcher (with the trial's last result), the callbacks'
   ``on_trial_complete``;
 * a trial's error: the scheduler's ``on_trial_error``, the searcher (``error=True``), the
-  callbacks' ``on_trial_error`` (the trial's ``get_error`` gives its traceback);
+  callbacks' ``on_trial_error`` (the trial's ``get_error`` gives its traceback); an error of the
+  searcher, the scheduler or a callback ends the study, as it ends Ray Tune's ``fit``;
 * a pack's stops and refills: through a :class:`~..packing.box.LocalBox`, answered by the time
   the pack reads the answer (its reports are processed before ``report`` returns);
 * the study's time budget (``budget.time``): checked before each trial and at each report, as
@@ -109,6 +110,19 @@ class _OutOfTime(BaseException):
     """The study's time budget ran out at a report."""
 
 
+class _DriverFailed(BaseException):
+    """The searcher, the scheduler or a callback failed on a report: the study's error, not
+    the trial's (Ray Tune's ``fit`` raises it), carried past the trial's own ``except``.
+
+    Args:
+        error: What they raised.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 @dataclass
 class _Clock:
     """The study's time budget, from the fit's start (None: none)."""
@@ -183,6 +197,8 @@ class InProcessTuner:
             pass  # ended at the report that stopped it (_Reporter.__call__)
         except _OutOfTime:
             return False
+        except _DriverFailed as failed:
+            raise failed.error from None
         except Exception:  # the trial's failure, as Ray Tune records one
             trial._error = traceback.format_exc()
             self.scheduler.on_trial_error(None, trial)
@@ -247,7 +263,11 @@ class _Reporter:
             _TIME_TOTAL: now - self.start,
         }
         self.last = now
-        if not self.tuner._result(self.trial, metrics, stats):
+        try:
+            goes_on = self.tuner._result(self.trial, metrics, stats)
+        except Exception as exc:
+            raise _DriverFailed(exc) from exc
+        if not goes_on:
             raise _Stopped
         if self.clock.out():
             raise _OutOfTime

@@ -160,7 +160,12 @@ def _tracker_process(plan: StudyPlan, given: TrackerProcess | None) -> Iterator[
         return
     from ..mlflow.process import TrackerProcess
 
-    process = given if given is not None else TrackerProcess()
+    try:
+        process = given if given is not None else TrackerProcess()
+    except OSError as exc:  # no process to spare: the tracker lives in this one
+        log.warning("the MLflow store stays in the driver's process: %s", exc)
+        yield None
+        return
     try:
         yield process
     finally:
