@@ -12,7 +12,8 @@ imports MLflow.
 A call waits for its answer, and an error raised in the child is raised in the driver (the
 same exception when it can be pickled, else a ``RuntimeError`` naming it). The child ignores
 SIGINT (Ctrl-C reaches the whole process group, and the driver's clean-up still needs the
-store), and ends when the driver closes it or its pipe (the driver exited).
+store), and ends when the driver closes it (storing what is queued, then exiting without the
+interpreter's teardown) or its pipe (the driver exited).
 
 Light on purpose: MLflow is imported by the child only.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import pickle
 import signal
 import threading
@@ -182,12 +184,13 @@ def _serve(conn: Any) -> None:
         except (EOFError, OSError):
             return  # the driver is gone
         if message is None:
-            return
+            _end(tracker)
         name, args, kwargs = message
         try:
             if name == _OPEN:
                 tracker = StudyTracker(*args, **kwargs)
                 value: Any = (tracker.uri, tracker.experiment_id)
+                threading.Thread(target=_warm, daemon=True).start()
             elif name == _UNSENT:
                 value = tracker.rounds.unsent
             elif name in _METHODS:
@@ -198,6 +201,21 @@ def _serve(conn: Any) -> None:
         except Exception as exc:
             reply = (False, _portable(exc))
         conn.send(reply)
+
+
+def _warm() -> None:
+    """Import what the study's end needs (pandas: ``log_table``), while the trials run."""
+    with contextlib.suppress(Exception):
+        import pandas  # noqa: F401
+
+
+def _end(tracker: Any) -> None:
+    """Store what is queued, then exit at once: everything is stored, and the interpreter's
+    teardown of MLflow's modules would take seconds the driver waits for."""
+    if tracker is not None:
+        with contextlib.suppress(Exception):
+            tracker.rounds.close()
+    os._exit(0)
 
 
 def _portable(exc: Exception) -> Exception:
