@@ -10,6 +10,8 @@
   needs no MLflow or matplotlib, and the package itself imports nothing heavy.
 """
 
+from fedtune.lazy import lazy_attributes
+
 # Every name is imported on first use (PEP 562), so importing a light submodule — the
 # timeline, the Ray plumbing that ``fedtune tune`` starts before anything else — costs no
 # torch: the spec (torch, pydantic), the trade-off (numpy), execution (Optuna + Ray Tune +
@@ -68,9 +70,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

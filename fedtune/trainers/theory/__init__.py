@@ -15,6 +15,8 @@ Outsized Importance of Learning Rates in Local Update Methods" (arXiv:2007.00878
 
 from __future__ import annotations
 
+from fedtune.lazy import lazy_attributes
+
 # each name is imported from its module when first used: importing one module (a task needs
 # only .instances) does not import the others (.simulate imports SciPy)
 _LAZY = {
@@ -96,9 +98,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

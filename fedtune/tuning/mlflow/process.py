@@ -27,7 +27,6 @@ import pickle
 import signal
 import threading
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .record import study_record
@@ -148,23 +147,10 @@ class ProcessTracker:
         return self._process.call("start_record", study_record(spec), space_dict, run_id)
 
     def log_rounds(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
-        self._process.call("log_rounds", run_id, list(rows))
+        self._process.call("log_rounds", run_id, list(rows))  # an iterable: sent as a list
 
     def log_series(self, run_id: str, key: str, points: Iterable[tuple[int, float]]) -> None:
         self._process.call("log_series", run_id, key, list(points))
-
-    def finish_study(
-        self,
-        run_id: str,
-        metrics: Mapping[str, float],
-        status: str,
-        artifacts: Path | None = None,
-        artifact_path: str | None = None,
-        step: int = 0,
-    ) -> None:
-        self._process.call(
-            "finish_study", run_id, dict(metrics), status, artifacts, artifact_path, step
-        )
 
     def __getattr__(self, name: str) -> Any:
         if name not in _METHODS:
