@@ -25,7 +25,6 @@ from enum import StrEnum
 from typing import Protocol
 
 import numpy as np
-from scipy import integrate
 
 from fedtune.errors import ConfigError
 
@@ -175,6 +174,7 @@ class ContinuumExample:
     @staticmethod
     def surrogate_minimizer(gamma: float, K: int) -> float:
         """E[φ(i)/i]/E[φ(i)] by quadrature, φ(i) = (1 − (1 − γi)^K)/γ (Ki at γ = 0)."""
+        from scipy import integrate  # here: importing the theory (a task does) needs no SciPy
 
         def weight(i: float) -> float:  # eigenvalue of Q_i A_i, times the density 8i/15
             return float(phi(i, 0.0, gamma, K)) * 8 * i / 15
