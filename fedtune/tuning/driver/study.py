@@ -115,9 +115,10 @@ def run_study(
         early: The study's lock and embedded Ray, already starting (begun by ``fedtune tune``
             before its imports); used unless the study needs another Ray (``ray_address``,
             code shipped in a ``runtime_env``) or none, and closed here.
-        in_process: Run the trials in this process, without Ray, when they fit it: one
-            configuration at a time on the CPU, and no Ray cluster named (``ray_address``,
-            ``RAY_ADDRESS``) or already running here (:mod:`.in_process`).
+        in_process: Run the trials in this process, without Ray, when they fit it: on the
+            CPU, one configuration at a time or all of them in one pack, and no Ray cluster
+            named (``ray_address``, ``RAY_ADDRESS``) or already running here
+            (:mod:`.in_process`).
         tracking_process: The MLflow store's process, already starting (begun by ``fedtune
             tune`` before its imports, :mod:`..mlflow.process`); a study whose trials run in
             this process uses it (or starts its own), and closes it here.
