@@ -187,6 +187,7 @@ def test_tune_summary_explains_more_trials_than_the_target(tmp_path):
         tradeoff=None,
         timings={"total_s": 1.0},
         stop_reasons={},
+        packing=None,
         workdir=str(tmp_path),
         storage_url="sqlite:///x",
         tracking_uri="sqlite:///y",
@@ -199,5 +200,11 @@ def test_tune_summary_explains_more_trials_than_the_target(tmp_path):
         },
     )
     text = _summary(result, spec, "study.yaml", str(tmp_path))
+    assert "trials         :" not in text and "packing" not in text
+    from fedtune.tuning.driver.in_process import in_process_note
+
+    result.packing = in_process_note(1)  # its trials ran in the driver: the summary says so
+    here = _summary(result, spec, "study.yaml", str(tmp_path))
+    assert f"trials         : {in_process_note(1)}; --ray runs them as Ray Tune trials" in here
     assert "20/16" not in text
     assert "20 trials (more than this run's target of 16" in text and "--trials" in text
