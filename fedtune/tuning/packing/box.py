@@ -16,15 +16,36 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["LocalBox", "LocalRef", "PackBox"]
+__all__ = ["Decisions", "LocalBox", "LocalRef", "PackBox"]
+
+
+class Decisions:
+    """What the driver decided for its packs: the members it stopped and the configurations it
+    offered each pack (the state :class:`PackBox` and :class:`LocalBox` share)."""
+
+    def __init__(self) -> None:
+        self.stopped: set[int] = set()
+        self.offers: dict[str, list[dict[str, Any]]] = {}  # pack -> configurations to take
+
+    def stop(self, numbers: Sequence[int]) -> None:
+        """Note members the driver stopped (their Optuna numbers)."""
+        self.stopped.update(int(n) for n in numbers)
+
+    def offer(self, pack: str, configs: Sequence[dict[str, Any]]) -> None:
+        """Give a pack configurations to take."""
+        self.offers.setdefault(pack, []).extend(configs)
+
+    def poll(self, pack: str, live: Sequence[int]) -> tuple[list[int], list[dict]]:
+        """``(stopped, joining)``: those of ``live`` the driver stopped, and the configurations
+        offered since the last call (they are the pack's now)."""
+        return [n for n in live if n in self.stopped], self.offers.pop(pack, [])
 
 
 class PackBox:
     """Stops and refills, from the driver to the packs (an asyncio Ray actor)."""
 
     def __init__(self) -> None:
-        self._stopped: set[int] = set()
-        self._offers: dict[str, list[dict[str, Any]]] = {}  # pack -> configurations to take
+        self._decisions = Decisions()
         self._answered: dict[str, int] = {}  # pack -> the last report the driver answered
         self._changed = asyncio.Condition()
 
@@ -34,7 +55,7 @@ class PackBox:
         Args:
             numbers: Their Optuna numbers.
         """
-        self._stopped.update(int(n) for n in numbers)
+        self._decisions.stop(numbers)
 
     async def offer(
         self, pack: str, configs: Sequence[dict[str, Any]], answers: int | None = None
@@ -48,7 +69,7 @@ class PackBox:
                 and these configurations are the answer to it.
         """
         async with self._changed:
-            self._offers.setdefault(pack, []).extend(configs)
+            self._decisions.offer(pack, configs)
             if answers is not None:
                 self._answered[pack] = max(answers, self._answered.get(pack, -1))
             self._changed.notify_all()
@@ -64,7 +85,7 @@ class PackBox:
             ``(stopped, joining)``: those of ``live`` the driver stopped, and the configurations
             offered since the last call (they are the pack's now).
         """
-        return [n for n in live if n in self._stopped], self._offers.pop(pack, [])
+        return self._decisions.poll(pack, live)
 
     async def answer(
         self, pack: str, report: int, live: Sequence[int]
@@ -81,7 +102,7 @@ class PackBox:
         """
         async with self._changed:
             await self._changed.wait_for(lambda: self._answered.get(pack, -1) >= report)
-            return await self.poll(pack, live)
+            return self._decisions.poll(pack, live)
 
 
 class LocalRef:
@@ -119,23 +140,13 @@ class LocalBox:
     """
 
     def __init__(self) -> None:
-        self._stopped: set[int] = set()
-        self._offers: dict[str, list[dict[str, Any]]] = {}
-        self.stop = _Local(self._stop)
-        self.offer = _Local(self._offer)
+        decisions = Decisions()
+        self._decisions = decisions
+        self.stop = _Local(decisions.stop)
+        self.offer = _Local(lambda pack, configs, answers=None: decisions.offer(pack, configs))
         self.poll = _Local(self._ask)
         self.answer = _Local(lambda pack, report, live: self._ask(pack, live))
 
-    def _stop(self, numbers: Sequence[int]) -> None:
-        self._stopped.update(int(n) for n in numbers)
-
-    def _offer(
-        self, pack: str, configs: Sequence[dict[str, Any]], answers: int | None = None
-    ) -> None:
-        self._offers.setdefault(pack, []).extend(configs)
-
     def _ask(self, pack: str, live: Sequence[int]) -> LocalRef:
         members = list(live)  # as sent: the pack's list goes on changing
-        return LocalRef(
-            lambda: ([n for n in members if n in self._stopped], self._offers.pop(pack, []))
-        )
+        return LocalRef(lambda: self._decisions.poll(pack, members))
