@@ -52,12 +52,6 @@ def in_process_note(size: int) -> str:
     return f"{size} configurations at a time in one pack, {IN_PROCESS}"
 
 
-#: the keys Ray Tune adds to each result that fedtune's callbacks read (``ray.tune.result``)
-_DONE, _ITERATION, _TRIAL_ID = "done", "training_iteration", "trial_id"
-_PID, _HOSTNAME, _NODE_IP, _TIMESTAMP = "pid", "hostname", "node_ip", "timestamp"
-_TIME_THIS, _TIME_TOTAL = "time_this_iter_s", "time_total_s"
-
-
 def fits_one_process(max_concurrent: Any, gpu: Any, pack: Any = 1) -> bool:
     """Whether a study's trials fit the driver's own process: on the CPU, one configuration at
     a time or all of them in one pack.
@@ -219,10 +213,12 @@ class InProcessTuner:
         from ray.tune.schedulers import TrialScheduler
 
         self._iteration += 1
-        result = {**metrics, **stats, _TRIAL_ID: trial.trial_id, _DONE: False}
+        from ray.tune.result import DONE, TRIAL_ID  # Ray Tune's names for its own fields
+
+        result = {**metrics, **stats, TRIAL_ID: trial.trial_id, DONE: False}
         decision = self.scheduler.on_trial_result(None, trial, result)
         if decision == TrialScheduler.STOP:
-            result[_DONE] = True
+            result[DONE] = True
         else:
             self.searcher.on_trial_result(trial.trial_id, result)
         self._each(
@@ -250,17 +246,24 @@ class _Reporter:
         self.tuner, self.trial, self.clock = tuner, trial, clock
         self.iteration = 0
         self.start = self.last = time.monotonic()
-        self.where = {_PID: os.getpid(), _HOSTNAME: socket.gethostname(), _NODE_IP: "127.0.0.1"}
+        from ray.tune import result as keys  # Ray Tune's names for its own fields
+
+        self.keys = keys
+        self.where = {
+            keys.PID: os.getpid(),
+            keys.HOSTNAME: socket.gethostname(),
+            keys.NODE_IP: "127.0.0.1",
+        }
 
     def __call__(self, metrics: dict[str, Any]) -> None:
         now = time.monotonic()
         self.iteration += 1
         stats = {
             **self.where,
-            _ITERATION: self.iteration,
-            _TIMESTAMP: int(time.time()),
-            _TIME_THIS: now - self.last,
-            _TIME_TOTAL: now - self.start,
+            self.keys.TRAINING_ITERATION: self.iteration,
+            self.keys.TIMESTAMP: int(time.time()),
+            self.keys.TIME_THIS_ITER_S: now - self.last,
+            self.keys.TIME_TOTAL_S: now - self.start,
         }
         self.last = now
         try:
