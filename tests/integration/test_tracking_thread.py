@@ -20,10 +20,10 @@ def test_a_slow_tracking_store_delays_no_trial_and_loses_no_run(
     real = study_module._open_tracking
     opened: list[str] = []
 
-    def slow(stores, plan):
+    def slow(stores, plan, *rest):
         time.sleep(3.0)  # MLflow's import and store on a loaded machine
         opened.append(threading.current_thread().name)
-        return real(stores, plan)
+        return real(stores, plan, *rest)
 
     monkeypatch.setattr(study_module, "_open_tracking", slow)
     spec = StudySpec.from_dict(quadratic_study("slow", budget={"trials": 3, "max_concurrent": 1}))
