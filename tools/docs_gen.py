@@ -593,6 +593,10 @@ def spec_page() -> str:
         if model.__doc__:
             out.append(_doc(model) + "\n\n")
         out.append(_model_table(model, defs.get(model.__name__, {}), defs, f"{name}."))
+        for key, nested in _nested_models(model, name):
+            out.append(f"\n### {nested.__name__} {{#{nested.__name__.lower()}}}\n\n")
+            out.append(_doc(nested) + "\n\n" if nested.__doc__ else "")
+            out.append(_model_table(nested, defs.get(nested.__name__, {}), defs, f"{key}."))
     out.append("\n## `task` {#task}\n\n")
     out.append(
         "A task name, or a mapping with `name`, the data `seed` and the task's own "
@@ -622,6 +626,27 @@ def spec_page() -> str:
         "rule respectively.\n"
     )
     return "".join(out)
+
+
+def _nested_models(model: type, section: str) -> list[tuple[str, type]]:
+    """The models a section's fields hold (``search.override.<name>`` is a ParamDecl).
+
+    Args:
+        model: A section of the spec.
+        section: Its key in the spec.
+
+    Returns:
+        ``(key prefix, model)`` for each, named by the first field that holds it.
+    """
+    found: dict[type, str] = {}
+    for name, info in model.model_fields.items():
+        todo = [info.annotation]
+        while todo:
+            hint = todo.pop()
+            if isinstance(hint, type) and hasattr(hint, "model_fields"):
+                found.setdefault(hint, f"{section}.{name}.<name>")
+            todo += typing.get_args(hint)
+    return [(key, m) for m, key in found.items()]
 
 
 # ---------------------------------------------------------------------------- environment

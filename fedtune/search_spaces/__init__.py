@@ -23,6 +23,7 @@ from typing import Any
 
 from .assign import default_point, grid_points, is_active, resolve_values
 from .conditions import Condition, parse_condition
+from .decl import ParamDecl
 from .declared import declaration_problem, declared_space, default_space, space_entry
 from .loader import (
     SHIPPED_DIR,
@@ -39,6 +40,7 @@ from .model import Parameter, ParamType, SearchSpace, resolve_path
 __all__ = [
     "SHIPPED_DIR",
     "Condition",
+    "ParamDecl",
     "ParamType",
     "Parameter",
     "SearchSpace",

@@ -29,7 +29,7 @@ __all__ = ["declaration_problem", "declared_space", "default_space", "space_entr
 
 
 def space_entry(h: HParam, recipe: Any) -> dict[str, Any] | None:
-    """The raw space-file entry of ``h`` for ``recipe`` (None: nothing to search)."""
+    """The space-file entry of ``h`` for ``recipe`` as plain data (None: nothing to search)."""
     s = h.space
     if s is None:
         return None

@@ -26,8 +26,9 @@ import yaml
 
 from fedtune.errors import ConfigError, combine_errors
 
+from .decl import ParamDecl
 from .model import Parameter, SearchSpace, resolve_path
-from .params import merge_raw, parse_parameter
+from .params import parse_parameter
 
 __all__ = [
     "SHIPPED_DIR",
@@ -42,8 +43,8 @@ __all__ = [
 
 SHIPPED_DIR = Path(__file__).resolve().parent
 _TOP_KEYS = ("name", "description", "algorithms", "extends", "parameters")
-# (name, raw entry, error-field prefix, source)
-_Entry = tuple[str, Any, str, str | None]
+# (name, declaration, error-field prefix, source)
+_Entry = tuple[str, ParamDecl, str, str | None]
 
 
 def shipped_spaces() -> dict[str, SearchSpace]:
@@ -135,8 +136,8 @@ def combine(spaces: Sequence[SearchSpace]) -> SearchSpace:
     """Union of several spaces; a later space's entry overrides an earlier one field by field."""
     out = spaces[0]
     for space in spaces[1:]:
-        raw = {p.name: p.to_dict() for p in space.parameters}
-        out = merge(out, raw, field="parameters", source=space.source)
+        decls = {p.name: ParamDecl.of(p) for p in space.parameters}
+        out = merge(out, decls, field="parameters", source=space.source)
     names = "+".join(s.name for s in spaces)
     algorithms = tuple(dict.fromkeys(a for s in spaces for a in s.algorithms))
     return SearchSpace(names, out.parameters, spaces[0].description, algorithms, spaces[0].source)
@@ -144,7 +145,7 @@ def combine(spaces: Sequence[SearchSpace]) -> SearchSpace:
 
 def merge(
     space: SearchSpace,
-    override: Mapping[str, Any] | SearchSpace,
+    override: Mapping[str, ParamDecl | Mapping[str, Any] | None] | SearchSpace,
     *,
     field: str = "override",
     source: str | None = None,
@@ -153,16 +154,18 @@ def merge(
 
     Errors in an overriding entry name ``{field}.{name}.<key>``; errors that the override causes
     in an untouched entry (e.g. a condition on a removed parameter) name that entry in its file.
+    An entry is a :class:`ParamDecl` or the plain data of one.
     """
     if isinstance(override, SearchSpace):
-        override = {p.name: p.to_dict() for p in override.parameters}
+        override = {p.name: ParamDecl.of(p) for p in override.parameters}
     if not isinstance(override, Mapping):
         raise ConfigError(field, "must be a mapping name -> parameter", source)
     entries: dict[str, _Entry] = {
-        p.path: (p.name, p.to_dict(), f"parameters.{p.name}", space.source)
+        p.path: (p.name, ParamDecl.of(p), f"parameters.{p.name}", space.source)
         for p in space.parameters
     }
     seen: set[str] = set()
+    unread: list[ConfigError] = []
     for name, raw in override.items():
         path = resolve_path(name) if isinstance(name, str) else None
         if path is None:
@@ -176,11 +179,19 @@ def merge(
                     f"{field}.{name}", f"not in space {space.name!r}; nothing to remove", source
                 )
             del entries[path]
-        elif path in entries:
-            base_name, base_raw, _, _ = entries[path]
-            entries[path] = (base_name, merge_raw(base_raw, raw), f"{field}.{name}", source)
+            continue
+        try:  # every entry, so that all its problems show at once
+            decl = ParamDecl.read(raw, f"{field}.{name}", source)
+        except ConfigError as exc:
+            unread.append(exc)
+            continue
+        if path in entries:
+            base_name, base, _, _ = entries[path]
+            entries[path] = (base_name, base.update(decl), f"{field}.{name}", source)
         else:
-            entries[path] = (name, raw, f"{field}.{name}", source)
+            entries[path] = (name, decl, f"{field}.{name}", source)
+    if unread:
+        raise combine_errors(unread)
     params = _parse_entries(list(entries.items()))
     return SearchSpace(space.name, params, space.description, space.algorithms, space.source)
 

@@ -1,5 +1,6 @@
-"""Parse and validate one parameter entry of a space (``parameters.<name>: {...}``).
+"""Parse one parameter of a space from its declaration (:class:`~.decl.ParamDecl`).
 
+A declaration's values each have the right kind already; here they are checked together.
 Every error is ``ConfigError(f"{prefix}.{name}.{key}", reason, source)`` so a message names the
 file, the parameter and what is wrong. The rules mirror what Optuna accepts, checked up front
 instead of being adjusted silently: ``log`` needs ``low > 0`` and excludes ``step``; a ``step``
@@ -15,29 +16,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedtune.errors import ConfigError, combine_errors
-from fedtune.trainers.typed import coerce, error_path
+from fedtune.trainers.typed import error_path
 
 from .conditions import ConditionSyntaxError, parse_condition
+from .decl import DISTRIBUTION_KEYS, ParamDecl
 from .model import GRID_KEYWORDS, Parameter, ParamType
 
-__all__ = ["PARAM_KEYS", "merge_raw", "parse_parameter"]
-
-PARAM_KEYS = (
-    "type",
-    "low",
-    "high",
-    "log",
-    "step",
-    "choices",
-    "default",
-    "grid",
-    "when",
-    "tie",
-    "enabled",
-    "description",
-)
-_DISTRIBUTION_KEYS = {"type", "low", "high", "log", "step", "choices", "default", "grid"}
-_SCALARS = (type(None), bool, int, float, str)
+__all__ = ["parse_parameter"]
 
 
 class _Ctx:
@@ -52,17 +37,9 @@ class _Ctx:
         convention for error paths (:func:`fedtune.trainers.typed.error_path`)."""
         return ConfigError(error_path([key or ""], self.field), reason, self.source)
 
-    def typed(self, raw: Mapping[str, Any], key: str, hint: Any, default: Any) -> Any:
-        """``raw[key]`` (``default`` when absent) validated against ``hint`` by the engine's
-        input rules (:func:`fedtune.trainers.typed.coerce`)."""
-        try:
-            return coerce(raw.get(key, default), hint, error_path([key], self.field))
-        except ConfigError as exc:
-            raise ConfigError(exc.field, exc.reason, self.source) from None
-
 
 def _number(ctx: _Ctx, key: str, value: Any, integer: bool) -> float | int:
-    if isinstance(value, str):  # YAML 1.1 reads `1e-3` as a string
+    if isinstance(value, str):  # a grid value as YAML 1.1 reads `1e-3`
         try:
             value = float(value)
         except ValueError:
@@ -76,21 +53,21 @@ def _number(ctx: _Ctx, key: str, value: Any, integer: bool) -> float | int:
     return float(value)
 
 
-def _bounds(ctx: _Ctx, raw: Mapping[str, Any], kind: ParamType) -> dict[str, Any]:
+def _bounds(ctx: _Ctx, decl: ParamDecl, kind: ParamType) -> dict[str, Any]:
     integer = kind == ParamType.INT
     for key in ("low", "high"):
-        if key not in raw:
+        if getattr(decl, key) is None:
             raise ctx.error(key, f"is required for a {kind} parameter")
-    if "choices" in raw:
+    if decl.choices is not None:
         raise ctx.error("choices", f"only categorical parameters have choices (this is {kind})")
-    low = _number(ctx, "low", raw["low"], integer)
-    high = _number(ctx, "high", raw["high"], integer)
+    low = _number(ctx, "low", decl.low, integer)
+    high = _number(ctx, "high", decl.high, integer)
     if low > high:
         raise ctx.error("low", f"low ({low}) > high ({high})")
-    log = ctx.typed(raw, "log", bool, False)
+    log = bool(decl.log)
     if log and low <= 0:
         raise ctx.error("log", f"a log scale needs low > 0, got low = {low}")
-    step = raw.get("step")
+    step = decl.step
     if step is not None:
         step = _number(ctx, "step", step, integer)
         if step <= 0:
@@ -103,23 +80,20 @@ def _bounds(ctx: _Ctx, raw: Mapping[str, Any], kind: ParamType) -> dict[str, Any
     return {"low": low, "high": high, "log": log, "step": step}
 
 
-def _choices(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[Any, ...]:
+def _choices(ctx: _Ctx, decl: ParamDecl) -> tuple[Any, ...]:
     for key in ("low", "high", "log", "step"):
-        if key in raw:
+        if key in decl.given():
             raise ctx.error(key, "a categorical parameter has choices, not bounds")
-    choices = raw.get("choices")
-    if not isinstance(choices, (list, tuple)) or not choices:
+    choices = decl.choices
+    if not choices:
         raise ctx.error("choices", "must be a non-empty list")
-    for c in choices:
-        if not isinstance(c, _SCALARS):
-            raise ctx.error("choices", f"must be null, booleans, numbers or strings; got {c!r}")
     if len({repr(c) for c in choices}) != len(choices):
         raise ctx.error("choices", "must not repeat a value")
-    return tuple(choices)
+    return choices
 
 
-def _grid(ctx: _Ctx, raw: Mapping[str, Any], param: Parameter) -> str | tuple[Any, ...] | None:
-    grid = raw.get("grid")
+def _grid(ctx: _Ctx, decl: ParamDecl, param: Parameter) -> str | tuple[Any, ...] | None:
+    grid = decl.grid
     if grid is None:
         return None
     if isinstance(grid, str):
@@ -128,10 +102,8 @@ def _grid(ctx: _Ctx, raw: Mapping[str, Any], param: Parameter) -> str | tuple[An
         if param.type != ParamType.FLOAT or param.low <= 0:
             raise ctx.error("grid", f"{grid!r} needs a float parameter with low > 0")
         return grid
-    if not isinstance(grid, (list, tuple)) or not grid:
-        raise ctx.error("grid", "must be a non-empty list or one of " + ", ".join(GRID_KEYWORDS))
     if param.type == ParamType.CATEGORICAL:
-        values = tuple(grid)
+        values = grid
     else:
         values = tuple(_number(ctx, "grid", v, param.type == ParamType.INT) for v in grid)
     for v in values:
@@ -145,26 +117,37 @@ def _grid(ctx: _Ctx, raw: Mapping[str, Any], param: Parameter) -> str | tuple[An
 def parse_parameter(
     name: str,
     path: str,
-    raw: Mapping[str, Any],
+    decl: ParamDecl,
     names: Mapping[str, str],
     field: str,
     source: str | None,
 ) -> Parameter:
-    """Validate ``raw``; ``names`` maps every name/path of the space to its path."""
+    """Validate a declaration against the rest of its space.
+
+    Args:
+        name: The parameter's name as written.
+        path: Its config path (``hparams.client_lr``).
+        decl: The declaration (merged, if other declarations narrow it).
+        names: Every name and path of the space, to its path.
+        field: The entry's dotted path, for errors.
+        source: The file it comes from (None: the spec).
+
+    Returns:
+        The parameter.
+
+    Raises:
+        ConfigError: The declaration is inconsistent (bounds, step, default, grid, condition
+            or tie); the error names ``{field}.<key>``.
+    """
     ctx = _Ctx(field, source)
-    if not isinstance(raw, Mapping):
-        raise ctx.error(None, f"must be a mapping of {', '.join(PARAM_KEYS)}")
-    unknown = sorted(set(raw) - set(PARAM_KEYS))
-    if unknown:
-        raise ctx.error(unknown[0], f"unknown key (known: {', '.join(PARAM_KEYS)})")
     common: dict[str, Any] = {"name": name, "path": path}
     common.update(
-        enabled=ctx.typed(raw, "enabled", bool, True),
-        description=ctx.typed(raw, "description", str, ""),
+        enabled=True if decl.enabled is None else decl.enabled,
+        description=decl.description or "",
     )
-    if raw.get("when") is not None:
+    if decl.when is not None:
         try:
-            cond = parse_condition(raw["when"], names)
+            cond = parse_condition(decl.when, names)
         except ConditionSyntaxError as exc:
             raise ctx.error("when", f"invalid condition: {exc}") from None
         for ref in sorted(cond.names):
@@ -172,17 +155,16 @@ def parse_parameter(
                 known = ", ".join(sorted(n for n in names if "." not in n))
                 raise ctx.error("when", f"references unknown parameter {ref!r} (known: {known})")
         common["when"] = cond
-    if "tie" in raw:
-        return _tied(ctx, raw, names, path, common)
-    kind = raw.get("type")
-    if kind not in tuple(ParamType):
+    if "tie" in decl.given():
+        return _tied(ctx, decl, names, path, common)
+    kind = decl.type
+    if kind is None:
         raise ctx.error("type", f"must be one of float, int, categorical; got {kind!r}")
-    kind = ParamType(kind)
     if kind == ParamType.CATEGORICAL:
-        param = Parameter(type=kind, choices=_choices(ctx, raw), **common)
+        param = Parameter(type=kind, choices=_choices(ctx, decl), **common)
     else:
-        param = Parameter(type=kind, **_bounds(ctx, raw, kind), **common)
-    default = raw.get("default")
+        param = Parameter(type=kind, **_bounds(ctx, decl, kind), **common)
+    default = decl.default
     if default is not None:
         if kind != ParamType.CATEGORICAL:
             default = _number(ctx, "default", default, kind == ParamType.INT)
@@ -191,40 +173,23 @@ def parse_parameter(
                 "default", f"{default!r} lies outside the parameter's range/choices"
             )
             try:
-                _grid(ctx, raw, param)
+                _grid(ctx, decl, param)
             except ConfigError as grid_error:
                 raise combine_errors([outside, grid_error]) from None
             raise outside
-    return dataclasses.replace(param, default=default, grid=_grid(ctx, raw, param))
+    return dataclasses.replace(param, default=default, grid=_grid(ctx, decl, param))
 
 
 def _tied(
-    ctx: _Ctx, raw: Mapping[str, Any], names: Mapping[str, str], path: str, common: dict
+    ctx: _Ctx, decl: ParamDecl, names: Mapping[str, str], path: str, common: dict
 ) -> Parameter:
-    extra = sorted(set(raw) & _DISTRIBUTION_KEYS)
+    extra = sorted(set(decl.given()) & DISTRIBUTION_KEYS)
     if extra:
         raise ctx.error(extra[0], "a tied parameter copies its value; it takes no distribution")
-    target = raw["tie"]
-    if not isinstance(target, str) or target not in names:
+    target = decl.tie
+    if target not in names:
         known = ", ".join(sorted(n for n in names if "." not in n))
         raise ctx.error("tie", f"unknown parameter {target!r} (known: {known})")
     if names[target] == path:
         raise ctx.error("tie", "a parameter cannot be tied to itself")
     return Parameter(tie=names[target], **common)
-
-
-def merge_raw(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Field-level override of a parameter entry.
-
-    The override *replaces* the entry when it sets ``tie``, changes ``type``, or gives a
-    distribution to a tied entry; otherwise its keys update the base entry (so
-    ``{high: 1.0}`` narrows a shipped range and ``{enabled: true}`` switches one on).
-    """
-    if not isinstance(over, Mapping):
-        return over  # type: ignore[return-value]  # reported by parse_parameter
-    replace = (
-        "tie" in over
-        or ("type" in over and over["type"] != base.get("type"))
-        or ("tie" in base and bool(set(over) & _DISTRIBUTION_KEYS))
-    )
-    return dict(over) if replace else {**base, **over}

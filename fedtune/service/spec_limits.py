@@ -26,7 +26,7 @@ Every refusal is ``ConfigError(field, reason)`` (→ 422 naming the dotted field
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from fedtune.errors import ConfigError
 from fedtune.search_spaces import SHIPPED_DIR, resolve_path
 
 if TYPE_CHECKING:
+    from fedtune.search_spaces import ParamDecl
     from fedtune.trainers.config import TaskConfig
     from fedtune.tuning.spec import SearchSpec, StudySpec
 
@@ -103,11 +104,11 @@ def check_data_paths(task: TaskConfig, search: SearchSpec, roots: list[Path]) ->
     for field, entry, path in _searched(search):
         section, _, key = path.partition(".")
         if section == "task" and is_data_path_key(key):
-            for i, value in enumerate(_listed(entry, "choices")):
+            for i, value in enumerate(entry.choices or ()):
                 if value is not None:
                     _check_path(f"{field}.choices[{i}]", value, roots)
-            if entry.get("default") is not None:
-                _check_path(f"{field}.default", entry["default"], roots)
+            if entry.default is not None:
+                _check_path(f"{field}.default", entry.default, roots)
 
 
 def _check_path(field: str, value: Any, roots: list[Path]) -> None:
@@ -189,8 +190,8 @@ def check_sizes(spec: StudySpec, settings: Settings) -> None:
         )
     for field, entry, path in entries:
         for key in ("choices", "grid"):
-            values = entry.get(key)
-            if isinstance(values, list) and len(values) > settings.max_choices:
+            values = getattr(entry, key)
+            if isinstance(values, tuple) and len(values) > settings.max_choices:
                 raise ConfigError(
                     f"{field}.{key}",
                     f"{len(values)} values; at most {settings.max_choices} (FEDTUNE_MAX_CHOICES)",
@@ -199,8 +200,8 @@ def check_sizes(spec: StudySpec, settings: Settings) -> None:
         if setting is not None:
             limit = getattr(settings, setting)
             for key in ("high", "low", "default"):
-                _at_most(f"{field}.{key}", entry.get(key), limit, setting)
-            for i, value in enumerate(_listed(entry, "choices")):
+                _at_most(f"{field}.{key}", getattr(entry, key), limit, setting)
+            for i, value in enumerate(entry.choices or ()):
                 _at_most(f"{field}.choices[{i}]", value, limit, setting)
 
 
@@ -209,16 +210,11 @@ def _at_most(field: str, value: Any, limit: float, setting: str) -> None:
         raise ConfigError(field, f"must be at most {limit:g} (FEDTUNE_{setting.upper()})")
 
 
-def _listed(entry: Mapping[str, Any], key: str) -> list[Any]:
-    value = entry.get(key)
-    return list(value) if isinstance(value, list) else []
-
-
-def _searched(search: SearchSpec) -> Iterator[tuple[str, Mapping[str, Any], str]]:
+def _searched(search: SearchSpec) -> Iterator[tuple[str, ParamDecl, str]]:
     """``(field, entry, config path)`` of every entry of search.parameters/override."""
     for block, entries in (("parameters", search.parameters), ("override", search.override)):
         for name, entry in (entries or {}).items():
-            if isinstance(entry, Mapping):
+            if entry is not None:
                 yield f"search.{block}.{name}", entry, resolve_path(name) or name
 
 

@@ -207,6 +207,11 @@ def test_data_roots_are_a_setting(make_settings) -> None:
             {"search": {"override": {"local_steps": {"type": "int", "low": 1, "high": 10**12}}}},
             "search.override.local_steps.high",
         ),
+        # a bound written as a string (YAML 1.1 reads `1e12` so) is the number it reads as
+        (
+            {"search": {"parameters": {"rounds": {"type": "int", "low": 2, "high": "1e12"}}}},
+            "search.parameters.rounds.high",
+        ),
     ],
 )
 def test_absurd_sizes_are_422_naming_the_field(client: TestClient, change, field) -> None:

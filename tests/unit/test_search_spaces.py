@@ -14,6 +14,7 @@ from fedtune.cli import main
 from fedtune.errors import ConfigError
 from fedtune.search_spaces import (
     SHIPPED_DIR,
+    ParamDecl,
     ParamType,
     default_point,
     enqueue,
@@ -279,6 +280,55 @@ def test_merge_errors_name_the_override_path():
         merge(base, {"server_opt": None})
     assert err.value.field == "parameters.nesterov_form.when"
     assert err.value.source.endswith("fedavgm.yaml")
+
+
+def test_a_spec_holds_declarations_that_keep_only_what_is_written():
+    from fedtune.tuning.spec import StudySpec
+
+    doc = {
+        "name": "decl",
+        "task": "quadratic",
+        "algorithm": "fedavgm",
+        "search": {
+            "override": {"client_lr": {"high": "1e-1"}, "local_steps": None},
+            "space": "fedavgm",
+        },
+    }
+    spec = StudySpec.from_dict(doc)
+    decl = spec.search.override["client_lr"]
+    assert isinstance(decl, ParamDecl) and decl.given() == ("high",) and decl.high == 0.1
+    # the stored spec writes the keys given, and reads back as the same spec
+    assert spec.to_dict()["search"]["override"] == {"client_lr": {"high": 0.1}, "local_steps": None}
+    again = StudySpec.from_dict(spec.to_dict())
+    assert again.search_space().fingerprint() == spec.search_space().fingerprint()
+    lr = again.search_space().find("client_lr")
+    assert (lr.low, lr.high, lr.log) == (1e-3, 0.1, True)  # the rest from the shipped entry
+
+
+@pytest.mark.parametrize(
+    ("entry", "field", "words"),
+    [
+        ({"low": True}, "search.override.client_lr.low", "must be a finite number, got True"),
+        ({"high": "ten"}, "search.override.client_lr.high", "must be a number, got 'ten'"),
+        ({"log": "yes"}, "search.override.client_lr.log", "must be true or false"),
+        ({"type": "normal"}, "search.override.client_lr.type", "must be one of float, int"),
+        ({"choices": [[1]]}, "search.override.client_lr.choices[0]", "must be null, a boolean"),
+        ({"grid": []}, "search.override.client_lr.grid", "must be a non-empty list"),
+        ({"hgih": 1.0}, "search.override.client_lr.hgih", "unknown key"),
+        (3, "search.override.client_lr", "must be a mapping"),
+    ],
+)
+def test_a_declarations_values_are_checked_where_written(entry, field, words):
+    from fedtune.tuning.spec import StudySpec
+
+    doc = {"name": "decl", "task": "quadratic", "algorithm": "fedavgm"}
+    with pytest.raises(ConfigError) as err:
+        StudySpec.from_dict(doc | {"search": {"override": {"client_lr": entry}}})
+    assert err.value.field == field and words in err.value.reason, err.value
+    with pytest.raises(ConfigError) as err:  # a space file's entry, with its file
+        merge(load_space("fedavgm"), {"client_lr": entry}, field="parameters", source="f.yaml")
+    assert err.value.field == field.replace("search.override", "parameters")
+    assert words in err.value.reason and err.value.source == "f.yaml"
 
 
 # ---------------------------------------------------------------- conditions

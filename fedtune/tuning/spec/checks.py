@@ -171,8 +171,8 @@ def _check_registered(spec: StudySpec) -> None:
     params = spec.task.params
     models = [("task.model", params["model"])] if "model" in params else []
     for key, entry in (spec.search.override or {}).items():  # a searched model
-        if resolve_path(key) == "task.model" and entry and entry.get("choices"):
-            models += [(f"search.override.{key}.choices", m) for m in entry["choices"]]
+        if resolve_path(key) == "task.model" and entry and entry.choices:
+            models += [(f"search.override.{key}.choices", m) for m in entry.choices]
     for field, registry, name in (
         ("task.name", TASKS, spec.task.name),
         ("algorithm", ALGORITHMS, spec.algorithm),

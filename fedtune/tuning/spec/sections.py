@@ -19,6 +19,7 @@ from pydantic import (
 
 from fedtune.durations import parse_duration
 from fedtune.errors import ConfigError
+from fedtune.search_spaces.decl import ParamDecl
 from fedtune.trainers.config import (
     TaskConfig,
 )
@@ -307,8 +308,8 @@ class SearchSpec(_Spec):
     ``strategy``: see :class:`Strategy` (default: ``tpe_guard``, :attr:`StudySpec.strategy`)."""
 
     space: Annotated[list[str], BeforeValidator(_as_list)] | None = None
-    override: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
-    parameters: dict[str, Any] | None = None
+    override: dict[str, ParamDecl | None] = Field(default_factory=dict)
+    parameters: dict[str, ParamDecl] | None = None
     strategy: Strategy | None = None
 
     @model_validator(mode="after")
