@@ -30,13 +30,24 @@ from fedtune.trainers.typed import config_error
 
 from .model import Parameter, ParamType
 
-__all__ = ["DISTRIBUTION_KEYS", "PARAM_KEYS", "ParamDecl"]
+__all__ = ["DISTRIBUTION_KEYS", "PARAM_KEYS", "ParamDecl", "kind_of", "number_of"]
 
 _SCALARS = (type(None), bool, int, float, str)
 
 
-def _number(value: Any) -> float | int:
-    if isinstance(value, str):  # YAML 1.1 reads `1e-3` as a string
+def number_of(value: Any) -> float | int:
+    """Read a finite number as a space declares one.
+
+    Args:
+        value: A number, or a string such as ``"1e-3"`` (YAML 1.1 reads that as one).
+
+    Returns:
+        The number (an int stays an int).
+
+    Raises:
+        ConfigError: (field ``""``) ``value`` is not a finite number.
+    """
+    if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
@@ -46,10 +57,21 @@ def _number(value: Any) -> float | int:
     return value
 
 
-def _kind(value: Any) -> Any:
+def kind_of(value: Any) -> ParamType:
+    """Read a parameter's ``type``.
+
+    Args:
+        value: ``float``, ``int`` or ``categorical``.
+
+    Returns:
+        The type.
+
+    Raises:
+        ConfigError: (field ``""``) ``value`` is none of them.
+    """
     if value not in tuple(ParamType):
         raise ConfigError("", f"must be one of float, int, categorical; got {value!r}")
-    return value
+    return ParamType(value)
 
 
 def _scalar(value: Any) -> Any:
@@ -67,12 +89,12 @@ def _grid(value: Any) -> str | tuple[Any, ...]:
 
 
 #: ``float``, ``int`` or ``categorical``
-Kind = Annotated[ParamType, BeforeValidator(_kind)]
+Kind = Annotated[ParamType, BeforeValidator(kind_of)]
 _SCALAR_SCHEMA = {"anyOf": [{"type": t} for t in ("null", "boolean", "number", "string")]}
 #: a finite number (a string such as ``"1e-3"``, as YAML 1.1 reads it, is read as one)
 Number = Annotated[
     Any,
-    AfterValidator(_number),
+    AfterValidator(number_of),
     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}]}),
 ]
 #: null, a boolean, a number or a string (a categorical choice, a default)
@@ -178,8 +200,7 @@ class ParamDecl(BaseModel):
             or ("tie" in self.given() and bool(set(keys) & DISTRIBUTION_KEYS))
         ):
             return over
-        values = {k: getattr(self, k) for k in self.given()}
-        return ParamDecl.model_validate({**values, **{k: getattr(over, k) for k in keys}})
+        return self.model_copy(update={k: getattr(over, k) for k in keys})
 
     @model_serializer(mode="wrap")
     def _given_only(self, write: SerializerFunctionWrapHandler) -> dict[str, Any]:

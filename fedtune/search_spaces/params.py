@@ -11,7 +11,6 @@ None/bool/int/float/str.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +18,7 @@ from fedtune.errors import ConfigError, combine_errors
 from fedtune.trainers.typed import error_path
 
 from .conditions import ConditionSyntaxError, parse_condition
-from .decl import DISTRIBUTION_KEYS, ParamDecl
+from .decl import DISTRIBUTION_KEYS, ParamDecl, kind_of, number_of
 from .model import GRID_KEYWORDS, Parameter, ParamType
 
 __all__ = ["parse_parameter"]
@@ -39,13 +38,10 @@ class _Ctx:
 
 
 def _number(ctx: _Ctx, key: str, value: Any, integer: bool) -> float | int:
-    if isinstance(value, str):  # a grid value as YAML 1.1 reads `1e-3`
-        try:
-            value = float(value)
-        except ValueError:
-            raise ctx.error(key, f"must be a number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ctx.error(key, f"must be a finite number, got {value!r}")
+    try:  # a bound is one already; a grid value may still be a string such as "1e-3"
+        value = number_of(value)
+    except ConfigError as exc:
+        raise ctx.error(key, exc.reason) from None
     if integer:
         if float(value) != int(value):
             raise ctx.error(key, f"must be an integer for an int parameter, got {value!r}")
@@ -157,9 +153,10 @@ def parse_parameter(
         common["when"] = cond
     if "tie" in decl.given():
         return _tied(ctx, decl, names, path, common)
-    kind = decl.type
-    if kind is None:
-        raise ctx.error("type", f"must be one of float, int, categorical; got {kind!r}")
+    try:
+        kind = kind_of(decl.type)
+    except ConfigError as exc:  # no type given
+        raise ctx.error("type", exc.reason) from None
     if kind == ParamType.CATEGORICAL:
         param = Parameter(type=kind, choices=_choices(ctx, decl), **common)
     else:
