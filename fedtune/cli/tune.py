@@ -185,10 +185,11 @@ def _summary(result, spec, study_path: str, workdir: str, sets: list[str] | None
     lines += _budget_lines(spec.budget, result)
     lines += _strategy_lines(spec, c, result.stop_reasons)
     from fedtune.tuning.driver.in_process import IN_PROCESS
+    from fedtune.tuning.packing.plan import ONE_PER_PROCESS
 
     if result.packing is not None and result.packing.endswith(IN_PROCESS):
         lines.append(f"trials         : {result.packing}; --ray runs them as Ray Tune trials")
-    elif spec.resources.pack != 1 and result.packing is not None:
+    elif result.packing is not None and result.packing != ONE_PER_PROCESS:
         lines.append(f"packing        : {result.packing}")
     if result.interrupted:
         lines.append(f"resumed: re-ran interrupted trials {result.interrupted}")
@@ -293,12 +294,13 @@ def _fits_one_process(doc: dict[str, Any]) -> bool:
     """Whether the study file's trials would run in this process (read from the file alone:
     the driver decides again on the validated spec, and starts Ray itself if it must)."""
     from fedtune.tuning.driver.in_process import fits_one_process
+    from fedtune.tuning.packing.limits import AUTO  # the spec's default pack
 
     budget, resources = doc.get("budget") or {}, doc.get("resources") or {}
     if not isinstance(budget, dict) or not isinstance(resources, dict):
         return False
     return fits_one_process(
-        budget.get("max_concurrent", 1), resources.get("gpu", 0), resources.get("pack", 1)
+        budget.get("max_concurrent", 1), resources.get("gpu", 0), resources.get("pack", AUTO)
     )
 
 

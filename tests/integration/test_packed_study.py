@@ -174,3 +174,30 @@ def test_a_stop_rule_stops_members_one_by_one_and_their_pack_goes_on(
         assert run.data.tags["outcome"] == TrialOutcome.STOPPED
         history = MlflowClient(mlflow_server).get_metric_history(run.info.run_id, "client_loss")
         assert max(m.step for m in history) == t.user_attrs["rounds"]
+
+
+def test_auto_measures_on_the_cluster_whether_a_pack_pays_before_it_packs(
+    tmp_path, ray_local, quadratic_study
+):
+    # the default pack (auto): 4 configurations at once on 2 one-CPU slots would pack 2 per
+    # process, if a pack of 2 measured on this task by a Ray task runs 2× the
+    # configuration-rounds/s of one configuration at a time
+    doc = quadratic_study("auto-probe", budget={"trials": 4, "max_concurrent": 4})
+    doc.pop("resources", None)
+    spec = StudySpec.from_dict(doc)
+    assert spec.resources.pack == "auto"
+    result = run_study(spec, tmp_path / "study", progress=io.StringIO())
+    note = result.packing
+    assert "auto, 2 process slots, a pack of 2 measured " in note, note
+    assert "configuration-rounds/s of one at a time" in note, note
+    pays = "(≥ 2×)" in note
+    assert note.startswith("2 configurations per trial process" if pays else "one configuration"), (
+        note
+    )
+    assert result.finished == 4 == result.counts["trials"]
+    trials = optuna.load_study(study_name=spec.name, storage=result.storage_url).get_trials()
+    packs = [t.user_attrs.get("pack") for t in trials]
+    if pays:  # each configuration in a pack, and some pack held two
+        assert all(packs) and len(set(packs)) < len(packs), packs
+    else:  # one configuration per trial process, as with pack: 1
+        assert not any(packs), packs

@@ -22,6 +22,7 @@ from fedtune.tuning.packing import trial as pack_trial
 from fedtune.tuning.packing.limits import AUTO_MAX
 from fedtune.tuning.packing.memory import PackMemory
 from fedtune.tuning.packing.plan import plan, reserved_processes
+from fedtune.tuning.packing.speed import PAYS, PackSpeed, draws, measure
 from fedtune.tuning.packing.trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.spec import StudySpec
 from fedtune.tuning.trials.schedulers import PackScheduler
@@ -504,6 +505,55 @@ def test_on_a_gpu_the_devices_memory_decides_the_pack():
     assert "not even one configuration fits" in tiny.refusal(1)
     assert plan(spec, {"GPU": 1.0}, lambda: tiny).size == 1  # auto: the trial says what fails
     assert plan(spec, {"GPU": 1.0}, lambda: None).size == 512  # not measured: MAX_PACK bounds
+
+
+def test_auto_on_cpus_packs_only_where_a_pack_measured_on_the_task_pays():
+    spec = _spec(budget={"trials": 16, "max_concurrent": 8}, resources={"pack": "auto"})
+    asked: list[int] = []
+
+    def speed(found: PackSpeed | None):
+        def measure(size: int) -> PackSpeed | None:
+            asked.append(size)
+            return found
+
+        return measure
+
+    pays = plan(spec, {"CPU": 2.0}, speed=speed(PackSpeed(4, 300.0, 100.0)))
+    assert (pays.size, pays.processes) == (4, 2) and asked == [4]
+    assert "a pack of 4 measured 3.00× the configuration-rounds/s of one at a time" in pays.note
+    slower = plan(spec, {"CPU": 2.0}, speed=speed(PackSpeed(4, 150.0, 100.0)))
+    assert (slower.size, slower.processes) == (1, 8)  # 1.5× < PAYS: one configuration each
+    assert "1.50×" in slower.note and "\n" not in slower.note
+    arithmetic = PackSpeed(4, None, None, "a round of one configuration took 2.0 s")
+    assert plan(spec, {"CPU": 2.0}, speed=speed(arithmetic)).size == 1
+    unmeasured = plan(spec, {"CPU": 2.0}, speed=speed(None))
+    assert unmeasured.size == 1 and "not measured" in unmeasured.note
+    assert plan(spec, {"CPU": 8.0}, speed=speed(None)).size == 1 and len(asked) == 4  # no probe
+    fixed = _spec(budget={"trials": 16, "max_concurrent": 8}, resources={"pack": 4})
+    assert plan(fixed, {"CPU": 2.0}, speed=speed(None)).size == 4  # an integer is what it says
+    assert len(asked) == 4
+
+
+def test_a_pack_speed_is_packed_over_one_at_a_time_and_pays_from_the_threshold():
+    assert PackSpeed(8, 2.0 * 50, 50.0).pays and PackSpeed(8, 2.0 * 50, 50.0).speedup == PAYS
+    assert not PackSpeed(8, 99.0, 50.0).pays
+    assert PackSpeed(8, None, 50.0).speedup is None and not PackSpeed(8, 0.0, 50.0).pays
+
+
+def test_the_speed_probe_times_configurations_of_the_studys_own_space():
+    import torch
+
+    spec = _spec(budget={"trials": 16, "max_concurrent": 8}, resources={"pack": "auto"})
+    drawn = draws(spec, 4, seed=3)
+    assert len(drawn) == 4 and len({c.hparams["client_lr"] for c in drawn}) == 4
+    assert draws(spec, 4, seed=3) == drawn  # seeded
+    assert {"hparams.client_lr", "hparams.server_lr"} <= set(spec.search_space().paths)
+    threads = torch.get_num_threads()
+    found = measure(spec, 4)
+    assert torch.get_num_threads() == threads  # the probe's thread count is its own
+    assert found.size == 4 and found.packed > 0 and found.unpacked > 0
+    assert found.speedup == found.packed / found.unpacked
+    assert found.describe().startswith("a pack of 4 measured")
 
 
 def test_an_integer_pack_and_the_processes_a_study_reserves():

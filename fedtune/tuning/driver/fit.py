@@ -25,8 +25,8 @@ from ..keys import TRIAL_KEY, trial_name
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
 from ..packing import driver as pd
+from ..packing import memory, speed
 from ..packing.box import LocalBox, PackBox
-from ..packing.memory import measure_on_cluster
 from ..packing.plan import plan as pack_plan
 from ..packing.trial import make_pack_trainable, pack_name, train_pack
 from ..spec import StudySpec
@@ -208,7 +208,12 @@ def _tuner(
             threads=int(spec.resources.cpu),
         )
         return tuner, in_process_note(size)
-    packing = pack_plan(spec, ray.cluster_resources(), lambda: measure_on_cluster(shipped))
+    packing = pack_plan(
+        spec,
+        ray.cluster_resources(),
+        lambda: memory.measure_on_cluster(shipped),
+        lambda size: speed.measure_on_cluster(shipped, size),
+    )
     box = ray.remote(PackBox).options(num_cpus=0).remote() if packing.size > 1 else None
     searcher, scheduler, callbacks = _parts(plan, runtime, search, packing.size, callbacks, box)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}

@@ -10,14 +10,15 @@ holding ``resources`` (so GPUs are reserved per pack). Why and what was measured
 
 ``resources.pack``:
 
-* ``1`` (the default): one configuration per process, as Ray Tune runs trials;
+* ``1``: one configuration per process, as Ray Tune runs trials;
 * an integer P ≥ 2: P configurations per process (at most ``budget.max_concurrent``);
-* ``auto``: as many processes as the Ray cluster runs at once for the study's
+* ``auto`` (the default): as many processes as the Ray cluster runs at once for the study's
   ``resources`` (its CPUs, or its GPUs for GPU trials), never more than ``max_concurrent``,
   and the concurrent configurations spread over them: P = ceil(max_concurrent / processes),
   at most :data:`AUTO_MAX` on CPUs; on a GPU at most :data:`MAX_PACK` and what fits the
-  trial's GPU memory (:mod:`.memory`). A cluster with a free slot per configuration gets
-  P = 1.
+  trial's GPU memory (:mod:`.memory`). On CPUs the pack is used only where it pays on the
+  study's task, measured first (:mod:`.speed`); otherwise P = 1. A cluster with a free slot
+  per configuration gets P = 1, measuring nothing.
 
 On a GPU an integer ``pack`` that does not fit the trial's memory is refused with one line that
 names the memory it needs (``ConfigError`` on ``resources.pack``).
@@ -41,8 +42,13 @@ from .limits import AUTO, AUTO_MAX, MAX_PACK
 if TYPE_CHECKING:
     from ..spec import StudySpec
     from .memory import PackMemory
+    from .speed import PackSpeed
 
-__all__ = ["PackPlan", "plan", "reserved_processes"]
+__all__ = ["ONE_PER_PROCESS", "PackPlan", "plan", "reserved_processes"]
+
+#: the plan's line when nothing is packed and there was nothing to decide (``pack: 1``, or
+#: ``auto`` with a process slot per configuration)
+ONE_PER_PROCESS = "one configuration per trial process"
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ def plan(
     spec: StudySpec,
     cluster: Mapping[str, float] | None = None,
     memory: Callable[[], PackMemory | None] | None = None,
+    speed: Callable[[int], PackSpeed | None] | None = None,
 ) -> PackPlan:
     """Resolve ``resources.pack`` for a run of the study.
 
@@ -102,6 +109,10 @@ def plan(
         cluster: Ray's ``cluster_resources()`` (``auto`` reads it; None: one process slot).
         memory: Measures a GPU pack's memory on a trial's GPU (called only for a GPU study
             that packs; None, or it returns None: not measured).
+        speed: Measures a pack of the given size against its configurations one at a time
+            on a trial's CPUs (called only for ``auto`` on CPUs with more than one
+            configuration per slot; the study packs only when it pays, or when no ``speed`` is
+            given).
 
     Returns:
         The pack size, the processes at once and the line that says so.
@@ -112,19 +123,26 @@ def plan(
     concurrent = spec.budget.max_concurrent
     wanted = spec.resources.pack
     if wanted == 1:
-        return PackPlan(1, concurrent, "one configuration per trial process")
-    why = refusal(spec)
-    if why is not None:
-        return PackPlan(1, concurrent, f"one configuration per trial process: {why}")
+        return PackPlan(1, concurrent, ONE_PER_PROCESS)
     gpu = spec.resources.gpu > 0 and spec.train.device != "cpu"  # trials compute on CUDA
-    measured = memory() if gpu and memory is not None else None
     if wanted == AUTO:
         slots = min(concurrent, _slots(spec, cluster or {}))
         size = min(MAX_PACK if gpu else AUTO_MAX, math.ceil(concurrent / slots))
         how = f"auto, {slots} process slot{'s' if slots != 1 else ''}"
+        if size == 1:  # a slot per configuration: nothing to pack, nothing to measure
+            return PackPlan(1, concurrent, ONE_PER_PROCESS)
+    why = refusal(spec)
+    if why is not None:
+        return PackPlan(1, concurrent, f"{ONE_PER_PROCESS}: {why}")
+    measured = memory() if gpu and memory is not None else None
+    if wanted == AUTO:
         if measured is not None and measured.fits() < size:
             size = max(1, measured.fits())
             how += f", at most {size} in the GPU's memory"
+        elif not gpu and speed is not None:  # on CPUs a pack must pay on this task
+            found = speed(size)
+            how += f", {found.describe() if found else 'its speed not measured'}"
+            size = size if found is not None and found.pays else 1
     else:
         size, how = int(wanted), f"resources.pack = {wanted}"
         why = measured.refusal(size) if measured is not None else None
@@ -132,7 +150,7 @@ def plan(
             raise ConfigError("resources.pack", why)
     processes = math.ceil(concurrent / size)
     if size == 1:
-        return PackPlan(1, concurrent, f"one configuration per trial process ({how})")
+        return PackPlan(1, concurrent, f"{ONE_PER_PROCESS} ({how})")
     return PackPlan(
         size,
         processes,

@@ -256,12 +256,13 @@ class BudgetSpec(_Spec):
 
 class ResourcesSpec(_Spec):
     """Per trial process: CPUs (> 0) and GPUs (a fraction < 1 shares one GPU, else whole
-    GPUs); ``pack``: configurations trained per process (an integer, or ``auto``:
-    :mod:`fedtune.tuning.packing.plan`)."""
+    GPUs); ``pack``: configurations trained per process (an integer, or ``auto``, the default:
+    packed where the cluster has fewer process slots than configurations at once and a pack
+    measured on the study's task pays, :mod:`fedtune.tuning.packing.plan`)."""
 
     cpu: Annotated[float, Field(strict=True, gt=0)] = 1.0
     gpu: NonNegFloat = 0.0
-    pack: Annotated[int, Field(strict=True, ge=1, le=MAX_PACK)] | Literal["auto"] = 1
+    pack: Annotated[int, Field(strict=True, ge=1, le=MAX_PACK)] | Literal["auto"] = "auto"
 
     @model_validator(mode="after")
     def _whole_gpus(self) -> ResourcesSpec:
