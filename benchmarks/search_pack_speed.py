@@ -40,7 +40,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from _env import environment  # noqa: E402
-from search_tasks import TASKS, Task, grid_of  # noqa: E402
+from search_tasks import HELD_OUT, TASKS, Task, grid_of  # noqa: E402
 
 from fedtune.search_spaces import grid_points  # noqa: E402
 from fedtune.trainers import run_trial  # noqa: E402
@@ -126,7 +126,7 @@ def measure(name: str, sizes: list[int], repeats: int, seed: int = 0) -> dict[st
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=[*TASKS, *HELD_OUT])
     parser.add_argument("--sizes", nargs="+", type=int, default=[4, 8, 16])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(HERE / "results" / "search_pack_speed.json"))
