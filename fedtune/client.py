@@ -44,7 +44,7 @@ from urllib.parse import quote
 
 import httpx
 
-from fedtune.errors import ConfigError, FedtuneError, ServiceUnreachableError
+from fedtune.errors import ConfigError, FedtuneError, ServiceUnreachableError, as_mapping
 from fedtune.results import Comparison, TradeOff
 from fedtune.states import StudyState, TrialState
 from fedtune.wire import exception_from_body
@@ -666,9 +666,7 @@ def _spec_body(spec: Any) -> dict[str, Any]:
         import yaml
 
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        if not isinstance(data, Mapping):
-            raise ConfigError("<root>", "a study spec is a mapping", str(path))
-        return dict(data)
+        return dict(as_mapping(data, "<root>", str(path), what=" (a study spec)"))
     if hasattr(spec, "to_dict"):
         return dict(spec.to_dict())
     raise ConfigError("spec", f"expected a mapping, a file path or a StudySpec, got {type(spec)}")

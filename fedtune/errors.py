@@ -23,6 +23,9 @@ their HTTP status and stable code are in :mod:`fedtune.wire`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 __all__ = [
     "BackendError",
     "CodeError",
@@ -50,6 +53,7 @@ __all__ = [
     "TrialNotFoundError",
     "UnauthorizedError",
     "WorkdirUnwritableError",
+    "as_mapping",
     "combine_errors",
 ]
 
@@ -125,6 +129,37 @@ def combine_errors(errors: list[ConfigError], field: str | None = None) -> Confi
     )
     out.parts = flat
     return out
+
+
+def as_mapping(
+    value: object,
+    field: str,
+    source: str | None = None,
+    *,
+    what: str = "",
+    error: type[ConfigError] = ConfigError,
+) -> Mapping[str, Any]:
+    """Give a raw document's section as a mapping, or say that it is not one.
+
+    This is the one check of a document's shape before its typed model reads it (a model's
+    own errors go through :func:`fedtune.trainers.typed.config_error`).
+
+    Args:
+        value: The section as read (YAML, JSON).
+        field: Its dotted path, as the error names it.
+        source: The file it came from, if any.
+        what: Words after "must be a mapping" (what its keys are).
+        error: The error type (``InvalidRequestError`` for a request's body).
+
+    Returns:
+        ``value``, unchanged.
+
+    Raises:
+        ConfigError: ``value`` is not a mapping (of type ``error``).
+    """
+    if isinstance(value, Mapping):
+        return value
+    raise error(field, f"must be a mapping{what}, got {type(value).__name__}", source)
 
 
 class CodeError(ConfigError):

@@ -7,7 +7,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 
 __all__ = ["apply_overrides"]
 
@@ -39,10 +39,8 @@ def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
                 child = node[part] = {}
             elif isinstance(child, str) and part == "task":
                 child = node[part] = {"name": child}
-            elif not isinstance(child, dict):
-                raise ConfigError(
-                    ".".join(parts[: i + 1]), f"is not a mapping; cannot set {dotted}"
-                )
+            else:
+                as_mapping(child, ".".join(parts[: i + 1]), what=f" to set {dotted} in it")
             node = child
         node[parts[-1]] = value
     return out

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 
 __all__ = [
     "EXTRAS",
@@ -112,9 +112,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(str(path), f"invalid YAML{where}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(str(path), "must contain a mapping at the top level")
-    return data
+    return dict(as_mapping(data, str(path), what=" at the top level"))
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:

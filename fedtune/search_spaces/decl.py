@@ -9,7 +9,6 @@ is parsed (:func:`fedtune.search_spaces.params.parse_parameter`), after declarat
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import (
@@ -25,7 +24,7 @@ from pydantic import (
     model_serializer,
 )
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 from fedtune.trainers.typed import config_error
 
 from .model import Parameter, ParamType
@@ -147,8 +146,7 @@ class ParamDecl(BaseModel):
         """
         if isinstance(raw, ParamDecl):
             return raw
-        if not isinstance(raw, Mapping):
-            raise ConfigError(field, f"must be a mapping of {', '.join(PARAM_KEYS)}", source)
+        raw = as_mapping(raw, field, source, what=f" of {', '.join(PARAM_KEYS)}")
         unknown = sorted(set(raw) - set(PARAM_KEYS))
         if unknown:
             raise ConfigError(

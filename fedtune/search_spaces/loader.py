@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from fedtune.errors import ConfigError, combine_errors
+from fedtune.errors import ConfigError, as_mapping, combine_errors
 
 from .decl import ParamDecl
 from .model import Parameter, SearchSpace, resolve_path
@@ -96,8 +96,7 @@ def parse_space(
 ) -> SearchSpace:
     """Validate a space mapping (the content of a file, or ``SearchSpace.to_dict()``)."""
     pre = f"{field}." if field else ""
-    if not isinstance(data, Mapping):
-        raise ConfigError(field or "<root>", "a search space must be a mapping", source)
+    data = as_mapping(data, field or "<root>", source, what=" (a search space)")
     unknown = sorted(set(data) - set(_TOP_KEYS))
     if unknown:
         raise ConfigError(
@@ -111,8 +110,7 @@ def parse_space(
     if not isinstance(algorithms, list) or not all(isinstance(a, str) for a in algorithms):
         raise ConfigError(f"{pre}algorithms", "must be a list of algorithm names", source)
     params = data.get("parameters", {})
-    if not isinstance(params, Mapping):
-        raise ConfigError(f"{pre}parameters", "must be a mapping name -> parameter", source)
+    params = as_mapping(params, f"{pre}parameters", source, what=" name -> parameter")
     extends = data.get("extends", [])
     extends = [extends] if isinstance(extends, str) else extends
     if not isinstance(extends, list) or not all(isinstance(e, str) for e in extends):
@@ -158,8 +156,7 @@ def merge(
     """
     if isinstance(override, SearchSpace):
         override = {p.name: ParamDecl.of(p) for p in override.parameters}
-    if not isinstance(override, Mapping):
-        raise ConfigError(field, "must be a mapping name -> parameter", source)
+    override = as_mapping(override, field, source, what=" name -> parameter")
     entries: dict[str, _Entry] = {
         p.path: (p.name, ParamDecl.of(p), f"parameters.{p.name}", space.source)
         for p in space.parameters

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
-from fedtune.errors import ConfigError, ConflictError
+from fedtune.errors import ConfigError, ConflictError, as_mapping
 from fedtune.sandbox import SandboxMode, sandbox_missing
 from fedtune.wire_models import CodeOut
 
@@ -115,8 +115,7 @@ def upload_code(ctx: Any, data: bytes, project: str = DEFAULT_PROJECT) -> CodeOu
 
 def code_reference(code: Any) -> tuple[str, list[Any]]:
     """``(sha256, modules)`` of a submitted ``code`` section; the service never reads a path."""
-    if not isinstance(code, Mapping):
-        raise ConfigError("code", "must be a mapping {sha256, modules}")
+    code = as_mapping(code, "code", what=" {sha256, modules}")
     if code.get("path") is not None:
         raise ConfigError(
             "code.path",

@@ -23,12 +23,12 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select, update
 
-from fedtune.errors import NotFoundError
+from fedtune.errors import NotFoundError, as_mapping
 from fedtune.redact import scrub_text
 from fedtune.results import Comparison
 from fedtune.wire_models import MethodGroupOut, MethodStudy, RecordedRun
@@ -200,8 +200,9 @@ def submit_methods(
     """
     from fedtune.tuning.methods import expand_methods
 
-    if not isinstance(body, Mapping):
-        raise InvalidRequestError("<body>", "a study spec is a JSON object")
+    body = as_mapping(
+        body, "<body>", what=" (a JSON object: a study spec)", error=InvalidRequestError
+    )
     documents = expand_methods(body)
     # the project each study goes to, as submit_study resolves it (and may the caller submit
     # there?), before any check; then every spec valid before the first study is queued, each

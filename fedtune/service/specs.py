@@ -27,7 +27,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 
 from .errors import InvalidRequestError
 from .spec_limits import check_data_paths, check_sizes, check_spaces
@@ -138,9 +138,10 @@ def parse_spec(data: Any) -> StudySpec:
     """
     from fedtune.tuning.spec import StudySpec
 
-    if not isinstance(data, Mapping):
-        raise InvalidRequestError("<body>", "the study spec must be a JSON object")
-    return StudySpec.parse(dict(data))
+    body = as_mapping(
+        data, "<body>", what=" (a JSON object: the study spec)", error=InvalidRequestError
+    )
+    return StudySpec.parse(dict(body))
 
 
 def service_rules(spec: StudySpec, settings: Settings | None = None) -> None:

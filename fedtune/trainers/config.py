@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 from fedtune.overrides import apply_overrides
 
 from .code_spec import CodeSpec
@@ -191,8 +191,7 @@ class TaskConfig:
         p = f"{path}." if path else ""
         if isinstance(data, str):
             data = {"name": data}
-        if not isinstance(data, Mapping):
-            raise ConfigError(path, "must be a mapping with at least `name`")
+        data = as_mapping(data, path, what=" with at least `name`")
         if "name" not in data or not isinstance(data["name"], str):
             raise ConfigError(f"{p}name", "is required (a task name, e.g. digits)")
         seed = data.get("seed", 0)

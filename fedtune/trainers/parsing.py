@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 
 from .algorithms.registry import get_recipe
 from .code import load_code
@@ -48,8 +48,7 @@ def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> Tr
     directory), so that the names it registers validate.
     """
     try:
-        if not isinstance(data, Mapping):
-            raise ConfigError("<root>", "a training configuration must be a mapping")
+        data = as_mapping(data, "<root>", what=" (a training configuration)")
         unknown = sorted(set(data) - set(_TOP_KEYS))
         if unknown:
             raise ConfigError(unknown[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")

@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, TypeAdapter, create_model
 from pydantic import ValidationError as _ValidationError
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 
 T = TypeVar("T")
 
@@ -94,8 +94,7 @@ def _model(cls: type) -> type:
 def from_mapping(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
     """Build the frozen dataclass ``cls`` from ``data``; unknown keys are errors."""
     data = {} if data is None else data
-    if not isinstance(data, Mapping):
-        raise ConfigError(path or cls.__name__, f"must be a mapping, got {type(data).__name__}")
+    data = as_mapping(data, path or cls.__name__)
     known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
     prefix = f"{path}." if path else ""
     unknown = sorted(set(data) - set(known))

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 
 __all__ = ["expand_methods", "is_methods_study"]
 
@@ -60,8 +60,8 @@ def _entry(i: int, entry: Any) -> _Entry:
         if unknown:
             raise ConfigError(f"{where}.{sorted(unknown)[0]}", "unknown key (name, search)")
         parsed = _Entry(**entry)
-        if parsed.search is not None and not isinstance(parsed.search, Mapping):
-            raise ConfigError(f"{where}.search", "must be a mapping")
+        if parsed.search is not None:
+            as_mapping(parsed.search, f"{where}.search")
     else:
         raise ConfigError(where, "must be an algorithm name or {name: ..., search: {...}}")
     if not isinstance(parsed.name, str) or not _NAME.match(parsed.name):

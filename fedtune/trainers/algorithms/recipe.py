@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fedtune.errors import CodeError, ConfigError
+from fedtune.errors import CodeError, ConfigError, as_mapping
 
 from ..client import CLIENT_HPARAMS, ClientRule
 from ..hparams import HParam, hparams_type, merge_declarations, validate_hparams
@@ -274,9 +274,7 @@ class Recipe:
         """
         if raw is None:
             return {}
-        if not isinstance(raw, Mapping):
-            raise ConfigError("hparams", f"must be a mapping, got {type(raw).__name__}")
-        for key in sorted(raw):
+        for key in sorted(as_mapping(raw, "hparams")):
             if key not in self.params:
                 raise ConfigError(
                     f"hparams.{key}",

@@ -12,7 +12,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from fedtune.errors import ConfigError
+from fedtune.errors import as_mapping
 from fedtune.trainers.config import (
     DecayConfig,
     TaskConfig,
@@ -33,9 +33,7 @@ def _part(cls: type) -> Any:
     def parse(value: Any) -> Any:
         if isinstance(value, cls):
             return value
-        if not isinstance(value, Mapping):
-            raise ConfigError("", f"must be a mapping, got {type(value).__name__}")
-        return from_mapping(cls, value, "")
+        return from_mapping(cls, as_mapping(value, ""), "")
 
     return parse
 
