@@ -69,3 +69,28 @@ def sync(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
+
+
+def write_report(out: str | Path, body: dict, started: float, script: str, argv: list[str]) -> None:
+    """Write a benchmark's JSON: ``body`` with the machine, the wall time, the command and the
+    date, then say where.
+
+    Args:
+        out: The JSON file.
+        body: The benchmark's own fields (``benchmark`` first).
+        started: ``time.time()`` when the measurement began.
+        script: The script's path in the repository (``benchmarks/<name>.py``).
+        argv: Its arguments.
+    """
+    import json
+    import time
+
+    report = {
+        **body,
+        "environment": environment(),
+        "wall_s": round(time.time() - started, 1),
+        "command": " ".join(["python", script, *argv]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    Path(out).write_text(json.dumps(report, indent=1))
+    print(f"wrote {out}")

@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _env import environment  # noqa: E402
+from _env import write_report  # noqa: E402
 from search_tasks import HELD_OUT, TASKS  # noqa: E402
 
 _ONE = """
@@ -109,20 +109,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{tasks[task]['median_wall_s']:.1f} s",
             flush=True,
         )
-    report = {
+    body = {
         "benchmark": "pack_probe",
-        "environment": environment(),
         "size": args.size,
         "repeats": args.repeats,
         "pays_at": PAYS,
         "statistic": "median over fresh-process repeats",
         "tasks": tasks,
-        "wall_s": round(time.time() - started, 1),
-        "command": " ".join(["python", "benchmarks/pack_probe.py", *(argv or sys.argv[1:])]),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(args.out, body, started, "benchmarks/pack_probe.py", argv or sys.argv[1:])
     return 0
 
 

@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _env import environment  # noqa: E402
+from _env import write_report  # noqa: E402
 from search_tasks import HELD_OUT, TASKS, Task, grid_of  # noqa: E402
 
 from fedtune.search_spaces import grid_points  # noqa: E402
@@ -144,19 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.time()
     tasks = {name: measure(name, args.sizes, args.repeats) for name in args.tasks}
-    report = {
+    body = {
         "benchmark": "search_pack_speed",
-        "environment": environment(),
         "sizes": args.sizes,
         "repeats": args.repeats,
         "statistic": "median over interleaved repeats",
         "tasks": tasks,
-        "wall_s": round(time.time() - started, 1),
-        "command": " ".join(["python", "benchmarks/search_pack_speed.py", *(argv or sys.argv[1:])]),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out}")
+    write_report(args.out, body, started, "benchmarks/search_pack_speed.py", argv or sys.argv[1:])
     return 0
 
 
