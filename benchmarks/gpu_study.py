@@ -15,7 +15,9 @@ shared study never ran 4 trials at once, or when a study did not finish every tr
 ``benchmarks/results/gpu_study.json``.
 
 ``--device cpu`` is the dry run a machine without a GPU can do: Ray gets one *logical* GPU, the
-trials compute on the CPU (``train.device: cpu``) and the device expected is ``cpu``.
+trials compute on the CPU (``train.device: cpu``) and the device expected is ``cpu``; ``pack:
+auto`` then measures a pack on the CPU first and packs only where it pays
+(``fedtune/tuning/packing/speed.py``).
 
 Usage::
 
