@@ -294,13 +294,14 @@ def _fits_one_process(doc: dict[str, Any]) -> bool:
     """Whether the study file's trials would run in this process (read from the file alone:
     the driver decides again on the validated spec, and starts Ray itself if it must)."""
     from fedtune.tuning.driver.in_process import fits_one_process
-    from fedtune.tuning.packing.limits import AUTO  # the spec's default pack
 
     budget, resources = doc.get("budget") or {}, doc.get("resources") or {}
     if not isinstance(budget, dict) or not isinstance(resources, dict):
         return False
+    # no pack given is the spec's default, auto: one process only at max_concurrent 1, as for
+    # any pack that is not an integer
     return fits_one_process(
-        budget.get("max_concurrent", 1), resources.get("gpu", 0), resources.get("pack", AUTO)
+        budget.get("max_concurrent", 1), resources.get("gpu", 0), resources.get("pack")
     )
 
 

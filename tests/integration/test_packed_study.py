@@ -201,3 +201,19 @@ def test_auto_measures_on_the_cluster_whether_a_pack_pays_before_it_packs(
         assert all(packs) and len(set(packs)) < len(packs), packs
     else:  # one configuration per trial process, as with pack: 1
         assert not any(packs), packs
+
+
+def _no_device(spec, size):
+    raise RuntimeError("no such device\nsecond line")
+
+
+def test_a_measurement_that_fails_on_the_cluster_is_none_and_one_logged_line(
+    ray_local, quadratic_study, caplog
+):
+    from fedtune.tuning.packing.probe import on_a_trials_resources
+
+    spec = StudySpec.from_dict(quadratic_study("probe-fails"))
+    with caplog.at_level("WARNING", logger="fedtune.tuning.packing.probe"):
+        assert on_a_trials_resources(_no_device, spec, 4, gpu=0, what="the pack's speed") is None
+    assert "the pack's speed was not measured: no such device" in caplog.text
+    assert "second line" not in caplog.text

@@ -22,14 +22,13 @@ resources, so the GPU measured is one a trial would get.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .probe import on_a_trials_resources
 
 if TYPE_CHECKING:
     from ..spec import StudySpec
-
-log = logging.getLogger(__name__)
 
 __all__ = ["HEADROOM", "PROBE", "PackMemory", "measure", "measure_on_cluster"]
 
@@ -126,13 +125,5 @@ def measure_on_cluster(spec: StudySpec) -> PackMemory | None:
         The measured memory; None when it could not be measured (logged in one line: the
         study then packs as on a CPU, and its trials say what fails).
     """
-    import ray
-
-    res = spec.resources
-    task: Any = ray.remote(num_cpus=res.cpu, num_gpus=res.gpu, max_retries=0)(measure)
-    try:
-        return ray.get(task.remote(spec, res.gpu))
-    except Exception as exc:  # no CUDA on the node, a probe that does not fit: say it, go on
-        cause = getattr(exc, "cause", None) or exc
-        log.warning("the pack's GPU memory was not measured: %s", str(cause).splitlines()[0])
-        return None
+    gpu = spec.resources.gpu
+    return on_a_trials_resources(measure, spec, gpu, gpu=gpu, what="the pack's GPU memory")

@@ -28,17 +28,16 @@ trial's ``resources.cpu`` torch threads, as a Ray task holding a trial's resourc
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .probe import on_a_trials_resources
 
 if TYPE_CHECKING:
     from fedtune.trainers.config import TrialConfig
 
     from ..spec import StudySpec
-
-log = logging.getLogger(__name__)
 
 __all__ = ["PAYS", "ROUNDS", "SLOW_ROUND_S", "PackSpeed", "measure", "measure_on_cluster"]
 
@@ -190,13 +189,4 @@ def measure_on_cluster(spec: StudySpec, size: int) -> PackSpeed | None:
         The measured speeds; None when they could not be measured (logged in one line: the
         study then does not pack).
     """
-    import ray
-
-    res = spec.resources
-    task: Any = ray.remote(num_cpus=res.cpu, num_gpus=0, max_retries=0)(measure)
-    try:
-        return ray.get(task.remote(spec, size))
-    except Exception as exc:  # a configuration that fails to build: its trials will say it
-        cause = getattr(exc, "cause", None) or exc
-        log.warning("the pack's speed was not measured: %s", str(cause).splitlines()[0])
-        return None
+    return on_a_trials_resources(measure, spec, size, gpu=0, what="the pack's speed")
