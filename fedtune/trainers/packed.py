@@ -54,6 +54,7 @@ from torch.utils import _pytree as pytree
 from fedtune.errors import ConfigError
 
 from .algorithms import LocalUpdate, get_recipe, resolve
+from .allocator import keep_freed_memory
 from .config import TrialConfig
 from .decay import DecayController
 from .engine import EVAL_CLIENTS_METRIC, RUNNER_METRIC, Trainer, pick_device
@@ -118,6 +119,8 @@ class PackedTrainer:
             else build_task(first.task.name, first.task.params, first.task.seed)
         )
         self.device = pick_device(first.train.device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self.dtype = torch.float64 if first.train.dtype == "float64" else torch.float32
         self.data = self.task.train.to(self.device, self.dtype)
         self.test = None if self.task.test is None else self.task.test.to(self.device, self.dtype)
