@@ -191,6 +191,7 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
         y, msg = x, {}
         # pairs with a k-th step, per k (one read for the whole call: no host sync per step)
         counts = None if mask is None else mask.sum(0).tolist()
+        last = rows.shape[1] - 1  # its y is never read: only the message is returned
         for k in range(rows.shape[1]):
             if counts is not None and k > 0 and counts[k] < mask.shape[0]:
                 if counts[k] == 0:  # no pair has more steps (a mask is a prefix of K)
@@ -207,7 +208,8 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
                 for n in g:
                     old = msg[n].index_select(0, live)
                     msg[n].index_copy_(0, live, old + per_pair(th, g[n]) * g[n])
-                    y[n].index_copy_(0, live, ys[n] + per_pair(step, g[n]) * g[n])
+                    if k < last:
+                        y[n].index_copy_(0, live, ys[n] + per_pair(step, g[n]) * g[n])
                 continue
             g = grad_of(y, rows[:, k], inputs, targets)
             if alpha is not None:
@@ -222,16 +224,18 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
                         n: torch.mul(per_pair(theta[:, 0], g[n]), g[n], out=torch.empty_like(g[n]))
                         for n in g
                     }
-                    y = {
-                        n: torch.addcmul(
-                            y[n], per_pair(-lr, g[n]), g[n], out=torch.empty_like(g[n])
-                        )
-                        for n in g
-                    }
+                    if k < last:
+                        y = {
+                            n: torch.addcmul(
+                                y[n], per_pair(-lr, g[n]), g[n], out=torch.empty_like(g[n])
+                            )
+                            for n in g
+                        }
                     continue
                 for n in g:
                     msg[n].addcmul_(per_pair(theta[:, k], g[n]), g[n])
-                    y[n].addcmul_(per_pair(-lr, g[n]), g[n])
+                    if k < last:
+                        y[n].addcmul_(per_pair(-lr, g[n]), g[n])
                 continue
             if k == 0:
                 msg = {n: torch.zeros_like(g[n]) for n in g}
