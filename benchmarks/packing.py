@@ -8,7 +8,8 @@ B = 20; population evaluation off, as in ``engine_throughput.py``):
   P configurations; after two warm-up rounds it times rounds for about ``--target`` seconds
   per sample. Configuration-rounds/s = P · rounds / seconds; the process's resident set
   (``VmRSS``, and the peak ``VmHWM``) is read from ``/proc/self/status`` after the samples,
-  and divided by P for the memory per configuration. The pack's torch threads are every
+  and divided by P for the memory per configuration; ``minor_faults_per_round`` counts the
+  pages the process faulted in during the samples (``getrusage``), per round. The pack's torch threads are every
   core by default (``--pack-threads``), since the separate processes share every core too; run
   it on a quiet machine (under other load a 2-thread pool on 2 cores ran 2–4× slower).
 * ``separate`` — the first 8 of the same configurations as 8 processes started together, each
@@ -40,6 +41,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import resource
 import statistics
 import sys
 import time
@@ -155,7 +157,9 @@ def _packed_child(task, p, device, repeats, target, threads, stagger, queue):
     pack.step()
     per = max(time_rounds(pack, device, 1), 1e-6)
     rounds = max(1, round(target / per))
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     rates = [p * rounds / time_rounds(pack, device, rounds) for _ in range(repeats)]
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     rss, peak = rss_mb()
     queue.put(
         {
@@ -163,6 +167,7 @@ def _packed_child(task, p, device, repeats, target, threads, stagger, queue):
             "rounds_per_sample": rounds,
             "rss_mb": rss,
             "peak_rss_mb": peak,
+            "minor_faults_per_round": faults / (rounds * repeats),
             "torch_threads": torch.get_num_threads(),
             "round_indices": len({m.round for m in pack._members}),
             "fedtune_path": str(Path(fedtune.__file__).parent),
@@ -280,6 +285,7 @@ def run_packed(
         "rss_mb": round(out["rss_mb"], 1),
         "peak_rss_mb": round(out["peak_rss_mb"], 1),
         "rss_mb_per_config": round(out["rss_mb"] / p, 2),
+        "minor_faults_per_round": round(out["minor_faults_per_round"], 1),
         "torch_threads": out["torch_threads"],
         "round_indices": out["round_indices"],
         "fedtune_path": out["fedtune_path"],

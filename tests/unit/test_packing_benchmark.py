@@ -43,6 +43,8 @@ def test_stagger_times_a_pack_at_one_round_index_and_at_several(tmp_path):
         abs=1e-3,
     )
     assert out.exists() and doc["setting"]["stagger"] == 4
+    for side in ("one_round_index", "staggered"):
+        assert row[side]["minor_faults_per_round"] >= 0
 
 
 @pytest.mark.timeout(300)
