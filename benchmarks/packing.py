@@ -9,9 +9,10 @@ B = 20; population evaluation off, as in ``engine_throughput.py``):
   per sample. Configuration-rounds/s = P · rounds / seconds; the process's resident set
   (``VmRSS``, and the peak ``VmHWM``) is read from ``/proc/self/status`` after the samples,
   and divided by P for the memory per configuration; ``minor_faults_per_round`` counts the
-  pages the process faulted in during the samples (``getrusage``), per round. The pack's torch threads are every
-  core by default (``--pack-threads``), since the separate processes share every core too; run
-  it on a quiet machine (under other load a 2-thread pool on 2 cores ran 2–4× slower).
+  pages the process faulted in during the samples (``getrusage``), per round. The pack's torch
+  threads are every core by default (``--pack-threads``), since the separate processes share
+  every core too; run it on a quiet machine (under other load a 2-thread pool on 2 cores ran
+  2–4× slower).
 * ``separate`` — the first 8 of the same configurations as 8 processes started together, each
   an unpacked :class:`fedtune.trainers.Trainer` (one torch thread each: 8 trials on this
   machine's cores, as Ray would place them). Each warms up two rounds, waits at a barrier, then

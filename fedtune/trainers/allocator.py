@@ -4,7 +4,7 @@ A pack on a CPU allocates and frees tensors of several MiB at every local step (
 gradients, the step-0 state). glibc's ``malloc`` serves a block above its mmap threshold with a
 fresh mapping and unmaps it when freed, and it trims a heap whose free top passes its trim
 threshold; the next step's tensor of the same size then faults in every page on first touch
-(docs/explanation/packing.md, "Freed memory stays in the process"). :func:`keep_freed_memory`
+(docs/explanation/packing.md, "A CPU pack and its arithmetic ceiling"). :func:`keep_freed_memory`
 raises both thresholds once per process with ``mallopt``, as the ``MALLOC_MMAP_THRESHOLD_`` and
 ``MALLOC_TRIM_THRESHOLD_`` variables would: freed blocks up to :data:`MMAP_THRESHOLD` are reused
 by the next step. Nothing happens where the C library is not glibc, or where the process's
@@ -14,6 +14,7 @@ environment already sets either threshold.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
@@ -24,9 +25,9 @@ MMAP_THRESHOLD = 32 * 2**20
 #: the heap is trimmed only when this much of its top is free
 TRIM_THRESHOLD = 2**30
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_done: list[bool] = []
 
 
+@functools.cache
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds for this process (once).
 
@@ -34,9 +35,6 @@ def keep_freed_memory() -> bool:
         Whether the thresholds are now raised by this function (False: not glibc, set by the
         environment, or ``mallopt`` refused).
     """
-    if _done:
-        return _done[0]
-    ok = False
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         own = (
             os.environ.get("MALLOC_MMAP_THRESHOLD_")
@@ -46,10 +44,9 @@ def keep_freed_memory() -> bool:
         if not own:
             try:
                 libc = ctypes.CDLL("libc.so.6")
-                ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+                return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
                     libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
                 )
             except (OSError, AttributeError):
-                ok = False
-    _done.append(ok)
-    return ok
+                return False
+    return False
