@@ -217,3 +217,32 @@ def test_a_measurement_that_fails_on_the_cluster_is_none_and_one_logged_line(
         assert on_a_trials_resources(_no_device, spec, 4, gpu=0, what="the pack's speed") is None
     assert "the pack's speed was not measured: no such device" in caplog.text
     assert "second line" not in caplog.text
+
+
+USER_TASK = """
+from fedtune.trainers.tasks import build_task, register_task
+
+
+@register_task("probed_quadratic", "the quadratic, from the study's own code")
+def build(params, seed):
+    return build_task("quadratic", params, seed)
+"""
+
+
+def test_the_speed_probe_imports_the_studys_code_as_a_trial_does(
+    tmp_path, ray_local, quadratic_study
+):
+    from fedtune.tuning.packing.speed import measure_on_cluster
+
+    lab = tmp_path / "lab" / "probed_lab"
+    lab.mkdir(parents=True)
+    (lab / "__init__.py").write_text("")
+    (lab / "tasks.py").write_text(USER_TASK)
+    doc = quadratic_study("probe-user-task")
+    doc["task"] = {**doc["task"], "name": "probed_quadratic"}
+    doc["code"] = {"path": str(tmp_path / "lab"), "modules": ["probed_lab.tasks"]}
+    spec = StudySpec.from_dict(doc)
+    # a Ray worker has not imported the study's code: the probe does, before it builds the task
+    speed = measure_on_cluster(spec, 2)
+    assert speed is not None and speed.size == 2
+    assert speed.unpacked is not None and speed.unpacked > 0

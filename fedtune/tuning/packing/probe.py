@@ -2,8 +2,10 @@
 
 :mod:`.memory` (a GPU pack's memory) and :mod:`.speed` (whether a CPU pack pays) both measure
 before the first trial, in a Ray task that holds one trial's ``resources``, so the device
-measured is one a trial would get. A measurement that fails is logged in one line and is
-None: the plan then goes on without it, and the trials say what fails.
+measured is one a trial would get. The task imports the study's ``code`` first, as a trial
+does, so that a user's task, model or algorithm is measured like a built-in one. A measurement
+that fails is logged in one line and is None: the plan then goes on without it, and the trials
+say what fails.
 """
 
 from __future__ import annotations
@@ -39,10 +41,16 @@ def on_a_trials_resources(
     """
     import ray
 
-    task: Any = ray.remote(num_cpus=spec.resources.cpu, num_gpus=gpu, max_retries=0)(measure)
+    task: Any = ray.remote(num_cpus=spec.resources.cpu, num_gpus=gpu, max_retries=0)(_with_code)
     try:
-        return ray.get(task.remote(spec, *args))
+        return ray.get(task.remote(measure, spec, *args))
     except Exception as exc:  # no CUDA on the node, user code that fails: say it, go on
         cause = getattr(exc, "cause", None) or exc
         log.warning("%s was not measured: %s", what, str(cause).splitlines()[0])
         return None
+
+
+def _with_code(measure: Callable[..., T], spec: StudySpec, *args: Any) -> T:
+    """``measure(spec, *args)`` after importing the study's ``code`` (a trial's first step)."""
+    spec.load_code()
+    return measure(spec, *args)
