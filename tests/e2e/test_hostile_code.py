@@ -335,6 +335,74 @@ def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_serv
     assert "in a sandbox" in local_server.log.read_text()
 
 
+#: the same probes in a task builder that only the pack's speed measurement sees: a study that
+#: trains more configurations at once than its driver's Ray has process slots measures a pack of
+#: its own task before the first trial (fedtune/tuning/packing/speed.py), which builds the task
+PACK_PROBE_PACKAGE = """
+import inspect, os
+from fedtune.trainers.tasks import build_task, register_task
+
+PROBE = {probe!r}
+SPEED = os.path.join("packing", "speed.py")
+
+
+@register_task("user_quadratic", "the quadratic, after a look around from the pack's probe")
+def build(params, seed):
+    if any(frame.filename.endswith(SPEED) for frame in inspect.stack()):
+        exec(PROBE, {{"__file__": __file__}})
+    return build_task("quadratic", params, seed)
+"""
+
+
+def test_the_packs_speed_probe_runs_user_code_in_the_drivers_sandbox(local_server, tmp_path):
+    """The speed probe runs a user's task builder before the first trial: where the trials run,
+    with no more than they have. Its failure leaves the study unpacked, and the study goes on."""
+    workdir = Path(local_server.env["FEDTUNE_WORKDIR"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "secret.txt").write_text("the service's own file")
+    probe = PROBE.format(
+        names=[*SECRETS, "FEDTUNE_DATABASE_URL", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN"],
+        readable=[
+            str(tmp_path / "fedtune.db"),
+            str(workdir / "secret.txt"),
+            str(workdir / "code-url.key"),
+            str(local_server.log),
+        ],
+        ports=[],
+        writable=[str(workdir / "planted.txt"), str(tmp_path / "planted.txt")],
+    )
+    package = pack(write_package(tmp_path / "lab", PACK_PROBE_PACKAGE.format(probe=probe)))
+    up = httpx.post(
+        f"{local_server.url}/v1/code",
+        content=package.data,
+        headers={**ADMIN, "Content-Type": "application/zip"},
+        timeout=60,
+    )
+    assert up.status_code in (200, 201), up.text
+    spec = tiny_spec(
+        name="hostile-pack",
+        task={"name": "user_quadratic", "clients": 6, "dim": 3},
+        budget={"trials": 3, "max_concurrent": 64},  # more at once than any machine's slots
+        code={"sha256": package.sha256, "modules": ["user_lab.tasks"]},
+    )
+    r = httpx.post(f"{local_server.url}/v1/studies", json=spec, headers=ADMIN, timeout=80)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    study = _study_error(local_server, sid)
+    logs = "\n".join(p.read_text() for p in sorted((workdir / "logs").glob(f"study-{sid}-*.log")))
+    # the probe imported the study's code and ran the builder, whose findings end its run
+    (line,) = [x for x in logs.splitlines() if "the pack's speed was not measured" in x]
+    assert "builder of task 'user_quadratic' (code user_lab.tasks) raised" in line, line
+    assert study["state"] == "succeeded", study  # the trials built the task and trained
+    found = json.loads(line.split("FINDINGS", 1)[1].split("END", 1)[0])
+    assert found["leaks"] == {}, found["leaks"]  # no database URL, no service secret
+    assert found["read"] == []
+    assert not (workdir / "planted.txt").exists() and not (tmp_path / "planted.txt").exists()
+    assert not list(workdir.glob("code/*/user_lab/planted.py"))
+    for secret in SECRETS.values():
+        assert secret not in logs and secret not in json.dumps(study)
+
+
 #: at import in the driver: 10 GB in the driver itself and in a child process (as a trial is one,
 #: under the driver's local Ray), then the outcome as the study's error
 MEMORY_PACKAGE = """
