@@ -29,8 +29,8 @@ def _run(code: str, env: dict[str, str] | None = None) -> dict:
         capture_output=True,
         text=True,
         timeout=240,
-        check=True,
     )
+    assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
