@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -118,8 +119,8 @@ def hostile_server(tmp_path: Path) -> Iterator[Server]:
         server.stop()
 
 
-def _submit(server: Server, root: Path, body: str) -> httpx.Response:
-    """Upload ``body`` as ``user_lab/tasks.py`` and submit a study that imports it."""
+def _upload(server: Server, root: Path, body: str) -> dict:
+    """Upload ``body`` as ``user_lab/tasks.py``; the study's ``code`` section that imports it."""
     package = pack(write_package(root, body))
     up = httpx.post(
         f"{server.url}/v1/code",
@@ -128,8 +129,15 @@ def _submit(server: Server, root: Path, body: str) -> httpx.Response:
         timeout=60,
     )
     assert up.status_code in (200, 201), up.text
-    spec = tiny_spec(name="hostile", code={"sha256": package.sha256, "modules": ["user_lab.tasks"]})
-    return httpx.post(f"{server.url}/v1/studies", json=spec, headers=ADMIN, timeout=TIMEOUT_S + 60)
+    return {"sha256": package.sha256, "modules": ["user_lab.tasks"]}
+
+
+def _submit(server: Server, root: Path, body: str, **spec: Any) -> httpx.Response:
+    """Upload ``body`` as ``user_lab/tasks.py`` and submit a study that imports it (``spec``:
+    more of the study, as :func:`tiny_spec` takes it)."""
+    code = _upload(server, root, body)
+    doc = tiny_spec(**{"name": "hostile", **spec, "code": code})
+    return httpx.post(f"{server.url}/v1/studies", json=doc, headers=ADMIN, timeout=TIMEOUT_S + 60)
 
 
 def _marked(marker: str) -> list[int]:
@@ -300,8 +308,10 @@ def _study_error(server: Server, sid: str, timeout_s: float = 300) -> dict:
     raise AssertionError(f"study {sid} still {study['state']}:\n{server.log.read_text()[-3000:]}")
 
 
-def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_server, tmp_path):
-    workdir = Path(local_server.env["FEDTUNE_WORKDIR"])
+def _local_probe(server: Server, tmp_path: Path) -> tuple[str, Path]:
+    """The probes for user code under a ``local`` service (a secret file planted in its
+    workdir), and the workdir."""
+    workdir = Path(server.env["FEDTUNE_WORKDIR"])
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "secret.txt").write_text("the service's own file")
     probe = PROBE.format(
@@ -310,11 +320,16 @@ def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_serv
             str(tmp_path / "fedtune.db"),
             str(workdir / "secret.txt"),
             str(workdir / "code-url.key"),
-            str(local_server.log),
+            str(server.log),
         ],
         ports=[],
         writable=[str(workdir / "planted.txt"), str(tmp_path / "planted.txt")],
     )
+    return probe, workdir
+
+
+def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_server, tmp_path):
+    probe, workdir = _local_probe(local_server, tmp_path)
     body = DRIVER_PACKAGE.format(probe=probe)
     # the check imports it without a driver URL: accepted; the driver then probes at import
     r = _submit(local_server, tmp_path / "lab", body)
@@ -357,35 +372,14 @@ def build(params, seed):
 def test_the_packs_speed_probe_runs_user_code_in_the_drivers_sandbox(local_server, tmp_path):
     """The speed probe runs a user's task builder before the first trial: where the trials run,
     with no more than they have. Its failure leaves the study unpacked, and the study goes on."""
-    workdir = Path(local_server.env["FEDTUNE_WORKDIR"])
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "secret.txt").write_text("the service's own file")
-    probe = PROBE.format(
-        names=[*SECRETS, "FEDTUNE_DATABASE_URL", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN"],
-        readable=[
-            str(tmp_path / "fedtune.db"),
-            str(workdir / "secret.txt"),
-            str(workdir / "code-url.key"),
-            str(local_server.log),
-        ],
-        ports=[],
-        writable=[str(workdir / "planted.txt"), str(tmp_path / "planted.txt")],
-    )
-    package = pack(write_package(tmp_path / "lab", PACK_PROBE_PACKAGE.format(probe=probe)))
-    up = httpx.post(
-        f"{local_server.url}/v1/code",
-        content=package.data,
-        headers={**ADMIN, "Content-Type": "application/zip"},
-        timeout=60,
-    )
-    assert up.status_code in (200, 201), up.text
-    spec = tiny_spec(
-        name="hostile-pack",
+    probe, workdir = _local_probe(local_server, tmp_path)
+    r = _submit(
+        local_server,
+        tmp_path / "lab",
+        PACK_PROBE_PACKAGE.format(probe=probe),
         task={"name": "user_quadratic", "clients": 6, "dim": 3},
         budget={"trials": 3, "max_concurrent": 64},  # more at once than any machine's slots
-        code={"sha256": package.sha256, "modules": ["user_lab.tasks"]},
     )
-    r = httpx.post(f"{local_server.url}/v1/studies", json=spec, headers=ADMIN, timeout=80)
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
     study = _study_error(local_server, sid)
