@@ -24,7 +24,8 @@ configuration-round, the fp32 rate of the batched products a pack of 64 runs (``
 the MLP's layer shapes, every core), the configuration-rounds/s that rate would allow and the
 speedup over the separate processes it bounds.
 
-Medians over ``--repeats`` samples. Goals (issue "packed trials"): 64 configurations in ≤ 2 GB
+``--chunk N`` runs a pack's clients N members per vmapped call instead of the pack's own
+choice (``CPU_CHUNK_BYTES`` on a CPU). Medians over ``--repeats`` samples. Goals (issue "packed trials"): 64 configurations in ≤ 2 GB
 of resident memory in all, and packed P = 64 ≥ 10× the configuration-rounds/s of the 8
 separate processes. Writes ``benchmarks/results/packing.json`` (``packing_cuda.json`` with
 ``--device cuda``: both sides on the GPU, run on a lent GPU machine by
@@ -136,12 +137,12 @@ def _reporting(fn):
     return run
 
 
-def packed_child(task, p, device, repeats, target, threads, stagger, queue):
+def packed_child(task, p, device, repeats, target, threads, stagger, chunk, queue):
     """One process: a pack of P configurations; the rates of ``repeats`` timed samples."""
-    _reporting(_packed_child)(task, p, device, repeats, target, threads, stagger, queue)
+    _reporting(_packed_child)(task, p, device, repeats, target, threads, stagger, chunk, queue)
 
 
-def _packed_child(task, p, device, repeats, target, threads, stagger, queue):
+def _packed_child(task, p, device, repeats, target, threads, stagger, chunk, queue):
     import torch
 
     torch.set_num_threads(threads)
@@ -150,7 +151,7 @@ def _packed_child(task, p, device, repeats, target, threads, stagger, queue):
     from fedtune.trainers.packed import PackedTrainer
 
     waves = [configs(task, p, device)[w::stagger] for w in range(stagger)]
-    pack = PackedTrainer(waves[0])
+    pack = PackedTrainer(waves[0], chunk=chunk)
     for wave in waves[1:]:  # refills one step apart: the members sit at ``stagger`` rounds
         pack.step()
         for cfg in wave:
@@ -268,11 +269,18 @@ def _checked(out: dict) -> dict:
 
 
 def run_packed(
-    task: str, p: int, device: str, repeats: int, target: float, threads: int, stagger: int = 1
+    task: str,
+    p: int,
+    device: str,
+    repeats: int,
+    target: float,
+    threads: int,
+    stagger: int = 1,
+    chunk: int | None = None,
 ) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    args = (task, p, device, repeats, target, threads, stagger, queue)
+    args = (task, p, device, repeats, target, threads, stagger, chunk, queue)
     proc = ctx.Process(target=packed_child, args=args)
     proc.start()
     out = _checked(queue.get())
@@ -333,6 +341,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda: not run here)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="members per vmapped client call (default: the pack's own, CPU_CHUNK_BYTES)",
+    )
+    parser.add_argument(
         "--pack-threads",
         type=int,
         default=os.cpu_count() or 1,
@@ -356,7 +370,9 @@ def main(argv: list[str] | None = None) -> dict:
         load_before = os.getloadavg()[0]
         separate = run_separate(task, args.device, args.repeats, args.target)
         packed = [
-            run_packed(task, p, args.device, args.repeats, args.target, args.pack_threads)
+            run_packed(
+                task, p, args.device, args.repeats, args.target, args.pack_threads, 1, args.chunk
+            )
             for p in sizes
         ]
         largest = packed[-1]
@@ -407,6 +423,7 @@ def _setting(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         "target_s": args.target,
         "device": args.device,
         "pack_threads": args.pack_threads,
+        "chunk": args.chunk,
         "statistic": "median over repeats",
     }
 
@@ -419,7 +436,16 @@ def staggered(args: argparse.Namespace, sizes: list[int], argv: list[str]) -> di
         rows = []
         for p in sizes:
             one, spread = (
-                run_packed(task, p, args.device, args.repeats, args.target, args.pack_threads, s)
+                run_packed(
+                    task,
+                    p,
+                    args.device,
+                    args.repeats,
+                    args.target,
+                    args.pack_threads,
+                    s,
+                    args.chunk,
+                )
                 for s in (1, min(args.stagger, p))
             )
             rows.append(

@@ -90,8 +90,8 @@ class PackedTrainer:
             once on a GPU; on a CPU as many as keep one client state ``[chunk, M, parameters]``
             within :data:`~.pack_clients.CPU_CHUNK_BYTES` (the digits MLP's pack of 64 ran 2×
             faster in chunks of 16 than all at once while its freed memory went back to the
-            kernel; now that a CPU pack keeps it, chunks of 16 to 64 run within 5 % of one
-            another). The numbers do not change.
+            kernel; now that a CPU pack keeps it, chunks of 16, 32 and 64 run within 10 % of
+            one another: benchmarks/results/packing_chunks.json). The numbers do not change.
 
     Raises:
         ConfigError: No configuration, one that cannot be packed, or keys that differ.

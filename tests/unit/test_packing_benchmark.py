@@ -34,6 +34,7 @@ def test_the_product_rate_is_measured():
 def test_stagger_times_a_pack_at_one_round_index_and_at_several(tmp_path):
     out = tmp_path / "staggered.json"
     args = ["--stagger", "4", "--sizes", "4", "--tasks", "quadratic", "--repeats", "1"]
+    args += ["--chunk", "2"]  # two vmapped calls of 2 members each
     doc = packing.main([*args, "--target", "0.2", "--out", str(out)])
     (row,) = doc["results"]["quadratic"]
     assert row["one_round_index"]["round_indices"] == 1
@@ -42,7 +43,7 @@ def test_stagger_times_a_pack_at_one_round_index_and_at_several(tmp_path):
         row["staggered"]["config_rounds_per_s"] / row["one_round_index"]["config_rounds_per_s"],
         abs=1e-3,
     )
-    assert out.exists() and doc["setting"]["stagger"] == 4
+    assert out.exists() and doc["setting"]["stagger"] == 4 and doc["setting"]["chunk"] == 2
     for side in ("one_round_index", "staggered"):
         assert row[side]["minor_faults_per_round"] >= 0
 
