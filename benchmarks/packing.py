@@ -24,12 +24,12 @@ configuration-round, the fp32 rate of the batched products a pack of 64 runs (``
 the MLP's layer shapes, every core), the configuration-rounds/s that rate would allow and the
 speedup over the separate processes it bounds.
 
-``--chunk N`` runs a pack's clients N members per vmapped call instead of the pack's own
-choice (``CPU_CHUNK_BYTES`` on a CPU). Medians over ``--repeats`` samples. Goals (issue "packed trials"): 64 configurations in ≤ 2 GB
-of resident memory in all, and packed P = 64 ≥ 10× the configuration-rounds/s of the 8
-separate processes. Writes ``benchmarks/results/packing.json`` (``packing_cuda.json`` with
-``--device cuda``: both sides on the GPU, run on a lent GPU machine by
-``benchmarks/cuda_checks.sh``).
+``--chunk N`` runs a pack's clients N members per vmapped call instead of the pack's own choice
+(``CPU_CHUNK_BYTES`` on a CPU). Medians over ``--repeats`` samples. Goals (issue "packed
+trials"): 64 configurations in ≤ 2 GB of resident memory in all, and packed P = 64 ≥ 10× the
+configuration-rounds/s of the 8 separate processes. Writes ``benchmarks/results/packing.json``
+(``packing_cuda.json`` with ``--device cuda``: both sides on the GPU, run on a lent GPU machine
+by ``benchmarks/cuda_checks.sh``).
 
 Usage::
 
@@ -301,6 +301,13 @@ def run_packed(
     }
 
 
+def _packed_row(args: argparse.Namespace, task: str, p: int, stagger: int = 1) -> dict:
+    """:func:`run_packed` with the command line's device, repeats, target, threads and chunk."""
+    return run_packed(
+        task, p, args.device, args.repeats, args.target, args.pack_threads, stagger, args.chunk
+    )
+
+
 def run_separate(task: str, device: str, repeats: int, target: float) -> dict:
     ctx = mp.get_context("spawn")
     queue, barrier = ctx.Queue(), ctx.Barrier(SEPARATE)
@@ -369,12 +376,7 @@ def main(argv: list[str] | None = None) -> dict:
     for task in args.tasks.split(","):
         load_before = os.getloadavg()[0]
         separate = run_separate(task, args.device, args.repeats, args.target)
-        packed = [
-            run_packed(
-                task, p, args.device, args.repeats, args.target, args.pack_threads, 1, args.chunk
-            )
-            for p in sizes
-        ]
+        packed = [_packed_row(args, task, p) for p in sizes]
         largest = packed[-1]
         results[task] = {
             "separate": separate,
@@ -435,19 +437,7 @@ def staggered(args: argparse.Namespace, sizes: list[int], argv: list[str]) -> di
     for task in args.tasks.split(","):
         rows = []
         for p in sizes:
-            one, spread = (
-                run_packed(
-                    task,
-                    p,
-                    args.device,
-                    args.repeats,
-                    args.target,
-                    args.pack_threads,
-                    s,
-                    args.chunk,
-                )
-                for s in (1, min(args.stagger, p))
-            )
+            one, spread = (_packed_row(args, task, p, s) for s in (1, min(args.stagger, p)))
             rows.append(
                 {
                     "P": p,
