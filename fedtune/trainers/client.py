@@ -154,13 +154,16 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
     """Build the ClientUpdate of N independent (configuration, client) pairs at once.
 
     ``fn(x [N, …], lr [N], alpha [N] | None, rows [N, K_max, B], inputs, targets,
-    theta [N, K_max], mask [N, K_max] | None) -> message [N, …]``: each pair runs the masked
+    theta [N, K_max], mask [N, K_max] | None, dense=False) -> message [N, …]``: each pair runs the masked
     first-order ClientUpdate of :func:`make_masked_client_fn` from its own start ``x`` with its
     own rate γ and proximal weight α: g_k ← ∇f(y; S_k) + α (y − x), msg ← msg + θ_k g_k,
     y ← y − γ g_k on its unmasked steps (Charles & Konečný 2021 (arXiv:2103.05032) §2.1);
     ``alpha`` None: no proximal term, ``mask`` None: every step is real. Step k's batches are
     gathered as ``inputs[rows[:, k]]``. A step that only some pairs have (``mask`` a prefix of
-    K_max per pair) is computed for those pairs alone, their states written back in place.
+    K_max per pair) is computed for those pairs alone, their states written back in place;
+    ``dense``: for every pair, the masked pairs' states kept by ``torch.where``, so that the call
+    reads nothing back to the host and has the same kernels whatever the mask (a CUDA graph
+    can record it: :mod:`~fedtune.trainers.pack_graph`).
 
     The pairs' losses are vmapped and their gradients are taken with one ordinary backward pass
     of their sum: no pair's loss depends on another's parameters, so each pair's gradient is
@@ -184,13 +187,13 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
             grads = torch.autograd.grad(total, list(leaves.values()))
         return dict(zip(leaves, grads, strict=True))
 
-    def fn(x: Params, lr, alpha, rows, inputs, targets, theta, mask) -> Params:
+    def fn(x: Params, lr, alpha, rows, inputs, targets, theta, mask, dense=False) -> Params:
         def per_pair(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
             return v.view(-1, *([1] * (like.dim() - 1)))
 
         y, msg = x, {}
         # pairs with a k-th step, per k (one read for the whole call: no host sync per step)
-        counts = None if mask is None else mask.sum(0).tolist()
+        counts = None if mask is None or dense else mask.sum(0).tolist()
         last = rows.shape[1] - 1  # its y is never read: only the message is returned
         for k in range(rows.shape[1]):
             if counts is not None and k > 0 and counts[k] < mask.shape[0]:
@@ -242,10 +245,11 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
                 y = {n: torch.empty_like(g[n]).copy_(y[n]) for n in g}
             new_msg = {n: msg[n] + per_pair(theta[:, k], g[n]) * g[n] for n in g}
             new_y = {n: y[n] + per_pair(-lr, g[n]) * g[n] for n in g}
-            if counts[k] == mask.shape[0]:  # every pair has step k: nothing to mask
+            if counts is not None and counts[k] == mask.shape[0]:  # no pair to mask at step k
                 msg, y = new_msg, new_y
                 continue
-            # step 0 with pairs that have no step at all (a later partial step is the live path)
+            # dense, or step 0 with pairs that have no step at all (a later partial step is the
+            # live path)
             msg = {n: torch.where(per_pair(mask[:, k], g[n]), new_msg[n], msg[n]) for n in g}
             y = {n: torch.where(per_pair(mask[:, k], g[n]), new_y[n], y[n]) for n in g}
         if units == "delta":

@@ -11,7 +11,11 @@ averages each member's messages with its cohort's weights while they are in cach
 unless the recipe aggregates the messages itself (``packed_aggregator``: the messages
 ``[G, M, …]`` are then returned as they are). On a CPU it runs at most a chunk of members per
 call, so that one client state ``[chunk, M, parameters]`` stays within
-:data:`CPU_CHUNK_BYTES`; the numbers do not change with the chunk.
+:data:`CPU_CHUNK_BYTES`; the numbers do not change with the chunk. Given a
+:data:`~fedtune.trainers.pack_graph.Capture` (a CUDA graph on a GPU), the steps of a chunk
+are recorded once per shape and replayed (:class:`~fedtune.trainers.pack_graph.ReplayedCalls`),
+every pair computing every step, a step mask applied with ``torch.where`` (members of
+different K, clients of different τ_i); the numbers do not change either.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 
 from .client import make_packed_client_fn
 from .module_loss import ModuleLoss
+from .pack_graph import Capture, ReplayedCalls
 from .steps import step_mask
 
 __all__ = ["CPU_CHUNK_BYTES", "PackedClients"]
@@ -46,6 +51,8 @@ class PackedClients:
         dtype: Its floating-point type.
         chunk: Members per call (None: all at once on a GPU; on a CPU as many as
             :data:`CPU_CHUNK_BYTES` allows).
+        capture: Record each call once per shape and replay it (None: every call runs as it
+            is).
     """
 
     def __init__(
@@ -56,9 +63,16 @@ class PackedClients:
         device: torch.device,
         dtype: torch.dtype,
         chunk: int | None = None,
+        capture: Capture | None = None,
     ) -> None:
         self._client_fn: Callable[..., Params] = make_packed_client_fn(loss_of, units)
         self.averaged, self.device, self.dtype, self.chunk = averaged, device, dtype, chunk
+        #: the recorded calls (None: no capture)
+        self.replayed = (
+            None
+            if capture is None
+            else ReplayedCalls(lambda *args: self._steps(*args, dense=True), capture)
+        )
 
     def __call__(
         self,
@@ -119,8 +133,19 @@ class PackedClients:
         return q
 
     def _clients(self, x, lr, alpha, rows, thetas, mask, weights, data) -> Params:
-        """One chunk of G members: the pairs flattened to G·M (batches read from the cohort
-        view ``data`` one step at a time, ``[G·M, B, …]``), then averaged per member."""
+        """One chunk of G members, replayed where there is a capture."""
+        copied = (x, lr, alpha, rows, thetas, weights, mask)
+        if self.replayed is not None:
+            return self.replayed(copied, (data.inputs, data.targets))
+        return self._steps(*copied, data.inputs, data.targets)
+
+    def _steps(
+        self, x, lr, alpha, rows, thetas, weights, mask, inputs, targets, dense=False
+    ) -> Params:
+        """One chunk of G members: the pairs flattened to G·M (batches gathered from the
+        cohort's ``inputs`` and ``targets`` one step at a time, ``[G·M, B, …]``), then averaged
+        per member. ``dense``: every pair computes every step (see
+        :func:`~fedtune.trainers.client.make_packed_client_fn`)."""
         g, m = rows.shape[:2]
 
         def pairs(v: torch.Tensor | None) -> torch.Tensor | None:  # [G, M, …] -> [G·M, …]
@@ -134,10 +159,11 @@ class PackedClients:
             per_pair(lr),
             per_pair(alpha),
             pairs(rows),
-            data.inputs,
-            data.targets,
+            inputs,
+            targets,
             pairs(thetas),
             pairs(mask),
+            dense,
         )
         if not self.averaged:  # the recipe's aggregator takes every message
             return {k: v.unflatten(0, (g, m)) for k, v in out.items()}

@@ -63,13 +63,14 @@ from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
 from .pack_batches import group_batches
 from .pack_clients import PackedClients
+from .pack_graph import Capture, ReplayedCalls, capture_for
 from .pack_rules import pack_key, pack_refusal, parse
 from .pack_state import Group, Index, Member, Params, member_weights, pad_steps, stacked_rows
 from .records import Outcome, RoundRecord, TrialResult
 from .sampling import sample_clients
 from .server_opt import make_server_opt
 from .steps import step_summary
-from .tasks import Task, build_task
+from .tasks import InMemoryData, Task, build_task
 
 __all__ = ["PACKED_RUNNER", "PackedTrainer", "pack_key", "pack_refusal"]
 
@@ -92,6 +93,9 @@ class PackedTrainer:
             faster in chunks of 16 than all at once while its freed memory went back to the
             kernel; now that a CPU pack keeps it, chunks of 16, 32 and 64 run within 10 % of
             one another: benchmarks/results/packing_chunks.json). The numbers do not change.
+        graphs: On a GPU, with the data in memory, record the local steps of a round as a
+            CUDA graph, once per shape, and replay it (:mod:`~fedtune.trainers.pack_graph`).
+            The numbers do not change.
 
     Raises:
         ConfigError: No configuration, one that cannot be packed, or keys that differ.
@@ -102,8 +106,9 @@ class PackedTrainer:
         configs: Sequence[TrialConfig | Mapping[str, Any]],
         task: Task | None = None,
         chunk: int | None = None,
+        graphs: bool = True,
     ) -> None:
-        self.chunk = chunk
+        self.chunk, self.graphs = chunk, graphs
         parsed = [parse(c) for c in configs]
         if not parsed:
             raise ConfigError("pack", "needs at least one configuration")
@@ -219,6 +224,11 @@ class PackedTrainer:
     def active(self) -> list[int]:
         """The indices of the members still training."""
         return list(self._slots)
+
+    @property
+    def step_graphs(self) -> ReplayedCalls | None:
+        """The recorded local steps (None: not recorded, or no round has run yet)."""
+        return None if self._local is None else self._local.replayed
 
     @property
     def done(self) -> bool:
@@ -398,12 +408,15 @@ class PackedTrainer:
     def _clients(self) -> PackedClients:
         """The pack's local steps (built with its first member's client rule)."""
         if self._local is None:
-            units = self._members[0].algorithm.rule.units
-            averaged = self._aggregate is None
+            units, averaged = self._members[0].algorithm.rule.units, self._aggregate is None
             self._local = PackedClients(
-                self.loss_of, units, averaged, self.device, self.dtype, self.chunk
+                self.loss_of, units, averaged, self.device, self.dtype, self.chunk, self._capture()
             )
         return self._local
+
+    def _capture(self) -> Capture | None:
+        """How the local steps are recorded (:func:`~.pack_graph.capture_for`)."""
+        return capture_for(self.device, isinstance(self.data, InMemoryData), self.graphs)
 
     def _close(self, group: Group, q: Params, out: list, start: float) -> None:
         """Round ``group.t`` of a group after its local steps: the aggregation ``q`` (the

@@ -91,3 +91,58 @@ def test_the_measured_pack_memory_predicts_a_larger_pack():
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - start
     assert abs(peak - memory.need(16)) <= 0.25 * memory.need(16), (peak, memory)
+
+
+def fixed_k(configs: list[dict], k: int = 3) -> list[dict]:
+    """The configurations with K local steps each (no step mask: the steps are graphed)."""
+    out = []
+    for cfg in configs:
+        train = {key: v for key, v in cfg["train"].items() if key != "local_epochs"}
+        out.append({**cfg, "train": {**train, "local_steps": k}})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "steps"),
+    [
+        ("fedavgm", "equal"),
+        ("fedprox", "equal"),
+        ("fedadam", "equal"),
+        ("fedavgm", "K"),
+        ("fedavg", "epochs"),
+    ],
+)
+def test_a_graphed_pack_on_cuda_equals_its_eager_twin_and_the_unpacked_runs(name, steps):
+    """The local steps replayed as CUDA graphs give the numbers of the same pack run eagerly
+    through a divergence (a new shape, a new graph): bit for bit where every pair runs every
+    step, and each member's curve is its unpacked run's on the GPU (≤ 1e-12 relative) also
+    with a step mask (the graph computes every pair's every step; the eager pack only the
+    pairs that have it)."""
+    configs = variants(name, steps == "epochs")
+    configs = on("cuda", fixed_k(configs) if steps == "equal" else configs)
+    configs[1]["hparams"] = {**configs[1]["hparams"], "client_lr": 5.0, "server_lr": 5.0}
+    configs[1]["train"] = {**configs[1]["train"], "divergence_factor": 2.0}
+    graphed = run_pack(configs)
+    eager = PackedTrainer(configs, graphs=False)
+    while not eager.done:
+        eager.step()
+    replayed = graphed.step_graphs
+    assert replayed is not None and replayed.failed is None, replayed and replayed.failed
+    assert replayed.recorded >= 2
+    for i, cfg in enumerate(configs):
+        a = [r.as_dict() | {"wall_time": 0} for r in graphed.result(i).records]
+        b = [r.as_dict() | {"wall_time": 0} for r in eager.result(i).records]
+        assert a == b or steps != "equal", i
+        assert_same_curve(graphed.result(i).records, unpacked(cfg).records)
+
+
+def test_a_graphed_digits_mlp_pack_on_cuda_agrees_with_the_cpu_run():
+    """The digits MLP in float64 with K fixed, its steps graphed: within 1e-9 of the CPU."""
+    configs = fixed_k([digits(j) for j in range(4)])
+    gpu = run_pack(on("cuda", configs))
+    assert gpu.step_graphs.recorded >= 1 and gpu.step_graphs.failed is None
+    cpu = run_pack(on("cpu", configs))
+    for i in range(len(configs)):
+        for a, b in zip(gpu.result(i).records, cpu.result(i).records, strict=True):
+            assert a.client_loss == pytest.approx(b.client_loss, rel=1e-9)
+            assert a.update_norm == pytest.approx(b.update_norm, rel=1e-9)
