@@ -21,6 +21,7 @@ def environment() -> dict:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "processor": platform.processor() or None,
+        **cpu_model(),
         "cpu_count": os.cpu_count(),
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "versions": {
@@ -35,6 +36,26 @@ def environment() -> dict:
     except ImportError:  # pragma: no cover
         pass
     return info
+
+
+#: the vector and matrix extensions behind a CPU's fp32 rate (two machines of the same kind,
+#: both "Intel Xeon Processor" with 2 cores, ran the MLP's batched products at 62-72 and at
+#: 96-131 GFLOP/s: docs/explanation/packing.md)
+_ISA = ("avx2", "avx512f", "avx512_bf16", "amx_tile")
+
+
+def cpu_model() -> dict:
+    """The CPU's model name and which of :data:`_ISA` it has, from ``/proc/cpuinfo`` (Linux;
+    nothing elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields = dict(
+        (k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines())
+    )
+    flags = set(fields.get("flags", "").split())
+    return {"cpu_model": fields.get("model name"), "cpu_isa": [f for f in _ISA if f in flags]}
 
 
 def memory_mib(pid: int | str = "self") -> dict[str, float]:

@@ -6,7 +6,9 @@ could train if the host did nothing but launch the arithmetic. Three ways, side 
 run, each timed for about ``--target`` seconds per sample after two warm-up rounds:
 
 * ``pack`` — :class:`fedtune.trainers.packed.PackedTrainer` of the P configurations
-  (``benchmarks/packing.py``'s configurations, evaluation off);
+  (``benchmarks/packing.py``'s configurations, evaluation off); on a GPU its local steps are
+  replayed as CUDA graphs (``graphs_recorded`` says how many were captured, ``graphs_failed``
+  why none could be), and ``pack_eager`` (CUDA only) is the same pack with ``graphs=False``;
 * ``loop`` — one round is: draw each configuration's M clients and every (client, step) batch's
   B rows on the device (``torch.rand``, no host round trip), ``vmap(grad)`` of the cross-entropy
   over all P·M (configuration, client) pairs for each of the K steps (SGD at the pair's γ), the
@@ -149,13 +151,24 @@ def measure(p: int, device: str, repeats: int, target: float) -> dict[str, Any]:
     from fedtune.trainers.packed import PackedTrainer
 
     batch = [c | {"train": c["train"] | {"batch_size": B}} for c in configs("mlp", p, device)]
-    out: dict[str, Any] = {"pack": rates(PackedTrainer(batch), p, device, repeats, target)}
+    cuda = torch.device(device).type == "cuda"
+    pack = PackedTrainer(batch)
+    out: dict[str, Any] = {"pack": rates(pack, p, device, repeats, target)}
+    replayed = pack.step_graphs
+    if cuda:
+        eager = PackedTrainer(batch, graphs=False)
+        out["pack_eager"] = rates(eager, p, device, repeats, target)
     loop = HandLoop(p, device)
     out["loop"] = rates(loop, p, device, repeats, target)
-    if torch.device(device).type == "cuda":
+    if cuda:
         out["graph"] = rates(GraphLoop(HandLoop(p, device)), p, device, repeats, target)
     sync(device)
-    return {k: {"config_rounds_per_s": v, "median": statistics.median(v)} for k, v in out.items()}
+    row: dict[str, Any] = {
+        k: {"config_rounds_per_s": v, "median": statistics.median(v)} for k, v in out.items()
+    }
+    row["graphs_recorded"] = 0 if replayed is None else replayed.recorded
+    row["graphs_failed"] = None if replayed is None else replayed.failed
+    return row
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -171,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes = {}
     for p in (int(s) for s in args.sizes.split(",")):
         row = measure(p, args.device, args.repeats, args.target)
-        for way in row.values():
+        for way in (v for v in row.values() if isinstance(v, dict)):
             way["tflop_per_s"] = round(way["median"] * flops / 1e12, 4)
         row["pack_over_loop"] = round(row["pack"]["median"] / row["loop"]["median"], 3)
         if "graph" in row:

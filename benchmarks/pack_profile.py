@@ -8,12 +8,20 @@ FedAvgM configurations, M = 10, K = 10, B = 20) and each P of ``--sizes``, one
   device synchronised before and after);
 * ``torch.profiler`` over ``--profiled`` rounds: per round, the device's time in kernels and
   copies (``device_busy_ms``; CUDA only), the kernel launches, the host-device
-  synchronisations (``cudaStreamSynchronize``/``cudaDeviceSynchronize``) and the host-to-device
-  copies;
+  synchronisations (``cudaStreamSynchronize``/``cudaDeviceSynchronize``), the host-to-device
+  copies and the CUDA graph replays (``graph_launches``; ``graphs_recorded`` is how many graphs
+  the pack captured, ``graphs_failed`` why it captured none);
 * ``cProfile`` over ``--profiled`` rounds: the share of ``PackedTrainer.step`` spent in each
   phase — ``_open`` (the cohort, the broadcast, ℓ_t and its divergence test), within it
   ``_batches`` (every member's batch rows, ``pack_batches.group_batches``), ``_local_steps`` and ``_close`` (aggregation, the
   server step, evaluation and records). cProfile slows Python, so these are shares, not times.
+
+``batches_ms`` is the wall time per round of drawing every member's batch rows
+(``pack_batches.group_batches``, timed around each call over ``--profiled`` rounds, no
+profiler). On a CPU, ``operators`` times every ATen operator of ``--profiled`` rounds (a
+``TorchDispatchMode`` around each call; a CPU operator has finished when it returns): per round,
+the milliseconds in the batched products (``bmm``, with the FLOP/s they reach) and in the rest,
+and the operators that took longest. The mode's own Python cost is outside those times.
 
 On a GPU, ``device_busy_ms`` far below ``ms_per_round`` means the host bounds the pack.
 Writes ``benchmarks/results/pack_profile.json`` (``pack_profile_cuda.json`` with
@@ -32,6 +40,7 @@ import json
 import pstats
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,6 +58,7 @@ PHASES = {
 }
 _SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
 _LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
 
 
 def _counters(pack, device: str, rounds: int) -> dict:
@@ -69,6 +79,7 @@ def _counters(pack, device: str, rounds: int) -> dict:
 
     out = {
         "kernel_launches": per_round(_LAUNCHES),
+        "graph_launches": per_round(_GRAPH_LAUNCHES),
         "synchronisations": per_round(_SYNCS),
         "host_to_device_copies": sum(e.count for e in events if "HtoD" in e.key) / rounds,
     }
@@ -76,6 +87,63 @@ def _counters(pack, device: str, rounds: int) -> dict:
         busy_us = sum(e.self_device_time_total for e in events)
         out["device_busy_ms"] = busy_us / 1e3 / rounds
     return out
+
+
+def _operators(pack, rounds: int, top: int = 8) -> dict:
+    """Per-round milliseconds of a CPU pack's operators: the batched products and the rest."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    spent: dict[str, float] = {}
+    bmm_flops = 0.0
+
+    class Timed(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            nonlocal bmm_flops
+            start = time.perf_counter()
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - start
+            if func is torch.ops.aten.bmm.default:
+                (b, m, k), n = args[0].shape, args[1].shape[2]
+                bmm_flops += 2.0 * b * m * k * n
+            return out
+
+    with Timed():
+        for _ in range(rounds):
+            pack.step()
+    bmm = spent.get("bmm", 0.0)
+    return {
+        "bmm_ms": round(bmm * 1e3 / rounds, 1),
+        "bmm_gflop_per_s": round(bmm_flops / bmm / 1e9, 1) if bmm else None,
+        "other_ms": round((sum(spent.values()) - bmm) * 1e3 / rounds, 1),
+        "top_ms": {
+            k: round(v * 1e3 / rounds, 1)
+            for k, v in sorted(spent.items(), key=lambda kv: -kv[1])[:top]
+        },
+    }
+
+
+def _batches_ms(pack, rounds: int) -> float:
+    """Milliseconds per round in ``group_batches`` (the pack module's reference, wrapped)."""
+    from fedtune.trainers import packed
+
+    draw, spent = packed.group_batches, []
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return draw(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    packed.group_batches = timed
+    try:
+        for _ in range(rounds):
+            pack.step()
+    finally:
+        packed.group_batches = draw
+    return round(sum(spent) * 1e3 / rounds, 2)
 
 
 def _phases(pack, device: str, rounds: int) -> dict[str, float]:
@@ -116,12 +184,17 @@ def measure(task: str, p: int, device: str, rounds: int, repeats: int, profiled:
     for _ in range(3):
         pack.step()
     samples = [time_rounds(pack, device, rounds) * 1e3 / rounds for _ in range(repeats)]
+    operators = {} if device.startswith("cuda") else {"operators": _operators(pack, profiled)}
     return {
         "P": p,
         "ms_per_round": statistics.median(samples),
+        "batches_ms": _batches_ms(pack, profiled),
+        **operators,
         "samples_ms_per_round": samples,
         **_counters(pack, device, profiled),
         "share_of_step": _phases(pack, device, profiled),
+        "graphs_recorded": 0 if pack.step_graphs is None else pack.step_graphs.recorded,
+        "graphs_failed": None if pack.step_graphs is None else pack.step_graphs.failed,
     }
 
 
@@ -152,7 +225,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(
                 f"{task} P={row['P']}: {row['ms_per_round']:.1f} ms/round"
                 + ("" if busy is None else f", device busy {busy:.1f} ms")
-                + f", {row['kernel_launches']:.0f} launches, shares {row['share_of_step']}",
+                + f", {row['kernel_launches']:.0f} launches, batch rows {row['batches_ms']} ms"
+                + f", shares {row['share_of_step']}"
+                + (f", operators {row['operators']}" if "operators" in row else ""),
                 flush=True,
             )
     doc = {

@@ -67,3 +67,8 @@ def test_the_pack_profile_splits_a_round_into_its_phases(tmp_path):
         assert 0 < shares["_local_steps"] < 1 and 0 < shares["_close"] < 1
         assert shares["_open"] + shares["_local_steps"] + shares["_close"] <= 1.001
         assert row["kernel_launches"] == 0 and "device_busy_ms" not in row  # a CPU run
+        assert row["graph_launches"] == 0 and row["graphs_recorded"] == 0
+        assert 0 < row["batches_ms"] < 2 * row["ms_per_round"]  # a part of a round (timed apart)
+        ops = row["operators"]  # the quadratic's products are batched matrix products too
+        assert ops["bmm_ms"] > 0 and ops["bmm_gflop_per_s"] > 0 and ops["other_ms"] > 0
+        assert ops["top_ms"]["bmm"] == ops["bmm_ms"] and len(ops["top_ms"]) <= 8
