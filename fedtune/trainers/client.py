@@ -154,16 +154,16 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
     """Build the ClientUpdate of N independent (configuration, client) pairs at once.
 
     ``fn(x [N, …], lr [N], alpha [N] | None, rows [N, K_max, B], inputs, targets,
-    theta [N, K_max], mask [N, K_max] | None, dense=False) -> message [N, …]``: each pair runs the masked
-    first-order ClientUpdate of :func:`make_masked_client_fn` from its own start ``x`` with its
-    own rate γ and proximal weight α: g_k ← ∇f(y; S_k) + α (y − x), msg ← msg + θ_k g_k,
-    y ← y − γ g_k on its unmasked steps (Charles & Konečný 2021 (arXiv:2103.05032) §2.1);
+    theta [N, K_max], mask [N, K_max] | None, dense=False) -> message [N, …]``: each pair runs
+    the masked first-order ClientUpdate of :func:`make_masked_client_fn` from its own start
+    ``x`` with its own rate γ and proximal weight α: g_k ← ∇f(y; S_k) + α (y − x),
+    msg ← msg + θ_k g_k, y ← y − γ g_k on its unmasked steps (Charles & Konečný 2021 (arXiv:2103.05032) §2.1);
     ``alpha`` None: no proximal term, ``mask`` None: every step is real. Step k's batches are
     gathered as ``inputs[rows[:, k]]``. A step that only some pairs have (``mask`` a prefix of
     K_max per pair) is computed for those pairs alone, their states written back in place;
-    ``dense``: for every pair, the masked pairs' states kept by ``torch.where``, so that the call
-    reads nothing back to the host and has the same kernels whatever the mask (a CUDA graph
-    can record it: :mod:`~fedtune.trainers.pack_graph`).
+    with ``dense`` it is computed for every pair and ``torch.where`` keeps the others' states,
+    so that the call reads nothing back to the host and runs the same kernels whatever the mask
+    (a CUDA graph can record it: :mod:`~fedtune.trainers.pack_graph`).
 
     The pairs' losses are vmapped and their gradients are taken with one ordinary backward pass
     of their sum: no pair's loss depends on another's parameters, so each pair's gradient is
