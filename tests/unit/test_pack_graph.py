@@ -61,7 +61,7 @@ def test_a_replayed_call_gives_each_calls_values():
 
 def test_outputs_are_fresh_and_shapes_data_and_none_pick_the_recording():
     capture = CpuReplay()
-    calls = ReplayedCalls(affine, capture)
+    calls = ReplayedCalls(affine, capture, kept=8)
     data, other = torch.arange(4.0), torch.arange(4.0) + 1
     a = {"w": torch.ones(2)}
     first = calls((a, torch.tensor(2.0), None), (data,))
@@ -69,11 +69,13 @@ def test_outputs_are_fresh_and_shapes_data_and_none_pick_the_recording():
     assert torch.equal(first["w"], torch.full((2,), 8.0))
     assert torch.equal(second["w"], torch.full((2,), 9.0))
     assert calls.recorded == 1
+    got = calls((a, torch.tensor(2.0), None), (other,))  # other data of the same shape
+    assert torch.equal(got["w"], torch.full((2,), 12.0))
     calls((a, torch.tensor(2.0), torch.tensor(1.0)), (data,))  # a tensor where None was
     calls(({"w": torch.ones(3)}, torch.tensor(2.0), None), (data,))  # another shape
-    got = calls((a, torch.tensor(2.0), None), (other,))  # other data: recorded anew
-    assert torch.equal(got["w"], torch.full((2,), 12.0))
     assert calls.recorded == 4
+    again = calls((a, torch.tensor(1.0), None), (data,))  # the first recording, still kept
+    assert torch.equal(again["w"], torch.full((2,), 7.0)) and calls.recorded == 4
 
 
 def test_recordings_are_kept_up_to_the_limit():
