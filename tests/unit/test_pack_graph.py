@@ -104,12 +104,33 @@ def test_a_recording_that_fails_turns_the_recorder_off_with_one_line(caplog):
     assert lines == ["the pack's local steps run without graphs: " + calls.failed]
 
 
-def equal_steps(name: str, k: int = 3) -> list[dict]:
-    """``variants(name)`` with the same K for every member (no step mask: replayable)."""
-    out = variants(name)
-    for cfg in out:
-        cfg["train"]["local_steps"] = k
+def fixed_k(configs: list[dict], k: int = 3) -> list[dict]:
+    """The configurations with K local steps each (no step mask)."""
+    out = []
+    for cfg in configs:
+        train = {key: v for key, v in cfg["train"].items() if key != "local_epochs"}
+        out.append({**cfg, "train": {**train, "local_steps": k}})
     return out
+
+
+#: (recipe, how its members' local steps differ): the same K (no step mask), different K, or
+#: local epochs over clients of different sizes
+STEP_CASES = [
+    ("fedavgm", "equal"),
+    ("fedprox", "equal"),
+    ("fedadam", "equal"),
+    ("fedavgm", "K"),
+    ("fedprox", "K"),
+    ("fedavg", "epochs"),
+]
+
+
+def step_configs(name: str, steps: str) -> list[dict]:
+    """``variants(name)`` for a case of :data:`STEP_CASES`, member 1 set to diverge."""
+    configs = fixed_k(variants(name)) if steps == "equal" else variants(name, steps == "epochs")
+    configs[1]["hparams"] = {**configs[1]["hparams"], "client_lr": 5.0, "server_lr": 5.0}
+    configs[1]["train"] = {**configs[1]["train"], "divergence_factor": 2.0}
+    return configs
 
 
 def same_records(a, b) -> None:
@@ -127,24 +148,12 @@ def replaying(monkeypatch) -> CpuReplay:
     return capture
 
 
-@pytest.mark.parametrize(
-    ("name", "steps"),
-    [
-        ("fedavgm", "equal"),
-        ("fedprox", "equal"),
-        ("fedadam", "equal"),
-        ("fedavgm", "K"),
-        ("fedprox", "K"),
-        ("fedavg", "epochs"),
-    ],
-)
+@pytest.mark.parametrize(("name", "steps"), STEP_CASES)
 def test_a_replayed_pack_equals_the_pack_run_as_it_is(monkeypatch, name, steps):
     """Bit for bit, through a divergence (the pack shrinks: a new shape), with a proximal
     term (a copied argument that is None for the other recipes), and with a step mask (members
     of different K, or clients of different τ_i: every pair computes every step)."""
-    configs = equal_steps(name) if steps == "equal" else variants(name, steps == "epochs")
-    configs[1]["hparams"].update(client_lr=5.0, server_lr=5.0)
-    configs[1]["train"]["divergence_factor"] = 2.0
+    configs = step_configs(name, steps)
     plain = PackedTrainer(configs, graphs=False)
     while not plain.done:
         plain.step()
@@ -163,9 +172,7 @@ def test_a_replayed_pack_equals_the_pack_run_as_it_is(monkeypatch, name, steps):
 def test_a_replayed_pack_with_refills_and_staggered_members(monkeypatch):
     """Members at two round indices (one call with both groups' pairs) and a stop: each
     shape is recorded once, and every curve is the one of the pack run as it is."""
-    configs = [digits(j, local_steps=2, local_epochs=None) for j in range(4)]
-    for cfg in configs:
-        del cfg["train"]["local_epochs"]
+    configs = fixed_k([digits(j) for j in range(4)], k=2)
 
     def run(pack: PackedTrainer) -> PackedTrainer:
         pack.step()
@@ -187,7 +194,7 @@ def test_a_replayed_pack_with_refills_and_staggered_members(monkeypatch):
 
 
 def test_a_pack_records_only_on_a_gpu_with_its_data_in_memory():
-    pack = PackedTrainer(equal_steps("fedavgm")[:2])
+    pack = PackedTrainer(fixed_k(variants("fedavgm"))[:2])
     assert pack._capture() is None  # a CPU
     pack.step()
     assert pack.step_graphs is None

@@ -9,6 +9,7 @@ import torch
 
 from fedtune.trainers import Trainer
 from fedtune.trainers.packed import PackedTrainer
+from tests.unit.test_pack_graph import STEP_CASES, fixed_k, same_records, step_configs
 from tests.unit.test_packed_exactness import (
     assert_same_curve,
     digits,
@@ -93,35 +94,14 @@ def test_the_measured_pack_memory_predicts_a_larger_pack():
     assert abs(peak - memory.need(16)) <= 0.25 * memory.need(16), (peak, memory)
 
 
-def fixed_k(configs: list[dict], k: int = 3) -> list[dict]:
-    """The configurations with K local steps each (no step mask: the steps are graphed)."""
-    out = []
-    for cfg in configs:
-        train = {key: v for key, v in cfg["train"].items() if key != "local_epochs"}
-        out.append({**cfg, "train": {**train, "local_steps": k}})
-    return out
-
-
-@pytest.mark.parametrize(
-    ("name", "steps"),
-    [
-        ("fedavgm", "equal"),
-        ("fedprox", "equal"),
-        ("fedadam", "equal"),
-        ("fedavgm", "K"),
-        ("fedavg", "epochs"),
-    ],
-)
+@pytest.mark.parametrize(("name", "steps"), STEP_CASES)
 def test_a_graphed_pack_on_cuda_equals_its_eager_twin_and_the_unpacked_runs(name, steps):
     """The local steps replayed as CUDA graphs give the numbers of the same pack run eagerly
     through a divergence (a new shape, a new graph): bit for bit where every pair runs every
     step, and each member's curve is its unpacked run's on the GPU (≤ 1e-12 relative) also
     with a step mask (the graph computes every pair's every step; the eager pack only the
     pairs that have it)."""
-    configs = variants(name, steps == "epochs")
-    configs = on("cuda", fixed_k(configs) if steps == "equal" else configs)
-    configs[1]["hparams"] = {**configs[1]["hparams"], "client_lr": 5.0, "server_lr": 5.0}
-    configs[1]["train"] = {**configs[1]["train"], "divergence_factor": 2.0}
+    configs = on("cuda", step_configs(name, steps))
     graphed = run_pack(configs)
     eager = PackedTrainer(configs, graphs=False)
     while not eager.done:
@@ -130,9 +110,8 @@ def test_a_graphed_pack_on_cuda_equals_its_eager_twin_and_the_unpacked_runs(name
     assert replayed is not None and replayed.failed is None, replayed and replayed.failed
     assert replayed.recorded >= 2
     for i, cfg in enumerate(configs):
-        a = [r.as_dict() | {"wall_time": 0} for r in graphed.result(i).records]
-        b = [r.as_dict() | {"wall_time": 0} for r in eager.result(i).records]
-        assert a == b or steps != "equal", i
+        if steps == "equal":
+            same_records(graphed.result(i).records, eager.result(i).records)
         assert_same_curve(graphed.result(i).records, unpacked(cfg).records)
 
 
