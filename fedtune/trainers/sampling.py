@@ -11,9 +11,13 @@ habit 4).
   examples; ``full`` uses all of them at every step (exact gradient descent).
 
 Generators are numpy ``SeedSequence``-based, hence bit-identical across processes and machines.
+Several trials' ``with_replacement`` draws are taken in one pass over their streams' raw words
+(:func:`trials_batch_indices`), bit-identical to each stream's ``Generator.integers``.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import torch
@@ -87,6 +91,37 @@ def _draws(rng: np.random.Generator, count: int, need: int, mode: str) -> np.nda
     return np.concatenate([rng.permutation(count) for _ in range(reps)])[:need]
 
 
+#: the largest count whose uniform draws :func:`_bounded_rows` reproduces (NumPy's 32-bit path);
+#: on a big-endian machine the 32-bit halves are in the other order, and NumPy draws them itself
+_BOUNDED_MAX = 2**32 if sys.byteorder == "little" else 0
+
+
+def _bounded_rows(words: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Generator.integers(0, n_i, size=need)`` of each row's stream, from its 32-bit outputs.
+
+    NumPy draws an integer below n ≤ 2³² with Lemire's method on the generator's 32-bit outputs
+    (``buffered_bounded_lemire_uint32``; PCG64 gives the low, then the high half of each 64-bit
+    output): m = u·n is accepted when its low 32 bits are at least (2³² − n) mod n, and the
+    value is m >> 32 (Lemire 2019, "Fast Random Integer Generation in an Interval",
+    arXiv:1805.10941). Here all rows' candidates are scaled at once; a row with a rejection
+    among them (probability at most need·n/2³²) is left to NumPy.
+
+    Args:
+        words: Each stream's first ``need`` 32-bit outputs ``[R, need]`` (its ``random_raw``
+            words viewed as uint32, on a little-endian machine).
+        counts: Each row's n ``[R]`` (1 ≤ n ≤ 2³²).
+
+    Returns:
+        The values ``[R, need]`` and which rows had a rejection (their values are not valid).
+    """
+    n = counts.astype(np.uint64)[:, None]
+    scaled = words.astype(np.uint64)
+    scaled *= n
+    rejected = (scaled.astype(np.uint32) < (np.uint64(2**32) - n) % n).any(1)
+    scaled >>= np.uint64(32)
+    return scaled.view(np.int64), rejected  # every value is below 2³²: the same bits
+
+
 def cohort_batch_indices(
     trial_seed: int,
     round_idx: int,
@@ -150,14 +185,46 @@ def trials_batch_indices(
         ]
     cohort, sizes = clients.tolist(), counts.tolist()
     base = offsets.numpy().astype(np.int64)[:, None]
-    rngs = generators([row for s in trial_seeds for row in batch_streams(s, round_idx, cohort)])
-    out = []
-    for k in steps:
-        need = k * batch_size
-        local = np.empty((len(cohort), need), dtype=np.int64)
-        for i, n in enumerate(sizes):
-            local[i] = _draws(next(rngs), n, need, mode)
-        local += base
-        out.append(torch.from_numpy(local).view(len(cohort), k, batch_size))
+    streams = [row for s in trial_seeds for row in batch_streams(s, round_idx, cohort)]
+    rngs = generators(streams)
+    needs = [k * batch_size for k in steps]
+    m = len(cohort)
+    if mode == "with_replacement" and max(sizes) <= _BOUNDED_MAX:
+        drawn = _bounded_cohorts(rngs, streams, needs, sizes)
+    else:
+        drawn = []
+        for need in needs:
+            local = np.empty((m, need), dtype=np.int64)
+            for i, n in enumerate(sizes):
+                local[i] = _draws(next(rngs), n, need, mode)
+            drawn.append(local)
     rngs.close()
+    out = []
+    for local, k in zip(drawn, steps, strict=True):
+        local += base
+        out.append(torch.from_numpy(local).view(m, k, batch_size))
+    return out
+
+
+def _bounded_cohorts(rngs, streams: list, needs: list[int], sizes: list[int]) -> list[np.ndarray]:
+    """Each trial's ``with_replacement`` draws ``[M, need]``: every stream's raw words in stream
+    order, then one :func:`_bounded_rows` pass per distinct ``need``; a row with a rejection is
+    drawn by NumPy itself from its stream's start."""
+    m = len(sizes)
+    raw = [np.empty((m, (need + 1) // 2), dtype=np.uint64) for need in needs]
+    for words in raw:
+        for i in range(m):
+            words[i] = next(rngs).bit_generator.random_raw(words.shape[1])
+    out: list[np.ndarray] = [np.empty(0)] * len(needs)
+    counts = np.asarray(sizes, dtype=np.int64)
+    for need in dict.fromkeys(needs):
+        trials = [j for j, n in enumerate(needs) if n == need]
+        words = np.concatenate([raw[j] for j in trials]).view(np.uint32)[:, :need]
+        values, rejected = _bounded_rows(words, np.tile(counts, len(trials)))
+        for row in np.flatnonzero(rejected):
+            j, i = trials[row // m], row % m
+            rng = np.random.default_rng(list(streams[j * m + i]))
+            values[row] = _draws(rng, sizes[i], need, "with_replacement")
+        for pos, j in enumerate(trials):
+            out[j] = values[pos * m : (pos + 1) * m]
     return out

@@ -9,6 +9,7 @@ import torch
 
 from fedtune.trainers.sampling import (
     _BATCH_STREAM,
+    _bounded_rows,
     _local_draws,
     cohort_batch_indices,
     trials_batch_indices,
@@ -102,3 +103,35 @@ def test_prepared_rows_draw_the_same_and_big_seeds_fall_back():
             for row, gen in zip(rows, generators(rows), strict=True):
                 ref = np.random.default_rng(list(row))
                 assert gen.integers(0, 30, 16).tolist() == ref.integers(0, 30, 16).tolist()
+
+
+@pytest.mark.parametrize("need", [1, 7, 200])
+def test_bounded_rows_draw_what_generator_integers_draws(need):
+    """Lemire's draws of every row at once equal NumPy's own where no candidate is rejected; a
+    count just above 2³¹ rejects about half its candidates, and those rows say so."""
+    counts = np.array([1, 2, 3, 97, 150, 1000, 2**31 + 1, 2**32 - 1, 2**32] * 40, dtype=np.int64)
+    rows = _rows(counts.size, 4, need)
+    raw = np.empty((counts.size, (need + 1) // 2), dtype=np.uint64)
+    for i, gen in enumerate(generators(rows)):
+        raw[i] = gen.bit_generator.random_raw(raw.shape[1])
+    values, rejected = _bounded_rows(raw.view(np.uint32)[:, :need], counts)
+    for i, (row, n) in enumerate(zip(rows, counts.tolist(), strict=True)):
+        if not rejected[i]:
+            ref = np.random.default_rng(list(row)).integers(0, n, size=need)
+            assert values[i].tolist() == ref.tolist(), (i, n)
+    assert not rejected[counts < 2**31].any()
+    half = rejected[counts == 2**31 + 1]
+    assert half.any() and (need > 1 or not half.all())  # one candidate: about half of 40 rows
+
+
+def test_rows_with_a_rejection_are_drawn_by_numpy_itself():
+    clients, offsets = torch.tensor([2, 5]), torch.tensor([0, 10])
+    counts = torch.tensor([2**31 + 1, 30])
+    seeds, steps = [3, 4, 5, 6], [1, 1, 1, 2]  # a count above 2³¹ rejects half its candidates
+    together = trials_batch_indices(
+        seeds, 1, clients, offsets, counts, steps, 4, "with_replacement"
+    )
+    for seed, k, rows in zip(seeds, steps, together, strict=True):
+        for i, (c, n, o) in enumerate(zip([2, 5], counts.tolist(), [0, 10], strict=True)):
+            own = _local_draws(seed, 1, c, n, 4 * k, "with_replacement").reshape(k, 4) + o
+            assert rows[i].tolist() == own.tolist(), (seed, c)
