@@ -189,7 +189,7 @@ def trials_batch_indices(
     rngs = generators(streams)
     needs = [k * batch_size for k in steps]
     m = len(cohort)
-    if mode == "with_replacement" and 1 <= min(sizes) and max(sizes) <= _BOUNDED_MAX:
+    if mode == "with_replacement" and min(sizes) >= 1 and max(sizes) <= _BOUNDED_MAX:
         drawn = _bounded_cohorts(rngs, streams, needs, sizes)
     else:
         drawn = []
