@@ -157,7 +157,8 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
     theta [N, K_max], mask [N, K_max] | None, dense=False) -> message [N, …]``: each pair runs
     the masked first-order ClientUpdate of :func:`make_masked_client_fn` from its own start
     ``x`` with its own rate γ and proximal weight α: g_k ← ∇f(y; S_k) + α (y − x),
-    msg ← msg + θ_k g_k, y ← y − γ g_k on its unmasked steps (Charles & Konečný 2021 (arXiv:2103.05032) §2.1);
+    msg ← msg + θ_k g_k, y ← y − γ g_k on its unmasked steps (Charles & Konečný 2021
+    (arXiv:2103.05032) §2.1);
     ``alpha`` None: no proximal term, ``mask`` None: every step is real. Step k's batches are
     gathered as ``inputs[rows[:, k]]``. A step that only some pairs have (``mask`` a prefix of
     K_max per pair) is computed for those pairs alone, their states written back in place;
@@ -244,14 +245,16 @@ def make_packed_client_fn(loss_of: LossOf, units: str) -> Callable[..., Params]:
                 msg = {n: torch.zeros_like(g[n]) for n in g}
                 y = {n: torch.empty_like(g[n]).copy_(y[n]) for n in g}
             new_msg = {n: msg[n] + per_pair(theta[:, k], g[n]) * g[n] for n in g}
-            new_y = {n: y[n] + per_pair(-lr, g[n]) * g[n] for n in g}
+            # the last step's y is never read (as on the paths above)
+            new_y = y if k == last else {n: y[n] + per_pair(-lr, g[n]) * g[n] for n in g}
             if counts is not None and counts[k] == mask.shape[0]:  # no pair to mask at step k
                 msg, y = new_msg, new_y
                 continue
             # dense, or step 0 with pairs that have no step at all (a later partial step is the
             # live path)
             msg = {n: torch.where(per_pair(mask[:, k], g[n]), new_msg[n], msg[n]) for n in g}
-            y = {n: torch.where(per_pair(mask[:, k], g[n]), new_y[n], y[n]) for n in g}
+            if k < last:
+                y = {n: torch.where(per_pair(mask[:, k], g[n]), new_y[n], y[n]) for n in g}
         if units == "delta":
             return {n: per_pair(lr, msg[n]) * msg[n] for n in msg}
         return msg
