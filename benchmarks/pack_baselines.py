@@ -44,7 +44,7 @@ from torch.func import functional_call, grad, vmap
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment, sync
-from packing import K, M, configs, mlp_flops_per_config_round, time_rounds
+from packing import K, M, configs, graph_fields, mlp_flops_per_config_round, time_rounds
 
 RESULTS = Path(__file__).parent / "results"
 B = 16
@@ -154,7 +154,6 @@ def measure(p: int, device: str, repeats: int, target: float) -> dict[str, Any]:
     cuda = torch.device(device).type == "cuda"
     pack = PackedTrainer(batch)
     out: dict[str, Any] = {"pack": rates(pack, p, device, repeats, target)}
-    replayed = pack.step_graphs
     if cuda:
         eager = PackedTrainer(batch, graphs=False)
         out["pack_eager"] = rates(eager, p, device, repeats, target)
@@ -166,8 +165,7 @@ def measure(p: int, device: str, repeats: int, target: float) -> dict[str, Any]:
     row: dict[str, Any] = {
         k: {"config_rounds_per_s": v, "median": statistics.median(v)} for k, v in out.items()
     }
-    row["graphs_recorded"] = 0 if replayed is None else replayed.recorded
-    row["graphs_failed"] = None if replayed is None else replayed.failed
+    row.update(graph_fields(pack))
     return row
 
 

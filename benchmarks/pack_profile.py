@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment, sync
-from packing import TASKS, B, K, M, configs, time_rounds
+from packing import TASKS, B, K, M, configs, graph_fields, time_rounds
 
 RESULTS = Path(__file__).parent / "results"
 #: the phases whose cumulative time is reported, as shares of ``PackedTrainer.step``: each
@@ -193,8 +193,7 @@ def measure(task: str, p: int, device: str, rounds: int, repeats: int, profiled:
         "samples_ms_per_round": samples,
         **_counters(pack, device, profiled),
         "share_of_step": _phases(pack, device, profiled),
-        "graphs_recorded": 0 if pack.step_graphs is None else pack.step_graphs.recorded,
-        "graphs_failed": None if pack.step_graphs is None else pack.step_graphs.failed,
+        **graph_fields(pack),
     }
 
 

@@ -102,6 +102,15 @@ def rss_mb() -> tuple[float, float]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
+def graph_fields(pack) -> dict[str, Any]:
+    """How many CUDA graphs a pack recorded of its local steps, and why none (if it failed)."""
+    graphs = pack.step_graphs
+    return {
+        "graphs_recorded": 0 if graphs is None else graphs.recorded,
+        "graphs_failed": None if graphs is None else graphs.failed,
+    }
+
+
 def time_rounds(pack, device: str, rounds: int) -> float:
     """Seconds that ``rounds`` rounds of a pack take, its device synchronised before and after.
 
