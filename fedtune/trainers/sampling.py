@@ -208,19 +208,22 @@ def trials_batch_indices(
 
 def _bounded_cohorts(rngs, streams: list, needs: list[int], sizes: list[int]) -> list[np.ndarray]:
     """Each trial's ``with_replacement`` draws ``[M, need]``: every stream's raw words in stream
-    order, then one :func:`_bounded_rows` pass per distinct ``need``; a row with a rejection is
-    drawn by NumPy itself from its stream's start."""
+    order, written straight into one array per distinct ``need``, then one :func:`_bounded_rows`
+    pass per array; a row with a rejection is drawn by NumPy itself from its stream's start."""
     m = len(sizes)
-    raw = [np.empty((m, (need + 1) // 2), dtype=np.uint64) for need in needs]
-    for words in raw:
+    groups = {need: [j for j, n in enumerate(needs) if n == need] for need in dict.fromkeys(needs)}
+    raw = {need: np.empty((len(js) * m, (need + 1) // 2), np.uint64) for need, js in groups.items()}
+    block = {j: pos * m for js in groups.values() for pos, j in enumerate(js)}
+    for j, need in enumerate(needs):  # stream order; each trial's rows in its need's array
+        words = raw[need]
         for i in range(m):
-            words[i] = next(rngs).bit_generator.random_raw(words.shape[1])
+            words[block[j] + i] = next(rngs).bit_generator.random_raw(words.shape[1])
     out: list[np.ndarray] = [np.empty(0)] * len(needs)
     counts = np.asarray(sizes, dtype=np.int64)
-    for need in dict.fromkeys(needs):
-        trials = [j for j, n in enumerate(needs) if n == need]
-        words = np.concatenate([raw[j] for j in trials]).view(np.uint32)[:, :need]
-        values, rejected = _bounded_rows(words, np.tile(counts, len(trials)))
+    for need, trials in groups.items():
+        values, rejected = _bounded_rows(
+            raw[need].view(np.uint32)[:, :need], np.tile(counts, len(trials))
+        )
         for row in np.flatnonzero(rejected):
             j, i = trials[row // m], row % m
             rng = np.random.default_rng(list(streams[j * m + i]))
