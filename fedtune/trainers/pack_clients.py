@@ -30,13 +30,35 @@ from .module_loss import ModuleLoss
 from .pack_graph import Capture, ReplayedCalls
 from .steps import step_mask
 
-__all__ = ["CPU_CHUNK_BYTES", "PackedClients"]
+__all__ = ["CPU_CHUNK_BYTES", "PackedClients", "member_sums"]
 
 Params = dict[str, torch.Tensor]
 
 #: on a CPU, the members per vmapped client call are chosen so that one client state
 #: ``[members, M, parameters]`` takes at most this many bytes
 CPU_CHUNK_BYTES = 16 * 2**20
+
+
+def member_sums(v: torch.Tensor, g: int, m: int) -> torch.Tensor:
+    """Each member's sum over its clients of ``v [G·M, …]``: ``[G, …]``, in ``v``'s memory order.
+
+    The sum of ``v.unflatten(0, (g, m)).sum(1)``; but a reduction writes a contiguous result,
+    so a ``v`` laid out otherwise (a batched weight's gradient comes transposed) would be read
+    across its rows. Its trailing dimensions are permuted into memory order for the sum and
+    back after it; the order of the additions, which a reduction chooses by layout, may differ
+    (docs/explanation/packing.md, "The CPU ceiling").
+
+    Args:
+        v: The pairs' tensors, the pairs (member-major) first.
+        g: Members.
+        m: Clients per member.
+
+    Returns:
+        The sums, laid out as ``v``'s trailing dimensions.
+    """
+    order = sorted(range(1, v.dim()), key=lambda d: -v.stride(d))
+    back = [0] + [order.index(d) + 1 for d in range(1, v.dim())]
+    return v.permute(0, *order).unflatten(0, (g, m)).sum(1).permute(*back)
 
 
 class PackedClients:
@@ -169,8 +191,7 @@ class PackedClients:
             return {k: v.unflatten(0, (g, m)) for k, v in out.items()}
         w = weights.reshape(g * m)
         return {
-            k: v.mul_(w.view(-1, *([1] * (v.dim() - 1)))).unflatten(0, (g, m)).sum(1)
-            for k, v in out.items()
+            k: member_sums(v.mul_(w.view(-1, *([1] * (v.dim() - 1)))), g, m) for k, v in out.items()
         }
 
     def _auto_chunk(self, members: int, clients: int, x: Params) -> int:
