@@ -12,13 +12,17 @@ FedAvgM configurations, M = 10, K = 10, B = 20) and each P of ``--sizes``, one
   copies and the CUDA graph replays (``graph_launches``; ``graphs_recorded`` is how many graphs
   the pack captured, ``graphs_failed`` why it captured none);
 * ``cProfile`` over ``--profiled`` rounds: the share of ``PackedTrainer.step`` spent in each
-  phase — ``_open`` (the cohort, the broadcast, ℓ_t and its divergence test), within it
-  ``_batches`` (every member's batch rows, ``pack_batches.group_batches``), ``_local_steps`` and ``_close`` (aggregation, the
-  server step, evaluation and records). cProfile slows Python, so these are shares, not times.
+  phase — ``_open`` (the cohort, the broadcast, ℓ_t and its divergence test, the batch rows
+  of members without rows drawn ahead), ``_local_steps``, ``_ahead`` (the next round's batch
+  rows, drawn while the local steps are queued on a GPU: ``BatchRows.ahead``) and ``_close``
+  (aggregation, the server step, evaluation and records); ``_batches`` is the drawing of batch
+  rows (``pack_batches.draw_rows``) wherever it ran, in ``_open`` or ``_ahead``. cProfile slows
+  Python, so these are shares, not times.
 
 ``batches_ms`` is the wall time per round of drawing every member's batch rows
-(``pack_batches.group_batches``, timed around each call over ``--profiled`` rounds, no
-profiler). On a CPU, ``operators`` times every ATen operator of ``--profiled`` rounds (a
+(``pack_batches.draw_rows``, timed around each call over ``--profiled`` rounds, no profiler);
+``rows_drawn_ahead`` is the share of the members' rows over those rounds that had been drawn
+a round ahead. On a CPU, ``operators`` times every ATen operator of ``--profiled`` rounds (a
 ``TorchDispatchMode`` around each call; a CPU operator has finished when it returns): per round,
 the milliseconds in the batched products (``bmm``, with the FLOP/s they reach) and in the rest,
 and the operators that took longest. The mode's own Python cost is outside those times.
@@ -52,8 +56,9 @@ RESULTS = Path(__file__).parent / "results"
 #: phase's function, as the file it is in and its name
 PHASES = {
     "_open": ("packed.py", "_open"),
-    "_batches": ("pack_batches.py", "group_batches"),
+    "_batches": ("pack_batches.py", "draw_rows"),
     "_local_steps": ("packed.py", "_local_steps"),
+    "_ahead": ("pack_batches.py", "ahead"),
     "_close": ("packed.py", "_close"),
 }
 _SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize")
@@ -124,11 +129,13 @@ def _operators(pack, rounds: int, top: int = 8) -> dict:
     }
 
 
-def _batches_ms(pack, rounds: int) -> float:
-    """Milliseconds per round in ``group_batches`` (the pack module's reference, wrapped)."""
-    from fedtune.trainers import packed
+def _batches_ms(pack, rounds: int) -> dict[str, float]:
+    """Milliseconds per round in ``draw_rows`` (its module's reference, wrapped), and the share
+    of the members' rows that had been drawn ahead."""
+    from fedtune.trainers import pack_batches
 
-    draw, spent = packed.group_batches, []
+    draw, spent = pack_batches.draw_rows, []
+    taken, reused = pack._rows.taken, pack._rows.reused
 
     def timed(*args, **kwargs):
         start = time.perf_counter()
@@ -137,13 +144,17 @@ def _batches_ms(pack, rounds: int) -> float:
         finally:
             spent.append(time.perf_counter() - start)
 
-    packed.group_batches = timed
+    pack_batches.draw_rows = timed
     try:
         for _ in range(rounds):
             pack.step()
     finally:
-        packed.group_batches = draw
-    return round(sum(spent) * 1e3 / rounds, 2)
+        pack_batches.draw_rows = draw
+    taken, reused = pack._rows.taken - taken, pack._rows.reused - reused
+    return {
+        "batches_ms": round(sum(spent) * 1e3 / rounds, 2),
+        "rows_drawn_ahead": round(reused / max(taken, 1), 3),
+    }
 
 
 def _phases(pack, device: str, rounds: int) -> dict[str, float]:
@@ -188,7 +199,7 @@ def measure(task: str, p: int, device: str, rounds: int, repeats: int, profiled:
     return {
         "P": p,
         "ms_per_round": statistics.median(samples),
-        "batches_ms": _batches_ms(pack, profiled),
+        **_batches_ms(pack, profiled),
         **operators,
         "samples_ms_per_round": samples,
         **_counters(pack, device, profiled),

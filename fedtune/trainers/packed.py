@@ -61,13 +61,12 @@ from .engine import EVAL_CLIENTS_METRIC, RUNNER_METRIC, Trainer, pick_device
 from .evaluation import client_mean_losses, members_evaluation
 from .model_check import check_model_outputs
 from .module_loss import ModuleLoss
-from .pack_batches import group_batches
+from .pack_batches import BatchRows, round_clients
 from .pack_clients import PackedClients
 from .pack_graph import Capture, ReplayedCalls, capture_for
 from .pack_rules import pack_key, pack_refusal, parse
 from .pack_state import Group, Index, Member, Params, member_weights, pad_steps, stacked_rows
 from .records import Outcome, RoundRecord, TrialResult
-from .sampling import sample_clients
 from .server_opt import make_server_opt
 from .steps import step_summary
 from .tasks import InMemoryData, Task, build_task
@@ -96,6 +95,9 @@ class PackedTrainer:
         graphs: On a GPU, with the data in memory, record the local steps of a round as a
             CUDA graph, once per shape, and replay it (:mod:`~fedtune.trainers.pack_graph`).
             The numbers do not change.
+        rows_ahead: With the data in memory, draw the next round's batch rows while a round's
+            local steps run (on a GPU they are queued and the host is free:
+            :class:`~.pack_batches.BatchRows`). The rows do not change.
 
     Raises:
         ConfigError: No configuration, one that cannot be packed, or keys that differ.
@@ -107,6 +109,7 @@ class PackedTrainer:
         task: Task | None = None,
         chunk: int | None = None,
         graphs: bool = True,
+        rows_ahead: bool = True,
     ) -> None:
         self.chunk, self.graphs = chunk, graphs
         parsed = [parse(c) for c in configs]
@@ -131,6 +134,7 @@ class PackedTrainer:
         self.dtype = torch.float64 if first.train.dtype == "float64" else torch.float32
         self.data = self.task.train.to(self.device, self.dtype)
         self.test = None if self.task.test is None else self.task.test.to(self.device, self.dtype)
+        self._rows = BatchRows(self.data, rows_ahead, self.dtype, self.device)
         self._module = self.task.model_fn(torch.Generator().manual_seed(first.seed)).to(
             device=self.device, dtype=self.dtype
         )
@@ -301,7 +305,11 @@ class PackedTrainer:
         for pos, i in enumerate(self._slots):
             by_round.setdefault(self._members[i].round, []).append(pos)
         groups = [g for t in sorted(by_round) if (g := self._open(t, by_round[t])) is not None]
-        for group, q in zip(groups, self._local_steps(groups), strict=True):
+        messages = self._local_steps(groups)  # on a GPU queued: the host is free until _close
+        self._rows.ahead(
+            (g.t + 1, [m for m in g.members if g.t + 1 < m.config.train.rounds]) for g in groups
+        )
+        for group, q in zip(groups, messages, strict=True):
             self._close(group, q, out, start)
         self._wall += time.perf_counter() - start
         self._drop([i for i in self._slots if self._members[i].done])
@@ -328,11 +336,7 @@ class PackedTrainer:
         broadcast, ℓ_t and the divergence test, every member's batch rows (None: all diverged)."""
         members = [self._members[self._slots[p]] for p in positions]
         train = members[0].config.train
-        clients = torch.from_numpy(
-            sample_clients(
-                members[0].config.task.seed, t, self.data.num_clients, train.clients_per_round
-            )
-        )
+        clients = round_clients(members, t, self.data.num_clients)
         data = self.data.cohort(clients)
         counts = self.data.client_sizes[clients].to(self.dtype)
         weights = counts if train.weighting == "examples" else torch.ones_like(counts)
@@ -353,9 +357,7 @@ class PackedTrainer:
             members = [members[g] for g in alive]
             positions = [positions[g] for g in alive]
             client_loss = [client_loss[g] for g in alive]
-        rows, steps, thetas, cohorts = group_batches(
-            members, t, clients, data, weights, self.data.client_sizes, self.dtype, self.device
-        )
+        rows, steps, thetas, cohorts = self._rows.group(members, t, clients, data, weights)
         return Group(
             t=t,
             positions=positions,
