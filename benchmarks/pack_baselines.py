@@ -8,7 +8,9 @@ run, each timed for about ``--target`` seconds per sample after two warm-up roun
 * ``pack`` — :class:`fedtune.trainers.packed.PackedTrainer` of the P configurations
   (``benchmarks/packing.py``'s configurations, evaluation off); on a GPU its local steps are
   replayed as CUDA graphs (``graphs_recorded`` says how many were captured, ``graphs_failed``
-  why none could be), and ``pack_eager`` (CUDA only) is the same pack with ``graphs=False``;
+  why none could be); ``pack_eager`` (CUDA only) is the same pack with ``graphs=False``, and
+  ``pack_rows_in_round`` (CUDA only) the same pack drawing each round's batch rows when the
+  round opens (``rows_ahead=False``) instead of while the round before runs on the device;
 * ``loop`` — one round is: draw each configuration's M clients and every (client, step) batch's
   B rows on the device (``torch.rand``, no host round trip), ``vmap(grad)`` of the cross-entropy
   over all P·M (configuration, client) pairs for each of the K steps (SGD at the pair's γ), the
@@ -157,6 +159,8 @@ def measure(p: int, device: str, repeats: int, target: float) -> dict[str, Any]:
     if cuda:
         eager = PackedTrainer(batch, graphs=False)
         out["pack_eager"] = rates(eager, p, device, repeats, target)
+        in_round = PackedTrainer(batch, rows_ahead=False)
+        out["pack_rows_in_round"] = rates(in_round, p, device, repeats, target)
     loop = HandLoop(p, device)
     out["loop"] = rates(loop, p, device, repeats, target)
     if cuda:

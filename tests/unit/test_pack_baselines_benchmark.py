@@ -44,6 +44,7 @@ def test_the_json_has_the_pack_and_the_loop_side_by_side(tmp_path):
     assert json.loads(out.read_text()) == doc
     row = doc["sizes"]["2"]
     assert {"pack", "loop"} <= set(row) and "graph" not in row  # the graph needs CUDA
+    assert "pack_eager" not in row and "pack_rows_in_round" not in row  # so do the twins
     assert row["pack"]["median"] > 0 and row["loop"]["median"] > 0
     assert row["pack_over_loop"] == pytest.approx(
         row["pack"]["median"] / row["loop"]["median"], rel=1e-2
