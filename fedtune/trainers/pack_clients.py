@@ -46,7 +46,7 @@ def member_sums(v: torch.Tensor, g: int, m: int) -> torch.Tensor:
     so a ``v`` laid out otherwise (a batched weight's gradient comes transposed) would be read
     across its rows. Its trailing dimensions are permuted into memory order for the sum and
     back after it; the order of the additions, which a reduction chooses by layout, may differ
-    (docs/explanation/packing.md, "The CPU ceiling").
+    (docs/explanation/packing.md, "A CPU pack and its arithmetic ceiling").
 
     Args:
         v: The pairs' tensors, the pairs (member-major) first.
