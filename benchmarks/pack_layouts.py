@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import environment
+from _env import write_report
 from packing import B, configs, time_rounds
 
 RESULTS = Path(__file__).parent / "results"
@@ -180,28 +180,26 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    doc = {
+    started = time.time()
+    body = {
         "benchmark": "pack_layouts",
         "setting": {"pairs": PAIRS, "B": B, "layers": LAYERS, "dtype": "float32"},
-        "command": "python benchmarks/pack_layouts.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "environment": environment(),
         "products": products(args.seconds, args.repeats),
         "member_sums_ms": member_sums_ms(args.repeats),
         "pack": pack_rates(args.pack, args.samples, args.rounds),
     }
-    for layer, kinds in doc["products"].items():
+    for layer, kinds in body["products"].items():
         shown = "; ".join(
             f"{kind} " + ", ".join(f"{n} {r}" for n, r in row["gflop_per_s"].items())
             for kind, row in kinds.items()
         )
         print(f"{layer}: {shown} GFLOP/s")
-    print("member sums (ms per call):", doc["member_sums_ms"])
-    print("pack (configuration-rounds/s):", {k: v for k, v in doc["pack"].items()})
+    print("member sums (ms per call):", body["member_sums_ms"])
+    print("pack (configuration-rounds/s):", body["pack"])
     out = args.out or RESULTS / "pack_layouts.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    return doc
+    used = sys.argv[1:] if argv is None else argv
+    write_report(out, body, started, "benchmarks/pack_layouts.py", used)
+    return json.loads(out.read_text())
 
 
 if __name__ == "__main__":
