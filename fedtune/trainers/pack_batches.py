@@ -173,12 +173,13 @@ class BatchRows:
             member's :class:`~fedtune.trainers.algorithms.Cohort` (for its record).
         """
         keys = [draw_key(m, t) for m in members]
-        missing = [m for m, k in zip(members, keys, strict=True) if k not in self._ahead]
-        fresh = draw_rows(missing, t, clients, data, self.client_sizes) if missing else []
-        found = dict(zip([draw_key(m, t) for m in missing], fresh, strict=True))
+        missing = [(m, k) for m, k in zip(members, keys, strict=True) if k not in self._ahead]
+        if missing:
+            fresh = draw_rows([m for m, _ in missing], t, clients, data, self.client_sizes)
+            self._ahead.update(zip([k for _, k in missing], fresh, strict=True))
         self.taken += len(members)
         self.reused += len(members) - len(missing)
-        drawn = [self._ahead[k] if k in self._ahead else found[k] for k in keys]
+        drawn = [self._ahead[k] for k in keys]
         return _padded(members, drawn, clients, weights, self.dtype, self.device)
 
 

@@ -17,7 +17,6 @@ from fedtune.errors import ConfigError
 from fedtune.trainers import pack_batches
 from fedtune.trainers.packed import PackedTrainer
 from fedtune.trainers.records import Outcome
-from fedtune.trainers.tasks import build_task
 from fedtune.trainers.tasks.lazy import CallableData
 from tests.unit.test_pack_graph import STEP_CASES, fixed_k, same_records, step_configs
 from tests.unit.test_packed_exactness import digits
@@ -88,13 +87,11 @@ def test_equal_draw_keys_share_one_draw_and_a_different_k_does_not():
 def test_rows_wait_for_their_round_when_the_data_is_not_in_memory():
     """A file-backed store would have to load the next cohort to draw its rows: none ahead."""
     configs = fixed_k([digits(0), digits(1)], k=2)
-    spec = {k: v for k, v in configs[0]["task"].items() if k not in ("name", "seed")}
-    task = build_task("digits", spec, configs[0]["task"]["seed"])
-    data = task.train
+    plain = run(PackedTrainer(configs, rows_ahead=False))  # builds the task from the configs
+    data = plain.task.train
     lazy = CallableData(data.counts, lambda i: (data.client(i).inputs, data.client(i).targets))
-    pack = run(PackedTrainer(configs, task=dataclasses.replace(task, train=lazy)))
+    pack = run(PackedTrainer(configs, task=dataclasses.replace(plain.task, train=lazy)))
     assert pack._rows.data is None and pack._rows.reused == 0 and pack._rows.taken > 2
-    plain = run(PackedTrainer(configs, task=task, rows_ahead=False))
     for i in range(2):  # lazy and in-memory data give the same curves
         records = pack.result(i).records
         assert [r.client_loss for r in records] == [r.client_loss for r in plain.result(i).records]
