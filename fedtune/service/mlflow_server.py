@@ -12,7 +12,10 @@ sets, so that nobody copies the recipe by hand (``docs/how-to/team-one-machine.m
   and kept in ``<dir>/admin-password`` (0600), which the service is then given as
   ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``; the Flask session key is derived from it, as the chart does;
 * ``mlflow db upgrade`` of the store before the server starts (the chart's init container);
-* no jobs run by the server, and MLflow's default roles not seeded.
+* no jobs run by the server, and MLflow's default roles not seeded;
+* MLflow's Host and origin checks on, accepting loopback (the service's own connection), the
+  bind address and the URLs the members' browsers open (``--public-url``), computed once in
+  :mod:`.mlflow_access`.
 
 The server gets only what :func:`.child_env.mlflow_server_env` keeps of the caller's environment:
 none of fedtune's settings or tokens, no MLflow login.
@@ -25,6 +28,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import mlflow_access as access
+from .mlflow_access import PublicUrl
 
 __all__ = ["AUTH_INI", "MlflowServer"]
 
@@ -53,8 +59,10 @@ class MlflowServer:
         artifacts_destination: where served artifacts go (default: ``<root>/artifacts``).
         admin_username: the admin user.
         cache_seconds: how long a revoked login or a changed role may still be honoured.
-        allowed_hosts: Host headers MLflow accepts (empty: MLflow's default, localhost and
-            private addresses).
+        allowed_hosts: more Host headers MLflow accepts (``host:port``), besides its defaults
+            (loopback and private addresses) and the public URLs'.
+        public_urls: the URLs browsers open it at: their Host headers and origins are accepted.
+        cors_allowed_origins: more origins whose API requests MLflow accepts.
     """
 
     root: Path
@@ -66,6 +74,15 @@ class MlflowServer:
     admin_username: str = "admin"
     cache_seconds: int = 30
     allowed_hosts: tuple[str, ...] = ()
+    public_urls: tuple[PublicUrl, ...] = ()
+    cors_allowed_origins: tuple[str, ...] = ()
+
+    @property
+    def served(self) -> tuple[PublicUrl, ...]:
+        """The addresses browsers may open it at: the public URLs, then the bind address when
+        it is one machine's name or address (loopback needs no entry; a wildcard has no name)."""
+        bound = access.bind_url(self.host, self.port)
+        return (*self.public_urls, *([bound] if bound and bound not in self.public_urls else []))
 
     @property
     def store_uri(self) -> str:
@@ -130,8 +147,12 @@ class MlflowServer:
             "--serve-artifacts",
             f"--artifacts-destination={artifacts}",
         ]
-        if self.allowed_hosts:
-            argv.append(f"--allowed-hosts={','.join(self.allowed_hosts)}")
+        hosts = access.allowed_hosts(self.served, self.allowed_hosts)
+        if hosts:
+            argv.append(f"--allowed-hosts={','.join(hosts)}")
+        origins = access.cors_origins(self.served, self.cors_allowed_origins)
+        if origins:
+            argv.append(f"--cors-allowed-origins={','.join(origins)}")
         return argv
 
     def prepare(self, environ: Mapping[str, str]) -> str:

@@ -64,3 +64,156 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path):
         "server?) listens there; stop it, or pick another port with --port"
     ]
     assert not (tmp_path / "m").exists()  # refused before anything was made
+
+
+# ---- who MLflow lets in: Host headers and origins (fedtune/service/mlflow_access.py) ----------
+
+
+def _server(*argv: str, environ: dict[str, str] | None = None) -> MlflowServer:
+    from fedtune.cli import build_parser
+    from fedtune.cli.mlflow_server import make_server
+
+    args = build_parser().parse_args(["mlflow-server", "--dir", "/tmp/m", *argv])
+    return make_server(args, environ or {})
+
+
+def _flag(argv: list[str], name: str) -> list[str] | None:
+    found = [a.split("=", 1)[1] for a in argv if a.startswith(f"{name}=")]
+    assert len(found) <= 1
+    return found[0].split(",") if found else None
+
+
+def test_mlflows_own_default_hosts_are_what_fedtune_keeps():
+    """``--allowed-hosts`` replaces MLflow's list: fedtune passes it MLflow's defaults plus the
+    additions, so this copy must equal the installed MLflow's."""
+    from mlflow.server.security_utils import get_default_allowed_hosts
+
+    from fedtune.service.mlflow_access import MLFLOW_DEFAULT_HOSTS
+
+    assert list(MLFLOW_DEFAULT_HOSTS) == get_default_allowed_hosts()
+
+
+def test_a_public_url_gives_its_host_with_its_port_and_its_origin():
+    from fedtune.service.mlflow_access import parse_public_url
+
+    cases = {
+        "http://box.test:5123": (("box.test:5123",), "http://box.test:5123"),
+        " https://MLflow.Example.com/ ": (
+            ("mlflow.example.com", "mlflow.example.com:443"),
+            "https://mlflow.example.com",
+        ),
+        "https://m.example.com:443": (
+            ("m.example.com", "m.example.com:443"),
+            "https://m.example.com",
+        ),
+        "http://box:80": (("box", "box:80"), "http://box"),
+        "https://box:8443": (("box:8443",), "https://box:8443"),
+        "http://[FD00::5]:5000": (("[fd00::5]:5000",), "http://[fd00::5]:5000"),
+        "http://192.168.1.7:5000": (("192.168.1.7:5000",), "http://192.168.1.7:5000"),
+    }
+    for value, (hosts, origin) in cases.items():
+        parsed = parse_public_url(value)
+        assert (parsed.hosts, parsed.origin, parsed.url) == (hosts, origin, origin), value
+
+
+def test_a_bad_public_url_is_one_line_naming_the_flag_and_never_its_password(tmp_path):
+    bad = {
+        "box:5000": "must start with http:// or https://",
+        "ftp://box": "must start with http:// or https://",
+        "http://box:5000/mlflow": "without a path",
+        "http://box:5000/?x=1": "without a path",
+        "http://box:5000#top": "without a path",
+        "http://*.lan:5000": "is not a host name",
+        "http://box:0": "port 0",
+        "http://box:99999": "is not a URL",
+        "http://bøx:5000": "ASCII (punycode)",
+        "http://ana:s3cret-pw@box:5000": "must not hold a user name or password",
+    }
+    cli = [sys.executable, "-m", "fedtune.cli", "mlflow-server", "--dir", str(tmp_path / "m")]
+    for value, reason in bad.items():
+        out = subprocess.run([*cli, "--public-url", f"http://ok:1,{value}"], capture_output=True)
+        lines = out.stderr.decode().strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, (value, lines)
+        assert lines[0].startswith("fedtune: error: --public-url: ") and reason in lines[0]
+        assert "s3cret-pw" not in lines[0]
+    assert not (tmp_path / "m").exists()  # refused before anything was made
+
+
+def test_public_urls_add_to_mlflows_defaults_and_the_ui_may_post_from_them():
+    server = _server(
+        "--host=0.0.0.0",
+        "--port=5123",
+        "--public-url=http://box.test:5123,https://mlflow.example.com",
+        "--public-url",
+        "http://box.test:5123/",  # the same URL once more: kept once
+        "--allowed-hosts=box:5000",
+    )
+    argv = server.argv("mlflow")
+    hosts = _flag(argv, "--allowed-hosts")
+    assert hosts is not None and len(hosts) == len(set(hosts))
+    from fedtune.service.mlflow_access import MLFLOW_DEFAULT_HOSTS
+
+    assert hosts[: len(MLFLOW_DEFAULT_HOSTS)] == list(MLFLOW_DEFAULT_HOSTS)  # loopback kept
+    added = hosts[len(MLFLOW_DEFAULT_HOSTS) :]
+    assert added == ["box.test:5123", "mlflow.example.com", "mlflow.example.com:443", "box:5000"]
+    origins = _flag(argv, "--cors-allowed-origins")
+    assert origins == ["http://box.test:5123", "https://mlflow.example.com"]
+    assert "*" not in hosts and "*" not in origins  # every other check stays on
+    assert not any("disable-security" in a for a in argv)
+
+
+def test_without_additions_mlflow_keeps_its_own_defaults():
+    argv = _server().argv("mlflow")
+    assert _flag(argv, "--allowed-hosts") is None and _flag(argv, "--cors-allowed-origins") is None
+    wildcard = _server("--host=0.0.0.0").argv("mlflow")
+    assert _flag(wildcard, "--allowed-hosts") is None  # no name to add: loopback and private
+
+
+def test_a_named_bind_address_is_served_to_browsers_too():
+    argv = _server("--host=box.lan", "--port=5001").argv("mlflow")
+    assert "box.lan:5001" in _flag(argv, "--allowed-hosts")
+    assert _flag(argv, "--cors-allowed-origins") == ["http://box.lan:5001"]
+    out = subprocess.run(
+        [sys.executable, "-m", "fedtune.cli", "mlflow-server", "--host", "a b"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 2
+    assert out.stderr.strip() == "fedtune: error: --host: 'a b' is not an address or a host name"
+
+
+def test_mlflows_own_variables_add_to_the_lists_instead_of_being_dropped():
+    environ = {
+        "MLFLOW_SERVER_ALLOWED_HOSTS": "proxy.lan:8080, other:1",
+        "MLFLOW_SERVER_CORS_ALLOWED_ORIGINS": "https://notebooks.example.com",
+    }
+    argv = _server("--allowed-hosts=box:5000", environ=environ).argv("mlflow")
+    assert _flag(argv, "--allowed-hosts")[-3:] == ["box:5000", "proxy.lan:8080", "other:1"]
+    assert _flag(argv, "--cors-allowed-origins") == ["https://notebooks.example.com"]
+
+
+def test_the_banner_names_the_addresses_it_serves():
+    from fedtune.cli.mlflow_server import banner
+
+    public = _server("--host=0.0.0.0", "--port=5123", "--public-url=http://box.test:5123")
+    lines = banner(public, given=True).splitlines()
+    assert lines[0].startswith(
+        "MLflow at http://box.test:5123 and http://127.0.0.1:5123 (this machine), "
+    )
+    assert lines[1:] == [
+        "Start the service against it with:",
+        "  MLFLOW_TRACKING_URI=http://127.0.0.1:5123 FEDTUNE_MLFLOW_WORKSPACES=true \\",
+        "  FEDTUNE_MLFLOW_PUBLIC_URL=http://box.test:5123 \\",
+        "  FEDTUNE_MLFLOW_ADMIN_PASSWORD=$MLFLOW_AUTH_ADMIN_PASSWORD fedtune serve",
+    ]
+    alone = banner(_server("--host=0.0.0.0", "--port=5123"), given=True)
+    assert alone.startswith(
+        "MLflow at http://127.0.0.1:5123 (this machine; other machines' browsers need "
+        "--public-url), "
+    )
+    assert "FEDTUNE_MLFLOW_PUBLIC_URL" not in alone
+    local = banner(_server("--port=5123"), given=False).splitlines()
+    assert local[0].startswith("MLflow at http://127.0.0.1:5123, one workspace per project")
+    assert local[3] == "  FEDTUNE_MLFLOW_ADMIN_PASSWORD=$(cat /tmp/m/admin-password) fedtune serve"
+    named = banner(_server("--host=box.lan", "--port=5001"), given=True)
+    assert named.startswith("MLflow at http://box.lan:5001, one workspace")
