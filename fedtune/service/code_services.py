@@ -16,6 +16,7 @@ uploaded code can reach on each backend is ``docs/explanation/threat-model.md``.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ __all__ = [
 ]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+log = logging.getLogger(__name__)
 
 
 def _enabled(ctx: Any) -> None:
@@ -110,7 +112,8 @@ def upload_code(ctx: Any, data: bytes, project: str = DEFAULT_PROJECT) -> CodeOu
             break
         except ConflictError:
             created = False
-    return CodeOut(sha256=digest, size=len(data), created=created)
+    bound = ctx.settings.code_check_timeout_s
+    return CodeOut(sha256=digest, size=len(data), created=created, check_timeout_s=bound)
 
 
 def code_reference(code: Any) -> tuple[str, list[Any]]:
@@ -150,6 +153,12 @@ def accept_code_study(
         raise ConfigError(
             "code.sha256", "no uploaded package has this digest; upload it first (POST /v1/code)"
         )
+    log.info(
+        "code check of package %s for a study of project %s: started (at most %g s)",
+        digest[:12],
+        project,
+        ctx.settings.code_check_timeout_s,
+    )
     return check_in_sandbox(spec, package, ctx.settings), digest
 
 
