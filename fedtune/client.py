@@ -262,15 +262,13 @@ class Client:
                 "sha256": self.upload_code(path, project=body.get("project")),
                 "modules": list(modules),
             }
-        key = idempotency_key or uuid.uuid4().hex
-        data = self.request(
-            "POST",
-            "/v1/studies",
-            json=body,
-            headers={"Idempotency-Key": key},
-            timeout=self.submit_timeout(),
-        )
-        return Study(self, data["id"])
+        return Study(self, self._submission("/v1/studies", body, idempotency_key)["id"])
+
+    def _submission(self, path: str, body: dict[str, Any], key: str | None) -> Any:
+        """POST a submission with its Idempotency-Key (a new one: None), waiting for its answer
+        as long as the service's check may take (:meth:`submit_timeout`)."""
+        headers = {"Idempotency-Key": key or uuid.uuid4().hex}
+        return self.request("POST", path, json=body, headers=headers, timeout=self.submit_timeout())
 
     def submit_timeout(self) -> httpx.Timeout:
         """The answer timeout of a submission: it covers the service's check of uploaded code.
@@ -373,14 +371,7 @@ class Client:
         body = _spec_body(spec)
         if project is not None:
             body["project"] = project
-        key = idempotency_key or uuid.uuid4().hex
-        data = self.request(
-            "POST",
-            "/v1/methods",
-            json=body,
-            headers={"Idempotency-Key": key},
-            timeout=self.submit_timeout(),
-        )
+        data = self._submission("/v1/methods", body, idempotency_key)
         return StudyOfMethods([Study(self, s["id"]) for s in data["studies"]], data["group"])
 
     def method_group(self, group_id: str) -> MethodGroup:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
 from fedtune.errors import ConfigError, ConflictError, as_mapping
 from fedtune.sandbox import SandboxMode, sandbox_missing
+from fedtune.suggest import unknown_key
 from fedtune.wire_models import CodeOut
 
 from .code_check import check_in_sandbox
@@ -127,7 +128,7 @@ def code_reference(code: Any) -> tuple[str, list[Any]]:
         )
     unknown = sorted(set(code) - {"sha256", "modules", "path"})
     if unknown:
-        raise ConfigError(f"code.{unknown[0]}", "unknown key")
+        raise ConfigError(f"code.{unknown[0]}", unknown_key(unknown[0], ("sha256", "modules")))
     digest = code.get("sha256")
     if not isinstance(digest, str) or not _SHA256.match(digest):
         raise ConfigError("code.sha256", "must be the 64 hex digits of an uploaded package")

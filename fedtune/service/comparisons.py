@@ -193,7 +193,7 @@ def submit_methods(
         ctx: The service.
         body: The spec document, ``algorithm`` a list.
         idempotency_key: Makes a retried submission return the same studies (each study's key
-            is this one with ``:<algorithm>`` appended).
+            is this one with ``:<i>`` appended, ``i`` the algorithm's place in the list).
         caller: Who submits (as ``POST /v1/studies``: a member of the project).
 
     Returns:
@@ -213,9 +213,9 @@ def submit_methods(
     # checked once (with code: one sandboxed check per algorithm, and one per key: a retry
     # while they run waits for their answer, idempotency.once)
     project, _ = submission_project(ctx, body, caller)
+    # each study's key: this one and the algorithm's place in the list
     keys = [
-        None if idempotency_key is None else f"{idempotency_key}:{d['algorithm']}"
-        for d in documents
+        None if idempotency_key is None else f"{idempotency_key}:{i}" for i in range(len(documents))
     ]
 
     def replay() -> dict[str, Any] | None:
