@@ -9,16 +9,16 @@ other request with that key wait for its outcome:
 1. the first request *claims* the key: it inserts a row of ``idempotency_claims`` (key, request
    hash, ``claimed_at``) in a transaction of its own, before the check. The primary key decides
    between concurrent requests, so this holds across every API replica that shares the database;
-2. a request whose insert fails reads the claim: another body → 409 ``idempotency_key_reused``;
+2. a request that finds a claim (it reads before it inserts: no failed insert per poll) reads it: another body → 409 ``idempotency_key_reused``;
    a refusal stored there → the same refusal (the first request's 4xx, e.g. the check's 422);
    else it polls every :data:`POLL_S` for the first request's outcome — the study it created
    (``replay``), a refusal, or the claim gone (the first request failed on a 5xx: it may claim
    the key itself) — for as long as the check may take, :func:`wait_bound_s`, then answers 409
    ``submission_in_progress`` with ``Retry-After`` (the SDK retries it);
 3. the first request, once answered, deletes its claim (a 4xx: keeps it with the answer for
-   :data:`REFUSAL_KEPT_S`). A claim older than :func:`wait_bound_s` whose request never
-   answered (its replica died) is stale: the next request with the key takes it over. Rows older
-   than :data:`SWEEP_AFTER_S` are deleted whenever a key is claimed.
+   :data:`REFUSAL_KEPT_S`). An unanswered claim older than :data:`STALE_AFTER` bounds is stale
+   (its replica died mid-check): the next request with the key takes it over. Rows older than
+   :data:`SWEEP_AFTER_S` are deleted whenever a key is claimed.
 
 The created study is found through ``idempotency_keys`` (``replay``), written in the same
 transaction as the study, before the claim is deleted: a waiter never sees the claim gone before
@@ -63,6 +63,9 @@ POLL_S = 0.25
 REFUSAL_KEPT_S = 600.0
 #: claims older than this are deleted whenever a key is claimed
 SWEEP_AFTER_S = 86_400.0
+#: an unanswered claim older than this many bounds is stale: its request died (a replica
+#: stopped mid-check); a retry waits one bound, so it meets a 409 before taking a claim over
+STALE_AFTER = 2
 
 
 def wait_bound_s(settings: Settings) -> float:
@@ -85,10 +88,6 @@ class _Seen:
     request_hash: str
     claimed_at: dt.datetime
     answer: dict[str, Any] | None
-
-
-#: what :func:`_claim` reads when the claim it could not insert is gone already
-_GONE = _Seen("", dt.datetime.min.replace(tzinfo=dt.UTC), None)
 
 
 def once(
@@ -127,11 +126,11 @@ def once(
         done = replay()
         if done is not None:
             return done
-        seen = _claim(db, key, digest)
+        seen = _read(db, key)
         if seen is None:
-            break  # ours
-        if seen is _GONE:
-            continue  # released between our insert and our read: claim again
+            if _insert(db, key, digest):
+                break  # ours
+            continue  # another request claimed it first: read its claim
         if seen.request_hash != digest:
             raise IdempotencyKeyReusedError(
                 "this Idempotency-Key was used with a different request body"
@@ -139,7 +138,7 @@ def once(
         age = (utcnow() - seen.claimed_at).total_seconds()
         if seen.answer is not None and age < REFUSAL_KEPT_S:
             raise exception_from_body(int(seen.answer["status"]), seen.answer["body"])
-        if age >= (REFUSAL_KEPT_S if seen.answer is not None else bound):
+        if age >= (REFUSAL_KEPT_S if seen.answer is not None else STALE_AFTER * bound):
             log.info("idempotency key %s: taking over a claim of %.0f s ago", key, age)
             _release(db, key, seen.claimed_at)
             continue
@@ -170,23 +169,24 @@ def _work(db: Database, key: str, work: Callable[[], T]) -> T:
     return result
 
 
-def _claim(db: Database, key: str, digest: str) -> _Seen | None:
-    """Insert the claim of ``key`` (None: ours), or read the claim that is there (``_GONE``:
-    none any more)."""
+def _insert(db: Database, key: str, digest: str) -> bool:
+    """Claim ``key`` (sweeping claims older than :data:`SWEEP_AFTER_S`); False: taken."""
     now = utcnow()
     try:
         with db.session() as session:
             cutoff = now - dt.timedelta(seconds=SWEEP_AFTER_S)
             session.execute(delete(IdempotencyClaim).where(IdempotencyClaim.claimed_at < cutoff))
             session.add(IdempotencyClaim(key=key, request_hash=digest, claimed_at=now))
-        return None
     except ConflictError:
-        pass
+        return False
+    return True
+
+
+def _read(db: Database, key: str) -> _Seen | None:
+    """The claim of ``key``, if there is one."""
     with db.session(readonly=True) as session:
         row = session.get(IdempotencyClaim, key)
-        if row is None:
-            return _GONE
-        return _Seen(row.request_hash, row.claimed_at, row.answer)
+        return None if row is None else _Seen(row.request_hash, row.claimed_at, row.answer)
 
 
 def _release(db: Database, key: str, claimed_at: dt.datetime | None = None) -> None:
