@@ -427,3 +427,15 @@ def test_a_password_the_service_handed_over_is_masked_later(tiny, sleeps) -> Non
     assert sdk.mlflow_login("ada").password == password  # shown once, to its caller
     error = _raised(lambda: sdk.request("GET", "/v1/projects"))
     assert str(error) == "the login *** is in use"
+
+
+def test_a_submission_still_being_checked_is_retried_after_its_delay(tiny, sleeps) -> None:
+    busy = _fedtune(409, "submission_in_progress", "still being checked", **{"Retry-After": "5"})
+    answers = [busy, _json(201, {"id": "0123456789ab"})]
+    server = tiny(lambda *_: answers.pop(0) if len(answers) > 1 else answers[0])
+    sdk = _sdk(server.url, sleeps)
+    assert sdk.submit({"name": "s"}).id == "0123456789ab"
+    assert sleeps == [5.0] and len(server.requests) == 2
+    other = tiny(lambda *_: _fedtune(409, "idempotency_key_reused", "another body"))
+    _raised(lambda: _sdk(other.url, sleeps).submit({"name": "s"}))
+    assert len(other.requests) == 1  # a reused key is not retried
