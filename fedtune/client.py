@@ -23,12 +23,24 @@ module, so ``pip install fedtune`` is enough):
 ``ConfigError`` (422, with ``field``), ``StudyNotFoundError`` (404), ``IllegalStateChangeError``
 (409), ``UnauthorizedError`` (401), ``ForbiddenError`` (403) …
 
-Connection errors and 5xx answers are retried with exponential backoff (``backoff_s · 2^k``).
-That is safe for every call: reads are idempotent, cancelling a cancelled study is a no-op, and
-``submit`` sends an ``Idempotency-Key`` (one random key per call, reused by its retries), so a
-retried submission never creates a second study. After the
-last retry the SDK raises the service's last error (e.g. ``DatabaseUnavailableError``) or,
-when nothing answered, ``ServiceUnreachableError``.
+Connection errors, timeouts, 5xx and 429 answers are retried with exponential backoff
+(``backoff_s · 2^k``, or the answer's ``Retry-After`` when longer). That is safe for every call:
+reads are idempotent, cancelling a cancelled study is a no-op, and ``submit`` sends an
+``Idempotency-Key`` (one random key per call, reused by its retries), so a retried submission
+never creates a second study, and one that arrives while the first is still being checked waits
+for that check's answer (``docs/explanation/idempotency.md``). A submission waits for its answer
+at least as long as the service's check of uploaded code may take (:data:`SUBMIT_MARGIN_S` more
+than the bound the service announces on upload, else than :data:`CHECK_BOUND_S`). After the last
+retry the SDK raises the service's last error (e.g. ``DatabaseUnavailableError``) or, when
+nothing answered, ``ServiceUnreachableError`` naming the URL it tried.
+
+Configuration errors are never retried and say what to change, in one line naming the setting
+(:mod:`fedtune.client_errors`): a URL without a scheme or ending in ``/v1``, a token with
+whitespace or a non-ASCII character (refused when the client is made), TLS against a plain-HTTP
+server and the reverse, an HTML page (``FEDTUNE_URL`` is the MLflow UI's?), a 404 of a route every
+service has. No error the client raises shows its token, an ``Authorization`` header or a
+password it received: every message passes :func:`fedtune.redact.mask`, and none chains an
+``httpx`` error.
 """
 
 from __future__ import annotations
@@ -44,10 +56,11 @@ from urllib.parse import quote
 
 import httpx
 
-from fedtune.errors import ConfigError, FedtuneError, ServiceUnreachableError, as_mapping
+from fedtune.client_http import ServiceHttp
+from fedtune.client_settings import SettingNames, shown
+from fedtune.errors import ConfigError, as_mapping
 from fedtune.results import Comparison, TradeOff
 from fedtune.states import StudyState, TrialState
-from fedtune.wire import exception_from_body
 from fedtune.wire_models import (
     AlgorithmOut,
     BestTrial,
@@ -92,6 +105,12 @@ __all__ = [
 
 #: the SDK packs up to this much; the service refuses above FEDTUNE_MAX_CODE_BYTES (413)
 MAX_PACKAGE_BYTES = 1 << 30
+#: the bound of the service's check of uploaded code assumed until the service tells its own
+#: (``FEDTUNE_CODE_CHECK_TIMEOUT_S``' default; an upload's answer carries the service's)
+CHECK_BOUND_S = 60.0
+#: how much longer than that bound a submission waits for its answer (the check's start, the
+#: service's own margin, the network)
+SUBMIT_MARGIN_S = 30.0
 
 
 #: the SDK's names of the API's answers (:mod:`fedtune.wire_models`, shared with the service)
@@ -121,13 +140,19 @@ class Client:
     """A client of one fedtune service.
 
     Args:
-        url: The service's base URL.
+        url: The service's base URL (its root: the client adds ``/v1``).
         token: A bearer token (None: send none).
         transport: The ``httpx`` transport to use (tests pass an in-process app's).
-        timeout: Seconds to wait for each answer.
-        retries: How many times a connection error or a 5xx answer is retried.
+        timeout: Seconds to wait for each answer (a submission waits longer: module docstring).
+        retries: How many times a connection error, a timeout, a 5xx or a 429 is retried.
         backoff_s: The first retry's delay; it doubles with each retry.
         sleep: The function that waits between retries.
+        names: What error messages call the URL and the token (the CLI: the variable or option
+            each came from, e.g. ``FEDTUNE_URL``).
+
+    Raises:
+        ConfigError: ``url`` or ``token`` cannot work (no scheme, ``/v1`` at the end, a token
+            with whitespace or a non-ASCII character), naming the setting, never the token.
 
     Example:
         ```python
@@ -147,19 +172,26 @@ class Client:
         retries: int = 4,
         backoff_s: float = 0.5,
         sleep: Callable[[float], None] = time.sleep,
+        names: SettingNames | None = None,
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        headers["User-Agent"] = "fedtune-sdk"
-        self._http = httpx.Client(
-            base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport
+        self.http = ServiceHttp(
+            url,
+            token,
+            transport=transport,
+            timeout=timeout,
+            retries=retries,
+            backoff_s=backoff_s,
+            sleep=sleep,
+            names=names,
         )
-        self.retries, self.backoff_s, self._sleep = retries, backoff_s, sleep
+        #: the bound of the service's check of uploaded code (its own, once an upload told it)
+        self.check_bound_s = CHECK_BOUND_S
 
     # ---------------------------------------------------------------- plumbing
 
     def close(self) -> None:
         """Close the client's HTTP connections."""
-        self._http.close()
+        self.http.close()
 
     def __enter__(self) -> Client:
         return self
@@ -167,42 +199,23 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return f"Client({shown(self.http.url)!r})"
+
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """Make one API call, retrying connection errors and 5xx answers with backoff.
+        """Make one API call (:meth:`fedtune.client_http.ServiceHttp.request`: retries, and
+        errors that name the setting to change and never show a credential).
 
         Args:
             method: The HTTP method.
             path: The route, e.g. ``/v1/studies``.
-            **kwargs: Passed on to ``httpx.Client.request`` (``json``, ``params``, ``headers`` …).
+            **kwargs: Passed on to ``httpx.Client.request`` (``json``, ``params``, ``headers``,
+                ``timeout`` …).
 
         Returns:
             The decoded JSON answer.
-
-        Raises:
-            FedtuneError: The service's error answer, as its typed subclass (after the retries
-                for a 5xx answer).
-            ServiceUnreachableError: Nothing answered after the retries.
         """
-        last: Exception | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self._sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                answer = self._http.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                last = exc
-                continue
-            if answer.is_server_error:
-                last = exception_from_body(answer.status_code, _decode(answer))
-                continue
-            if answer.is_error:
-                raise exception_from_body(answer.status_code, _decode(answer))
-            return _decode(answer)
-        if isinstance(last, FedtuneError):
-            raise last  # the service answered, with an error, every time
-        raise ServiceUnreachableError(
-            f"{method} {path}: no answer after {self.retries + 1} attempts ({last})"
-        ) from last
+        return self.http.request(method, path, **kwargs)
 
     # ---------------------------------------------------------------- studies
 
@@ -249,9 +262,24 @@ class Client:
                 "sha256": self.upload_code(path, project=body.get("project")),
                 "modules": list(modules),
             }
-        key = idempotency_key or uuid.uuid4().hex
-        data = self.request("POST", "/v1/studies", json=body, headers={"Idempotency-Key": key})
-        return Study(self, data["id"])
+        return Study(self, self._submission("/v1/studies", body, idempotency_key)["id"])
+
+    def _submission(self, path: str, body: dict[str, Any], key: str | None) -> Any:
+        """POST a submission with its Idempotency-Key (a new one: None), waiting for its answer
+        as long as the service's check may take (:meth:`submit_timeout`)."""
+        headers = {"Idempotency-Key": key or uuid.uuid4().hex}
+        return self.request("POST", path, json=body, headers=headers, timeout=self.submit_timeout())
+
+    def submit_timeout(self) -> httpx.Timeout:
+        """The answer timeout of a submission: it covers the service's check of uploaded code.
+
+        Returns:
+            The client's timeout, but at least :data:`SUBMIT_MARGIN_S` more than the check's
+            bound (the service's, as its last upload's answer said; else :data:`CHECK_BOUND_S`)
+            for reading the answer, so that no retry goes out while the check runs.
+        """
+        read = max(self.http.timeout, self.check_bound_s + SUBMIT_MARGIN_S)
+        return httpx.Timeout(self.http.timeout, read=read)
 
     def upload_code(self, path: str | Path, project: str | None = None) -> str:
         """Pack a directory (or take a wheel or zip) and upload it; safe to repeat.
@@ -281,6 +309,9 @@ class Client:
         )
         if answer.get("sha256") != package.sha256:
             raise ConfigError("code", "the service stored a different digest than was sent")
+        bound = answer.get("check_timeout_s")
+        if isinstance(bound, int | float) and bound > 0:
+            self.check_bound_s = float(bound)  # the service's own bound (older ones say none)
         return package.sha256
 
     def study(self, study_id: str) -> Study:
@@ -340,8 +371,7 @@ class Client:
         body = _spec_body(spec)
         if project is not None:
             body["project"] = project
-        key = idempotency_key or uuid.uuid4().hex
-        data = self.request("POST", "/v1/methods", json=body, headers={"Idempotency-Key": key})
+        data = self._submission("/v1/methods", body, idempotency_key)
         return StudyOfMethods([Study(self, s["id"]) for s in data["studies"]], data["group"])
 
     def method_group(self, group_id: str) -> MethodGroup:
@@ -506,7 +536,10 @@ class Client:
         """
         name = user or self.whoami().name
         path = f"/v1/users/{quote(name, safe='')}/mlflow-login"
-        return MlflowLoginOut.from_json(self.request("POST", path))
+        answer = self.request("POST", path)
+        if isinstance(answer, Mapping) and isinstance(answer.get("password"), str):
+            self.http.keep_secret(answer["password"])  # no later error shows it
+        return MlflowLoginOut.from_json(answer)
 
     def users(self) -> list[UserOut]:
         """List every user with its roles and live token ids (admins only).
@@ -645,13 +678,6 @@ def _list_filters(state: States, project: str | None) -> dict[str, Any]:
     if project is not None:
         params["project"] = project
     return params
-
-
-def _decode(answer: httpx.Response) -> Any:
-    try:
-        return answer.json()
-    except ValueError:
-        return {"error": {"code": "", "message": answer.text[:500] or answer.reason_phrase}}
 
 
 def _spec_body(spec: Any) -> dict[str, Any]:

@@ -49,6 +49,7 @@ __all__ = [
     "ServiceUnreachableError",
     "ServiceWarmingUpError",
     "StudyNotFoundError",
+    "SubmissionInProgressError",
     "TransientError",
     "TrialNotFoundError",
     "UnauthorizedError",
@@ -256,6 +257,12 @@ class IllegalStateChangeError(ConflictError):
 
 class IdempotencyKeyReusedError(ConflictError):
     """An ``Idempotency-Key`` sent again with a different body."""
+
+
+class SubmissionInProgressError(ConflictError):
+    """A submission whose ``Idempotency-Key`` another request is still checking, after waiting
+    for that check as long as it may take; retry after the answer's ``Retry-After`` (the SDK
+    does)."""
 
 
 class DatabaseUnavailableError(BackendError):

@@ -61,6 +61,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedtune.errors import CodeError, ConfigError
+from fedtune.suggest import did_you_mean
 from fedtune.trainers.algorithms.base import (
     Algorithm,
     Cohort,
@@ -191,7 +192,9 @@ def _fields(recipe: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(recipe) - known)
     if unknown:
         raise CodeError(
-            f"algorithm.{unknown[0]}", f"unknown recipe field (known: {', '.join(sorted(known))})"
+            f"algorithm.{unknown[0]}",
+            f"unknown recipe field{did_you_mean(unknown[0], known)} "
+            f"(known: {', '.join(sorted(known))})",
         )
     return {
         **recipe,

@@ -12,7 +12,8 @@ The tree::
     │   └── TrialNotFoundError           404 trial_not_found
     ├── ConflictError                    409 conflict
     │   ├── IllegalStateChangeError      409 illegal_state_change
-    │   └── IdempotencyKeyReusedError    409 idempotency_key_reused
+    │   ├── IdempotencyKeyReusedError    409 idempotency_key_reused
+    │   └── SubmissionInProgressError    409 submission_in_progress (its key is being checked)
     ├── BackendError                     502 backend_error
     │   ├── TransientError               503 transient_backend_error (retried later)
     │   │   └── RayStartError            503 ray_start_failed
@@ -27,7 +28,8 @@ The tree::
     ├── ForbiddenError                   403 forbidden           (readable, not changeable)
     └── PayloadTooLargeError             413 payload_too_large
 
-Every 503 answer carries ``Retry-After`` (seconds: :data:`RETRY_AFTER_S`).
+Every 503 answer carries ``Retry-After`` (seconds: :data:`RETRY_AFTER_S`), and so does a 409
+``submission_in_progress``.
 The answer body is ``{"error": {"code", "message", "field"}}``. The SDK rebuilds the typed
 exception from ``code`` with :func:`exception_from_body`. Pure Python: this module imports nothing
 beyond :mod:`fedtune.errors`, so ``pip install fedtune`` gives a working ``fedtune.Client``.
@@ -61,6 +63,7 @@ from fedtune.errors import (
     ServiceUnreachableError,
     ServiceWarmingUpError,
     StudyNotFoundError,
+    SubmissionInProgressError,
     TransientError,
     TrialNotFoundError,
     UnauthorizedError,
@@ -77,8 +80,9 @@ __all__ = [
 ]
 
 #: ``Retry-After`` of a 503, by code (a full validation pool frees up in about a second; a
-#: database, a disk or a Ray start takes longer); any other 503: ``RETRY_AFTER_S["*"]``
-RETRY_AFTER_S = {"busy": 1, "warming_up": 2, "*": 5}
+#: database, a disk or a Ray start takes longer); any other 503: ``RETRY_AFTER_S["*"]``; and of
+#: the 409 ``submission_in_progress`` (a check that outlived its bound is taken over soon after)
+RETRY_AFTER_S = {"busy": 1, "warming_up": 2, "submission_in_progress": 5, "*": 5}
 
 #: exception class → (HTTP status, stable code), looked up along the MRO. Within one status the
 #: generic class comes last: an unknown code falls back on it (see _class_for_status).
@@ -93,6 +97,7 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str]] = {
     NotFoundError: (404, "not_found"),
     IllegalStateChangeError: (409, "illegal_state_change"),
     IdempotencyKeyReusedError: (409, "idempotency_key_reused"),
+    SubmissionInProgressError: (409, "submission_in_progress"),
     ConflictError: (409, "conflict"),
     ServiceUnreachableError: (503, "service_unreachable"),
     ServiceWarmingUpError: (503, "warming_up"),

@@ -293,6 +293,12 @@ class CodeOut(WireModel):
     sha256: str = described("SHA-256 of the package: name it as code.sha256 in a spec")
     size: int
     created: bool = described("False when identical code was stored before")
+    check_timeout_s: float | None = described(
+        "the longest the service checks a study using this code (FEDTUNE_CODE_CHECK_TIMEOUT_S): "
+        "a submission's answer may take that long, and a retry with the same Idempotency-Key "
+        "waits for it",
+        None,
+    )
 
 
 # ---------------------------------------------------------------- identity and projects

@@ -38,10 +38,19 @@ __all__ = ["register"]
 EXIT_TIMEOUT = 124
 
 
+class _Given(argparse.Action):
+    """Store the option's value and that it was given (messages name ``--url``, not
+    ``FEDTUNE_URL``, for a value from the command line)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     url, token = setting("url"), setting("token")
-    p.add_argument(url.option, default=url.resolve(None), help=url.describe())
-    p.add_argument(token.option, default=None, help=token.describe())
+    p.add_argument(url.option, default=url.resolve(None), action=_Given, help=url.describe())
+    p.add_argument(token.option, default=None, action=_Given, help=token.describe())
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -131,9 +140,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _client(args: argparse.Namespace) -> Any:
     from fedtune.client import Client
+    from fedtune.client_settings import SettingNames
 
-    token = setting("token").resolve(args.token)
-    return Client(args.url, token=token or None)
+    url, token = setting("url"), setting("token")
+    names = SettingNames(
+        url=url.source(getattr(args, "url_given", False)),
+        token=token.source(getattr(args, "token_given", False)),
+    )
+    return Client(args.url, token=token.resolve(args.token) or None, names=names)
 
 
 def _json(obj: Any) -> str:

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from fedtune.errors import ConfigError, as_mapping
+from fedtune.suggest import unknown_key
 from fedtune.trainers.typed import config_error
 
 from .model import Parameter, ParamType
@@ -150,7 +151,7 @@ class ParamDecl(BaseModel):
         unknown = sorted(set(raw) - set(PARAM_KEYS))
         if unknown:
             raise ConfigError(
-                f"{field}.{unknown[0]}", f"unknown key (known: {', '.join(PARAM_KEYS)})", source
+                f"{field}.{unknown[0]}", unknown_key(unknown[0], PARAM_KEYS), source
             )
         try:
             return cls.model_validate(raw)

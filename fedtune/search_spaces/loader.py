@@ -18,6 +18,7 @@ ones, and removes one when given ``null``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from typing import Any
 import yaml
 
 from fedtune.errors import ConfigError, as_mapping, combine_errors
+from fedtune.suggest import closest, did_you_mean, unknown_key
+from fedtune.trainers.config import DecayConfig, TrainConfig
 
 from .decl import ParamDecl
 from .model import Parameter, SearchSpace, resolve_path
@@ -72,8 +75,12 @@ def load_space(
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
         if not path.is_file():
-            names = ", ".join(p.stem for p in sorted(SHIPPED_DIR.glob("*.yaml")))
-            raise ConfigError("space", f"{text!r} is neither a shipped space ({names}) nor a file")
+            stems = [p.stem for p in sorted(SHIPPED_DIR.glob("*.yaml"))]
+            raise ConfigError(
+                "space",
+                f"{text!r} is neither a shipped space ({', '.join(stems)}) nor a file"
+                f"{did_you_mean(text, stems)}",
+            )
     path = path.resolve()
     if path in _stack:
         raise ConfigError("extends", f"cycle: {' -> '.join(p.stem for p in (*_stack, path))}")
@@ -99,9 +106,7 @@ def parse_space(
     data = as_mapping(data, field or "<root>", source, what=" (a search space)")
     unknown = sorted(set(data) - set(_TOP_KEYS))
     if unknown:
-        raise ConfigError(
-            f"{pre}{unknown[0]}", f"unknown key (known: {', '.join(_TOP_KEYS)})", source
-        )
+        raise ConfigError(f"{pre}{unknown[0]}", unknown_key(unknown[0], _TOP_KEYS), source)
     name = data.get("name", name) or "inline"
     description = data.get("description", "")
     algorithms = data.get("algorithms", [])
@@ -166,14 +171,16 @@ def merge(
     for name, raw in override.items():
         path = resolve_path(name) if isinstance(name, str) else None
         if path is None:
-            raise ConfigError(f"{field}.{name}", _BAD_NAME, source)
+            raise ConfigError(f"{field}.{name}", _BAD_NAME + _path_hint(name), source)
         if path in seen:
             raise ConfigError(f"{field}.{name}", f"{path} is given twice", source)
         seen.add(path)
         if raw is None:
             if path not in entries:
                 raise ConfigError(
-                    f"{field}.{name}", f"not in space {space.name!r}; nothing to remove", source
+                    f"{field}.{name}",
+                    f"not in space {space.name!r}{_suggest(name, space)}; nothing to remove",
+                    source,
                 )
             del entries[path]
             continue
@@ -185,6 +192,9 @@ def merge(
         if path in entries:
             base_name, base, _, _ = entries[path]
             entries[path] = (base_name, base.update(decl), f"{field}.{name}", source)
+        elif space.parameters and decl.type is None and decl.tie is None:
+            # narrows a parameter the space does not have (a typo?): say which it has
+            unread.append(_not_in_space(name, space, f"{field}.{name}", source))
         else:
             entries[path] = (name, decl, f"{field}.{name}", source)
     if unread:
@@ -197,6 +207,42 @@ _BAD_NAME = (
     "not a parameter name or config path (a short name, or hparams.<x>, train.<field>, "
     "decay.<field>, task.<x>)"
 )
+
+
+def _names(space: SearchSpace) -> list[str]:
+    return [p.name for p in space.parameters]
+
+
+def _suggest(name: str, space: SearchSpace) -> str:
+    """`` (did you mean client_lr?)`` among the space's names and paths, or ``""``."""
+    guess = closest(name, _names(space)) or closest(name, [p.path for p in space.parameters])
+    return "" if guess is None else f" (did you mean {guess}?)"
+
+
+def _not_in_space(name: str, space: SearchSpace, field: str, source: str | None) -> ConfigError:
+    """An override of a parameter the space lacks, without a ``type`` to add it."""
+    return ConfigError(
+        field,
+        f"not a parameter of the space {space.name!r}{_suggest(name, space)}; its parameters: "
+        f"{', '.join(_names(space))} (to add a parameter, give its type)",
+        source,
+    )
+
+
+def _path_hint(name: object) -> str:
+    """``; did you mean train.rounds?`` for a dotted name with a misspelt section or field."""
+    if not isinstance(name, str) or name.count(".") != 1:
+        return ""
+    section, key = name.split(".")
+    fields = {
+        "train": [f.name for f in dataclasses.fields(TrainConfig)],
+        "decay": [f.name for f in dataclasses.fields(DecayConfig)],
+    }
+    section = closest(section, ["hparams", "train", "decay", "task"]) or section
+    if section in fields:
+        key = closest(key, fields[section]) or ""
+    guess = f"{section}.{key}" if key else ""
+    return f"; did you mean {guess}?" if guess and resolve_path(guess) == guess else ""
 
 
 def _parse_entries(items: list[tuple[str, _Entry]]) -> tuple[Parameter, ...]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedtune.errors import ConfigError, combine_errors
+from fedtune.suggest import did_you_mean
 from fedtune.trainers.typed import error_path
 
 from .conditions import ConditionSyntaxError, parse_condition
@@ -149,7 +150,10 @@ def parse_parameter(
         for ref in sorted(cond.names):
             if ref not in names.values():
                 known = ", ".join(sorted(n for n in names if "." not in n))
-                raise ctx.error("when", f"references unknown parameter {ref!r} (known: {known})")
+                hint = did_you_mean(ref, [n for n in names if "." not in n])
+                raise ctx.error(
+                    "when", f"references unknown parameter {ref!r}{hint} (known: {known})"
+                )
         common["when"] = cond
     if "tie" in decl.given():
         return _tied(ctx, decl, names, path, common)
@@ -186,7 +190,8 @@ def _tied(
     target = decl.tie
     if target not in names:
         known = ", ".join(sorted(n for n in names if "." not in n))
-        raise ctx.error("tie", f"unknown parameter {target!r} (known: {known})")
+        hint = did_you_mean(target, [n for n in names if "." not in n])
+        raise ctx.error("tie", f"unknown parameter {target!r}{hint} (known: {known})")
     if names[target] == path:
         raise ctx.error("tie", "a parameter cannot be tied to itself")
     return Parameter(tie=names[target], **common)

@@ -16,6 +16,7 @@ uploaded code can reach on each backend is ``docs/explanation/threat-model.md``.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
 from fedtune.errors import ConfigError, ConflictError, as_mapping
 from fedtune.sandbox import SandboxMode, sandbox_missing
+from fedtune.suggest import unknown_key
 from fedtune.wire_models import CodeOut
 
 from .code_check import check_in_sandbox
@@ -45,6 +47,7 @@ __all__ = [
 ]
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+log = logging.getLogger(__name__)
 
 
 def _enabled(ctx: Any) -> None:
@@ -110,7 +113,8 @@ def upload_code(ctx: Any, data: bytes, project: str = DEFAULT_PROJECT) -> CodeOu
             break
         except ConflictError:
             created = False
-    return CodeOut(sha256=digest, size=len(data), created=created)
+    bound = ctx.settings.code_check_timeout_s
+    return CodeOut(sha256=digest, size=len(data), created=created, check_timeout_s=bound)
 
 
 def code_reference(code: Any) -> tuple[str, list[Any]]:
@@ -124,7 +128,7 @@ def code_reference(code: Any) -> tuple[str, list[Any]]:
         )
     unknown = sorted(set(code) - {"sha256", "modules", "path"})
     if unknown:
-        raise ConfigError(f"code.{unknown[0]}", "unknown key")
+        raise ConfigError(f"code.{unknown[0]}", unknown_key(unknown[0], ("sha256", "modules")))
     digest = code.get("sha256")
     if not isinstance(digest, str) or not _SHA256.match(digest):
         raise ConfigError("code.sha256", "must be the 64 hex digits of an uploaded package")
@@ -150,6 +154,12 @@ def accept_code_study(
         raise ConfigError(
             "code.sha256", "no uploaded package has this digest; upload it first (POST /v1/code)"
         )
+    log.info(
+        "code check of package %s for a study of project %s: started (at most %g s)",
+        digest[:12],
+        project,
+        ctx.settings.code_check_timeout_s,
+    )
     return check_in_sandbox(spec, package, ctx.settings), digest
 
 

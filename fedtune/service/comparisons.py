@@ -35,6 +35,7 @@ from fedtune.wire_models import MethodGroupOut, MethodStudy, RecordedRun
 
 from .access import Principal
 from .errors import InvalidRequestError
+from .idempotency import once
 from .mlflow_links import mlflow_links
 from .models import MethodGroup, Study, utcnow
 from .redact import redact_uri
@@ -44,9 +45,12 @@ from .services import (
     accept_submission,
     authorize,
     get_tradeoff,
+    has_code,
+    replayed_study,
     submission_project,
     submit_study,
 )
+from .specs import request_hash
 from .states import StudyState
 
 __all__ = [
@@ -189,7 +193,7 @@ def submit_methods(
         ctx: The service.
         body: The spec document, ``algorithm`` a list.
         idempotency_key: Makes a retried submission return the same studies (each study's key
-            is this one with ``:<algorithm>`` appended).
+            is this one with ``:<i>`` appended, ``i`` the algorithm's place in the list).
         caller: Who submits (as ``POST /v1/studies``: a member of the project).
 
     Returns:
@@ -206,27 +210,52 @@ def submit_methods(
     documents = expand_methods(body)
     # the project each study goes to, as submit_study resolves it (and may the caller submit
     # there?), before any check; then every spec valid before the first study is queued, each
-    # checked once (with code: one sandboxed check per algorithm)
+    # checked once (with code: one sandboxed check per algorithm, and one per key: a retry
+    # while they run waits for their answer, idempotency.once)
     project, _ = submission_project(ctx, body, caller)
-    accepted = [accept_submission(ctx, document, project) for document in documents]
-    studies, created = [], False
-    for document, checked in zip(documents, accepted, strict=True):
-        key = None if idempotency_key is None else f"{idempotency_key}:{checked[0].algorithm}"
-        study, new = submit_study(ctx, document, key, caller, checked)
-        studies.append(study)
-        created = created or new
+    # each study's key: this one and the algorithm's place in the list
+    keys = [
+        None if idempotency_key is None else f"{idempotency_key}:{i}" for i in range(len(documents))
+    ]
+
+    def replay() -> dict[str, Any] | None:
+        seen = [
+            replayed_study(ctx, k, request_hash(d)) for k, d in zip(keys, documents, strict=True)
+        ]
+        if idempotency_key is None or any(s is None for s in seen):
+            return None
+        group = _group_of(ctx, [s.id for s in seen])
+        return None if group is None else _methods_answer(group, seen)
+
+    def work() -> dict[str, Any]:
+        accepted = [accept_submission(ctx, document, project) for document in documents]
+        studies, created = [], False
+        for document, key, checked in zip(documents, keys, accepted, strict=True):
+            study, new = submit_study(ctx, document, key, caller, checked)
+            studies.append(study)
+            created = created or new
+        ids = [s.id for s in studies]
+        group = _group_of(ctx, ids) if not created else None
+        if group is None:
+            group = uuid.uuid4().hex[:12]
+            with ctx.db.session() as session:
+                owner = session.get(Study, ids[0]).project
+                session.add(
+                    MethodGroup(id=group, name=str(body.get("name")), project=owner, study_ids=ids)
+                )
+        return _methods_answer(group, studies)
+
+    if any(has_code(d) for d in documents):
+        digest = request_hash(body)
+        return once(ctx.db, ctx.settings, idempotency_key, digest, replay=replay, work=work)
+    return work()
+
+
+def _methods_answer(group: str, studies: Sequence[Any]) -> dict[str, Any]:
     ids = [s.id for s in studies]
-    group = _group_of(ctx, ids) if not created else None
-    if group is None:
-        group = uuid.uuid4().hex[:12]
-        with ctx.db.session() as session:
-            project = session.get(Study, ids[0]).project
-            session.add(
-                MethodGroup(id=group, name=str(body.get("name")), project=project, study_ids=ids)
-            )
     return {
         "group": group,
-        "studies": studies,
+        "studies": list(studies),
         "compare_url": f"/v1/compare?studies={','.join(ids)}",
         "group_url": f"/v1/methods/{group}",
     }

@@ -9,7 +9,9 @@ tables: ``users``, ``projects`` (ownership, quotas, fair-share weight), ``member
 role in a project), ``api_tokens`` (hashed per-user tokens), ``code_package_owners`` (which
 projects uploaded a package) and ``scheduler_lease`` (the one scheduler leader and its fencing
 token); since revision 0006 ``method_groups`` (the studies of one study of methods and the
-comparison recorded once they have all ended); since revision 0007 ``projects.quota_gpu_hours``.
+comparison recorded once they have all ended); since revision 0007 ``projects.quota_gpu_hours``;
+since revision 0008 ``idempotency_claims`` (the submissions being checked, by key:
+:mod:`.idempotency`).
 The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
 them (``tests/service/test_migrations.py`` compares the two).
 """
@@ -52,6 +54,7 @@ __all__ = [
     "Base",
     "CodePackageOwner",
     "CodePackageRow",
+    "IdempotencyClaim",
     "IdempotencyKey",
     "Membership",
     "MethodGroup",
@@ -221,6 +224,18 @@ class IdempotencyKey(Base):
     request_hash: Mapped[str] = mapped_column(String(64))
     study_id: Mapped[str] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class IdempotencyClaim(Base):
+    """A submission being checked (:mod:`.idempotency`): claimed by the first request with its
+    key, deleted once answered; ``answer`` keeps a refusal (status and body) for the retries."""
+
+    __tablename__ = "idempotency_claims"
+
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))
+    claimed_at: Mapped[dt.datetime] = mapped_column(default=utcnow, index=True)
+    answer: Mapped[dict[str, Any] | None]
 
 
 class CodePackageRow(Base):

@@ -27,6 +27,7 @@ from .errors import (
     InvalidRequestError,
     StudyNotFoundError,
 )
+from .idempotency import once
 from .mlflow_links import mlflow_links
 from .mlflow_workspaces import study_mlflow
 from .models import Project, Study, Trial, utcnow
@@ -55,10 +56,12 @@ __all__ = [
     "get_curve",
     "get_study",
     "get_tradeoff",
+    "has_code",
     "list_studies",
     "list_trials",
     "new_study_id",
     "read_study",
+    "replayed_study",
     "submit_study",
 ]
 
@@ -129,17 +132,44 @@ def submit_study(
 ) -> tuple[StudyDetail, bool]:
     """Queue a study for ``caller``; ``(study, created)``. A repeated ``idempotency_key`` with
     the same body returns the study created the first time (``created`` False), with another
-    body → 409. The caller must be a member of the spec's ``project`` (default ``default``).
-    ``accepted``: what :func:`accept_submission` already made of ``body`` (it is not checked
-    again)."""
+    body → 409; one that arrives while the first request's code is still being checked waits
+    for that check's answer (:func:`.idempotency.once`). The caller must be a member of the
+    spec's ``project`` (default ``default``). ``accepted``: what :func:`accept_submission`
+    already made of ``body`` (it is not checked again)."""
     digest = request_hash(body)
     if idempotency_key is not None and not _KEY.match(idempotency_key):
         raise InvalidRequestError("Idempotency-Key", "1-128 characters of [A-Za-z0-9._:+/=-]")
     project, max_priority = submission_project(ctx, body, caller)
-    replay = _replayed(ctx, idempotency_key, digest)
-    if replay is not None:
-        return replay, False
-    accepted, code_sha256 = accepted or accept_submission(ctx, body, project)
+
+    def replay() -> tuple[StudyDetail, bool] | None:
+        seen = replayed_study(ctx, idempotency_key, digest)
+        return None if seen is None else (seen, False)
+
+    def work() -> tuple[StudyDetail, bool]:
+        checked = accepted or accept_submission(ctx, body, project)
+        return _create(ctx, checked, project, max_priority, caller, idempotency_key, digest)
+
+    if accepted is None and has_code(body):  # a sandboxed check: one per key (idempotency.py)
+        return once(ctx.db, ctx.settings, idempotency_key, digest, replay=replay, work=work)
+    return replay() or work()
+
+
+def has_code(body: Any) -> bool:
+    """Whether a submitted document names uploaded code (its check runs in a sandbox)."""
+    return isinstance(body, Mapping) and body.get("code") is not None
+
+
+def _create(
+    ctx: ServiceContext,
+    checked: tuple[AcceptedSpec, str | None],
+    project: str,
+    max_priority: int,
+    caller: Principal,
+    key: str | None,
+    digest: str,
+) -> tuple[StudyDetail, bool]:
+    """Queue the checked study and record its Idempotency-Key in the same transaction."""
+    accepted, code_sha256 = checked
     if accepted.priority > max_priority:
         raise InvalidRequestError(
             "priority",
@@ -164,11 +194,11 @@ def submit_study(
         with ctx.db.session() as session:
             repo = Repository(session)
             repo.add_study(study)
-            if idempotency_key is not None:
-                repo.put_idempotency(idempotency_key, digest, study.id)
+            if key is not None:
+                repo.put_idempotency(key, digest, study.id)
     except ConflictError:
         # a concurrent request with the same key won the insert: answer with its study
-        replay = _replayed(ctx, idempotency_key, digest)
+        replay = replayed_study(ctx, key, digest)
         if replay is None:
             raise
         return replay, False
@@ -201,7 +231,7 @@ def authorize(ctx: ServiceContext, caller: Principal, study_id: str, write: bool
         return require_study_access(session, caller, study_id, write)
 
 
-def _replayed(ctx: ServiceContext, key: str | None, digest: str) -> StudyDetail | None:
+def replayed_study(ctx: ServiceContext, key: str | None, digest: str) -> StudyDetail | None:
     if key is None:
         return None
     with ctx.db.session(readonly=True) as session:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from fedtune.errors import ConfigError, as_mapping
+from fedtune.suggest import unknown_key
 
 from .algorithms.registry import get_recipe
 from .code import load_code
@@ -51,7 +52,7 @@ def parse_trial_config(data: Mapping[str, Any], source: str | None = None) -> Tr
         data = as_mapping(data, "<root>", what=" (a training configuration)")
         unknown = sorted(set(data) - set(_TOP_KEYS))
         if unknown:
-            raise ConfigError(unknown[0], f"unknown key (known: {', '.join(_TOP_KEYS)})")
+            raise ConfigError(unknown[0], unknown_key(unknown[0], _TOP_KEYS))
         doc = _Document(**data)
         code = None
         if doc.code is not None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from fedtune.errors import CodeError, ConfigError
+from fedtune.suggest import did_you_mean
 
 __all__ = [
     "GROUPS",
@@ -186,7 +187,8 @@ class Registry(Generic[T]):
         if name not in self._entries:
             raise ConfigError(
                 self.field,
-                f"unknown {self.kind} {name!r} (known: {', '.join(sorted(self._entries))})",
+                f"unknown {self.kind} {name!r}{did_you_mean(name, self._entries)} "
+                f"(known: {', '.join(sorted(self._entries))})",
             )
         return self._entries[name]
 

@@ -24,6 +24,7 @@ from pydantic import BeforeValidator, ConfigDict, StrictBool, StrictStr, TypeAda
 from pydantic import ValidationError as _ValidationError
 
 from fedtune.errors import ConfigError, as_mapping
+from fedtune.suggest import unknown_key
 
 T = TypeVar("T")
 
@@ -33,6 +34,7 @@ __all__ = [
     "config_error",
     "error_path",
     "from_mapping",
+    "keys_at",
     "number",
     "replace_fields",
     "to_dict",
@@ -99,7 +101,7 @@ def from_mapping(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -
     prefix = f"{path}." if path else ""
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown key (known: {', '.join(known)})")
+        raise ConfigError(f"{prefix}{unknown[0]}", unknown_key(unknown[0], known))
     try:
         parsed = _model(cls).model_validate(dict(data))
     except _ValidationError as exc:
@@ -130,7 +132,7 @@ def replace_fields(obj: T, values: Mapping[str, Any], path: str = "") -> T:
     prefix = f"{path}." if path else ""
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}", f"unknown key (known: {', '.join(known)})")
+        raise ConfigError(f"{prefix}{unknown[0]}", unknown_key(unknown[0], known))
     hints = typing.get_type_hints(cls)
     new = dataclasses.replace(
         obj, **{k: coerce(v, hints[k], f"{prefix}{k}") for k, v in values.items()}
@@ -192,7 +194,10 @@ def error_path(loc: typing.Iterable[Any], path: str = "") -> str:
 
 
 def config_error(
-    exc: _ValidationError, path: str = "", bounds: typing.Callable[[str], str] | None = None
+    exc: _ValidationError,
+    path: str = "",
+    bounds: typing.Callable[[str], str] | None = None,
+    model: Any = None,
 ) -> ConfigError:
     """Turn the first error of a pydantic validation into ``ConfigError(dotted path, reason)``.
 
@@ -205,6 +210,8 @@ def config_error(
         exc: The pydantic error.
         path: The dotted path the validated value sits at ("" for the root).
         bounds: Words a range error from the field's declaration (``in [0, 1)``), by name.
+        model: The pydantic model validated: an unknown key's error lists the keys its
+            mapping takes and suggests the closest (:func:`fedtune.suggest.unknown_key`).
 
     Returns:
         The error; its field is ``<root>`` when the location is empty.
@@ -214,7 +221,55 @@ def config_error(
     inner = (err.get("ctx") or {}).get("error")
     if isinstance(inner, ConfigError):
         return ConfigError(error_path([inner.field], field) or "<root>", inner.reason)
+    if err["type"] in _EXTRA and model is not None and err["loc"]:
+        known = keys_at(model, err["loc"][:-1])
+        if known:
+            return ConfigError(field, unknown_key(err["loc"][-1], known))
     return ConfigError(field or "<root>", _reason(err, bounds))
+
+
+_EXTRA = ("unexpected_keyword_argument", "extra_forbidden")
+
+
+def keys_at(model: Any, loc: typing.Sequence[Any]) -> list[str]:
+    """The keys the mapping at ``loc`` of a pydantic ``model`` takes (its fields' names).
+
+    Args:
+        model: The pydantic model class.
+        loc: A location inside it, as pydantic errors give it (names, indices, layers).
+
+    Returns:
+        The field names, in the model's order; empty when ``loc`` leads to no model.
+    """
+    hint: Any = model
+    for part in loc:
+        if isinstance(part, str) and part.startswith(_LAYERS):
+            continue
+        if isinstance(part, int):
+            hint = next((a for a in _members(hint) if typing.get_origin(a) in (list, tuple)), None)
+            hint = (typing.get_args(hint) or (None,))[0]
+            continue
+        cls = next((m for m in _members(hint) if hasattr(m, "model_fields")), None)
+        if cls is None:  # a mapping's key: its values' type
+            mapping = next((m for m in _members(hint) if typing.get_origin(m) is dict), None)
+            hint = (typing.get_args(mapping) or (None, None))[1]
+            continue
+        field = cls.model_fields.get(part)
+        if field is None:
+            return []
+        hint = field.annotation
+    cls = next((m for m in _members(hint) if hasattr(m, "model_fields")), None)
+    return [] if cls is None else list(cls.model_fields)
+
+
+def _members(hint: Any) -> list[Any]:
+    """The types a hint may stand for (a union's and an ``Annotated``'s members, flattened)."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return _members(typing.get_args(hint)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [m for a in typing.get_args(hint) for m in _members(a)]
+    return [hint]
 
 
 def _reason(err: Mapping[str, Any], bounds: typing.Callable[[str], str] | None) -> str:
@@ -229,7 +284,7 @@ def _reason(err: Mapping[str, Any], bounds: typing.Callable[[str], str] | None) 
         return f"{ctx.get('error')}, got {got!r}"
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')}, got {got!r}"
-    if kind in ("unexpected_keyword_argument", "extra_forbidden"):
+    if kind in _EXTRA:
         return "unknown key"
     if kind == "missing":
         return "is required"

@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from fedtune.errors import ConfigError, as_mapping
+from fedtune.suggest import unknown_key
 
 __all__ = ["expand_methods", "is_methods_study"]
 
@@ -58,7 +59,8 @@ def _entry(i: int, entry: Any) -> _Entry:
     elif isinstance(entry, Mapping):
         unknown = set(entry) - {f.name for f in fields(_Entry)}
         if unknown:
-            raise ConfigError(f"{where}.{sorted(unknown)[0]}", "unknown key (name, search)")
+            first = sorted(unknown)[0]
+            raise ConfigError(f"{where}.{first}", unknown_key(first, ("name", "search")))
         parsed = _Entry(**entry)
         if parsed.search is not None:
             as_mapping(parsed.search, f"{where}.search")

@@ -92,7 +92,12 @@ def test_identical_code_is_stored_once(make_client, tmp_path: Path) -> None:
     package = pack(write_package(tmp_path / "lab"))
     first, second = _upload(client, package.data), _upload(client, package.data)
     assert first.status_code == 201 and second.status_code == 200
-    assert first.json() == {"sha256": package.sha256, "size": package.size, "created": True}
+    assert first.json() == {
+        "sha256": package.sha256,
+        "size": package.size,
+        "created": True,
+        "check_timeout_s": 60.0,  # the bound a submission's answer may take (FEDTUNE_CODE_CHECK_…)
+    }
     assert second.json()["created"] is False
     with client.app.state.runtime.db.session(readonly=True) as s:
         assert s.scalar(select(func.count()).select_from(CodePackageRow)) == 1

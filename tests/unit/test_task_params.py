@@ -26,7 +26,8 @@ BASE = {"name": "s", "algorithm": "fedavg", "train": {"rounds": 30}}
         (
             {"name": "digits", "clinets": 10},
             "task.clinets",
-            "unknown key (known: clients, dirichlet, model, size_skew, test_fraction)",
+            "unknown key; did you mean clients? (known: clients, dirichlet, model, size_skew, "
+            "test_fraction)",
         ),
         ({"name": "digits", "clients": 1000}, "task.clients", "must be in [2, 500]"),
         ({"name": "quadratic", "clients": 4, "dim": "two"}, "task.dim", "an integer"),

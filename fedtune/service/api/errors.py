@@ -47,7 +47,7 @@ async def _fedtune_error(request: Request, exc: Exception) -> JSONResponse:
     if status >= 500:
         log.warning("%s %s -> %d %s", request.method, request.url.path, status, exc)
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, UnauthorizedError) else None
-    if status == 503:  # every 503 says when to come back
+    if status == 503 or code == "submission_in_progress":  # says when to come back
         headers = {"Retry-After": retry_after(code)}
     return JSONResponse(error_body(exc), status_code=status, headers=headers)
 

@@ -64,6 +64,11 @@ def record_comparison(ctx: Ctx, caller: Caller, studies: Studies, force: Force =
     response_model=MethodsOut,
     responses={
         403: {"model": ErrorResponse, "description": "a viewer of the project"},
+        409: {
+            "model": ErrorResponse,
+            "description": "Idempotency-Key reused with another body; or submission_in_progress "
+            "(with Retry-After): another request with the key is still having its code checked",
+        },
         422: {"model": ErrorResponse, "description": "invalid list or spec (field)"},
         401: {"model": ErrorResponse, "description": "no bearer token"},
     },

@@ -66,7 +66,11 @@ def _json(answer: Any) -> Response:
     response_model=StudyDetail,
     responses={
         200: {"model": StudyDetail, "description": "replayed: same Idempotency-Key and body"},
-        409: {"model": ErrorResponse, "description": "Idempotency-Key reused with another body"},
+        409: {
+            "model": ErrorResponse,
+            "description": "Idempotency-Key reused with another body; or submission_in_progress "
+            "(with Retry-After): another request with the key is still having its code checked",
+        },
         413: {"model": ErrorResponse},
         422: {"model": ErrorResponse, "description": "invalid spec (field = dotted path)"},
         503: {
@@ -85,7 +89,11 @@ async def submit_study(
     spec: SpecBody,
     idempotency_key: Annotated[
         str | None,
-        Header(description="makes a retried submission return the first study", max_length=128),
+        Header(
+            description="makes a retried submission return the first study (one that comes "
+            "while the first one's code is checked waits for that check's answer)",
+            max_length=128,
+        ),
     ] = None,
 ) -> StudyDetail:
     """Queue a study. The spec is validated before the answer (422 names the dotted field),

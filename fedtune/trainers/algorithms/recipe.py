@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import CodeError, ConfigError, as_mapping
+from fedtune.suggest import did_you_mean
 
 from ..client import CLIENT_HPARAMS, ClientRule
 from ..hparams import HParam, hparams_type, merge_declarations, validate_hparams
@@ -278,7 +279,8 @@ class Recipe:
             if key not in self.params:
                 raise ConfigError(
                     f"hparams.{key}",
-                    f"not a parameter of algorithm {self.name!r} "
+                    f"not a parameter of algorithm {self.name!r}"
+                    f"{did_you_mean(key, self.params)} "
                     f"(its parameters: {', '.join(self.params) or 'none'})",
                 )
         hp = validate_hparams(self.hparams_type, raw)

@@ -20,6 +20,7 @@ from fedtune.search_spaces import (
     resolve_path,
     resolve_values,
 )
+from fedtune.suggest import did_you_mean
 from fedtune.trainers.algorithms.registry import (
     Recipe,
     effective_hparams,
@@ -234,7 +235,8 @@ def _check_searched(spec: StudySpec, p: Parameter, recipe: Recipe) -> None:
         accepted = ", ".join(recipe.params) or "none"
         raise ConfigError(
             origin,
-            f"algorithm {recipe.name!r} has no hyperparameter {key!r} (it accepts: {accepted})",
+            f"algorithm {recipe.name!r} has no hyperparameter {key!r}"
+            f"{did_you_mean(key, recipe.params)} (it accepts: {accepted})",
         )
     if section == "hparams" and (problem := declaration_problem(p, recipe.declared[key])):
         raise ConfigError(origin, problem)

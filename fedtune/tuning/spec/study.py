@@ -209,7 +209,7 @@ class StudySpec(_Spec):
         try:
             spec = cls.model_validate(data)
         except ValidationError as exc:
-            error = config_error(exc)
+            error = config_error(exc, model=cls)
             raise (error.with_source(source) if source else error) from None
         spec._base_dir = Path(base_dir) if base_dir is not None else None
         spec._source = source
