@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     #: a bearer token: this one, a user's API token or an OIDC JWT; unset and no issuer, the API
     #: is open and every caller an admin. At least 16 characters, no whitespace, no placeholder
     api_token: SecretStr | None = None
+    #: the scrape token of ``/metrics``: a scrape that sends it (``Authorization: Bearer …``)
+    #: also gets the per-project series (``fedtune_project_*``, which name every project); one
+    #: without a token gets the series that name no project, one with another token 401. Unset:
+    #: no scrape sees project names. At least 16 characters, no whitespace, no placeholder
+    metrics_token: SecretStr | None = None
     #: with no ``FEDTUNE_API_TOKEN`` and no OIDC issuer, leave the API open (every caller an
     #: admin) instead of using the token ``fedtune serve`` keeps in ``<workdir>/admin-token``:
     #: only on loopback and with no users in the database (``fedtune serve --insecure-open``)
@@ -281,6 +286,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "api_token",
+        "metrics_token",
         "ray_address",
         "ray_auth_token",
         "mlflow_tracking_uri",
@@ -298,7 +304,7 @@ class Settings(BaseSettings):
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value in ("", None) else value
 
-    @field_validator("api_token")
+    @field_validator("api_token", "metrics_token")
     @classmethod
     def _refuse_placeholder_token(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:
