@@ -244,6 +244,10 @@ class Settings(BaseSettings):
     driver_sandbox: SandboxMode | None = None
     #: set inside a sandboxed driver: it checks that what it writes is inside its sandbox
     sandboxed: bool = False
+    #: the folder whose ``*.whl`` files ``GET /client/…`` hands out: the light client's wheel,
+    #: built by ``make dist`` (``pip install http://<service>/client/<wheel>``); unset: the
+    #: image's ``/opt/fedtune/client`` when it exists, else ``dist/`` of the source checkout
+    client_wheel_dir: Path | None = None
     #: the service's URL as RayJobs reach it (the kubernetes backend's code ``working_dir`` URI)
     public_url: str | None = None
     #: the URL study drivers report to (``/v1/driver``, with a per-study credential) instead of
@@ -296,6 +300,7 @@ class Settings(BaseSettings):
         "public_url",
         "driver_url",
         "driver_token",
+        "client_wheel_dir",
         "code_url_key",
         "mlflow_admin_password",
         mode="before",

@@ -79,7 +79,16 @@ EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/projects/{project}"): READ,
     ("PUT", "/v1/projects/{project}/quota"): ADMIN_ONLY,
 }
-OPEN = {"/healthz", "/readyz", "/metrics"}
+#: routes that need no token (the light client's wheel is public code: test_client_wheel.py)
+OPEN = {
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/client/",
+    "/client/simple/",
+    "/client/simple/{project}/",
+    "/client/{filename}",
+}
 SCRAPE_TOKEN = "scrape-token-of-the-authz-tests-0123"
 
 
