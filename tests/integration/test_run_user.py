@@ -28,9 +28,10 @@ def _users(uri: str, *run_ids: str) -> list[tuple[str | None, str]]:
 def test_every_run_names_the_user_in_this_process(tmp_path, quadratic_study) -> None:
     spec = StudySpec.from_dict(quadratic_study("created-by"))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    runs = _runs(StudyTracker(uri, "exp", user="alice"), spec)
+    artifacts = (tmp_path / "artifacts").as_uri()  # not ./mlruns
+    runs = _runs(StudyTracker(uri, "exp", artifacts, user="alice"), spec)
     assert _users(uri, *runs) == [("alice", "alice")] * 2
-    anonymous = _runs(StudyTracker(uri, "exp-2"), spec)
+    anonymous = _runs(StudyTracker(uri, "exp-2", artifacts), spec)
     assert [tag for tag, _ in _users(uri, *anonymous)] == [None, None]
 
 
@@ -39,7 +40,7 @@ def test_every_run_names_the_user_in_the_trackers_process(tmp_path, quadratic_st
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     process = TrackerProcess()
     try:
-        runs = _runs(process.open(uri, "exp", None, user="bob"), spec)
+        runs = _runs(process.open(uri, "exp", (tmp_path / "artifacts").as_uri(), user="bob"), spec)
     finally:
         process.close()
     assert _users(uri, *runs) == [("bob", "bob")] * 2
