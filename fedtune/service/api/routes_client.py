@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import logging
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse
 
 from fedtune.errors import NotFoundError
@@ -30,7 +30,9 @@ __all__ = ["router"]
 log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/client", tags=["client"])
-_NOT_FOUND = {404: {"model": ErrorResponse}}
+#: what the pages answer: HTML, or a JSON error (``response_class=Response``: FastAPI would
+#: otherwise document the error under the page's media type)
+_PAGE = {200: {"content": {"text/html": {}}}, 404: {"model": ErrorResponse}}
 #: the project's name on the PEP 503 index (normalised)
 PROJECT = "fedtune"
 
@@ -59,7 +61,7 @@ def _links(found: list[Wheel], prefix: str = "") -> str:
     )
 
 
-@router.get("/", response_class=HTMLResponse, responses=_NOT_FOUND, summary="The client's wheels")
+@router.get("/", response_class=Response, responses=_PAGE, summary="The client's wheels")
 def index(request: Request) -> HTMLResponse:
     found = _available(request)
     base = html.escape(str(request.base_url).rstrip("/") + "/client/")
@@ -74,7 +76,7 @@ def index(request: Request) -> HTMLResponse:
     return _page("fedtune client", body)
 
 
-@router.get("/simple/", response_class=HTMLResponse, responses=_NOT_FOUND, summary="PEP 503 root")
+@router.get("/simple/", response_class=Response, responses=_PAGE, summary="PEP 503 root")
 def simple_root(request: Request) -> HTMLResponse:
     _available(request)
     return _page("Simple index", f'<a href="{PROJECT}/">{PROJECT}</a><br>\n')
@@ -82,8 +84,8 @@ def simple_root(request: Request) -> HTMLResponse:
 
 @router.get(
     "/simple/{project}/",
-    response_class=HTMLResponse,
-    responses=_NOT_FOUND,
+    response_class=Response,
+    responses=_PAGE,
     summary="PEP 503 project page",
 )
 def simple_project(request: Request, project: str) -> HTMLResponse:
@@ -94,8 +96,8 @@ def simple_project(request: Request, project: str) -> HTMLResponse:
 
 @router.get(
     "/{filename}",
-    response_class=FileResponse,
-    responses={200: {"content": {"application/octet-stream": {}}}, **_NOT_FOUND},
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}, 404: {"model": ErrorResponse}},
     summary="A wheel, by its file name",
 )
 def wheel(request: Request, filename: str) -> FileResponse:
