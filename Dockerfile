@@ -112,6 +112,9 @@ COPY --from=deps /opt/venv /opt/venv
 COPY --from=build /fedtune-source.sha256 /opt/venv/fedtune-source.sha256
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     /opt/venv/bin/pip install --no-cache-dir --no-deps --no-index --find-links /wheels "fedtune[service]"
+# The same wheel is the light client that `fedtune serve` hands out to members' laptops at
+# /client/ (fedtune/service/client_wheel.py finds it here; `make dist` builds it outside the image).
+COPY --from=build /wheels/ /opt/fedtune/client/
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -1,6 +1,7 @@
 # fedtune — `make run` (the main job on embedded defaults) and `make test`.
 # Both create .venv from nothing: torch first (pinned CPU build), then the project with all extras.
-# `make docs` builds the documentation site; `pip install fedtune` alone is the light SDK + client CLI.
+# `make docs` builds the documentation site; `make dist` the light client's wheel, which
+# `fedtune serve` hands out to members' laptops at /client/.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,7 +11,7 @@ PYTEST_ARGS ?=
 # box run on one worker (tests/conftest.py, --dist loadgroup)
 TEST_WORKERS ?= 2
 
-.PHONY: run test lint docs docs-gen bench lock image clean
+.PHONY: run test lint docs docs-gen bench lock image dist clean
 
 $(STAMP): pyproject.toml constraints/image.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +42,12 @@ docs-gen: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engine_throughput.py
+
+# The light client's wheel, $(DIST)/fedtune-<version>-py3-none-any.whl (tools/client_wheel.py):
+# `fedtune serve` hands it out at /client/ (FEDTUNE_CLIENT_WHEEL_DIR; the image ships its own).
+DIST ?= dist
+dist: $(STAMP)
+	$(BIN)/python tools/client_wheel.py --out $(DIST)
 
 # Rewrite the image's lock from this environment (after changing dependencies in pyproject.toml).
 lock: $(STAMP)

@@ -283,7 +283,9 @@ def cli_page(parser: argparse.ArgumentParser | None = None) -> str:
     out.append(
         "Every verb of `fedtune`, with its usage and options, as `fedtune VERB --help` prints "
         "them. Verbs that talk to a service (`submit`, `status`, …) need only the light install "
-        "(`pip install fedtune`); the others need the extras they name.\n\n"
+        "(the wheel a service hands out at `/client/`: [Distributions]"
+        "(../explanation/distributions.md#where-to-get-it)); the others need the extras they "
+        "name.\n\n"
     )
     out.append("```text\n" + parser.format_usage().strip() + "\n```\n\n")
     verbs = list(_walk(parser, []))
@@ -1087,6 +1089,26 @@ def helm_values_page() -> str:
     return "".join(out)
 
 
+def sdk_page() -> str:
+    """Document the Python SDK.
+
+    Returns:
+        The Markdown page ``reference/sdk.md`` (``tools/docs_sdk.py``): the client's and the
+        study handle's methods, the answers' fields, the states and the errors.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "docs_sdk", Path(__file__).with_name("docs_sdk.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    header = _HEADER.format(
+        source="fedtune.client, fedtune.wire_models, fedtune.results (tools/docs_sdk.py)"
+    )
+    return module.sdk_page(rst_to_md, table, header)
+
+
 # ---------------------------------------------------------------------------- the pages
 
 
@@ -1105,6 +1127,7 @@ def generate() -> dict[str, str]:
             "http-api.md": lambda: http_api_page(document),
             "strategies.md": strategies_page,
             "helm-values.md": helm_values_page,
+            "sdk.md": sdk_page,
             "openapi.json": lambda: json.dumps(document, indent=2, ensure_ascii=False) + "\n",
         }
         return {str(REFERENCE / name): make() for name, make in pages.items()}

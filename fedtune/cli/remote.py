@@ -31,7 +31,7 @@ from fedtune.client_settings import setting
 from fedtune.errors import ConfigError
 from fedtune.tuning.methods import is_methods_study
 
-from .common import add_set_option, apply_sets, load_yaml, resolve_code
+from .common import add_set_option, apply_sets, figure, load_yaml, resolve_code
 
 __all__ = ["register"]
 
@@ -180,7 +180,9 @@ def _show_status(s: Any) -> str:
         ),
         (
             "best",
-            "-" if s.best is None else f"{s.best.value} (trial {s.best.number}) {s.best.params}",
+            "-"
+            if s.best is None
+            else f"{figure(s.best.value)} (trial {s.best.number}) {_params(s.best.params)}",
         ),
         ("mlflow", _mlflow_line(s.mlflow)),
     ]
@@ -277,11 +279,14 @@ def studies(args: argparse.Namespace) -> int:
         items = [r.to_json() for r in rows]
         print(_json({"items": items, "next_page_token": token}))
     else:
-        print(f"{'id':<12}  {'state':<9}  {'project':<12}  {'created (UTC)':<19}  name")
+        print(
+            f"{'id':<12}  {'state':<9}  {'project':<12}  {'owner':<12}  {'created (UTC)':<19}  name"
+        )
         for s in rows:
             created = s.created_at.strftime("%Y-%m-%d %H:%M:%S") if s.created_at else "-"
             print(
-                f"{s.id:<12}  {s.state!s:<9}  {s.project or 'default':<12}  {created:<19}  {s.name}"
+                f"{s.id:<12}  {s.state!s:<9}  {s.project or 'default':<12}  "
+                f"{s.owner or '-':<12}  {created:<19}  {s.name}"
             )
     if token is not None:
         again = [f"--state {','.join(states)}"] if states else []
@@ -325,16 +330,19 @@ def trials(args: argparse.Namespace) -> int:
         return 0
     print(f"{'trial':>5}  {'state':<9}  {'outcome':<11}  {'value':>12}  {'rounds':>6}  params")
     for t in rows:
-        value = "-" if t.value is None else f"{t.value:.6g}"
-        params = " ".join(
-            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items()
-        )
+        value, params = figure(t.value), _params(t.params)
         outcome = t.outcome or "-"  # completed, diverged, stopped, failed, interrupted
         print(
             f"{t.number:>5}  {t.state!s:<9}  {outcome:<11}  {value:>12}  {t.last_round:>6}  "
             f"{params}"
         )
     return 0
+
+
+def _params(params: dict[str, Any]) -> str:
+    """A configuration as ``status`` and ``trials`` show it: ``name=value``, numbers as every
+    output shows them (:func:`.common.figure`)."""
+    return " ".join(f"{k}={figure(v)}" for k, v in params.items())
 
 
 def _mlflow_line(m: Any) -> str:

@@ -117,7 +117,8 @@ def compare_studies(
     for study_id in ids:  # every one first: no work for a comparison that will be refused
         authorize(ctx, caller, study_id, write=record)
     c, uris, projects = _compare(ctx, ids, force)
-    return dataclasses.replace(c, mlflow=_record(ctx, c, ids, uris, projects) if record else None)
+    recorded = _record(ctx, c, ids, uris, projects, caller.name) if record else None
+    return dataclasses.replace(c, mlflow=recorded)
 
 
 def _compare(
@@ -151,11 +152,16 @@ def _compare(
 
 
 def _record(
-    ctx: ServiceContext, c: Any, ids: Sequence[str], uris: list[str | None], projects: list[str]
+    ctx: ServiceContext,
+    c: Any,
+    ids: Sequence[str],
+    uris: list[str | None],
+    projects: list[str],
+    user: str | None,
 ) -> RecordedRun | None:
     """The comparison as an MLflow run in the first study's store and workspace (None: no
-    store); with MLflow workspaces on, only studies of one project (one workspace) are recorded
-    together."""
+    store), ``user`` its MLflow user; with MLflow workspaces on, only studies of one project
+    (one workspace) are recorded together."""
     import tempfile
 
     from fedtune.tuning.mlflow.comparisons import record_comparison
@@ -174,7 +180,7 @@ def _record(
         )
     parents = {s.key: u for s, u in zip(c.studies, uris, strict=True) if u}
     with tempfile.TemporaryDirectory() as tmp, ctx.mlflow(ids[0], projects[0]) as uri:
-        done = record_comparison(c, tmp, uri, parent_uris=parents)
+        done = record_comparison(c, tmp, uri, parent_uris=parents, user=user)
     links = mlflow_links(ctx.settings, uris[0], projects[0], done["experiment_id"], done["run_id"])
     return RecordedRun(
         run_id=done["run_id"],
@@ -362,7 +368,9 @@ def _record_group(ctx: ServiceContext, group_id: str, succeeded: list[str]) -> R
         return RecordedRun(error=why)
     try:
         c, uris, projects = _compare(ctx, succeeded, force=False)
-        recorded = _record(ctx, c, succeeded, uris, projects)
+        with ctx.db.session(readonly=True) as session:  # who submitted the study of methods
+            owner = Repository(session).require_study(succeeded[0]).owner
+        recorded = _record(ctx, c, succeeded, uris, projects, owner)
     except Exception as exc:  # recorded on the group: a tick never fails for a comparison
         log.warning(
             "study of methods %s: no comparison recorded: %s", group_id, scrub_text(str(exc))

@@ -254,7 +254,7 @@ def run_driver(
             return 1
         view = OptunaView(workdir, spec.name)
         _restart_if_storage_lost(link, view)
-        code = _drive(link, claimed.attempts, settings, spec, workdir, view, run_study)
+        code = _drive(link, claimed, settings, spec, workdir, view, run_study)
         if isinstance(code, BaseException):  # a transient error: back in the queue, or failed
             return _retry_later(link, claimed.attempts, settings, code, sleep)
         return code
@@ -262,9 +262,10 @@ def run_driver(
         link.close()
 
 
-def _drive(link, attempts, settings, spec, workdir, view, run_study) -> int | Exception:
+def _drive(link, claimed, settings, spec, workdir, view, run_study) -> int | Exception:
     from .sink import DbSink, TrialRecorder  # Ray Tune: imported in the driver only
 
+    attempts = claimed.attempts
     study_id = link.study_id
     uri = study_tracking_uri(settings, study_id)
     mlflow_ids = _MlflowIds(link, view, uri)
@@ -289,6 +290,7 @@ def _drive(link, attempts, settings, spec, workdir, view, run_study) -> int | Ex
                 tracking_uri=uri,
                 ray_address=settings.ray_address,
                 sinks=[sink],
+                run_user=claimed.owner,  # MLflow's "Created by": the member who submitted it
             )
         finally:
             heartbeat.stop()  # before any final write, and before the handlers are restored

@@ -226,7 +226,11 @@ class ApiLink:
     def claim(self) -> driver_ops.Claim:
         data = self._call("GET").json()
         return driver_ops.Claim(
-            data["state"], int(data["attempts"]), data["spec"], data.get("code_sha256")
+            data["state"],
+            int(data["attempts"]),
+            data["spec"],
+            data.get("code_sha256"),
+            data.get("owner"),
         )
 
     def finish(self, state: StudyState, **values: Any) -> bool:

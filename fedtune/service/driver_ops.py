@@ -50,12 +50,15 @@ class Claim:
         attempts: its current dispatch attempt.
         spec: its stored document.
         code_sha256: its code package's digest (None: no uploaded code).
+        owner: the user who submitted it, whom its MLflow runs name as their user (None: a
+            study from before owners were kept).
     """
 
     state: str
     attempts: int
     spec: dict[str, Any]
     code_sha256: str | None
+    owner: str | None = None
 
 
 def claim(db: Database, study_id: str) -> Claim:
@@ -66,11 +69,13 @@ def claim(db: Database, study_id: str) -> Claim:
         study_id: the study.
 
     Returns:
-        Its state, attempt, document and code digest.
+        Its state, attempt, document, code digest and owner.
     """
     with db.session(readonly=True) as session:
         study = Repository(session).require_study(study_id)
-        return Claim(str(study.state), study.attempts, dict(study.spec), study.code_sha256)
+        return Claim(
+            str(study.state), study.attempts, dict(study.spec), study.code_sha256, study.owner
+        )
 
 
 def current_attempt(db: Database, study_id: str) -> int:

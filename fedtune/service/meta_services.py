@@ -28,6 +28,7 @@ __all__ = [
     "list_search_spaces",
     "list_tasks",
     "metrics_snapshot",
+    "project_metrics",
     "readiness",
 ]
 
@@ -150,22 +151,34 @@ def check_writable(workdir: Path) -> None:
 
 def metrics_snapshot(ctx: ServiceContext) -> dict[str, Any]:
     """Studies by state, running trials and queue length (read at every /metrics scrape)."""
-    from .identity import projects
-    from .project_usage import project_usage
-
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
         by_state = repo.count_by_state()
         running_trials = repo.running_trials_total()
-        usage = {
-            p.name: (p, project_usage(session, p.name, ctx.settings)) for p in projects(session)
-        }
     return {
         "studies": {str(k): v for k, v in by_state.items()},
         "trials_running": running_trials,
         "queue_length": by_state[StudyState.QUEUED],
-        "projects": {name: _project_figures(p, u) for name, (p, u) in usage.items()},
     }
+
+
+def project_metrics(ctx: ServiceContext) -> dict[str, dict[str, Any]]:
+    """Each project's reservations, usage and quotas (a scrape with the scrape token).
+
+    Args:
+        ctx: the service context.
+
+    Returns:
+        ``{project: {gpus, trials, gpu_hours, queued, running, quota_…}}``.
+    """
+    from .identity import projects
+    from .project_usage import project_usage
+
+    with ctx.db.session(readonly=True) as session:
+        usage = {
+            p.name: (p, project_usage(session, p.name, ctx.settings)) for p in projects(session)
+        }
+    return {name: _project_figures(p, u) for name, (p, u) in usage.items()}
 
 
 def _project_figures(project: Any, usage: dict[str, Any]) -> dict[str, Any]:

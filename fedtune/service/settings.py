@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     #: a bearer token: this one, a user's API token or an OIDC JWT; unset and no issuer, the API
     #: is open and every caller an admin. At least 16 characters, no whitespace, no placeholder
     api_token: SecretStr | None = None
+    #: the scrape token of ``/metrics``: a scrape that sends it (``Authorization: Bearer …``)
+    #: also gets the per-project series (``fedtune_project_*``, which name every project); one
+    #: without a token gets the series that name no project, one with another token 401. Unset:
+    #: no scrape sees project names. At least 16 characters, no whitespace, no placeholder
+    metrics_token: SecretStr | None = None
     #: with no ``FEDTUNE_API_TOKEN`` and no OIDC issuer, leave the API open (every caller an
     #: admin) instead of using the token ``fedtune serve`` keeps in ``<workdir>/admin-token``:
     #: only on loopback and with no users in the database (``fedtune serve --insecure-open``)
@@ -239,6 +244,10 @@ class Settings(BaseSettings):
     driver_sandbox: SandboxMode | None = None
     #: set inside a sandboxed driver: it checks that what it writes is inside its sandbox
     sandboxed: bool = False
+    #: the folder whose ``*.whl`` files ``GET /client/…`` hands out: the light client's wheel,
+    #: built by ``make dist`` (``pip install http://<service>/client/<wheel>``); unset: the
+    #: image's ``/opt/fedtune/client`` when it exists, else ``dist/`` of the source checkout
+    client_wheel_dir: Path | None = None
     #: the service's URL as RayJobs reach it (the kubernetes backend's code ``working_dir`` URI)
     public_url: str | None = None
     #: the URL study drivers report to (``/v1/driver``, with a per-study credential) instead of
@@ -281,6 +290,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "api_token",
+        "metrics_token",
         "ray_address",
         "ray_auth_token",
         "mlflow_tracking_uri",
@@ -290,6 +300,7 @@ class Settings(BaseSettings):
         "public_url",
         "driver_url",
         "driver_token",
+        "client_wheel_dir",
         "code_url_key",
         "mlflow_admin_password",
         mode="before",
@@ -298,7 +309,7 @@ class Settings(BaseSettings):
     def _empty_is_none(cls, value: Any) -> Any:
         return None if value in ("", None) else value
 
-    @field_validator("api_token")
+    @field_validator("api_token", "metrics_token")
     @classmethod
     def _refuse_placeholder_token(cls, value: SecretStr | None) -> SecretStr | None:
         if value is None:

@@ -404,7 +404,7 @@ def test_metrics_reflect_the_database(client: TestClient, fake_backend: FakeBack
     _runtime(client).scheduler.tick()  # max_concurrent_studies = 2 → two dispatched
     with _runtime(client).db.session() as s:
         Repository(s).start_trial(ids[0], 0, {})
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers={"Authorization": ""}).text  # a scrape: no token
     assert 'fedtune_studies{state="running"} 2.0' in text
     assert 'fedtune_studies{state="queued"} 1.0' in text
     assert "fedtune_queue_length 1.0" in text and "fedtune_trials_running 1.0" in text

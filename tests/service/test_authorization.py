@@ -79,7 +79,17 @@ EXPECTED: dict[tuple[str, str], dict[str, Any]] = {
     ("GET", "/v1/projects/{project}"): READ,
     ("PUT", "/v1/projects/{project}/quota"): ADMIN_ONLY,
 }
-OPEN = {"/healthz", "/readyz", "/metrics"}
+#: routes that need no token (the light client's wheel is public code: test_client_wheel.py)
+OPEN = {
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    "/client/",
+    "/client/simple/",
+    "/client/simple/{project}/",
+    "/client/{filename}",
+}
+SCRAPE_TOKEN = "scrape-token-of-the-authz-tests-0123"
 
 
 def _zip() -> bytes:
@@ -193,7 +203,7 @@ _COUNT = iter(range(10**6))
 @pytest.fixture(params=["sqlite", "postgresql"])
 def world(request, make_settings, tmp_path) -> Iterator[World]:
     url = request.getfixturevalue("db_url") if request.param == "postgresql" else None
-    overrides = {"api_token": TOKEN, "allow_code_upload": True}
+    overrides = {"api_token": TOKEN, "allow_code_upload": True, "metrics_token": SCRAPE_TOKEN}
     if url is not None:
         overrides["database_url"] = url
     settings = make_settings(**overrides)
@@ -342,8 +352,9 @@ def test_tokens_rotate_and_revoke_and_are_stored_hashed(world: World) -> None:
 
 
 def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> None:
-    """``GET /v1/projects/{p}`` shows usage against quota; /metrics exports
-    it per project. The world's running study of p1 reserves 1 trial (max_concurrent 1)."""
+    """``GET /v1/projects/{p}`` shows usage against quota; /metrics exports it per project to a
+    scrape with the scrape token. The world's running study of p1 reserves 1 trial
+    (max_concurrent 1)."""
     r = world.client.put(
         "/v1/projects/p1/quota",
         json={"gpus": 8, "trials": 4, "studies": 3, "gpu_hours": 12.5},
@@ -354,7 +365,8 @@ def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> 
     p1 = world.client.get("/v1/projects/p1", headers=world.headers("viewer")).json()
     assert p1["usage"]["studies"]["running"] == 1 and p1["usage"]["trials"] == 1
     assert p1["usage"]["gpu_hours"] == 0.0  # its running study holds no GPU
-    text = world.client.get("/metrics").text
+    scrape = {"Authorization": f"Bearer {SCRAPE_TOKEN}"}
+    text = world.client.get("/metrics", headers=scrape).text
     assert 'fedtune_project_quota_gpus{project="p1"} 8.0' in text
     assert 'fedtune_project_quota_gpu_hours{project="p1"} 12.5' in text
     assert 'fedtune_project_gpu_hours{project="p1"} 0.0' in text

@@ -12,6 +12,7 @@ import optuna
 import pytest
 
 from fedtune.errors import ConfigError, RayStartError
+from fedtune.service.access import ANONYMOUS_ADMIN
 from fedtune.service.backends.base import DriverStatus
 from fedtune.service.db import Database
 from fedtune.service.driver import EXIT_REQUEUED, EXIT_STOPPED, run_driver
@@ -34,10 +35,15 @@ def _rows(*losses: float, start: int = 1) -> list[dict]:
     return [{"round": r, "client_loss": v, "update_norm": 1.0} for r, v in enumerate(losses, start)]
 
 
-def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks, trials=None):
+def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks, trials=None, run_user=None):
     """Two trials as Tune reports them: results in batches, a completion, an error."""
     [sink] = sinks
-    fake_run_study.seen = {"workdir": workdir, "tracking_uri": tracking_uri, "ray": ray_address}
+    fake_run_study.seen = {
+        "workdir": workdir,
+        "tracking_uri": tracking_uri,
+        "ray": ray_address,
+        "run_user": run_user,
+    }
     t0, t1 = _trial(0), _trial(1)
     sink.on_trial_start(0, [], t0)
     sink.on_trial_result(0, [], t0, {"history": _rows(3.0, 2.0)})
@@ -73,6 +79,7 @@ def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> N
     assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study) == 0
     assert fake_run_study.seen["workdir"] == study_workdir(ctx.settings, sid)
     assert fake_run_study.seen["tracking_uri"].endswith(f"studies/{sid}/mlflow.db")
+    assert fake_run_study.seen["run_user"] == ANONYMOUS_ADMIN.name  # who submitted it
     assert_fake_study_recorded(ctx, sid)
 
 

@@ -17,6 +17,7 @@ from fedtune.service.child_env import ChildKind, child_env
 from fedtune.service.code_url import code_url_key
 from fedtune.service.driver import run_driver
 from fedtune.service.driver_link import ApiLink, driver_token
+from fedtune.service.models import Study
 from fedtune.service.repository import Repository
 from fedtune.service.services import ServiceContext
 from fedtune.service.states import StudyState
@@ -45,8 +46,11 @@ def test_a_driver_records_its_study_through_the_api(api) -> None:
     client, ctx = api
     sid = running_study(ctx)
     link = _link(client, ctx.settings, sid)
+    with ctx.db.session() as s:  # the study's owner reaches the driver with its claim
+        s.get(Study, sid).owner = "alice"
     assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study, link=link) == 0
     assert_fake_study_recorded(ctx, sid)
+    assert fake_run_study.seen["run_user"] == "alice"
 
 
 def test_a_driver_token_opens_its_own_study_and_attempt_only(api) -> None:

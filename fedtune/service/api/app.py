@@ -5,7 +5,9 @@ At start (lifespan): open the database, apply the Alembic migrations (or, with
 backend, reconcile running studies with their drivers, start the scheduler, and load the tuning
 stack in a thread (``/readyz`` answers 503 ``warming_up`` until then; ``service/warmup.py``). At shutdown: stop
 the scheduler and close the backend (the local backend stops its child drivers; their studies
-resume on the next start). Routes: ``/healthz``, ``/readyz``, ``/metrics`` (open) and the API
+resume on the next start). Routes: ``/healthz``, ``/readyz``, ``/metrics`` (open; its
+per-project series only with ``FEDTUNE_METRICS_TOKEN``), ``/client/`` (the light client's
+wheel, open: ``routes_client.py``) and the API
 under ``/v1`` (bearer token when ``FEDTUNE_API_TOKEN`` is set); OpenAPI at ``/openapi.json``,
 docs at ``/docs``. Request bodies above ``FEDTUNE_MAX_REQUEST_BYTES`` are answered 413;
 submissions are validated in a bounded pool of their own (``pool.py``; 503 ``busy`` when full).
@@ -39,6 +41,7 @@ from ..tracking import kill_runs
 from ..warmup import Warmup
 from . import (
     routes_admin,
+    routes_client,
     routes_code,
     routes_compare,
     routes_driver,
@@ -188,6 +191,7 @@ def create_app(
         routes_meta,
         routes_admin,
         routes_driver,
+        routes_client,
     ):  # one per resource
         app.include_router(module.router)
     return app

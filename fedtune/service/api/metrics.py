@@ -1,5 +1,11 @@
 """Prometheus metrics of the service, in a registry of its own (one per app).
 
+Every scrape gets the aggregate series below, which name no project. The per-project series
+(``fedtune_project_*{project}``: reservations, usage and quotas) name every project, so they go
+only to a scrape that sends ``Authorization: Bearer <FEDTUNE_METRICS_TOKEN>``
+(:func:`scrape_scope`); a scrape with another token is 401, one without a token gets the
+aggregate series alone. ``docs/explanation/threat-model.md`` says why.
+
 * ``fedtune_studies{state}`` — studies by state; ``fedtune_queue_length`` — queued studies;
   ``fedtune_trials_running`` — running trials of running studies; ``fedtune_database_up``.
   Read from the database at every scrape (a custom collector: always current, no bookkeeping).
@@ -7,25 +13,85 @@
   it refuses the service's credentials or does not answer (``backend_health``; absent without
   a scheduler or before the backend was ever reached).
 * ``fedtune_http_requests_total{method,route,status}`` and
-  ``fedtune_http_request_duration_seconds{method,route}`` (route = the path template).
+  ``fedtune_http_request_duration_seconds{method,route}`` (route = the path template, never a
+  path with a name in it).
+* with the scrape token, per project: ``fedtune_project_reserved_gpus``,
+  ``…_reserved_trials``, ``…_gpu_hours``, ``…_studies_queued``, ``…_studies_running`` and the
+  quotas ``…_quota_gpus``, ``…_quota_trials``, ``…_quota_studies``, ``…_quota_gpu_hours``
+  (absent when unlimited).
 """
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fedtune.errors import FedtuneError
 
-from ..meta_services import metrics_snapshot
+from ..errors import InvalidTokenError
+from ..meta_services import metrics_snapshot, project_metrics
 from ..services import ServiceContext
 from ..states import StudyState
+from .auth import bearer_token
 
-__all__ = ["HttpMetrics", "StudyCollector", "make_registry"]
+__all__ = [
+    "HttpMetrics",
+    "ProjectCollector",
+    "StudyCollector",
+    "exposition",
+    "make_registry",
+    "scrape_scope",
+]
+
+
+def scrape_scope(metrics_token: str | None, authorization: str | None) -> bool:
+    """Whether a scrape may see the per-project series.
+
+    Args:
+        metrics_token: ``FEDTUNE_METRICS_TOKEN`` (None: no scrape sees them).
+        authorization: the request's ``Authorization`` header, if any.
+
+    Returns:
+        True for ``Bearer <metrics_token>``; False without a header.
+
+    Raises:
+        UnauthorizedError: a header that is not a bearer token.
+        InvalidTokenError: another token than ``metrics_token`` (or any, when it is unset).
+    """
+    if not authorization:
+        return False
+    token = bearer_token(authorization)
+    if metrics_token is None or not hmac.compare_digest(token.encode(), metrics_token.encode()):
+        raise InvalidTokenError(
+            "the bearer token is not the scrape token (FEDTUNE_METRICS_TOKEN); without a token "
+            "/metrics answers the series that name no project"
+        )
+    return True
+
+
+def exposition(registry: CollectorRegistry, ctx: ServiceContext, per_project: bool) -> bytes:
+    """The text a scrape gets: ``registry``'s series, then, when ``per_project``, the
+    per-project ones (read from the database only then).
+
+    Args:
+        registry: the app's registry (aggregate series only).
+        ctx: the service context.
+        per_project: the scrape sent the scrape token (:func:`scrape_scope`).
+
+    Returns:
+        Prometheus' text format.
+    """
+    text = generate_latest(registry)
+    if per_project:
+        projects = CollectorRegistry(auto_describe=False)
+        projects.register(ProjectCollector(ctx))
+        text += generate_latest(projects)
+    return text
 
 
 class StudyCollector:
@@ -52,7 +118,6 @@ class StudyCollector:
         yield GaugeMetricFamily(
             "fedtune_queue_length", "Studies waiting for a driver", value=snap["queue_length"]
         )
-        yield from _project_gauges(snap.get("projects", {}))
         scheduler = self.ctx.stopper  # the scheduler, when this process runs one
         leads = bool(getattr(scheduler, "leading", False))
         yield GaugeMetricFamily(
@@ -108,6 +173,20 @@ _PROJECT_GAUGES = (
         "quota_gpu_hours",
     ),
 )
+
+
+class ProjectCollector:
+    """The per-project gauges (:data:`_PROJECT_GAUGES`), for a scrape with the scrape token."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            projects = project_metrics(self.ctx)
+        except FedtuneError:
+            return  # fedtune_database_up says so
+        yield from _project_gauges(projects)
 
 
 def _project_gauges(projects: dict) -> Iterator[Metric]:

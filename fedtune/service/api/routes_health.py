@@ -1,13 +1,17 @@
-"""``/healthz`` (process up), ``/readyz`` (database reachable), ``/metrics`` (Prometheus)."""
+"""``/healthz`` (process up), ``/readyz`` (database reachable), ``/metrics`` (Prometheus:
+aggregate series to anyone, the per-project ones with the scrape token, ``.metrics``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import meta_services as services
 from ..schemas import ErrorResponse, Health, Readiness
 from .deps import Ctx
+from .metrics import exposition, scrape_scope
 
 __all__ = ["router"]
 
@@ -25,8 +29,22 @@ def readyz(ctx: Ctx) -> Readiness:
 
 
 @router.get(
-    "/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, 401: {"model": ErrorResponse}},
 )
-def metrics(request: Request) -> Response:
-    registry = request.app.state.runtime.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(
+    request: Request,
+    authorization: Annotated[
+        str | None,
+        Header(
+            description="`Bearer <FEDTUNE_METRICS_TOKEN>` adds the per-project series "
+            "(`fedtune_project_*`); without it, only the series that name no project"
+        ),
+    ] = None,
+) -> Response:
+    runtime = request.app.state.runtime
+    token = runtime.settings.metrics_token
+    per_project = scrape_scope(token.get_secret_value() if token else None, authorization)
+    body = exposition(runtime.registry, runtime.ctx, per_project)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -40,6 +40,8 @@ class StudyPlan:
         t0: ``time.perf_counter()`` when :func:`.study.run_study` began.
         in_process: Its trials run in the driver's process, without Ray
             (:mod:`.in_process`).
+        run_user: Whom its MLflow runs name as their user (``mlflow.user``): the member who
+            submitted it to a service (None: no user is recorded). A name, never a login.
     """
 
     spec: StudySpec
@@ -51,6 +53,7 @@ class StudyPlan:
     ray_address: str | None
     t0: float
     in_process: bool = False
+    run_user: str | None = None
 
 
 @dataclass(frozen=True)

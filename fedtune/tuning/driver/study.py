@@ -98,6 +98,7 @@ def run_study(
     early: EarlyRay | None = None,
     in_process: bool = False,
     tracking_process: TrackerProcess | None = None,
+    run_user: str | None = None,
 ) -> StudyResult:
     """Run (or resume, or extend to ``trials`` in total) the study ``spec`` under ``workdir``.
 
@@ -122,6 +123,9 @@ def run_study(
         tracking_process: The MLflow store's process, already starting (begun by ``fedtune
             tune`` before its imports, :mod:`..mlflow.process`); a study whose trials run in
             this process uses it (or starts its own), and closes it here.
+        run_user: Whom the study's MLflow runs name as their user (the ``mlflow.user`` tag,
+            MLflow's "Created by"): a service's driver gives the study's owner. None: no user
+            is recorded.
 
     Returns:
         The study's result.
@@ -135,7 +139,7 @@ def run_study(
     workdir.mkdir(parents=True, exist_ok=True)
     timeline.mark("run_study")
     with _claim(workdir, early) as early:
-        plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address, in_process)
+        plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address, in_process, run_user)
         with _tracker_process(plan, tracking_process) as process:
             with _start_runtime(plan, early, process) as runtime:
                 fitted = fit(plan, runtime, progress, sinks)
@@ -203,6 +207,7 @@ def _prepare(
     tracking_uri: str | None = None,
     ray_address: str | None = None,
     in_process: bool = False,
+    run_user: str | None = None,
 ) -> StudyPlan:
     """Decide what this invocation of the study is; fail on spec errors before anything starts.
 
@@ -214,6 +219,7 @@ def _prepare(
         tracking_uri: The caller's MLflow store, if any.
         ray_address: The caller's Ray cluster, if any.
         in_process: The caller lets trials that fit this process run in it.
+        run_user: Whom the study's MLflow runs name as their user.
 
     Returns:
         The plan the other phases follow.
@@ -234,7 +240,16 @@ def _prepare(
         and fits_one_process(spec.budget.max_concurrent, spec.resources.gpu, spec.resources.pack)
     )
     return StudyPlan(
-        _without_credentials(spec), workdir, space, target, stored, uri, ray_address, t0, here
+        _without_credentials(spec),
+        workdir,
+        space,
+        target,
+        stored,
+        uri,
+        ray_address,
+        t0,
+        here,
+        run_user,
     )
 
 
@@ -423,11 +438,11 @@ def _open_tracking(
     local = uri.startswith("sqlite:") or "://" not in uri
     root = (workdir / "mlartifacts").as_uri() if local else None
     if process is not None:
-        tracker: Any = process.open(uri, spec.experiment, root)
+        tracker: Any = process.open(uri, spec.experiment, root, user=plan.run_user)
     else:
         from ..mlflow.tracking import StudyTracker
 
-        tracker = StudyTracker(uri, spec.experiment, root)
+        tracker = StudyTracker(uri, spec.experiment, root, user=plan.run_user)
     space_doc = {**plan.space.to_dict(), "fingerprint": plan.space.fingerprint()}
     parent = tracker.start_study(spec, space_doc, stores.store.parent_run_id())
     stores.store.set_parent_run_id(parent)

@@ -133,6 +133,7 @@ def record_comparison(
     experiment: str | None = None,
     name: str | None = None,
     parent_uris: Mapping[str, str] | None = None,
+    user: str | None = None,
 ) -> dict[str, Any]:
     """Write the comparison's files and make it an MLflow run (module docstring).
 
@@ -145,6 +146,8 @@ def record_comparison(
         name: The run's name (default ``compare-<study>-<study>…``).
         parent_uris: The store of each compared study's parent run, by study key, credentials
             and all (default: the store its :class:`~fedtune.tuning.analysis.compare.StudyLine` names).
+        user: Whom the run names as its user (``mlflow.user``, MLflow's "Created by"; None:
+            nobody).
 
     Returns:
         ``run_id``, ``experiment_id``, ``tracking_uri`` and the written ``files``.
@@ -152,6 +155,7 @@ def record_comparison(
     from mlflow import MlflowClient
     from mlflow.entities import Metric, RunTag
     from mlflow.exceptions import MlflowException
+    from mlflow.utils.mlflow_tags import MLFLOW_USER
 
     from ..analysis.compare_render import write_figures
     from .client import KIND_TAG as EXPERIMENT_KIND
@@ -177,6 +181,7 @@ def record_comparison(
         "comparable": str(c.comparable).lower(),
         "mlflow.note.content": _note(c, strip_credentials(tracking_uri)),
         **{f"compared.{s.key}"[:250]: s.run_id or "-" for s in c.studies},
+        **({MLFLOW_USER: user} if user else {}),
     }
     run = client.create_run(experiment_id, tags=tags, run_name=name[:250])
     run_id = run.info.run_id

@@ -87,18 +87,21 @@ class TrackerProcess:
             raise value
         return value
 
-    def open(self, uri: str, experiment: str, artifact_root: str | None) -> ProcessTracker:
+    def open(
+        self, uri: str, experiment: str, artifact_root: str | None, user: str | None = None
+    ) -> ProcessTracker:
         """Open the study's MLflow store in the child (as :class:`~.tracking.StudyTracker`).
 
         Args:
             uri: The tracking URI.
             experiment: The experiment's name.
             artifact_root: Where a new experiment keeps its artifacts (None: the store's).
+            user: Whom the runs name as their user (``mlflow.user``; None: nobody).
 
         Returns:
             The driver's handle.
         """
-        uri, experiment_id = self.call(_OPEN, uri, experiment, artifact_root)
+        uri, experiment_id = self.call(_OPEN, uri, experiment, artifact_root, user=user)
         return ProcessTracker(self, uri, experiment_id)
 
     def close(self, timeout: float = 60.0) -> None:

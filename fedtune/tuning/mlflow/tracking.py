@@ -45,6 +45,7 @@ import yaml
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
+from mlflow.utils.mlflow_tags import MLFLOW_USER
 
 from fedtune.outcomes import TrialOutcome, mlflow_status
 
@@ -106,10 +107,25 @@ def round_metrics(rows: Iterable[Mapping[str, Any]], timestamp: int) -> list[Met
 
 
 class StudyTracker:
-    """The study's experiment and run tree in one MLflow tracking store."""
+    """The study's experiment and run tree in one MLflow tracking store.
 
-    def __init__(self, uri: str, experiment: str, artifact_root: str | None = None) -> None:
+    Args:
+        uri: The tracking URI.
+        experiment: The experiment's name (made if missing).
+        artifact_root: Where a new experiment keeps its artifacts (None: the store's).
+        user: Whom every run it creates names as its user: the tag ``mlflow.user``, which the
+            MLflow UI shows as "Created by" (a service's study: its owner). None: no user.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        artifact_root: str | None = None,
+        user: str | None = None,
+    ) -> None:
         self.uri = uri
+        self._user_tag = {MLFLOW_USER: user} if user else {}
         seed_sqlite_store(uri)  # a new SQLite store without MLflow's migrations
         fast_commits_for(uri)  # WAL + synchronous=NORMAL (.sqlite_commits)
         prepare_tracking_store(uri)  # a database store's tables, once however many drivers race
@@ -144,7 +160,12 @@ class StudyTracker:
                 return run_id
             except MlflowException:
                 pass  # another tracking store than last time: start a new parent
-        tags = {"study": study.name, "algorithm": study.algorithm, "task": study.task}
+        tags = {
+            "study": study.name,
+            "algorithm": study.algorithm,
+            "task": study.task,
+            **self._user_tag,
+        }
         run = self.client.create_run(self.experiment_id, tags=tags, run_name=study.name)
         run_id = run.info.run_id
         document = study.document  # no credential of a URI in the spec reaches MLflow
@@ -248,7 +269,12 @@ class StudyTracker:
     def start_trial(
         self, parent: str, number: int, params: Mapping[str, Any], tags: Mapping[str, str]
     ) -> str:
-        all_tags = {PARENT_TAG: parent, "optuna_trial_number": str(number), **tags}
+        all_tags = {
+            PARENT_TAG: parent,
+            "optuna_trial_number": str(number),
+            **tags,
+            **self._user_tag,
+        }
         run = self.client.create_run(self.experiment_id, tags=all_tags, run_name=trial_name(number))
         self._log_params(run.info.run_id, {k: str(v) for k, v in params.items()})
         return run.info.run_id

@@ -165,6 +165,20 @@ no token. */}}
 {{- if .Values.auth.existingSecret -}}{{ .Values.auth.existingSecretKey }}{{- else -}}api-token{{- end -}}
 {{- end -}}
 
+{{/* Secret with the scrape token of /metrics: metrics.existingSecret, else the chart's own
+`<fullname>-metrics` when metrics.token is set; empty: no scrape token. */}}
+{{- define "fedtune.metricsSecretName" -}}
+{{- if .Values.metrics.existingSecret -}}
+{{- .Values.metrics.existingSecret -}}
+{{- else if .Values.metrics.token -}}
+{{- printf "%s-metrics" (include "fedtune.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "fedtune.metricsSecretKey" -}}
+{{- if .Values.metrics.existingSecret -}}{{ .Values.metrics.existingSecretKey }}{{- else -}}metrics-token{{- end -}}
+{{- end -}}
+
 {{- define "fedtune.postgresql.fullname" -}}
 {{- printf "%s-postgresql" (include "fedtune.fullname" .) -}}
 {{- end -}}
@@ -355,6 +369,11 @@ Cross-field checks that values.schema.json cannot express; each failure names th
 {{- with .Values.auth.apiToken -}}
 {{- if or (lt (len .) 16) (regexMatch "\\s" .) -}}
 {{- fail "auth.apiToken: use at least 16 random characters without whitespace (the service refuses shorter tokens), e.g. `openssl rand -hex 32`; better, auth.existingSecret" -}}
+{{- end -}}
+{{- end -}}
+{{- with .Values.metrics.token -}}
+{{- if or (lt (len .) 16) (regexMatch "\\s" .) -}}
+{{- fail "metrics.token: use at least 16 random characters without whitespace (the service refuses shorter tokens), e.g. `openssl rand -hex 32`; better, metrics.existingSecret" -}}
 {{- end -}}
 {{- end -}}
 {{- if and .Values.secret.existingSecret (eq .Values.backend "kubernetes") (not .Values.secret.existingDriverSecret) -}}
