@@ -62,12 +62,16 @@ def devtools(profile: Path, flags: Sequence[str] = ()) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def page_session(profile: Path, flags: Sequence[str] = ()) -> Iterator[Callable[..., dict]]:
+def page_session(
+    profile: Path, flags: Sequence[str] = (), events: list[dict] | None = None
+) -> Iterator[Callable[..., dict]]:
     """A headless Chromium's blank page, driven over the DevTools protocol.
 
     Args:
         profile: A fresh Chromium profile folder.
         flags: Chromium flags besides :data:`FLAGS`.
+        events: Where the events the page sends between answers are appended (``Network.*``
+            once ``Network.enable`` was called); None drops them.
 
     Returns:
         A context manager giving ``call(method, **params) -> result`` (a DevTools command).
@@ -84,13 +88,19 @@ def page_session(profile: Path, flags: Sequence[str] = ()) -> Iterator[Callable[
                 message = json.loads(ws.recv(timeout=30))
                 if message.get("id") == sent:
                     return message.get("result", {})
+                if events is not None and "method" in message:
+                    events.append(message)
 
         yield call
 
 
 @contextlib.contextmanager
 def logged_in(
-    profile: Path, user: str, password: str, flags: Sequence[str] = ()
+    profile: Path,
+    user: str,
+    password: str,
+    flags: Sequence[str] = (),
+    events: list[dict] | None = None,
 ) -> Iterator[Callable[..., dict]]:
     """:func:`page_session` sending ``user``'s basic-auth login with every request.
 
@@ -99,11 +109,12 @@ def logged_in(
         user: The user.
         password: Its password.
         flags: Chromium flags besides :data:`FLAGS`.
+        events: Where the page's events are appended (:func:`page_session`).
 
     Returns:
         A context manager giving ``call(method, **params) -> result``.
     """
-    with page_session(profile, flags) as call:
+    with page_session(profile, flags, events) as call:
         login = base64.b64encode(f"{user}:{password}".encode()).decode()
         call("Network.enable")
         call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})

@@ -165,7 +165,8 @@ def browse(
     timeout: float = 90,
 ) -> dict:
     """Open ``url`` in Chromium on the laptop, logged in as ``login``; what it showed
-    (tests/team_browser.py), its screenshot in ``<root>/<name>.png``."""
+    (tests/team_browser.py), kept in ``<root>/<name>.json`` beside its screenshot
+    ``<root>/<name>.png``."""
     request = {
         "url": url,
         "user": login[0],
@@ -186,6 +187,7 @@ def browse(
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    (team.root / f"{name}.json").write_text(done.stdout)  # beside the screenshot
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -255,17 +257,28 @@ def _login(folder: Path, name: str) -> tuple[str, str]:
     return made["user"], made["password"]
 
 
+def _shown(page: dict) -> str:
+    """A page's report without its answers' bodies, for a failure message."""
+    calls = [f"{method} {path} -> {status}" for method, path, status, _ in page["api"]]
+    return f"{page['href']}: settled {page['settled']}, errors {page['errors']}\n" + "\n".join(
+        [*calls, page["text"][:1500]]
+    )
+
+
 def _member_sees_the_study(team: Team, name: str, link: str, login: tuple[str, str]) -> str:
     """The member opens ``link``: the run with its two trials under "Child runs", then the
-    experiment's runs list with the run and its trials counted; no request of either page
-    failed. Returns the run's name."""
-    page = browse(team, f"{name}-run", link, login, ["Child runs", "trial-0000", "trial-0001"])
-    assert page["shown"] and not page["errors"], page
-    run_name = page["title"].removesuffix(" - MLflow")
-    assert page["title"].startswith("Run ") or run_name, page["title"]
-    study = next(line for line in page["text"].splitlines() if line.startswith("quickstart-"))
+    experiment's runs list with the run and its trials counted; MLflow answered every request of
+    both pages (none refused: no "Request error"). Returns the run's (the study's) name."""
+    trials = ["trial-0000", "trial-0001"]
+    page = browse(team, f"{name}-run", link, login, ["Child runs", *trials])
+    study = page["text"].split("\nOverview\n")[0].splitlines()[-1]  # the run's heading
     listed = browse(team, f"{name}-runs", runs_list(link), login, [study, "3 matching runs"])
-    assert listed["shown"] and not listed["errors"], listed
+    for shown in (page, listed):
+        assert shown["settled"] and not shown["errors"], _shown(shown)
+        assert all(status == 200 for _, _, status, _ in shown["api"]), _shown(shown)
+        searched = [body for _, path, _, body in shown["api"] if "/runs/search" in path]
+        assert searched and all(t in searched[-1] for t in trials), _shown(shown)
+    assert study.startswith("quickstart-digits-fedavgm"), _shown(page)
     return study
 
 
@@ -273,13 +286,22 @@ def _other_member_sees_none(
     team: Team, name: str, link: str, login: tuple[str, str], study: str
 ) -> None:
     """Another project's member opens the same link and the runs list: logged in as itself,
-    neither page shows the study, its trials or its run."""
+    MLflow answered the page's questions about the run and the experiment, and neither the
+    pages nor any answer holds the study, its trials or its run."""
     run_id = link.split("/runs/")[1].split("?")[0]
     for page_name, url in (("run", link), ("runs", runs_list(link))):
-        page = browse(team, f"{name}-{page_name}", url, login, [login[0]], timeout=45)
-        assert page["shown"], page  # the page is drawn, the login is the member's
+        page = browse(team, f"{name}-{page_name}", url, login, [login[0]], timeout=60)
+        assert page["settled"], _shown(page)  # drawn, as the member, every answer in
+        asked = [
+            (path, body)
+            for _, path, _, body in page["api"]
+            if "mlflowGetRun" in body or "mlflowGetExperiment" in body or "/runs/search" in path
+        ]
+        assert asked, _shown(page)  # the run or the experiment was asked for
         for hidden in (study, "trial-0000", run_id):
-            assert hidden not in page["text"], (page_name, hidden, page["text"][:2000])
+            assert hidden not in page["text"], (hidden, _shown(page))
+            leaked = [path for _, path, _, body in page["api"] if hidden in body]
+            assert not leaked, (hidden, leaked)
 
 
 def test_the_pages_network_section_runs_from_a_laptop(team: Team) -> None:
