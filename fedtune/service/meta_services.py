@@ -11,7 +11,14 @@ from typing import Any
 
 from .errors import ServiceWarmingUpError, WorkdirUnwritableError
 from .repository import Repository
-from .schemas import AlgorithmOut, BackendReadiness, Readiness, SearchSpaceOut, TaskOut
+from .schemas import (
+    AlgorithmOut,
+    BackendReadiness,
+    MlflowReadiness,
+    Readiness,
+    SearchSpaceOut,
+    TaskOut,
+)
 from .services import ServiceContext
 from .states import StudyState
 
@@ -66,7 +73,9 @@ def readiness(ctx: ServiceContext) -> Readiness:
     A backend that cannot launch studies (its credentials refused, its address unreachable:
     ``backend_health``) does not make the replica unready — it still serves reads, submissions
     and cancellations, and taking every replica out of its Service would hide the reason — so
-    the answer stays 200, with ``status: degraded`` and ``backend: {up: false, reason}``."""
+    the answer stays 200, with ``status: degraded`` and ``backend: {up: false, reason}``. So
+    does a failing sync of MLflow's workspaces, users and roles (``mlflow: {up: false, reason}``:
+    MLflow refuses the service's Host header or login, or does not answer)."""
     from .admin_token import auth_mode
     from .code_services import code_sandbox_state
     from .migrate import current_revision
@@ -77,7 +86,9 @@ def readiness(ctx: ServiceContext) -> Readiness:
     ctx.db.ping()
     revision = current_revision(ctx.db.engine)
     backend = backend_readiness(ctx)
-    status = "degraded" if backend is not None and backend.up is False else "ready"
+    mlflow = mlflow_readiness(ctx)
+    down = [part for part in (backend, mlflow) if part is not None and part.up is False]
+    status = "degraded" if down else "ready"
     return Readiness(
         status=status,
         database=ctx.db.dialect,
@@ -85,6 +96,7 @@ def readiness(ctx: ServiceContext) -> Readiness:
         backend=backend,
         auth=auth_mode(ctx.settings),
         code_sandbox=code_sandbox_state(ctx.settings),
+        mlflow=mlflow,
     )
 
 
@@ -102,6 +114,21 @@ def backend_readiness(ctx: ServiceContext) -> BackendReadiness | None:
         return None
     state = health.current()
     return BackendReadiness(kind=health.kind, up=state.up, reason=state.reason)
+
+
+def mlflow_readiness(ctx: ServiceContext) -> MlflowReadiness | None:
+    """The MLflow tenancy's last sync (``mlflow_sync.TenancyLoop.health``).
+
+    Args:
+        ctx: the service context.
+
+    Returns:
+        Up and reason; None without ``FEDTUNE_MLFLOW_WORKSPACES``.
+    """
+    loop = ctx.tenancy
+    if loop is None:
+        return None
+    return MlflowReadiness(up=loop.health.up, reason=loop.health.reason)
 
 
 def check_writable(workdir: Path) -> None:

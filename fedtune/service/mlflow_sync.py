@@ -5,23 +5,30 @@ With ``FEDTUNE_MLFLOW_WORKSPACES`` on, :func:`tenancy_from_settings` makes the
 it in step with fedtune's projects, users and roles, and :class:`TenancyLoop` does so when a
 project is created and periodically (``FEDTUNE_MLFLOW_SYNC_S``, 60 s by default), which bounds
 how long a revoked user or a changed role lasts in MLflow.
+
+Each sync's outcome is :attr:`TenancyLoop.health` (``/readyz``'s ``mlflow``): down, with MLflow's
+answer as the reason, while MLflow refuses the service (its Host header, its admin login) or
+does not answer. ``/readyz`` is open, so the reason names no project or user
+(:meth:`TenancyLoop.public_reason`) and never the tracking URI; the log line has it whole.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .backend_health import HealthState
 from .mlflow_tenancy import MlflowTenancy, SyncReport, TenancyError
 from .mlflow_workspaces import workspace_for
 
 if TYPE_CHECKING:
     from .settings import Settings
 
-__all__ = ["TenancyLoop", "sync_from_database", "tenancy_from_settings"]
+__all__ = ["TenancyLoop", "scrub", "sync_from_database", "tenancy_from_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +124,8 @@ class TenancyLoop:
         self._ready: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="fedtune-mlflow-sync", daemon=True)
         self.last: SyncReport | None = None
+        #: the last sync's outcome (``/readyz``): up None until the first one ended
+        self.health = HealthState(up=None)
 
     def start(self) -> None:
         self._thread.start()
@@ -176,10 +185,45 @@ class TenancyLoop:
 
         epoch = int(time.time() // self.oidc_login_s)
         drop = self._epoch is not None and epoch != self._epoch
-        with self._lock, self.db.session(readonly=True) as session:
-            self.last = sync_from_database(self.tenancy, session, drop_unknown=drop)
-            self._epoch = epoch
-            return self.last
+        try:
+            with self._lock, self.db.session(readonly=True) as session:
+                self.last = sync_from_database(self.tenancy, session, drop_unknown=drop)
+                self._epoch = epoch
+        except (TenancyError, httpx.HTTPError) as exc:
+            self._observed(False, exc)
+            raise
+        self._observed(True)
+        return self.last
+
+    def public_reason(self, exc: BaseException) -> str:
+        """Why a sync failed, as ``/readyz`` (open to anyone) shows it: MLflow's answer or the
+        connection's error, without the tracking URI or any project or user name.
+
+        Args:
+            exc: the sync's error.
+
+        Returns:
+            One line.
+        """
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        first = first.replace(self.tenancy.url, "MLFLOW_TRACKING_URI")
+        if not isinstance(exc, TenancyError):
+            first = f"unreachable: {first}"
+        try:
+            with self.db.session(readonly=True) as session:
+                return scrub(first, _names(session))
+        except Exception:  # no database to read the names from: say less
+            return first.split(":", 1)[0] + " (the service's log has MLflow's answer)"
+
+    def _observed(self, up: bool, exc: BaseException | None = None) -> None:
+        import time
+
+        reason = self.public_reason(exc) if exc is not None else None
+        before, self.health = self.health, HealthState(up, reason, time.monotonic())
+        if not up and before.up is not False:
+            log.error("MLflow tenancy sync failed (MLflow down for the service): %s", exc)
+        elif up and before.up is False:
+            log.warning("MLflow tenancy sync works again")
 
     def sync_user(self, name: str, roles: Mapping[str, str], *, admin: bool = False) -> None:
         """One user's MLflow roles now (its MLflow login is about to be issued).
@@ -196,7 +240,41 @@ class TenancyLoop:
         while not self._stop.is_set():
             try:
                 self.sync_now()
+            except (TenancyError, httpx.HTTPError) as exc:  # logged when MLflow went down
+                log.debug("MLflow tenancy sync failed: %s", exc)
             except Exception as exc:  # the next period tries again
                 log.warning("MLflow tenancy sync failed: %s", exc)
             self._wake.wait(self.period_s)
             self._wake.clear()
+
+
+def scrub(text: str, names: Iterable[str]) -> str:
+    """``text`` with each of ``names`` (whole words) replaced by ``…``.
+
+    Args:
+        text: a line to show outside the service.
+        names: the project, workspace and user names it must not show.
+
+    Returns:
+        The line.
+    """
+    for name in sorted({n for n in names if n}, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w-]){re.escape(name)}(?![\w-])", "…", text)
+    return text
+
+
+def _names(session: Any) -> set[str]:
+    """Every project, workspace, driver and user name fedtune's database holds."""
+    from sqlalchemy import select
+
+    from .mlflow_workspaces import driver_user
+    from .models import Project, User
+
+    projects = set(session.scalars(select(Project.name)))
+    spaces = {workspace_for(p) for p in projects}
+    return (
+        projects
+        | spaces
+        | {driver_user(w) for w in spaces}
+        | set(session.scalars(select(User.name)))
+    )

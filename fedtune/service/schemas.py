@@ -102,8 +102,21 @@ class BackendReadiness(_Out):
     reason: str | None = Field(None, description="why not (authentication failed, unreachable)")
 
 
+class MlflowReadiness(_Out):
+    up: bool | None = Field(
+        description="whether the service's last sync of MLflow's workspaces, users and roles "
+        "worked; null: none has ended yet"
+    )
+    reason: str | None = Field(
+        None, description="MLflow's answer or the connection's error (no project or user names)"
+    )
+
+
 class Readiness(_Out):
-    status: str = Field(description="ready; degraded while the backend cannot launch studies")
+    status: str = Field(
+        description="ready; degraded while the backend cannot launch studies or the MLflow "
+        "sync fails"
+    )
     database: str
     revision: str | None
     backend: BackendReadiness | None = Field(
@@ -118,4 +131,8 @@ class Readiness(_Out):
         None,
         description="how uploaded code is isolated: bwrap, or 'none: …' when the operator "
         "turned the sandbox off (null while code upload is off)",
+    )
+    mlflow: MlflowReadiness | None = Field(
+        None,
+        description="the MLflow tenancy's state (absent without FEDTUNE_MLFLOW_WORKSPACES)",
     )

@@ -841,3 +841,59 @@ def test_mlflow_public_url_is_the_base_of_the_links_the_api_hands_out(render) ->
     )
     value = env["FEDTUNE_MLFLOW_PUBLIC_URL"]["value"]
     assert load_settings(mlflow_public_url=value).mlflow_public_url == value
+
+
+def _mlflow_flag(container: dict[str, Any], name: str) -> list[str] | None:
+    found = [a.split("=", 1)[1] for a in container["args"] if a.startswith(f"{name}=")]
+    assert len(found) <= 1, name
+    return found[0].split(",") if found else None
+
+
+def test_mlflow_public_url_is_a_host_and_origin_mlflow_accepts_beside_its_service_names(render):
+    """``mlflow.publicUrl`` (an ingress host): with workspaces, ``fedtune mlflow-server
+    --public-url`` as on one machine, so the argv it execs accepts the ingress host with its
+    port and its origin, the Service names and allowedHosts still; plain ``mlflow server`` gets
+    the same host and origin from the chart's own computation."""
+    from fedtune.cli import build_parser
+    from fedtune.cli.mlflow_server import make_server
+    from fedtune.service.mlflow_access import MLFLOW_DEFAULT_HOSTS, parse_public_url
+
+    service = f"{FULLNAME}-mlflow.{NAMESPACE}.*"
+    values = {"mlflow": {"publicUrl": "https://MLflow.example.com/", "allowedHosts": ["box:5000"]}}
+    mlflow = _mlflow_container(render(values))
+    assert mlflow["command"] == WORKSPACES
+    assert "--public-url=https://MLflow.example.com/" in mlflow["args"]
+    args = build_parser().parse_args(["mlflow-server", *mlflow["args"]])
+    argv = make_server(args, {}).argv("mlflow")  # what the container execs
+    hosts = _mlflow_flag({"args": argv}, "--allowed-hosts")
+    assert set(MLFLOW_DEFAULT_HOSTS) | {service, "box:5000"} <= set(hosts)
+    assert {"mlflow.example.com", "mlflow.example.com:443"} <= set(hosts) and "*" not in hosts
+    assert _mlflow_flag({"args": argv}, "--cors-allowed-origins") == ["https://mlflow.example.com"]
+    default = _mlflow_container(render({}))
+    assert _mlflow_flag(default, "--cors-allowed-origins") is None
+    assert not [a for a in default["args"] if a.startswith("--public-url")]
+
+    plain = {"auth": {"apiToken": "test-token-set-by-the-test"}, "mlflow": {}}
+    plain["mlflow"]["workspaces"] = {"enabled": False}
+    for url in (
+        "https://MLflow.example.com/",
+        "http://box.test:8080",
+        "http://box:80",
+        "https://box:443",
+        "https://box:8443",
+        "http://[fd00::5]:5000",
+    ):
+        plain["mlflow"]["publicUrl"] = url
+        container = _mlflow_container(render(plain))
+        assert container["command"] == ["mlflow"]
+        public = parse_public_url(url)
+        hosts = _mlflow_flag(container, "--allowed-hosts")
+        assert service in hosts and set(public.hosts) <= set(hosts), url
+        assert len(hosts) == 8 + len(public.hosts)  # the Service names, localhost, the URL's
+        assert _mlflow_flag(container, "--cors-allowed-origins") == [public.origin], url
+
+
+def test_mlflow_public_url_must_be_a_servers_root(helm: Any, chart: Any) -> None:
+    for bad in ("https://example.com/mlflow", "mlflow.example.com", "https://u:p@example.com"):
+        message = schema_error(chart, helm, {"mlflow": {"publicUrl": bad}})
+        assert "'/mlflow/publicUrl'" in message, message

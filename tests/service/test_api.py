@@ -62,6 +62,7 @@ def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> No
         "backend": {"kind": "local", "up": True, "reason": None},
         "auth": "token",
         "code_sandbox": None,  # code upload is off
+        "mlflow": None,  # no MLflow workspaces to sync
     }
     assert client.get("/metrics", headers=bare).status_code == 200
     spec = client.get("/openapi.json", headers=bare).json()

@@ -86,3 +86,17 @@ def test_local_and_kubernetes_drivers_get_their_workspace_never_the_admin(
     assert ADMIN not in str(manifest)
     for group in manifest["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
         assert "MLFLOW_TRACKING_PASSWORD" not in str(group)
+
+
+def test_an_mlflow_answer_shown_by_readyz_names_no_project_or_user():
+    """``/readyz`` is open: a failed sync's reason keeps MLflow's words, not the names in them."""
+    from fedtune.service.mlflow_sync import scrub
+
+    line = (
+        "MLflow POST /api/2.0/mlflow/users/create answered 400: User "
+        "'fedtune-driver-vision' exists; vision, ana-b and ana"
+    )
+    names = {"vision", "fedtune-driver-vision", "ana", "ana-b", "x", ""}
+    assert scrub(line, names) == (
+        "MLflow POST /api/2.0/mlflow/users/create answered 400: User '…' exists; …, … and …"
+    )

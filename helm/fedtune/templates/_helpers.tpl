@@ -278,6 +278,28 @@ its own role's password (which does not reveal the superuser's or the other role
 {{- end -}}
 {{- end -}}
 
+{{/*
+mlflow.publicUrl as MLflow's Host and origin checks see it, computed as `fedtune mlflow-server
+--public-url` does (fedtune/service/mlflow_access.py): JSON {"hosts": [the Host headers a browser
+sends, with the port; also the bare host for the scheme's own port], "origin": the UI's Origin};
+{} when it is empty.
+*/}}
+{{- define "fedtune.mlflowPublic" -}}
+{{- with .Values.mlflow.publicUrl -}}
+{{- $u := urlParse . -}}
+{{- $scheme := lower $u.scheme -}}
+{{- $own := ternary "443" "80" (eq $scheme "https") -}}
+{{- $host := trimSuffix (printf ":%s" $own) (lower $u.host) -}}
+{{- $hosts := list $host -}}
+{{- if not (regexMatch ":[0-9]+$" $host) -}}
+{{- $hosts = append $hosts (printf "%s:%s" $host $own) -}}
+{{- end -}}
+{{- dict "hosts" $hosts "origin" (printf "%s://%s" $scheme $host) | toJson -}}
+{{- else -}}
+{}
+{{- end -}}
+{{- end -}}
+
 {{/* Name of the shared RayCluster; KubeRay names its head Service `<this>-head-svc`. */}}
 {{- define "fedtune.rayCluster.name" -}}
 {{- printf "%s-ray" (include "fedtune.fullname" .) -}}
