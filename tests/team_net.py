@@ -168,7 +168,14 @@ class TeamNet:
     def stop(self, name: str) -> None:
         """SIGTERM a process's session, SIGKILL after 30 s."""
         proc = self.procs.pop(name)
-        _stop_session(proc.pid, proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
     def stop_all(self) -> None:
         """Stop every process started here, then end what is left inside the namespaces (the
@@ -208,19 +215,6 @@ class TeamNet:
             self.stop_all()
         finally:
             self.net.close()
-
-
-def _stop_session(pgid: int, proc: subprocess.Popen | None = None) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    if proc is None:
-        return
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        proc.wait(10)
 
 
 def nginx_missing() -> str | None:
