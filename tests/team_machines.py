@@ -37,6 +37,7 @@ __all__ = [
     "other_member_sees_none",
     "printed_link",
     "runs_list",
+    "shown",
 ]
 
 DEV_BIN = Path(sys.executable).parent

@@ -2,8 +2,10 @@
 network namespace of its own (tests/team_net.py), nothing on 127.0.0.1 between them.
 
 * MLflow's guards, as a laptop meets them: without ``--public-url`` the box's name is refused
-  (``403 Invalid Host header``, the failure every loopback test missed); with it the name is
-  accepted, and another Host header or another origin is still refused.
+  (``403 Invalid Host header``, the failure every loopback test missed); with the name as an
+  allowed Host header only, the runs list in the laptop's Chromium says "Request error" (its
+  runs search refused as cross-origin); with ``--public-url`` every request of that page is
+  answered, and another Host header or another origin is still refused.
 * ``docs/how-to/team-one-machine.md``'s section "On a real network", its blocks as printed, each
   in a terminal on the machine its title names (tests/team_shell.py): the operator restarts both
   servers with the box's name, the member submits with the light client from the laptop, waits,
@@ -39,10 +41,12 @@ from tests.team_machines import (
     Team,
     box_env,
     box_shell,
+    browse,
     laptop_shell,
     member_sees_the_study,
     other_member_sees_none,
     printed_link,
+    shown,
 )
 from tests.team_net import BOX_NAMES, TeamNet, box_missing, nginx_missing
 from tests.team_shell import section_blocks
@@ -80,11 +84,15 @@ def _mlflow_server(team: Team, name: str, *flags: str) -> None:
     team.net.wait_http("box", "http://127.0.0.1:5000/health", name)
 
 
-def test_mlflow_takes_the_boxs_name_only_as_its_public_url(team: Team) -> None:
-    """Without ``--public-url`` MLflow refuses the name the laptop uses (today's loopback-only
-    setup); with it, that name and its origin pass, and MLflow's guards still refuse another
-    Host header, another port and another origin."""
-    admin = "Basic " + base64.b64encode(f"admin:{ADMIN_PASSWORD}".encode()).decode()
+def test_mlflow_takes_the_boxs_name_and_origin_only_from_its_public_url(team: Team) -> None:
+    """What a laptop meets: without ``--public-url`` MLflow refuses the box's name (today's
+    loopback-only setup); with the name allowed as a Host header only (``--allowed-hosts
+    box:5000``) pages load, but the UI's own requests are refused as cross-origin and the runs
+    list says "Request error"; with ``--public-url`` the same page gets every answer, and
+    MLflow's guards still refuse another Host header, another port and another origin."""
+    admin = ("admin", ADMIN_PASSWORD)
+    basic = "Basic " + base64.b64encode(":".join(admin).encode()).decode()
+    runs = "http://box:5000/#/experiments/0/runs?workflowType=machine_learning&workspace=default"
     search = "http://box:5000/ajax-api/2.0/mlflow/experiments/search"
     try:
         _mlflow_server(team, "mlflow-plain")
@@ -95,16 +103,27 @@ def test_mlflow_takes_the_boxs_name_only_as_its_public_url(team: Team) -> None:
         )
         team.net.stop("mlflow-plain")
 
+        _mlflow_server(team, "mlflow-host", "--allowed-hosts", "box:5000")
+        page = browse(team, "host-only-runs", runs, admin, ["admin", "Request error"])
+        refused = [path for _, path, status, _ in page["api"] if status == 403]
+        assert "Request error" in page["errors"], shown(page)
+        assert any("/runs/search" in path for path in refused), shown(page)
+        team.net.stop("mlflow-host")
+
         _mlflow_server(team, "mlflow-public", "--public-url", "http://box:5000")
-        assert team.net.http("laptop", "http://box:5000/")[0] == 401  # past the guard: a login
-        asked = {"Authorization": admin, "Origin": "http://box:5000"}
+        page = browse(team, "public-url-runs", runs, admin, ["admin"])
+        answered = [path for _, path, status, _ in page["api"] if status == 200]
+        assert page["settled"] and not page["errors"], shown(page)
+        assert len(answered) == len(page["api"]), shown(page)
+        assert any("/runs/search" in path for path in answered), shown(page)
+        asked = {"Authorization": basic, "Origin": "http://box:5000"}
         status, body = team.net.http("laptop", search, asked, {"max_results": 1})
         assert status == 200, body
         for headers in (
-            {"Authorization": admin, "Origin": "http://evil.test"},
-            {"Authorization": admin, "Origin": "http://box:5001"},
-            {"Authorization": admin, "Host": "evil.test:5000"},
-            {"Authorization": admin, "Host": "box:5001"},
+            {"Authorization": basic, "Origin": "http://evil.test"},
+            {"Authorization": basic, "Origin": "http://box:5001"},
+            {"Authorization": basic, "Host": "evil.test:5000"},
+            {"Authorization": basic, "Host": "box:5001"},
         ):
             status, body = team.net.http("laptop", search, headers, {"max_results": 1})
             assert status == 403, (headers.keys(), status, body)
