@@ -63,7 +63,6 @@ ADMIN_PASSWORD = "team-net-mlflow-admin-0123456789"
 def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     need("box", box_missing())
     need("chromium", None if CHROMIUM.is_file() else f"{CHROMIUM} is not installed")
-    need("nginx", nginx_missing())
     pytest.importorskip("websockets.sync.client")
     root = tmp_path_factory.mktemp("team-net")
     light = root / "light"
@@ -143,6 +142,7 @@ def _login(folder: Path, name: str) -> tuple[str, str]:
 
 
 def test_the_pages_network_section_runs_from_a_laptop(team: Team) -> None:
+    need("nginx", nginx_missing())
     _, blocks = section_blocks(PAGE, SECTION)
     box_dir, laptop_dir = team.root / "box", team.root / "laptop"
     shutil.copytree(REPO_ROOT / "examples", box_dir / "examples")
