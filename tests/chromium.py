@@ -10,7 +10,7 @@ import json
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from tests.integration.conftest import free_port, stop_group
@@ -30,12 +30,14 @@ FLAGS = [*HEADLESS, "--remote-allow-origins=*"]
 
 
 @contextlib.contextmanager
-def devtools(profile: Path) -> Iterator[str]:
-    """A headless Chromium: the DevTools WebSocket URL of its blank page."""
+def devtools(profile: Path, flags: Sequence[str] = ()) -> Iterator[str]:
+    """A headless Chromium (``flags`` added to :data:`FLAGS`): the DevTools WebSocket URL of
+    its blank page."""
     port = free_port()
     argv = [
         str(CHROMIUM),
         *FLAGS,
+        *flags,
         f"--remote-debugging-port={port}",
         f"--user-data-dir={profile}",
         "about:blank",
@@ -60,18 +62,23 @@ def devtools(profile: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def page_session(profile: Path) -> Iterator[Callable[..., dict]]:
+def page_session(
+    profile: Path, flags: Sequence[str] = (), events: list[dict] | None = None
+) -> Iterator[Callable[..., dict]]:
     """A headless Chromium's blank page, driven over the DevTools protocol.
 
     Args:
         profile: A fresh Chromium profile folder.
+        flags: Chromium flags besides :data:`FLAGS`.
+        events: Where the events the page sends between answers are appended (``Network.*``
+            once ``Network.enable`` was called); None drops them.
 
     Returns:
         A context manager giving ``call(method, **params) -> result`` (a DevTools command).
     """
     from websockets.sync.client import connect
 
-    with devtools(profile) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
+    with devtools(profile, flags) as ws_url, connect(ws_url, max_size=None, open_timeout=30) as ws:
         ids = itertools.count(1)
 
         def call(method: str, **params) -> dict:
@@ -81,23 +88,33 @@ def page_session(profile: Path) -> Iterator[Callable[..., dict]]:
                 message = json.loads(ws.recv(timeout=30))
                 if message.get("id") == sent:
                     return message.get("result", {})
+                if events is not None and "method" in message:
+                    events.append(message)
 
         yield call
 
 
 @contextlib.contextmanager
-def logged_in(profile: Path, user: str, password: str) -> Iterator[Callable[..., dict]]:
+def logged_in(
+    profile: Path,
+    user: str,
+    password: str,
+    flags: Sequence[str] = (),
+    events: list[dict] | None = None,
+) -> Iterator[Callable[..., dict]]:
     """:func:`page_session` sending ``user``'s basic-auth login with every request.
 
     Args:
         profile: A fresh Chromium profile folder.
         user: The user.
         password: Its password.
+        flags: Chromium flags besides :data:`FLAGS`.
+        events: Where the page's events are appended (:func:`page_session`).
 
     Returns:
         A context manager giving ``call(method, **params) -> result``.
     """
-    with page_session(profile) as call:
+    with page_session(profile, flags, events) as call:
         login = base64.b64encode(f"{user}:{password}".encode()).decode()
         call("Network.enable")
         call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})

@@ -86,7 +86,8 @@ def serial_group(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Add to each collected test the marker of its folder (:data:`FOLDER_MARKERS`) and the
-    pytest-xdist group it must run in (:func:`serial_group`).
+    pytest-xdist group it must run in (:func:`serial_group`, or the ``xdist_group`` its module
+    names: tests/e2e/test_team_network.py shares one pair of network namespaces among its tests).
 
     Args:
         config: pytest's configuration.
@@ -99,8 +100,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = serial_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-            if getattr(config.option, "loadgroup", False):
-                _name_group(item, group)
+        else:  # a module's own group (``pytestmark = pytest.mark.xdist_group(...)``)
+            own = item.get_closest_marker("xdist_group")
+            group = (own.args[0] if own.args else own.kwargs.get("name")) if own else None
+        if group is not None and getattr(config.option, "loadgroup", False):
+            _name_group(item, group)
 
 
 def _name_group(item: pytest.Item, group: str) -> None:

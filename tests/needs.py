@@ -15,6 +15,7 @@ bwrap        ``FEDTUNE_REQUIRE_BWRAP=1``
 image        ``FEDTUNE_REQUIRE_IMAGE=1``  (buildah, root: the built image's root file system)
 box          ``FEDTUNE_REQUIRE_BOX=1``  (root, ``ip`` and ``nft``: network namespaces, nftables)
 seccomp      ``FEDTUNE_REQUIRE_SECCOMP=1``  (Debian's ``python3-seccomp``: loading a profile)
+nginx        ``FEDTUNE_REQUIRE_NGINX=1``  (Debian's ``nginx``: the TLS proxy of a team's network)
 ============ ===============================
 
 The KubeRay CRDs are read from ``FEDTUNE_CRD_DIR``, by default ``../shared/k8s/crds`` beside
@@ -38,6 +39,7 @@ REQUIRE_VARS = {
     "image": "FEDTUNE_REQUIRE_IMAGE",
     "box": "FEDTUNE_REQUIRE_BOX",
     "seccomp": "FEDTUNE_REQUIRE_SECCOMP",
+    "nginx": "FEDTUNE_REQUIRE_NGINX",
 }
 
 

@@ -1,0 +1,149 @@
+"""A member's browser on their laptop: headless Chromium opens one page, logged in to MLflow, and
+reports what it shows and how MLflow answered the page's requests.
+
+Chromium runs where this module runs — the tests start it in the laptop's network namespace
+(``ip netns exec <tag>-laptop python -m tests.team_browser REQUEST``), so its DevTools port is the
+laptop's loopback and every page it opens is reached over the laptop's network. The login is sent
+as MLflow's basic-auth header with every request (:func:`tests.chromium.logged_in`), as a browser
+does once its user typed the login into the prompt.
+
+REQUEST is a JSON object: ``url``, ``user``, ``password``, ``profile`` (a fresh folder),
+``screenshot`` (a PNG path or empty), ``until`` (texts that must all be shown), ``timeout``
+(seconds), ``flags`` (more Chromium flags, e.g. the test certificate's SPKI pin). The page is
+settled when every ``until`` text is shown, nothing is drawn as loading (``aria-busy``), MLflow
+answered at least one of the UI's API requests, and none has been pending for :data:`QUIET_S`.
+It prints one JSON line: ``text`` (``document.body.innerText`` then, or at the timeout),
+``title``, ``href``, ``settled``, ``errors`` (MLflow's error notices in the text) and ``api``
+(``[method, path and query, status, the answer's first :data:`BODY_CHARS`]`` of each of the UI's
+API requests, status 0 for one that got no answer).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+from tests.chromium import evaluate, logged_in
+
+#: what the page shows now; ``busy``: a table or list still loading
+STATE = """JSON.stringify({
+    title: document.title,
+    href: location.href,
+    text: document.body ? document.body.innerText : "",
+    busy: document.querySelector('[aria-busy="true"]') !== null,
+})"""
+#: MLflow's notices when a request of the page failed (a refused XHR, a 403 on the runs search)
+ERROR_TEXTS = ("Request error", "Failed to load", "INTERNAL_ERROR", "Invalid Host header")
+#: the UI's calls of MLflow's API (not its scripts, styles and images)
+API_PREFIXES = ("/ajax-api/", "/api/", "/graphql")
+#: seconds without a pending API request before a page counts as settled
+QUIET_S = 2.0
+#: how much of each answer is reported (enough for a few runs' search)
+BODY_CHARS = 50_000
+
+
+class Requests:
+    """The UI's API requests, from the DevTools ``Network`` events."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, tuple[str, str]] = {}
+        self.status: dict[str, int] = {}
+        self.open: set[str] = set()
+        self.last_change = time.monotonic()
+
+    def take(self, events: list[dict]) -> None:
+        """Read (and empty) ``events``."""
+        for event in events:
+            params = event.get("params", {})
+            rid = params.get("requestId")
+            method = event["method"]
+            if method == "Network.requestWillBeSent":
+                url = urllib.parse.urlsplit(params["request"]["url"])
+                if url.path.startswith(API_PREFIXES) and rid not in self.sent:
+                    self.sent[rid] = (params["request"]["method"], url.path + "?" + url.query)
+                    self.open.add(rid)
+                    self.last_change = time.monotonic()
+            elif rid in self.sent and method == "Network.responseReceived":
+                self.status[rid] = int(params["response"]["status"])
+            elif rid in self.sent and method in (
+                "Network.loadingFinished",
+                "Network.loadingFailed",
+            ):
+                self.open.discard(rid)
+                self.last_change = time.monotonic()
+        events.clear()
+
+    def quiet(self) -> bool:
+        """At least one answer in, none pending for :data:`QUIET_S`."""
+        return (
+            bool(self.status) and not self.open and time.monotonic() - self.last_change >= QUIET_S
+        )
+
+    def answers(self, call) -> list[list]:
+        """``[method, path?query, status, the answer (its first :data:`BODY_CHARS`)]`` of each."""
+        out = []
+        for rid, sent in self.sent.items():
+            body = "" if rid in self.open else call("Network.getResponseBody", requestId=rid)
+            text = body.get("body", "") if isinstance(body, dict) else ""
+            if isinstance(body, dict) and body.get("base64Encoded"):
+                text = base64.b64decode(text).decode(errors="replace")
+            out.append([*sent, self.status.get(rid, 0), text[:BODY_CHARS]])
+        return out
+
+
+def look(request: dict) -> dict:
+    """Open ``request["url"]`` and wait until it settles (module docstring).
+
+    Args:
+        request: the request.
+
+    Returns:
+        What the page showed and how its API requests were answered.
+    """
+    until = list(request.get("until", ()))
+    events: list[dict] = []
+    requests = Requests()
+    profile = Path(request["profile"])
+    with logged_in(
+        profile, request["user"], request["password"], request.get("flags", ()), events
+    ) as call:
+        call("Page.navigate", url=request["url"])
+        state: dict = {}
+        settled = False
+        deadline = time.monotonic() + float(request.get("timeout", 90))
+        while time.monotonic() < deadline:
+            value = evaluate(call, STATE)  # None while a document replaces another
+            state = json.loads(value) if isinstance(value, str) else state
+            requests.take(events)
+            text = state.get("text", "")
+            shown = text and not state.get("busy") and all(t in text for t in until)
+            if shown and requests.quiet():
+                settled = True
+                break
+            time.sleep(0.5)
+        if request.get("screenshot"):
+            shot = call("Page.captureScreenshot", format="png")
+            Path(request["screenshot"]).write_bytes(base64.b64decode(shot["data"]))
+        api = requests.answers(call)
+    text = state.get("text", "")
+    return {
+        "text": text,
+        "title": state.get("title", ""),
+        "href": state.get("href", ""),
+        "settled": settled,
+        "errors": [e for e in ERROR_TEXTS if e in text],
+        "api": api,
+    }
+
+
+def main(argv: list[str]) -> int:
+    print(json.dumps(look(json.loads(argv[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

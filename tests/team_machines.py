@@ -1,0 +1,229 @@
+"""The team's two machines as a test drives them: a terminal on each (tests/team_shell.py), the
+member's browser on the laptop (tests/team_browser.py), and what a member and a member of
+another project see of a study in MLflow.
+
+The box runs the development venv (``fedtune[all]``; ``PYTHONPATH`` names the checkout under
+test); the laptop only the light install (:attr:`Team.light`); neither inherits fedtune's,
+MLflow's or Ray's variables from the test process. The box's terminal has its own nginx
+folders (:data:`NGINX_DIRS`: bind mounts of the test's folders in a mount namespace of its own),
+so ``cp … /etc/nginx/conf.d/`` and ``nginx -s reload`` act on the box's copy of Debian's
+configuration, not this machine's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.needs import REPO_ROOT
+from tests.team_net import TeamNet
+from tests.team_shell import Shell
+from tests.tls_ca import TestTls
+
+__all__ = [
+    "NGINX_DIRS",
+    "Team",
+    "box_env",
+    "box_shell",
+    "browse",
+    "laptop_shell",
+    "member_sees_the_study",
+    "other_member_sees_none",
+    "printed_link",
+    "runs_list",
+    "shown",
+]
+
+DEV_BIN = Path(sys.executable).parent
+#: what no terminal inherits from the test process (as tests/docs/conftest.py)
+DROPPED = ("FEDTUNE_", "MLFLOW_", "RAY_", "VIRTUAL_ENV", "PYTHONPATH", "KUBECONFIG")
+#: the folders of the box's own nginx, bind-mounted in its terminal's mount namespace
+NGINX_DIRS = ("/etc/nginx", "/var/log/nginx", "/var/lib/nginx", "/run")
+
+
+@dataclass
+class Team:
+    """The two machines and what the test made for them.
+
+    Attributes:
+        net: the namespaces and the processes started in them.
+        root: the test's folder (logs, terminals, screenshots and page reports).
+        tls: the CA and the proxy's certificate.
+        light: the light install's venv (None: the laptop runs no client).
+    """
+
+    net: TeamNet
+    root: Path
+    tls: TestTls
+    light: Path | None = None
+
+
+# ---- the machines' terminals -------------------------------------------------------------
+def machine_env(home: Path, path: list[Path], **extra: str) -> dict[str, str]:
+    """A terminal's variables: this process's without fedtune's, MLflow's and Ray's, a home of
+    its own, ``path`` first on ``PATH`` (the development venv only where it is named)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROPPED)}
+    system = [p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p) != DEV_BIN]
+    home.mkdir(parents=True, exist_ok=True)
+    env.update(
+        PATH=os.pathsep.join([*map(str, path), *system]),
+        HOME=str(home),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        NO_COLOR="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env | extra
+
+
+def box_env(team: Team, name: str) -> dict[str, str]:
+    """The box: the development venv (``fedtune[all]``); PYTHONPATH names the checkout under
+    test, which selects the code, not the tools."""
+    return machine_env(team.root / f"{name}-home", [DEV_BIN], PYTHONPATH=str(REPO_ROOT))
+
+
+def laptop_env(team: Team, name: str) -> dict[str, str]:
+    """The laptop: only the light install on ``PATH``."""
+    return machine_env(team.root / f"{name}-home", [team.light / "bin"] if team.light else [])
+
+
+def box_nginx(team: Team, name: str) -> list[Path]:
+    """The box's own nginx folders (:data:`NGINX_DIRS`): Debian's configuration as installed,
+    the test's certificate in ``tls/``, empty log, state and run folders."""
+    made = [team.root / f"{name}-nginx{d.replace('/', '-')}" for d in NGINX_DIRS]
+    shutil.copytree("/etc/nginx", made[0], symlinks=True)
+    (made[0] / "tls").mkdir()
+    shutil.copy(team.tls.cert, made[0] / "tls" / "box.pem")
+    shutil.copy(team.tls.key, made[0] / "tls" / "box.key")
+    for folder in made[1:]:
+        folder.mkdir()
+    return made
+
+
+def box_shell(team: Team, name: str, cwd: Path, page: str = "") -> Shell:
+    """The operator's terminal on the box, in a mount namespace where :data:`NGINX_DIRS` are the
+    box's own (:func:`box_nginx`)."""
+    mounts = " && ".join(f'mount --bind "${n + 1}" {d}' for n, d in enumerate(NGINX_DIRS))
+    argv = team.net.argv(
+        "box",
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"{mounts} && exec bash --noprofile --norc -s",
+            "sh",
+            *box_nginx(team, name),
+        ],
+    )
+    return Shell(argv, box_env(team, name), cwd, team.root / f"{name}-box-shell", page)
+
+
+def laptop_shell(team: Team, name: str, cwd: Path, page: str = "") -> Shell:
+    """The member's terminal on the laptop (``page``: the page whose blocks it runs)."""
+    argv = team.net.argv("laptop", ["bash", "--noprofile", "--norc", "-s"])
+    return Shell(argv, laptop_env(team, name), cwd, team.root / f"{name}-laptop-shell", page)
+
+
+# ---- the member's browser -------------------------------------------------------------------
+def browse(
+    team: Team,
+    name: str,
+    url: str,
+    login: tuple[str, str],
+    until: list[str],
+    timeout: float = 90,
+) -> dict:
+    """Open ``url`` in Chromium on the laptop, logged in as ``login``; what it showed
+    (tests/team_browser.py), kept in ``<root>/<name>.json`` beside its screenshot
+    ``<root>/<name>.png``."""
+    request = {
+        "url": url,
+        "user": login[0],
+        "password": login[1],
+        "profile": str(team.root / f"chromium-{name}"),
+        "screenshot": str(team.root / f"{name}.png"),
+        "until": until,
+        "timeout": timeout,
+        "flags": [f"--ignore-certificate-errors-spki-list={team.tls.spki}"],
+    }
+    env = laptop_env(team, "chromium") | {"PYTHONPATH": str(REPO_ROOT)}
+    done = subprocess.run(
+        team.net.argv("laptop", [sys.executable, "-m", "tests.team_browser", json.dumps(request)]),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (team.root / f"{name}.json").write_text(done.stdout)  # beside the screenshot
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def runs_list(link: str) -> str:
+    """The experiment's runs list of a run's link (same server, route and query but the run)."""
+    base, _, route = link.partition("#")
+    path, _, query = route.partition("?")
+    experiment = path.split("/runs/")[0]
+    return f"{base}#{experiment}/runs?{query}"
+
+
+def printed_link(printed: str) -> str:
+    """The ``mlflow`` line's link in ``fedtune status``'s output."""
+    found = re.search(r"^mlflow\s+(\S+)", printed, re.M)
+    assert found, f"no mlflow line in:\n{printed}"
+    return found.group(1)
+
+
+def shown(page: dict) -> str:
+    """A page's report without its answers' bodies, for a failure message."""
+    calls = [f"{method} {path} -> {status}" for method, path, status, _ in page["api"]]
+    return f"{page['href']}: settled {page['settled']}, errors {page['errors']}\n" + "\n".join(
+        [*calls, page["text"][:1500]]
+    )
+
+
+def member_sees_the_study(team: Team, name: str, link: str, login: tuple[str, str]) -> str:
+    """The member opens ``link``: the run with its two trials under "Child runs", then the
+    experiment's runs list with the run and its trials counted; MLflow answered every request of
+    both pages (none refused: no "Request error"). Returns the run's (the study's) name."""
+    trials = ["trial-0000", "trial-0001"]
+    page = browse(team, f"{name}-run", link, login, ["Child runs", *trials])
+    study = page["text"].split("\nOverview\n")[0].splitlines()[-1]  # the run's heading
+    listed = browse(team, f"{name}-runs", runs_list(link), login, [study, "3 matching runs"])
+    for shown in (page, listed):
+        assert shown["settled"] and not shown["errors"], shown(shown)
+        assert all(status == 200 for _, _, status, _ in shown["api"]), shown(shown)
+        searched = [body for _, path, _, body in shown["api"] if "/runs/search" in path]
+        assert searched and all(t in searched[-1] for t in trials), shown(shown)
+    return study
+
+
+def other_member_sees_none(
+    team: Team, name: str, link: str, login: tuple[str, str], study: str
+) -> None:
+    """Another project's member opens the same link and the runs list: logged in as itself,
+    MLflow answered the page's questions about the run and the experiment, and neither the
+    pages nor any answer holds the study, its trials or its run."""
+    run_id = link.split("/runs/")[1].split("?")[0]
+    for page_name, url in (("run", link), ("runs", runs_list(link))):
+        page = browse(team, f"{name}-{page_name}", url, login, [login[0]], timeout=60)
+        assert page["settled"], shown(page)  # drawn, as the member, every answer in
+        asked = [
+            (path, body)
+            for _, path, _, body in page["api"]
+            if "mlflowGetRun" in body or "mlflowGetExperiment" in body or "/runs/search" in path
+        ]
+        assert asked, shown(page)  # the run or the experiment was asked for
+        for hidden in (study, "trial-0000", run_id):
+            assert hidden not in page["text"], (hidden, shown(page))
+            leaked = [path for _, path, _, body in page["api"] if hidden in body]
+            assert not leaked, (hidden, leaked)
