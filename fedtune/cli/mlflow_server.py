@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .config_option import add_config_option, apply_config
+
 __all__ = ["register"]
 
 #: ``mlflow db upgrade`` of the store in ``MLFLOW_BACKEND_STORE_URI`` (never on a command line)
@@ -61,6 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--allowed-hosts",
         help="comma-separated Host headers to accept (default: localhost and private addresses)",
     )
+    add_config_option(p, "mlflow")
     p.set_defaults(func=run)
 
 
@@ -71,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .serve import own_url, require_free_port
 
+    apply_config(args)  # what no option gives: the settings file's [mlflow], else the default
     for name, least in (("port", 1), ("workers", 1), ("cache_seconds", 0)):
         if getattr(args, name) < least:
             flag = f"--{name.replace('_', '-')}"
