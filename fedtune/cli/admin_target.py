@@ -84,19 +84,22 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="the service's settings file: its database (FEDTUNE_CONFIG)",
     )
-    p.add_argument(url.option, help=f"{url.help}: act through its API instead of the database")
+    p.add_argument(
+        url.option,
+        help=f"{url.help}: act through its API, not the database ({', '.join(url.env)})",
+    )
     p.add_argument(token.option, help=f"an admin's token for --url ({', '.join(token.env)})")
 
 
 def over_api(args: argparse.Namespace) -> bool:
     """Whether the verb acts through the API (the module's rules 1 to 4)."""
-    from fedtune.service.config_file import CONFIG_ENV
+    from fedtune.service.config_file import config_path
 
     if args.url or args.token:
         return True
     if args.database_url or args.config:
         return False
-    if os.environ.get("FEDTUNE_DATABASE_URL") or os.environ.get(CONFIG_ENV):
+    if os.environ.get("FEDTUNE_DATABASE_URL") or config_path(None):
         return False
     return any(os.environ.get(v) for name in ("url", "token") for v in setting(name).env)
 

@@ -15,24 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fedtune.service.config_file import MLFLOW_KEYS, SERVE_OPTIONS
+
 __all__ = ["add_config_option", "apply_config"]
 
-#: the options each section of the file may set (their parser ``dest``)
-SECTION_OPTIONS = {
-    "serve": ("host", "port", "log_level"),
-    "mlflow": (
-        "host",
-        "port",
-        "workers",
-        "dir",
-        "backend_store_uri",
-        "artifacts_destination",
-        "admin_username",
-        "cache_seconds",
-        "allowed_hosts",
-        "public_url",
-    ),
-}
+#: the options each section of the file may set (their parser ``dest``: the keys' names)
+SECTION_OPTIONS = {"serve": SERVE_OPTIONS, "mlflow": tuple(MLFLOW_KEYS)}
 
 
 def add_config_option(parser: argparse.ArgumentParser, section: str) -> None:

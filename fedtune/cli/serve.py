@@ -49,7 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="without FEDTUNE_API_TOKEN, accept every request as an admin instead of making an "
         "admin token (loopback only, no users; FEDTUNE_INSECURE_OPEN)",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
     add_config_option(p, "serve")
     p.set_defaults(func=run)
 

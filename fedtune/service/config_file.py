@@ -38,7 +38,15 @@ from typing import Any
 
 from fedtune.errors import ConfigError
 
-__all__ = ["CONFIG_ENV", "ConfigFile", "anchor_sqlite", "config_path", "load_config"]
+__all__ = [
+    "CONFIG_ENV",
+    "MLFLOW_KEYS",
+    "SERVE_OPTIONS",
+    "ConfigFile",
+    "anchor_sqlite",
+    "config_path",
+    "load_config",
+]
 
 #: the variable naming the settings file when ``--config`` is not given
 CONFIG_ENV = "FEDTUNE_CONFIG"
@@ -110,7 +118,7 @@ def config_path(given: str | None, environ: Mapping[str, str] | None = None) -> 
         ``given``, else ``$FEDTUNE_CONFIG``, else None.
     """
     environ = os.environ if environ is None else environ
-    return given or environ.get(CONFIG_ENV) or None
+    return given or environ.get("FEDTUNE_CONFIG") or None  # CONFIG_ENV
 
 
 def load_config(path: str) -> ConfigFile:
@@ -219,7 +227,7 @@ def _port(value: Any) -> bool:
 
 
 #: ``[mlflow]`` key -> (check, what it must be); every key is an option of ``mlflow-server``
-_MLFLOW_KEYS: dict[str, tuple[Any, str]] = {
+MLFLOW_KEYS: dict[str, tuple[Any, str]] = {
     "host": (lambda v: isinstance(v, str) and v != "", "an address such as 0.0.0.0"),
     "port": (_port, "a port number, 1 to 65535"),
     "workers": (lambda v: _count(v, 1), "a number of processes, at least 1"),
@@ -236,11 +244,11 @@ _MLFLOW_KEYS: dict[str, tuple[Any, str]] = {
 def _mlflow_section(raw: dict[str, Any], folder: Path, path: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        if key not in _MLFLOW_KEYS:
-            raise ConfigError(f"[mlflow] {key}", f"unknown key{_closest(key, _MLFLOW_KEYS)}", path)
+        if key not in MLFLOW_KEYS:
+            raise ConfigError(f"[mlflow] {key}", f"unknown key{_closest(key, MLFLOW_KEYS)}", path)
         if key in ("allowed_hosts", "public_url") and isinstance(value, str):
             value = [value]
-        ok, what = _MLFLOW_KEYS[key]
+        ok, what = MLFLOW_KEYS[key]
         if not ok(value):
             raise ConfigError(f"[mlflow] {key}", f"must be {what}, got {value!r}", path)
         if key == "dir" or (key == "artifacts_destination" and "://" not in value):

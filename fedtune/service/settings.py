@@ -181,7 +181,9 @@ class Settings(BaseSettings):
     #: server runs ``mlflow server --enable-workspaces --app-name fedtune``; the service keeps
     #: its workspaces, users and roles in step with fedtune's and each study driver logs into its
     #: project's workspace with that workspace's driver credential. Needs an http(s)
-    #: ``MLFLOW_TRACKING_URI`` and ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``
+    #: ``MLFLOW_TRACKING_URI`` and ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``. Unset on a database whose
+    #: projects have workspaces, ``fedtune serve`` refuses to start; ``false`` starts it without
+    #: MLflow on purpose (``fedtune.service.mlflow_records``)
     mlflow_workspaces: bool = False
     #: the MLflow UI as members open it (an ingress, a port-forward), for the links the service
     #: hands out (``run_url``, ``ui_url``); unset: the tracking URI when it is http(s)

@@ -192,3 +192,16 @@ def test_a_secret_inline_needs_a_file_only_its_owner_reads(tmp_path) -> None:
 )
 def test_a_relative_sqlite_file_is_anchored(url: str, expected: str) -> None:
     assert anchor_sqlite(url, Path("/srv/t")) == expected
+
+
+def test_every_key_of_the_file_is_documented_and_an_option_of_its_verb() -> None:
+    from fedtune.service.config_file import MLFLOW_KEYS, SERVE_OPTIONS
+
+    page = (Path(__file__).resolve().parents[2] / "docs/reference/config-file.md").read_text()
+    for key in (*MLFLOW_KEYS, *SERVE_OPTIONS):
+        assert f"`{key}`" in page, key
+    parser = build_parser()
+    for verb, keys in (("serve", SERVE_OPTIONS), ("mlflow-server", MLFLOW_KEYS)):
+        args = parser.parse_args([verb])
+        # public_url: `fedtune mlflow-server --public-url` reads it where that option exists
+        assert set(keys) - set(vars(args)) <= {"public_url"}, verb
