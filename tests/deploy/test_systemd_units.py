@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import stop_group, wait_http
-from tests.service.helpers import free_ports
+from tests.service.helpers import free_ports, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -96,7 +96,9 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     ):
         assert text.count(old) == 1, old
         text = text.replace(old, new)
-    (srv / "team.toml").write_text(text)
+    assert text.rstrip().rsplit("\n[", 1)[-1].startswith("serve]")  # [serve] is the last section
+    # a project made on the database gets its MLflow workspace at the next sync: soon, here
+    (srv / "team.toml").write_text(text + "mlflow_sync_s = 5\n")
     procs: list[subprocess.Popen] = []
     try:
         for unit, url in (
@@ -194,6 +196,8 @@ def test_admin_verbs_from_another_folder_find_the_service_database(team: Team, t
     assert me.status_code == 200, me.text  # the running service knows erin: one database
     assert me.json()["projects"] == {"audio": "member"}
     assert not list(elsewhere.iterdir())  # no fedtune.db left behind
+    # the service's next MLflow sync makes audio's workspace, and the database remembers it
+    assert until(lambda: "audio" in _recorded(team.srv / "fedtune.db"), timeout=120)
 
 
 def test_serve_without_mlflow_refuses_a_database_whose_projects_have_workspaces(
