@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from fedtune.service.config_source import own_url
+from fedtune.service.config_file import own_url
 
 from .config_option import add_config_option, apply_config
 

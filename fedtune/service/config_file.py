@@ -46,6 +46,7 @@ __all__ = [
     "anchor_sqlite",
     "config_path",
     "load_config",
+    "own_url",
 ]
 
 #: the variable naming the settings file when ``--config`` is not given
@@ -303,3 +304,17 @@ def anchor_sqlite(url: str, folder: Path) -> str:
     if file.startswith(("/", ":memory:", "file:")):
         return url
     return f"{scheme}:///{os.path.normpath(folder / file)}{query}{params}"
+
+
+def own_url(host: str, port: int) -> str:
+    """The URL this machine's processes reach a server at (a wildcard bind: loopback).
+
+    Args:
+        host: The address it binds.
+        port: Its port.
+
+    Returns:
+        ``http://host:port`` (IPv6 in brackets).
+    """
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

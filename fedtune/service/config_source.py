@@ -4,8 +4,8 @@
 below the environment: :func:`loading` makes the file the one that source reads, and
 :func:`settings_values` is what it reads: the ``[serve]`` keys, what an ``[mlflow]`` section
 implies for the service (the server it logs to), and the service's relative defaults made
-relative to the file's folder. A secret named by a file (:class:`SecretFile`) is read only when
-no option or variable sets it.
+relative to the file's folder; :class:`ConfigFileSource` is that source. A secret named by a
+file (:class:`SecretFile`) is read only when no option or variable sets it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
 from fedtune.errors import ConfigError
 
-from .config_file import MLFLOW_DIR, SERVE_OPTIONS, ConfigFile, anchor_sqlite
+from .config_file import MLFLOW_DIR, SERVE_OPTIONS, ConfigFile, anchor_sqlite, own_url
 
-__all__ = ["LOADING", "Loading", "SecretFile", "loading", "origin", "own_url", "settings_values"]
+__all__ = [
+    "LOADING",
+    "ConfigFileSource",
+    "Loading",
+    "SecretFile",
+    "loading",
+    "origin",
+    "settings_values",
+]
 
 
 @dataclass(frozen=True)
@@ -141,20 +151,6 @@ def _from_mlflow(config: ConfigFile) -> dict[str, Any]:
     return values
 
 
-def own_url(host: str, port: int) -> str:
-    """The URL this machine's processes reach a server at (a wildcard bind: loopback).
-
-    Args:
-        host: The address it binds.
-        port: Its port.
-
-    Returns:
-        ``http://host:port`` (IPv6 in brackets).
-    """
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 @dataclass
 class Loading:
     """The settings file being loaded into ``Settings``, and the settings it gave.
@@ -190,3 +186,38 @@ def loading(config: ConfigFile | None) -> Iterator[Loading | None]:
         yield record
     finally:
         LOADING.reset(token)
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """The settings file being loaded (:data:`LOADING`), below the options and
+    the environment: it gives only the settings they leave unset, and reads a secret's file only
+    then."""
+
+    def __init__(self, settings_cls: type[BaseSettings], *above: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self.above = above
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ gives every value at once
+
+    def __call__(self) -> dict[str, Any]:
+        record = LOADING.get()
+        if record is None:
+            return {}
+        fields = self.settings_cls.model_fields
+        names = {_env_key(name, info): name for name, info in fields.items()}
+        taken = {names.get(key.lower(), key) for source in self.above for key in source()}
+        values = {}
+        for name, value in settings_values(record.config, fields).items():
+            if name not in taken:
+                values[name] = (
+                    value.read(record.config.path) if isinstance(value, SecretFile) else value
+                )
+        record.supplied.update(values)
+        return values
+
+
+def _env_key(name: str, info: Any) -> str:
+    """The key a source gives a field's value under, lower case: its alias, else its name."""
+    alias = info.validation_alias
+    return str(getattr(alias, "choices", [alias])[0]).lower() if alias is not None else name

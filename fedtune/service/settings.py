@@ -36,7 +36,7 @@ from fedtune.errors import ConfigError
 from fedtune.sandbox import SandboxMode
 
 from .config_file import ConfigFile
-from .config_source import LOADING, SecretFile, loading, origin, settings_values
+from .config_source import ConfigFileSource, loading, origin
 
 __all__ = [
     "PLACEHOLDER_SECRETS",
@@ -70,41 +70,6 @@ class BackendKind(enum.StrEnum):
     NONE = "none"  # accept studies, never dispatch them (API-only replica, benchmarks)
 
 
-class _ConfigFileSource(PydanticBaseSettingsSource):
-    """The settings file being loaded (:data:`.config_source.LOADING`), below the options and
-    the environment: it gives only the settings they leave unset, and reads a secret's file only
-    then."""
-
-    def __init__(self, settings_cls: type[BaseSettings], *above: PydanticBaseSettingsSource):
-        super().__init__(settings_cls)
-        self.above = above
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ gives every value at once
-
-    def __call__(self) -> dict[str, Any]:
-        record = LOADING.get()
-        if record is None:
-            return {}
-        fields = self.settings_cls.model_fields
-        names = {_env_key(name, info): name for name, info in fields.items()}
-        taken = {names.get(key.lower(), key) for source in self.above for key in source()}
-        values = {}
-        for name, value in settings_values(record.config, fields).items():
-            if name not in taken:
-                values[name] = (
-                    value.read(record.config.path) if isinstance(value, SecretFile) else value
-                )
-        record.supplied.update(values)
-        return values
-
-
-def _env_key(name: str, info: Any) -> str:
-    """The key a source gives a field's value under, lower case: its alias, else its name."""
-    alias = info.validation_alias
-    return str(getattr(alias, "choices", [alias])[0]).lower() if alias is not None else name
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="FEDTUNE_", frozen=True, extra="ignore", validate_by_name=True
@@ -119,7 +84,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        below = _ConfigFileSource(settings_cls, init_settings, env_settings)
+        below = ConfigFileSource(settings_cls, init_settings, env_settings)
         return init_settings, env_settings, dotenv_settings, file_secret_settings, below
 
     #: SQLAlchemy URL of the service's database (studies, trials, users, projects): SQLite on one
