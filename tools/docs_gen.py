@@ -770,7 +770,9 @@ def environment_page() -> str:
         "`fedtune serve`, `fedtune worker`, `fedtune db` and `fedtune users`/`projects` read "
         "their settings from these variables (`fedtune.service.settings`); an invalid value "
         "stops the service with an error naming the variable. Lists are comma-separated; "
-        "mappings are JSON.\n\n"
+        "mappings are JSON. A variable wins over the `[serve]` section of a settings file "
+        "(`--config FILE` or `FEDTUNE_CONFIG`), whose keys are these names without `FEDTUNE_`, "
+        "in lower case: [the settings file](config-file.md).\n\n"
     )
     out.append(table(["Variable", "Type", "Default", "Bounds", "Description", "Also set by"], rows))
     client = _client_settings()

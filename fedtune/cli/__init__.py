@@ -219,7 +219,8 @@ def _run(args: argparse.Namespace) -> int:
     from .common import missing_extra
 
     verb = getattr(args, "verb", None)
-    needs = missing_extra(verb)
+    needed = getattr(args, "needs_extra", None)  # a verb whose extra depends on its options
+    needs = missing_extra(verb) if needed is None or needed(args) else None
     if needs is not None:
         print(f"fedtune: error: {needs}", file=sys.stderr)
         return 2

@@ -5,7 +5,9 @@ lock serialises concurrent runs) and prints the revision reached. The Helm chart
 pre-install/pre-upgrade hook Job, and its API pods start with ``FEDTUNE_MIGRATE_ON_START=false``
 so they refuse an old schema instead of migrating while another pod still serves.
 ``fedtune db current`` prints the database's revision and the one this fedtune needs (exit 1 when
-they differ). ``fedtune db mlflow-workspaces --mlflow-db URL`` moves the experiments of existing
+they differ). Each finds the database as ``fedtune serve`` does: ``--database-url``, else
+``FEDTUNE_DATABASE_URL``, else the settings file's (``--config FILE`` or ``FEDTUNE_CONFIG``).
+``fedtune db mlflow-workspaces --mlflow-db URL`` moves the experiments of existing
 studies into their projects' MLflow workspaces (``fedtune.service.mlflow_migrate``).
 """
 
@@ -25,14 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("current", _current, "print the database's revision and the one this fedtune needs"),
     ):
         verb = verbs.add_parser(name, help=text)
-        verb.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
+        _database_options(verb)
         verb.set_defaults(func=func)
     verb = verbs.add_parser(
         "mlflow-workspaces",
         help="move existing studies' experiments into their projects' MLflow workspaces "
         "(`mlflow db move-resources`; stop MLflow and back its database up first)",
     )
-    verb.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
+    _database_options(verb)
     verb.add_argument(
         "--mlflow-db", required=True, help="SQLAlchemy URL of MLflow's tracking database"
     )
@@ -40,12 +42,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     verb.set_defaults(func=_mlflow_workspaces)
 
 
+def _database_options(verb: argparse.ArgumentParser) -> None:
+    verb.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
+    verb.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the service's settings file: its database (FEDTUNE_CONFIG)",
+    )
+
+
 def _database(args: argparse.Namespace) -> Any:
+    from fedtune.service.config_file import config_path, load_config
     from fedtune.service.db import Database
     from fedtune.service.settings import load_settings
 
+    path = config_path(args.config)
     overrides = {"database_url": args.database_url} if args.database_url else {}
-    return Database(load_settings(**overrides).database_url)
+    return Database(load_settings(load_config(path) if path else None, **overrides).database_url)
 
 
 def _upgrade(args: argparse.Namespace) -> int:

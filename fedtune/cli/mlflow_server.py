@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .config_option import add_config_option, apply_config
+
 if TYPE_CHECKING:
     from fedtune.service.mlflow_access import PublicUrl
     from fedtune.service.mlflow_server import MlflowServer
@@ -85,6 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "work), added to loopback, private addresses and --public-url's; "
         "MLFLOW_SERVER_ALLOWED_HOSTS and MLFLOW_SERVER_CORS_ALLOWED_ORIGINS add to them too",
     )
+    add_config_option(p, "mlflow")
     p.set_defaults(func=run)
 
 
@@ -94,12 +97,13 @@ def run(args: argparse.Namespace) -> int:
 
     from .serve import require_free_port
 
+    apply_config(args)  # what no option gives: the settings file's [mlflow], else the default
     for name, least in (("port", 1), ("workers", 1), ("cache_seconds", 0)):
         if getattr(args, name) < least:
             flag = f"--{name.replace('_', '-')}"
             raise ConfigError(flag, f"must be at least {least}, got {getattr(args, name)}")
     environ = mlflow_server_env()
-    server = make_server(args, os.environ)
+    server = make_server(args, environ)
     require_free_port(args.host, args.port, "another MLflow server?")
     mlflow = Path(sys.executable).with_name("mlflow")
     mlflow_bin = str(mlflow) if mlflow.exists() else shutil.which("mlflow")

@@ -4,9 +4,12 @@ Embedded defaults: SQLite ``./fedtune.db``, backend ``local`` (drivers are child
 embedded Ray that report to this server with a credential of their study's, not to its
 database), and, without ``FEDTUNE_API_TOKEN``, an admin token kept in
 ``<workdir>/admin-token`` (``fedtune.service.admin_token``; ``--insecure-open`` for an open
-service on loopback). Every option overrides its ``FEDTUNE_*`` variable;
-the rest comes from the environment (``fedtune.service.settings``). One process: the scheduler
-runs inside it.
+service on loopback). Every option overrides its ``FEDTUNE_*`` variable, which overrides a
+settings file's ``[serve]`` and ``[mlflow]`` sections (``--config FILE`` or ``FEDTUNE_CONFIG``:
+``fedtune.service.config_file``); the rest comes from the environment
+(``fedtune.service.settings``). On a database whose projects have MLflow workspaces it refuses
+to start without an MLflow server (``fedtune.service.mlflow_records``). One process: the
+scheduler runs inside it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ from __future__ import annotations
 import argparse
 import logging
 
-__all__ = ["register"]
+from fedtune.service.config_file import own_url
+
+from .config_option import add_config_option, apply_config
+
+__all__ = ["own_url", "register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="without FEDTUNE_API_TOKEN, accept every request as an admin instead of making an "
         "admin token (loopback only, no users; FEDTUNE_INSECURE_OPEN)",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log level (default info)",
+    )
+    add_config_option(p, "serve")
     p.set_defaults(func=run)
 
 
@@ -51,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
 
     from fedtune.service.admin_token import closed_by_default
     from fedtune.service.api import create_app
+    from fedtune.service.mlflow_records import require_mlflow_for_workspaces
     from fedtune.service.settings import load_settings
 
+    config = apply_config(args)
     overrides = {
         "database_url": args.database_url,
         "backend": args.backend,
@@ -60,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         "max_concurrent_studies": args.max_concurrent_studies,
         "insecure_open": True if args.insecure_open else None,
     }
-    settings = load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    settings = load_settings(config, **{k: v for k, v in overrides.items() if v is not None})
     require_free_port(args.host, args.port)  # before the database, the scheduler's lock
     if settings.backend == "local" and settings.driver_url is None:
         # local drivers report to this server, not to its database (service.driver_link)
@@ -68,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if config is not None:
+        logging.getLogger(__name__).info("settings file %s", config.path)
     if not settings.migrate_on_start:  # fail here with one line, not in uvicorn's lifespan
         from fedtune.service.db import Database
         from fedtune.service.migrate import require_current_schema
@@ -77,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             require_current_schema(db)
         finally:
             db.dispose()
+    require_mlflow_for_workspaces(settings)  # MLflow links and logins stay what they were
     settings = closed_by_default(settings, args.host)  # an admin token, unless told otherwise
     app = create_app(settings)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, workers=1)
@@ -113,9 +131,3 @@ def require_free_port(host: str, port: int, who: str = "another fedtune serve?")
                 f"{host}:{port} {why}: another process ({who}) listens there; "
                 "stop it, or pick another port with --port",
             ) from None
-
-
-def own_url(host: str, port: int) -> str:
-    """The URL this machine's processes reach the server at (a wildcard bind: loopback)."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

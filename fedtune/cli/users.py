@@ -1,4 +1,4 @@
-"""Server-side admin commands on the service database: bootstrap and operators.
+"""Admin commands: the service's users and projects, on its database or through its API.
 
     fedtune users create NAME --project P [--role member|viewer] [--admin] [--expires-days D]
     fedtune users list                      fedtune users revoke NAME [--token-id ID]
@@ -7,28 +7,34 @@
     fedtune projects quota P [--gpus N] [--trials N] [--studies N] [--gpu-hours H]
                              [--weight W] [--max-priority N] [--unlimited FIELD]
 
-They act on ``FEDTUNE_DATABASE_URL`` (or ``--database-url``) directly — no API, no token — so the
-first admin can be made where the database is (``kubectl exec`` into an API pod). ``users
-create`` and ``users token`` print the new token as the last line of stdout (shown once: only
-its hash is stored). The same through the admin-only ``/v1/users`` and ``/v1/projects`` routes
-and the SDK. Bad input is one line and exit 2.
+On the database (``--config FILE`` or ``FEDTUNE_CONFIG``: the service's settings file;
+``--database-url`` or ``FEDTUNE_DATABASE_URL``; else ``./fedtune.db``) they need no token, so
+the first admin can be made where the database is (``kubectl exec`` into an API pod); a SQLite
+file that does not exist is not made. With ``--url`` and ``--token`` (or ``FEDTUNE_URL`` and
+``FEDTUNE_TOKEN``) they go through the admin-only ``/v1/users`` and ``/v1/projects`` routes with
+the SDK, and print the same (``admin_target``). ``users create`` and ``users token`` print the
+new token as the last line of stdout (shown once: only its hash is stored). Bad input (a taken
+name, an unknown user) is one line and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 from typing import Any
 
 from fedtune.errors import ConflictError, NotFoundError
 
+from .admin_target import add_target_options, admin_for, over_api
+
 __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    users = sub.add_parser("users", help="service users and their API tokens (on the database)")
+    users = sub.add_parser(
+        "users", help="service users and their API tokens (on its database, or through its API)"
+    )
     verbs = users.add_subparsers(dest="users_verb", metavar="VERB")
     p = verbs.add_parser("create", help="a user and its first token (printed last)")
     p.add_argument("name")
@@ -55,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _db(p, _role)
 
     projects = sub.add_parser(
-        "projects", help="service projects and their quotas (on the database)"
+        "projects", help="service projects and their quotas (on its database, or through its API)"
     )
     verbs = projects.add_subparsers(dest="projects_verb", metavar="VERB")
     p = verbs.add_parser("create", help="a project")
@@ -88,125 +94,101 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _db(p: argparse.ArgumentParser, func: Any) -> None:
-    p.add_argument("--database-url", help="SQLAlchemy URL (FEDTUNE_DATABASE_URL)")
-    p.set_defaults(func=lambda args: _session_run(args, func))
+    add_target_options(p)
+    p.set_defaults(func=lambda args: _admin_run(args, func), needs_extra=_on_database)
 
 
-def _session_run(args: argparse.Namespace, func: Any) -> int:
-    from fedtune.service.db import Database
-    from fedtune.service.migrate import require_current_schema
-    from fedtune.service.settings import load_settings
+def _on_database(args: argparse.Namespace) -> bool:
+    """Whether the verb needs the service extra: on the database, not over the API."""
+    return not over_api(args)
 
-    overrides = {"database_url": args.database_url} if args.database_url else {}
-    args.settings = load_settings(**overrides)  # the usage's window and deadline
-    db = Database(args.settings.database_url)
+
+def _admin_run(args: argparse.Namespace, func: Any) -> int:
     try:
-        require_current_schema(db)
-        with db.session() as session:
-            return int(func(args, session) or 0)
+        with admin_for(args) as admin:
+            return int(func(args, admin) or 0)
     except (ConflictError, NotFoundError) as exc:  # a taken name, an unknown user: bad input
         print(f"fedtune: error: {exc}", file=sys.stderr)
         return 2
-    finally:
-        db.dispose()
-
-
-def _expiry(days: float | None) -> dt.datetime | None:
-    return None if days is None else dt.datetime.now(dt.UTC) + dt.timedelta(days=days)
 
 
 def _print_token(issued: Any) -> None:
     until = issued.expires_at.isoformat() if issued.expires_at else "never"
-    print(f"token {issued.id} for {issued.user} (expires {until}); shown once:")
-    print(issued.secret)
+    print(f"token {issued.token_id} for {issued.user} (expires {until}); shown once:")
+    print(issued.token)
 
 
-def _create_user(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
-
-    identity.create_user(session, args.name, admin=args.admin)
-    if args.project:
-        identity.add_member(session, args.name, args.project, args.role)
-    _print_token(identity.issue_token(session, args.name, expires_at=_expiry(args.expires_days)))
+def _create_user(args: argparse.Namespace, admin: Any) -> int:
+    _print_token(
+        admin.create_user(
+            args.name,
+            args.project,
+            args.role,
+            admin=args.admin,
+            expires_in_days=args.expires_days,
+        )
+    )
     return 0
 
 
-def _token(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
-
-    _print_token(identity.issue_token(session, args.name, expires_at=_expiry(args.expires_days)))
+def _token(args: argparse.Namespace, admin: Any) -> int:
+    _print_token(admin.new_token(args.name, args.expires_days))
     return 0
 
 
-def _list_users(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
-
-    users = identity.list_users(session)
+def _list_users(args: argparse.Namespace, admin: Any) -> int:
+    users = admin.users()
     if args.json:
-        print(json.dumps(users, indent=2, default=str))
+        print(json.dumps([u.to_json() for u in users], indent=2))
         return 0
     for u in users:
-        roles = ", ".join(f"{p}:{r}" for p, r in sorted(u["projects"].items())) or "-"
-        tokens = ", ".join(t["id"] for t in u["tokens"]) or "-"
-        print(f"{u['name']:<20} {'admin' if u['admin'] else '':<5}  {roles:<30}  tokens {tokens}")
+        roles = ", ".join(f"{p}:{r}" for p, r in sorted(u.projects.items())) or "-"
+        tokens = ", ".join(t.id for t in u.tokens) or "-"
+        print(f"{u.name:<20} {'admin' if u.admin else '':<5}  {roles:<30}  tokens {tokens}")
     return 0
 
 
-def _revoke(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
-
-    print(f"revoked {identity.revoke(session, args.name, args.token_id)} token(s) of {args.name}")
+def _revoke(args: argparse.Namespace, admin: Any) -> int:
+    print(f"revoked {admin.revoke(args.name, args.token_id)} token(s) of {args.name}")
     return 0
 
 
-def _role(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
-
-    identity.add_member(session, args.name, args.project, args.role)
+def _role(args: argparse.Namespace, admin: Any) -> int:
+    admin.set_role(args.name, args.project, args.role)
     print(f"{args.name} is {args.role} of {args.project}")
     return 0
 
 
-def _create_project(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
-
-    identity.create_project(session, args.name)
+def _create_project(args: argparse.Namespace, admin: Any) -> int:
+    admin.create_project(args.name)
     print(f"project {args.name}")
     return 0
 
 
-def _list_projects(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
-    from fedtune.service.project_usage import project_usage
-
-    rows = [
-        {**identity.describe_project(p), "usage": project_usage(session, p.name, args.settings)}
-        for p in identity.projects(session)
-    ]
+def _list_projects(args: argparse.Namespace, admin: Any) -> int:
+    rows = [admin.project(p.name) for p in admin.projects()]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([r.to_json() for r in rows], indent=2))
         return 0
+    cap = lambda v: "∞" if v is None else f"{v:g}"  # noqa: E731
     for r in rows:
-        q, u = r["quota"], r["usage"]
-        cap = lambda v: "∞" if v is None else f"{v:g}"  # noqa: E731
+        q, u = r.quota, r.usage
         print(
-            f"{r['name']:<20} gpus {u['gpus']:g}/{cap(q['gpus'])}  trials {u['trials']}/"
-            f"{cap(q['trials'])}  studies {u['studies']['queued'] + u['studies']['running']}/"
-            f"{cap(q['studies'])}  gpu-hours {cap(u['gpu_hours'])}/{cap(q['gpu_hours'])}  "
-            f"weight {r['weight']:g}  max priority {r['max_priority']}"
+            f"{r.name:<20} gpus {u.gpus:g}/{cap(q.gpus)}  trials {u.trials}/{cap(q.trials)}  "
+            f"studies {u.studies.queued + u.studies.running}/{cap(q.studies)}  "
+            f"gpu-hours {cap(u.gpu_hours)}/{cap(q.gpu_hours)}  "
+            f"weight {r.weight:g}  max priority {r.max_priority}"
         )
     return 0
 
 
-def _quota(args: argparse.Namespace, session: Any) -> int:
-    from fedtune.service import identity
+#: ``projects quota``'s options, by the SDK's (and the API's) names
+QUOTA_OPTIONS = ("gpus", "trials", "studies", "gpu_hours", "weight", "max_priority")
 
-    values: dict[str, Any] = {}
-    for column, (flag, _, _) in identity.QUOTA_FIELDS.items():
-        if getattr(args, flag) is not None:
-            values[column] = getattr(args, flag)
-    for flag in args.unlimited:
-        values[f"quota_{flag}"] = None
-    project = identity.set_quota(session, args.name, **values)
-    print(json.dumps(identity.describe_project(project)))
+
+def _quota(args: argparse.Namespace, admin: Any) -> int:
+    values: dict[str, Any] = {k: getattr(args, k) for k in QUOTA_OPTIONS}
+    values = {k: v for k, v in values.items() if v is not None}
+    values.update({flag: None for flag in args.unlimited})
+    print(json.dumps(admin.set_quota(args.name, **values).to_json()))
     return 0

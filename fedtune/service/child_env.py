@@ -128,6 +128,8 @@ MLFLOW_SERVER_KEEPS = frozenset(
     {
         "MLFLOW_BACKEND_STORE_URI",
         "MLFLOW_AUTH_ADMIN_PASSWORD",
+        "MLFLOW_SERVER_ALLOWED_HOSTS",  # added to --public-url's hosts (cli.mlflow_server)
+        "MLFLOW_SERVER_CORS_ALLOWED_ORIGINS",
         "MLFLOW_S3_ENDPOINT_URL",
         "MLFLOW_S3_IGNORE_TLS",
         "AWS_ACCESS_KEY_ID",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .backend_health import HealthState
+from .mlflow_records import record_workspaces
 from .mlflow_tenancy import MlflowTenancy, SyncReport, TenancyError
 from .mlflow_workspaces import workspace_for
 
@@ -150,10 +151,13 @@ class TenancyLoop:
         Returns:
             The workspace's name.
         """
+        from .models import DEFAULT_PROJECT
+
         workspace = workspace_for(project)
         with self._lock:
             if workspace not in self._ready:
                 self.tenancy.ensure_workspace(project)
+                record_workspaces(self.db, [project or DEFAULT_PROJECT])
                 self._ready.add(workspace)
         return workspace
 
@@ -183,11 +187,18 @@ class TenancyLoop:
         """
         import time
 
+        from sqlalchemy import select
+
+        from .models import Project
+
         epoch = int(time.time() // self.oidc_login_s)
         drop = self._epoch is not None and epoch != self._epoch
         try:
-            with self._lock, self.db.session(readonly=True) as session:
-                self.last = sync_from_database(self.tenancy, session, drop_unknown=drop)
+            with self._lock:
+                with self.db.session(readonly=True) as session:  # one snapshot: these projects
+                    self.last = sync_from_database(self.tenancy, session, drop_unknown=drop)
+                    projects = list(session.scalars(select(Project.name)))
+                record_workspaces(self.db, projects)  # their workspaces exist now
                 self._epoch = epoch
         except (TenancyError, httpx.HTTPError) as exc:
             self._observed(False, exc)

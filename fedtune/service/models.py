@@ -11,7 +11,7 @@ projects uploaded a package) and ``scheduler_lease`` (the one scheduler leader a
 token); since revision 0006 ``method_groups`` (the studies of one study of methods and the
 comparison recorded once they have all ended); since revision 0007 ``projects.quota_gpu_hours``;
 since revision 0008 ``idempotency_claims`` (the submissions being checked, by key:
-:mod:`.idempotency`).
+:mod:`.idempotency`); since 0009 ``projects.mlflow_workspace``.
 The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
 them (``tests/service/test_migrations.py`` compares the two).
 """
@@ -275,6 +275,8 @@ class Project(Base):
     max_priority: Mapped[int] = mapped_column(Integer, default=0)
     queue_name: Mapped[str | None] = mapped_column(String(63))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # revision 0009: the MLflow workspace the service made for it (``.mlflow_records``)
+    mlflow_workspace: Mapped[str | None] = mapped_column(String(64))
 
 
 class Membership(Base):

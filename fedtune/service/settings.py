@@ -2,8 +2,10 @@
 habits 3 and 7).
 
 Every setting is read from the environment exactly here (``FEDTUNE_*``, plus ``RAY_ADDRESS`` and
-``MLFLOW_TRACKING_URI`` under their usual names). Like full-stack-fastapi-template's config, it
-refuses placeholder secrets ("changethis", short tokens) instead of starting insecurely.
+``MLFLOW_TRACKING_URI`` under their usual names), and from a settings file's ``[serve]`` section
+below the environment (``load_settings(config=...)``, :mod:`.config_file`): an option wins over a
+variable, a variable over the file, the file over the default. Like full-stack-fastapi-template's
+config, it refuses placeholder secrets ("changethis", short tokens) instead of starting insecurely.
 """
 
 from __future__ import annotations
@@ -23,10 +25,18 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from fedtune.errors import ConfigError
 from fedtune.sandbox import SandboxMode
+
+from .config_file import ConfigFile
+from .config_source import ConfigFileSource, loading, origin
 
 __all__ = [
     "PLACEHOLDER_SECRETS",
@@ -64,6 +74,18 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="FEDTUNE_", frozen=True, extra="ignore", validate_by_name=True
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        below = ConfigFileSource(settings_cls, init_settings, env_settings)
+        return init_settings, env_settings, dotenv_settings, file_secret_settings, below
 
     #: SQLAlchemy URL of the service's database (studies, trials, users, projects): SQLite on one
     #: machine, PostgreSQL (``postgresql+psycopg://…``) for several replicas; a placeholder
@@ -129,7 +151,9 @@ class Settings(BaseSettings):
     #: server runs ``mlflow server --enable-workspaces --app-name fedtune``; the service keeps
     #: its workspaces, users and roles in step with fedtune's and each study driver logs into its
     #: project's workspace with that workspace's driver credential. Needs an http(s)
-    #: ``MLFLOW_TRACKING_URI`` and ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``
+    #: ``MLFLOW_TRACKING_URI`` and ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``. Unset on a database whose
+    #: projects have workspaces, ``fedtune serve`` refuses to start; ``false`` starts it without
+    #: MLflow on purpose (``fedtune.service.mlflow_records``)
     mlflow_workspaces: bool = False
     #: the MLflow UI as members open it (an ingress, a port-forward), for the links the service
     #: hands out (``run_url``, ``ui_url``); unset: the tracking URI when it is http(s)
@@ -470,15 +494,32 @@ _ENV_NAMES = {
 }
 
 
-def load_settings(**overrides: Any) -> Settings:
-    """Settings from the environment (``overrides`` win); errors name the variable."""
-    try:
-        return Settings(**overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        name = str(first["loc"][0]) if first["loc"] else "settings"
-        env = _ENV_NAMES.get(name, f"FEDTUNE_{name.upper()}")
-        raise ConfigError(env, first["msg"].removeprefix("Value error, ")) from None
+def load_settings(config: ConfigFile | None = None, **overrides: Any) -> Settings:
+    """Settings from the options, the environment and a settings file, in that order.
+
+    Args:
+        config: The settings file (``--config``, ``FEDTUNE_CONFIG``; None: none).
+        **overrides: The command line's options, by setting.
+
+    Returns:
+        The settings.
+
+    Raises:
+        ConfigError: A bad value, naming its variable, or its key in ``config``.
+    """
+    with loading(config) as record:
+        try:
+            return Settings(**overrides)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else "settings"
+            name = next((n for n, v in _ENV_NAMES.items() if v == name), name)
+            reason = first["msg"].removeprefix("Value error, ")
+            if record is not None and name in record.supplied and name not in overrides:
+                key = origin(record.config, name) or name
+                raise record.config.error(key, reason) from None
+            env = _ENV_NAMES.get(name, f"FEDTUNE_{name.upper()}")
+            raise ConfigError(env, reason) from None
 
 
 def database_url_from_env() -> str | None:

@@ -8,7 +8,6 @@ belongs to; ``GET /v1/projects/{p}`` answers 404 to a caller who is not in ``p``
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path
@@ -21,18 +20,14 @@ from fedtune.wire_models import (
     MlflowLoginOut,
     ProjectDetail,
     ProjectOut,
-    Quota,
     Revoked,
-    StudyCounts,
-    TokenInfo,
     TokenOut,
-    Usage,
     UserOut,
 )
 
 from .. import identity
 from ..access import Principal
-from ..project_usage import project_usage
+from ..admin_db import DatabaseAdmin
 from ..schemas import ErrorResponse
 from .auth import Caller
 from .deps import Ctx
@@ -145,14 +140,9 @@ def _admin(caller: Principal) -> None:
         raise ForbiddenError("only an admin may do this")
 
 
-def _expiry(days: float | None) -> dt.datetime | None:
-    return None if days is None else dt.datetime.now(dt.UTC) + dt.timedelta(days=days)
-
-
-def _token(issued: identity.IssuedToken) -> TokenOut:
-    return TokenOut(
-        user=issued.user, token_id=issued.id, token=issued.secret, expires_at=issued.expires_at
-    )
+def _admin_db(ctx: Any) -> DatabaseAdmin:
+    """What the routes below do once their caller may: ``fedtune users``' own code."""
+    return DatabaseAdmin(ctx.db, ctx.settings)
 
 
 def _poke(ctx: Any) -> None:
@@ -198,29 +188,26 @@ def whoami(caller: Caller) -> Identity:
     return Identity(**caller.to_dict())
 
 
-def _user(row: dict[str, Any]) -> UserOut:
-    return UserOut(**{**row, "tokens": [TokenInfo(**t) for t in row["tokens"]]})
-
-
 @router.get("/users", response_model=list[UserOut], responses=_ERRORS)
 def list_users(ctx: Ctx, caller: Caller) -> list[UserOut]:
     """Every user with its roles and live token ids (admins only)."""
     _admin(caller)
-    with ctx.db.session(readonly=True) as session:
-        return [_user(row) for row in identity.list_users(session)]
+    return _admin_db(ctx).users()
 
 
 @router.post("/users", status_code=201, response_model=TokenOut, responses=_TAKEN)
 def create_user(ctx: Ctx, caller: Caller, body: UserIn) -> TokenOut:
     """A user (optionally a member or viewer of a first project) and its first token."""
     _admin(caller)
-    with ctx.db.session() as session:
-        identity.create_user(session, body.name, admin=body.admin)
-        if body.project is not None:
-            identity.add_member(session, body.name, body.project, body.role)
-        issued = identity.issue_token(session, body.name, expires_at=_expiry(body.expires_in_days))
+    issued = _admin_db(ctx).create_user(
+        body.name,
+        body.project,
+        body.role,
+        admin=body.admin,
+        expires_in_days=body.expires_in_days,
+    )
     _poke(ctx)
-    return _token(issued)
+    return issued
 
 
 @router.post("/users/{name}/tokens", status_code=201, response_model=TokenOut, responses=_ERRORS)
@@ -228,19 +215,14 @@ def new_token(ctx: Ctx, caller: Caller, name: Name, body: TokenIn) -> TokenOut:
     """Another token for ``name`` (rotation): an admin, or the user for itself."""
     if not caller.admin and caller.name != name:
         raise ForbiddenError("only an admin may make tokens for another user")
-    with ctx.db.session() as session:
-        issued = identity.issue_token(
-            session, name, expires_at=_expiry(body.expires_in_days), label=body.label
-        )
-    return _token(issued)
+    return _admin_db(ctx).new_token(name, body.expires_in_days, label=body.label)
 
 
 @router.post("/users/{name}/revoke", response_model=Revoked, responses=_ERRORS)
 def revoke(ctx: Ctx, caller: Caller, name: Name, body: RevokeIn) -> Revoked:
     """Revoke all of ``name``'s live tokens, or one (admins only)."""
     _admin(caller)
-    with ctx.db.session() as session:
-        revoked = identity.revoke(session, name, body.token_id)
+    revoked = _admin_db(ctx).revoke(name, body.token_id)
     _poke(ctx)
     return Revoked(revoked=revoked)
 
@@ -249,30 +231,22 @@ def revoke(ctx: Ctx, caller: Caller, name: Name, body: RevokeIn) -> Revoked:
 def set_role(ctx: Ctx, caller: Caller, name: Name, project: Name, body: RoleIn) -> MembershipOut:
     """Give ``name`` a role in ``project`` (admins only)."""
     _admin(caller)
-    with ctx.db.session() as session:
-        identity.add_member(session, name, project, body.role)
+    membership = _admin_db(ctx).set_role(name, project, body.role)
     _poke(ctx)
-    return MembershipOut(user=name, project=project, role=body.role)
-
-
-def _project(row: Any) -> ProjectOut:
-    described = identity.describe_project(row)
-    return ProjectOut(**{**described, "quota": Quota(**described["quota"])})
+    return membership
 
 
 @router.get("/projects", response_model=list[ProjectOut], responses=_ERRORS)
 def list_projects(ctx: Ctx, caller: Caller) -> list[ProjectOut]:
     """The projects the caller belongs to (an admin: all), with quotas."""
-    with ctx.db.session(readonly=True) as session:
-        return [_project(p) for p in identity.projects(session) if caller.can_read(p.name)]
+    return [p for p in _admin_db(ctx).projects() if caller.can_read(p.name)]
 
 
 @router.post("/projects", status_code=201, response_model=ProjectOut, responses=_TAKEN)
 def create_project(ctx: Ctx, caller: Caller, body: ProjectIn) -> ProjectOut:
     """A new project, without quotas (admins only)."""
     _admin(caller)
-    with ctx.db.session() as session:
-        described = _project(identity.create_project(session, body.name))
+    described = _admin_db(ctx).create_project(body.name)
     if ctx.tenancy is not None:  # its MLflow workspace is made with it
         ctx.tenancy.ensure(body.name)
     return described
@@ -283,22 +257,11 @@ def get_project(ctx: Ctx, caller: Caller, project: Name) -> ProjectDetail:
     """A project's quota and its usage now (404 unless the caller is in it)."""
     if not caller.can_read(project):
         raise NotFoundError(f"no project {project!r}")
-    with ctx.db.session(readonly=True) as session:
-        row = identity.require_project(session, project)
-        usage = project_usage(session, project, ctx.settings)
-        base = _project(row)
-    counts = StudyCounts(**usage["studies"])
-    usage_out = Usage(
-        studies=counts, gpus=usage["gpus"], trials=usage["trials"], gpu_hours=usage["gpu_hours"]
-    )
-    return ProjectDetail.from_attributes(base, usage=usage_out)
+    return _admin_db(ctx).project(project)
 
 
 @router.put("/projects/{project}/quota", response_model=ProjectOut, responses=_ERRORS)
 def set_quota(ctx: Ctx, caller: Caller, project: Name, body: QuotaIn) -> ProjectOut:
     """Set the quotas given (``null``: unlimited; a field left out keeps its value)."""
     _admin(caller)
-    columns = {field: column for column, (field, _, _) in identity.QUOTA_FIELDS.items()}
-    values = {columns[k]: v for k, v in body.model_dump(exclude_unset=True).items()}
-    with ctx.db.session() as session:
-        return _project(identity.set_quota(session, project, **values))
+    return _admin_db(ctx).set_quota(project, **body.model_dump(exclude_unset=True))
