@@ -23,6 +23,7 @@ from fedtune.errors import ConfigError
 from fedtune.redact import bare_uri
 
 __all__ = [
+    "ADMIN_SETTINGS",
     "CLIENT_SETTINGS",
     "ClientSetting",
     "SettingNames",
@@ -74,6 +75,18 @@ class ClientSetting:
                 return environ[variable]
         return self.default
 
+    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
+        """Whether one of :attr:`env` is set (not empty).
+
+        Args:
+            environ: the environment (default ``os.environ``).
+
+        Returns:
+            True when a variable gives the value.
+        """
+        environ = os.environ if environ is None else environ
+        return any(environ.get(variable) for variable in self.env)
+
     def source(self, given: bool, environ: Mapping[str, str] | None = None) -> str:
         """Where the value in effect comes from, as messages name it.
 
@@ -122,16 +135,24 @@ CLIENT_SETTINGS: tuple[ClientSetting, ...] = (
 )
 
 
+#: where the administration verbs (``fedtune users``/``projects``) find the service when no
+#: ``--url`` is given: its settings file or its database (``fedtune.cli.admin_target``)
+ADMIN_SETTINGS: tuple[ClientSetting, ...] = (
+    ClientSetting("config", ("FEDTUNE_CONFIG",), None, "the service's settings file (TOML)"),
+    ClientSetting("database_url", ("FEDTUNE_DATABASE_URL",), None, "the service's database"),
+)
+
+
 def setting(name: str) -> ClientSetting:
     """The client setting called ``name``.
 
     Args:
-        name: ``url``, ``token`` or ``project``.
+        name: ``url``, ``token`` or ``project``; ``config`` or ``database_url``.
 
     Returns:
-        Its entry of :data:`CLIENT_SETTINGS`.
+        Its entry of :data:`CLIENT_SETTINGS` or :data:`ADMIN_SETTINGS`.
     """
-    for entry in CLIENT_SETTINGS:
+    for entry in (*CLIENT_SETTINGS, *ADMIN_SETTINGS):
         if entry.name == name:
             return entry
     raise KeyError(name)

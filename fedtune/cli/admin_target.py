@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -99,9 +98,9 @@ def over_api(args: argparse.Namespace) -> bool:
         return True
     if args.database_url or args.config:
         return False
-    if os.environ.get("FEDTUNE_DATABASE_URL") or config_path(None):
+    if setting("database_url").is_set() or config_path(None):
         return False
-    return any(os.environ.get(v) for name in ("url", "token") for v in setting(name).env)
+    return setting("url").is_set() or setting("token").is_set()
 
 
 @contextlib.contextmanager
@@ -161,7 +160,7 @@ def _source(args: argparse.Namespace, config: ConfigFile | None) -> str:
 
     if args.database_url:
         return "--database-url"
-    if os.environ.get("FEDTUNE_DATABASE_URL"):
+    if setting("database_url").is_set():
         return "FEDTUNE_DATABASE_URL"
     if config is not None:
         return f"{config.path} {origin(config, 'database_url') or '(its default database)'}"

@@ -11,7 +11,6 @@ relative to the file's folder when there is a file.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,8 @@ def apply_config(args: argparse.Namespace) -> Any:
     """
     from fedtune.service.config_file import MLFLOW_ENV, config_path, load_config
 
+    environ = _mlflow_environ() if args.config_section == "mlflow" else {}
+
     path = config_path(args.config)
     config = load_config(path) if path else None
     section = args.config_section
@@ -66,7 +67,7 @@ def apply_config(args: argparse.Namespace) -> Any:
         if not hasattr(args, dest) or getattr(args, dest) is not None:
             continue  # an option this verb lacks, or one given on the command line
         variable = MLFLOW_ENV.get(dest) if section == "mlflow" else None
-        if variable and os.environ.get(variable):
+        if variable and environ.get(variable):
             continue  # the verb reads the variable, which wins over the file
         if dest in from_file:
             setattr(args, dest, from_file[dest])
@@ -76,3 +77,10 @@ def apply_config(args: argparse.Namespace) -> Any:
             default = config.folder / default
         setattr(args, dest, default)
     return config
+
+
+def _mlflow_environ() -> dict[str, str]:
+    """What ``fedtune mlflow-server`` keeps of the environment (its store's variable among it)."""
+    from fedtune.service.child_env import mlflow_server_env
+
+    return mlflow_server_env()

@@ -118,8 +118,9 @@ def config_path(given: str | None, environ: Mapping[str, str] | None = None) -> 
     Returns:
         ``given``, else ``$FEDTUNE_CONFIG``, else None.
     """
-    environ = os.environ if environ is None else environ
-    return given or environ.get("FEDTUNE_CONFIG") or None  # CONFIG_ENV
+    from fedtune.client_settings import setting
+
+    return setting("config").resolve(given, environ)  # CONFIG_ENV
 
 
 def load_config(path: str) -> ConfigFile:

@@ -71,9 +71,11 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path):
 
 def _server(*argv: str, environ: dict[str, str] | None = None) -> MlflowServer:
     from fedtune.cli import build_parser
+    from fedtune.cli.config_option import apply_config
     from fedtune.cli.mlflow_server import make_server
 
     args = build_parser().parse_args(["mlflow-server", "--dir", "/tmp/m", *argv])
+    apply_config(args)  # the defaults of what no option, variable or file gives, as run() does
     return make_server(args, environ or {})
 
 
@@ -217,3 +219,22 @@ def test_the_banner_names_the_addresses_it_serves():
     assert local[3] == "  FEDTUNE_MLFLOW_ADMIN_PASSWORD=$(cat /tmp/m/admin-password) fedtune serve"
     named = banner(_server("--host=box.lan", "--port=5001"), given=True)
     assert named.startswith("MLflow at http://box.lan:5001, one workspace")
+
+
+def test_the_settings_files_public_url_is_served_as_the_option_would(tmp_path: Path) -> None:
+    from fedtune.cli import build_parser
+    from fedtune.cli.config_option import apply_config
+    from fedtune.cli.mlflow_server import make_server
+
+    config = tmp_path / "team.toml"
+    config.write_text('[mlflow]\nhost = "0.0.0.0"\npublic_url = ["http://box.lan:5000"]\n')
+    args = build_parser().parse_args(["mlflow-server", "--config", str(config)])
+    apply_config(args)
+    from_file = make_server(args, {})
+    assert [url.url for url in from_file.public_urls] == ["http://box.lan:5000"]
+    assert from_file.root == tmp_path / "mlflow-server"  # relative to the file's folder
+    given = build_parser().parse_args(
+        ["mlflow-server", "--config", str(config), "--public-url", "http://other.lan:5000"]
+    )
+    apply_config(given)  # the option wins over the file
+    assert [url.url for url in make_server(given, {}).public_urls] == ["http://other.lan:5000"]
