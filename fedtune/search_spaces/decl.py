@@ -150,9 +150,7 @@ class ParamDecl(BaseModel):
         raw = as_mapping(raw, field, source, what=f" of {', '.join(PARAM_KEYS)}")
         unknown = sorted(set(raw) - set(PARAM_KEYS))
         if unknown:
-            raise ConfigError(
-                f"{field}.{unknown[0]}", unknown_key(unknown[0], PARAM_KEYS), source
-            )
+            raise ConfigError(f"{field}.{unknown[0]}", unknown_key(unknown[0], PARAM_KEYS), source)
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:

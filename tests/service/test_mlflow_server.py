@@ -8,6 +8,7 @@ import socket
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 from fedtune.service.child_env import mlflow_server_env
 from fedtune.service.mlflow_server import MlflowServer
