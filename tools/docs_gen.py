@@ -725,10 +725,10 @@ def _setters() -> dict[str, list[tuple[str, str]]]:
 
 def _client_settings() -> tuple[Any, ...]:
     try:
-        from fedtune.client_settings import CLIENT_SETTINGS
+        from fedtune.client_settings import ADMIN_SETTINGS, CLIENT_SETTINGS
     except ImportError:  # a fedtune without the declared table
         return ()
-    return tuple(CLIENT_SETTINGS)
+    return (*CLIENT_SETTINGS, *ADMIN_SETTINGS)
 
 
 def environment_page() -> str:
@@ -782,7 +782,8 @@ def environment_page() -> str:
             "The verbs that talk to a service (`fedtune submit`, `status`, `studies`, …) take "
             "these options; an option not given falls back to its variables, first set wins "
             "(`fedtune.client_settings`). The Python SDK takes the same values as arguments and "
-            "reads no environment.\n\n"
+            "reads no environment. `fedtune users` and `fedtune projects` find the service's "
+            "settings file or database with the last two, when no `--url` is given.\n\n"
         )
         rows = []
         for entry in client:
