@@ -14,17 +14,27 @@ service per tree, the trees alternating, so that a busy machine weighs on both a
 Per tree and phase the seconds of every repeat and their median: ``serve_ready_s`` (launch to
 ``/readyz`` answering 200), ``first_trial_s`` (submission to the first trial listed by the API),
 ``study_s`` (submission to ``succeeded``).
+
+A study's start-up on a busy machine varies by tens of seconds, far more than the routes can
+add; so the routes' own costs are also timed apart, in this checkout, ``--relay-repeats``
+times, interleaved (``relay``): a sandbox's start (``python -c pass``) with and without routes,
+and 100 HTTP requests, each on a new connection, from a sandbox to a server of this process's
+over a route and over the host's network (a sandbox with ``network=True``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -33,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._env import write_report
 from fedtune.code_package import pack
+from fedtune.sandbox import Sandbox
+from fedtune.sandbox_net import SandboxNet
 from tests.integration.conftest import stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.service.code_fixtures import write_package
@@ -112,10 +124,89 @@ def _study(url: str, package_dir: Path) -> tuple[float, float]:
         time.sleep(0.1)
 
 
+#: run in the sandbox: 100 GETs of the server at argv[1] (host, port), a new connection each,
+#: then 100 on one kept-alive connection (as MLflow's and the driver's HTTP clients do); the
+#: seconds of each hundred
+REQUESTS = """
+import http.client, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+start = time.perf_counter()
+for _ in range(100):
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    conn.request("GET", "/", headers={"Connection": "close"})
+    assert conn.getresponse().read() == b"ok"
+    conn.close()
+middle = time.perf_counter()
+conn = http.client.HTTPConnection(host, port, timeout=30)
+for _ in range(100):
+    conn.request("GET", "/")
+    assert conn.getresponse().read() == b"ok"
+print(middle - start, time.perf_counter() - middle)
+"""
+
+
+class _Ok(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keeps a connection open unless told to close it
+
+    def setup(self) -> None:
+        super().setup()  # headers and body are two writes: no Nagle delay between them
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def _relay_costs(repeats: int) -> dict:
+    """Seconds of a sandbox's start, and of 100 requests from it (new connections, one kept
+    connection), with routes and without."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {"PATH": "/usr/bin:/bin"}
+    kinds = ("start", "http_new", "http_kept")
+    out: dict[str, list[float]] = {f"{k}{r}": [] for k in kinds for r in ("", "_routed")}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for _ in range(repeats):
+                for routed, kind in itertools.product((False, True), ("start", "http")):
+                    # today's local driver: the host's network; with routes: the API's only
+                    net = SandboxNet.create(Path(tmp), [url]) if routed else None
+                    box = Sandbox(env=env, net=net, network=not routed)
+                    key = f"{kind}_routed" if routed else kind
+                    if kind == "start":
+                        started = time.perf_counter()
+                        box.run([sys.executable, "-I", "-c", "pass"], timeout_s=60)
+                        out[key].append(time.perf_counter() - started)
+                    else:
+                        argv = [sys.executable, "-I", "-c", REQUESTS, "127.0.0.1", str(port)]
+                        new, kept = map(float, box.run(argv, timeout_s=120).stdout.split())
+                        out[key.replace("http", "http_new")].append(new)
+                        out[key.replace("http", "http_kept")].append(kept)
+    finally:
+        server.shutdown()
+    medians = {k: statistics.median(v) for k, v in out.items()}
+    return {
+        "seconds": {k: [round(x, 4) for x in v] for k, v in out.items()},
+        "median_s": medians,
+        "added_start_s": medians["start_routed"] - medians["start"],
+        "added_per_request_ms": {
+            k: (medians[f"{k}_routed"] - medians[k]) * 10 for k in ("http_new", "http_kept")
+        },
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", required=True, help="NAME=PATH of a checkout")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--relay-repeats", type=int, default=15)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     trees = {name: Path(path).resolve() for name, _, path in (t.partition("=") for t in args.tree)}
@@ -141,6 +232,7 @@ def main() -> int:
         finally:
             stop_group(mlflow)
     medians = {n: {p: statistics.median(v) for p, v in d.items()} for n, d in seconds.items()}
+    relay = _relay_costs(args.relay_repeats)
     body = {
         "benchmark": "sandbox_study_startup",
         "trees": {n: str(t) for n, t in trees.items()},
@@ -148,8 +240,9 @@ def main() -> int:
         "repeats": args.repeats,
         "seconds": seconds,
         "median_s": medians,
+        "relay": relay,
     }
-    print(medians)
+    print(medians, relay["median_s"])
     if args.out:
         write_report(args.out, body, wall, "benchmarks/sandbox_study_startup.py", sys.argv[1:])
     return 0

@@ -81,6 +81,8 @@ def _accept(listener: socket.socket, connect: Callable[[], socket.socket]) -> No
         except OSError:  # out of file descriptors or threads: the client retries
             time.sleep(0.1)
             continue
+        if client.family != socket.AF_UNIX:  # bytes go on as they come: no Nagle delay
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         threading.Thread(target=_relay, args=(client, connect), daemon=True).start()
 
 
