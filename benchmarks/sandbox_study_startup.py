@@ -6,7 +6,8 @@ sandbox probes, the network's included where the tree has one), then a study of 
 trials of 3 rounds, one at a time) from its submission to its first trial recorded and to its
 end, its driver, Ray and trials in the sandbox, logging to a real MLflow tracking server
 (``fedtune mlflow-server``, workspaces on), which both trees share. Each repeat starts a fresh
-service per tree, the trees alternating, so that a busy machine weighs on both alike.
+service per tree, the trees alternating and each first every other repeat, so that a busy
+machine weighs on both alike.
 
     python benchmarks/sandbox_study_startup.py --tree before=/work/main --tree after=. \\
         --repeats 5 --out benchmarks/results/sandbox_study_startup.json
@@ -218,7 +219,8 @@ def main() -> int:
         package_dir = write_package(Path(tmp) / "lab")
         try:
             for repeat in range(args.repeats):
-                for name, tree in trees.items():
+                order = list(trees.items())  # each tree first every other repeat
+                for name, tree in order if repeat % 2 == 0 else order[::-1]:
                     root = Path(tmp) / f"{name}-{repeat}"
                     root.mkdir()
                     proc, url, ready = _serve(tree, root, mlflow_url)

@@ -112,6 +112,9 @@ class SandboxNet:
                     names[host] = next(free)
                 inside = names[host]
             routes.append(Route(host, port, inside, str(len(routes))))
+        # the machine's own name (a sandbox keeps it) is the sandbox's loopback, unless it names
+        # a route: Ray and others look it up, and there is no name server to ask
+        names.setdefault(socket.gethostname(), "127.0.0.1")
         return cls.made(parent, routes, names)
 
     @classmethod

@@ -55,7 +55,8 @@ def test_loopback_addresses_keep_their_address_names_get_one_of_the_loopback(tmp
     }
     assert [r.name for r in net.routes] == ["0", "1", "2", "3"]
     hosts = (net.folder / "hosts").read_text().splitlines()
-    assert hosts == ["127.0.0.1\tlocalhost", "127.0.0.3\tmlflow.example"]
+    own = f"127.0.0.1\t{socket.gethostname()}"  # the machine's name, which the sandbox keeps
+    assert hosts == ["127.0.0.1\tlocalhost", "127.0.0.3\tmlflow.example", own]
     assert (
         net.inside_url("http://mlflow.example:5000/prefix") == "http://mlflow.example:5000/prefix"
     )
