@@ -272,7 +272,7 @@ def _probe_network() -> str | None:
         )
         probe = Sandbox(env={"PATH": "/usr/bin:/bin"}, net=net)
         try:
-            done = probe.run([sys.executable, "-I", "-c", check], timeout_s=60)
+            done = probe.run([sys.executable, "-I", "-S", "-c", check], timeout_s=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"its relay cannot start here: {exc}"
     answer = done.stdout.decode(errors="replace").split()
@@ -288,21 +288,21 @@ def _probe_network() -> str | None:
 def _listening() -> Iterator[int]:
     """A TCP server on a free port of 127.0.0.1 that answers ``ok`` to each connection."""
     server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    done = threading.Event()
 
     def answer() -> None:
-        while not done.is_set():
-            with contextlib.suppress(TimeoutError):
+        while True:
+            try:
                 conn, _ = server.accept()
-                with conn:
-                    conn.sendall(b"ok")
+            except OSError:  # shut down: the probe is over
+                return
+            with conn:
+                conn.sendall(b"ok")
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
     try:
         yield server.getsockname()[1]
     finally:
-        done.set()
+        server.shutdown(socket.SHUT_RDWR)  # wakes the accept
         thread.join()
         server.close()
