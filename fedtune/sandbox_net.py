@@ -242,11 +242,10 @@ def network_missing() -> str | None:
     """Why a sandbox's routes do not work here, or None when they do (probed once a process).
 
     A sandbox with one route (to a server of this process's) must get that server's answer
-    through the relays, and must not reach another port
-    this process listens on.
+    through the relays, and must not reach another port this process listens on.
 
     Returns:
-        One line saying what failed (it reads after "a sandbox's network: ").
+        One line saying what failed.
     """
     return _probe_network()
 
