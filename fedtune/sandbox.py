@@ -10,8 +10,8 @@ size-bounded tmpfs at ``/tmp``, a network namespace of its own with only a loopb
 of the host's network; given routes, :mod:`fedtune.sandbox_net` relays it to the services they
 name and to nothing else), an environment of exactly the variables it is given, and resource
 limits (CPU seconds, address space, file size, processes). It runs as an unprivileged user:
-where the service runs as root, ``setpriv`` drops to a user of the sandbox's own (:func:`sandbox_uid`) inside the sandbox (so
-``RLIMIT_NPROC`` holds, for it alone: the kernel does not apply it to root, and counts a
+where the service runs as root, ``setpriv`` drops to a user of the sandbox's own
+(:func:`sandbox_uid`) inside the sandbox (so ``RLIMIT_NPROC`` holds, for it alone: the kernel does not apply it to root, and counts a
 user's processes machine-wide); otherwise a user namespace maps the service's own user onto
 ``SANDBOX_UID`` (``nobody``), and the namespace's count is its own. When
 the caller dies or kills the sandbox, every process in it dies (``--die-with-parent``: the PID
