@@ -3,19 +3,19 @@
 A sandboxed process sees a root file system that holds only ``/usr`` (with the usual ``/bin``,
 ``/lib`` links), the few files of ``/etc`` a dynamically linked Python needs (and, with the
 host's network, those of name resolution and certificates), the Python environment fedtune runs
-in, and the paths the caller names, all
-read-only except the ones it names writable; a fresh ``/proc`` of its own PID namespace (no
-process of the service is visible, so no ``/proc/<pid>/environ``), a minimal ``/dev``, a
-size-bounded tmpfs at ``/tmp``, a network namespace of its own with only a loopback (nothing
-of the host's network; given routes, :mod:`fedtune.sandbox_net` relays it to the services they
-name and to nothing else), an environment of exactly the variables it is given, and resource
-limits (CPU seconds, address space, file size, processes). It runs as an unprivileged user:
-where the service runs as root, ``setpriv`` drops to a user of the sandbox's own
-(:func:`sandbox_uid`) inside the sandbox (so ``RLIMIT_NPROC`` holds, for it alone: the kernel does not apply it to root, and counts a
-user's processes machine-wide); otherwise a user namespace maps the service's own user onto
-``SANDBOX_UID`` (``nobody``), and the namespace's count is its own. When
-the caller dies or kills the sandbox, every process in it dies (``--die-with-parent``: the PID
-namespace's first process goes, and the kernel ends the rest).
+in, and the paths the caller names, all read-only except the ones it names writable; a fresh
+``/proc`` of its own PID namespace (no process of the service is visible, so no
+``/proc/<pid>/environ``), a minimal ``/dev``, a size-bounded tmpfs at ``/tmp``, a network
+namespace of its own with only a loopback (nothing of the host's network; given routes,
+:mod:`fedtune.sandbox_net` relays it to the services they name and to nothing else), an
+environment of exactly the variables it is given, and resource limits (CPU seconds, address
+space, file size, processes). It runs as an unprivileged user: where the service runs as root,
+``setpriv`` drops to a user of the sandbox's own (:func:`sandbox_uid`) inside the sandbox (so
+``RLIMIT_NPROC`` holds, for it alone: the kernel does not apply it to root, and counts a user's
+processes machine-wide); otherwise a user namespace maps the service's own user onto
+``SANDBOX_UID`` (``nobody``), and the namespace's count is its own. When the caller dies or
+kills the sandbox, every process in it dies (``--die-with-parent``: the PID namespace's first
+process goes, and the kernel ends the rest).
 
 Why bubblewrap, and what it isolates on each backend: ``docs/explanation/threat-model.md``.
 """
