@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from fedtune.code_package import check_package, sha256_of, wrap_single_top_level
 from fedtune.errors import ConfigError, ConflictError, as_mapping
 from fedtune.sandbox import SandboxMode, sandbox_missing
-from fedtune.sandbox_net import network_missing
 from fedtune.wire_models import CodeOut
 
 from .code_check import check_in_sandbox
@@ -77,8 +76,10 @@ def require_code_sandbox(settings: Settings) -> None:
             f"code upload is on but no sandbox can be made: {missing}; install bubblewrap, "
             "or set FEDTUNE_CODE_SANDBOX=none to run uploaded code as the service's own user",
         )
+    from fedtune.sandbox_net import network_missing  # a local driver's only way out
+
     net = network_missing() if settings.backend == BackendKind.LOCAL else None
-    if net is not None:  # a local driver's only way out: fedtune.sandbox_net
+    if net is not None:
         raise ConfigError(
             "FEDTUNE_CODE_SANDBOX",
             f"code upload is on but a local driver's sandbox cannot be given a network of its "
