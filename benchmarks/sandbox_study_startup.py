@@ -9,7 +9,7 @@ end, its driver, Ray and trials in the sandbox, logging to a real MLflow trackin
 service per tree, the trees alternating and each first every other repeat, so that a busy
 machine weighs on both alike.
 
-    python benchmarks/sandbox_study_startup.py --tree before=/work/main --tree after=. \\
+    python benchmarks/sandbox_study_startup.py --tree before=../main --tree after=. \\
         --repeats 5 --out benchmarks/results/sandbox_study_startup.json
 
 Per tree and phase the seconds of every repeat and their median: ``serve_ready_s`` (launch to
