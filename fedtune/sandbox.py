@@ -3,18 +3,19 @@
 A sandboxed process sees a root file system that holds only ``/usr`` (with the usual ``/bin``,
 ``/lib`` links), the few files of ``/etc`` a dynamically linked Python needs (and, with the
 host's network, those of name resolution and certificates), the Python environment fedtune runs
-in, and the paths the caller names, all
-read-only except the ones it names writable; a fresh ``/proc`` of its own PID namespace (no
-process of the service is visible, so no ``/proc/<pid>/environ``), a minimal ``/dev``, a
-size-bounded tmpfs at ``/tmp``, no network (a network namespace with a loopback that is down),
-an environment of exactly the variables it is given, and resource limits (CPU seconds, address
+in, and the paths the caller names, all read-only except the ones it names writable; a fresh
+``/proc`` of its own PID namespace (no process of the service is visible, so no
+``/proc/<pid>/environ``), a minimal ``/dev``, a size-bounded tmpfs at ``/tmp``, a network
+namespace of its own with only a loopback (nothing of the host's network; given routes,
+:mod:`fedtune.sandbox_net` relays it to the services they name and to nothing else), an
+environment of exactly the variables it is given, and resource limits (CPU seconds, address
 space, file size, processes). It runs as an unprivileged user: where the service runs as root,
 ``setpriv`` drops to a user of the sandbox's own (:func:`sandbox_uid`) inside the sandbox (so
-``RLIMIT_NPROC`` holds, for it alone: the kernel does not apply it to root, and counts a
-user's processes machine-wide); otherwise a user namespace maps the service's own user onto
-``SANDBOX_UID`` (``nobody``), and the namespace's count is its own. When
-the caller dies or kills the sandbox, every process in it dies (``--die-with-parent``: the PID
-namespace's first process goes, and the kernel ends the rest).
+``RLIMIT_NPROC`` holds, for it alone: the kernel does not apply it to root, and counts a user's
+processes machine-wide); otherwise a user namespace maps the service's own user onto
+``SANDBOX_UID`` (``nobody``), and the namespace's count is its own. When the caller dies or
+kills the sandbox, every process in it dies (``--die-with-parent``: the PID namespace's first
+process goes, and the kernel ends the rest).
 
 Why bubblewrap, and what it isolates on each backend: ``docs/explanation/threat-model.md``.
 """
@@ -32,6 +33,10 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .sandbox_net import SandboxNet
 
 __all__ = [
     "SANDBOX_UID",
@@ -153,7 +158,12 @@ class Sandbox:
             machine can read), as :meth:`run` does.
         limits: its resource limits.
         cwd: its working directory, inside.
-        network: keep the host's network (only for commands that must reach a service).
+        network: keep the host's network (a command that must reach a cluster: a Ray head's
+            driver); else the sandbox has a network namespace of its own with only a loopback.
+        net: the only services a sandbox without the host's network reaches
+            (:mod:`fedtune.sandbox_net`): its command runs under its inner relay, and the whole
+            sandbox under its outer relay (the command's process is then the great-grandchild
+            of the one started, not the grandchild).
         private: path inside -> size in bytes of a private, writable tmpfs there (mounted
             before ``writable``, which may lie inside it).
         new_session: start the command in a session of its own (no terminal to inject into);
@@ -182,6 +192,11 @@ class Sandbox:
     same_user: bool = False
     needs_proc: bool = False
     uid: int = field(default_factory=sandbox_uid)
+    net: SandboxNet | None = None
+
+    def __post_init__(self) -> None:
+        if self.network and self.net is not None:
+            raise ValueError("a sandbox with the host's network has no routes of its own")
 
     def command(
         self, argv: Sequence[str], *, bwrap: str | None = None, proc: bool | None = None
@@ -224,6 +239,7 @@ class Sandbox:
         for path in _ETC_FILES + (_NETWORK_ETC if self.network else ()):
             out += ["--ro-bind-try", path, path]
         binds = [("--ro-bind", str(host), str(host)) for host in python_paths(self.env)]
+        binds += self.net.binds() if self.net is not None else []
         binds += [("--ro-bind", str(host), inside) for host, inside in self.read_only.items()]
         binds += [("--bind", str(host), inside) for host, inside in self.writable.items()]
         if proc:
@@ -268,7 +284,9 @@ class Sandbox:
             "--core=0",
             "--",
         ]
-        return out + list(argv)
+        if self.net is None:
+            return out + list(argv)
+        return self.net.outer_argv() + out + self.net.inner_argv() + list(argv)
 
     def run(
         self, argv: Sequence[str], *, timeout_s: float, input_bytes: bytes | None = None

@@ -32,6 +32,7 @@ from .code_url import code_url_key, verify_code_token
 from .errors import CodeUploadDisabledError, StudyNotFoundError
 from .models import DEFAULT_PROJECT
 from .repository import Repository
+from .settings import BackendKind
 from .specs import AcceptedSpec, parse_spec, service_rules
 
 if TYPE_CHECKING:
@@ -66,7 +67,8 @@ def require_code_sandbox(settings: Settings) -> None:
 
     Raises:
         ConfigError: code upload is on, ``FEDTUNE_CODE_SANDBOX`` is not ``none`` and no sandbox
-            can be made here (one line: what is missing, and the two ways out).
+            can be made here, or (``local`` backend) a sandboxed driver's routes to the API and
+            MLflow do not work here (one line: what is missing, and the two ways out).
     """
     if not settings.allow_code_upload or settings.code_sandbox == SandboxMode.NONE:
         return
@@ -76,6 +78,17 @@ def require_code_sandbox(settings: Settings) -> None:
             "FEDTUNE_CODE_SANDBOX",
             f"code upload is on but no sandbox can be made: {missing}; install bubblewrap, "
             "or set FEDTUNE_CODE_SANDBOX=none to run uploaded code as the service's own user",
+        )
+    from fedtune.sandbox_net import network_missing  # a local driver's only way out
+
+    net = network_missing() if settings.backend == BackendKind.LOCAL else None
+    if net is not None:
+        raise ConfigError(
+            "FEDTUNE_CODE_SANDBOX",
+            f"code upload is on but a local driver's sandbox cannot be given a network of its "
+            f"own that reaches only the API and MLflow: {net}; bubblewrap must make network "
+            "namespaces here, or set FEDTUNE_CODE_SANDBOX=none to run uploaded code as the "
+            "service's own user",
         )
 
 

@@ -239,10 +239,11 @@ class Settings(BaseSettings):
     #: time limit of the subprocess that imports uploaded code at submission
     code_check_timeout_s: float = Field(60.0, gt=0, le=3600)
     #: how uploaded code is isolated (``fedtune.sandbox``, ``docs/explanation/threat-model.md``):
-    #: ``bwrap`` (bubblewrap: own PID namespace, no network, read-only mounts, limits; with code
-    #: upload on and no working bubblewrap the service refuses to start) or ``none`` (the
-    #: operator's explicit opt-out: user code runs as the service's user, which ``/readyz`` and
-    #: the log say)
+    #: ``bwrap`` (bubblewrap: own PID namespace, own network (none for the code check; a
+    #: ``local`` driver's reaches the API and MLflow only), read-only mounts, limits; with code
+    #: upload on and no working bubblewrap, or no working route, the service refuses to start)
+    #: or ``none`` (the operator's explicit opt-out: user code runs as the service's user,
+    #: which ``/readyz`` and the log say)
     code_sandbox: SandboxMode = SandboxMode.BWRAP
     #: address space of each sandboxed process, in MiB (``RLIMIT_AS``: an allocation past it fails)
     code_sandbox_memory_mib: int = Field(4096, ge=256, le=1 << 20)

@@ -67,20 +67,24 @@ def process_start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def command_pid(outer_pid: int) -> int | None:
-    """The host PID of the command a sandbox started by ``outer_pid`` (bubblewrap) runs.
+def command_pid(outer_pid: int, relayed: bool = False) -> int | None:
+    """The host PID of the command a sandbox started by ``outer_pid`` runs.
 
     bubblewrap's first process forks the PID namespace's init, which forks the command
     (``setpriv`` and ``prlimit`` exec into it, keeping its PID): the command is the grandchild.
+    A sandbox with routes (:mod:`fedtune.sandbox_net`) is started by its outer relay, whose
+    child is bubblewrap, and its command is the inner relay, which passes signals on to the
+    driver: the great-grandchild.
 
     Args:
-        outer_pid: the PID of the ``bwrap`` process the backend started.
+        outer_pid: the PID of the process the backend started (``bwrap``, or the outer relay).
+        relayed: the sandbox has routes.
 
     Returns:
         The command's PID, or None when it is not (or no longer) running.
     """
     pid = outer_pid
-    for _ in range(2):
+    for _ in range(3 if relayed else 2):
         children = [p for p, fields in _live() if int(fields[1]) == pid]
         if len(children) != 1:
             return None
@@ -178,6 +182,7 @@ class LocalBackend(Backend):
             "log": str(log_path),
             "study": request.study_id,
             "sandboxed": sandboxed,
+            "relayed": sandboxed,  # its network is routes: the outer relay was started
         }
 
     def poll(self, ref: Mapping[str, Any]) -> DriverStatus:
@@ -365,10 +370,11 @@ class LocalBackend(Backend):
 
 def _driver_pid(pid: int, ref: Mapping[str, Any]) -> int:
     """Where a clean stop (SIGINT) goes: the driver; in a sandbox, the command bubblewrap runs
-    (it forwards no signal), else the process started."""
+    (it forwards no signal: the inner relay, which does, or the driver of a sandbox started
+    before routes), else the process started."""
     if not ref.get("sandboxed"):
         return pid
-    return command_pid(pid) or pid
+    return command_pid(pid, bool(ref.get("relayed"))) or pid
 
 
 def _log_tail_line(path: Any) -> str | None:

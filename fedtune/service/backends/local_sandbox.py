@@ -10,9 +10,13 @@ one bubblewrap sandbox:
   the logs, the code store and the key files are not there;
 * the Python environment read-only, the operator's data roots read-only, a private ``/tmp``
   and ``/dev/shm`` (Ray's session and object store);
-* the network of the machine: the driver reports to the service's API with its own study's
-  credential (``FEDTUNE_DRIVER_URL``/``FEDTUNE_DRIVER_TOKEN``: a sandboxed driver needs one, so
-  it is never given the database URL) and logs to MLflow with its project's credential;
+* a network of its own that reaches two services and nothing else (:mod:`fedtune.sandbox_net`):
+  the service's API, which the driver reports to with its own study's credential
+  (``FEDTUNE_DRIVER_URL``/``FEDTUNE_DRIVER_TOKEN``: a sandboxed driver needs one, so it is never
+  given the database URL), and the MLflow tracking server (``MLFLOW_TRACKING_URI``), which it
+  logs to with its project's credential; each through a relay, over a Unix socket bound into
+  the sandbox. No other port of the machine (its PostgreSQL, a Redis, the other studies' Ray),
+  no other address; a loopback of its own for its Ray;
 * the environment of :func:`..child_env.child_env` (``local-driver``) with its home and
   temporary folders inside the sandbox;
 * as an unprivileged user of its own (:func:`fedtune.sandbox.sandbox_uid`: where the service
@@ -22,7 +26,8 @@ one bubblewrap sandbox:
   more than it uses).
 
 It stays in the process group the backend signals (no new session); a clean stop goes to the
-driver itself (:func:`.local.command_pid`), since bubblewrap forwards no signal.
+sandbox's first command, the inner relay, which passes it to the driver
+(:func:`.local.command_pid`), since bubblewrap forwards no signal.
 """
 
 from __future__ import annotations
@@ -38,12 +43,16 @@ from fedtune.sandbox import (
     home_inside,
     sandbox_uid,
 )
+from fedtune.sandbox_net import SandboxNet, sweep_stale
 
 from ..child_env import SANDBOXED
 from ..paths import study_workdir
 from ..settings import Settings
 
-__all__ = ["driver_sandbox", "sandboxes_driver"]
+__all__ = ["ROUTED", "driver_sandbox", "net_folder", "sandboxes_driver"]
+
+#: the variables naming the services a sandboxed driver reaches (when ``http(s)://``)
+ROUTED = ("FEDTUNE_DRIVER_URL", "MLFLOW_TRACKING_URI")
 
 #: the private tmpfs over the service's workdir (the code package is unpacked there)
 WORKDIR_TMPFS_BYTES = 1 << 30
@@ -80,7 +89,8 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
         env: the driver's environment (``child_env``'s ``local-driver``).
 
     Returns:
-        The sandbox; its study folder exists and belongs to the sandbox's user.
+        The sandbox; its study folder exists and belongs to the sandbox's user, and the folder
+        of its routes exists (its outer relay removes it when the sandbox ends).
     """
     workdir = Path(settings.workdir).resolve()
     study = study_workdir(settings, study_id).resolve()
@@ -95,6 +105,10 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
         SANDBOXED: "1",
     }
     inside.pop("VIRTUAL_ENV", None)
+    urls = {k: env[k] for k in ROUTED if env.get(k, "").startswith(("http://", "https://"))}
+    sweep_stale(net_folder(settings))
+    net = SandboxNet.create(net_folder(settings), urls.values())
+    inside.update({k: net.inside_url(url) for k, url in urls.items()})
     return Sandbox(
         read_only={root: str(root) for root in settings.data_roots},
         writable={study: str(study)},
@@ -106,8 +120,21 @@ def driver_sandbox(settings: Settings, study_id: str, env: Mapping[str, str]) ->
             settings.study_sandbox_data_bytes,
         ),
         cwd=str(workdir),
-        network=True,
         private={str(workdir): WORKDIR_TMPFS_BYTES},
         new_session=False,
         uid=uid,
+        net=net,
     )
+
+
+def net_folder(settings: Settings) -> Path:
+    """Where the folders of the sandboxed drivers' routes are made (outside every sandbox:
+    the workdir is a private tmpfs in each).
+
+    Args:
+        settings: the service's settings.
+
+    Returns:
+        ``<workdir>/net``.
+    """
+    return Path(settings.workdir).resolve() / "net"
