@@ -21,6 +21,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
+from fedtune.cli.remote import _show_status
+from fedtune.client import Client
 from fedtune.service import tickets
 from fedtune.service.api import create_app
 from fedtune.service.backends.base import DriverStatus, LaunchRequest
@@ -128,6 +130,13 @@ def test_a_ticket_redeemed_twice_revokes_the_credential_and_shows_on_the_study(a
     assert f"study {sid}: attempt 1's start ticket was redeemed a second time" in caplog.text
     assert ticket not in caplog.text and token not in caplog.text
     assert ticket not in repr(study) and token not in repr(study)
+    # the SDK reads the event, and `fedtune status` shows it
+    with Client("http://testserver", token=TOKEN, transport=client._transport) as sdk:
+        status = sdk.study(sid).status()
+    [seen] = status.events
+    assert (seen.kind, seen.attempt, seen.message) == ("driver_ticket_reused", 1, event["message"])
+    shown = [line for line in _show_status(status).splitlines() if line.startswith("event")]
+    assert len(shown) == 1 and "attempt 1 was redeemed a second time" in shown[0]
 
 
 def test_an_expired_or_foreign_ticket_opens_nothing_and_compromises_nothing(api) -> None:
