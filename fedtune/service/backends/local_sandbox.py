@@ -11,8 +11,9 @@ one bubblewrap sandbox:
 * the Python environment read-only, the operator's data roots read-only, a private ``/tmp``
   and ``/dev/shm`` (Ray's session and object store);
 * the network of the machine: the driver reports to the service's API with its own study's
-  credential (``FEDTUNE_DRIVER_URL``/``FEDTUNE_DRIVER_TOKEN``: a sandboxed driver needs one, so
-  it is never given the database URL) and logs to MLflow with its project's credential;
+  credential, which it gets for its one-time start ticket (``FEDTUNE_DRIVER_URL``/
+  ``FEDTUNE_DRIVER_TICKET``: a sandboxed driver needs them, so it is never given the database
+  URL), and logs to MLflow with its project's login, given with that credential;
 * the environment of :func:`..child_env.child_env` (``local-driver``) with its home and
   temporary folders inside the sandbox;
 * as an unprivileged user of its own (:func:`fedtune.sandbox.sandbox_uid`: where the service
