@@ -42,6 +42,7 @@ __all__ = [
     "SearchSpaceOut",
     "StudyCounts",
     "StudyDetail",
+    "StudyEvent",
     "StudyOut",
     "StudyPage",
     "TaskOut",
@@ -145,13 +146,31 @@ class MlflowLinks(WireModel):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StudyEvent(WireModel):
+    """Something that happened to a study that its state does not say."""
+
+    at: dt.datetime
+    kind: str = described(
+        "driver_ticket_reused: the dispatch attempt's one-time start ticket was redeemed a "
+        "second time, so someone other than its driver read it; the attempt's driver "
+        "credential was revoked and, while the study ran, it was re-dispatched"
+    )
+    attempt: int = described("the dispatch attempt it concerns")
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class StudyDetail(StudyOut):
-    """One study: its summary, spec, progress, best trial and MLflow links."""
+    """One study: its summary, spec, progress, best trial, MLflow links and events."""
 
     spec: dict[str, Any]
     progress: Progress
     best: BestTrial | None
     mlflow: MlflowLinks
+    events: list[StudyEvent] = field(
+        default_factory=list,
+        metadata={"description": "security events of its dispatch attempts, oldest first"},
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

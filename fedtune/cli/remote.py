@@ -186,6 +186,7 @@ def _show_status(s: Any) -> str:
         ),
         ("mlflow", _mlflow_line(s.mlflow)),
     ]
+    rows += [("event", f"{e.at:%Y-%m-%d %H:%M:%S} {e.message}") for e in s.events]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

@@ -1,10 +1,12 @@
 """``fedtune worker run-study ID``: the study driver (what every backend starts).
 
-Reads its settings from the environment (``FEDTUNE_DATABASE_URL``, ``FEDTUNE_WORKDIR``,
+Reads its settings from the environment (``FEDTUNE_DRIVER_URL`` and its one-time
+``FEDTUNE_DRIVER_TICKET``, else ``FEDTUNE_DATABASE_URL``; ``FEDTUNE_WORKDIR``,
 ``MLFLOW_TRACKING_URI``, ``RAY_ADDRESS``), runs the study and writes its progress and final
-state to the service database (``fedtune.service.driver``); without ``FEDTUNE_DATABASE_URL``
-it stops at once with one line naming it. Exit codes: 0 done, 1 failed, 2 misconfigured,
-69 a transient error re-queued the study, 75 another driver holds the study, 143 stopped.
+state through the service's API or to its database (``fedtune.service.driver``); with neither
+it stops at once with one line naming them. Exit codes: 0 done, 1 failed, 2 misconfigured,
+69 a transient error re-queued the study, 75 another driver holds the study, 77 the service
+refused its start ticket, 143 stopped.
 """
 
 from __future__ import annotations

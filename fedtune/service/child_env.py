@@ -13,13 +13,14 @@ them, is withheld by default.
   Python path and the tuning layer's knobs (:data:`fedtune.tuning.env.VARIABLES`);
 * then each kind's own settings, rendered from :class:`~.settings.Settings` (never copied from
   the environment), only those its process reads: the workdir, the heartbeat, the retry policy,
-  the tracking URI, and the study's MLflow workspace credential
-  (:func:`.mlflow_workspaces.driver_env_for`).
+  the tracking URI, and the study's MLflow workspace (:func:`.mlflow_workspaces.driver_env_for`).
 
 The service's API token, code URL key, Ray token and MLflow admin password reach no child. A
-driver gets the URL it reports to and a credential of its own study and attempt
-(``FEDTUNE_DRIVER_URL``, ``FEDTUNE_DRIVER_TOKEN``: :mod:`.driver_link`) when the service has such
-a URL; only without one does a ``local`` driver get the database URL (a Ray job or RayJob driver
+driver gets the URL it reports to and a one-time start ticket of its own study and attempt
+(``FEDTUNE_DRIVER_URL``, ``FEDTUNE_DRIVER_TICKET``: :mod:`.tickets`) when the service has such a
+URL, and no credential at all: it exchanges the ticket for its study's credential and its
+project's MLflow login (:mod:`.driver_start`). Only a driver without such a URL gets the MLflow
+login in its environment, and only a ``local`` one the database URL (a Ray job or RayJob driver
 then reads it from its cluster's environment, never from the service).
 """
 
@@ -58,7 +59,8 @@ class ChildKind(enum.StrEnum):
 
 
 #: a driver's own variables a sandboxed head driver keeps (its Ray job's ``runtime_env`` and the
-#: head's environment gave them; the MLflow login is its project's, never the admin's)
+#: head's environment gave them; an MLflow login here is the head's own, its operator's: a driver
+#: that reports to the API gets its project's with its ticket, never in an environment)
 HEAD_DRIVER_KEEPS = frozenset(
     {
         "FEDTUNE_HEARTBEAT_S",
@@ -159,7 +161,7 @@ def child_env(
     kind: ChildKind,
     *,
     project: str | None = None,
-    study: tuple[str, int] | None = None,
+    ticket: str | None = None,
     code: bool = True,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
@@ -168,9 +170,9 @@ def child_env(
     Args:
         settings: the service's settings.
         kind: which child.
-        project: the study's project (its MLflow workspace credential), for drivers.
-        study: ``(study id, attempt)`` of a driver: its credential for the service's driver
-            routes, when the service has a URL its drivers reach (``drivers_report_to``).
+        project: the study's project (its MLflow workspace), for drivers.
+        ticket: a driver's one-time start ticket (``LaunchRequest.ticket``), given with the URL
+            its drivers reach when the service has one (``drivers_report_to``).
         code: the study runs uploaded code. A ``local`` driver of a study without it, on a
             database several replicas may share (not SQLite), writes that database itself: its
             service's URL dies with that replica, while the replica that takes over adopts the
@@ -191,18 +193,21 @@ def child_env(
     driver = {
         "FEDTUNE_HEARTBEAT_S": str(settings.heartbeat_s),
         **driver_env_for(settings, project),
-        **_report_to(settings, study),
+        **_report_to(settings, ticket),
     }
     if kind is ChildKind.RAY_JOB and code:  # the driver sandboxes itself on the shared head
         driver[DRIVER_SANDBOX] = str(settings.code_sandbox)
         driver["FEDTUNE_STUDY_SANDBOX_MEMORY_MIB"] = str(settings.study_sandbox_memory_mib)
         driver["FEDTUNE_STUDY_SANDBOX_PROCESSES"] = str(settings.study_sandbox_processes)
+    shared = not settings.database_url.startswith("sqlite")
+    if kind is ChildKind.LOCAL_DRIVER and shared and not code:
+        driver.pop("FEDTUNE_DRIVER_URL", None)
+        driver.pop("FEDTUNE_DRIVER_TICKET", None)
+    if "FEDTUNE_DRIVER_URL" in driver:  # the login comes with the ticket's redemption
+        driver.pop("MLFLOW_TRACKING_USERNAME", None)
+        driver.pop("MLFLOW_TRACKING_PASSWORD", None)
     if kind is not ChildKind.LOCAL_DRIVER:
         return driver
-    shared = not settings.database_url.startswith("sqlite")
-    if shared and not code:
-        driver.pop("FEDTUNE_DRIVER_URL", None)
-        driver.pop("FEDTUNE_DRIVER_TOKEN", None)
     env = {k: v for k, v in environ.items() if k in HOST}
     if "FEDTUNE_DRIVER_URL" not in driver:  # no URL: the driver writes the database itself
         env["FEDTUNE_DATABASE_URL"] = absolute_sqlite_url(settings.database_url)
@@ -233,16 +238,12 @@ def mlflow_server_env(environ: Mapping[str, str] | None = None) -> dict[str, str
     return {k: v for k, v in environ.items() if k in HOST or k in MLFLOW_SERVER_KEEPS}
 
 
-def _report_to(settings: Settings, study: tuple[str, int] | None) -> dict[str, str]:
-    """A driver's URL and credential for the service's driver routes (empty: none)."""
+def _report_to(settings: Settings, ticket: str | None) -> dict[str, str]:
+    """A driver's URL and start ticket for the service's driver routes (empty: none)."""
     url = settings.drivers_report_to
-    if url is None or study is None:
+    if url is None or ticket is None:
         return {}
-    from .code_url import code_url_key
-    from .driver_link import driver_token
-
-    token = driver_token(code_url_key(settings), study[0], study[1])
-    return {"FEDTUNE_DRIVER_URL": url, "FEDTUNE_DRIVER_TOKEN": token}
+    return {"FEDTUNE_DRIVER_URL": url, "FEDTUNE_DRIVER_TICKET": ticket}
 
 
 def head_driver_env(settings: Settings, environ: Mapping[str, str]) -> dict[str, str]:
@@ -250,11 +251,13 @@ def head_driver_env(settings: Settings, environ: Mapping[str, str]) -> dict[str,
 
     The driver keeps what runs it (:data:`HOST`, Ray's own ``RAY_*`` variables: the cluster's
     address, its job and, on a cluster with token authentication, its token), its own settings
-    (:data:`HEAD_DRIVER_KEEPS`), and its study's credential; nothing else of the head's
-    environment (a database URL the cluster's processes carry, the head's other secrets).
+    (:data:`HEAD_DRIVER_KEEPS`), and the URL it reports to; nothing else of the head's
+    environment (a database URL the cluster's processes carry, the head's other secrets), and
+    neither its spent start ticket nor its credentials: those reach the sandboxed driver on its
+    standard input (``head_sandbox.run_in_head_sandbox``).
 
     Args:
-        settings: the driver's settings (its ``driver_url`` and ``driver_token``).
+        settings: the driver's settings (its ``driver_url``).
         environ: the driver's environment, as the Ray job started it.
 
     Returns:
@@ -263,9 +266,8 @@ def head_driver_env(settings: Settings, environ: Mapping[str, str]) -> dict[str,
     env = {k: v for k, v in environ.items() if k in HOST or k.startswith("RAY_")}
     env.update({k: v for k, v in environ.items() if k in HEAD_DRIVER_KEEPS})
     env.pop("VIRTUAL_ENV", None)
-    if settings.driver_url and settings.driver_token is not None:
+    if settings.driver_url:
         env["FEDTUNE_DRIVER_URL"] = settings.driver_url
-        env["FEDTUNE_DRIVER_TOKEN"] = settings.driver_token.get_secret_value()
     env["FEDTUNE_WORKDIR"] = str(Path(settings.workdir).resolve())
     env[SANDBOXED] = "1"
     return env

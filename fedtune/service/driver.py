@@ -1,8 +1,11 @@
 """The study driver: what ``fedtune worker run-study ID`` runs, wherever the backend put it.
 
 0. read the settings from the environment, where ``FEDTUNE_DRIVER_URL`` and
-   ``FEDTUNE_DRIVER_TOKEN`` (the service's API, with a credential of this study and attempt:
-   :mod:`.driver_link`) or else ``FEDTUNE_DATABASE_URL`` must be set
+   ``FEDTUNE_DRIVER_TICKET`` (the service's API, and a one-time ticket that the driver exchanges
+   for a credential of this study and attempt and its project's MLflow login, held in memory
+   only: :mod:`.driver_start`; a ticket the service refuses — expired, or already redeemed,
+   which marks the attempt compromised — ends the driver with exit 77) or else
+   ``FEDTUNE_DATABASE_URL`` must be set
    (:func:`load_driver_settings`: every backend passes one; a driver on a cluster whose
    processes lack both must not fall back to a SQLite file in its working directory that no
    service reads): if not, exit 2 with one line naming the variable — the backend reads that
@@ -39,8 +42,9 @@
    re-dispatches it and it resumes), else fails it; a permanent one fails it at once.
 
 Exit codes: 0 done (or nothing to do), 1 the study failed, 2 misconfigured (no
-``FEDTUNE_DATABASE_URL``, an unwritable workdir), 69 a transient error: the study was re-queued, 75 another driver holds the study's
-lock, 143 stopped.
+``FEDTUNE_DATABASE_URL``, an unwritable workdir), 69 a transient error: the study was re-queued,
+75 another driver holds the study's lock (or the attempt was superseded), 77 the service refused
+the driver's start ticket, 143 stopped.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from fedtune.errors import (
 from .child_env import DRIVER_SANDBOX
 from .driver_link import DriverLink, link_from_environment
 from .driver_ops import Claim
+from .driver_start import DriverCredentials, driver_credentials, tracking_uri_with_login
 from .faults import is_database_outage, is_transient, retry_delay_s
 from .head_sandbox import check_sandboxed_tracking, run_in_head_sandbox, wants_head_sandbox
 from .optuna_sync import OptunaView
@@ -75,6 +80,7 @@ from .study_code import with_study_code
 
 __all__ = [
     "EXIT_LOCKED",
+    "EXIT_REFUSED",
     "EXIT_REQUEUED",
     "EXIT_STOPPED",
     "Heartbeat",
@@ -83,7 +89,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-EXIT_REQUEUED, EXIT_LOCKED, EXIT_STOPPED = 69, 75, 143
+EXIT_REQUEUED, EXIT_LOCKED, EXIT_REFUSED, EXIT_STOPPED = 69, 75, 77, 143
 
 
 class Heartbeat(threading.Thread):
@@ -112,6 +118,9 @@ class Heartbeat(threading.Thread):
         while not self.halt.wait(self.every_s):
             try:
                 alive = self.beat()
+            except ConflictError as exc:  # its credential revoked: the attempt is no longer ours
+                log.warning("heartbeat refused: %s", exc)
+                alive = False
             except FedtuneError as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
@@ -147,18 +156,20 @@ def load_driver_settings() -> Settings:
         The settings, as the service's.
 
     Raises:
-        ConfigError: neither ``FEDTUNE_DRIVER_URL`` with ``FEDTUNE_DRIVER_TOKEN`` nor
+        ConfigError: neither ``FEDTUNE_DRIVER_URL`` with ``FEDTUNE_DRIVER_TICKET`` nor
             ``FEDTUNE_DATABASE_URL`` is set (the service's own default, a SQLite file in the
             working directory, is no database a driver may write: on a cluster no service reads
             it), or a setting is invalid.
     """
     settings = load_settings()
-    has_api = settings.driver_url is not None and settings.driver_token is not None
+    has_api = settings.driver_url is not None and (
+        settings.driver_ticket is not None or settings.driver_credentials_on_stdin
+    )
     if not has_api and not (database_url_from_env() or "").strip():
         raise ConfigError(
             "FEDTUNE_DATABASE_URL",
             "not set in the driver's environment, nor FEDTUNE_DRIVER_URL and "
-            "FEDTUNE_DRIVER_TOKEN; give the driver the service's URL and its study's token, or "
+            "FEDTUNE_DRIVER_TICKET; give the driver the service's URL and its start ticket, or "
             "the cluster's processes the service database's URL (the driver never falls back "
             "to a SQLite file)",
         )
@@ -214,15 +225,27 @@ def run_driver(
 ) -> int:
     """Run study ``study_id`` to its end (see the module docstring); returns the exit code.
     ``sleep`` waits out the backoff before a transient error re-queues the study; ``link``
-    (default: the one the environment names, ``driver_link.link_from_environment``) is how
-    the driver reads and records its study."""
+    (default: the one the environment names, with the credentials its start ticket is
+    exchanged for: ``driver_start``, ``driver_link.link_from_environment``) is how the driver
+    reads and records its study."""
     if run_study is None:
         from fedtune.tuning.driver.study import run_study
 
-    link = link_from_environment(study_id, settings) if link is None else link
+    credentials: DriverCredentials | None = None
+    if link is None:
+        try:
+            credentials = driver_credentials(study_id, settings)
+        except ConflictError as exc:  # expired, unknown, or redeemed before: not ours to run
+            log.error("study %s: %s", study_id, exc)
+            return EXIT_REFUSED
+        if credentials is not None and attempt is not None and credentials.attempt != attempt:
+            log.error("study %s: the start ticket is of attempt %d", study_id, credentials.attempt)
+            return EXIT_REFUSED
+        link = link_from_environment(study_id, settings, credentials)
     # The Ray processes the driver starts (an embedded cluster's raylet, agents and trial
-    # workers) inherit its environment: keep its credential out of it (the link holds it).
-    for name in ("FEDTUNE_DATABASE_URL", "FEDTUNE_DRIVER_TOKEN"):
+    # workers) inherit its environment: keep the database URL and the spent ticket out of it
+    # (the link and ``credentials`` hold what the driver needs, in memory).
+    for name in ("FEDTUNE_DATABASE_URL", "FEDTUNE_DRIVER_TICKET"):
         os.environ.pop(name, None)
     try:
         try:
@@ -239,7 +262,9 @@ def run_driver(
         try:
             document = with_study_code(link, settings, claimed.spec, claimed.code_sha256)
             if wants_head_sandbox(settings, claimed.code_sha256):  # imports nothing here
-                return run_in_head_sandbox(settings, study_id, claimed.attempts, document)
+                return run_in_head_sandbox(
+                    settings, study_id, claimed.attempts, document, credentials
+                )
             if settings.sandboxed:
                 check_sandboxed_tracking(settings, study_id)
             spec = load_spec(document)
@@ -254,7 +279,9 @@ def run_driver(
             return 1
         view = OptunaView(workdir, spec.name)
         _restart_if_storage_lost(link, view)
-        code = _drive(link, claimed, settings, spec, workdir, view, run_study)
+        login = credentials.mlflow if credentials is not None else None
+        uri = tracking_uri_with_login(study_tracking_uri(settings, study_id), login)
+        code = _drive(link, claimed, settings, spec, (workdir, uri), view, run_study)
         if isinstance(code, BaseException):  # a transient error: back in the queue, or failed
             return _retry_later(link, claimed.attempts, settings, code, sleep)
         return code
@@ -262,12 +289,13 @@ def run_driver(
         link.close()
 
 
-def _drive(link, claimed, settings, spec, workdir, view, run_study) -> int | Exception:
+def _drive(link, claimed, settings, spec, where, view, run_study) -> int | Exception:
+    """Run the study (``where``: its workdir and tracking URI, the MLflow login in it)."""
     from .sink import DbSink, TrialRecorder  # Ray Tune: imported in the driver only
 
     attempts = claimed.attempts
     study_id = link.study_id
-    uri = study_tracking_uri(settings, study_id)
+    workdir, uri = where
     mlflow_ids = _MlflowIds(link, view, uri)
     sink = DbSink(TrialRecorder(link), run_id_of=mlflow_ids.trial_run)
     heartbeat = Heartbeat(

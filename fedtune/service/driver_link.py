@@ -3,25 +3,25 @@
 A driver reports to the service through a *link* with one method per thing it does
 (:class:`DriverLink`):
 
-* :class:`ApiLink` — ``FEDTUNE_DRIVER_URL`` and ``FEDTUNE_DRIVER_TOKEN``: the service's
-  ``/v1/driver/studies/<id>`` routes (:mod:`.api.routes_driver`) with a credential valid for
-  that study and that dispatch attempt only (:func:`driver_token`). The driver then holds no
-  credential of the service's database, so nothing it runs (uploaded code included) can read or
-  write another study. Every backend uses it when the service knows a URL its drivers reach
-  (``FEDTUNE_DRIVER_URL``: ``fedtune serve`` sets its own loopback URL for the ``local``
-  backend; ``FEDTUNE_PUBLIC_URL`` for ``ray`` and ``kubernetes``);
+* :class:`ApiLink` — ``FEDTUNE_DRIVER_URL`` and the credential the driver's one-time start
+  ticket was exchanged for (``FEDTUNE_DRIVER_TICKET``: :mod:`.driver_start`, :mod:`.tickets`):
+  the service's ``/v1/driver/studies/<id>`` routes (:mod:`.api.routes_driver`) as that study
+  and that dispatch attempt only. The driver then holds no credential of the service's
+  database, so nothing it runs (uploaded code included) can read or write another study, and
+  its start carried no credential either. Every backend uses it when the service knows a URL
+  its drivers reach (``FEDTUNE_DRIVER_URL``: ``fedtune serve`` sets its own loopback URL for the
+  ``local`` backend; ``FEDTUNE_PUBLIC_URL`` for ``ray`` and ``kubernetes``);
 * :class:`DbLink` — ``FEDTUNE_DATABASE_URL``: the database itself, where the service gives no
   URL (an embedding without an HTTP server, a cluster whose drivers cannot reach the API).
 
 Both call the same functions (:mod:`.driver_ops`). The API link turns a service that does not
 answer (connection refused, 502/503/504) into ``DatabaseUnavailableError``, so the driver waits
-for it and resumes as it does for a database outage.
+for it and resumes as it does for a database outage, and a credential the service revoked (401:
+its attempt was marked compromised) into ``ConflictError``, as a superseded attempt's (409).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -36,51 +36,10 @@ from .db import Database
 from .states import StudyState, TrialState
 
 if TYPE_CHECKING:
+    from .driver_start import DriverCredentials
     from .settings import Settings
 
-__all__ = [
-    "ApiLink",
-    "DbLink",
-    "DriverLink",
-    "driver_token",
-    "parse_driver_token",
-    "verify_driver_token",
-]
-
-_PREFIX = "ftd"
-
-
-def driver_token(key: bytes, study_id: str, attempt: int) -> str:
-    """The credential of one study's driver for one dispatch attempt.
-
-    Args:
-        key: the service's per-study credential key (``code_url.code_url_key``).
-        study_id: the study.
-        attempt: the dispatch attempt.
-
-    Returns:
-        ``ftd.<attempt>.<HMAC-SHA256(key, "fedtune-driver:<study>:<attempt>")>``.
-    """
-    mac = hmac.new(key, f"fedtune-driver:{study_id}:{attempt}".encode(), hashlib.sha256)
-    return f"{_PREFIX}.{attempt}.{mac.hexdigest()}"
-
-
-def parse_driver_token(token: str) -> int | None:
-    """The attempt a driver token claims, or None for anything that is not one."""
-    prefix, _, rest = token.partition(".")
-    attempt, _, mac = rest.partition(".")
-    if prefix != _PREFIX or not attempt.isdigit() or len(mac) != 64:
-        return None
-    return int(attempt)
-
-
-def verify_driver_token(key: bytes, study_id: str, token: str) -> int | None:
-    """The attempt ``token`` is valid for, for ``study_id``; None when it is not valid."""
-    attempt = parse_driver_token(token)
-    if attempt is None:
-        return None
-    good = driver_token(key, study_id, attempt)
-    return attempt if hmac.compare_digest(good.encode(), token.encode()) else None
+__all__ = ["ApiLink", "DbLink", "DriverLink", "link_from_environment"]
 
 
 class DriverLink(Protocol):
@@ -216,6 +175,11 @@ class ApiLink:
             )
         if answer.status_code == 409:
             raise ConflictError(f"the fedtune service refused {method} {path or '/'}: superseded")
+        if answer.status_code == 401:  # the attempt was marked compromised: no longer ours
+            raise ConflictError(
+                f"the fedtune service refused {method} {path or '/'}: the driver's credential "
+                "was revoked"
+            )
         if answer.status_code >= 400:
             raise FedtuneError(
                 f"the fedtune service refused {method} {path or '/'} "
@@ -281,19 +245,22 @@ class ApiLink:
             self._client.close()
 
 
-def link_from_environment(study_id: str, settings: Settings) -> DriverLink:
+def link_from_environment(
+    study_id: str, settings: Settings, credentials: DriverCredentials | None
+) -> DriverLink:
     """The link a driver's settings name (see the module docstring).
 
     Args:
         study_id: the driver's study.
         settings: the driver's settings (``driver.load_driver_settings`` refuses ones that
-            name neither a driver URL and token nor a database URL).
+            name neither a driver URL and ticket nor a database URL).
+        credentials: what its start ticket was exchanged for
+            (:func:`.driver_start.driver_credentials`; None: no driver URL).
 
     Returns:
-        An :class:`ApiLink` when ``FEDTUNE_DRIVER_URL`` and ``FEDTUNE_DRIVER_TOKEN`` are set,
-        else a :class:`DbLink` on ``FEDTUNE_DATABASE_URL``.
+        An :class:`ApiLink` with the credentials, else a :class:`DbLink` on
+        ``FEDTUNE_DATABASE_URL``.
     """
-    url, token = settings.driver_url, settings.driver_token
-    if url and token is not None:
-        return ApiLink(url, study_id, token.get_secret_value())
+    if settings.driver_url and credentials is not None:
+        return ApiLink(settings.driver_url, study_id, credentials.token)
     return DbLink(Database(settings.database_url), study_id, settings.max_dispatch_attempts)

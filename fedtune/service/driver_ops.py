@@ -17,12 +17,13 @@ from .db import Database
 from .reconcile import recover_study
 from .repository import Repository
 from .states import StudyState, TrialState
+from .tickets import DriverAccess, verify
 
 __all__ = [
     "Claim",
+    "access",
     "apply_finished_trials",
     "claim",
-    "current_attempt",
     "finish",
     "heartbeat",
     "is_cancelled",
@@ -78,10 +79,20 @@ def claim(db: Database, study_id: str) -> Claim:
         )
 
 
-def current_attempt(db: Database, study_id: str) -> int:
-    """The study's current dispatch attempt (a driver's writes must come from it)."""
+def access(db: Database, study_id: str, token: str) -> DriverAccess | None:
+    """What a driver credential opens (:func:`.tickets.verify`: ``InvalidTokenError`` for a
+    revoked one).
+
+    Args:
+        db: the service database.
+        study_id: the study the caller names.
+        token: the credential.
+
+    Returns:
+        The attempt it is valid for and the study's current one; None: no credential of it.
+    """
     with db.session(readonly=True) as session:
-        return Repository(session).study_attempts(study_id)
+        return verify(session, study_id, token)
 
 
 def finish(db: Database, study_id: str, state: StudyState, values: Mapping[str, Any]) -> bool:

@@ -24,7 +24,9 @@ sandbox (:mod:`fedtune.sandbox`):
 * the network of the head: the driver reports to the service's API with its study's
   credential and logs to MLflow with its project's;
 * the environment of :func:`.child_env.head_driver_env`: never a database URL or another
-  secret the head's processes carry;
+  secret the head's processes carry, nor the credentials the driver's start ticket was
+  exchanged for: the driver writes those to the sandboxed driver's standard input
+  (:func:`.driver_start.write_credentials`), so no ``/proc/<pid>/environ`` holds them;
 * as the head's own user (the raylet's sockets are its), every capability dropped.
 
 A head without bubblewrap fails the study with one line saying so, unless the service's operator
@@ -33,11 +35,13 @@ opted out (``FEDTUNE_CODE_SANDBOX=none``, which the job carries).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedtune.errors import ConfigError
 from fedtune.sandbox import Limits, Sandbox, SandboxMode, home_inside, sandbox_missing
@@ -46,6 +50,9 @@ from .backends.base import python_driver_argv
 from .child_env import DRIVER_SANDBOX, ChildKind, child_env
 from .paths import study_workdir
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .driver_start import DriverCredentials
 
 __all__ = [
     "check_sandboxed_tracking",
@@ -112,7 +119,12 @@ def ray_node(pid: int | None = None) -> tuple[Path, str]:
 
 
 def head_sandbox(
-    settings: Settings, study_id: str, code_root: Path, node: tuple[Path, str]
+    settings: Settings,
+    study_id: str,
+    code_root: Path,
+    node: tuple[Path, str],
+    *,
+    stdin_credentials: bool = False,
 ) -> Sandbox:
     """The sandbox of one study's driver on a shared head (see the module docstring).
 
@@ -122,6 +134,8 @@ def head_sandbox(
         code_root: where its package was unpacked (read-only inside).
         node: the head's Ray session folder (writable inside) and node id (the sandboxed
             driver joins it: ``FEDTUNE_RAY_NODE_ID``).
+        stdin_credentials: the sandboxed driver reads its credentials from its standard input
+            (``FEDTUNE_DRIVER_CREDENTIALS_ON_STDIN``).
 
     Returns:
         The sandbox; its study folder exists.
@@ -135,6 +149,8 @@ def head_sandbox(
         "FEDTUNE_RAY_NODE_ID": node_id,
         **home_inside(),
     }
+    if stdin_credentials:
+        inside["FEDTUNE_DRIVER_CREDENTIALS_ON_STDIN"] = "1"
     read_only = {root: str(root) for root in settings.data_roots}
     read_only[code_root.resolve()] = str(code_root.resolve())
     return Sandbox(
@@ -157,7 +173,11 @@ def head_sandbox(
 
 
 def run_in_head_sandbox(
-    settings: Settings, study_id: str, attempt: int, document: Mapping[str, object]
+    settings: Settings,
+    study_id: str,
+    attempt: int,
+    document: Mapping[str, object],
+    credentials: DriverCredentials | None = None,
 ) -> int:
     """Run the rest of this driver, ``fedtune worker run-study``, in its head sandbox.
 
@@ -166,6 +186,8 @@ def run_in_head_sandbox(
         study_id: the study.
         attempt: its dispatch attempt (the sandboxed driver checks it again).
         document: the study's spec, its ``code.path`` the unpacked package.
+        credentials: what this driver's start ticket was exchanged for: written to the
+            sandboxed driver's standard input, never its environment.
 
     Returns:
         The sandboxed driver's exit code.
@@ -184,10 +206,24 @@ def run_in_head_sandbox(
     code_root = Path(str(code.get("path"))) if isinstance(code, Mapping) else None
     if code_root is None or not code_root.is_dir():
         raise ConfigError("code.path", "the study's package was not unpacked on the head")
-    box = head_sandbox(settings, study_id, code_root, ray_node())
+    box = head_sandbox(
+        settings, study_id, code_root, ray_node(), stdin_credentials=credentials is not None
+    )
     log.info("study %s: the driver runs its uploaded code in a sandbox", study_id)
     argv = box.command(python_driver_argv(study_id, attempt))
-    return subprocess.call(argv, env=dict(box.env), stdin=subprocess.DEVNULL)
+    if credentials is None:
+        return subprocess.call(argv, env=dict(box.env), stdin=subprocess.DEVNULL)
+    from .driver_start import write_credentials
+
+    with subprocess.Popen(argv, env=dict(box.env), stdin=subprocess.PIPE) as driver:
+        try:  # as subprocess.call: a stop (KeyboardInterrupt) kills the sandbox too
+            # it may end before reading them: its exit status then says why
+            with contextlib.suppress(BrokenPipeError):
+                write_credentials(credentials, driver.stdin)
+            return driver.wait()
+        except BaseException:
+            driver.kill()
+            raise
 
 
 def check_sandboxed_tracking(settings: Settings, study_id: str) -> None:

@@ -11,7 +11,9 @@ projects uploaded a package) and ``scheduler_lease`` (the one scheduler leader a
 token); since revision 0006 ``method_groups`` (the studies of one study of methods and the
 comparison recorded once they have all ended); since revision 0007 ``projects.quota_gpu_hours``;
 since revision 0008 ``idempotency_claims`` (the submissions being checked, by key:
-:mod:`.idempotency`); since 0009 ``projects.mlflow_workspace``.
+:mod:`.idempotency`); since 0009 ``projects.mlflow_workspace``; since 0010 ``driver_tickets``
+(each dispatch attempt's one-time start ticket and the driver credential it was redeemed for,
+both as SHA-256 digests only).
 The schema is owned by the Alembic revisions in ``migrations/versions``; these classes must match
 them (``tests/service/test_migrations.py`` compares the two).
 """
@@ -54,6 +56,7 @@ __all__ = [
     "Base",
     "CodePackageOwner",
     "CodePackageRow",
+    "DriverTicket",
     "IdempotencyClaim",
     "IdempotencyKey",
     "Membership",
@@ -351,3 +354,28 @@ class MethodGroup(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     claimed_at: Mapped[dt.datetime | None] = mapped_column(index=True)
     comparison: Mapped[dict[str, Any] | None]
+
+
+class DriverTicket(Base):
+    """A dispatch attempt's one-time start ticket (:mod:`.tickets`): what a driver's start
+    carries instead of a credential.
+
+    Only digests are kept: ``ticket_hash`` (SHA-256 of the ticket) and, once the ticket is
+    redeemed, ``token_hash`` (of the driver credential it was exchanged for). A second
+    redemption sets ``compromised_at``: the credential stops working and the scheduler
+    re-dispatches the study.
+    """
+
+    __tablename__ = "driver_tickets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    study_id: Mapped[str] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    ticket_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[dt.datetime]
+    redeemed_at: Mapped[dt.datetime | None]
+    compromised_at: Mapped[dt.datetime | None]
+
+    __table_args__ = (Index("ix_driver_tickets_study_id_attempt", "study_id", "attempt"),)

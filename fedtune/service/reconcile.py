@@ -12,6 +12,11 @@ fails instead — and at once when the driver's exit status is a permanent one
 dispatch would end the same way. The driver's own last error line (``Backend.exit_info``: the
 Ray job's log, the local driver's log, the RayJob's message) is part of the recorded reason.
 
+A running study whose current attempt was marked compromised (its one-time start ticket was
+redeemed twice: :mod:`.tickets`) has its driver stopped, on every tick until the backend says it
+is gone, and is then recovered the same way, with that reason: the next dispatch is a new
+attempt with a new ticket.
+
 The reason recorded names how the driver ended and, where the backend knows it, why
 (``Backend.describe``: e.g. a RayJob's ``PreRunningDeadlineExceeded: ...``). A re-queued study's
 old driver is stopped (its RayJob deleted) before the new attempt replaces the reference; a
@@ -30,6 +35,7 @@ from typing import Any
 
 from fedtune.errors import BackendError
 
+from . import tickets
 from .backend_health import BackendHealth
 from .backends.base import Backend, DriverExit, DriverStatus
 from .db import Database
@@ -119,6 +125,7 @@ def reconcile_running(
             )
             for s in Repository(session).studies_in(StudyState.RUNNING)
         ]
+        compromised = set(tickets.compromised_running(session)) if running else set()
     done = []
     for study_id, kind, ref, attempts, held in running:
         if kind != str(backend.kind):
@@ -139,6 +146,16 @@ def reconcile_running(
             continue
         if health is not None:
             health.answered()
+        if (study_id, attempts) in compromised:
+            if status.alive:  # stopped first: the next attempt must not meet it in the storage
+                _stop_quietly(backend, study_id, ref)
+                continue
+            reason = (
+                f"attempt {attempts}'s start ticket was redeemed twice (compromised): its "
+                "driver was stopped and its credential revoked"
+            )
+            done.append(recover_study(db, study_id, attempts, reason, max_attempts, fence=fence))
+            continue
         if status.alive:  # a queue outside fedtune (Kueue) may hold it: say why, or no more
             reason = backend.waiting(ref) if status == DriverStatus.PENDING else None
             if reason != held:

@@ -12,7 +12,8 @@ study is cancelled):
    ``KILLED`` (``tracking.kill_runs``) and, where its Optuna storage is on this machine's workdir,
    trials still queued there are dropped and trials left running there end interrupted (the
    driver does both when it stops gracefully; this covers a driver killed first);
-2. **watch** — :func:`reconcile.reconcile_running`: a running study whose driver is gone is
+2. **watch** — :func:`reconcile.reconcile_running`: a running study whose driver is gone, or
+   whose attempt's start ticket was redeemed twice (compromised: its driver is stopped), is
    re-queued (it resumes) or failed after ``FEDTUNE_MAX_DISPATCH_ATTEMPTS``; the drivers of final
    studies are released (:func:`reconcile.release_finished`: their RayJobs deleted);
    the backend tidies up (``Backend.tidy``: the local backend reaps exited drivers);
@@ -20,7 +21,8 @@ study is cancelled):
    :mod:`.admission` admits (project quotas, weighted fair share, priority, then submission
    time; the others keep ``queued`` with the reason they wait): claim (compare-and-set queued →
    running, attempt + 1, recording what it reserves: :func:`.project_usage.reservation`, GPUs
-   per trial process), then ``backend.launch``. A launch the backend refuses puts the study
+   per trial process, and issuing the attempt's one-time start ticket: :mod:`.tickets`), then
+   ``backend.launch``. A launch the backend refuses puts the study
    back in the queue without spending an attempt, and dispatching backs off (1 s doubling to
    60 s);
 4. **compare** — a study of methods whose studies have all ended gets its comparison recorded
@@ -50,6 +52,7 @@ from sqlalchemy import select
 
 from fedtune.errors import BackendError, FedtuneError
 
+from . import tickets
 from .admission import plan_dispatch
 from .backend_health import BackendHealth
 from .backends.base import Backend, LaunchRequest
@@ -324,6 +327,7 @@ class Scheduler:
         for study_id in decision.admit:
             attempts, fields, _, (gpus, trials) = details[study_id]
             attempt = attempts + 1
+            ticket = None
             with self.db.session() as session:
                 claimed = Repository(session).transition(
                     study_id,
@@ -337,9 +341,13 @@ class Scheduler:
                     queued_reason=None,
                     fence=self.fence,
                 )
+                if claimed and self.settings.drivers_report_to:  # the driver's start carries it
+                    ticket = tickets.issue(
+                        session, study_id, attempt, self.settings.driver_ticket_ttl_s
+                    )
             if not claimed:
                 continue  # cancelled meanwhile
-            if not self._launch(LaunchRequest(study_id, attempt, **fields)):
+            if not self._launch(LaunchRequest(study_id, attempt, ticket=ticket, **fields)):
                 break
             dispatched.append(study_id)
         return dispatched

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from fedtune.errors import ConflictError
 from fedtune.outcomes import RAN, TrialOutcome
 
+from . import tickets
 from .access import ANONYMOUS_ADMIN, Principal, default_project, require_study_access
 from .code_services import accept_code_study
 from .db import Database
@@ -40,6 +41,7 @@ from .schemas import (
     CurvePoint,
     Progress,
     StudyDetail,
+    StudyEvent,
     StudyOut,
     StudyPage,
     TrialOut,
@@ -339,7 +341,24 @@ def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
             study.mlflow_experiment_id,
             study.mlflow_run_id,
         ),
+        events=_events(repo, study) if study.attempts else [],
     )
+
+
+def _events(repo: Repository, study: Study) -> list[StudyEvent]:
+    """The study's attempts whose start ticket was redeemed twice (:mod:`.tickets`)."""
+    return [
+        StudyEvent(
+            at=event.at,
+            kind=tickets.COMPROMISED,
+            attempt=event.attempt,
+            message=(
+                f"the start ticket of attempt {event.attempt} was redeemed a second time: the "
+                "attempt was marked compromised and its driver credential revoked"
+            ),
+        )
+        for event in tickets.events(repo.session, study.id)
+    ]
 
 
 def cancel_study(ctx: ServiceContext, study_id: str) -> StudyDetail:

@@ -280,9 +280,16 @@ class Settings(BaseSettings):
     #: backend; unset, ``ray`` and ``kubernetes`` drivers use ``FEDTUNE_PUBLIC_URL``, and without
     #: either a driver is given the database URL (``fedtune.service.driver_link``)
     driver_url: str | None = None
-    #: a study driver's credential for ``FEDTUNE_DRIVER_URL``, valid for one study and one
-    #: dispatch attempt: the backend sets it in the driver's environment, never an operator
-    driver_token: SecretStr | None = None
+    #: a study driver's one-time start ticket for ``FEDTUNE_DRIVER_URL``: the backend sets it in
+    #: the driver's environment, never an operator; the driver exchanges it, once, for its
+    #: study's credential and its project's MLflow login (``fedtune.service.tickets``)
+    driver_ticket: SecretStr | None = None
+    #: seconds a driver's start ticket stays redeemable after its dispatch: raise it where a
+    #: driver may take longer to start (a RayJob's pods pulling a large image, a Kueue queue)
+    driver_ticket_ttl_s: int = Field(900, ge=60, le=7 * 24 * 3600)
+    #: set by a driver for the driver it re-runs in a sandbox on a shared Ray head: that one
+    #: reads its credentials from its standard input, never from its environment
+    driver_credentials_on_stdin: bool = False
     #: key of the per-study code download credentials (default: derived from the API token, else
     #: a random key kept in ``<workdir>/code-url.key``)
     code_url_key: SecretStr | None = None
@@ -324,7 +331,7 @@ class Settings(BaseSettings):
         "k8s_workdir_claim",
         "public_url",
         "driver_url",
-        "driver_token",
+        "driver_ticket",
         "client_wheel_dir",
         "code_url_key",
         "mlflow_admin_password",

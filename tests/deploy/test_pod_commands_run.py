@@ -24,8 +24,8 @@ schemas) before their pods run. Translated, and nothing else:
 =========================== ====================================================================
 rendered                    on this machine
 =========================== ====================================================================
-``FEDTUNE_DRIVER_URL``      the API's Service URL (``FEDTUNE_PUBLIC_URL``, where drivers report
-                            with their study's token) -> a real ``fedtune serve`` on 127.0.0.1
+``FEDTUNE_DRIVER_URL``      the API's Service URL (``FEDTUNE_PUBLIC_URL``, where drivers redeem
+                            their start ticket) -> a real ``fedtune serve`` on 127.0.0.1
                             with the rendered API token, on a throw-away schema of
                             127.0.0.1:5432/test (asserted to be the chart's URL first; no head
                             has a database URL to translate)
@@ -53,6 +53,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from fedtune.service import tickets
 from fedtune.service.backends.base import LaunchRequest
 from fedtune.service.backends.k8s_manifest import rayjob_manifest
 from fedtune.service.backends.ray_jobs import RayJobsBackend
@@ -129,7 +130,8 @@ def translate(env: dict[str, str], api_url: str, mlflow_url: str) -> dict[str, s
     """The two service URLs of the cluster -> this machine's (see the module docstring)."""
     assert "FEDTUNE_DATABASE_URL" not in env  # no driver holds it: it reports to the API
     assert env["FEDTUNE_DRIVER_URL"] == f"http://{FULLNAME}.{NAMESPACE}.svc:8000"
-    assert env["FEDTUNE_DRIVER_TOKEN"].startswith("ftd.1.")  # its study's, attempt 1
+    assert env["FEDTUNE_DRIVER_TICKET"].startswith("ftt_")  # a one-time ticket: no credential
+    assert "FEDTUNE_DRIVER_TOKEN" not in env and "MLFLOW_TRACKING_PASSWORD" not in env
     assert env["MLFLOW_TRACKING_URI"] == f"http://{FULLNAME}-mlflow.{NAMESPACE}.svc:5000"
     return env | {"FEDTUNE_DRIVER_URL": api_url, "MLFLOW_TRACKING_URI": mlflow_url}
 
@@ -137,7 +139,8 @@ def translate(env: dict[str, str], api_url: str, mlflow_url: str) -> dict[str, s
 @pytest.fixture
 def api_url(db_url: str, tmp_path: Path) -> Any:
     """A real ``fedtune serve`` on the test's schema with the rendered API token (its driver
-    routes check the drivers' study tokens, derived from that token); it dispatches nothing."""
+    routes redeem the drivers' start tickets and check the credentials they give); it dispatches
+    nothing."""
     server = Server(
         {
             "FEDTUNE_DATABASE_URL": db_url,
@@ -219,15 +222,17 @@ def run_container(
     return done, sandbox
 
 
-def _study(db_url: str, settings: Settings) -> tuple[Database, str]:
-    """A submitted study, dispatched as attempt 1 (what the scheduler does before launching)."""
+def _study(db_url: str, settings: Settings) -> tuple[Database, str, str]:
+    """A submitted study, dispatched as attempt 1 with its start ticket (what the scheduler
+    does before launching)."""
     db = Database(db_url)
     upgrade_database(db)
     spec = tiny_spec(name="pod-commands", trials=2, rounds=3)
     sid = submit_study(ServiceContext(db, settings), spec)[0].id
     with db.session() as session:
         Repository(session).transition(sid, StudyState.RUNNING, attempts=1)
-    return db, sid
+        ticket = tickets.issue(session, sid, 1, settings.driver_ticket_ttl_s)
+    return db, sid, ticket
 
 
 def _plain(manifest: dict) -> dict:
@@ -247,9 +252,10 @@ def ray_head_case(
 ) -> tuple[dict, dict, dict, str]:
     manifests = render(RAY_VALUES)
     settings = api_settings(manifests, db_url, monkeypatch)
-    _db, sid = sid_of(settings)
+    _db, sid, ticket = sid_of(settings)
     jobs = _RecordingJobs()
-    RayJobsBackend(settings, client_factory=lambda address: jobs).launch(LaunchRequest(sid, 1))
+    backend = RayJobsBackend(settings, client_factory=lambda address: jobs)
+    backend.launch(LaunchRequest(sid, 1, ticket=ticket))
     cluster = one(manifests, "RayCluster")
     jsonschema.Draft7Validator(crd_schema("RayCluster")).validate(_plain(cluster))
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
@@ -263,8 +269,8 @@ def rayjob_head_case(
 ) -> tuple[dict, dict, dict, str]:
     manifests = render(K8S_VALUES)
     settings = api_settings(manifests, db_url, monkeypatch)
-    _db, sid = sid_of(settings)
-    manifest = rayjob_manifest(LaunchRequest(sid, 1), settings)
+    _db, sid, ticket = sid_of(settings)
+    manifest = rayjob_manifest(LaunchRequest(sid, 1, ticket=ticket), settings)
     jsonschema.Draft7Validator(crd_schema("RayJob")).validate(manifest)
     head = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     container = head["containers"][0]
@@ -288,10 +294,10 @@ def test_the_rendered_driver_runs_a_study_end_to_end(
 ) -> None:
     studies: dict[str, Database] = {}
 
-    def sid_of(settings: Settings) -> tuple[Database, str]:
-        db, sid = _study(db_url, settings)
+    def sid_of(settings: Settings) -> tuple[Database, str, str]:
+        db, sid, ticket = _study(db_url, settings)
         studies[sid] = db
-        return db, sid
+        return db, sid, ticket
 
     pod, container, env, entrypoint = CASES[case](
         render, db_url, api_url, mlflow_server, monkeypatch, sid_of
@@ -330,10 +336,10 @@ def test_the_head_before_finding_1_fails_at_start_with_one_line(
     root. The driver must stop before any work with one line, recorded as the study's error."""
     studies: dict[str, Database] = {}
 
-    def sid_of(settings: Settings) -> tuple[Database, str]:
-        db, sid = _study(db_url, settings)
+    def sid_of(settings: Settings) -> tuple[Database, str, str]:
+        db, sid, ticket = _study(db_url, settings)
         studies[sid] = db
-        return db, sid
+        return db, sid, ticket
 
     pod, container, env, entrypoint = ray_head_case(
         render, db_url, api_url, mlflow_server, monkeypatch, sid_of

@@ -113,6 +113,7 @@ class FakeBackend(Backend):
         self.status: dict[tuple[str, int], DriverStatus] = {}
         self.refuse_launch = False
         self.poll_error = False
+        self.stop_ends = True  # False: a stopped driver keeps running until ``finish``
 
     def launch(self, request: LaunchRequest) -> dict[str, Any]:
         if self.refuse_launch:
@@ -128,7 +129,8 @@ class FakeBackend(Backend):
 
     def stop(self, ref: Mapping[str, Any]) -> None:
         self.stopped.append(dict(ref))
-        self.status[(ref["study"], ref["attempt"])] = DriverStatus.FAILED
+        if self.stop_ends:
+            self.status[(ref["study"], ref["attempt"])] = DriverStatus.FAILED
 
     def finish(self, study_id: str, attempt: int, status: DriverStatus) -> None:
         self.status[(study_id, attempt)] = status

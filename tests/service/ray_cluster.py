@@ -17,6 +17,12 @@ node's processes — its raylet, agents and the worker processes that run its ta
 that session, so :meth:`RayNode.kill` takes exactly one node down (``SIGKILL``, as a lost
 machine) and nothing else. Start-ups are given generous time and one retry, worker nodes more
 (a loaded machine; ``tests/ray_start.py``).
+
+:class:`PidNamespace` gives a cluster a PID namespace (with its own ``/proc``) of its own, as the
+machines of a real cluster are: its processes (every node's: they are co-located there, the
+harder case) see each other and nothing of this machine outside it — not the service, MLflow
+or the test. ``LocalRayCluster(..., enter=ns.enter)`` starts every ``ray start`` in it
+(``nsenter``); the sessions, stops and kills work as before, from outside.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.ray_start import (
@@ -103,19 +109,73 @@ def _head_ports(dashboard: int, gcs: int) -> list[str]:
     return [f"--ray-client-server-port={client}", *_node_ports((dashboard, gcs, client))]
 
 
+#: the first process of a :class:`PidNamespace`: reaps what is reparented to it, for ever
+_REAPER = """
+import os, time
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.5)
+"""
+
+
+class PidNamespace:
+    """A PID namespace with a ``/proc`` of its own (``unshare --pid --fork --mount-proc``), held
+    by a reaper as its first process; :attr:`enter` runs a command in it. Closing it kills the
+    holder, and with it (``--kill-child``: its first process dies, the kernel ends the rest)
+    everything in it. Needs root."""
+
+    def __init__(self) -> None:
+        argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+        self.holder = subprocess.Popen(
+            [*argv, sys.executable, "-c", _REAPER],
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
+        self.init = self._first_process()
+
+    def _first_process(self) -> int:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == self.holder.pid:
+                    return int(entry)
+            time.sleep(0.05)
+        self.close()
+        raise RuntimeError("unshare started no first process for the PID namespace")
+
+    @property
+    def enter(self) -> list[str]:
+        """The prefix that runs a command in the namespace (its PID and mount namespaces)."""
+        return ["nsenter", f"--target={self.init}", "--pid", "--mount", "--"]
+
+    def close(self) -> None:
+        if self.holder.poll() is None:
+            self.holder.kill()
+        self.holder.wait(30)
+
+
 class _Started:
     """One ``ray start`` (head or worker node): its session, temp dir and stop/kill."""
 
-    def __init__(self, env: Mapping[str, str], prefix: str) -> None:
+    def __init__(self, env: Mapping[str, str], prefix: str, enter: Sequence[str] = ()) -> None:
         self.env = dict(env)
         self.temp_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: sockets
         self.session: int | None = None
+        self.enter = list(enter)  # a prefix that starts it elsewhere (``PidNamespace.enter``)
 
     def _start(self, argv: list[str], retries: int = START_RETRIES, backoff_s: float = 0.0) -> None:
         for attempt in range(retries + 1):
             time.sleep(backoff_s * attempt)  # a loaded machine: give it time to settle
             proc = subprocess.Popen(
-                [*argv, f"--temp-dir={self.temp_dir}"],
+                [*self.enter, *argv, f"--temp-dir={self.temp_dir}"],
                 env=self.env,
                 start_new_session=True,
                 stdout=subprocess.PIPE,
@@ -165,13 +225,15 @@ class RayNode(_Started):
     """A worker node of a :class:`LocalRayCluster` (see the module docstring)."""
 
     def __init__(self, cluster: LocalRayCluster, name: str, env: Mapping[str, str]) -> None:
-        super().__init__({**cluster.env, **env}, "ftrw-")
+        super().__init__({**cluster.env, **env}, "ftrw-", cluster.enter)
         self.name = name
         self.resource = f"ft_node_{name}"
 
 
 class LocalRayCluster(_Started):
-    def __init__(self, env: Mapping[str, str], head_cpus: int = 1) -> None:
+    def __init__(
+        self, env: Mapping[str, str], head_cpus: int = 1, enter: Sequence[str] = ()
+    ) -> None:
         self.client_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
         full = {
             **os.environ,
@@ -181,7 +243,7 @@ class LocalRayCluster(_Started):
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
         }
         full.pop("RAY_ADDRESS", None)
-        super().__init__(full, "ftray-")
+        super().__init__(full, "ftray-", enter)
         self.head_cpus = head_cpus
         self.dashboard_port, self.gcs_port = free_ports(2)
         self.address = f"http://127.0.0.1:{self.dashboard_port}"

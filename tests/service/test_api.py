@@ -58,7 +58,7 @@ def test_health_readiness_metrics_and_openapi_are_open(client: TestClient) -> No
     assert ready == {
         "status": "ready",
         "database": "sqlite",
-        "revision": "0009",
+        "revision": "0010",
         "backend": {"kind": "local", "up": True, "reason": None},
         "auth": "token",
         "code_sandbox": None,  # code upload is off

@@ -1,8 +1,9 @@
 """A driver that reports through the service's API with its study's own credential.
 
 The same stand-in ``run_study`` as ``test_driver.py``, with the driver's link an
-:class:`~fedtune.service.driver_link.ApiLink` to a real app on the same database: what it records
-is what the database link records, and the credential opens that study's attempt only.
+:class:`~fedtune.service.driver_link.ApiLink` to a real app on the same database, its credential
+the one its start ticket was exchanged for (``POST …/ticket``): what it records is what the
+database link records, and the credential opens that study's attempt only.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from fedtune.service import tickets
 from fedtune.service.api import create_app
 from fedtune.service.child_env import ChildKind, child_env
-from fedtune.service.code_url import code_url_key
 from fedtune.service.driver import run_driver
-from fedtune.service.driver_link import ApiLink, driver_token
+from fedtune.service.driver_link import ApiLink
 from fedtune.service.models import Study
 from fedtune.service.repository import Repository
 from fedtune.service.services import ServiceContext
@@ -37,15 +38,26 @@ def api(ctx: ServiceContext, make_settings) -> Iterator[tuple[TestClient, Servic
         yield client, ServiceContext(ctx.db, settings)
 
 
-def _link(client: TestClient, settings, sid: str, attempt: int = 1) -> ApiLink:
-    token = driver_token(code_url_key(settings), sid, attempt)
-    return ApiLink(BASE, sid, token, client=client)
+def redeemed(client: TestClient, ctx: ServiceContext, sid: str, attempt: int = 1) -> str:
+    """The driver credential a new start ticket of ``sid``'s ``attempt`` is exchanged for."""
+    with ctx.db.session() as s:
+        ticket = tickets.issue(s, sid, attempt, ttl_s=600)
+    answer = client.post(
+        f"/v1/driver/studies/{sid}/ticket", headers={"Authorization": f"Bearer {ticket}"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["attempt"] == attempt
+    return answer.json()["token"]
+
+
+def _link(client: TestClient, ctx: ServiceContext, sid: str, attempt: int = 1) -> ApiLink:
+    return ApiLink(BASE, sid, redeemed(client, ctx, sid, attempt), client=client)
 
 
 def test_a_driver_records_its_study_through_the_api(api) -> None:
     client, ctx = api
     sid = running_study(ctx)
-    link = _link(client, ctx.settings, sid)
+    link = _link(client, ctx, sid)
     with ctx.db.session() as s:  # the study's owner reaches the driver with its claim
         s.get(Study, sid).owner = "alice"
     assert run_driver(sid, ctx.settings, 1, run_study=fake_run_study, link=link) == 0
@@ -56,13 +68,13 @@ def test_a_driver_records_its_study_through_the_api(api) -> None:
 def test_a_driver_token_opens_its_own_study_and_attempt_only(api) -> None:
     client, ctx = api
     mine, other = running_study(ctx), running_study(ctx, name="other")
-    token = driver_token(code_url_key(ctx.settings), mine, 1)
+    token = redeemed(client, ctx, mine)
     bearer = {"Authorization": f"Bearer {token}"}
     assert client.get(f"/v1/driver/studies/{mine}", headers=bearer).json()["attempts"] == 1
     # another study, a forged token, the admin's API token, none: all the same 404
     for sid, headers in [
         (other, bearer),
-        (mine, {"Authorization": "Bearer ftd.1." + "0" * 64}),
+        (mine, {"Authorization": "Bearer ftd_" + "0" * 43}),
         (mine, {"Authorization": f"Bearer {TOKEN}"}),
         (mine, {}),
     ]:
@@ -85,7 +97,7 @@ def test_a_driver_token_opens_its_own_study_and_attempt_only(api) -> None:
 def test_a_driver_cannot_write_more_than_its_final_state(api) -> None:
     client, ctx = api
     sid = running_study(ctx)
-    bearer = {"Authorization": f"Bearer {driver_token(code_url_key(ctx.settings), sid, 1)}"}
+    bearer = {"Authorization": f"Bearer {redeemed(client, ctx, sid)}"}
     for body in (
         {"state": "queued", "values": {}},  # only succeeded or failed
         {"state": "failed", "values": {"project": "other"}},  # only the final fields
@@ -98,16 +110,37 @@ def test_a_driver_cannot_write_more_than_its_final_state(api) -> None:
     assert study.state == StudyState.RUNNING and study.project == "default"
 
 
-def test_a_local_driver_gets_its_study_credential_and_no_database_url(make_settings) -> None:
-    settings = make_settings(backend="local", driver_url="http://127.0.0.1:8123", api_token=TOKEN)
-    env = child_env(settings, ChildKind.LOCAL_DRIVER, study=("0123456789ab", 3))
+def test_a_local_driver_gets_a_start_ticket_and_no_credential(make_settings) -> None:
+    settings = make_settings(
+        backend="local",
+        driver_url="http://127.0.0.1:8123",
+        api_token=TOKEN,
+        mlflow_tracking_uri="http://127.0.0.1:5000",
+        mlflow_workspaces=True,
+        mlflow_admin_password="mlflow-admin-password-0123",
+    )
+    env = child_env(settings, ChildKind.LOCAL_DRIVER, project="lab", ticket="ftt_one-time")
     assert "FEDTUNE_DATABASE_URL" not in env and "FEDTUNE_API_TOKEN" not in env
     assert env["FEDTUNE_DRIVER_URL"] == "http://127.0.0.1:8123"
-    assert env["FEDTUNE_DRIVER_TOKEN"] == driver_token(code_url_key(settings), "0123456789ab", 3)
+    assert env["FEDTUNE_DRIVER_TICKET"] == "ftt_one-time"
+    # the MLflow login comes with the ticket's redemption; the workspace is no secret
+    assert env["MLFLOW_WORKSPACE"] == "lab"
+    assert "MLFLOW_TRACKING_PASSWORD" not in env and "MLFLOW_TRACKING_USERNAME" not in env
     assert not any(TOKEN in value for value in env.values())
-    # without a URL the driver still writes the database itself
-    plain = child_env(make_settings(backend="local"), ChildKind.LOCAL_DRIVER, study=("0" * 12, 1))
-    assert "FEDTUNE_DATABASE_URL" in plain and "FEDTUNE_DRIVER_TOKEN" not in plain
+    # without a URL the driver still writes the database itself, with its login in its env
+    plain = child_env(
+        make_settings(
+            backend="local",
+            mlflow_tracking_uri="http://127.0.0.1:5000",
+            mlflow_workspaces=True,
+            mlflow_admin_password="mlflow-admin-password-0123",
+        ),
+        ChildKind.LOCAL_DRIVER,
+        project="lab",
+        ticket="ftt_one-time",
+    )
+    assert "FEDTUNE_DATABASE_URL" in plain and "FEDTUNE_DRIVER_TICKET" not in plain
+    assert plain["MLFLOW_TRACKING_USERNAME"] == "fedtune-driver-lab"
 
 
 def test_a_local_driver_without_code_on_a_shared_database_writes_it_itself(make_settings) -> None:
@@ -119,7 +152,7 @@ def test_a_local_driver_without_code_on_a_shared_database_writes_it_itself(make_
     settings = make_settings(
         backend="local", driver_url="http://127.0.0.1:8123", database_url=pg, api_token=TOKEN
     )
-    plain = child_env(settings, ChildKind.LOCAL_DRIVER, study=("0" * 12, 1), code=False)
-    assert plain["FEDTUNE_DATABASE_URL"] == pg and "FEDTUNE_DRIVER_TOKEN" not in plain
-    with_code = child_env(settings, ChildKind.LOCAL_DRIVER, study=("0" * 12, 1), code=True)
-    assert "FEDTUNE_DATABASE_URL" not in with_code and "FEDTUNE_DRIVER_TOKEN" in with_code
+    plain = child_env(settings, ChildKind.LOCAL_DRIVER, ticket="ftt_x", code=False)
+    assert plain["FEDTUNE_DATABASE_URL"] == pg and "FEDTUNE_DRIVER_TICKET" not in plain
+    with_code = child_env(settings, ChildKind.LOCAL_DRIVER, ticket="ftt_x", code=True)
+    assert "FEDTUNE_DATABASE_URL" not in with_code and with_code["FEDTUNE_DRIVER_TICKET"] == "ftt_x"

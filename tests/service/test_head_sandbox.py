@@ -16,6 +16,7 @@ import pytest
 from fedtune.errors import ConfigError
 from fedtune.sandbox import Sandbox
 from fedtune.service.child_env import DRIVER_SANDBOX, SANDBOXED, ChildKind, child_env
+from fedtune.service.driver_start import DriverCredentials, MlflowLogin, write_credentials
 from fedtune.service.head_sandbox import (
     check_sandboxed_tracking,
     head_sandbox,
@@ -30,14 +31,15 @@ STUDY = "0123456789ab"
 
 def test_a_ray_job_of_a_study_with_code_asks_its_driver_for_the_sandbox(make_settings) -> None:
     settings = make_settings(backend="ray", public_url="http://api:8000", api_token=TOKEN)
-    with_code = child_env(settings, ChildKind.RAY_JOB, study=(STUDY, 2), code=True)
+    with_code = child_env(settings, ChildKind.RAY_JOB, ticket="ftt_one-time", code=True)
     assert with_code[DRIVER_SANDBOX] == "bwrap"
     assert with_code["FEDTUNE_STUDY_SANDBOX_MEMORY_MIB"] == "8192"  # the sandbox's memory bound
-    assert "FEDTUNE_DATABASE_URL" not in with_code and "FEDTUNE_DRIVER_TOKEN" in with_code
-    plain = child_env(settings, ChildKind.RAY_JOB, study=(STUDY, 2), code=False)
+    assert "FEDTUNE_DATABASE_URL" not in with_code
+    assert with_code["FEDTUNE_DRIVER_TICKET"] == "ftt_one-time"  # a ticket, no credential
+    plain = child_env(settings, ChildKind.RAY_JOB, ticket="ftt_one-time", code=False)
     assert DRIVER_SANDBOX not in plain  # no code of the member's: nothing to sandbox
     opted_out = make_settings(backend="ray", public_url="http://api:8000", code_sandbox="none")
-    env = child_env(opted_out, ChildKind.RAY_JOB, study=(STUDY, 2), code=True)
+    env = child_env(opted_out, ChildKind.RAY_JOB, ticket="ftt_one-time", code=True)
     assert env[DRIVER_SANDBOX] == "none"
 
 
@@ -49,7 +51,7 @@ def test_only_a_driver_asked_to_with_code_sandboxes_itself(make_settings) -> Non
 
 
 def test_the_head_driver_keeps_its_own_variables_and_no_secret_of_the_head(make_settings) -> None:
-    settings = make_settings(driver_url="http://api:8000", driver_token="ftd.1.abc")
+    settings = make_settings(driver_url="http://api:8000", driver_ticket="ftt_spent")
     head = {
         "PATH": "/usr/bin",
         "RAY_ADDRESS": "10.0.0.1:6379",
@@ -58,6 +60,7 @@ def test_the_head_driver_keeps_its_own_variables_and_no_secret_of_the_head(make_
         "MLFLOW_TRACKING_USERNAME": "fedtune-driver-team1",
         "MLFLOW_TRACKING_PASSWORD": "project-password",
         "FEDTUNE_HEARTBEAT_S": "5",
+        "FEDTUNE_DRIVER_TICKET": "ftt_spent",  # spent: the credentials reach it on stdin
         # what the head's processes may carry, and a driver never needs
         "FEDTUNE_DATABASE_URL": "postgresql://fedtune:secret@db/fedtune",
         "FEDTUNE_API_TOKEN": TOKEN,
@@ -69,7 +72,7 @@ def test_the_head_driver_keeps_its_own_variables_and_no_secret_of_the_head(make_
     for name in ("RAY_ADDRESS", "RAY_JOB_CONFIG_JSON_ENV_VAR", "MLFLOW_TRACKING_PASSWORD"):
         assert env[name] == head[name]
     assert env["FEDTUNE_DRIVER_URL"] == "http://api:8000"
-    assert env["FEDTUNE_DRIVER_TOKEN"] == "ftd.1.abc"
+    assert "FEDTUNE_DRIVER_TICKET" not in env and "FEDTUNE_DRIVER_TOKEN" not in env
     assert env[SANDBOXED] == "1" and env["FEDTUNE_HEARTBEAT_S"] == "5"
     for name in ("FEDTUNE_DATABASE_URL", "FEDTUNE_API_TOKEN", "AWS_SECRET_ACCESS_KEY"):
         assert name not in env
@@ -95,11 +98,16 @@ def test_the_node_is_found_among_the_drivers_ancestors(tmp_path: Path) -> None:
 
 
 def test_the_sandbox_binds_the_study_its_code_and_the_session_only(make_settings, tmp_path) -> None:
-    settings = make_settings(workdir=tmp_path / "head", driver_url="http://a", driver_token="t")
+    settings = make_settings(workdir=tmp_path / "head", driver_url="http://a", driver_ticket="t")
     code = tmp_path / "head" / "code" / ("ab" * 32)
     code.mkdir(parents=True)
     session = tmp_path / "ray" / "session_1"
-    box = head_sandbox(settings, STUDY, code, (session, "6d9a"))
+    assert (
+        "FEDTUNE_DRIVER_CREDENTIALS_ON_STDIN"
+        not in head_sandbox(settings, STUDY, code, (session, "6d9a")).env
+    )
+    box = head_sandbox(settings, STUDY, code, (session, "6d9a"), stdin_credentials=True)
+    assert box.env["FEDTUNE_DRIVER_CREDENTIALS_ON_STDIN"] == "1"
     assert isinstance(box, Sandbox)
     study = (tmp_path / "head" / "studies" / STUDY).resolve()
     assert box.writable == {study: str(study), session.resolve(): str(session.resolve())}
@@ -202,3 +210,36 @@ def test_a_sandboxed_driver_fails_its_study_on_a_shared_store_with_one_line(
     assert error.startswith("the study's driver cannot run here: MLFLOW_TRACKING_URI: sqlite"), (
         error
     )
+
+
+def test_the_sandboxed_driver_reads_its_credentials_on_stdin_not_in_its_environment() -> None:
+    """The driver hands what its ticket was exchanged for to the driver it sandboxes through a
+    pipe: the child has them in memory, and its ``/proc/<pid>/environ`` holds none."""
+    credentials = DriverCredentials(
+        2, "ftd_credential-of-the-study", MlflowLogin("fedtune-driver-lab", "lab-password")
+    )
+    code = (
+        "import os, sys\n"
+        "from fedtune.service.driver_start import read_credentials\n"
+        "got = read_credentials(sys.stdin.buffer)\n"
+        "environ = open(f'/proc/{os.getpid()}/environ', 'rb').read()\n"
+        "print(got.attempt, got.token, got.mlflow.username, got.mlflow.password)\n"
+        "print(b'ftd_' in environ or b'lab-password' in environ)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "FEDTUNE_DRIVER_CREDENTIALS_ON_STDIN": "1"},
+    ) as child:
+        write_credentials(credentials, child.stdin)
+        out = child.stdout.read().decode().split("\n")
+        assert child.wait(60) == 0
+    assert out[0].split() == [
+        "2",
+        "ftd_credential-of-the-study",
+        "fedtune-driver-lab",
+        "lab-password",
+    ]
+    assert out[1] == "False"
+    assert "lab-password" not in repr(credentials) and "ftd_" not in repr(credentials)

@@ -61,7 +61,7 @@ def test_the_package_ships_its_alembic_files() -> None:
     assert ALEMBIC_INI.is_file() and (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "script.py.mako").is_file()
     assert len(list((MIGRATIONS_DIR / "versions").glob("*.py"))) >= 2
-    assert head_revision() == "0009"
+    assert head_revision() == "0010"
 
 
 def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
@@ -76,8 +76,8 @@ def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
         )
     assert "heartbeat_at" not in {c["name"] for c in inspect(db.engine).get_columns("studies")}
 
-    assert upgrade_database(db) == "0009"
-    assert upgrade_database(db) == "0009"  # idempotent
+    assert upgrade_database(db) == "0010"
+    assert upgrade_database(db) == "0010"  # idempotent
 
     indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
     assert "ix_studies_state_created_at_id" in indexes  # revision 0005 (keyset order)
@@ -133,7 +133,7 @@ def test_revision_0005_fills_null_projects_and_swaps_indexes(db_url: str) -> Non
     try:
         assert upgrade_database(db, "0004") == "0004"
         _insert(db, "studies", OLD_ROWS["studies"])  # no project: NULL
-        assert upgrade_database(db) == "0009"
+        assert upgrade_database(db) == "0010"
         indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
         assert {
             "ix_studies_created_at_id",
@@ -155,6 +155,6 @@ def test_revision_0005_fills_null_projects_and_swaps_indexes(db_url: str) -> Non
         indexes = {ix["name"] for ix in inspect(db.engine).get_indexes("studies")}
         assert {"ix_studies_state_created_at", "ix_studies_project_state_created_at"} <= indexes
         assert "ix_studies_created_at_id" not in indexes
-        assert upgrade_database(db) == "0009"
+        assert upgrade_database(db) == "0010"
     finally:
         db.dispose()

@@ -6,8 +6,10 @@ the study, memory and /dev/shm from settings, finished RayJobs deleted, rayVersi
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
+import json
 import math
 
 import jsonschema
@@ -20,6 +22,7 @@ from fedtune.service.backends.base import LaunchRequest
 from fedtune.service.backends.k8s_manifest import rayjob_manifest
 from fedtune.service.backends.k8s_pods import DRIVER_SECRET_KEYS, UID
 from fedtune.service.backends.kubernetes import KubernetesBackend
+from fedtune.service.mlflow_workspaces import driver_password
 from fedtune.service.repository import Repository
 from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, submit_study
@@ -111,22 +114,30 @@ def test_workers_get_no_secret_and_the_driver_only_what_it_reads(k8s_settings):
 
 
 def test_a_driver_that_reaches_the_api_gets_no_database_url(k8s_settings):
-    """With FEDTUNE_PUBLIC_URL the head's driver reports through the API with its study's own
-    credential: the env Secret's database URL is not in the head's environment at all."""
-    from fedtune.service.code_url import code_url_key
-    from fedtune.service.driver_link import verify_driver_token
-
-    settings = k8s_settings(public_url="http://fedtune.ml.svc:8000")
-    manifest = rayjob_manifest(REQUESTS[1], settings)
+    """With FEDTUNE_PUBLIC_URL the head's driver reports through the API: the env Secret's
+    database URL is not in the head's environment at all, and neither is a credential: the
+    RayJob carries the attempt's one-time start ticket only (readable by whoever reads RayJobs),
+    which the driver exchanges for its study's credential and its project's MLflow login."""
+    settings = k8s_settings(
+        public_url="http://fedtune.ml.svc:8000",
+        mlflow_tracking_uri="http://mlflow.ml.svc:5000",
+        mlflow_workspaces=True,
+        mlflow_admin_password="mlflow-admin-password-0123",
+    )
+    request = dataclasses.replace(REQUESTS[1], ticket="ftt_the-attempts-ticket")
+    manifest = rayjob_manifest(request, settings)
+    jsonschema.Draft7Validator(rayjob_schema()).validate(manifest)  # KubeRay's closed schema
     head = next(pod for where, _, pod in pod_templates(manifest) if where.endswith("head"))
     env = {e["name"]: e for e in head["containers"][0]["env"]}
     assert "FEDTUNE_DATABASE_URL" not in env
     assert env["FEDTUNE_DRIVER_URL"]["value"] == "http://fedtune.ml.svc:8000"
-    token = env["FEDTUNE_DRIVER_TOKEN"]["value"]
-    request = REQUESTS[1]
-    key = code_url_key(settings)
-    assert verify_driver_token(key, request.study_id, token) == request.attempt
-    assert verify_driver_token(key, "ffffffffffff", token) is None  # that study's only
+    assert env["FEDTUNE_DRIVER_TICKET"]["value"] == "ftt_the-attempts-ticket"
+    assert env["MLFLOW_WORKSPACE"]["value"] == request.project
+    for name in ("FEDTUNE_DRIVER_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        assert name not in env
+    rendered = json.dumps(manifest)
+    assert "mlflow-admin-password" not in rendered
+    assert driver_password("mlflow-admin-password-0123", request.project) not in rendered
     assert manifest["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}
     off = rayjob_manifest(REQUESTS[1], k8s_settings(k8s_ray_token_auth=False))
     assert "authOptions" not in off["spec"]["rayClusterSpec"]

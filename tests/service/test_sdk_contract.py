@@ -103,7 +103,9 @@ def test_each_schema_is_derived_from_the_shared_class(model: type, openapi: dict
     fields = dataclasses.fields(model)
     assert list(schema["properties"]) == [f.name for f in fields]
     assert schema.get("required", []) == [
-        f.name for f in fields if f.default is dataclasses.MISSING
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     for f in fields:
         shown = schema["properties"][f.name]

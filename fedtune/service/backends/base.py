@@ -34,7 +34,7 @@ import enum
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fedtune.errors import BackendError
@@ -109,7 +109,8 @@ class DriverStatus(enum.StrEnum):
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One dispatch attempt of a study, with the resources its trial processes need.
+    """One dispatch attempt of a study, with the resources its trial processes need and the
+    driver's one-time start ticket (never shown: ``repr`` leaves it out).
 
     A trial process trains one configuration, or several for a packed study
     (``resources.pack``): ``processes`` (0: one per configuration, ``max_concurrent``) is how
@@ -125,6 +126,8 @@ class LaunchRequest:
     project: str = "default"  # the study's project
     queue: str | None = None  # the project's Kueue LocalQueue, when it names one
     processes: int = 0  # trial processes at once (packed: fewer); 0: max_concurrent
+    #: the attempt's one-time start ticket (``tickets.issue``), for the driver's start only
+    ticket: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_study_id(self.study_id)

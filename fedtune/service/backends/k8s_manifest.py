@@ -178,7 +178,7 @@ def _cluster(request: LaunchRequest, settings: Settings, labels: dict) -> dict[s
                     settings,
                     ChildKind.RAYJOB,
                     project=request.project,
-                    study=(request.study_id, request.attempt),
+                    ticket=request.ticket,
                 ),
             ),
         },

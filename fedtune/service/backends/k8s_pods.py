@@ -11,8 +11,10 @@ Every pod passes Pod Security "restricted" (checked by ``tests/pss_restricted.py
 What each pod may read (finding "secrets reach every Ray pod"): the **head** runs the driver and
 gets exactly the variables the driver reads — ``FEDTUNE_DATABASE_URL`` and
 ``MLFLOW_TRACKING_URI`` (single keys of the env Secret, never ``envFrom``), ``FEDTUNE_WORKDIR``,
-``FEDTUNE_HEARTBEAT_S`` and, with MLflow workspaces, its project's ``MLFLOW_WORKSPACE`` and
-driver credential (``mlflow_workspaces.driver_env``: that workspace only); **workers** run trials, which never open the database or MLflow, and get
+``FEDTUNE_HEARTBEAT_S``, with MLflow workspaces its project's ``MLFLOW_WORKSPACE``, and, where
+it reports to the API, its one-time start ticket instead of the database URL (the driver
+exchanges it for its credentials: ``fedtune.service.tickets``); **workers** run trials, which
+never open the database or MLflow, and get
 no secret at all; the **submitter** only runs ``ray job submit`` (KubeRay adds the head's address
 and, with token auth, the Ray token).
 """
@@ -147,8 +149,8 @@ def head_pod(
         labels: The pod's labels.
         settings: The service's settings.
         resources: The container's resources.
-        env: The driver's variables (``child_env``'s ``rayjob``: heartbeat, sandbox mode, its
-            project's MLflow workspace and credential).
+        env: The driver's variables (``child_env``'s ``rayjob``: heartbeat, its project's
+            MLflow workspace, the URL it reports to and its one-time start ticket).
 
     Returns:
         The pod template.

@@ -143,9 +143,7 @@ class LocalBackend(Backend):
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"study-{request.study_id}-{request.attempt}.log"
         argv = self._argv(request.study_id, request.attempt)
-        env = self._env(
-            request.project, (request.study_id, request.attempt), request.code_sha256 is not None
-        )
+        env = self._env(request.project, request.ticket, request.code_sha256 is not None)
         sandboxed = sandboxes_driver(self.settings, request.code_sha256, env)
         if sandboxed:  # uploaded code: the driver, its Ray and its trials in one sandbox
             box = driver_sandbox(self.settings, request.study_id, env)
@@ -266,11 +264,11 @@ class LocalBackend(Backend):
     # ---------------------------------------------------------------- helpers
 
     def _env(
-        self, project: str | None = None, study: tuple[str, int] | None = None, code: bool = True
+        self, project: str | None = None, ticket: str | None = None, code: bool = True
     ) -> dict[str, str]:
         """The driver's environment: the one allowlist of :mod:`..child_env`."""
         return child_env(
-            self.settings, ChildKind.LOCAL_DRIVER, project=project, study=study, code=code
+            self.settings, ChildKind.LOCAL_DRIVER, project=project, ticket=ticket, code=code
         )
 
     def _is_ours(self, ref: Mapping[str, Any]) -> bool:

@@ -11,12 +11,13 @@ one bubblewrap sandbox:
 * the Python environment read-only, the operator's data roots read-only, a private ``/tmp``
   and ``/dev/shm`` (Ray's session and object store);
 * a network of its own that reaches two services and nothing else (:mod:`fedtune.sandbox_net`):
-  the service's API, which the driver reports to with its own study's credential
-  (``FEDTUNE_DRIVER_URL``/``FEDTUNE_DRIVER_TOKEN``: a sandboxed driver needs one, so it is never
-  given the database URL), and the MLflow tracking server (``MLFLOW_TRACKING_URI``), which it
-  logs to with its project's credential; each through a relay, over a Unix socket bound into
-  the sandbox. No other port of the machine (its PostgreSQL, a Redis, the other studies' Ray),
-  no other address; a loopback of its own for its Ray;
+  the service's API, which the driver reports to with its own study's credential, which it gets
+  for its one-time start ticket (``FEDTUNE_DRIVER_URL``/``FEDTUNE_DRIVER_TICKET``: a sandboxed
+  driver needs them, so it is never given the database URL), and the MLflow tracking server
+  (``MLFLOW_TRACKING_URI``), which it logs to with its project's login, given with that
+  credential; each through a relay, over a Unix socket bound into the sandbox. No other port of
+  the machine (its PostgreSQL, a Redis, the other studies' Ray), no other address; a loopback of
+  its own for its Ray;
 * the environment of :func:`..child_env.child_env` (``local-driver``) with its home and
   temporary folders inside the sandbox;
 * as an unprivileged user of its own (:func:`fedtune.sandbox.sandbox_uid`: where the service

@@ -6,10 +6,13 @@ validated parts: Ray runs entrypoints through a shell). Inside the job Ray sets 
 so the driver's trials run on that cluster.
 
 The job's ``runtime_env`` carries the driver's own settings (:func:`..child_env.child_env`, kind
-``ray-job``): the URL it reports to (``FEDTUNE_DRIVER_URL`` or ``FEDTUNE_PUBLIC_URL``) and its
-study's credential, its project's MLflow login; never the database URL or a service secret (the
-Ray dashboard shows a job's ``runtime_env`` to anyone who can open it). Without such a URL the
-cluster's processes must carry ``FEDTUNE_DATABASE_URL`` themselves. ``MLFLOW_TRACKING_URI`` comes
+``ray-job``): the URL it reports to (``FEDTUNE_DRIVER_URL`` or ``FEDTUNE_PUBLIC_URL``), its
+one-time start ticket (``FEDTUNE_DRIVER_TICKET``: :mod:`..tickets`) and its project's MLflow
+workspace; never a credential, the database URL or a service secret: anything on the cluster can
+list the jobs with their ``runtime_env`` (Ray's job API, ``ray.util.state``, the dashboard).
+The driver exchanges the ticket, once, for its study's credential and its project's MLflow
+login; a second redemption marks the attempt compromised. Without such a URL the cluster's
+processes must carry ``FEDTUNE_DATABASE_URL`` themselves (and the job the MLflow login). ``MLFLOW_TRACKING_URI`` comes
 from the cluster's environment (the Helm chart's RayCluster head reads that one key of the env
 Secret); without it each driver writes MLflow to a SQLite file in the *head's* workdir, which the
 service cannot read unless it shares that workdir: the backend warns at start.
@@ -208,7 +211,7 @@ class RayJobsBackend(Backend):
                         self.settings,
                         ChildKind.RAY_JOB,
                         project=request.project,
-                        study=(request.study_id, request.attempt),
+                        ticket=request.ticket,
                         code=request.code_sha256 is not None,
                     )
                 },
