@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from fedtune.errors import ConflictError
 from fedtune.outcomes import RAN, TrialOutcome
 
-from . import tickets
 from .access import ANONYMOUS_ADMIN, Principal, default_project, require_study_access
 from .code_services import accept_code_study
 from .db import Database
@@ -29,26 +28,21 @@ from .errors import (
     StudyNotFoundError,
 )
 from .idempotency import once
-from .mlflow_links import mlflow_links
 from .mlflow_workspaces import study_mlflow
-from .models import Project, Study, Trial, utcnow
+from .models import Project, Study, Trial
 from .paging import Cursor, ListQuery, Order, decode_token, encode_token
-from .paths import study_tracking_uri
 from .repository import Repository
 from .schemas import (
-    BestTrial,
     CurveOut,
     CurvePoint,
-    Progress,
     StudyDetail,
-    StudyEvent,
-    StudyOut,
     StudyPage,
     TrialOut,
 )
 from .settings import Settings
 from .specs import AcceptedSpec, accept_spec, request_hash
 from .states import StudyState, TrialState
+from .study_views import study_detail, study_out
 from .warmup import Warmup
 
 __all__ = [
@@ -285,18 +279,10 @@ def list_studies(
             summary=True,
         )
         total = repo.count_studies(query.states, projects) if count else None
-        items = [_study_out(s) for s in rows[:limit]]
+        items = [study_out(s) for s in rows[:limit]]
         last = rows[limit - 1] if len(rows) > limit else None
     token = None if last is None else encode_token(query, Cursor(last.created_at, last.id))
     return StudyPage(items=items, total=total, limit=limit, offset=offset, next_page_token=token)
-
-
-def _study_out(study: Study) -> StudyOut:
-    """The API's view: a study whose driver a queue outside fedtune still holds (a RayJob that
-    Kueue has not admitted) is ``queued``, with that queue's reason."""
-    if study.state == StudyState.RUNNING and study.queued_reason:
-        return StudyOut.from_attributes(study, state=StudyState.QUEUED)
-    return StudyOut.from_attributes(study)
 
 
 def _known(study_id: str) -> str:
@@ -312,7 +298,7 @@ def get_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
     _known(study_id)
     with ctx.db.session(readonly=True) as session:
         repo = Repository(session)
-        return _detail(ctx, repo, repo.require_study(study_id))
+        return study_detail(ctx.settings, repo, repo.require_study(study_id))
 
 
 def read_study(ctx: ServiceContext, caller: Principal, study_id: str) -> StudyDetail:
@@ -324,41 +310,7 @@ def read_study(ctx: ServiceContext, caller: Principal, study_id: str) -> StudyDe
         study = repo.get_study(study_id)
         if study is None or not caller.can_read(study.project):
             raise StudyNotFoundError(f"no study {study_id!r}")
-        return _detail(ctx, repo, study)
-
-
-def _detail(ctx: ServiceContext, repo: Repository, study: Study) -> StudyDetail:
-    counts, rounds = repo.trial_progress(study.id)
-    return StudyDetail.from_attributes(
-        _study_out(study),
-        spec=study.spec,
-        progress=_progress(study, counts, rounds),
-        best=_best(repo, study),
-        mlflow=mlflow_links(
-            ctx.settings,
-            study_tracking_uri(ctx.settings, study.id),
-            study.project,
-            study.mlflow_experiment_id,
-            study.mlflow_run_id,
-        ),
-        events=_events(repo, study) if study.attempts else [],
-    )
-
-
-def _events(repo: Repository, study: Study) -> list[StudyEvent]:
-    """The study's attempts whose start ticket was redeemed twice (:mod:`.tickets`)."""
-    return [
-        StudyEvent(
-            at=event.at,
-            kind=tickets.COMPROMISED,
-            attempt=event.attempt,
-            message=(
-                f"the start ticket of attempt {event.attempt} was redeemed a second time: the "
-                "attempt was marked compromised and its driver credential revoked"
-            ),
-        )
-        for event in tickets.events(repo.session, study.id)
-    ]
+        return study_detail(ctx.settings, repo, study)
 
 
 def cancel_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
@@ -379,53 +331,6 @@ def cancel_study(ctx: ServiceContext, study_id: str) -> StudyDetail:
     if was == StudyState.RUNNING and ctx.stopper is not None:
         ctx.stopper.request_stop(study_id)
     return get_study(ctx, study_id)
-
-
-def _progress(study: Study, counts: Mapping[TrialState, int], rounds: int) -> Progress:
-    """A study's progress: its trials by state and the largest share of a budget it used.
-
-    Args:
-        study: The study's row.
-        counts: Its trials by state.
-        rounds: The configuration-rounds its trials trained.
-
-    Returns:
-        The progress the API shows.
-    """
-    done = counts[TrialState.COMPLETED] + counts[TrialState.PRUNED] + counts[TrialState.FAILED]
-    requested = study.trials_requested
-    shares = [done / requested if requested else 1.0]
-    budget = study.sections.budget
-    if budget.configuration_rounds is not None:
-        shares.append(rounds / budget.configuration_rounds)
-    if budget.time is not None and study.started_at is not None:
-        ran = (study.finished_at or utcnow()) - study.started_at
-        shares.append(ran.total_seconds() / budget.time)
-    return Progress(
-        requested=requested,
-        finished=done,
-        completed=counts[TrialState.COMPLETED],
-        pruned=counts[TrialState.PRUNED],
-        failed=counts[TrialState.FAILED],
-        killed=counts[TrialState.KILLED],
-        running=counts[TrialState.RUNNING],
-        fraction=min(1.0, max(0.0, *shares)),
-        configuration_rounds=rounds,
-    )
-
-
-def _best(repo: Repository, study: Study) -> BestTrial | None:
-    """The driver's pick once the study finished; meanwhile the best completed trial so far."""
-    if study.best_trial is not None:
-        trial = repo.get_trial(study.id, study.best_trial)
-        done = trial is not None and trial.state == TrialState.COMPLETED
-        params = trial.params if done else {}
-        return BestTrial(number=study.best_trial, value=study.best_value, params=params)
-    maximise = study.sections.maximise
-    trial = None if maximise is None else repo.best_completed(study.id, maximise)
-    if trial is None:
-        return None
-    return BestTrial(number=trial.number, value=trial.value, params=trial.params)
 
 
 # ------------------------------------------------------------------------ trials
