@@ -27,6 +27,14 @@ def preflight(spec: StudySpec) -> None:
     (say ``task.heterogeneity`` out of its range) still fails that trial alone."""
     from fedtune.trainers import Trainer
 
-    spec.load_code()
-    base = spec.base_config
-    Trainer(dataclasses.replace(base, train=dataclasses.replace(base.train, device="cpu")))
+    from . import timeline
+
+    timeline.mark("preflight")
+    try:
+        spec.load_code()
+        base = spec.base_config
+        Trainer(dataclasses.replace(base, train=dataclasses.replace(base.train, device="cpu")))
+    except BaseException:
+        timeline.mark("preflight_failed")
+        raise
+    timeline.mark("preflight_passed")
