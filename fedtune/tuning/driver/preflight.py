@@ -5,8 +5,10 @@ cannot be read: each used to surface only inside the trials — Ray started, eve
 failed the same way (measured: 61 s, all trials FAIL, for a builder that always raises). The
 driver now builds the study's task and model once, as a trial of its base configuration would
 (``fedtune.trainers.Trainer``: the task's builder, the model, the pre-training model check),
-on the CPU, in a thread while Ray starts; its error is the study's, one line naming the field
-and the user's ``file:line`` (``fedtune tune``: exit 2; the service: the study ``failed``).
+on the CPU, in a thread, begun before the stores, MLflow and Ray; its error is the study's, one
+line naming the field and the user's ``file:line`` (``fedtune tune``: exit 2; the service: the
+study ``failed``), and it stops what is still starting (``study._start_runtime``). The timeline
+marks its start and its end (``preflight``, ``preflight_passed`` or ``preflight_failed``).
 """
 
 from __future__ import annotations
