@@ -7,8 +7,10 @@ nothing of the stopped start is left, and the same process starts Ray again."""
 from __future__ import annotations
 
 import contextlib
+import linecache
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -28,8 +30,8 @@ class _Start:
         self.events.append("start")
         try:
             self.starting.set()
-            while not self.release.wait(0.01):  # Ray's start: Python code between waits
-                pass
+            while not self.release.is_set():  # Ray's start: a polling loop
+                time.sleep(0.01)
             self.events.append("running")
         except RayStartAborted:
             self.events.append("start stopped")
@@ -40,9 +42,14 @@ class _Start:
             self.events.append("shutdown")  # never interrupted: no abort reaches a running Ray
 
 
+def _in_session(frame) -> bool:  # the stand-in's polling loop: where a stop may land
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    return frame.f_code.co_name == "session" and "time.sleep(" in line
+
+
 def test_a_start_stopped_half_way_ends_its_thread_and_is_raised_by_ready(tmp_path: Path) -> None:
     start = _Start()
-    thread = RayThread(tmp_path, session=start.session).start()
+    thread = RayThread(tmp_path, session=start.session, safe=_in_session).start()
     assert start.starting.wait(30)
     assert thread.abort() is True
     assert thread.abort() is False  # sent once: a second one would land in the clean-up
@@ -53,10 +60,43 @@ def test_a_start_stopped_half_way_ends_its_thread_and_is_raised_by_ready(tmp_pat
     assert not thread._thread.is_alive()
 
 
+def test_a_stop_waits_for_an_import_under_way(tmp_path: Path, monkeypatch) -> None:
+    """Ray's start imports modules as it goes; a stop asked during an import lands after it
+    (a module cut short would stay half made in this process)."""
+    import sys
+
+    (tmp_path / "ft_slow_module.py").write_text(
+        "import time\nfrom pathlib import Path\n"
+        "Path(__file__).with_suffix('.began').touch()\n"
+        "time.sleep(0.5)\nfinished = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    release = threading.Event()
+
+    @contextlib.contextmanager
+    def session(workdir, address, runtime_env=None):
+        import ft_slow_module  # noqa: F401
+
+        while not release.is_set():
+            time.sleep(0.01)
+        yield False
+
+    thread = RayThread(tmp_path, session=session, safe=_in_session).start()
+    while not (tmp_path / "ft_slow_module.began").exists():
+        time.sleep(0.01)
+    assert thread.abort() is True  # waits for the import, then stops the start
+    with pytest.raises(RayStartAborted):
+        thread.ready()
+    thread.stop()
+    assert sys.modules["ft_slow_module"].finished is True
+    release.set()
+
+
 def test_a_running_ray_is_not_interrupted_by_an_abort_and_stops_when_told(tmp_path: Path) -> None:
     start = _Start()
     start.release.set()
-    thread = RayThread(tmp_path, {"working_dir": "x"}, session=start.session).start()
+    thread = RayThread(tmp_path, {"working_dir": "x"}, session=start.session, safe=_in_session)
+    thread.start()
     assert thread.ready() is True  # the runtime_env is the job's
     assert thread.abort() is False  # the study's thread may be using Ray: left running
     assert thread._thread.is_alive() and start.events == ["start", "running"]
@@ -67,7 +107,7 @@ def test_a_running_ray_is_not_interrupted_by_an_abort_and_stops_when_told(tmp_pa
 
 def test_stopped_before_it_began_it_starts_nothing(tmp_path: Path) -> None:
     start = _Start()
-    thread = RayThread(tmp_path, session=start.session)
+    thread = RayThread(tmp_path, session=start.session, safe=_in_session)
     assert thread.abort() is True
     thread.start()
     with pytest.raises(RayStartAborted):

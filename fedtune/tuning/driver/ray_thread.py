@@ -9,17 +9,27 @@ them ends, so the thread lives as long as Ray. The study's thread waits for it w
 **Stopping a start.** ``ray.init`` has no way to be cancelled, and a study that learns it will
 not need Ray — the task cannot be built (:mod:`.preflight`), the spec is wrong, the trials run
 in the driver's process (:mod:`.in_process`) — would otherwise wait for Ray's whole start
-(4–14 s on two CPUs) and then its shutdown before it could say so. :meth:`RayThread.abort`
-raises :class:`RayStartAborted` in the starting thread (``PyThreadState_SetAsyncExc``), which
-Python delivers at that thread's next bytecode, after the blocking call it may be in has
-returned (measured 0.3–1.1 s from the abort to the thread's end, wherever the start was). It
-is a ``BaseException``, so no ``except Exception`` in Ray's start swallows it. The session's
-own clean-up then runs as after a failed start: the processes begun so far are stopped (found
-by the study's temp dir, :func:`.ray_runtime.reap_orphans`; those the thread began also die
-with it) and the temp dir is removed; ``ray.shutdown()`` clears what the half-run ``ray.init``
-set in this process, so a later start here begins clean (tested). Only a start is aborted:
-the exception is sent while the thread is starting, under the lock it takes to say that Ray
-runs, so it never lands in a shutdown. A Ray that runs is stopped by the ordinary shutdown.
+(4–20 s on two shared CPUs) and then its shutdown before it could say so.
+:meth:`RayThread.abort` raises :class:`RayStartAborted` in the starting thread
+(``PyThreadState_SetAsyncExc``), a ``BaseException``, so no ``except Exception`` in Ray's start
+swallows it. Python raises such an exception wherever the thread next checks for one, and not
+every place is safe: a stop that landed just after ``logging`` took its module lock and before
+its ``try`` left that lock taken for good (the process hung at its next log call), and one that
+landed in an import left a module half made (``ray`` itself, on its first import). So it is
+sent only where the thread waits in ``ray.init`` (or :func:`.ray_runtime.start_ray` between
+attempts), not importing: in a ``sleep(...)`` of a polling loop (``ray.init`` waiting for its
+dashboard process), or in the call that waits for the node to register
+(``GlobalState.get_node``); it is raised when that call returns, on that line, where nothing
+is held. (Killing Ray's processes to end that wait sooner makes it longer: the call then
+waits 30 s for its GCS.) :meth:`RayThread.abort` looks (holding the
+interpreter lock, so the thread cannot move meanwhile) every 10 ms until the thread is at such a
+place, or Ray has come up: then the thread itself raises it, in fedtune's code, and Ray is shut
+down as usual. Either way the session's clean-up runs as after a failed start: the processes
+begun so far are killed (found by the study's temp dir, :func:`.ray_runtime.reap_orphans`; those
+the thread began also die with it), the temp dir is removed, and ``ray.shutdown()`` clears what
+the half-run ``ray.init`` set in this process, so that a later start here begins clean (tested).
+The exception is sent at most once, and only while Ray is starting; a Ray that runs is stopped
+by the ordinary shutdown.
 
 Light on purpose: Ray is imported by the thread, not at import.
 """
@@ -28,14 +38,23 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import linecache
+import os
+import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from . import timeline
 
-__all__ = ["RayStartAborted", "RayThread"]
+__all__ = ["RayStartAborted", "RayThread", "waiting_in_ray_start"]
+
+#: the files of the functions whose polling loops a stop may land in: ``ray.init`` and ours
+_STARTS = (os.path.join("ray", "_private", "worker.py"), os.path.join("driver", "ray_runtime.py"))
+_STATE = os.path.join("ray", "_private", "state.py")
 
 
 class RayStartAborted(BaseException):
@@ -44,6 +63,24 @@ class RayStartAborted(BaseException):
 
 # the thread's states: not begun, in ``ray.init``, its start being stopped, Ray runs, ended
 _NEW, _STARTING, _STOPPING, _RUNNING, _ENDED = "new", "starting", "stopping", "running", "ended"
+
+
+def waiting_in_ray_start(frame: FrameType) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` waits, inside ``ray.init`` (or
+    ``start_ray`` between attempts), where a stop lands safely (module docstring): in a
+    ``sleep(...)`` of a polling loop, or in the call that waits for the node to register with
+    the GCS (``GlobalState.get_node``)."""
+    code = frame.f_code
+    line = linecache.getline(code.co_filename, frame.f_lineno).strip()
+    waiting = line.startswith(("time.sleep(", "sleep(")) or (
+        code.co_name == "get_node" and code.co_filename.endswith(_STATE)
+    )
+    while waiting and frame is not None:
+        code = frame.f_code
+        if code.co_name in ("init", "start_ray") and code.co_filename.endswith(_STARTS):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class RayThread:
@@ -55,6 +92,8 @@ class RayThread:
         session: The context manager that starts and stops Ray (``ray_session``'s signature:
             ``(workdir, address, runtime_env)``, yielding whether ``runtime_env`` is the job's).
         marks: The timeline's names for the start and for Ray running.
+        safe: Whether a stop may land in the starting thread now, given its innermost frame
+            (default :func:`waiting_in_ray_start`).
     """
 
     def __init__(
@@ -64,11 +103,13 @@ class RayThread:
         *,
         session: Callable[..., Any] | None = None,
         marks: tuple[str, str] = ("ray_start", "ray_ready"),
+        safe: Callable[[FrameType], bool] = waiting_in_ray_start,
     ) -> None:
         self.workdir = Path(workdir)
         self._env = runtime_env
         self._session = session
         self._marks = marks
+        self._safe = safe
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards _state: an abort is sent only while starting
         self._state = _NEW
@@ -91,6 +132,8 @@ class RayThread:
         session = self._session
         if session is None:
             from .ray_session import ray_session as session
+        import ray  # noqa: F401 — imported before the start can be stopped (never mid-import)
+
         try:
             with self._lock:
                 if self._stop.is_set():  # stopped before it began: nothing to start
@@ -99,8 +142,8 @@ class RayThread:
             timeline.mark(self._marks[0])
             with session(self.workdir, None, self._env) as shipped:
                 with self._lock:
-                    if self._state == _STOPPING:  # stopped as it came up: not delivered yet
-                        _raise_in(threading.get_ident(), None)  # raised here instead, once
+                    if self._state == _STOPPING:  # stopped as it came up: not sent, raised here
+                        self._state = _ENDED
                         raise RayStartAborted("Ray's start was stopped")
                     self._state = _RUNNING
                 self._shipped = bool(shipped)
@@ -137,8 +180,12 @@ class RayThread:
         return self._shipped
 
     def abort(self) -> bool:
-        """Stop Ray's start if it has not finished, without waiting; a Ray that runs is left
-        running (the study's thread may be using it: :meth:`stop` shuts it down).
+        """Stop Ray's start if it has not finished; a Ray that runs is left running (the
+        study's thread may be using it: :meth:`stop` shuts it down).
+
+        The exception is sent only where it lands safely (module docstring): this waits, in
+        steps of 10 ms, for the thread to be at such a place, or for Ray to come up (then the
+        thread raises it itself and shuts Ray down).
 
         Returns:
             Whether a start was stopped (False: Ray runs already, or the thread has ended).
@@ -150,10 +197,14 @@ class RayThread:
             if self._state != _STARTING or self._thread is None or self._thread.ident is None:
                 return False
             self._stop.set()
-            _raise_in(self._thread.ident, RayStartAborted)
-            self._state = _STOPPING  # sent once: a second one could land in the clean-up
-            timeline.mark("ray_start_stopped")
-            return True
+            self._state = _STOPPING  # decided once: later calls send nothing
+            ident = self._thread.ident
+        timeline.mark("ray_start_stopped")
+        while True:
+            with self._lock:
+                if self._state != _STOPPING or _send_at_safe_point(ident, self._safe):
+                    return True  # sent, or the thread has come up or ended: it raises itself
+            time.sleep(0.01)
 
     def stop(self) -> None:
         """Shut Ray down, or stop its start if it is still starting, and wait for the thread;
@@ -163,6 +214,32 @@ class RayThread:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+
+
+def _send_at_safe_point(ident: int, safe: Callable[[FrameType], bool]) -> bool:
+    """Raise :class:`RayStartAborted` in the thread ``ident`` if ``safe`` accepts where it is
+    and it is not importing a module.
+
+    The thread cannot move between the look and the send: this thread holds the interpreter
+    lock throughout (a long switch interval meanwhile; ``pythonapi`` calls keep the lock).
+
+    Returns:
+        Whether it was sent.
+    """
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)
+    try:
+        innermost = frame = sys._current_frames().get(ident)
+        while frame is not None:
+            if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+                return False
+            frame = frame.f_back
+        if innermost is None or not safe(innermost):
+            return False
+        _raise_in(ident, RayStartAborted)
+        return True
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def _raise_in(ident: int, kind: type[BaseException] | None) -> None:
