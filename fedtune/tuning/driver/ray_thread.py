@@ -20,11 +20,10 @@ sent only where the thread waits in ``ray.init`` (or :func:`.ray_runtime.start_r
 attempts), not importing: in a ``sleep(...)`` of a polling loop (``ray.init`` waiting for its
 dashboard process), or in the call that waits for the node to register
 (``GlobalState.get_node``); it is raised when that call returns, on that line, where nothing
-is held. (Killing Ray's processes to end that wait sooner makes it longer: the call then
-waits 30 s for its GCS.) :meth:`RayThread.abort` looks (holding the
-interpreter lock, so the thread cannot move meanwhile) every 10 ms until the thread is at such a
-place, or Ray has come up: then the thread itself raises it, in fedtune's code, and Ray is shut
-down as usual. Either way the session's clean-up runs as after a failed start: the processes
+is held (killing Ray's processes to end that wait sooner makes it longer: the call then waits
+30 s for its GCS). :meth:`RayThread.abort` looks every 10 ms, holding the interpreter lock so
+that the thread cannot move meanwhile, until the thread is at such a place or Ray has come up:
+then the thread itself raises it, in fedtune's code, and Ray is shut down as usual. Either way the session's clean-up runs as after a failed start: the processes
 begun so far are killed (found by the study's temp dir, :func:`.ray_runtime.reap_orphans`; those
 the thread began also die with it), the temp dir is removed, and ``ray.shutdown()`` clears what
 the half-run ``ray.init`` set in this process, so that a later start here begins clean (tested).
