@@ -49,7 +49,6 @@ import ray
 from fedtune.errors import ConfigError
 from fedtune.redact import strip_credentials
 
-from .. import env
 from ..analysis.report import study_report
 from ..analysis.trials_table import trials_table
 from ..optuna import search as og
@@ -59,8 +58,8 @@ from . import timeline
 from .code_shipping import code_runtime_env
 from .failures import first_error, no_best_reason
 from .fit import fit
-from .in_process import fits_one_process
 from .phases import Fitted, Runtime, Stores, StudyPlan, StudyResult, Tracking
+from .placement import runs_in_process
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
@@ -120,8 +119,8 @@ def run_study(
             code shipped in a ``runtime_env``) or none, and closed here.
         in_process: Run the trials in this process, without Ray, when they fit it: on the
             CPU, one configuration at a time or all of them in one pack, and no Ray cluster
-            named (``ray_address``, ``RAY_ADDRESS``) or already running here
-            (:mod:`.in_process`).
+            named (``ray_address``, ``RAY_ADDRESS``) or already running here (the choice:
+            :func:`.placement.runs_in_process`; the tuner: :mod:`.in_process`).
         tracking_process: The MLflow store's process, already starting (begun by ``fedtune
             tune`` before its imports, :mod:`..mlflow.process`); a study whose trials run in
             this process uses it (or starts its own), and closes it here.
@@ -229,13 +228,7 @@ def _prepare(
     og.make_sampler(spec, og.planned_trials(spec, target))
     stored = Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
     uri = tracking_uri or spec.tracking.uri  # the spec's, credentials and all, kept here only
-    here = (
-        in_process
-        and ray_address is None
-        and env.ray_address() is None
-        and not ray.is_initialized()
-        and fits_one_process(spec.budget.max_concurrent, spec.resources.gpu, spec.resources.pack)
-    )
+    here = runs_in_process(spec, allowed=in_process, ray_address=ray_address)  # the one choice
     return StudyPlan(
         _without_credentials(spec), workdir, space, target, stored, uri, ray_address, t0, here
     )
