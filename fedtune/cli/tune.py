@@ -240,8 +240,10 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
     """Start what the study will need before the engine's imports and the spec's validation,
     which take seconds of CPU in this process, when the study file alone says what that is.
 
-    A study whose trials will run in this process (one configuration at a time on the CPU, no
-    ``--ray``: ``fedtune.tuning.driver.in_process``) gets its MLflow store's process
+    A prefetch, not the choice of where the trials run: ``run_study`` makes that once, from the
+    validated spec, and puts right what was begun for nothing
+    (``fedtune.tuning.driver.placement``). A study whose trials will likely run in this process
+    (one configuration at a time on the CPU, no ``--ray``) gets its MLflow store's process
     (``fedtune.tuning.mlflow.process``), which imports MLflow on another CPU. Any other study
     gets its embedded Ray (``fedtune.tuning.driver.ray_session.EarlyRay``: its start overlaps
     the imports) when Ray is local (no ``--ray-address``, no ``RAY_ADDRESS``), the file has no
@@ -259,6 +261,7 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
     if args.ray_address or env.ray_address():
         return None, None
     from fedtune.errors import ConfigError
+    from fedtune.tuning.driver.placement import likely_in_process
 
     from .common import apply_sets
 
@@ -270,7 +273,7 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
         return None, None
     if not isinstance(doc, dict) or is_methods_study(doc):
         return None, None  # a study of methods: one study per algorithm, each in its own workdir
-    if not args.ray and _fits_one_process(doc):
+    if likely_in_process(doc, allowed=not args.ray):
         from fedtune.tuning.mlflow.process import TrackerProcess
 
         try:
@@ -288,21 +291,6 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
     from fedtune.tuning.driver.ray_session import EarlyRay
 
     return EarlyRay.begin(workdir), None
-
-
-def _fits_one_process(doc: dict[str, Any]) -> bool:
-    """Whether the study file's trials would run in this process (read from the file alone:
-    the driver decides again on the validated spec, and starts Ray itself if it must)."""
-    from fedtune.tuning.driver.in_process import fits_one_process
-
-    budget, resources = doc.get("budget") or {}, doc.get("resources") or {}
-    if not isinstance(budget, dict) or not isinstance(resources, dict):
-        return False
-    # no pack given is the spec's default, auto: one process only at max_concurrent 1, as for
-    # any pack that is not an integer
-    return fits_one_process(
-        budget.get("max_concurrent", 1), resources.get("gpu", 0), resources.get("pack")
-    )
 
 
 def _load_spec(args: argparse.Namespace) -> Any:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["IN_PROCESS", "InProcessTuner", "LocalTrial", "fits_one_process", "in_process_note"]
+__all__ = ["IN_PROCESS", "InProcessTuner", "LocalTrial", "in_process_note"]
 
 #: how the ``packing`` line of such a study ends
 IN_PROCESS = "in the driver's process (no Ray)"
@@ -50,30 +50,6 @@ def in_process_note(size: int) -> str:
     if size == 1:
         return f"one configuration at a time, {IN_PROCESS}"
     return f"{size} configurations at a time in one pack, {IN_PROCESS}"
-
-
-def fits_one_process(max_concurrent: Any, gpu: Any, pack: Any = 1) -> bool:
-    """Whether a study's trials fit the driver's own process: on the CPU, one configuration at
-    a time or all of them in one pack.
-
-    Args:
-        max_concurrent: ``budget.max_concurrent`` (configurations at once).
-        gpu: ``resources.gpu`` (GPUs per trial process).
-        pack: ``resources.pack`` (configurations per process).
-
-    Returns:
-        True for ``gpu == 0`` with ``max_concurrent == 1`` or an integer ``pack`` equal to
-        ``max_concurrent`` (an integer pack is refused for an algorithm that cannot pack);
-        False for anything else, values that are not numbers included (the validated spec
-        reports those).
-    """
-    if not all(_number(v) for v in (max_concurrent, gpu)) or gpu != 0:
-        return False
-    return max_concurrent == 1 or (_number(pack) and pack == int(pack) == max_concurrent)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class LocalTrial:

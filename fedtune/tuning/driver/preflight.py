@@ -5,8 +5,10 @@ cannot be read: each used to surface only inside the trials — Ray started, eve
 failed the same way (measured: 61 s, all trials FAIL, for a builder that always raises). The
 driver now builds the study's task and model once, as a trial of its base configuration would
 (``fedtune.trainers.Trainer``: the task's builder, the model, the pre-training model check),
-on the CPU, in a thread while Ray starts; its error is the study's, one line naming the field
-and the user's ``file:line`` (``fedtune tune``: exit 2; the service: the study ``failed``).
+on the CPU, in a thread, begun before the stores, MLflow and Ray; its error is the study's, one
+line naming the field and the user's ``file:line`` (``fedtune tune``: exit 2; the service: the
+study ``failed``), and it stops what is still starting (``study._start_runtime``). The timeline
+marks its start and its end (``preflight``, ``preflight_passed`` or ``preflight_failed``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ def preflight(spec: StudySpec) -> None:
     (say ``task.heterogeneity`` out of its range) still fails that trial alone."""
     from fedtune.trainers import Trainer
 
-    spec.load_code()
-    base = spec.base_config
-    Trainer(dataclasses.replace(base, train=dataclasses.replace(base.train, device="cpu")))
+    from . import timeline
+
+    timeline.mark("preflight")
+    try:
+        spec.load_code()
+        base = spec.base_config
+        Trainer(dataclasses.replace(base, train=dataclasses.replace(base.train, device="cpu")))
+    except BaseException:
+        timeline.mark("preflight_failed")
+        raise
+    timeline.mark("preflight_passed")

@@ -310,6 +310,7 @@ def _candidates(roots: tuple[str, ...]) -> Iterator[tuple[int, int]]:
 KILLED_DRIVER = "a killed driver's"
 OWN_SHUTDOWN = "outlived this driver's ray.shutdown()"
 HALF_STARTED = "a failed Ray start's"
+STOPPED_START = "a Ray start this driver stopped"
 
 
 def reap_orphans(
@@ -324,7 +325,7 @@ def reap_orphans(
     found = dict(_candidates(roots))
     if not found:
         return []
-    level = logging.DEBUG if whose == OWN_SHUTDOWN else logging.WARNING
+    level = logging.DEBUG if whose in (OWN_SHUTDOWN, STOPPED_START) else logging.WARNING
     log.log(
         level,
         "stopping %d Ray process(es) left in %s (%s): pids %s",

@@ -5,8 +5,9 @@
 * :func:`ray_session` — Ray for one invocation: the caller's if it already runs, a cluster's
   (``address``), or an embedded one in the study's temp dir (:func:`.ray_runtime.ray_temp_dir`),
   whose stragglers are reaped before and after.
-* :class:`EarlyRay` — the embedded Ray started in a background thread *before* the caller
-  imports the engine and validates the spec (``fedtune tune``'s fixed start-up).
+* :class:`EarlyRay` — the embedded Ray started in a background thread
+  (:class:`.ray_thread.RayThread`, whose start can be stopped) *before* the caller imports the
+  engine and validates the spec (``fedtune tune``'s fixed start-up).
   Those imports (torch, Ray Tune, Optuna) take seconds of CPU in the main thread while Ray's
   start is mostly waiting on its GCS and raylet processes, so the two overlap. It takes the
   study lock first, so it never touches a temp dir another driver uses, and hands both the
@@ -21,22 +22,22 @@ import contextlib
 import fcntl
 import logging
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from fedtune.errors import ConflictError
 
-from . import timeline
 from .ray_runtime import (
     OWN_SHUTDOWN,
+    STOPPED_START,
     discard_temp_dir,
     make_ray_temp_dir,
     ray_temp_dir,
     reap_orphans,
     start_ray,
 )
+from .ray_thread import RayStartAborted, RayThread
 
 __all__ = ["OBJECT_STORE_BYTES", "EarlyRay", "ray_session", "study_lock"]
 
@@ -97,37 +98,36 @@ def ray_session(
             yield bool(runtime_env)
         finally:
             ray.shutdown()
+    except RayStartAborted:  # a start stopped half-way: its processes have nothing to keep
+        reap_orphans(temp, grace_s=0.0, whose=STOPPED_START)
+        raise
     finally:
         # stragglers of a shutdown that did not wait for every agent: routine, not a warning
         reap_orphans(temp, whose=OWN_SHUTDOWN)
         discard_temp_dir(workdir, temp)
 
 
-class EarlyRay:
+class EarlyRay(RayThread):
     """An embedded Ray starting in a thread while the caller does the rest of its start-up.
 
     :meth:`begin` takes the study lock and starts the thread (None when another driver holds
     the lock: ``run_study`` then reports the conflict as usual). :meth:`ready` waits for Ray and
-    re-raises its start-up error (a one-line ``RayStartError``). :meth:`stop_ray` shuts Ray down
-    (once its start has finished: a half-started Ray cannot be stopped from outside), and
-    :meth:`close` then also releases the lock. Both are idempotent, so the caller closes it in a
-    ``finally`` whatever ``run_study`` did. Unless ``run_study`` :meth:`claim` ed it, closing
-    also removes the lock file and the directories :meth:`begin` made: a spec that fails
-    validation leaves no workdir behind, as without the early start.
+    re-raises its start-up error (a one-line ``RayStartError``). :meth:`stop_ray` shuts Ray down,
+    or stops its start if it is still starting (:class:`.ray_thread.RayThread`: a spec error, a
+    task that cannot be built or a study whose trials run in the driver does not wait for Ray's
+    start), and :meth:`close` then also releases the lock. Both are idempotent, so the caller
+    closes it in a ``finally`` whatever ``run_study`` did. Unless ``run_study`` :meth:`claim` ed
+    it, closing also removes the lock file and the directories :meth:`begin` made: a spec that
+    fails validation leaves no workdir behind, as without the early start.
 
-    The thread lives until Ray is shut down, and shuts it down itself: Ray starts its GCS and
-    raylet with ``PR_SET_PDEATHSIG``, which Linux fires when the *thread* that started them
-    ends, not the process. The SIGTERM handler that ``ray.init`` installs only from the main
-    thread is not installed: SIGTERM keeps its default (the process ends).
+    The thread lives until Ray is shut down, and shuts it down itself (:mod:`.ray_thread`). The
+    SIGTERM handler that ``ray.init`` installs only from the main thread is not installed:
+    SIGTERM keeps its default (the process ends).
     """
 
     def __init__(self, workdir: Path) -> None:
-        self.workdir = Path(workdir).resolve()
-        self._lock = contextlib.ExitStack()
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()  # Ray runs, or its start failed (_error)
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
+        super().__init__(Path(workdir).resolve(), marks=("early_ray", "early_ray_ready"))
+        self._lock_file = contextlib.ExitStack()
         self._created: list[Path] = []  # directories begin() made, deepest first
         self.claimed = False  # run_study took it: the workdir is the study's now
 
@@ -138,39 +138,15 @@ class EarlyRay:
         early.workdir.mkdir(parents=True, exist_ok=True)
         early._created = missing
         try:
-            early._lock.enter_context(study_lock(early.workdir))
+            early._lock_file.enter_context(study_lock(early.workdir))
         except ConflictError:
             return None
-        early._thread = threading.Thread(target=early._run, name="fedtune-ray", daemon=True)
-        early._thread.start()
+        early.start()
         return early
 
-    def _run(self) -> None:
-        timeline.mark("early_ray")
-        try:
-            with ray_session(self.workdir, None):
-                timeline.mark("early_ray_ready")
-                self._started.set()
-                self._stop.wait()
-        except BaseException as exc:  # re-raised in the caller's thread by ready()
-            self._error = exc
-        finally:
-            self._started.set()
-            timeline.mark("ray_stopped")
-
-    def ready(self) -> bool:
-        """Wait until Ray runs; returns False (no ``runtime_env`` ships code with this Ray)."""
-        self._started.wait()
-        if self._error is not None:
-            raise self._error
-        return False
-
     def stop_ray(self) -> None:
-        """Shut Ray down and wait for it (the caller's thread does nothing with Ray meanwhile:
-        ``docs/explanation/architecture.md``, *Ray's shutdown*)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        """Shut Ray down, or stop its start, and wait for it (:meth:`.RayThread.stop`)."""
+        self.stop()
 
     def claim(self) -> EarlyRay:
         """``run_study`` takes the lock and Ray: the workdir is kept whatever happens next."""
@@ -183,7 +159,7 @@ class EarlyRay:
         finally:
             if not self.claimed:  # the study never started (a spec error): leave no trace
                 (self.workdir / ".lock").unlink(missing_ok=True)
-            self._lock.close()
+            self._lock_file.close()
             if not self.claimed:
                 for d in self._created:
                     with contextlib.suppress(OSError):  # not empty: someone else's now

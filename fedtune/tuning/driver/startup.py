@@ -133,6 +133,21 @@ class Startup:
         """
         return self.submit(lambda: fn(first.result(), *args))
 
+    def on_error(self, handle: Deferred[Any], fn: Callable[[BaseException], Any]) -> None:
+        """Call ``fn(error)`` as soon as the work ``handle`` names fails (in the thread that ran
+        it; here and now if it has failed already); nothing when it succeeds or is cancelled.
+
+        Args:
+            handle: The work.
+            fn: What to do with its error.
+        """
+
+        def failed(future: Future[Any]) -> None:
+            if not future.cancelled() and future.exception() is not None:
+                fn(future.exception())
+
+        handle._future().add_done_callback(failed)
+
     def close(self, cancel: bool = False) -> None:
         """Join the threads (idempotent).
 

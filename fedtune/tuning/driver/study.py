@@ -13,7 +13,9 @@
    to ``ray_address``) with the study's ``code`` in the job's ``runtime_env``
    (:mod:`.code_shipping`), the task and model built once (:mod:`.preflight`) and the
    cluster's resources checked; what runs concurrently runs in one :class:`.startup.Startup`.
-   A stored study is opened first, and Ray starts only when trials remain;
+   A stored study is opened first, and Ray starts only when trials remain. The preflight is
+   begun first, and its error ends the study as soon as it is known: Ray's start is stopped
+   (:mod:`.ray_thread`), and no parent run is made;
 3. **fit** (:func:`.fit.fit`): a ``Tuner`` runs the ``target − finished`` remaining
    configurations in packs of P ≥ 1 per trial process (:mod:`..packing`), asked of
    :class:`~.optuna_glue.FedtuneSearch`; they are stopped early by the study's one stopper
@@ -47,7 +49,6 @@ import ray
 from fedtune.errors import ConfigError
 from fedtune.redact import strip_credentials
 
-from .. import env
 from ..analysis.report import study_report
 from ..analysis.trials_table import trials_table
 from ..optuna import search as og
@@ -57,13 +58,14 @@ from . import timeline
 from .code_shipping import code_runtime_env
 from .failures import first_error, no_best_reason
 from .fit import fit
-from .in_process import fits_one_process
 from .phases import Fitted, Runtime, Stores, StudyPlan, StudyResult, Tracking
+from .placement import runs_in_process
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
 from .ray_session import ray_session as _ray_session
 from .ray_session import study_lock as _study_lock
+from .ray_thread import RayStartAborted, RayThread
 from .startup import Deferred, Startup
 
 if TYPE_CHECKING:
@@ -118,8 +120,8 @@ def run_study(
             code shipped in a ``runtime_env``) or none, and closed here.
         in_process: Run the trials in this process, without Ray, when they fit it: on the
             CPU, one configuration at a time or all of them in one pack, and no Ray cluster
-            named (``ray_address``, ``RAY_ADDRESS``) or already running here
-            (:mod:`.in_process`).
+            named (``ray_address``, ``RAY_ADDRESS``) or already running here (the choice:
+            :func:`.placement.runs_in_process`; the tuner: :mod:`.in_process`).
         tracking_process: The MLflow store's process, already starting (begun by ``fedtune
             tune`` before its imports, :mod:`..mlflow.process`); a study whose trials run in
             this process uses it (or starts its own), and closes it here.
@@ -232,13 +234,7 @@ def _prepare(
     og.make_sampler(spec, og.planned_trials(spec, target))
     stored = Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
     uri = tracking_uri or spec.tracking.uri  # the spec's, credentials and all, kept here only
-    here = (
-        in_process
-        and ray_address is None
-        and env.ray_address() is None
-        and not ray.is_initialized()
-        and fits_one_process(spec.budget.max_concurrent, spec.resources.gpu, spec.resources.pack)
-    )
+    here = runs_in_process(spec, allowed=in_process, ray_address=ray_address)  # the one choice
     return StudyPlan(
         _without_credentials(spec),
         workdir,
@@ -276,7 +272,13 @@ def _without_credentials(spec: StudySpec) -> StudySpec:
 def _start_runtime(
     plan: StudyPlan, early: EarlyRay | None, process: TrackerProcess | None = None
 ) -> Iterator[Runtime]:
-    """Open the stores and start Ray concurrently; end the study's runs if the study fails.
+    """Build the task once, open the stores and start Ray concurrently; end the study's runs if
+    the study fails.
+
+    The preflight (:mod:`.preflight`) is begun first. Its error ends the study as soon as it
+    is known: what has not begun does not begin (the stores, the MLflow store, Ray), Ray's start
+    is stopped (:mod:`.ray_thread`), and the parent run is made only for a task that builds
+    (``docs/explanation/architecture.md``, *A refusal stops the start-up*).
 
     Args:
         plan: The study's plan.
@@ -287,16 +289,21 @@ def _start_runtime(
         A context that yields the runtime, then stops Ray and joins the start-up's threads.
     """
     with Startup("fedtune-stores") as startup, contextlib.ExitStack() as ray_stack:
-        stores = startup.submit(_open_stores, plan, inline=plan.stored)  # stored: is Ray needed?
-        tracking = startup.then(stores, _open_tracking, plan, process)
+        # a stored study is opened first: the trials left say whether anything need start
+        stored = startup.submit(_open_stores, plan, inline=True) if plan.stored else None
+        needed = stored.result().remaining if stored is not None else plan.target
+        checked = startup.submit(preflight, plan.spec) if needed != 0 else None
+        if checked is not None and early is not None:
+            startup.on_error(checked, lambda _: early.abort())  # a refusal stops Ray's start
+        stores = stored or startup.submit(_open_stores, plan, checked)
+        tracking = startup.then(stores, _open_tracking, plan, process, checked)
         try:
-            needed = stores.result().remaining if plan.stored else plan.target
-            if needed == 0:
+            if checked is None:
                 shipped = False
             elif plan.in_process:
-                shipped = _check_in_process(plan, early)
+                shipped = _check_in_process(plan, early, checked)
             else:
-                shipped = _start_ray(plan, startup, early, ray_stack)
+                shipped = _start_ray(plan, startup, early, ray_stack, checked)
             runtime = Runtime(stores.result(), tracking, shipped)
             tracking.check()  # known already: before any trial runs
             timeline.mark("session_ready")
@@ -307,15 +314,24 @@ def _start_runtime(
 
 
 def _start_ray(
-    plan: StudyPlan, startup: Startup, early: EarlyRay | None, stack: contextlib.ExitStack
+    plan: StudyPlan,
+    startup: Startup,
+    early: EarlyRay | None,
+    stack: contextlib.ExitStack,
+    checked: Deferred[None],
 ) -> bool:
-    """Start Ray (or take the early one), build the task once meanwhile, check the resources.
+    """Start Ray (or take the early one) while the task is built, check the resources.
+
+    An embedded Ray starts in a thread (:class:`.ray_thread.RayThread`), so that the
+    preflight's error stops its start and is raised at once; a cluster's Ray (``ray_address``)
+    or the caller's is connected to here.
 
     Args:
         plan: The study's plan.
-        startup: Where the task and model are built while Ray starts.
+        startup: Where the task and model are being built.
         early: The early Ray, if it is this study's.
         stack: Where Ray's shutdown is registered.
+        checked: The preflight.
 
     Returns:
         Whether the study's code reaches the trials through the job's ``runtime_env``.
@@ -324,27 +340,35 @@ def _start_ray(
         ConfigError: The task cannot be built, or a trial needs more than the cluster has.
         RayStartError: Ray did not start.
     """
-    checked = startup.submit(preflight, plan.spec)
     env = code_runtime_env(plan.spec, plan.workdir)
-    if early is not None and not env and not plan.ray_address:
-        shipped = early.ready()
-        stack.callback(early.stop_ray)  # before the report: docs/explanation/architecture.md
-    else:
-        if early is not None:
-            early.stop_ray()  # this study needs a Ray of its own
+    checked.check()  # refused already: no Ray starts
+    if early is not None and (env or plan.ray_address):
+        early.stop_ray()  # this study needs a Ray of its own
+        early = None
+    if early is None and (plan.ray_address or ray.is_initialized()):
         shipped = stack.enter_context(_ray_session(plan.workdir, plan.ray_address, env))
+    else:
+        starting = early or RayThread(plan.workdir, env, session=_ray_session).start()
+        stack.callback(starting.stop)  # before the report: docs/explanation/architecture.md
+        startup.on_error(checked, lambda _: starting.abort())
+        try:
+            shipped = starting.ready()
+        except RayStartAborted:
+            checked.result()  # the task's error, for which Ray's start was stopped
+            raise
     check_resources(plan.spec, ray.cluster_resources())
     checked.result()  # its ConfigError is the study's: no trial runs
     timeline.mark("ray_started")
     return shipped
 
 
-def _check_in_process(plan: StudyPlan, early: EarlyRay | None) -> bool:
+def _check_in_process(plan: StudyPlan, early: EarlyRay | None, checked: Deferred[None]) -> bool:
     """Check what a study whose trials run in this process needs (no Ray: an early one stops).
 
     Args:
         plan: The study's plan.
         early: The early Ray, if it is this study's.
+        checked: The preflight.
 
     Returns:
         False: no code reaches the trials through a ``runtime_env``.
@@ -353,9 +377,9 @@ def _check_in_process(plan: StudyPlan, early: EarlyRay | None) -> bool:
         ConfigError: The task cannot be built, or a trial needs more CPUs than this machine.
     """
     if early is not None:
-        early.stop_ray()
+        early.stop_ray()  # still starting: stopped, not waited for
     check_resources(plan.spec, {"CPU": float(os.cpu_count() or 1), "GPU": 0.0}, "this machine")
-    preflight(plan.spec)
+    checked.result()
     timeline.mark("in_process")
     return False
 
@@ -393,15 +417,18 @@ def _end_failed(stores: Deferred[Stores], tracking: Deferred[Tracking], exc: Bas
             )
 
 
-def _open_stores(plan: StudyPlan) -> Stores:
+def _open_stores(plan: StudyPlan, checked: Deferred[None] | None = None) -> Stores:
     """Open (or create) the study's Optuna storage and reconcile it.
 
     Args:
         plan: The study's plan.
+        checked: The preflight, if begun (a study refused already creates no storage).
 
     Returns:
         The open storage and the trials still to run.
     """
+    if checked is not None:
+        checked.check()
     spec, space = plan.spec, plan.space
     storage = og.make_storage(og.storage_url(plan.workdir))
     study = og.open_study(spec, storage, space)
@@ -415,7 +442,10 @@ def _open_stores(plan: StudyPlan) -> Stores:
 
 
 def _open_tracking(
-    stores: Stores, plan: StudyPlan, process: TrackerProcess | None = None
+    stores: Stores,
+    plan: StudyPlan,
+    process: TrackerProcess | None = None,
+    checked: Deferred[None] | None = None,
 ) -> Tracking:
     """Open the study's MLflow experiment and parent run; reconcile its child runs.
 
@@ -426,10 +456,14 @@ def _open_tracking(
         stores: The Optuna storage (it records the parent run's id).
         plan: The study's plan.
         process: The MLflow store's process (None: the tracker lives in this process).
+        checked: The preflight, if begun: a study refused already opens no store, and the
+            parent run is made only once the task has been built.
 
     Returns:
         The open MLflow store and parent run.
     """
+    if checked is not None:
+        checked.check()
     from ..mlflow.client import resolve_tracking_uri
     from . import progress  # noqa: F401 — imported here, off the critical path
 
@@ -444,6 +478,8 @@ def _open_tracking(
 
         tracker = StudyTracker(uri, spec.experiment, root, user=plan.run_user)
     space_doc = {**plan.space.to_dict(), "fingerprint": plan.space.fingerprint()}
+    if checked is not None:
+        checked.result()  # a refused study has no run, new or resumed
     parent = tracker.start_study(spec, space_doc, stores.store.parent_run_id())
     stores.store.set_parent_run_id(parent)
     tracker.reconcile(parent, og.run_statuses(stores.study))

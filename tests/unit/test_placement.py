@@ -1,0 +1,92 @@
+"""Where a study's trials run is chosen once, from the typed spec
+(``fedtune.tuning.driver.placement.runs_in_process``); ``fedtune tune``'s prefetch, which reads
+the study file before the spec exists, agrees with that choice on every file of the table."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedtune.tuning.driver.placement import likely_in_process, runs_in_process
+from fedtune.tuning.spec import StudySpec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BASE = {
+    "name": "placed",
+    "task": {"name": "quadratic", "clients": 2, "dim": 2, "examples": 2, "seed": 0},
+    "algorithm": "fedavg",
+    "train": {"rounds": 2, "clients_per_round": 2, "local_steps": 1, "batch_size": 1},
+    "search": {"space": "fedavg"},
+    "sampler": {"name": "random", "seed": 0},
+    "scheduler": {"name": "none"},
+    "objective": {"metric": "train_loss", "last_rounds": 1},
+}
+
+#: (budget, resources, in the driver's process?)
+TABLE = [
+    (None, None, True),  # the spec's defaults: one at a time on the CPU
+    ({"trials": 4}, None, True),
+    ({"max_concurrent": 1}, {"cpu": 2}, True),
+    ({"max_concurrent": 1.0}, None, True),  # an integral float is the integer
+    ({"max_concurrent": 2}, None, False),
+    ({"max_concurrent": 2}, {"pack": 2}, True),  # all of them in one pack
+    ({"max_concurrent": 4}, {"pack": 2}, False),
+    ({"max_concurrent": 2}, {"pack": "auto"}, False),
+    ({"max_concurrent": 1}, {"pack": "auto"}, True),
+    ({"max_concurrent": 1}, {"gpu": 0.5}, False),
+    ({"max_concurrent": 1}, {"gpu": 0}, True),
+    ({"max_concurrent": 1}, {"gpu": 1}, False),
+]
+
+
+def _doc(budget, resources) -> dict:
+    doc = copy.deepcopy(BASE)
+    if budget is not None:
+        doc["budget"] = budget
+    if resources is not None:
+        doc["resources"] = resources
+    return doc
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        pytest.skip("Ray runs in this process: every study goes through it")
+
+
+@pytest.mark.parametrize(("budget", "resources", "here"), TABLE)
+def test_the_prefetch_agrees_with_the_choice(no_ray, budget, resources, here) -> None:
+    doc = _doc(budget, resources)
+    spec = StudySpec.from_dict(copy.deepcopy(doc))
+    assert runs_in_process(spec, allowed=True) is here
+    assert likely_in_process(doc, allowed=True) is here
+    assert runs_in_process(spec, allowed=False) is False  # --ray
+    assert likely_in_process(doc, allowed=False) is False
+
+
+def test_a_named_cluster_takes_the_trials(no_ray, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = StudySpec.from_dict(_doc(None, None))
+    assert runs_in_process(spec, allowed=True)
+    assert not runs_in_process(spec, allowed=True, ray_address="10.0.0.1:6379")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert not runs_in_process(spec, allowed=True)
+
+
+def test_the_module_imports_nothing_heavy() -> None:
+    """``fedtune tune`` reads the file with it before it imports the engine."""
+    code = (
+        "import sys, fedtune.tuning.driver.placement\n"
+        "print(sorted(m for m in ('torch', 'ray', 'optuna', 'mlflow', 'pydantic') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
