@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -272,8 +273,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from fedtune.sandbox import sandbox_missing
 
     need("bwrap", sandbox_missing())
-    if os.geteuid() != 0:
-        pytest.skip("the cluster's PID namespace needs root (unshare, nsenter)")
+    tools = [t for t in ("unshare", "nsenter") if shutil.which(t) is None]
+    no_namespace = None
+    if os.geteuid() != 0 or tools:  # the box's need: root and namespaces
+        no_namespace = f"the cluster's PID namespace needs root, unshare and nsenter ({tools})"
+    need("box", no_namespace)
     root: Path = tmp_path_factory.mktemp("shared-ray")
     head_workdir = root / "head"
     stack = contextlib.ExitStack()

@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 
 from fedtune.cli.remote import _show_status
 from fedtune.client import Client
+from fedtune.errors import ConflictError, InvalidTokenError
 from fedtune.service import tickets
 from fedtune.service.api import create_app
 from fedtune.service.backends.base import DriverStatus, LaunchRequest
@@ -33,6 +34,7 @@ from fedtune.service.models import DriverTicket
 from fedtune.service.repository import Repository
 from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, submit_study
+from fedtune.service.settings import load_settings
 from fedtune.service.states import StudyState
 
 from .conftest import TOKEN
@@ -269,3 +271,33 @@ def test_the_mlflow_login_goes_into_the_tracking_uri_only() -> None:
     # a file store or no login: unchanged
     assert tracking_uri_with_login("sqlite:////w/mlflow.db", login) == "sqlite:////w/mlflow.db"
     assert tracking_uri_with_login("https://m:5000", None) == "https://m:5000"
+
+
+def test_one_of_two_redemptions_at_once_wins_on_each_database(database: Database) -> None:
+    """The compare-and-set on ``redeemed_at``: two redemptions racing, on SQLite and on
+    PostgreSQL, give one credential; the other marks the attempt compromised, which revokes it."""
+    ctx = ServiceContext(database, load_settings(database_url=database.url))
+    sid = running_study(ctx)
+    ticket = _issue(ctx, sid)
+    barrier = threading.Barrier(2)
+    results: list[object] = []
+
+    def redeem() -> None:
+        barrier.wait()
+        try:
+            results.append(tickets.redeem(database, sid, ticket))
+        except ConflictError as exc:
+            results.append(exc)
+
+    racers = [threading.Thread(target=redeem) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(60)
+    won = [r for r in results if isinstance(r, tickets.Redeemed)]
+    assert len(won) == 1 and len(results) == 2, results
+    with database.session(readonly=True) as s:
+        assert [e.attempt for e in tickets.events(s, sid)] == [1]
+        assert tickets.compromised_running(s) == [(sid, 1)]
+        with pytest.raises(InvalidTokenError):
+            tickets.verify(s, sid, won[0].token)

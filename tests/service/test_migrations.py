@@ -11,6 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from fedtune.service import tickets
 from fedtune.service.db import Database
 from fedtune.service.migrate import (
     ALEMBIC_INI,
@@ -102,6 +103,11 @@ def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
     with db.session(readonly=True) as s:
         beat = Repository(s).require_study("0123456789ab").heartbeat_at
         assert beat == dt.datetime(2026, 2, 1, tzinfo=dt.UTC)
+    # revision 0008: the study of before has no start ticket, and gets one at its next dispatch
+    with db.session() as s:
+        assert tickets.events(s, "0123456789ab") == []
+        ticket = tickets.issue(s, "0123456789ab", 2, ttl_s=600)
+    assert tickets.redeem(db, "0123456789ab", ticket).attempt == 2
 
 
 def test_models_match_the_revisions(database: Database) -> None:
