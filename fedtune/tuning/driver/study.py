@@ -14,8 +14,8 @@
    (:mod:`.code_shipping`), the task and model built once (:mod:`.preflight`) and the
    cluster's resources checked; what runs concurrently runs in one :class:`.startup.Startup`.
    A stored study is opened first, and Ray starts only when trials remain. The preflight is
-   begun first, and its error ends the study as soon as it is known: Ray's start is stopped
-   (:mod:`.ray_thread`), and no parent run is made;
+   begun first, and its error ends the study as soon as it is known: what has not begun does
+   not begin, and Ray's start is stopped (:mod:`.ray_thread`);
 3. **fit** (:func:`.fit.fit`): a ``Tuner`` runs the ``target − finished`` remaining
    configurations in packs of P ≥ 1 per trial process (:mod:`..packing`), asked of
    :class:`~.optuna_glue.FedtuneSearch`; they are stopped early by the study's one stopper
@@ -276,9 +276,9 @@ def _start_runtime(
     the study fails.
 
     The preflight (:mod:`.preflight`) is begun first. Its error ends the study as soon as it
-    is known: what has not begun does not begin (the stores, the MLflow store, Ray), Ray's start
-    is stopped (:mod:`.ray_thread`), and the parent run is made only for a task that builds
-    (``docs/explanation/architecture.md``, *A refusal stops the start-up*).
+    is known: what has not begun does not begin (the stores, the MLflow store and parent run,
+    Ray), Ray's start is stopped (:mod:`.ray_thread`), and a parent run made meanwhile ends
+    FAILED (``docs/explanation/architecture.md``, *A refusal stops the start-up*).
 
     Args:
         plan: The study's plan.
@@ -456,8 +456,8 @@ def _open_tracking(
         stores: The Optuna storage (it records the parent run's id).
         plan: The study's plan.
         process: The MLflow store's process (None: the tracker lives in this process).
-        checked: The preflight, if begun: a study refused already opens no store, and the
-            parent run is made only once the task has been built.
+        checked: The preflight, if begun: a study refused already opens no store and makes no
+            parent run (it is not waited for: a correct study's run is made meanwhile).
 
     Returns:
         The open MLflow store and parent run.
@@ -479,7 +479,7 @@ def _open_tracking(
         tracker = StudyTracker(uri, spec.experiment, root, user=plan.run_user)
     space_doc = {**plan.space.to_dict(), "fingerprint": plan.space.fingerprint()}
     if checked is not None:
-        checked.result()  # a refused study has no run, new or resumed
+        checked.check()  # refused already: no run is made (a refusal after it ends it FAILED)
     parent = tracker.start_study(spec, space_doc, stores.store.parent_run_id())
     stores.store.set_parent_run_id(parent)
     tracker.reconcile(parent, og.run_statuses(stores.study))
