@@ -103,7 +103,7 @@ def test_upgrade_a_stored_older_database(database_at_0001: Database) -> None:
     with db.session(readonly=True) as s:
         beat = Repository(s).require_study("0123456789ab").heartbeat_at
         assert beat == dt.datetime(2026, 2, 1, tzinfo=dt.UTC)
-    # revision 0008: the study of before has no start ticket, and gets one at its next dispatch
+    # revision 0010: the study of before has no start ticket, and gets one at its next dispatch
     with db.session() as s:
         assert tickets.events(s, "0123456789ab") == []
         ticket = tickets.issue(s, "0123456789ab", 2, ttl_s=600)
