@@ -189,7 +189,8 @@ def handle_section(cls: type, md: Callable[[str], str], table: Callable[..., str
     """A class of the SDK: what it is, how it is made, and each method's signature and summary."""
     out = [f"### `{cls.__name__}`\n\n"]
     out += [md(p) + "\n\n" for p in _paragraphs(cls.__doc__)]
-    out.append(f"```python\n{signature(cls.__name__, cls.__init__, returns=False)}\n```\n\n")
+    # ``py``, not ``python``: a signature is no statement, and the docs' tests run python blocks
+    out.append(f"```py\n{signature(cls.__name__, cls.__init__, returns=False)}\n```\n\n")
     made = args_section(cls.__doc__)
     if made:
         out.append(table(["Argument", "Meaning"], [[f"`{a}`", md(t)] for a, t in made]))

@@ -58,4 +58,5 @@ def test_signatures_read_as_the_source_writes_them(docs_sdk) -> None:
     assert shown.startswith(
         "Client(url: str = 'http://127.0.0.1:8000', token: str | None = None, *,"
     )
-    assert shown.endswith("sleep: Callable[[float], None] = time.sleep)")
+    assert "sleep: Callable[[float], None] = time.sleep," in shown  # a default as written
+    assert shown.endswith("names: SettingNames | None = None)")
