@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedtune.errors import ConfigError
+from fedtune.errors import ConfigError, as_mapping
 
 __all__ = [
     "CONFIG_ENV",
@@ -145,14 +145,13 @@ def load_config(path: str) -> ConfigFile:
         raise ConfigError("<file>", f"invalid TOML: {exc}", path) from None
     folder = file.resolve().parent
     for name, value in raw.items():
-        if not isinstance(value, dict):
-            raise ConfigError(
-                name, "a key outside a section: put it under [serve] or [mlflow]", path
-            )
         if name not in ("serve", "mlflow"):
-            raise ConfigError(
-                f"[{name}]", f"unknown section{_closest(name, ('serve', 'mlflow'))}", path
-            )
+            if isinstance(value, dict):
+                reason = f"unknown section{_closest(name, ('serve', 'mlflow'))}"
+                raise ConfigError(f"[{name}]", reason, path)
+            reason = "a key outside a section: put it under [serve] or [mlflow]"
+            raise ConfigError(name, reason, path)
+        as_mapping(value, f"[{name}]", path, what=" of keys (a table)")
     serve = _serve_section(raw.get("serve", {}), folder, path, _private(file))
     mlflow = _mlflow_section(raw.get("mlflow", {}), folder, path)
     return ConfigFile(path, folder, serve, mlflow, frozenset(raw))
