@@ -41,7 +41,10 @@ Contracts
   ``torch.func.vmap``-s the clients' local steps over the cohort (per-client batches stacked
   ``[M, K, B, ...]``); a model that cannot be vmapped falls back to the sequential runner.
 * **Algorithms** are recipes of parts (client rule, message rule, aggregator, server optimizer)
-  registered with :func:`register_algorithm`; see that function.
+  registered with :func:`register_algorithm`; see that function. A recipe declares what its
+  round is (``round_form``) and whether and how it packs (``packable``, ``member_hparams``); a
+  ``build`` of your own packs when it says ``packable=True`` and returns the LocalUpdate a pack
+  runs (docs/explanation/packing.md, "A user build that packs").
 * **Hyperparameters** are declared once by the part that reads them, as :class:`HParam`
   (type, default, ``bounds=(low, high)`` — required for numbers, ``math.inf`` for no limit —
   and an optional default search entry :class:`Space`). The declaration validates trial
@@ -151,12 +154,19 @@ def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **rec
             ``hp.<name>``), ``params`` (the names a study may set; default: ``client_lr``, the
             server optimizer's and all of yours, less ``fixed``), ``theta``, ``units``,
             ``defaults``, ``fixed``, ``server_opts``, ``build(recipe, hp, local_steps, task)``,
-            ``packed_aggregator``, ``aggregator_hparams`` (the declared numbers the
-            aggregator reads, passed by keyword: a value, or every member's as a float64
-            ``[P]`` tensor to ``packed_aggregator``), ``packable`` (False: never packed;
-            default: derived) and
-            ``member_hparams`` (which of γ, η, α, Θ, β, β₁, β₂, ε members of one pack may
-            differ in; default: all the recipe declares) …
+            ``round_form`` (``local_update``: the LocalUpdate of the recipe's parts, which a
+            ``build`` beside it must return; ``own``: whatever ``build`` makes; default:
+            ``own`` with a ``build``, else ``local_update``), ``packed_aggregator``,
+            ``aggregator_hparams`` (the declared numbers the aggregator reads, passed by
+            keyword: a value, or every member's as a float64 ``[P]`` tensor to
+            ``packed_aggregator``), ``packable`` (True, False or the reason
+            it does not pack, printed by the refusal; default: True for a first-order
+            ``local_update`` round whose aggregator is the mean or has a
+            ``packed_aggregator``; a ``build`` packs only when it says True and returns the
+            LocalUpdate a pack runs: docs/explanation/packing.md) and ``member_hparams``
+            (which hyperparameters members of one pack may differ in: of γ, η, α, Θ, β, β₁,
+            β₂, ε and the ``aggregator_hparams`` of a ``packed_aggregator``; default: the
+            first eight) …
 
     Returns:
         The registered recipe.
@@ -165,7 +175,9 @@ def register_algorithm(name: str, *, aggregator: Aggregator | None = None, **rec
         CodeError: An unknown recipe field; ``hparams`` not a tuple of :class:`HParam`; both
             ``aggregator`` and ``build``, or an ``aggregator`` that is not callable; a name in
             ``params``, ``defaults`` or ``fixed`` that no part declares; a numeric declaration
-            without bounds.
+            without bounds; a ``round_form`` that does not fit ``build``; ``packable=True``
+            for a round without a packed form; a ``member_hparams`` name a pack cannot hold
+            per member (``algorithm.member_hparams``, with the reason).
 
     Example:
         ```python

@@ -1,6 +1,7 @@
 """Which configurations may share a pack (:func:`pack_refusal`) and with whom (:func:`pack_key`):
 what the method's recipe declares (``Recipe.packable``, ``Recipe.member_hparams``) and what
-the configurations have in common.
+the configurations have in common; and whether a member's round is the form the pack runs
+(:func:`packed_round`), which a recipe with its own ``build`` promises by ``packable=True``.
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .algorithms import get_recipe
+from fedtune.errors import CodeError
+
+from .algorithms import Algorithm, LocalUpdate, get_recipe
+from .algorithms.local_update import mean_aggregator
 from .algorithms.registry import effective_hparams
 from .config import TrialConfig
 from .parsing import parse_trial_config
 from .typed import to_dict
 
-__all__ = ["pack_key", "pack_refusal", "parse"]
+__all__ = ["pack_key", "pack_refusal", "packed_round", "parse"]
 
 #: train fields a member may set on its own
 _MEMBER_TRAIN = ("local_steps", "local_epochs", "rounds", "divergence_factor", "runner")
@@ -83,3 +87,50 @@ def pack_key(config: TrialConfig | Mapping[str, Any]) -> str:
         "code": None if cfg.code is None else cfg.code.model_dump(),
     }
     return json.dumps(shared, sort_keys=True, default=str)
+
+
+def packed_round(config: TrialConfig, algorithm: Algorithm, hp: Any) -> LocalUpdate:
+    """Check that a member's round is the form a pack runs in its place.
+
+    A pack runs LocalUpdate's round over stacked members: each member's client rule (its Θ,
+    units and Θ preset; γ and α from its hyperparameters), the recipe's ``packed_aggregator``
+    (else the weighted mean) and the server optimizer its hyperparameters name. A recipe's
+    own ``build`` declared ``packable=True`` must return such a round.
+
+    Args:
+        config: The member's configuration.
+        algorithm: Its round, as the recipe built it.
+        hp: Its validated hyperparameters.
+
+    Returns:
+        The round.
+
+    Raises:
+        CodeError: The round is not of that form (at ``algorithm.build``).
+    """
+    recipe = get_recipe(config.algorithm)
+    problem = ""
+    if not isinstance(algorithm, LocalUpdate):
+        problem = f"a {type(algorithm).__name__}, not a LocalUpdate"
+    elif algorithm.rule.second_order:
+        problem = "a second-order client rule, which has no masked form"
+    elif algorithm.rule.prox_alpha != hp.prox_alpha:
+        problem = (
+            f"a client rule with α = {algorithm.rule.prox_alpha}, not hparams.prox_alpha = "
+            f"{hp.prox_alpha} (a pack applies each member's prox_alpha)"
+        )
+    elif algorithm.rule.units != recipe.units:
+        problem = (
+            f"a client rule in {algorithm.rule.units!r} units, not the recipe's {recipe.units!r}"
+        )
+    elif recipe.packed_aggregator is None and algorithm.aggregator is not mean_aggregator:
+        problem = (
+            "a round with its own aggregator, and the recipe gives no packed_aggregator (a pack "
+            "otherwise takes the weighted mean)"
+        )
+    if problem:
+        raise CodeError(
+            "algorithm.build",
+            f"algorithm {recipe.name!r} packs (packable=True), but its build returned {problem}",
+        )
+    return algorithm

@@ -33,9 +33,11 @@ at different rounds (after a refill) form one group per round index, since their
 differ, and with in-memory data the local steps of every group still run as one batch of pairs
 (each pair reads its own rows of the same data).
 
-What packs is what the recipe declares (``Recipe.packable``, ``Recipe.member_hparams``): the
-LocalUpdate family with the weighted mean, or with an aggregator that comes with its form over
-stacked members (``packed_aggregator``). :func:`pack_refusal` says why anything else does not,
+What packs is what the recipe declares (``Recipe.round_form``, ``Recipe.packable``,
+``Recipe.member_hparams``): the LocalUpdate family with the weighted mean, or with an aggregator
+that comes with its form over stacked members (``packed_aggregator``), and a recipe's own
+``build`` that says ``packable=True`` and returns such a LocalUpdate (checked as each member
+joins: :func:`~.pack_rules.packed_round`). :func:`pack_refusal` says why anything else does not,
 in one line, and the caller runs it one configuration per process. Imports nothing from Ray,
 MLflow or FastAPI.
 """
@@ -53,7 +55,7 @@ from torch.utils import _pytree as pytree
 
 from fedtune.errors import ConfigError
 
-from .algorithms import LocalUpdate, get_recipe, resolve
+from .algorithms import get_recipe, resolve
 from .allocator import keep_freed_memory
 from .config import TrialConfig
 from .decay import DecayController
@@ -64,7 +66,7 @@ from .module_loss import ModuleLoss
 from .pack_batches import BatchRows, round_clients
 from .pack_clients import PackedClients
 from .pack_graph import Capture, ReplayedCalls, capture_for
-from .pack_rules import pack_key, pack_refusal, parse
+from .pack_rules import pack_key, pack_refusal, packed_round, parse
 from .pack_state import Group, Index, Member, Params, member_weights, pad_steps, stacked_rows
 from .records import Outcome, RoundRecord, TrialResult
 from .server_opt import make_server_opt
@@ -176,7 +178,7 @@ class PackedTrainer:
                 "pack", "configurations differ in more than their searched scalars (pack_key)"
             )
         algorithm, hp, local_steps = resolve(cfg, self.task)
-        assert isinstance(algorithm, LocalUpdate)
+        packed_round(cfg, algorithm, hp)  # the form the pack runs in its place
         gen = torch.Generator().manual_seed(cfg.seed)
         model = self.task.model_fn(gen).to(device=self.device, dtype=self.dtype)
         params = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -154,7 +154,7 @@ def test_only_single_client_methods_skip_the_order_test():
     [
         n
         for n in ALGORITHMS
-        if get_recipe(n).build.__name__ == "_build_local_update" and not get_recipe(n).second_order
+        if get_recipe(n).round_form == "local_update" and not get_recipe(n).second_order
     ],
 )
 def test_zero_local_steps_gives_zero_update(name):

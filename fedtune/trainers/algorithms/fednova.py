@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 
 from .base import Params, members_weighted_mean, weighted_mean
-from .recipe import SERVER_PARAMS, Recipe
+from .recipe import MEMBER_HPARAMS, SERVER_PARAMS, local_update_recipe
 from .registry import register
 
 __all__ = ["PAPER", "normalized_averaging", "packed_normalized_averaging", "step_weight_norms"]
@@ -121,7 +121,7 @@ def packed_normalized_averaging(
 
 
 register(
-    Recipe(
+    local_update_recipe(
         "fednova",
         "FedNova: normalized averaging of heterogeneous local work, q = τ_eff Σ p_i q_i/‖a_i‖₁",
         PAPER,
@@ -129,5 +129,7 @@ register(
         aggregator=normalized_averaging,
         packed_aggregator=packed_normalized_averaging,
         aggregator_hparams=("prox_alpha",),
+        packable=True,
+        member_hparams=MEMBER_HPARAMS,
     )
 )

@@ -53,7 +53,7 @@ from .dissimilarity import (
     deviations,
     gradient_dissimilarity,
 )
-from .recipe import SERVER_PARAMS, Recipe
+from .recipe import OWN_ROUND, SERVER_PARAMS, Recipe
 from .registry import register
 
 __all__ = ["GA_HPARAMS", "AlignedLocalUpdate", "local_sgd_fn"]
@@ -225,6 +225,11 @@ def _build_gradalign(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> A
     )
 
 
+#: why FedGA and GradAlign do not pack (``Recipe.packable``)
+_UNPACKED = (
+    "its round is its own, not the plain LocalUpdate (each client starts displaced by its "
+    "gradient-alignment correction, from a pass over the whole cohort)"
+)
 register(
     Recipe(
         "fedga",
@@ -233,6 +238,8 @@ register(
         ("client_lr", *_GA_PARAMS, *SERVER_PARAMS),
         hparams=GA_HPARAMS,
         build=_build_fedga,
+        round_form=OWN_ROUND,
+        packable=_UNPACKED,
     )
 )
 register(
@@ -245,5 +252,7 @@ register(
         fixed={"client_lr": 0.0},
         fixed_local_steps=1,
         build=_build_gradalign,
+        round_form=OWN_ROUND,
+        packable=_UNPACKED,
     )
 )

@@ -25,7 +25,7 @@ fedadam/yogi/adagrad Θ_1:K                                             Adam / Y
 
 from __future__ import annotations
 
-from .recipe import SERVER_PARAMS, Recipe
+from .recipe import SERVER_PARAMS, Recipe, local_update_recipe
 
 __all__ = ["RECIPES"]
 
@@ -34,7 +34,7 @@ _P000 = "Charles & Konečný 2021 (arXiv:2103.05032)"
 _P001 = "Charles & Konečný 2020 (arXiv:2007.00878)"
 
 RECIPES: tuple[Recipe, ...] = (
-    Recipe(
+    local_update_recipe(
         "minibatch_sgd",
         "distributed mini-batch SGD: one gradient per client (Θ_1)",
         _P000,
@@ -43,20 +43,20 @@ RECIPES: tuple[Recipe, ...] = (
         fixed={"client_lr": 0.0},
         fixed_local_steps=1,
     ),
-    Recipe(
+    local_update_recipe(
         "fedsgd",
         "FedSGD: K gradients at the broadcast point (γ = 0, Θ_1:K)",
         _P000,
         SERVER_PARAMS,
         fixed={"client_lr": 0.0},
     ),
-    Recipe(
+    local_update_recipe(
         "fedavg",
         "generalised FedAvg: K local SGD steps, decoupled γ and η (Θ_1:K)",
         _P001,
         _CLIENT + SERVER_PARAMS,
     ),
-    Recipe(
+    local_update_recipe(
         "fedavg_vanilla",
         "original FedAvg: average of client models (η = γ tied)",
         _P001,
@@ -65,7 +65,7 @@ RECIPES: tuple[Recipe, ...] = (
         fixed={"server_lr": 1.0},
         server_opts=("sgd",),
     ),
-    Recipe(
+    local_update_recipe(
         "fedavg_delta",
         "model-delta averaging with server lr η_Δ (= LocalUpdate with η_Δ·γ)",
         _P001,
@@ -73,20 +73,20 @@ RECIPES: tuple[Recipe, ...] = (
         units="delta",
         defaults={"server_lr": 1.0},
     ),
-    Recipe(
+    local_update_recipe(
         "reptile",
         "Reptile: FedAvg read as meta-learning (Θ_1:K, separate η)",
         _P000,
         _CLIENT + SERVER_PARAMS,
     ),
-    Recipe(
+    local_update_recipe(
         "fedprox",
         "FedProx: local objective f_i(y) + (α/2)‖y − x_t‖² (Θ_1:K)",
         _P000,
         ("client_lr", "prox_alpha", *SERVER_PARAMS),
         defaults={"prox_alpha": 0.1},
     ),
-    Recipe(
+    local_update_recipe(
         "lookahead",
         "Lookahead: one client, K fast steps, slow step η = α_LA·γ",
         _P000,
@@ -94,29 +94,31 @@ RECIPES: tuple[Recipe, ...] = (
         server_opts=("sgd",),
         max_clients_per_round=1,
     ),
-    Recipe(
+    local_update_recipe(
         "local_update",
         "LocalUpdate with an explicit coefficient vector Θ",
         _P000,
         ("client_lr", "prox_alpha", "theta", *SERVER_PARAMS),
     ),
-    Recipe(
+    local_update_recipe(
         "fomaml",
         "first-order MAML: gradient at the K-th local iterate (Θ_K)",
         _P000,
         _CLIENT + SERVER_PARAMS,
         theta="last",
     ),
-    Recipe(
+    local_update_recipe(
         "maml",
         "MAML: K inner steps, exact second-order meta-gradient by autodiff",
         _P000,
         _CLIENT + SERVER_PARAMS,
         second_order=True,
+        packable="its meta-gradient differentiates through exactly K inner steps, which has no "
+        "masked form",
         fixed_k_reason="its meta-gradient differentiates through exactly K inner steps "
         "(≡ Θ_{2K+1}, Charles & Konečný 2021 Thm 2)",
     ),
-    Recipe(
+    local_update_recipe(
         "fedavgm",
         "FedAvg with server momentum β (heavy-ball or Nesterov)",
         _P000,
@@ -124,7 +126,7 @@ RECIPES: tuple[Recipe, ...] = (
         defaults={"server_opt": "momentum"},
         server_opts=("momentum", "nesterov"),
     ),
-    Recipe(
+    local_update_recipe(
         "fedadam",
         "FedAdam: Adam on the server",
         _P001,
@@ -132,7 +134,7 @@ RECIPES: tuple[Recipe, ...] = (
         defaults={"server_opt": "adam", "server_lr": 0.01},
         server_opts=("adam",),
     ),
-    Recipe(
+    local_update_recipe(
         "fedyogi",
         "FedYogi: Yogi on the server (β₁ 0.9, β₂ 0.99, ε 1e-5)",
         _P001,
@@ -140,7 +142,7 @@ RECIPES: tuple[Recipe, ...] = (
         defaults={"server_opt": "yogi", "server_lr": 0.01},
         server_opts=("yogi",),
     ),
-    Recipe(
+    local_update_recipe(
         "fedadagrad",
         "FedAdagrad: Adagrad on the server",
         _P001,

@@ -57,7 +57,7 @@ from ..hparams import HParam, Space
 from ..steps import where_step
 from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
-from .recipe import Recipe
+from .recipe import OWN_ROUND, Recipe
 from .registry import register
 from .scaffold import table_gather, table_init, table_scatter
 
@@ -373,6 +373,9 @@ for _name, _params, _nesterov, _form, _summary in (
             units="delta",
             default_local_steps=5,
             build=_builder(_nesterov),
+            round_form=OWN_ROUND,
+            packable="its round is its own, not the plain LocalUpdate (local MaSS momentum "
+            "with its own averaging of the client state)",
             check=check_auto,
         )
     )

@@ -55,7 +55,7 @@ from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients, mixed_dissimilarity
 from .gradalign import local_sgd_fn
-from .recipe import SERVER_PARAMS, Recipe
+from .recipe import OWN_ROUND, SERVER_PARAMS, Recipe
 from .registry import register
 
 __all__ = ["MIXED_HPARAMS", "MixedFL", "movie_cost_model"]
@@ -360,6 +360,9 @@ for _name, (_variant, _params, _summary) in _RECIPES.items():
             units="delta",
             needs_central=True,
             build=_builder(_variant),
+            round_form=OWN_ROUND,
+            packable="its round is its own, not the plain LocalUpdate (steps on the server's "
+            "central data beside the clients')",
             fixed_k_reason=_FIXED_K,
         )
     )

@@ -46,7 +46,7 @@ from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients
 from .gradalign import GA_HPARAMS, AlignedLocalUpdate, local_sgd_fn
-from .recipe import SERVER_PARAMS, Recipe
+from .recipe import OWN_ROUND, SERVER_PARAMS, Recipe
 from .registry import register
 
 __all__ = [
@@ -193,6 +193,9 @@ register(
         ("client_lr", "ga_full_batch", *SERVER_PARAMS),
         hparams=GA_HPARAMS,
         build=_build_scaffold_ga,
+        round_form=OWN_ROUND,
+        packable="its round is its own, not the plain LocalUpdate (fresh control variates "
+        "from an extra pass over the cohort)",
     )
 )
 register(
@@ -203,5 +206,8 @@ register(
         ("client_lr", "scaffold_option", *SERVER_PARAMS),
         hparams=SCAFFOLD_HPARAMS,
         build=_build_scaffold,
+        round_form=OWN_ROUND,
+        packable="its round is its own, not the plain LocalUpdate (per-client control "
+        "variates kept in its server state across rounds)",
     )
 )

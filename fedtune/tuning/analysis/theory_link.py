@@ -30,6 +30,7 @@ import numpy as np
 
 from fedtune.errors import ConfigError
 from fedtune.trainers import TrialConfig, build_task, get_recipe
+from fedtune.trainers.algorithms.recipe import LOCAL_UPDATE_ROUND
 from fedtune.trainers.algorithms.registry import effective_hparams, local_steps_of
 from fedtune.trainers.theory import (
     QuadraticInstance,
@@ -78,8 +79,8 @@ def _delta(
 def predict(cfg: TrialConfig, instance: QuadraticInstance) -> Prediction | None:
     """The prediction for one trial configuration, or None when the theory does not apply."""
     recipe = get_recipe(cfg.algorithm)
-    if recipe.build.__name__ != "_build_local_update" or recipe.aggregator or recipe.second_order:
-        return None
+    if recipe.round_form != LOCAL_UPDATE_ROUND or recipe.aggregator or recipe.second_order:
+        return None  # the theory is of the plain LocalUpdate round with the weighted mean
     if recipe.theta not in _THETA or cfg.hparams.get("theta") or cfg.train.local_epochs is not None:
         return None  # the theory needs one Θ (one K) for every client
     hp = effective_hparams(recipe, cfg)
