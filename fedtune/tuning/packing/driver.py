@@ -71,9 +71,9 @@ _REPORTED_FROM = (PID, HOSTNAME, NODE_IP, TIMESTAMP)
 
 
 class MemberTrial:
-    """A pack's member as the study's callbacks see a trial: its own ``trial_id``, ``config``
-    and ``last_result``, and its pack's error (``error_file``, ``get_error``) when the pack
-    fails. These are all the callbacks read of a Tune trial (MLflow, progress, the service's
+    """A pack's member as the study's callbacks see a trial (a
+    :class:`~fedtune.tuning.trials.view.TrialView`): its own ``trial_id``, ``config`` and
+    ``last_result``, and its pack's error (``error_file``, ``get_error``) when the pack fails. These are all the callbacks read of a Tune trial (MLflow, progress, the service's
     sink, the first error).
 
     Args:
