@@ -112,8 +112,8 @@ class RegimeChange(_Strict):
     """A round where another trial takes the lower envelope."""
 
     round: int
-    from_trial: Any
-    to_trial: Any
+    from_trial: str | int  # trial ids, as ``TrialSummary.trial_id``
+    to_trial: str | int
     loss: float
 
 

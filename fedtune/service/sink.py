@@ -25,6 +25,7 @@ from ray.tune import Callback
 
 from fedtune.outcomes import TrialOutcome, final_outcome, service_state
 from fedtune.tuning.keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY  # the schema
+from fedtune.tuning.trials.view import TrialView
 
 from .driver_link import DriverLink
 from .states import TrialState
@@ -74,7 +75,7 @@ class DbSink(Callback):
         return {"recorder": None, "_run_id_of": None, "_seen": {}}
 
     @staticmethod
-    def _number(trial: Any) -> int:
+    def _number(trial: TrialView) -> int:
         return int(trial.config[TRIAL_KEY])
 
     def _safe(self, what: str, fn: Callable[[], None]) -> None:

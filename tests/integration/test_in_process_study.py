@@ -172,17 +172,17 @@ def test_a_stopped_trial_ends_at_the_report_that_stopped_it(tmp_path, quadratic_
 
 
 def test_a_failed_trial_is_recorded_and_the_study_goes_on(tmp_path, quadratic_study, monkeypatch):
-    from fedtune.tuning.packing import trial as packed
+    from fedtune.tuning.packing.runs import Single
 
     spec = _spec(quadratic_study, "here-fails", scheduler={"name": "none"})
-    step = packed._Single.step
+    step = Single.step
 
     def failing(self):
         if self.number == 1 and self.trainers[0].round == 2:
             raise ValueError("boom in round 3")
         return step(self)
 
-    monkeypatch.setattr(packed._Single, "step", failing)
+    monkeypatch.setattr(Single, "step", failing)
     with _without_ray(monkeypatch):
         result = run_study(spec, tmp_path / "w", in_process=True)
     records = _records(result)

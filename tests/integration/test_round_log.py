@@ -199,8 +199,8 @@ def test_an_ended_study_whose_rounds_cannot_be_stored_says_so(
     finished = []
 
     class Tracker:
-        def __init__(self) -> None:
-            self.rounds = rounds
+        def unsent(self) -> int:
+            return rounds.unsent
 
         def reconcile(self, parent, statuses):
             rounds.flush()

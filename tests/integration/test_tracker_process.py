@@ -32,7 +32,7 @@ def test_calls_reach_the_tracker_and_errors_come_back(tmp_path, quadratic_study)
         run_id = tracker.start_trial(parent, 0, {"hparams.client_lr": 0.1}, {"study": spec.name})
         tracker.log_rounds(run_id, [{"round": r, "client_loss": 1.0 / r} for r in (1, 2, 3)])
         tracker.end_trial(run_id, "FINISHED", {"outcome": "completed"}, {"objective": 0.5}, step=3)
-        assert tracker.rounds.unsent == 0
+        assert tracker.unsent() == 0
         os.kill(process._process.pid, signal.SIGINT)  # Ctrl-C reaches the process group
         time.sleep(0.5)
         assert process._process.is_alive()  # the driver's clean-up still needs the store

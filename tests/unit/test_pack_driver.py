@@ -19,6 +19,7 @@ from fedtune.outcomes import RUNNING, TrialOutcome
 from fedtune.tuning.keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from fedtune.tuning.packing import driver as pd
 from fedtune.tuning.packing import trial as pack_trial
+from fedtune.tuning.packing.box import LocalBox, RayBox
 from fedtune.tuning.packing.limits import AUTO_MAX
 from fedtune.tuning.packing.memory import PackMemory
 from fedtune.tuning.packing.plan import plan, reserved_processes
@@ -157,7 +158,7 @@ def test_a_stopped_member_leaves_the_pack_and_is_not_reported_again(monkeypatch)
     reports = _capture(monkeypatch)
     poll = _Poll([([1], [])], [])  # member 1 was stopped at the first report
     monkeypatch.setattr(pack_trial, "BoxPoll", poll)
-    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 0.1)]}, spec, box=object())
+    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 0.1)]}, spec, box=LocalBox())
     assert poll.asked[0] == [0, 1] and all(1 not in live for live in poll.asked[1:])
     rounds_of = {
         n: [row[ROUND] for r in results for row in r[HISTORY]]
@@ -177,7 +178,7 @@ def test_a_refill_joins_at_round_0_and_reports_what_its_unpacked_trial_reports(m
     # at its own round 7 (step 10); 9 joins when the pack has no member left
     poll = _Poll([([], []), ([], [late])], [[last], []])
     monkeypatch.setattr(pack_trial, "BoxPoll", poll)
-    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 5e3)]}, spec, box=object())
+    train_pack({PACK_KEY: [_member(0, 0.05), _member(1, 5e3)]}, spec, box=LocalBox())
     packed = _by_member(reports)
     assert sorted(packed) == [0, 1, 7, 9]
     for member in (late, last):
@@ -194,44 +195,86 @@ def test_a_refill_joins_at_round_0_and_reports_what_its_unpacked_trial_reports(m
     assert [r[OUTCOME] for r in reports].count("ended") == 2
 
 
+class _ScriptedBox(LocalBox):
+    """A box whose every answer is ``([1, 7], [joining])``, there once ``arrived``."""
+
+    def __init__(self, joining: dict) -> None:
+        super().__init__()
+        self.joining, self.arrived = joining, False
+        self.asked: list[tuple] = []
+
+    def ask(self, pack: str, live, report: int | None = None) -> object:
+        self.asked.append((pack, list(live), report))
+        return len(self.asked)
+
+    def ready(self, question: object) -> bool:
+        return self.arrived
+
+    def result(self, question: object) -> tuple[list[int], list[dict]]:
+        return [1, 7], [self.joining]
+
+
 @pytest.mark.parametrize("answered", [True, False])
-def test_the_box_poll_takes_each_answer_at_the_next_report(monkeypatch, answered):
-    import ray
-
-    arrived = {"now": False}
-    monkeypatch.setattr(ray, "wait", lambda refs, timeout: (refs if arrived["now"] else [], []))
-    monkeypatch.setattr(ray, "get", lambda ref: ref)
+def test_the_box_poll_takes_each_answer_at_the_next_report(answered):
     joining = {TRIAL_KEY: 9}
-
-    class Box:  # PackBox.answer.remote / .poll.remote, answered at once: [1, 7] and 9
-        def __init__(self) -> None:
-            self.asked: list[tuple] = []
-            self.answer, self.poll = self.Method(self, "answer"), self.Method(self, "poll")
-
-        class Method:
-            def __init__(self, box, name) -> None:
-                self.box, self.name = box, name
-
-            def remote(self, *args: Any) -> tuple:
-                self.box.asked.append((self.name, *args))
-                return [1, 7], [joining]
-
-    box = Box()
+    box = _ScriptedBox(joining)
+    box.arrived = answered  # a question whose answer is waited for needs no readiness
     poll = pack_trial.BoxPoll(box, 3, answered)
     assert poll.answer(6, [0, 1, 2]) == ([], [])  # nothing asked before
-    question = (
-        ("answer", "pack-0003", 6, [0, 1, 2]) if answered else ("poll", "pack-0003", [0, 1, 2])
-    )
+    question = ("pack-0003", [0, 1, 2], 6 if answered else None)  # None: without waiting
     assert box.asked == [question]
     got = poll.answer(7, [0, 1, 2])
     if answered:  # the driver answers every report: the pack waits for it (here: it is there)
-        assert got == ([1], [joining]) and box.asked[-1] == ("answer", "pack-0003", 7, [0, 1, 2])
+        assert got == ([1], [joining]) and box.asked[-1] == ("pack-0003", [0, 1, 2], 7)
     else:  # not arrived: no waiting and no second question
         assert got == ([], []) and len(box.asked) == 1
-        arrived["now"] = True
+        box.arrived = True
         assert poll.answer(7, [0, 1, 2]) == ([1], [joining])  # 7 is not in the pack any more
     # no member left: the answer to its last report, waited for, brings 9
     assert poll.wait() == [joining] and poll.wait() == []
+
+
+def test_a_local_box_answers_from_what_the_driver_decided_when_the_answer_is_read():
+    box = LocalBox()
+    asked = box.ask("pack-0001", [1, 2, 3], report=4)
+    box.stop([2, 8])
+    box.offer("pack-0001", [{TRIAL_KEY: 5}], answers=4)
+    box.offer("pack-0002", [{TRIAL_KEY: 6}])
+    assert box.ready(asked)  # its reports were processed before it asks: always there
+    assert box.result(asked) == ([2], [{TRIAL_KEY: 5}])  # the members live when it asked
+    assert box.result(box.ask("pack-0001", [1, 3])) == ([], [])  # an offer is taken once
+
+
+def test_a_ray_box_asks_its_actor_and_reads_the_answer_with_ray(monkeypatch):
+    import ray
+
+    calls: list[tuple] = []
+
+    class Method:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def remote(self, *args: Any) -> tuple:
+            calls.append((self.name, *args))
+            return ([2], [{TRIAL_KEY: 5}])  # the "object reference": its own value
+
+    class Actor:
+        stop, offer = Method("stop"), Method("offer")
+        poll, answer = Method("poll"), Method("answer")
+
+    monkeypatch.setattr(ray, "wait", lambda refs, timeout: (refs, []) if timeout == 0 else None)
+    monkeypatch.setattr(ray, "get", lambda ref: ref)
+    box = RayBox(Actor())
+    box.stop((2,))
+    box.offer("pack-0001", ({TRIAL_KEY: 5},), 4)
+    waited, now = box.ask("pack-0001", (1, 2), report=4), box.ask("pack-0001", (1, 2))
+    assert calls == [
+        ("stop", [2]),
+        ("offer", "pack-0001", [{TRIAL_KEY: 5}], 4),
+        ("answer", "pack-0001", 4, [1, 2]),  # waits in the actor until report 4 is answered
+        ("poll", "pack-0001", [1, 2]),
+    ]
+    assert box.ready(now) and box.result(waited) == ([2], [{TRIAL_KEY: 5}])
 
 
 # -- the driver's searcher --------------------------------------------------------------------
@@ -269,14 +312,14 @@ def _search(size: int = 3, budget: int = 7, box: Any = None):
     return search, inner, book, store
 
 
-class _Offers:
-    """PackBox.offer.remote, recorded: ``(pack, member numbers, answers)``."""
+class _Offers(LocalBox):
+    """A box whose offers are recorded: ``(pack, member numbers, answers)``."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.sent: list[tuple] = []
-        self.offer = self
 
-    def remote(self, pack: str, configs: list[dict], answers: int | None) -> None:
+    def offer(self, pack: str, configs, answers: int | None = None) -> None:
         self.sent.append((pack, [c[TRIAL_KEY] for c in configs], answers))
 
 
@@ -358,12 +401,14 @@ class _Stopper(NeverStop):
         return StopReason.RUNG if number in (1, 5) else None
 
 
-class _Box:
-    def __init__(self) -> None:
-        self.sent: list[list[int]] = []
-        self.stop = self
+class _Box(LocalBox):
+    """A box whose stops are recorded."""
 
-    def remote(self, numbers: list[int]) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[list[int]] = []
+
+    def stop(self, numbers) -> None:
         self.sent.append(list(numbers))
 
 

@@ -31,6 +31,7 @@ from fedtune.outcomes import TrialOutcome
 
 from ..keys import TRIAL_KEY
 from ..optuna.store import StudyStore
+from ..trials.view import TrialView
 
 __all__ = [
     "FIRST_ERROR_ATTR",
@@ -45,7 +46,7 @@ FIRST_ERROR_ATTR = "fedtune:first_error"
 _MAX_CHARS = 2000
 
 
-def error_line(trial: Any) -> str:
+def error_line(trial: TrialView) -> str:
     """One line for a failed Tune trial: the last line of its error trace (:func:`.callback.
     error_line`: the fedtune error's own message, without Ray's ``TrialError:`` wrapper)."""
     from ..mlflow.callback import error_line as last_line
@@ -60,7 +61,7 @@ class FirstErrorCallback(tune.Callback):
     def __init__(self, study: optuna.Study) -> None:
         self.study = study
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         if FIRST_ERROR_ATTR in self.study.user_attrs:
             return
         number = trial.config.get(TRIAL_KEY)

@@ -26,12 +26,13 @@ from ..optuna import search as og
 from ..optuna.budget import RoundBudget
 from ..packing import driver as pd
 from ..packing import memory, speed
-from ..packing.box import LocalBox, PackBox
+from ..packing.box import Box, LocalBox, RayBox
 from ..packing.plan import plan as pack_plan
 from ..packing.trial import make_pack_trainable, pack_name, train_pack
 from ..spec import StudySpec
 from ..trials.schedulers import PackScheduler
 from ..trials.stoppers import stopper_for
+from ..trials.view import TrialView
 from . import timeline
 from .code_shipping import worker_spec
 from .failures import FirstErrorCallback
@@ -99,7 +100,7 @@ class _FirstStart(tune.Callback):
     def __init__(self) -> None:
         self.at: float | None = None
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         if self.at is None:
             timeline.mark("first_trial_scheduled")
             import_soon("fedtune.tuning.analysis.plots")  # ~0.6 s of CPU, off the start-up
@@ -196,7 +197,7 @@ def _tuner(
     search = (stopper, sampler, budget)
     if plan.in_process:
         size = pack_plan(spec).size  # one process: one configuration, or one pack of them all
-        box = LocalBox() if size > 1 else None
+        box: Box | None = LocalBox() if size > 1 else None
         searcher, scheduler, callbacks = _parts(plan, runtime, search, size, callbacks, box)
         tuner = InProcessTuner(
             functools.partial(train_pack, spec=spec, box=box),
@@ -214,7 +215,7 @@ def _tuner(
         lambda: memory.measure_on_cluster(shipped),
         lambda size: speed.measure_on_cluster(shipped, size),
     )
-    box = ray.remote(PackBox).options(num_cpus=0).remote() if packing.size > 1 else None
+    box = RayBox.start() if packing.size > 1 else None  # a PackBox actor
     searcher, scheduler, callbacks = _parts(plan, runtime, search, packing.size, callbacks, box)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     name = _trial_namer(packing.size)
@@ -247,12 +248,13 @@ def _parts(
     search: tuple[Any, Any, RoundBudget | None],
     size: int,
     callbacks: list[Any],
-    box: Any,
+    box: Box | None,
 ) -> tuple[Any, Any, list[Any]]:
     """The searcher, scheduler and callbacks of a study (:mod:`.packing.driver`).
 
-    A study that packs (``size`` ≥ 2) has a box (:class:`~.packing.box.PackBox` actor, or a
-    :class:`~.packing.box.LocalBox` for trials in the driver's process) through which its
+    A study that packs (``size`` ≥ 2) has a :class:`~.packing.box.Box` (a
+    :class:`~.packing.box.RayBox`, or a :class:`~.packing.box.LocalBox` for trials in the
+    driver's process) through which its
     packs hear of stops and take refills; packs of one need none (the tuner stops the trial of
     a stopped configuration, and a place a configuration frees is the tuner's to refill).
 
@@ -281,7 +283,7 @@ def _trial_namer(size: int) -> Any:
     """A trial's name and directory: ``pack-<first member's number>`` in a study that packs,
     ``trial-<number>`` when each configuration has a process of its own."""
 
-    def name(trial: Any) -> str:
+    def name(trial: TrialView) -> str:
         number = int(trial.config[TRIAL_KEY])
         return pack_name(number) if size > 1 else trial_name(number)
 

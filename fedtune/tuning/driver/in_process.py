@@ -18,11 +18,16 @@ controller (``ray.tune.execution.tune_controller``, Ray 2.x):
 * a trial's error: the scheduler's ``on_trial_error``, the searcher (``error=True``), the
   callbacks' ``on_trial_error`` (the trial's ``get_error`` gives its traceback); an error of the
   searcher, the scheduler or a callback ends the study, as it ends Ray Tune's ``fit``;
-* a pack's stops and refills: through a :class:`~..packing.box.LocalBox`, answered by the time
-  the pack reads the answer (its reports are processed before ``report`` returns);
+* a pack's stops and refills: through a :class:`~..packing.box.LocalBox` (the pack's
+  :class:`~..packing.box.Box`), answered by the time the pack reads the answer (its reports are
+  processed before ``report`` returns);
 * the study's time budget (``budget.time``): checked before each trial and at each report, as
   Ray Tune checks it at each step; a trial in flight at the budget is left as Ray Tune leaves it,
   running, and recorded as interrupted by the fit.
+
+The order is a contract: ``tests/integration/test_tune_contract.py`` runs one recording
+searcher, scheduler and callback on this tuner and on Ray Tune, and holds both to the same
+calls in the same order with the same results.
 
 Each trial runs with ``resources.cpu`` threads (``torch.set_num_threads``), as Ray runs a trial
 process with ``OMP_NUM_THREADS`` set to its CPUs. Nothing here imports Ray at import time.
@@ -53,8 +58,9 @@ def in_process_note(size: int) -> str:
 
 
 class LocalTrial:
-    """A trial as the searcher, the scheduler and the callbacks read one of Ray Tune's: its
-    ``trial_id``, ``config``, ``last_result`` and error.
+    """A trial as the searcher, the scheduler and the callbacks read one of Ray Tune's (a
+    :class:`~..trials.view.TrialView`): its ``trial_id``, ``config``, ``last_result`` and
+    error.
 
     Args:
         trial_id: Its id (``local_<index>``).

@@ -18,7 +18,7 @@ from .failures import all_failed
 from .startup import Deferred
 
 if TYPE_CHECKING:
-    from ..mlflow.tracking import StudyTracker
+    from ..mlflow.tracker import Tracker
 
 __all__ = ["Fitted", "Runtime", "Stores", "StudyPlan", "StudyResult", "Tracking"]
 
@@ -82,7 +82,7 @@ class Tracking:
         parent: The parent run's id.
     """
 
-    tracker: StudyTracker
+    tracker: Tracker
     parent: str
 
 

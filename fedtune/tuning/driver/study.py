@@ -70,6 +70,7 @@ from .startup import Deferred, Startup
 
 if TYPE_CHECKING:
     from ..mlflow.process import TrackerProcess
+    from ..mlflow.tracker import Tracker
 
 # MLflow (.tracking), matplotlib (.plots) and the theory report are imported where used: MLflow
 # by the thread that opens the tracking store while Ray starts, so neither is paid before
@@ -412,7 +413,7 @@ def _end_failed(stores: Deferred[Stores], tracking: Deferred[Tracking], exc: Bas
             log.warning(
                 "the study's MLflow runs were not all closed; %d metrics of its rounds are not "
                 "stored: %s",
-                done.tracker.rounds.unsent,
+                done.tracker.unsent(),
                 failed,
             )
 
@@ -472,7 +473,7 @@ def _open_tracking(
     local = uri.startswith("sqlite:") or "://" not in uri
     root = (workdir / "mlartifacts").as_uri() if local else None
     if process is not None:
-        tracker: Any = process.open(uri, spec.experiment, root, user=plan.run_user)
+        tracker: Tracker = process.open(uri, spec.experiment, root, user=plan.run_user)
     else:
         from ..mlflow.tracking import StudyTracker
 

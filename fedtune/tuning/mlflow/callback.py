@@ -2,7 +2,7 @@
 Ray workers never talk to MLflow).
 
 :class:`MlflowCallback` follows Tune's events and writes through the study's
-:class:`.tracking.StudyTracker`:
+:class:`.tracker.Tracker`:
 
 * a trial's start opens its child run, named ``trial-NNNN``, with params = the trial's
   hyperparameters (and the study's fixed ones, its seed) and tags ``study``, ``algorithm``,
@@ -36,14 +36,15 @@ from ..spec import StudySpec
 from ..trials.trainable import sampled_params
 
 if TYPE_CHECKING:
-    from .tracking import StudyTracker
+    from ..trials.view import TrialView
+    from .tracker import Tracker
 
 __all__ = ["MlflowCallback", "error_line", "objective_description"]
 
 _TRIAL_ERROR = re.compile(r"^(?:[\w.]+\.)?TrialError: ")
 
 
-def error_line(trial: Any) -> str:
+def error_line(trial: TrialView) -> str:
     """The last line of a failed Tune trial's traceback (``ValueError: ...``)."""
     text = ""
     with contextlib.suppress(Exception):  # never fail the driver for a message
@@ -59,7 +60,7 @@ class MlflowCallback(Callback):
 
     def __init__(
         self,
-        tracker: StudyTracker,
+        tracker: Tracker,
         parent: str,
         spec: StudySpec,
         on_run_created: Callable[[int, str], None] | None = None,
@@ -122,7 +123,7 @@ class MlflowCallback(Callback):
 
     def _close(
         self,
-        trial: Any,
+        trial: TrialView,
         status: str,
         tags: Mapping[str, str],
         metrics: Mapping[str, float] | None = None,

@@ -6,7 +6,8 @@ and send its rounds from threads beside the training. :class:`TrackerProcess` st
 process at once — ``fedtune tune`` starts it before it imports the engine — which imports
 MLflow and :class:`~.tracking.StudyTracker` on another CPU while the driver imports torch,
 opens the store when asked (:meth:`TrackerProcess.open`) and then serves the tracker's calls;
-:class:`ProcessTracker` is the driver's handle, with the tracker's methods. So the driver never
+:class:`ProcessTracker` is the driver's :class:`~.tracker.Tracker`, each of its methods a
+call to the child's. So the driver never
 imports MLflow.
 
 A call waits for its answer, and an error raised in the child is raised in the driver (the
@@ -27,18 +28,21 @@ import pickle
 import signal
 import threading
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .record import study_record
+from .tracker import Tracker
 
 if TYPE_CHECKING:
     from ..spec import StudySpec
+    from .tracking import StudyTracker
 
 __all__ = ["ProcessTracker", "TrackerProcess"]
 
-_OPEN, _UNSENT = "__open__", "__unsent__"
-#: the tracker's methods a driver may call (the rest of its interface is its two attributes)
-_METHODS = frozenset(
+_OPEN = "__open__"
+#: the tracker's methods served to the driver (:class:`ProcessTracker` calls them by name)
+_SERVED = frozenset(
     {
         "start_record",
         "finish_study",
@@ -51,6 +55,7 @@ _METHODS = frozenset(
         "log_rounds",
         "end_trial",
         "reconcile",
+        "unsent",
     }
 )
 
@@ -118,20 +123,9 @@ class TrackerProcess:
         self._conn.close()
 
 
-class _Unsent:
-    """``tracker.rounds`` as the driver reads it: how many queued metrics are not stored."""
-
-    def __init__(self, process: TrackerProcess) -> None:
-        self._process = process
-
-    @property
-    def unsent(self) -> int:
-        return int(self._process.call(_UNSENT))
-
-
-class ProcessTracker:
-    """The driver's handle on a :class:`~.tracking.StudyTracker` in a :class:`TrackerProcess`:
-    the same methods and attributes the driver uses.
+class ProcessTracker(Tracker):
+    """The driver's :class:`~.tracker.Tracker` on a :class:`~.tracking.StudyTracker` in a
+    :class:`TrackerProcess`: each method is the child tracker's, called over the pipe.
 
     Args:
         process: The child.
@@ -141,24 +135,66 @@ class ProcessTracker:
 
     def __init__(self, process: TrackerProcess, uri: str, experiment_id: str) -> None:
         self._process, self.uri, self.experiment_id = process, uri, experiment_id
-        self.rounds = _Unsent(process)
 
     def start_study(
         self, spec: StudySpec, space_dict: Mapping[str, Any], run_id: str | None
     ) -> str:
-        """As :meth:`~.tracking.StudyTracker.start_study` (the spec's record made here)."""
-        return self._process.call("start_record", study_record(spec), space_dict, run_id)
+        # the spec's record is made here: the child never parses a spec
+        return self._process.call("start_record", study_record(spec), dict(space_dict), run_id)
+
+    def finish_study(
+        self,
+        run_id: str,
+        metrics: Mapping[str, float],
+        status: str,
+        artifacts: Path | None = None,
+        artifact_path: str | None = None,
+        step: int = 0,
+    ) -> None:
+        call = self._process.call
+        call("finish_study", run_id, metrics, status, artifacts, artifact_path, step=step)
+
+    def log_series(self, run_id: str, key: str, points: Iterable[tuple[int, float]]) -> None:
+        self._process.call("log_series", run_id, key, list(points))  # an iterable: a list
+
+    def mark_best(self, parent: str, best_run: str | None, number: int | None) -> None:
+        self._process.call("mark_best", parent, best_run, number)
+
+    def log_table(
+        self, run_id: str, columns: Mapping[str, list], name: str, note: str | None = None
+    ) -> None:
+        self._process.call("log_table", run_id, columns, name, note)
+
+    def read_text(self, run_id: str, path: str) -> str:
+        return self._process.call("read_text", run_id, path)
+
+    def log_json(self, run_id: str, data: Any, name: str) -> None:
+        self._process.call("log_json", run_id, data, name)
+
+    def start_trial(
+        self, parent: str, number: int, params: Mapping[str, Any], tags: Mapping[str, str]
+    ) -> str:
+        return self._process.call("start_trial", parent, number, params, tags)
 
     def log_rounds(self, run_id: str, rows: Iterable[Mapping[str, Any]]) -> None:
         self._process.call("log_rounds", run_id, list(rows))  # an iterable: sent as a list
 
-    def log_series(self, run_id: str, key: str, points: Iterable[tuple[int, float]]) -> None:
-        self._process.call("log_series", run_id, key, list(points))
+    def end_trial(
+        self,
+        run_id: str,
+        status: str,
+        tags: Mapping[str, str],
+        metrics: Mapping[str, float] | None = None,
+        params: Mapping[str, str] | None = None,
+        step: int = 0,
+    ) -> None:
+        self._process.call("end_trial", run_id, status, tags, metrics, params, step=step)
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in _METHODS:
-            raise AttributeError(name)
-        return lambda *args, **kwargs: self._process.call(name, *args, **kwargs)
+    def reconcile(self, parent: str, statuses: Mapping[str, str]) -> list[str]:
+        return self._process.call("reconcile", parent, statuses)
+
+    def unsent(self) -> int:
+        return int(self._process.call("unsent"))
 
 
 def _serve(conn: Any) -> None:
@@ -166,7 +202,7 @@ def _serve(conn: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from .tracking import StudyTracker  # MLflow, imported while the driver imports the engine
 
-    tracker: Any = None
+    tracker: StudyTracker | None = None
     while True:
         try:
             message = conn.recv()
@@ -180,9 +216,7 @@ def _serve(conn: Any) -> None:
                 tracker = StudyTracker(*args, **kwargs)
                 value: Any = (tracker.uri, tracker.experiment_id)
                 threading.Thread(target=_warm, daemon=True).start()
-            elif name == _UNSENT:
-                value = tracker.rounds.unsent
-            elif name in _METHODS:
+            elif name in _SERVED:
                 value = getattr(tracker, name)(*args, **kwargs)
             else:
                 raise AttributeError(f"StudyTracker.{name} is not served")
@@ -198,7 +232,7 @@ def _warm() -> None:
         import pandas  # noqa: F401
 
 
-def _end(tracker: Any) -> None:
+def _end(tracker: StudyTracker | None) -> None:
     """Store what is queued, then exit at once: everything is stored, and the interpreter's
     teardown of MLflow's modules would take seconds the driver waits for."""
     if tracker is not None:

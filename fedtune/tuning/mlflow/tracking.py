@@ -65,6 +65,7 @@ from .round_log import MAX_BATCH, RoundLog
 from .sqlite_template import seed_sqlite_store
 from .step_points import StepPoints
 from .store import prepare_tracking_store
+from .tracker import Tracker
 
 if TYPE_CHECKING:
     from ..spec import StudySpec
@@ -106,8 +107,9 @@ def round_metrics(rows: Iterable[Mapping[str, Any]], timestamp: int) -> list[Met
     return out
 
 
-class StudyTracker:
-    """The study's experiment and run tree in one MLflow tracking store.
+class StudyTracker(Tracker):
+    """The study's experiment and run tree in one MLflow tracking store, written from this
+    process (:class:`~.tracker.Tracker`).
 
     Args:
         uri: The tracking URI.
@@ -315,6 +317,10 @@ class StudyTracker:
             self._log_params(run_id, params)
         with no_run_links():
             self.client.set_terminated(run_id, status)
+
+    def unsent(self) -> int:
+        """How many queued metrics of the rounds are not stored (yet)."""
+        return self.rounds.unsent
 
     def child_runs(self, parent: str) -> list[Any]:
         runs, token = [], None

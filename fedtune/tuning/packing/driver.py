@@ -16,7 +16,7 @@ service's sink) see configurations, whatever the pack size:
   P, packs the largest group (ties: the key asked first), and the rest wait for the next pack.
   It stops asking at the study's budget of configurations.
 * The study's scheduler (:class:`~fedtune.tuning.trials.schedulers.PackScheduler`) stops
-  members on the study's stopper's word, and tells a pack through its :class:`~.box.PackBox`.
+  members on the study's stopper's word, and tells a pack through its :class:`~.box.Box`.
 * :class:`PackCallback` wraps the study's Tune callbacks, calling them with a
   :class:`MemberTrial` per member.
 
@@ -45,6 +45,8 @@ from fedtune.outcomes import RUNNING
 
 from ..keys import OUTCOME, ROUND, TRIAL_KEY
 from ..optuna.store import StudyStore
+from ..trials.view import TrialView
+from .box import Box
 from .trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 
 __all__ = [
@@ -69,9 +71,9 @@ _REPORTED_FROM = (PID, HOSTNAME, NODE_IP, TIMESTAMP)
 
 
 class MemberTrial:
-    """A pack's member as the study's callbacks see a trial: its own ``trial_id``, ``config``
-    and ``last_result``, and its pack's error (``error_file``, ``get_error``) when the pack
-    fails. These are all the callbacks read of a Tune trial (MLflow, progress, the service's
+    """A pack's member as the study's callbacks see a trial (a
+    :class:`~fedtune.tuning.trials.view.TrialView`): its own ``trial_id``, ``config`` and
+    ``last_result``, and its pack's error (``error_file``, ``get_error``) when the pack fails. These are all the callbacks read of a Tune trial (MLflow, progress, the service's
     sink, the first error).
 
     Args:
@@ -79,7 +81,7 @@ class MemberTrial:
         config: The member's config (its sampled values and ``TRIAL_KEY``).
     """
 
-    def __init__(self, pack: Any, config: Mapping[str, Any]) -> None:
+    def __init__(self, pack: TrialView, config: Mapping[str, Any]) -> None:
         self.pack = pack
         self.config = dict(config)
         self.trial_id = member_id(int(config[TRIAL_KEY]))
@@ -88,7 +90,7 @@ class MemberTrial:
     @property
     def error_file(self) -> str | None:
         """The file of the pack's traceback, once it failed (Tune writes it on the driver)."""
-        return getattr(self.pack, "error_file", None)
+        return self.pack.error_file
 
     def get_error(self) -> Any:
         """The pack's error (None while it has none)."""
@@ -226,8 +228,8 @@ class PackSearch(Searcher):
         key: A member config's pack key (members with equal keys share a pack).
         store: The study's store: each member's Optuna user attribute ``pack`` names its pack
             (``pack-<first member's number>``, the pack's Ray Tune trial directory).
-        box: The study's :class:`~.box.PackBox` actor, through which packs of two or more
-            take refills (None: packs only shrink).
+        box: The study's :class:`~.box.Box`, through which packs of two or more take refills
+            (None: packs only shrink).
     """
 
     def __init__(
@@ -238,7 +240,7 @@ class PackSearch(Searcher):
         budget: int | None,
         key: Callable[[Mapping[str, Any]], str],
         store: StudyStore,
-        box: Any = None,
+        box: Box | None = None,
     ) -> None:
         super().__init__(metric=None, mode=None)
         self.inner, self.book, self.size, self.budget, self.key = inner, book, size, budget, key
@@ -325,7 +327,7 @@ class PackSearch(Searcher):
         for config in joining:
             self.book.join(trial_id, config)
         name = self._name(trial_id, joining)
-        self.box.offer.remote(name, joining, int(result[ROUND]))  # every report
+        self.box.offer(name, joining, int(result[ROUND]))  # every report
 
 
 class PackCallback(tune.Callback):
@@ -349,11 +351,11 @@ class PackCallback(tune.Callback):
         for callback in self.inner:
             callback.setup(**info)
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         for config in trial.config.get(PACK_KEY, ()):
             self._start(trial, config, iteration, trials, info)
 
-    def _start(self, pack: Any, config: Mapping[str, Any], iteration, trials, info) -> None:
+    def _start(self, pack: TrialView, config: Mapping[str, Any], iteration, trials, info) -> None:
         member = MemberTrial(pack, config)
         self._trials[int(config[TRIAL_KEY])] = member
         self._each("on_trial_start", member, iteration=iteration, trials=trials, **info)
@@ -389,7 +391,7 @@ class PackCallback(tune.Callback):
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         self._end(trial, "on_trial_error", iteration, trials, info)
 
-    def _end(self, pack: Any, hook: str, iteration: int, trials: list, info: dict) -> None:
+    def _end(self, pack: TrialView, hook: str, iteration: int, trials: list, info: dict) -> None:
         for number in self.book.numbers(pack.trial_id, pack.config):
             member = self._trials.pop(number, None)
             if member is None or number in self._closed:

@@ -4,10 +4,9 @@ process.
 A pack's Tune ``config`` holds its members under :data:`PACK_KEY`: each member is a
 configuration's config (its sampled ``{path: value}`` and its Optuna number under
 ``TRIAL_KEY``). Each member trains with every seed of ``spec.seeds``: a pack of one with the
-engine's own :class:`~fedtune.trainers.Trainer` per seed, in lockstep (:class:`_Single`), a
-larger pack as members of one :class:`~fedtune.trainers.packed.PackedTrainer`
-(:class:`_Packed`); a member's per-round record is the mean over its seeds
-(:func:`~fedtune.tuning.trials.trainable.seed_mean`) either way.
+engine's own :class:`~fedtune.trainers.Trainer` per seed, a larger pack as members of one
+:class:`~fedtune.trainers.packed.PackedTrainer`; the pack's loop sees either as its
+:class:`~.runs.PackRuns` (:mod:`.runs`).
 
 Every ``spec.report_every`` of a member's rounds (and when members end) the pack reports one
 result whose :data:`MEMBERS` list holds each reporting member's result in the schema of
@@ -15,8 +14,8 @@ result whose :data:`MEMBERS` list holds each reporting member's result in the sc
 its outcome), with its number under ``TRIAL_KEY``; :mod:`.driver` hands each one to the
 searcher and the callbacks as the result of that member's own trial.
 
-The driver's decisions come through its :class:`~.box.PackBox` (``box``), asked at each
-report and taken at the next (:class:`BoxPoll`). A member the driver stopped leaves the pack: it
+The driver's decisions come through its :class:`~.box.Box` (``box``), asked at each report
+and taken at the next (:class:`BoxPoll`). A member the driver stopped leaves the pack: it
 costs no more compute and is not reported again (the driver ended its trial at the report it
 was stopped on). A configuration the driver offers joins the pack at round 0 (a refill of a
 place that a member's end freed). A pack with no member left reports so and waits for the
@@ -30,7 +29,7 @@ from typing import Any
 
 from fedtune.errors import FedtuneError
 from fedtune.outcomes import RUNNING
-from fedtune.trainers import Outcome, Trainer, TrialConfig
+from fedtune.trainers import Outcome, TrialConfig
 from fedtune.trainers.engine import device_label
 
 from ..driver import timeline
@@ -39,11 +38,11 @@ from ..spec import StudySpec
 from ..trials.trainable import (
     TrialError,
     TrialRows,
-    seed_mean,
     trial_configs,
     trial_message,
 )
-from .box import LocalRef
+from .box import Answer, Box
+from .runs import PackRuns, open_runs
 
 __all__ = ["MEMBERS", "PACK_KEY", "BoxPoll", "member_numbers", "pack_name", "train_pack"]
 
@@ -62,108 +61,10 @@ def member_numbers(config: Mapping[str, Any]) -> list[int]:
     return [int(m[TRIAL_KEY]) for m in config[PACK_KEY]]
 
 
-class _Single:
-    """A pack of one: its configuration trained by the engine's own trainers, one per seed,
-    stepped in lockstep (the task's data built once and shared); never refilled."""
-
-    refills = False
-
-    def __init__(self, number: int, configs: list[TrialConfig]) -> None:
-        first = Trainer(configs[0])
-        self.number = number
-        self.trainers = [first] + [Trainer(c, task=first.task) for c in configs[1:]]
-
-    def step(self) -> dict[int, dict[str, Any] | None]:
-        """The member's mean record over its seeds, None when a seed diverged."""
-        rows = []
-        for trainer in self.trainers:
-            record = trainer.step()
-            if record is None:
-                return {self.number: None}
-            rows.append(record.as_dict())
-        return {self.number: seed_mean(rows)}
-
-    def done(self, number: int) -> bool:
-        return any(t.done for t in self.trainers)
-
-    def decays(self, number: int) -> float:
-        return sum(t.decay.decays for t in self.trainers) / len(self.trainers)
-
-    def reason(self, number: int) -> str:
-        return next((t.reason for t in self.trainers if t.outcome == Outcome.DIVERGED), "")
-
-    def stop(self, number: int) -> None:
-        return None
-
-
-class _Packed:
-    """Every member and seed in one :class:`PackedTrainer` (members × seeds rows)."""
-
-    refills = True
-
-    def __init__(self, members: dict[int, list[TrialConfig]]) -> None:
-        from fedtune.trainers.packed import PackedTrainer
-
-        self.index: dict[int, list[int]] = {}
-        flat: list[TrialConfig] = []
-        for number, configs in members.items():
-            self.index[number] = list(range(len(flat), len(flat) + len(configs)))
-            flat.extend(configs)
-        self.trainer = PackedTrainer(flat)
-        self.rounds = {n: c[0].train.rounds for n, c in members.items()}
-        self._ended: set[int] = set()
-
-    def add(self, number: int, configs: list[TrialConfig]) -> None:
-        """A member that joins (a refill): its seeds start at round 0 at the next step."""
-        self.index[number] = [self.trainer.add(c) for c in configs]
-        self.rounds[number] = configs[0].train.rounds
-
-    def step(self) -> dict[int, dict[str, Any] | None]:
-        """Each live member's mean record this round, None for one that diverged."""
-        records = self.trainer.step()
-        out: dict[int, dict[str, Any] | None] = {}
-        for number, rows in self.index.items():
-            if number in self._ended:
-                continue
-            got = [r for r in (records[i] for i in rows) if r is not None]
-            if len(got) == len(rows):
-                out[number] = seed_mean([r.as_dict() for r in got])
-                if got[0].round >= self.rounds[number]:
-                    self._ended.add(number)
-            else:  # a seed diverged: the member ends as diverged (as in _Single)
-                out[number] = None
-                self.stop(number)
-        return out
-
-    def done(self, number: int) -> bool:
-        return number in self._ended
-
-    def decays(self, number: int) -> float:
-        rows = self.index[number]
-        return sum(self.trainer.decays(i) for i in rows) / len(rows)
-
-    def reason(self, number: int) -> str:
-        return next(
-            (
-                why
-                for i in self.index[number]
-                for outcome, why in [self.trainer.outcome(i)]
-                if outcome == Outcome.DIVERGED
-            ),
-            "",
-        )
-
-    def stop(self, number: int) -> None:
-        self._ended.add(number)
-        for i in self.index[number]:
-            if self.trainer.outcome(i)[0] is None:
-                self.trainer.stop(i)
-
-
 def train_pack(
     config: dict[str, Any],
     spec: StudySpec,
-    box: Any = None,
+    box: Box | None = None,
     report: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
     """Ray Tune function trainable of a pack (see the module docstring).
@@ -171,7 +72,7 @@ def train_pack(
     Args:
         config: The pack's Tune config (:data:`PACK_KEY`).
         spec: The study.
-        box: The driver's :class:`~.box.PackBox` actor (None: no stops, no refills).
+        box: The driver's :class:`~.box.Box` (None: no stops, no refills).
         report: Where each report goes (None: Ray Tune's ``tune.report``; a trial in the
             driver's process: :class:`~..driver.in_process.InProcessTuner`'s).
     """
@@ -184,24 +85,16 @@ def train_pack(
         raise TrialError(trial_message(exc, spec)) from None
 
 
-def _runs(config: Mapping[str, Any], spec: StudySpec) -> tuple[Any, dict[int, list]]:
-    members = {int(m[TRIAL_KEY]): trial_configs(spec, m) for m in config[PACK_KEY]}
-    if len(members) == 1:
-        ((number, configs),) = members.items()
-        return _Single(number, configs), members
-    return _Packed(members), members
-
-
 class _Members:
     """A pack's members as its loop sees them: their rows, who trains, when each joined.
 
     Args:
         spec: The study.
-        runs: The pack's :class:`_Single` or :class:`_Packed`.
+        runs: The pack's runs.
         members: Its first members' seed configurations, by number.
     """
 
-    def __init__(self, spec: StudySpec, runs: Any, members: dict[int, list]) -> None:
+    def __init__(self, spec: StudySpec, runs: PackRuns, members: dict[int, list]) -> None:
         self.spec, self.runs = spec, runs
         self.rows: dict[int, TrialRows] = {}
         self.joined: dict[int, int] = {}  # member -> the pack's step it joined after
@@ -231,10 +124,11 @@ class _Members:
 def _train_pack(
     config: dict[str, Any],
     spec: StudySpec,
-    box: Any,
+    box: Box | None,
     report: Callable[[dict[str, Any]], None] | None,
 ) -> None:
-    runs, first = _runs(config, spec)
+    first = {int(m[TRIAL_KEY]): trial_configs(spec, m) for m in config[PACK_KEY]}
+    runs = open_runs(first)
     if report is None:
         from ray import tune  # imported here: the engine never needs Ray
 
@@ -282,7 +176,7 @@ def _train_pack(
 
 
 class BoxPoll:
-    """The driver's decisions for one pack: one question to the :class:`~.box.PackBox` in
+    """The driver's decisions for one pack: one question to the :class:`~.box.Box` in
     flight, asked at each report and taken at the next.
 
     A pack that takes refills (``answered``) asks for the driver's answer to the report it is
@@ -294,15 +188,16 @@ class BoxPoll:
     one costs rounds, never records.
 
     Args:
-        box: The driver's :class:`~.box.PackBox` actor.
+        box: The driver's box.
         first: The pack's first member's number (its name in the box).
         answered: The driver answers each of its reports (it takes refills).
     """
 
-    def __init__(self, box: Any, first: int, answered: bool) -> None:
-        self.box, self.pack, self.answered, self.asked = box, pack_name(first), answered, None
+    def __init__(self, box: Box, first: int, answered: bool) -> None:
+        self.box, self.pack, self.answered = box, pack_name(first), answered
+        self.asked: object = None  # the question in flight
 
-    def answer(self, report: int, live: list[int]) -> tuple[list[int], list[dict[str, Any]]]:
+    def answer(self, report: int, live: list[int]) -> Answer:
         """``(stopped, offered)``: the previous question's answer (those of ``live`` the driver
         stopped, the configurations it offered); asks the question of ``report``.
 
@@ -316,13 +211,10 @@ class BoxPoll:
         stopped: list[int] = []
         offered: list[dict[str, Any]] = []
         if self.asked is not None:
-            if not self.answered and not _ready(self.asked):
+            if not self.answered and not self.box.ready(self.asked):
                 return [], []  # not there yet: no second question
-            stopped, offered = _get(self.asked)
-        if self.answered:
-            self.asked = self.box.answer.remote(self.pack, report, live)
-        else:
-            self.asked = self.box.poll.remote(self.pack, live)
+            stopped, offered = self.box.result(self.asked)
+        self.asked = self.box.ask(self.pack, live, report if self.answered else None)
         return [n for n in stopped if n in live], offered
 
     def wait(self) -> list[dict[str, Any]]:
@@ -330,36 +222,17 @@ class BoxPoll:
         report (the question in flight), waited for; none: the pack ends."""
         if self.asked is None:
             return []
-        _, offered = _get(self.asked)
+        _, offered = self.box.result(self.asked)
         self.asked = None
         return offered
-
-
-def _ready(asked: Any) -> bool:
-    """Whether the answer to a question to the box is there (a local box's always is)."""
-    if isinstance(asked, LocalRef):
-        return True
-    import ray
-
-    return bool(ray.wait([asked], timeout=0)[0])
-
-
-def _get(asked: Any) -> tuple[list[int], list[dict[str, Any]]]:
-    """The answer to a question to the box (a Ray actor's or a :class:`~.box.LocalBox`'s)."""
-    if isinstance(asked, LocalRef):
-        return asked.get()
-    import ray
-
-    return ray.get(asked)
 
 
 def _final(rows: TrialRows, number: int, outcome: Outcome, reason: str = "") -> dict[str, Any]:
     return {**rows.report(str(outcome), reason), TRIAL_KEY: number}
 
 
-def make_pack_trainable(spec: StudySpec, box: Any) -> Any:
-    """``train_pack`` bound to ``spec`` and the driver's :class:`~.box.PackBox` (shipped
-    once)."""
+def make_pack_trainable(spec: StudySpec, box: Box | None) -> Any:
+    """``train_pack`` bound to ``spec`` and the driver's :class:`~.box.Box` (shipped once)."""
     from ray import tune
 
     return tune.with_parameters(train_pack, spec=spec, box=box)

@@ -4,7 +4,7 @@ Every trial is a pack of P ≥ 1 configurations (:mod:`fedtune.tuning.packing`).
 pack's reports, :class:`PackScheduler` hands every member's new rounds to the study's
 :class:`~.stop_rules.Stopper` (:class:`RoundFeed`). A stopped member's own trial ends at that
 report: the callbacks and the searcher hear so (``PackBook.stopped``), and the pack leaves it out
-from the next round on, told through the study's :class:`~fedtune.tuning.packing.box.PackBox`.
+from the next round on, told through the study's :class:`~fedtune.tuning.packing.box.Box`.
 A pack whose last members were stopped at a report (a pack of one whose configuration was
 stopped) is stopped by Tune there; a pack whose members ended by themselves (completed,
 diverged) ends itself, and one that takes refills ends when the searcher's answer brings no
@@ -29,7 +29,9 @@ from ..packing.trial import MEMBERS
 from .stop_rules import Stopper, StopReason
 
 if TYPE_CHECKING:
+    from ..packing.box import Box
     from ..packing.driver import PackBook
+    from .view import TrialView
 
 __all__ = ["PackScheduler", "RoundFeed"]
 
@@ -72,17 +74,17 @@ class PackScheduler(FIFOScheduler):
     Args:
         stopper: The study's stopper (:func:`.stoppers.stopper_for`).
         book: The driver's :class:`~fedtune.tuning.packing.driver.PackBook`.
-        box: The :class:`~.box.PackBox` actor the packs read (None: no pack hears of a
-            stop until its trial is stopped).
+        box: The :class:`~fedtune.tuning.packing.box.Box` the packs read (None: no pack
+            hears of a stop until its trial is stopped).
     """
 
-    def __init__(self, stopper: Stopper, book: PackBook, box: Any) -> None:
+    def __init__(self, stopper: Stopper, book: PackBook, box: Box | None) -> None:
         super().__init__()
         self.stopper, self.book, self.box = stopper, book, box
         self.feed = RoundFeed(stopper)
         self._ended: set[int] = set()
 
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: TrialView, result: dict) -> str:
         stopped = []
         for member in result.get(MEMBERS, ()):
             number = int(member[TRIAL_KEY])
@@ -97,7 +99,7 @@ class PackScheduler(FIFOScheduler):
         if stopped:
             self.book.stopped.update(stopped)
             if self.box is not None:
-                self.box.stop.remote(stopped)
+                self.box.stop(stopped)
         if trial.trial_id in self.book.refilled:
             return TrialScheduler.CONTINUE  # it ends when the searcher's answer brings no one
         numbers = self.book.numbers(trial.trial_id, trial.config)
