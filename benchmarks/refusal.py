@@ -19,7 +19,7 @@ code in its ``runtime_env``); ``builder_raises`` also one configuration at a tim
 Then a correct study's start-up (:data:`CORRECT`, ``benchmarks/_studies.py``: 2 trials of 3
 rounds on a trivial quadratic, one at a time), in the driver's process and with ``--ray``:
 ``first_trial_s`` (launch → the first trial's code runs, from the timeline,
-:mod:`fedtune.tuning.driver.timeline`) and ``total_s``.
+:mod:`fedtune.tuning.common.timeline`) and ``total_s``.
 
 Each checkout runs with ``PYTHONPATH`` naming it (``--before``, ``--after``: this one), the same
 interpreter and packages. Per checkout and case the medians, and after/before of the medians.

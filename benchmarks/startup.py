@@ -16,7 +16,7 @@ with a fresh embedded Ray:
   equivalent trivial study (quadratic task with 1 client of dimension 1 and 1 example, 1 round,
   random sampler, no scheduler, ``budget.trials = N``, ``max_concurrent = 1``), with the real
   defaults: Optuna SQLite storage and MLflow SQLite store in the workdir. The environment
-  variable ``FEDTUNE_TIMELINE`` (:mod:`fedtune.tuning.driver.timeline`) makes the driver and the trial
+  variable ``FEDTUNE_TIMELINE`` (:mod:`fedtune.tuning.common.timeline`) makes the driver and the trial
   processes stamp their phases, so the fixed cost is split into: interpreter + CLI start, spec
   (imports of the engine), driver imports, Optuna storage, Ray start, MLflow store, Tuner
   construction, first trial scheduled (driver), trial process start → trainable entered.

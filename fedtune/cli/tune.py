@@ -306,7 +306,7 @@ def _load_spec(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.tuning.driver import timeline
+    from fedtune.tuning.common import timeline
 
     timeline.mark("cli")
     early, tracking = _early_start(args)
@@ -321,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, early: Any, tracking: Any) -> int:
     from fedtune.errors import ConfigError, DataError
-    from fedtune.tuning.driver import timeline
+    from fedtune.tuning.common import timeline
 
     from .study_of_methods import methods_of, run_methods
 

@@ -129,7 +129,7 @@ def ray_start_backoff_s(environ: Mapping[str, str] | None = None) -> str:
 
 
 def timeline_file(environ: Mapping[str, str] | None = None) -> str | None:
-    """``FEDTUNE_TIMELINE``: the file of the start-up timeline (:mod:`fedtune.tuning.driver.timeline`).
+    """``FEDTUNE_TIMELINE``: the file of the start-up timeline (:mod:`fedtune.tuning.common.timeline`).
 
     Args:
         environ: the environment (default: this process's).

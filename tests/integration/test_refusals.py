@@ -6,7 +6,7 @@ task once (the preflight, begun first) while the stores, MLflow and Ray start; i
 the study as soon as it is known: Ray's start is stopped (``fedtune.tuning.driver.ray_thread``),
 the stores and MLflow store not yet begun are not begun, a parent run made meanwhile ends
 FAILED. Checked here on the order of the driver's timeline marks
-(``fedtune.tuning.driver.timeline``), never on times, and on what is left: no trial, no run
+(``fedtune.tuning.common.timeline``), never on times, and on what is left: no trial, no run
 but a failed one, no process of the driver's session and none of its Ray's temp dir. The times
 are ``benchmarks/refusal.py``'s.
 """

@@ -43,7 +43,7 @@ def test_the_early_ray_module_imports_nothing_heavy() -> None:
     """It is imported before anything else so that Ray starts at once: no torch, no Ray (the
     early thread imports Ray), no Optuna — also through the ``fedtune.tuning`` package."""
     code = (
-        "import sys, fedtune.tuning.driver.ray_session, fedtune.tuning.driver.timeline\n"
+        "import sys, fedtune.tuning.driver.ray_session, fedtune.tuning.common.timeline\n"
         "print(sorted(m for m in ('torch', 'ray', 'optuna', 'mlflow', 'pydantic') "
         "if m in sys.modules))"
     )

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.tuning.driver import sqlite_commits
-from fedtune.tuning.driver.sqlite_commits import fast_commits, filesystem_type, wal_allowed
+from fedtune.tuning.common import sqlite_commits
+from fedtune.tuning.common.sqlite_commits import fast_commits, filesystem_type, wal_allowed
 from fedtune.tuning.optuna.store import make_storage, storage_url
 
 pytest.importorskip("sqlalchemy")

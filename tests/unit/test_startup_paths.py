@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.tuning.driver import timeline
+from fedtune.tuning.common import timeline
 from fedtune.tuning.mlflow import sqlite_template
 from fedtune.tuning.mlflow.sqlite_template import seed_sqlite_store, template_path
 

@@ -21,6 +21,7 @@ from ray import tune
 
 from fedtune.outcomes import TrialOutcome
 
+from ..common import timeline
 from ..keys import TRIAL_KEY, trial_name
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
@@ -33,7 +34,6 @@ from ..spec import StudySpec
 from ..trials.schedulers import PackScheduler
 from ..trials.stoppers import stopper_for
 from ..trials.view import TrialView
-from . import timeline
 from .code_shipping import worker_spec
 from .failures import FirstErrorCallback
 from .in_process import InProcessTuner, in_process_note

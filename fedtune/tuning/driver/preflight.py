@@ -29,7 +29,7 @@ def preflight(spec: StudySpec) -> None:
     (say ``task.heterogeneity`` out of its range) still fails that trial alone."""
     from fedtune.trainers import Trainer
 
-    from . import timeline
+    from ..common import timeline
 
     timeline.mark("preflight")
     try:

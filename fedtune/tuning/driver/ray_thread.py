@@ -47,7 +47,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from . import timeline
+from ..common import timeline
 
 __all__ = ["RayStartAborted", "RayThread", "waiting_in_ray_start"]
 

@@ -51,10 +51,10 @@ from fedtune.redact import strip_credentials
 
 from ..analysis.report import study_report
 from ..analysis.trials_table import trials_table
+from ..common import timeline
 from ..optuna import search as og
 from ..optuna.store import StudyStore
 from ..spec import StudySpec
-from . import timeline
 from .code_shipping import code_runtime_env
 from .failures import first_error, no_best_reason
 from .fit import fit

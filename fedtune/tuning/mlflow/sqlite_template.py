@@ -28,21 +28,13 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import unquote
 
 from .. import env
+from ..common.sqlite_commits import sqlite_path
 
-__all__ = ["cache_dir", "seed_sqlite_store", "sqlite_path", "template_path"]
+__all__ = ["cache_dir", "seed_sqlite_store", "template_path"]
 
 log = logging.getLogger(__name__)
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The file of a ``sqlite:///`` URI (None for other stores and in-memory SQLite)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = unquote(uri[len("sqlite:///") :]).split("?", 1)[0]
-    return Path(path) if path and path != ":memory:" else None
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:

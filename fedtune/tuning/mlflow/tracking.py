@@ -49,7 +49,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_USER
 
 from fedtune.outcomes import TrialOutcome, mlflow_status
 
-from ..driver.sqlite_commits import fast_commits_for
+from ..common.sqlite_commits import fast_commits_for
 from ..keys import ROUND, trial_name
 from .client import (
     KIND_TAG,

@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 from fedtune.outcomes import TrialOutcome, from_optuna_state, optuna_state
 
 from ..analysis.tradeoff import TrialCurve
-from ..driver.sqlite_commits import fast_commits_for
+from ..common.sqlite_commits import fast_commits_for
 
 __all__ = ["CURVE_ATTR", "PARENT_ATTR", "RUN_ATTR", "StudyStore", "TrialRecord", "storage_url"]
 

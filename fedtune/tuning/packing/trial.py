@@ -32,7 +32,7 @@ from fedtune.outcomes import RUNNING
 from fedtune.trainers import Outcome, TrialConfig
 from fedtune.trainers.engine import device_label
 
-from ..driver import timeline
+from ..common import timeline
 from ..keys import OUTCOME, ROUND, TRIAL_KEY
 from ..spec import StudySpec
 from ..trials.trainable import (

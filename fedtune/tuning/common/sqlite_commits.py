@@ -28,15 +28,16 @@ import logging
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import unquote
 
 from .. import env
-from ..mlflow.sqlite_template import sqlite_path
 
 __all__ = [
     "NETWORK_FILESYSTEMS",
     "fast_commits",
     "fast_commits_for",
     "filesystem_type",
+    "sqlite_path",
     "wal_allowed",
 ]
 
@@ -68,6 +69,14 @@ NETWORK_FILESYSTEMS = frozenset(
 #: resolved paths of the stores whose connections get ``synchronous=NORMAL``
 _FAST: set[str] = set()
 _listening = False
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` URI (None for other stores and in-memory SQLite)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = unquote(uri[len("sqlite:///") :]).split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
 
 
 def filesystem_type(path: Path, mounts: str = "/proc/mounts") -> str | None:
