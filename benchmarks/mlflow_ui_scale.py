@@ -197,9 +197,9 @@ def unbounded_bytes(n: int, workdir: Path) -> dict[str, int]:
     import yaml
 
     from fedtune.tuning.analysis.report import tradeoff_of
-    from fedtune.tuning.analysis.trials_table import trials_table
     from fedtune.tuning.optuna import search as og
     from fedtune.tuning.optuna.store import StudyStore
+    from fedtune.tuning.optuna.trials_table import trials_table
     from fedtune.tuning.spec import StudySpec
 
     spec = StudySpec.from_dict(yaml.safe_load(study_text(n)))

@@ -1,4 +1,5 @@
 """What a study's trials mean: the convergence–accuracy trade-off (``tradeoff``; ``report``: a
-finished study's files), the table of its trials (``trials_table``), comparisons between studies
-(``compare``, ``compare_render``), the figures (``figure``, ``figure_png``, ``plots``) and the
-quadratic theory's predictions (``theory_link``). No MLflow here: recording is ``mlflow/``'s."""
+finished study's files), comparisons between studies (``compare``, ``compare_render``), the
+figures (``figure``, ``figure_png``, ``plots``) and the quadratic theory's predictions
+(``theory_link``). No MLflow and no Optuna here: recording is ``mlflow/``'s, the stored trials
+``optuna/``'s."""

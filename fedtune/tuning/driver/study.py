@@ -50,10 +50,10 @@ from fedtune.errors import ConfigError
 from fedtune.redact import strip_credentials
 
 from ..analysis.report import study_report
-from ..analysis.trials_table import trials_table
 from ..common import timeline
 from ..optuna import search as og
 from ..optuna.store import StudyStore
+from ..optuna.trials_table import trials_table
 from ..spec import StudySpec
 from .code_shipping import code_runtime_env
 from .failures import first_error, no_best_reason

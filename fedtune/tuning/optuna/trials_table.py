@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..optuna import search as og
-from ..optuna.store import StudyStore
-from .tradeoff import TOP_TRIALS, TradeOff
+from ..analysis.tradeoff import TOP_TRIALS, TradeOff
+from .store import StudyStore, outcome_of
 
 __all__ = ["trials_table"]
 
@@ -77,7 +76,7 @@ def trials_table(
         rtt = summary.rounds_to_target[k] if summary is not None and k is not None else None
         cols["number"].append(t.number)
         cols["rank"].append(rank.get(t.number))
-        cols["outcome"].append(og.outcome_of(t))
+        cols["outcome"].append(outcome_of(t))
         cols["objective"].append(objective(t))
         cols["rounds"].append(t.user_attrs.get("rounds"))
         cols["rounds_to_target"].append(rtt if rtt is not None and math.isfinite(rtt) else None)
