@@ -23,7 +23,7 @@ from fedtune.trainers import Trainer
 from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.optuna.store import CURVE_ATTR
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.trials.trainable import trial_configs
+from fedtune.tuning.trials.results import trial_configs
 
 ROUNDS = 12
 

@@ -146,7 +146,7 @@ def test_the_first_trial_error_is_kept_on_the_optuna_study() -> None:
     trace = (
         "Failure # 1 (occurred at 2026-11-23)\nray::ImplicitFunc.train() (pid=1)\n"
         '  File "trainable.py", line 190\n'
-        "fedtune.tuning.trials.trainable.TrialError: DataError: /d/x.h5: not an HDF5 file\n"
+        "fedtune.tuning.trials.results.TrialError: DataError: /d/x.h5: not an HDF5 file\n"
     )
     for number, text in ((1, trace), (0, "later: another error")):
         trial = SimpleNamespace(config={"fedtune.trial": number}, get_error=lambda t=text: t)

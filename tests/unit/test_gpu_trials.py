@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.trials.trainable import TrialError, gpu_device, trial_configs
+from fedtune.tuning.trials.results import TrialError, gpu_device, trial_configs
 
 NO_CUDA = not torch.cuda.is_available()
 

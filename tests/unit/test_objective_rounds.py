@@ -12,8 +12,8 @@ import pytest
 from fedtune.tuning.analysis.tradeoff import rounds_to_target, smooth
 from fedtune.tuning.keys import SMOOTH_WINDOW
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.trials import trainable
-from fedtune.tuning.trials.trainable import ObjectiveTracker, _FirstReach
+from fedtune.tuning.trials import results
+from fedtune.tuning.trials.results import ObjectiveTracker, _FirstReach
 
 
 def _curve(seed: int, n: int) -> list[float]:
@@ -52,7 +52,7 @@ def test_the_trackers_values_never_walk_the_whole_curve(monkeypatch) -> None:
         longest.append(len(losses))
         return smooth(losses, window)
 
-    monkeypatch.setattr(trainable, "smooth", spy, raising=False)
+    monkeypatch.setattr(results, "smooth", spy, raising=False)
     tracker = ObjectiveTracker(spec)
     for r, loss in enumerate(_curve(0, 200), start=1):
         tracker.observe({"round": r, "client_loss": loss})

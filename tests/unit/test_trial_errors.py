@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from fedtune.errors import CodeError
 from fedtune.tuning.driver.failures import error_line
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.trials.trainable import trial_message
+from fedtune.tuning.trials.results import trial_message
 
 
 def test_a_trial_error_names_the_users_file_not_rays_unpacked_copy(tmp_path) -> None:
@@ -39,7 +39,7 @@ def test_a_trial_error_names_the_users_file_not_rays_unpacked_copy(tmp_path) -> 
 def test_the_error_line_drops_rays_trial_error_wrapper() -> None:
     trace = (
         'Traceback (most recent call last):\n  File "trainable.py", line 3\n'
-        "fedtune.tuning.trials.trainable.TrialError: task.name: the builder raised OSError: x\n"
+        "fedtune.tuning.trials.results.TrialError: task.name: the builder raised OSError: x\n"
     )
     trial = SimpleNamespace(get_error=lambda: trace)
     assert error_line(trial) == "task.name: the builder raised OSError: x"

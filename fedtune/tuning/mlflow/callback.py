@@ -33,7 +33,7 @@ from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 
 from ..keys import DECAY_ROUNDS, DEVICE, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from ..spec import StudySpec
-from ..trials.trainable import sampled_params
+from ..trials.results import sampled_params
 
 if TYPE_CHECKING:
     from ..trials.view import TrialView

@@ -9,7 +9,7 @@ driver. Only the driver process writes to it (workers never touch Optuna).
 tells the storage's study through Optuna's public ask/tell API):
 
 * the running objective (the mean of the last N values of the objective's record field,
-  ``fedtune.tuning.trials.trainable``) → ``trial.report(value, step=round)`` at a *report point*
+  ``fedtune.tuning.trials.results``) → ``trial.report(value, step=round)`` at a *report point*
   (every ``report_every`` rounds), at most once per trial every
   :attr:`FedtuneSearch.REPORT_INTERVAL_S` seconds, and always at the trial's last round
   (single objective; Optuna has no intermediate values for several objectives). One write costs

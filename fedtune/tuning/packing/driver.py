@@ -420,7 +420,7 @@ def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:
     """
     from fedtune.trainers.packed import pack_key, pack_refusal
 
-    from ..trials.trainable import sampled_params
+    from ..trials.results import sampled_params
 
     def key(config: Mapping[str, Any]) -> str:
         parsed = spec.trial(sampled_params(config))

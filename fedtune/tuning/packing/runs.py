@@ -5,7 +5,7 @@ Two runs keep it. A pack of one trains with the engine's own
 :class:`~fedtune.trainers.Trainer` per seed, in lockstep (:class:`Single`); a larger pack
 trains every member and seed as rows of one :class:`~fedtune.trainers.packed.PackedTrainer`
 (:class:`Packed`), and takes refills. Either way a member's record each round is the mean over
-its seeds (:func:`~fedtune.tuning.trials.trainable.seed_mean`).
+its seeds (:func:`~fedtune.tuning.trials.results.seed_mean`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from fedtune.errors import FedtuneError
 from fedtune.trainers import Outcome, Trainer, TrialConfig
 
-from ..trials.trainable import seed_mean
+from ..trials.results import seed_mean
 
 __all__ = ["PackRuns", "Packed", "Single", "open_runs"]
 

@@ -10,7 +10,7 @@ engine's own :class:`~fedtune.trainers.Trainer` per seed, a larger pack as membe
 
 Every ``spec.report_every`` of a member's rounds (and when members end) the pack reports one
 result whose :data:`MEMBERS` list holds each reporting member's result in the schema of
-:mod:`~fedtune.tuning.trials.trainable` (its rows since its last report under ``HISTORY``, its running objective,
+:mod:`~fedtune.tuning.trials.results` (its rows since its last report under ``HISTORY``, its running objective,
 its outcome), with its number under ``TRIAL_KEY``; :mod:`.driver` hands each one to the
 searcher and the callbacks as the result of that member's own trial.
 
@@ -35,7 +35,7 @@ from fedtune.trainers.engine import device_label
 from ..common import timeline
 from ..keys import OUTCOME, ROUND, TRIAL_KEY
 from ..spec import StudySpec
-from ..trials.trainable import (
+from ..trials.results import (
     TrialError,
     TrialRows,
     trial_configs,
