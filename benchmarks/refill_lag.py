@@ -68,7 +68,7 @@ def lags(results: list[dict]) -> list[int]:
     stopped by the driver at that report). Refills take the freed places oldest first.
     """
     from fedtune.tuning.keys import HISTORY, ROUND, TRIAL_KEY
-    from fedtune.tuning.packing.trial import MEMBERS
+    from fedtune.tuning.trials.results import MEMBERS
 
     joined: dict[int, int] = {}
     last: dict[int, int] = {}

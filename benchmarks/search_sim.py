@@ -17,14 +17,14 @@ when more rounds are needed (the engine is deterministic for a configuration).
 halving, grace ``min_resource``, factor 3, no promotion): the stopper is ``stopper_for``'s.
 
 **Packed trials** (``pack=P``, a study's ``resources.pack``, :mod:`fedtune.tuning.packing.plan`): the
-study as :mod:`fedtune.tuning.packing.driver` runs it with ``budget.max_concurrent = P`` (one pack
+study as :mod:`fedtune.tuning.driver.pack_members` runs it with ``budget.max_concurrent = P`` (one pack
 at a time), :func:`run_packed`:
 
 * up to P configurations are asked at once (one Optuna ``ask`` each, the stopper's proposal
   first when nothing is queued, as ``FedtuneSearch.suggest``; TPE's ``constant_liar`` counts
   those asked and not yet told as pending) and packed by the driver's own
-  :class:`~fedtune.tuning.packing.driver.Backlog`: those sharing a pack key
-  (:func:`~fedtune.tuning.packing.driver.config_key`) form the pack, the others wait;
+  :class:`~fedtune.tuning.driver.pack_members.Backlog`: those sharing a pack key
+  (:func:`~fedtune.tuning.driver.pack_members.config_key`) form the pack, the others wait;
 * the members run in lockstep, one round at a time, each at its own round. Each round every
   live member's new selection-rule value is reported to Optuna and goes to the stopper
   (``stopper_for``'s: ASHA and the median rule are Optuna's pruners); a member whose row is
@@ -434,8 +434,8 @@ def run_packed(
     Returns:
         The members in the order they were told, each with its pack and :attr:`Step.cost`.
     """
+    from fedtune.tuning.driver.pack_members import Backlog, config_key
     from fedtune.tuning.keys import TRIAL_KEY
-    from fedtune.tuning.packing.driver import Backlog, config_key
 
     study = _study(spec, target_trials)
     with warnings.catch_warnings():

@@ -70,7 +70,7 @@ class StrategyDef:
 
     Args:
         sampler: The Optuna sampler that proposes its points (built by
-            :func:`~.optuna_glue.make_sampler`).
+            :func:`~fedtune.tuning.optuna.search.make_sampler`).
         scheduler: The scheduler that stops its trials (asha, median, none); None: its own
             stop rule.
         stopper: How its trials are stopped (:func:`.stoppers.stopper_for` builds it).

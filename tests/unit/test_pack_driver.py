@@ -1,7 +1,7 @@
 """Packed trials without a cluster: the pack's reports, the driver's fan-out, the plan.
 
 The trainables run in this process with ``ray.tune.report`` captured; the driver's wrappers
-(:mod:`fedtune.tuning.packing.driver`) run against recording fakes of the searcher, callbacks and
+(:mod:`fedtune.tuning.driver.pack_members`) run against recording fakes of the searcher, callbacks and
 stopper they wrap, so each test names exactly which member event must reach them, and how often.
 """
 
@@ -16,18 +16,19 @@ from ray.tune.search import Searcher
 
 from fedtune.errors import ConfigError
 from fedtune.outcomes import RUNNING, TrialOutcome
+from fedtune.tuning.driver import pack_members as pd
 from fedtune.tuning.keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from fedtune.tuning.packing import driver as pd
-from fedtune.tuning.packing import trial as pack_trial
 from fedtune.tuning.packing.box import LocalBox, RayBox
 from fedtune.tuning.packing.limits import AUTO_MAX
 from fedtune.tuning.packing.memory import PackMemory
 from fedtune.tuning.packing.plan import plan, reserved_processes
 from fedtune.tuning.packing.speed import PAYS, PackSpeed, draws, measure
-from fedtune.tuning.packing.trial import MEMBERS, PACK_KEY, train_pack
 from fedtune.tuning.spec import StudySpec
+from fedtune.tuning.trials import trainable as pack_trial
+from fedtune.tuning.trials.results import MEMBERS, PACK_KEY
 from fedtune.tuning.trials.schedulers import PackScheduler
 from fedtune.tuning.trials.stop_rules import NeverStop, StopReason
+from fedtune.tuning.trials.trainable import train_pack
 
 ROUNDS = 8
 #: fields of a round's record that are measured time, not arithmetic

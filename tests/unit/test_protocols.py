@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 
 from fedtune.tuning.driver.in_process import LocalTrial
+from fedtune.tuning.driver.pack_members import MemberTrial
 from fedtune.tuning.keys import TRIAL_KEY
 from fedtune.tuning.mlflow import process
 from fedtune.tuning.mlflow.process import ProcessTracker
 from fedtune.tuning.mlflow.tracker import Tracker
 from fedtune.tuning.mlflow.tracking import StudyTracker
 from fedtune.tuning.packing.box import Box, LocalBox, RayBox
-from fedtune.tuning.packing.driver import MemberTrial
 from fedtune.tuning.packing.runs import Packed, PackRuns, Single
-from fedtune.tuning.packing.trial import PACK_KEY
+from fedtune.tuning.trials.results import PACK_KEY
 from fedtune.tuning.trials.view import TrialView
 
 ROOT = Path(__file__).resolve().parents[2] / "fedtune"

@@ -125,7 +125,7 @@ def _imported_after(code: str) -> set[str]:
 def test_driver_and_trial_imports_leave_mlflow_and_matplotlib_out() -> None:
     """The driver imports MLflow in a thread while Ray starts; a trial process needs neither
     MLflow nor matplotlib (figures are drawn by the driver at the end)."""
-    loaded = _imported_after("import fedtune.tuning.driver.study, fedtune.tuning.packing.trial")
+    loaded = _imported_after("import fedtune.tuning.driver.study, fedtune.tuning.trials.trainable")
     assert "ray" in loaded and "optuna" in loaded
     assert "mlflow" not in loaded
     assert "matplotlib" not in loaded

@@ -13,7 +13,7 @@
   interrupted trials, grid points not run yet) are marked ``FAIL`` with ``outcome: cancelled``.
   The service calls it when a cancelled study's driver stops, so nothing of a cancelled study is
   left to be run; such trials never ran and count towards nothing
-  (``optuna_glue.study_counts``, ``service.optuna_sync``). With ``orphans=True`` (only once the
+  (``optuna.search.study_counts``, ``service.optuna_sync``). With ``orphans=True`` (only once the
   driver is known to be gone: killed before its clean-up ran) trials it left ``RUNNING`` are
   marked ``FAIL`` with ``outcome: interrupted`` too, as its own clean-up would have.
 """
@@ -77,7 +77,7 @@ def first_error(study: optuna.Study) -> str | None:
 
 
 def all_failed(counts: Mapping[str, int]) -> bool:
-    """Whether trials finished and every one of them failed (``optuna_glue.study_counts``)."""
+    """Whether trials finished and every one of them failed (``optuna.search.study_counts``)."""
     return counts.get("trials", 0) > 0 and counts.get(TrialOutcome.FAILED, 0) == counts["trials"]
 
 

@@ -25,15 +25,16 @@ from ..common import timeline
 from ..keys import TRIAL_KEY, trial_name
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
-from ..packing import driver as pd
 from ..packing import memory, speed
 from ..packing.box import Box, LocalBox, RayBox
 from ..packing.plan import plan as pack_plan
-from ..packing.trial import make_pack_trainable, pack_name, train_pack
 from ..spec import StudySpec
+from ..trials.results import pack_name
 from ..trials.schedulers import PackScheduler
 from ..trials.stoppers import stopper_for
+from ..trials.trainable import make_pack_trainable, train_pack
 from ..trials.view import TrialView
+from . import pack_members as pd
 from .code_shipping import worker_spec
 from .failures import FirstErrorCallback
 from .in_process import InProcessTuner, in_process_note
@@ -250,7 +251,7 @@ def _parts(
     callbacks: list[Any],
     box: Box | None,
 ) -> tuple[Any, Any, list[Any]]:
-    """The searcher, scheduler and callbacks of a study (:mod:`.packing.driver`).
+    """The searcher, scheduler and callbacks of a study (:mod:`.pack_members`).
 
     A study that packs (``size`` ≥ 2) has a :class:`~.packing.box.Box` (a
     :class:`~.packing.box.RayBox`, or a :class:`~.packing.box.LocalBox` for trials in the

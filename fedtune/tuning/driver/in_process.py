@@ -6,9 +6,9 @@ Such a study (``resources.gpu: 0`` and ``budget.max_concurrent: 1`` or an intege
 (``docs/explanation/architecture.md``, *Trials in the driver's process*). With
 ``run_study(..., in_process=True)`` (``fedtune tune`` without ``--ray``) it runs through
 :class:`InProcessTuner`, which takes the place of Ray Tune's ``Tuner`` and drives the same parts
-as Ray Tune does: the study's searcher (:class:`~..packing.driver.PackSearch`), its scheduler
+as Ray Tune does: the study's searcher (:class:`~.pack_members.PackSearch`), its scheduler
 (:class:`~..trials.schedulers.PackScheduler`), its callbacks and its trainable
-(:func:`~..packing.trial.train_pack`), with the hooks called in the order of Ray Tune's
+(:func:`~..trials.trainable.train_pack`), with the hooks called in the order of Ray Tune's
 controller (``ray.tune.execution.tune_controller``, Ray 2.x):
 
 * a report: the scheduler decides; the searcher hears of a result the scheduler did not stop;

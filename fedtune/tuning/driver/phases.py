@@ -168,7 +168,7 @@ class StudyResult:
     artifacts: dict[str, str]
     interrupted: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-    #: stopped trials by reason (``optuna_glue.stop_reasons``: ``worse``, ``rung``, ``asha`` …)
+    #: stopped trials by reason (``optuna.search.stop_reasons``: ``worse``, ``rung``, ``asha`` …)
     stop_reasons: dict[str, int] = field(default_factory=dict)
     #: ``trial N: <error>`` of the first failed trial (``failures.first_error``), if any
     first_error: str | None = None

@@ -8,7 +8,7 @@
    stored already; spec errors (budget, sampler) fail here, before Ray and the stores;
 2. **start the runtime** (:func:`_start_runtime`): open the Optuna storage and *reconcile*
    it (trials left RUNNING by a driver that died are marked interrupted and re-enqueued, their
-   MLflow runs KILLED: :mod:`.optuna_glue`, :mod:`.tracking`), open the MLflow store and
+   MLflow runs KILLED: :mod:`fedtune.tuning.optuna.search`, :mod:`.tracking`), open the MLflow store and
    parent run, and start Ray (or take the one :class:`.ray_session.EarlyRay` began, or connect
    to ``ray_address``) with the study's ``code`` in the job's ``runtime_env``
    (:mod:`.code_shipping`), the task and model built once (:mod:`.preflight`) and the
@@ -18,7 +18,7 @@
    not begin, and Ray's start is stopped (:mod:`.ray_thread`);
 3. **fit** (:func:`.fit.fit`): a ``Tuner`` runs the ``target − finished`` remaining
    configurations in packs of P ≥ 1 per trial process (:mod:`..packing`), asked of
-   :class:`~.optuna_glue.FedtuneSearch`; they are stopped early by the study's one stopper
+   :class:`~fedtune.tuning.optuna.search.FedtuneSearch`; they are stopped early by the study's one stopper
    (:func:`.stoppers.stopper_for`), asked by :class:`.schedulers.PackScheduler` after every
    report; the driver's callbacks log every configuration's results to MLflow and the
    progress line;

@@ -12,7 +12,7 @@ earlier one (Optuna's ``rounds`` user attribute), and a running configuration ho
 back what it did not use, so stopping bad configurations early buys more of them. When a new
 configuration does not fit, the searcher waits while others run (their end may free enough)
 and finishes when none runs. Every configuration, whatever its pack, goes through
-:meth:`RoundBudget.ask` (:mod:`.optuna_glue`, :mod:`.packing.driver`); the progress line reads
+:meth:`RoundBudget.ask` (:mod:`.search`, :mod:`fedtune.tuning.driver.pack_members`); the progress line reads
 :attr:`RoundBudget.used`.
 
 Pure bookkeeping: no Ray, no Optuna.

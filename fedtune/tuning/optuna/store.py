@@ -1,7 +1,7 @@
 """The study store: one interface to a study's record in its Optuna RDB storage.
 
 Everything that reads or writes a study's trials goes through :class:`StudyStore` — the study
-driver (:mod:`.study`, :mod:`.optuna_glue`), the MLflow adapter's callers and the service
+driver (:mod:`.study`, :mod:`fedtune.tuning.optuna.search`), the MLflow adapter's callers and the service
 (``fedtune.service.optuna_sync``) — so attribute names (``fedtune:curve``, ``mlflow_run_id``,
 ``outcome``, …) live here only, and only Optuna's *public* storage API is used (trial ids
 come from ``get_trial_id_from_study_id_trial_number``, never from private attributes).

@@ -49,7 +49,7 @@ class Box(Protocol):
         """Give a pack configurations to take, and answer one of its reports; returns at once.
 
         Args:
-            pack: The pack's name (:func:`~.trial.pack_name`).
+            pack: The pack's name (:func:`~fedtune.tuning.trials.results.pack_name`).
             configs: Member configs that join it (each with its Optuna number).
             answers: The pack's report (its ``round``) the driver has now processed.
         """
@@ -120,7 +120,7 @@ class PackBox:
         """Give a pack configurations to take, and answer one of its reports.
 
         Args:
-            pack: The pack's name (:func:`~.trial.pack_name`).
+            pack: The pack's name (:func:`~fedtune.tuning.trials.results.pack_name`).
             configs: Member configs that join it (each with its Optuna number).
             answers: The pack's report (its ``round``) the driver has now processed: its stops
                 and these configurations are the answer to it.

@@ -2,7 +2,7 @@
 
 A *pack* is one Ray Tune trial that trains P configurations of the study at once with the
 engine's :class:`~fedtune.trainers.packed.PackedTrainer`; each configuration stays its own
-Optuna trial, MLflow child run and service trial (:mod:`.driver` fans a pack's events out
+Optuna trial, MLflow child run and service trial (:mod:`fedtune.tuning.driver.pack_members` fans a pack's events out
 to them). ``budget.max_concurrent`` counts configurations, never processes: a study trains
 ``max_concurrent`` configurations at once in ``ceil(max_concurrent / P)`` processes, each
 holding ``resources`` (so GPUs are reserved per pack). Why and what was measured:

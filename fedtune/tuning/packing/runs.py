@@ -1,23 +1,25 @@
 """How a pack trains its members: a :class:`PackRuns`, the contract the pack's loop
-(:func:`~.trial.train_pack`) is written to, whatever trains them.
+(:func:`~fedtune.tuning.trials.trainable.train_pack`) is written to, whatever trains them.
 
 Two runs keep it. A pack of one trains with the engine's own
 :class:`~fedtune.trainers.Trainer` per seed, in lockstep (:class:`Single`); a larger pack
 trains every member and seed as rows of one :class:`~fedtune.trainers.packed.PackedTrainer`
 (:class:`Packed`), and takes refills. Either way a member's record each round is the mean over
-its seeds (:func:`~fedtune.tuning.trials.results.seed_mean`).
+its seeds (:func:`seed_mean`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
+
 from fedtune.errors import FedtuneError
 from fedtune.trainers import Outcome, Trainer, TrialConfig
 
-from ..trials.results import seed_mean
+from ..keys import ROUND
 
-__all__ = ["PackRuns", "Packed", "Single", "open_runs"]
+__all__ = ["PackRuns", "Packed", "Single", "open_runs", "seed_mean"]
 
 
 class PackRuns(Protocol):
@@ -58,6 +60,17 @@ class PackRuns(Protocol):
             configs: Its configuration, one per seed.
         """
         ...
+
+
+def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One round's record of a trial trained with several seeds: the mean of each field every
+    seed has (one seed: its record as it is)."""
+    if len(rows) == 1:
+        return rows[0]
+    keys = [k for k in rows[0] if all(k in r for r in rows)]
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in keys}
+    mean[ROUND] = rows[0][ROUND]
+    return mean
 
 
 def open_runs(members: dict[int, list[TrialConfig]]) -> PackRuns:

@@ -1,3 +1,4 @@
-"""What a trial reports and what stops it: its results' schema (``results``; the trainable of
-every trial, a pack, is ``fedtune.tuning.packing.trial``), the stop rules (``stop_rules``), the
-strategy's stopper (``stoppers``) and the Ray Tune scheduler that asks it (``schedulers``)."""
+"""One Ray Tune trial, a pack of P ≥ 1 configurations, and what stops it: its trainable
+(``trainable``), the schema of its results and its pack's (``results``), the stop rules
+(``stop_rules``), the strategy's stopper (``stoppers``), the Ray Tune scheduler that asks it
+(``schedulers``) and the trial the callbacks see (``view``)."""

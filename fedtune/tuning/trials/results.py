@@ -1,15 +1,17 @@
 """What a trial reports: a configuration's typed trial configurations, its rows and objective,
-and the schema of its results.
+and the schema of its results and of its pack's.
 
-Every trial is a pack of P ≥ 1 configurations (its trainable: :mod:`fedtune.tuning.packing.trial`).
-Each configuration's Tune config is the plain ``{config path: value}`` dict that the Optuna
+Every trial is a pack of P ≥ 1 configurations (its trainable: :mod:`.trainable`). A pack's Tune
+config holds its members under :data:`PACK_KEY` and each of its results holds one result per
+reporting member under :data:`MEMBERS` (:func:`pack_name`, :func:`member_numbers`). Each
+configuration's Tune config is the plain ``{config path: value}`` dict that the Optuna
 searcher sampled, plus the Optuna trial number under :data:`~.keys.TRIAL_KEY`; it becomes one
 typed trial configuration per seed of ``spec.seeds`` (:func:`trial_configs`, by
-``spec.trial``), and its per-round record is the mean over its seeds (:func:`seed_mean`). Its
-result, every ``spec.report_every`` rounds and at the end, is built by :class:`TrialRows`. Ray's
-result-throughput guidance is to report seconds, not milliseconds, apart; every result therefore
-carries the rounds since the previous one under :data:`~.keys.HISTORY`, so nothing is lost when
-reports are sparse.
+``spec.trial``), and its per-round record is the mean over its seeds
+(:func:`~fedtune.tuning.packing.runs.seed_mean`). Its result, every ``spec.report_every``
+rounds and at the end, is built by :class:`TrialRows`. Ray's result-throughput guidance is to
+report seconds, not milliseconds, apart; every result therefore carries the rounds since the
+previous one under :data:`~.keys.HISTORY`, so nothing is lost when reports are sparse.
 
 Objective (the papers' selection rule, Charles & Konečný 2020 (arXiv:2007.00878) §8.3): with the
 per-round values v_t of ``objective.record_field`` (ℓ_t for ``train_loss``),
@@ -72,16 +74,33 @@ from ..keys import (
 from ..spec import Mode, MultiMetric, StudySpec
 
 __all__ = [
+    "MEMBERS",
+    "PACK_KEY",
     "RUNNING",
     "ObjectiveTracker",
     "TrialError",
     "TrialRows",
     "gpu_device",
+    "member_numbers",
+    "pack_name",
     "sampled_params",
-    "seed_mean",
     "trial_configs",
     "trial_message",
 ]
+
+PACK_KEY = "fedtune.pack"  # a pack's Tune config: its members' configs
+MEMBERS = "members"  # a pack's result: one result per member that reports
+
+
+def pack_name(first: int) -> str:
+    """A pack's name (its Ray Tune trial's and its key in the box): ``pack-<its first
+    member's number>``."""
+    return f"pack-{first:04d}"
+
+
+def member_numbers(config: Mapping[str, Any]) -> list[int]:
+    """The Optuna numbers of a pack's members, in order."""
+    return [int(m[TRIAL_KEY]) for m in config[PACK_KEY]]
 
 
 def sampled_params(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,17 +214,6 @@ class _FirstReach:
             mean = math.inf
         if mean <= self.target:
             self.round = float(round_)
-
-
-def seed_mean(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """One round's record of a trial trained with several seeds: the mean of each field every
-    seed has (one seed: its record as it is)."""
-    if len(rows) == 1:
-        return rows[0]
-    keys = [k for k in rows[0] if all(k in r for r in rows)]
-    mean = {k: float(np.mean([r[k] for r in rows])) for k in keys}
-    mean[ROUND] = rows[0][ROUND]
-    return mean
 
 
 class TrialRows:

@@ -25,12 +25,12 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from fedtune.outcomes import RUNNING
 
 from ..keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
-from ..packing.trial import MEMBERS
+from .results import MEMBERS
 from .stop_rules import Stopper, StopReason
 
 if TYPE_CHECKING:
+    from ..driver.pack_members import PackBook
     from ..packing.box import Box
-    from ..packing.driver import PackBook
     from .view import TrialView
 
 __all__ = ["PackScheduler", "RoundFeed"]
@@ -73,7 +73,7 @@ class PackScheduler(FIFOScheduler):
 
     Args:
         stopper: The study's stopper (:func:`.stoppers.stopper_for`).
-        book: The driver's :class:`~fedtune.tuning.packing.driver.PackBook`.
+        book: The driver's :class:`~fedtune.tuning.driver.pack_members.PackBook`.
         box: The :class:`~fedtune.tuning.packing.box.Box` the packs read (None: no pack
             hears of a stop until its trial is stopped).
     """

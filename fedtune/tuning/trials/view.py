@@ -1,7 +1,7 @@
 """The one trial type the study's scheduler and callbacks see, whatever runs the trial.
 
 Three things run a trial: Ray Tune (its ``Trial``, a pack of configurations), the driver's
-pack callback (:class:`~fedtune.tuning.packing.driver.MemberTrial`, one configuration of a
+pack callback (:class:`~fedtune.tuning.driver.pack_members.MemberTrial`, one configuration of a
 pack) and the driver's own tuner (:class:`~fedtune.tuning.driver.in_process.LocalTrial`, a
 trial in the driver's process). The scheduler and the callbacks read the same few things of
 each: :class:`TrialView`. Ray Tune's ``Trial`` satisfies it as it is, and the other two are

@@ -1,30 +1,31 @@
 """The Ray Tune function trainable of every trial: a pack of P ≥ 1 configurations in one
 process.
 
-A pack's Tune ``config`` holds its members under :data:`PACK_KEY`: each member is a
+A pack's Tune ``config`` holds its members under :data:`~.results.PACK_KEY`: each member is a
 configuration's config (its sampled ``{path: value}`` and its Optuna number under
 ``TRIAL_KEY``). Each member trains with every seed of ``spec.seeds``: a pack of one with the
 engine's own :class:`~fedtune.trainers.Trainer` per seed, a larger pack as members of one
 :class:`~fedtune.trainers.packed.PackedTrainer`; the pack's loop sees either as its
-:class:`~.runs.PackRuns` (:mod:`.runs`).
+:class:`~fedtune.tuning.packing.runs.PackRuns`.
 
 Every ``spec.report_every`` of a member's rounds (and when members end) the pack reports one
-result whose :data:`MEMBERS` list holds each reporting member's result in the schema of
-:mod:`~fedtune.tuning.trials.results` (its rows since its last report under ``HISTORY``, its running objective,
-its outcome), with its number under ``TRIAL_KEY``; :mod:`.driver` hands each one to the
-searcher and the callbacks as the result of that member's own trial.
+result whose :data:`~.results.MEMBERS` list holds each reporting member's result in the schema
+of :mod:`.results` (its rows since its last report under ``HISTORY``, its running objective,
+its outcome), with its number under ``TRIAL_KEY``; the driver
+(:mod:`fedtune.tuning.driver.pack_members`) hands each one to the searcher and the callbacks as
+the result of that member's own trial.
 
-The driver's decisions come through its :class:`~.box.Box` (``box``), asked at each report
-and taken at the next (:class:`BoxPoll`). A member the driver stopped leaves the pack: it
-costs no more compute and is not reported again (the driver ended its trial at the report it
-was stopped on). A configuration the driver offers joins the pack at round 0 (a refill of a
+The driver's decisions come through its :class:`~fedtune.tuning.packing.box.Box` (``box``),
+asked at each report and taken at the next (:class:`BoxPoll`). A member the driver stopped
+leaves the pack: it costs no more compute and is not reported again (the driver ended its trial
+at the report it was stopped on). A configuration the driver offers joins the pack at round 0 (a refill of a
 place that a member's end freed). A pack with no member left reports so and waits for the
 driver's answer to that report: it ends when the answer brings no configuration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from fedtune.errors import FedtuneError
@@ -34,31 +35,21 @@ from fedtune.trainers.engine import device_label
 
 from ..common import timeline
 from ..keys import OUTCOME, ROUND, TRIAL_KEY
+from ..packing.box import Answer, Box
+from ..packing.runs import PackRuns, open_runs
 from ..spec import StudySpec
-from ..trials.results import (
+from .results import (
+    MEMBERS,
+    PACK_KEY,
     TrialError,
     TrialRows,
+    member_numbers,
+    pack_name,
     trial_configs,
     trial_message,
 )
-from .box import Answer, Box
-from .runs import PackRuns, open_runs
 
-__all__ = ["MEMBERS", "PACK_KEY", "BoxPoll", "member_numbers", "pack_name", "train_pack"]
-
-PACK_KEY = "fedtune.pack"  # a pack's Tune config: its members' configs
-MEMBERS = "members"  # a pack's result: one result per member that reports
-
-
-def pack_name(first: int) -> str:
-    """A pack's name (its Ray Tune trial's and its key in the box): ``pack-<its first
-    member's number>``."""
-    return f"pack-{first:04d}"
-
-
-def member_numbers(config: Mapping[str, Any]) -> list[int]:
-    """The Optuna numbers of a pack's members, in order."""
-    return [int(m[TRIAL_KEY]) for m in config[PACK_KEY]]
+__all__ = ["BoxPoll", "make_pack_trainable", "train_pack"]
 
 
 def train_pack(
@@ -70,9 +61,10 @@ def train_pack(
     """Ray Tune function trainable of a pack (see the module docstring).
 
     Args:
-        config: The pack's Tune config (:data:`PACK_KEY`).
+        config: The pack's Tune config (:data:`~.results.PACK_KEY`).
         spec: The study.
-        box: The driver's :class:`~.box.Box` (None: no stops, no refills).
+        box: The driver's :class:`~fedtune.tuning.packing.box.Box` (None: no stops, no
+            refills).
         report: Where each report goes (None: Ray Tune's ``tune.report``; a trial in the
             driver's process: :class:`~..driver.in_process.InProcessTuner`'s).
     """
@@ -176,8 +168,9 @@ def _train_pack(
 
 
 class BoxPoll:
-    """The driver's decisions for one pack: one question to the :class:`~.box.Box` in
-    flight, asked at each report and taken at the next.
+    """The driver's decisions for one pack: one question to the
+    :class:`~fedtune.tuning.packing.box.Box` in flight, asked at each report and taken at the
+    next.
 
     A pack that takes refills (``answered``) asks for the driver's answer to the report it is
     about to send and takes it at its next report, waiting if the driver has not answered yet:
@@ -232,7 +225,8 @@ def _final(rows: TrialRows, number: int, outcome: Outcome, reason: str = "") -> 
 
 
 def make_pack_trainable(spec: StudySpec, box: Box | None) -> Any:
-    """``train_pack`` bound to ``spec`` and the driver's :class:`~.box.Box` (shipped once)."""
+    """``train_pack`` bound to ``spec`` and the driver's
+    :class:`~fedtune.tuning.packing.box.Box` (shipped once)."""
     from ray import tune
 
     return tune.with_parameters(train_pack, spec=spec, box=box)

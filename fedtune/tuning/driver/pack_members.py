@@ -1,13 +1,14 @@
-"""The driver's side of every trial: each configuration of a pack is its own trial.
+"""A pack's members as trials, on the driver's side: each configuration of a pack is its own
+trial.
 
-Ray Tune runs a pack (:mod:`.trial`) of P ≥ 1 configurations as one trial; everything fedtune
-records is per configuration. A study that does not pack is one whose packs hold one
-configuration each, on the same path. Three wrappers turn a pack's events into its members'
-events, so that the study's searcher and callbacks (Optuna, MLflow, the progress line, the
-service's sink) see configurations, whatever the pack size:
+Ray Tune runs a pack (:mod:`~fedtune.tuning.trials.trainable`) of P ≥ 1 configurations as one
+trial; everything fedtune records is per configuration. A study that does not pack is one whose
+packs hold one configuration each, on the same path. Three wrappers turn a pack's events into
+its members' events, so that the study's searcher and callbacks (Optuna, MLflow, the progress
+line, the service's sink) see configurations, whatever the pack size:
 
-* :class:`PackSearch` wraps :class:`~.optuna_glue.FedtuneSearch`. Tune asks it for one trial;
-  it asks Optuna for up to P configurations at once (one ``ask`` each: with TPE's
+* :class:`PackSearch` wraps :class:`~fedtune.tuning.optuna.search.FedtuneSearch`. Tune asks it
+  for one trial; it asks Optuna for up to P configurations at once (one ``ask`` each: with TPE's
   ``constant_liar`` every configuration asked and not yet told is a *pending* trial that the
   next ask treats as having the worst value seen, so a batch spreads out instead of asking the
   same point P times) and packs those that share a
@@ -16,7 +17,8 @@ service's sink) see configurations, whatever the pack size:
   P, packs the largest group (ties: the key asked first), and the rest wait for the next pack.
   It stops asking at the study's budget of configurations.
 * The study's scheduler (:class:`~fedtune.tuning.trials.schedulers.PackScheduler`) stops
-  members on the study's stopper's word, and tells a pack through its :class:`~.box.Box`.
+  members on the study's stopper's word, and tells a pack through its
+  :class:`~fedtune.tuning.packing.box.Box`.
 * :class:`PackCallback` wraps the study's Tune callbacks, calling them with a
   :class:`MemberTrial` per member.
 
@@ -45,9 +47,9 @@ from fedtune.outcomes import RUNNING
 
 from ..keys import OUTCOME, ROUND, TRIAL_KEY
 from ..optuna.store import StudyStore
+from ..packing.box import Box
+from ..trials.results import MEMBERS, PACK_KEY, member_numbers, pack_name, sampled_params
 from ..trials.view import TrialView
-from .box import Box
-from .trial import MEMBERS, PACK_KEY, member_numbers, pack_name
 
 __all__ = [
     "Backlog",
@@ -220,7 +222,7 @@ class PackSearch(Searcher):
     """The study's searcher over packs of up to ``size`` configurations (module docstring).
 
     Args:
-        inner: The study's :class:`~.optuna_glue.FedtuneSearch`.
+        inner: The study's :class:`~fedtune.tuning.optuna.search.FedtuneSearch`.
         book: The driver's :class:`PackBook`.
         size: Configurations per pack.
         budget: Configurations to run in all (the study's remaining trials; None: no limit,
@@ -228,8 +230,8 @@ class PackSearch(Searcher):
         key: A member config's pack key (members with equal keys share a pack).
         store: The study's store: each member's Optuna user attribute ``pack`` names its pack
             (``pack-<first member's number>``, the pack's Ray Tune trial directory).
-        box: The study's :class:`~.box.Box`, through which packs of two or more take refills
-            (None: packs only shrink).
+        box: The study's :class:`~fedtune.tuning.packing.box.Box`, through which packs of two
+            or more take refills (None: packs only shrink).
     """
 
     def __init__(
@@ -419,8 +421,6 @@ def config_key(spec: Any) -> Callable[[Mapping[str, Any]], str]:
         The function of a member's Tune config.
     """
     from fedtune.trainers.packed import pack_key, pack_refusal
-
-    from ..trials.results import sampled_params
 
     def key(config: Mapping[str, Any]) -> str:
         parsed = spec.trial(sampled_params(config))
