@@ -269,7 +269,7 @@ def _ask(study: optuna.Study, stopper: Stopper, space: Any) -> tuple[Any, dict[s
     Returns:
         The Optuna trial and its point.
     """
-    from fedtune.tuning.trials.stop_rules import SWEEP_ATTR
+    from fedtune.tuning.trials.sweep import SWEEP_ATTR
 
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     proposal = None if waiting else stopper.propose()

@@ -67,7 +67,8 @@ from fedtune.search_spaces import SearchSpace, enqueue, grid_points, resolve_val
 from ..analysis.tradeoff import TrialCurve
 from ..keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from ..spec import DEFAULT_TRIALS, Mode, MultiMetric, SamplerName, StudySpec
-from ..trials.stop_rules import SWEEP_ATTR, Observed, Stopper
+from ..trials.stop_rules import Observed, Stopper
+from ..trials.sweep import SWEEP_ATTR
 from .budget import Ask, RoundBudget, rounds_spent
 from .store import CURVE_ATTR, StudyStore, make_storage, outcome_of, storage_url
 
