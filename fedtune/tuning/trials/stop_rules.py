@@ -1,7 +1,7 @@
 """Who stops a study's trials: the :class:`Stopper` interface and every stopper behind it.
 
 A study has exactly one stopper (built by :func:`fedtune.tuning.trials.stoppers.stopper_for`); the
-searcher (:class:`~fedtune.tuning.optuna.search.FedtuneSearch`) and the study's Ray Tune scheduler
+searcher (:class:`~fedtune.tuning.optuna.searcher.FedtuneSearch`) and the study's Ray Tune scheduler
 (:class:`~.schedulers.PackScheduler`), both in the driver, talk only to it, and it decides on
 each configuration, whatever its pack:
 
