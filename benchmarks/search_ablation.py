@@ -5,7 +5,7 @@ trials until the best completed trial is within 1 % of the grid's best, as a fra
 grid's executed rounds; the grid is read from ``benchmarks/results/search_efficiency.json``), but
 the study loop is simulated in one process: Optuna TPE ask/tell (pruned trials with their
 intermediate values, diverged ones with +inf, as ``FedtuneSearch`` tells them) and the
-:mod:`fedtune.tuning.trials.stop_rules` classes deciding after every round. Variants:
+:mod:`fedtune.tuning.trials.stop_rules` classes (and :mod:`~fedtune.tuning.trials.sweep`) deciding after every round. Variants:
 
 * ``tradeoff`` — the default strategy (sweep + selection-rule stop rule with the trial's own-rate
   projection + plateau rule for sweep steps, then TPE);
@@ -43,7 +43,8 @@ from search_efficiency import TASKS, task_spec
 
 from fedtune.search_spaces import suggest
 from fedtune.trainers import Trainer
-from fedtune.tuning.trials.stop_rules import IncumbentStopper, StopRule, TheorySweep, relative_gap
+from fedtune.tuning.trials.stop_rules import IncumbentStopper, StopRule, relative_gap
+from fedtune.tuning.trials.sweep import TheorySweep
 
 OUT = Path(__file__).resolve().parent / "results" / "search_ablation.json"
 LAST = 10

@@ -5,7 +5,7 @@ Same parts as ``run_study`` — the study's sampler (:func:`~fedtune.tuning.optu
 the space's Optuna distributions (``suggest``), the strategy's stopper
 (:func:`~fedtune.tuning.trials.stoppers.stopper_for`, :mod:`fedtune.tuning.trials.stop_rules`), Optuna's
 pruners — and the same meaning of a trial as
-:class:`~fedtune.tuning.optuna.search.FedtuneSearch` gives it (completed → its selection-rule
+:class:`~fedtune.tuning.optuna.searcher.FedtuneSearch` gives it (completed → its selection-rule
 value, diverged → the worst value, stopped → ``PRUNED`` with its per-round values reported),
 but without Ray, MLflow or the RDB storage: a trial is the engine's ``run_trial`` on the task's
 built data, and the strategy's stop decision is taken after every round (``report_every: 1``).
@@ -269,7 +269,7 @@ def _ask(study: optuna.Study, stopper: Stopper, space: Any) -> tuple[Any, dict[s
     Returns:
         The Optuna trial and its point.
     """
-    from fedtune.tuning.trials.stop_rules import SWEEP_ATTR
+    from fedtune.tuning.trials.sweep import SWEEP_ATTR
 
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     proposal = None if waiting else stopper.propose()

@@ -275,8 +275,8 @@ def summarize(runs: list[dict[str, Any]], kind: str, ns: list[int]) -> dict[str,
 #: (file suffix, function) -> name in the per-trial profile
 _PROFILED = {
     ("<method 'commit' of 'sqlite3.Connection' objects>", ""): "sqlite_commit",
-    ("fedtune/tuning/optuna/search.py", "suggest"): "searcher_suggest (Optuna ask)",
-    ("fedtune/tuning/optuna/search.py", "on_trial_complete"): "searcher_complete (Optuna tell)",
+    ("fedtune/tuning/optuna/searcher.py", "suggest"): "searcher_suggest (Optuna ask)",
+    ("fedtune/tuning/optuna/searcher.py", "on_trial_complete"): "searcher_complete (Optuna tell)",
     ("fedtune/tuning/mlflow/callback.py", "on_trial_start"): "mlflow_trial_start",
     ("fedtune/tuning/mlflow/callback.py", "on_trial_result"): "mlflow_trial_result",
     ("fedtune/tuning/mlflow/callback.py", "on_trial_complete"): "mlflow_trial_complete",

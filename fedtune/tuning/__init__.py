@@ -64,7 +64,7 @@ _LAZY = {
     "StudyResult": "driver.phases",
     "StudyTracker": "mlflow.tracking",
     "MlflowCallback": "mlflow.callback",
-    "FedtuneSearch": "optuna.search",
+    "FedtuneSearch": "optuna.searcher",
     "ProgressCallback": "driver.progress",
 }
 __all__ = sorted(_LAZY)

@@ -116,7 +116,7 @@ def test_profile_areas(bench) -> None:
         [
             "thread (MainThread);run (study.py:1);_find_and_load (<frozen>:1) 5",
             "thread (MainThread);step (ray/tune/execution/tune_controller.py:1);"
-            "on_trial_result (fedtune/tuning/optuna/search.py:2);report (optuna/trial/_trial.py:3) 3",
+            "on_trial_result (fedtune/tuning/optuna/searcher.py:2);report (optuna/trial/_trial.py:3) 3",
             "thread (fedtune-mlflow-rounds);_run (fedtune/tuning/mlflow/round_log.py:1);"
             "log_batch (mlflow/tracking/client.py:9) 2",
         ]

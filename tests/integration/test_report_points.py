@@ -9,7 +9,7 @@ import pytest
 from mlflow import MlflowClient
 
 from fedtune.tuning import StudySpec, run_study
-from fedtune.tuning.optuna.search import FedtuneSearch
+from fedtune.tuning.optuna.searcher import FedtuneSearch
 
 
 def _study(tmp_path, quadratic_study, name: str, **overrides):

@@ -16,7 +16,7 @@ import pytest
 from fedtune.tuning import Strategy
 from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.spec import StudySpec
-from fedtune.tuning.trials.stop_rules import SWEEP_ATTR
+from fedtune.tuning.trials.sweep import SWEEP_ATTR
 
 SPEC = {
     "name": "tradeoff-quad",

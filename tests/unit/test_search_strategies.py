@@ -12,14 +12,13 @@ import pytest
 from fedtune.errors import ConfigError
 from fedtune.tuning import SamplerName, SchedulerName, Strategy, StudySpec
 from fedtune.tuning.trials.stop_rules import (
-    LINE_STEP,
     PLATEAU,
     WORSE,
     IncumbentStopper,
     Observed,
     StopRule,
-    TheorySweep,
 )
+from fedtune.tuning.trials.sweep import LINE_STEP, TheorySweep
 
 QUAD = {
     "name": "q",

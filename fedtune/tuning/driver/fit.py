@@ -25,6 +25,7 @@ from ..common import timeline
 from ..keys import TRIAL_KEY, trial_name
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
+from ..optuna.searcher import FedtuneSearch
 from ..packing import memory, speed
 from ..packing.box import Box, LocalBox, RayBox
 from ..packing.plan import plan as pack_plan
@@ -274,7 +275,7 @@ def _parts(
     spec, stores = plan.spec, runtime.stores
     stopper, sampler, budget = search
     book = pd.PackBook()
-    inner = og.FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
+    inner = FedtuneSearch(spec, plan.space, stores.store, sampler, stopper, budget)
     key = pd.config_key(spec) if size > 1 else pd.alone
     searcher = pd.PackSearch(inner, book, size, stores.remaining, key, stores.store, box)
     return searcher, PackScheduler(stopper, book, box), [pd.PackCallback(callbacks, book)]

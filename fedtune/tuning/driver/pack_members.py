@@ -7,7 +7,7 @@ packs hold one configuration each, on the same path. Three wrappers turn a pack'
 its members' events, so that the study's searcher and callbacks (Optuna, MLflow, the progress
 line, the service's sink) see configurations, whatever the pack size:
 
-* :class:`PackSearch` wraps :class:`~fedtune.tuning.optuna.search.FedtuneSearch`. Tune asks it
+* :class:`PackSearch` wraps :class:`~fedtune.tuning.optuna.searcher.FedtuneSearch`. Tune asks it
   for one trial; it asks Optuna for up to P configurations at once (one ``ask`` each: with TPE's
   ``constant_liar`` every configuration asked and not yet told is a *pending* trial that the
   next ask treats as having the worst value seen, so a batch spreads out instead of asking the
@@ -222,7 +222,7 @@ class PackSearch(Searcher):
     """The study's searcher over packs of up to ``size`` configurations (module docstring).
 
     Args:
-        inner: The study's :class:`~fedtune.tuning.optuna.search.FedtuneSearch`.
+        inner: The study's :class:`~fedtune.tuning.optuna.searcher.FedtuneSearch`.
         book: The driver's :class:`PackBook`.
         size: Configurations per pack.
         budget: Configurations to run in all (the study's remaining trials; None: no limit,

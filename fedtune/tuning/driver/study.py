@@ -18,7 +18,7 @@
    not begin, and Ray's start is stopped (:mod:`.ray_thread`);
 3. **fit** (:func:`.fit.fit`): a ``Tuner`` runs the ``target − finished`` remaining
    configurations in packs of P ≥ 1 per trial process (:mod:`..packing`), asked of
-   :class:`~fedtune.tuning.optuna.search.FedtuneSearch`; they are stopped early by the study's one stopper
+   :class:`~fedtune.tuning.optuna.searcher.FedtuneSearch`; they are stopped early by the study's one stopper
    (:func:`.stoppers.stopper_for`), asked by :class:`.schedulers.PackScheduler` after every
    report; the driver's callbacks log every configuration's results to MLflow and the
    progress line;

@@ -1,13 +1,14 @@
 """Who stops a study's trials: the :class:`Stopper` interface and every stopper behind it.
 
 A study has exactly one stopper (built by :func:`fedtune.tuning.trials.stoppers.stopper_for`); the
-searcher (:class:`~fedtune.tuning.optuna.search.FedtuneSearch`) and the study's Ray Tune scheduler
+searcher (:class:`~fedtune.tuning.optuna.searcher.FedtuneSearch`) and the study's Ray Tune scheduler
 (:class:`~.schedulers.PackScheduler`), both in the driver, talk only to it, and it decides on
 each configuration, whatever its pack:
 
 * :class:`IncumbentStopper` — fedtune's selection-rule stopping against the incumbent
   (:class:`StopRule`): ``tpe_guard`` (:meth:`StopRule.guard`) and, with the theory-guided sweep
-  (:class:`TheorySweep`) proposing its first points, ``tradeoff``;
+  (:class:`~.sweep.TheorySweep`, its own module: it proposes points, it stops nothing)
+  proposing its first points, ``tradeoff``;
 * :class:`PrunerStopper` — an Optuna pruner fed every round: ``hyperband``, ``asha``
   (asynchronous successive halving) and the ``median`` rule;
 * :class:`NeverStop` — no early stopping (``tpe``, ``random``, ``scheduler.name: none``).
@@ -22,21 +23,18 @@ import abc
 import dataclasses
 import enum
 import math
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fedtune.outcomes import RUNNING, TrialOutcome
-from fedtune.search_spaces import ParamType, SearchSpace, default_point
 
 if TYPE_CHECKING:
     import optuna
 
+    from .sweep import TheorySweep
+
 __all__ = [
-    "LINE_STEP",
-    "REFINE_STEP",
-    "SWEEP_ATTR",
     "IncumbentStopper",
     "NeverStop",
     "Observed",
@@ -44,15 +42,8 @@ __all__ = [
     "StopReason",
     "StopRule",
     "Stopper",
-    "TheorySweep",
     "relative_gap",
 ]
-
-LINE_STEP = 0.5  # decades between line points (the papers' half-decade grid)
-REFINE_STEP = 0.25  # decades around the line's best point
-K_FACTOR = 4  # K·4 and K/4 around the default K, γ·K and η·K held fixed
-CLIENT_LR, SERVER_LR, LOCAL_STEPS = "hparams.client_lr", "hparams.server_lr", "train.local_steps"
-SWEEP_ATTR = "fedtune.sweep"  # Optuna user attribute: the sweep tag of a trial ("line:3", ...)
 
 
 class StopReason(enum.StrEnum):
@@ -84,7 +75,7 @@ class Stopper(abc.ABC):
         """The next point to run ahead of the sampler's, if this stopper proposes points.
 
         Returns:
-            ``(tag, point)`` (the tag goes to the trial's ``SWEEP_ATTR``), or None: the sampler
+            ``(tag, point)`` (the tag goes to the trial's :data:`~.sweep.SWEEP_ATTR`), or None: the sampler
             picks the next point.
         """
         return None
@@ -215,10 +206,10 @@ class StopRule:
         return None
 
 
-# -- the sweep ------------------------------------------------------------------------------
+# -- a finished trial, as a stopper is told it --------------------------------------------------
 @dataclass(frozen=True)
 class Observed:
-    """One trial as the sweep sees it: its tag, outcome and selection-rule value."""
+    """One trial as a stopper (and its sweep) sees it: its tag, outcome and selection-rule value."""
 
     tag: str
     outcome: str  # completed | diverged | stopped | failed | running
@@ -234,118 +225,12 @@ class Observed:
         )
 
 
-class TheorySweep:
-    """The ``tradeoff`` strategy's γ = η sweep: its proposals from the trials seen so far.
-
-    Args:
-        space: The study's search space.
-        seed: The sampler's seed (the phase of the line's steps).
-        minimize: The objective is minimised.
-    """
-
-    def __init__(self, space: SearchSpace, seed: int | None, minimize: bool = True) -> None:
-        self.space, self.minimize = space, minimize
-        params = {p.path: p for p in space.drawn}
-        self.lrs = [
-            params[path]
-            for path in (CLIENT_LR, SERVER_LR)
-            if path in params and params[path].type == ParamType.FLOAT and params[path].log
-        ]
-        self.k = params.get(LOCAL_STEPS)
-        self.base = {k: v for k, v in default_point(space).items() if k in params}
-        phase = random.Random(seed).uniform(0.0, LINE_STEP)
-        self.top = min((math.log10(p.high) for p in self.lrs), default=0.0) - phase
-        self.bottom = max((math.log10(p.low) for p in self.lrs), default=0.0)
-
-    @property
-    def active(self) -> bool:
-        return bool(self.lrs)
-
-    def line(self, i: int) -> float:
-        return self.top - i * LINE_STEP
-
-    def point(self, s: float, k: int | None = None, client: bool = True) -> dict[str, Any]:
-        """γ = η = 10^s at the default K; at another ``k`` η is scaled by K₀/k (η·K, the
-        server's progress per round, held) and, with ``client``, γ too (γ·K held)."""
-        out = dict(self.base)
-        scale = 1.0
-        if k is not None and self.k is not None:
-            out[LOCAL_STEPS] = k
-            scale = int(self.base[LOCAL_STEPS]) / k
-        for p in self.lrs:
-            factor = scale if (p.path == SERVER_LR or client) else 1.0
-            out[p.path] = min(float(p.high), max(float(p.low), 10.0**s * factor))
-        return out
-
-    def propose(self, seen: Sequence[Observed]) -> tuple[str, dict[str, Any]] | None:
-        """The next (tag, point), or None when the sweep is over (TPE from then on)."""
-        if not self.active:
-            return None
-        tags = {o.tag for o in seen}
-        line = [o for o in seen if o.tag.startswith("line:")]
-        i = len(line)
-        if not self._line_done(line) and self.line(i) >= self.bottom - 1e-9:
-            return f"line:{i}", self.point(self.line(i))
-        best = self._best(seen)
-        if best is None:
-            return None
-        for tag, point in self._around(*self._coords(best.tag)):
-            if tag not in tags:
-                return tag, point
-        return None
-
-    def _line_done(self, line: Sequence[Observed]) -> bool:
-        """The line passed its best: a good trial, and the latest finished one is worse."""
-        finished = [o for o in line if o.outcome != RUNNING]
-        good = [o for o in finished if o.good]
-        if not good or not finished:
-            return False
-        last = finished[-1]
-        if last.outcome == TrialOutcome.STOPPED:
-            return last.stop == WORSE
-        best = min(good, key=self._key)
-        return last is not best and last.outcome == TrialOutcome.COMPLETED
-
-    def _key(self, o: Observed) -> float:
-        return o.value if self.minimize else -o.value
-
-    def _best(self, seen: Sequence[Observed]) -> Observed | None:
-        good = [o for o in seen if o.good]
-        return min(good, key=self._key) if good else None
-
-    def _coords(self, tag: str) -> tuple[float, int | None, bool]:
-        """(s, K or None, γ scaled with K) of a tag: ``line:i`` or ``near|k|ke:s[@K]``."""
-        kind, _, rest = tag.partition(":")
-        if kind == "line":
-            return self.line(int(rest)), None, True
-        s, _, k = rest.partition("@")
-        return float(s), int(k) if k else None, kind != "ke"
-
-    def _around(self, s: float, k: int | None, client: bool) -> list[tuple[str, dict[str, Any]]]:
-        out = []
-        for ds in (-REFINE_STEP, REFINE_STEP):
-            if self.bottom - 1e-9 <= s + ds <= self.top + LINE_STEP:
-                kind = "near" if client else "ke"
-                tag = f"{kind}:{s + ds:.4f}" + (f"@{k}" if k else "")
-                out.append((tag, self.point(s + ds, k, client)))
-        if self.k is not None and k is None:
-            k0 = int(self.base[LOCAL_STEPS])
-            for kk in sorted(
-                {min(int(self.k.high), k0 * K_FACTOR), max(int(self.k.low), k0 // K_FACTOR)},
-                reverse=True,
-            ):
-                if kk != k0:
-                    out.append((f"ke:{s:.4f}@{kk}", self.point(s, kk, client=False)))
-                    out.append((f"k:{s:.4f}@{kk}", self.point(s, kk)))
-        return out
-
-
 # -- selection-rule stopping against the incumbent (``tpe_guard``, ``tradeoff``) --------------
 @dataclass
 class IncumbentStopper(Stopper):
     """Stops a trial by :class:`StopRule` against the best completed trial (the incumbent).
 
-    With a :class:`TheorySweep` it also proposes the sweep's points ahead of the sampler's
+    With a :class:`~.sweep.TheorySweep` it also proposes the sweep's points ahead of the sampler's
     (``tradeoff``); without one it only stops (``tpe_guard``).
 
     Args:

@@ -49,7 +49,8 @@ def _guard(spec: StudySpec, space: SearchSpace, rounds: int) -> Stopper:
 
 def _sweep_and_rule(spec: StudySpec, space: SearchSpace, rounds: int) -> Stopper:
     """``tradeoff``: the γ = η sweep, then :meth:`~.stop_rules.StopRule.for_study`."""
-    from .stop_rules import IncumbentStopper, StopRule, TheorySweep
+    from .stop_rules import IncumbentStopper, StopRule
+    from .sweep import TheorySweep
 
     minimize = _minimize(spec)
     return IncumbentStopper(
