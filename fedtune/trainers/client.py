@@ -289,14 +289,20 @@ def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
 
     def first_order(x: Params, lr, xb, yb) -> Params:
         y = x
-        msg = {n: torch.zeros_like(v) for n, v in x.items()}
+        msg: Params | None = None  # 0 until the first θ_k ≠ 0
         last = len(weights) - 1
         for k, theta_k in enumerate(weights):
             g = local_grad(y, x, xb[k], yb[k], alpha)
-            if theta_k:
+            if theta_k and msg is None:
+                # 0 + θ_k·g written as θ_k·g + 0 (the same bits: IEEE addition commutes, and
+                # + 0 turns a −0 into +0 as 0 + (−0) does); θ_k = 1 multiplies exactly
+                msg = {n: (v if theta_k == 1.0 else theta_k * v) + 0.0 for n, v in g.items()}
+            elif theta_k:
                 msg = _axpy(msg, theta_k, g)
             if k < last:
                 y = _axpy(y, -lr, g)
+        if msg is None:  # every θ_k = 0
+            msg = {n: torch.zeros_like(v) for n, v in x.items()}
         if rule.units == "delta":
             return {n: lr * msg[n] for n in msg}
         return msg
@@ -336,16 +342,17 @@ def _eager_client(loss: ModuleLoss, rule: ClientRule, masked: bool) -> Callable[
     """
     alpha = rule.prox_alpha
     names = loss.names
+    name_set = frozenset(names)
     fixed = [float(t) for t in rule.theta]
 
     def fn(x: Params, lr, xb, yb, theta=None, mask=None) -> Params:
-        if x.keys() != set(names):
+        if x.keys() != name_set:
             raise KeyError("parameters do not match the module's")
         x_leaves = [x[n] for n in names]
         y = x_leaves
         msg = [torch.zeros_like(v) for v in x_leaves]
-        neg_lr = -lr
         steps = int(xb.shape[0]) if masked else len(fixed)
+        neg_lr = -lr if masked or steps > 1 else None  # one step: y is never updated
         for k in range(steps):
             if masked and not bool(mask[k]):
                 break  # the real steps come first: the rest are exact no-ops
@@ -365,6 +372,6 @@ def _eager_client(loss: ModuleLoss, rule: ClientRule, masked: bool) -> Callable[
         if rule.units == "delta":
             msg = torch._foreach_mul(msg, lr)
         out = dict(zip(names, msg, strict=True))
-        return {n: out[n] for n in x}
+        return out if tuple(x) == names else {n: out[n] for n in x}
 
     return fn

@@ -54,12 +54,29 @@ class SequentialRunner(Runner):
 
     def map(self, fn, shared, per_client):
         fn = getattr(fn, "eager", fn)
-        m = pytree.tree_leaves(per_client)[0].shape[0]
+        leaves, spec = pytree.tree_flatten(per_client)
+        # client i's arguments: row i of every leaf (``unbind`` gives the views ``a[i]`` gives)
+        rows = [leaf.unbind(0) if torch.is_tensor(leaf) else leaf for leaf in leaves]
+        flat = type(per_client) is tuple and all(map(torch.is_tensor, per_client))
         outs = []
-        for i in range(m):
-            args = pytree.tree_map(lambda a, i=i: a[i], per_client)
+        for i in range(leaves[0].shape[0]):
+            if flat:  # a tuple of tensors: no tree to rebuild per client
+                args = tuple(r[i] for r in rows)
+            else:
+                args = pytree.tree_unflatten([r[i] for r in rows], spec)
             outs.append(fn(*shared, *args))
-        return pytree.tree_map(lambda *xs: torch.stack(xs), *outs)
+        return _stack(outs)
+
+
+def _stack(outs: list) -> Any:
+    """The clients' outputs stacked on a leading client axis (``torch.stack`` per leaf)."""
+    first = outs[0]
+    if type(first) is dict and all(
+        type(o) is dict and o.keys() == first.keys() and all(map(torch.is_tensor, o.values()))
+        for o in outs
+    ):  # the usual message, a dict of tensors: no tree walk
+        return {k: torch.stack([o[k] for o in outs]) for k in first}
+    return pytree.tree_map(lambda *xs: torch.stack(xs), *outs)
 
 
 class VectorizedRunner(Runner):

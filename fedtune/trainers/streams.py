@@ -23,11 +23,10 @@ import numpy as np
 
 __all__ = ["generators", "prepared"]
 
-_MASK32 = np.uint64(0xFFFFFFFF)
-_SHIFT = np.uint64(16)
+_SHIFT = np.uint32(16)
 _INIT_A, _MULT_A = 0x43B0D7E5, 0x931E8875
 _INIT_B, _MULT_B = 0x8B51F9DD, 0x58F38DED
-_MIX_L, _MIX_R = np.uint64(0xCA01F9DD), np.uint64(0x4973F715)
+_MIX_L, _MIX_R = np.uint32(0xCA01F9DD), np.uint32(0x4973F715)
 _POOL = 4
 _PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341
 _MASK128 = (1 << 128) - 1
@@ -35,39 +34,73 @@ _MASK128 = (1 << 128) - 1
 _local = threading.local()
 
 
-class _Hash:
-    """SeedSequence's running hash constant and its ``hashmix`` over uint32 words (in uint64)."""
+def _hash_constants(init: int, mult: int, calls: int) -> tuple[list[int], list[int]]:
+    """SeedSequence's ``hashmix`` constants of its first ``calls`` calls: call j XORs with
+    init·multʲ and multiplies by init·multʲ⁺¹ (mod 2³²)."""
+    consts = [init]
+    for _ in range(calls):
+        consts.append((consts[-1] * mult) & 0xFFFFFFFF)
+    return consts[:-1], consts[1:]
 
-    def __init__(self, init: int, mult: int) -> None:
-        self.const, self.mult = init, mult
 
-    def __call__(self, value: np.ndarray) -> np.ndarray:
-        value = (value ^ np.uint64(self.const)) & _MASK32
-        self.const = (self.const * self.mult) & 0xFFFFFFFF
-        value = (value * np.uint64(self.const)) & _MASK32
-        return value ^ (value >> _SHIFT)
+def _column(values: list[int]) -> np.ndarray:
+    return np.array(values, dtype=np.uint32)[:, None]
+
+
+# The entropy pool's hash: calls 0-3 fill the pool; then, for each source word s, calls
+# 4 + 3s … 6 + 3s hash it for the other three words in order. Row d of a source's columns holds
+# the call that mixes into word d (row s: the constants of call 0, a placeholder: that row's
+# result is discarded).
+_A_XOR, _A_MUL = _hash_constants(_INIT_A, _MULT_A, _POOL + _POOL * (_POOL - 1))
+_FILL_XOR, _FILL_MUL = _column(_A_XOR[:_POOL]), _column(_A_MUL[:_POOL])
+_MIX_CALLS = [
+    [
+        _POOL + src * (_POOL - 1) + (dst if dst < src else dst - 1) if dst != src else 0
+        for dst in range(_POOL)
+    ]
+    for src in range(_POOL)
+]
+_MIX_XOR = [_column([_A_XOR[c] for c in calls]) for calls in _MIX_CALLS]
+_MIX_MUL = [_column([_A_MUL[c] for c in calls]) for calls in _MIX_CALLS]
+#: the output hash of ``generate_state(4, uint64)``: 8 calls, pool word i mod 4 each
+_B_XOR, _B_MUL = _hash_constants(_INIT_B, _MULT_B, 2 * _POOL)
+_OUT_XOR, _OUT_MUL = _column(_B_XOR), _column(_B_MUL)
+_OUT_WORDS = [i % _POOL for i in range(2 * _POOL)]
+
+
+def _hashmix(value: np.ndarray, xor: np.ndarray, mul: np.ndarray) -> np.ndarray:
+    """``hashmix`` of several calls at once (uint32, wrapping as NumPy's C code does): row j
+    of ``value`` with row j's constants."""
+    value = (value ^ xor) * mul
+    return value ^ (value >> _SHIFT)
 
 
 def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    result = (_MIX_L * x - _MIX_R * y) & _MASK32
+    result = _MIX_L * x - _MIX_R * y
     return result ^ (result >> _SHIFT)
 
 
 def _pcg_states(rows: Sequence[tuple[int, ...]]) -> list[tuple[int, int]]:
-    """PCG64 (state, inc) of ``default_rng(row)`` for each row (words in ``[0, 2³²)``, ≤ 4)."""
+    """PCG64 (state, inc) of ``default_rng(row)`` for each row (words in ``[0, 2³²)``, ≤ 4).
+
+    SeedSequence's hash calls follow one another, but the three that hash the same source
+    word (its mixing loop: for each source, every other word) read the same value, so they are
+    one array operation over ``[4, rows]``: the seeding is a few dozen operations whatever the
+    number of rows.
+    """
     if not rows:
         return []
-    words = np.asarray(rows, dtype=np.uint64)
+    words = np.asarray(rows, dtype=np.uint32)
     n, width = words.shape
-    hashmix = _Hash(_INIT_A, _MULT_A)
-    pool = [hashmix(words[:, i] if i < width else np.zeros(n, np.uint64)) for i in range(_POOL)]
+    pool = np.zeros((_POOL, n), dtype=np.uint32)
+    pool[:width] = words.T
+    pool = _hashmix(pool, _FILL_XOR, _FILL_MUL)
     for src in range(_POOL):
-        for dst in range(_POOL):
-            if src != dst:
-                pool[dst] = _mix(pool[dst], hashmix(pool[src]))
-    out_hash = _Hash(_INIT_B, _MULT_B)
-    state = [out_hash(pool[i % _POOL]) for i in range(2 * _POOL)]  # generate_state(4, uint64)
-    seeds = [(state[2 * j] | (state[2 * j + 1] << np.uint64(32))).tolist() for j in range(4)]
+        kept = pool[src].copy()
+        pool = _mix(pool, _hashmix(kept, _MIX_XOR[src], _MIX_MUL[src]))
+        pool[src] = kept
+    state = _hashmix(pool[_OUT_WORDS], _OUT_XOR, _OUT_MUL).astype(np.uint64)
+    seeds = (state[0::2] | (state[1::2] << np.uint64(32))).tolist()  # generate_state(4, uint64)
     out = []
     for hi, lo, inc_hi, inc_lo in zip(*seeds, strict=True):
         inc = ((((inc_hi << 64) | inc_lo) << 1) | 1) & _MASK128

@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.func import functional_call, grad, vmap
 from torch.nn.utils import parametrize
 
 from fedtune.trainers import Trainer, build_task
@@ -93,6 +94,22 @@ def test_sequential_runner_runs_the_eager_twin():
     vec = VectorizedRunner().map(fn, (params, lr), (xb, yb))
     for k in vec:
         assert torch.equal(vec[k], seq[k]), k
+
+
+def test_sequential_runner_passes_any_tree_of_client_arguments():
+    """The per-client slicing and the stacking: a tuple of tensors or a nested tree of
+    arguments, a dict or a tuple of outputs: each client gets row i of every leaf, the outputs
+    stack."""
+    a, b = torch.arange(12.0).view(3, 4), torch.arange(6.0).view(3, 2)
+
+    def fn(scale, u, tree):
+        return {"s": scale * u, "t": tree["b"] + tree["c"][0]}, (u.sum(), tree["b"])
+
+    out = SequentialRunner().map(fn, (2.0,), (a, {"b": b, "c": [b * 10]}))
+    assert torch.equal(out[0]["s"], 2.0 * a) and torch.equal(out[0]["t"], b * 11)
+    assert torch.equal(out[1][0], a.sum(1)) and torch.equal(out[1][1], b)
+    flat = SequentialRunner().map(lambda u, v: {"p": u * v, "q": v}, (), (a, a + 1))
+    assert list(flat) == ["p", "q"] and torch.equal(flat["p"], a * (a + 1))
 
 
 class _Tied(nn.Module):
@@ -259,4 +276,63 @@ def test_eager_evaluation_is_the_functional_one(model):
     loss, params, xb, yb = _digits(model)
     x, y = xb.flatten(0, 2), yb.flatten(0, 2)
     with torch.no_grad():
-        assert torch.equal(loss.evaluate(params, x, y), loss.per_example(params, x, y))
+        reference = cross_entropy(functional_call(loss.module, params, (x,)), y)
+        assert torch.equal(loss.evaluate(params, x, y), reference)
+        assert torch.equal(loss.per_example(params, x, y), reference)
+
+
+def _tied_loss():
+    torch.manual_seed(0)
+    net = _Tied().to(torch.float64)
+    params = {n: p.detach().clone() + 0.01 for n, p in net.named_parameters()}
+    xb = torch.randn(4, 5, 6, dtype=torch.float64)
+    return ModuleLoss(net, cross_entropy), params, xb, torch.randint(0, 3, (4, 5))
+
+
+@pytest.mark.parametrize("model", ["linear", "mlp", "cnn", "tied"])
+def test_slot_swap_under_torch_func_is_functional_call_bit_for_bit(model):
+    """The loss the client functions differentiate swaps the parameters into the module's slots
+    (no ``functional_call``): under vmap and grad it gives functional_call's gradients bit for
+    bit, tied weights and buffers included, and leaves the module's own parameters in place."""
+    loss, params, xb, yb = _tied_loss() if model == "tied" else _digits(model)
+    own = dict(loss.module.named_parameters())
+
+    def reference(p, x, y):
+        return loss.loss_fn(functional_call(loss.module, p, (x,)), y).mean()
+
+    batched = (params, xb, yb) if model == "tied" else (params, xb[:, 0], yb[:, 0])
+    ours = vmap(grad(loss), in_dims=(None, 0, 0))(*batched)
+    _assert_same(ours, vmap(grad(reference), in_dims=(None, 0, 0))(*batched))
+    assert all(p is own[n] for n, p in loss.module.named_parameters())
+
+
+def test_a_partial_parameter_dict_goes_through_functional_call():
+    loss, params, xb, _ = _digits("mlp")
+    partial = {k: v + 1 for k, v in list(params.items())[:2]}  # the rest: the module's own
+    x = xb.flatten(0, 2)
+    with torch.no_grad():
+        assert torch.equal(loss.forward(partial, x), functional_call(loss.module, partial, (x,)))
+        assert not torch.equal(loss.forward(partial, x), loss.forward(params, x))
+
+
+def test_first_message_is_zero_plus_theta_g_to_the_sign_of_zero():
+    """The message starts as 0 + θ_1·g_1, as an accumulator from zero: a gradient entry of −0
+    gives +0 (written θ·g + 0, which rounds the same)."""
+
+    def loss_of(p, x, y):
+        return (p["w"] * x).sum() + 0 * y.sum()  # ∇_w = x, its −0 entries included
+
+    x = torch.tensor([[[-0.0, 1.5, -0.0]], [[2.0, -0.0, 0.0]]], dtype=torch.float64)
+    y = torch.zeros(2, 1, 3)
+    params = {"w": torch.ones(3, dtype=torch.float64)}
+    lr = torch.tensor(0.1, dtype=torch.float64)
+    for theta in ([1.0], [0.5], [0.0, 1.0]):
+        rule = ClientRule(theta=torch.tensor(theta, dtype=torch.float64))
+        fn = make_client_fn(loss_of, rule)
+        xs = x.expand(2, len(theta), 3) if len(theta) > 1 else x
+        ys = y.expand(2, len(theta), 3)
+        msg = vmap(fn, in_dims=(None, None, 0, 0))(params, lr, xs, ys)["w"]
+        expected = torch.zeros(2, 3, dtype=torch.float64) + theta[-1] * x[:, 0]
+        assert torch.equal(msg, expected)
+        assert torch.equal(torch.signbit(msg), torch.signbit(expected)), theta
+        assert not torch.signbit(msg).any()  # the −0 of g is +0 in the message
