@@ -178,8 +178,8 @@ def test_the_inner_relay_carries_a_tcp_port_to_its_socket(tmp_path) -> None:
 #: when SIGINT was inherited ignored), then waits for a SIGINT and exits 3 on it
 STOPPABLE = """
 import signal, sys, time
-print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
-try:
+try:  # the SIGINT may arrive while print returns: inside the try, so it still exits 3
+    print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
     time.sleep(60)
 except KeyboardInterrupt:
     sys.exit(3)
