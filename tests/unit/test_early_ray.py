@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -241,10 +243,27 @@ def _tune(
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
 
 
-def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(tmp_path: Path) -> None:
-    study, workdir, timeline = tmp_path / "study.yaml", tmp_path / "w", tmp_path / "t.jsonl"
-    study.write_text(STUDY)
-    run = _tune(tmp_path, study, workdir, timeline)
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory) -> Iterator[dict[str, Future]]:
+    """The module's two real ``fedtune tune`` runs, started together: a study, and a spec error.
+    Each has its own directory, workdir and Ray and nothing reads another's, so they run at once;
+    each test waits for its own (its directory, workdir, timeline and process)."""
+    texts = {"study": STUDY, "spec_error": STUDY.replace("rounds: 2", "rounds: -2")}
+
+    def launch(name: str) -> tuple[Path, Path, subprocess.CompletedProcess, float]:
+        root = tmp_path_factory.mktemp(name)
+        study, workdir, timeline = root / "study.yaml", root / "w", root / "t.jsonl"
+        study.write_text(texts[name])
+        started = time.monotonic()
+        run = _tune(root, study, workdir, timeline)
+        return workdir, timeline, run, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=len(texts)) as pool:
+        yield {name: pool.submit(launch, name) for name in texts}
+
+
+def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(cli_runs) -> None:
+    workdir, timeline, run, _ = cli_runs["study"].result()
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout)
     assert result["finished"] == 2 and result["best"] is not None
@@ -262,15 +281,12 @@ def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(tmp_path: Path
     assert "SIGTERM handler" not in run.stderr  # Ray's note about its thread stays quiet
 
 
-def test_a_spec_error_is_one_line_at_once_and_leaves_no_ray(tmp_path: Path) -> None:
-    study, workdir, timeline = tmp_path / "study.yaml", tmp_path / "w", tmp_path / "t.jsonl"
-    study.write_text(STUDY.replace("rounds: 2", "rounds: -2"))
-    started = time.monotonic()
-    run = _tune(tmp_path, study, workdir, timeline)
+def test_a_spec_error_is_one_line_at_once_and_leaves_no_ray(cli_runs) -> None:
+    workdir, timeline, run, seconds = cli_runs["spec_error"].result()
     assert run.returncode == 2, run.stderr[-3000:]
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fedtune: error:") and "train.rounds" in lines[0]
     assert "early_ray" in timeline.read_text()  # Ray had been started, and was stopped:
     assert _ray_processes(workdir) == []
     assert not workdir.exists()  # nothing of the study is left, as without the early start
-    assert time.monotonic() - started < 600
+    assert seconds < 600
