@@ -39,9 +39,17 @@ from fedtune.client import Client
 from fedtune.code_package import pack
 from fedtune.service.states import StudyState, TrialState
 from tests.needs import need
-from tests.service.helpers import pg_schema, pg_unreachable_reason
+from tests.service.helpers import Server, pg_schema, pg_unreachable_reason
 
-from .test_service_e2e import TOKEN, _driver_ref, _mlflow_runs, _same_process, _until, serve
+from .test_service_e2e import (
+    TOKEN,
+    _driver_ref,
+    _kill_drivers,
+    _mlflow_runs,
+    _same_process,
+    _until,
+    serve,
+)
 
 __all__ = ["serve"]  # the fixture, re-exported for pytest
 
@@ -51,6 +59,33 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "byo"
 STUDY = EXAMPLE / "study.yaml"
 CODE = {"FEDTUNE_ALLOW_CODE_UPLOAD": "1"}
+#: the tests of :func:`code_server` run on one worker, so that it starts once per run
+CODE_GROUP = pytest.mark.xdist_group("byo_code_server")
+
+
+@pytest.fixture(scope="module")
+def code_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A service with code upload (SQLite, local backend), shared by the tests that submit the
+    example's code to it: one study that succeeds, and refusals that leave no study (each
+    refusal test counts the studies before and after its own submissions)."""
+    root = tmp_path_factory.mktemp("byo")
+    env = {
+        "FEDTUNE_DATABASE_URL": f"sqlite:///{root / 'fedtune.db'}",
+        "FEDTUNE_WORKDIR": str(root / "work"),
+        "FEDTUNE_BACKEND": "local",
+        "FEDTUNE_API_TOKEN": TOKEN,
+        "FEDTUNE_MAX_CONCURRENT_STUDIES": "1",
+        "FEDTUNE_SCHEDULER_INTERVAL_S": "0.2",
+        "FEDTUNE_HEARTBEAT_S": "1",
+        **CODE,
+    }
+    server = Server(env, root / "serve.log")
+    server.env.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        _kill_drivers(env["FEDTUNE_DATABASE_URL"])
 
 
 @pytest.fixture(autouse=True)
@@ -163,15 +198,18 @@ def test_tuned_locally_from_another_directory(tmp_path: Path) -> None:
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    run = _cli(["tune", str(STUDY), "--workdir", "run", "--json"], elsewhere)
+    # the example's file as it is, at the smallest budget that shows it: two trials, run at once
+    run = _cli(
+        ["tune", str(STUDY), "--workdir", "run", "--json", "--set", "budget.trials=2"], elsewhere
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout)
-    assert result["finished"] == 4 and result["counts"]["completed"] == 4
+    assert result["finished"] == 2 and result["counts"]["completed"] == 2
 
     storage = f"sqlite:///{elsewhere / 'run' / 'optuna.db'}"
     study = optuna.load_study(study_name="byo-wine-nova-medclip", storage=storage)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(done) == 4 and len(study.trials) == 4
+    assert len(done) == 2 and len(study.trials) == 2
     searched = {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
     assert all(set(t.params) == searched for t in done)
 
@@ -180,7 +218,7 @@ def test_tuned_locally_from_another_directory(tmp_path: Path) -> None:
         [result["experiment_id"]],
         filter_string=f"tags.`mlflow.parentRunId` = '{result['parent_run_id']}'",
     )
-    assert len(children) == 4
+    assert len(children) == 2
     for child in children:
         assert child.data.tags["algorithm"] == "nova_medclip"
         assert child.data.tags["task"] == "fedlab_wine"
@@ -195,10 +233,21 @@ def test_tuned_locally_from_another_directory(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- through the service
 
 
+def _small_study_file(tmp_path: Path) -> Path:
+    """The example's study file at the smallest budget that shows it (two trials, run at
+    once), in another folder: its ``code.path`` relative to that folder, as a user's is."""
+    spec = yaml.safe_load(STUDY.read_text())
+    spec["code"] = {**spec["code"], "path": os.path.relpath(EXAMPLE, tmp_path)}
+    spec["budget"] = {**spec["budget"], "trials": 2, "max_concurrent": 2}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def _submitted_study_succeeds(server, tmp_path: Path) -> None:
     with Client(server.url, token=TOKEN, timeout=30) as sdk:
-        study = sdk.submit(str(STUDY))  # the file's code: {path: .} is packed and uploaded
-        final = study.wait(progress=False, timeout=400, poll_s=0.5)
+        study = sdk.submit(str(_small_study_file(tmp_path)))  # its code: {path} is uploaded
+        final = study.wait(progress=False, timeout=400, poll_s=0.2)
         assert final.state == StudyState.SUCCEEDED, final.error
         assert (final.task, final.algorithm) == ("fedlab_wine", "nova_medclip")
         assert final.code_sha256 == pack(EXAMPLE).sha256
@@ -206,19 +255,22 @@ def _submitted_study_succeeds(server, tmp_path: Path) -> None:
             "modules": ["fedlab.models", "fedlab.tasks", "fedlab.methods"]
         }
         trials = study.trials()
-        assert len(trials) == 4 and all(t.state == TrialState.COMPLETED for t in trials)
+        assert len(trials) == 2 and all(t.state == TrialState.COMPLETED for t in trials)
         curve = study.curve(trials[0].number)
         assert [p.round for p in curve] == list(range(1, 16))
         assert all("medclip_bound" in p.metrics for p in curve)
         parent, children = _mlflow_runs(final, server)
-        assert parent.info.status == "FINISHED" and len(children) == 4
+        assert parent.info.status == "FINISHED" and len(children) == 2
         assert {r.data.tags["algorithm"] for r in children} == {"nova_medclip"}
 
 
-def test_through_the_service_on_sqlite(serve, tmp_path: Path) -> None:
+@CODE_GROUP
+def test_through_the_service_on_sqlite(code_server, tmp_path: Path) -> None:
     from fedtune.errors import ConfigError
 
-    server = serve(**CODE)
+    server = code_server
+    with Client(server.url, token=TOKEN, timeout=30) as sdk:
+        before = len(sdk.studies(limit=100))
     _submitted_study_succeeds(server, tmp_path)
     # a hyperparameter of the user's method declared without bounds: refused, no study
     spec = _spec()
@@ -228,7 +280,7 @@ def test_through_the_service_on_sqlite(serve, tmp_path: Path) -> None:
             sdk.submit({**spec, "code": {"modules": spec["code"]["modules"]}}, code=EXAMPLE)
         assert err.value.field == "search.parameters.server_momentum.low"
         assert "is required" in str(err.value)
-        assert len(sdk.studies(limit=10)) == 1
+        assert len(sdk.studies(limit=100)) == before + 1
         # a part of the user's method declaring its own hyperparameter without bounds: the
         # service's import check refuses it (422) naming the module and the file:line
         lab = _lab_copy(
@@ -252,7 +304,7 @@ def test_through_the_service_on_sqlite(serve, tmp_path: Path) -> None:
         message = str(err.value)
         assert "medclip_quantile" in message and "without bounds" in message
         assert f"fedlab/methods.py:{line}" in message, message
-        assert len(sdk.studies(limit=10)) == 1
+        assert len(sdk.studies(limit=100)) == before + 1
 
 
 def test_through_the_service_on_postgresql_with_the_cli(serve, tmp_path: Path) -> None:
@@ -294,7 +346,9 @@ def test_through_the_service_on_postgresql_with_the_cli(serve, tmp_path: Path) -
 def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(serve, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fedtune.db'}"
     first = serve(**CODE)
-    spec = _spec(train={"rounds": 80}, budget={"trials": 3, "max_concurrent": 1})
+    # two trials, one at a time: the second is still running when the first has finished and
+    # the service is killed (40 rounds take seconds; the kill follows within a poll of 0.2 s)
+    spec = _spec(train={"rounds": 40}, budget={"trials": 2, "max_concurrent": 1})
     with Client(first.url, token=TOKEN, timeout=30) as sdk:
         study = sdk.submit(spec)
         _until(lambda: study.status().progress.completed >= 1, 300, "a first finished trial")
@@ -313,7 +367,7 @@ def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(serve, tmp_path
 
     second = serve(log="serve-2.log", **CODE)
     with Client(second.url, token=TOKEN, timeout=30) as sdk:
-        final = sdk.study(study.id).wait(progress=False, timeout=400, poll_s=0.5)
+        final = sdk.study(study.id).wait(progress=False, timeout=400, poll_s=0.2)
         assert final.state == StudyState.SUCCEEDED, final.error
         assert final.attempts == 2
         trials = sdk.study(study.id).trials()
@@ -322,7 +376,7 @@ def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(serve, tmp_path
     numbers = [t.number for t in trials]
     assert len(numbers) == len(set(numbers))
     completed = [t for t in trials if t.state == TrialState.COMPLETED]
-    assert len(completed) == 3 and final.progress.completed == 3
+    assert len(completed) == 2 and final.progress.completed == 2
     assert all(t.state in (TrialState.COMPLETED, TrialState.KILLED) for t in trials)
 
 
@@ -346,16 +400,17 @@ RUNTIME_BAD = {
 }
 
 
-def test_errors_only_a_trial_would_see_are_refused_at_submission(serve, tmp_path) -> None:
+@CODE_GROUP
+def test_errors_only_a_trial_would_see_are_refused_at_submission(code_server, tmp_path) -> None:
     """The service's code check builds the task and model once, so a builder
     that raises or a model whose outputs do not fit the loss is a 422 naming the field and
     ``fedlab/tasks.py:N`` as the package names it — not a study whose every trial fails after
     Ray started (as it was: ``failed`` with "all 1 trials failed; …")."""
     from fedtune.errors import ConfigError
 
-    server = serve(**CODE)
     one_trial = {"budget": {"trials": 1, "max_concurrent": 1}, "train": {"rounds": 5}}
-    with Client(server.url, token=TOKEN, timeout=30) as sdk:
+    with Client(code_server.url, token=TOKEN, timeout=30) as sdk:
+        before = sdk.studies(limit=100)
         for kind, (file, old, new, words) in RUNTIME_BAD.items():
             lab = _lab_copy(tmp_path / kind, file, old, new)
             spec = _spec(name=f"bad-{kind}", **one_trial)
@@ -365,7 +420,7 @@ def test_errors_only_a_trial_would_see_are_refused_at_submission(serve, tmp_path
             for word in words[1:]:
                 assert word in str(err.value), (kind, str(err.value))
             assert "code-check-" not in str(err.value)  # no deleted scratch directory
-        assert sdk.studies(limit=10) == []
+        assert sdk.studies(limit=100) == before  # no study was made
 
 
 def test_each_bad_kind_of_code_is_refused_by_one_check() -> None:

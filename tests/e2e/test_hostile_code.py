@@ -32,7 +32,8 @@ from tests.needs import need
 from tests.service.code_fixtures import write_package
 from tests.service.helpers import Server, tiny_spec
 
-pytestmark = pytest.mark.integration
+#: one worker runs the module, so that each shared server below starts once per run
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("hostile_code")]
 
 TOKEN = "hostile-admin-token-0123456789abcdef"
 SECRETS = {
@@ -109,10 +110,18 @@ def _server(tmp_path: Path, backend: str, **extra: str) -> Server:
     return server.start(timeout=120)
 
 
-@pytest.fixture
-def hostile_server(tmp_path: Path) -> Iterator[Server]:
-    """A service that checks code and runs no study (backend ``none``)."""
-    server = _server(tmp_path, "none", FEDTUNE_CODE_CHECK_TIMEOUT_S=str(TIMEOUT_S))
+def _root(server: Server) -> Path:
+    """The folder of ``server``'s database and workdir (its ``tmp_path``)."""
+    return Path(server.env["FEDTUNE_WORKDIR"]).parent
+
+
+@pytest.fixture(scope="module")
+def hostile_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A service that checks code and runs no study (backend ``none``), shared by the module's
+    code-check tests: each only submits its own package (no study is ever made), looks for its
+    own uniquely marked processes, and the service must outlast every one of them."""
+    root = tmp_path_factory.mktemp("hostile")
+    server = _server(root, "none", FEDTUNE_CODE_CHECK_TIMEOUT_S=str(TIMEOUT_S))
     try:
         yield server
     finally:
@@ -154,7 +163,7 @@ def _marked(marker: str) -> list[int]:
 
 
 def test_the_code_check_finds_no_secret_file_or_connection(hostile_server, tmp_path) -> None:
-    workdir = Path(hostile_server.env["FEDTUNE_WORKDIR"])
+    workdir, root = Path(hostile_server.env["FEDTUNE_WORKDIR"]), _root(hostile_server)
     (workdir / "secret.txt").write_text("the service's own file")
     token_dir = tmp_path / "serviceaccount"  # where a pod's token would be, made readable here
     token_dir.mkdir()
@@ -163,13 +172,13 @@ def test_the_code_check_finds_no_secret_file_or_connection(hostile_server, tmp_p
     body = PROBE.format(
         names=[*SECRETS, "FEDTUNE_DATABASE_URL", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN"],
         readable=[
-            str(tmp_path / "fedtune.db"),
+            str(root / "fedtune.db"),
             str(workdir / "secret.txt"),
             str(token_dir / "token"),
             "/var/run/secrets/kubernetes.io/serviceaccount/token",
         ],
         ports=[("127.0.0.1", port), ("127.0.0.1", 5432), ("127.0.0.1", 5000)],
-        writable=[str(workdir / "planted.txt"), str(tmp_path / "planted.txt")],
+        writable=[str(workdir / "planted.txt"), str(root / "planted.txt")],
     )
     r = _submit(hostile_server, tmp_path / "lab", body)
 
@@ -185,7 +194,7 @@ def test_the_code_check_finds_no_secret_file_or_connection(hostile_server, tmp_p
     assert found["read"] == []
     assert found["connected"] == []
     assert found["wrote"] == []
-    assert not (workdir / "planted.txt").exists() and not (tmp_path / "planted.txt").exists()
+    assert not (workdir / "planted.txt").exists() and not (root / "planted.txt").exists()
     assert httpx.get(f"{hostile_server.url}/readyz", timeout=10).json()["code_sandbox"] == "bwrap"
 
 
@@ -223,8 +232,10 @@ def test_a_fork_bomb_is_bounded_and_dies_with_the_check(hostile_server, tmp_path
     assert r.json()["error"]["field"].startswith("code")
     assert 0 < seen["peak"] <= 64  # FEDTUNE_CODE_SANDBOX_PROCESSES
     assert seen["answers"] and set(seen["answers"]) == {200}  # the service kept answering
-    time.sleep(2)
-    assert _marked(marker) == []  # nothing outlived the check
+    deadline = time.monotonic() + 2
+    while _marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _marked(marker) == []  # nothing outlived the check (by more than 2 s)
 
 
 def test_ten_gigabytes_of_memory_are_refused(hostile_server, tmp_path) -> None:
@@ -253,7 +264,7 @@ def test_an_endless_loop_that_escapes_is_killed_with_the_check(hostile_server, t
     assert time.monotonic() - started < TIMEOUT_S + 30
     deadline = time.monotonic() + 10
     while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert _marked(marker) == []  # the escaped process died with the sandbox
     assert os.path.exists(hostile_server.log)
 
@@ -288,10 +299,15 @@ def build(params, seed):
 """
 
 
-@pytest.fixture
-def local_server(tmp_path: Path) -> Iterator[Server]:
-    """A service whose studies' drivers are its children (backend ``local``)."""
-    server = _server(tmp_path, "local", FEDTUNE_SCHEDULER_INTERVAL_S="0.2", FEDTUNE_HEARTBEAT_S="1")
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A service whose studies' drivers are its children (backend ``local``), shared by the
+    module's driver tests: each runs a study of its own and reads only that study, its logs and
+    the files its package could have planted. The one that cancels its study and fills a
+    sandbox with threads (``test_a_code_check_runs_beside_a_study_sandbox_full_of_threads``) is
+    the last of them in the file: no other test's study runs beside it."""
+    root = tmp_path_factory.mktemp("local")
+    server = _server(root, "local", FEDTUNE_SCHEDULER_INTERVAL_S="0.2", FEDTUNE_HEARTBEAT_S="1")
     try:
         yield server
     finally:
@@ -304,32 +320,32 @@ def _study_error(server: Server, sid: str, timeout_s: float = 300) -> dict:
         study = httpx.get(f"{server.url}/v1/studies/{sid}", headers=ADMIN, timeout=30).json()
         if study["state"] in ("failed", "succeeded", "cancelled"):
             return study
-        time.sleep(1)
+        time.sleep(0.2)
     raise AssertionError(f"study {sid} still {study['state']}:\n{server.log.read_text()[-3000:]}")
 
 
-def _local_probe(server: Server, tmp_path: Path) -> tuple[str, Path]:
+def _local_probe(server: Server) -> tuple[str, Path]:
     """The probes for user code under a ``local`` service (a secret file planted in its
     workdir), and the workdir."""
-    workdir = Path(server.env["FEDTUNE_WORKDIR"])
+    workdir, root = Path(server.env["FEDTUNE_WORKDIR"]), _root(server)
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "secret.txt").write_text("the service's own file")
     probe = PROBE.format(
         names=[*SECRETS, "FEDTUNE_DATABASE_URL", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN"],
         readable=[
-            str(tmp_path / "fedtune.db"),
+            str(root / "fedtune.db"),
             str(workdir / "secret.txt"),
             str(workdir / "code-url.key"),
             str(server.log),
         ],
         ports=[],
-        writable=[str(workdir / "planted.txt"), str(tmp_path / "planted.txt")],
+        writable=[str(workdir / "planted.txt"), str(root / "planted.txt")],
     )
     return probe, workdir
 
 
 def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_server, tmp_path):
-    probe, workdir = _local_probe(local_server, tmp_path)
+    probe, workdir = _local_probe(local_server)
     body = DRIVER_PACKAGE.format(probe=probe)
     # the check imports it without a driver URL: accepted; the driver then probes at import
     r = _submit(local_server, tmp_path / "lab", body)
@@ -343,7 +359,8 @@ def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_serv
     assert set(found["pids"]) <= set(range(1, 8)), found["pids"]  # its own PID namespace
     assert found["read"] == []
     # its writes land in its private tmpfs (the workdir, /tmp), never on the service's disk
-    assert not (workdir / "planted.txt").exists() and not (tmp_path / "planted.txt").exists()
+    assert not (workdir / "planted.txt").exists()
+    assert not (_root(local_server) / "planted.txt").exists()
     assert not list(workdir.glob("code/*/user_lab/planted.py"))
     for secret in SECRETS.values():
         assert secret not in json.dumps(study)
@@ -372,7 +389,7 @@ def build(params, seed):
 def test_the_packs_speed_probe_runs_user_code_in_the_drivers_sandbox(local_server, tmp_path):
     """The speed probe runs a user's task builder before the first trial: where the trials run,
     with no more than they have. Its failure leaves the study unpacked, and the study goes on."""
-    probe, workdir = _local_probe(local_server, tmp_path)
+    probe, workdir = _local_probe(local_server)
     r = _submit(
         local_server,
         tmp_path / "lab",
@@ -391,7 +408,8 @@ def test_the_packs_speed_probe_runs_user_code_in_the_drivers_sandbox(local_serve
     found = json.loads(line.split("FINDINGS", 1)[1].split("END", 1)[0])
     assert found["leaks"] == {}, found["leaks"]  # no database URL, no service secret
     assert found["read"] == []
-    assert not (workdir / "planted.txt").exists() and not (tmp_path / "planted.txt").exists()
+    assert not (workdir / "planted.txt").exists()
+    assert not (_root(local_server) / "planted.txt").exists()
     assert not list(workdir.glob("code/*/user_lab/planted.py"))
     for secret in SECRETS.values():
         assert secret not in logs and secret not in json.dumps(study)
@@ -459,7 +477,7 @@ def test_an_endless_loop_in_a_local_driver_ends_at_the_study_deadline(tmp_path):
         assert "ran past its deadline of 15 s (FEDTUNE_STUDY_DEADLINE_S)" in study["error"], study
         deadline = time.monotonic() + 60  # the stop reaches the whole sandbox
         while _marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert _marked(marker) == []
         assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
     finally:
@@ -510,7 +528,7 @@ def test_a_code_check_runs_beside_a_study_sandbox_full_of_threads(local_server, 
     assert busy.status_code == 201, busy.text
     deadline = time.monotonic() + 180
     while _sandbox_threads() < 200 and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert _sandbox_threads() >= 200, local_server.log.read_text()[-3000:]
     try:
         # a package that starts a thread at import, as many libraries do (a pool, a monitor)
@@ -549,7 +567,7 @@ def test_a_fork_bomb_in_a_local_driver_is_bounded_and_ends_with_the_study(tmp_pa
             study = _study_error(server, r.json()["id"], timeout_s=180)
             deadline = time.monotonic() + 60
             while _marked(marker) and time.monotonic() < deadline:
-                time.sleep(0.5)
+                time.sleep(0.1)
     finally:
         server.stop()
     assert study["state"] == "failed" and "ran past its deadline of 20 s" in study["error"], study

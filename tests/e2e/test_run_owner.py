@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -28,15 +27,19 @@ from tests.integration.conftest import BIN, stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.service.helpers import REPO, Server, tiny_spec
 
-pytestmark = pytest.mark.slow
+#: one worker runs the module, so that :func:`team` starts once per run
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("run_owner")]
 TOKEN = "run-owner-e2e-token-0123456789abcdef"
 PAGE = REPO / "docs" / "how-to" / "mlflow-projects.md"
 NEEDS = "Needs a service with MLflow workspaces"
 
 
-@pytest.fixture
-def team(tmp_path: Path):
-    """``(service, MLflow URL, alice's token)``: both servers up, project ``vision``, alice."""
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory):
+    """``(service, MLflow URL, alice's token)``: both servers up, project ``vision``, alice;
+    shared by the module's tests, in the file's order: the first runs alice's study (the only
+    study, which it counts), the second only logs alice in to MLflow and lists its users."""
+    tmp_path = tmp_path_factory.mktemp("team")
     root = tmp_path / "mlflow"
     root.mkdir()
     proc, url = start_server(root)
@@ -74,7 +77,7 @@ def test_a_members_study_names_the_member_in_mlflow_and_in_the_listing(team, tmp
         deadline = time.monotonic() + 300
         while not (status := study.status()).done:
             assert time.monotonic() < deadline, status
-            time.sleep(0.5)
+            time.sleep(0.2)
         assert status.state == StudyState.SUCCEEDED, status.error
         assert [s.owner for s in sdk.studies()] == ["alice"]
     listed = subprocess.run(

@@ -73,6 +73,31 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         _kill_drivers(server.env["FEDTUNE_DATABASE_URL"])
 
 
+#: the tests of :func:`queue_server` run on one worker, so that it starts once per run
+QUEUE_GROUP = pytest.mark.xdist_group("service_e2e_queue")
+
+
+@pytest.fixture(scope="module")
+def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A service that runs no study (backend ``none``), shared by the tests that only submit
+    to it or read from it: its studies stay queued, and the only test that submits any
+    (``test_twenty_concurrent_submissions``) is the only one that counts them."""
+    root = tmp_path_factory.mktemp("queue")
+    env = {
+        "FEDTUNE_DATABASE_URL": f"sqlite:///{root / 'fedtune.db'}",
+        "FEDTUNE_WORKDIR": str(root / "work"),
+        "FEDTUNE_BACKEND": "none",
+        "FEDTUNE_API_TOKEN": TOKEN,
+        **FAST,
+    }
+    server = Server(env, root / "serve.log")
+    server.env.pop("MLFLOW_TRACKING_URI", None)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
 def _kill_drivers(url: str) -> None:
     """Safety net: SIGKILL the process groups of drivers the test's servers left behind."""
     with contextlib.suppress(Exception):
@@ -273,8 +298,9 @@ def test_cancel_stops_the_driver_and_kills_mlflow_runs(serve, tmp_path: Path) ->
 # ---------------------------------------------------------------- concurrency, auth, fuzzing
 
 
-def test_twenty_concurrent_submissions(serve) -> None:
-    server = serve(backend="none")
+@QUEUE_GROUP
+def test_twenty_concurrent_submissions(queue_server) -> None:
+    server = queue_server
     ids: list[str] = []
     errors: list[BaseException] = []
 
@@ -298,8 +324,9 @@ def test_twenty_concurrent_submissions(serve) -> None:
     assert len(listed) == 21 and all(s.state == StudyState.QUEUED for s in listed)
 
 
-def test_bearer_token(serve) -> None:
-    server = serve(backend="none")
+@QUEUE_GROUP
+def test_bearer_token(queue_server) -> None:
+    server = queue_server
     for path in ("/healthz", "/readyz", "/metrics"):
         assert httpx.get(server.url + path).status_code == 200
     assert httpx.get(f"{server.url}/v1/studies").status_code == 401
