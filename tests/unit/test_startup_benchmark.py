@@ -3,9 +3,7 @@ gap derived from runs. Nothing here asserts a timing."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -17,29 +15,11 @@ def bench():
     return load_benchmark("startup.py")
 
 
-@pytest.fixture(scope="module")
-def real_runs(bench, tmp_path_factory) -> Iterator[dict[str, Future]]:
-    """The module's five real runs, each a fresh process with its own Ray (the smallest sizes
-    its checks need: two trials where a gap is checked), started together and read by the
-    tests below; each test waits for its own, so one failed run fails only its test. Every
-    run has its own directory and Ray and nothing reads another's, so they run at once."""
-    scratch = tmp_path_factory.mktemp("startup")
-    env = {**os.environ}
-    env.pop("RAY_ADDRESS", None)
-    calls = {
-        "plain": (bench.run_once, "plain", 2),
-        "plain_torch": (bench.run_once, "plain_torch", 2),
-        "whole_plain_torch": (bench.run_whole, "plain_torch", 2, 1),
-        "whole_fedtune": (bench.run_whole, "fedtune", 1, 1),
-        "whole_fedtune_ray": (bench.run_whole, "fedtune_ray", 1, 1),
-    }
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-        yield {name: pool.submit(fn, *args, scratch, env) for name, (fn, *args) in calls.items()}
-
-
 @pytest.mark.parametrize("kind", ["plain", "plain_torch"])
-def test_a_plain_run_stamps_its_trial_process(real_runs, kind) -> None:
-    run = real_runs[kind].result()
+def test_a_plain_run_stamps_its_trial_process(bench, kind, tmp_path: Path) -> None:
+    env = {**__import__("os").environ}
+    env.pop("RAY_ADDRESS", None)
+    run = bench.run_once(kind, 2, tmp_path, env)
     assert run["kind"] == kind and run["trials"] == 2 and len(run["gaps_s"]) == 1
     ph = run["phases"]
     assert 0 < ph["imports"] < ph["trial_process_started_after_launch"] < run["fixed_s"]
@@ -78,8 +58,10 @@ def test_the_goal_and_the_same_work_comparison(bench) -> None:
 
 
 # -- the whole process ---------------------------------------------------------------------
-def test_whole_process_runs_time_each_kind_from_launch_to_exit(real_runs) -> None:
-    plain = real_runs["whole_plain_torch"].result()
+def test_whole_process_runs_time_each_kind_from_launch_to_exit(bench, tmp_path: Path) -> None:
+    env = {**__import__("os").environ}
+    env.pop("RAY_ADDRESS", None)
+    plain = bench.run_whole("plain_torch", 2, 2, tmp_path, env)
     assert plain["trials"] == 2 and len(plain["gaps_s"]) == 1
     ph = plain["phases"]
     assert 0 < ph["imports"] < ph["first_trial_entered_after_launch"] < plain["total_s"]
@@ -96,7 +78,7 @@ def test_whole_process_runs_time_each_kind_from_launch_to_exit(real_runs) -> Non
         "exit_s",
     )
     for kind, ray_phases in (("fedtune", False), ("fedtune_ray", True)):
-        fed = real_runs[f"whole_{kind}"].result()
+        fed = bench.run_whole(kind, 1, 1, tmp_path, env)
         ph = fed["phases"]
         for phase in common + (("ray_start_s", "ray_stop_s") if ray_phases else ()):
             assert phase in ph and ph[phase] >= 0, (kind, phase, ph)
