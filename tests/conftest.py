@@ -103,8 +103,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:  # a module's own group (``pytestmark = pytest.mark.xdist_group(...)``)
             own = item.get_closest_marker("xdist_group")
             group = (own.args[0] if own.args else own.kwargs.get("name")) if own else None
+            if group is None:
+                group = module_group(item)
+                if group is not None:
+                    item.add_marker(pytest.mark.xdist_group(group))
         if group is not None and getattr(config.option, "loadgroup", False):
             _name_group(item, group)
+
+
+def module_group(item: pytest.Item) -> str | None:
+    """Give the group that keeps a module's tests on one worker when they share a module fixture.
+
+    ``--dist loadgroup`` hands ungrouped tests to either worker, and each worker sets up a
+    module-scoped fixture its tests ask for: a module's cluster, service or killed-and-resumed
+    study was made twice in one run (e.g. 82 s and 74 s for the shared-Ray world of
+    ``tests/e2e/test_shared_ray_credentials.py``), two of them at once on two cores.
+
+    Args:
+        item: the collected test.
+
+    Returns:
+        The module's path, for a test that uses a fixture of module scope; else ``None``.
+    """
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        if any(d.scope == "module" for d in defs):
+            return item.path.relative_to(TESTS.parent).as_posix()
+    return None
 
 
 def _name_group(item: pytest.Item, group: str) -> None:
