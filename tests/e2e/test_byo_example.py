@@ -59,8 +59,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "byo"
 STUDY = EXAMPLE / "study.yaml"
 CODE = {"FEDTUNE_ALLOW_CODE_UPLOAD": "1"}
-#: the tests of :func:`code_server` run on one worker, so that it starts once per run
-CODE_GROUP = pytest.mark.xdist_group("byo_code_server")
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +262,6 @@ def _submitted_study_succeeds(server, tmp_path: Path) -> None:
         assert {r.data.tags["algorithm"] for r in children} == {"nova_medclip"}
 
 
-@CODE_GROUP
 def test_through_the_service_on_sqlite(code_server, tmp_path: Path) -> None:
     from fedtune.errors import ConfigError
 
@@ -400,7 +397,6 @@ RUNTIME_BAD = {
 }
 
 
-@CODE_GROUP
 def test_errors_only_a_trial_would_see_are_refused_at_submission(code_server, tmp_path) -> None:
     """The service's code check builds the task and model once, so a builder
     that raises or a model whose outputs do not fit the loss is a 422 naming the field and

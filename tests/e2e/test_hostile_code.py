@@ -32,8 +32,7 @@ from tests.needs import need
 from tests.service.code_fixtures import write_package
 from tests.service.helpers import Server, tiny_spec
 
-#: one worker runs the module, so that each shared server below starts once per run
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("hostile_code")]
+pytestmark = pytest.mark.integration
 
 TOKEN = "hostile-admin-token-0123456789abcdef"
 SECRETS = {

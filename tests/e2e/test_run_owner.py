@@ -27,8 +27,7 @@ from tests.integration.conftest import BIN, stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.service.helpers import REPO, Server, tiny_spec
 
-#: one worker runs the module, so that :func:`team` starts once per run
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("run_owner")]
+pytestmark = pytest.mark.slow
 TOKEN = "run-owner-e2e-token-0123456789abcdef"
 PAGE = REPO / "docs" / "how-to" / "mlflow-projects.md"
 NEEDS = "Needs a service with MLflow workspaces"

@@ -73,10 +73,6 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         _kill_drivers(server.env["FEDTUNE_DATABASE_URL"])
 
 
-#: the tests of :func:`queue_server` run on one worker, so that it starts once per run
-QUEUE_GROUP = pytest.mark.xdist_group("service_e2e_queue")
-
-
 @pytest.fixture(scope="module")
 def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A service that runs no study (backend ``none``), shared by the tests that only submit
@@ -298,7 +294,6 @@ def test_cancel_stops_the_driver_and_kills_mlflow_runs(serve, tmp_path: Path) ->
 # ---------------------------------------------------------------- concurrency, auth, fuzzing
 
 
-@QUEUE_GROUP
 def test_twenty_concurrent_submissions(queue_server) -> None:
     server = queue_server
     ids: list[str] = []
@@ -324,7 +319,6 @@ def test_twenty_concurrent_submissions(queue_server) -> None:
     assert len(listed) == 21 and all(s.state == StudyState.QUEUED for s in listed)
 
 
-@QUEUE_GROUP
 def test_bearer_token(queue_server) -> None:
     server = queue_server
     for path in ("/healthz", "/readyz", "/metrics"):
