@@ -49,6 +49,7 @@ from .test_service_e2e import (
     _same_process,
     _until,
     serve,
+    service_env,
 )
 
 __all__ = ["serve"]  # the fixture, re-exported for pytest
@@ -67,16 +68,7 @@ def code_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     example's code to it: one study that succeeds, and refusals that leave no study (each
     refusal test counts the studies before and after its own submissions)."""
     root = tmp_path_factory.mktemp("byo")
-    env = {
-        "FEDTUNE_DATABASE_URL": f"sqlite:///{root / 'fedtune.db'}",
-        "FEDTUNE_WORKDIR": str(root / "work"),
-        "FEDTUNE_BACKEND": "local",
-        "FEDTUNE_API_TOKEN": TOKEN,
-        "FEDTUNE_MAX_CONCURRENT_STUDIES": "1",
-        "FEDTUNE_SCHEDULER_INTERVAL_S": "0.2",
-        "FEDTUNE_HEARTBEAT_S": "1",
-        **CODE,
-    }
+    env = service_env(root, "local", FEDTUNE_MAX_CONCURRENT_STUDIES="1", **CODE)
     server = Server(env, root / "serve.log")
     server.env.pop("MLFLOW_TRACKING_URI", None)
     try:

@@ -41,6 +41,25 @@ TOKEN = "e2e-token-0123456789abcdef"
 FAST = {"FEDTUNE_SCHEDULER_INTERVAL_S": "0.2", "FEDTUNE_HEARTBEAT_S": "1"}
 
 
+def service_env(
+    root: Path,
+    backend: str = "local",
+    token: str | None = TOKEN,
+    database_url: str | None = None,
+    **extra: str,
+) -> dict[str, str]:
+    """The settings of a test's service kept under ``root`` (its SQLite file unless
+    ``database_url``, its workdir), quick scheduler ticks, and ``extra``."""
+    return {
+        "FEDTUNE_DATABASE_URL": database_url or f"sqlite:///{root / 'fedtune.db'}",
+        "FEDTUNE_WORKDIR": str(root / "work"),
+        "FEDTUNE_BACKEND": backend,
+        "FEDTUNE_API_TOKEN": token or "",
+        **FAST,
+        **extra,
+    }
+
+
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     """``serve(database_url=..., backend=..., token=...)`` → a started server; all stopped after."""
@@ -53,15 +72,13 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         log: str = "serve.log",
         **extra: str,
     ) -> Server:
-        env = {
-            "FEDTUNE_DATABASE_URL": database_url or f"sqlite:///{tmp_path / 'fedtune.db'}",
-            "FEDTUNE_WORKDIR": str(tmp_path / "work"),
-            "FEDTUNE_BACKEND": backend,
-            "FEDTUNE_API_TOKEN": token or "",
-            "FEDTUNE_MAX_CONCURRENT_STUDIES": "1",
-            **FAST,
-            **extra,
-        }
+        env = service_env(
+            tmp_path,
+            backend,
+            token,
+            database_url,
+            **{"FEDTUNE_MAX_CONCURRENT_STUDIES": "1", **extra},
+        )
         env.pop("MLFLOW_TRACKING_URI", None)
         server = Server(env, tmp_path / log)
         servers.append(server)
@@ -79,14 +96,7 @@ def queue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     to it or read from it: its studies stay queued, and the only test that submits any
     (``test_twenty_concurrent_submissions``) is the only one that counts them."""
     root = tmp_path_factory.mktemp("queue")
-    env = {
-        "FEDTUNE_DATABASE_URL": f"sqlite:///{root / 'fedtune.db'}",
-        "FEDTUNE_WORKDIR": str(root / "work"),
-        "FEDTUNE_BACKEND": "none",
-        "FEDTUNE_API_TOKEN": TOKEN,
-        **FAST,
-    }
-    server = Server(env, root / "serve.log")
+    server = Server(service_env(root, "none"), root / "serve.log")
     server.env.pop("MLFLOW_TRACKING_URI", None)
     try:
         yield server.start()
