@@ -385,6 +385,7 @@ PLAIN_WHOLE = textwrap.dedent(
     """
     import os, sys, time
     n, rounds, stamps, storage = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    concurrent = int(sys.argv[5])
 
     def stamp(what):
         with open(stamps, "a") as fh:
@@ -409,7 +410,7 @@ PLAIN_WHOLE = textwrap.dedent(
         trainable,
         param_space=space,
         tune_config=tune.TuneConfig(search_alg=OptunaSearch(metric="loss", mode="min", seed=0),
-                                    num_samples=n, max_concurrent_trials=1),
+                                    num_samples=n, max_concurrent_trials=concurrent),
         run_config=tune.RunConfig(storage_path=storage, verbose=0),
     )
     tuner.fit()
@@ -449,9 +450,11 @@ def _fedtune_cmd(study: Path, workdir: Path) -> list[str]:
     return [*head, "tune", str(study), "--workdir", str(workdir), "--json"]
 
 
-def run_whole(kind: str, n: int, rounds: int, scratch: Path, env: dict[str, str]) -> dict:
+def run_whole(
+    kind: str, n: int, rounds: int, scratch: Path, env: dict[str, str], concurrent: int = 1
+) -> dict:
     """One fresh process of ``kind`` (plain_torch / fedtune), ``n`` trials of ``rounds``
-    rounds, timed from launch to exit, with its phases."""
+    rounds, ``concurrent`` at a time, timed from launch to exit, with its phases."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"whole-{kind}-{n}-", dir=scratch))
     stamps = run_dir / "stamps"
     env = dict(env)
@@ -464,10 +467,15 @@ def run_whole(kind: str, n: int, rounds: int, scratch: Path, env: dict[str, str]
             str(rounds),
             str(stamps),
             str(run_dir / "ray_results"),
+            str(concurrent),
         ]
     else:
         study = run_dir / "study.yaml"
-        study.write_text(free_study("whole-process", rounds=rounds, trials=n, sampler="tpe"))
+        study.write_text(
+            free_study(
+                "whole-process", rounds=rounds, trials=n, sampler="tpe", max_concurrent=concurrent
+            )
+        )
         env["FEDTUNE_TIMELINE"] = str(stamps)
         cmd = _fedtune_cmd(study, run_dir / "w") + (["--ray"] if kind == "fedtune_ray" else [])
     load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps)
@@ -588,6 +596,7 @@ def main_whole(args: argparse.Namespace, env: dict[str, str]) -> int:
             "repeats": args.repeats,
             "trials": args.trials,
             "rounds": args.rounds,
+            "concurrent": args.concurrent,
             "overhead_trials": args.overhead_trials,
             "overhead_repeats": args.overhead_repeats,
             "study": WHOLE_STUDY,
@@ -605,7 +614,7 @@ def main_whole(args: argparse.Namespace, env: dict[str, str]) -> int:
         for rep, n in plan:
             kinds = WHOLE_KINDS if rep % 2 == 0 else tuple(reversed(WHOLE_KINDS))
             for kind in kinds:
-                r = run_whole(kind, n, args.rounds, scratch, env)
+                r = run_whole(kind, n, args.rounds, scratch, env, args.concurrent)
                 r["repeat"] = rep
                 runs.append(r)
                 print(
@@ -638,6 +647,12 @@ def main(argv: list[str] | None = None) -> int:
         help="whole process (shell to exit) of fedtune tune vs plain Ray Tune",
     )
     p.add_argument("--rounds", type=int, default=3, help="--whole: rounds per trial")
+    p.add_argument(
+        "--concurrent",
+        type=int,
+        default=1,
+        help="--whole: configurations at a time (budget.max_concurrent, max_concurrent_trials)",
+    )
     p.add_argument(
         "--overhead-trials",
         type=int,

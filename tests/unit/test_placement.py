@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fedtune.tuning.driver.placement import likely_in_process, runs_in_process
+from fedtune.tuning.driver.placement import likely_in_process, place
 from fedtune.tuning.spec import StudySpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,10 +33,12 @@ TABLE = [
     ({"trials": 4}, None, True),
     ({"max_concurrent": 1}, {"cpu": 2}, True),
     ({"max_concurrent": 1.0}, None, True),  # an integral float is the integer
-    ({"max_concurrent": 2}, None, False),
+    ({"max_concurrent": 2}, None, True),  # pack auto: one pack here costs less than Ray
     ({"max_concurrent": 2}, {"pack": 2}, True),  # all of them in one pack
-    ({"max_concurrent": 4}, {"pack": 2}, False),
-    ({"max_concurrent": 2}, {"pack": "auto"}, False),
+    ({"max_concurrent": 4}, {"pack": 2}, False),  # two processes, as the spec asks
+    ({"max_concurrent": 2}, {"pack": "auto"}, True),
+    ({"max_concurrent": 2}, {"pack": 1}, False),  # one configuration per process
+    ({"max_concurrent": 2}, {"gpu": 1}, False),
     ({"max_concurrent": 1}, {"pack": "auto"}, True),
     ({"max_concurrent": 1}, {"gpu": 0.5}, False),
     ({"max_concurrent": 1}, {"gpu": 0}, True),
@@ -65,18 +67,18 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_prefetch_agrees_with_the_choice(no_ray, budget, resources, here) -> None:
     doc = _doc(budget, resources)
     spec = StudySpec.from_dict(copy.deepcopy(doc))
-    assert runs_in_process(spec, allowed=True) is here
+    assert place(spec, allowed=True, target=spec.budget.trials).in_process is here
     assert likely_in_process(doc, allowed=True) is here
-    assert runs_in_process(spec, allowed=False) is False  # --ray
+    assert place(spec, allowed=False).in_process is False  # --ray
     assert likely_in_process(doc, allowed=False) is False
 
 
 def test_a_named_cluster_takes_the_trials(no_ray, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = StudySpec.from_dict(_doc(None, None))
-    assert runs_in_process(spec, allowed=True)
-    assert not runs_in_process(spec, allowed=True, ray_address="10.0.0.1:6379")
+    assert place(spec, allowed=True).in_process
+    assert not place(spec, allowed=True, ray_address="10.0.0.1:6379").in_process
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert not runs_in_process(spec, allowed=True)
+    assert not place(spec, allowed=True).in_process
 
 
 def test_the_module_imports_nothing_heavy() -> None:

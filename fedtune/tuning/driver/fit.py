@@ -208,9 +208,9 @@ def _tuner(
             callbacks,
             num_samples,
             spec.budget.time,
-            threads=int(spec.resources.cpu),
+            threads=plan.placement.threads,
         )
-        return tuner, in_process_note(size)
+        return tuner, in_process_note(size, plan.placement.why)
     packing = pack_plan(
         spec,
         ray.cluster_resources(),
@@ -241,7 +241,8 @@ def _tuner(
             failure_config=tune.FailureConfig(max_failures=0),
         ),
     )
-    return tuner, packing.note
+    why = plan.placement.why  # a cost that chose Ray over one pack in this process
+    return tuner, f"{packing.note}; through Ray: {why}" if why else packing.note
 
 
 def _parts(

@@ -50,11 +50,20 @@ __all__ = ["IN_PROCESS", "InProcessTuner", "LocalTrial", "in_process_note"]
 IN_PROCESS = "in the driver's process (no Ray)"
 
 
-def in_process_note(size: int) -> str:
-    """The study's ``packing`` line: how many configurations train at once, and where."""
+def in_process_note(size: int, why: str = "") -> str:
+    """The study's ``packing`` line: how many configurations train at once, and where.
+
+    Args:
+        size: Configurations at once.
+        why: The cost estimate that chose this process ("": the spec's values did).
+
+    Returns:
+        One line, ending in :data:`IN_PROCESS`.
+    """
     if size == 1:
         return f"one configuration at a time, {IN_PROCESS}"
-    return f"{size} configurations at a time in one pack, {IN_PROCESS}"
+    because = f" ({why})" if why else ""
+    return f"{size} configurations at a time in one pack{because}, {IN_PROCESS}"
 
 
 class LocalTrial:

@@ -15,6 +15,7 @@ from ..optuna import search as og
 from ..optuna.store import StudyStore
 from ..spec import StudySpec
 from .failures import all_failed
+from .placement import THROUGH_RAY, Placement
 from .startup import Deferred
 
 if TYPE_CHECKING:
@@ -38,8 +39,8 @@ class StudyPlan:
             credentials (None: ``MLFLOW_TRACKING_URI``, else the workdir's).
         ray_address: The Ray cluster to connect to (None: the caller's or an embedded Ray).
         t0: ``time.perf_counter()`` when :func:`.study.run_study` began.
-        in_process: Its trials run in the driver's process, without Ray
-            (:mod:`.in_process`).
+        placement: Where its trials run: in the driver's process, without Ray
+            (:mod:`.in_process`), or through Ray (:func:`.placement.place`, the one choice).
         run_user: Whom its MLflow runs name as their user (``mlflow.user``): the member who
             submitted it to a service (None: no user is recorded). A name, never a login.
     """
@@ -52,8 +53,13 @@ class StudyPlan:
     tracking_uri: str | None
     ray_address: str | None
     t0: float
-    in_process: bool = False
+    placement: Placement = THROUGH_RAY
     run_user: str | None = None
+
+    @property
+    def in_process(self) -> bool:
+        """Whether its trials run in the driver's process, without Ray."""
+        return self.placement.in_process
 
 
 @dataclass(frozen=True)

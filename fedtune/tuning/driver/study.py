@@ -59,7 +59,7 @@ from .code_shipping import code_runtime_env
 from .failures import first_error, no_best_reason
 from .fit import fit
 from .phases import Fitted, Runtime, Stores, StudyPlan, StudyResult, Tracking
-from .placement import runs_in_process
+from .placement import place
 from .preflight import preflight
 from .ray_runtime import RAY_TEMP_MAX, ray_temp_dir
 from .ray_session import EarlyRay
@@ -119,10 +119,11 @@ def run_study(
         early: The study's lock and embedded Ray, already starting (begun by ``fedtune tune``
             before its imports); used unless the study needs another Ray (``ray_address``,
             code shipped in a ``runtime_env``) or none, and closed here.
-        in_process: Run the trials in this process, without Ray, when they fit it: on the
-            CPU, one configuration at a time or all of them in one pack, and no Ray cluster
-            named (``ray_address``, ``RAY_ADDRESS``) or already running here (the choice:
-            :func:`.placement.runs_in_process`; the tuner: :mod:`.in_process`).
+        in_process: Run the trials in this process, without Ray, when they fit it — on the
+            CPU, one configuration at a time or all of them in one pack, as the spec asks or
+            where that is estimated to cost less than Ray — and no Ray cluster is named
+            (``ray_address``, ``RAY_ADDRESS``) or already running here (the choice:
+            :func:`.placement.place`; the tuner: :mod:`.in_process`).
         tracking_process: The MLflow store's process, already starting (begun by ``fedtune
             tune`` before its imports, :mod:`..mlflow.process`); a study whose trials run in
             this process uses it (or starts its own), and closes it here.
@@ -235,7 +236,8 @@ def _prepare(
     og.make_sampler(spec, og.planned_trials(spec, target))
     stored = Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
     uri = tracking_uri or spec.tracking.uri  # the spec's, credentials and all, kept here only
-    here = runs_in_process(spec, allowed=in_process, ray_address=ray_address)  # the one choice
+    # the one choice; by cost, it times the task here (its code loaded, as the trials load it)
+    here = place(spec, allowed=in_process, ray_address=ray_address, target=target)
     return StudyPlan(
         _without_credentials(spec),
         workdir,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,12 +59,14 @@ class PackSpeed:
         packed: Configuration-rounds per second packed (None: not timed).
         unpacked: Configuration-rounds per second one at a time (None: not timed).
         why: Why a side was not timed.
+        threads: The torch threads of the pack's figure (None: not timed).
     """
 
     size: int
     packed: float | None
     unpacked: float | None
     why: str = ""
+    threads: int | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -131,13 +134,23 @@ def _timed(step: Any, done: Any, rounds: int = 1) -> tuple[int, float]:
     return ran, time.perf_counter() - start
 
 
-def measure(spec: StudySpec, size: int, seed: int = 0) -> PackSpeed:
+def measure(
+    spec: StudySpec,
+    size: int,
+    seed: int = 0,
+    *,
+    packed_threads: Sequence[int] = (),
+    alone: int | None = None,
+) -> PackSpeed:
     """Measure a pack of ``size`` on the study's task (see the module docstring).
 
     Args:
         spec: The study (its algorithm packs, its trials on the CPU).
         size: Configurations in the pack.
         seed: The seed of the configurations' draw.
+        packed_threads: Torch thread counts to time the pack with, the fastest kept (empty:
+            the trial's ``resources.cpu``, as one at a time).
+        alone: How many of the configurations are timed one at a time (None: all).
 
     Returns:
         Both sides' configuration-rounds per second.
@@ -157,7 +170,7 @@ def measure(spec: StudySpec, size: int, seed: int = 0) -> PackSpeed:
     try:
         first = Trainer(configs[0])
         ran, took = 0, 0.0
-        for config in configs:
+        for config in configs[:alone]:
             trainer = first if config is configs[0] else Trainer(config, task=first.task)
             trainer.step()  # set-up and first calls: not timed
             for _ in range(rounds):
@@ -166,12 +179,19 @@ def measure(spec: StudySpec, size: int, seed: int = 0) -> PackSpeed:
                 if n and s >= SLOW_ROUND_S:
                     why = f"a round of one configuration took {s:.1f} s: arithmetic, not overhead"
                     return PackSpeed(len(configs), None, None, why)
-        pack = PackedTrainer(configs, task=first.task)
-        pack.step()
-        n, s = _timed(lambda: sum(r is not None for r in pack.step()), lambda: pack.done, rounds)
+        best: tuple[float | None, int | None] = (None, None)
+        for count in packed_threads or (int(spec.resources.cpu),):
+            torch.set_num_threads(max(1, count))
+            pack = PackedTrainer(configs, task=first.task)
+            pack.step()
+            n, s = _timed(
+                lambda p=pack: sum(r is not None for r in p.step()), lambda p=pack: p.done, rounds
+            )
+            if (_rate(n, s) or 0.0) > (best[0] or 0.0):
+                best = (_rate(n, s), max(1, count))
     finally:
         torch.set_num_threads(threads)
-    return PackSpeed(len(configs), _rate(n, s), _rate(ran, took))
+    return PackSpeed(len(configs), best[0], _rate(ran, took), threads=best[1])
 
 
 def _rate(ran: int, seconds: float) -> float | None:
