@@ -93,6 +93,8 @@ def _study(task: dict, *, code: bool, max_concurrent: int) -> str:
         "objective": {"metric": "train_loss", "last_rounds": 1},
         "budget": {"trials": 4, "max_concurrent": max_concurrent},
     }
+    if max_concurrent > 1:  # one configuration per process: Ray's trials, as without a cost
+        doc["resources"] = {"pack": 1}
     if code:
         doc["code"] = {"path": "./lab", "modules": ["brk.tasks"]}
     return json.dumps(doc)

@@ -55,6 +55,7 @@ _STUDY = make_quadratic_study(
     sampler={"name": "random", "seed": 1},
     scheduler={"name": "none"},
     budget={"trials": N, "max_concurrent": 2},
+    resources={"pack": 1},  # two Ray trial processes (pack auto would weigh them by cost)
     report_every=5,
 )
 

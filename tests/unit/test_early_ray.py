@@ -39,6 +39,9 @@ STUDY = textwrap.dedent(
     """
 )
 ONE_AT_A_TIME = STUDY.replace("max_concurrent: 2", "max_concurrent: 1")
+#: two configurations at once, one per process: Ray's trials (``pack: auto`` would weigh them by
+#: cost, and the quadratic's cost puts them in the driver's process)
+THROUGH_RAY = STUDY + "resources: {pack: 1}\n"
 
 
 def test_the_early_ray_module_imports_nothing_heavy() -> None:
@@ -173,12 +176,12 @@ def _args(study: Path, **kw) -> argparse.Namespace:
 @pytest.mark.parametrize(
     ("text", "kw", "stored", "env", "begins", "tracker"),
     [
-        (STUDY, {}, False, {}, True, False),  # a new study: Ray at once
-        (STUDY, {}, True, {}, False, False),  # stored: it may be finished and need no Ray
-        (STUDY, {"trials": 4}, True, {}, True, False),  # extended: it will run trials
-        (STUDY, {"ray_address": "10.0.0.1:6379"}, False, {}, False, False),  # a cluster's Ray
-        (STUDY, {}, False, {"RAY_ADDRESS": "10.0.0.1:6379"}, False, False),
-        (STUDY + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False, False),
+        (THROUGH_RAY, {}, False, {}, True, False),  # a new study: Ray at once
+        (THROUGH_RAY, {}, True, {}, False, False),  # stored: it may be finished and need no Ray
+        (THROUGH_RAY, {"trials": 4}, True, {}, True, False),  # extended: it will run trials
+        (THROUGH_RAY, {"ray_address": "10.0.0.1:6379"}, False, {}, False, False),  # a cluster's
+        (THROUGH_RAY, {}, False, {"RAY_ADDRESS": "10.0.0.1:6379"}, False, False),
+        (THROUGH_RAY + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False, False),
         ("name: [unclosed\n", {}, False, {}, False, False),  # the usual path reports the error
         # one configuration at a time on the CPU: its trials run in the driver, no Ray at all,
         # and its MLflow store's process starts at once, stored study or not
@@ -189,7 +192,11 @@ def _args(study: Path, **kw) -> argparse.Namespace:
         (ONE_AT_A_TIME, {"ray_address": "10.0.0.1:6379"}, False, {}, False, False),
         (STUDY + "resources: {gpu: 0.5}\n", {}, False, {}, True, False),
         (STUDY + "resources: {pack: 2}\n", {}, False, {}, False, True),  # one pack of all
-        (STUDY + "resources: {pack: auto}\n", {}, False, {}, True, False),
+        # several at once with pack auto: weighed by cost once the engine is imported; the
+        # prefetch counts them as the driver's (no Ray) and the driver puts a Ray choice right
+        (STUDY, {}, False, {}, False, True),
+        (STUDY + "resources: {pack: auto}\n", {}, False, {}, False, True),
+        (STUDY, {"ray": True}, False, {}, True, False),
     ],
 )
 def test_when_the_cli_starts_ray_early(
@@ -248,7 +255,7 @@ def cli_runs(tmp_path_factory) -> Iterator[dict[str, Future]]:
     """The module's two real ``fedtune tune`` runs, started together: a study, and a spec error.
     Each has its own directory, workdir and Ray and nothing reads another's, so they run at once;
     each test waits for its own (its directory, workdir, timeline and process)."""
-    texts = {"study": STUDY, "spec_error": STUDY.replace("rounds: 2", "rounds: -2")}
+    texts = {"study": THROUGH_RAY, "spec_error": THROUGH_RAY.replace("rounds: 2", "rounds: -2")}
 
     def launch(name: str) -> tuple[Path, Path, subprocess.CompletedProcess, float]:
         root = tmp_path_factory.mktemp(name)

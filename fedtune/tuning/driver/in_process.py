@@ -2,7 +2,9 @@
 time on the CPU, or all its configurations at once in one pack.
 
 Such a study (``resources.gpu: 0`` and ``budget.max_concurrent: 1`` or an integer
-``resources.pack`` equal to it; no Ray cluster named) needs no process but the driver's, and Ray's start and shutdown were most of what its run cost
+``resources.pack`` equal to it, or several configurations at once that cost less as one pack
+here than through Ray: :func:`.placement.place`; no Ray cluster named) needs no process but the
+driver's, and Ray's start and shutdown were most of what its run cost
 (``docs/explanation/architecture.md``, *Trials in the driver's process*). With
 ``run_study(..., in_process=True)`` (``fedtune tune`` without ``--ray``) it runs through
 :class:`InProcessTuner`, which takes the place of Ray Tune's ``Tuner`` and drives the same parts
@@ -29,8 +31,9 @@ The order is a contract: ``tests/integration/test_tune_contract.py`` runs one re
 searcher, scheduler and callback on this tuner and on Ray Tune, and holds both to the same
 calls in the same order with the same results.
 
-Each trial runs with ``resources.cpu`` threads (``torch.set_num_threads``), as Ray runs a trial
-process with ``OMP_NUM_THREADS`` set to its CPUs. Nothing here imports Ray at import time.
+Each trial runs with the placement's threads (``torch.set_num_threads``): ``resources.cpu``, as
+Ray runs a trial process with ``OMP_NUM_THREADS`` set to its CPUs, or for a pack placed by cost
+the count its measurement found faster. Nothing here imports Ray at import time.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ class InProcessTuner:
         callbacks: The study's Ray Tune callbacks.
         num_samples: Trials to run at most (-1: no limit).
         time_budget_s: The study's time budget (None: none).
-        threads: Torch threads while trials run (the trial's ``resources.cpu``).
+        threads: Torch threads while trials run (the placement's: :attr:`.placement.Placement.threads`).
     """
 
     def __init__(
