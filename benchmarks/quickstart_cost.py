@@ -14,7 +14,12 @@ ways, interleaved, each a fresh process and folder, timed from launch to exit:
   scheduler.name=none``: the same search, every configuration trained to its last round (the
   same configuration-rounds as plain, up to diverged trials): the comparison of the goal;
 * **fedtune** — ``fedtune tune examples/quickstart.yaml`` as a user runs it (``tpe_guard``, which
-  stops trials that cannot catch up: fewer rounds).
+  stops trials that cannot catch up: fewer rounds), wherever its placement puts the trials (two
+  configurations at once with ``pack: auto``: weighed by cost, ``docs/explanation/architecture.md``
+  *placed by cost*);
+* **fedtune_ray** — the same with ``--ray``: its trials as Ray Tune's trial processes, the path
+  the quick start took before its placement was weighed by cost (the ratio
+  ``fedtune / fedtune_ray`` is the quick start against that).
 
 Per kind the median of ``total_s`` and of the configuration-rounds trained; the goal is
 ``fedtune_tpe ≤ 0.8 × plain``.
@@ -43,7 +48,7 @@ from _env import environment
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "examples" / "quickstart.yaml"
 OUT = Path(__file__).resolve().parent / "results" / "quickstart_cost.json"
-KINDS = ("plain", "fedtune_tpe", "fedtune")
+KINDS = ("plain", "fedtune_tpe", "fedtune", "fedtune_ray")
 GOAL = 0.8
 
 PLAIN = textwrap.dedent(
@@ -105,6 +110,8 @@ def run(kind: str, scratch: Path, env: dict[str, str]) -> dict[str, Any]:
         cmd = [str(script), "tune", str(QUICKSTART), "--workdir", str(run_dir / "w"), "--json"]
         if kind == "fedtune_tpe":
             cmd += ["--set", "sampler.name=tpe", "--set", "scheduler.name=none"]
+        if kind == "fedtune_ray":
+            cmd += ["--ray"]
     load = os.getloadavg()[0]
     launch = time.time()
     proc = subprocess.run(cmd, env=env, cwd=run_dir, capture_output=True, text=True)
@@ -136,9 +143,19 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             }
     if "plain" in out:
         plain = out["plain"]["total_s_median"]
-        for kind in ("fedtune_tpe", "fedtune"):
+        for kind in ("fedtune_tpe", "fedtune", "fedtune_ray"):
             if kind in out:
                 out[kind]["ratio_over_plain"] = out[kind]["total_s_median"] / plain
+    if {"fedtune", "fedtune_ray"} <= out.keys():
+        pairs: dict[int, dict[str, float]] = {}
+        for r in runs:
+            pairs.setdefault(r["repeat"], {})[r["kind"]] = r["total_s"]
+        ratios = [
+            v["fedtune"] / v["fedtune_ray"]
+            for v in pairs.values()
+            if {"fedtune", "fedtune_ray"} <= v.keys()
+        ]
+        out["fedtune"]["ratio_over_fedtune_ray_pairs"] = [round(x, 3) for x in ratios]
     return out
 
 

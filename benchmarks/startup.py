@@ -50,7 +50,10 @@ trainable imports torch and reports 3 rounds, then ``ray.shutdown()``. Per kind 
 interleaved pairs' ratios); fedtune's phases from its timeline (imports, stores, Ray start,
 trials, report and plots, Ray's shutdown, exit); and at ``--overhead-trials`` (16) the
 per-trial overhead (median gap from a trial's last report to the next trial's start) and the
-slope of the totals.
+slope of the totals. ``--concurrent N`` runs the same study N configurations at a time
+(``budget.max_concurrent``, plain's ``max_concurrent_trials``): at N ≥ 2 ``fedtune`` is the
+study as placed by cost (one pack in the driver's process, or Ray), ``fedtune_ray`` its Ray
+Tune path.
 """
 
 from __future__ import annotations

@@ -38,3 +38,16 @@ def test_medians_and_ratios_to_plain(bench) -> None:
 def test_the_plain_script_compiles(bench) -> None:
     compile(bench.PLAIN, "<plain>", "exec")
     assert bench.QUICKSTART.is_file() and bench.KINDS[0] == "plain"
+
+
+def test_the_quick_start_against_its_ray_path_pair_by_pair(bench) -> None:
+    runs = [
+        {**_run("fedtune", 30.0), "repeat": 0},
+        {**_run("fedtune_ray", 40.0), "repeat": 0},
+        {**_run("fedtune_ray", 50.0), "repeat": 1},
+        {**_run("fedtune", 45.0), "repeat": 1},
+        {**_run("fedtune", 20.0), "repeat": 2},  # its pair did not run
+    ]
+    summary = bench.summarize(runs)
+    assert summary["fedtune"]["ratio_over_fedtune_ray_pairs"] == [0.75, 0.9]
+    assert summary["fedtune_ray"]["total_s_median"] == pytest.approx(45.0)
