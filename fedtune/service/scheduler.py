@@ -9,7 +9,7 @@ study is cancelled):
    its driver is stopped as a cancelled one's (step 1): whatever its code does, a study ends;
 1. **stop** — drivers of studies cancelled since the last tick: ``backend.stop(ref)`` (the whole
    driver with its trials); once the driver is gone, the study's MLflow runs are marked
-   ``KILLED`` (``tracking.kill_runs``) and, where its Optuna storage is on this machine's workdir,
+   ``KILLED`` (``fedtune.tuning.mlflow.client.kill_study_runs``) and, where its Optuna storage is on this machine's workdir,
    trials still queued there are dropped and trials left running there end interrupted (the
    driver does both when it stops gracefully; this covers a driver killed first);
 2. **watch** — :func:`reconcile.reconcile_running`: a running study whose driver is gone, or

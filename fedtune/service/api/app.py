@@ -25,6 +25,8 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from fedtune.tuning.mlflow.client import kill_study_runs
+
 from ..backends import Backend, make_backend
 from ..code_services import code_sandbox_state, require_code_sandbox
 from ..comparisons import record_ended_groups
@@ -37,7 +39,6 @@ from ..reconcile import reconcile_running
 from ..scheduler import Scheduler
 from ..services import ServiceContext
 from ..settings import Settings, load_settings
-from ..tracking import kill_runs
 from ..warmup import Warmup
 from . import (
     routes_admin,
@@ -107,7 +108,7 @@ class Runtime:
                 db,
                 backend,
                 settings,
-                kill_runs=kill_runs,
+                kill_runs=kill_study_runs,
                 leadership=leadership,
                 before_launch=tenancy.before_launch if tenancy is not None else None,
                 after_tick=partial(record_ended_groups, ServiceContext(db=db, settings=settings)),

@@ -162,7 +162,23 @@ def kill_study_runs(
     parent_run_id: str | None,
     run_ids: Iterable[str | None] = (),
 ) -> list[str]:
-    """Set the unfinished runs of a study to KILLED; returns the ids changed."""
+    """Set the unfinished runs of a study to KILLED: the service's guarantee when its driver
+    could not end them (SIGKILLed, its pod deleted; a driver stopped gracefully ends its own).
+
+    The runs are the parent run, every run whose ``mlflow.parentRunId`` tag names it, and the
+    trial runs the driver recorded. A trial run changes only while ``RUNNING``/``SCHEDULED`` (a
+    trial that failed before the cancel stays FAILED); the parent run ends ``KILLED`` unless it
+    had ``FINISHED`` (a driver stopped by SIGTERM under Ray ends it as FAILED on its way out).
+
+    Args:
+        tracking_uri: The study's MLflow store (None: MLflow's default).
+        experiment_id: Its experiment (None: its children are not searched).
+        parent_run_id: Its parent run, if any.
+        run_ids: Its trial runs as the driver recorded them.
+
+    Returns:
+        The ids of the runs changed.
+    """
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri) if tracking_uri else MlflowClient()
