@@ -160,10 +160,18 @@ def _trial_times(rows: list[tuple[str, float, int]]) -> tuple[list[float], list[
 
 
 def _timed(
-    kind: str, n: int, cmd: list[str], env: dict[str, str], run_dir: Path, stamps: Path
+    kind: str,
+    n: int,
+    cmd: list[str],
+    env: dict[str, str],
+    run_dir: Path,
+    stamps: Path,
+    packed: int = 1,
 ) -> tuple[float, float, float, list[tuple[str, float, int]], list[float], list[float]]:
     """Run ``cmd`` once, launch to exit: the 1-minute load before it, launch and end times, its
-    stamps and the ``n`` trials' start and end times (RuntimeError when it failed)."""
+    stamps and the ``n`` trials' start and end times (RuntimeError when it failed). With
+    ``packed`` configurations at most per trial (a pack enters its trainable once), at least
+    ``ceil(n / packed)`` trials."""
     load = os.getloadavg()[0]
     launch = time.time()
     proc = subprocess.run(cmd, env=env, cwd=run_dir, capture_output=True, text=True)
@@ -172,7 +180,7 @@ def _timed(
         raise RuntimeError(f"{kind} N={n} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     rows = _stamps(stamps)
     starts, ends = _trial_times(rows)
-    if len(starts) != n or len(ends) != n:
+    if not -(-n // packed) <= len(starts) == len(ends) <= n:
         raise RuntimeError(f"{kind} N={n}: {len(starts)} trial starts, {len(ends)} ends")
     return load, launch, end, rows, starts, ends
 
@@ -481,11 +489,12 @@ def run_whole(
         )
         env["FEDTUNE_TIMELINE"] = str(stamps)
         cmd = _fedtune_cmd(study, run_dir / "w") + (["--ray"] if kind == "fedtune_ray" else [])
-    load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps)
+    load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps, concurrent)
     out = {
         "kind": kind,
         "trials": n,
         "rounds": rounds,
+        "trial_processes": len(starts),
         "load_1min": round(load, 2),
         "total_s": end - launch,
         "fixed_s": starts[0] - launch,

@@ -72,8 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--ray",
         action="store_true",
-        help="run trials as Ray Tune trials even when the study trains one configuration at "
-        "a time on the CPU (by default such a study runs them in this process, without Ray)",
+        help="run trials as Ray Tune trials even where they fit this process (by default a "
+        "study that trains one configuration at a time on the CPU, or several in one pack that "
+        "costs less here than Ray, runs them in this process, without Ray)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.set_defaults(func=run, fast_exit=True)  # ends without module teardown
