@@ -65,6 +65,8 @@ REPO = Path(__file__).resolve().parents[2]
 TOKEN = "shared-ray-admin-token-0123456789abcdef"
 #: variables whose values the probe treats as credentials (as ``NAMES`` in the probe)
 SECRET_NAMES = re.compile(r"TOKEN|TICKET|PASSWORD|SECRET|KEY|AUTH", re.IGNORECASE)
+#: how often the test looks at a study's status or for the hostile trial's report (seconds)
+POLL_S = 0.25
 
 #: project A's code: the quadratic, its trials waiting (not its driver, which is sandboxed)
 #: until the file GO exists, so that A's driver runs, its ticket spent, while B's code looks
@@ -86,7 +88,7 @@ def build(params, seed):
     if in_a_trial():
         deadline = time.monotonic() + 900
         while not os.path.exists(GO) and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.2)
     return build_task("quadratic", params, seed)
 """
 
@@ -367,7 +369,7 @@ def _wait(study: Any, predicate: Any, timeout_s: float, what: str) -> Any:
         status = study.status()
         if predicate(status):
             return status
-        time.sleep(1)
+        time.sleep(POLL_S)
     raise AssertionError(f"{what}: still {status.state} ({status.error})")
 
 
@@ -416,7 +418,7 @@ def outcome(world: World) -> Outcome:
             b = bob.submit(_spec("hostile", trials=1), code=hostile, project="team-b")
             deadline = time.monotonic() + 600
             while not world.listener.reports and time.monotonic() < deadline:
-                time.sleep(1)
+                time.sleep(POLL_S)
             assert world.listener.reports, (
                 f"the hostile trial never reported: {b.status().state} {b.status().error}"
             )
