@@ -21,7 +21,7 @@ ARG BASE_IMAGE=python:${PYTHON_VERSION}-slim-bookworm
 # No fedtune here: the runtime stage starts from this stage, so the venv's layers (about 2 GB)
 # are the image's own, never copied, and a change of fedtune's code never invalidates them;
 # fedtune's wheel (under 1 MB) goes on top. (Copying the venv into a stage of its own cost a
-# cold build with buildah 84 s for the copy and its commit, and as long again to delete.)
+# cold buildah build 94 s for the copy and its commit, and 49 s more to delete it after.)
 FROM ${BASE_IMAGE} AS deps
 
 # cpu | cuda
