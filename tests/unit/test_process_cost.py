@@ -12,7 +12,7 @@ import pytest
 
 from fedtune.tuning.driver.placement import likely_in_process, place
 from fedtune.tuning.packing.cost import RAY_START_S, ProcessCost, study_work, weigh
-from fedtune.tuning.packing.speed import PackSpeed
+from fedtune.tuning.packing.speed import PackSpeed, measure
 from fedtune.tuning.spec import StudySpec
 
 BASE = {
@@ -112,3 +112,12 @@ def test_more_configurations_than_a_cpu_pack_holds_go_to_ray(no_ray) -> None:
     budget = {"trials": 80, "max_concurrent": 65}
     assert not place(_spec(budget=budget), allowed=True, target=80).in_process
     assert not likely_in_process(copy.deepcopy(BASE) | {"budget": budget}, allowed=True)
+
+
+def test_more_threads_are_kept_only_by_a_margin() -> None:
+    """The pack's threads: with no margin the faster of the counts timed; a margin no pack can
+    beat keeps the first (one thread)."""
+    spec = _spec()
+    assert measure(spec, 2, packed_threads=(1, 2), alone=1).threads in (1, 2)
+    assert measure(spec, 2, packed_threads=(1, 2), alone=1, margin=float("inf")).threads == 1
+    assert measure(spec, 2, packed_threads=(2,), alone=1).threads == 2

@@ -183,7 +183,8 @@ def test_fedtune_tune_prints_one_line_when_ray_never_starts(
     monkeypatch.setattr(rr.time, "sleep", lambda s: None)
     monkeypatch.setenv("FEDTUNE_RAY_START_ATTEMPTS", "2")
     spec = tmp_path / "study.yaml"
-    spec.write_text(yaml.safe_dump(make_quadratic_study("no-ray")))
+    # one configuration per process: Ray's trials (pack auto would weigh them by cost)
+    spec.write_text(yaml.safe_dump(make_quadratic_study("no-ray", resources={"pack": 1})))
     workdir = tmp_path / "a-workdir-long-enough-for-a-hashed-ray-temp-dir"
     code = main(["tune", str(spec), "--workdir", str(workdir), "--json"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -13,8 +13,9 @@ once the study is long enough to pay Ray's start.
 
 :func:`estimate` measures both speeds on the study's task in this process (:func:`.speed.measure`:
 two configurations one at a time with the trial's threads, the pack of P on one thread and on
-the threads of the CPUs Ray's processes would hold, keeping the faster: small kernels and a
-busy machine can make more threads slower), and
+the threads of the CPUs Ray's processes would hold, the more threads kept only where they run
+:data:`WIDER` times as fast: small kernels and a busy machine can make more threads much
+slower), and
 :func:`weigh` turns them into seconds for the study's work — its configuration-rounds: trials ×
 rounds × seeds, at most ``budget.configuration_rounds`` × seeds; for a study bounded only by
 ``budget.time``, what the pack trains in that time:
@@ -39,7 +40,7 @@ from .speed import PackSpeed, measure
 if TYPE_CHECKING:
     from ..spec import StudySpec
 
-__all__ = ["ALONE", "RAY_START_S", "ProcessCost", "estimate", "study_work", "weigh"]
+__all__ = ["ALONE", "RAY_START_S", "WIDER", "ProcessCost", "estimate", "study_work", "weigh"]
 
 #: seconds a study pays for an embedded Ray: its start, the trial processes' start and Ray's
 #: shutdown (``fedtune tune --ray`` − in the driver's process on the whole-process benchmark,
@@ -47,6 +48,10 @@ __all__ = ["ALONE", "RAY_START_S", "ProcessCost", "estimate", "study_work", "wei
 RAY_START_S = 9.0
 #: configurations timed one at a time by :func:`estimate` (the rest of the pack's draws are not)
 ALONE = 2
+#: how many times as fast a pack must run on more threads than on one to get them: threads
+#: that wait for each other lose much more on a busy machine than they gain on a quiet one (the
+#: quick start's pack of 2 ran 1.15–1.37× as fast on two threads at a load of 1, 13× slower at 8)
+WIDER = 1.5
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,7 @@ def estimate(spec: StudySpec, *, size: int, target: int | None, cores: int) -> P
     processes = min(size, max(1, cores // cpu))
     threads = min(cores, processes * cpu)
     # more threads are not always faster (small kernels, a busy machine): both are timed
-    speed = measure(spec, size, packed_threads=sorted({1, threads}), alone=ALONE)
+    speed = measure(spec, size, packed_threads=sorted({1, threads}), alone=ALONE, margin=WIDER)
     return weigh(
         speed,
         work=study_work(spec, target),

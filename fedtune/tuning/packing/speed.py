@@ -141,6 +141,7 @@ def measure(
     *,
     packed_threads: Sequence[int] = (),
     alone: int | None = None,
+    margin: float = 1.0,
 ) -> PackSpeed:
     """Measure a pack of ``size`` on the study's task (see the module docstring).
 
@@ -151,6 +152,8 @@ def measure(
         packed_threads: Torch thread counts to time the pack with, the fastest kept (empty:
             the trial's ``resources.cpu``, as one at a time).
         alone: How many of the configurations are timed one at a time (None: all).
+        margin: A thread count of ``packed_threads`` is kept over an earlier one only when its
+            pack runs this many times as many configuration-rounds per second.
 
     Returns:
         Both sides' configuration-rounds per second.
@@ -187,7 +190,7 @@ def measure(
             n, s = _timed(
                 lambda p=pack: sum(r is not None for r in p.step()), lambda p=pack: p.done, rounds
             )
-            if (_rate(n, s) or 0.0) > (best[0] or 0.0):
+            if (_rate(n, s) or 0.0) > (best[0] or 0.0) * (margin if best[0] else 1.0):
                 best = (_rate(n, s), max(1, count))
     finally:
         torch.set_num_threads(threads)
