@@ -55,14 +55,6 @@ def _doc(budget, resources) -> dict:
     return doc
 
 
-@pytest.fixture
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        pytest.skip("Ray runs in this process: every study goes through it")
-
-
 @pytest.mark.parametrize(("budget", "resources", "here"), TABLE)
 def test_the_prefetch_agrees_with_the_choice(no_ray, budget, resources, here) -> None:
     doc = _doc(budget, resources)
