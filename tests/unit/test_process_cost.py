@@ -62,7 +62,7 @@ def test_what_was_not_measured_goes_to_ray() -> None:
     assert cost.describe() == "not estimated: a round of one configuration took 1.4 s"
     unbounded = weigh(PackSpeed(2, 5.0, 5.0), work=None, time_s=None, processes=2, threads=1)
     assert not unbounded.here and "no budget" in unbounded.why
-    assert not ProcessCost(2, 1, None, 3.0).here
+    assert not ProcessCost(1, None, 3.0).here
 
 
 def test_the_work_is_trials_rounds_and_seeds() -> None:

@@ -59,7 +59,6 @@ class ProcessCost:
     """A study's estimated seconds in the driver's process and through Ray.
 
     Args:
-        size: Configurations at once (the pack's size in this process).
         threads: Torch threads of the pack in this process.
         here_s: Estimated seconds as one pack in this process (None: not estimated).
         ray_s: Estimated seconds as Ray Tune trials, Ray's start included (None: not
@@ -67,7 +66,6 @@ class ProcessCost:
         why: Why it was not estimated.
     """
 
-    size: int
     threads: int
     here_s: float | None
     ray_s: float | None
@@ -131,13 +129,13 @@ def weigh(
         The estimates (none, with the reason, when a speed or the work is unknown).
     """
     if not speed.packed or not speed.unpacked:
-        return ProcessCost(speed.size, threads, None, None, speed.why or "no round to time")
+        return ProcessCost(threads, None, None, speed.why or "no round to time")
     if work is None and time_s is None:
-        return ProcessCost(speed.size, threads, None, None, "no budget in trials or rounds")
+        return ProcessCost(threads, None, None, "no budget in trials or rounds")
     work_f = float(work) if work is not None else speed.packed * float(time_s or 0.0)
     here = work_f / speed.packed
     ray = RAY_START_S + work_f / (speed.unpacked * max(1, processes))
-    return ProcessCost(speed.size, threads, here, ray)
+    return ProcessCost(threads, here, ray)
 
 
 def estimate(spec: StudySpec, *, size: int, target: int | None, cores: int) -> ProcessCost:
