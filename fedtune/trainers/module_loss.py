@@ -88,6 +88,28 @@ class ModuleLoss:
         loss = self.loss_fn(self.outputs(leaves, x), y).mean()
         return torch.autograd.grad(loss, leaves)
 
+    def grad_and_losses(
+        self, leaves: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """∇ at ``leaves`` of the mean loss over the examples ``rows`` of ``x`` (with repeats),
+        and the per-example losses of all of ``x`` (detached), from one forward pass.
+
+        Args:
+            leaves: The parameters, ordered as :attr:`names`, requiring grad (:meth:`leaves`).
+            x: Inputs ``[n, ...]``.
+            y: Targets ``[n, ...]``.
+            rows: Positions in ``x`` of the batch ``[B]``.
+
+        Returns:
+            The gradient of ``mean(losses[rows])`` and ``losses [n]``.
+        """
+        if not torch.is_grad_enabled():
+            with torch.enable_grad():
+                return self.grad_and_losses(leaves, x, y, rows)
+        losses = self.loss_fn(self.outputs(leaves, x), y)
+        grads = torch.autograd.grad(losses.index_select(0, rows).mean(), leaves)
+        return grads, losses.detach()
+
     def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:
         """``module(x)`` at ``params``: the slot swap of :meth:`outputs` where the model has
         plain parameter slots and ``params`` names each parameter, else ``functional_call``.
