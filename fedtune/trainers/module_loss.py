@@ -89,25 +89,25 @@ class ModuleLoss:
         return torch.autograd.grad(loss, leaves)
 
     def grad_and_losses(
-        self, leaves: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor
+        self, leaves: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, w: torch.Tensor
     ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        """∇ at ``leaves`` of the mean loss over the examples ``rows`` of ``x`` (with repeats),
-        and the per-example losses of all of ``x`` (detached), from one forward pass.
+        """∇ at ``leaves`` of the weighted loss Σ_j w_j·loss_j over the examples of ``x``, and
+        the per-example losses (detached), from one forward pass.
 
         Args:
             leaves: The parameters, ordered as :attr:`names`, requiring grad (:meth:`leaves`).
             x: Inputs ``[n, ...]``.
             y: Targets ``[n, ...]``.
-            rows: Positions in ``x`` of the batch ``[B]``.
+            w: The examples' weights ``[n]``.
 
         Returns:
-            The gradient of ``mean(losses[rows])`` and ``losses [n]``.
+            The gradient of ``losses · w`` and ``losses [n]``.
         """
         if not torch.is_grad_enabled():
             with torch.enable_grad():
-                return self.grad_and_losses(leaves, x, y, rows)
+                return self.grad_and_losses(leaves, x, y, w)
         losses = self.loss_fn(self.outputs(leaves, x), y)
-        grads = torch.autograd.grad(losses.index_select(0, rows).mean(), leaves)
+        grads = torch.autograd.grad(torch.dot(losses, w), leaves)
         return grads, losses.detach()
 
     def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ from fedtune.trainers.client import ClientRule, make_client_fn, make_masked_clie
 from fedtune.trainers.evaluation import client_mean_losses
 from fedtune.trainers.first_step import (
     client_data,
+    client_means,
     make_measuring_client_fn,
     measures_in_first_step,
 )
@@ -75,12 +76,15 @@ def _separate(loss, x, data, ids, batches, rule, runner, masked=None):
 
 
 def _measured(loss, x, data, ids, batches, rule, runner, masked=None):
-    own = client_data(data, ids, batches).per_client()
+    """The measuring client function's messages and ℓ_t from its per-example losses."""
+    own = client_data(data, ids, batches, torch.float64)
     rest = batches[:, 1:]
     xb, yb = data.inputs[rest], data.targets[rest]
     lr = torch.tensor(0.07, dtype=torch.float64)
     fn = make_measuring_client_fn(loss, rule, masked=masked is not None)
-    return runner.map(fn, (x, lr), (xb, yb, *(masked or ()), *own))
+    msgs, losses = runner.map(fn, (x, lr), (xb, yb, *(masked or ()), *own.per_client()))
+    assert losses.shape == own.inputs.shape[:2]
+    return msgs, client_means(losses, own.counts)
 
 
 def _close(a: dict, b: dict) -> None:
@@ -118,13 +122,15 @@ def test_measured_masked_steps_are_the_separate_pass(model, runner):
 
 def test_the_padding_is_left_out_and_the_first_batch_reads_the_clients_rows():
     loss, x, data, ids, batches = _cohort("linear")
-    own = client_data(data, ids, batches)
+    own = client_data(data, ids, batches, torch.float64)
     assert own.inputs.shape[:2] == (5, 6) and own.counts.tolist() == [2, 6, 3, 5, 4]
     for i, n in enumerate(own.counts.tolist()):
         lo = int(data.offsets[i])
         assert torch.equal(own.inputs[i, :n], data.inputs[lo : lo + n])
         assert torch.equal(own.inputs[i, n:], data.inputs[lo + n - 1].expand(6 - n, 1, 8, 8))
-        assert torch.equal(own.inputs[i][own.first[i]], data.inputs[batches[i, 0]])
+        # the first batch's draws of each example, over B; none of the padding
+        draws = torch.bincount(batches[i, 0] - lo, minlength=6).to(torch.float64)
+        assert torch.equal(own.weights[i], draws / B) and float(own.weights[i, n:].sum()) == 0
     # the padding repeats a real row: a loss on it would count twice if it were not left out
     _, losses = _measured(loss, x, data, ids, batches[:, :1], RULES["fedavg"], SequentialRunner())
     _, lt = _separate(loss, x, data, ids, batches[:, :1], RULES["fedavg"], SequentialRunner())

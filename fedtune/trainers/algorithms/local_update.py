@@ -22,7 +22,12 @@ from typing import Protocol
 import torch
 
 from ..client import ClientRule, make_client_fn, make_masked_client_fn
-from ..first_step import client_data, make_measuring_client_fn, measures_in_first_step
+from ..first_step import (
+    client_data,
+    client_means,
+    make_measuring_client_fn,
+    measures_in_first_step,
+)
 from ..server_opt import ServerOpt
 from ..steps import theta_rows
 from .base import Cohort, Params, RoundContext, ServerState, tree_norm, weighted_mean
@@ -184,16 +189,17 @@ class LocalUpdate:
         xb, yb = ctx.data.inputs[rows], ctx.data.targets[rows]
         dtype = next(iter(x.values())).dtype
         lr = torch.tensor(ctx.client_lr, dtype=dtype)
-        own = ()
-        if measuring:
-            own = client_data(ctx.data, cohort.clients, cohort.batches).per_client()
-        if cohort.steps is None:
-            return ctx.runner.map(self.client_fn(ctx, False, measuring), (x, lr), (xb, yb, *own))
-        k_max = cohort.k_max(0)
-        theta = theta_rows(self.rule.preset, cohort.steps, k_max, dtype)
-        return ctx.runner.map(
-            self.client_fn(ctx, True, measuring), (x, lr), (xb, yb, theta, cohort.mask(), *own)
-        )
+        own = client_data(ctx.data, cohort.clients, cohort.batches, dtype) if measuring else None
+        per_client = () if own is None else own.per_client()
+        masked = cohort.steps is not None
+        if masked:
+            theta = theta_rows(self.rule.preset, cohort.steps, cohort.k_max(0), dtype)
+            per_client = (theta, cohort.mask(), *per_client)
+        out = ctx.runner.map(self.client_fn(ctx, masked, measuring), (x, lr), (xb, yb, *per_client))
+        if own is None:
+            return out
+        messages, losses = out
+        return messages, client_means(losses, own.counts)
 
     def apply(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
         """Run one round: messages, aggregation, server step.
