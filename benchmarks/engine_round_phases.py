@@ -6,11 +6,14 @@ as ``engine_throughput.py``); the engine's phase functions are wrapped with time
 than wall time, the figure a loaded machine can still compare). After ``--warmup`` (20) rounds,
 ``--rounds`` rounds per runner; each phase's mean µs per round, the round's mean, and the
 baselines' rounds (``plain``, ``fedavg_loop`` of ``engine_throughput.py``) timed the same way,
-with the minimum over ``--samples`` blocks of rounds beside the mean.
+with the minimum over ``--samples`` blocks of rounds beside the mean. Where the clients' first
+local steps give ℓ_t (``fedtune.trainers.first_step``) there is no ``lt_eval`` phase (0 µs,
+``lt_from_first_step`` true); ``--separate-lt`` makes the engine take its separate ℓ_t pass.
 
 Usage::
 
-    python benchmarks/engine_round_phases.py [--models linear,mlp] [--m 10] [--out FILE]
+    python benchmarks/engine_round_phases.py [--models linear,mlp] [--m 10] [--separate-lt]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ PHASES = (
     (local_update, "weighted_mean", "aggregate"),
     (local_update, "tree_norm", "update_norm"),
 )
+
+
+PHASE_NAMES = tuple(dict.fromkeys(phase for _, _, phase in PHASES))
 
 
 def instrument(spent: collections.Counter) -> Callable[[], None]:
@@ -89,6 +95,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=600)
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument(
+        "--separate-lt", action="store_true", help="ℓ_t by its own pass, not the first steps"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -102,7 +111,14 @@ def main(argv: list[str] | None = None) -> dict:
     doc = {
         "benchmark": "engine_round_phases",
         "units": "thread CPU µs per round (mean over the rounds; baselines also min of blocks)",
-        "setting": {"M": args.m, "K": 1, "B": et.B, "rounds": args.rounds, "threads": 1},
+        "setting": {
+            "M": args.m,
+            "K": 1,
+            "B": et.B,
+            "rounds": args.rounds,
+            "threads": 1,
+            "separate_lt": args.separate_lt,
+        },
         "environment": environment(),
         "load_average_1min": [load_before, round(os.getloadavg()[0], 2)],
         "cells": cells,
@@ -121,6 +137,7 @@ def measure(args: argparse.Namespace, spent: collections.Counter) -> dict:
         cell = {}
         for runner in ("vectorized", "sequential"):
             fn = et.engine_round(task, {**cfg, "seed": 0}, runner, args.m, 1)
+            fn.trainer.measure_in_first_step = not args.separate_lt
             for _ in range(args.warmup):
                 fn()
             spent.clear()
@@ -128,10 +145,14 @@ def measure(args: argparse.Namespace, spent: collections.Counter) -> dict:
             for _ in range(args.rounds):
                 fn()
             total = time.thread_time() - start
-            phases = {k: round(v / args.rounds * 1e6, 1) for k, v in spent.items()}
+            phases = {k: round(spent[k] / args.rounds * 1e6, 1) for k in PHASE_NAMES}
             inner = sum(phases[k] for k in ("cohort", "lt_eval", "local_steps", "aggregate"))
             phases["rest"] = round(total / args.rounds * 1e6 - inner - phases["update_norm"], 1)
-            cell[runner] = {"round_us": round(total / args.rounds * 1e6, 1), "phases_us": phases}
+            cell[runner] = {
+                "round_us": round(total / args.rounds * 1e6, 1),
+                "phases_us": phases,
+                "lt_from_first_step": spent["lt_eval"] == 0,
+            }
         baselines = {"plain": et.plain_round(task, args.m, 1)}
         baselines["fedavg_loop"] = et.fedavg_loop_round(task, args.m, 1)
         for name, fn in baselines.items():

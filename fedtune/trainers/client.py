@@ -36,7 +36,7 @@ The client rule is a part: :data:`CLIENT_HPARAMS` declares γ, α and Θ
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -115,25 +115,36 @@ def _axpy(a: Params, s, b: Params) -> Params:
     return {k: a[k] + s * b[k] for k in a}
 
 
-def _local_grad_fn(loss_of: LossOf) -> Callable[..., Params]:
-    """g = ∇f(y; batch) + α (y − x); α a float (0: no proximal term) or a tensor (applied)."""
+def with_prox(g: Params, y: Params, x: Params, alpha) -> Params:
+    """g + α (y − x); α a float (0: no proximal term, g itself) or a tensor (applied)."""
+    if torch.is_tensor(alpha) or alpha:
+        return {n: g[n] + alpha * (y[n] - x[n]) for n in g}
+    return g
+
+
+def local_grad_fn(loss_of: LossOf) -> Callable[..., Params]:
+    """g = ∇f(y; batch) + α (y − x) (:func:`with_prox`)."""
     gradient = grad(loss_of)
 
     def local_grad(y: Params, x: Params, xk, yk, alpha) -> Params:
-        g = gradient(y, xk, yk)
-        if torch.is_tensor(alpha) or alpha:
-            g = {n: g[n] + alpha * (y[n] - x[n]) for n in g}
-        return g
+        return with_prox(gradient(y, xk, yk), y, x, alpha)
 
     return local_grad
 
 
-def _masked_message(local_grad, units: str, x: Params, lr, alpha, xb, yb, theta, mask) -> Params:
+#: ``step_grad(k, y) -> g_k``: step k's local gradient at the client's point y (the proximal
+#: term included); the ClientUpdate loops below take their gradients from one
+StepGrad = Callable[[int, Params], Params]
+
+
+def masked_message(
+    step_grad: StepGrad, steps: int, units: str, x: Params, lr, theta, mask
+) -> Params:
     """The masked first-order ClientUpdate of one client (see :func:`make_masked_client_fn`)."""
     y = x
     msg = {n: torch.zeros_like(v) for n, v in x.items()}
-    for k in range(xb.shape[0]):
-        g = local_grad(y, x, xb[k], yb[k], alpha)
+    for k in range(steps):
+        g = step_grad(k, y)
         if mask is None:  # every step is real (packed trials of equal K)
             msg, y = _axpy(msg, theta[k], g), _axpy(y, -lr, g)
             continue
@@ -270,42 +281,55 @@ def make_masked_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Pa
     """
     if rule.second_order:
         raise ValueError("second-order MAML needs a fixed K (no masked form)")
-    local_grad = _local_grad_fn(loss_of)
+    local_grad = local_grad_fn(loss_of)
     alpha = rule.prox_alpha
 
     def fn(x: Params, lr, xb, yb, theta, mask) -> Params:
-        return _masked_message(local_grad, rule.units, x, lr, alpha, xb, yb, theta, mask)
+        def step_grad(k: int, y: Params) -> Params:
+            return local_grad(y, x, xb[k], yb[k], alpha)
 
-    if _has_eager(loss_of):
+        return masked_message(step_grad, xb.shape[0], rule.units, x, lr, theta, mask)
+
+    if has_eager(loss_of):
         fn.eager = _eager_client(loss_of, rule, masked=True)  # type: ignore[attr-defined]
     return fn
+
+
+def first_order_message(
+    step_grad: StepGrad, weights: list[float], units: str, x: Params, lr
+) -> Params:
+    """The first-order ClientUpdate of one client with fixed Θ (see :func:`make_client_fn`)."""
+    y = x
+    msg: Params | None = None  # 0 until the first θ_k ≠ 0
+    last = len(weights) - 1
+    for k, theta_k in enumerate(weights):
+        g = step_grad(k, y)
+        if theta_k and msg is None:
+            # 0 + θ_k·g written as θ_k·g + 0 (the same bits: IEEE addition commutes, and
+            # + 0 turns a −0 into +0 as 0 + (−0) does); θ_k = 1 multiplies exactly
+            msg = {n: (v if theta_k == 1.0 else theta_k * v) + 0.0 for n, v in g.items()}
+        elif theta_k:
+            msg = _axpy(msg, theta_k, g)
+        if k < last:
+            y = _axpy(y, -lr, g)
+    if msg is None:  # every θ_k = 0
+        msg = {n: torch.zeros_like(v) for n, v in x.items()}
+    if units == "delta":
+        return {n: lr * msg[n] for n in msg}
+    return msg
 
 
 def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
     """Build ``fn(x, lr, xb [nb, B, ...], yb [nb, B, ...]) -> message`` for ``rule``."""
     alpha = rule.prox_alpha
     weights = [float(t) for t in rule.theta]
-    local_grad = _local_grad_fn(loss_of)
+    local_grad = local_grad_fn(loss_of)
 
     def first_order(x: Params, lr, xb, yb) -> Params:
-        y = x
-        msg: Params | None = None  # 0 until the first θ_k ≠ 0
-        last = len(weights) - 1
-        for k, theta_k in enumerate(weights):
-            g = local_grad(y, x, xb[k], yb[k], alpha)
-            if theta_k and msg is None:
-                # 0 + θ_k·g written as θ_k·g + 0 (the same bits: IEEE addition commutes, and
-                # + 0 turns a −0 into +0 as 0 + (−0) does); θ_k = 1 multiplies exactly
-                msg = {n: (v if theta_k == 1.0 else theta_k * v) + 0.0 for n, v in g.items()}
-            elif theta_k:
-                msg = _axpy(msg, theta_k, g)
-            if k < last:
-                y = _axpy(y, -lr, g)
-        if msg is None:  # every θ_k = 0
-            msg = {n: torch.zeros_like(v) for n, v in x.items()}
-        if rule.units == "delta":
-            return {n: lr * msg[n] for n in msg}
-        return msg
+        def step_grad(k: int, y: Params) -> Params:
+            return local_grad(y, x, xb[k], yb[k], alpha)
+
+        return first_order_message(step_grad, weights, rule.units, x, lr)
 
     def maml(x: Params, lr, xb, yb) -> Params:
         inner_steps = len(weights)
@@ -320,7 +344,7 @@ def make_client_fn(loss_of: LossOf, rule: ClientRule) -> Callable[..., Params]:
 
     if rule.second_order:
         return maml
-    if _has_eager(loss_of):
+    if has_eager(loss_of):
         first_order.eager = _eager_client(loss_of, rule, masked=False)  # type: ignore[attr-defined]
     return first_order
 
@@ -329,49 +353,72 @@ def _is_one(theta_k) -> bool:
     return not torch.is_tensor(theta_k) and theta_k == 1.0
 
 
-def _has_eager(loss_of: LossOf) -> bool:
+def has_eager(loss_of: LossOf) -> bool:
     return isinstance(loss_of, ModuleLoss) and loss_of.eager
 
 
-def _eager_client(loss: ModuleLoss, rule: ClientRule, masked: bool) -> Callable[..., Params]:
-    """One client's first-order ClientUpdate with eager autograd (see the module docstring).
+#: ``eager_grad(k, y) -> ∇f(y; S_k)``: step k's mini-batch gradient at the client's point y (its
+#: tensors in the module's parameter order), without the proximal term
+EagerGrad = Callable[[int, list[torch.Tensor]], Sequence[torch.Tensor]]
 
-    Every arithmetic step is the expression of the functional form (``_axpy``: a + s·b, with
-    the same s), so the message is bit for bit the same; a masked step (``mask[k]`` unset, the
-    steps after τ_i) is skipped, which is what ``where_step`` makes of it.
-    """
-    alpha = rule.prox_alpha
-    names = loss.names
-    name_set = frozenset(names)
+
+def _eager_client(loss: ModuleLoss, rule: ClientRule, masked: bool) -> Callable[..., Params]:
+    """One client's first-order ClientUpdate with eager autograd (see the module docstring)."""
     fixed = [float(t) for t in rule.theta]
 
     def fn(x: Params, lr, xb, yb, theta=None, mask=None) -> Params:
-        if x.keys() != name_set:
-            raise KeyError("parameters do not match the module's")
-        x_leaves = [x[n] for n in names]
-        y = x_leaves
-        msg = [torch.zeros_like(v) for v in x_leaves]
+        def eager_grad(k: int, y: list[torch.Tensor]) -> Sequence[torch.Tensor]:
+            return loss.grad(ModuleLoss.leaves(y), xb[k], yb[k])
+
         steps = int(xb.shape[0]) if masked else len(fixed)
-        neg_lr = -lr if masked or steps > 1 else None  # one step: y is never updated
-        for k in range(steps):
-            if masked and not bool(mask[k]):
-                break  # the real steps come first: the rest are exact no-ops
-            g = loss.grad(ModuleLoss.leaves(y), xb[k], yb[k])
-            if alpha:
-                g = [gi + alpha * (yi - xi) for gi, yi, xi in zip(g, y, x_leaves, strict=True)]
-            theta_k = theta[k] if masked else fixed[k]
-            if masked or theta_k:
-                # m + θ_k·g; θ_k = 1 multiplies exactly, so it is left out
-                torch._foreach_add_(msg, g if _is_one(theta_k) else torch._foreach_mul(g, theta_k))
-            if masked or k < steps - 1:
-                step = torch._foreach_mul(g, neg_lr)
-                if y is x_leaves:
-                    y = torch._foreach_add(y, step)  # the broadcast x is never written
-                else:
-                    torch._foreach_add_(y, step)
-        if rule.units == "delta":
-            msg = torch._foreach_mul(msg, lr)
-        out = dict(zip(names, msg, strict=True))
-        return out if tuple(x) == names else {n: out[n] for n in x}
+        return eager_message(loss, rule, x, lr, eager_grad, steps, theta if masked else fixed, mask)
 
     return fn
+
+
+def eager_message(
+    loss: ModuleLoss,
+    rule: ClientRule,
+    x: Params,
+    lr,
+    eager_grad: EagerGrad,
+    steps: int,
+    theta,
+    mask=None,
+) -> Params:
+    """The first-order ClientUpdate of one client over ``steps`` steps, eagerly.
+
+    ``theta`` is Θ as a list of floats (fixed steps, ``mask`` None) or the client's Θ row with
+    its step mask (masked steps). Every arithmetic step is the expression of the functional form (``_axpy``: a + s·b, with
+    the same s), so the message is bit for bit the same; a masked step (``mask[k]`` unset, the
+    steps after τ_i) is skipped, which is what ``where_step`` makes of it.
+    """
+    names = loss.names
+    if x.keys() != frozenset(names):
+        raise KeyError("parameters do not match the module's")
+    alpha = rule.prox_alpha
+    masked = mask is not None
+    x_leaves = [x[n] for n in names]
+    y = x_leaves
+    msg = [torch.zeros_like(v) for v in x_leaves]
+    neg_lr = -lr if masked or steps > 1 else None  # one step: y is never updated
+    for k in range(steps):
+        if masked and not bool(mask[k]):
+            break  # the real steps come first: the rest are exact no-ops
+        g = eager_grad(k, y)
+        if alpha:
+            g = [gi + alpha * (yi - xi) for gi, yi, xi in zip(g, y, x_leaves, strict=True)]
+        theta_k = theta[k]
+        if masked or theta_k:
+            # m + θ_k·g; θ_k = 1 multiplies exactly, so it is left out
+            torch._foreach_add_(msg, g if _is_one(theta_k) else torch._foreach_mul(g, theta_k))
+        if masked or k < steps - 1:
+            step = torch._foreach_mul(g, neg_lr)
+            if y is x_leaves:
+                y = torch._foreach_add(y, step)  # the broadcast x is never written
+            else:
+                torch._foreach_add_(y, step)
+    if rule.units == "delta":
+        msg = torch._foreach_mul(msg, lr)
+    out = dict(zip(names, msg, strict=True))
+    return out if tuple(x) == names else {n: out[n] for n in x}

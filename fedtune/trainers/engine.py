@@ -5,7 +5,11 @@ docs/explanation/algorithms.md §1.3 and §2):
 
 1. sample the cohort I_t from the *data* seed (same clients for every hyperparameter setting);
 2. ℓ_t ← mean over I_t of each client's loss at the broadcast model, before local training;
-   non-finite ℓ_t or ℓ_t > divergence_factor·ℓ_1 ends the trial as ``diverged`` (an outcome);
+   non-finite ℓ_t or ℓ_t > divergence_factor·ℓ_1 ends the trial as ``diverged`` (an outcome).
+   Where the algorithm declares it (:class:`~.algorithms.MeasuringAlgorithm`: a first step at
+   the broadcast model, clients no larger than the batch) the clients' first local steps give
+   the losses from their own forward pass (:mod:`.first_step`), and a diverged round's update
+   is dropped;
 3. draw each client's batches from (trial seed, t, client) and let the algorithm update the
    server state with the rates in force, γ_t = γ·a_c^{#decays}, η_t = η·a_s^{#decays};
 4. LocalUpdateDecay observes ℓ_t (a decay applies from the next round);
@@ -30,7 +34,7 @@ import torch
 
 from fedtune.errors import ConfigError
 
-from .algorithms import Cohort, RoundContext, resolve
+from .algorithms import Cohort, MeasuringAlgorithm, RoundContext, resolve
 from .config import TrialConfig
 from .decay import DecayController
 from .evaluation import (
@@ -145,6 +149,9 @@ class Trainer:
             self.local_steps,
         )
         self.runner = make_runner(self.runner_kind)
+        #: ℓ_t from the clients' first local steps where the algorithm can (False: always the
+        #: separate pass over the cohort's data; the two give the same losses)
+        self.measure_in_first_step = True
         self.records: list[RoundRecord] = []
         self.outcome: Outcome | None = None
         self.reason = ""
@@ -229,10 +236,19 @@ class Trainer:
         start = time.perf_counter()
         cohort = self._cohort(t)
         data = self._view(cohort.clients.cpu())
-        x = self.algorithm.broadcast(self.state)
-        losses = client_mean_losses(
-            self.per_example_loss, x, data, cohort.clients.cpu(), cfg.train.eval_batch_size
+        client_lr = self.hparams.client_lr * self.decay.client_scale
+        server_lr = self.hparams.server_lr * self.decay.server_scale
+        ctx = RoundContext(
+            self.runner, self.loss_of, data, self.task, client_lr, server_lr, t, cfg.seed
         )
+        measured = self._apply_measuring(cohort, ctx)
+        if measured is None:
+            x = self.algorithm.broadcast(self.state)
+            losses = client_mean_losses(
+                self.per_example_loss, x, data, cohort.clients.cpu(), cfg.train.eval_batch_size
+            )
+        else:
+            state, diag, losses = measured
         client_loss = float((cohort.weights * losses).sum())
         self.initial_loss, why = divergence(
             client_loss, self.initial_loss, cfg.train.divergence_factor, t
@@ -240,12 +256,9 @@ class Trainer:
         if why is not None:
             self.outcome, self.reason = Outcome.DIVERGED, why
             return None
-        client_lr = self.hparams.client_lr * self.decay.client_scale
-        server_lr = self.hparams.server_lr * self.decay.server_scale
-        ctx = RoundContext(
-            self.runner, self.loss_of, data, self.task, client_lr, server_lr, t, cfg.seed
-        )
-        self.state, diag = self.algorithm.apply(self.state, cohort, ctx)
+        if measured is None:
+            state, diag = self.algorithm.apply(self.state, cohort, ctx)
+        self.state = state
         # an algorithm that sets its own rates (e.g. MaSS with mass_auto) reports those in force
         client_lr = float(diag.pop("client_lr", client_lr))
         server_lr = float(diag.pop("server_lr", server_lr))
@@ -277,6 +290,16 @@ class Trainer:
         if self.round >= cfg.train.rounds:
             self.outcome = Outcome.COMPLETED
         return record
+
+    def _apply_measuring(self, cohort: Cohort, ctx: RoundContext):
+        """The round run by an algorithm whose first local steps give ℓ_t (new state,
+        diagnostics, the clients' losses), or None: ℓ_t needs its own pass."""
+        alg = self.algorithm
+        if not (self.measure_in_first_step and isinstance(alg, MeasuringAlgorithm)):
+            return None
+        if not alg.measures_client_losses(cohort, ctx):
+            return None
+        return alg.apply_measuring(self.state, cohort, ctx)
 
     @staticmethod
     def _round_examples(cohort: Cohort) -> int:

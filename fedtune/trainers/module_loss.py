@@ -88,6 +88,28 @@ class ModuleLoss:
         loss = self.loss_fn(self.outputs(leaves, x), y).mean()
         return torch.autograd.grad(loss, leaves)
 
+    def grad_and_losses(
+        self, leaves: Sequence[torch.Tensor], x: torch.Tensor, y: torch.Tensor, w: torch.Tensor
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """∇ at ``leaves`` of the weighted loss Σ_j w_j·loss_j over the examples of ``x``, and
+        the per-example losses (detached), from one forward pass.
+
+        Args:
+            leaves: The parameters, ordered as :attr:`names`, requiring grad (:meth:`leaves`).
+            x: Inputs ``[n, ...]``.
+            y: Targets ``[n, ...]``.
+            w: The examples' weights ``[n]``.
+
+        Returns:
+            The gradient of ``losses · w`` and ``losses [n]``.
+        """
+        if not torch.is_grad_enabled():
+            with torch.enable_grad():
+                return self.grad_and_losses(leaves, x, y, w)
+        losses = self.loss_fn(self.outputs(leaves, x), y)
+        grads = torch.autograd.grad(torch.dot(losses, w), leaves)
+        return grads, losses.detach()
+
     def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:
         """``module(x)`` at ``params``: the slot swap of :meth:`outputs` where the model has
         plain parameter slots and ``params`` names each parameter, else ``functional_call``.

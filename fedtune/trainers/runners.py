@@ -76,6 +76,11 @@ def _stack(outs: list) -> Any:
         for o in outs
     ):  # the usual message, a dict of tensors: no tree walk
         return {k: torch.stack([o[k] for o in outs]) for k in first}
+    if torch.is_tensor(first) and all(map(torch.is_tensor, outs)):
+        return torch.stack(outs)
+    if type(first) is tuple and all(type(o) is tuple and len(o) == len(first) for o in outs):
+        # e.g. (message, losses): each part stacked as above
+        return tuple(_stack([o[i] for o in outs]) for i in range(len(first)))
     return pytree.tree_map(lambda *xs: torch.stack(xs), *outs)
 
 

@@ -118,6 +118,28 @@ def test_vectorized_equals_sequential(name):
         torch.testing.assert_close(vec.state.params[k], seq.state.params[k], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_first_step_losses_equal_the_separate_pass(name):
+    """Clients no larger than the batch (n_i = B = 8): an algorithm whose clients give ℓ_t
+    from their first local steps (``MeasuringAlgorithm``) runs as with the engine's separate
+    ℓ_t pass, to the rounding of a different summation order."""
+    cfg = config_for(name, train={"batch_size": 8})
+    measured = run(cfg)
+    separate = Trainer(cfg)
+    separate.measure_in_first_step = False
+    while not separate.done:
+        separate.step()
+    assert measured.round == separate.round > 0
+    for rm, rs in zip(curve(measured), curve(separate), strict=True):
+        assert rm.keys() == rs.keys()
+        for key in rm:
+            assert rm[key] == pytest.approx(rs[key], rel=1e-10, abs=1e-12), key
+    for k in measured.state.params:
+        torch.testing.assert_close(
+            measured.state.params[k], separate.state.params[k], rtol=1e-10, atol=1e-12
+        )
+
+
 def _apply(trainer: Trainer, cohort: Cohort):
     return _apply_state(trainer, cohort).params
 

@@ -1,6 +1,14 @@
 """Registered algorithms (recipes built from composable parts)."""
 
-from .base import Algorithm, Cohort, RoundContext, ServerState, tree_norm, weighted_mean
+from .base import (
+    Algorithm,
+    Cohort,
+    MeasuringAlgorithm,
+    RoundContext,
+    ServerState,
+    tree_norm,
+    weighted_mean,
+)
 from .local_update import LocalUpdate
 from .registry import Recipe, algorithms, get_recipe, register, resolve
 
@@ -8,6 +16,7 @@ __all__ = [
     "Algorithm",
     "Cohort",
     "LocalUpdate",
+    "MeasuringAlgorithm",
     "Recipe",
     "RoundContext",
     "ServerState",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -22,6 +22,7 @@ from ..tasks.base import InMemoryData, Task
 __all__ = [
     "Algorithm",
     "Cohort",
+    "MeasuringAlgorithm",
     "RoundContext",
     "ServerState",
     "members_weighted_mean",
@@ -159,6 +160,23 @@ class Algorithm(Protocol):
         Returns:
             The new state and the round's diagnostics (``update_norm`` at least).
         """
+        ...
+
+
+@runtime_checkable
+class MeasuringAlgorithm(Protocol):
+    """An algorithm whose clients can give their loss ℓ_i at the broadcast model from their
+    first local step, where that step is at the broadcast model and one forward pass serves
+    both (:mod:`fedtune.trainers.first_step`); the engine then skips its separate ℓ_t pass."""
+
+    def measures_client_losses(self, cohort: Cohort, ctx: RoundContext) -> bool:
+        """Whether :meth:`apply_measuring` may run this round (its rule and its clients)."""
+        ...
+
+    def apply_measuring(
+        self, state: ServerState, cohort: Cohort, ctx: RoundContext
+    ) -> tuple[ServerState, dict[str, float], torch.Tensor]:
+        """Run one round as ``apply`` does; also give the clients' losses ℓ_i ``[M]``."""
         ...
 
 

@@ -22,6 +22,12 @@ from typing import Protocol
 import torch
 
 from ..client import ClientRule, make_client_fn, make_masked_client_fn
+from ..first_step import (
+    client_data,
+    client_means,
+    make_measuring_client_fn,
+    measures_in_first_step,
+)
 from ..server_opt import ServerOpt
 from ..steps import theta_rows
 from .base import Cohort, Params, RoundContext, ServerState, tree_norm, weighted_mean
@@ -111,7 +117,7 @@ class LocalUpdate:
         self.rule = rule
         self.server_opt = server_opt
         self.aggregator = aggregator
-        self._client_fns: dict[tuple[int, bool], object] = {}
+        self._client_fns: dict[tuple[int, bool, bool], object] = {}
 
     def num_batches(self) -> int:
         """Batches each client draws per round (the client rule's K)."""
@@ -125,21 +131,42 @@ class LocalUpdate:
         """Give the model the clients receive (the server optimizer's broadcast point)."""
         return self.server_opt.broadcast(state.params, state.opt_state)
 
-    def client_fn(self, ctx: RoundContext, masked: bool = False):
+    def client_fn(self, ctx: RoundContext, masked: bool = False, measuring: bool = False):
         """Give the pure client function for the round's loss (built once, then cached).
 
         Args:
             ctx: The round's context.
             masked: The function for heterogeneous steps (padded batches and a step mask).
+            measuring: The function that also gives ℓ_i from its first step
+                (:func:`~fedtune.trainers.first_step.make_measuring_client_fn`).
 
         Returns:
             The client function the runner maps over the cohort.
         """
-        key = (id(ctx.loss_of), masked)
+        key = (id(ctx.loss_of), masked, measuring)
         if key not in self._client_fns:
-            make = make_masked_client_fn if masked else make_client_fn
-            self._client_fns[key] = make(ctx.loss_of, self.rule)
+            if measuring:
+                fn = make_measuring_client_fn(ctx.loss_of, self.rule, masked)
+            else:
+                fn = (make_masked_client_fn if masked else make_client_fn)(ctx.loss_of, self.rule)
+            self._client_fns[key] = fn
         return self._client_fns[key]
+
+    def measures_client_losses(self, cohort: Cohort, ctx: RoundContext) -> bool:
+        """Whether this round's clients can give their loss ℓ_i at the broadcast model from
+        their first local step (:func:`~fedtune.trainers.first_step.measures_in_first_step`:
+        a first-order rule, whose first step is at the broadcast model, and clients no larger
+        than the batch).
+
+        Args:
+            cohort: The round's clients and batches.
+            ctx: The round's context.
+
+        Returns:
+            True when :meth:`apply_measuring` may run the round.
+        """
+        counts = ctx.data.counts[cohort.clients.cpu()]
+        return measures_in_first_step(self.rule, ctx.loss_of, counts, cohort.batches.shape[2])
 
     def messages(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
         """Run the clients' local steps from the broadcast point.
@@ -152,18 +179,27 @@ class LocalUpdate:
         Returns:
             The clients' messages q_i, stacked ``[M, ...]``.
         """
+        return self._run_clients(state, cohort, ctx, measuring=False)
+
+    def _run_clients(self, state: ServerState, cohort: Cohort, ctx: RoundContext, measuring: bool):
+        """The clients' messages (and, ``measuring``, their losses ℓ_i: steps 2… read
+        ``cohort.batches[:, 1:]``, step 1 the clients' examples)."""
         x = self.broadcast(state)
-        xb = ctx.data.inputs[cohort.batches]
-        yb = ctx.data.targets[cohort.batches]
+        rows = cohort.batches[:, 1:] if measuring else cohort.batches
+        xb, yb = ctx.data.inputs[rows], ctx.data.targets[rows]
         dtype = next(iter(x.values())).dtype
         lr = torch.tensor(ctx.client_lr, dtype=dtype)
-        if cohort.steps is None:
-            return ctx.runner.map(self.client_fn(ctx), (x, lr), (xb, yb))
-        k_max = cohort.k_max(0)
-        theta = theta_rows(self.rule.preset, cohort.steps, k_max, dtype)
-        return ctx.runner.map(
-            self.client_fn(ctx, masked=True), (x, lr), (xb, yb, theta, cohort.mask())
-        )
+        own = client_data(ctx.data, cohort.clients, cohort.batches, dtype) if measuring else None
+        per_client = () if own is None else own.per_client()
+        masked = cohort.steps is not None
+        if masked:
+            theta = theta_rows(self.rule.preset, cohort.steps, cohort.k_max(0), dtype)
+            per_client = (theta, cohort.mask(), *per_client)
+        out = ctx.runner.map(self.client_fn(ctx, masked, measuring), (x, lr), (xb, yb, *per_client))
+        if own is None:
+            return out
+        messages, losses = out
+        return messages, client_means(losses, own.counts)
 
     def apply(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
         """Run one round: messages, aggregation, server step.
@@ -176,9 +212,26 @@ class LocalUpdate:
         Returns:
             The new state and diagnostics: ``update_norm`` (of q_t) and the aggregator's.
         """
+        return self._server_step(state, cohort, ctx, self.messages(state, cohort, ctx))
+
+    def apply_measuring(self, state: ServerState, cohort: Cohort, ctx: RoundContext):
+        """Run one round as :meth:`apply` does, the clients giving ℓ_i from their first step
+        (only where :meth:`measures_client_losses` says so).
+
+        Args:
+            state: The server state.
+            cohort: The round's clients, batches and weights.
+            ctx: The round's context.
+
+        Returns:
+            The new state, the diagnostics and the clients' losses ℓ_i at the broadcast
+            model ``[M]``.
+        """
+        messages, losses = self._run_clients(state, cohort, ctx, measuring=True)
+        return (*self._server_step(state, cohort, ctx, messages), losses)
+
+    def _server_step(self, state: ServerState, cohort: Cohort, ctx: RoundContext, messages):
         steps = cohort.step_counts(int(self.rule.theta.shape[0]))
-        q, diag = self.aggregator(
-            self.messages(state, cohort, ctx), cohort.weights, steps, ctx.client_lr
-        )
+        q, diag = self.aggregator(messages, cohort.weights, steps, ctx.client_lr)
         params, opt_state = self.server_opt.step(state.params, state.opt_state, q, ctx.server_lr)
         return ServerState(params, opt_state, state.extra), {"update_norm": tree_norm(q), **diag}
