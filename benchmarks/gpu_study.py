@@ -1,7 +1,7 @@
 """Real studies through Ray Tune, Optuna and MLflow on a GPU (``benchmarks/gpu_study.sh``).
 
-Two studies of FedAvgM on the digits MLP (M = 10, K = 10, B = 16, 10 rounds; 8 TPE trials, 4
-at once), each with its own workdir and MLflow store, on an embedded Ray that sees the host's
+Two studies of FedAvgM on the digits MLP (M = 10, K = 10, B = 16, 10 rounds; ``--trials`` TPE
+trials, 8 by default, 4 at once), each with its own workdir and MLflow store, on an embedded Ray that sees the host's
 GPUs:
 
 * ``shared`` — ``resources: {gpu: 0.25}``: four trials share one GPU, unpacked;
@@ -21,7 +21,10 @@ auto`` then measures a pack on the CPU first and packs only where it pays
 
 Usage::
 
-    python benchmarks/gpu_study.py [--device cuda] [--out FILE]
+    python benchmarks/gpu_study.py [--device cuda] [--trials 8] [--out FILE]
+
+(``tests/integration/test_gpu_study_script.py`` runs the dry run with ``--trials 4``: one wave
+of four at once, the least that shows four sharing the GPU.)
 """
 
 from __future__ import annotations
@@ -41,8 +44,20 @@ RESULTS = Path(__file__).parent / "results"
 CONCURRENT = 4
 
 
-def study(name: str, resources: dict[str, Any], device: str) -> dict[str, Any]:
-    """The study's spec (see the module docstring)."""
+def study(
+    name: str, resources: dict[str, Any], device: str, trials: int = 2 * CONCURRENT
+) -> dict[str, Any]:
+    """The study's spec (see the module docstring).
+
+    Args:
+        name: The study's name.
+        resources: Its ``resources`` (GPU share, CPUs, pack).
+        device: ``cuda``, or ``cpu`` for the dry run.
+        trials: Its ``budget.trials`` (4 of them at once).
+
+    Returns:
+        The study document.
+    """
     train = {"rounds": 10, "clients_per_round": 10, "local_steps": 10, "batch_size": 16}
     if device == "cpu":
         train["device"] = "cpu"  # the dry run: GPUs are logical, the arithmetic on the CPU
@@ -54,7 +69,7 @@ def study(name: str, resources: dict[str, Any], device: str) -> dict[str, Any]:
         "search": {"space": "fedavgm", "strategy": "tpe"},
         "objective": {"metric": "train_loss", "last_rounds": 3},
         "sampler": {"seed": 0},
-        "budget": {"trials": 2 * CONCURRENT, "max_concurrent": CONCURRENT},
+        "budget": {"trials": trials, "max_concurrent": CONCURRENT},
         "resources": resources,
     }
 
@@ -69,22 +84,24 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
     return best
 
 
-def run(name: str, resources: dict[str, Any], device: str, root: Path) -> dict[str, Any]:
-    """Run one study and read what it did from Optuna and MLflow."""
+def run(
+    name: str, resources: dict[str, Any], device: str, root: Path, trials: int = 2 * CONCURRENT
+) -> dict[str, Any]:
+    """Run one study of ``trials`` trials and read what it did from Optuna and MLflow."""
     import optuna
     from mlflow import MlflowClient
 
     from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.spec import StudySpec
 
-    spec = StudySpec.from_dict(study(name, resources, device))
+    spec = StudySpec.from_dict(study(name, resources, device, trials))
     start = time.perf_counter()
     result = run_study(spec, root / name)
     wall = time.perf_counter() - start
-    trials = optuna.load_study(study_name=name, storage=result.storage_url).trials
+    ran = optuna.load_study(study_name=name, storage=result.storage_url).trials
     spans = [
         (t.datetime_start.timestamp(), t.datetime_complete.timestamp())
-        for t in trials
+        for t in ran
         if t.datetime_start and t.datetime_complete
     ]
     client = MlflowClient(result.tracking_uri)
@@ -94,6 +111,7 @@ def run(name: str, resources: dict[str, Any], device: str, root: Path) -> dict[s
     devices = sorted({r.data.tags.get("device", "none") for r in runs})
     return {
         "resources": resources,
+        "trials": trials,
         "finished": result.finished,
         "counts": result.counts,
         "most_at_once": most_at_once(spans),
@@ -110,7 +128,7 @@ def problems(out: dict[str, Any], device: str) -> list[str]:
     """What the studies did not do (see the module docstring)."""
     found = []
     for name, row in out["studies"].items():
-        if row["finished"] != 2 * CONCURRENT or row["runs"] != 2 * CONCURRENT:
+        if row["finished"] != row["trials"] or row["runs"] != row["trials"]:
             found.append(f"{name}: {row['finished']} trials finished, {row['runs']} runs")
         if not row["devices"] or any(not d.startswith(device) for d in row["devices"]):
             found.append(f"{name}: trials computed on {row['devices']}, not {device}")
@@ -123,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--out", type=Path, default=RESULTS / "gpu_study.json")
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=2 * CONCURRENT,
+        help=f"trials per study, {CONCURRENT} at once (at least {CONCURRENT})",
+    )
     args = parser.parse_args(argv)
+    if args.trials < CONCURRENT:
+        parser.error(f"--trials: at least {CONCURRENT}, the trials at once")
     import ray
 
     if args.device == "cpu":  # one logical GPU; fractions of a CPU so 4 trials fit 2 cores
@@ -136,9 +162,15 @@ def main(argv: list[str] | None = None) -> int:
         gpus = ray.cluster_resources().get("GPU", 0.0)
         with tempfile.TemporaryDirectory(prefix="gpu-study-") as tmp:
             studies = {
-                "shared": run("shared", {"gpu": 0.25, "cpu": cpu}, args.device, Path(tmp)),
+                "shared": run(
+                    "shared", {"gpu": 0.25, "cpu": cpu}, args.device, Path(tmp), args.trials
+                ),
                 "packed": run(
-                    "packed", {"gpu": 1, "cpu": cpu, "pack": "auto"}, args.device, Path(tmp)
+                    "packed",
+                    {"gpu": 1, "cpu": cpu, "pack": "auto"},
+                    args.device,
+                    Path(tmp),
+                    args.trials,
                 ),
             }
     finally:

@@ -1,7 +1,8 @@
 """A study of methods end to end: ``fedtune tune`` of a spec listing two algorithms runs one
 real study per algorithm (Ray trials, Optuna, a real ``mlflow server``), compares them, and the
 comparison is an MLflow run of its own with its artifacts, linked both ways with the parent
-runs; ``fedtune compare`` of the two workdirs gives the same table."""
+runs; ``fedtune compare`` of the two workdirs gives the same table. ``--ray`` and one trial
+at a time: each study's two trials are Ray Tune trials in one trial process (Tune reuses it)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _methods_spec(name: str) -> dict:
         name,
         sampler={"name": "random", "seed": 0},
         scheduler={"name": "none"},
-        budget={"trials": 2, "max_concurrent": 2},
+        budget={"trials": 2, "max_concurrent": 1},
     )
     spec["algorithm"] = [
         "fedavg",
@@ -48,14 +49,15 @@ def test_a_study_of_methods_runs_each_algorithm_and_records_the_comparison(
     study_file = tmp_path / "methods.yaml"
     study_file.write_text(yaml.safe_dump(_methods_spec("quad-methods")))
     root = tmp_path / "work"
-    code = main(
-        ["tune", str(study_file), "--workdir", str(root), "--tracking-uri", mlflow_server, "--json"]
-    )
+    tune = ["tune", str(study_file), "--workdir", str(root), "--tracking-uri", mlflow_server]
+    # Ray Tune trials (--ray), one at a time: a study's two share one trial process
+    code = main([*tune, "--json", "--ray"])
     assert code == 0
     body = json.loads(capsys.readouterr().out)
     names = [s["name"] for s in body["studies"]]
     assert names == ["quad-methods-fedavg", "quad-methods-fedprox"]
     assert all(s["finished"] == 2 for s in body["studies"])
+    assert all(s["packing"] == "one configuration per trial process" for s in body["studies"])
     comparison = body["comparison"]
     assert comparison["comparable"] is True
     assert [s["algorithm"] for s in comparison["studies"]] == ["fedavg", "fedprox"]
