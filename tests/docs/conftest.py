@@ -4,8 +4,9 @@ These tests need the full development venv (``.[all,dev,docs]``). Each ``docs_en
 docs/development/docs.md is built here:
 
 * ``local``: the development venv's ``bin`` first on ``PATH``;
-* ``service``: as ``local``, plus a real ``fedtune serve`` (SQLite, ``local`` backend) started
-  for the page, a project and a member of exactly that project; the page sees
+* ``service``: as ``local``, plus a real ``fedtune serve`` (SQLite, ``local`` backend), a
+  project and a member of exactly that project, started once per session and shared by the
+  ``service`` and ``light`` pages (they read, or submit studies of their own); the page sees
   ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's);
 * ``light``: as ``service``, but ``PATH`` starts with a venv holding only ``pip install .``
   (no extras), built once per session; the development venv is not on ``PATH``;
@@ -328,11 +329,25 @@ def started_service(tmp: Path) -> Iterator[dict[str, str]]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def shared_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """One ``fedtune serve`` for every ``service`` and ``light`` page of the session.
+
+    Starting a server and making its project and member costs seconds per page; the pages only
+    read (``whoami``, ``studies``) or submit studies of their own, and a page that lists studies
+    is the only one that submits, so one server serves them all.
+
+    Returns:
+        ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's), for the whole session.
+    """
+    with started_service(tmp_path_factory.mktemp("service")) as service:
+        yield service
+
+
 @pytest.fixture
 def environment_for(request: pytest.FixtureRequest, tmp_path: Path):
-    """``environment_for(page) -> Environment`` of the page's ``docs_env`` (services it starts
-    are stopped when the test ends)."""
-    stack = contextlib.ExitStack()
+    """``environment_for(page) -> Environment`` of the page's ``docs_env`` (a ``service`` or
+    ``light`` page gets the session's shared server)."""
 
     def make(page: Page) -> Environment:
         if page.env == "local":
@@ -343,11 +358,10 @@ def environment_for(request: pytest.FixtureRequest, tmp_path: Path):
             light = request.getfixturevalue("light_venv")
             laptop = base_environment(tmp_path, [light])["PATH"]
             return Environment([DEV_BIN], {"DOCS_LAPTOP_PATH": laptop}, checkout=False)
-        service = stack.enter_context(started_service(tmp_path / "service"))
+        service = request.getfixturevalue("shared_service")
         if page.env == "service":
             return Environment([DEV_BIN], service)
         light = request.getfixturevalue("light_venv")
         return Environment([light], service, light / "python", checkout=False)
 
-    with stack:
-        yield make
+    return make
