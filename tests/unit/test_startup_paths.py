@@ -216,6 +216,29 @@ def test_a_new_study_opens_its_stores_while_ray_starts(
     assert calls == ["optuna:MainThread", "ray"]
 
 
+def test_a_finished_study_run_again_places_nothing(
+    tmp_path: Path, cache: Path, monkeypatch
+) -> None:
+    """A re-run with no trial left weighs no placement (the cost's probe builds the task)."""
+    from fedtune.tuning.driver import study
+
+    workdir = tmp_path / "study"
+    first = study.run_study(tiny_spec(), workdir, in_process=True)
+    assert first.finished == 2
+    placed: list[int | None] = []
+    real_place = study.place
+
+    def place(spec, **kwargs):
+        placed.append(kwargs["target"])
+        return real_place(spec, **kwargs)
+
+    monkeypatch.setattr(study, "place", place)
+    again = study.run_study(tiny_spec(), workdir, in_process=True)
+    assert (again.finished, again.ran, placed) == (2, 0, [])
+    more = study.run_study(tiny_spec(), workdir, trials=3, in_process=True)
+    assert (more.finished, more.ran, placed) == (3, 1, [3])  # a trial left: placed once
+
+
 def test_a_bad_budget_fails_before_ray_starts(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,7 +313,7 @@ def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(tmp_path: Path)
         workdir = Path({str(tmp_path / "w")!r})
         workdir.mkdir()
         uri = f"sqlite:///{{workdir / 'mlflow.db'}}"
-        plan = _prepare(spec, workdir, None, time.perf_counter(), tracking_uri=uri)
+        plan, _ = _prepare(spec, workdir, None, time.perf_counter(), tracking_uri=uri)
         assert _open_tracking(_open_stores(plan), plan).parent
         """
     )

@@ -120,7 +120,8 @@ def test_the_phases_context_is_frozen_and_what_tune_pickles_holds_no_future(
 
     workdir = tmp_path / "w"
     workdir.mkdir()
-    plan = study._prepare(tiny_spec("phases"), workdir, None, time.perf_counter())
+    plan, opened = study._prepare(tiny_spec("phases"), workdir, None, time.perf_counter())
+    assert opened is None  # a new study: its storage is made after the preflight
     assert plan.target == 2 and not plan.stored
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.target = 3  # type: ignore[misc]

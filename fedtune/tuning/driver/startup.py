@@ -120,6 +120,17 @@ class Startup:
             self._futures.append(future)
             return Deferred(self.token, len(self._futures) - 1)
 
+    def known(self, value: T) -> Deferred[T]:
+        """The handle of a result known already (work done before the start-up began).
+
+        Args:
+            value: The result.
+
+        Returns:
+            Its handle, ready at once.
+        """
+        return self.submit(lambda: value, inline=True)
+
     def then(self, first: Deferred[U], fn: Callable[..., T], *args: Any) -> Deferred[T]:
         """Run ``fn(first's result, *args)`` in one of the threads once ``first`` is ready.
 

@@ -37,6 +37,7 @@ theory report are imported where used, not at import.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -143,9 +144,11 @@ def run_study(
     workdir.mkdir(parents=True, exist_ok=True)
     timeline.mark("run_study")
     with _claim(workdir, early) as early:
-        plan = _prepare(spec, workdir, trials, t0, tracking_uri, ray_address, in_process, run_user)
+        plan, opened = _prepare(
+            spec, workdir, trials, t0, tracking_uri, ray_address, in_process, run_user
+        )
         with _tracker_process(plan, tracking_process) as process:
-            with _start_runtime(plan, early, process) as runtime:
+            with _start_runtime(plan, early, process, opened) as runtime:
                 fitted = fit(plan, runtime, progress, sinks)
             return _finalize(plan, fitted)
 
@@ -212,8 +215,12 @@ def _prepare(
     ray_address: str | None = None,
     in_process: bool = False,
     run_user: str | None = None,
-) -> StudyPlan:
+) -> tuple[StudyPlan, Stores | None]:
     """Decide what this invocation of the study is; fail on spec errors before anything starts.
+
+    A stored study is opened here, before its trials' placement is chosen: a study with no
+    trial left (a re-run of a finished one) weighs nothing (the cost's measurement builds the
+    task and times it) and starts nothing.
 
     Args:
         spec: The study.
@@ -226,7 +233,8 @@ def _prepare(
         run_user: Whom the study's MLflow runs name as their user.
 
     Returns:
-        The plan the other phases follow.
+        The plan the other phases follow, and the stored study's open storage (None: a new
+        study, whose storage is created once the preflight has passed).
 
     Raises:
         ConfigError: A bad budget or a sampler that cannot be made (e.g. not installed).
@@ -236,20 +244,16 @@ def _prepare(
     og.make_sampler(spec, og.planned_trials(spec, target))
     stored = Path(og.storage_url(workdir).removeprefix("sqlite:///")).is_file()
     uri = tracking_uri or spec.tracking.uri  # the spec's, credentials and all, kept here only
+    plan = StudyPlan(
+        _without_credentials(spec), workdir, space, target, stored, uri, ray_address, t0,
+        run_user=run_user,
+    )  # fmt: skip
+    opened = _open_stores(plan) if stored else None
+    if opened is not None and opened.remaining == 0:
+        return plan, opened  # nothing left to run: nothing to place
     # the one choice; by cost, it times the task here (its code loaded, as the trials load it)
     here = place(spec, allowed=in_process, ray_address=ray_address, target=target)
-    return StudyPlan(
-        _without_credentials(spec),
-        workdir,
-        space,
-        target,
-        stored,
-        uri,
-        ray_address,
-        t0,
-        here,
-        run_user,
-    )
+    return dataclasses.replace(plan, placement=here), opened
 
 
 def _without_credentials(spec: StudySpec) -> StudySpec:
@@ -273,7 +277,10 @@ def _without_credentials(spec: StudySpec) -> StudySpec:
 
 @contextlib.contextmanager
 def _start_runtime(
-    plan: StudyPlan, early: EarlyRay | None, process: TrackerProcess | None = None
+    plan: StudyPlan,
+    early: EarlyRay | None,
+    process: TrackerProcess | None = None,
+    opened: Stores | None = None,
 ) -> Iterator[Runtime]:
     """Build the task once, open the stores and start Ray concurrently; end the study's runs if
     the study fails.
@@ -287,13 +294,14 @@ def _start_runtime(
         plan: The study's plan.
         early: The early Ray, if it is this study's.
         process: The MLflow store's process (None: the tracker lives in this process).
+        opened: The stored study's storage, opened by :func:`_prepare` (None: a new study).
 
     Returns:
         A context that yields the runtime, then stops Ray and joins the start-up's threads.
     """
     with Startup("fedtune-stores") as startup, contextlib.ExitStack() as ray_stack:
-        # a stored study is opened first: the trials left say whether anything need start
-        stored = startup.submit(_open_stores, plan, inline=True) if plan.stored else None
+        # a stored study was opened first: the trials left say whether anything need start
+        stored = startup.known(opened) if opened is not None else None
         needed = stored.result().remaining if stored is not None else plan.target
         checked = startup.submit(preflight, plan.spec) if needed != 0 else None
         if checked is not None and early is not None:
