@@ -112,8 +112,8 @@ def synthetic_study(n: int, workdir: Path, child_runs: bool = True, seed: int = 
 
     spec = StudySpec.from_dict(yaml.safe_load(study_text(n)))
     workdir.mkdir(parents=True, exist_ok=True)
-    plan = _prepare(spec, workdir, None, time.perf_counter())
-    stores = _open_stores(plan)
+    plan, opened = _prepare(spec, workdir, None, time.perf_counter())
+    stores = opened or _open_stores(plan)
     tracking = _open_tracking(stores, plan)
     tracker, study = tracking.tracker, stores.study
     first = study.ask()  # the space's distributions, as the searcher's trials have them
