@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fedtune.service.api import create_app
+from tests.spies import count_calls
 
 from .conftest import TOKEN
 from .helpers import FakeBackend, tiny_spec
@@ -273,15 +274,7 @@ def builds(monkeypatch) -> list[int]:
     """Counts full trial-configuration builds (``StudySpec.trial``) during validation."""
     from fedtune.tuning.spec import StudySpec
 
-    seen: list[int] = []
-    real = StudySpec.trial
-
-    def counted(*args, **kwargs):
-        seen.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(StudySpec, "trial", counted)
-    return seen
+    return count_calls(monkeypatch, StudySpec, "trial")
 
 
 def test_trial_config_builds_do_not_grow_with_the_choices(client: TestClient, builds) -> None:

@@ -31,6 +31,7 @@ from fedtune.trainers.runners import SequentialRunner, VectorizedRunner
 from fedtune.trainers.steps import step_mask, theta_rows
 from fedtune.trainers.tasks.base import FederatedData
 from tests.conftest import quadratic_config
+from tests.spies import count_calls
 
 RTOL, ATOL = 1e-10, 1e-12  # the contract table's vectorized-vs-sequential tolerance
 
@@ -180,15 +181,7 @@ def _curve(trainer: Trainer) -> list[dict]:
 @pytest.fixture
 def lt_passes(monkeypatch) -> list:
     """Every separate ℓ_t pass of the engine."""
-    calls: list = []
-    inner = engine_mod.client_mean_losses
-
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return inner(*args, **kwargs)
-
-    monkeypatch.setattr(engine_mod, "client_mean_losses", spy)
-    return calls
+    return count_calls(monkeypatch, engine_mod, "client_mean_losses")
 
 
 @pytest.mark.parametrize("runner", ["sequential", "vectorized"])
