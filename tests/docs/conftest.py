@@ -301,6 +301,7 @@ def started_service(tmp: Path) -> Iterator[dict[str, str]]:
     Returns:
         A context manager giving ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's).
     """
+    from fedtune import Client
     from tests.service.helpers import Server
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -315,20 +316,11 @@ def started_service(tmp: Path) -> Iterator[dict[str, str]]:
     server.env = env  # exactly these variables, not the test process's
     server.start(timeout=120)
     try:
-        admin = [sys.executable, "-m", "fedtune.cli"]
-        for argv in (
-            ["projects", "create", PROJECT],
-            ["users", "create", MEMBER, "--project", PROJECT, "--role", "member"],
-        ):
-            done = subprocess.run(
-                [*admin, *argv, "--database-url", database],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert done.returncode == 0, f"fedtune {' '.join(argv)}: {done.stderr[-2000:]}"
-        token = done.stdout.strip().splitlines()[-1].split()[-1]
+        # through the API the server has loaded already: two admin CLI processes would each
+        # import the service's stack first
+        with Client(server.url, token=ADMIN_TOKEN) as admin:
+            admin.create_project(PROJECT)
+            token = admin.create_user(MEMBER, project=PROJECT, role="member").token
         yield {"FEDTUNE_URL": server.url, "FEDTUNE_TOKEN": token}
     finally:
         server.stop()
