@@ -237,10 +237,12 @@ def _where(page: Page, lang: str, script: Path, marker: Path, stderr: str) -> st
 
 @pytest.fixture(scope="session")
 def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with only the light install (``pip install .``, no extras), once per session.
+    """A venv with only the light install (fedtune's wheel, no extras), once per session.
 
-    The package is installed from a copy of the sources, so building it writes nothing into
-    the checkout. Returns the venv's ``bin``.
+    The wheel is built from a copy of the sources, so building it writes nothing into the
+    checkout, by the development venv's pip and setuptools (no isolated build environment to
+    install); that pip installs it and its dependencies into a venv made without pip of its
+    own (``ensurepip`` would cost seconds, and no page runs pip). Returns the venv's ``bin``.
     """
     root = tmp_path_factory.mktemp("light")
     src = root / "src"
@@ -251,16 +253,19 @@ def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if (REPO / name).is_file():
             shutil.copy(REPO / name, src / name)
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(src)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, f"pip install of the light package failed:\n{done.stderr[-3000:]}"
+    pip = [sys.executable, "-m", "pip"]
+    for step, argv in (
+        ("wheel", ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(src)]),
+        ("install", ["--python", str(venv / "bin" / "python"), "install", "-q"]),
+    ):
+        if step == "install":
+            argv.append(str(next(root.glob("fedtune-*.whl"))))
+        done = subprocess.run([*pip, *argv], env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, (
+            f"pip {step} of the light package failed:\n{done.stderr[-3000:]}"
+        )
     return venv / "bin"
 
 
@@ -296,6 +301,7 @@ def started_service(tmp: Path) -> Iterator[dict[str, str]]:
     Returns:
         A context manager giving ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's).
     """
+    from fedtune import Client
     from tests.service.helpers import Server
 
     tmp.mkdir(parents=True, exist_ok=True)
@@ -310,20 +316,11 @@ def started_service(tmp: Path) -> Iterator[dict[str, str]]:
     server.env = env  # exactly these variables, not the test process's
     server.start(timeout=120)
     try:
-        admin = [sys.executable, "-m", "fedtune.cli"]
-        for argv in (
-            ["projects", "create", PROJECT],
-            ["users", "create", MEMBER, "--project", PROJECT, "--role", "member"],
-        ):
-            done = subprocess.run(
-                [*admin, *argv, "--database-url", database],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert done.returncode == 0, f"fedtune {' '.join(argv)}: {done.stderr[-2000:]}"
-        token = done.stdout.strip().splitlines()[-1].split()[-1]
+        # through the API the server has loaded already: two admin CLI processes would each
+        # import the service's stack first
+        with Client(server.url, token=ADMIN_TOKEN) as admin:
+            admin.create_project(PROJECT)
+            token = admin.create_user(MEMBER, project=PROJECT, role="member").token
         yield {"FEDTUNE_URL": server.url, "FEDTUNE_TOKEN": token}
     finally:
         server.stop()
