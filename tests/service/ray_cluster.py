@@ -7,8 +7,8 @@ token authentication with a token of its own (``RAY_AUTH_MODE=token``, ``RAY_AUT
 :attr:`LocalRayCluster.client_env` is what a client needs to talk to it).
 Every process of that cluster keeps the session id. Plain ``ray stop`` kills *every* Ray
 process of the machine — other people's clusters included — so :meth:`LocalRayCluster.stop`
-runs Ray's own ``ray stop`` with its process scan restricted to that session, then SIGKILLs
-whatever of the session is left.
+does what ``ray stop`` does (:func:`stop_sessions`: SIGTERM in Ray's order, a grace period,
+then SIGKILL) to the processes of its nodes' sessions only, all nodes at once.
 
 :meth:`LocalRayCluster.add_node` starts a worker node (``ray start --address=<head's GCS>``) in
 a session of its own, with its own temp dir and ports, ``--num-gpus`` *logical* GPUs and a
@@ -51,24 +51,11 @@ from .helpers import free_ports
 
 BIN = Path(sys.executable).parent
 
-_STOP = r"""
-import os, sys
-import ray  # noqa: F401 - puts Ray's vendored psutil on sys.path
-import psutil
-session = int(sys.argv[1])
-scan = psutil.process_iter
-def ours(*args, **kwargs):
-    for proc in scan(*args, **kwargs):
-        try:
-            if os.getsid(proc.pid) == session:
-                yield proc
-        except OSError:
-            continue
-psutil.process_iter = ours
-from ray.scripts.scripts import cli
-sys.argv = ["ray", "stop", "--grace-period", "10"]
-cli()
-"""
+#: Ray's own order of a ``ray stop``: raylets first (else their fate-sharing agents complain),
+#: gcs_server last (after everything that talks to it), the rest between
+_STOP_ORDER = ("raylet", None, "gcs_server")
+#: a stop's SIGTERM-to-SIGKILL grace, shared by its three steps (``ray stop --grace-period``)
+STOP_GRACE_S = 10.0
 
 
 def session_pids(session: int) -> list[int]:
@@ -87,6 +74,58 @@ def _kill_session(session: int) -> None:
     for pid in session_pids(session):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _live(pid: int) -> str | None:
+    """``pid``'s command name, or None once it has exited (gone, or a zombie not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    name, _, rest = stat.partition(" (")[2].rpartition(") ")
+    return None if rest.startswith(("Z", "X")) else name
+
+
+def _wait_gone(pids: Sequence[int], timeout_s: float) -> list[int]:
+    """Poll until every process of ``pids`` has exited or ``timeout_s`` passed; those left."""
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in pids if _live(p) is not None]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if _live(p) is not None]
+    return alive
+
+
+def stop_sessions(sessions: Sequence[int], grace_s: float = STOP_GRACE_S) -> None:
+    """Stop the Ray processes of ``sessions`` as ``ray stop`` does, but only theirs.
+
+    Ray's order (:data:`_STOP_ORDER`): SIGTERM to the raylets, then to the rest, then to the
+    gcs_servers, each step waiting up to a third of ``grace_s`` for them to exit; whatever is
+    left is SIGKILLed. Every node's session at once: one pass for the cluster, no wait for a
+    process already gone, and no ``ray stop`` process of its own (importing Ray costs seconds).
+
+    Args:
+        sessions: the session ids (``os.getsid``) whose processes to stop.
+        grace_s: the seconds the three SIGTERM steps may wait, in all.
+    """
+    pids = [p for s in sessions for p in session_pids(s)]
+    names = {p: _live(p) for p in pids}
+    for step in _STOP_ORDER:
+        group = [
+            p
+            for p, name in names.items()
+            if name is not None and (name == step or (step is None and name not in _STOP_ORDER))
+        ]
+        for pid in group:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        _wait_gone(group, grace_s / len(_STOP_ORDER))
+    for session in sessions:
+        _kill_session(session)  # stragglers of *these* sessions only
+    # and until their parent (init, a reaper) has reaped them: then nothing of them is left
+    deadline = time.monotonic() + 30
+    while any(session_pids(s) for s in sessions) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _node_ports(exclude: tuple[int, ...] = ()) -> list[str]:
@@ -195,16 +234,8 @@ class _Started:
                 raise RuntimeError(f"{argv[:3]} failed:\n{out.decode()[-3000:]}")
 
     def _halt(self) -> None:
-        if self.session is None:
-            return
-        subprocess.run(
-            [sys.executable, "-c", _STOP, str(self.session)],
-            env=self.env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-        _kill_session(self.session)  # stragglers of *this* session only
+        if self.session is not None:
+            stop_sessions([self.session])
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def kill(self) -> None:
@@ -293,9 +324,10 @@ class LocalRayCluster(_Started):
         return node
 
     def stop(self) -> None:
-        """Stop the worker nodes, then the head (each by its own session only)."""
+        """Stop the worker nodes and the head together (by their own sessions only)."""
+        stop_sessions(self.sessions)
         for node in self.nodes:
-            node.close()
+            node.close()  # their temp dirs; nothing of theirs is left to stop
         self.close()
 
     @property
