@@ -31,10 +31,21 @@ if TYPE_CHECKING:
 __all__ = ["banner", "make_server", "public_urls", "register"]
 
 #: ``mlflow db upgrade`` of the store in ``MLFLOW_BACKEND_STORE_URI`` (never on a command line)
-_UPGRADE = (
-    "import os; from mlflow.db import upgrade; "
-    "upgrade.main([os.environ['MLFLOW_BACKEND_STORE_URI']], standalone_mode=False)"
-)
+#: run once before ``mlflow server`` starts its workers: MLflow's schema migrated (exit 1 on
+#: failure), then its login store made, tables and admin (exit 3). MLflow's own command makes
+#: the login store first only for ``--app-name basic-auth``; with fedtune's app each worker made
+#: it at once, and on PostgreSQL all but one crashed creating its tables and were restarted.
+_PREPARE = """
+import os, sys
+from mlflow.db import upgrade
+upgrade.main([os.environ["MLFLOW_BACKEND_STORE_URI"]], standalone_mode=False)
+try:
+    from mlflow.server.auth import bootstrap_admin_user
+    bootstrap_admin_user()
+except Exception as exc:
+    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.exit(3)
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,12 +122,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("mlflow", "the mlflow command is not installed next to fedtune")
     password = server.prepare(environ)
     env = server.env(password, environ)
-    upgrade = subprocess.run(
-        [sys.executable, "-c", _UPGRADE], env=env, capture_output=True, text=True, check=False
+    prepared = subprocess.run(
+        [sys.executable, "-c", _PREPARE], env=env, capture_output=True, text=True, check=False
     )
-    if upgrade.returncode != 0:
-        last = (upgrade.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ConfigError("--backend-store-uri", f"mlflow db upgrade failed: {last}")
+    if prepared.returncode != 0:
+        last = (prepared.stderr.strip().splitlines() or ["(no output)"])[-1]
+        what = "its login store" if prepared.returncode == 3 else "mlflow db upgrade"
+        raise ConfigError("--backend-store-uri", f"{what} failed: {last}")
     print(banner(server, given="MLFLOW_AUTH_ADMIN_PASSWORD" in environ), flush=True)
     os.execve(mlflow_bin, server.argv(mlflow_bin), env)
     return 0  # not reached

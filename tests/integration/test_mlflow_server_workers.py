@@ -1,0 +1,70 @@
+"""``fedtune mlflow-server`` makes MLflow's login store once, before ``mlflow server`` starts its
+workers: the chart runs MLflow with two, and when each worker made the store itself, on a new
+PostgreSQL database all but one crashed creating its tables (``UniqueViolation``) and uvicorn
+restarted them (71 s of the cluster in a box's start, ``tests/deploy/test_cluster_box.py``)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from fedtune.cli.mlflow_server import _PREPARE
+from fedtune.service.child_env import mlflow_server_env
+from fedtune.service.mlflow_server import MlflowServer
+from tests.integration.conftest import BIN, free_port, stop_group, wait_http
+from tests.needs import need
+from tests.service.helpers import pg_database, pg_unreachable_reason
+
+ADMIN_PASSWORD = "workers-admin-password-0123456789"
+CRASHES = ("Traceback", "UniqueViolation", "IntegrityError")
+
+
+def test_the_login_store_and_its_admin_exist_before_any_worker_starts(tmp_path: Path) -> None:
+    store = tmp_path / "mlflow.db"
+    server = MlflowServer(tmp_path / "m", port=5000, backend_store_uri=f"sqlite:///{store}")
+    environ = {**mlflow_server_env(), "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD}
+    env = server.env(server.prepare(environ), environ)
+    done = subprocess.run(
+        [sys.executable, "-c", _PREPARE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with sqlite3.connect(store) as db:
+        admins = db.execute("select username from users where is_admin").fetchall()
+    assert admins == [(server.admin_username,)]
+
+
+def test_two_workers_on_a_new_postgresql_database_start_without_a_crash(tmp_path: Path) -> None:
+    need("postgres", pg_unreachable_reason())
+    port = free_port()
+    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD}
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_WORKSPACE", "MLFLOW_BACKEND_STORE_URI"):
+        env.pop(name, None)
+    log = tmp_path / "server.log"
+    with pg_database("fedtune_mlflow_workers") as url:
+        argv = [str(BIN / "fedtune"), "mlflow-server", "--dir", str(tmp_path / "m"),
+                "--port", str(port), "--workers", "2", "--backend-store-uri", url]  # fmt: skip
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_http(f"{base}/health", proc, timeout=150, log=log)
+            for _ in range(4):  # answered by either worker: both hold the store
+                answer = httpx.get(
+                    f"{base}/api/2.0/mlflow/users/get",
+                    params={"username": "admin"},
+                    auth=("admin", ADMIN_PASSWORD),
+                    timeout=30,
+                )
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["user"]["is_admin"] is True
+        finally:
+            stop_group(proc)
+    text = log.read_text()
+    assert not [c for c in CRASHES if c in text], text[-4000:]
