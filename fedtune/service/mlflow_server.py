@@ -11,7 +11,8 @@ sets, so that nobody copies the recipe by hand (``docs/how-to/team-one-machine.m
 * the admin login: ``MLFLOW_AUTH_ADMIN_PASSWORD`` when set, else a random password made once
   and kept in ``<dir>/admin-password`` (0600), which the service is then given as
   ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``; the Flask session key is derived from it, as the chart does;
-* ``mlflow db upgrade`` of the store before the server starts (the chart's init container);
+* ``mlflow db upgrade`` of the store before the server starts (the chart's init container),
+  then its login store (tables, admin) made once, before the workers start;
 * no jobs run by the server, and MLflow's default roles not seeded;
 * MLflow's Host and origin checks on, accepting loopback (the service's own connection), the
   bind address and the URLs the members' browsers open (``--public-url``), computed once in
