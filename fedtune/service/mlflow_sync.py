@@ -145,6 +145,10 @@ class TenancyLoop:
     def ensure(self, project: str | None) -> str:
         """Make the project's workspace, roles and driver user if this process has not yet.
 
+        A workspace made already is answered without the lock: a periodic sync holds it for as
+        long as MLflow takes to answer (up to its requests' timeout when MLflow does not), and the
+        scheduler's launches (:meth:`before_launch`) would wait that long for nothing.
+
         Args:
             project: The project.
 
@@ -154,6 +158,8 @@ class TenancyLoop:
         from .models import DEFAULT_PROJECT
 
         workspace = workspace_for(project)
+        if workspace in self._ready:  # only ever added to
+            return workspace
         with self._lock:
             if workspace not in self._ready:
                 self.tenancy.ensure_workspace(project)

@@ -75,16 +75,26 @@ FULLNAME = f"{RELEASE}-fedtune"
 RAY = f"{FULLNAME}-ray"
 EXAMPLE = REPO_ROOT / "examples" / "byo"
 TOKEN = "box-api-token-0123456789abcdef"
+#: a study has two attempts, re-queued 1 s after a transient error (MLflow not answering)
+#: instead of three after 5 s then 10 s: the failing study still goes through a re-dispatch.
+#: The API decides (api.extraEnv) and the driver waits out the backoff, or fails its last
+#: attempt at once, by its own settings (rayCluster.head.env): the same values in both
+RETRIES = [
+    {"name": "FEDTUNE_MAX_DISPATCH_ATTEMPTS", "value": "2"},
+    {"name": "FEDTUNE_RETRY_BACKOFF_S", "value": "1"},
+]
 #: the head's MLflow client gives up after one 10 s attempt (rayCluster.head.env): without it a
 #: refused MLflow costs minutes of retries before the study can fail
 HEAD_ENV = [
     {"name": "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "value": "0"},
     {"name": "MLFLOW_HTTP_REQUEST_TIMEOUT", "value": "10"},
+    *RETRIES,
 ]
 #: one CPU per worker (rayStartParams win over KubeRay's CPU limit): two concurrent trials take
 #: one worker each, so a lost worker is sure to take a running trial with it
 VALUES = {
     "backend": "ray",
+    "api": {"extraEnv": RETRIES},
     "auth": {"apiToken": TOKEN},
     # the API and the Ray head start bubblewrap under the chart's seccomp profile, installed on
     # the "node" by the chart's installer (tests/seccomp_profiles.py)
@@ -94,6 +104,9 @@ VALUES = {
         "head": {"env": HEAD_ENV},
         "worker": {"rayStartParams": {"num-cpus": "1"}},
     },
+    # one server process: two import MLflow at once on 2 loaded cores (and race creating its
+    # auth tables, one crashing and restarting), the box's slowest start
+    "mlflow": {"workers": 1},
 }
 START_S = 300  # each server's start on a loaded 2-core machine
 
@@ -303,7 +316,8 @@ def _kuberay(params: dict[str, str], container: dict, ip: str, head: bool) -> li
     return ["/bin/bash", "-lc", "--", "ulimit -n 65536 2>/dev/null || true; " + " ".join(start)]
 
 
-def _ray(box: Box, image_root: Any) -> dict[str, str]:
+def _ray_head(box: Box, image_root: Any) -> dict[str, str]:
+    """Start the RayCluster's head as KubeRay would (it needs no other pod); its Ray env."""
     cluster = one(box.manifests, "RayCluster")["spec"]
     token = one(box.manifests, "Secret", f"{RAY}-auth")
 
@@ -326,7 +340,14 @@ def _ray(box: Box, image_root: Any) -> dict[str, str]:
         _kuberay(head["rayStartParams"], container, ip, True),
         auth,
     )
+    return auth
+
+
+def _ray_workers(box: Box, image_root: Any, auth: dict[str, str]) -> None:
+    """Wait for the head's Jobs API, then start the two worker pods as KubeRay would."""
+    ip = box.net.pods["ray-head"].ip
     box.until_http("api", f"http://{ip}:8265/api/version", "ray-head", auth["RAY_AUTH_TOKEN"])
+    cluster = one(box.manifests, "RayCluster")["spec"]
     group = cluster["workerGroupSpecs"][0]
     spec = group["template"]["spec"]
     container = spec["containers"][0]
@@ -342,7 +363,6 @@ def _ray(box: Box, image_root: Any) -> dict[str, str]:
             _kuberay(group.get("rayStartParams", {}), container, box.net.pods[pod].ip, False),
             auth,
         )
-    return auth
 
 
 @pytest.fixture(scope="module")
@@ -377,19 +397,23 @@ def box(render, image_root, tmp_path_factory) -> Iterator[Box]:
         net.publish_hosts(made.hosts.read_text())
         net.enforce(policies)
         started = time.monotonic()
+        # what depends on nothing starts first, the rest as soon as what it needs is there: the
+        # Ray head beside PostgreSQL, both migrations (two databases) at once, the API after its
+        # migration, MLflow after its init container, the workers once the head answers
+        auth = _ray_head(made, image_root)
         _postgresql(made)
         job = one(manifests, "Job", f"{FULLNAME}-db-init")["spec"]["template"]["spec"]
         _run_image(made, "db-upgrade", "db-upgrade", job, job["containers"][0], image_root)
-        _wait_exit(made, "db-upgrade")
         mlflow = one(manifests, "Deployment", f"{FULLNAME}-mlflow")["spec"]["template"]["spec"]
         _run_image(
             made, "mlflow", "mlflow-db-upgrade", mlflow, mlflow["initContainers"][0], image_root
         )
-        _wait_exit(made, "mlflow-db-upgrade")
-        _run_image(made, "mlflow", "mlflow", mlflow, mlflow["containers"][0], image_root)
-        _ray(made, image_root)
+        _wait_exit(made, "db-upgrade")
         api = one(manifests, "Deployment", FULLNAME)["spec"]["template"]["spec"]
         _run_image(made, "api", "api", api, api["containers"][0], image_root)
+        _wait_exit(made, "mlflow-db-upgrade")
+        _run_image(made, "mlflow", "mlflow", mlflow, mlflow["containers"][0], image_root)
+        _ray_workers(made, image_root, auth)
         made.until_http("laptop", f"http://{FULLNAME}.ml.svc.cluster.local:8000/readyz", "api")
         made.until_http("api", f"http://{FULLNAME}-mlflow.ml.svc:5000/health", "mlflow")
         print(f"box up in {time.monotonic() - started:.1f} s")

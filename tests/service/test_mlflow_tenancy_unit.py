@@ -100,3 +100,34 @@ def test_an_mlflow_answer_shown_by_readyz_names_no_project_or_user():
     assert scrub(line, names) == (
         "MLflow POST /api/2.0/mlflow/users/create answered 400: User '…' exists; …, … and …"
     )
+
+
+def test_a_launch_in_a_made_workspace_does_not_wait_for_a_sync_in_progress(monkeypatch):
+    """A sync that waits on MLflow holds the loop's lock: a study of a project whose workspace
+    is made already is launched at once, one of a new project waits for the sync."""
+    import threading
+
+    from fedtune.service import mlflow_sync
+    from fedtune.service.mlflow_sync import TenancyLoop
+
+    made: list[str | None] = []
+    monkeypatch.setattr(mlflow_sync, "record_workspaces", lambda db, projects: len(projects))
+
+    class Tenancy:
+        def ensure_workspace(self, project):
+            made.append(project)
+
+    loop = TenancyLoop(None, Tenancy(), period_s=60)
+    loop._ready.add("default")
+    request = LaunchRequest(study_id="0123456789ab", attempt=1, project="default")
+    with loop._lock:  # a sync in progress
+        launch = threading.Thread(target=loop.before_launch, args=(request,), daemon=True)
+        launch.start()
+        launch.join(5)
+        assert not launch.is_alive()  # returned: the workspace was made
+        waiting = threading.Thread(target=loop.ensure, args=("team-b",), daemon=True)
+        waiting.start()
+        waiting.join(0.2)
+        assert waiting.is_alive() and made == []  # a new workspace waits for the sync
+    waiting.join(5)
+    assert not waiting.is_alive() and made == ["team-b"]
