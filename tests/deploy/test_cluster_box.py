@@ -104,9 +104,6 @@ VALUES = {
         "head": {"env": HEAD_ENV},
         "worker": {"rayStartParams": {"num-cpus": "1"}},
     },
-    # one server process: two import MLflow at once on 2 loaded cores (and race creating its
-    # auth tables, one crashing and restarting), the box's slowest start
-    "mlflow": {"workers": 1},
 }
 START_S = 300  # each server's start on a loaded 2-core machine
 
