@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["banner", "make_server", "public_urls", "register"]
 
-#: ``mlflow db upgrade`` of the store in ``MLFLOW_BACKEND_STORE_URI`` (never on a command line)
-#: run once before ``mlflow server`` starts its workers: MLflow's schema migrated (exit 1 on
-#: failure), then its login store made, tables and admin (exit 3). MLflow's own command makes
+#: run once before ``mlflow server`` starts its workers: ``mlflow db upgrade`` of the store in
+#: ``MLFLOW_BACKEND_STORE_URI`` (never on a command line; exit 1 on failure), then its login
+#: store made, tables and admin (exit 3). MLflow's own command makes
 #: the login store first only for ``--app-name basic-auth``; with fedtune's app each worker made
 #: it at once, and on PostgreSQL all but one crashed creating its tables and were restarted.
 _PREPARE = """
