@@ -255,17 +255,19 @@ def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
-    pip = [sys.executable, "-m", "pip"]
-    for step, argv in (
-        ("wheel", ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(src)]),
-        ("install", ["--python", str(venv / "bin" / "python"), "install", "-q"]),
-    ):
-        if step == "install":
-            argv.append(str(next(root.glob("fedtune-*.whl"))))
-        done = subprocess.run([*pip, *argv], env=env, capture_output=True, text=True, timeout=900)
+
+    def pip(step: str, *argv: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", *argv], env=env, capture_output=True, text=True,
+            timeout=900,
+        )  # fmt: skip
         assert done.returncode == 0, (
             f"pip {step} of the light package failed:\n{done.stderr[-3000:]}"
         )
+
+    pip("wheel", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(root), str(src))
+    wheel = next(root.glob("fedtune-*.whl"))  # --python goes before pip's subcommand
+    pip("install", "--python", str(venv / "bin" / "python"), "install", "-q", str(wheel))
     return venv / "bin"
 
 

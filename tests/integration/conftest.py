@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tests.procs import wait_gone
+
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,20 +83,9 @@ def descendants(pid: int) -> list[int]:
 
 def kill_pids(pids: list[int], timeout: float = 15.0) -> None:
     """Wait for ``pids`` to exit on their own, then SIGKILL the ones still alive (by id)."""
-    deadline = time.monotonic() + timeout
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if Path(f"/proc/{p}").exists() and not _zombie(p)]
-        time.sleep(0.3)
-    for p in alive:
+    for p in wait_gone(pids, timeout):
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-
-
-def _zombie(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        return " Z " in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:4]
-    return True
 
 
 @contextlib.contextmanager

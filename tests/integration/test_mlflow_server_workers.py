@@ -5,7 +5,6 @@ restarted them (71 s of the cluster in a box's start, ``tests/deploy/test_cluste
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -16,11 +15,11 @@ import httpx
 from fedtune.cli.mlflow_server import _PREPARE
 from fedtune.service.child_env import mlflow_server_env
 from fedtune.service.mlflow_server import MlflowServer
-from tests.integration.conftest import BIN, free_port, stop_group, wait_http
+from tests.integration.conftest import stop_group
+from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.needs import need
 from tests.service.helpers import pg_database, pg_unreachable_reason
 
-ADMIN_PASSWORD = "workers-admin-password-0123456789"
 CRASHES = ("Traceback", "UniqueViolation", "IntegrityError")
 
 
@@ -40,21 +39,9 @@ def test_the_login_store_and_its_admin_exist_before_any_worker_starts(tmp_path: 
 
 def test_two_workers_on_a_new_postgresql_database_start_without_a_crash(tmp_path: Path) -> None:
     need("postgres", pg_unreachable_reason())
-    port = free_port()
-    env = {**os.environ, "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD}
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_WORKSPACE", "MLFLOW_BACKEND_STORE_URI"):
-        env.pop(name, None)
-    log = tmp_path / "server.log"
     with pg_database("fedtune_mlflow_workers") as url:
-        argv = [str(BIN / "fedtune"), "mlflow-server", "--dir", str(tmp_path / "m"),
-                "--port", str(port), "--workers", "2", "--backend-store-uri", url]  # fmt: skip
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+        proc, base = start_server(tmp_path, "--workers", "2", "--backend-store-uri", url)
         try:
-            base = f"http://127.0.0.1:{port}"
-            wait_http(f"{base}/health", proc, timeout=150, log=log)
             for _ in range(4):  # answered by either worker: both hold the store
                 answer = httpx.get(
                     f"{base}/api/2.0/mlflow/users/get",
@@ -66,5 +53,5 @@ def test_two_workers_on_a_new_postgresql_database_start_without_a_crash(tmp_path
                 assert answer.json()["user"]["is_admin"] is True
         finally:
             stop_group(proc)
-    text = log.read_text()
+    text = (tmp_path / "server.log").read_text()
     assert not [c for c in CRASHES if c in text], text[-4000:]

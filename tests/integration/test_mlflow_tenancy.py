@@ -27,12 +27,13 @@ from tests.integration.conftest import BIN, free_port, stop_group, wait_http
 ADMIN_PASSWORD = "tenancy-admin-password-0123456789"
 
 
-def start_server(root: Path) -> tuple[subprocess.Popen, str]:
+def start_server(root: Path, *options: str) -> tuple[subprocess.Popen, str]:
     """``fedtune mlflow-server`` (``mlflow server --enable-workspaces --app-name fedtune`` with
     basic auth, as the chart runs it) on a free port of 127.0.0.1.
 
     Args:
-        root: Folder of its databases, artifacts, auth config and log.
+        root: Folder of its databases, artifacts, auth config and log (``server.log``).
+        *options: More of its options (``--workers 2``, ``--backend-store-uri …``).
 
     Returns:
         The process (its own session) and its base URL, once ``/health`` answers.
@@ -48,6 +49,7 @@ def start_server(root: Path) -> tuple[subprocess.Popen, str]:
         str(root / "mlflow"),
         "--port",
         str(port),
+        *options,
     ]
     log = root / "server.log"
     with log.open("w") as fh:

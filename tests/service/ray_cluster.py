@@ -40,6 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests.procs import live_name, wait_gone
 from tests.ray_start import (
     NODE_RETRY_BACKOFF_S,
     NODE_START_RETRIES,
@@ -76,26 +77,6 @@ def _kill_session(session: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _live(pid: int) -> str | None:
-    """``pid``'s command name, or None once it has exited (gone, or a zombie not yet reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    name, _, rest = stat.partition(" (")[2].rpartition(") ")
-    return None if rest.startswith(("Z", "X")) else name
-
-
-def _wait_gone(pids: Sequence[int], timeout_s: float) -> list[int]:
-    """Poll until every process of ``pids`` has exited or ``timeout_s`` passed; those left."""
-    deadline = time.monotonic() + timeout_s
-    alive = [p for p in pids if _live(p) is not None]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if _live(p) is not None]
-    return alive
-
-
 def stop_sessions(sessions: Sequence[int], grace_s: float = STOP_GRACE_S) -> None:
     """Stop the Ray processes of ``sessions`` as ``ray stop`` does, but only theirs.
 
@@ -109,7 +90,7 @@ def stop_sessions(sessions: Sequence[int], grace_s: float = STOP_GRACE_S) -> Non
         grace_s: the seconds the three SIGTERM steps may wait, in all.
     """
     pids = [p for s in sessions for p in session_pids(s)]
-    names = {p: _live(p) for p in pids}
+    names = {p: live_name(p) for p in pids}
     for step in _STOP_ORDER:
         group = [
             p
@@ -119,7 +100,7 @@ def stop_sessions(sessions: Sequence[int], grace_s: float = STOP_GRACE_S) -> Non
         for pid in group:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
-        _wait_gone(group, grace_s / len(_STOP_ORDER))
+        wait_gone(group, grace_s / len(_STOP_ORDER))
     for session in sessions:
         _kill_session(session)  # stragglers of *these* sessions only
     # and until their parent (init, a reaper) has reaped them: then nothing of them is left
