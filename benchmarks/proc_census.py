@@ -1,0 +1,213 @@
+"""Where a test run's CPU goes, process by process, sampled from ``/proc``:
+``python benchmarks/proc_census.py sample --out RAW.json -- make test`` runs the command and
+samples every process on the machine each ``--interval`` seconds; ``python
+benchmarks/proc_census.py report RAW.json`` sums the samples per test file and per kind of
+process.
+
+Each process is known by its pid and start time; its CPU is the last sample's user + system
+time (all its threads), so a process shorter than one interval is missed and one that lives on
+after its last sample loses at most an interval. A process is charged to the test that was
+current when it (or the nearest ancestor that has it) started: ``PYTEST_CURRENT_TEST`` in its
+environment at exec. pytest's own workers run the in-process tests, which the JUnit times of
+``benchmarks/suite_dirs.py`` already give; this census shows the rest: study drivers, Ray's
+processes, servers, PostgreSQL, browsers, image builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _env import environment
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: str) -> tuple[str, int, float, int] | None:
+    """``(comm, ppid, cpu seconds, start ticks)`` of ``pid``, or None once it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+    fields = raw[raw.rindex(")") + 2 :].split()
+    # fields[0] is field 3 (state): ppid is field 4, utime 14, stime 15, starttime 22
+    return comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19])
+
+
+def _first_seen(pid: str) -> tuple[list[str], str]:
+    """The command line and the ``PYTEST_CURRENT_TEST`` a process started with."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return [], ""
+    prefix = b"PYTEST_CURRENT_TEST="
+    test = next(
+        (e[len(prefix) :].decode(errors="replace") for e in env if e.startswith(prefix)), ""
+    )
+    return [a.decode(errors="replace")[-160:] for a in argv[:6] if a], test
+
+
+def sample(command: list[str], interval: float, out: Path) -> dict:
+    """Run ``command`` and sample every process until it ends, writing ``out`` each minute.
+
+    Returns:
+        ``{"processes": [...], "command": ..., "wall_s": ...}``, one entry per process seen.
+    """
+    me = str(os.getpid())
+    seen: dict[tuple[str, int], dict] = {}
+    started = time.monotonic()
+    child = subprocess.Popen(command)
+    first, written = True, time.monotonic()
+
+    def result() -> dict:
+        return {
+            "command": command,
+            "returncode": child.returncode,
+            "wall_s": round(time.monotonic() - started, 1),
+            "interval_s": interval,
+            "processes": list(seen.values()),
+        }
+
+    while True:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or pid == me:
+                continue
+            st = _stat(pid)
+            if st is None:
+                continue
+            comm, ppid, cpu, ticks = st
+            entry = seen.get((pid, ticks))
+            if entry is None:
+                argv, test = _first_seen(pid)
+                entry = seen[(pid, ticks)] = {
+                    "pid": int(pid),
+                    "ppid": ppid,
+                    "start": ticks,
+                    "comm": comm,
+                    "argv": argv,
+                    "test": test,
+                    "cpu_s": 0.0,
+                    # a process older than the run: only its CPU from now on counts
+                    "cpu0_s": cpu if first and int(pid) != child.pid else 0.0,
+                }
+            entry["cpu_s"] = cpu - entry["cpu0_s"]
+        first = False
+        if child.poll() is not None:
+            break
+        if time.monotonic() - written > 60:  # a partial result survives the sampler's end
+            out.write_text(json.dumps(result()))
+            written = time.monotonic()
+        time.sleep(interval)
+    return result()
+
+
+def kind_of(proc: dict) -> str:
+    """A short name for what a process was, from its command line."""
+    argv = proc.get("argv") or []
+    head = " ".join(argv)
+    for key, name in (
+        ("xdist", "pytest worker"),
+        ("pytest", "pytest"),
+        ("default_worker.py", "ray worker"),
+        ("raylet", "raylet"),
+        ("gcs_server", "ray gcs"),
+        ("dashboard", "ray dashboard"),
+        ("ray/autoscaler", "ray monitor"),
+        ("log_monitor", "ray log monitor"),
+        ("runtime_env", "ray runtime_env agent"),
+        ("ray/_private", "ray helper"),
+        ("bin/ray", "ray cli"),
+        ("uvicorn", "uvicorn"),
+        ("gunicorn", "gunicorn"),
+        ("mlflow", "mlflow"),
+        ("fedtune", "fedtune"),
+        ("postgres", "postgres"),
+        ("chrom", "chromium"),
+        ("nginx", "nginx"),
+        ("buildah", "buildah"),
+        ("bwrap", "bwrap"),
+        ("benchmarks/", "benchmark script"),
+    ):
+        if key in head:
+            return name
+    if proc.get("comm", "").startswith("ray::"):
+        return "ray worker"
+    return proc.get("comm") or "?"
+
+
+def _charge(processes: list[dict]) -> None:
+    """Give each process the test of its nearest ancestor that has one (``test``)."""
+    by_pid = {p["pid"]: p for p in processes}  # the latest process of each pid
+    for p in processes:
+        q, hops = p, 0
+        while not q["test"] and q["ppid"] in by_pid and hops < 50:
+            parent = by_pid[q["ppid"]]
+            if parent["start"] > q["start"]:  # a later process that reused the pid
+                break
+            q, hops = parent, hops + 1
+        p["charged"] = q["test"].split("::", 1)[0] if q["test"] else "-"
+
+
+def report(raw: dict, top: int, baseline: set[tuple[int, int]] | None = None) -> dict:
+    """The samples summed per kind, per test file and per (file, kind)."""
+    procs = [p for p in raw["processes"] if p["cpu_s"] > 0]
+    _charge(procs)
+    outside = [p for p in procs if kind_of(p) not in ("pytest worker", "pytest")]
+
+    def table(key) -> dict:
+        out: dict[str, list] = defaultdict(lambda: [0, 0.0])
+        for p in outside:
+            out[key(p)][0] += 1
+            out[key(p)][1] += p["cpu_s"]
+        ranked = sorted(out.items(), key=lambda kv: -kv[1][1])[:top]
+        return {k: {"processes": n, "cpu_s": round(s, 1)} for k, (n, s) in ranked}
+
+    return {
+        "wall_s": raw["wall_s"],
+        "processes": len(procs),
+        "cpu_s_all": round(sum(p["cpu_s"] for p in procs), 1),
+        "cpu_s_pytest": round(sum(p["cpu_s"] for p in procs) - sum(p["cpu_s"] for p in outside), 1),
+        "cpu_s_outside_pytest": round(sum(p["cpu_s"] for p in outside), 1),
+        "kinds": table(kind_of),
+        "test_files": table(lambda p: p["charged"]),
+        "file_and_kind": table(lambda p: f"{p['charged']} | {kind_of(p)}"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("sample", help="run a command and sample /proc until it ends")
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--interval", type=float, default=1.0)
+    s.add_argument("command", nargs=argparse.REMAINDER)
+    r = sub.add_parser("report", help="sum a sample's processes")
+    r.add_argument("raw", type=Path)
+    r.add_argument("--top", type=int, default=30)
+    r.add_argument("--note", default="")
+    r.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.mode == "sample":
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        raw = sample(command, args.interval, args.out)
+        args.out.write_text(json.dumps(raw))
+        sys.exit(raw["returncode"])
+    out = {"environment": environment(), "note": args.note}
+    out.update(report(json.loads(args.raw.read_text()), args.top))
+    text = json.dumps(out, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
