@@ -5,12 +5,17 @@ clients. Each client draws a label prior q_i ~ Dirichlet(concentration·p) with 
 label distribution (Hsu et al. 2019) and takes its examples class by class according to q_i
 from what is left; small concentrations give very non-IID clients. Pixels are scaled to [0, 1].
 Models: ``mlp`` (default), ``cnn`` (small CNN on [1, 8, 8]) or ``linear``.
+
+The images are read from scikit-learn's own file, as ``sklearn.datasets.load_digits`` reads it,
+without importing scikit-learn (:func:`load_digits`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +27,7 @@ from .base import Dataset, FederatedData, Task
 from .losses import accuracy, cross_entropy
 from .registry import register_task
 
-__all__ = ["dirichlet_split"]
+__all__ = ["dirichlet_split", "load_digits"]
 
 
 @dataclass(frozen=True)
@@ -77,18 +82,40 @@ def _sizes(p: DigitsParams, seed: int, n: int) -> list[int] | None:
     return (1 + np.floor(shares * (n - p.clients)).astype(np.int64)).tolist()
 
 
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits: ``(data [1797, 64] float64, target [1797] int)``.
+
+    The values ``sklearn.datasets.load_digits()`` gives as ``.data`` and ``.target``, read from
+    the same file (``sklearn/datasets/data/digits.csv.gz``) the same way (``numpy.loadtxt``, the
+    last column the label), without importing scikit-learn: its import costs every process that
+    builds the task about 1.5 CPU-seconds, five times the reading. Falls back to
+    ``load_digits`` if the file is not where scikit-learn keeps it.
+
+    Returns:
+        The pixels (0–16) and the labels (0–9).
+    """
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+    roots = spec.submodule_search_locations if spec is not None else None
+    path = Path(roots[0], "datasets", "data", "digits.csv.gz") if roots else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits as sklearn_load_digits
+
+        bunch = sklearn_load_digits()
+        return bunch.data, bunch.target
+    data = np.loadtxt(path, delimiter=",")  # numpy reads the .gz itself
+    return data[:, :-1], data[:, -1].astype(int, copy=False)
+
+
 @register_task(
     "digits",
     "scikit-learn handwritten digits split non-IID with a Dirichlet prior",
     params=DigitsParams,
 )
 def build(params: Mapping[str, Any], seed: int) -> Task:
-    from sklearn.datasets import load_digits
-
     p = from_mapping(DigitsParams, params, "task")
-    bunch = load_digits()
-    x = (bunch.data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
-    y = bunch.target.astype(np.int64)
+    data, target = load_digits()
+    x = (data / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
+    y = target.astype(np.int64)
     rng = np.random.default_rng([0xD1, seed])
     order = rng.permutation(len(y))
     n_test = round(p.test_fraction * len(y))
