@@ -112,20 +112,58 @@ def test_cache_dir_precedence(tmp_path: Path) -> None:
     assert sqlite_template.cache_dir(env) == tmp_path
 
 
-def _imported_after(code: str) -> set[str]:
-    """Top-level modules a fresh interpreter has loaded after running ``code``."""
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+def _imported_after(*codes: str) -> list[set[str]]:
+    """Top-level modules a fresh interpreter has loaded after running each of ``codes`` in
+    turn (one interpreter: a snapshot of ``sys.modules`` after each)."""
+    snap = "import json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    probe = "\n".join(f"{code}\n{snap}" for code in codes)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
     )
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    lines = out.stdout.strip().splitlines()[-len(codes) :]
+    return [set(json.loads(line)) for line in lines]
 
 
-def test_driver_and_trial_imports_leave_mlflow_and_matplotlib_out() -> None:
+#: the driver's and a trial's imports (what a trial process and the driver load at first)
+_DRIVER_IMPORTS = "import fedtune.tuning.driver.study, fedtune.tuning.trials.trainable"
+
+
+def _open_stores_code(workdir: Path) -> str:
+    """Open a new study's stores (the MLflow store, its parent run) in ``workdir``."""
+    return textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from fedtune.tuning.spec import StudySpec
+        from fedtune.tuning.driver.study import _open_stores, _open_tracking, _prepare
+        spec = StudySpec.from_dict({{
+            "name": "lazy-plots", "algorithm": "fedavg", "search": {{"space": "fedavg"}},
+            "task": {{"name": "quadratic", "clients": 1, "dim": 1, "examples": 1}},
+            "train": {{"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1}},
+            "objective": {{"metric": "train_loss", "last_rounds": 1}}, "budget": {{"trials": 1}}}})
+        workdir = Path({str(workdir)!r})
+        workdir.mkdir()
+        uri = f"sqlite:///{{workdir / 'mlflow.db'}}"
+        plan, _ = _prepare(spec, workdir, None, time.perf_counter(), tracking_uri=uri)
+        assert _open_tracking(_open_stores(plan), plan).parent
+        """
+    )
+
+
+@pytest.fixture(scope="module")
+def imports_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[str], set[str]]:
+    """One fresh interpreter: the modules loaded after the driver's and a trial's imports, then
+    after opening a new study's stores (which needs those imports first anyway)."""
+    workdir = tmp_path_factory.mktemp("imports") / "w"
+    after_imports, after_stores = _imported_after(_DRIVER_IMPORTS, _open_stores_code(workdir))
+    return after_imports, after_stores
+
+
+def test_driver_and_trial_imports_leave_mlflow_and_matplotlib_out(imports_probe) -> None:
     """The driver imports MLflow in a thread while Ray starts; a trial process needs neither
     MLflow nor matplotlib (figures are drawn by the driver at the end)."""
-    loaded = _imported_after("import fedtune.tuning.driver.study, fedtune.tuning.trials.trainable")
+    loaded, _ = imports_probe
     assert "ray" in loaded and "optuna" in loaded
     assert "mlflow" not in loaded
     assert "matplotlib" not in loaded
@@ -295,27 +333,9 @@ def test_ctrl_c_while_ray_starts_kills_the_parent_run(
     assert [r.info.status for r in runs] == ["KILLED"]
 
 
-def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(tmp_path: Path) -> None:
+def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(imports_probe) -> None:
     """The stores' thread (MLflow store, parent run) runs while Ray and the
     first trial's worker start, on the same CPUs; the figures' matplotlib (~0.6 s of CPU) is
     imported once the first trial runs instead (``startup.import_soon``), not there."""
-    code = textwrap.dedent(
-        f"""
-        import time
-        from pathlib import Path
-        from fedtune.tuning.spec import StudySpec
-        from fedtune.tuning.driver.study import _open_stores, _open_tracking, _prepare
-        spec = StudySpec.from_dict({{
-            "name": "lazy-plots", "algorithm": "fedavg", "search": {{"space": "fedavg"}},
-            "task": {{"name": "quadratic", "clients": 1, "dim": 1, "examples": 1}},
-            "train": {{"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1}},
-            "objective": {{"metric": "train_loss", "last_rounds": 1}}, "budget": {{"trials": 1}}}})
-        workdir = Path({str(tmp_path / "w")!r})
-        workdir.mkdir()
-        uri = f"sqlite:///{{workdir / 'mlflow.db'}}"
-        plan, _ = _prepare(spec, workdir, None, time.perf_counter(), tracking_uri=uri)
-        assert _open_tracking(_open_stores(plan), plan).parent
-        """
-    )
-    loaded = _imported_after(code)
+    _, loaded = imports_probe
     assert "mlflow" in loaded and "matplotlib" not in loaded
