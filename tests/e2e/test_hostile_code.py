@@ -279,16 +279,16 @@ from fedtune.trainers.tasks import build_task, register_task
 PROBE = {probe!r}
 
 
-def probe(where):
+def probe(where, then=str):
     scope = {{"__file__": __file__}}
     try:
         exec(PROBE, scope)
     except RuntimeError as exc:
-        raise RuntimeError(where + ":" + str(exc)) from None
+        raise RuntimeError(where + ":" + then() + str(exc)) from None
 
 
 if os.environ.get("FEDTUNE_DRIVER_URL"):
-    probe("driver")
+    probe("driver", then=globals().get("after_probe", str))  # MEMORY_PROBE's, put before
 
 
 @register_task("user_quadratic", "the quadratic, after a look around")
@@ -301,8 +301,9 @@ def build(params, seed):
 @pytest.fixture(scope="module")
 def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A service whose studies' drivers are its children (backend ``local``), shared by the
-    module's driver tests: each runs a study of its own and reads only that study, its logs and
-    the files its package could have planted. The one that cancels its study and fills a
+    module's driver tests: each runs a study of its own (the probes' and the memory test's share
+    one, :func:`driver_study`) and reads only that study, its logs and the files its package
+    could have planted. The one that cancels its study and fills a
     sandbox with threads (``test_a_code_check_runs_beside_a_study_sandbox_full_of_threads``) is
     the last of them in the file: no other test's study runs beside it."""
     root = tmp_path_factory.mktemp("local")
@@ -343,13 +344,21 @@ def _local_probe(server: Server) -> tuple[str, Path]:
     return probe, workdir
 
 
-def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_server, tmp_path):
+@pytest.fixture(scope="module")
+def driver_study(local_server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One study of ``local_server`` whose driver, at import, runs the probes and then tries
+    10 GB in itself and in a child (:data:`DRIVER_PACKAGE` and :data:`MEMORY_PROBE`): both
+    tests below read its outcome (one driver instead of one each)."""
     probe, workdir = _local_probe(local_server)
-    body = DRIVER_PACKAGE.format(probe=probe)
+    body = MEMORY_PROBE + DRIVER_PACKAGE.format(probe=probe)
     # the check imports it without a driver URL: accepted; the driver then probes at import
-    r = _submit(local_server, tmp_path / "lab", body)
+    r = _submit(local_server, tmp_path_factory.mktemp("lab"), body)
     assert r.status_code == 201, r.text
-    study = _study_error(local_server, r.json()["id"])
+    return {"study": _study_error(local_server, r.json()["id"]), "workdir": workdir}
+
+
+def test_a_local_driver_and_its_trials_find_no_secret_or_service_file(local_server, driver_study):
+    study, workdir = driver_study["study"], driver_study["workdir"]
     assert study["state"] == "failed", study
     error = study["error"]
     assert "driver:" in error, error  # the driver imported it (and refused to go on)
@@ -394,7 +403,9 @@ def test_the_packs_speed_probe_runs_user_code_in_the_drivers_sandbox(local_serve
         tmp_path / "lab",
         PACK_PROBE_PACKAGE.format(probe=probe),
         task={"name": "user_quadratic", "clients": 6, "dim": 3},
-        budget={"trials": 3, "max_concurrent": 64},  # more at once than any machine's slots
+        # more at once than any machine's slots; one trial: the pack's probe depends on
+        # max_concurrent and the slots alone, and one trial shows that the study went on
+        budget={"trials": 1, "max_concurrent": 64},
     )
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
@@ -414,10 +425,12 @@ def test_the_packs_speed_probe_runs_user_code_in_the_drivers_sandbox(local_serve
         assert secret not in logs and secret not in json.dumps(study)
 
 
-#: at import in the driver: 10 GB in the driver itself and in a child process (as a trial is one,
-#: under the driver's local Ray), then the outcome as the study's error
-MEMORY_PACKAGE = """
-import os, subprocess, sys
+#: after the probes at import in the driver (put before :data:`DRIVER_PACKAGE`, whose driver
+#: probe calls ``after_probe`` once the probe has raised): 10 GB in the driver itself and in a
+#: child process (as a trial is one, under the driver's local Ray), the outcome put in the
+#: study's error before the probe's findings
+MEMORY_PROBE = """
+import subprocess, sys
 
 GRAB = "bytearray(10 * 10**9)"
 
@@ -430,17 +443,15 @@ def grab_here():
     return "allocated"
 
 
-if os.environ.get("FEDTUNE_DRIVER_URL"):
+def after_probe():
     child = subprocess.run([sys.executable, "-c", GRAB], capture_output=True, text=True)
     in_child = "MemoryError" if "MemoryError" in child.stderr else f"exit {child.returncode}"
-    raise RuntimeError(f"MEMORY driver={grab_here()} child={in_child} END")
+    return f"MEMORY driver={grab_here()} child={in_child} END "
 """
 
 
-def test_ten_gigabytes_in_a_local_driver_and_its_children_are_refused(local_server, tmp_path):
-    r = _submit(local_server, tmp_path / "lab", MEMORY_PACKAGE)
-    assert r.status_code == 201, r.text  # the check imports it without a driver URL
-    study = _study_error(local_server, r.json()["id"])
+def test_ten_gigabytes_in_a_local_driver_and_its_children_are_refused(local_server, driver_study):
+    study = driver_study["study"]  # the driver's import was accepted by the check (no URL)
     assert study["state"] == "failed", study
     found = study["error"].split("MEMORY", 1)[1].split("END", 1)[0].split()
     assert found == ["driver=MemoryError", "child=MemoryError"], study["error"]

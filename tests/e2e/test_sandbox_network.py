@@ -238,7 +238,9 @@ def _wait(server: Server, sid: str, timeout_s: float = 400) -> dict:
 
 @pytest.mark.parametrize(
     ("trials", "concurrent", "pack_size"),
-    [pytest.param(2, 1, 1, id="unpacked"), pytest.param(3, 3, 3, id="packed")],
+    # the fewest trials that show each: one trial process with one configuration, one with a
+    # pack of two
+    [pytest.param(1, 1, 1, id="unpacked"), pytest.param(2, 2, 2, id="packed")],
 )
 def test_a_local_driver_and_its_trials_reach_the_api_and_mlflow_and_nothing_else(
     world, tmp_path, trials: int, concurrent: int, pack_size: int
