@@ -159,8 +159,8 @@ def _charge(processes: list[dict]) -> None:
 
 def report(raw: dict, top: int, baseline: set[tuple[int, int]] | None = None) -> dict:
     """The samples summed per kind, per test file and per (file, kind)."""
+    _charge(raw["processes"])  # over every process: a sandbox's bwrap uses no CPU of its own
     procs = [p for p in raw["processes"] if p["cpu_s"] > 0]
-    _charge(procs)
     outside = [p for p in procs if kind_of(p) not in ("pytest worker", "pytest")]
 
     def table(key) -> dict:
