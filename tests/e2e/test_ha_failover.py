@@ -66,8 +66,11 @@ def test_one_leader_and_a_failover_within_15_s_with_no_study_dispatched_twice(tm
             assert flags, "timed out waiting for exactly one leader"
             leader, other = (servers[0], servers[1]) if flags[0] == 1 else (servers[1], servers[0])
             client = Client(other.url, token=TOKEN, retries=2)
+            # three studies, two slots: at the kill some run (the new leader adopts them) and at
+            # least one waits (the new leader dispatches it), each exactly once; every study is
+            # a driver with its own embedded Ray (~20 CPU-s), so no more than that
             ids = [
-                client.submit(tiny_spec(name=f"ha{i}", trials=2, rounds=40)).id for i in range(4)
+                client.submit(tiny_spec(name=f"ha{i}", trials=2, rounds=40)).id for i in range(3)
             ]
             assert until(
                 lambda: sum(client.study(i).status().state == StudyState.RUNNING for i in ids) >= 1,
