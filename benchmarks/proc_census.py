@@ -116,6 +116,7 @@ def kind_of(proc: dict) -> str:
     head = " ".join(argv)
     for key, name in (
         ("xdist", "pytest worker"),
+        ("exec(eval(sys.stdin.readline()))", "pytest worker"),  # execnet's bootstrap
         ("pytest", "pytest"),
         ("default_worker.py", "ray worker"),
         ("raylet", "raylet"),
