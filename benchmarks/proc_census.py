@@ -27,37 +27,42 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _env import environment
 
+from fedtune.service.backends.local import stat_fields
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: str) -> tuple[str, int, float, int] | None:
-    """``(comm, ppid, cpu seconds, start ticks)`` of ``pid``, or None once it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+def _stat(pid: str) -> tuple[int, float, int] | None:
+    """``(ppid, cpu seconds, start ticks)`` of ``pid``, or None once it is gone."""
+    fields = stat_fields(int(pid))
+    if fields is None:
         return None
-    comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-    fields = raw[raw.rindex(")") + 2 :].split()
-    # fields[0] is field 3 (state): ppid is field 4, utime 14, stime 15, starttime 22
-    return comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19])
+    # item n - 3 is proc(5)'s field n: ppid 4, utime 14, stime 15, starttime 22
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19])
 
 
-def _first_seen(pid: str) -> tuple[list[str], str]:
-    """The command line and the ``PYTEST_CURRENT_TEST`` a process started with."""
+def _first_seen(pid: str) -> tuple[str, list[str], str]:
+    """The command name, command line and ``PYTEST_CURRENT_TEST`` a process started with."""
     try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
-        return [], ""
+        return "", [], ""
     prefix = b"PYTEST_CURRENT_TEST="
     test = next(
         (e[len(prefix) :].decode(errors="replace") for e in env if e.startswith(prefix)), ""
     )
-    return [a.decode(errors="replace")[-160:] for a in argv[:6] if a], test
+    return comm, [a.decode(errors="replace")[-160:] for a in argv[:6] if a], test
 
 
 def sample(command: list[str], interval: float, out: Path) -> dict:
     """Run ``command`` and sample every process until it ends, writing ``out`` each minute.
+
+    Args:
+        command: The command and its arguments.
+        interval: Seconds between two samples.
+        out: Where the partial result is written each minute (the caller writes the last).
 
     Returns:
         ``{"processes": [...], "command": ..., "wall_s": ...}``, one entry per process seen.
@@ -84,10 +89,10 @@ def sample(command: list[str], interval: float, out: Path) -> dict:
             st = _stat(pid)
             if st is None:
                 continue
-            comm, ppid, cpu, ticks = st
+            ppid, cpu, ticks = st
             entry = seen.get((pid, ticks))
             if entry is None:
-                argv, test = _first_seen(pid)
+                comm, argv, test = _first_seen(pid)
                 entry = seen[(pid, ticks)] = {
                     "pid": int(pid),
                     "ppid": ppid,
@@ -145,9 +150,11 @@ def kind_of(proc: dict) -> str:
     return proc.get("comm") or "?"
 
 
-def _charge(processes: list[dict]) -> None:
-    """Give each process the test of its nearest ancestor that has one (``test``)."""
+def _charged(processes: list[dict]) -> dict[tuple[int, int], str]:
+    """The test file of each process (by pid and start), or ``-``: its own
+    ``PYTEST_CURRENT_TEST``, else its nearest ancestor's."""
     by_pid = {p["pid"]: p for p in processes}  # the latest process of each pid
+    files = {}
     for p in processes:
         q, hops = p, 0
         while not q["test"] and q["ppid"] in by_pid and hops < 50:
@@ -155,32 +162,48 @@ def _charge(processes: list[dict]) -> None:
             if parent["start"] > q["start"]:  # a later process that reused the pid
                 break
             q, hops = parent, hops + 1
-        p["charged"] = q["test"].split("::", 1)[0] if q["test"] else "-"
+        files[(p["pid"], p["start"])] = q["test"].split("::", 1)[0] if q["test"] else "-"
+    return files
 
 
-def report(raw: dict, top: int, baseline: set[tuple[int, int]] | None = None) -> dict:
-    """The samples summed per kind, per test file and per (file, kind)."""
-    _charge(raw["processes"])  # over every process: a sandbox's bwrap uses no CPU of its own
-    procs = [p for p in raw["processes"] if p["cpu_s"] > 0]
-    outside = [p for p in procs if kind_of(p) not in ("pytest worker", "pytest")]
+def report(raw: dict, top: int) -> dict:
+    """The samples summed per kind, per test file and per (file, kind).
+
+    Args:
+        raw: What :func:`sample` returned.
+        top: Rows kept per table.
+
+    Returns:
+        The sums: CPU-seconds in all, in pytest's processes and outside them, and the tables.
+    """
+    # charged over every process, CPU or not: a sandbox's bwrap uses none of its own
+    files = _charged(raw["processes"])
+    rows = [
+        (p["cpu_s"], kind_of(p), files[(p["pid"], p["start"])])
+        for p in raw["processes"]
+        if p["cpu_s"] > 0
+    ]
+    outside = [r for r in rows if r[1] not in ("pytest worker", "pytest")]
 
     def table(key) -> dict:
         out: dict[str, list] = defaultdict(lambda: [0, 0.0])
-        for p in outside:
-            out[key(p)][0] += 1
-            out[key(p)][1] += p["cpu_s"]
+        for cpu, kind, file in outside:
+            entry = out[key(kind, file)]
+            entry[0] += 1
+            entry[1] += cpu
         ranked = sorted(out.items(), key=lambda kv: -kv[1][1])[:top]
         return {k: {"processes": n, "cpu_s": round(s, 1)} for k, (n, s) in ranked}
 
+    cpu_all, cpu_outside = sum(r[0] for r in rows), sum(r[0] for r in outside)
     return {
         "wall_s": raw["wall_s"],
-        "processes": len(procs),
-        "cpu_s_all": round(sum(p["cpu_s"] for p in procs), 1),
-        "cpu_s_pytest": round(sum(p["cpu_s"] for p in procs) - sum(p["cpu_s"] for p in outside), 1),
-        "cpu_s_outside_pytest": round(sum(p["cpu_s"] for p in outside), 1),
-        "kinds": table(kind_of),
-        "test_files": table(lambda p: p["charged"]),
-        "file_and_kind": table(lambda p: f"{p['charged']} | {kind_of(p)}"),
+        "processes": len(rows),
+        "cpu_s_all": round(cpu_all, 1),
+        "cpu_s_pytest": round(cpu_all - cpu_outside, 1),
+        "cpu_s_outside_pytest": round(cpu_outside, 1),
+        "kinds": table(lambda kind, file: kind),
+        "test_files": table(lambda kind, file: file),
+        "file_and_kind": table(lambda kind, file: f"{file} | {kind}"),
     }
 
 

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 from sklearn.datasets import load_digits as sklearn_load_digits
 
+from fedtune.trainers.tasks import digits
 from fedtune.trainers.tasks.digits import load_digits
 
 
@@ -31,3 +32,10 @@ def test_building_the_task_imports_no_scikit_learn() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.split()[-2:] == ["digits", "False"], out.stdout + out.stderr
+
+
+def test_without_the_file_scikit_learns_own_loader_gives_them(monkeypatch) -> None:
+    monkeypatch.setattr(digits.importlib.util, "find_spec", lambda name: None)
+    data, target = load_digits()
+    bunch = sklearn_load_digits()
+    assert np.array_equal(data, bunch.data) and np.array_equal(target, bunch.target)

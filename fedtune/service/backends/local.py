@@ -45,13 +45,20 @@ from .base import (
 )
 from .local_sandbox import driver_sandbox, sandboxes_driver
 
-__all__ = ["LocalBackend", "process_start_ticks"]
+__all__ = ["LocalBackend", "process_start_ticks", "stat_fields"]
 
 log = logging.getLogger(__name__)
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of ``/proc/<pid>/stat`` after the command name (state first); None if gone."""
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` after the command name (state first); None if gone.
+
+    Args:
+        pid: The process.
+
+    Returns:
+        Field 3 (state) onwards, so field ``n`` of proc(5) is item ``n - 3``; None if gone.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -61,7 +68,7 @@ def _stat(pid: int) -> list[str] | None:
 
 def process_start_ticks(pid: int) -> int | None:
     """Start time of ``pid`` in clock ticks since boot; None if it is gone or a zombie."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     if fields is None or fields[0] in ("Z", "X"):  # zombie / dead
         return None
     return int(fields[19])
@@ -97,7 +104,7 @@ def _live() -> list[tuple[int, list[str]]]:
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            fields = _stat(int(entry.name))
+            fields = stat_fields(int(entry.name))
             if fields is not None and fields[0] not in ("Z", "X"):
                 found.append((int(entry.name), fields))
     return found

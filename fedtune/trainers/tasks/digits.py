@@ -87,9 +87,9 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
 
     The values ``sklearn.datasets.load_digits()`` gives as ``.data`` and ``.target``, read from
     the same file (``sklearn/datasets/data/digits.csv.gz``) the same way (``numpy.loadtxt``, the
-    last column the label), without importing scikit-learn: its import costs every process that
-    builds the task about 1.5 CPU-seconds, five times the reading. Falls back to
-    ``load_digits`` if the file is not where scikit-learn keeps it.
+    last column the label), without importing scikit-learn (the cost this saves every process
+    that builds the task: docs/development/testing.md). ``load_digits`` itself if the file is
+    not where scikit-learn keeps it.
 
     Returns:
         The pixels (0–16) and the labels (0–9).
