@@ -41,6 +41,13 @@ def _stat(pid: str) -> tuple[int, float, int] | None:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19])
 
 
+def _busy_idle() -> tuple[float, float]:
+    """The machine's busy and idle CPU-seconds since boot, summed over cores (``/proc/stat``)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / TICK, idle / TICK
+
+
 def _first_seen(pid: str) -> tuple[str, list[str], str]:
     """The command name, command line and ``PYTEST_CURRENT_TEST`` a process started with."""
     try:
@@ -65,21 +72,27 @@ def sample(command: list[str], interval: float, out: Path) -> dict:
         out: Where the partial result is written each minute (the caller writes the last).
 
     Returns:
-        ``{"processes": [...], "command": ..., "wall_s": ...}``, one entry per process seen.
+        ``{"processes": [...], "command": ..., "wall_s": ..., "timeline": [...]}``: one entry
+        per process seen, and per sample ``[seconds since the start, busy CPU-s, idle CPU-s]``
+        of the whole machine since the previous sample.
     """
     me = str(os.getpid())
     seen: dict[tuple[str, int], dict] = {}
-    started = time.monotonic()
+    started, epoch = time.monotonic(), time.time()
     child = subprocess.Popen(command)
     first, written = True, time.monotonic()
+    timeline: list[list[float]] = []
+    last_busy, last_idle = _busy_idle()
 
     def result() -> dict:
         return {
             "command": command,
             "returncode": child.returncode,
             "wall_s": round(time.monotonic() - started, 1),
+            "started_at": round(epoch, 2),
             "interval_s": interval,
             "processes": list(seen.values()),
+            "timeline": timeline,
         }
 
     while True:
@@ -106,6 +119,15 @@ def sample(command: list[str], interval: float, out: Path) -> dict:
                 }
             entry["cpu_s"] = cpu - entry["cpu0_s"]
         first = False
+        busy, idle = _busy_idle()
+        timeline.append(
+            [
+                round(time.monotonic() - started, 1),
+                round(busy - last_busy, 2),
+                round(idle - last_idle, 2),
+            ]
+        )
+        last_busy, last_idle = busy, idle
         if child.poll() is not None:
             break
         if time.monotonic() - written > 60:  # a partial result survives the sampler's end

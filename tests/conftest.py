@@ -3,7 +3,9 @@ configurations."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -109,6 +111,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     item.add_marker(pytest.mark.xdist_group(group))
         if group is not None and getattr(config.option, "loadgroup", False):
             _name_group(item, group)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """With ``FEDTUNE_TEST_TIMELINE=FILE``, append each test's start and end (wall clock) and
+    worker to FILE as a JSON line: when the suite's CPU is idle, which tests were running
+    (``benchmarks/suite_idle.py``).
+
+    Args:
+        item: the test.
+        nextitem: the next test (unused).
+    """
+    path = os.environ.get("FEDTUNE_TEST_TIMELINE")
+    started = time.time()
+    try:
+        return (yield)
+    finally:
+        if path:
+            line = {
+                "test": item.nodeid,
+                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                "start": round(started, 2),
+                "end": round(time.time(), 2),
+            }
+            with open(path, "a") as f:
+                f.write(json.dumps(line) + "\n")
 
 
 def module_group(item: pytest.Item) -> str | None:
