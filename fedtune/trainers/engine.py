@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from fedtune.errors import ConfigError
+from fedtune.round_keys import EVAL_CLIENTS_METRIC, RUNNER_METRIC
 
 from .algorithms import Cohort, MeasuringAlgorithm, RoundContext, resolve
 from .config import TrialConfig
@@ -63,11 +64,6 @@ __all__ = [
 ]
 
 OnRound = Callable[[RoundRecord], bool | None]
-#: round-record extra: 1.0 when the round's clients ran vectorized, 0.0 when sequentially
-#: (``runner: sequential``, ``auto`` choosing it, or the vectorized runner's fallback)
-RUNNER_METRIC = "runner_vectorized"
-#: round-record extra of an evaluation round: |E_t|, the clients its population loss covered
-EVAL_CLIENTS_METRIC = "eval_clients"
 _STATE_VERSION = 1
 
 

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 from mlflow.entities import Metric
 
-from fedtune.trainers.engine import EVAL_CLIENTS_METRIC, RUNNER_METRIC
+from fedtune.round_keys import EVAL_CLIENTS_METRIC, RUNNER_METRIC
 
 __all__ = ["STEP_KEYS", "StepPoints"]
 
