@@ -124,6 +124,21 @@ def _users(settings: Settings) -> int:
         db.dispose()
 
 
+def _new_secret() -> str:
+    """32 random bytes, URL-safe, that do not start with ``-``.
+
+    A secret an operator pastes after ``--token`` (``fedtune users create ... --token …``) must
+    not read as an option: argparse refuses ``--token -x…`` ("expected one argument"), which
+    one secret in 64 of plain ``secrets.token_urlsafe`` would start with.
+
+    Returns:
+        The secret (43 characters).
+    """
+    while (secret := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return secret
+
+
 def read_or_make_secret(path: Path, field: str) -> str:
     """The secret kept in ``path``, made (random, 0600, atomically) when there is none.
 
@@ -144,7 +159,7 @@ def read_or_make_secret(path: Path, field: str) -> str:
         pass
     else:
         with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_urlsafe(32) + "\n")
+            out.write(_new_secret() + "\n")
     token = path.read_text().strip()
     if len(token) < 16:
         raise ConfigError(field, f"{path} holds no usable secret; delete it")
