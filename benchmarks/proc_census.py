@@ -25,11 +25,18 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import proc_acct
 from _env import environment
 
 from fedtune.service.backends.local import stat_fields
 
 TICK = os.sysconf("SC_CLK_TCK")
+#: the machine's boot (epoch seconds): a process's start ticks count from it
+BOOT = next(
+    float(line.split()[1])
+    for line in Path("/proc/stat").read_text().splitlines()
+    if line.startswith("btime ")
+)
 
 
 def _stat(pid: str) -> tuple[int, float, int] | None:
@@ -63,21 +70,26 @@ def _first_seen(pid: str) -> tuple[str, list[str], str]:
     return comm, [a.decode(errors="replace")[-160:] for a in argv[:6] if a], test
 
 
-def sample(command: list[str], interval: float, out: Path) -> dict:
+def sample(command: list[str], interval: float, out: Path, acct: Path | None = None) -> dict:
     """Run ``command`` and sample every process until it ends, writing ``out`` each minute.
 
     Args:
         command: The command and its arguments.
         interval: Seconds between two samples.
         out: Where the partial result is written each minute (the caller writes the last).
+        acct: Turn the kernel's process accounting on into this file for the run (root), so
+            that processes shorter than an interval are counted too (``exited``).
 
     Returns:
         ``{"processes": [...], "command": ..., "wall_s": ..., "timeline": [...]}``: one entry
         per process seen, and per sample ``[seconds since the start, busy CPU-s, idle CPU-s]``
-        of the whole machine since the previous sample.
+        of the whole machine since the previous sample; with ``acct``, ``exited``: every
+        process that exited during the run (:func:`proc_acct.read`).
     """
     me = str(os.getpid())
     seen: dict[tuple[str, int], dict] = {}
+    if acct is not None:
+        proc_acct.start(acct)
     started, epoch = time.monotonic(), time.time()
     child = subprocess.Popen(command)
     first, written = True, time.monotonic()
@@ -110,6 +122,7 @@ def sample(command: list[str], interval: float, out: Path) -> dict:
                     "pid": int(pid),
                     "ppid": ppid,
                     "start": ticks,
+                    "start_at": round(BOOT + ticks / TICK, 2),
                     "comm": comm,
                     "argv": argv,
                     "test": test,
@@ -134,7 +147,11 @@ def sample(command: list[str], interval: float, out: Path) -> dict:
             out.write_text(json.dumps(result()))
             written = time.monotonic()
         time.sleep(interval)
-    return result()
+    final = result()
+    if acct is not None:
+        proc_acct.stop()
+        final["exited"] = proc_acct.read(acct)
+    return final
 
 
 def kind_of(proc: dict) -> str:
@@ -188,15 +205,19 @@ def _charged(processes: list[dict]) -> dict[tuple[int, int], str]:
     return files
 
 
-def report(raw: dict, top: int) -> dict:
+def report(raw: dict, top: int, tests: list[dict] | None = None) -> dict:
     """The samples summed per kind, per test file and per (file, kind).
 
     Args:
         raw: What :func:`sample` returned.
         top: Rows kept per table.
+        tests: ``FEDTUNE_TEST_TIMELINE``'s lines: charges a short process that a pytest worker
+            started to the test it was running (else such a process is charged to ``-``).
 
     Returns:
-        The sums: CPU-seconds in all, in pytest's processes and outside them, and the tables.
+        The sums: CPU-seconds in all, in pytest's processes and outside them, in processes no
+        sample saw (``exited`` only: their kind is their command name, marked ``(short)``), and
+        the tables.
     """
     # charged over every process, CPU or not: a sandbox's bwrap uses none of its own
     files = _charged(raw["processes"])
@@ -205,6 +226,11 @@ def report(raw: dict, top: int) -> dict:
         for p in raw["processes"]
         if p["cpu_s"] > 0
     ]
+    short = [
+        (rec["cpu_s"], f"{rec['comm']} (short)", file)
+        for rec, file in proc_acct.unseen(raw.get("exited", []), raw["processes"], tests or [])
+    ]
+    rows += short
     outside = [r for r in rows if r[1] not in ("pytest worker", "pytest")]
 
     def table(key) -> dict:
@@ -223,6 +249,7 @@ def report(raw: dict, top: int) -> dict:
         "cpu_s_all": round(cpu_all, 1),
         "cpu_s_pytest": round(cpu_all - cpu_outside, 1),
         "cpu_s_outside_pytest": round(cpu_outside, 1),
+        "cpu_s_short": round(sum(r[0] for r in short), 1),
         "kinds": table(lambda kind, file: kind),
         "test_files": table(lambda kind, file: file),
         "file_and_kind": table(lambda kind, file: f"{file} | {kind}"),
@@ -235,20 +262,25 @@ def main() -> None:
     s = sub.add_parser("sample", help="run a command and sample /proc until it ends")
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--interval", type=float, default=1.0)
+    s.add_argument("--acct", type=Path, help="process accounting into this file (root)")
     s.add_argument("command", nargs=argparse.REMAINDER)
     r = sub.add_parser("report", help="sum a sample's processes")
     r.add_argument("raw", type=Path)
     r.add_argument("--top", type=int, default=30)
+    r.add_argument("--tests", type=Path, help="FEDTUNE_TEST_TIMELINE's file")
     r.add_argument("--note", default="")
     r.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.mode == "sample":
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        raw = sample(command, args.interval, args.out)
+        raw = sample(command, args.interval, args.out, args.acct)
         args.out.write_text(json.dumps(raw))
         sys.exit(raw["returncode"])
     out = {"environment": environment(), "note": args.note}
-    out.update(report(json.loads(args.raw.read_text()), args.top))
+    tests = None
+    if args.tests:
+        tests = [json.loads(line) for line in args.tests.read_text().splitlines() if line]
+    out.update(report(json.loads(args.raw.read_text()), args.top, tests))
     text = json.dumps(out, indent=1)
     if args.out:
         args.out.write_text(text + "\n")

@@ -132,6 +132,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
             line = {
                 "test": item.nodeid,
                 "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                "pid": os.getpid(),
                 "start": round(started, 2),
                 "end": round(time.time(), 2),
             }

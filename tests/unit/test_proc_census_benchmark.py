@@ -49,3 +49,84 @@ def test_kinds_come_from_the_command_line() -> None:
     assert bench.kind_of(ray) == "ray worker"
     assert bench.kind_of({"argv": ["/v/bin/fedtune", "tune", "s.yaml"]}) == "fedtune"
     assert bench.kind_of({"argv": [], "comm": "kworker"}) == "kworker"
+
+
+def _acct_record(pid: int, ppid: int, start: int, ticks: tuple[int, int], comm: bytes) -> bytes:
+    """One ``struct acct_v3`` as the kernel writes it (times in ``comp_t``)."""
+    import struct
+
+    def comp(value: int) -> int:
+        exponent = 0
+        while value > 0x1FFF:
+            value, exponent = value >> 3, exponent + 1
+        return value | exponent << 13
+
+    utime, stime = (comp(t) for t in ticks)
+    fields = (0, 3, 0, 0, 0, 0, pid, ppid, start, 250.0, utime, stime, 0, 0, 0, 0, 0, 0, comm)
+    return struct.pack("<BBHIIIIIIf8H16s", *fields)
+
+
+def test_short_processes_from_accounting_are_charged_through_their_parents(tmp_path) -> None:
+    """A process no sample saw (from ``accton``'s file) is charged to the test its pytest worker
+    ran when it started, and so is its own child; one the census sampled is not counted twice."""
+    load_benchmark("proc_census.py")  # puts benchmarks/ on the path
+    import proc_acct
+
+    raw_file = tmp_path / "pacct"
+    raw_file.write_bytes(
+        _acct_record(200, 100, 1000, (150, 30), b"python")  # 1.8 CPU-s
+        + _acct_record(201, 200, 1001, (9000, 0), b"fedtune")  # 90 s: a comp_t exponent
+        + _acct_record(300, 100, 1000, (50, 0), b"python")  # sampled by the census
+        + _acct_record(400, 1, 1000, (0, 0), b"sleep")  # no CPU: left out
+    )
+    exited = proc_acct.read(raw_file)
+    assert [(r["pid"], r["cpu_s"], r["comm"]) for r in exited] == [
+        (200, 1.8, "python"),
+        (201, 90.0, "fedtune"),
+        (300, 0.5, "python"),
+    ]
+    sampled = [
+        {"pid": 100, "ppid": 1, "start_at": 900.0, "test": ""},  # the pytest worker
+        {"pid": 300, "ppid": 100, "start_at": 1000.3, "test": "tests/unit/test_b.py::u (call)"},
+    ]
+    tests = [
+        {"test": "tests/unit/test_z.py::before", "pid": 100, "start": 990.0, "end": 997.0},
+        {"test": "tests/unit/test_a.py::t", "pid": 100, "start": 999.0, "end": 1003.0},
+    ]
+    charged = [(r["pid"], f) for r, f in proc_acct.unseen(exited, sampled, tests)]
+    assert charged == [(200, "tests/unit/test_a.py"), (201, "tests/unit/test_a.py")]
+
+
+def test_the_report_counts_short_processes_apart() -> None:
+    bench = load_benchmark("proc_census.py")
+    raw = {
+        "wall_s": 10.0,
+        "processes": [
+            {
+                "pid": 100,
+                "ppid": 1,
+                "start": 1,
+                "start_at": 900.0,
+                "test": "",
+                "cpu_s": 3.0,
+                "argv": ["python", "-c", "import sys;exec(eval(sys.stdin.readline()))"],
+                "comm": "python",
+            },
+        ],
+        "exited": [
+            {
+                "pid": 200,
+                "ppid": 100,
+                "start_at": 1000.0,
+                "elapsed_s": 1.0,
+                "cpu_s": 1.5,
+                "comm": "python",
+            },
+        ],
+    }
+    tests = [{"test": "tests/unit/test_a.py::t", "pid": 100, "start": 999.0, "end": 1003.0}]
+    report = bench.report(raw, top=5, tests=tests)
+    assert report["cpu_s_short"] == 1.5
+    assert report["cpu_s_all"] == 4.5 and report["cpu_s_pytest"] == 3.0
+    assert report["kinds"] == {"python (short)": {"processes": 1, "cpu_s": 1.5}}
+    assert report["test_files"] == {"tests/unit/test_a.py": {"processes": 1, "cpu_s": 1.5}}
