@@ -106,6 +106,8 @@ def unseen(exited: list[dict], sampled: list[dict], tests: list[dict]) -> list[t
     Returns:
         ``(record, file)`` pairs; ``file`` is ``-`` when no ancestor names a test.
     """
+    if not exited:  # no accounting (or a census written before it had ``start_at``)
+        return []
     seen = _by_pid(sampled)
     gone = _by_pid(exited)
     runs: dict[int, list[dict]] = defaultdict(list)
