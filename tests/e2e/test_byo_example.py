@@ -42,6 +42,7 @@ from tests.needs import need
 from tests.service.helpers import Server, pg_schema, pg_unreachable_reason
 
 from .test_service_e2e import (
+    POLL_S,
     TOKEN,
     _driver_ref,
     _kill_drivers,
@@ -66,7 +67,9 @@ CODE = {"FEDTUNE_ALLOW_CODE_UPLOAD": "1"}
 def code_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A service with code upload (SQLite, local backend), shared by the tests that submit the
     example's code to it: one study that succeeds, and refusals that leave no study (each
-    refusal test counts the studies before and after its own submissions)."""
+    refusal test counts the studies before and after its own submissions). Those tests come
+    after the ones that start services and studies of their own, so that it starts only then
+    and is not idle through their studies (pytest stops it at the module's end)."""
     root = tmp_path_factory.mktemp("byo")
     env = service_env(root, "local", FEDTUNE_MAX_CONCURRENT_STUDIES="1", **CODE)
     server = Server(env, root / "serve.log")
@@ -223,6 +226,83 @@ def test_tuned_locally_from_another_directory(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- through the service
 
 
+def test_through_the_service_on_postgresql_with_the_cli(serve, tmp_path: Path) -> None:
+    need("postgres", pg_unreachable_reason())
+    with pg_schema() as url:
+        server = serve(database_url=url, **CODE)
+        try:
+            spec = tmp_path / "study.yaml"  # a study file without a path: --code names it
+            # one trial: this test's point is ``--code`` and PostgreSQL; the service's driver
+            # runs it through Ray all the same, and two at once are the SQLite study's
+            small = _spec(budget={"trials": 1, "max_concurrent": 1})
+            small["code"] = {"modules": small["code"]["modules"]}
+            spec.write_text(yaml.safe_dump(small))
+            run = _cli(
+                [
+                    "submit",
+                    str(spec),
+                    "--code",
+                    str(EXAMPLE),
+                    "--wait",
+                    "--url",
+                    server.url,
+                    "--token",
+                    TOKEN,
+                    "--json",
+                ],
+                tmp_path,
+            )
+            assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+            with Client(server.url, token=TOKEN, timeout=30) as sdk:
+                studies = sdk.studies(limit=5)
+                assert len(studies) == 1
+                final = sdk.study(studies[0].id).status()
+                assert final.state == StudyState.SUCCEEDED, final.error
+                assert final.code_sha256 == pack(EXAMPLE).sha256
+                assert final.progress.completed == 1 and final.task == "fedlab_wine"
+                trials = sdk.study(final.id).trials()
+                assert [t.state for t in trials] == [TrialState.COMPLETED]
+        finally:
+            server.stop()
+
+
+def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(serve, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fedtune.db'}"
+    first = serve(**CODE)
+    # two trials, one at a time: the second is still running when the first has finished and
+    # the service is killed (40 rounds take seconds; the kill follows within a poll, POLL_S)
+    spec = _spec(train={"rounds": 40}, budget={"trials": 2, "max_concurrent": 1})
+    with Client(first.url, token=TOKEN, timeout=30) as sdk:
+        study = sdk.submit(spec)
+        _until(lambda: study.status().progress.completed >= 1, 300, "a first finished trial")
+        sha = study.status().code_sha256
+    ref = _driver_ref(url, study.id)
+    assert _same_process(ref)
+    first.kill9()
+    with contextlib.suppress(OSError):
+        os.killpg(ref["pid"], signal.SIGKILL)  # the driver and its embedded Ray
+    extracted = tmp_path / "work" / "code" / sha
+    if ref.get("sandboxed"):  # it unpacked the code in its sandbox's private workdir
+        assert not extracted.exists()
+    else:
+        assert (extracted / "fedlab" / "methods.py").is_file()  # where the first driver read it
+        shutil.rmtree(extracted)  # a fresh machine: only the database still has the code
+
+    second = serve(log="serve-2.log", **CODE)
+    with Client(second.url, token=TOKEN, timeout=30) as sdk:
+        final = sdk.study(study.id).wait(progress=False, timeout=400, poll_s=POLL_S)
+        assert final.state == StudyState.SUCCEEDED, final.error
+        assert final.attempts == 2
+        trials = sdk.study(study.id).trials()
+    # fetched again from the database, by the service for a sandboxed driver
+    assert ref.get("sandboxed") or (extracted / "fedlab" / "methods.py").is_file()
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))
+    completed = [t for t in trials if t.state == TrialState.COMPLETED]
+    assert len(completed) == 2 and final.progress.completed == 2
+    assert all(t.state in (TrialState.COMPLETED, TrialState.KILLED) for t in trials)
+
+
 def _small_study_file(tmp_path: Path) -> Path:
     """The example's study file at the smallest budget that shows it (two trials, run at
     once), in another folder: its ``code.path`` relative to that folder, as a user's is."""
@@ -237,7 +317,7 @@ def _small_study_file(tmp_path: Path) -> Path:
 def _submitted_study_succeeds(server, tmp_path: Path) -> None:
     with Client(server.url, token=TOKEN, timeout=30) as sdk:
         study = sdk.submit(str(_small_study_file(tmp_path)))  # its code: {path} is uploaded
-        final = study.wait(progress=False, timeout=400, poll_s=0.2)
+        final = study.wait(progress=False, timeout=400, poll_s=POLL_S)
         assert final.state == StudyState.SUCCEEDED, final.error
         assert (final.task, final.algorithm) == ("fedlab_wine", "nova_medclip")
         assert final.code_sha256 == pack(EXAMPLE).sha256
@@ -294,79 +374,6 @@ def test_through_the_service_on_sqlite(code_server, tmp_path: Path) -> None:
         assert "medclip_quantile" in message and "without bounds" in message
         assert f"fedlab/methods.py:{line}" in message, message
         assert len(sdk.studies(limit=100)) == before + 1
-
-
-def test_through_the_service_on_postgresql_with_the_cli(serve, tmp_path: Path) -> None:
-    need("postgres", pg_unreachable_reason())
-    with pg_schema() as url:
-        server = serve(database_url=url, **CODE)
-        try:
-            spec = tmp_path / "study.yaml"  # a study file without a path: --code names it
-            small = _spec(budget={"trials": 2, "max_concurrent": 2})
-            small["code"] = {"modules": small["code"]["modules"]}
-            spec.write_text(yaml.safe_dump(small))
-            run = _cli(
-                [
-                    "submit",
-                    str(spec),
-                    "--code",
-                    str(EXAMPLE),
-                    "--wait",
-                    "--url",
-                    server.url,
-                    "--token",
-                    TOKEN,
-                    "--json",
-                ],
-                tmp_path,
-            )
-            assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-            with Client(server.url, token=TOKEN, timeout=30) as sdk:
-                studies = sdk.studies(limit=5)
-                assert len(studies) == 1
-                final = sdk.study(studies[0].id).status()
-                assert final.state == StudyState.SUCCEEDED, final.error
-                assert final.code_sha256 == pack(EXAMPLE).sha256
-                assert final.progress.completed == 2 and final.task == "fedlab_wine"
-        finally:
-            server.stop()
-
-
-def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(serve, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fedtune.db'}"
-    first = serve(**CODE)
-    # two trials, one at a time: the second is still running when the first has finished and
-    # the service is killed (40 rounds take seconds; the kill follows within a poll of 0.2 s)
-    spec = _spec(train={"rounds": 40}, budget={"trials": 2, "max_concurrent": 1})
-    with Client(first.url, token=TOKEN, timeout=30) as sdk:
-        study = sdk.submit(spec)
-        _until(lambda: study.status().progress.completed >= 1, 300, "a first finished trial")
-        sha = study.status().code_sha256
-    ref = _driver_ref(url, study.id)
-    assert _same_process(ref)
-    first.kill9()
-    with contextlib.suppress(OSError):
-        os.killpg(ref["pid"], signal.SIGKILL)  # the driver and its embedded Ray
-    extracted = tmp_path / "work" / "code" / sha
-    if ref.get("sandboxed"):  # it unpacked the code in its sandbox's private workdir
-        assert not extracted.exists()
-    else:
-        assert (extracted / "fedlab" / "methods.py").is_file()  # where the first driver read it
-        shutil.rmtree(extracted)  # a fresh machine: only the database still has the code
-
-    second = serve(log="serve-2.log", **CODE)
-    with Client(second.url, token=TOKEN, timeout=30) as sdk:
-        final = sdk.study(study.id).wait(progress=False, timeout=400, poll_s=0.2)
-        assert final.state == StudyState.SUCCEEDED, final.error
-        assert final.attempts == 2
-        trials = sdk.study(study.id).trials()
-    # fetched again from the database, by the service for a sandboxed driver
-    assert ref.get("sandboxed") or (extracted / "fedlab" / "methods.py").is_file()
-    numbers = [t.number for t in trials]
-    assert len(numbers) == len(set(numbers))
-    completed = [t for t in trials if t.state == TrialState.COMPLETED]
-    assert len(completed) == 2 and final.progress.completed == 2
-    assert all(t.state in (TrialState.COMPLETED, TrialState.KILLED) for t in trials)
 
 
 # ---------------------------------------------------------------- bad code, at run time
