@@ -4,9 +4,10 @@ for real").
 The module starts one cluster (:class:`tests.service.ray_cluster.LocalRayCluster`): a head with
 no CPUs (as the Helm chart's head, ``num-cpus: 0``: no trial lands there) and two worker nodes
 ``a`` and ``b`` with one CPU and one *logical* GPU each, every node ``ray start``-ed in its own
-session. The user code is a copy of ``tests/unit/user_code/ft_user_lab`` in a temporary folder
-that is on no process's ``sys.path``: the driver imports it from the study's ``code.path``; the
-trials get it from Ray (``runtime_env`` ``py_modules``). Its task ``ft_user_probe`` writes, from
+session, lean (``lean=True``: no log or autoscaler monitor, which nothing here reads). The user
+code is a copy of ``tests/unit/user_code/ft_user_lab`` in a temporary folder that is on no
+process's ``sys.path``: the driver imports it from the study's ``code.path``; the trials get it
+from Ray (``runtime_env`` ``py_modules``). Its task ``ft_user_probe`` writes, from
 inside each trial, what Ray says about where it runs (node id, the node's resources, GPU ids,
 the module's file), so placement is asserted from Ray's own reports, not from host names.
 """
@@ -145,7 +146,7 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     url = f"sqlite:///{root / 'fedtune.db'}"
     # every process of the cluster has the ray backend driver's settings (the chart: envFrom)
     cluster = LocalRayCluster(
-        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "svc")}, head_cpus=0
+        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "svc")}, head_cpus=0, lean=True
     )
     sessions: list[int] = []
     try:
