@@ -28,9 +28,16 @@ NEWCOMER_PATHS = {
     "team-one-machine": ("docs/how-to/team-one-machine.md", "team"),
     "operator-helm-kuberay": ("docs/how-to/helm-kuberay.md", "operator"),
 }
+#: the ``docs_env`` values whose pages use the session's light venv or shared server
+#: (conftest.py's ``light_venv``, ``shared_service``)
+SHARED_ENVS = ("service", "light", "team")
+#: keeps the tests that use those session fixtures on one pytest-xdist worker: split over two
+#: (``--dist loadgroup`` hands ungrouped tests to either), each worker built its own light venv
+#: and started its own server
+SHARED = pytest.mark.xdist_group("docs-shared-service")
 
 
-def _runnable_pages() -> list[str]:
+def _runnable_pages() -> list:
     newcomers = {page for page, _ in NEWCOMER_PATHS.values()}
     found = []
     for path in all_pages():
@@ -41,8 +48,16 @@ def _runnable_pages() -> list[str]:
             found.append(name)
             continue
         if name not in newcomers and (page.runnable("bash") or page.runnable("python")):
-            found.append(name)
+            marks = [SHARED] if page.env in SHARED_ENVS else []
+            found.append(pytest.param(name, marks=marks, id=name))
     return found
+
+
+def _newcomer_paths() -> list:
+    return [
+        pytest.param(name, env, marks=[SHARED] if env in SHARED_ENVS else [], id=test_id)
+        for test_id, (name, env) in NEWCOMER_PATHS.items()
+    ]
 
 
 def _check(name: str, environment_for, tmp_path: Path) -> None:
@@ -60,7 +75,7 @@ def test_page_commands_run(name: str, environment_for, tmp_path: Path) -> None:
     _check(name, environment_for, tmp_path)
 
 
-@pytest.mark.parametrize("name, env", list(NEWCOMER_PATHS.values()), ids=list(NEWCOMER_PATHS))
+@pytest.mark.parametrize("name, env", _newcomer_paths())
 def test_newcomer_path(name: str, env: str, environment_for, tmp_path: Path) -> None:
     """A newcomer's page documents commands, and every one of them runs as its reader would."""
     page = parse_page(REPO / name)
@@ -123,6 +138,7 @@ def test_harness_make_lines_become_the_recipe_or_a_printed_skip(tmp_path: Path) 
     assert python_script(page, tmp_path / "m") is None
 
 
+@SHARED
 def test_harness_a_service_page_reaches_a_real_server_as_a_member(
     environment_for, tmp_path
 ) -> None:
@@ -135,6 +151,7 @@ def test_harness_a_service_page_reaches_a_real_server_as_a_member(
 
 
 @pytest.mark.e2e
+@SHARED
 def test_harness_a_light_page_runs_without_the_engine(environment_for, tmp_path) -> None:
     page = parse_page(FIXTURES / "light.md")
     environment = environment_for(page)
@@ -145,6 +162,7 @@ def test_harness_a_light_page_runs_without_the_engine(environment_for, tmp_path)
 
 
 @pytest.mark.e2e
+@SHARED
 def test_harness_a_laptop_block_has_the_light_client_only_and_nothing_outlives_the_page(
     environment_for, tmp_path
 ) -> None:
