@@ -120,7 +120,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO), str(installed)]),
     }
-    cluster = LocalRayCluster(env, head_cpus=0)
+    cluster = LocalRayCluster(env, head_cpus=0, lean=True)
     server: Server | None = None
     try:
         cluster.start()

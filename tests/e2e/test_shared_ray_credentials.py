@@ -296,7 +296,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": str(REPO),
     }
-    cluster = LocalRayCluster(env, head_cpus=0, enter=namespace.enter)
+    cluster = LocalRayCluster(env, head_cpus=0, enter=namespace.enter, lean=True)
     server: Server | None = None
     sessions: list[int] = []
     try:

@@ -30,7 +30,9 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     db = Database(url)
     upgrade_database(db)
     # the cluster's processes carry the driver's settings (the Helm chart: envFrom the Secret)
-    cluster = LocalRayCluster({"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(workdir)})
+    cluster = LocalRayCluster(
+        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(workdir)}, lean=True
+    )
     cluster.start()
     try:
         settings = load_settings(

@@ -52,7 +52,7 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     cwd.mkdir()
     db = Database(url)
     upgrade_database(db)
-    cluster = LocalRayCluster({"FEDTUNE_WORKDIR": str(workdir)})
+    cluster = LocalRayCluster({"FEDTUNE_WORKDIR": str(workdir)}, lean=True)
     cluster.env.pop("FEDTUNE_DATABASE_URL", None)  # the cluster's processes lack it ...
     cluster.env["PATH"] = "/usr/bin:/bin"  # ... and have no ``fedtune`` on their PATH
     here = os.getcwd()
