@@ -1,21 +1,23 @@
-"""A member's browser on their laptop: headless Chromium opens one page, logged in to MLflow, and
-reports what it shows and how MLflow answered the page's requests.
+"""A member's browser on their laptop: headless Chromium, logged in to MLflow, opens pages one
+after the other and reports what each shows and how MLflow answered the page's requests.
 
 Chromium runs where this module runs — the tests start it in the laptop's network namespace
-(``ip netns exec <tag>-laptop python -m tests.team_browser REQUEST``), so its DevTools port is the
+(``ip netns exec <tag>-laptop python -m tests.team_browser SESSION``), so its DevTools port is the
 laptop's loopback and every page it opens is reached over the laptop's network. The login is sent
 as MLflow's basic-auth header with every request (:func:`tests.chromium.logged_in`), as a browser
 does once its user typed the login into the prompt.
 
-REQUEST is a JSON object: ``url``, ``user``, ``password``, ``profile`` (a fresh folder),
-``screenshot`` (a PNG path or empty), ``until`` (texts that must all be shown), ``timeout``
-(seconds), ``flags`` (more Chromium flags, e.g. the test certificate's SPKI pin). The page is
-settled when every ``until`` text is shown, nothing is drawn as loading (``aria-busy``), MLflow
-answered at least one of the UI's API requests, and none has been pending for :data:`QUIET_S`.
-It prints one JSON line: ``text`` (``document.body.innerText`` then, or at the timeout),
-``title``, ``href``, ``settled``, ``errors`` (MLflow's error notices in the text) and ``api``
-(``[method, path and query, status, the answer's first :data:`BODY_CHARS`]`` of each of the UI's
-API requests, status 0 for one that got no answer).
+SESSION is a JSON object: ``user``, ``password``, ``profile`` (a fresh folder), ``flags`` (more
+Chromium flags, e.g. the test certificate's SPKI pin). Each line of standard input is a page to
+open, a JSON object: ``url``, ``screenshot`` (a PNG path or empty), ``until`` (texts that must all
+be shown), ``timeout`` (seconds). Each page is a whole new document (the browser leaves the last
+one for ``about:blank`` first), reported on its own. A page is settled when every ``until`` text
+is shown, nothing is drawn as loading (``aria-busy``), MLflow answered at least one of the UI's
+API requests, and none has been pending for :data:`QUIET_S`. For each page it prints one JSON
+line: ``text`` (``document.body.innerText`` then, or at the timeout), ``title``, ``href``,
+``settled``, ``errors`` (MLflow's error notices in the text) and ``api`` (``[method, path and
+query, status, the answer's first :data:`BODY_CHARS`]`` of each of the UI's API requests,
+status 0 for one that got no answer). End of input ends the browser.
 """
 
 from __future__ import annotations
@@ -95,40 +97,38 @@ class Requests:
         return out
 
 
-def look(request: dict) -> dict:
-    """Open ``request["url"]`` and wait until it settles (module docstring).
+def look(call, events: list[dict], page: dict) -> dict:
+    """Open ``page["url"]`` in the session's page and wait until it settles (module docstring).
 
     Args:
-        request: the request.
+        call: the page's DevTools ``call``.
+        events: where the page's events arrive (read and emptied here).
+        page: the page to open.
 
     Returns:
         What the page showed and how its API requests were answered.
     """
-    until = list(request.get("until", ()))
-    events: list[dict] = []
+    until = list(page.get("until", ()))
+    events.clear()
     requests = Requests()
-    profile = Path(request["profile"])
-    with logged_in(
-        profile, request["user"], request["password"], request.get("flags", ()), events
-    ) as call:
-        call("Page.navigate", url=request["url"])
-        state: dict = {}
-        settled = False
-        deadline = time.monotonic() + float(request.get("timeout", 90))
-        while time.monotonic() < deadline:
-            value = evaluate(call, STATE)  # None while a document replaces another
-            state = json.loads(value) if isinstance(value, str) else state
-            requests.take(events)
-            text = state.get("text", "")
-            shown = text and not state.get("busy") and all(t in text for t in until)
-            if shown and requests.quiet():
-                settled = True
-                break
-            time.sleep(0.5)
-        if request.get("screenshot"):
-            shot = call("Page.captureScreenshot", format="png")
-            Path(request["screenshot"]).write_bytes(base64.b64decode(shot["data"]))
-        api = requests.answers(call)
+    call("Page.navigate", url=page["url"])
+    state: dict = {}
+    settled = False
+    deadline = time.monotonic() + float(page.get("timeout", 90))
+    while time.monotonic() < deadline:
+        value = evaluate(call, STATE)  # None while a document replaces another
+        state = json.loads(value) if isinstance(value, str) else state
+        requests.take(events)
+        text = state.get("text", "")
+        shown = text and not state.get("busy") and all(t in text for t in until)
+        if shown and requests.quiet():
+            settled = True
+            break
+        time.sleep(0.5)
+    if page.get("screenshot"):
+        shot = call("Page.captureScreenshot", format="png")
+        Path(page["screenshot"]).write_bytes(base64.b64decode(shot["data"]))
+    api = requests.answers(call)
     text = state.get("text", "")
     return {
         "text": text,
@@ -140,8 +140,26 @@ def look(request: dict) -> dict:
     }
 
 
+def leave(call, events: list[dict]) -> None:
+    """Replace the page's document with ``about:blank`` (the next page is a new document)."""
+    call("Page.navigate", url="about:blank")
+    deadline = time.monotonic() + 30
+    while evaluate(call, "location.href") != "about:blank" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    events.clear()
+
+
 def main(argv: list[str]) -> int:
-    print(json.dumps(look(json.loads(argv[1]))))
+    session = json.loads(argv[1])
+    events: list[dict] = []
+    profile = Path(session["profile"])
+    with logged_in(
+        profile, session["user"], session["password"], session.get("flags", ()), events
+    ) as call:
+        for n, line in enumerate(sys.stdin):
+            if n:
+                leave(call, events)
+            print(json.dumps(look(call, events, json.loads(line))), flush=True)
     return 0
 
 

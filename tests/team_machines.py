@@ -12,10 +12,13 @@ configuration, not this machine's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -28,6 +31,7 @@ from tests.tls_ca import TestTls
 
 __all__ = [
     "NGINX_DIRS",
+    "Browser",
     "Team",
     "box_env",
     "box_shell",
@@ -133,6 +137,77 @@ def laptop_shell(team: Team, name: str, cwd: Path, page: str = "") -> Shell:
 
 
 # ---- the member's browser -------------------------------------------------------------------
+class Browser:
+    """A member's Chromium on the laptop, logged in as ``login`` (tests/team_browser.py): one
+    browser for the pages a person opens one after the other, each page a new document.
+
+    Args:
+        team: the team.
+        name: its profile (``<root>/chromium-<name>``) and log (``<root>/chromium-<name>.log``).
+        login: the MLflow login it sends.
+    """
+
+    def __init__(self, team: Team, name: str, login: tuple[str, str]) -> None:
+        self.team = team
+        session = {
+            "user": login[0],
+            "password": login[1],
+            "profile": str(team.root / f"chromium-{name}"),
+            "flags": [f"--ignore-certificate-errors-spki-list={team.tls.spki}"],
+        }
+        self.log_path = team.root / f"chromium-{name}.log"
+        env = laptop_env(team, "chromium") | {"PYTHONPATH": str(REPO_ROOT)}
+        argv = [sys.executable, "-m", "tests.team_browser", json.dumps(session)]
+        with self.log_path.open("w") as log:
+            self.proc = subprocess.Popen(
+                team.net.argv("laptop", argv),
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                start_new_session=True,
+            )
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def look(self, name: str, url: str, until: list[str], timeout: float = 90) -> dict:
+        """Open ``url``; what it showed, kept in ``<root>/<name>.json`` beside its screenshot
+        ``<root>/<name>.png``."""
+        page = {
+            "url": url,
+            "screenshot": str(self.team.root / f"{name}.png"),
+            "until": until,
+            "timeout": timeout,
+        }
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(page) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout + 120)
+        line = self.proc.stdout.readline() if ready else ""
+        assert line.strip(), self.log_path.read_text(errors="replace")[-3000:]
+        (self.team.root / f"{name}.json").write_text(line)  # beside the screenshot
+        return json.loads(line)
+
+    def close(self) -> None:
+        """End the browser (end of its input), SIGKILL after 30 s."""
+        with contextlib.suppress(OSError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
 def browse(
     team: Team,
     name: str,
@@ -141,31 +216,11 @@ def browse(
     until: list[str],
     timeout: float = 90,
 ) -> dict:
-    """Open ``url`` in Chromium on the laptop, logged in as ``login``; what it showed
-    (tests/team_browser.py), kept in ``<root>/<name>.json`` beside its screenshot
+    """Open ``url`` in a Chromium of its own on the laptop, logged in as ``login``
+    (:class:`Browser`); what it showed, kept in ``<root>/<name>.json`` beside its screenshot
     ``<root>/<name>.png``."""
-    request = {
-        "url": url,
-        "user": login[0],
-        "password": login[1],
-        "profile": str(team.root / f"chromium-{name}"),
-        "screenshot": str(team.root / f"{name}.png"),
-        "until": until,
-        "timeout": timeout,
-        "flags": [f"--ignore-certificate-errors-spki-list={team.tls.spki}"],
-    }
-    env = laptop_env(team, "chromium") | {"PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run(
-        team.net.argv("laptop", [sys.executable, "-m", "tests.team_browser", json.dumps(request)]),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout + 120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (team.root / f"{name}.json").write_text(done.stdout)  # beside the screenshot
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    with Browser(team, name, login) as browser:
+        return browser.look(name, url, until, timeout)
 
 
 def runs_list(link: str) -> str:
@@ -196,14 +251,15 @@ def member_sees_the_study(team: Team, name: str, link: str, login: tuple[str, st
     experiment's runs list with the run and its trials counted; MLflow answered every request of
     both pages (none refused: no "Request error"). Returns the run's (the study's) name."""
     trials = ["trial-0000", "trial-0001"]
-    page = browse(team, f"{name}-run", link, login, ["Child runs", *trials])
-    study = page["text"].split("\nOverview\n")[0].splitlines()[-1]  # the run's heading
-    listed = browse(team, f"{name}-runs", runs_list(link), login, [study, "3 matching runs"])
-    for shown in (page, listed):
-        assert shown["settled"] and not shown["errors"], shown(shown)
-        assert all(status == 200 for _, _, status, _ in shown["api"]), shown(shown)
-        searched = [body for _, path, _, body in shown["api"] if "/runs/search" in path]
-        assert searched and all(t in searched[-1] for t in trials), shown(shown)
+    with Browser(team, name, login) as browser:
+        page = browser.look(f"{name}-run", link, ["Child runs", *trials])
+        study = page["text"].split("\nOverview\n")[0].splitlines()[-1]  # the run's heading
+        listed = browser.look(f"{name}-runs", runs_list(link), [study, "3 matching runs"])
+    for seen in (page, listed):
+        assert seen["settled"] and not seen["errors"], shown(seen)
+        assert all(status == 200 for _, _, status, _ in seen["api"]), shown(seen)
+        searched = [body for _, path, _, body in seen["api"] if "/runs/search" in path]
+        assert searched and all(t in searched[-1] for t in trials), shown(seen)
     return study
 
 
@@ -214,8 +270,12 @@ def other_member_sees_none(
     MLflow answered the page's questions about the run and the experiment, and neither the
     pages nor any answer holds the study, its trials or its run."""
     run_id = link.split("/runs/")[1].split("?")[0]
-    for page_name, url in (("run", link), ("runs", runs_list(link))):
-        page = browse(team, f"{name}-{page_name}", url, login, [login[0]], timeout=60)
+    with Browser(team, name, login) as browser:
+        pages = [
+            browser.look(f"{name}-{page_name}", url, [login[0]], timeout=60)
+            for page_name, url in (("run", link), ("runs", runs_list(link)))
+        ]
+    for page in pages:
         assert page["settled"], shown(page)  # drawn, as the member, every answer in
         asked = [
             (path, body)

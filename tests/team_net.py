@@ -155,12 +155,17 @@ class TeamNet:
         return int(status), str(answer)
 
     def wait_http(self, where: str, url: str, name: str, timeout: float = START_S) -> None:
-        """Until ``url`` answers 200 from ``where`` while process ``name`` runs."""
+        """Until ``url`` answers 200 from ``where`` while process ``name`` runs (asked with
+        ``curl``, as the page's blocks ask: a Python per poll cost the busy machine more)."""
         deadline = time.monotonic() + timeout
+        ask = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", url]
         while time.monotonic() < deadline:
             proc = self.procs.get(name)
             assert proc is None or proc.poll() is None, f"{name} exited:\n{self.log(name)}"
-            if self.http(where, url)[0] == 200:
+            done = subprocess.run(
+                self.argv(where, ask), capture_output=True, text=True, check=False
+            )
+            if done.stdout.strip() == "200":
                 return
             time.sleep(1)
         raise AssertionError(f"{url} not up from the {where} in {timeout} s:\n{self.log(name)}")
