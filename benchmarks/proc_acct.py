@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["read", "start", "stop", "unseen"]
+__all__ = ["lifetimes", "read", "start", "stop", "unseen"]
 
 #: ``struct acct_v3`` of ``<linux/acct.h>``: flag, version, tty, exit code, uid, gid, pid, ppid,
 #: start (epoch s), elapsed (ticks, float), then eight ``comp_t`` (utime, stime, mem, io, rw,
@@ -95,6 +95,41 @@ def _at(table: dict[int, list[dict]], pid: int, when: float) -> dict | None:
     return entries[i - 1] if i else None
 
 
+def _match(seen: dict[int, list[dict]], rec: dict) -> dict | None:
+    """The sampled process that ``rec`` is the exit of, if any (the same pid, started within
+    two seconds: acct's start has one-second steps)."""
+    match = _at(seen, rec["pid"], rec["start_at"])
+    if match is not None and abs(match["start_at"] - rec["start_at"]) <= 2.0:
+        return match
+    return None
+
+
+def lifetimes(exited: list[dict], sampled: list[dict]) -> dict[tuple[int, int], float]:
+    """The whole CPU of each sampled process that exited during the run.
+
+    A sample sees a process's CPU up to its last sample; what it used after (up to an interval)
+    is in its exit record. A process older than the run keeps only its CPU since the run began.
+
+    Args:
+        exited: :func:`read`'s records.
+        sampled: The census's processes (``pid``, ``start``, ``start_at``, ``cpu_s``,
+            ``cpu0_s``).
+
+    Returns:
+        ``{(pid, start ticks): CPU-seconds}`` for the sampled processes that have an exit record.
+    """
+    if not exited:
+        return {}
+    seen = _by_pid(sampled)
+    out = {}
+    for rec in exited:
+        match = _match(seen, rec)
+        if match is not None:
+            whole = rec["cpu_s"] - match.get("cpu0_s", 0.0)
+            out[(match["pid"], match["start"])] = max(match["cpu_s"], round(whole, 2))
+    return out
+
+
 def unseen(exited: list[dict], sampled: list[dict], tests: list[dict]) -> list[tuple[dict, str]]:
     """The exited processes that no sample saw, each with the test file it is charged to.
 
@@ -116,9 +151,8 @@ def unseen(exited: list[dict], sampled: list[dict], tests: list[dict]) -> list[t
             runs[t["pid"]].append(t)
     out = []
     for rec in exited:
-        match = _at(seen, rec["pid"], rec["start_at"])
-        if match is not None and abs(match["start_at"] - rec["start_at"]) <= 2.0:
-            continue  # sampled: the census has it
+        if _match(seen, rec) is not None:
+            continue  # sampled: the census has it (its tail: :func:`lifetimes`)
         file, pid, when = "-", rec["ppid"], rec["start_at"]
         for _ in range(50):
             if pid in runs:  # a pytest worker: the test it ran then

@@ -217,14 +217,17 @@ def report(raw: dict, top: int, tests: list[dict] | None = None) -> dict:
     Returns:
         The sums: CPU-seconds in all, in pytest's processes and outside them, in processes no
         sample saw (``exited`` only: their kind is their command name, marked ``(short)``), and
-        the tables.
+        the tables. With ``exited``, a sampled process that exited counts its whole CPU (its
+        exit record's), not only its CPU up to its last sample.
     """
     # charged over every process, CPU or not: a sandbox's bwrap uses none of its own
     files = _charged(raw["processes"])
+    # a process's CPU after its last sample is in its exit record, when accounting was on
+    whole = proc_acct.lifetimes(raw.get("exited", []), raw["processes"])
     rows = [
-        (p["cpu_s"], kind_of(p), files[(p["pid"], p["start"])])
+        (whole.get((p["pid"], p["start"]), p["cpu_s"]), kind_of(p), files[(p["pid"], p["start"])])
         for p in raw["processes"]
-        if p["cpu_s"] > 0
+        if whole.get((p["pid"], p["start"]), p["cpu_s"]) > 0
     ]
     short = [
         (rec["cpu_s"], f"{rec['comm']} (short)", file)

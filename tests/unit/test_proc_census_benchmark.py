@@ -86,9 +86,17 @@ def test_short_processes_from_accounting_are_charged_through_their_parents(tmp_p
         (300, 0.5, "python"),
     ]
     sampled = [
-        {"pid": 100, "ppid": 1, "start_at": 900.0, "test": ""},  # the pytest worker
-        {"pid": 300, "ppid": 100, "start_at": 1000.3, "test": "tests/unit/test_b.py::u (call)"},
+        {"pid": 100, "ppid": 1, "start": 1, "start_at": 900.0, "test": "", "cpu_s": 9.0},
+        {  # sampled once, at 0.2 CPU-s: its exit record has the rest
+            "pid": 300,
+            "ppid": 100,
+            "start": 2,
+            "start_at": 1000.3,
+            "cpu_s": 0.2,
+            "test": "tests/unit/test_b.py::u (call)",
+        },
     ]
+    assert proc_acct.lifetimes(exited, sampled) == {(300, 2): 0.5}
     tests = [
         {"test": "tests/unit/test_z.py::before", "pid": 100, "start": 990.0, "end": 997.0},
         {"test": "tests/unit/test_a.py::t", "pid": 100, "start": 999.0, "end": 1003.0},
