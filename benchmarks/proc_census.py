@@ -279,14 +279,21 @@ def main() -> None:
         raw = sample(command, args.interval, args.out, args.acct)
         args.out.write_text(json.dumps(raw))
         sys.exit(raw["returncode"])
-    out = {"environment": environment(), "note": args.note}
-    tests = None
-    if args.tests:
-        tests = [json.loads(line) for line in args.tests.read_text().splitlines() if line]
-    out.update(report(json.loads(args.raw.read_text()), args.top, tests))
-    text = json.dumps(out, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
+    tests = read_tests(args.tests) if args.tests else None
+    emit(report(json.loads(args.raw.read_text()), args.top, tests), args.note, args.out)
+
+
+def read_tests(path: Path) -> list[dict]:
+    """The lines of a ``FEDTUNE_TEST_TIMELINE`` file (one test's start, end and worker each)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def emit(body: dict, note: str, out: Path | None) -> None:
+    """Print a report with the machine's environment and ``note`` first, and write it to ``out``
+    when given."""
+    text = json.dumps({"environment": environment(), "note": note, **body}, indent=1)
+    if out:
+        out.write_text(text + "\n")
     print(text)
 
 

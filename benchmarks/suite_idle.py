@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _env import environment
+from proc_census import emit, read_tests
 
 
 def idle_by_test(raw: dict, tests: list[dict], top: int) -> dict:
@@ -79,13 +79,8 @@ def main() -> None:
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    tests = [json.loads(line) for line in args.timeline.read_text().splitlines() if line]
-    out = {"environment": environment(), "note": args.note}
-    out.update(idle_by_test(json.loads(args.raw.read_text()), tests, args.top))
-    text = json.dumps(out, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    tests = read_tests(args.timeline)
+    emit(idle_by_test(json.loads(args.raw.read_text()), tests, args.top), args.note, args.out)
 
 
 if __name__ == "__main__":

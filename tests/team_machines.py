@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tests.needs import REPO_ROOT
 from tests.team_net import TeamNet
-from tests.team_shell import Shell
+from tests.team_shell import Shell, close_input
 from tests.tls_ca import TestTls
 
 __all__ = [
@@ -194,16 +194,13 @@ class Browser:
         return json.loads(line)
 
     def close(self) -> None:
-        """End the browser (end of its input), SIGKILL after 30 s."""
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
+        """End the browser (end of its input), SIGKILL to its group after 30 s."""
+
+        def kill() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+
+        close_input(self.proc, kill)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
 

@@ -18,18 +18,36 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.docs.pages import Block, Page, matches, parse_page
 
-__all__ = ["ON_BOX", "ON_LAPTOP", "SectionBlock", "Shell", "section_blocks"]
+__all__ = ["ON_BOX", "ON_LAPTOP", "SectionBlock", "Shell", "close_input", "section_blocks"]
 
 #: the title of a block the operator runs on the service's machine
 ON_BOX = "Needs a network: on the box"
 #: the title of a block a member runs on their laptop
 ON_LAPTOP = "Needs a network: on the member's laptop"
+
+
+def close_input(proc: subprocess.Popen, kill: Callable[[], None]) -> None:
+    """End a process that reads its work from standard input: close its input, give it 30 s
+    to exit, else ``kill`` it and wait 10 s more.
+
+    Args:
+        proc: the process, started with ``stdin=PIPE``.
+        kill: how to kill it (the process alone, or its group).
+    """
+    with contextlib.suppress(OSError):
+        assert proc.stdin is not None
+        proc.stdin.close()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        kill()
+        proc.wait(10)
 
 
 @dataclass(frozen=True)
@@ -171,11 +189,4 @@ class Shell:
 
     def close(self) -> None:
         """End the terminal (its background jobs are the test's to stop)."""
-        with contextlib.suppress(OSError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        close_input(self.proc, self.proc.kill)
