@@ -91,65 +91,68 @@ def sample(command: list[str], interval: float, out: Path, acct: Path | None = N
     if acct is not None:
         proc_acct.start(acct)
     started, epoch = time.monotonic(), time.time()
-    child = subprocess.Popen(command)
-    first, written = True, time.monotonic()
-    timeline: list[list[float]] = []
-    last_busy, last_idle = _busy_idle()
+    try:  # accounting is machine-wide: it is turned off however the run ends
+        child = subprocess.Popen(command)
+        first, written = True, time.monotonic()
+        timeline: list[list[float]] = []
+        last_busy, last_idle = _busy_idle()
 
-    def result() -> dict:
-        return {
-            "command": command,
-            "returncode": child.returncode,
-            "wall_s": round(time.monotonic() - started, 1),
-            "started_at": round(epoch, 2),
-            "interval_s": interval,
-            "processes": list(seen.values()),
-            "timeline": timeline,
-        }
+        def result() -> dict:
+            return {
+                "command": command,
+                "returncode": child.returncode,
+                "wall_s": round(time.monotonic() - started, 1),
+                "started_at": round(epoch, 2),
+                "interval_s": interval,
+                "processes": list(seen.values()),
+                "timeline": timeline,
+            }
 
-    while True:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit() or pid == me:
-                continue
-            st = _stat(pid)
-            if st is None:
-                continue
-            ppid, cpu, ticks = st
-            entry = seen.get((pid, ticks))
-            if entry is None:
-                comm, argv, test = _first_seen(pid)
-                entry = seen[(pid, ticks)] = {
-                    "pid": int(pid),
-                    "ppid": ppid,
-                    "start": ticks,
-                    "start_at": round(BOOT + ticks / TICK, 2),
-                    "comm": comm,
-                    "argv": argv,
-                    "test": test,
-                    "cpu_s": 0.0,
-                    # a process older than the run: only its CPU from now on counts
-                    "cpu0_s": cpu if first and int(pid) != child.pid else 0.0,
-                }
-            entry["cpu_s"] = cpu - entry["cpu0_s"]
-        first = False
-        busy, idle = _busy_idle()
-        timeline.append(
-            [
-                round(time.monotonic() - started, 1),
-                round(busy - last_busy, 2),
-                round(idle - last_idle, 2),
-            ]
-        )
-        last_busy, last_idle = busy, idle
-        if child.poll() is not None:
-            break
-        if time.monotonic() - written > 60:  # a partial result survives the sampler's end
-            out.write_text(json.dumps(result()))
-            written = time.monotonic()
-        time.sleep(interval)
+        while True:
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit() or pid == me:
+                    continue
+                st = _stat(pid)
+                if st is None:
+                    continue
+                ppid, cpu, ticks = st
+                entry = seen.get((pid, ticks))
+                if entry is None:
+                    comm, argv, test = _first_seen(pid)
+                    entry = seen[(pid, ticks)] = {
+                        "pid": int(pid),
+                        "ppid": ppid,
+                        "start": ticks,
+                        "start_at": round(BOOT + ticks / TICK, 2),
+                        "comm": comm,
+                        "argv": argv,
+                        "test": test,
+                        "cpu_s": 0.0,
+                        # a process older than the run: only its CPU from now on counts
+                        "cpu0_s": cpu if first and int(pid) != child.pid else 0.0,
+                    }
+                entry["cpu_s"] = cpu - entry["cpu0_s"]
+            first = False
+            busy, idle = _busy_idle()
+            timeline.append(
+                [
+                    round(time.monotonic() - started, 1),
+                    round(busy - last_busy, 2),
+                    round(idle - last_idle, 2),
+                ]
+            )
+            last_busy, last_idle = busy, idle
+            if child.poll() is not None:
+                break
+            if time.monotonic() - written > 60:  # a partial result survives the sampler's end
+                out.write_text(json.dumps(result()))
+                written = time.monotonic()
+            time.sleep(interval)
+    finally:
+        if acct is not None:
+            proc_acct.stop()
     final = result()
     if acct is not None:
-        proc_acct.stop()
         final["exited"] = proc_acct.read(acct)
     return final
 
