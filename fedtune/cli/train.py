@@ -56,11 +56,13 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from fedtune.trainers import Trainer, parse_trial_config
+    from fedtune.trainers import parse_trial_config
 
     raw = apply_sets(load_yaml(args.study_file), args.set)
     raw = resolve_code(raw, Path(args.study_file).parent)
     config = parse_trial_config(raw, source=args.study_file)
+    from fedtune.trainers import Trainer  # the engine (torch): only for a valid configuration
+
     trainer = Trainer(config)
     show = not (args.quiet or args.json)
     bar = tqdm(

@@ -2,7 +2,15 @@
 
 Entry point: :func:`run_trial` (``config -> TrialResult``) or :class:`Trainer` for round-by-round
 control and checkpoints.
+
+Importing the package, or its configuration and registries, does not import torch: the
+registries hold the built-ins' metadata (names, parameters, defaults) and import an
+implementation when it is built, and :func:`run_trial`, :class:`Trainer` and :func:`pick_device`
+are imported from :mod:`.engine` when first used. Validating a study spec therefore never
+imports the engine (docs/explanation/architecture.md §2).
 """
+
+from fedtune.lazy import lazy_attributes
 
 from .algorithms import algorithms, get_recipe
 from .config import (
@@ -12,7 +20,6 @@ from .config import (
     TrialConfig,
     apply_overrides,
 )
-from .engine import Trainer, pick_device, run_trial
 from .parsing import parse_trial_config
 from .records import Outcome, RoundRecord, TrialResult
 from .tasks import build_task, task_names, tasks
@@ -36,3 +43,7 @@ __all__ = [
     "task_names",
     "tasks",
 ]
+
+__getattr__ = lazy_attributes(
+    __name__, dict.fromkeys(("Trainer", "pick_device", "run_trial"), "engine")
+)

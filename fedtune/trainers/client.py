@@ -35,15 +35,14 @@ The client rule is a part: :data:`CLIENT_HPARAMS` declares γ, α and Θ
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch.func import grad, vmap
 
-from .hparams import HParam, Space
 from .module_loss import ModuleLoss
+from .part_hparams import CLIENT_HPARAMS
 from .steps import where_step
 
 __all__ = [
@@ -54,31 +53,6 @@ __all__ = [
     "make_packed_client_fn",
 ]
 
-CLIENT_HPARAMS = (
-    HParam(
-        "client_lr",
-        float,
-        0.1,
-        bounds=(0.0, math.inf),
-        space=Space(1e-3, 10.0, log=True, grid="half-decade"),
-        doc="γ, client (inner) learning rate",
-    ),
-    HParam(
-        "prox_alpha",
-        float,
-        0.0,
-        bounds=(0.0, math.inf),
-        space=Space(1e-3, 10.0, log=True, grid="decade", default=0.1),
-        doc="α, FedProx proximal strength (α = 0 is FedAvg)",
-    ),
-    HParam(
-        "theta",
-        tuple,
-        (),
-        bounds=(0.0, math.inf),
-        doc="explicit Θ for local_update (weights >= 0, one positive); empty = the preset",
-    ),
-)
 
 Params = dict[str, torch.Tensor]
 LossOf = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]

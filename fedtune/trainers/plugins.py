@@ -14,6 +14,10 @@ asked for a name it does not hold; a built-in lookup never loads them. An entry 
 module whose import registers entries (``my_lab = my_lab.tasks``) or a zero-argument callable
 that registers them (``my_lab = my_lab.plugin:register``). Registering a name twice is an error,
 unless the same object (module re-imported) registers it again.
+
+A built-in entry's implementation (a task's builder, a model's factory, a recipe's round) is a
+:class:`Deferred`: its module is imported when it is first called, so that listing the
+registries and validating a spec (names, parameters, defaults) do not import the engine or torch.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ import inspect
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from fedtune.errors import CodeError, ConfigError
 from fedtune.suggest import did_you_mean
 
 __all__ = [
     "GROUPS",
+    "Deferred",
     "Origin",
     "Registry",
     "caller_location",
@@ -66,6 +71,48 @@ class Origin:
     def is_builtin(self) -> bool:
         """Whether the entry ships with fedtune."""
         return self.kind == "builtin"
+
+
+class Deferred:
+    """A function named by its module and name, imported when it is first called.
+
+    It stands for a built-in implementation in a registry entry whose metadata (names,
+    parameters, defaults) must be readable without importing the implementation's module (and
+    torch). It carries the function's ``__module__`` and ``__name__``.
+
+    Args:
+        module: The module that defines the function.
+        name: The function's name in that module.
+    """
+
+    def __init__(self, module: str, name: str) -> None:
+        self.__module__ = module
+        self.__name__ = self.__qualname__ = name
+        self._function: Callable[..., Any] | None = None
+
+    def resolve(self) -> Callable[..., Any]:
+        """Import the function (once).
+
+        Returns:
+            The function itself.
+        """
+        if self._function is None:
+            self._function = getattr(importlib.import_module(self.__module__), self.__name__)
+        return self._function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Deferred):
+            return NotImplemented
+        return (self.__module__, self.__name__) == (other.__module__, other.__name__)
+
+    def __hash__(self) -> int:
+        return hash((self.__module__, self.__name__))
+
+    def __repr__(self) -> str:
+        return f"<deferred {self.__module__}.{self.__name__}>"
 
 
 BUILTIN = Origin("builtin")

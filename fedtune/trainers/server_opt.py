@@ -26,91 +26,16 @@ default, bounds, default search entry; :mod:`fedtune.trainers.hparams`), once fo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .hparams import HParam, Space
+from .part_hparams import SERVER_HPARAMS, SERVER_OPTS
 
 __all__ = ["SERVER_HPARAMS", "SERVER_OPTS", "ServerOpt", "make_server_opt"]
 
-SERVER_OPTS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "yogi", "adagrad")
-_OPEN_RANGE = (0.0, math.inf)
-
-SERVER_HPARAMS = (
-    HParam(
-        "server_lr",
-        float,
-        0.1,
-        bounds=_OPEN_RANGE,
-        open="low",
-        space=Space(1e-3, 10.0, log=True, grid="half-decade"),
-        doc="η, server (outer) learning rate (gradient units; η = γ is original FedAvg)",
-    ),
-    HParam(
-        "server_opt",
-        str,
-        "sgd",
-        choices=SERVER_OPTS,
-        space=Space(enabled=False),
-        doc="server optimizer (a recipe may allow only some)",
-    ),
-    HParam(
-        "server_momentum",
-        float,
-        0.9,
-        bounds=(0.0, 1.0),
-        open="high",
-        space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9, 0.99), enabled=False),
-        doc="β, heavy-ball / Nesterov coefficient",
-    ),
-    HParam(
-        "nesterov_form",
-        str,
-        "keras",
-        choices=("keras", "theory"),
-        space=Space(enabled=False),
-        doc="which Nesterov recursion (docs/explanation/algorithms.md §1.4); only with "
-        "server_opt nesterov",
-    ),
-    HParam(
-        "server_beta1",
-        float,
-        0.9,
-        bounds=(0.0, 1.0),
-        open="high",
-        space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9), enabled=False),
-        doc="β₁, first-moment decay (unused by Adagrad)",
-    ),
-    HParam(
-        "server_beta2",
-        float,
-        0.99,
-        bounds=(0.0, 1.0),
-        open="high",
-        space=Space(0.9, 0.9999, grid=(0.9, 0.99, 0.999), enabled=False),
-        doc="β₂, second-moment decay",
-    ),
-    HParam(
-        "server_eps",
-        float,
-        1e-5,
-        bounds=_OPEN_RANGE,
-        open="low",
-        space=Space(1e-8, 1e-1, log=True, grid="decade", enabled=False),
-        doc="ε, adaptivity floor",
-    ),
-    HParam(
-        "server_bias_correction",
-        bool,
-        False,
-        doc="bias-corrected moments m̂, v̂ (off, as in Reddi et al.; "
-        "docs/explanation/algorithms.md §9 item 12)",
-    ),
-)
 
 Params = dict[str, torch.Tensor]
 

@@ -348,3 +348,94 @@ def test_the_tracker_process_imports_mlflow_without_torch() -> None:
     (loaded,) = _imported_after("import fedtune.tuning.mlflow.tracking")
     assert "mlflow" in loaded
     assert "torch" not in loaded
+
+
+#: validate built-in studies as ``fedtune tune`` and the service do: the example study (digits,
+#: fedavgm, a shipped space), a synthetic task whose model is checked, an extension method with
+#: a cross-field check (MaSS) and a refusal that lists every registered model
+_VALIDATE_SPECS = textwrap.dedent(
+    """
+    from fedtune.errors import ConfigError
+    from fedtune.tuning.spec import StudySpec
+    example = StudySpec.from_file({example!r})
+    assert example.algorithm == "fedavgm" and "server_momentum" in example.search_space()
+    base = {{
+        "name": "lite", "train": {{"rounds": 1, "clients_per_round": 1, "batch_size": 1}},
+        "objective": {{"metric": "train_loss", "last_rounds": 1}}, "budget": {{"trials": 1}}}}
+    synthetic = {{"name": "synthetic", "model": "mlp", "clients": 2}}
+    StudySpec.from_dict({{**base, "task": synthetic, "algorithm": "fedga"}}).search_space()
+    linreg = {{"name": "linreg_interp", "clients": 2}}
+    mass = {{**base, "task": linreg, "algorithm": "fedavg_mass"}}
+    StudySpec.from_dict(mass).search_space()
+    for bad, field, words in (
+        ({{**mass, "hparams": {{"mass_auto": True, "client_lr": 0.1}}}}, "hparams.client_lr",
+         "mass_auto is true"),
+        ({{**base, "task": {{**synthetic, "model": "nope"}}, "algorithm": "fedavg"}},
+         "task.model", "resnet18_gn"),
+    ):
+        try:
+            StudySpec.from_dict(bad)
+        except ConfigError as exc:
+            assert exc.field == field and words in str(exc), exc
+        else:
+            raise AssertionError(bad)
+    """
+)
+
+#: what ``fedtune serve`` does before its first answer: import the app, validate its warm-up spec
+_SERVICE_START = textwrap.dedent(
+    """
+    import fedtune.service.api.app
+    from fedtune.service.specs import accept_spec
+    from fedtune.service.warmup import WARM_SPEC
+    assert accept_spec(dict(WARM_SPEC))
+    """
+)
+
+#: building what was validated imports the implementations (their modules and torch) then
+_BUILD = textwrap.dedent(
+    """
+    from fedtune.trainers import algorithms, build_task, tasks
+    task = build_task("quadratic", {"clients": 2, "dim": 2, "examples": 2}, seed=0)
+    assert task.train.num_clients == 2
+    assert callable(algorithms) and callable(tasks)  # the functions, not their subpackages
+    """
+)
+
+
+def test_validating_a_spec_and_starting_the_service_leave_torch_out() -> None:
+    """A process that only validates a study spec — ``fedtune serve`` (its warm-up and every
+    submission), ``fedtune tune`` or ``fedtune train`` refusing a spec — reads the registries'
+    metadata (names, parameters, defaults, checks) and never imports torch (about 1.2 CPU-s) or
+    the engine; the implementations are imported when something is built."""
+    example = str(ROOT / "fedtune" / "examples" / "quickstart.yaml")
+    validated, started, built = _imported_after(
+        _VALIDATE_SPECS.format(example=example), _SERVICE_START, _BUILD
+    )
+    assert "pydantic" in validated and "fedtune" in validated
+    for loaded in (validated, started):
+        assert "torch" not in loaded
+        assert not loaded & {"ray", "mlflow", "optuna", "matplotlib", "sklearn", "scipy"}
+    assert "fastapi" in started
+    assert "torch" in built
+
+
+def test_the_engine_names_resolve_lazily_and_stay_consistent() -> None:
+    """``fedtune.trainers.algorithms`` and ``.tasks`` are subpackages and, in the package, the
+    listing functions; importing a submodule of either later does not replace the function."""
+    import importlib
+
+    algorithm_parts = importlib.import_module("fedtune.trainers.algorithms.base")
+    task_parts = importlib.import_module("fedtune.trainers.tasks.base")
+    from fedtune import trainers
+    from fedtune.trainers import Trainer, algorithms, tasks
+    from fedtune.trainers.algorithms import LocalUpdate, weighted_mean
+    from fedtune.trainers.algorithms.local_update import LocalUpdate as Defined
+    from fedtune.trainers.tasks import Task
+
+    assert callable(algorithms) and "fedavg" in algorithms()
+    assert callable(tasks) and "quadratic" in tasks()
+    assert trainers.algorithms is algorithms and trainers.tasks is tasks
+    assert trainers.Trainer is Trainer and Trainer.__module__ == "fedtune.trainers.engine"
+    assert LocalUpdate is Defined
+    assert weighted_mean is algorithm_parts.weighted_mean and Task is task_parts.Task

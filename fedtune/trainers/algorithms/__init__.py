@@ -1,15 +1,12 @@
-"""Registered algorithms (recipes built from composable parts)."""
+"""Registered algorithms (recipes built from composable parts).
 
-from .base import (
-    Algorithm,
-    Cohort,
-    MeasuringAlgorithm,
-    RoundContext,
-    ServerState,
-    tree_norm,
-    weighted_mean,
-)
-from .local_update import LocalUpdate
+The registry and the recipes are imported with the package (they are metadata: no torch); the
+engine's parts named here (:class:`Algorithm`, :class:`LocalUpdate`, …) are imported when first
+used, so that validating a study spec does not import torch.
+"""
+
+from fedtune.lazy import lazy_attributes
+
 from .registry import Recipe, algorithms, get_recipe, register, resolve
 
 __all__ = [
@@ -27,3 +24,22 @@ __all__ = [
     "tree_norm",
     "weighted_mean",
 ]
+
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(
+            (
+                "Algorithm",
+                "Cohort",
+                "MeasuringAlgorithm",
+                "RoundContext",
+                "ServerState",
+                "tree_norm",
+                "weighted_mean",
+            ),
+            "base",
+        ),
+        "LocalUpdate": "local_update",
+    },
+)

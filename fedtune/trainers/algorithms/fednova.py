@@ -37,12 +37,9 @@ from __future__ import annotations
 import torch
 
 from .base import Params, members_weighted_mean, weighted_mean
-from .recipe import MEMBER_HPARAMS, SERVER_PARAMS, local_update_recipe
-from .registry import register
+from .extensions import FEDNOVA_PAPER as PAPER
 
 __all__ = ["PAPER", "normalized_averaging", "packed_normalized_averaging", "step_weight_norms"]
-
-PAPER = "Wang et al. 2020, arXiv:2007.07481 (FedNova)"
 
 
 def step_weight_norms(
@@ -118,18 +115,3 @@ def packed_normalized_averaging(
     tau_eff = (p * norms).sum(1, keepdim=True)  # [P, 1]
     scaled = (p * tau_eff / norms).to(weights.dtype)  # [P, M]
     return members_weighted_mean(messages, scaled), {"fednova_tau_eff": tau_eff.squeeze(1)}
-
-
-register(
-    local_update_recipe(
-        "fednova",
-        "FedNova: normalized averaging of heterogeneous local work, q = τ_eff Σ p_i q_i/‖a_i‖₁",
-        PAPER,
-        ("client_lr", "prox_alpha", *SERVER_PARAMS),
-        aggregator=normalized_averaging,
-        packed_aggregator=packed_normalized_averaging,
-        aggregator_hparams=("prox_alpha",),
-        packable=True,
-        member_hparams=MEMBER_HPARAMS,
-    )
-)

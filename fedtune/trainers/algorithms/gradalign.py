@@ -35,14 +35,13 @@ This module also holds the local routine shared by the drift-corrected methods
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 from torch.func import grad
 
-from ..hparams import HParam, Space
+from ..part_hparams import GA_HPARAMS
 from ..server_opt import ServerOpt, make_server_opt
 from ..steps import where_step
 from ..tasks.base import Task
@@ -53,41 +52,11 @@ from .dissimilarity import (
     deviations,
     gradient_dissimilarity,
 )
-from .recipe import OWN_ROUND, SERVER_PARAMS, Recipe
-from .registry import register
+from .recipe import Recipe
 
 __all__ = ["GA_HPARAMS", "AlignedLocalUpdate", "local_sgd_fn"]
 
 Params = dict[str, torch.Tensor]
-P002 = "Dandi et al. 2021 (arXiv:2106.13897)"
-
-
-GA_HPARAMS = (
-    HParam(
-        "ga_beta",
-        float,
-        0.1,
-        bounds=(0.0, math.inf),
-        space=Space(
-            1e-3, 10.0, log=True, grid=(0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 1.5, 2.5, 3.5, 5.0)
-        ),
-        doc="β: displacement step of GradAlign/FedGA (regularisation strength of r)",
-    ),
-    HParam(
-        "ga_form",
-        str,
-        "once",
-        choices=("once", "every_step"),
-        space=Space(enabled=False),
-        doc="FedGA form: 'once' (Alg. 2, displace the start) or 'every_step' (Alg. 3)",
-    ),
-    HParam(
-        "ga_full_batch",
-        bool,
-        True,
-        doc="g_i(x) for displacement/controls from the full local data (else one extra mini-batch)",
-    ),
-)
 
 
 def _pick(common: dict, own: dict, key: str) -> Params | None:
@@ -210,49 +179,13 @@ class AlignedLocalUpdate:
         return ServerState(params, opt_state, state.extra), diag
 
 
-_GA_PARAMS = ("ga_beta", "ga_form", "ga_full_batch")
-
-
-def _build_fedga(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> AlignedLocalUpdate:
+def build_fedga(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> AlignedLocalUpdate:
     return AlignedLocalUpdate(
         recipe.name, local_steps, make_server_opt(hp), hp.ga_form, hp.ga_beta, hp.ga_full_batch
     )
 
 
-def _build_gradalign(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> AlignedLocalUpdate:
+def build_gradalign(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> AlignedLocalUpdate:
     return AlignedLocalUpdate(
         recipe.name, 1, make_server_opt(hp), "every_step", hp.ga_beta, hp.ga_full_batch
     )
-
-
-#: why FedGA and GradAlign do not pack (``Recipe.packable``)
-_UNPACKED = (
-    "its round is its own, not the plain LocalUpdate (each client starts displaced by its "
-    "gradient-alignment correction, from a pass over the whole cohort)"
-)
-register(
-    Recipe(
-        "fedga",
-        "FedGA: FedAvg whose clients start displaced by −β(ḡ − g_i) (gradient alignment)",
-        P002,
-        ("client_lr", *_GA_PARAMS, *SERVER_PARAMS),
-        hparams=GA_HPARAMS,
-        build=_build_fedga,
-        round_form=OWN_ROUND,
-        packable=_UNPACKED,
-    )
-)
-register(
-    Recipe(
-        "gradalign",
-        "GradAlign: x ← x − η mean_i ∇f_i(x − β(ḡ − g_i)) (= GD on f + βr for quadratics)",
-        P002,
-        ("ga_beta", "ga_full_batch", *SERVER_PARAMS),
-        hparams=GA_HPARAMS,
-        fixed={"client_lr": 0.0},
-        fixed_local_steps=1,
-        build=_build_gradalign,
-        round_form=OWN_ROUND,
-        packable=_UNPACKED,
-    )
-)

@@ -52,13 +52,11 @@ from torch.func import grad
 
 from fedtune.errors import ConfigError
 
-from ..config import TrialConfig
-from ..hparams import HParam, Space
+from ..part_hparams import MASS_HPARAMS
 from ..steps import where_step
 from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
-from .recipe import OWN_ROUND, Recipe
-from .registry import register
+from .recipe import Recipe
 from .scaffold import table_gather, table_init, table_scatter
 
 __all__ = [
@@ -72,51 +70,7 @@ __all__ = [
 ]
 
 Params = dict[str, torch.Tensor]
-P004 = "Qu et al. 2020 (arXiv:2007.05690)"
 Form = Literal["form2", "form1", "form1_literal"]
-
-
-MASS_HPARAMS = (
-    HParam(
-        "mass_eta2",
-        float,
-        0.01,
-        bounds=(0.0, math.inf),
-        space=Space(0.0, 0.1, grid=(0.0, 0.0001, 0.001, 0.01), default=0.001),
-        doc="η₂, MaSS compensation step (0 = Nesterov)",
-    ),
-    HParam(
-        "mass_gamma",
-        float,
-        0.9,
-        bounds=(0.0, 1.0),
-        open="high",
-        space=Space(0.0, 0.99, grid=(0.0, 0.5, 0.9, 0.99)),
-        doc="γ, MaSS/Nesterov momentum",
-    ),
-    HParam(
-        "mass_form",
-        str,
-        "form2",
-        choices=("form2", "form1", "form1_literal"),
-        space=Space(choices=("form2", "form1"), enabled=False),
-        doc="form2 (default), form1 (same with corrected sync) or form1_literal",
-    ),
-    HParam(
-        "mass_grad_point",
-        str,
-        "u",
-        choices=("u", "w"),
-        space=Space(enabled=False),
-        doc="where the stochastic gradient is taken: u (look-ahead, default) or w",
-    ),
-    HParam(
-        "mass_auto",
-        bool,
-        False,
-        doc="use the theorem's η₁, η₂, γ from the task's data constants (linear regression)",
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -295,29 +249,6 @@ class FedAvgMaSS:
         return ServerState(w_bar, {}, {**state.extra, "mass_state": table}), diag
 
 
-_AUTO_FIXES = ("client_lr", "mass_gamma", "mass_eta2")
-
-
-def check_auto(config: TrialConfig) -> None:
-    """``mass_auto: true`` takes η₁, η₂, γ from the theorem: setting them, or decaying γ, is an
-    error (naming the field) rather than a value silently ignored."""
-    if not config.hparams.get("mass_auto"):
-        return
-    for name in _AUTO_FIXES:
-        if name in config.hparams_set:
-            raise ConfigError(
-                f"hparams.{name}",
-                "is not used when hparams.mass_auto is true (the theorem fixes η₁, η₂, γ); "
-                "remove it or set mass_auto: false",
-            )
-    if config.decay.enabled:
-        raise ConfigError(
-            "decay.enabled",
-            "LocalUpdateDecay would decay η₁ (client_lr), which hparams.mass_auto fixes "
-            "from the theorem; disable one of them",
-        )
-
-
 def _builder(nesterov: bool):
     def build(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> FedAvgMaSS:
         features = None
@@ -337,45 +268,7 @@ def _builder(nesterov: bool):
     return build
 
 
-_COMMON = ("client_lr", "mass_gamma", "mass_grad_point", "mass_auto")
-for _name, _params, _nesterov, _form, _summary in (
-    (
-        "fedavg_mass",
-        (*_COMMON, "mass_eta2", "mass_form"),
-        False,
-        None,
-        "FedAvg with local MaSS (form 2: v-update with u_t, only w averaged)",
-    ),
-    (
-        "fedavg_mass_literal",
-        (*_COMMON, "mass_eta2"),
-        False,
-        "form1_literal",
-        "FedAvg-MaSS with the note's literal (w, u) sync rule (may diverge; for comparison)",
-    ),
-    (
-        "fedavg_nesterov",
-        (*_COMMON, "mass_form"),
-        True,
-        None,
-        "FedAvg with local Nesterov momentum (MaSS with η₂ = 0)",
-    ),
-):
-    register(
-        Recipe(
-            _name,
-            _summary,
-            P004,
-            _params,
-            MASS_HPARAMS,
-            fixed={"server_lr": 1.0, **({"mass_form": _form} if _form else {})},
-            server_opts=("sgd",),
-            units="delta",
-            default_local_steps=5,
-            build=_builder(_nesterov),
-            round_form=OWN_ROUND,
-            packable="its round is its own, not the plain LocalUpdate (local MaSS momentum "
-            "with its own averaging of the client state)",
-            check=check_auto,
-        )
-    )
+#: the rounds of the recipes ``fedavg_mass`` and ``fedavg_mass_literal`` (MaSS), and
+#: ``fedavg_nesterov`` (:mod:`.extensions`)
+build_mass = _builder(False)
+build_nesterov = _builder(True)

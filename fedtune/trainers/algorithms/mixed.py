@@ -40,7 +40,6 @@ depend on the trial seed), so runs are reproducible.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import numpy as np
@@ -49,77 +48,19 @@ from torch.func import functional_call, grad
 
 from fedtune.errors import ConfigError
 
-from ..hparams import HParam, Space
+from ..part_hparams import MIXED_HPARAMS
 from ..server_opt import ServerOpt, make_server_opt
 from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients, mixed_dissimilarity
 from .gradalign import local_sgd_fn
-from .recipe import OWN_ROUND, SERVER_PARAMS, Recipe
-from .registry import register
+from .recipe import Recipe
 
 __all__ = ["MIXED_HPARAMS", "MixedFL", "movie_cost_model"]
 
 Params = dict[str, torch.Tensor]
-P003 = "Augenstein et al. 2022 (arXiv:2205.13655)"
 Variant = Literal["pt", "gt1", "gt2"]
 _STREAM = 0xCE
-
-
-_POSITIVE = (0.0, math.inf)
-MIXED_HPARAMS = (
-    HParam(
-        "central_lr",
-        float,
-        None,
-        bounds=_POSITIVE,
-        nullable=True,
-        space=Space(1e-3, 10.0, log=True, grid="half-decade", enabled=False),
-        doc="η_c, central (server-data) step size; null = client_lr·server_lr",
-    ),
-    HParam(
-        "merge_lr",
-        float,
-        1.0,
-        bounds=_POSITIVE,
-        open="low",
-        space=Space(0.1, 2.0, grid=(0.5, 1.0), enabled=False),
-        doc="η_m, merge step on Δ_c + Δ_f (PT, 2-w GT)",
-    ),
-    HParam(
-        "central_steps",
-        int,
-        None,
-        bounds=(1, math.inf),
-        nullable=True,
-        space=Space(1, 50, log=True, grid=(1, 2, 5, 10, 20), enabled=False),
-        doc="K_c, central steps per round (PT, 2-w GT); null = local_steps",
-    ),
-    HParam(
-        "central_batch_size",
-        int,
-        None,
-        bounds=(0, math.inf),
-        nullable=True,
-        doc="|B_c|; null = S·B (PT, 2-w GT) or K·S·B (1-w GT); 0 = whole central set",
-    ),
-    HParam(
-        "mixed_variant",
-        str,
-        "pt",
-        choices=("pt", "gt1", "gt2"),
-        space=Space(),
-        doc="Mixed FL variant for recipe mixed_fl: pt, gt1 or gt2",
-    ),
-    HParam(
-        "mixed_gt2_init",
-        str,
-        "zero",
-        choices=("zero", "fresh"),
-        space=Space(enabled=False),
-        doc="2-w GT initial augmenting gradients: zero or fresh (gradients at x⁰)",
-    ),
-)
 
 
 class _Central:
@@ -305,15 +246,6 @@ def movie_cost_model(
     }
 
 
-_MIXED = ("client_lr", *SERVER_PARAMS)
-_FIXED_K = (
-    "the central branch runs K_c = K steps on |B_c| = K·S·B (1-w GT) by default and 2-w GT's "
-    "g̃_f divides by K (Augenstein et al. 2022 Alg. 1-2 assume one K)"
-)
-_CENTRAL = ("central_lr", "merge_lr", "central_steps", "central_batch_size")
-_OPTS = ("sgd", "momentum", "adam", "yogi", "adagrad")
-
-
 def _builder(variant: Variant | None):
     def build(recipe: Recipe, hp: Any, local_steps: int, task: Task) -> MixedFL:
         if task.central is None:
@@ -329,40 +261,9 @@ def _builder(variant: Variant | None):
     return build
 
 
-_RECIPES = {  # name: (variant, parameters, summary)
-    "mixed_pt": (
-        "pt",
-        _MIXED + _CENTRAL,
-        "Mixed FL Parallel Training: FedAvg round + K central steps",
-    ),
-    "mixed_gt1": ("gt1", (*_MIXED, "central_batch_size"), "Mixed FL 1-way Gradient Transfer"),
-    "mixed_gt2": (
-        "gt2",
-        (*_MIXED, *_CENTRAL, "mixed_gt2_init"),
-        "Mixed FL 2-way Gradient Transfer",
-    ),
-    "mixed_fl": (
-        None,
-        (*_MIXED, *_CENTRAL, "mixed_gt2_init", "mixed_variant"),
-        "Mixed FL with the variant (pt, gt1, gt2) as a hyperparameter",
-    ),
-}
-for _name, (_variant, _params, _summary) in _RECIPES.items():
-    register(
-        Recipe(
-            _name,
-            _summary,
-            P003,
-            _params,
-            MIXED_HPARAMS,
-            defaults={"server_lr": 1.0},
-            server_opts=_OPTS,
-            units="delta",
-            needs_central=True,
-            build=_builder(_variant),
-            round_form=OWN_ROUND,
-            packable="its round is its own, not the plain LocalUpdate (steps on the server's "
-            "central data beside the clients')",
-            fixed_k_reason=_FIXED_K,
-        )
-    )
+#: the rounds of the recipes ``mixed_pt``, ``mixed_gt1``, ``mixed_gt2`` and ``mixed_fl`` (the
+#: variant a hyperparameter; :mod:`.extensions`)
+build_pt = _builder("pt")
+build_gt1 = _builder("gt1")
+build_gt2 = _builder("gt2")
+build_any = _builder(None)

@@ -8,6 +8,11 @@ of its own parts (``Recipe.hparams``, e.g. FedGA's β). ``params`` names those a
 recipe's validated hyperparameters are a frozen dataclass made from the declarations
 (:attr:`Recipe.hparams_type`). The registry (:mod:`.registry`) holds recipes by name; this module
 knows nothing of it, so a module of recipes (:mod:`.local_methods`) need not import the registry.
+
+A recipe is metadata plus callables: this module imports no part of the engine (nor torch), so
+reading a recipe — to validate a study spec — does not; :func:`build_local_update` imports the
+parts when it builds a round, and the built-in methods' own rounds are
+:class:`~fedtune.trainers.plugins.Deferred` (:mod:`.extensions`).
 """
 
 from __future__ import annotations
@@ -20,17 +25,15 @@ from typing import TYPE_CHECKING, Any
 from fedtune.errors import CodeError, ConfigError, as_mapping
 from fedtune.suggest import did_you_mean
 
-from ..client import CLIENT_HPARAMS, ClientRule
 from ..hparams import HParam, hparams_type, merge_declarations, validate_hparams
+from ..part_hparams import CLIENT_HPARAMS, SERVER_HPARAMS, SERVER_OPTS
 from ..plugins import caller_location
-from ..server_opt import SERVER_HPARAMS, SERVER_OPTS, make_server_opt
-from ..tasks.base import Task
-from ..theta import theta_vector
-from .base import Algorithm
-from .local_update import Aggregator, LocalUpdate, PackedAggregator, mean_aggregator
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the engine's parts: imported when a round is built, not to read a recipe
     from ..config import TrialConfig
+    from ..tasks.base import Task
+    from .base import Algorithm
+    from .local_update import Aggregator, PackedAggregator
 
 __all__ = [
     "ALL_OPTS",
@@ -83,6 +86,11 @@ def build_local_update(recipe: Recipe, hp: Any, local_steps: int, task: Task) ->
     Returns:
         The :class:`LocalUpdate` of the client rule, the server optimizer and the aggregator.
     """
+    from ..client import ClientRule
+    from ..server_opt import make_server_opt
+    from ..theta import theta_vector
+    from .local_update import LocalUpdate, mean_aggregator
+
     rule = ClientRule(
         theta=theta_vector(recipe.theta, local_steps, hp.theta),
         prox_alpha=hp.prox_alpha,

@@ -1,8 +1,10 @@
 """Algorithm registry: every method is a *recipe* — parts plus defaults — not a class.
 
 The plain local-update methods (FedAvg, FedSGD, Reptile, FedProx, …;
-docs/explanation/algorithms.md §1.5) are registered by :mod:`.local_methods`, the methods of the
-other papers by :mod:`.extensions`.
+docs/explanation/algorithms.md §1.5) are the recipes of :mod:`.local_methods`, the methods of the
+other papers those of :mod:`.extensions`; the registry registers both when it is first used. Both
+modules, and this one, import no part of the engine: a built-in method's round is imported when
+it is built.
 
 What a recipe is and how its hyperparameters are declared: :mod:`.recipe`. This module holds
 recipes by name; other modules add methods with :func:`register`.
@@ -16,12 +18,12 @@ from fedtune.errors import ConfigError
 
 from ..hparams import validate_hparams
 from ..plugins import Origin, Registry
-from ..tasks.base import Task
-from .base import Algorithm
 from .recipe import Recipe
 
 if TYPE_CHECKING:
     from ..config import TrialConfig
+    from ..tasks.base import Task
+    from .base import Algorithm
 
 __all__ = [
     "Recipe",
@@ -34,25 +36,20 @@ __all__ = [
 ]
 
 
-def _load_extensions() -> None:
-    import importlib
+def _load_builtins() -> None:
+    from . import extensions, local_methods
 
-    from . import local_methods
-
-    if not _PLAIN_LOADED:  # the registry registers the plain methods: no import side effect
-        for recipe in local_methods.RECIPES:
-            REGISTRY.add(recipe.name, recipe, module=local_methods.__name__)
-        _PLAIN_LOADED.append(True)
-    for mod in ("fedtune.trainers.algorithms.extensions",):
-        try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
-                raise
+    if not _BUILTINS_LOADED:  # the registry registers the built-ins: no import side effect
+        for module in (local_methods, extensions):
+            for recipe in module.RECIPES:
+                REGISTRY.add(recipe.name, recipe, module=module.__name__)
+        _BUILTINS_LOADED.append(True)
 
 
-_PLAIN_LOADED: list[bool] = []  # non-empty once local_methods.RECIPES are registered
-REGISTRY: Registry[Recipe] = Registry("algorithm", "algorithm", _load_extensions)
+#: non-empty once the built-in recipes (``local_methods.RECIPES``, ``extensions.RECIPES``: their
+#: metadata, no torch) are registered
+_BUILTINS_LOADED: list[bool] = []
+REGISTRY: Registry[Recipe] = Registry("algorithm", "algorithm", _load_builtins)
 
 
 def register(recipe: Recipe) -> Recipe:

@@ -40,14 +40,13 @@ from typing import Any
 
 import torch
 
-from ..hparams import HParam, Space
+from ..part_hparams import SCAFFOLD_HPARAMS
 from ..server_opt import ServerOpt, make_server_opt
 from ..tasks.base import Task
 from .base import Cohort, RoundContext, ServerState, tree_norm, weighted_mean
 from .dissimilarity import cohort_gradients
-from .gradalign import GA_HPARAMS, AlignedLocalUpdate, local_sgd_fn
-from .recipe import OWN_ROUND, SERVER_PARAMS, Recipe
-from .registry import register
+from .gradalign import AlignedLocalUpdate, local_sgd_fn
+from .recipe import Recipe
 
 __all__ = [
     "SCAFFOLD_HPARAMS",
@@ -59,7 +58,6 @@ __all__ = [
 
 Params = dict[str, torch.Tensor]
 Table = dict  # {"ids": LongTensor [n] (sorted), "rows": {name: Tensor [n, ...]}}
-P002 = "Dandi et al. 2021 (arXiv:2106.13897)"
 
 
 def table_init(like: Params) -> Table:
@@ -97,18 +95,6 @@ def table_scatter(table: Table, ids: torch.Tensor, rows: Params) -> Table:
         merged[at_new] = v
         new_rows[k] = merged
     return {"ids": union, "rows": new_rows}
-
-
-SCAFFOLD_HPARAMS = (
-    HParam(
-        "scaffold_option",
-        int,
-        2,
-        choices=(1, 2),
-        space=Space(enabled=False),
-        doc="SCAFFOLD control update: 2 = from the local steps, 1 = full local gradient at x",
-    ),
-)
 
 
 class Scaffold:
@@ -175,39 +161,11 @@ def _mean_over_steps(graw: Params, cohort: Cohort, fixed: int) -> Params:
     }
 
 
-def _build_scaffold_ga(recipe: Recipe, hp: Any, local_steps: int, task: Task):
+def build_scaffold_ga(recipe: Recipe, hp: Any, local_steps: int, task: Task):
     return AlignedLocalUpdate(
         recipe.name, local_steps, make_server_opt(hp), "correct", full_batch=hp.ga_full_batch
     )
 
 
-def _build_scaffold(recipe: Recipe, hp: Any, local_steps: int, task: Task):
+def build_scaffold(recipe: Recipe, hp: Any, local_steps: int, task: Task):
     return Scaffold(recipe.name, local_steps, make_server_opt(hp), hp.scaffold_option)
-
-
-register(
-    Recipe(
-        "scaffold_ga",
-        "SCAFFOLD as analysed in 002: fresh controls ḡ − g_i from an extra round",
-        P002,
-        ("client_lr", "ga_full_batch", *SERVER_PARAMS),
-        hparams=GA_HPARAMS,
-        build=_build_scaffold_ga,
-        round_form=OWN_ROUND,
-        packable="its round is its own, not the plain LocalUpdate (fresh control variates "
-        "from an extra pass over the cohort)",
-    )
-)
-register(
-    Recipe(
-        "scaffold",
-        "original SCAFFOLD: per-client control variates kept across rounds (option 1/2)",
-        P002,
-        ("client_lr", "scaffold_option", *SERVER_PARAMS),
-        hparams=SCAFFOLD_HPARAMS,
-        build=_build_scaffold,
-        round_form=OWN_ROUND,
-        packable="its round is its own, not the plain LocalUpdate (per-client control "
-        "variates kept in its server state across rounds)",
-    )
-)

@@ -7,8 +7,6 @@ import math
 import torch
 from torch import nn
 
-from .registry import register_model
-
 __all__ = ["QuadraticModel"]
 
 
@@ -16,12 +14,10 @@ def _flat(shape: tuple[int, ...]) -> int:
     return int(math.prod(shape))
 
 
-@register_model("linear")
 def linear(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(_flat(input_shape), num_outputs))
 
 
-@register_model("mlp")
 def mlp(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     return nn.Sequential(
         nn.Flatten(),
@@ -33,7 +29,6 @@ def mlp(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     )
 
 
-@register_model("cnn")
 def cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     """conv3×3·16 → ReLU → conv3×3·32 → ReLU → maxpool 2 → dense 64 → out (for 8×8 digits)."""
     channels, height, width = input_shape
@@ -72,7 +67,6 @@ class QuadraticModel(nn.Module):
         return quad + (xi * self.x).sum(-1)
 
 
-@register_model("quadratic")
 def quadratic(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     n = input_shape[-1]
     d = round(math.sqrt(n + 1) - 1)  # n = d² + 2d

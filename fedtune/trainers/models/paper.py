@@ -41,8 +41,6 @@ from torch import nn
 
 from fedtune.errors import ConfigError
 
-from .registry import register_model
-
 __all__ = ["LSTM", "CharLSTM", "ResNet18GN", "WordLSTM"]
 
 
@@ -65,7 +63,6 @@ class _Images(nn.Module):
         return x.reshape(x.shape[0], *self.shape)
 
 
-@register_model("femnist_cnn")
 def femnist_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     c, h, w = _image_shape(input_shape, "femnist_cnn")
     # 'same' padding and ceil-mode pooling reproduce Keras' padding='same' layers
@@ -85,7 +82,6 @@ def femnist_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     )
 
 
-@register_model("femnist_cnn_small")
 def femnist_cnn_small(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     c, h, w = _image_shape(input_shape, "femnist_cnn_small")
     flat = 64 * ((h - 4) // 2) * ((w - 4) // 2)
@@ -162,18 +158,15 @@ class WordLSTM(CharLSTM):
         super().__init__(vocab, embed=96, hidden=670, layers=1, project=96)
 
 
-@register_model("char_lstm")
 def char_lstm(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     # input_shape = (sequence length,); the vocabulary is both input and output alphabet
     return CharLSTM(num_outputs, embed=8, hidden=256, layers=2)
 
 
-@register_model("word_lstm")
 def word_lstm(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     return WordLSTM(num_outputs)
 
 
-@register_model("bow_logistic")
 def bow_logistic(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_outputs))
 
@@ -218,7 +211,6 @@ class ResNet18GN(nn.Module):
         return self.head(y.mean(dim=(-2, -1)))
 
 
-@register_model("resnet18_gn")
 def resnet18_gn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     c, _, _ = _image_shape(input_shape, "resnet18_gn")
     return ResNet18GN(c, num_outputs)

@@ -1,33 +1,54 @@
 """Model registry: ``name -> factory(input_shape, num_outputs) -> nn.Module``.
 
-Built-in models and user models (entry point ``fedtune.models``, a study's ``code:``) register
-through the same :func:`register_model` (see :mod:`fedtune.trainers.plugins`).
+Built-in models and user models (entry point ``fedtune.models``, a study's ``code:``) share one
+registry (see :mod:`fedtune.trainers.plugins`); users register with :func:`register_model`, the
+built-ins are the table :data:`_BUILTIN`, whose factories are imported when a model is built.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+from ..plugins import Deferred, Origin, Registry
 
-from ..plugins import Origin, Registry
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 __all__ = ["build_model", "model_names", "model_origin", "register_model"]
 
 #: ``factory(input_shape, num_outputs) -> nn.Module``; no dropout/BatchNorm (pure function of
 #: parameters and inputs, so the vectorized runner can vmap it)
-Factory = Callable[[tuple[int, ...], int], nn.Module]
+Factory = Callable[[tuple[int, ...], int], "nn.Module"]
+
+
+#: the built-in models: (name, module, factory); a factory's module (and torch) is imported
+#: when the model is built (:class:`~fedtune.trainers.plugins.Deferred`), so that a study spec's
+#: model names are checked without either
+_BUILTIN = (
+    ("linear", "basic", "linear"),
+    ("mlp", "basic", "mlp"),
+    ("cnn", "basic", "cnn"),
+    ("quadratic", "basic", "quadratic"),
+    ("femnist_cnn", "paper", "femnist_cnn"),
+    ("femnist_cnn_small", "paper", "femnist_cnn_small"),
+    ("char_lstm", "paper", "char_lstm"),
+    ("word_lstm", "paper", "word_lstm"),
+    ("bow_logistic", "paper", "bow_logistic"),
+    ("resnet18_gn", "paper", "resnet18_gn"),
+)
 
 
 def _load() -> None:
-    for mod in ("basic", "paper"):
-        try:
-            importlib.import_module(f"{__package__}.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{mod}":
-                raise
+    """Register the built-in models (once)."""
+    if not _BUILTINS_LOADED:
+        for name, module, factory in _BUILTIN:
+            REGISTRY.add(name, Deferred(f"{__package__}.{module}", factory), module=__name__)
+        _BUILTINS_LOADED.append(True)
+
+
+_BUILTINS_LOADED: list[bool] = []  # non-empty once the built-in models are registered
 
 
 REGISTRY: Registry[Factory] = Registry("model", "task.model", _load)
@@ -83,6 +104,8 @@ def build_model(
     Raises:
         ConfigError: No model has this name.
     """
+    import torch
+
     factory = REGISTRY.get(name)
     # nn.Module initialisers use the global RNG: fork it and seed from our generator
     seed = int(torch.randint(0, 2**62, (1,), generator=generator))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +21,12 @@ import numpy as np
 import torch
 
 from ..models import build_model
-from ..typed import check, from_mapping
+from ..typed import from_mapping
 from .base import Dataset, FederatedData, Task
 from .losses import accuracy, cross_entropy
-from .registry import register_task
+from .params import DigitsParams
 
 __all__ = ["dirichlet_split", "load_digits"]
-
-
-@dataclass(frozen=True)
-class DigitsParams:
-    clients: int = 50
-    dirichlet: float = 0.5
-    model: str = "mlp"
-    test_fraction: float = 0.2
-    size_skew: float | None = None  # unequal sizes: shares of the examples ~ Dir(size_skew)
-
-    def validate(self, path: str) -> None:
-        check(2 <= self.clients <= 500, f"{path}.clients", "must be in [2, 500]")
-        check(self.dirichlet > 0, f"{path}.dirichlet", "must be > 0")
-        check(0 < self.test_fraction < 0.9, f"{path}.test_fraction", "must be in (0, 0.9)")
-        check(self.size_skew is None or self.size_skew > 0, f"{path}.size_skew", "must be > 0")
-        check(self.model in ("mlp", "cnn", "linear"), f"{path}.model", "must be mlp, cnn or linear")
 
 
 def dirichlet_split(
@@ -106,11 +89,6 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     return data[:, :-1], data[:, -1].astype(int, copy=False)
 
 
-@register_task(
-    "digits",
-    "scikit-learn handwritten digits split non-IID with a Dirichlet prior",
-    params=DigitsParams,
-)
 def build(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(DigitsParams, params, "task")
     data, target = load_digits()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,13 @@ import torch
 
 from fedtune.errors import DataError
 from fedtune.trainers.models import build_model
-from fedtune.trainers.typed import check, from_mapping
+from fedtune.trainers.typed import from_mapping
 
 from .base import Dataset, FederatedData, Task
 from .lazy import release_freed_memory
 from .leaf_store import LeafClientData, index_leaf_dir
 from .losses import accuracy, cross_entropy
-from .registry import register_task
-from .synthetic import check_model
+from .params import LeafParams, LeafShakespeareParams
 from .text import SHAKESPEARE_VOCAB, next_char_example, sequence_accuracy, sequence_cross_entropy
 
 __all__ = [
@@ -60,33 +58,6 @@ _EXPECTED = "expected a LEAF JSON directory with train/*.json (and optionally te
 #: one user's raw examples and the file they came from
 RawUser = tuple[list, list, Path]
 Examples = tuple[torch.Tensor, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class LeafParams:
-    path: str = ""
-    max_clients: int | None = None
-    model: str = "femnist_cnn"
-    lazy: bool = False  # keep users in the files, read per cohort (LeafClientData)
-
-    def validate(self, path: str) -> None:
-        check(bool(self.path), f"{path}.path", "required: the LEAF data directory")
-        check(
-            self.max_clients is None or self.max_clients >= 1,
-            f"{path}.max_clients",
-            "must be at least 1",
-        )
-        check_model(self.model, path)
-
-
-@dataclass(frozen=True)
-class LeafShakespeareParams(LeafParams):
-    model: str = "char_lstm"
-    seq_len: int = 80
-
-    def validate(self, path: str) -> None:
-        super().validate(path)
-        check(self.seq_len >= 1, f"{path}.seq_len", "must be at least 1")
 
 
 def _read_json(file: Path) -> Any:
@@ -240,11 +211,6 @@ def _shakespeare_user(seq_len: int, user: str, raw: RawUser) -> Examples:
     return torch.tensor(inputs, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
 
 
-@register_task(
-    "femnist",
-    "LEAF FEMNIST from local JSON files (62-class handwritten characters)",
-    params=LeafParams,
-)
 def build_femnist(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LeafParams, params, "task")
     train, test = load_clients(Path(p.path), p.max_clients, _femnist_user, p.lazy)
@@ -259,11 +225,6 @@ def build_femnist(params: Mapping[str, Any], seed: int) -> Task:
     )
 
 
-@register_task(
-    "shakespeare",
-    "LEAF Shakespeare next-character prediction from local JSON files",
-    params=LeafShakespeareParams,
-)
 def build_shakespeare(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LeafShakespeareParams, params, "task")
     vocab = SHAKESPEARE_VOCAB

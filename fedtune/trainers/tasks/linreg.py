@@ -14,16 +14,15 @@ data; w₀ ~ N(0, init_scale²/d · I) from the trial seed (0 = start at the ori
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..typed import check, from_mapping
+from ..typed import from_mapping
 from .base import InMemoryData, Task
-from .registry import register_task
+from .params import LinRegParams
 
 __all__ = ["LinRegParams", "LinearRegression", "build_linreg", "squared_error"]
 
@@ -44,28 +43,6 @@ def squared_error(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return 0.5 * (outputs - targets) ** 2
 
 
-@dataclass(frozen=True)
-class LinRegParams:
-    clients: int = 10
-    dim: int = 20
-    examples: int = 50
-    var_min: float = 1.0
-    var_max: float = 10.0
-    init_scale: float = 0.0
-
-    def validate(self, path: str) -> None:
-        p = f"{path}." if path else ""
-        for name in ("clients", "dim", "examples"):
-            check(getattr(self, name) >= 1, f"{p}{name}", "must be >= 1")
-        check(0 < self.var_min <= self.var_max, f"{p}var_min", "need 0 < var_min <= var_max")
-        check(self.init_scale >= 0, f"{p}init_scale", "must be >= 0")
-
-
-@register_task(
-    "linreg_interp",
-    "interpolating noiseless linear regression (FedAvg-MaSS, 004)",
-    params=LinRegParams,
-)
 def build_linreg(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(LinRegParams, params, "task")
     rng = np.random.default_rng([0x4E, seed])

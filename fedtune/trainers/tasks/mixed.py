@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,17 +32,16 @@ import torch
 
 from ..models import build_model
 from ..theory.instances import spd_with_spectrum, spd_with_spectrum_batch
-from ..typed import check, from_mapping
+from ..typed import from_mapping
 from .base import CentralData, Dataset, InMemoryData, Task
 from .losses import accuracy, cross_entropy
+from .params import MixedLabelsParams, MixedQuadraticParams
 from .quadratic import (
     per_example_value,
     quadratic_model_fn,
     quadratic_rows,
     quadratic_rows_batch,
 )
-from .registry import register_task
-from .synthetic import check_model
 
 __all__ = [
     "MixedLabelsParams",
@@ -51,28 +49,6 @@ __all__ = [
     "build_mixed_labels",
     "build_mixed_quadratic",
 ]
-
-
-@dataclass(frozen=True)
-class MixedLabelsParams:
-    clients: int = 20
-    examples: int = 50  # label-1 examples per client
-    central_examples: int = 1000  # label-0 examples on the server
-    test_examples: int = 2000  # balanced
-    dim: int = 5
-    separation: float = 1.0  # class means ±s·u
-    central_weight: float = 0.5  # w_c (w_f = 1 − w_c)
-    oracle: bool = False
-    model: str = "linear"
-
-    def validate(self, path: str) -> None:
-        p = f"{path}." if path else ""
-        for name in ("clients", "examples", "central_examples", "dim"):
-            check(getattr(self, name) >= 1, f"{p}{name}", "must be >= 1")
-        check(self.test_examples >= 2, f"{p}test_examples", "must be >= 2")
-        check(self.separation > 0, f"{p}separation", "must be > 0")
-        check(0 < self.central_weight < 1, f"{p}central_weight", "must be in (0, 1)")
-        check_model(self.model, path)
 
 
 def _blob(rng: np.random.Generator, n: int, mean: np.ndarray) -> torch.Tensor:
@@ -105,11 +81,6 @@ def _interleave(
     return out[0], out[1], sizes
 
 
-@register_task(
-    "mixed_labels",
-    "Mixed FL label shift: clients hold label 1, the server label 0 (003)",
-    params=MixedLabelsParams,
-)
 def build_mixed_labels(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(MixedLabelsParams, params, "task")
     rng = np.random.default_rng([0x3A, seed])
@@ -150,40 +121,6 @@ def build_mixed_labels(params: Mapping[str, Any], seed: int) -> Task:
     )
 
 
-@dataclass(frozen=True)
-class MixedQuadraticParams:
-    clients: int = 10
-    dim: int = 5
-    mu: float = 1.0
-    L: float = 10.0
-    examples: int = 20
-    noise: float = 0.0
-    iid: bool = True
-    shared_hessian: bool = False
-    heterogeneity: float = 0.0
-    central_examples: int = 100
-    central_noise: float = 0.0
-    central_distance: float = 1.0
-    central_weight: float = 0.5
-    federated_weight: float = 0.5
-    init_scale: float = 10.0
-
-    def validate(self, path: str) -> None:
-        p = f"{path}." if path else ""
-        for name in ("clients", "dim", "examples", "central_examples"):
-            check(getattr(self, name) >= 1, f"{p}{name}", "must be >= 1")
-        check(0 < self.mu <= self.L, f"{p}mu", "need 0 < mu <= L")
-        for name in ("noise", "heterogeneity", "central_noise", "central_distance", "init_scale"):
-            check(getattr(self, name) >= 0, f"{p}{name}", "must be >= 0")
-        for name in ("central_weight", "federated_weight"):
-            check(getattr(self, name) > 0, f"{p}{name}", "must be > 0")
-
-
-@register_task(
-    "mixed_quadratic",
-    "quadratic clients plus a quadratic central loss (Mixed FL checks, 003)",
-    params=MixedQuadraticParams,
-)
 def build_mixed_quadratic(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(MixedQuadraticParams, params, "task")
     rng = np.random.default_rng([0x3B, seed])

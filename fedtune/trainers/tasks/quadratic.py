@@ -15,7 +15,6 @@ theory module. The model starts at x_0 ~ N(0, init_scale²/d · I) from the tria
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,37 +22,9 @@ import torch
 
 from ..models.basic import QuadraticModel
 from ..theory.instances import random_instance
-from ..typed import check, from_mapping
+from ..typed import from_mapping
 from .base import InMemoryData, Task
-from .registry import register_task
-
-
-@dataclass(frozen=True)
-class QuadraticParams:
-    clients: int = 20
-    dim: int = 10
-    mu: float = 1.0
-    L: float = 10.0
-    radius: float = 1.0
-    heterogeneity: float = 1.0
-    examples: int = 40
-    examples_max: int | None = None  # unequal sizes: n_i uniform in [examples, examples_max]
-    noise: float = 0.0
-    init_scale: float = 10.0
-
-    def validate(self, path: str) -> None:
-        check(self.clients >= 1, f"{path}.clients", "must be >= 1")
-        check(self.dim >= 1, f"{path}.dim", "must be >= 1")
-        check(0 < self.mu <= self.L, f"{path}.mu", "need 0 < mu <= L")
-        check(self.radius > 0, f"{path}.radius", "must be > 0")
-        check(0 <= self.heterogeneity <= 1, f"{path}.heterogeneity", "must be in [0, 1]")
-        check(self.examples >= 1, f"{path}.examples", "must be >= 1")
-        check(
-            self.examples_max is None or self.examples_max >= self.examples,
-            f"{path}.examples_max",
-            "must be >= examples",
-        )
-        check(self.noise >= 0, f"{path}.noise", "must be >= 0")
+from .params import QuadraticParams
 
 
 def per_example_value(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -113,11 +84,6 @@ def _client_sizes(p: QuadraticParams, seed: int) -> np.ndarray:
     return rng.integers(p.examples, p.examples_max + 1, size=p.clients).astype(np.int64)
 
 
-@register_task(
-    "quadratic",
-    "random quadratic clients with exact A_i, c_i (theory of 000/001)",
-    params=QuadraticParams,
-)
 def build(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(QuadraticParams, params, "task")
     rng = np.random.default_rng([0x9A, seed])

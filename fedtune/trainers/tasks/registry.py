@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import CodeError, ConfigError, DataError
 
 from ..plugins import Origin, Registry, error_location
-from .base import Task
+
+if TYPE_CHECKING:
+    from .base import Task
 
 __all__ = [
     "TaskInfo",
@@ -30,7 +32,7 @@ __all__ = [
 
 #: ``builder(params, seed) -> Task``: validates ``params`` (errors name ``task.<key>``) and is
 #: deterministic in the data ``seed``
-Builder = Callable[[Mapping[str, Any], int], Task]
+Builder = Callable[[Mapping[str, Any], int], "Task"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,17 @@ class TaskInfo:
 
 
 def _load_builtin() -> None:
-    # importing the modules registers the built-in tasks
-    from . import builtin  # noqa: F401
+    """Register the built-in tasks (:mod:`.builtin`: their metadata; a builder's module is
+    imported when the task is built)."""
+    from . import builtin
+
+    if not _BUILTINS_LOADED:
+        for info in builtin.TASKS:
+            REGISTRY.add(info.name, info, module=builtin.__name__)
+        _BUILTINS_LOADED.append(True)
+
+
+_BUILTINS_LOADED: list[bool] = []  # non-empty once the built-in tasks are registered
 
 
 REGISTRY: Registry[TaskInfo] = Registry("task", "task.name", _load_builtin)

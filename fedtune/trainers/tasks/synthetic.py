@@ -24,18 +24,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from fedtune.trainers.models import build_model, model_names
-from fedtune.trainers.typed import check, from_mapping
+from fedtune.trainers.models import build_model
+from fedtune.trainers.typed import from_mapping
 
 from .base import Dataset, InMemoryData, Task
 from .losses import accuracy, cross_entropy
-from .registry import register_task
+from .params import SyntheticParams, check_model
 
 __all__ = [
     "SyntheticParams",
@@ -46,45 +45,6 @@ __all__ = [
     "generate",
     "generate_arrays",
 ]
-
-
-def check_model(model: str, path: str) -> None:
-    """ConfigError at ``<path>.model`` unless ``model`` is a registered model."""
-    known = model_names()
-    check(model in known, f"{path}.model", f"unknown model {model!r} (known: {', '.join(known)})")
-
-
-@dataclass(frozen=True)
-class SyntheticParams:
-    clients: int = 30
-    alpha: float = 1.0
-    beta: float = 1.0
-    dim: int = 60
-    classes: int = 10
-    iid: bool = False
-    min_examples: int = 50
-    log_mean_examples: float = 4.0
-    log_std_examples: float = 2.0
-    max_examples: int | None = None
-    test_fraction: float = 0.1
-    model: str = "linear"
-
-    def validate(self, path: str) -> None:
-        p = f"{path}." if path else ""
-        check(self.clients >= 1, f"{p}clients", "must be at least 1")
-        check(self.alpha >= 0, f"{p}alpha", "must be non-negative")
-        check(self.beta >= 0, f"{p}beta", "must be non-negative")
-        check(self.dim >= 1, f"{p}dim", "must be at least 1")
-        check(self.classes >= 2, f"{p}classes", "must be at least 2")
-        check(self.min_examples >= 1, f"{p}min_examples", "must be at least 1")
-        check(self.log_std_examples >= 0, f"{p}log_std_examples", "must be non-negative")
-        check(
-            self.max_examples is None or self.max_examples >= self.min_examples,
-            f"{p}max_examples",
-            "must be at least min_examples",
-        )
-        check(0 <= self.test_fraction < 1, f"{p}test_fraction", "must be in [0, 1)")
-        check_model(self.model, path)
 
 
 def _client_sizes(p: SyntheticParams, rng: np.random.Generator) -> np.ndarray:
@@ -151,11 +111,6 @@ def holdout_mask(sizes: np.ndarray, fraction: float) -> np.ndarray:
     return position < np.repeat(sizes - n_test, sizes)
 
 
-@register_task(
-    "synthetic",
-    "LEAF/FedProx synthetic(α, β) multinomial logistic regression",
-    params=SyntheticParams,
-)
 def build_synthetic(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(SyntheticParams, params, "task")
     x, y, sizes = generate_arrays(p, seed)

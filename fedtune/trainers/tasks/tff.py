@@ -34,23 +34,28 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
 
 from fedtune.errors import DataError
 from fedtune.trainers.models import build_model
-from fedtune.trainers.typed import check, from_mapping
+from fedtune.trainers.typed import from_mapping
 
 from .base import Dataset, FederatedData, LossFn, Task
 from .hdf5 import Convert, HDF5ClientData, Raw, read_clients, truncate
 from .leaf import select_test_clients
 from .losses import accuracy, cross_entropy
-from .registry import register_task
-from .synthetic import check_model
+from .params import (
+    Cifar100Params,
+    EmnistParams,
+    ShakespeareTffParams,
+    StackOverflowNwpParams,
+    StackOverflowTpParams,
+    TffParams,
+)
 from .text import (
     SHAKESPEARE_VOCAB,
     Vocab,
@@ -76,70 +81,6 @@ __all__ = [
     "read_clients",
     "standardize_images",
 ]
-
-
-@dataclass(frozen=True)
-class TffParams:
-    """Parameters shared by every HDF5 task (each task adds its sizes in a subclass)."""
-
-    train_path: str = ""
-    test_path: str | None = None
-    max_clients: int | None = None
-    max_examples_per_client: int | None = None
-    model: str = ""
-    lazy: bool = False  # keep clients on disk, read per cohort (HDF5ClientData)
-
-    def validate(self, path: str) -> None:
-        check(bool(self.train_path), f"{path}.train_path", "required: the training HDF5 file")
-        for key in ("max_clients", "max_examples_per_client", *self._sizes):
-            value = getattr(self, key)
-            check(value is None or value >= 1, f"{path}.{key}", "must be at least 1")
-        check_model(self.model, path)
-
-    _sizes: ClassVar[tuple[str, ...]] = ()
-
-
-@dataclass(frozen=True)
-class EmnistParams(TffParams):
-    model: str = "femnist_cnn"
-    classes: int = 62
-    _sizes: ClassVar[tuple[str, ...]] = ("classes",)
-
-
-@dataclass(frozen=True)
-class Cifar100Params(TffParams):
-    model: str = "resnet18_gn"
-    classes: int = 100
-    crop: int = 24
-    _sizes: ClassVar[tuple[str, ...]] = ("classes",)
-
-    def validate(self, path: str) -> None:
-        super().validate(path)
-        check(1 <= self.crop <= 32, f"{path}.crop", "must be in 1..32")
-
-
-@dataclass(frozen=True)
-class ShakespeareTffParams(TffParams):
-    model: str = "char_lstm"
-    seq_len: int = 80
-    _sizes: ClassVar[tuple[str, ...]] = ("seq_len",)
-
-
-@dataclass(frozen=True)
-class StackOverflowTpParams(TffParams):
-    model: str = "bow_logistic"
-    vocab_size: int = 10000
-    num_tags: int = 500
-    _sizes: ClassVar[tuple[str, ...]] = ("vocab_size", "num_tags")
-
-
-@dataclass(frozen=True)
-class StackOverflowNwpParams(TffParams):
-    model: str = "word_lstm"
-    max_examples_per_client: int | None = 128
-    vocab_size: int = 10000
-    seq_len: int = 20
-    _sizes: ClassVar[tuple[str, ...]] = ("vocab_size", "seq_len")
 
 
 def _strings(values: np.ndarray) -> list[str]:
@@ -294,11 +235,6 @@ def _bind(fn, *args) -> Callable[[Any], Convert]:
     return lambda _prepared: functools.partial(fn, *args)
 
 
-@register_task(
-    "emnist",
-    "TFF federated EMNIST (62 or 10 classes) from a local HDF5 file",
-    params=EmnistParams,
-)
 def build_emnist(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(EmnistParams, params, "task")
     data = _load(p, ("pixels", "label"), _bind(_convert_emnist, p.classes))
@@ -306,11 +242,6 @@ def build_emnist(params: Mapping[str, Any], seed: int) -> Task:
     return _task("emnist", p, data, (1, 28, 28), p.classes, cross_entropy, metrics, {})
 
 
-@register_task(
-    "cifar100",
-    "TFF federated CIFAR-100 from a local HDF5 file (centre crop)",
-    params=Cifar100Params,
-)
 def build_cifar100(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(Cifar100Params, params, "task")
     data = _load(p, ("image", "label"), _bind(_convert_cifar, p.crop, p.classes))
@@ -319,11 +250,6 @@ def build_cifar100(params: Mapping[str, Any], seed: int) -> Task:
     return _task("cifar100", p, data, shape, p.classes, cross_entropy, metrics, {})
 
 
-@register_task(
-    "shakespeare_tff",
-    "TFF Shakespeare next-character prediction from local HDF5",
-    params=ShakespeareTffParams,
-)
 def build_shakespeare_tff(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(ShakespeareTffParams, params, "task")
     vocab = SHAKESPEARE_VOCAB
@@ -335,11 +261,6 @@ def build_shakespeare_tff(params: Mapping[str, Any], seed: int) -> Task:
     )
 
 
-@register_task(
-    "stackoverflow_tp",
-    "TFF Stack Overflow tag prediction (bag of words) from HDF5",
-    params=StackOverflowTpParams,
-)
 def build_stackoverflow_tp(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(StackOverflowTpParams, params, "task")
     index: dict[str, dict[str, int]] = {}
@@ -366,11 +287,6 @@ def build_stackoverflow_tp(params: Mapping[str, Any], seed: int) -> Task:
     )
 
 
-@register_task(
-    "stackoverflow_nwp",
-    "TFF Stack Overflow next-word prediction from HDF5",
-    params=StackOverflowNwpParams,
-)
 def build_stackoverflow_nwp(params: Mapping[str, Any], seed: int) -> Task:
     p = from_mapping(StackOverflowNwpParams, params, "task")
 
