@@ -278,7 +278,10 @@ def test_a_study_runs_on_the_ray_started_before_the_spec_was_read(cli_runs) -> N
     for line in timeline.read_text().splitlines():
         row = json.loads(line)
         marks.setdefault(row["phase"], row["t"])
-    assert marks["early_ray"] < marks["spec_loaded"] < marks["driver_imported"]
+    # Ray's start overlaps the driver's imports; the spec, validated without torch, is often
+    # read before the early thread has imported Ray and marked its start
+    assert marks["cli"] < marks["spec_loaded"] < marks["driver_imported"]
+    assert marks["cli"] < marks["early_ray"] < marks["driver_imported"]
     assert marks["early_ray_ready"] <= marks["ray_started"]  # run_study used that Ray
     assert marks["trial_entered"] > marks["early_ray_ready"]
     # Ray has shut down before the report is written, and is gone when the process has ended
@@ -293,7 +296,9 @@ def test_a_spec_error_is_one_line_at_once_and_leaves_no_ray(cli_runs) -> None:
     assert run.returncode == 2, run.stderr[-3000:]
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fedtune: error:") and "train.rounds" in lines[0]
-    assert "early_ray" in timeline.read_text()  # Ray had been started, and was stopped:
+    # Ray's start had been begun, and was stopped (the spec, validated without torch, is
+    # refused before the early thread has imported Ray, which then starts nothing):
+    assert '"ray_stopped"' in timeline.read_text()
     assert _ray_processes(workdir) == []
     assert not workdir.exists()  # nothing of the study is left, as without the early start
     assert seconds < 600
