@@ -7,7 +7,7 @@ Importing the package, or its configuration and registries, does not import torc
 registries hold the built-ins' metadata (names, parameters, defaults) and import an
 implementation when it is built, and :func:`run_trial`, :class:`Trainer` and :func:`pick_device`
 are imported from :mod:`.engine` when first used. Validating a study spec therefore never
-imports the engine (docs/explanation/architecture.md §2).
+imports the engine (docs/explanation/architecture.md §1).
 """
 
 from fedtune.lazy import lazy_attributes

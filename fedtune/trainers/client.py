@@ -30,7 +30,8 @@ padded steps with the client's own Θ row (Θ_{1:τ_i} or Θ_{τ_i}) and step ma
 leaves y and msg bit for bit unchanged, so the message equals that of τ_i unpadded steps.
 
 The client rule is a part: :data:`CLIENT_HPARAMS` declares γ, α and Θ
-(:mod:`fedtune.trainers.hparams`).
+(:mod:`fedtune.trainers.hparams`; defined in :mod:`fedtune.trainers.part_hparams`, which a spec's
+validation reads without torch).
 """
 
 from __future__ import annotations

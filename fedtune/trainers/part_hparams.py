@@ -4,7 +4,7 @@ optimizer and the parts of the extension methods (FedGA/GradAlign, SCAFFOLD, Mix
 Each part's module re-exports its declarations (``fedtune.trainers.client.CLIENT_HPARAMS``, …);
 they live here, with no import of torch, so that a recipe's metadata (what a study may set, its
 types, bounds and default search ranges) is read without the engine: validating a study spec
-never imports torch (docs/explanation/architecture.md §2).
+never imports torch (docs/explanation/architecture.md §1).
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ Each optimizer is a pair of pure functions over dicts of tensors: ``init(params)
 clients are sent (differs from ``params`` only for the theory form of Nesterov).
 
 The server optimizer is a part: :data:`SERVER_HPARAMS` declares its hyperparameters (type,
-default, bounds, default search entry; :mod:`fedtune.trainers.hparams`), once for every recipe.
+default, bounds, default search entry; :mod:`fedtune.trainers.hparams`), once for every recipe
+(defined in :mod:`fedtune.trainers.part_hparams`, which a spec's validation reads without torch).
 """
 
 from __future__ import annotations

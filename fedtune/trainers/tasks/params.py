@@ -3,7 +3,7 @@
 
 They live here, apart from the tasks' builders, because a study spec's ``task:`` is checked
 against them when the spec is read: this module imports neither torch nor a task's data code,
-so validating a spec does not (docs/explanation/architecture.md §2). Each task's module
+so validating a spec does not (docs/explanation/architecture.md §1). Each task's module
 re-exports its parameters (``fedtune.trainers.tasks.quadratic.QuadraticParams``, …).
 """
 
