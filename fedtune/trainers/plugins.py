@@ -114,6 +114,10 @@ class Deferred:
     def __repr__(self) -> str:
         return f"<deferred {self.__module__}.{self.__name__}>"
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        """Pickled by its name, never by the function it has imported (which may be local)."""
+        return Deferred, (self.__module__, self.__name__)
+
 
 BUILTIN = Origin("builtin")
 _CURRENT: contextvars.ContextVar[Origin | None] = contextvars.ContextVar("origin", default=None)

@@ -439,3 +439,26 @@ def test_the_engine_names_resolve_lazily_and_stay_consistent() -> None:
     assert trainers.Trainer is Trainer and Trainer.__module__ == "fedtune.trainers.engine"
     assert LocalUpdate is Defined
     assert weighted_mean is algorithm_parts.weighted_mean and Task is task_parts.Task
+
+
+def test_a_deferred_implementation_is_imported_when_first_called() -> None:
+    """A built-in model's factory in the registry is a ``Deferred``: named by its module,
+    pickled by that name, and the function itself once called."""
+    import pickle
+
+    from fedtune.trainers.models.registry import REGISTRY
+    from fedtune.trainers.plugins import Deferred
+
+    factory = REGISTRY.get("mlp")
+    assert isinstance(factory, Deferred)
+    assert (factory.__module__, factory.__name__) == ("fedtune.trainers.models.basic", "mlp")
+    again = pickle.loads(pickle.dumps(factory))
+    assert again == factory and hash(again) == hash(factory) and again is not factory
+    model = factory((4,), 3)  # 4 → 128 → 128 → 3, with biases
+    assert (
+        sum(p.numel() for p in model.parameters()) == 4 * 128 + 128 + 128 * 128 + 128 + 128 * 3 + 3
+    )
+    assert factory.resolve() is sys.modules["fedtune.trainers.models.basic"].mlp
+    assert Deferred("fedtune.trainers.models.basic", "mlp") != Deferred(
+        "fedtune.trainers.models.basic", "cnn"
+    )
