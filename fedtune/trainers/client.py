@@ -40,8 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.func import grad, vmap
+from torch.func import vmap
 
+from .func_grad import grad
 from .hparams import HParam, Space
 from .module_loss import ModuleLoss
 from .steps import where_step

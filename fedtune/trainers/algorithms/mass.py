@@ -48,11 +48,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.func import grad
 
 from fedtune.errors import ConfigError
 
 from ..config import TrialConfig
+from ..func_grad import grad
 from ..hparams import HParam, Space
 from ..steps import where_step
 from ..tasks.base import Task

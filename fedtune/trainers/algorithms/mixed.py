@@ -45,10 +45,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.func import functional_call, grad
+from torch.func import functional_call
 
 from fedtune.errors import ConfigError
 
+from ..func_grad import grad
 from ..hparams import HParam, Space
 from ..server_opt import ServerOpt, make_server_opt
 from ..tasks.base import Task
