@@ -2,7 +2,7 @@
 
 * Training (every algorithm, both runners, ℓ_i in the first step, local epochs, a pack) never
   imports ``torch._dynamo``; with ``torch.func.grad`` each vectorized round did (1–1.5 CPU-s
-  of every trial process: docs/explanation/algorithms.md, "Gradients").
+  of every trial process: docs/explanation/architecture.md, "No compiler in a trial").
 * Without ``torch._dynamo`` loaded, :func:`~fedtune.trainers.func_grad.grad` gives
   ``torch.func.grad``'s gradients bit for bit: under vmap with shared and batched parameters,
   nested (MAML's meta-gradient), with ``has_aux``, several ``argnums``, an unused input, inside
