@@ -5,8 +5,8 @@ Every local step of a client function differentiates the loss with a ``grad`` tr
 ``torch.func.grad`` computes the gradient with ``torch.autograd.grad`` inside
 ``torch._dynamo.compiled_autograd._disable()`` (torch 2.13,
 ``torch/_functorch/eager_transforms.py::_autograd_grad``), and naming ``torch._dynamo`` imports
-the whole compiler package: 1–1.5 CPU-seconds of every training process that evaluates a
-gradient under vmap, for a context manager that switches off a compiled-autograd compiler
+the whole compiler package: about 1 CPU-second (0.92–1.01 s with the engine imported) of every
+training process that evaluates a gradient under vmap, for a context manager that switches off a compiled-autograd compiler
 which only ``torch._dynamo`` can switch on.
 
 :func:`grad` is that transform taken step for step, with the same functorch calls in the same

@@ -1,7 +1,7 @@
 """The engine's gradient transform (:mod:`fedtune.trainers.func_grad`) and what a trial loads.
 
 * Training (every algorithm, both runners, ℓ_i in the first step, local epochs, a pack) never
-  imports ``torch._dynamo``; with ``torch.func.grad`` each vectorized round did (1–1.5 CPU-s
+  imports ``torch._dynamo``; with ``torch.func.grad`` a vectorized trial did (about 1 CPU-s
   of every trial process: docs/explanation/architecture.md, "No compiler in a trial").
 * Without ``torch._dynamo`` loaded, :func:`~fedtune.trainers.func_grad.grad` gives
   ``torch.func.grad``'s gradients bit for bit: under vmap with shared and batched parameters,
