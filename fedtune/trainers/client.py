@@ -40,8 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.func import grad, vmap
+from torch.func import vmap
 
+from .func_grad import grad
 from .module_loss import ModuleLoss
 from .part_hparams import CLIENT_HPARAMS
 from .steps import where_step

@@ -32,7 +32,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-from torch.func import grad
 
 from .client import (
     ClientRule,
@@ -44,6 +43,7 @@ from .client import (
     masked_message,
     with_prox,
 )
+from .func_grad import grad
 from .module_loss import ModuleLoss
 from .tasks.base import InMemoryData
 

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from torch.func import grad
 
+from ..func_grad import grad
 from ..runners import Runner
 from ..tasks.base import InMemoryData
 from .base import Cohort, weighted_mean

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
-from torch.func import grad
 
+from ..func_grad import grad
 from ..part_hparams import GA_HPARAMS
 from ..server_opt import ServerOpt, make_server_opt
 from ..steps import where_step

@@ -48,10 +48,10 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.func import grad
 
 from fedtune.errors import ConfigError
 
+from ..func_grad import grad
 from ..part_hparams import MASS_HPARAMS
 from ..steps import where_step
 from ..tasks.base import Task

@@ -44,10 +44,11 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from torch.func import functional_call, grad
+from torch.func import functional_call
 
 from fedtune.errors import ConfigError
 
+from ..func_grad import grad
 from ..part_hparams import MIXED_HPARAMS
 from ..server_opt import ServerOpt, make_server_opt
 from ..tasks.base import Task
