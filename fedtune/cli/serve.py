@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend",
         choices=["local", "ray", "kubernetes", "none"],
-        help="where study drivers run: local (children of this process, embedded Ray), ray "
+        help="where study drivers run: local (children of this process; trials in them or on an embedded Ray), ray "
         "(jobs on RAY_ADDRESS), kubernetes (a KubeRay RayJob per study), none (accept only) "
         "(FEDTUNE_BACKEND, default local)",
     )

@@ -23,7 +23,9 @@
    driver's machine: <field>: <error> (at <file:line>)";
 2. ``run_study(spec, <FEDTUNE_WORKDIR>/studies/<id>, sinks=[DbSink])`` — trials, rounds and
    MLflow run ids go to the service while it runs, so status and trials are always current.
-   Embedded Ray unless ``RAY_ADDRESS`` is set (inside a Ray job or a RayJob it is);
+   ``in_process`` unless ``FEDTUNE_TRIALS_THROUGH_RAY`` is set: a study whose trials fit the
+   driver's process trains there (``placement.place``), else on an embedded Ray, and on the
+   cluster's where ``RAY_ADDRESS`` is set (inside a Ray job or a RayJob it is);
 3. a heartbeat thread stamps ``studies.heartbeat_at`` every ``FEDTUNE_HEARTBEAT_S`` and stops
    the driver (SIGINT to itself) when the study is cancelled or re-dispatched elsewhere;
 4. at the end, synchronise trial states from the Optuna storage and write the final state with
@@ -319,6 +321,7 @@ def _drive(link, claimed, settings, spec, where, view, run_study) -> int | Excep
                 ray_address=settings.ray_address,
                 sinks=[sink],
                 run_user=claimed.owner,  # MLflow's "Created by": the member who submitted it
+                in_process=not settings.trials_through_ray,  # Ray only where the work needs it
             )
         finally:
             heartbeat.stop()  # before any final write, and before the handlers are restored

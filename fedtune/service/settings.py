@@ -104,12 +104,18 @@ class Settings(BaseSettings):
     #: admin) instead of using the token ``fedtune serve`` keeps in ``<workdir>/admin-token``:
     #: only on loopback and with no users in the database (``fedtune serve --insecure-open``)
     insecure_open: bool = False
-    #: where study drivers run: ``local`` (a child process of the service, embedded Ray),
+    #: where study drivers run: ``local`` (a child process of the service; its trials in it or on an embedded Ray),
     #: ``ray`` (a Ray Jobs API job on ``RAY_ADDRESS``), ``kubernetes`` (a KubeRay RayJob per
     #: study), ``none`` (studies are accepted and stay queued)
     backend: BackendKind = BackendKind.LOCAL
     #: studies whose drivers run at once; the others wait, queued
     max_concurrent_studies: int = Field(2, ge=1, le=10_000)
+    #: run every study's trials as Ray Tune trial processes (``fedtune tune --ray``). Unset, a
+    #: ``local`` driver trains a study whose trials fit its own process there, without Ray
+    #: (one configuration at a time on the CPU, one pack of all of them, or a pack the cost
+    #: estimate places there: ``fedtune.tuning.driver.placement``); a driver given a Ray
+    #: cluster (``ray``, ``kubernetes``) always runs its trials through Ray
+    trials_through_ray: bool = False
     #: OpenID Connect (``fedtune.service.oidc``): bearer JWTs of this issuer authenticate users
     oidc_issuer: str | None = None
     #: the ``aud`` the JWTs must carry; unset: ``fedtune``

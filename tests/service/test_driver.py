@@ -35,7 +35,9 @@ def _rows(*losses: float, start: int = 1) -> list[dict]:
     return [{"round": r, "client_loss": v, "update_norm": 1.0} for r, v in enumerate(losses, start)]
 
 
-def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks, trials=None, run_user=None):
+def fake_run_study(
+    spec, workdir, *, tracking_uri, ray_address, sinks, trials=None, run_user=None, in_process=False
+):
     """Two trials as Tune reports them: results in batches, a completion, an error."""
     [sink] = sinks
     fake_run_study.seen = {
@@ -43,6 +45,7 @@ def fake_run_study(spec, workdir, *, tracking_uri, ray_address, sinks, trials=No
         "tracking_uri": tracking_uri,
         "ray": ray_address,
         "run_user": run_user,
+        "in_process": in_process,
     }
     t0, t1 = _trial(0), _trial(1)
     sink.on_trial_start(0, [], t0)
@@ -80,6 +83,15 @@ def test_the_driver_records_trials_and_the_final_state(ctx: ServiceContext) -> N
     assert fake_run_study.seen["workdir"] == study_workdir(ctx.settings, sid)
     assert fake_run_study.seen["tracking_uri"].endswith(f"studies/{sid}/mlflow.db")
     assert fake_run_study.seen["run_user"] == ANONYMOUS_ADMIN.name  # who submitted it
+    assert fake_run_study.seen["in_process"] is True  # trials that fit the driver train there
+    assert_fake_study_recorded(ctx, sid)
+
+
+def test_trials_through_ray_keeps_every_trial_out_of_the_driver(ctx: ServiceContext) -> None:
+    sid = running_study(ctx)
+    settings = ctx.settings.model_copy(update={"trials_through_ray": True})
+    assert run_driver(sid, settings, 1, run_study=fake_run_study) == 0
+    assert fake_run_study.seen["in_process"] is False  # run_study then never places them here
     assert_fake_study_recorded(ctx, sid)
 
 
@@ -395,7 +407,8 @@ def test_ray_not_starting_under_the_real_run_study_requeues_the_study(
     sid = submit_study(ctx, tiny_spec())[0].id
     assert scheduler.tick().dispatched == [sid]
     sleeps = []
-    assert run_driver(sid, ctx.settings, 1, sleep=sleeps.append) == EXIT_REQUEUED
+    through_ray = ctx.settings.model_copy(update={"trials_through_ray": True})  # else no Ray
+    assert run_driver(sid, through_ray, 1, sleep=sleeps.append) == EXIT_REQUEUED
     study = _study(ctx, sid)
     assert len(calls) == 2 and sleeps == [2.0] and study.state == StudyState.QUEUED
     assert study.error.startswith("RayStartError: Ray did not start (embedded) after 2 attempt(s)")

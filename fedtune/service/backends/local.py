@@ -1,4 +1,5 @@
-"""``local`` backend: the driver is a child process of the service, running embedded Ray.
+"""``local`` backend: the driver is a child process of the service; its trials run in it or on an
+embedded Ray (``FEDTUNE_TRIALS_THROUGH_RAY``, ``fedtune.tuning.driver.placement``).
 
 Each driver starts in its own session (``start_new_session``), so it leads a process group that
 also holds the Ray processes it spawns. Stopping a study first sends SIGINT to the driver alone
