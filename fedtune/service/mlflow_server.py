@@ -127,8 +127,9 @@ class MlflowServer:
         return env
 
     def argv(self, mlflow: str) -> list[str]:
-        """The ``mlflow server`` command (the store comes from the environment, not argv,
-        which every user of the machine can read).
+        """The ``mlflow server`` command this server is (the store comes from the environment,
+        not argv, which every user of the machine can read). ``fedtune mlflow-server`` runs its
+        :meth:`options` in one process of its own (:mod:`.mlflow_run`) instead.
 
         Args:
             mlflow: the ``mlflow`` executable.
@@ -136,10 +137,16 @@ class MlflowServer:
         Returns:
             The argv.
         """
+        return [mlflow, "server", *self.options()]
+
+    def options(self) -> list[str]:
+        """``mlflow server``'s options for this server.
+
+        Returns:
+            The options, each ``--name=value`` or a flag.
+        """
         artifacts = self.artifacts_destination or str(self.root.resolve() / "artifacts")
-        argv = [
-            mlflow,
-            "server",
+        options = [
             "--enable-workspaces",
             "--app-name=fedtune",
             f"--host={self.host}",
@@ -150,11 +157,11 @@ class MlflowServer:
         ]
         hosts = access.allowed_hosts(self.served, self.allowed_hosts)
         if hosts:
-            argv.append(f"--allowed-hosts={','.join(hosts)}")
+            options.append(f"--allowed-hosts={','.join(hosts)}")
         origins = access.cors_origins(self.served, self.cors_allowed_origins)
         if origins:
-            argv.append(f"--cors-allowed-origins={','.join(origins)}")
-        return argv
+            options.append(f"--cors-allowed-origins={','.join(origins)}")
+        return options
 
     def prepare(self, environ: Mapping[str, str]) -> str:
         """Make its folder (0700), its admin password when none is given, and its auth config.
