@@ -3,8 +3,10 @@
 ``fedtune mlflow-server`` runs it on one machine with what the Helm chart's MLflow Deployment
 sets, so that nobody copies the recipe by hand (``docs/how-to/team-one-machine.md``):
 
-* ``mlflow server --enable-workspaces --app-name fedtune`` (MLflow's basic-auth app with the
-  user list scoped to a caller's workspaces: :mod:`.mlflow_app`), serving artifacts;
+* what ``mlflow server --enable-workspaces --app-name fedtune`` runs (MLflow's basic-auth app
+  with the user list scoped to a caller's workspaces: :mod:`.mlflow_app`), serving artifacts, in
+  one process of its own (:mod:`.mlflow_run`: the variables and uvicorn settings MLflow's command
+  gives its worker, without that command and its prepare step as processes of their own);
 * a basic-auth config where nobody may do anything by default (``NO_PERMISSIONS``, no default
   workspace): fedtune's service grants each project's members their workspace
   (:mod:`.mlflow_tenancy`);
@@ -12,7 +14,8 @@ sets, so that nobody copies the recipe by hand (``docs/how-to/team-one-machine.m
   and kept in ``<dir>/admin-password`` (0600), which the service is then given as
   ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``; the Flask session key is derived from it, as the chart does;
 * ``mlflow db upgrade`` of the store before the server starts (the chart's init container),
-  then its login store (tables, admin) made once, before the workers start;
+  then its login store (tables, admin) made once, before the workers start (a failure: one
+  line, exit 2);
 * no jobs run by the server, and MLflow's default roles not seeded;
 * MLflow's Host and origin checks on, accepting loopback (the service's own connection), the
   bind address and the URLs the members' browsers open (``--public-url``), computed once in
