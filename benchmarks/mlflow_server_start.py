@@ -100,8 +100,8 @@ def one_start(root: Path, timeout: float = 180.0) -> dict:
         procs: list[dict] = []
         try:
             while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"exited {proc.returncode}: {Path(tmp, 'log').read_text()}")
+                if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    raise RuntimeError(f"exited: {Path(tmp, 'log').read_text()}")
                 if time.monotonic() - start > timeout:
                     raise TimeoutError(Path(tmp, "log").read_text()[-2000:])
                 try:
@@ -114,11 +114,11 @@ def one_start(root: Path, timeout: float = 180.0) -> dict:
                 time.sleep(0.1)
             healthy_wall = time.monotonic() - start
         finally:
+            log.close()
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            log.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     return {
         "root": str(root),
         "healthy_cpu_s": round(sum(p["own_s"] + p["waited_children_s"] for p in procs), 2),

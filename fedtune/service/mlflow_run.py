@@ -12,7 +12,9 @@ then does, in one interpreter, what three did before (a prepare step, ``mlflow s
    own), set before anything imports ``mlflow.server``, which reads them at import;
 2. ``mlflow db upgrade`` of the store (the chart's init container), then MLflow's login store
    made (tables, admin) once, before any worker: a failure is one line and exit 2, as before,
-   and their output is kept out of the server's log;
+   and their output is kept out of the server's log. A new SQLite store starts as a copy of
+   the migrated empty store fedtune keeps per MLflow version when a study on this machine made
+   it (:mod:`fedtune.tuning.mlflow.sqlite_template`): the upgrade then has nothing to do;
 3. the banner, then the stores opened as ``mlflow server`` opens them (exit 1 on an error);
 4. ``uvicorn.run`` of fedtune's app (the ``mlflow.app`` entry point ``fedtune``) with MLflow's
    log config: in this process for one worker, else uvicorn's supervisor here and its worker
@@ -149,6 +151,10 @@ def prepare_store(store_uri: str) -> str | None:
     """
     with _quiet():
         try:
+            from fedtune.tuning.mlflow.sqlite_template import seed_sqlite_store
+
+            # a new SQLite store: a copy of what the migrations make (the template a study made)
+            seed_sqlite_store(store_uri, default_experiment=False)
             from mlflow.db import upgrade
 
             upgrade.main([store_uri], standalone_mode=False)
