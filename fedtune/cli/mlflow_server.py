@@ -1,10 +1,12 @@
 """``fedtune mlflow-server``: MLflow's tracking server with a workspace per project and logins.
 
 The server a team's ``fedtune serve`` logs to (``FEDTUNE_MLFLOW_WORKSPACES``), run as the Helm
-chart runs it (``fedtune.service.mlflow_server``): ``mlflow db upgrade``, then ``mlflow server
---enable-workspaces --app-name fedtune`` with basic auth, no permission by default, and an admin
-password from ``MLFLOW_AUTH_ADMIN_PASSWORD`` or made once in ``<dir>/admin-password``. It prints
-how to start the service against it, then becomes the server (Ctrl-C stops it).
+chart runs it (``fedtune.service.mlflow_server``): ``mlflow db upgrade``, then what ``mlflow server
+--enable-workspaces --app-name fedtune`` runs, with basic auth, no permission by default, and an
+admin password from ``MLFLOW_AUTH_ADMIN_PASSWORD`` or made once in ``<dir>/admin-password``. It
+writes the server's folder, then becomes the server (``exec``: :mod:`fedtune.service.mlflow_run`,
+one process that upgrades the store, prints how to start the service against it and serves;
+Ctrl-C stops it).
 
 MLflow refuses a ``Host`` header or a browser origin it was not given (its guards against DNS
 rebinding and cross-site requests); ``--public-url`` names the address the members' browsers
@@ -14,9 +16,8 @@ open, which it then accepts besides loopback (:mod:`fedtune.service.mlflow_acces
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,23 +30,6 @@ if TYPE_CHECKING:
     from fedtune.service.mlflow_server import MlflowServer
 
 __all__ = ["banner", "make_server", "public_urls", "register"]
-
-#: run once before ``mlflow server`` starts its workers: ``mlflow db upgrade`` of the store in
-#: ``MLFLOW_BACKEND_STORE_URI`` (never on a command line; exit 1 on failure), then its login
-#: store made, tables and admin (exit 3). MLflow's own command makes
-#: the login store first only for ``--app-name basic-auth``; with fedtune's app each worker made
-#: it at once, and on PostgreSQL all but one crashed creating its tables and were restarted.
-_PREPARE = """
-import os, sys
-from mlflow.db import upgrade
-upgrade.main([os.environ["MLFLOW_BACKEND_STORE_URI"]], standalone_mode=False)
-try:
-    from mlflow.server.auth import bootstrap_admin_user
-    bootstrap_admin_user()
-except Exception as exc:
-    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
-    sys.exit(3)
-"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -105,6 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from fedtune.errors import ConfigError
     from fedtune.service.child_env import mlflow_server_env
+    from fedtune.service.mlflow_run import BANNER_VARIABLE
 
     from .serve import require_free_port
 
@@ -116,21 +101,14 @@ def run(args: argparse.Namespace) -> int:
     environ = mlflow_server_env()
     server = make_server(args, environ)
     require_free_port(args.host, args.port, "another MLflow server?")
-    mlflow = Path(sys.executable).with_name("mlflow")
-    mlflow_bin = str(mlflow) if mlflow.exists() else shutil.which("mlflow")
-    if mlflow_bin is None:
-        raise ConfigError("mlflow", "the mlflow command is not installed next to fedtune")
+    if importlib.util.find_spec("mlflow") is None:
+        raise ConfigError("mlflow", "MLflow is not installed next to fedtune")
     password = server.prepare(environ)
     env = server.env(password, environ)
-    prepared = subprocess.run(
-        [sys.executable, "-c", _PREPARE], env=env, capture_output=True, text=True, check=False
-    )
-    if prepared.returncode != 0:
-        last = (prepared.stderr.strip().splitlines() or ["(no output)"])[-1]
-        what = "its login store" if prepared.returncode == 3 else "mlflow db upgrade"
-        raise ConfigError("--backend-store-uri", f"{what} failed: {last}")
-    print(banner(server, given="MLFLOW_AUTH_ADMIN_PASSWORD" in environ), flush=True)
-    os.execve(mlflow_bin, server.argv(mlflow_bin), env)
+    env[BANNER_VARIABLE] = banner(server, given="MLFLOW_AUTH_ADMIN_PASSWORD" in environ)
+    # -P: the working directory is not put on sys.path (an mlflow.py there is not imported)
+    python = [sys.executable, "-P", "-m", "fedtune.service.mlflow_run"]
+    os.execve(sys.executable, [*python, *server.options()], env)
     return 0  # not reached
 
 

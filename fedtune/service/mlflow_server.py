@@ -3,8 +3,10 @@
 ``fedtune mlflow-server`` runs it on one machine with what the Helm chart's MLflow Deployment
 sets, so that nobody copies the recipe by hand (``docs/how-to/team-one-machine.md``):
 
-* ``mlflow server --enable-workspaces --app-name fedtune`` (MLflow's basic-auth app with the
-  user list scoped to a caller's workspaces: :mod:`.mlflow_app`), serving artifacts;
+* what ``mlflow server --enable-workspaces --app-name fedtune`` runs (MLflow's basic-auth app
+  with the user list scoped to a caller's workspaces: :mod:`.mlflow_app`), serving artifacts, in
+  one process of its own (:mod:`.mlflow_run`: the variables and uvicorn settings MLflow's command
+  gives its worker, without that command and its prepare step as processes of their own);
 * a basic-auth config where nobody may do anything by default (``NO_PERMISSIONS``, no default
   workspace): fedtune's service grants each project's members their workspace
   (:mod:`.mlflow_tenancy`);
@@ -12,7 +14,8 @@ sets, so that nobody copies the recipe by hand (``docs/how-to/team-one-machine.m
   and kept in ``<dir>/admin-password`` (0600), which the service is then given as
   ``FEDTUNE_MLFLOW_ADMIN_PASSWORD``; the Flask session key is derived from it, as the chart does;
 * ``mlflow db upgrade`` of the store before the server starts (the chart's init container),
-  then its login store (tables, admin) made once, before the workers start;
+  then its login store (tables, admin) made once, before the workers start (a failure: one
+  line, exit 2);
 * no jobs run by the server, and MLflow's default roles not seeded;
 * MLflow's Host and origin checks on, accepting loopback (the service's own connection), the
   bind address and the URLs the members' browsers open (``--public-url``), computed once in
@@ -127,8 +130,9 @@ class MlflowServer:
         return env
 
     def argv(self, mlflow: str) -> list[str]:
-        """The ``mlflow server`` command (the store comes from the environment, not argv,
-        which every user of the machine can read).
+        """The ``mlflow server`` command this server is (the store comes from the environment,
+        not argv, which every user of the machine can read). ``fedtune mlflow-server`` runs its
+        :meth:`options` in one process of its own (:mod:`.mlflow_run`) instead.
 
         Args:
             mlflow: the ``mlflow`` executable.
@@ -136,10 +140,16 @@ class MlflowServer:
         Returns:
             The argv.
         """
+        return [mlflow, "server", *self.options()]
+
+    def options(self) -> list[str]:
+        """``mlflow server``'s options for this server.
+
+        Returns:
+            The options, each ``--name=value`` or a flag.
+        """
         artifacts = self.artifacts_destination or str(self.root.resolve() / "artifacts")
-        argv = [
-            mlflow,
-            "server",
+        options = [
             "--enable-workspaces",
             "--app-name=fedtune",
             f"--host={self.host}",
@@ -150,11 +160,11 @@ class MlflowServer:
         ]
         hosts = access.allowed_hosts(self.served, self.allowed_hosts)
         if hosts:
-            argv.append(f"--allowed-hosts={','.join(hosts)}")
+            options.append(f"--allowed-hosts={','.join(hosts)}")
         origins = access.cors_origins(self.served, self.cors_allowed_origins)
         if origins:
-            argv.append(f"--cors-allowed-origins={','.join(origins)}")
-        return argv
+            options.append(f"--cors-allowed-origins={','.join(origins)}")
+        return options
 
     def prepare(self, environ: Mapping[str, str]) -> str:
         """Make its folder (0700), its admin password when none is given, and its auth config.

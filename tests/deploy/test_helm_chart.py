@@ -610,7 +610,7 @@ def test_mlflow_uses_its_own_postgres_database_and_the_artifact_pvc(
     deployment = one(manifests, "Deployment", f"{FULLNAME}-mlflow")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     # with workspaces (the default: the API is never open) `fedtune mlflow-server` writes the
-    # basic-auth settings, then execs `mlflow server`
+    # basic-auth settings, then execs its one server process (`fedtune.service.mlflow_run`)
     assert container["command"] == WORKSPACES
     assert (
         container_env(container)["MLFLOW_BACKEND_STORE_URI"]["valueFrom"]["secretKeyRef"]["name"]

@@ -1,7 +1,8 @@
-"""``fedtune mlflow-server`` makes MLflow's login store once, before ``mlflow server`` starts its
-workers: the chart runs MLflow with two, and when each worker made the store itself, on a new
-PostgreSQL database all but one crashed creating its tables (``UniqueViolation``) and uvicorn
-restarted them (71 s of the cluster in a box's start, ``tests/deploy/test_cluster_box.py``)."""
+"""``fedtune mlflow-server`` makes MLflow's login store once, before uvicorn starts its workers
+(``fedtune.service.mlflow_run.prepare_store``): the chart runs MLflow with two, and when each
+worker made the store itself, on a new PostgreSQL database all but one crashed creating its
+tables (``UniqueViolation``) and uvicorn restarted them (71 s of the cluster in a box's start,
+``tests/deploy/test_cluster_box.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import httpx
 
-from fedtune.cli.mlflow_server import _PREPARE
 from fedtune.service.child_env import mlflow_server_env
 from fedtune.service.mlflow_server import MlflowServer
 from tests.integration.conftest import stop_group
@@ -28,8 +28,13 @@ def test_the_login_store_and_its_admin_exist_before_any_worker_starts(tmp_path: 
     server = MlflowServer(tmp_path / "m", port=5000, backend_store_uri=f"sqlite:///{store}")
     environ = {**mlflow_server_env(), "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN_PASSWORD}
     env = server.env(server.prepare(environ), environ)
+    prepare = (
+        "import os, sys; from fedtune.service.mlflow_run import prepare_store; "
+        "failed = prepare_store(os.environ['MLFLOW_BACKEND_STORE_URI']); "
+        "sys.exit(failed)"  # None: exit 0
+    )
     done = subprocess.run(
-        [sys.executable, "-c", _PREPARE], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", prepare], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     with sqlite3.connect(store) as db:

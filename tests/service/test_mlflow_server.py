@@ -239,3 +239,119 @@ def test_the_settings_files_public_url_is_served_as_the_option_would(tmp_path: P
     )
     apply_config(given)  # the option wins over the file
     assert [url.url for url in make_server(given, {}).public_urls] == ["http://other.lan:5000"]
+
+
+# ---- the one process fedtune mlflow-server becomes (fedtune/service/mlflow_run.py) -------------
+
+#: runs MLflow's own ``mlflow server`` command with fedtune's options up to where it would spawn
+#: uvicorn, and prints that command and the environment it would give it
+_MLFLOWS_OWN = """
+import json, os, sys
+import mlflow.server
+from mlflow.cli import server
+before = dict(os.environ)
+seen = {}
+class Done:
+    pid = 0
+    def poll(self): return 0
+    def wait(self): return 0
+def spawn(cmd, extra_env=None, **kwargs):
+    seen.update(cmd=cmd, env={**os.environ, **(extra_env or {})})
+    return Done()
+mlflow.server._exec_cmd = spawn
+server.main(sys.argv[1:], standalone_mode=False)
+added = {k: v for k, v in seen["env"].items() if before.get(k) != v}
+print(json.dumps({"cmd": seen["cmd"], "env": added}))
+"""
+
+
+def test_the_one_process_serves_what_mlflow_server_would_start(tmp_path):
+    """The variables and uvicorn settings of :mod:`fedtune.service.mlflow_run` are those MLflow's
+    own command gives its uvicorn worker, for the same options (so an MLflow upgrade that adds
+    one fails here)."""
+    from fedtune.service import mlflow_run
+
+    server = _server(
+        "--host=0.0.0.0",
+        "--port=5123",
+        "--workers=2",
+        "--public-url=http://box.test:5123",
+        "--allowed-hosts=box:5000",
+    )
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {
+        **mlflow_server_env(),
+        "MLFLOW_BACKEND_STORE_URI": store,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _MLFLOWS_OWN, *server.options()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    mlflows = json_line(done.stdout)
+    options = mlflow_run.parse_options(server.options())
+    ours = mlflow_run.worker_env(options, store)
+    # made here before any worker, as MLflow does for its own basic-auth app
+    assert ours.pop("_MLFLOW_AUTH_ADMIN_BOOTSTRAPPED") == "true"
+    theirs = mlflows["env"]
+    assert (
+        len(ours.pop("_MLFLOW_SERVER_BOOT_ID")) == len(theirs.pop("_MLFLOW_SERVER_BOOT_ID")) == 32
+    )
+    assert ours == theirs
+    from mlflow.server import _UVICORN_LOG_CONFIG
+
+    # what mlflow_run passes uvicorn.run: the same app, log config, address and workers
+    assert mlflows["cmd"][1:] == [
+        *("-m", "uvicorn", "--log-config", str(_UVICORN_LOG_CONFIG)),
+        *("--host", options.host, "--port", str(options.port), "--workers", str(options.workers)),
+        *("--factory", mlflow_run.APP),
+    ]
+    assert (options.host, options.port, options.workers) == ("0.0.0.0", 5123, 2)
+    notice = done.stderr.strip().splitlines()[-1]
+    assert notice == mlflow_run.security_notice(options)
+
+
+def json_line(stdout: str) -> dict:
+    """The last line of a process's output, parsed as JSON."""
+    import json
+
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def test_a_store_that_fails_to_upgrade_or_to_take_its_admin_is_one_line_and_exit_2(tmp_path):
+    with socket.socket() as probe:  # a port nobody listens on: it fails before it binds
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cli = [sys.executable, "-m", "fedtune.cli", "mlflow-server", "--port", str(port)]
+    (tmp_path / "a-file").write_text("")
+    env = {
+        **mlflow_server_env(),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": "an-admin-password-0123",
+        "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{tmp_path / 'a-file' / 'mlflow.db'}",
+    }
+    bad_store = subprocess.run(
+        [*cli, "--dir", str(tmp_path / "s")], env=env, capture_output=True, text=True
+    )
+    assert bad_store.returncode == 2, bad_store.stderr[-2000:]
+    assert bad_store.stderr.strip().splitlines() == [
+        "fedtune: error: --backend-store-uri: mlflow db upgrade failed: FileExistsError: "
+        f"[Errno 17] File exists: '{tmp_path / 'a-file'}'"
+    ]
+    assert bad_store.stdout == ""  # no banner: nothing serves
+    env.update(
+        MLFLOW_AUTH_ADMIN_PASSWORD="short", MLFLOW_BACKEND_STORE_URI=f"sqlite:///{tmp_path}/m.db"
+    )
+    bad_admin = subprocess.run(
+        [*cli, "--dir", str(tmp_path / "a")], env=env, capture_output=True, text=True
+    )
+    assert bad_admin.returncode == 2, bad_admin.stderr[-2000:]
+    lines = bad_admin.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "fedtune: error: --backend-store-uri: its login store failed: MlflowException: "
+    )
+    assert "at least 12 characters" in lines[0]
+    assert bad_admin.stdout == ""

@@ -462,3 +462,27 @@ def test_a_deferred_implementation_is_imported_when_first_called() -> None:
     assert Deferred("fedtune.trainers.models.basic", "mlp") != Deferred(
         "fedtune.trainers.models.basic", "cnn"
     )
+
+
+def test_a_servers_seeded_store_is_what_mlflow_db_upgrade_makes(
+    tmp_path: Path, cache: Path
+) -> None:
+    """``fedtune mlflow-server``'s new SQLite store (``default_experiment=False``): every table
+    and row as ``mlflow db upgrade`` leaves a new store, no ``Default`` experiment (the server
+    makes it with its own artifact root), from a template a study made."""
+    from mlflow.db import upgrade
+
+    made = tmp_path / "upgraded.db"
+    upgrade.main([f"sqlite:///{made}"], standalone_mode=False)
+    seeded = tmp_path / "s" / "mlflow.db"
+    assert not seed_sqlite_store(f"sqlite:///{seeded}", default_experiment=False)
+    assert not template_path().exists() and not seeded.exists()  # a server builds none
+    assert seed_sqlite_store(f"sqlite:///{tmp_path / 'study.db'}")  # a study builds it
+    assert seed_sqlite_store(f"sqlite:///{seeded}", default_experiment=False)
+    assert _schema(seeded) == _schema(made)
+    tables = [name for kind, name, _ in _schema(made) if kind == "table"]
+    assert "experiments" in tables and "alembic_version" in tables
+    for table in tables:
+        every = f'SELECT * FROM "{table}" ORDER BY 1'
+        assert _rows(seeded, every) == _rows(made, every), table
+    assert _rows(seeded, "SELECT count(*) FROM experiments") == [(0,)]

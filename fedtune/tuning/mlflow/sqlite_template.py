@@ -15,7 +15,10 @@ process (``<cwd>/mlruns/0``, now). MLflow then finds all its tables and verifies
 version as for any existing store: a template that does not match the installed MLflow fails
 loudly there, never silently. Only a file that does not exist yet is created (``os.link`` of a
 complete temporary copy: never a partial file, never over another process's store); when the
-cache cannot be written, MLflow creates the store itself as before.
+cache cannot be written, MLflow creates the store itself as before. ``fedtune mlflow-server``'s
+new SQLite store is a copy too when the template exists (a study on this machine made it),
+without the ``Default`` experiment: what ``mlflow db upgrade`` makes, which it then runs on it
+(:mod:`fedtune.service.mlflow_run`).
 """
 
 from __future__ import annotations
@@ -77,10 +80,24 @@ def _build_template(template: Path) -> None:
         os.replace(ready, template)
 
 
-def seed_sqlite_store(uri: str, cache: Path | None = None) -> bool:
+def seed_sqlite_store(
+    uri: str, cache: Path | None = None, *, default_experiment: bool = True
+) -> bool:
     """Create the SQLite store of ``uri`` as a copy of the cached empty store; True if it did.
 
     Does nothing (False) for other URIs, an existing file, or a cache that cannot be written.
+
+    Args:
+        uri: the store's URI.
+        cache: the template's folder (default: :func:`cache_dir`).
+        default_experiment: keep the ``Default`` experiment, as this process's MLflow client
+            would have made it; False: none, the store as ``mlflow db upgrade`` leaves it (a
+            tracking server then makes it with its own artifact root), and only from a template
+            that exists: a tracking server's environment (workspaces on) is not the one to
+            build it in (MLflow's client refuses a store without a workspace there).
+
+    Returns:
+        Whether it created the store.
     """
     path = sqlite_path(uri)
     if path is None or path.exists():
@@ -88,11 +105,16 @@ def seed_sqlite_store(uri: str, cache: Path | None = None) -> bool:
     try:
         template = template_path(cache)
         if not template.is_file():
+            if not default_experiment:
+                return False
             _build_template(template)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.seed")
         _snapshot(template, tmp)
-        _as_new(tmp)
+        if default_experiment:
+            _as_new(tmp)
+        else:
+            _without_default(tmp)
         try:
             os.link(tmp, path)  # fails if the store appeared meanwhile: keep that one
         except FileExistsError:
@@ -115,3 +137,9 @@ def _as_new(db: Path) -> None:
             "last_update_time = ? WHERE experiment_id = 0",
             (location, now, now),
         )
+
+
+def _without_default(db: Path) -> None:
+    """No ``Default`` experiment: the store as ``mlflow db upgrade`` makes it."""
+    with contextlib.closing(sqlite3.connect(db)) as con, con:
+        con.execute("DELETE FROM experiments WHERE experiment_id = 0")
