@@ -112,10 +112,19 @@ def test_cache_dir_precedence(tmp_path: Path) -> None:
     assert sqlite_template.cache_dir(env) == tmp_path
 
 
-def _imported_after(*codes: str) -> list[set[str]]:
-    """Top-level modules a fresh interpreter has loaded after running each of ``codes`` in
-    turn (one interpreter: a snapshot of ``sys.modules`` after each)."""
-    snap = "import json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+def _imported_after(*codes: str, full: bool = False) -> list[set[str]]:
+    """Modules a fresh interpreter has loaded after running each of ``codes`` in turn (one
+    interpreter: a snapshot of ``sys.modules`` after each).
+
+    Args:
+        *codes: Python code, run one after the other.
+        full: Whole module names (default: their top-level packages only).
+
+    Returns:
+        One set of names per code.
+    """
+    names = "sys.modules" if full else "{m.split('.')[0] for m in sys.modules}"
+    snap = f"import json, sys\nprint(json.dumps(sorted({names})))"
     probe = "\n".join(f"{code}\n{snap}" for code in codes)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
@@ -151,19 +160,76 @@ def _open_stores_code(workdir: Path) -> str:
     )
 
 
+#: what Ray loads in a trial's worker before the trial itself: Ray Tune's function trainable
+#: (the module of the trial's actor class, ``ImplicitFunc``; Ray's own imports: pandas, pyarrow)
+_RAY_TUNE_WORKER = "import ray.tune.trainable.function_trainable"
+
+
+def _trial_unpickle_code() -> str:
+    """Unpickle a trial as its Ray worker does: ``with_parameters`` ships ``train_pack`` by
+    reference and the study by value (here a ``functools.partial`` in Ray's cloudpickle)."""
+    import base64
+    import functools
+
+    from ray import cloudpickle
+
+    from fedtune.tuning.trials.trainable import train_pack
+
+    trial = functools.partial(train_pack, spec=tiny_spec("trial"), box=None)
+    blob = base64.b64encode(cloudpickle.dumps(trial)).decode()
+    return textwrap.dedent(
+        f"""
+        import base64, pickle
+        trial = pickle.loads(base64.b64decode({blob!r}))
+        assert trial.keywords["spec"].name == "trial" and callable(trial)
+        """
+    )
+
+
 @pytest.fixture(scope="module")
-def imports_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[str], set[str]]:
-    """One fresh interpreter: the modules loaded after the driver's and a trial's imports, then
-    after opening a new study's stores (which needs those imports first anyway)."""
+def imports_probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+    """One fresh interpreter, its modules (whole names) after each step: Ray Tune's worker
+    imports (``tune``), a trial unpickled as its worker does (``trial``), the driver's and a
+    trial's imports (``driver``), then opening a new study's stores (``stores``, which needs
+    those imports first anyway)."""
     workdir = tmp_path_factory.mktemp("imports") / "w"
-    after_imports, after_stores = _imported_after(_DRIVER_IMPORTS, _open_stores_code(workdir))
-    return after_imports, after_stores
+    steps = (_RAY_TUNE_WORKER, _trial_unpickle_code(), _DRIVER_IMPORTS, _open_stores_code(workdir))
+    names = ("tune", "trial", "driver", "stores")
+    return dict(zip(names, _imported_after(*steps, full=True), strict=True))
+
+
+#: what a trial process never needs: the driver's stores and searcher, the figures, SciPy and
+#: scikit-learn (the digits task reads its own copy of the data)
+_NOT_IN_A_TRIAL = {"mlflow", "optuna", "matplotlib", "sklearn", "scipy", "sqlalchemy", "alembic"}
+#: fedtune's parts that only the driver, the service or the command line use
+_DRIVER_PARTS = (
+    "fedtune.tuning.driver",
+    "fedtune.tuning.mlflow",
+    "fedtune.tuning.optuna",
+    "fedtune.tuning.analysis",
+    "fedtune.service",
+    "fedtune.cli",
+)
+
+
+def test_a_trial_process_adds_only_the_engine_to_ray_tune(imports_probe) -> None:
+    """A Ray Tune trial's worker loads Ray Tune itself first (its actor class); unpickling the
+    trial then adds fedtune's engine and spec, torch and pydantic, and nothing of the driver:
+    no MLflow, Optuna, matplotlib, SciPy or scikit-learn, no driver or service module
+    (docs/explanation/architecture.md, *What a trial process imports*)."""
+    tune, trial = imports_probe["tune"], imports_probe["trial"]
+    added = trial - tune
+    assert "fedtune.tuning.trials.trainable" in added and "torch" in added
+    assert not trial & _NOT_IN_A_TRIAL
+    assert not [m for m in trial if m.startswith(_DRIVER_PARTS)]
+    third_party = {m.split(".")[0] for m in added} - sys.stdlib_module_names
+    assert third_party <= {"fedtune", "torch", "torchgen", "pydantic"}
 
 
 def test_driver_and_trial_imports_leave_mlflow_and_matplotlib_out(imports_probe) -> None:
     """The driver imports MLflow in a thread while Ray starts; a trial process needs neither
     MLflow nor matplotlib (figures are drawn by the driver at the end)."""
-    loaded, _ = imports_probe
+    loaded = imports_probe["driver"]
     assert "ray" in loaded and "optuna" in loaded
     assert "mlflow" not in loaded
     assert "matplotlib" not in loaded
@@ -337,7 +403,7 @@ def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(imports_probe) 
     """The stores' thread (MLflow store, parent run) runs while Ray and the
     first trial's worker start, on the same CPUs; the figures' matplotlib (~0.6 s of CPU) is
     imported once the first trial runs instead (``startup.import_soon``), not there."""
-    _, loaded = imports_probe
+    loaded = imports_probe["stores"]
     assert "mlflow" in loaded and "matplotlib" not in loaded
 
 
