@@ -11,7 +11,7 @@ process). Then it stops the session (SIGTERM) and records the whole tree's CPU a
 ``--root A --root B`` interleaves two checkouts (A B A B …; each imported through
 ``PYTHONPATH``), so that a change is measured against its parent under the same load.
 
-Usage: ``python benchmarks/mlflow_server_start.py --root /work/main --root . --repeats 3
+Usage: ``python benchmarks/mlflow_server_start.py --root ../before --root . --repeats 3
 [--out PATH]`` (writes ``benchmarks/results/mlflow_server_start.json``).
 """
 
