@@ -28,7 +28,7 @@ import importlib
 import importlib.metadata
 import inspect
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -195,13 +195,17 @@ def caller_location() -> str:
 
 
 class Registry(Generic[T]):
-    """Name -> entry for one kind; ``load_builtins`` imports the modules that register built-ins."""
+    """Name -> entry for one kind; ``builtins`` gives the built-in entries, registered the first
+    time the registry is used (``(name, entry, module)``: the module is the entry's origin)."""
 
-    def __init__(self, kind: str, field: str, load_builtins: Callable[[], None]) -> None:
+    def __init__(
+        self, kind: str, field: str, builtins: Callable[[], Iterable[tuple[str, T, str]]]
+    ) -> None:
         self.kind = kind
         self.group = GROUPS[kind]
         self.field = field
-        self._load_builtins = load_builtins
+        self._builtins = builtins
+        self._builtins_loaded = False
         self._entries: dict[str, T] = {}
         self._origins: dict[str, Origin] = {}
         self._modules: dict[str, str] = {}
@@ -224,6 +228,14 @@ class Registry(Generic[T]):
         self._entries[name] = entry
         self._origins[name] = _origin_of(module)
         self._modules[name] = module
+
+    def _load_builtins(self) -> None:
+        """Register the built-in entries, once."""
+        if self._builtins_loaded:
+            return
+        for name, entry, module in self._builtins():
+            self.add(name, entry, module=module)
+        self._builtins_loaded = True
 
     # -- lookup -------------------------------------------------------------------
     def all(self) -> dict[str, T]:

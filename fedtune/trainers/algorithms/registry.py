@@ -12,6 +12,7 @@ recipes by name; other modules add methods with :func:`register`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from fedtune.errors import ConfigError
@@ -36,20 +37,19 @@ __all__ = [
 ]
 
 
-def _load_builtins() -> None:
+def _builtins() -> Iterator[tuple[str, Recipe, str]]:
+    """The built-in recipes (``local_methods.RECIPES``, ``extensions.RECIPES``: their metadata,
+    no torch), registered by the registry: no import side effect."""
     from . import extensions, local_methods
 
-    if not _BUILTINS_LOADED:  # the registry registers the built-ins: no import side effect
-        for module in (local_methods, extensions):
-            for recipe in module.RECIPES:
-                REGISTRY.add(recipe.name, recipe, module=module.__name__)
-        _BUILTINS_LOADED.append(True)
+    return (
+        (recipe.name, recipe, module.__name__)
+        for module in (local_methods, extensions)
+        for recipe in module.RECIPES
+    )
 
 
-#: non-empty once the built-in recipes (``local_methods.RECIPES``, ``extensions.RECIPES``: their
-#: metadata, no torch) are registered
-_BUILTINS_LOADED: list[bool] = []
-REGISTRY: Registry[Recipe] = Registry("algorithm", "algorithm", _load_builtins)
+REGISTRY: Registry[Recipe] = Registry("algorithm", "algorithm", _builtins)
 
 
 def register(recipe: Recipe) -> Recipe:

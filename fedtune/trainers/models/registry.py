@@ -7,7 +7,7 @@ built-ins are the table :data:`_BUILTIN`, whose factories are imported when a mo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..plugins import Deferred, Origin, Registry
@@ -40,18 +40,15 @@ _BUILTIN = (
 )
 
 
-def _load() -> None:
-    """Register the built-in models (once)."""
-    if not _BUILTINS_LOADED:
-        for name, module, factory in _BUILTIN:
-            REGISTRY.add(name, Deferred(f"{__package__}.{module}", factory), module=__name__)
-        _BUILTINS_LOADED.append(True)
+def _builtins() -> Iterator[tuple[str, Factory, str]]:
+    """The built-in models, each factory deferred to its module."""
+    return (
+        (name, Deferred(f"{__package__}.{module}", factory), __name__)
+        for name, module, factory in _BUILTIN
+    )
 
 
-_BUILTINS_LOADED: list[bool] = []  # non-empty once the built-in models are registered
-
-
-REGISTRY: Registry[Factory] = Registry("model", "task.model", _load)
+REGISTRY: Registry[Factory] = Registry("model", "task.model", _builtins)
 
 
 def register_model(name: str) -> Callable[[Factory], Factory]:

@@ -8,7 +8,7 @@ through the same :func:`register_task` (see :mod:`fedtune.trainers.plugins`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,21 +45,15 @@ class TaskInfo:
     params: type | None = None
 
 
-def _load_builtin() -> None:
-    """Register the built-in tasks (:mod:`.builtin`: their metadata; a builder's module is
-    imported when the task is built)."""
+def _builtins() -> Iterator[tuple[str, TaskInfo, str]]:
+    """The built-in tasks (:mod:`.builtin`: their metadata; a builder's module is imported when
+    the task is built)."""
     from . import builtin
 
-    if not _BUILTINS_LOADED:
-        for info in builtin.TASKS:
-            REGISTRY.add(info.name, info, module=builtin.__name__)
-        _BUILTINS_LOADED.append(True)
+    return ((info.name, info, builtin.__name__) for info in builtin.TASKS)
 
 
-_BUILTINS_LOADED: list[bool] = []  # non-empty once the built-in tasks are registered
-
-
-REGISTRY: Registry[TaskInfo] = Registry("task", "task.name", _load_builtin)
+REGISTRY: Registry[TaskInfo] = Registry("task", "task.name", _builtins)
 
 
 def register_task(
