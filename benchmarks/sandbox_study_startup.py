@@ -48,8 +48,9 @@ from fedtune.sandbox import Sandbox
 from fedtune.sandbox_net import SandboxNet
 from tests.integration.conftest import stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
+from tests.ports import free_port
 from tests.service.code_fixtures import write_package
-from tests.service.helpers import free_port, tiny_spec
+from tests.service.helpers import tiny_spec
 
 TOKEN = "benchmark-admin-token-0123456789abcdef"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

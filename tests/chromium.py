@@ -13,7 +13,8 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from tests.integration.conftest import free_port, stop_group
+from tests.integration.conftest import stop_group
+from tests.ports import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: a headless browser that reaches nothing but the pages it is given

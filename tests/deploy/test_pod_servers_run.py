@@ -28,7 +28,8 @@ import pytest
 from tests.deploy.conftest import RELEASE, one
 from tests.deploy.test_pod_commands_run import container_env, pod_process
 from tests.needs import need
-from tests.service.helpers import free_port, pg_schema, pg_unreachable_reason
+from tests.ports import free_port
+from tests.service.helpers import pg_schema, pg_unreachable_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.image]
 

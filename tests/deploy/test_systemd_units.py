@@ -28,7 +28,8 @@ import httpx
 import pytest
 
 from tests.integration.conftest import stop_group, wait_http
-from tests.service.helpers import free_ports, until
+from tests.ports import free_ports
+from tests.service.helpers import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

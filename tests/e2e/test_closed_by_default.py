@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.helpers import REPO, Server, free_port
+from tests.ports import free_port
+from tests.service.helpers import REPO, Server
 
 pytestmark = pytest.mark.integration
 

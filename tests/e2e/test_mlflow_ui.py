@@ -20,7 +20,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from fedtune.tuning.mlflow.urls import UI_QUERY
 from tests.chromium import CHROMIUM, HEADLESS
 from tests.integration.conftest import make_quadratic_study
 from tests.needs import need
+from tests.ports import free_port
 
 BIN = Path(sys.executable).parent
 FLAGS = [*HEADLESS, "--virtual-time-budget=15000"]
@@ -50,12 +50,6 @@ STUDY = make_quadratic_study(
     scheduler={"name": "none"},
     budget={"trials": 3, "max_concurrent": 2},
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _plain_env(home: Path) -> dict[str, str]:
@@ -157,7 +151,7 @@ def test_mlflow_ui_shows_the_study(tmp_path):
     assert printed["open the runs"] == result["commands"]["mlflow_page"]
 
     # optuna-dashboard, as printed: serves the study
-    port = _free_port()
+    port = free_port()
     dash = [*shlex.split(printed["open the study"]), "--host", "127.0.0.1", "--port", str(port)]
     api = f"http://127.0.0.1:{port}/api/studies"
     with _serve(dash, api, tmp_path / "dash.log", plain, elsewhere):
@@ -165,7 +159,7 @@ def test_mlflow_ui_shows_the_study(tmp_path):
     assert "ui-quad" in body
 
     # mlflow ui, as printed; the printed page is the runs table of a model-training experiment
-    port = _free_port()
+    port = free_port()
     ui = [*shlex.split(printed["start the UI"]), "--host", "127.0.0.1", "--port", str(port)]
     base = f"http://127.0.0.1:{port}"
     page = printed["open the runs"].replace("http://127.0.0.1:5000", base)

@@ -40,8 +40,9 @@ from fedtune.sandbox import sandbox_missing
 from tests.integration.conftest import stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.needs import need
+from tests.ports import free_port
 from tests.service.code_fixtures import write_package
-from tests.service.helpers import REPO, Server, free_port, tiny_spec
+from tests.service.helpers import REPO, Server, tiny_spec
 
 pytestmark = pytest.mark.integration
 

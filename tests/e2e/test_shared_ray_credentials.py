@@ -55,8 +55,9 @@ from fedtune.client import Client
 from tests.integration.conftest import stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.needs import need
+from tests.ports import free_port
 from tests.service.code_fixtures import write_package
-from tests.service.helpers import Server, free_port, tiny_spec
+from tests.service.helpers import Server, tiny_spec
 from tests.service.ray_cluster import LocalRayCluster, PidNamespace, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -16,7 +16,6 @@ import copy
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,16 +27,11 @@ from typing import Any
 
 import pytest
 
+from tests.ports import free_port
 from tests.procs import wait_gone
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path | None = None) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import BIN, free_port, stop_group, wait_http
+from tests.integration.conftest import BIN, stop_group, wait_http
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,8 @@ import pytest
 
 from fedtune.service.mlflow_tenancy import MlflowTenancy
 from fedtune.service.mlflow_workspaces import driver_user, workspace_for
-from tests.integration.conftest import BIN, free_port, stop_group, wait_http
+from tests.integration.conftest import BIN, stop_group, wait_http
+from tests.ports import free_port
 
 ADMIN_PASSWORD = "tenancy-admin-password-0123456789"
 

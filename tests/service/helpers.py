@@ -5,11 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from fedtune.errors import BackendError
 from fedtune.service.backends.base import Backend, DriverStatus, LaunchRequest
 from fedtune.service.settings import BackendKind
 from fedtune.service.testing import temporary_pg_database, temporary_pg_schema
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -46,28 +46,6 @@ def tiny_spec(name: str = "tiny", trials: int = 2, rounds: int = 4, **extra: Any
     }
     spec.update(extra)
     return spec
-
-
-def free_port() -> int:
-    """One free port (:func:`free_ports`)."""
-    return free_ports(1)[0]
-
-
-def free_ports(n: int, exclude: Iterable[int] = ()) -> list[int]:
-    """``n`` distinct free ports, none of ``exclude``: every socket stays bound until all are
-    chosen, so the kernel cannot hand one port out twice (two ``free_port()`` calls can: CI
-    once gave Ray's runtime-env agent and its metrics exporter the same port)."""
-    taken = set(exclude)
-    with contextlib.ExitStack() as stack:
-        ports: list[int] = []
-        while len(ports) < n:
-            s = stack.enter_context(socket.socket())
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            if port not in taken:
-                taken.add(port)
-                ports.append(port)
-        return ports
 
 
 # ---------------------------------------------------------------------- PostgreSQL

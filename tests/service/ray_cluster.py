@@ -16,7 +16,7 @@ custom resource ``ft_node_<name>`` that tells the nodes apart (``ray.nodes()`` s
 node's processes — its raylet, agents and the worker processes that run its tasks — all carry
 that session, so :meth:`RayNode.kill` takes exactly one node down (``SIGKILL``, as a lost
 machine) and nothing else. Start-ups are given generous time and one retry, worker nodes more
-(a loaded machine; ``tests/ray_start.py``).
+(a loaded machine; ``tests/ray_start.py``); every try draws its ports anew (``tests/ports.py``).
 
 :class:`PidNamespace` gives a cluster a PID namespace (with its own ``/proc``) of its own, as the
 machines of a real cluster are: its processes (every node's: they are co-located there, the
@@ -43,9 +43,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tests.ports import free_ports
 from tests.procs import live_name, wait_gone
 from tests.ray_start import (
     NODE_RETRY_BACKOFF_S,
@@ -53,8 +54,6 @@ from tests.ray_start import (
     START_RETRIES,
     START_TIMEOUT_S,
 )
-
-from .helpers import free_ports
 
 BIN = Path(sys.executable).parent
 
@@ -199,9 +198,23 @@ class _Started:
         self.session: int | None = None
         self.enter = list(enter)  # a prefix that starts it elsewhere (``PidNamespace.enter``)
 
-    def _start(self, argv: list[str], retries: int = START_RETRIES, backoff_s: float = 0.0) -> None:
+    def _start(
+        self,
+        argv_of: Callable[[], list[str]],
+        retries: int = START_RETRIES,
+        backoff_s: float = 0.0,
+    ) -> None:
+        """Run ``ray start`` with ``argv_of()`` until it succeeds, ``retries`` more times at most.
+
+        Args:
+            argv_of: the command of one try; called again for each (fresh ports: a port taken
+                between its choice and Ray's bind fails one try, not every one).
+            retries: how many more tries after a failed one.
+            backoff_s: the wait before try ``k`` is ``k`` times this.
+        """
         for attempt in range(retries + 1):
             time.sleep(backoff_s * attempt)  # a loaded machine: give it time to settle
+            argv = argv_of()
             proc = subprocess.Popen(
                 [*self.enter, *argv, f"--temp-dir={self.temp_dir}"],
                 env=self.env,
@@ -275,13 +288,23 @@ class LocalRayCluster(_Started):
         full.pop("RAY_ADDRESS", None)
         super().__init__(full, "ftray-", enter)
         self.head_cpus = head_cpus
+        self._choose_ports()
+        self.nodes: list[RayNode] = []
+
+    def _choose_ports(self) -> None:
+        """Free dashboard and GCS ports, and the addresses they make (each start try anew)."""
         self.dashboard_port, self.gcs_port = free_ports(2)
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
         self.gcs_address = f"127.0.0.1:{self.gcs_port}"
-        self.nodes: list[RayNode] = []
 
     def start(self) -> LocalRayCluster:
-        argv = [
+        """Start the head (:meth:`_start`: a retry draws all its ports anew) and return self."""
+        self._start(self._head_argv)
+        return self
+
+    def _head_argv(self) -> list[str]:
+        self._choose_ports()
+        return [
             str(BIN / "ray"),
             "start",
             "--head",
@@ -296,8 +319,6 @@ class LocalRayCluster(_Started):
             *self.node_flags,
             *(["--no-monitor"] if self.lean else []),
         ]
-        self._start(argv)
-        return self
 
     def add_node(
         self,
@@ -309,18 +330,21 @@ class LocalRayCluster(_Started):
     ) -> RayNode:
         """Start a worker node ``name`` (its resource ``ft_node_<name>``: 1) and return it."""
         node = RayNode(self, name, env or {})
-        argv = [
-            str(BIN / "ray"),
-            "start",
-            f"--address={self.gcs_address}",
-            f"--num-cpus={num_cpus}",
-            f"--num-gpus={num_gpus}",
-            f"--resources={json.dumps({node.resource: 1})}",
-            "--disable-usage-stats",
-            "--object-store-memory=100000000",
-            *_node_ports(),
-            *self.node_flags,
-        ]
+
+        def argv() -> list[str]:  # each try its own ports
+            return [
+                str(BIN / "ray"),
+                "start",
+                f"--address={self.gcs_address}",
+                f"--num-cpus={num_cpus}",
+                f"--num-gpus={num_gpus}",
+                f"--resources={json.dumps({node.resource: 1})}",
+                "--disable-usage-stats",
+                "--object-store-memory=100000000",
+                *_node_ports(),
+                *self.node_flags,
+            ]
+
         node._start(argv, retries=NODE_START_RETRIES, backoff_s=NODE_RETRY_BACKOFF_S)
         self.nodes.append(node)
         return node

@@ -37,9 +37,10 @@ from fedtune.errors import (
     UnauthorizedError,
 )
 from fedtune.service.api import create_app
+from tests.ports import free_port
 
 from .conftest import TOKEN
-from .helpers import PYTHON, REPO, FakeBackend, free_port
+from .helpers import PYTHON, REPO, FakeBackend
 
 #: a well-formed fedtune token (ftk_<id>_<secret>) that no error may show, whole or in part
 SENTINEL = "ftk_5e471e1fab1e_SENTINEL" + "x" * 35

@@ -18,8 +18,9 @@ from fedtune.service.driver import EXIT_REQUEUED, run_driver
 from fedtune.service.faults import is_database_outage, is_transient
 from fedtune.service.repository import Repository
 from fedtune.service.states import StudyState
+from tests.ports import free_port
 
-from .helpers import free_port, running_study
+from .helpers import running_study
 
 
 def _real_outage() -> DatabaseUnavailableError:

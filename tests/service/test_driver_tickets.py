@@ -36,9 +36,10 @@ from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, submit_study
 from fedtune.service.settings import load_settings
 from fedtune.service.states import StudyState
+from tests.ports import free_port
 
 from .conftest import TOKEN
-from .helpers import FakeBackend, free_port, running_study, tiny_spec
+from .helpers import FakeBackend, running_study, tiny_spec
 from .test_driver import fake_run_study
 
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

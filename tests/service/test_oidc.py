@@ -23,8 +23,9 @@ from fastapi.testclient import TestClient
 from google.auth import crypt, jwt
 
 from fedtune.service.api.app import create_app
+from tests.ports import free_port
 
-from .helpers import FakeBackend, free_port
+from .helpers import FakeBackend
 
 
 def _b64(n: int) -> str:

@@ -38,8 +38,9 @@ from fedtune.service.scheduler import Scheduler
 from fedtune.service.services import ServiceContext, cancel_study, submit_study
 from fedtune.service.settings import load_settings
 from fedtune.service.states import StudyState
+from tests.ports import free_port
 
-from .helpers import free_port, tiny_spec, until
+from .helpers import tiny_spec, until
 from .ray_cluster import BIN, LocalRayCluster, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

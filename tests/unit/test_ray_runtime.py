@@ -222,8 +222,8 @@ def test_every_ray_the_tests_start_gets_a_long_timeout_and_one_retry() -> None:
 def test_a_ray_node_the_tests_start_gets_distinct_ports() -> None:
     """CI once gave Ray's runtime-env agent and its metrics exporter the same port (each from
     its own free_port()): a node's ports now come from one free_ports() call."""
+    from tests.ports import free_ports
     from tests.service import ray_cluster
-    from tests.service.helpers import free_ports
 
     for _ in range(20):
         head = ray_cluster._head_ports(*free_ports(2))
@@ -231,6 +231,51 @@ def test_a_ray_node_the_tests_start_gets_distinct_ports() -> None:
         assert len(ports) == 7 and len(set(ports)) == 7
     taken = free_ports(10)
     assert len(set(taken)) == 10 and not set(free_ports(30, taken)) & set(taken)
+
+
+def test_the_tests_ports_are_none_an_outgoing_connection_can_take() -> None:
+    """CI (stop 69) lost a run to ``ray start --head`` finding its dashboard port "already
+    occupied": the port came from the kernel's ephemeral range, which every outgoing connection
+    draws from too. The tests' ports lie outside it, free on every address when chosen."""
+    import socket
+
+    from tests.ports import free_ports, quiet_range
+
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    low, high = (int(x) for x in ephemeral.split())
+    assert len(quiet_range()) >= 1000
+    ports = free_ports(50)
+    assert len(set(ports)) == 50
+    assert all(p in quiet_range() and not low <= p <= high for p in ports)
+    for port in ports[:5]:
+        with socket.socket() as sock:
+            sock.bind(("", port))  # still free: the choice held none of them
+
+
+def test_a_failed_ray_start_tries_again_on_other_ports(monkeypatch) -> None:
+    """A port taken between its choice and Ray's bind fails one try: the next draws anew."""
+    from tests import ray_start
+    from tests.service import ray_cluster
+
+    tries: list[list[str]] = []
+
+    class _Failed:
+        pid, returncode = 0, 1
+
+        def __init__(self, argv, **_) -> None:
+            tries.append(argv)
+
+        def communicate(self, timeout):
+            return b"Failed to bind ... already occupied", None
+
+    monkeypatch.setattr(ray_cluster.subprocess, "Popen", _Failed)
+    monkeypatch.setattr(ray_cluster, "stop_sessions", lambda sessions: None)
+    cluster = ray_cluster.LocalRayCluster({})
+    with pytest.raises(RuntimeError, match="already occupied"):
+        cluster.start()
+    assert len(tries) == 1 + ray_start.START_RETRIES
+    ports = [{a for a in argv if a.startswith("--dashboard-port=")} for argv in tries]
+    assert ports[0] != ports[1]
 
 
 def test_stragglers_of_a_normal_run_are_not_called_a_killed_drivers(

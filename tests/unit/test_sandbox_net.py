@@ -23,6 +23,7 @@ import pytest
 
 from fedtune.sandbox import Sandbox
 from fedtune.sandbox_net import INSIDE_DIR, RELAY, Route, SandboxNet, sweep_stale
+from tests.ports import free_port
 
 RELAY_ARGV = [sys.executable, "-I", "-S", str(RELAY)]
 
@@ -162,7 +163,7 @@ def test_the_outer_relay_carries_a_socket_to_its_destination_and_cleans_up(tmp_p
 def test_the_inner_relay_carries_a_tcp_port_to_its_socket(tmp_path) -> None:
     path = str(tmp_path / "0")
     with _server(socket.AF_UNIX, path) as (heard, _):
-        port = _free_port()
+        port = free_port()
         done = subprocess.run(
             _inner(f"127.0.0.7:{port}={path}", sys.executable, "-c", CLIENT, f"127.0.0.7:{port}"),
             capture_output=True,
@@ -196,7 +197,7 @@ def test_a_clean_stop_passes_through_the_inner_relay_and_never_stops_the_outer(t
         _outer(
             folder,
             "0=127.0.0.1:9",
-            *_inner(f"127.0.0.7:{_free_port()}={path}", sys.executable, "-c", STOPPABLE),
+            *_inner(f"127.0.0.7:{free_port()}={path}", sys.executable, "-c", STOPPABLE),
         ),
         stdout=subprocess.PIPE,
         text=True,
@@ -231,12 +232,6 @@ def test_a_stale_folder_is_swept_and_a_live_one_kept(tmp_path) -> None:
         listener.close()
     assert not stale.folder.exists()
     assert live.folder.exists() and fresh.folder.exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _only_child(pid: int) -> int:
