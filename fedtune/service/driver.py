@@ -293,7 +293,7 @@ def run_driver(
 
 def _drive(link, claimed, settings, spec, where, view, run_study) -> int | Exception:
     """Run the study (``where``: its workdir and tracking URI, the MLflow login in it)."""
-    from .sink import DbSink, TrialRecorder  # Ray Tune: imported in the driver only
+    from .sink import DbSink, TrialRecorder  # imported in the driver only
 
     attempts = claimed.attempts
     study_id = link.study_id

@@ -1,11 +1,12 @@
 """Record a running study's trials for the service (the driver's side of progress).
 
-``run_study(..., sinks=[...])`` (``fedtune/tuning/driver/study.py``) takes extra **Ray Tune callbacks**
-run in the driver; each trial's Tune config carries its Optuna trial number under
-``fedtune.trial`` and every result the rounds since the previous report under ``history``.
-:class:`DbSink` is that callback; it forwards to :class:`TrialRecorder`, which is Ray-free (unit
-tests drive it directly), writes through the driver's link (``driver_link``: the API with the
-study's credential, or the database) and has the three-method shape::
+``run_study(..., sinks=[...])`` (``fedtune/tuning/driver/study.py``) takes extra **callbacks**
+(Ray Tune's hooks without Ray: :class:`fedtune.tuning.tune_hooks.Callback`) run in the driver;
+each trial's config carries its Optuna trial number under ``fedtune.trial`` and every result the
+rounds since the previous report under ``history``. :class:`DbSink` is that callback; it
+forwards to :class:`TrialRecorder` (unit tests drive it directly), which writes through the
+driver's link (``driver_link``: the API with the study's credential, or the database) and has
+the three-method shape::
 
     on_trial_start(number, params, mlflow_run_id=None)
     on_trial_result(number, rows)              # rows: [{"round": r, metric: value, ...}, ...]
@@ -21,11 +22,10 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ray.tune import Callback
-
 from fedtune.outcomes import TrialOutcome, final_outcome, service_state
 from fedtune.tuning.keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY  # the schema
 from fedtune.tuning.trials.view import TrialView
+from fedtune.tuning.tune_hooks import Callback
 
 from .driver_link import DriverLink
 from .states import TrialState
@@ -56,7 +56,7 @@ class TrialRecorder:
 
 
 class DbSink(Callback):
-    """Ray Tune callback (driver side) feeding a :class:`TrialRecorder`.
+    """A tuner's callback (driver side) feeding a :class:`TrialRecorder`.
 
     ``run_id_of(number)`` returns the MLflow run of trial ``number`` when known (the driver reads
     it from the Optuna storage, where ``run_study`` records it before this callback runs).

@@ -8,6 +8,10 @@ results. Here one recording searcher, scheduler and callback watch three trials 
 (one stopped by the scheduler at its second report, one failing at its second round) on each
 path, and each path must give :data:`EXPECTED`. A Ray upgrade that changes Tune's order fails
 the ``ray_tune`` case; a change of the tuner that leaves it fails the ``in_process`` case.
+
+The parts subclass the Ray-free bases of :mod:`fedtune.tuning.tune_hooks`, as the study's own
+do, and reach Ray Tune through the study's adapters (:func:`~fedtune.tuning.driver.ray_adapters.
+for_ray_tune`), so the ``ray_tune`` case holds the adapters to the contract too.
 """
 
 from __future__ import annotations
@@ -16,14 +20,13 @@ from typing import Any
 
 import pytest
 from ray import tune
-from ray.tune import result as keys
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-from ray.tune.search import Searcher
 
+from fedtune.tuning import tune_hooks as keys
 from fedtune.tuning.driver.fit import _tune_environment
 from fedtune.tuning.driver.in_process import InProcessTuner
 from fedtune.tuning.mlflow.callback import error_line
 from fedtune.tuning.trials.view import TrialView
+from fedtune.tuning.tune_hooks import Callback, Scheduler, Searcher
 
 ROUNDS = 3
 STARTS = [4.0, -2.0, 1.0]  # trial n starts its quadratic at STARTS[n]
@@ -99,16 +102,15 @@ class _Searcher(Searcher):
         pass
 
 
-class _Scheduler(FIFOScheduler):
+class _Scheduler(Scheduler):
     def __init__(self, log: _Log) -> None:
-        super().__init__()
         self.log = log
 
     def on_trial_result(self, tune_controller: Any, trial: TrialView, result: dict) -> str:
         n = self.log.number(trial)
         self.log.calls.append(("scheduler.result", n, result["round"]))
         stop = n == STOPPED and result["round"] == 2
-        return TrialScheduler.STOP if stop else TrialScheduler.CONTINUE
+        return Scheduler.STOP if stop else Scheduler.CONTINUE
 
     def on_trial_complete(self, tune_controller: Any, trial: TrialView, result: dict) -> None:
         self.log.calls.append(("scheduler.complete", self.log.number(trial), result["round"]))
@@ -117,7 +119,7 @@ class _Scheduler(FIFOScheduler):
         self.log.calls.append(("scheduler.error", self.log.number(trial)))
 
 
-class _Callback(tune.Callback):
+class _Callback(Callback):
     def __init__(self, log: _Log) -> None:
         self.log = log
 
@@ -197,18 +199,21 @@ def _in_process(log: _Log, tmp_path) -> None:
 def _ray_tune(log: _Log, tmp_path) -> None:
     import ray
 
+    from fedtune.tuning.driver.ray_adapters import for_ray_tune
+
     assert ray.is_initialized()  # the session's (``ray_local``)
+    searcher, scheduler, callbacks = for_ray_tune(_Searcher(log), _Scheduler(log), [_Callback(log)])
     tuner = tune.Tuner(
         tune.with_resources(quadratic, {"cpu": 1}),
         tune_config=tune.TuneConfig(
-            search_alg=_Searcher(log),
-            scheduler=_Scheduler(log),
+            search_alg=searcher,
+            scheduler=scheduler,
             num_samples=len(STARTS),
             max_concurrent_trials=1,
         ),
         run_config=tune.RunConfig(
             storage_path=str(tmp_path / "ray_results"),
-            callbacks=[_Callback(log)],
+            callbacks=callbacks,
             verbose=0,
             failure_config=tune.FailureConfig(max_failures=0),
         ),

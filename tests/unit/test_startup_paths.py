@@ -273,7 +273,7 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
 
     monkeypatch.setattr(study, "_open_stores", open_)
     monkeypatch.setattr(study, "_ray_session", ray_session)
-    monkeypatch.setattr(study.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    monkeypatch.setattr("ray.cluster_resources", lambda: {"CPU": 2.0})
     monkeypatch.setattr(
         study,
         "fit",
@@ -366,7 +366,7 @@ def test_the_parent_run_opened_while_ray_started_ends_failed_when_ray_fails(
 
     calls: list[str] = []
     _without_ray(monkeypatch, calls)
-    monkeypatch.setattr(study.ray, "cluster_resources", lambda: {"CPU": 0.0})  # no CPU at all
+    monkeypatch.setattr("ray.cluster_resources", lambda: {"CPU": 0.0})  # no CPU at all
     workdir = tmp_path / "study"
     with pytest.raises(ConfigError, match=r"resources\.cpu"):
         study.run_study(tiny_spec(), workdir)
@@ -389,7 +389,7 @@ def test_ctrl_c_while_ray_starts_kills_the_parent_run(
     def interrupted() -> dict:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(study.ray, "cluster_resources", interrupted)
+    monkeypatch.setattr("ray.cluster_resources", interrupted)
     workdir = tmp_path / "study"
     with pytest.raises(KeyboardInterrupt):
         study.run_study(tiny_spec(), workdir)
@@ -405,6 +405,61 @@ def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(imports_probe) 
     imported once the first trial runs instead (``startup.import_soon``), not there."""
     loaded = imports_probe["stores"]
     assert "mlflow" in loaded and "matplotlib" not in loaded
+
+
+def _tune_code(workdir: Path, **top: object) -> str:
+    """``fedtune tune`` in this process on :func:`tiny_spec`'s study with ``top`` replacing its
+    top-level sections; it must train its trials here and exit 0."""
+    spec = {
+        "name": "no-ray",
+        "algorithm": "fedavg",
+        "task": {"name": "quadratic", "clients": 2, "dim": 1, "examples": 2, "seed": 0},
+        "train": {"rounds": 4, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
+        "search": {"space": "fedavg"},
+        "sampler": {"name": "random", "seed": 0},
+        "scheduler": {"name": "none"},
+        "budget": {"trials": 2, "max_concurrent": 1},
+        "objective": {"metric": "train_loss", "last_rounds": 1},
+        **top,
+    }
+    return textwrap.dedent(
+        f"""
+        import contextlib, io, json
+        from pathlib import Path
+        from fedtune.cli import main
+        workdir = Path({str(workdir)!r})
+        workdir.mkdir(parents=True)
+        (workdir / "study.json").write_text(json.dumps({spec!r}))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = main(["tune", str(workdir / "study.json"), "--workdir", str(workdir / "w")])
+        assert code == 0, out.getvalue()
+        assert "in the driver's process (no Ray)" in out.getvalue(), out.getvalue()
+        """
+    )
+
+
+def test_a_study_in_the_drivers_process_never_imports_ray(tmp_path: Path, cache: Path) -> None:
+    """``fedtune tune`` of a study whose trials run in its own process imports no Ray at all
+    (``import ray`` and Ray Tune: about 0.95 CPU-s a process): its searcher, scheduler and
+    callbacks subclass Ray-free bases (``fedtune.tuning.tune_hooks``) and only the Ray path
+    wraps them in Ray Tune's classes (docs/explanation/architecture.md, *Trials in the driver's
+    process*). One configuration at a time, then a pack of two that ASHA stops members of."""
+    one, packed = _imported_after(
+        _tune_code(tmp_path / "one"),
+        _tune_code(
+            tmp_path / "packed",
+            scheduler={"name": "asha", "grace_rounds": 1, "reduction_factor": 2},
+            budget={"trials": 4, "max_concurrent": 2},
+            resources={"pack": 2},
+        ),
+        full=True,
+    )
+    for loaded in (one, packed):
+        assert "fedtune.tuning.driver.in_process" in loaded and "torch" in loaded
+        assert not [m for m in loaded if m == "ray" or m.startswith("ray.")]
+        assert "fedtune.tuning.driver.ray_adapters" not in loaded
+    assert "fedtune.tuning.packing.box" in packed
 
 
 def test_the_tracker_process_imports_mlflow_without_torch() -> None:

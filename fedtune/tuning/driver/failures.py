@@ -1,6 +1,6 @@
 """Honest ends of a study: the first trial error is kept, and a cancelled study leaves no queue.
 
-* :class:`FirstErrorCallback` (a Ray Tune callback in the driver) stores the first failing
+* :class:`FirstErrorCallback` (a tuner's callback in the driver) stores the first failing
   trial's error, one line, on the Optuna study (user attribute ``fedtune:first_error``, so a
   resumed study keeps it); :func:`first_error` reads it back and :func:`all_failed` says whether
   every finished trial failed — the service then ends the study ``failed`` with that error as
@@ -25,13 +25,13 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
-from ray import tune
 
 from fedtune.outcomes import TrialOutcome
 
 from ..keys import TRIAL_KEY
 from ..optuna.store import StudyStore
 from ..trials.view import TrialView
+from ..tune_hooks import Callback
 
 __all__ = [
     "FIRST_ERROR_ATTR",
@@ -55,7 +55,7 @@ def error_line(trial: TrialView) -> str:
     return (line if line != "error" else "the trial failed without an error message")[:_MAX_CHARS]
 
 
-class FirstErrorCallback(tune.Callback):
+class FirstErrorCallback(Callback):
     """Keep the first trial error of the study on the Optuna study (see the module docstring)."""
 
     def __init__(self, study: optuna.Study) -> None:

@@ -1,5 +1,11 @@
 """The fit phase of a study (:func:`fit`): Ray Tune's Tuner with the study's searcher,
-scheduler, trainable and callbacks, in Tune's environment.
+scheduler, trainable and callbacks, in Tune's environment, or the driver's own
+:class:`~.in_process.InProcessTuner` for trials in its process.
+
+The parts are the same on both paths, each a subclass of a Ray-free base
+(:mod:`~..tune_hooks`); Ray Tune gets them wrapped in its own classes (:mod:`.ray_adapters`).
+Ray is imported only on the Ray path, so a study whose trials run in the driver's process never
+imports it.
 
 Every trial is a pack (:mod:`..packing`): P ≥ 1 configurations in one Ray Tune trial, each its
 own Optuna trial, MLflow run and service trial. An unpacked study is one whose packs hold one
@@ -14,10 +20,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, TextIO
-
-import ray
-from ray import tune
+from typing import TYPE_CHECKING, Any, TextIO
 
 from fedtune.outcomes import TrialOutcome
 
@@ -35,12 +38,16 @@ from ..trials.schedulers import PackScheduler
 from ..trials.stoppers import stopper_for
 from ..trials.trainable import make_pack_trainable, train_pack
 from ..trials.view import TrialView
+from ..tune_hooks import Callback
 from . import pack_members as pd
 from .code_shipping import worker_spec
 from .failures import FirstErrorCallback
 from .in_process import InProcessTuner, in_process_note
 from .phases import Fitted, Runtime, Stores, StudyPlan
 from .startup import import_soon
+
+if TYPE_CHECKING:
+    from ray import tune
 
 __all__ = ["fit"]
 
@@ -58,7 +65,7 @@ def fit(plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Seque
         plan: The study's plan.
         runtime: The stores, the tracking and Ray.
         progress: A stream for the live progress line, if any.
-        sinks: Extra Ray Tune callbacks.
+        sinks: Extra callbacks (:class:`~..tune_hooks.Callback`).
 
     Returns:
         The stores, the open tracking, when the first trial started and how long the fit took.
@@ -96,7 +103,7 @@ def fit(plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Seque
     return Fitted(stores, tracking, first.at, time.perf_counter() - start, packing)
 
 
-class _FirstStart(tune.Callback):
+class _FirstStart(Callback):
     """Notes when the first trial starts, and begins the figures' imports then."""
 
     def __init__(self) -> None:
@@ -109,7 +116,7 @@ class _FirstStart(tune.Callback):
             self.at = time.perf_counter()
 
 
-class _AfterTracking(tune.Callback):
+class _AfterTracking(Callback):
     """The MLflow callback (:class:`.callback.MlflowCallback`), built at its first event.
 
     It waits there for the tracking store, which opens in a thread while Tune sets up and the
@@ -211,6 +218,31 @@ def _tuner(
             threads=plan.placement.threads,
         )
         return tuner, in_process_note(size, plan.placement.why)
+    return _ray_tuner(plan, runtime, shipped, (search, num_samples, callbacks))
+
+
+def _ray_tuner(
+    plan: StudyPlan, runtime: Runtime, shipped: StudySpec, study: tuple[Any, int, list[Any]]
+) -> tuple[tune.Tuner, str]:
+    """Ray Tune's Tuner for the study (:func:`_tuner`'s other half), and its packing line.
+
+    Args:
+        plan: The study's plan.
+        runtime: The stores.
+        shipped: The study as its trial processes get it.
+        study: ``(search, num_samples, callbacks)``: the stopper, sampler and budget; the trials
+            to run (-1: no limit); the study's callbacks.
+
+    Returns:
+        The tuner, and how it packs configurations into trial processes (one line).
+    """
+    import ray
+    from ray import tune
+
+    from .ray_adapters import for_ray_tune
+
+    spec = plan.spec
+    search, num_samples, callbacks = study
     packing = pack_plan(
         spec,
         ray.cluster_resources(),
@@ -218,7 +250,8 @@ def _tuner(
         lambda size: speed.measure_on_cluster(shipped, size),
     )
     box = RayBox.start() if packing.size > 1 else None  # a PackBox actor
-    searcher, scheduler, callbacks = _parts(plan, runtime, search, packing.size, callbacks, box)
+    parts = _parts(plan, runtime, search, packing.size, callbacks, box)
+    searcher, scheduler, callbacks = for_ray_tune(*parts)
     resources = {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}
     name = _trial_namer(packing.size)
     tuner = tune.Tuner(

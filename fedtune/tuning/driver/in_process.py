@@ -33,7 +33,8 @@ calls in the same order with the same results.
 
 Each trial runs with the placement's threads (``torch.set_num_threads``): ``resources.cpu``, as
 Ray runs a trial process with ``OMP_NUM_THREADS`` set to its CPUs, or for a pack placed by cost
-the count its measurement found faster. Nothing here imports Ray at import time.
+the count its measurement found faster. Nothing here imports Ray: the parts it drives subclass
+the Ray-free bases of :mod:`~..tune_hooks`, whose constants and result fields it uses.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .. import tune_hooks as hooks
 
 __all__ = ["IN_PROCESS", "InProcessTuner", "LocalTrial", "in_process_note"]
 
@@ -129,9 +132,9 @@ class InProcessTuner:
     Args:
         trainable: ``trainable(config, report=...)``: trains one trial, calling ``report(result)``
             for each of its reports.
-        searcher: The study's Ray Tune searcher.
-        scheduler: The study's Ray Tune scheduler.
-        callbacks: The study's Ray Tune callbacks.
+        searcher: The study's searcher (a :class:`~..tune_hooks.Searcher`).
+        scheduler: The study's scheduler (a :class:`~..tune_hooks.Scheduler`).
+        callbacks: The study's callbacks (each a :class:`~..tune_hooks.Callback`).
         num_samples: Trials to run at most (-1: no limit).
         time_budget_s: The study's time budget (None: none).
         threads: Torch threads while trials run (the placement's: :attr:`.placement.Placement.threads`).
@@ -140,9 +143,9 @@ class InProcessTuner:
     def __init__(
         self,
         trainable: Callable[..., None],
-        searcher: Any,
-        scheduler: Any,
-        callbacks: Sequence[Any],
+        searcher: hooks.Searcher,
+        scheduler: hooks.Scheduler,
+        callbacks: Sequence[hooks.Callback],
         num_samples: int,
         time_budget_s: float | None,
         threads: int,
@@ -155,8 +158,6 @@ class InProcessTuner:
 
     def fit(self) -> None:
         """Run trials one after another until the searcher, the budget or the time ends it."""
-        from ray.tune.search import Searcher
-
         clock = _Clock(self.time_budget_s, time.monotonic())
         self.searcher.set_search_properties(None, None, {})
         self._each("setup", stop=None, num_samples=self.num_samples)
@@ -167,7 +168,7 @@ class InProcessTuner:
                 trial_id = f"local_{len(self.trials):05d}"
                 config = self.searcher.suggest(trial_id)
                 # None asks again once a trial in flight ends: with none in flight, nothing will
-                if config is None or config == Searcher.FINISHED:
+                if config is None or config == hooks.Searcher.FINISHED:
                     break
                 trial = LocalTrial(trial_id, config)
                 self.trials.append(trial)
@@ -204,15 +205,11 @@ class InProcessTuner:
 
     def _result(self, trial: LocalTrial, metrics: dict[str, Any], stats: dict[str, Any]) -> bool:
         """Process one report of ``trial`` as Ray Tune's controller does; False: stop it."""
-        from ray.tune.schedulers import TrialScheduler
-
         self._iteration += 1
-        from ray.tune.result import DONE, TRIAL_ID  # Ray Tune's names for its own fields
-
-        result = {**metrics, **stats, TRIAL_ID: trial.trial_id, DONE: False}
+        result = {**metrics, **stats, hooks.TRIAL_ID: trial.trial_id, hooks.DONE: False}
         decision = self.scheduler.on_trial_result(None, trial, result)
-        if decision == TrialScheduler.STOP:
-            result[DONE] = True
+        if decision == hooks.Scheduler.STOP:
+            result[hooks.DONE] = True
         else:
             self.searcher.on_trial_result(trial.trial_id, result)
         self._each(
@@ -223,7 +220,7 @@ class InProcessTuner:
             result=result,
         )
         trial.last_result = result
-        if decision == TrialScheduler.STOP:
+        if decision == hooks.Scheduler.STOP:
             self._complete(trial)
             return False
         return True
@@ -240,13 +237,10 @@ class _Reporter:
         self.tuner, self.trial, self.clock = tuner, trial, clock
         self.iteration = 0
         self.start = self.last = time.monotonic()
-        from ray.tune import result as keys  # Ray Tune's names for its own fields
-
-        self.keys = keys
         self.where = {
-            keys.PID: os.getpid(),
-            keys.HOSTNAME: socket.gethostname(),
-            keys.NODE_IP: "127.0.0.1",
+            hooks.PID: os.getpid(),
+            hooks.HOSTNAME: socket.gethostname(),
+            hooks.NODE_IP: "127.0.0.1",
         }
 
     def __call__(self, metrics: dict[str, Any]) -> None:
@@ -254,10 +248,10 @@ class _Reporter:
         self.iteration += 1
         stats = {
             **self.where,
-            self.keys.TRAINING_ITERATION: self.iteration,
-            self.keys.TIMESTAMP: int(time.time()),
-            self.keys.TIME_THIS_ITER_S: now - self.last,
-            self.keys.TIME_TOTAL_S: now - self.start,
+            hooks.TRAINING_ITERATION: self.iteration,
+            hooks.TIMESTAMP: int(time.time()),
+            hooks.TIME_THIS_ITER_S: now - self.last,
+            hooks.TIME_TOTAL_S: now - self.start,
         }
         self.last = now
         try:

@@ -19,7 +19,7 @@ line, the service's sink) see configurations, whatever the pack size:
 * The study's scheduler (:class:`~fedtune.tuning.trials.schedulers.PackScheduler`) stops
   members on the study's stopper's word, and tells a pack through its
   :class:`~fedtune.tuning.packing.box.Box`.
-* :class:`PackCallback` wraps the study's Tune callbacks, calling them with a
+* :class:`PackCallback` wraps the study's callbacks, calling them with a
   :class:`MemberTrial` per member.
 
 **Refills.** A member that ends (completed, diverged or stopped) frees its place: once its
@@ -39,10 +39,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ray import tune
-from ray.tune.result import DONE, HOSTNAME, NODE_IP, PID, TIMESTAMP
-from ray.tune.search import Searcher
-
 from fedtune.outcomes import RUNNING
 
 from ..keys import OUTCOME, ROUND, TRIAL_KEY
@@ -50,6 +46,7 @@ from ..optuna.store import StudyStore
 from ..packing.box import Box
 from ..trials.results import MEMBERS, PACK_KEY, member_numbers, pack_name, sampled_params
 from ..trials.view import TrialView
+from ..tune_hooks import DONE, HOSTNAME, NODE_IP, PID, TIMESTAMP, Callback, Searcher
 
 __all__ = [
     "Backlog",
@@ -332,8 +329,8 @@ class PackSearch(Searcher):
         self.box.offer(name, joining, int(result[ROUND]))  # every report
 
 
-class PackCallback(tune.Callback):
-    """The study's Tune callbacks, called once per member of each pack (module docstring).
+class PackCallback(Callback):
+    """The study's callbacks, called once per member of each pack (module docstring).
 
     Args:
         inner: The callbacks (each sees members as trials).

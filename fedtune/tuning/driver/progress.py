@@ -1,4 +1,4 @@
-"""Live progress of a study on one line of a text stream (a Ray Tune callback, driver side).
+"""Live progress of a study on one line of a text stream (a tuner's callback, driver side).
 
     quickstart-digits-fedavgm  9/16 done · 2 running · 1 diverged · best 0.2134 (#5) · 1:12 · ETA 0:54
 
@@ -19,8 +19,6 @@ import math
 import time
 from typing import Any, TextIO
 
-from ray.tune import Callback
-
 from fedtune.durations import format_duration
 from fedtune.outcomes import TrialOutcome, final_outcome
 
@@ -28,6 +26,7 @@ from ..keys import OBJECTIVE, OUTCOME, TRIAL_KEY
 from ..mlflow.callback import error_line
 from ..optuna.budget import RoundBudget
 from ..spec import Mode
+from ..tune_hooks import Callback
 
 __all__ = ["ProgressCallback"]
 

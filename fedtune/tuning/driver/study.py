@@ -45,8 +45,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import ray
-
 from fedtune.errors import ConfigError
 from fedtune.redact import strip_credentials
 
@@ -351,6 +349,8 @@ def _start_ray(
         ConfigError: The task cannot be built, or a trial needs more than the cluster has.
         RayStartError: Ray did not start.
     """
+    import ray  # the Ray path only: a study whose trials run here never imports Ray
+
     env = code_runtime_env(plan.spec, plan.workdir)
     checked.check()  # refused already: no Ray starts
     if early is not None and (env or plan.ray_address):

@@ -1,4 +1,4 @@
-"""The Ray Tune callback that turns a study's trials into its MLflow child runs (driver side:
+"""The tuner's callback that turns a study's trials into its MLflow child runs (driver side:
 Ray workers never talk to MLflow).
 
 :class:`MlflowCallback` follows Tune's events and writes through the study's
@@ -27,13 +27,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ray.tune import Callback
-
 from fedtune.outcomes import TrialOutcome, final_outcome, mlflow_status
 
 from ..keys import DECAY_ROUNDS, DEVICE, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from ..spec import StudySpec
 from ..trials.results import sampled_params
+from ..tune_hooks import Callback
 
 if TYPE_CHECKING:
     from ..trials.view import TrialView
@@ -56,7 +55,7 @@ def error_line(trial: TrialView) -> str:
 
 
 class MlflowCallback(Callback):
-    """Tune callback (driver side): one child run per trial, fed by every reported result."""
+    """A tuner's callback (driver side): one child run per trial, fed by every reported result."""
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""The study's Ray Tune searcher: it asks Optuna's study for each trial and tells it the outcome.
+"""The study's searcher (Ray Tune's or the in-process tuner's): it asks Optuna's study for each
+trial and tells it the outcome.
 
 :class:`FedtuneSearch` works on the study that :func:`~.search.open_study` opened in the Optuna
 storage (the source of truth, :mod:`.search`), through Optuna's public ask/tell API only; it
@@ -38,7 +39,6 @@ from typing import Any
 
 import optuna
 from optuna.trial import TrialState
-from ray.tune.search import Searcher
 
 from fedtune.outcomes import TrialOutcome, final_outcome, optuna_state
 from fedtune.search_spaces import SearchSpace, suggest
@@ -47,6 +47,7 @@ from ..keys import DECAY_ROUNDS, HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
 from ..spec import Mode, StudySpec
 from ..trials.stop_rules import Stopper
 from ..trials.sweep import SWEEP_ATTR
+from ..tune_hooks import Searcher
 from .budget import Ask, RoundBudget
 from .store import StudyStore
 
@@ -54,7 +55,7 @@ __all__ = ["FedtuneSearch"]
 
 
 class FedtuneSearch(Searcher):
-    """Ray Tune searcher on the study's storage, telling Optuna what fedtune's trials mean
+    """The searcher on the study's storage, telling Optuna what fedtune's trials mean
     (module docstring); Optuna's public ask/tell API only."""
 
     REPORT_INTERVAL_S = 1.0  # intermediate values of one trial at most this often (+ the last)

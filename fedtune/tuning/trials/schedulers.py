@@ -1,4 +1,5 @@
-"""The study's Ray Tune scheduler: it stops configurations when the study's stopper says so.
+"""The study's scheduler (Ray Tune's or the in-process tuner's): it stops configurations when
+the study's stopper says so.
 
 Every trial is a pack of P ≥ 1 configurations (:mod:`fedtune.tuning.packing`). After each of a
 pack's reports, :class:`PackScheduler` hands every member's new rounds to the study's
@@ -20,11 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
-
 from fedtune.outcomes import RUNNING
 
 from ..keys import HISTORY, OBJECTIVE, OUTCOME, ROUND, TRIAL_KEY
+from ..tune_hooks import Scheduler
 from .results import MEMBERS
 from .stop_rules import Stopper, StopReason
 
@@ -68,7 +68,7 @@ class RoundFeed:
         return self.stopper.observe(number, values) if values else None
 
 
-class PackScheduler(FIFOScheduler):
+class PackScheduler(Scheduler):
     """Stops a pack's members when the study's stopper says so (module docstring).
 
     Args:
@@ -79,7 +79,6 @@ class PackScheduler(FIFOScheduler):
     """
 
     def __init__(self, stopper: Stopper, book: PackBook, box: Box | None) -> None:
-        super().__init__()
         self.stopper, self.book, self.box = stopper, book, box
         self.feed = RoundFeed(stopper)
         self._ended: set[int] = set()
@@ -101,11 +100,11 @@ class PackScheduler(FIFOScheduler):
             if self.box is not None:
                 self.box.stop(stopped)
         if trial.trial_id in self.book.refilled:
-            return TrialScheduler.CONTINUE  # it ends when the searcher's answer brings no one
+            return Scheduler.CONTINUE  # it ends when the searcher's answer brings no one
         numbers = self.book.numbers(trial.trial_id, trial.config)
         if stopped and all(n in self._ended for n in numbers):
-            return TrialScheduler.STOP  # its last members were stopped here: it cannot know yet
-        return TrialScheduler.CONTINUE  # members that end by themselves: the pack ends itself
+            return Scheduler.STOP  # its last members were stopped here: it cannot know yet
+        return Scheduler.CONTINUE  # members that end by themselves: the pack ends itself
 
     def _observe(self, number: int, member: Mapping[str, Any]) -> bool:
         return self.feed.observe(number, member.get(HISTORY, ())) is not None

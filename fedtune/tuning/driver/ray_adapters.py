@@ -1,0 +1,159 @@
+"""fedtune's searcher, scheduler and callbacks as Ray Tune's own classes (the Ray path only).
+
+fedtune's parts subclass Ray-free bases (:mod:`fedtune.tuning.tune_hooks`), so a study whose
+trials run in the driver's process never imports Ray. Ray Tune takes only its own classes
+(``isinstance`` checks on the searcher, the scheduler and each callback), so the Ray path
+(:func:`.fit.fit`) hands it these adapters, each a subclass of Ray Tune's class delegating to
+the fedtune part it wraps:
+
+* :class:`RaySearcher` (``ray.tune.search.Searcher``): the metric and mode, the search
+  properties, ``suggest``, both results, ``save`` and ``restore``; the rest is Ray's own, as
+  when fedtune's searchers subclassed it (``set_max_concurrency`` answers False, so Ray Tune's
+  ``ConcurrencyLimiter`` limits the trials at once);
+* :class:`RayScheduler` (``FIFOScheduler``): the three hooks the in-process tuner calls too
+  (``on_trial_result``, ``on_trial_complete``, ``on_trial_error``); the rest — adding and
+  removing trials, choosing the next one, the search properties, ``debug_string`` — is Ray's
+  first-in-first-out scheduling, as when :class:`~..trials.schedulers.PackScheduler`
+  subclassed it;
+* :class:`RayCallback` (``ray.tune.Callback``): every hook, and its state. It declares itself a
+  callback container, for which Ray Tune's own metaclass fails at import when a hook of Ray's is
+  not overridden here: a hook a Ray upgrade adds cannot go unheard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import FIFOScheduler
+from ray.tune.search import Searcher
+
+from .. import tune_hooks as hooks
+
+__all__ = ["RayCallback", "RayScheduler", "RaySearcher", "for_ray_tune"]
+
+
+class RaySearcher(Searcher):
+    """Ray Tune's searcher, delegating to a fedtune searcher (module docstring).
+
+    Args:
+        inner: The fedtune searcher.
+    """
+
+    def __init__(self, inner: hooks.Searcher) -> None:
+        super().__init__(metric=inner.metric, mode=inner.mode)
+        self.inner = inner
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return self.inner.set_search_properties(metric, mode, config, **spec)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        return self.inner.suggest(trial_id)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.inner.on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict | None = None, error: bool = False
+    ) -> None:
+        self.inner.on_trial_complete(trial_id, result=result, error=error)
+
+    def save(self, checkpoint_path: str) -> None:
+        self.inner.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.inner.restore(checkpoint_path)
+
+
+class RayScheduler(FIFOScheduler):
+    """Ray Tune's first-in-first-out scheduler, its decisions a fedtune scheduler's (module
+    docstring).
+
+    Args:
+        inner: The fedtune scheduler.
+    """
+
+    def __init__(self, inner: hooks.Scheduler) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+        return self.inner.on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+        self.inner.on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        self.inner.on_trial_error(tune_controller, trial)
+
+
+class RayCallback(tune.Callback):
+    """Ray Tune's callback, delegating every hook to a fedtune callback (module docstring).
+
+    Args:
+        inner: The fedtune callback.
+    """
+
+    IS_CALLBACK_CONTAINER = True  # Ray's metaclass: every hook of tune.Callback is here
+
+    def __init__(self, inner: hooks.Callback) -> None:
+        self.inner = inner
+
+    def setup(self, **info: Any) -> None:
+        self.inner.setup(**info)
+
+    def on_step_begin(self, **info: Any) -> None:
+        self.inner.on_step_begin(**info)
+
+    def on_step_end(self, **info: Any) -> None:
+        self.inner.on_step_end(**info)
+
+    def on_trial_start(self, **info: Any) -> None:
+        self.inner.on_trial_start(**info)
+
+    def on_trial_restore(self, **info: Any) -> None:
+        self.inner.on_trial_restore(**info)
+
+    def on_trial_save(self, **info: Any) -> None:
+        self.inner.on_trial_save(**info)
+
+    def on_trial_result(self, **info: Any) -> None:
+        self.inner.on_trial_result(**info)
+
+    def on_trial_complete(self, **info: Any) -> None:
+        self.inner.on_trial_complete(**info)
+
+    def on_trial_recover(self, **info: Any) -> None:
+        self.inner.on_trial_recover(**info)
+
+    def on_trial_error(self, **info: Any) -> None:
+        self.inner.on_trial_error(**info)
+
+    def on_checkpoint(self, **info: Any) -> None:
+        self.inner.on_checkpoint(**info)
+
+    def on_experiment_end(self, **info: Any) -> None:
+        self.inner.on_experiment_end(**info)
+
+    def get_state(self) -> dict | None:
+        return self.inner.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self.inner.set_state(state)
+
+
+def for_ray_tune(
+    searcher: hooks.Searcher, scheduler: hooks.Scheduler, callbacks: Sequence[hooks.Callback]
+) -> tuple[RaySearcher, RayScheduler, list[RayCallback]]:
+    """A study's searcher, scheduler and callbacks as Ray Tune takes them.
+
+    Args:
+        searcher: The study's searcher.
+        scheduler: Its scheduler.
+        callbacks: Its callbacks.
+
+    Returns:
+        ``(searcher, scheduler, callbacks)``, each wrapped in its adapter.
+    """
+    return RaySearcher(searcher), RayScheduler(scheduler), [RayCallback(c) for c in callbacks]
