@@ -18,7 +18,10 @@ to Ray's name and signature, so a Ray upgrade that renames one fails a test.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .trials.view import TrialView
 
 __all__ = [
     "DONE",
@@ -110,14 +113,14 @@ class Scheduler:
     STOP = "STOP"  #: the trial ends at this result
     NOOP = "NOOP"
 
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: TrialView, result: dict) -> str:
         """Whether ``trial`` goes on after ``result`` (default: :attr:`CONTINUE`)."""
         return self.CONTINUE
 
-    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+    def on_trial_complete(self, tune_controller: Any, trial: TrialView, result: dict) -> None:
         """A trial ended with ``result`` (default: nothing)."""
 
-    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+    def on_trial_error(self, tune_controller: Any, trial: TrialView) -> None:
         """A trial failed (default: nothing)."""
 
 
@@ -140,31 +143,33 @@ class Callback:
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
         """At the end of each step of the tuner's loop."""
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         """A trial started."""
 
-    def on_trial_restore(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_restore(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         """A trial was restored from a checkpoint."""
 
-    def on_trial_save(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_save(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         """A trial was saved."""
 
     def on_trial_result(
-        self, iteration: int, trials: list, trial: Any, result: dict, **info: Any
+        self, iteration: int, trials: list, trial: TrialView, result: dict, **info: Any
     ) -> None:
         """A trial reported ``result``."""
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_complete(
+        self, iteration: int, trials: list, trial: TrialView, **info: Any
+    ) -> None:
         """A trial ended (its last result is ``trial.last_result``)."""
 
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_recover(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         """A trial failed and will be retried."""
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list, trial: TrialView, **info: Any) -> None:
         """A trial failed (``trial.get_error()``)."""
 
     def on_checkpoint(
-        self, iteration: int, trials: list, trial: Any, checkpoint: Any, **info: Any
+        self, iteration: int, trials: list, trial: TrialView, checkpoint: Any, **info: Any
     ) -> None:
         """A trial saved a checkpoint."""
 

@@ -11,8 +11,6 @@ import math
 from typing import Any
 
 import pytest
-from ray.tune.schedulers import TrialScheduler
-from ray.tune.search import Searcher
 
 from fedtune.errors import ConfigError
 from fedtune.outcomes import RUNNING, TrialOutcome
@@ -29,6 +27,7 @@ from fedtune.tuning.trials.results import MEMBERS, PACK_KEY
 from fedtune.tuning.trials.schedulers import PackScheduler
 from fedtune.tuning.trials.stop_rules import NeverStop, StopReason
 from fedtune.tuning.trials.trainable import train_pack
+from fedtune.tuning.tune_hooks import Scheduler, Searcher
 
 ROUNDS = 8
 #: fields of a round's record that are measured time, not arithmetic
@@ -429,17 +428,17 @@ def test_the_scheduler_stops_members_and_a_pack_whose_last_members_it_stopped():
     scheduler = PackScheduler(_Stopper(), book, box)
     pack = _Trial("p", [0, 1])
     first = {MEMBERS: [_rows(0, RUNNING, range(1, 4)), _rows(1, RUNNING, range(1, 4))]}
-    assert scheduler.on_trial_result(None, pack, first) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, pack, first) == Scheduler.CONTINUE
     assert book.stopped == {1} and box.sent == [[1]]
     last = {MEMBERS: [_rows(0, TrialOutcome.COMPLETED, range(4, 9))]}
-    assert scheduler.on_trial_result(None, pack, last) == TrialScheduler.CONTINUE  # ends itself
+    assert scheduler.on_trial_result(None, pack, last) == Scheduler.CONTINUE  # ends itself
     alone = _Trial("a", [5])  # a pack of one whose configuration is stopped: Tune stops it
     one = {MEMBERS: [_rows(5, RUNNING, range(1, 4))]}
-    assert scheduler.on_trial_result(None, alone, one) == TrialScheduler.STOP
+    assert scheduler.on_trial_result(None, alone, one) == Scheduler.STOP
     refilled = _Trial("r", [2, 3])
     book.refilled.add("r")  # a pack that takes refills ends when the searcher says so
     ended = {MEMBERS: [_rows(n, TrialOutcome.COMPLETED, range(1, 9)) for n in (2, 3)]}
-    assert scheduler.on_trial_result(None, refilled, ended) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, refilled, ended) == Scheduler.CONTINUE
 
 
 # -- the callbacks ----------------------------------------------------------------------------

@@ -23,13 +23,16 @@ the fedtune part it wraps:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
 from .. import tune_hooks as hooks
+
+if TYPE_CHECKING:
+    from ..trials.view import TrialView
 
 __all__ = ["RayCallback", "RayScheduler", "RaySearcher", "for_ray_tune"]
 
@@ -78,13 +81,13 @@ class RayScheduler(FIFOScheduler):
         super().__init__()
         self.inner = inner
 
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: TrialView, result: dict) -> str:
         return self.inner.on_trial_result(tune_controller, trial, result)
 
-    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict) -> None:
+    def on_trial_complete(self, tune_controller: Any, trial: TrialView, result: dict) -> None:
         self.inner.on_trial_complete(tune_controller, trial, result)
 
-    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+    def on_trial_error(self, tune_controller: Any, trial: TrialView) -> None:
         self.inner.on_trial_error(tune_controller, trial)
 
 
