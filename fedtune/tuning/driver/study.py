@@ -111,7 +111,9 @@ def run_study(
         ray_address: A Ray cluster to run on (None: the caller's Ray, else an embedded one).
         trials: The number of finished trials to reach (None: the spec's budget).
         progress: A stream for the live progress line (e.g. ``sys.stderr``).
-        sinks: Extra Ray Tune callbacks run in the driver. Each sees every configuration as a
+        sinks: Extra callbacks run in the driver, each a :class:`~..tune_hooks.Callback` (Ray
+            Tune's hooks without Ray; a Ray Tune ``Callback`` does too, as only its hooks are
+            called, but imports Ray). Each sees every configuration as a
             trial: its config carries its Optuna trial number under ``fedtune.trial``, and its
             results hold fedtune's fields and Tune's ``pid``, ``hostname``, ``node_ip`` and
             ``timestamp`` (not Tune's iteration counters, which are its pack's).
