@@ -48,6 +48,14 @@ class RaySearcher(Searcher):
         super().__init__(metric=inner.metric, mode=inner.mode)
         self.inner = inner
 
+    @property
+    def metric(self) -> str | None:
+        return self.inner.metric
+
+    @property
+    def mode(self) -> str | None:
+        return self.inner.mode
+
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return self.inner.set_search_properties(metric, mode, config, **spec)
 
