@@ -9,7 +9,8 @@ value. The default study is the 2-trial quadratic of ``tests/integration/conftes
 ``budget: {trials: 2, max_concurrent: 1}`` and ``scheduler: none``, which trains in the driver's
 process (``docs/explanation/architecture.md``, *Trials in the driver's process*).
 
-    python benchmarks/driver_cpu.py --tree before=/path/to/main --tree after=. --repeats 5
+    python benchmarks/driver_cpu.py --tree before=/path/to/main --tree after=. --repeats 5 \
+        --out benchmarks/results/driver_cpu.json
 """
 
 from __future__ import annotations
@@ -25,30 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-STUDY = {
-    "name": "quad",
-    "task": {"name": "quadratic", "clients": 10, "dim": 5, "seed": 0},
-    "algorithm": "fedavg",
-    "train": {
-        "rounds": 12,
-        "clients_per_round": 5,
-        "local_steps": 3,
-        "batch_size": 4,
-        "eval_every": 4,
-        "dtype": "float64",
-    },
-    "search": {
-        "space": "fedavg",
-        "override": {
-            "client_lr": {"low": 0.01, "high": 0.1},
-            "server_lr": {"low": 0.05, "high": 0.2},
-        },
-    },
-    "objective": {"metric": "train_loss", "last_rounds": 3},
-    "sampler": {"name": "tpe", "seed": 0},
-    "scheduler": {"name": "none"},
-    "budget": {"trials": 2, "max_concurrent": 1},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._env import write_report
+from tests.integration.conftest import make_quadratic_study
+
+#: the 2-trial quadratic of the integration tests, one configuration at a time, no scheduler
+STUDY = make_quadratic_study(
+    "quad", scheduler={"name": "none"}, budget={"trials": 2, "max_concurrent": 1}
+)
 
 CODE = """
 import contextlib, io, sys, time
@@ -85,7 +71,9 @@ def main() -> None:
     parser.add_argument("--tree", action="append", required=True, help="NAME=PATH (repeatable)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--spec", type=Path, help="a study file (default: the 2-trial quadratic)")
+    parser.add_argument("--out", type=Path, help="write the medians and every value as JSON here")
     args = parser.parse_args()
+    started = time.time()
     trees = {k: Path(v).resolve() for k, v in (t.split("=", 1) for t in args.tree)}
     with tempfile.TemporaryDirectory() as tmp:
         spec = args.spec or Path(tmp) / "study.json"
@@ -99,9 +87,15 @@ def main() -> None:
                 if i:  # round 0 warms the bytecode caches
                     values[name]["cpu"].append(round(cpu, 2))
                     values[name]["wall"].append(round(wall, 2))
+    medians = {}
     for name, v in values.items():
         cpu, wall = statistics.median(v["cpu"]), statistics.median(v["wall"])
+        medians[name] = {"cpu_s": cpu, "wall_s": wall}
         print(f"{name}: median cpu {cpu:.2f} s, wall {wall:.2f} s {json.dumps(v)}")
+    if args.out is not None:
+        body = {"benchmark": "driver_cpu", "trees": {k: str(v) for k, v in trees.items()}}
+        body |= {"repeats": args.repeats, "medians": medians, "values": values}
+        write_report(args.out, body, started, "benchmarks/driver_cpu.py", sys.argv[1:])
 
 
 if __name__ == "__main__":
