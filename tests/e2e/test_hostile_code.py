@@ -123,20 +123,20 @@ def hostile_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]
     """A service that checks code and runs no study (backend ``none``), shared by the module's
     code-check tests: each only submits its own package (no study is ever made), looks for its
     own uniquely marked processes, and the service must outlast every one of them."""
-    root = tmp_path_factory.mktemp("hostile")
-    server = _server(root, "none", FEDTUNE_CODE_CHECK_TIMEOUT_S=str(TIMEOUT_S))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _check_server(tmp_path_factory.mktemp("hostile"), TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
 def bounded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """As :func:`hostile_server`, with a code check that ends after :data:`SHORT_TIMEOUT_S`: for
     the packages that never end, whose checks only the timeout ends."""
-    root = tmp_path_factory.mktemp("bounded")
-    server = _server(root, "none", FEDTUNE_CODE_CHECK_TIMEOUT_S=str(SHORT_TIMEOUT_S))
+    yield from _check_server(tmp_path_factory.mktemp("bounded"), SHORT_TIMEOUT_S)
+
+
+def _check_server(root: Path, timeout_s: float) -> Iterator[Server]:
+    """A service under ``root`` that checks code with ``timeout_s`` and runs no study (backend
+    ``none``), stopped when the generator closes."""
+    server = _server(root, "none", FEDTUNE_CODE_CHECK_TIMEOUT_S=str(timeout_s))
     try:
         yield server
     finally:

@@ -283,23 +283,28 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     )
 
 
+def tiny_doc(name: str = "tiny", **top: object) -> dict:
+    """A one-round study of two trials on a one-client quadratic, as a document, with ``top``
+    replacing its top-level sections."""
+    return {
+        "name": name,
+        "algorithm": "fedavg",
+        "task": {"name": "quadratic", "clients": 1, "dim": 1, "examples": 1, "seed": 0},
+        "train": {"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
+        "search": {"space": "fedavg"},
+        "sampler": {"name": "random", "seed": 0},
+        "scheduler": {"name": "none"},
+        "budget": {"trials": 2},
+        "objective": {"metric": "train_loss", "last_rounds": 1},
+        **top,
+    }
+
+
 def tiny_spec(name: str = "tiny"):
-    """A one-round study of two trials on a one-client quadratic (for the study's phases)."""
+    """:func:`tiny_doc`'s study (for the study's phases)."""
     from fedtune.tuning.spec import StudySpec
 
-    return StudySpec.from_dict(
-        {
-            "name": name,
-            "algorithm": "fedavg",
-            "task": {"name": "quadratic", "clients": 1, "dim": 1, "examples": 1, "seed": 0},
-            "train": {"rounds": 1, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
-            "search": {"space": "fedavg"},
-            "sampler": {"name": "random", "seed": 0},
-            "scheduler": {"name": "none"},
-            "budget": {"trials": 2},
-            "objective": {"metric": "train_loss", "last_rounds": 1},
-        }
-    )
+    return StudySpec.from_dict(tiny_doc(name))
 
 
 def test_a_new_study_opens_its_stores_while_ray_starts(
@@ -408,20 +413,17 @@ def test_opening_the_stores_leaves_matplotlib_to_the_first_trial(imports_probe) 
 
 
 def _tune_code(workdir: Path, **top: object) -> str:
-    """``fedtune tune`` in this process on :func:`tiny_spec`'s study with ``top`` replacing its
-    top-level sections; it must train its trials here and exit 0."""
-    spec = {
-        "name": "no-ray",
-        "algorithm": "fedavg",
-        "task": {"name": "quadratic", "clients": 2, "dim": 1, "examples": 2, "seed": 0},
-        "train": {"rounds": 4, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
-        "search": {"space": "fedavg"},
-        "sampler": {"name": "random", "seed": 0},
-        "scheduler": {"name": "none"},
-        "budget": {"trials": 2, "max_concurrent": 1},
-        "objective": {"metric": "train_loss", "last_rounds": 1},
-        **top,
-    }
+    """``fedtune tune`` in this process on :func:`tiny_doc`'s study (two clients, four rounds)
+    with ``top`` replacing its top-level sections; it must train its trials here and exit 0."""
+    spec = tiny_doc(
+        "no-ray",
+        **{
+            "task": {"name": "quadratic", "clients": 2, "dim": 1, "examples": 2, "seed": 0},
+            "train": {"rounds": 4, "clients_per_round": 1, "local_steps": 1, "batch_size": 1},
+            "budget": {"trials": 2, "max_concurrent": 1},
+            **top,
+        },
+    )
     return textwrap.dedent(
         f"""
         import contextlib, io, json
