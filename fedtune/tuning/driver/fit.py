@@ -201,7 +201,6 @@ def _tuner(
     offset = len(stores.study.get_trials(deepcopy=False))  # a resumed sampler draws anew
     sampler = og.make_sampler(spec, og.planned_trials(spec, plan.target), offset=offset)
     stopper = stopper_for(spec, plan.space, rounds, og.sweep_history(stores.study))
-    shipped = worker_spec(spec) if runtime.shipped else spec
     num_samples = -1 if stores.remaining is None else stores.remaining  # -1: no limit
     search = (stopper, sampler, budget)
     if plan.in_process:
@@ -218,20 +217,24 @@ def _tuner(
             threads=plan.placement.threads,
         )
         return tuner, in_process_note(size, plan.placement.why)
-    return _ray_tuner(plan, runtime, shipped, (search, num_samples, callbacks))
+    return _ray_tuner(plan, runtime, search, num_samples, callbacks)
 
 
 def _ray_tuner(
-    plan: StudyPlan, runtime: Runtime, shipped: StudySpec, study: tuple[Any, int, list[Any]]
+    plan: StudyPlan,
+    runtime: Runtime,
+    search: tuple[Any, Any, RoundBudget | None],
+    num_samples: int,
+    callbacks: list[Any],
 ) -> tuple[tune.Tuner, str]:
     """Ray Tune's Tuner for the study (:func:`_tuner`'s other half), and its packing line.
 
     Args:
         plan: The study's plan.
-        runtime: The stores.
-        shipped: The study as its trial processes get it.
-        study: ``(search, num_samples, callbacks)``: the stopper, sampler and budget; the trials
-            to run (-1: no limit); the study's callbacks.
+        runtime: The stores, and whether the trial processes get the study shipped.
+        search: The stopper, sampler and budget.
+        num_samples: The trials to run (-1: no limit).
+        callbacks: The study's callbacks.
 
     Returns:
         The tuner, and how it packs configurations into trial processes (one line).
@@ -242,7 +245,7 @@ def _ray_tuner(
     from .ray_adapters import for_ray_tune
 
     spec = plan.spec
-    search, num_samples, callbacks = study
+    shipped = worker_spec(spec) if runtime.shipped else spec  # as its trial processes get it
     packing = pack_plan(
         spec,
         ray.cluster_resources(),
