@@ -249,6 +249,7 @@ def report(raw: dict, top: int, tests: list[dict] | None = None) -> dict:
         return {k: {"processes": n, "cpu_s": round(s, 1)} for k, (n, s) in ranked}
 
     cpu_all, cpu_outside = sum(r[0] for r in rows), sum(r[0] for r in outside)
+    inside = _worker_tests(tests or [], top)
     return {
         "wall_s": raw["wall_s"],
         "processes": len(rows),
@@ -259,6 +260,37 @@ def report(raw: dict, top: int, tests: list[dict] | None = None) -> dict:
         "kinds": table(lambda kind, file: kind),
         "test_files": table(lambda kind, file: file),
         "file_and_kind": table(lambda kind, file: f"{file} | {kind}"),
+        **inside,
+    }
+
+
+def _worker_tests(tests: list[dict], top: int) -> dict:
+    """The CPU pytest's own processes spent in each test file and test (the timeline's
+    ``cpu_s``: a worker's CPU from a test's setup to its teardown), most first.
+
+    Args:
+        tests: ``FEDTUNE_TEST_TIMELINE``'s lines; lines without ``cpu_s`` (older timelines)
+            are left out, and with none the result is empty.
+        top: Rows kept per table.
+
+    Returns:
+        ``{"pytest_cpu_s_in_tests": ..., "pytest_test_files": {file: cpu_s},
+        "pytest_tests": {test: cpu_s}}``, or ``{}``.
+    """
+    timed = [t for t in tests if "cpu_s" in t]
+    if not timed:
+        return {}
+    files: dict[str, float] = defaultdict(float)
+    for t in timed:
+        files[t["test"].split("::", 1)[0]] += t["cpu_s"]
+
+    def ranked(pairs) -> dict[str, float]:
+        return {k: round(v, 1) for k, v in sorted(pairs, key=lambda kv: -kv[1])[:top]}
+
+    return {
+        "pytest_cpu_s_in_tests": round(sum(t["cpu_s"] for t in timed), 1),
+        "pytest_test_files": ranked(files.items()),
+        "pytest_tests": ranked((t["test"], t["cpu_s"]) for t in timed),
     }
 
 

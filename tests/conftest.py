@@ -115,16 +115,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """With ``FEDTUNE_TEST_TIMELINE=FILE``, append each test's start and end (wall clock) and
-    worker to FILE as a JSON line: when the suite's CPU is idle, which tests were running
-    (``benchmarks/suite_idle.py``).
+    """With ``FEDTUNE_TEST_TIMELINE=FILE``, append each test's start and end (wall clock),
+    worker and the worker's own CPU-seconds during it to FILE as a JSON line: when the suite's
+    CPU is idle, which tests were running (``benchmarks/suite_idle.py``), and which tests spend
+    the CPU of pytest's own processes (``benchmarks/proc_census.py report --tests``).
 
     Args:
         item: the test.
         nextitem: the next test (unused).
     """
     path = os.environ.get("FEDTUNE_TEST_TIMELINE")
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     try:
         return (yield)
     finally:
@@ -135,6 +136,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
                 "pid": os.getpid(),
                 "start": round(started, 2),
                 "end": round(time.time(), 2),
+                "cpu_s": round(time.process_time() - cpu, 3),  # the worker's, threads included
             }
             with open(path, "a") as f:
                 f.write(json.dumps(line) + "\n")

@@ -138,3 +138,22 @@ def test_the_report_counts_short_processes_apart() -> None:
     assert report["cpu_s_all"] == 4.5 and report["cpu_s_pytest"] == 3.0
     assert report["kinds"] == {"python (short)": {"processes": 1, "cpu_s": 1.5}}
     assert report["test_files"] == {"tests/unit/test_a.py": {"processes": 1, "cpu_s": 1.5}}
+
+
+def test_the_report_ranks_the_cpu_pytest_spent_in_each_test() -> None:
+    bench = load_benchmark("proc_census.py")
+    raw = {"wall_s": 10.0, "processes": [], "exited": []}
+    tests = [
+        {"test": "tests/unit/test_a.py::t1", "pid": 100, "start": 1.0, "end": 2.0, "cpu_s": 0.5},
+        {"test": "tests/unit/test_b.py::t", "pid": 101, "start": 1.0, "end": 3.0, "cpu_s": 2.0},
+        {"test": "tests/unit/test_a.py::t2", "pid": 100, "start": 2.0, "end": 4.0, "cpu_s": 1.7},
+        {"test": "tests/unit/test_c.py::old", "pid": 100, "start": 4.0, "end": 5.0},  # no cpu_s
+    ]
+    report = bench.report(raw, top=2, tests=tests)
+    assert report["pytest_cpu_s_in_tests"] == 4.2
+    assert report["pytest_test_files"] == {"tests/unit/test_a.py": 2.2, "tests/unit/test_b.py": 2.0}
+    assert report["pytest_tests"] == {
+        "tests/unit/test_b.py::t": 2.0,
+        "tests/unit/test_a.py::t2": 1.7,
+    }
+    assert "pytest_tests" not in bench.report(raw, top=2, tests=tests[3:])  # an older timeline
