@@ -2,8 +2,10 @@
 service's client verbs against a real server without torch, Ray, MLflow, Optuna, SciPy,
 scikit-learn, matplotlib or h5py; a verb that needs the engine says which extra to install.
 
-The venv is built once per session (``benchmarks/light_install.py``'s ``build``: pip from its
-configured index); the server is ``fedtune serve`` of the development venv."""
+The venv is built once (``benchmarks/light_install.py``'s ``build``: pip from its configured
+index), for the module: a fixture of module scope keeps the tests that use it on one pytest-xdist
+worker (``tests/conftest.py``'s ``module_group``), where a session fixture was built by both
+workers; the server is ``fedtune serve`` of the development venv."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.slow
 HEAVY = ("torch", "ray", "mlflow", "optuna", "scipy", "sklearn", "matplotlib", "h5py")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("light") / "venv"
     load_benchmark("light_install.py").build(venv)
