@@ -355,3 +355,78 @@ def test_a_store_that_fails_to_upgrade_or_to_take_its_admin_is_one_line_and_exit
     )
     assert "at least 12 characters" in lines[0]
     assert bad_admin.stdout == ""
+
+
+def test_the_start_runs_with_the_collector_paused_and_serves_with_it_on(monkeypatch):
+    """The store's preparation and the stores' opening run with Python's cyclic garbage collector
+    paused, uvicorn with it on; the banner still comes between them, and each failure keeps its
+    exit code with the collector back as it was."""
+    import gc
+    import os
+
+    from fedtune.service import mlflow_run
+
+    seen: list[tuple[str, bool]] = []
+    outcome = {"prepare": None, "open": True}
+
+    def prepare_store(store_uri):
+        seen.append(("prepare " + store_uri, gc.isenabled()))
+        return outcome["prepare"]
+
+    def open_stores(options, store_uri):
+        seen.append((f"open {options.port}", gc.isenabled()))
+        return outcome["open"]
+
+    monkeypatch.setattr(mlflow_run, "prepare_store", prepare_store)
+    monkeypatch.setattr(mlflow_run, "_open_stores", open_stores)
+    monkeypatch.setattr(
+        mlflow_run, "_run_uvicorn", lambda options: seen.append(("serve", gc.isenabled()))
+    )
+    monkeypatch.setattr(
+        "builtins.print", lambda *a, **k: seen.append(("print " + " ".join(a), gc.isenabled()))
+    )
+    monkeypatch.setattr(os, "environ", {})  # main sets the worker's variables: not this process's
+    argv = [
+        *("--enable-workspaces", "--app-name=fedtune", "--host=127.0.0.1", "--port=5123"),
+        *("--workers=1", "--serve-artifacts", "--artifacts-destination=/a"),
+    ]
+    assert gc.isenabled()
+    for prepared, opened, code in ((None, True, 0), (None, False, 1), ("it broke", True, 2)):
+        outcome.update(prepare=prepared, open=opened)
+        os.environ.update(MLFLOW_BACKEND_STORE_URI="sqlite:///s.db", _FEDTUNE_MLFLOW_BANNER="hi")
+        seen.clear()
+        assert mlflow_run.main(argv) == code
+        assert gc.isenabled()
+        steps = [("prepare sqlite:///s.db", False)]
+        if prepared is None:
+            steps += [("print hi", False), ("open 5123", False)]
+            steps += [("serve", True)] if opened else []
+        else:
+            steps += [("print fedtune: error: --backend-store-uri: it broke", True)]
+        assert seen == steps
+    gc.disable()  # a caller's paused collector stays paused
+    try:
+        with mlflow_run.startup_gc():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_what_the_start_leaves_in_cycles_is_collected_before_serving():
+    import gc
+    import weakref
+
+    from fedtune.service import mlflow_run
+
+    class Node:
+        pass
+
+    with mlflow_run.startup_gc():
+        assert not gc.isenabled()
+        cycle = Node()
+        cycle.me = cycle
+        gone = weakref.ref(cycle)
+        del cycle
+        assert gone() is not None  # paused: nothing collects it yet
+    assert gone() is None and gc.isenabled()
