@@ -4,7 +4,9 @@
   folder in tmp, started in its own process group and stopped by that group's id at teardown;
 * ``ray_local`` — one in-process Ray for the whole session (run_study uses a Ray that is already
   running and leaves it up, so the in-process studies share one start-up), started with one
-  retry (``tests/ray_start.py``); ``ray.shutdown()`` always runs at teardown. Tests that go
+  retry and lean (``tests/ray_start.py``: no log or autoscaler monitor, dashboard agents
+  sampling every 60 s; its drivers take no worker logs and nothing autoscales);
+  ``ray.shutdown()`` always runs at teardown. Tests that go
   through the CLI start their own embedded Ray;
 * ``quadratic_study`` — a tiny quadratic study spec (dict) to adapt per test.
 """
@@ -145,6 +147,7 @@ def ray_local() -> Iterator[None]:
     try:
         init_ray(
             temp,
+            lean=True,
             num_cpus=2,
             include_dashboard=False,
             object_store_memory=256 * 1024**2,

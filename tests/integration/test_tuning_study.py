@@ -7,10 +7,12 @@ Tasks are tiny quadratics (12 rounds) so the whole module takes about a minute o
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -343,3 +345,37 @@ def test_wall_clock_budget_ends_the_study_early(tmp_path, ray_local, quadratic_s
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
     runs = MlflowClient(result.tracking_uri).search_runs([result.experiment_id])
     assert runs and not [r for r in runs if r.info.status == "RUNNING"]
+
+
+def _descendants(pid: int) -> dict[int, tuple[str, dict[str, str]]]:
+    """``{pid: (command line, environment)}`` of ``pid``'s descendants (``/proc``)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                parents[int(entry.name)] = int(
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                )
+    found, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for child in [c for c, p in parents.items() if p == parent]:
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                env = Path(f"/proc/{child}/environ").read_bytes().decode(errors="replace")
+                found[child] = (argv, dict(e.split("=", 1) for e in env.split("\0") if "=" in e))
+                todo.append(child)
+    return found
+
+
+def test_the_session_ray_is_lean(ray_local):
+    """The in-process Ray runs no log monitor and no autoscaler monitor, and its dashboard agent
+    samples every LEAN_REPORT_MS ms."""
+    from tests.ray_start import LEAN_ENV
+
+    procs = _descendants(os.getpid())
+    argvs = [argv for argv, _ in procs.values()]
+    assert [a for a in argvs if "/raylet/raylet " in a], argvs  # the Ray is this process's
+    assert not [a for a in argvs if "log_monitor.py" in a or "autoscaler/_private/monitor" in a]
+    agents = [env for argv, env in procs.values() if argv.startswith("ray::DashboardAgent")]
+    assert agents and all(env.items() >= LEAN_ENV.items() for env in agents), argvs

@@ -25,10 +25,10 @@ or the test. ``LocalRayCluster(..., enter=ns.enter)`` starts every ``ray start``
 (``nsenter``); the sessions, stops and kills work as before, from outside.
 
 ``LocalRayCluster(..., lean=True)`` leaves out what only costs CPU where the drivers take no
-worker logs (fedtune's drivers run with ``log_to_driver=False``) and nothing autoscales: no log
-monitor on any node (it tails every log file of its node for the drivers), no autoscaler
-monitor on the head, and each node's dashboard agent samples its node's processes for metrics
-every :data:`LEAN_REPORT_MS` ms instead of every 5 s (``REPORTER_UPDATE_INTERVAL_MS``).
+worker logs (fedtune's drivers run with ``log_to_driver=False``) and nothing autoscales, as the
+tests' in-process Ray does (``tests/ray_start.py``, which owns the settings): no log monitor on
+any node, no autoscaler monitor on the head, and dashboard agents that sample their node's
+processes every :data:`~tests.ray_start.LEAN_REPORT_MS` ms instead of every 5 s.
 """
 
 from __future__ import annotations
@@ -49,10 +49,12 @@ from pathlib import Path
 from tests.ports import free_ports
 from tests.procs import live_name, wait_gone
 from tests.ray_start import (
+    LEAN_ENV,
     NODE_RETRY_BACKOFF_S,
     NODE_START_RETRIES,
     START_RETRIES,
     START_TIMEOUT_S,
+    lean_flags,
 )
 
 BIN = Path(sys.executable).parent
@@ -62,8 +64,6 @@ BIN = Path(sys.executable).parent
 _STOP_ORDER = ("raylet", None, "gcs_server")
 #: a stop's SIGTERM-to-SIGKILL grace, shared by its three steps (``ray stop --grace-period``)
 STOP_GRACE_S = 10.0
-#: a lean cluster's dashboard agents sample their node's processes this seldom (Ray: 5,000)
-LEAN_REPORT_MS = 60_000
 
 
 def session_pids(session: int) -> list[int]:
@@ -281,9 +281,9 @@ class LocalRayCluster(_Started):
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
         }
         if lean:
-            full["REPORTER_UPDATE_INTERVAL_MS"] = str(LEAN_REPORT_MS)
-        #: ``ray start`` flags of every node (a lean cluster's: no log monitor)
-        self.node_flags = ["--include-log-monitor=false"] if lean else []
+            full.update(LEAN_ENV)
+        #: ``ray start`` flags of every worker node (a lean cluster's: no log monitor)
+        self.node_flags = lean_flags(head=False) if lean else []
         self.lean = lean
         full.pop("RAY_ADDRESS", None)
         super().__init__(full, "ftray-", enter)
@@ -316,8 +316,7 @@ class LocalRayCluster(_Started):
             f"--port={self.gcs_port}",
             f"--dashboard-port={self.dashboard_port}",
             *_head_ports(self.dashboard_port, self.gcs_port),
-            *self.node_flags,
-            *(["--no-monitor"] if self.lean else []),
+            *(lean_flags(head=True) if self.lean else []),
         ]
 
     def add_node(
