@@ -369,13 +369,15 @@ def _descendants(pid: int) -> dict[int, tuple[str, dict[str, str]]]:
 
 
 def test_the_session_ray_is_lean(ray_local):
-    """The in-process Ray runs no log monitor and no autoscaler monitor, and its dashboard agent
-    samples every LEAN_REPORT_MS ms."""
+    """The in-process Ray runs no log monitor and no autoscaler monitor, and its raylet, whose
+    environment its dashboard agent inherits, has the agent sample every LEAN_REPORT_MS ms (the
+    agent's own ``/proc/PID/environ`` is no witness: its process title overwrites it)."""
     from tests.ray_start import LEAN_ENV
 
     procs = _descendants(os.getpid())
     argvs = [argv for argv, _ in procs.values()]
-    assert [a for a in argvs if "/raylet/raylet " in a], argvs  # the Ray is this process's
+    raylets = [env for argv, env in procs.values() if "/raylet/raylet " in argv]
+    assert len(raylets) == 1, argvs  # the Ray is this process's
+    assert raylets[0].items() >= LEAN_ENV.items()
+    assert [a for a in argvs if a.startswith("ray::DashboardAgent")], argvs
     assert not [a for a in argvs if "log_monitor.py" in a or "autoscaler/_private/monitor" in a]
-    agents = [env for argv, env in procs.values() if argv.startswith("ray::DashboardAgent")]
-    assert agents and all(env.items() >= LEAN_ENV.items() for env in agents), argvs
