@@ -28,6 +28,7 @@ from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.keys import SMOOTH_WINDOW
 from fedtune.tuning.spec import StudySpec
 from tests.images import assert_tuning_plot
+from tests.integration.conftest import descendants
 
 
 def _children(client: MlflowClient, experiment_id: str, parent: str) -> list:
@@ -347,24 +348,14 @@ def test_wall_clock_budget_ends_the_study_early(tmp_path, ray_local, quadratic_s
     assert runs and not [r for r in runs if r.info.status == "RUNNING"]
 
 
-def _descendants(pid: int) -> dict[int, tuple[str, dict[str, str]]]:
-    """``{pid: (command line, environment)}`` of ``pid``'s descendants (``/proc``)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError):
-                parents[int(entry.name)] = int(
-                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
-                )
-    found, todo = {}, [pid]
-    while todo:
-        parent = todo.pop()
-        for child in [c for c, p in parents.items() if p == parent]:
-            with contextlib.suppress(OSError):
-                argv = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                env = Path(f"/proc/{child}/environ").read_bytes().decode(errors="replace")
-                found[child] = (argv, dict(e.split("=", 1) for e in env.split("\0") if "=" in e))
-                todo.append(child)
+def _commands(pid: int) -> dict[int, tuple[str, dict[str, str]]]:
+    """``{pid: (command line, environment)}`` of ``pid``'s descendants (:func:`descendants`)."""
+    found = {}
+    for child in descendants(pid):
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            env = Path(f"/proc/{child}/environ").read_bytes().decode(errors="replace")
+            found[child] = (argv, dict(e.split("=", 1) for e in env.split("\0") if "=" in e))
     return found
 
 
@@ -374,7 +365,7 @@ def test_the_session_ray_is_lean(ray_local):
     agent's own ``/proc/PID/environ`` is no witness: its process title overwrites it)."""
     from tests.ray_start import LEAN_ENV
 
-    procs = _descendants(os.getpid())
+    procs = _commands(os.getpid())
     argvs = [argv for argv, _ in procs.values()]
     raylets = [env for argv, env in procs.values() if "/raylet/raylet " in argv]
     assert len(raylets) == 1, argvs  # the Ray is this process's
