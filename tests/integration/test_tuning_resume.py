@@ -1,8 +1,9 @@
 """Resume: ``kill -9`` of a ``fedtune tune`` driver mid-study, re-run, then ``--trials`` extends.
 
 The driver runs as a subprocess with its own embedded Ray and logs to the real ``mlflow server``.
-Once the Optuna storage holds a finished trial *and* a running one, the driver gets SIGKILL
-(no cleanup code runs); the same command is run again and must finish the study with exactly
+Once the Optuna storage holds a finished trial *and* a running one, the driver is stopped
+(SIGSTOP, so that the running trial cannot finish before the kill), the storage is read again,
+and the driver gets SIGKILL (no cleanup code runs); the same command is run again and must finish the study with exactly
 the budgeted number of trials, re-running the interrupted points, leaving the trials finished
 before the kill untouched and creating no second finished MLflow run for any trial.
 
@@ -69,6 +70,12 @@ def _states(db: Path) -> dict[str, int]:
     return dict(rows)
 
 
+def _mid_study(db: Path) -> bool:
+    """Whether the storage holds a finished trial and a running one."""
+    states = _states(db)
+    return states.get("COMPLETE", 0) >= 1 and states.get("RUNNING", 0) >= 1
+
+
 def _snapshot(study: optuna.Study) -> dict[int, tuple]:
     return {
         t.number: (t.state, t.values, t.params, t.datetime_complete, t.intermediate_values)
@@ -104,11 +111,16 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and driver.poll() is None:
-            states = _states(workdir / "optuna.db")
-            if states.get("COMPLETE", 0) >= 1 and states.get("RUNNING", 0) >= 1:
-                break
+            if _mid_study(workdir / "optuna.db"):
+                # The driver is the storage's only writer: stopped, it cannot finish the
+                # running trial between this look and the kill (a race a slow machine lost).
+                driver.send_signal(signal.SIGSTOP)
+                if _mid_study(workdir / "optuna.db"):
+                    break
+                driver.send_signal(signal.SIGCONT)
             time.sleep(0.3)
         assert driver.poll() is None, (root / "first.log").read_text()
+        assert _mid_study(workdir / "optuna.db"), _states(workdir / "optuna.db")
         storage = f"sqlite:///{workdir / 'optuna.db'}"
         before = _snapshot(optuna.load_study(study_name=_STUDY["name"], storage=storage))
         children = proc_tools.descendants(driver.pid)
