@@ -7,8 +7,9 @@ process.
 Each process is known by its pid and start time; its CPU is the last sample's user + system
 time (all its threads), so a process shorter than one interval is missed and one that lives on
 after its last sample loses at most an interval. A process is charged to the test that was
-current when it (or the nearest ancestor that has it) started: ``PYTEST_CURRENT_TEST`` in its
-environment at exec. pytest's own workers run the in-process tests, which the JUnit times of
+current when it started: with the timeline (``report --tests``), the test its pytest worker
+ancestor ran then; else ``PYTEST_CURRENT_TEST`` in its (or its nearest ancestor's) environment at
+exec, which for a child of a session's server names the test that started the server. pytest's own workers run the in-process tests, which the JUnit times of
 ``benchmarks/suite_dirs.py`` already give; this census shows the rest: study drivers, Ray's
 processes, servers, PostgreSQL, browsers, image builds.
 """
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -192,20 +194,54 @@ def kind_of(proc: dict) -> str:
     return proc.get("comm") or "?"
 
 
-def _charged(processes: list[dict]) -> dict[tuple[int, int], str]:
-    """The test file of each process (by pid and start), or ``-``: its own
-    ``PYTEST_CURRENT_TEST``, else its nearest ancestor's."""
+def _charged(processes: list[dict], tests: list[dict] | None = None) -> dict[tuple[int, int], str]:
+    """The test file of each process (by pid and start), or ``-``.
+
+    A process that descends from a pytest worker is charged to the test that worker ran when
+    the process started (the timeline's ``tests``): a session's Ray or MLflow server carries in
+    its environment the test that started it, and so does every child it starts later, for
+    whichever test. Other processes: their own ``PYTEST_CURRENT_TEST``, else their nearest
+    ancestor's.
+
+    Args:
+        processes: The census's processes.
+        tests: ``FEDTUNE_TEST_TIMELINE``'s lines (``test``, ``pid``, ``start``, ``end``).
+
+    Returns:
+        ``{(pid, start): file}``.
+    """
     by_pid = {p["pid"]: p for p in processes}  # the latest process of each pid
-    files = {}
-    for p in processes:
-        q, hops = p, 0
-        while not q["test"] and q["ppid"] in by_pid and hops < 50:
-            parent = by_pid[q["ppid"]]
-            if parent["start"] > q["start"]:  # a later process that reused the pid
-                break
-            q, hops = parent, hops + 1
-        files[(p["pid"], p["start"])] = q["test"].split("::", 1)[0] if q["test"] else "-"
-    return files
+    runs: dict[int, list[dict]] = defaultdict(list)
+    for t in tests or []:
+        if "pid" in t:
+            runs[t["pid"]].append(t)
+
+    def ancestors(p: dict) -> Iterator[dict]:
+        q = p
+        for _ in range(50):
+            parent = by_pid.get(q["ppid"])
+            if parent is None or parent["start"] > q["start"]:  # a later process, same pid
+                return
+            yield parent
+            q = parent
+
+    def by_timeline(p: dict) -> str | None:
+        when = p.get("start_at")
+        if when is None:
+            return None
+        for q in ancestors(p):
+            if q["pid"] in runs:  # a pytest worker: the test it ran then
+                test = next(
+                    (t for t in runs[q["pid"]] if t["start"] - 1 <= when <= t["end"] + 1), None
+                )
+                return test["test"].split("::", 1)[0] if test else None
+        return None
+
+    def by_environment(p: dict) -> str:
+        q = next((a for a in (p, *ancestors(p)) if a["test"]), None)
+        return q["test"].split("::", 1)[0] if q else "-"
+
+    return {(p["pid"], p["start"]): by_timeline(p) or by_environment(p) for p in processes}
 
 
 def report(raw: dict, top: int, tests: list[dict] | None = None) -> dict:
@@ -224,7 +260,7 @@ def report(raw: dict, top: int, tests: list[dict] | None = None) -> dict:
         exit record's), not only its CPU up to its last sample.
     """
     # charged over every process, CPU or not: a sandbox's bwrap uses none of its own
-    files = _charged(raw["processes"])
+    files = _charged(raw["processes"], tests)
     # a process's CPU after its last sample is in its exit record, when accounting was on
     whole = proc_acct.lifetimes(raw.get("exited", []), raw["processes"])
     rows = [

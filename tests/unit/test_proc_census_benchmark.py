@@ -1,5 +1,6 @@
 """benchmarks/proc_census.py: every process a command starts, its CPU charged to the test that
-started it (its own ``PYTEST_CURRENT_TEST``, else its nearest ancestor's)."""
+started it (the test its pytest worker ran then, from the timeline; else its own
+``PYTEST_CURRENT_TEST``, else its nearest ancestor's)."""
 
 from __future__ import annotations
 
@@ -157,3 +158,38 @@ def test_the_report_ranks_the_cpu_pytest_spent_in_each_test() -> None:
         "tests/unit/test_a.py::t2": 1.7,
     }
     assert "pytest_tests" not in bench.report(raw, top=2, tests=tests[3:])  # an older timeline
+
+
+def test_a_daemons_later_child_is_charged_to_the_test_running_when_it_started() -> None:
+    """A session's server (started in test A, whose name its environment keeps) starts a child
+    during test B: with the timeline, the child is B's; without it, A's (its environment)."""
+    bench = load_benchmark("proc_census.py")
+    first, later = "tests/unit/test_a.py::t (setup)", "tests/unit/test_b.py::t (call)"
+
+    def proc(pid: int, ppid: int, start: int, test: str, argv: list[str]) -> dict:
+        at = 900.0 + start
+        return {"pid": pid, "ppid": ppid, "start": start, "start_at": at, "test": test,
+                "cpu_s": 2.0, "argv": argv, "comm": argv[0]}  # fmt: skip
+
+    worker = ["python", "-c", "import sys;exec(eval(sys.stdin.readline()))"]
+    raw = {
+        "wall_s": 10.0,
+        "processes": [
+            proc(100, 1, 1, "", worker),
+            proc(200, 100, 100, first, ["raylet"]),  # started in test A
+            proc(300, 200, 200, first, ["python", "default_worker.py"]),  # started in test B
+            proc(400, 1, 5, "", ["sshd"]),  # no pytest worker above it, no test
+        ],
+    }
+    tests = [
+        {"test": first.split(" ")[0], "pid": 100, "start": 995.0, "end": 1010.0},
+        {"test": later.split(" ")[0], "pid": 100, "start": 1090.0, "end": 1110.0},
+    ]
+    files = bench.report(raw, top=5, tests=tests)["test_files"]
+    assert files == {
+        "tests/unit/test_a.py": {"processes": 1, "cpu_s": 2.0},
+        "tests/unit/test_b.py": {"processes": 1, "cpu_s": 2.0},
+        "-": {"processes": 1, "cpu_s": 2.0},
+    }
+    files = bench.report(raw, top=5)["test_files"]  # no timeline: the environment's test
+    assert files["tests/unit/test_a.py"] == {"processes": 2, "cpu_s": 4.0}
