@@ -168,6 +168,10 @@ def kind_of(proc: dict) -> str:
         ("exec(eval(sys.stdin.readline()))", "pytest worker"),  # execnet's bootstrap
         ("pytest", "pytest"),
         ("default_worker.py", "ray worker"),
+        # Ray's agents rename themselves a second or more after they start: a sample after that
+        # sees only their new title (``ray::…``, as a worker's), not their script
+        ("ray::DashboardAgent", "ray dashboard"),
+        ("ray::RuntimeEnvAgent", "ray runtime_env agent"),
         ("raylet", "raylet"),
         ("gcs_server", "ray gcs"),
         ("dashboard", "ray dashboard"),

@@ -48,6 +48,11 @@ def test_kinds_come_from_the_command_line() -> None:
     assert bench.kind_of(worker) == "pytest worker"
     ray = {"argv": ["python", "/x/ray/_private/workers/default_worker.py"], "comm": "ray::IDLE"}
     assert bench.kind_of(ray) == "ray worker"
+    # Ray's agents, seen after they renamed themselves (their comm as a worker's: ``ray::…``)
+    agent = {"argv": ["ray::DashboardAgent"], "comm": "ray::DashboardA"}
+    assert bench.kind_of(agent) == "ray dashboard"
+    env_agent = {"argv": ["ray::RuntimeEnvAgent"], "comm": "ray::RuntimeEn"}
+    assert bench.kind_of(env_agent) == "ray runtime_env agent"
     assert bench.kind_of({"argv": ["/v/bin/fedtune", "tune", "s.yaml"]}) == "fedtune"
     assert bench.kind_of({"argv": [], "comm": "kworker"}) == "kworker"
 
