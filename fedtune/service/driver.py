@@ -437,7 +437,12 @@ def _wait_for_database(link, settings, sleep, limit_s: float = OUTAGE_WAIT_S) ->
 
 
 class _MlflowIds:
-    """Record the study's MLflow parent run (once) as trials start; return each trial's run."""
+    """Record the study's MLflow parent run (once) as trials start; return each trial's run.
+
+    The parent's experiment is read from the Optuna storage, where the study recorded it with
+    the run: a driver whose trials run in its process never imports MLflow (seconds of CPU) —
+    its study's MLflow process does. Only a run recorded without it (a study begun by an older
+    driver) is looked up in the MLflow store."""
 
     def __init__(self, link: DriverLink, view: OptunaView, uri: str) -> None:
         self.link, self.view, self.uri = link, view, uri
@@ -445,9 +450,10 @@ class _MlflowIds:
 
     def trial_run(self, number: int) -> str | None:
         if self._parent is None:
-            self._parent = self.view.parent_run_id()
+            self._parent, experiment = self.view.parent_run()
             if self._parent:
-                self.link.set_mlflow_ids(self._parent, self._experiment(self._parent))
+                experiment = experiment or self._experiment(self._parent)
+                self.link.set_mlflow_ids(self._parent, experiment)
         return self.view.run_id_of(number)
 
     def _experiment(self, run_id: str) -> str | None:

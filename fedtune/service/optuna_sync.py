@@ -48,6 +48,11 @@ class OptunaView:
         store = self._open()
         return None if store is None else store.parent_run_id()
 
+    def parent_run(self) -> tuple[str | None, str | None]:
+        """The MLflow parent run's id and its experiment's id, when recorded with it."""
+        store = self._open()
+        return (None, None) if store is None else store.parent_run()
+
     def run_id_of(self, number: int) -> str | None:
         store = self._open()
         return None if store is None else store.run_id_of(number)

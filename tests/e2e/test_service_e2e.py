@@ -63,34 +63,52 @@ def service_env(
     }
 
 
+def _server(
+    root: Path,
+    database_url: str | None = None,
+    backend: str = "local",
+    token: str | None = TOKEN,
+    log: str = "serve.log",
+    **extra: str,
+) -> Server:
+    """A started server kept under ``root``, running one study at a time."""
+    env = service_env(
+        root, backend, token, database_url, **{"FEDTUNE_MAX_CONCURRENT_STUDIES": "1", **extra}
+    )
+    env.pop("MLFLOW_TRACKING_URI", None)
+    server = Server(env, root / log)
+    return server.start(timeout=120)  # a loaded machine: 60 s was seen to be too short
+
+
+def _stop(server: Server) -> None:
+    server.stop()
+    _kill_drivers(server.env["FEDTUNE_DATABASE_URL"])
+
+
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     """``serve(database_url=..., backend=..., token=...)`` → a started server; all stopped after."""
     servers: list[Server] = []
 
-    def start(
-        database_url: str | None = None,
-        backend: str = "local",
-        token: str | None = TOKEN,
-        log: str = "serve.log",
-        **extra: str,
-    ) -> Server:
-        env = service_env(
-            tmp_path,
-            backend,
-            token,
-            database_url,
-            **{"FEDTUNE_MAX_CONCURRENT_STUDIES": "1", **extra},
-        )
-        env.pop("MLFLOW_TRACKING_URI", None)
-        server = Server(env, tmp_path / log)
-        servers.append(server)
-        return server.start(timeout=120)  # a loaded machine: 60 s was seen to be too short
+    def start(*args, **kwargs) -> Server:
+        servers.append(_server(tmp_path, *args, **kwargs))
+        return servers[-1]
 
     yield start
     for server in servers:
-        server.stop()
-        _kill_drivers(server.env["FEDTUNE_DATABASE_URL"])
+        _stop(server)
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A service with the local backend on SQLite, shared by the tests that each run one study
+    on it to its end or cancel it (one starts only when the one before has ended: a study at a
+    time), and look only at their own study: one service's start, not one per test."""
+    server = _server(tmp_path_factory.mktemp("local"))
+    try:
+        yield server
+    finally:
+        _stop(server)
 
 
 @pytest.fixture(scope="module")
@@ -210,12 +228,15 @@ def _run_one_study(server: Server) -> None:
 
         parent, children = _mlflow_runs(final, server)
         assert parent.info.status == "FINISHED"
+        # the experiment the driver reported with the parent run, while running and at the end
+        reported = {s.mlflow.experiment_id for s in seen if s.mlflow.run_id}
+        assert reported == {parent.info.experiment_id}
         assert sorted(r.info.run_id for r in children) == sorted(t.mlflow_run_id for t in trials)
         assert all(r.info.status == "FINISHED" for r in children)
 
 
-def test_a_study_end_to_end_on_sqlite(serve) -> None:
-    _run_one_study(serve())
+def test_a_study_end_to_end_on_sqlite(local_server) -> None:
+    _run_one_study(local_server)
 
 
 def test_a_study_end_to_end_on_postgresql(serve) -> None:
@@ -270,9 +291,9 @@ def test_kill_9_of_service_and_driver_then_the_study_resumes(serve, tmp_path: Pa
 # ---------------------------------------------------------------- cancellation
 
 
-def test_cancel_stops_the_driver_and_kills_mlflow_runs(serve, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fedtune.db'}"
-    server = serve()
+def test_cancel_stops_the_driver_and_kills_mlflow_runs(local_server) -> None:
+    server = local_server
+    url = server.env["FEDTUNE_DATABASE_URL"]
     with _sdk(server) as sdk:
         study = sdk.submit(tiny_spec(name="cancelled", trials=50, rounds=200))
         status = _until(
@@ -298,7 +319,8 @@ def test_cancel_stops_the_driver_and_kills_mlflow_runs(serve, tmp_path: Path) ->
     # The interrupted trial is not left queued (WAITING) in Optuna
     import optuna
 
-    storage = f"sqlite:///{tmp_path / 'work' / 'studies' / study.id / 'optuna.db'}"
+    work = Path(server.env["FEDTUNE_WORKDIR"])
+    storage = f"sqlite:///{work / 'studies' / study.id / 'optuna.db'}"
     left = optuna.load_study(study_name="cancelled", storage=storage).get_trials()
     assert left and not [t.number for t in left if t.state == optuna.trial.TrialState.WAITING]
     assert all(t.state.is_finished() for t in left), [t.state for t in left]

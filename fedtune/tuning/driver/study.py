@@ -494,7 +494,7 @@ def _open_tracking(
     if checked is not None:
         checked.check()  # refused already: no run is made (a refusal after it ends it FAILED)
     parent = tracker.start_study(spec, space_doc, stores.store.parent_run_id())
-    stores.store.set_parent_run_id(parent)
+    stores.store.set_parent_run_id(parent, tracker.experiment_id)
     tracker.reconcile(parent, og.run_statuses(stores.study))
     timeline.mark("mlflow_opened")
     return Tracking(tracker, parent)

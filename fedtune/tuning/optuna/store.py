@@ -8,7 +8,8 @@ come from ``get_trial_id_from_study_id_trial_number``, never from private attrib
 
 Per trial: user attributes ``outcome``, ``rounds``, ``reason``, ``mlflow_run_id``,
 ``decays``/``decay_rounds`` and the system attribute ``fedtune:curve`` (ℓ_t per round). Per
-study: ``mlflow_parent_run_id``. The trade-off is computed once from :meth:`StudyStore.curves`
+study: ``mlflow_parent_run_id`` and ``mlflow_parent_experiment`` (that run and its experiment's id,
+as a pair: what the service's driver reports without importing MLflow). The trade-off is computed once from :meth:`StudyStore.curves`
 by ``fedtune.tuning.analysis.report.study_report`` and kept, byte for byte, as MLflow's
 ``tradeoff/tradeoff.json`` (the service returns that file).
 """
@@ -34,6 +35,8 @@ __all__ = ["CURVE_ATTR", "PARENT_ATTR", "RUN_ATTR", "StudyStore", "TrialRecord",
 CURVE_ATTR = "fedtune:curve"
 RUN_ATTR = "mlflow_run_id"
 PARENT_ATTR = "mlflow_parent_run_id"
+#: ``[parent run id, experiment id]``: the experiment of the parent run named with it
+PARENT_EXPERIMENT_ATTR = "mlflow_parent_experiment"
 OUTCOME_ATTR = "outcome"
 
 
@@ -127,7 +130,11 @@ class StudyStore:
         self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, outcome)
         self.storage.set_trial_state_values(tid, TrialState[optuna_state(outcome)])
 
-    def set_parent_run_id(self, run_id: str) -> None:
+    def set_parent_run_id(self, run_id: str, experiment_id: str | None = None) -> None:
+        """Record the study's MLflow parent run (and, when given, its experiment's id)."""
+        if experiment_id is not None:  # first: a reader that sees the run finds its experiment
+            pair = [run_id, str(experiment_id)]
+            self.storage.set_study_user_attr(self.study_id, PARENT_EXPERIMENT_ATTR, pair)
         self.storage.set_study_user_attr(self.study_id, PARENT_ATTR, run_id)
 
     # -- reading ------------------------------------------------------------------------
@@ -136,6 +143,14 @@ class StudyStore:
 
     def parent_run_id(self) -> str | None:
         return self.storage.get_study_user_attrs(self.study_id).get(PARENT_ATTR)
+
+    def parent_run(self) -> tuple[str | None, str | None]:
+        """The parent run's id and its experiment's id (None: not recorded with that run, as
+        by a driver of an older version)."""
+        attrs = self.storage.get_study_user_attrs(self.study_id)
+        run_id, pair = attrs.get(PARENT_ATTR), attrs.get(PARENT_EXPERIMENT_ATTR)
+        paired = isinstance(pair, list) and len(pair) == 2 and run_id and pair[0] == run_id
+        return run_id, (str(pair[1]) if paired else None)
 
     def run_id_of(self, number: int) -> str | None:
         return self.storage.get_trial_user_attrs(self.trial_id(number)).get(RUN_ATTR)
