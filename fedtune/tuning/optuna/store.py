@@ -8,10 +8,10 @@ come from ``get_trial_id_from_study_id_trial_number``, never from private attrib
 
 Per trial: user attributes ``outcome``, ``rounds``, ``reason``, ``mlflow_run_id``,
 ``decays``/``decay_rounds`` and the system attribute ``fedtune:curve`` (ℓ_t per round). Per
-study: ``mlflow_parent_run_id`` and ``mlflow_parent_experiment`` (that run and its experiment's id,
-as a pair: what the service's driver reports without importing MLflow). The trade-off is computed once from :meth:`StudyStore.curves`
-by ``fedtune.tuning.analysis.report.study_report`` and kept, byte for byte, as MLflow's
-``tradeoff/tradeoff.json`` (the service returns that file).
+study: ``mlflow_parent_run_id`` and ``mlflow_parent_experiment`` (that run and its experiment's
+id, as a pair: what the service's driver reports without importing MLflow). The trade-off is
+computed once from :meth:`StudyStore.curves` by ``fedtune.tuning.analysis.report.study_report``
+and kept, byte for byte, as MLflow's ``tradeoff/tradeoff.json`` (the service returns that file).
 """
 
 from __future__ import annotations
