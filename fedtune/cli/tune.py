@@ -307,13 +307,15 @@ def _load_spec(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.tuning.common import timeline
+    from fedtune.tuning.common import start_gc, timeline
 
     timeline.mark("cli")
+    start_gc.pause()  # until the tuner begins (fit), or the end: the imports' objects live on
     early, tracking = _early_start(args)
     try:
         return _run(args, early, tracking)
     finally:
+        start_gc.resume()
         if early is not None:
             early.close()  # a spec error, Ctrl-C: Ray stops once its start has finished
         if tracking is not None:

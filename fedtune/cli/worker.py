@@ -6,7 +6,8 @@ Reads its settings from the environment (``FEDTUNE_DRIVER_URL`` and its one-time
 state through the service's API or to its database (``fedtune.service.driver``); with neither
 it stops at once with one line naming them. Exit codes: 0 done, 1 failed, 2 misconfigured,
 69 a transient error re-queued the study, 75 another driver holds the study, 77 the service
-refused its start ticket, 143 stopped.
+refused its start ticket, 143 stopped. Its start, until the study's tuner begins, runs with
+Python's cyclic garbage collector paused (``fedtune.tuning.common.start_gc``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.redact import scrubbing_log_handlers
-    from fedtune.service.driver import load_driver_settings, run_driver
+    from fedtune.tuning.common import start_gc
 
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    scrubbing_log_handlers(logging.getLogger().handlers)
-    return run_driver(args.study_id, load_driver_settings(), args.attempt)
+    start_gc.pause()  # until the study's tuner begins (run_study's fit), or the end
+    try:
+        from fedtune.redact import scrubbing_log_handlers
+        from fedtune.service.driver import load_driver_settings, run_driver
+
+        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        scrubbing_log_handlers(logging.getLogger().handlers)
+        return run_driver(args.study_id, load_driver_settings(), args.attempt)
+    finally:
+        start_gc.resume()

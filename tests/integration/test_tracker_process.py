@@ -1,7 +1,8 @@
 """The MLflow store in a process of its own (``fedtune.tuning.mlflow.process``): the driver's
 calls reach a real ``StudyTracker`` in the child and their records are in the store; an error
 in the child is raised in the driver; Ctrl-C does not end the child, closing does; and a study
-whose trials run in its driver never imports MLflow there."""
+whose trials run in its driver never imports MLflow there, and turns Python's cyclic collector
+back on (paused by ``fedtune tune`` for its start) when its tuner begins."""
 
 from __future__ import annotations
 
@@ -68,14 +69,21 @@ def test_a_call_after_the_child_died_says_so(tmp_path) -> None:
 
 _DRIVER = textwrap.dedent(
     """
-    import json, sys
+    import gc, json, sys
+    from fedtune.tuning.common import start_gc, timeline
+
+    start_gc.pause()  # as fedtune tune does before the driver's imports
+    collector = {}  # whether the collector was on at each phase's first mark
+    mark = timeline.mark
+    timeline.mark = lambda phase, t=None: (collector.setdefault(phase, gc.isenabled()), mark(phase, t))
     from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.spec import StudySpec
 
     spec = StudySpec.from_dict(json.loads(sys.argv[1]))
     result = run_study(spec, sys.argv[2], in_process=True)
     print(json.dumps({"finished": result.finished, "packing": result.packing,
-                      "mlflow_here": "mlflow" in sys.modules, "ray_up": __import__("ray").is_initialized()}))
+                      "mlflow_here": "mlflow" in sys.modules, "ray_up": __import__("ray").is_initialized(),
+                      "collector": collector, "frozen": gc.get_freeze_count()}))
     """
 )
 
@@ -93,6 +101,12 @@ def test_a_study_in_its_driver_never_imports_mlflow_there(tmp_path, quadratic_st
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
     assert out["finished"] == 2 and not out["mlflow_here"] and not out["ray_up"]
+    # the start (the driver's imports, the stores) without the cyclic collector, the trials
+    # with it, the start's objects frozen (fedtune.tuning.common.start_gc)
+    collector = out["collector"]
+    assert not collector["optuna_opened"] and not collector["fit"], collector
+    assert collector["first_trial_scheduled"] and collector["finalized"], collector
+    assert out["frozen"] > 100_000
     client = MlflowClient(f"sqlite:///{tmp_path / 'w' / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 3  # the parent and one run per trial, stored by the child

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from fedtune.outcomes import TrialOutcome
 
-from ..common import timeline
+from ..common import start_gc, timeline
 from ..keys import TRIAL_KEY, trial_name
 from ..optuna import search as og
 from ..optuna.budget import RoundBudget
@@ -90,6 +90,7 @@ def fit(plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Seque
         with _tune_environment():
             tuner, packing = _tuner(plan, runtime, callbacks, budget)
             timeline.mark("fit")
+            start_gc.resume()  # the start's objects frozen: the trials' are collected
             tuner.fit()
             timeline.mark("fit_done")
     except Exception:

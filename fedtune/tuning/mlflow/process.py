@@ -16,6 +16,9 @@ SIGINT (Ctrl-C reaches the whole process group, and the driver's clean-up still 
 store), and ends when the driver closes it (storing what is queued, then exiting without the
 interpreter's teardown) or its pipe (the driver exited).
 
+The child's start (MLflow's import, the store's opening, pandas) runs with Python's cyclic
+garbage collector paused (:mod:`..common.start_gc`).
+
 Light on purpose: MLflow is imported by the child only.
 """
 
@@ -31,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..common import start_gc
 from .record import study_record
 from .tracker import Tracker
 
@@ -189,6 +193,7 @@ class ProcessTracker(Tracker):
 def _serve(conn: Any) -> None:
     """The child: import the tracker, then answer calls until told to end or orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    start_gc.pause()  # resumed once the store is open and pandas imported (_warm)
     from .tracking import StudyTracker  # MLflow, imported while the driver imports the engine
 
     tracker: StudyTracker | None = None
@@ -211,14 +216,20 @@ def _serve(conn: Any) -> None:
                 raise AttributeError(f"StudyTracker.{name} is not served")
             reply = (True, value)
         except Exception as exc:
+            if name == _OPEN:
+                start_gc.resume()  # no _warm: the driver ends the study
             reply = (False, _portable(exc))
         conn.send(reply)
 
 
 def _warm() -> None:
-    """Import what the study's end needs (pandas: ``log_table``), while the trials run."""
-    with contextlib.suppress(Exception):
-        import pandas  # noqa: F401
+    """Import what the study's end needs (pandas: ``log_table``), while the trials run; then
+    the process's start is over (:mod:`..common.start_gc`)."""
+    try:
+        with contextlib.suppress(Exception):
+            import pandas  # noqa: F401
+    finally:
+        start_gc.resume()
 
 
 def _end(tracker: StudyTracker | None) -> None:
