@@ -9,7 +9,8 @@ settings file's ``[serve]`` and ``[mlflow]`` sections (``--config FILE`` or ``FE
 ``fedtune.service.config_file``); the rest comes from the environment
 (``fedtune.service.settings``). On a database whose projects have MLflow workspaces it refuses
 to start without an MLflow server (``fedtune.service.mlflow_records``). One process: the
-scheduler runs inside it.
+scheduler runs inside it. Its start, to the end of the app's lifespan start, runs with Python's
+cyclic garbage collector paused (``fedtune.tuning.common.start_gc``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedtune.tuning.common import start_gc
+
+    start_gc.pause()  # until the app's start has run (its lifespan), or the end
+    try:
+        return _serve(args)
+    finally:
+        start_gc.resume()
+
+
+def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from fedtune.service.admin_token import closed_by_default

@@ -25,6 +25,7 @@ from typing import Any
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from fedtune.tuning.common import start_gc
 from fedtune.tuning.mlflow.client import kill_study_runs
 
 from ..backends import Backend, make_backend
@@ -156,6 +157,7 @@ def create_app(
         chosen = make_backend(settings) if backend is _DEFAULT else backend
         runtime = Runtime.start(settings, chosen, migrate=migrate, schedule=schedule)
         app.state.runtime = runtime
+        start_gc.resume()  # fedtune serve's start is over (paused by it; else nothing)
         try:
             yield
         finally:

@@ -1,0 +1,61 @@
+"""``fedtune serve`` starts with Python's cyclic garbage collector paused
+(``fedtune.tuning.common.start_gc``): through its imports and the app's creation, until the app's
+lifespan has started the runtime (the database, its migrations, the scheduler); then the
+collector runs, with the start's objects frozen, while it serves."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from fedtune.cli import main
+from fedtune.tuning.common import start_gc
+from tests.ports import free_port
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The collector on before and after the test, whatever it left."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        start_gc.resume()
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
+
+
+def test_fedtune_serve_starts_with_the_collector_paused(collector, tmp_path, monkeypatch) -> None:
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    seen = {}
+
+    def serve(app, **kwargs) -> None:
+        seen["before_lifespan"] = (gc.isenabled(), start_gc.paused())
+        with TestClient(app) as client:  # the lifespan: the runtime starts
+            seen["serving"] = (gc.isenabled(), start_gc.paused())
+            seen["health"] = client.get("/healthz").status_code
+
+    monkeypatch.setattr(uvicorn, "run", serve)
+    gc.unfreeze()
+    code = main(
+        [
+            "serve",
+            "--database-url",
+            f"sqlite:///{tmp_path / 'fedtune.db'}",
+            "--backend",
+            "none",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--insecure-open",
+            "--port",
+            str(free_port()),
+        ]
+    )
+    assert code == 0
+    assert seen == {"before_lifespan": (False, True), "serving": (True, False), "health": 200}
+    assert gc.get_freeze_count() > 0
