@@ -9,12 +9,15 @@ the start walks those objects again, and finds next to nothing to free: about a 
 (``gc.freeze``), which later passes do not walk, and turns the collector back on, so the work
 after the start (trials, rounds, the report) is collected as before.
 
-``fedtune tune`` pauses before it imports the driver and the driver resumes when its tuner
-begins (:func:`fedtune.tuning.driver.fit.fit`); the study's MLflow process pauses before it
-imports MLflow and resumes once its store is open and its late imports are done
-(:mod:`fedtune.tuning.mlflow.process`). The MLflow server's start does the same with one
-collection instead of the freeze (``fedtune.service.mlflow_run.startup_gc``): a server lives
-long enough for its start's garbage to matter.
+``fedtune tune`` and the service's driver (``fedtune worker run-study``) pause before they
+import the driver, and the driver resumes when its tuner begins
+(:func:`fedtune.tuning.driver.fit.fit`); the study's MLflow process pauses before it imports
+MLflow and resumes once its store is open and its late imports are done
+(:mod:`fedtune.tuning.mlflow.process`); ``fedtune serve`` pauses before its imports and its app
+resumes once its lifespan has started the runtime (``fedtune.service.api.app``). Whoever
+paused also resumes at its end, so an error before those points leaves the collector on. The
+MLflow server's start does the same with one collection instead of the freeze
+(``fedtune.service.mlflow_run.startup_gc``).
 """
 
 from __future__ import annotations
