@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the verb of ``argv`` (default: the command line).
 
     Called as the process's entry point (``argv`` None) for a verb that sets the parser
-    default ``fast_exit`` (``tune``), the process ends here through :func:`exit_now`. Output
+    default ``fast_exit`` (``tune``), the process ends here through :func:`exit_now`, and one
+    that sets ``start_gc`` starts with the cyclic collector paused (:func:`_run_started`). Output
     into a pipe that closes early (``fedtune tasks | head``) ends the process quietly, as a
     SIGPIPE ends ``ls``.
 
@@ -176,13 +177,35 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
-        code = _run(args)
+        code = _run_started(args) if argv is None else _run(args)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's teardown
     except BrokenPipeError:
         return _broken_pipe()
     if argv is None and getattr(args, "fast_exit", False):
         exit_now(code)
     return code
+
+
+def _run_started(args: argparse.Namespace) -> int:
+    """:func:`_run` as the process's entry point: a verb that sets the parser default
+    ``start_gc`` (a study's driver, the service) runs its start with Python's cyclic collector
+    paused (``fedtune.tuning.common.start_gc``); a caller's own process is left alone.
+
+    Args:
+        args: The parsed arguments.
+
+    Returns:
+        The exit code.
+    """
+    if not getattr(args, "start_gc", False):
+        return _run(args)
+    from fedtune.tuning.common import start_gc
+
+    start_gc.pause()  # resumed where the start ends (the tuner, the app's lifespan), or here
+    try:
+        return _run(args)
+    finally:
+        start_gc.resume()
 
 
 def _scrubbed_excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:

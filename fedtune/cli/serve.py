@@ -57,20 +57,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="log level (default info)",
     )
     add_config_option(p, "serve")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, start_gc=True)  # paused until the app's lifespan has started
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.tuning.common import start_gc
-
-    start_gc.pause()  # until the app's start has run (its lifespan), or the end
-    try:
-        return _serve(args)
-    finally:
-        start_gc.resume()
-
-
-def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from fedtune.service.admin_token import closed_by_default

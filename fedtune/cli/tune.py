@@ -77,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "costs less here than Ray, runs them in this process, without Ray)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    p.set_defaults(func=run, fast_exit=True)  # ends without module teardown
+    # ends without module teardown; starts with the cyclic collector paused (start_gc)
+    p.set_defaults(func=run, fast_exit=True, start_gc=True)
 
 
 def _short(path: str) -> str:
@@ -307,15 +308,13 @@ def _load_spec(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.tuning.common import start_gc, timeline
+    from fedtune.tuning.common import timeline
 
     timeline.mark("cli")
-    start_gc.pause()  # until the tuner begins (fit), or the end: the imports' objects live on
     early, tracking = _early_start(args)
     try:
         return _run(args, early, tracking)
     finally:
-        start_gc.resume()
         if early is not None:
             early.close()  # a spec error, Ctrl-C: Ray stops once its start has finished
         if tracking is not None:

@@ -27,19 +27,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run_study.add_argument(
         "--attempt", type=int, help="dispatch attempt; the driver exits if it was superseded"
     )
-    run_study.set_defaults(func=run)
+    run_study.set_defaults(func=run, start_gc=True)  # paused until the tuner begins
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedtune.tuning.common import start_gc
+    from fedtune.redact import scrubbing_log_handlers
+    from fedtune.service.driver import load_driver_settings, run_driver
 
-    start_gc.pause()  # until the study's tuner begins (run_study's fit), or the end
-    try:
-        from fedtune.redact import scrubbing_log_handlers
-        from fedtune.service.driver import load_driver_settings, run_driver
-
-        logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        scrubbing_log_handlers(logging.getLogger().handlers)
-        return run_driver(args.study_id, load_driver_settings(), args.attempt)
-    finally:
-        start_gc.resume()
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    scrubbing_log_handlers(logging.getLogger().handlers)
+    return run_driver(args.study_id, load_driver_settings(), args.attempt)

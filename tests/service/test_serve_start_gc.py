@@ -6,6 +6,7 @@ collector runs, with the start's objects frozen, while it serves."""
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -42,20 +43,35 @@ def test_fedtune_serve_starts_with_the_collector_paused(collector, tmp_path, mon
 
     monkeypatch.setattr(uvicorn, "run", serve)
     gc.unfreeze()
-    code = main(
-        [
-            "serve",
-            "--database-url",
-            f"sqlite:///{tmp_path / 'fedtune.db'}",
-            "--backend",
-            "none",
-            "--workdir",
-            str(tmp_path / "w"),
-            "--insecure-open",
-            "--port",
-            str(free_port()),
-        ]
-    )
+    argv = [
+        "serve",
+        "--database-url",
+        f"sqlite:///{tmp_path / 'fedtune.db'}",
+        "--backend",
+        "none",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--insecure-open",
+        "--port",
+        str(free_port()),
+    ]
+    monkeypatch.setattr(sys, "argv", ["fedtune", *argv])
+    code = main()  # the process's entry point
     assert code == 0
     assert seen == {"before_lifespan": (False, True), "serving": (True, False), "health": 200}
     assert gc.get_freeze_count() > 0
+
+
+def test_serve_called_as_a_library_leaves_the_collector_alone(
+    collector, tmp_path, monkeypatch
+) -> None:
+    """``main([...])`` from another program (argv given): its process's collector is its own."""
+    import uvicorn
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(on=gc.isenabled()))
+    gc.unfreeze()
+    url = f"sqlite:///{tmp_path / 'fedtune.db'}"
+    args = ["serve", "--database-url", url, "--backend", "none", "--insecure-open"]
+    assert main([*args, "--workdir", str(tmp_path / "w"), "--port", str(free_port())]) == 0
+    assert seen == {"on": True} and gc.get_freeze_count() == 0

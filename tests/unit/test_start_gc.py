@@ -8,7 +8,6 @@ study."""
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import subprocess
@@ -58,7 +57,17 @@ def test_resume_leaves_a_collector_that_someone_else_turned_off(collector) -> No
     assert not gc.isenabled() and gc.get_freeze_count() == 0
 
 
+def _entry_point(monkeypatch, *argv: str) -> None:
+    """``fedtune ARGV`` as the process's entry point (``main()``), without its fast exit."""
+    from fedtune import cli
+
+    monkeypatch.setattr(sys, "argv", ["fedtune", *argv])
+    monkeypatch.setattr(cli, "exit_now", lambda code: None)
+
+
 def test_fedtune_tune_runs_its_start_with_the_collector_paused(collector, monkeypatch) -> None:
+    from fedtune.cli import main
+
     seen = {}
 
     def run(args, early, tracking):
@@ -67,16 +76,22 @@ def test_fedtune_tune_runs_its_start_with_the_collector_paused(collector, monkey
 
     monkeypatch.setattr(tune, "_early_start", lambda args: (None, None))
     monkeypatch.setattr(tune, "_run", run)
+    _entry_point(monkeypatch, "tune", "study.yaml")
     gc.unfreeze()
-    assert tune.run(argparse.Namespace()) == 0
+    assert main() == 0
     assert seen == {"enabled": False, "paused": True}  # the driver's imports: no collections
     assert gc.isenabled() and gc.get_freeze_count() > 0  # at the end at the latest
+    # called as a library (argv given): the caller's collector is left as it is
+    seen.clear()
+    gc.unfreeze()
+    assert main(["tune", "study.yaml"]) == 0
+    assert seen == {"enabled": True, "paused": False} and gc.get_freeze_count() == 0
 
 
 def test_the_service_driver_runs_its_start_with_the_collector_paused(
     collector, monkeypatch
 ) -> None:
-    from fedtune.cli import worker
+    from fedtune.cli import main
     from fedtune.service import driver
 
     seen = {}
@@ -87,8 +102,9 @@ def test_the_service_driver_runs_its_start_with_the_collector_paused(
 
     monkeypatch.setattr(driver, "run_driver", run_driver)
     monkeypatch.setattr(driver, "load_driver_settings", lambda: None)
+    _entry_point(monkeypatch, "worker", "run-study", "0123456789ab", "--attempt", "1")
     gc.unfreeze()
-    assert worker.run(argparse.Namespace(study_id="0123456789ab", attempt=1)) == 0
+    assert main() == 0
     assert seen == {"enabled": False, "paused": True, "study": "0123456789ab"}
     assert gc.isenabled() and gc.get_freeze_count() > 0
 
