@@ -152,6 +152,17 @@ def test_the_real_driver_command_is_an_argv_list() -> None:
     assert argv[0] == sys.executable and argv[-5:] == ["worker", "run-study", SID, "--attempt", "2"]
     with pytest.raises(Exception, match="12 hex"):
         python_driver_argv("abc; rm -rf /", 1)
+    # it runs fedtune's main as the process's entry point: the driver's start is paused
+    # (fedtune.tuning.common.start_gc); the verb's work is replaced by a report of the collector
+    probe = (
+        "import gc; from fedtune import cli; from fedtune.tuning.common import start_gc; "
+        "cli._run = lambda args: print(gc.isenabled(), start_gc.paused(), args.study_id) or 0; "
+    )
+    run = subprocess.run(
+        [argv[0], "-c", probe + argv[2], *argv[3:]], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True", SID]
 
 
 # A stand-in driver of study SID as run_study is: it holds the study's lock and starts a "Ray

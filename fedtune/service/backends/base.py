@@ -156,8 +156,9 @@ def driver_argv(study_id: str, attempt: int) -> list[str]:
 
 
 def python_driver_argv(study_id: str, attempt: int) -> list[str]:
-    """The same command run by this interpreter (no reliance on PATH)."""
-    code = "import sys; from fedtune.cli import main; sys.exit(main(sys.argv[1:]))"
+    """The same command run by this interpreter (no reliance on PATH); ``main()`` reads
+    ``sys.argv`` as the process's entry point (``fedtune.cli.main``)."""
+    code = "import sys; from fedtune.cli import main; sys.exit(main())"
     return [sys.executable, "-c", code, *driver_argv(study_id, attempt)[1:]]
 
 

@@ -10,7 +10,8 @@ the start walks those objects again, and finds next to nothing to free: about a 
 after the start (trials, rounds, the report) is collected as before.
 
 ``fedtune tune`` and the service's driver (``fedtune worker run-study``) pause before they
-import the driver (as the process's entry point only: ``fedtune.cli.main``'s ``start_gc``), and the driver resumes when its tuner begins
+import the driver (when ``fedtune.cli.main`` is the process's entry point: the verbs that set
+the parser default ``start_gc``), and the driver resumes when its tuner begins
 (:func:`fedtune.tuning.driver.fit.fit`); the study's MLflow process pauses before it imports
 MLflow and resumes once its store is open and its late imports are done
 (:mod:`fedtune.tuning.mlflow.process`); ``fedtune serve`` pauses before its imports and its app
