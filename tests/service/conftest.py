@@ -50,16 +50,22 @@ def sqlite_db(tmp_path: Path) -> Iterator[Database]:
     db.dispose()
 
 
+def settings_in(root: Path, **overrides) -> Settings:
+    """The tests' settings with their files under ``root`` (a SQLite store there unless
+    ``database_url`` says otherwise); for a module-scoped fixture, which has no ``tmp_path``."""
+    base = {
+        "database_url": f"sqlite:///{root / 'fedtune.db'}",
+        "workdir": str(root / "work"),
+        "backend": "none",
+        "scheduler_interval_s": 0.05,
+    }
+    return load_settings(**(base | overrides))
+
+
 @pytest.fixture
 def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     def make(**overrides) -> Settings:
-        base = {
-            "database_url": f"sqlite:///{tmp_path / 'fedtune.db'}",
-            "workdir": str(tmp_path / "work"),
-            "backend": "none",
-            "scheduler_interval_s": 0.05,
-        }
-        return load_settings(**(base | overrides))
+        return settings_in(tmp_path, **overrides)
 
     return make
 

@@ -14,17 +14,19 @@ everything (the old code fails every "other"/"viewer" expectation below).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import io
 import json
 import re
 import zipfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from fedtune.service import identity
 from fedtune.service.api.app import create_app
@@ -33,7 +35,7 @@ from fedtune.service.models import Study
 from fedtune.service.repository import Repository
 from fedtune.service.states import StudyState, TrialState
 
-from .conftest import TOKEN
+from .conftest import TOKEN, settings_in
 from .helpers import FakeBackend, pg_schema, tiny_spec
 
 ROLES = ("admin", "member", "viewer", "other", "none", "revoked", "expired")
@@ -200,14 +202,19 @@ class World:
 _COUNT = iter(range(10**6))
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def world(request, make_settings, tmp_path) -> Iterator[World]:
-    url = request.getfixturevalue("db_url") if request.param == "postgresql" else None
-    overrides = {"api_token": TOKEN, "allow_code_upload": True, "metrics_token": SCRAPE_TOKEN}
-    if url is not None:
-        overrides["database_url"] = url
-    settings = make_settings(**overrides)
-    with TestClient(create_app(settings, backend=FakeBackend(), schedule=False)) as client:
+@contextlib.contextmanager
+def built_world(request: pytest.FixtureRequest, root: Path) -> Iterator[World]:
+    """A :class:`World` on ``request.param``'s database (PostgreSQL: a schema of its own),
+    its app's files under ``root``."""
+    with contextlib.ExitStack() as stack:
+        overrides = {"api_token": TOKEN, "allow_code_upload": True, "metrics_token": SCRAPE_TOKEN}
+        if request.param == "postgresql":
+            request.getfixturevalue("pg_available")
+            overrides["database_url"] = stack.enter_context(pg_schema())
+        settings = settings_in(root, **overrides)
+        client = stack.enter_context(
+            TestClient(create_app(settings, backend=FakeBackend(), schedule=False))
+        )
         w = World(client, client.app.state.runtime.db)
         with w.db.session() as s:
             identity.create_user(s, "nemo")
@@ -215,15 +222,33 @@ def world(request, make_settings, tmp_path) -> Iterator[World]:
         yield w
 
 
-@pytest.fixture
-def db_url(request, tmp_path):  # only PostgreSQL here: the world fixture picks
-    request.getfixturevalue("pg_available")
-    with pg_schema() as url:
-        yield url
+@pytest.fixture(params=["sqlite", "postgresql"])
+def world(request, tmp_path) -> Iterator[World]:
+    """A world of the test's own: for a test that changes something."""
+    with built_world(request, tmp_path) as w:
+        yield w
 
 
-def test_every_route_is_in_the_matrix(world: World) -> None:
-    paths = world.client.get("/openapi.json").json()["paths"]
+def _state(w: World) -> list:
+    """What a test of :func:`shared_world` may not change: every table's rows, in order."""
+    with w.db.session(readonly=True) as s:
+        names = sorted(inspect(s.connection()).get_table_names())
+        return [(n, sorted(map(repr, s.execute(text(f"SELECT * FROM {n}")).all()))) for n in names]
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def shared_world(request, tmp_path_factory) -> Iterator[World]:
+    """One world per database for the tests that only read, or whose calls are all refused (an
+    app, a schema, users, tokens and a study built once, not once per parametrized case);
+    afterwards every table holds what it held before they ran."""
+    with built_world(request, tmp_path_factory.mktemp("authz")) as w:
+        before = _state(w)
+        yield w
+        assert _state(w) == before, "a test of the shared world changed it"
+
+
+def test_every_route_is_in_the_matrix(shared_world: World) -> None:
+    paths = shared_world.client.get("/openapi.json").json()["paths"]
     routes = {(m.upper(), p) for p, ops in paths.items() for m in ops if p not in OPEN}
     assert routes == set(EXPECTED), (
         f"routes without an authorization expectation: {sorted(routes - set(EXPECTED))}; "
@@ -274,9 +299,13 @@ def test_lists_hold_only_what_the_caller_may_read(world: World) -> None:
     assert seen["other"] == {other}
 
 
-def test_a_study_of_another_project_and_a_missing_one_look_the_same(world: World) -> None:
-    as_other = world.client.get(f"/v1/studies/{world.sid}", headers=world.headers("other"))
-    missing = world.client.get("/v1/studies/0123456789ab", headers=world.headers("other"))
+def test_a_study_of_another_project_and_a_missing_one_look_the_same(shared_world: World) -> None:
+    as_other = shared_world.client.get(
+        f"/v1/studies/{shared_world.sid}", headers=shared_world.headers("other")
+    )
+    missing = shared_world.client.get(
+        "/v1/studies/0123456789ab", headers=shared_world.headers("other")
+    )
     assert as_other.status_code == missing.status_code == 404
     assert as_other.json()["error"]["code"] == missing.json()["error"]["code"]
     assert re.sub(r"[0-9a-f]{12}", "X", as_other.text) == re.sub(r"[0-9a-f]{12}", "X", missing.text)
@@ -396,8 +425,10 @@ def test_project_usage_against_quota_in_the_api_and_in_metrics(world: World) -> 
         ({"max_priority": None}, "max_priority"),
     ],
 )
-def test_quota_weight_and_priority_are_bounded(world: World, body, field) -> None:
-    r = world.client.put("/v1/projects/p1/quota", json=body, headers=world.headers("admin"))
+def test_quota_weight_and_priority_are_bounded(shared_world: World, body, field) -> None:
+    r = shared_world.client.put(
+        "/v1/projects/p1/quota", json=body, headers=shared_world.headers("admin")
+    )
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"].rsplit(".", 1)[-1] == field, r.json()
 
