@@ -9,12 +9,15 @@ one value and the answer had no ``next_page_token``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
 
 from fedtune.service import identity
 from fedtune.service.api import create_app
@@ -22,7 +25,8 @@ from fedtune.service.models import Study
 from fedtune.service.repository import Repository
 from fedtune.service.states import StudyState
 
-from .conftest import TOKEN
+from .conftest import TOKEN, settings_in
+from .helpers import FakeBackend, pg_schema
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 T0 = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
@@ -30,12 +34,12 @@ STATES = [StudyState.SUCCEEDED, StudyState.FAILED, StudyState.QUEUED, StudyState
 PROJECTS = ["default", "p1", "p2"]
 
 
-@pytest.fixture
-def client(make_settings, database, fake_backend) -> Iterator[TestClient]:
+@contextlib.contextmanager
+def built_client(url: str, root: Path) -> Iterator[TestClient]:
     """37 studies over 3 projects and 4 states; created_at ties in threes (the id breaks them)."""
     app = create_app(
-        make_settings(database_url=database.url, api_token=TOKEN),
-        backend=fake_backend,
+        settings_in(root, database_url=url, api_token=TOKEN),
+        backend=FakeBackend(),
         schedule=False,
     )
     with TestClient(app, headers=AUTH) as tc:
@@ -65,6 +69,35 @@ def client(make_settings, database, fake_backend) -> Iterator[TestClient]:
             identity.add_member(s, "mia", "p2", "member")
             tc.mia = {"Authorization": f"Bearer {identity.issue_token(s, 'mia').secret}"}
         yield tc
+
+
+@pytest.fixture
+def client(db_url, tmp_path) -> Iterator[TestClient]:
+    """The studies in a database of the test's own: for a test that adds one."""
+    with built_client(db_url, tmp_path) as tc:
+        yield tc
+
+
+def _studies(tc: TestClient) -> list:
+    with tc.app.state.runtime.db.session(readonly=True) as s:
+        return sorted(map(repr, s.execute(text("SELECT * FROM studies")).all()))
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def reader(request, tmp_path_factory) -> Iterator[TestClient]:
+    """The studies built once per database for the tests that only read them (not once per
+    parametrized case); afterwards they are what they were."""
+    root = tmp_path_factory.mktemp("paging")
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{root / 'fedtune.db'}"
+        else:
+            request.getfixturevalue("pg_available")
+            url = stack.enter_context(pg_schema())
+        tc = stack.enter_context(built_client(url, root))
+        before = _studies(tc)
+        yield tc
+        assert _studies(tc) == before, "a test that only reads changed the studies"
 
 
 def _key(item: dict) -> tuple:
@@ -99,8 +132,8 @@ def walk(c: TestClient, headers: dict | None = None, **params) -> tuple[list[dic
     ],
     ids=["all", "one-state", "two-states", "project", "project-states"],
 )
-def test_the_token_walks_every_study_once_in_order(client, order, filters) -> None:
-    everything = client.get("/v1/studies", params={"limit": 500, "order": order, **filters}).json()
+def test_the_token_walks_every_study_once_in_order(reader, order, filters) -> None:
+    everything = reader.get("/v1/studies", params={"limit": 500, "order": order, **filters}).json()
     expected = everything["items"]
     assert expected and everything["next_page_token"] is None
     states = filters.get("state")
@@ -110,7 +143,7 @@ def test_the_token_walks_every_study_once_in_order(client, order, filters) -> No
     keys = [_key(s) for s in expected]
     assert keys == sorted(keys, reverse=order == "desc")
 
-    items, pages = walk(client, limit=4, order=order, **filters)
+    items, pages = walk(reader, limit=4, order=order, **filters)
     assert [s["id"] for s in items] == [s["id"] for s in expected]  # none twice, none lost
     assert len(pages) == -(-len(expected) // 4)
     assert pages[0]["total"] == len(expected)  # counted on the first page ...
@@ -142,31 +175,31 @@ def test_a_study_created_while_paging_neither_repeats_nor_shifts_pages(client) -
     assert by_offset["items"][0]["id"] == first["items"][-1]["id"]  # offset shifted by one
 
 
-def test_offset_paging_is_unchanged_and_hands_out_a_token(client) -> None:
-    page = client.get("/v1/studies", params={"limit": 10, "offset": 10}).json()
+def test_offset_paging_is_unchanged_and_hands_out_a_token(reader) -> None:
+    page = reader.get("/v1/studies", params={"limit": 10, "offset": 10}).json()
     assert page["total"] == 37 and page["offset"] == 10 and len(page["items"]) == 10
-    after = client.get(
+    after = reader.get(
         "/v1/studies", params={"limit": 10, "page_token": page["next_page_token"]}
     ).json()
-    again = client.get("/v1/studies", params={"limit": 10, "offset": 20}).json()
+    again = reader.get("/v1/studies", params={"limit": 10, "offset": 20}).json()
     assert [s["id"] for s in after["items"]] == [s["id"] for s in again["items"]]
 
 
-def test_total_only_when_asked_on_token_pages(client) -> None:
-    first = client.get("/v1/studies", params={"limit": 3, "include_total": "false"}).json()
+def test_total_only_when_asked_on_token_pages(reader) -> None:
+    first = reader.get("/v1/studies", params={"limit": 3, "include_total": "false"}).json()
     assert first["total"] is None
     token = first["next_page_token"]
-    counted = client.get(
+    counted = reader.get(
         "/v1/studies", params={"limit": 3, "page_token": token, "include_total": "true"}
     ).json()
     assert counted["total"] == 37
 
 
-def test_a_member_pages_through_its_projects_only(client) -> None:
-    items, _ = walk(client, client.mia, limit=5)
+def test_a_member_pages_through_its_projects_only(reader) -> None:
+    items, _ = walk(reader, reader.mia, limit=5)
     assert {s["project"] for s in items} == {"p1", "p2"}
     assert len(items) == sum(1 for i in range(37) if PROJECTS[i % 3] != "default")
-    assert walk(client, client.mia, project="default")[0] == []  # not a project of mia's
+    assert walk(reader, reader.mia, project="default")[0] == []  # not a project of mia's
 
 
 @pytest.mark.parametrize(
@@ -183,16 +216,16 @@ def test_a_member_pages_through_its_projects_only(client) -> None:
         ({"page_token": "x" * 513}, "query.page_token"),
     ],
 )
-def test_invalid_tokens_and_parameters_are_422_naming_the_field(client, params, field) -> None:
-    token = client.get("/v1/studies", params={"limit": 2}).json()["next_page_token"]
+def test_invalid_tokens_and_parameters_are_422_naming_the_field(reader, params, field) -> None:
+    token = reader.get("/v1/studies", params={"limit": 2}).json()["next_page_token"]
     if params.get("page_token") == "TOKEN":
         params = {**params, "page_token": token}
-    r = client.get("/v1/studies", params=params)
+    r = reader.get("/v1/studies", params=params)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == field
 
 
-def test_ties_in_creation_time_are_broken_by_id(client) -> None:
-    items, _ = walk(client, limit=2, order="asc")
+def test_ties_in_creation_time_are_broken_by_id(reader) -> None:
+    items, _ = walk(reader, limit=2, order="asc")
     for a, b in itertools.pairwise(items):
         assert _key(a) < _key(b)
