@@ -311,7 +311,9 @@ def test_27_parallel_training_equals_one_way_transfer_at_k1():
         assert np.allclose(param(pt), param(gt), rtol=0, atol=1e-12) is same
 
 
-def _rounds_to(name, distance, eps=1e-4, rounds=100, extras=None):
+def _rounds_to(name, distance, eps=1e-4, rounds=100, extras=None, whole=True):
+    """The first round within ``eps`` of x* (None: not in ``rounds``) and the largest G̃² over
+    rounds 10 to the end; ``whole`` False stops at that round (G̃² then None: not measured)."""
     t = _mixed(
         name,
         {"clients": 10, "central_distance": distance},
@@ -325,6 +327,8 @@ def _rounds_to(name, distance, eps=1e-4, rounds=100, extras=None):
         g2.append(t.step().extra["mixed_G2"])
         if hit is None and np.linalg.norm(param(t) - x_star) < eps * start:
             hit = len(g2)
+            if not whole:
+                return hit, None
     return hit, max(g2[9:])
 
 
@@ -337,7 +341,10 @@ def test_28_parallel_training_is_slowed_by_dissimilarity():
     for distance in (3.0, 0.0):
         for name in ("mixed_pt", "mixed_gt1", "mixed_gt2"):
             extras = {"merge_lr": 0.5} if name == "mixed_gt2" else None
-            hits[name, distance], g2[name, distance] = _rounds_to(name, distance, extras=extras)
+            whole = name == "mixed_pt"  # only PT's G̃² is asserted: GT runs stop at their hit
+            hits[name, distance], g2[name, distance] = _rounds_to(
+                name, distance, extras=extras, whole=whole
+            )
     assert hits["mixed_pt", 3.0] is None
     assert hits["mixed_gt1", 3.0] is not None and hits["mixed_gt2", 3.0] is not None
     near = [hits[n, 0.0] for n in ("mixed_pt", "mixed_gt1", "mixed_gt2")]
