@@ -84,9 +84,17 @@ def _strict(hint: Any) -> Any:
 
 
 @functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of the dataclass ``cls``, evaluated once per class
+    (``typing.get_type_hints`` evaluates every string annotation again on each call; read
+    per field, that was the most of building a ``TrainConfig``). Read only, never changed."""
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
 def _model(cls: type) -> type:
     """A pydantic model with the (strict-input) fields of the dataclass ``cls``."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: (_strict(hints[f.name]), None) for f in dataclasses.fields(cls) if f.init}
     return create_model(
         f"{cls.__name__}Input", __config__=ConfigDict(extra="forbid", frozen=True), **fields
@@ -133,7 +141,7 @@ def replace_fields(obj: T, values: Mapping[str, Any], path: str = "") -> T:
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise ConfigError(f"{prefix}{unknown[0]}", unknown_key(unknown[0], known))
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     new = dataclasses.replace(
         obj, **{k: coerce(v, hints[k], f"{prefix}{k}") for k, v in values.items()}
     )
@@ -145,7 +153,7 @@ def replace_fields(obj: T, values: Mapping[str, Any], path: str = "") -> T:
 
 def _value(value: Any, cls: type, name: str) -> Any:
     """A validated value as the dataclass field holds it (nested dataclasses rebuilt)."""
-    hint = typing.get_type_hints(cls)[name]
+    hint = _hints(cls)[name]
     if hasattr(value, "model_dump") and dataclasses.is_dataclass(hint):
         return hint(**{k: _value(getattr(value, k), hint, k) for k in value.model_fields_set})
     return value
