@@ -205,9 +205,15 @@ _COUNT = iter(range(10**6))
 @contextlib.contextmanager
 def built_world(request: pytest.FixtureRequest, root: Path) -> Iterator[World]:
     """A :class:`World` on ``request.param``'s database (PostgreSQL: a schema of its own),
-    its app's files under ``root``."""
+    its app's files under ``root``; comparisons are recorded in the session's one MLflow store
+    (:func:`mlflow_store`)."""
     with contextlib.ExitStack() as stack:
-        overrides = {"api_token": TOKEN, "allow_code_upload": True, "metrics_token": SCRAPE_TOKEN}
+        overrides = {
+            "api_token": TOKEN,
+            "allow_code_upload": True,
+            "metrics_token": SCRAPE_TOKEN,
+            "mlflow_tracking_uri": request.getfixturevalue("mlflow_store"),
+        }
         if request.param == "postgresql":
             request.getfixturevalue("pg_available")
             overrides["database_url"] = stack.enter_context(pg_schema())
@@ -220,6 +226,14 @@ def built_world(request: pytest.FixtureRequest, root: Path) -> Iterator[World]:
             identity.create_user(s, "nemo")
         w.sid = w.study()
         yield w
+
+
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory) -> str:
+    """One MLflow store for every world's comparisons (``POST /v1/compare`` records one as a
+    run): MLflow creates and migrates a new SQLite store's tables, about a CPU-second, and a
+    study's default store is a new one in its workdir."""
+    return f"sqlite:///{tmp_path_factory.mktemp('authz-mlflow') / 'mlflow.db'}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
