@@ -492,45 +492,28 @@ if os.environ.get("FEDTUNE_DRIVER_URL"):
 """
 
 
-#: the study deadline of :func:`deadline_server`: its studies' code never ends on its own, and
-#: spins on both CPUs until then
-DEADLINE_S = 15
-
-
-@pytest.fixture(scope="module")
-def deadline_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A ``local`` service that stops every study after :data:`DEADLINE_S` and bounds a study's
-    sandbox to 256 processes, shared by the two tests whose drivers never end (an endless loop,
-    a fork bomb; one server start instead of two): each looks only for its own marked processes
-    and its own study, and they run one after the other."""
-    root = tmp_path_factory.mktemp("deadline")
+def test_an_endless_loop_in_a_local_driver_ends_at_the_study_deadline(tmp_path):
+    marker = f"fedtune-endless-{os.getpid()}"
     server = _server(
-        root,
+        tmp_path,
         "local",
         FEDTUNE_SCHEDULER_INTERVAL_S="0.2",
         FEDTUNE_HEARTBEAT_S="1",
-        FEDTUNE_STUDY_SANDBOX_PROCESSES="256",
-        FEDTUNE_STUDY_DEADLINE_S=str(DEADLINE_S),
+        FEDTUNE_STUDY_DEADLINE_S="15",
     )
     try:
-        yield server
+        r = _submit(server, tmp_path / "lab", LOOP_PACKAGE.format(marker=marker))
+        assert r.status_code == 201, r.text  # the check imports it without a driver URL
+        study = _study_error(server, r.json()["id"], timeout_s=180)
+        assert study["state"] == "failed", study
+        assert "ran past its deadline of 15 s (FEDTUNE_STUDY_DEADLINE_S)" in study["error"], study
+        deadline = time.monotonic() + 60  # the stop reaches the whole sandbox
+        while _marked(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _marked(marker) == []
+        assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
     finally:
         server.stop()
-
-
-def test_an_endless_loop_in_a_local_driver_ends_at_the_study_deadline(deadline_server, tmp_path):
-    server, marker = deadline_server, f"fedtune-endless-{uuid.uuid4().hex}"
-    r = _submit(server, tmp_path / "lab", LOOP_PACKAGE.format(marker=marker))
-    assert r.status_code == 201, r.text  # the check imports it without a driver URL
-    study = _study_error(server, r.json()["id"], timeout_s=180)
-    assert study["state"] == "failed", study
-    expected = f"ran past its deadline of {DEADLINE_S} s (FEDTUNE_STUDY_DEADLINE_S)"
-    assert expected in study["error"], study
-    deadline = time.monotonic() + 60  # the stop reaches the whole sandbox
-    while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _marked(marker) == []
-    assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
 
 
 #: at import in the driver: 200 idle threads (as a study's Ray has hundreds), then a long sleep
@@ -599,19 +582,27 @@ if os.environ.get("FEDTUNE_DRIVER_URL"):
 """
 
 
-def test_a_fork_bomb_in_a_local_driver_is_bounded_and_ends_with_the_study(
-    deadline_server, tmp_path
-):
-    server, marker = deadline_server, f"fedtune-bomb-{uuid.uuid4().hex}"
-    with _watching(server, marker) as seen:
-        r = _submit(server, tmp_path / "lab", BOMB_PACKAGE.format(marker=marker))
-        assert r.status_code == 201, r.text  # the check imports it without a driver URL
-        study = _study_error(server, r.json()["id"], timeout_s=180)
-        deadline = time.monotonic() + 60
-        while _marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-    assert study["state"] == "failed", study
-    assert f"ran past its deadline of {DEADLINE_S} s" in study["error"], study
+def test_a_fork_bomb_in_a_local_driver_is_bounded_and_ends_with_the_study(tmp_path):
+    marker = f"fedtune-bomb-{uuid.uuid4().hex}"
+    server = _server(
+        tmp_path,
+        "local",
+        FEDTUNE_SCHEDULER_INTERVAL_S="0.2",
+        FEDTUNE_HEARTBEAT_S="1",
+        FEDTUNE_STUDY_SANDBOX_PROCESSES="256",
+        FEDTUNE_STUDY_DEADLINE_S="20",
+    )
+    try:
+        with _watching(server, marker) as seen:
+            r = _submit(server, tmp_path / "lab", BOMB_PACKAGE.format(marker=marker))
+            assert r.status_code == 201, r.text  # the check imports it without a driver URL
+            study = _study_error(server, r.json()["id"], timeout_s=180)
+            deadline = time.monotonic() + 60
+            while _marked(marker) and time.monotonic() < deadline:
+                time.sleep(0.1)
+    finally:
+        server.stop()
+    assert study["state"] == "failed" and "ran past its deadline of 20 s" in study["error"], study
     assert 100 < seen["peak"] <= 256, seen["peak"]  # FEDTUNE_STUDY_SANDBOX_PROCESSES
     assert seen["answers"] and set(seen["answers"]) == {200}  # the service kept answering
     assert _marked(marker) == []  # the stop took the whole sandbox
