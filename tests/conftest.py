@@ -220,6 +220,25 @@ def qconfig():
     return quadratic_config
 
 
+@pytest.fixture
+def collector():
+    """Python's cyclic collector on for the test, and after it as before it, nothing frozen:
+    for the tests of ``fedtune.tuning.common.start_gc``, whose pause and freeze would
+    otherwise outlive them in pytest's process."""
+    import gc
+
+    from fedtune.tuning.common import start_gc
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        start_gc.resume()
+        gc.unfreeze()
+        (gc.enable if was else gc.disable)()
+
+
 #: the example project's package (examples/byo): user code that only child processes import
 USER_PACKAGE = "fedlab"
 

@@ -7,26 +7,10 @@ from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import Iterator
-
-import pytest
 
 from fedtune.cli import main
 from fedtune.tuning.common import start_gc
 from tests.ports import free_port
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    """The collector on before and after the test, whatever it left."""
-    was = gc.isenabled()
-    gc.enable()
-    try:
-        yield
-    finally:
-        start_gc.resume()
-        gc.unfreeze()
-        (gc.enable if was else gc.disable)()
 
 
 def test_fedtune_serve_starts_with_the_collector_paused(collector, tmp_path, monkeypatch) -> None:

@@ -13,28 +13,12 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from fedtune.cli import tune
 from fedtune.tuning.common import start_gc
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    """The collector on before and after the test, whatever it left."""
-    was = gc.isenabled()
-    gc.enable()
-    try:
-        yield
-    finally:
-        start_gc.resume()
-        gc.unfreeze()
-        (gc.enable if was else gc.disable)()
 
 
 def test_pause_then_resume_freezes_the_objects_alive(collector) -> None:
