@@ -3,9 +3,10 @@
 The driver runs as a subprocess with its own embedded Ray and logs to the real ``mlflow server``.
 Once the Optuna storage holds a finished trial *and* a running one, the driver is stopped
 (SIGSTOP, so that the running trial cannot finish before the kill), the storage is read again,
-and the driver gets SIGKILL (no cleanup code runs); the same command is run again and must finish the study with exactly
-the budgeted number of trials, re-running the interrupted points, leaving the trials finished
-before the kill untouched and creating no second finished MLflow run for any trial.
+and the driver gets SIGKILL (no cleanup code runs); the same command is run again and must
+finish the study with exactly the budgeted number of trials, re-running the interrupted points,
+leaving the trials finished before the kill untouched and creating no second finished MLflow
+run for any trial.
 
 The killed driver's Ray agents and trial workers outlive it (about a minute, idle or still
 computing). They are frozen with SIGSTOP right after the kill — as hung processes would be,
