@@ -9,7 +9,8 @@ time (all its threads), so a process shorter than one interval is missed and one
 after its last sample loses at most an interval. A process is charged to the test that was
 current when it started: with the timeline (``report --tests``), the test its pytest worker
 ancestor ran then; else ``PYTEST_CURRENT_TEST`` in its (or its nearest ancestor's) environment at
-exec, which for a child of a session's server names the test that started the server. pytest's own workers run the in-process tests, which the JUnit times of
+exec, which for a child of a session's server names the test that started the server.
+pytest's own workers run the in-process tests, which the JUnit times of
 ``benchmarks/suite_dirs.py`` already give; this census shows the rest: study drivers, Ray's
 processes, servers, PostgreSQL, browsers, image builds.
 """
