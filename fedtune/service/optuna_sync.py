@@ -44,10 +44,6 @@ class OptunaView:
             self._store = StudyStore.existing(self.workdir, self.study_name)
         return self._store
 
-    def parent_run_id(self) -> str | None:
-        store = self._open()
-        return None if store is None else store.parent_run_id()
-
     def parent_run(self) -> tuple[str | None, str | None]:
         """The MLflow parent run's id and its experiment's id, when recorded with it."""
         store = self._open()
