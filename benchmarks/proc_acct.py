@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["lifetimes", "read", "start", "stop", "unseen"]
+__all__ = ["file_at", "lifetimes", "read", "start", "stop", "unseen", "worker_runs"]
 
 #: ``struct acct_v3`` of ``<linux/acct.h>``: flag, version, tty, exit code, uid, gid, pid, ppid,
 #: start (epoch s), elapsed (ticks, float), then eight ``comp_t`` (utime, stime, mem, io, rw,
@@ -130,6 +130,38 @@ def lifetimes(exited: list[dict], sampled: list[dict]) -> dict[tuple[int, int], 
     return out
 
 
+def worker_runs(tests: list[dict]) -> dict[int, list[dict]]:
+    """``FEDTUNE_TEST_TIMELINE``'s lines by the pid of the pytest worker that ran them.
+
+    Args:
+        tests: The timeline's lines (``test``, ``pid``, ``start``, ``end``); older lines
+            without ``pid`` are left out.
+
+    Returns:
+        ``{worker pid: [line, ...]}``.
+    """
+    runs: dict[int, list[dict]] = defaultdict(list)
+    for t in tests:
+        if "pid" in t:
+            runs[t["pid"]].append(t)
+    return runs
+
+
+def file_at(runs: dict[int, list[dict]], pid: int, when: float) -> str | None:
+    """The file of the test that pytest worker ``pid`` ran at ``when`` (within a second).
+
+    Args:
+        runs: :func:`worker_runs`' result.
+        pid: A pytest worker's pid.
+        when: A process's start (epoch seconds).
+
+    Returns:
+        The test file, or None: no test then.
+    """
+    test = next((t for t in runs.get(pid, []) if t["start"] - 1 <= when <= t["end"] + 1), None)
+    return test["test"].split("::", 1)[0] if test else None
+
+
 def unseen(exited: list[dict], sampled: list[dict], tests: list[dict]) -> list[tuple[dict, str]]:
     """The exited processes that no sample saw, each with the test file it is charged to.
 
@@ -145,10 +177,7 @@ def unseen(exited: list[dict], sampled: list[dict], tests: list[dict]) -> list[t
         return []
     seen = _by_pid(sampled)
     gone = _by_pid(exited)
-    runs: dict[int, list[dict]] = defaultdict(list)
-    for t in tests:
-        if "pid" in t:
-            runs[t["pid"]].append(t)
+    runs = worker_runs(tests)
     out = []
     for rec in exited:
         if _match(seen, rec) is not None:
@@ -156,8 +185,7 @@ def unseen(exited: list[dict], sampled: list[dict], tests: list[dict]) -> list[t
         file, pid, when = "-", rec["ppid"], rec["start_at"]
         for _ in range(50):
             if pid in runs:  # a pytest worker: the test it ran then
-                test = next((t for t in runs[pid] if t["start"] - 1 <= when <= t["end"] + 1), None)
-                file = test["test"].split("::", 1)[0] if test else "-"
+                file = file_at(runs, pid, when) or "-"
                 break
             parent = _at(seen, pid, when)
             if parent is not None and parent.get("test"):

@@ -216,10 +216,7 @@ def _charged(processes: list[dict], tests: list[dict] | None = None) -> dict[tup
         ``{(pid, start): file}``.
     """
     by_pid = {p["pid"]: p for p in processes}  # the latest process of each pid
-    runs: dict[int, list[dict]] = defaultdict(list)
-    for t in tests or []:
-        if "pid" in t:
-            runs[t["pid"]].append(t)
+    runs = proc_acct.worker_runs(tests or [])
 
     def ancestors(p: dict) -> Iterator[dict]:
         q = p
@@ -236,10 +233,7 @@ def _charged(processes: list[dict], tests: list[dict] | None = None) -> dict[tup
             return None
         for q in ancestors(p):
             if q["pid"] in runs:  # a pytest worker: the test it ran then
-                test = next(
-                    (t for t in runs[q["pid"]] if t["start"] - 1 <= when <= t["end"] + 1), None
-                )
-                return test["test"].split("::", 1)[0] if test else None
+                return proc_acct.file_at(runs, q["pid"], when)
         return None
 
     def by_environment(p: dict) -> str:
