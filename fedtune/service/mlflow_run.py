@@ -20,25 +20,27 @@ then does, in one interpreter, what three did before (a prepare step, ``mlflow s
    log config: in this process for one worker, else uvicorn's supervisor here and its worker
    processes. No job runner: ``MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`` as before.
 
-Steps 2–3 run with Python's cyclic garbage collector paused (:func:`startup_gc`): they import
-MLflow's server, some 350,000 objects that all stay alive, and the collector, which starts a
-pass every 700 new objects and walks every older object at each full pass, spent 0.75–0.97
-CPU-s of a 4.3–5.6 CPU-s start in 844 passes (measured with ``gc.callbacks`` on a loaded
-2-CPU machine). One full collection at the end (0.25–0.3 CPU-s there) frees what the start
-left behind (~12,500 objects in cycles, mostly the upgrade's migration scripts), and uvicorn
-then serves with the collector as before: 0.30–0.48 CPU-s of collection in all, in 67 passes.
+Steps 2–3 run with Python's cyclic garbage collector paused
+(``fedtune.tuning.common.start_gc.collected``): they import MLflow's server, some 350,000
+objects that all stay alive, and the collector, which starts a pass every 700 new objects and
+walks every older object at each full pass, spent 0.75–0.97 CPU-s of a 4.3–5.6 CPU-s start in
+844 passes (measured with ``gc.callbacks`` on a loaded 2-CPU machine). One full collection at
+the end (0.25–0.3 CPU-s there) frees what the start left behind (~12,500 objects in cycles,
+mostly the upgrade's migration scripts), and uvicorn then serves with the collector as before:
+0.30–0.48 CPU-s of collection in all, in 67 passes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import os
 import sys
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
+
+from fedtune.tuning.common import start_gc
 
 __all__ = [
     "APP",
@@ -48,7 +50,6 @@ __all__ = [
     "parse_options",
     "prepare_store",
     "security_notice",
-    "startup_gc",
     "worker_env",
 ]
 
@@ -194,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     banner = os.environ.pop(BANNER_VARIABLE, "")
     store_uri = os.environ["MLFLOW_BACKEND_STORE_URI"]
     os.environ.update(worker_env(options, store_uri))  # before any import of mlflow.server
-    with startup_gc():
+    with start_gc.collected():
         failed = prepare_store(store_uri)
         if failed is None and banner:
             print(banner, flush=True)
@@ -208,24 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     _run_uvicorn(options)
     return 0
-
-
-@contextlib.contextmanager
-def startup_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while the block runs (the start: the module
-    docstring), then one full collection, and the collector as it was.
-
-    Yields:
-        Nothing.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.collect()
-        if was_enabled:
-            gc.enable()
 
 
 def security_notice(options: argparse.Namespace) -> str:

@@ -404,29 +404,3 @@ def test_the_start_runs_with_the_collector_paused_and_serves_with_it_on(monkeypa
         else:
             steps += [("print fedtune: error: --backend-store-uri: it broke", True)]
         assert seen == steps
-    gc.disable()  # a caller's paused collector stays paused
-    try:
-        with mlflow_run.startup_gc():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-
-
-def test_what_the_start_leaves_in_cycles_is_collected_before_serving():
-    import gc
-    import weakref
-
-    from fedtune.service import mlflow_run
-
-    class Node:
-        pass
-
-    with mlflow_run.startup_gc():
-        assert not gc.isenabled()
-        cycle = Node()
-        cycle.me = cycle
-        gone = weakref.ref(cycle)
-        del cycle
-        assert gone() is not None  # paused: nothing collects it yet
-    assert gone() is None and gc.isenabled()

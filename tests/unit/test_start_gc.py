@@ -41,6 +41,27 @@ def test_resume_leaves_a_collector_that_someone_else_turned_off(collector) -> No
     assert not gc.isenabled() and gc.get_freeze_count() == 0
 
 
+def test_collected_collects_what_the_paused_block_left_in_cycles(collector) -> None:
+    """The MLflow server's start (``fedtune.service.mlflow_run``): paused, then one collection."""
+    import weakref
+
+    class Node:
+        pass
+
+    with start_gc.collected():
+        assert not gc.isenabled()
+        cycle = Node()
+        cycle.me = cycle
+        gone = weakref.ref(cycle)
+        del cycle
+        assert gone() is not None  # paused: nothing collects it yet
+    assert gone() is None and gc.isenabled()
+    gc.disable()  # a caller's paused collector stays paused
+    with start_gc.collected():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
 def _entry_point(monkeypatch, *argv: str) -> None:
     """``fedtune ARGV`` as the process's entry point (``main()``), without its fast exit."""
     from fedtune import cli

@@ -17,16 +17,18 @@ MLflow and resumes once its store is open and its late imports are done
 (:mod:`fedtune.tuning.mlflow.process`); ``fedtune serve`` pauses before its imports and its app
 resumes once its lifespan has started the runtime (``fedtune.service.api.app``). Whoever
 paused also resumes at its end, so an error before those points leaves the collector on. The
-MLflow server's start does the same with one collection instead of the freeze
-(``fedtune.service.mlflow_run.startup_gc``).
+MLflow server's start (``fedtune.service.mlflow_run``) is a block of its own: :func:`collected`
+pauses the collector through it, then runs one full collection instead of the freeze.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
+from collections.abc import Iterator
 
-__all__ = ["pause", "paused", "resume"]
+__all__ = ["collected", "pause", "paused", "resume"]
 
 _lock = threading.Lock()
 _paused = False
@@ -57,3 +59,21 @@ def resume() -> None:
         _paused = False
         gc.freeze()
         gc.enable()
+
+
+@contextlib.contextmanager
+def collected() -> Iterator[None]:
+    """The collector paused while the block runs, then one full collection (what the block
+    left in cycles), and the collector as it was.
+
+    Yields:
+        Nothing.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect()
+        if was_enabled:
+            gc.enable()
