@@ -284,20 +284,21 @@ def test_the_ray_backend_runs_the_driver_on_the_head_and_trials_on_workers(world
         )
         ctx = ServiceContext(db, settings)
         backend = RayJobsBackend(settings)
-        spec = tiny_spec(name="via-ray-backend", trials=2, rounds=3)
-        spec["budget"]["max_concurrent"] = 2
+        # one trial: a trial process on a worker node is all this asserts of them
+        spec = tiny_spec(name="via-ray-backend", trials=1, rounds=3)
         sid = submit_study(ctx, spec)[0].id
         assert Scheduler(db, backend, settings).tick().dispatched == [sid]
         with db.session(readonly=True) as s:
             ref = Repository(s).require_study(sid).driver_ref
         done = (DriverStatus.PENDING, DriverStatus.RUNNING)
-        final = until(lambda: (st := backend.poll(ref)) not in done and st, 300)
+        # each poll is a Ray Jobs API call, answered by the head's dashboard: once a second
+        final = until(lambda: (st := backend.poll(ref)) not in done and st, 300, every=1.0)
         jobs = backend._jobs()
         assert final == DriverStatus.SUCCEEDED, jobs.get_job_logs(ref["submission_id"])[-3000:]
         with db.session(readonly=True) as s:
             repo = Repository(s)
             assert repo.require_study(sid).state == StudyState.SUCCEEDED
-            assert [t.state for t in repo.list_trials(sid)] == [TrialState.COMPLETED] * 2
+            assert [t.state for t in repo.list_trials(sid)] == [TrialState.COMPLETED]
         info = jobs.get_job_info(ref["submission_id"])
     finally:
         db.dispose()
