@@ -36,8 +36,9 @@ labels KubeRay adds (``ray.io/cluster``, ``ray.io/node-type``); their containers
 ``--num-gpus=0`` (KubeRay would pass the ``nvidia.com/gpu`` limit: there is no GPU or device
 plugin here), and on the head ``--no-monitor`` where ``enableInTreeAutoscaling`` is on (the
 autoscaler runs in KubeRay's sidecar instead of the head container; a ``"true"`` parameter
-becomes a bare flag, as KubeRay writes it); ``authOptions.mode: token`` becomes ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN``
-from the rendered Secret in the Ray containers, as KubeRay injects them. Not emulated: the
+becomes a bare flag, as KubeRay writes it); ``authOptions.mode: token`` becomes
+``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from the rendered Secret in the Ray containers,
+as KubeRay injects them. Not emulated: the
 autoscaler sidecar, probes, restarts, and RayJob status polling (the ``ray`` backend talks to the
 head's Jobs API itself). One restart is emulated, the kubelet's (``restartPolicy: Always``): a
 worker container whose ``ray start`` exits while the box starts (its raylet has a fixed 30 s to
