@@ -87,7 +87,7 @@ def fit(plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Seque
         *sinks,
     ]
     try:
-        with _tune_environment():
+        with _tune_environment(ray_tune=not plan.in_process):
             tuner, packing = _tuner(plan, runtime, callbacks, budget)
             timeline.mark("fit")
             start_gc.resume()  # the start's objects frozen: the trials' are collected
@@ -331,15 +331,24 @@ def _trial_namer(size: int) -> Any:
 
 
 @contextlib.contextmanager
-def _tune_environment() -> Iterator[None]:
-    """Tune settings read from the environment at ``fit`` time, restored afterwards."""
+def _tune_environment(*, ray_tune: bool = True) -> Iterator[None]:
+    """Tune settings read from the environment at ``fit`` time, restored afterwards; with
+    ``ray_tune`` (trials in Ray Tune's actors), also trial actors without Tune's default
+    ``runtime_env`` (:func:`.ray_adapters.plain_trial_actors`: each starts as a plain Ray
+    worker, a second ``import ray`` cheaper). Without it, Ray is not imported."""
     saved = {k: os.environ.get(k) for k in _TUNE_ENV}
     os.environ.update(_TUNE_ENV)
     tune_log = logging.getLogger("ray.tune")
     level = tune_log.level
     tune_log.setLevel(logging.CRITICAL)  # trial errors are reported by our callbacks
     try:
-        yield
+        if ray_tune:
+            from .ray_adapters import plain_trial_actors
+
+            with plain_trial_actors():
+                yield
+        else:
+            yield
     finally:
         tune_log.setLevel(level)
         for k, v in saved.items():

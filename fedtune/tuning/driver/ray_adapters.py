@@ -18,11 +18,15 @@ the fedtune part it wraps:
 * :class:`RayCallback` (``ray.tune.Callback``): every hook, and its state. It declares itself a
   callback container, for which Ray Tune's own metaclass fails at import when a hook of Ray's is
   not overridden here: a hook a Ray upgrade adds cannot go unheard.
+
+:func:`plain_trial_actors` starts Tune's trial actors without the ``runtime_env`` Ray Tune
+gives every trainable by default, which costs each trial process a second ``import ray``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ray import tune
@@ -34,7 +38,12 @@ from .. import tune_hooks as hooks
 if TYPE_CHECKING:
     from ..trials.view import TrialView
 
-__all__ = ["RayCallback", "RayScheduler", "RaySearcher", "for_ray_tune"]
+__all__ = ["RayCallback", "RayScheduler", "RaySearcher", "for_ray_tune", "plain_trial_actors"]
+
+#: the ``env_vars`` Ray Tune puts in every trainable actor's ``runtime_env`` (``ray.tune.
+#: execution.class_cache.DEFAULT_ENV_VARS``): a switch of PyTorch Lightning, which no fedtune
+#: trial runs
+TUNE_DEFAULT_ENV_VARS = {"PL_DISABLE_FORK": "1"}
 
 
 class RaySearcher(Searcher):
@@ -168,3 +177,33 @@ def for_ray_tune(
         ``(searcher, scheduler, callbacks)``, each wrapped in its adapter.
     """
     return RaySearcher(searcher), RayScheduler(scheduler), [RayCallback(c) for c in callbacks]
+
+
+@contextlib.contextmanager
+def plain_trial_actors() -> Iterator[None]:
+    """While it lasts, Ray Tune starts its trial actors with no ``runtime_env`` of its own.
+
+    Ray Tune gives every trainable actor ``runtime_env={"env_vars": DEFAULT_ENV_VARS}``
+    (:data:`TUNE_DEFAULT_ENV_VARS`, plus the variables it propagates from the driver's
+    environment: AWS credentials, Ray Train's settings). A worker with a ``runtime_env`` is
+    started through Ray's ``setup_worker.py``, a Python process that imports Ray (~1.1 s of
+    CPU) only to exec the worker, which imports it again, after a request to the node's
+    runtime-env agent; a worker without one is started directly. Without Tune's default, a
+    trial process starts as a plain worker unless the driver's environment has one of the
+    variables Tune propagates (then Tune's ``runtime_env`` is kept, as before). The job's own
+    ``runtime_env`` (the study's shipped code) is untouched: it applies to every worker.
+
+    Nothing changes when the Ray installed has other defaults than :data:`TUNE_DEFAULT_ENV_VARS`
+    (a Ray upgrade that adds one keeps it). Restored on exit.
+    """
+    from ray.tune.execution import class_cache
+
+    saved = getattr(class_cache, "DEFAULT_ENV_VARS", None)
+    if saved != TUNE_DEFAULT_ENV_VARS:
+        yield
+        return
+    class_cache.DEFAULT_ENV_VARS = {}
+    try:
+        yield
+    finally:
+        class_cache.DEFAULT_ENV_VARS = saved
