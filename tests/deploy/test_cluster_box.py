@@ -59,7 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,26 +182,40 @@ class Box:
 
         One interpreter in ``pod`` asks every 2 s (a new one per request cost more CPU than the
         requests); this process watches ``process`` meanwhile."""
+
+        def alive() -> None:
+            assert self.procs[process].poll() is None, f"{process} exited:\n{self.log(process)}"
+
+        self.poll_in(pod, [_UNTIL_200, url, token or "", "2"], alive, f"{url} from {pod}", process)
+
+    def poll_in(
+        self, pod: str, argv: list[str], watch: Callable[[], None], what: str, log: str
+    ) -> str:
+        """Run the polling script ``argv`` (``python -c`` and its arguments) in ``pod`` until it
+        exits, calling ``watch`` every 0.5 s meanwhile; fail after :data:`START_S` (with the
+        log of the box's process ``log``) or when the script fails.
+
+        Returns:
+            What the script printed.
+        """
         poller = subprocess.Popen(
-            self.net.exec_argv(pod, [sys.executable, "-c", _UNTIL_200, url, token or "", "2"]),
-            stdout=subprocess.DEVNULL,
+            self.net.exec_argv(pod, [sys.executable, "-c", *argv]),
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             end = time.monotonic() + START_S
             while poller.poll() is None:
-                proc = self.procs[process]
-                assert proc.poll() is None, f"{process} exited:\n{self.log(process)}"
-                assert time.monotonic() < end, (
-                    f"{url} not up from {pod} in {START_S} s:\n{self.log(process)}"
-                )
+                watch()
+                assert time.monotonic() < end, f"{what}: not in {START_S} s:\n{self.log(log)}"
                 time.sleep(0.5)
-            assert poller.returncode == 0, poller.stderr.read()  # type: ignore[union-attr]
         finally:
             if poller.poll() is None:
                 poller.kill()
-            poller.wait()
-            poller.stderr.close()  # type: ignore[union-attr]
+            out, err = poller.communicate()
+        assert poller.returncode == 0, err
+        return out
 
     def start(
         self, pod: str, name: str, argv: list[str], env: dict[str, str], user: str | None = None
@@ -390,17 +404,25 @@ def _ray_head(box: Box, image_root: Any) -> dict[str, str]:
 
 
 WORKERS = ("ray-worker-1", "ray-worker-2")
-#: ``url token n``: print the states of the cluster's nodes (the dashboard's state API) once ``n``
-#: of them are ALIVE, asking every 2 s
-_UNTIL_ALIVE = """
+#: the cluster's nodes, from the dashboard's state API, asked from a pod as the API would ask
+NODES_URL = f"http://{RAY}-head-svc.ml.svc:8265/api/v0/nodes?detail=true"
+#: ``nodes(url, token)``: the nodes the state API at ``url`` lists (the start of a script)
+_NODES = """
 import json, sys, time, urllib.request
+def nodes(url, token):
+    req = urllib.request.Request(url)
+    req.add_header("Authorization", "Bearer " + token)
+    return json.load(urllib.request.urlopen(req, timeout=10))["data"]["result"]["result"]
+"""
+#: ``url token n``: print the states of the cluster's nodes once ``n`` of them are ALIVE, asking
+#: every 2 s
+_UNTIL_ALIVE = (
+    _NODES
+    + """
 url, token, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-req = urllib.request.Request(url)
-req.add_header("Authorization", "Bearer " + token)
 while True:
     try:
-        nodes = json.load(urllib.request.urlopen(req, timeout=10))["data"]["result"]["result"]
-        states = sorted(node["state"] for node in nodes)
+        states = sorted(node["state"] for node in nodes(url, token))
         if states.count("ALIVE") >= n:
             print(json.dumps(states))
             break
@@ -408,6 +430,7 @@ while True:
         pass
     time.sleep(2)
 """
+)
 
 
 def _ray_workers(box: Box, image_root: Any, auth: dict[str, str]) -> None:
@@ -431,29 +454,20 @@ def _ray_worker(box: Box, pod: str, image_root: Any, auth: dict[str, str]) -> No
 def _until_workers_alive(box: Box, image_root: Any, auth: dict[str, str]) -> None:
     """Wait until the head counts the head and both workers ALIVE; a worker container whose
     ``ray start`` exited meanwhile is started again, as the kubelet would (at most twice)."""
-    url = f"http://{RAY}-head-svc.ml.svc:8265/api/v0/nodes?detail=true"
-    argv = [sys.executable, "-c", _UNTIL_ALIVE, url, auth["RAY_AUTH_TOKEN"], "3"]
-    poller = subprocess.Popen(box.net.exec_argv("api", argv), stdout=subprocess.PIPE, text=True)
     restarts = {pod: 0 for pod in WORKERS}
-    try:
-        end = time.monotonic() + START_S
-        while poller.poll() is None:
-            assert box.procs["ray-head"].poll() is None, box.log("ray-head")
-            for pod in WORKERS:
-                if box.procs[pod].poll() is not None:
-                    assert restarts[pod] < 2, f"{pod} exited again:\n{box.log(pod)}"
-                    print(f"{pod}: ray start exited, restarted:\n{box.log(pod)[-600:]}")
-                    restarts[pod] += 1
-                    box.procs.pop(pod)
-                    _ray_worker(box, pod, image_root, auth)
-            assert time.monotonic() < end, "the workers did not join the head"
-            time.sleep(1)
-        assert poller.returncode == 0
-    finally:
-        if poller.poll() is None:
-            poller.kill()
-        poller.wait()
-        poller.stdout.close()  # type: ignore[union-attr]
+
+    def restart_exited() -> None:
+        assert box.procs["ray-head"].poll() is None, box.log("ray-head")
+        for pod in WORKERS:
+            if box.procs[pod].poll() is not None:
+                assert restarts[pod] < 2, f"{pod} exited again:\n{box.log(pod)}"
+                print(f"{pod}: ray start exited, restarted:\n{box.log(pod)[-600:]}")
+                restarts[pod] += 1
+                box.procs.pop(pod)
+                _ray_worker(box, pod, image_root, auth)
+
+    argv = [_UNTIL_ALIVE, NODES_URL, auth["RAY_AUTH_TOKEN"], "3"]
+    box.poll_in("api", argv, restart_exited, "the workers joining the head", "ray-head")
 
 
 @pytest.fixture(scope="module")
@@ -694,18 +708,14 @@ def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:
     # the head's GCS declares the node dead (its health checks go unanswered: the namespace is
     # gone, no connection was reset), asked from the API's pod as the API would ask: each pod's
     # node (its IP's latest, should a worker have been restarted as the box started)
-    nodes = (
-        "import json,sys,urllib.request\nr=urllib.request.Request(sys.argv[1])\n"
-        "r.add_header('Authorization','Bearer '+sys.argv[2])\n"
-        "nodes=json.load(urllib.request.urlopen(r,timeout=10))['data']['result']['result']\n"
-        "last={n['node_ip']:n for n in sorted(nodes,key=lambda n:n.get('start_time_ms') or 0)}\n"
-        "print(json.dumps({ip:n['state'] for ip,n in last.items()}))\n"
+    nodes = _NODES + (
+        "found = sorted(nodes(*sys.argv[1:3]), key=lambda n: n.get('start_time_ms') or 0)\n"
+        "print(json.dumps({n['node_ip']: n['state'] for n in found}))\n"  # each IP's latest
     )
-    url = f"http://{RAY}-head-svc.ml.svc:8265/api/v0/nodes?detail=true"
     ips = {pod: box.net_ips[pod] for pod in ("ray-head", *WORKERS)}
     want = {ips["ray-head"]: "ALIVE", ips["ray-worker-1"]: "ALIVE", ips["ray-worker-2"]: "DEAD"}
     end = time.monotonic() + 180
-    while (states := box.python("api", nodes, url, box.ray_token)) != want:
+    while (states := box.python("api", nodes, NODES_URL, box.ray_token)) != want:
         assert time.monotonic() < end, (states, ips)
         time.sleep(5)
 
