@@ -3,10 +3,11 @@ live credential of the other's.
 
 A real uvicorn ``fedtune serve`` (backend ``ray``, code upload on, MLflow workspaces on a real
 ``fedtune mlflow-server`` with basic auth) submits each study's driver as a Ray job to a real
-cluster started here: a head with no CPUs and two worker nodes, every ``ray start`` in one PID
-namespace of the cluster's own (:class:`tests.service.ray_cluster.PidNamespace`), as a cluster's
-machines are apart from the service's: from inside it no process of the service, MLflow or the
-test is visible, while every node's processes are (co-located there: the harder case).
+cluster started here: a head with no CPUs (the drivers) and a worker node (the trials, four
+CPUs), every ``ray start`` in one PID namespace of the cluster's own
+(:class:`tests.service.ray_cluster.PidNamespace`), as a cluster's machines are apart from the
+service's: from inside it no process of the service, MLflow or the test is visible, while every
+node's processes are (co-located there: the harder case).
 
 Two projects, ``team-a`` and ``team-b``, each with a member who uploads a package and submits a
 study with it. Project A's package is plain (its trials wait until the look-around is over, so
@@ -67,9 +68,12 @@ TOKEN = "shared-ray-admin-token-0123456789abcdef"
 #: variables whose values the probe treats as credentials (as ``NAMES`` in the probe)
 SECRET_NAMES = re.compile(r"TOKEN|TICKET|PASSWORD|SECRET|KEY|AUTH", re.IGNORECASE)
 #: how often the test looks at a study's status or for the hostile trial's report (seconds),
-#: and the service's scheduler ticks: as ``tests/e2e/test_service_e2e.py``'s (``FAST``), where a
-#: 0.2 s tick cost an idle service ~2 % of a core and each status poll ~8 ms of CPU
-POLL_S = 0.5
+#: and the service's scheduler ticks: the product's default tick, not ``FAST``'s 0.5 s
+#: (``tests/e2e/test_service_e2e.py``): a tick of the ``ray`` backend asks the head's dashboard
+#: for each running study's job status (an HTTP call in the service, the dashboard and its job
+#: module), and each status poll costs ~8 ms of CPU; twice a second, for minutes, with two
+#: studies running, that was more than the second's wait is worth
+POLL_S = 1.0
 #: study A's trials: one is enough for all that is asserted of A (its driver runs, its ticket
 #: spent, while B looks; then it succeeds with records that agree); each more is a trial process
 A_TRIALS = 1
@@ -307,8 +311,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     sessions: list[int] = []
     try:
         cluster.start()
-        cluster.add_node("a", num_cpus=2)
-        cluster.add_node("b", num_cpus=2)
+        # one worker node for every trial (the head holds the drivers): nothing here asks where
+        # a trial runs, and a second worker's raylet, agents and ``ray start`` cost ~5 CPU-s
+        cluster.add_node("a", num_cpus=4)
         sessions = cluster.sessions
         server = Server(
             {
