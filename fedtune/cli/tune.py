@@ -244,8 +244,10 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
 
     A prefetch, not the choice of where the trials run: ``run_study`` makes that once, from the
     validated spec, and puts right what was begun for nothing
-    (``fedtune.tuning.driver.placement``). A study whose trials will likely run in this process
-    (one configuration at a time on the CPU, no ``--ray``) gets its MLflow store's process
+    (``fedtune.tuning.driver.placement``). A stored study run again without ``--trials`` gets
+    nothing (finished, it only prints its summary; interrupted, its driver starts what it
+    needs). A study whose trials will likely run in this process (one configuration at a time
+    on the CPU, no ``--ray``) gets its MLflow store's process
     (``fedtune.tuning.mlflow.process``), which imports MLflow on another CPU. Any other study
     gets its embedded Ray (``fedtune.tuning.driver.ray_session.EarlyRay``: its start overlaps
     the imports) when Ray is local (no ``--ray-address``, no ``RAY_ADDRESS``), the file has no
@@ -275,6 +277,13 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
         return None, None
     if not isinstance(doc, dict) or is_methods_study(doc):
         return None, None  # a study of methods: one study per algorithm, each in its own workdir
+    name = doc.get("name")
+    named = args.workdir is not None or isinstance(name, str)
+    workdir = Path(_workdir(args, name)).resolve() if named else None
+    if workdir is not None and (workdir / "optuna.db").exists() and args.trials is None:
+        # a stored study: a finished one needs neither Ray nor the MLflow store (its summary
+        # only); an interrupted one's driver starts what it needs
+        return None, None
     if likely_in_process(doc, allowed=not args.ray):
         from fedtune.tuning.mlflow.process import TrackerProcess
 
@@ -282,14 +291,8 @@ def _early_start(args: argparse.Namespace) -> tuple[Any, Any]:
             return None, TrackerProcess()  # its trials run in this process: no Ray at all
         except OSError:
             return None, None  # the driver tries again, and says why if it cannot
-    if doc.get("code") is not None:
+    if doc.get("code") is not None or workdir is None:
         return None, None
-    name = doc.get("name")
-    if args.workdir is None and not isinstance(name, str):
-        return None, None
-    workdir = Path(_workdir(args, name)).resolve()
-    if (workdir / "optuna.db").exists() and args.trials is None:
-        return None, None  # a stored study: finished ones need no Ray
     from fedtune.tuning.driver.ray_session import EarlyRay
 
     return EarlyRay.begin(workdir), None

@@ -184,9 +184,11 @@ def _args(study: Path, **kw) -> argparse.Namespace:
         (THROUGH_RAY + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False, False),
         ("name: [unclosed\n", {}, False, {}, False, False),  # the usual path reports the error
         # one configuration at a time on the CPU: its trials run in the driver, no Ray at all,
-        # and its MLflow store's process starts at once, stored study or not
+        # and its MLflow store's process starts at once, unless the study is stored and run
+        # again as it is (finished, it needs no MLflow: its summary only)
         (ONE_AT_A_TIME, {}, False, {}, False, True),
-        (ONE_AT_A_TIME, {}, True, {}, False, True),
+        (ONE_AT_A_TIME, {}, True, {}, False, False),
+        (ONE_AT_A_TIME, {"trials": 4}, True, {}, False, True),  # extended: it will run trials
         (ONE_AT_A_TIME + "code: {path: ./lab, modules: [lab]}\n", {}, False, {}, False, True),
         (ONE_AT_A_TIME, {"ray": True}, False, {}, True, False),
         (ONE_AT_A_TIME, {"ray_address": "10.0.0.1:6379"}, False, {}, False, False),

@@ -276,7 +276,7 @@ def _without_ray(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
     monkeypatch.setattr("ray.cluster_resources", lambda: {"CPU": 2.0})
     monkeypatch.setattr(
         study,
-        "fit",
+        "_fit",
         lambda plan, runtime, progress, sinks: study.Fitted(
             runtime.stores, runtime.tracking.result()
         ),
@@ -325,15 +325,25 @@ def test_a_new_study_opens_its_stores_while_ray_starts(
     assert calls == ["optuna:MainThread", "ray"]
 
 
-def test_a_finished_study_run_again_places_nothing(
+def test_a_finished_study_run_again_places_nothing_and_writes_nothing(
     tmp_path: Path, cache: Path, monkeypatch
 ) -> None:
-    """A re-run with no trial left weighs no placement (the cost's probe builds the task)."""
+    """A re-run with no trial left weighs no placement (the cost's probe builds the task); one
+    whose last end recorded what an end would record now writes nothing (no figure drawn again,
+    nothing sent to MLflow) and imports neither PyTorch, matplotlib nor MLflow. Other trials
+    draw and log again; a study whose MLflow store is gone takes the full end."""
+    from mlflow import MlflowClient
+
     from fedtune.tuning.driver import study
 
     workdir = tmp_path / "study"
     first = study.run_study(tiny_spec(), workdir, in_process=True)
     assert first.finished == 2
+    figures = sorted((workdir / "tradeoff").glob("*.png"))
+    assert {"curves.png", "pareto.png", "envelope.png"} <= {p.name for p in figures}
+    drawn = {p.name: p.stat().st_mtime_ns for p in figures}
+    client = MlflowClient(first.tracking_uri)
+    ended = client.get_run(first.parent_run_id).info
     placed: list[int | None] = []
     real_place = study.place
 
@@ -344,8 +354,32 @@ def test_a_finished_study_run_again_places_nothing(
     monkeypatch.setattr(study, "place", place)
     again = study.run_study(tiny_spec(), workdir, in_process=True)
     assert (again.finished, again.ran, placed) == (2, 0, [])
+    assert {p.name: p.stat().st_mtime_ns for p in figures} == drawn  # not drawn again
+    now = client.get_run(first.parent_run_id).info  # not reopened, not ended again
+    assert (now.status, now.end_time) == ("FINISHED", ended.end_time)
+    same = {"ran", "timings", "packing"}  # what this invocation did, not what the study holds
+    assert {k: v for k, v in again.to_dict().items() if k not in same} == {
+        k: v for k, v in first.to_dict().items() if k not in same
+    }
+    run_again = textwrap.dedent(
+        f"""
+        from fedtune.tuning.driver.study import run_study
+        from fedtune.tuning.spec import StudySpec
+        result = run_study(StudySpec.from_dict({tiny_doc()!r}), {str(workdir)!r}, in_process=True)
+        assert (result.ran, result.parent_run_id) == (0, {first.parent_run_id!r})
+        """
+    )
+    (loaded,) = _imported_after(run_again)
+    assert not {"torch", "matplotlib", "mlflow"} & loaded, loaded
+    plan, opened = study._prepare(tiny_spec(), workdir.resolve(), None, time.perf_counter())
+    assert study._ended(plan, opened) is not None
+    (workdir / "mlflow.db").rename(tmp_path / "away.db")
+    assert study._ended(plan, opened) is None  # its MLflow store is gone: a full end
+    (tmp_path / "away.db").rename(workdir / "mlflow.db")
     more = study.run_study(tiny_spec(), workdir, trials=3, in_process=True)
     assert (more.finished, more.ran, placed) == (3, 1, [3])  # a trial left: placed once
+    assert all(drawn[p.name] != p.stat().st_mtime_ns for p in figures)  # drawn again
+    assert client.get_run(first.parent_run_id).data.metrics["n_trials"] == 3.0
 
 
 def test_a_bad_budget_fails_before_ray_starts(

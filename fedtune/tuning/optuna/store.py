@@ -9,7 +9,8 @@ come from ``get_trial_id_from_study_id_trial_number``, never from private attrib
 Per trial: user attributes ``outcome``, ``rounds``, ``reason``, ``mlflow_run_id``,
 ``decays``/``decay_rounds`` and the system attribute ``fedtune:curve`` (ℓ_t per round). Per
 study: ``mlflow_parent_run_id`` and ``mlflow_parent_experiment`` (that run and its experiment's
-id, as a pair: what the service's driver reports without importing MLflow). The trade-off is
+id, as a pair: what the service's driver reports without importing MLflow) and the system
+attribute ``fedtune:finalized`` (the digest of what the study's last end recorded). The trade-off is
 computed once from :meth:`StudyStore.curves` by ``fedtune.tuning.analysis.report.study_report``
 and kept, byte for byte, as MLflow's ``tradeoff/tradeoff.json`` (the service returns that file).
 """
@@ -38,6 +39,9 @@ PARENT_ATTR = "mlflow_parent_run_id"
 #: ``[parent run id, experiment id]``: the experiment of the parent run named with it
 PARENT_EXPERIMENT_ATTR = "mlflow_parent_experiment"
 OUTCOME_ATTR = "outcome"
+#: study system attribute: the digest of what the study's last end recorded in MLflow (the
+#: driver's ``_finalize``); a re-run that would record the same writes nothing
+FINALIZED_ATTR = "fedtune:finalized"
 
 
 def storage_url(workdir: str | Path) -> str:
@@ -129,6 +133,18 @@ class StudyStore:
         tid = self.trial_id(number)
         self.storage.set_trial_user_attr(tid, OUTCOME_ATTR, outcome)
         self.storage.set_trial_state_values(tid, TrialState[optuna_state(outcome)])
+
+    def set_finalized(self, key: str) -> None:
+        """Record what the study's last end wrote to MLflow (a digest: :attr:`FINALIZED_ATTR`).
+
+        Args:
+            key: The digest.
+        """
+        self.storage.set_study_system_attr(self.study_id, FINALIZED_ATTR, key)
+
+    def finalized(self) -> str | None:
+        """The digest :meth:`set_finalized` recorded last (None: the study never ended)."""
+        return self.storage.get_study_system_attrs(self.study_id).get(FINALIZED_ATTR)
 
     def set_parent_run_id(self, run_id: str, experiment_id: str | None = None) -> None:
         """Record the study's MLflow parent run (and, when given, its experiment's id)."""
