@@ -325,13 +325,13 @@ def test_a_new_study_opens_its_stores_while_ray_starts(
     assert calls == ["optuna:MainThread", "ray"]
 
 
-def test_a_finished_study_run_again_places_nothing_and_writes_nothing(
+def test_a_finished_study_run_again_places_draws_and_logs_nothing(
     tmp_path: Path, cache: Path, monkeypatch
 ) -> None:
     """A re-run with no trial left weighs no placement (the cost's probe builds the task); one
-    whose last end recorded what an end would record now writes nothing (no figure drawn again,
-    nothing sent to MLflow) and imports neither PyTorch, matplotlib nor MLflow. Other trials
-    draw and log again; a study whose MLflow store is gone takes the full end."""
+    whose last end recorded what an end would record now draws and logs nothing (no figure
+    drawn again, nothing sent to MLflow) and imports neither PyTorch, matplotlib nor MLflow.
+    Other trials draw and log again; a study whose MLflow store is gone takes the full end."""
     from mlflow import MlflowClient
 
     from fedtune.tuning.driver import study

@@ -10,9 +10,10 @@ Per trial: user attributes ``outcome``, ``rounds``, ``reason``, ``mlflow_run_id`
 ``decays``/``decay_rounds`` and the system attribute ``fedtune:curve`` (ℓ_t per round). Per
 study: ``mlflow_parent_run_id`` and ``mlflow_parent_experiment`` (that run and its experiment's
 id, as a pair: what the service's driver reports without importing MLflow) and the system
-attribute ``fedtune:finalized`` (the digest of what the study's last end recorded). The trade-off is
-computed once from :meth:`StudyStore.curves` by ``fedtune.tuning.analysis.report.study_report``
-and kept, byte for byte, as MLflow's ``tradeoff/tradeoff.json`` (the service returns that file).
+attribute ``fedtune:finalized`` (the digest of what the study's last end recorded). The
+trade-off is computed once from :meth:`StudyStore.curves` by
+``fedtune.tuning.analysis.report.study_report`` and kept, byte for byte, as MLflow's
+``tradeoff/tradeoff.json`` (the service returns that file).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ PARENT_ATTR = "mlflow_parent_run_id"
 PARENT_EXPERIMENT_ATTR = "mlflow_parent_experiment"
 OUTCOME_ATTR = "outcome"
 #: study system attribute: the digest of what the study's last end recorded in MLflow (the
-#: driver's ``_finalize``); a re-run that would record the same writes nothing
+#: driver's ``_finalize``); a re-run that would record the same logs nothing
 FINALIZED_ATTR = "fedtune:finalized"
 
 
