@@ -6,6 +6,8 @@ needs it."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import time
 
 import pytest
 
@@ -104,3 +106,42 @@ def test_more_threads_are_kept_only_by_a_margin() -> None:
     assert measure(spec, 2, packed_threads=(1, 2), alone=1).threads in (1, 2)
     assert measure(spec, 2, packed_threads=(1, 2), alone=1, margin=float("inf")).threads == 1
     assert measure(spec, 2, packed_threads=(2,), alone=1).threads == 2
+
+
+def test_ray_start_is_weighed_as_slow_as_the_machine_runs_now() -> None:
+    """The rates are timed on the machine as busy as it is; Ray's start, measured on a quiet
+    one, is scaled by the same slowdown: a busy machine no longer sends the pack to Ray."""
+    work = 1_000
+    quiet = weigh(PackSpeed(2, 100.0, 80.0), work=work, time_s=None, processes=2, threads=1)
+    assert quiet.ray_s == pytest.approx(RAY_START_S + work / 160.0)
+    assert quiet.here  # 10 s here against 9 + 6.25 s
+    busy = PackSpeed(2, 20.0, 16.0, slowdown=5.0)  # the same study, five times slower
+    unscaled = weigh(
+        dataclasses.replace(busy, slowdown=1.0), work=work, time_s=None, processes=2, threads=1
+    )
+    assert not unscaled.here  # 50 s here against 9 + 31.25 s: what a load of 12 did before
+    scaled = weigh(busy, work=work, time_s=None, processes=2, threads=1)
+    assert scaled.here_s == pytest.approx(5 * quiet.here_s)
+    assert scaled.ray_s == pytest.approx(5 * quiet.ray_s)  # every term five times
+    assert scaled.here
+
+
+def test_the_probe_reads_how_much_slower_its_thread_runs(monkeypatch) -> None:
+    """One torch thread: the one-at-a-time rounds' wall time over their thread's CPU time (a
+    clock whose thread gets a third of the CPU reads 3); never below 1; 1 for more threads."""
+    import fedtune.tuning.packing.speed as speed_module
+
+    class Starved:
+        """``time`` whose thread's CPU clock runs at a third of the wall clock."""
+
+        perf_counter = staticmethod(time.perf_counter)
+
+        @staticmethod
+        def thread_time() -> float:
+            return time.perf_counter() / 3
+
+    monkeypatch.setattr(speed_module, "time", Starved)
+    assert measure(_spec(), 2, alone=1).slowdown == pytest.approx(3.0, rel=1e-3)
+    assert speed_module._slowdown(0.5, 1.0, 1) == 1.0  # never faster than its CPU time
+    assert speed_module._slowdown(3.0, 1.0, 2) == 1.0  # two threads: not all on this one
+    assert speed_module._slowdown(3.0, 0.0, 1) == 1.0  # nothing timed

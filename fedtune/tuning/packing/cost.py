@@ -21,7 +21,15 @@ rounds × seeds, at most ``budget.configuration_rounds`` × seeds; for a study b
 ``budget.time``, what the pack trains in that time:
 
 * in this process: ``work ÷ packed rate``;
-* through Ray: :data:`RAY_START_S` + ``work ÷ (alone rate × processes at once)``.
+* through Ray: :data:`RAY_START_S` × ``slowdown`` + ``work ÷ (alone rate × processes at
+  once)``.
+
+Both rates are timed in wall seconds on this machine as busy as it is now, while
+:data:`RAY_START_S` was measured on a quiet one: ``slowdown`` (:attr:`.speed.PackSpeed.slowdown`,
+the one-at-a-time rounds' wall time over their CPU time) puts Ray's start in the same terms.
+Without it a busy machine made the pack look dearer and Ray's start no dearer, and sent a study
+through Ray that costs less here (the quick start at a load of 12 on 2 CPUs: an estimated 21 s
+here against 21 s through Ray, against 4.8 s and 13 s at a load of 1).
 
 The pack runs here when its estimate is no more than Ray's. Schedulers that stop trials early
 shorten both sides alike. :data:`RAY_START_S` is measured, not guessed: the whole-process
@@ -134,7 +142,7 @@ def weigh(
         return ProcessCost(threads, None, None, "no budget in trials or rounds")
     work_f = float(work) if work is not None else speed.packed * float(time_s or 0.0)
     here = work_f / speed.packed
-    ray = RAY_START_S + work_f / (speed.unpacked * max(1, processes))
+    ray = RAY_START_S * speed.slowdown + work_f / (speed.unpacked * max(1, processes))
     return ProcessCost(threads, here, ray)
 
 

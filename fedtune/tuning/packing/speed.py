@@ -60,6 +60,9 @@ class PackSpeed:
         unpacked: Configuration-rounds per second one at a time (None: not timed).
         why: Why a side was not timed.
         threads: The torch threads of the pack's figure (None: not timed).
+        slowdown: The one-at-a-time rounds' wall time ÷ their thread's CPU time (on one torch
+            thread): how many times slower than an idle CPU this machine runs now (1.0: not
+            measured, or more than one thread).
     """
 
     size: int
@@ -67,6 +70,7 @@ class PackSpeed:
     unpacked: float | None
     why: str = ""
     threads: int | None = None
+    slowdown: float = 1.0
 
     @property
     def speedup(self) -> float | None:
@@ -124,14 +128,21 @@ def draws(spec: StudySpec, size: int, seed: int = 0) -> list[TrialConfig]:
     return configs
 
 
-def _timed(step: Any, done: Any, rounds: int = 1) -> tuple[int, float]:
-    """Configuration-rounds run and seconds taken by up to ``rounds`` steps."""
-    ran, start = 0, time.perf_counter()
+def _timed(step: Any, done: Any, rounds: int = 1) -> tuple[int, float, float]:
+    """Configuration-rounds run, seconds taken and this thread's CPU-seconds spent by up to
+    ``rounds`` steps."""
+    ran, start, cpu = 0, time.perf_counter(), time.thread_time()
     for _ in range(rounds):
         if done():
             break
         ran += step()
-    return ran, time.perf_counter() - start
+    return ran, time.perf_counter() - start, time.thread_time() - cpu
+
+
+def _slowdown(wall: float, cpu: float, threads: int) -> float:
+    """Wall ÷ CPU time of rounds on one torch thread, at least 1 (1.0 for more threads, whose
+    work is not all on the timing thread, or nothing timed)."""
+    return max(1.0, wall / cpu) if threads == 1 and cpu > 0 else 1.0
 
 
 def measure(
@@ -172,13 +183,15 @@ def measure(
     torch.set_num_threads(max(1, int(spec.resources.cpu)))
     try:
         first = Trainer(configs[0])
-        ran, took = 0, 0.0
+        ran, took, spent = 0, 0.0, 0.0
         for config in configs[:alone]:
             trainer = first if config is configs[0] else Trainer(config, task=first.task)
             trainer.step()  # set-up and first calls: not timed
             for _ in range(rounds):
-                n, s = _timed(lambda t=trainer: int(t.step() is not None), lambda t=trainer: t.done)
-                ran, took = ran + n, took + s
+                n, s, c = _timed(
+                    lambda t=trainer: int(t.step() is not None), lambda t=trainer: t.done
+                )
+                ran, took, spent = ran + n, took + s, spent + c
                 if n and s >= SLOW_ROUND_S:
                     why = f"a round of one configuration took {s:.1f} s: arithmetic, not overhead"
                     return PackSpeed(len(configs), None, None, why)
@@ -187,14 +200,15 @@ def measure(
             torch.set_num_threads(max(1, count))
             pack = PackedTrainer(configs, task=first.task)
             pack.step()
-            n, s = _timed(
+            n, s, _ = _timed(
                 lambda p=pack: sum(r is not None for r in p.step()), lambda p=pack: p.done, rounds
             )
             if (_rate(n, s) or 0.0) > (best[0] or 0.0) * (margin if best[0] else 1.0):
                 best = (_rate(n, s), max(1, count))
     finally:
         torch.set_num_threads(threads)
-    return PackSpeed(len(configs), best[0], _rate(ran, took), threads=best[1])
+    slowdown = _slowdown(took, spent, max(1, int(spec.resources.cpu)))
+    return PackSpeed(len(configs), best[0], _rate(ran, took), threads=best[1], slowdown=slowdown)
 
 
 def _rate(ran: int, seconds: float) -> float | None:
