@@ -63,9 +63,12 @@ def _first_seen(pid: str) -> tuple[str, list[str], str]:
     try:
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return "", [], ""
+    try:  # a process's environment can be unreadable: its name and command line still count
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        env = []
     prefix = b"PYTEST_CURRENT_TEST="
     test = next(
         (e[len(prefix) :].decode(errors="replace") for e in env if e.startswith(prefix)), ""

@@ -57,6 +57,28 @@ def test_kinds_come_from_the_command_line() -> None:
     assert bench.kind_of({"argv": [], "comm": "kworker"}) == "kworker"
 
 
+def test_a_process_whose_environment_is_unreadable_keeps_its_name_and_command_line(
+    monkeypatch,
+) -> None:
+    """Only the test is lost with the environment: the kind still comes from the command."""
+    import os
+    from pathlib import Path
+
+    bench = load_benchmark("proc_census.py")
+    read_bytes = Path.read_bytes
+
+    def no_environ(path: Path) -> bytes:
+        if path.name == "environ":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", no_environ)
+    comm, argv, test = bench._first_seen(str(os.getpid()))
+    assert comm == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+    assert argv and test == ""
+    assert bench.kind_of({"comm": comm, "argv": argv}) != "?"
+
+
 def _acct_record(pid: int, ppid: int, start: int, ticks: tuple[int, int], comm: bytes) -> bytes:
     """One ``struct acct_v3`` as the kernel writes it (times in ``comp_t``)."""
     import struct
