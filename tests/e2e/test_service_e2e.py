@@ -14,6 +14,7 @@ backend — embedded Ray, Optuna, MLflow.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -99,12 +100,25 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         _stop(server)
 
 
+#: the roots of the module's local services started so far (:func:`local_server`)
+_LOCAL_STARTED: set[Path] = set()
+
+
 @pytest.fixture(scope="module")
-def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def local_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SQLite store and workdir of the module's local service (:func:`local_server`)."""
+    return tmp_path_factory.mktemp("local")
+
+
+@pytest.fixture(scope="module")
+def local_server(local_root: Path) -> Iterator[Server]:
     """A service with the local backend on SQLite, shared by the tests that each run one study
     on it to its end or cancel it (one starts only when the one before has ended: a study at a
-    time), and look only at their own study: one service's start, not one per test."""
-    server = _server(tmp_path_factory.mktemp("local"))
+    time), and look only at their own study: one service's start, not one per test. The
+    kill -9 test comes first: its killed service ran on this store, and this one is its
+    restart (one service's start less)."""
+    _LOCAL_STARTED.add(local_root)
+    server = _server(local_root)
     try:
         yield server
     finally:
@@ -202,6 +216,54 @@ def _mlflow_runs(
     return parent, children
 
 
+# ---------------------------------------------------------------- crash and resume
+
+
+def test_kill_9_of_service_and_driver_then_the_study_resumes(
+    local_root: Path, request: pytest.FixtureRequest
+) -> None:
+    """Killed with its driver mid-study, the service restarts on the same store (the module's
+    :func:`local_server`, which this test starts) and the study resumes."""
+    assert local_root not in _LOCAL_STARTED, "this test comes before local_server's first start"
+    url = f"sqlite:///{local_root / 'fedtune.db'}"
+    first = _server(local_root, log="serve-killed.log")
+    try:
+        with _sdk(first) as sdk:
+            study = sdk.submit(tiny_spec(name="resumed", trials=4, rounds=120))
+            _until(lambda: study.status().progress.completed >= 1, 240, "a first finished trial")
+        ref = _driver_ref(url, study.id)
+        assert _same_process(ref)
+        first.kill9()
+        os.kill(ref["pid"], signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.killpg(ref["pid"], signal.SIGKILL)  # its embedded Ray, if anything is left
+    except BaseException:
+        _stop(first)  # and the driver it started
+        raise
+
+    db = Database(url)
+    with db.session(readonly=True) as s:
+        before = {t.number: (t.state, t.value) for t in Repository(s).list_trials(study.id)}
+    assert sum(state == TrialState.COMPLETED for state, _ in before.values()) >= 1
+
+    second = request.getfixturevalue("local_server")  # the restart, on the same store
+    with _sdk(second) as sdk:
+        final = sdk.study(study.id).wait(progress=False, timeout=300, poll_s=0.5)
+        assert final.state == StudyState.SUCCEEDED, final.error
+        assert final.attempts == 2
+        trials = sdk.study(study.id).trials()
+    numbers = [t.number for t in trials]
+    assert len(numbers) == len(set(numbers))
+    completed = [t for t in trials if t.state == TrialState.COMPLETED]
+    assert len(completed) == 4 and final.progress.completed == 4
+    for number, (state, value) in before.items():  # finished trials were kept, not re-run
+        if state == TrialState.COMPLETED:
+            again = next(t for t in trials if t.number == number)
+            assert (again.state, again.value) == (state, value)
+    assert all(t.state in (TrialState.COMPLETED, TrialState.KILLED) for t in trials)
+    db.dispose()
+
+
 # ---------------------------------------------------------------- a study, end to end
 
 
@@ -247,45 +309,6 @@ def test_a_study_end_to_end_on_postgresql(serve) -> None:
             _run_one_study(server)
         finally:
             server.stop()
-
-
-# ---------------------------------------------------------------- crash and resume
-
-
-def test_kill_9_of_service_and_driver_then_the_study_resumes(serve, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fedtune.db'}"
-    first = serve()
-    with _sdk(first) as sdk:
-        study = sdk.submit(tiny_spec(name="resumed", trials=4, rounds=120))
-        _until(lambda: study.status().progress.completed >= 1, 240, "a first finished trial")
-    ref = _driver_ref(url, study.id)
-    assert _same_process(ref)
-    first.kill9()
-    os.kill(ref["pid"], signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        os.killpg(ref["pid"], signal.SIGKILL)  # its embedded Ray, if anything is left
-
-    db = Database(url)
-    with db.session(readonly=True) as s:
-        before = {t.number: (t.state, t.value) for t in Repository(s).list_trials(study.id)}
-    assert sum(state == TrialState.COMPLETED for state, _ in before.values()) >= 1
-
-    second = serve(log="serve-2.log")
-    with _sdk(second) as sdk:
-        final = sdk.study(study.id).wait(progress=False, timeout=300, poll_s=0.5)
-        assert final.state == StudyState.SUCCEEDED, final.error
-        assert final.attempts == 2
-        trials = sdk.study(study.id).trials()
-    numbers = [t.number for t in trials]
-    assert len(numbers) == len(set(numbers))
-    completed = [t for t in trials if t.state == TrialState.COMPLETED]
-    assert len(completed) == 4 and final.progress.completed == 4
-    for number, (state, value) in before.items():  # finished trials were kept, not re-run
-        if state == TrialState.COMPLETED:
-            again = next(t for t in trials if t.number == number)
-            assert (again.state, again.value) == (state, value)
-    assert all(t.state in (TrialState.COMPLETED, TrialState.KILLED) for t in trials)
-    db.dispose()
 
 
 # ---------------------------------------------------------------- cancellation
@@ -400,11 +423,10 @@ def test_openapi_fuzzing_finds_no_server_errors(serve, tmp_path: Path) -> None:
         server = serve(database_url=url, backend="none", FEDTUNE_ALLOW_CODE_UPLOAD="1")
         try:
             tokens = _fuzz_callers(server)
-            runs = {
-                role: _fuzz_as(server, tmp_path / role, token) for role, token in tokens.items()
-            }
-            for role, run in runs.items():  # the three run at once: a third of the time
-                _check_fuzz_run(server, role, run)
+            runs = _fuzz_as(server, tmp_path, tokens)
+            assert set(runs) == set(tokens)
+            for role, (code, stdout) in runs.items():
+                _check_fuzz_run(server, role, code, stdout)
             assert " 500 " not in server.log.read_text()
             db = Database(url)  # the zip generator reached the store
             try:
@@ -416,19 +438,20 @@ def test_openapi_fuzzing_finds_no_server_errors(serve, tmp_path: Path) -> None:
             server.stop()
 
 
-def _fuzz_as(server: Server, workdir: Path, token: str) -> subprocess.Popen:
-    """Start schemathesis on every operation of ``server``, calling it with ``token``."""
-    workdir.mkdir()
+def _fuzz_as(server: Server, root: Path, tokens: dict[str, str]) -> dict[str, tuple[int, str]]:
+    """Run schemathesis on every operation of ``server`` once per caller, calling it with the
+    caller's token: ``{role: (exit status, output)}``. One interpreter runs the three ``st``
+    runs one after the other (``st_runs.py``: ~21 CPU-s, where three ``st`` processes at once
+    took ~30)."""
     # one worker: schemathesis' worker threads can trip CPython 3.11's ast.parse ("AST
     # constructor recursion depth mismatch") while describing strategies — a tool error
     argv = [
-        str(Path(sys.executable).parent / "st"),
         "run",
         f"{server.url}/openapi.json",
         "--checks",
         FUZZ_CHECKS,
         "-H",
-        f"Authorization: Bearer {token}",
+        "Authorization: Bearer {token}",
         "--max-examples",
         str(FUZZ_EXAMPLES),
         "--seed",
@@ -444,28 +467,44 @@ def _fuzz_as(server: Server, workdir: Path, token: str) -> subprocess.Popen:
         "--wait-for-schema",
         "60",
     ]
+    runs = {}
+    for role, token in tokens.items():
+        (root / role).mkdir()
+        runs[role] = [str(root / role), token]
+    request = root / "st-runs.json"
+    request.write_text(json.dumps({"argv": argv, "runs": runs}))
+    here = Path(__file__).parent
     # st_hooks registers a generator for POST /v1/code's application/zip body
     env = {
         **os.environ,
         "SCHEMATHESIS_HOOKS": "st_hooks",
-        "PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]
-        ),
+        "PYTHONPATH": os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")]),
     }
-    return subprocess.Popen(
-        argv, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    proc = subprocess.Popen(
+        [sys.executable, str(here / "st_runs.py"), str(request)],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,  # its runs with it, if it must be killed
     )
-
-
-def _check_fuzz_run(server: Server, role: str, proc: subprocess.Popen) -> None:
-    """``proc`` (a schemathesis run) found nothing and reached every operation."""
     try:
-        stdout, _ = proc.communicate(timeout=600)
+        stdout, _ = proc.communicate(timeout=1200)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert proc.returncode == 0, f"as {role}:\n{stdout[-4000:]}"
+    assert proc.returncode == 0, stdout[-4000:]
+    codes = json.loads(stdout.splitlines()[-1])
+    return {role: (codes[role], (root / role / "st.out").read_text()) for role in runs}
+
+
+def _check_fuzz_run(server: Server, role: str, code: int, stdout: str) -> None:
+    """A schemathesis run (exit status ``code``, output ``stdout``) found nothing and reached
+    every operation."""
+    assert code == 0, f"as {role}:\n{stdout[-4000:]}"
     # every operation of the spec was fuzzed (the routes of the identity API included)
     schema = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
     verbs = {"get", "put", "post", "delete", "patch", "head", "options"}
