@@ -63,16 +63,28 @@ STUDY = EXAMPLE / "study.yaml"
 CODE = {"FEDTUNE_ALLOW_CODE_UPLOAD": "1"}
 
 
+#: the roots of the module's code-upload services started so far (:func:`code_server`)
+_CODE_STARTED: set[Path] = set()
+
+
 @pytest.fixture(scope="module")
-def code_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def code_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SQLite store and workdir of the module's code-upload service (:func:`code_server`)."""
+    return tmp_path_factory.mktemp("byo")
+
+
+@pytest.fixture(scope="module")
+def code_server(code_root: Path) -> Iterator[Server]:
     """A service with code upload (SQLite, local backend), shared by the tests that submit the
-    example's code to it: one study that succeeds, and refusals that leave no study (each
-    refusal test counts the studies before and after its own submissions). Those tests come
-    after the ones that start services and studies of their own, so that it starts only then
-    and is not idle through their studies (pytest stops it at the module's end)."""
-    root = tmp_path_factory.mktemp("byo")
-    env = service_env(root, "local", FEDTUNE_MAX_CONCURRENT_STUDIES="1", **CODE)
-    server = Server(env, root / "serve.log")
+    example's code to it: a study that resumes after a kill -9, one that succeeds, and refusals
+    that leave no study (each refusal test counts the studies before and after its own
+    submissions). Those tests come after the ones that start services and studies of their own,
+    so that it starts only then and is not idle through their studies (pytest stops it at the
+    module's end); the kill -9 test, the first of them, starts it as the restart of the service
+    it killed on the same store (one service's start less)."""
+    _CODE_STARTED.add(code_root)
+    env = service_env(code_root, "local", FEDTUNE_MAX_CONCURRENT_STUDIES="1", **CODE)
+    server = Server(env, code_root / "serve.log")
     server.env.pop("MLFLOW_TRACKING_URI", None)
     try:
         yield server.start()
@@ -266,29 +278,42 @@ def test_through_the_service_on_postgresql_with_the_cli(serve, tmp_path: Path) -
             server.stop()
 
 
-def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(serve, tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'fedtune.db'}"
-    first = serve(**CODE)
-    # two trials, one at a time: the second is still running when the first has finished and
-    # the service is killed (40 rounds take seconds; the kill follows within a poll, POLL_S)
-    spec = _spec(train={"rounds": 40}, budget={"trials": 2, "max_concurrent": 1})
-    with Client(first.url, token=TOKEN, timeout=30) as sdk:
-        study = sdk.submit(spec)
-        _until(lambda: study.status().progress.completed >= 1, 300, "a first finished trial")
-        sha = study.status().code_sha256
-    ref = _driver_ref(url, study.id)
-    assert _same_process(ref)
-    first.kill9()
-    with contextlib.suppress(OSError):
-        os.killpg(ref["pid"], signal.SIGKILL)  # the driver and its embedded Ray
-    extracted = tmp_path / "work" / "code" / sha
+def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(
+    code_root: Path, request: pytest.FixtureRequest
+) -> None:
+    """Killed mid-study, the service restarts on the same store (the module's
+    :func:`code_server`, which this test starts): its new driver finds the code."""
+    assert code_root not in _CODE_STARTED, "this test comes before code_server's first start"
+    url = f"sqlite:///{code_root / 'fedtune.db'}"
+    env = service_env(code_root, "local", FEDTUNE_MAX_CONCURRENT_STUDIES="1", **CODE)
+    first = Server(env, code_root / "serve-killed.log")
+    first.env.pop("MLFLOW_TRACKING_URI", None)
+    first.start(timeout=120)
+    try:
+        # two trials, one at a time: the second is still running when the first has finished
+        # and the service is killed (40 rounds take seconds; the kill follows within a poll)
+        spec = _spec(train={"rounds": 40}, budget={"trials": 2, "max_concurrent": 1})
+        with Client(first.url, token=TOKEN, timeout=30) as sdk:
+            study = sdk.submit(spec)
+            _until(lambda: study.status().progress.completed >= 1, 300, "a first finished trial")
+            sha = study.status().code_sha256
+        ref = _driver_ref(url, study.id)
+        assert _same_process(ref)
+        first.kill9()
+        with contextlib.suppress(OSError):
+            os.killpg(ref["pid"], signal.SIGKILL)  # the driver and its embedded Ray
+    except BaseException:
+        first.stop()
+        _kill_drivers(url)
+        raise
+    extracted = code_root / "work" / "code" / sha
     if ref.get("sandboxed"):  # it unpacked the code in its sandbox's private workdir
         assert not extracted.exists()
     else:
         assert (extracted / "fedlab" / "methods.py").is_file()  # where the first driver read it
         shutil.rmtree(extracted)  # a fresh machine: only the database still has the code
 
-    second = serve(log="serve-2.log", **CODE)
+    second = request.getfixturevalue("code_server")  # the restart, on the same store
     with Client(second.url, token=TOKEN, timeout=30) as sdk:
         final = sdk.study(study.id).wait(progress=False, timeout=400, poll_s=POLL_S)
         assert final.state == StudyState.SUCCEEDED, final.error
