@@ -34,6 +34,21 @@ FLAGS = [*HEADLESS, "--remote-allow-origins=*"]
 def devtools(profile: Path, flags: Sequence[str] = ()) -> Iterator[str]:
     """A headless Chromium (``flags`` added to :data:`FLAGS`): the DevTools WebSocket URL of
     its blank page."""
+    with _launched(profile, flags) as targets:
+        yield next(t["webSocketDebuggerUrl"] for t in targets("list") if t["type"] == "page")
+
+
+@contextlib.contextmanager
+def browser_ws(profile: Path, flags: Sequence[str] = ()) -> Iterator[str]:
+    """A headless Chromium (``flags`` added to :data:`FLAGS`): the DevTools WebSocket URL of
+    the browser itself (``Target.*`` commands, e.g. a browser context per user)."""
+    with _launched(profile, flags) as targets:
+        yield targets("version")["webSocketDebuggerUrl"]
+
+
+@contextlib.contextmanager
+def _launched(profile: Path, flags: Sequence[str]) -> Iterator[Callable[[str], object]]:
+    """A headless Chromium: ``get(name)``, its DevTools endpoint ``/json/<name>``."""
     port = free_port()
     argv = [
         str(CHROMIUM),
@@ -47,17 +62,21 @@ def devtools(profile: Path, flags: Sequence[str] = ()) -> Iterator[str]:
         argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     try:
+
+        def get(name: str) -> object:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/{name}", timeout=2) as r:
+                return json.load(r)
+
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=2) as r:
-                    targets = json.load(r)
+                get("list")
                 break
             except OSError:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise
                 time.sleep(0.2)
-        yield next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
+        yield get
     finally:
         stop_group(proc, grace=10)
 

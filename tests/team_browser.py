@@ -7,11 +7,19 @@ laptop's loopback and every page it opens is reached over the laptop's network. 
 as MLflow's basic-auth header with every request (:func:`tests.chromium.logged_in`), as a browser
 does once its user typed the login into the prompt.
 
-SESSION is a JSON object: ``user``, ``password``, ``profile`` (a fresh folder), ``flags`` (more
-Chromium flags, e.g. the test certificate's SPKI pin). Each line of standard input is a page to
-open, a JSON object: ``url``, ``screenshot`` (a PNG path or empty), ``until`` (texts that must all
-be shown), ``timeout`` (seconds). Each page is a whole new document (the browser leaves the last
-one for ``about:blank`` first), reported on its own. A page is settled when every ``until`` text
+One Chromium serves every member the test lets browse, each in a browser context of its own
+(``Target.createBrowserContext``: its own cookies, storage, cache and HTTP logins, as a separate
+profile has), so a module starts the browser once (a launch costs ~1 CPU-s) and each member's
+pages still share nothing with another's.
+
+SESSION is a JSON object: ``profile`` (a fresh folder), ``flags`` (more Chromium flags, e.g. the
+test certificate's SPKI pin). Each line of standard input is a JSON object: ``{"login": [user,
+password]}`` opens a new browser context with a blank page logged in as ``user`` (the last one
+is closed first) and prints ``{"context": id}``; ``{"end": true}`` closes the context and prints
+``{"ended": id}``; any other line is a page to open in the context, a JSON object: ``url``,
+``screenshot`` (a PNG path or empty), ``until`` (texts that must all be shown), ``timeout``
+(seconds). Each page is a whole new document (the browser leaves the last one for
+``about:blank`` first), reported on its own. A page is settled when every ``until`` text
 is shown, nothing is drawn as loading (``aria-busy``), MLflow answered at least one of the UI's
 API requests, and none has been pending for :data:`QUIET_S`. For each page it prints one JSON
 line: ``text`` (``document.body.innerText`` then, or at the timeout), ``title``, ``href``,
@@ -23,13 +31,15 @@ status 0 for one that got no answer). End of input ends the browser.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.chromium import evaluate, logged_in
+from tests.chromium import browser_ws, evaluate
 
 #: what the page shows now; ``busy``: a table or list still loading
 STATE = """JSON.stringify({
@@ -149,17 +159,79 @@ def leave(call, events: list[dict]) -> None:
     events.clear()
 
 
+class Contexts:
+    """The browser's DevTools connection: commands to the browser or to one page (a flattened
+    session), and each page's events kept apart.
+
+    Args:
+        ws: the browser's DevTools WebSocket.
+    """
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.events: dict[str, list[dict]] = {}
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        """Send a DevTools command (to ``session``'s page, else the browser); its result."""
+        sent = next(self.ids)
+        message = {"id": sent, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        self.ws.send(json.dumps(message))
+        while True:
+            answer = json.loads(self.ws.recv(timeout=30))
+            if answer.get("id") == sent:
+                return answer.get("result", {})
+            if "method" in answer and answer.get("sessionId") in self.events:
+                self.events[answer["sessionId"]].append(answer)
+
+    def open(self, user: str, password: str) -> tuple[str, Callable[..., dict], list[dict]]:
+        """A new browser context with a blank page that sends ``user``'s basic-auth login with
+        every request (:func:`tests.chromium.logged_in`): its id, the page's ``call`` and
+        where its events arrive."""
+        context = self.call("Target.createBrowserContext")["browserContextId"]
+        target = self.call("Target.createTarget", url="about:blank", browserContextId=context)
+        session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)
+        sid = session["sessionId"]
+        self.events[sid] = []
+
+        def page_call(method: str, **params) -> dict:
+            return self.call(method, sid, **params)
+
+        login = base64.b64encode(f"{user}:{password}".encode()).decode()
+        page_call("Network.enable")
+        page_call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
+        return context, page_call, self.events[sid]
+
+
 def main(argv: list[str]) -> int:
+    from websockets.sync.client import connect
+
     session = json.loads(argv[1])
-    events: list[dict] = []
     profile = Path(session["profile"])
-    with logged_in(
-        profile, session["user"], session["password"], session.get("flags", ()), events
-    ) as call:
-        for n, line in enumerate(sys.stdin):
-            if n:
+    with (
+        browser_ws(profile, session.get("flags", ())) as url,
+        connect(url, max_size=None, open_timeout=30) as ws,
+    ):
+        contexts = Contexts(ws)
+        context, call, events, pages = "", None, [], 0
+        for line in sys.stdin:
+            asked = json.loads(line)
+            if "login" in asked or asked.get("end"):
+                if context:
+                    contexts.call("Target.disposeBrowserContext", browserContextId=context)
+                ended, context, pages = context, "", 0
+                if "login" in asked:
+                    context, call, events = contexts.open(*asked["login"])
+                    print(json.dumps({"context": context}), flush=True)
+                else:
+                    print(json.dumps({"ended": ended}), flush=True)
+                continue
+            if pages:
                 leave(call, events)
-            print(json.dumps(look(call, events, json.loads(line))), flush=True)
+            pages += 1
+            print(json.dumps(look(call, events, asked)), flush=True)
     return 0
 
 

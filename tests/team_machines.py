@@ -32,6 +32,7 @@ from tests.tls_ca import TestTls
 __all__ = [
     "NGINX_DIRS",
     "Browser",
+    "Chromium",
     "Team",
     "box_env",
     "box_shell",
@@ -66,6 +67,22 @@ class Team:
     root: Path
     tls: TestTls
     light: Path | None = None
+    chromium: Chromium | None = None
+
+    def browser(self) -> Chromium:
+        """The laptop's one Chromium, started on first use (:class:`Chromium`), again after
+        ``net.stop_all()`` ended it."""
+        if self.chromium is not None and self.chromium.proc.poll() is not None:
+            self.close()
+        if self.chromium is None:
+            self.chromium = Chromium(self)
+        return self.chromium
+
+    def close(self) -> None:
+        """End the laptop's Chromium, if one was started."""
+        if self.chromium is not None:
+            self.chromium.close()
+            self.chromium = None
 
 
 # ---- the machines' terminals -------------------------------------------------------------
@@ -137,28 +154,23 @@ def laptop_shell(team: Team, name: str, cwd: Path, page: str = "") -> Shell:
 
 
 # ---- the member's browser -------------------------------------------------------------------
-class Browser:
-    """A member's Chromium on the laptop, logged in as ``login`` (tests/team_browser.py): one
-    browser for the pages a person opens one after the other, each page a new document.
+class Chromium:
+    """The laptop's Chromium (tests/team_browser.py): one browser for every member the test
+    lets browse, each :class:`Browser` a browser context of its own in it.
 
     Args:
-        team: the team.
-        name: its profile (``<root>/chromium-<name>``) and log (``<root>/chromium-<name>.log``).
-        login: the MLflow login it sends.
+        team: the team (its profile ``<root>/chromium``, its log ``<root>/chromium.log``).
     """
 
-    def __init__(self, team: Team, name: str, login: tuple[str, str]) -> None:
-        self.team = team
+    def __init__(self, team: Team) -> None:
         session = {
-            "user": login[0],
-            "password": login[1],
-            "profile": str(team.root / f"chromium-{name}"),
+            "profile": str(team.root / "chromium"),
             "flags": [f"--ignore-certificate-errors-spki-list={team.tls.spki}"],
         }
-        self.log_path = team.root / f"chromium-{name}.log"
+        self.log_path = team.root / "chromium.log"
         env = laptop_env(team, "chromium") | {"PYTHONPATH": str(REPO_ROOT)}
         argv = [sys.executable, "-m", "tests.team_browser", json.dumps(session)]
-        with self.log_path.open("w") as log:
+        with self.log_path.open("a") as log:
             self.proc = subprocess.Popen(
                 team.net.argv("laptop", argv),
                 env=env,
@@ -168,6 +180,46 @@ class Browser:
                 text=True,
                 start_new_session=True,
             )
+
+    def ask(self, asked: dict, timeout: float) -> dict:
+        """Send one line to the browser; its answer (a JSON line)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(asked) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        assert line.strip(), self.log_path.read_text(errors="replace")[-3000:]
+        return json.loads(line)
+
+    def close(self) -> None:
+        """End the browser (end of its input), SIGKILL to its group after 30 s."""
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+        close_input(self.proc, kill)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+class Browser:
+    """A member's browser on the laptop, logged in as ``login``: a browser context of its own
+    (its own cookies, storage, cache, as a separate profile) in the laptop's Chromium
+    (:meth:`Team.browser`), for the pages a person opens one after the other, each page a new
+    document.
+
+    Args:
+        team: the team.
+        name: the member's visit (the pages' reports are named by :meth:`look`).
+        login: the MLflow login it sends.
+    """
+
+    def __init__(self, team: Team, name: str, login: tuple[str, str]) -> None:
+        self.team = team
+        self.name = name
+        self.chromium = team.browser()
+        self.context = self.chromium.ask({"login": list(login)}, 120)["context"]
 
     def __enter__(self) -> Browser:
         return self
@@ -184,25 +236,13 @@ class Browser:
             "until": until,
             "timeout": timeout,
         }
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(page) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout + 120)
-        line = self.proc.stdout.readline() if ready else ""
-        assert line.strip(), self.log_path.read_text(errors="replace")[-3000:]
-        (self.team.root / f"{name}.json").write_text(line)  # beside the screenshot
-        return json.loads(line)
+        shown = self.chromium.ask(page, timeout + 120)
+        (self.team.root / f"{name}.json").write_text(json.dumps(shown))  # beside the screenshot
+        return shown
 
     def close(self) -> None:
-        """End the browser (end of its input), SIGKILL to its group after 30 s."""
-
-        def kill() -> None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-
-        close_input(self.proc, kill)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
+        """Close the member's browser context (its pages, cookies and storage)."""
+        assert self.chromium.ask({"end": True}, 60) == {"ended": self.context}
 
 
 def browse(
@@ -213,7 +253,7 @@ def browse(
     until: list[str],
     timeout: float = 90,
 ) -> dict:
-    """Open ``url`` in a Chromium of its own on the laptop, logged in as ``login``
+    """Open ``url`` in a browser context of its own on the laptop, logged in as ``login``
     (:class:`Browser`); what it showed, kept in ``<root>/<name>.json`` beside its screenshot
     ``<root>/<name>.png``."""
     with Browser(team, name, login) as browser:

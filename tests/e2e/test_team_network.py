@@ -72,9 +72,11 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     load_benchmark("light_install.py").build(light)  # from the package index, as a member would
     tls = make_tls(root / "tls", BOX_NAMES)
     net = TeamNet(root)
+    team = Team(net, root, tls, light)
     try:
-        yield Team(net, root, tls, light)
+        yield team
     finally:
+        team.close()  # the laptop's Chromium
         net.close()
 
 

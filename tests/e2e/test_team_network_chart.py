@@ -39,9 +39,11 @@ def team(tmp_path: Path) -> Iterator[Team]:
     need("nginx", nginx_missing())
     pytest.importorskip("websockets.sync.client")
     net = TeamNet(tmp_path)
+    team = Team(net, tmp_path, make_tls(tmp_path / "tls", BOX_NAMES))
     try:
-        yield Team(net, tmp_path, make_tls(tmp_path / "tls", BOX_NAMES))
+        yield team
     finally:
+        team.close()  # the laptop's Chromium
         net.close()
 
 
