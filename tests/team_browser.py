@@ -31,15 +31,13 @@ status 0 for one that got no answer). End of input ends the browser.
 from __future__ import annotations
 
 import base64
-import itertools
 import json
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
-from tests.chromium import browser_ws, evaluate
+from tests.chromium import browser_contexts, evaluate
 
 #: what the page shows now; ``busy``: a table or list still loading
 STATE = """JSON.stringify({
@@ -159,68 +157,16 @@ def leave(call, events: list[dict]) -> None:
     events.clear()
 
 
-class Contexts:
-    """The browser's DevTools connection: commands to the browser or to one page (a flattened
-    session), and each page's events kept apart.
-
-    Args:
-        ws: the browser's DevTools WebSocket.
-    """
-
-    def __init__(self, ws) -> None:
-        self.ws = ws
-        self.ids = itertools.count(1)
-        self.events: dict[str, list[dict]] = {}
-
-    def call(self, method: str, session: str | None = None, **params) -> dict:
-        """Send a DevTools command (to ``session``'s page, else the browser); its result."""
-        sent = next(self.ids)
-        message = {"id": sent, "method": method, "params": params}
-        if session:
-            message["sessionId"] = session
-        self.ws.send(json.dumps(message))
-        while True:
-            answer = json.loads(self.ws.recv(timeout=30))
-            if answer.get("id") == sent:
-                return answer.get("result", {})
-            if "method" in answer and answer.get("sessionId") in self.events:
-                self.events[answer["sessionId"]].append(answer)
-
-    def open(self, user: str, password: str) -> tuple[str, Callable[..., dict], list[dict]]:
-        """A new browser context with a blank page that sends ``user``'s basic-auth login with
-        every request (:func:`tests.chromium.logged_in`): its id, the page's ``call`` and
-        where its events arrive."""
-        context = self.call("Target.createBrowserContext")["browserContextId"]
-        target = self.call("Target.createTarget", url="about:blank", browserContextId=context)
-        session = self.call("Target.attachToTarget", targetId=target["targetId"], flatten=True)
-        sid = session["sessionId"]
-        self.events[sid] = []
-
-        def page_call(method: str, **params) -> dict:
-            return self.call(method, sid, **params)
-
-        login = base64.b64encode(f"{user}:{password}".encode()).decode()
-        page_call("Network.enable")
-        page_call("Network.setExtraHTTPHeaders", headers={"Authorization": f"Basic {login}"})
-        return context, page_call, self.events[sid]
-
-
 def main(argv: list[str]) -> int:
-    from websockets.sync.client import connect
-
     session = json.loads(argv[1])
     profile = Path(session["profile"])
-    with (
-        browser_ws(profile, session.get("flags", ())) as url,
-        connect(url, max_size=None, open_timeout=30) as ws,
-    ):
-        contexts = Contexts(ws)
+    with browser_contexts(profile, session.get("flags", ())) as contexts:
         context, call, events, pages = "", None, [], 0
         for line in sys.stdin:
             asked = json.loads(line)
             if "login" in asked or asked.get("end"):
                 if context:
-                    contexts.call("Target.disposeBrowserContext", browserContextId=context)
+                    contexts.close(context)
                 ended, context, pages = context, "", 0
                 if "login" in asked:
                     context, call, events = contexts.open(*asked["login"])

@@ -17,13 +17,12 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from fedtune.service.mlflow_tenancy import MlflowTenancy
-from tests.chromium import CHROMIUM, evaluate, logged_in
+from tests.chromium import CHROMIUM, Contexts, browser_contexts, evaluate
 from tests.integration.conftest import stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
 from tests.needs import need
@@ -69,7 +68,7 @@ def experiments_text(
     workspace: str,
     user: str,
     password: str,
-    profile: Path,
+    browser: Contexts,
     sees: str | None,
     timeout: float = 60,
 ) -> str:
@@ -84,7 +83,7 @@ def experiments_text(
         workspace: The workspace to list.
         user: The MLflow user.
         password: Its password.
-        profile: A fresh Chromium profile folder.
+        browser: The Chromium; the page opens in a browser context of its own.
         sees: An experiment name to wait for, or None.
         timeout: Seconds to wait.
 
@@ -96,7 +95,7 @@ def experiments_text(
         AssertionError: No loaded list of ``workspace`` as ``user`` by the timeout.
     """
     url = f"{base}/#/experiments?{urllib.parse.urlencode({'workspace': workspace})}"
-    with logged_in(profile, user, password) as call:
+    with browser.logged_in(user, password) as call:
         call("Page.navigate", url=url)
         state, loaded, navigations = {}, None, 1
         deadline = time.monotonic() + timeout
@@ -124,6 +123,17 @@ def experiments_text(
             f"{url} as {user}: no loaded experiment list after {timeout} s, "
             f"{navigations} navigations; last page {seen}:\n{state.get('text', '')}"
         )
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory) -> Iterator[Contexts]:
+    """One headless Chromium for the module; each page a browser context of its own (its own
+    cookies, storage and cache, as a fresh profile), so a launch (~1 CPU-s) is not paid per
+    page."""
+    need("chromium", None if CHROMIUM.is_file() else f"{CHROMIUM} is not installed")
+    pytest.importorskip("websockets.sync.client")
+    with browser_contexts(tmp_path_factory.mktemp("chromium")) as contexts:
+        yield contexts
 
 
 @pytest.fixture(scope="module")
@@ -178,17 +188,17 @@ def ui(tmp_path_factory) -> Iterator[dict]:
         ("bob", "team-a", None, "study-team-a"),  # naming another project's workspace
     ],
 )
-def test_each_user_sees_only_its_projects_experiments(ui, tmp_path, user, workspace, sees, hidden):
-    text = experiments_text(
-        ui["url"], workspace, user, ui["passwords"][user], tmp_path / "profile", sees
-    )
+def test_each_user_sees_only_its_projects_experiments(ui, browser, user, workspace, sees, hidden):
+    text = experiments_text(ui["url"], workspace, user, ui["passwords"][user], browser, sees)
     assert user in text.splitlines()  # logged in as itself
     if sees is not None:
         assert sees in text
     assert hidden not in text
 
 
-def run_page_text(url: str, user: str, password: str, profile: Path, timeout: float = 60) -> str:
+def run_page_text(
+    url: str, user: str, password: str, browser: Contexts, timeout: float = 60
+) -> str:
     """The text Chromium, logged in as ``user``, shows for ``url`` (a run's page) once it has
     drawn the run's name or the workspace picker (or, at the timeout, whatever it shows).
 
@@ -196,14 +206,14 @@ def run_page_text(url: str, user: str, password: str, profile: Path, timeout: fl
         url: The link to open.
         user: The MLflow user.
         password: Its password.
-        profile: A fresh Chromium profile folder.
+        browser: The Chromium; the page opens in a browser context of its own.
         timeout: Seconds to wait.
 
     Returns:
         ``document.body.innerText``.
     """
     text = ""
-    with logged_in(profile, user, password) as call:
+    with browser.logged_in(user, password) as call:
         call("Page.navigate", url=url)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -215,7 +225,7 @@ def run_page_text(url: str, user: str, password: str, profile: Path, timeout: fl
     return text
 
 
-def test_a_run_link_fedtune_hands_out_opens_the_run_for_its_member(ui, tmp_path) -> None:
+def test_a_run_link_fedtune_hands_out_opens_the_run_for_its_member(ui, browser) -> None:
     """The link ``GET /v1/studies`` and ``compare`` give (``mlflow_urls.run_url``, with the
     run's workspace) opens the run itself for its project's member; without the workspace the
     UI stops at its workspace picker; another project's member never sees the run."""
@@ -223,10 +233,10 @@ def test_a_run_link_fedtune_hands_out_opens_the_run_for_its_member(ui, tmp_path)
 
     experiment, run = ui["runs"]["team-a"]
     link = run_url(ui["url"], experiment, run, "team-a")
-    text = run_page_text(link, "ana", ui["passwords"]["ana"], tmp_path / "ana")
+    text = run_page_text(link, "ana", ui["passwords"]["ana"], browser)
     assert "run-team-a" in text and "Select workspace" not in text, text[:2000]
     bare = run_url(ui["url"], experiment, run)  # the link before it named the workspace
-    text = run_page_text(bare, "ana", ui["passwords"]["ana"], tmp_path / "bare")
+    text = run_page_text(bare, "ana", ui["passwords"]["ana"], browser)
     assert "Select workspace" in text and "run-team-a" not in text, text[:2000]
-    text = run_page_text(link, "bob", ui["passwords"]["bob"], tmp_path / "bob", timeout=20)
+    text = run_page_text(link, "bob", ui["passwords"]["bob"], browser, timeout=20)
     assert "bob" in text.splitlines() and "run-team-a" not in text, text[:2000]  # "loading"
