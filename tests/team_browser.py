@@ -4,7 +4,7 @@ after the other and reports what each shows and how MLflow answered the page's r
 Chromium runs where this module runs — the tests start it in the laptop's network namespace
 (``ip netns exec <tag>-laptop python -m tests.team_browser SESSION``), so its DevTools port is the
 laptop's loopback and every page it opens is reached over the laptop's network. The login is sent
-as MLflow's basic-auth header with every request (:func:`tests.chromium.logged_in`), as a browser
+as MLflow's basic-auth header with every request (:meth:`tests.chromium.Contexts.open`), as a browser
 does once its user typed the login into the prompt.
 
 One Chromium serves every member the test lets browse, each in a browser context of its own
