@@ -84,3 +84,30 @@ def test_the_module_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_ray_another_thread_is_importing_is_waited_for(tmp_path: Path) -> None:
+    """``fedtune tune``'s early Ray imports Ray in a thread while the driver places the study:
+    the choice waits for the module (it asked a half-imported ``ray`` for ``is_initialized``,
+    an AttributeError, before), and a Ray already running in the process takes the trials."""
+    fake = tmp_path / "ray"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import time\ntime.sleep(1.5)\n\ndef is_initialized():\n    return True\n"
+    )
+    code = (
+        "import sys, threading, time\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from fedtune.tuning.driver.placement import place\n"
+        "from fedtune.tuning.spec import StudySpec\n"
+        f"spec = StudySpec.from_dict({BASE!r})\n"
+        "threading.Thread(target=__import__, args=('ray',)).start()\n"
+        "while 'ray' not in sys.modules:\n"
+        "    time.sleep(0.01)\n"
+        "print(place(spec, allowed=True).in_process)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"  # the Ray running here takes the trials

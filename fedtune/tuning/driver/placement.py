@@ -28,6 +28,7 @@ Light on purpose: ``fedtune tune`` imports this before the engine.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -95,7 +96,9 @@ def place(
         (:func:`fits_one_process`) or a pack here is estimated to cost no more than Ray
         (:func:`weighed_by_cost`, :mod:`..packing.cost`); else through Ray.
     """
-    ray = sys.modules.get("ray")  # imported only where Ray may run: this module stays light
+    # imported only where Ray may run: this module stays light. Another thread (the early Ray,
+    # ``fedtune tune``'s prefetch) may be importing it now: import_module waits for the module
+    ray = importlib.import_module("ray") if "ray" in sys.modules else None
     local = (
         allowed
         and ray_address is None
