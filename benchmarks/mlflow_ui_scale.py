@@ -13,7 +13,7 @@ store, artifacts under the workdir), made one of two ways (``"how"`` in the JSON
   rounds and curve
   (:class:`~fedtune.tuning.optuna.store.StudyStore`), a child run through
   :class:`~fedtune.tuning.mlflow.tracking.StudyTracker` (``start_trial``, ``log_rounds``,
-  ``end_trial``) — and the driver's own end of the study (``study._finalize``: the trade-off
+  ``end_trial``) — and the driver's own end of the study (``ending.finalize``: the trade-off
   analysis, ``tradeoff/*``, plots, ``best.json``, ``trials_table.json``, summary metrics).
   Curves follow a contraction ``ℓ_t = f + (1 − f)·|1 − γη|^{2t}`` of the sampled rates (a
   diverging one when ``|1 − γη| > 1.2``).
@@ -100,9 +100,9 @@ def synthetic_study(n: int, workdir: Path, child_runs: bool = True, seed: int = 
     import yaml
 
     from fedtune.search_spaces import suggest
+    from fedtune.tuning.driver.ending import finalize
     from fedtune.tuning.driver.study import (
         Fitted,
-        _finalize,
         _open_stores,
         _open_tracking,
         _prepare,
@@ -166,7 +166,7 @@ def synthetic_study(n: int, workdir: Path, child_runs: bool = True, seed: int = 
             )
         )
     study.add_trials(made)
-    return _finalize(plan, Fitted(stores, tracking))
+    return finalize(plan, Fitted(stores, tracking))
 
 
 # -- measuring -------------------------------------------------------------------------

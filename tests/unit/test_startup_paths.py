@@ -334,7 +334,7 @@ def test_a_finished_study_run_again_places_draws_and_logs_nothing(
     Other trials draw and log again; a study whose MLflow store is gone takes the full end."""
     from mlflow import MlflowClient
 
-    from fedtune.tuning.driver import study
+    from fedtune.tuning.driver import ending, study
 
     workdir = tmp_path / "study"
     first = study.run_study(tiny_spec(), workdir, in_process=True)
@@ -372,9 +372,9 @@ def test_a_finished_study_run_again_places_draws_and_logs_nothing(
     (loaded,) = _imported_after(run_again)
     assert not {"torch", "matplotlib", "mlflow"} & loaded, loaded
     plan, opened = study._prepare(tiny_spec(), workdir.resolve(), None, time.perf_counter())
-    assert study._ended(plan, opened) is not None
+    assert ending.ended(plan, opened) is not None
     (workdir / "mlflow.db").rename(tmp_path / "away.db")
-    assert study._ended(plan, opened) is None  # its MLflow store is gone: a full end
+    assert ending.ended(plan, opened) is None  # its MLflow store is gone: a full end
     (tmp_path / "away.db").rename(workdir / "mlflow.db")
     more = study.run_study(tiny_spec(), workdir, trials=3, in_process=True)
     assert (more.finished, more.ran, placed) == (3, 1, [3])  # a trial left: placed once

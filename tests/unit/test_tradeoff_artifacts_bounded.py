@@ -2,7 +2,7 @@
 
 300 trials built through the study's own stores and end-of-study code (the synthetic path of
 ``benchmarks/mlflow_ui_scale.py``: the Optuna study, the MLflow parent run, the driver's
-``study._finalize``), no Ray. ``trials_table.json``, ``tradeoff/tradeoff.json`` and
+``ending.finalize``), no Ray. ``trials_table.json``, ``tradeoff/tradeoff.json`` and
 ``tradeoff.csv`` list the best trials, the Pareto set and the best trial, not one row per trial;
 the figures stay readable (the plot checks of ``tests/images.py``). Sizes at 10/100/1,000 trials
 and the MLflow UI's page load are measured by the benchmark, not asserted here."""

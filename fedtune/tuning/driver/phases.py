@@ -109,7 +109,7 @@ class Runtime:
 
 @dataclass(frozen=True)
 class Fitted:
-    """What :func:`.fit.fit` leaves to :func:`.study._finalize`.
+    """What :func:`.fit.fit` leaves to :func:`.ending.finalize`.
 
     Args:
         stores: The Optuna storage.

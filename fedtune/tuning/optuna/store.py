@@ -41,7 +41,7 @@ PARENT_ATTR = "mlflow_parent_run_id"
 PARENT_EXPERIMENT_ATTR = "mlflow_parent_experiment"
 OUTCOME_ATTR = "outcome"
 #: study system attribute: the digest of what the study's last end recorded in MLflow (the
-#: driver's ``_finalize``); a re-run that would record the same logs nothing
+#: driver's ``ending.finalize``); a re-run that would record the same logs nothing
 FINALIZED_ATTR = "fedtune:finalized"
 
 
