@@ -159,20 +159,9 @@ def run_study(
 def _fit(
     plan: StudyPlan, runtime: Runtime, progress: TextIO | None, sinks: Sequence[Any]
 ) -> Fitted:
-    """Run the remaining trials (:func:`.fit.fit`); a study with none left imports no engine.
-
-    The fit's module imports the trials' engine (PyTorch, seconds of CPU): a re-run of a
-    finished study, which only prints its summary, does without it.
-
-    Args:
-        plan: The study's plan.
-        runtime: The stores, the tracking and Ray.
-        progress: A stream for the live progress line, if any.
-        sinks: Extra callbacks (:class:`~..tune_hooks.Callback`).
-
-    Returns:
-        What the fit measured (nothing ran: the stores and the open tracking only).
-    """
+    """:func:`.fit.fit` (its arguments and result), imported only when trials remain: its module
+    imports the trials' engine (PyTorch, seconds of CPU), which a finished study's re-run does
+    without (what it returns then is :func:`.fit.fit`'s own answer for no trial left)."""
     if runtime.stores.remaining == 0:
         return Fitted(runtime.stores, runtime.tracking.result())
     from .fit import fit
