@@ -29,6 +29,7 @@ import torch
 from fedtune.extend import ConfigError, Dataset, FederatedData, Task, build_model, register_task
 
 from . import models  # noqa: F401  (registers fedlab_resmlp, the default model)
+from .wine_data import wine_arrays
 
 __all__ = ["label_skew_split", "wine"]
 
@@ -74,12 +75,10 @@ def label_skew_split(
 
 @register_task("fedlab_wine", "scikit-learn wine data over label-skewed clients (fedlab)")
 def wine(params: Mapping[str, Any], seed: int) -> Task:
-    from sklearn.datasets import load_wine
-
     p = _params(params)
-    bunch = load_wine()
-    x = bunch.data.astype(np.float64)
-    y = bunch.target.astype(np.int64)
+    data, target = wine_arrays()  # load_wine()'s arrays, without importing scikit-learn
+    x = data.astype(np.float64)
+    y = target.astype(np.int64)
     rng = np.random.default_rng([0xF1AB, seed])
     order = rng.permutation(len(y))
     n_test = round(p["test_fraction"] * len(y))
