@@ -432,6 +432,23 @@ while True:
 """
 )
 
+#: ``url token want timeout``: each node IP's latest state (by start time), asked every 5 s
+#: until it is ``want`` (JSON) or ``timeout`` s have passed; the last answer
+_UNTIL_STATES = (
+    _NODES
+    + """
+url, token, want, end = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
+end += time.monotonic()
+while True:
+    found = sorted(nodes(url, token), key=lambda n: n.get("start_time_ms") or 0)
+    states = {n["node_ip"]: n["state"] for n in found}
+    if states == want or time.monotonic() >= end:
+        break
+    time.sleep(5)
+print(json.dumps(states))
+"""
+)
+
 
 def _ray_workers(box: Box, image_root: Any, auth: dict[str, str]) -> None:
     """Wait for the head's Jobs API, then start the two worker pods as KubeRay would."""
@@ -604,6 +621,35 @@ def _status(box: Box, study_id: str, wait_s: float = 0) -> dict[str, Any]:
     return box.python("laptop", _WAIT, API_URL, TOKEN, study_id, str(wait_s), timeout=wait_s + 60)
 
 
+#: ``url run_id``: ``[status, number of child runs]`` of the run, asked through MLflow's REST API
+#: as ``MlflowClient`` asks it (``runs/get``, then ``runs/search`` of its experiment for
+#: ``tags.`mlflow.parentRunId```), with the login and workspace of ``MLFLOW_TRACKING_USERNAME``,
+#: ``MLFLOW_TRACKING_PASSWORD`` and ``MLFLOW_WORKSPACE``: urllib, not an import of mlflow
+_PARENT_AND_CHILDREN = """
+import base64, json, os, sys, urllib.parse, urllib.request
+url, run_id = sys.argv[1], sys.argv[2]
+login = os.environ["MLFLOW_TRACKING_USERNAME"] + ":" + os.environ["MLFLOW_TRACKING_PASSWORD"]
+headers = {"Authorization": "Basic " + base64.b64encode(login.encode()).decode(),
+           "X-MLFLOW-WORKSPACE": os.environ["MLFLOW_WORKSPACE"],
+           "Content-Type": "application/json"}
+def call(path, body=None):
+    req = urllib.request.Request(url + "/api/2.0/mlflow/" + path, headers=headers,
+                                 data=None if body is None else json.dumps(body).encode())
+    return json.load(urllib.request.urlopen(req, timeout=30))
+info = call("runs/get?" + urllib.parse.urlencode({"run_id": run_id}))["run"]["info"]
+kids, token = [], None
+while True:
+    body = {"experiment_ids": [info["experiment_id"]],
+            "filter": "tags.`mlflow.parentRunId` = '" + info["run_id"] + "'"}
+    page = call("runs/search", body | ({"page_token": token} if token else {}))
+    kids += page.get("runs", [])
+    token = page.get("next_page_token")
+    if not token:
+        break
+print(json.dumps([info["status"], len(kids)]))
+"""
+
+
 def _seccomp_mode(pid: int) -> int:
     """0: no filter, 2: a seccomp filter (``/proc/<pid>/status``)."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -629,19 +675,7 @@ def test_a_study_from_the_laptop_runs_across_the_box(box: Box) -> None:
     }
     mlflow_url = f"http://{FULLNAME}-mlflow.ml.svc:5000"
     assert box.http("api", f"{mlflow_url}/api/2.0/mlflow/experiments/search") == 401
-    runs = box.python(
-        "api",
-        (
-            "import json,sys\nfrom mlflow.tracking import MlflowClient\n"
-            "c=MlflowClient(sys.argv[1]);p=c.get_run(sys.argv[2])\n"
-            "kids=c.search_runs([p.info.experiment_id],"
-            "filter_string=f\"tags.`mlflow.parentRunId` = '{p.info.run_id}'\")\n"
-            "print(json.dumps([p.info.status,len(kids)]))\n"
-        ),
-        mlflow_url,
-        done["mlflow"]["run_id"],
-        env=admin,
-    )
+    runs = box.python("api", _PARENT_AND_CHILDREN, mlflow_url, done["mlflow"]["run_id"], env=admin)
     assert runs == ["FINISHED", 2]
     assert box.net.probe("laptop", [("mlflow", 5000)], 1.0) == {("mlflow", 5000): False}
     flows = sorted(f.comment for f in box.net.flows())
@@ -708,16 +742,11 @@ def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:
     # the head's GCS declares the node dead (its health checks go unanswered: the namespace is
     # gone, no connection was reset), asked from the API's pod as the API would ask: each pod's
     # node (its IP's latest, should a worker have been restarted as the box started)
-    nodes = _NODES + (
-        "found = sorted(nodes(*sys.argv[1:3]), key=lambda n: n.get('start_time_ms') or 0)\n"
-        "print(json.dumps({n['node_ip']: n['state'] for n in found}))\n"  # each IP's latest
-    )
     ips = {pod: box.net_ips[pod] for pod in ("ray-head", *WORKERS)}
     want = {ips["ray-head"]: "ALIVE", ips["ray-worker-1"]: "ALIVE", ips["ray-worker-2"]: "DEAD"}
-    end = time.monotonic() + 180
-    while (states := box.python("api", nodes, NODES_URL, box.ray_token)) != want:
-        assert time.monotonic() < end, (states, ips)
-        time.sleep(5)
+    argv = [NODES_URL, box.ray_token, json.dumps(want), "180"]
+    states = box.python("api", _UNTIL_STATES, *argv, timeout=240)
+    assert states == want, (states, ips)
 
 
 def test_a_port_removed_from_a_policy_fails_the_study_with_a_clear_error(box: Box) -> None:
