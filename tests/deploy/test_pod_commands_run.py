@@ -86,8 +86,9 @@ def _machine() -> None:
     need("postgres", pg_unreachable_reason())
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def db_url() -> Any:
+    """One throw-away schema for the module's tests: each submits a study of its own."""
     with pg_schema() as url:
         yield url
 
@@ -136,11 +137,12 @@ def translate(env: dict[str, str], api_url: str, mlflow_url: str) -> dict[str, s
     return env | {"FEDTUNE_DRIVER_URL": api_url, "MLFLOW_TRACKING_URI": mlflow_url}
 
 
-@pytest.fixture
-def api_url(db_url: str, tmp_path: Path) -> Any:
-    """A real ``fedtune serve`` on the test's schema with the rendered API token (its driver
+@pytest.fixture(scope="module")
+def api_url(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A real ``fedtune serve`` on the module's schema with the rendered API token (its driver
     routes redeem the drivers' start tickets and check the credentials they give); it dispatches
-    nothing."""
+    nothing. One for the module: each test's driver redeems its own study's ticket."""
+    tmp_path = tmp_path_factory.mktemp("api")
     server = Server(
         {
             "FEDTUNE_DATABASE_URL": db_url,
