@@ -125,18 +125,26 @@ def workspace(tmp: Path, checkout: bool = True) -> tuple[Path, Path]:
     return work, home
 
 
-def run_page(page: Page, tmp: Path, environment: Environment) -> RunResult:
+def run_page(
+    page: Page, tmp: Path, environment: Environment, work: Path | None = None
+) -> RunResult:
     """Run a page's ``bash`` script, then its ``python`` program.
 
     Args:
         page: the page.
         tmp: an empty temporary directory (working directory, home, scripts).
         environment: who runs it.
+        work: the working directory another page left (the page goes on where that one
+            ended); None: a fresh one in ``tmp``.
 
     Returns:
         The outcome, naming the failing block's ``page:line``.
     """
-    work, home = workspace(tmp, environment.checkout)
+    if work is None:
+        work, home = workspace(tmp, environment.checkout)
+    else:
+        home = tmp / "home"
+        home.mkdir()
     env = base_environment(home, environment.path) | environment.env
     marker = tmp / "block"
     outputs = tmp / "outputs"
@@ -341,6 +349,19 @@ def shared_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     """
     with started_service(tmp_path_factory.mktemp("service")) as service:
         yield service
+
+
+@pytest.fixture(scope="session")
+def first_runs() -> dict[tuple[str, str], Path]:
+    """The working directories of the pages that passed, by their ``docs_env`` and the command
+    they ran first in a fresh one (:func:`~tests.docs.pages.first_command`), for the session.
+
+    A page whose first command another page ran first in a fresh directory of the same
+    ``docs_env``, and passed, goes on in that page's directory (README.md's ``make run`` is
+    first-study.md's ``fedtune tune examples/quickstart.yaml``: run from nothing once, read
+    again by the other).
+    """
+    return {}
 
 
 @pytest.fixture

@@ -332,6 +332,30 @@ def bash_script(
     return "\n".join(_padded(marked, head)) + "\n"
 
 
+def first_command(page: Page, makefile: Path | None = None) -> str | None:
+    """The command a page runs first, as :func:`bash_script` runs it: the first line of its
+    first ``bash`` block (``make run`` as its recipe), when that line is a whole command.
+
+    Args:
+        page: the page.
+        makefile: the repository's Makefile.
+
+    Returns:
+        The command; None when the page runs no bash block, or its first line is not a whole
+        command (continued with ``\\``, a here-document, ``make`` of another target) or runs
+        on a laptop.
+    """
+    blocks = page.runnable("bash")
+    if not blocks or not blocks[0].lines or blocks[0].title.startswith(LAPTOP):
+        return None
+    line = blocks[0].lines[0].strip()
+    if make := MAKE_LINE.match(line):
+        recipes = make_recipes(makefile) if makefile and makefile.is_file() else {}
+        run = recipes.get("run") if make.group(1) == "run" else None
+        return " && ".join(run) if run else None
+    return None if not line or line.endswith("\\") or "<<" in line else line
+
+
 def python_script(page: Page, marker: Path) -> str | None:
     """The page's ``python`` blocks as one program, each block at its page line.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import DEV_BIN, MEMBER, PROJECT, Environment, run_page
-from .pages import REPO, bash_script, parse_page, python_script
+from .pages import REPO, bash_script, first_command, parse_page, python_script
 from .pages import pages as all_pages
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
@@ -35,22 +35,44 @@ SHARED_ENVS = ("service", "light", "team")
 #: (``--dist loadgroup`` hands ungrouped tests to either), each worker built its own light venv
 #: and started its own server
 SHARED = pytest.mark.xdist_group("docs-shared-service")
+#: keeps the pages that begin with the same command (README.md's ``make run`` and
+#: first-study.md's ``fedtune tune examples/quickstart.yaml``) on one worker, in collection
+#: order: the later one goes on in the earlier one's directory (conftest.py's ``first_runs``)
+SAME_START = pytest.mark.xdist_group("docs-same-first-command")
+MAKEFILE = REPO / "Makefile"
+QUICKSTART = "docs/tutorials/first-study.md"
+
+
+def _start(page) -> tuple[str, str] | None:
+    """The key under which a page's directory is shared: its ``docs_env`` and first command
+    (``local`` pages only: the others start services of their own, or run on a laptop)."""
+    command = first_command(page, MAKEFILE) if page.env == "local" else None
+    return (page.env, command) if command else None
 
 
 def _runnable_pages() -> list:
     newcomers = {page for page, _ in NEWCOMER_PATHS.values()}
-    found = []
+    found, starts = [], []
     for path in all_pages():
         name = str(path.relative_to(REPO))
         try:
             page = parse_page(path)
         except ValueError:  # an unclosed fence, an unknown docs_env: its test says so
-            found.append(name)
+            found.append((name, None))
             continue
         if name not in newcomers and (page.runnable("bash") or page.runnable("python")):
-            marks = [SHARED] if page.env in SHARED_ENVS else []
-            found.append(pytest.param(name, marks=marks, id=name))
-    return found
+            found.append((name, page))
+            starts.append(_start(page))
+    params = []
+    for name, page in found:
+        if page is None:
+            params.append(name)
+            continue
+        marks = [SHARED] if page.env in SHARED_ENVS else []
+        if (start := _start(page)) is not None and starts.count(start) > 1:
+            marks.append(SAME_START)
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
 
 
 def _newcomer_paths() -> list:
@@ -60,30 +82,39 @@ def _newcomer_paths() -> list:
     ]
 
 
-def _check(name: str, environment_for, tmp_path: Path) -> None:
+def _check(name: str, environment_for, tmp_path: Path, first_runs: dict) -> None:
+    """Run a page; one whose first command a page that passed ran first in a fresh directory
+    of the same ``docs_env`` goes on in that directory (the command's run from nothing was
+    checked there), and a page that passes leaves its directory for the next."""
     page = parse_page(REPO / name)
     for block in page.skipped:
         print(f"SKIP {page.name}:{block.line} ({block.title})")
-    result = run_page(page, tmp_path, environment_for(page))
+    start = _start(page)
+    work = first_runs.get(start)
+    if work is not None:
+        print(f"{page.name}: goes on in {work}, where a page ran {start[1]!r} first and passed")
+    result = run_page(page, tmp_path, environment_for(page), work)
     print(result.output)
     assert result.ok, f"{result.where}: a documented command failed\n{result.output[-4000:]}"
+    if start is not None and work is None:
+        first_runs[start] = tmp_path / "work"
 
 
 @pytest.mark.parametrize("name", _runnable_pages())
-def test_page_commands_run(name: str, environment_for, tmp_path: Path) -> None:
+def test_page_commands_run(name: str, environment_for, tmp_path: Path, first_runs) -> None:
     """A page's runnable blocks run in its environment and exit 0."""
-    _check(name, environment_for, tmp_path)
+    _check(name, environment_for, tmp_path, first_runs)
 
 
 @pytest.mark.parametrize("name, env", _newcomer_paths())
-def test_newcomer_path(name: str, env: str, environment_for, tmp_path: Path) -> None:
+def test_newcomer_path(name: str, env: str, environment_for, tmp_path: Path, first_runs) -> None:
     """A newcomer's page documents commands, and every one of them runs as its reader would."""
     page = parse_page(REPO / name)
     assert page.env == env, f"{name}: docs_env is {page.env}, its reader's is {env}"
     assert page.runnable("bash") or page.runnable("python"), (
         f"{name} shows no runnable command: the newcomer path is not documented yet"
     )
-    _check(name, environment_for, tmp_path)
+    _check(name, environment_for, tmp_path, first_runs)
 
 
 # ---------------------------------------------------------------------------- the harness
@@ -136,6 +167,17 @@ def test_harness_make_lines_become_the_recipe_or_a_printed_skip(tmp_path: Path) 
     assert "fedtune tune examples/quickstart.yaml" in script  # make run: its recipe
     assert "skipped `make test`" in script and "\nmake test" not in script
     assert python_script(page, tmp_path / "m") is None
+
+
+def test_harness_a_page_that_begins_as_another_goes_on_in_its_directory() -> None:
+    readme, first = parse_page(REPO / "README.md"), parse_page(REPO / QUICKSTART)
+    assert first_command(parse_page(FIXTURES / "make.md"), MAKEFILE) == (
+        "fedtune tune examples/quickstart.yaml"
+    )  # make run: its recipe, as the page's script runs it
+    assert _start(readme) == _start(first) == ("local", "fedtune tune examples/quickstart.yaml")
+    assert _start(parse_page(REPO / "docs/how-to/compare.md")) is None  # continued on line 2
+    assert first_command(parse_page(REPO / "docs/how-to/resume.md")) is None  # a here-document
+    assert first_command(parse_page(FIXTURES / "passing.md")) == "fedtune --help > /dev/null"
 
 
 @SHARED
