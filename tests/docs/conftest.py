@@ -80,7 +80,7 @@ class Environment:
 
 def base_environment(home: Path, path: list[Path]) -> dict[str, str]:
     """The variables a page runs with: the test process's, minus fedtune's and Ray's, plus a
-    private ``HOME`` and ``PATH`` starting with ``path``.
+    private ``HOME``, ``PATH`` starting with ``path`` and one OpenMP thread.
 
     Args:
         home: the page's home directory.
@@ -99,6 +99,11 @@ def base_environment(home: Path, path: list[Path]) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1",
             "MPLBACKEND": "Agg",
             "NO_COLOR": "1",
+            # one torch/OpenMP thread per command, as the suite's own processes run
+            # (tests/conftest.py): two pytest workers share the CI's 2 CPUs, and a
+            # command's second thread spins for the core the other worker holds (`fedtune
+            # train` of train-one.md: 8.1 -> 2.8 CPU-s, the same records)
+            "OMP_NUM_THREADS": "1",
         }
     )
     return env
