@@ -7,10 +7,17 @@ import subprocess
 import sys
 
 import numpy as np
-from sklearn.datasets import load_digits as sklearn_load_digits
 
 from fedtune.trainers.tasks import digits
 from fedtune.trainers.tasks.digits import load_digits
+
+
+def sklearn_load_digits():
+    """scikit-learn's own loader, imported when called: importing ``sklearn.datasets`` costs a
+    process about 1 CPU-s, which collecting this module would make every test run pay."""
+    from sklearn.datasets import load_digits as loader
+
+    return loader()
 
 
 def test_the_arrays_are_scikit_learns() -> None:

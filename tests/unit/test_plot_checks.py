@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from tests.images import assert_plot_png
 
 
 def _save(tmp_path, name, draw=None, figsize=(6, 4), dpi=100):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # not at collection
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
     if draw:

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from sklearn.linear_model import LogisticRegression
 
 from fedtune.errors import ConfigError
 from fedtune.trainers.tasks import build_task
@@ -74,6 +73,8 @@ def test_input_covariance_is_diagonal_power_law():
 
 
 def test_labels_are_a_linear_argmax_per_client():
+    from sklearn.linear_model import LogisticRegression  # ~1 CPU-s: not at collection
+
     p = SyntheticParams(clients=4, max_examples=300, model="linear")
     fitted = 0
     for x, y in generate(p, seed=0):
