@@ -8,20 +8,15 @@ import math
 
 import numpy as np
 import pytest
-from scipy.optimize import brentq
 
 from fedtune.errors import ConfigError
 from fedtune.trainers.records import Outcome, RoundRecord, TrialResult
 from fedtune.tuning import (
     TrialCurve,
     analyze_tradeoff,
-    contraction_rate,
     lower_envelope,
     pareto_front,
-    plot_theory,
     smooth,
-    theory_table,
-    write_artifacts,
 )
 from fedtune.tuning.analysis.tradeoff import write_tradeoff
 from tests.images import assert_tuning_plot
@@ -49,6 +44,8 @@ def curve(trial_id, lr, spec, outcome="completed", rounds=ROUNDS):
 
 
 def crossing() -> float:
+    from scipy.optimize import brentq  # SciPy: not at collection
+
     return brentq(lambda t: decay(**FAST, t=t) - decay(**SLOW, t=t), 1.0, T)
 
 
@@ -238,6 +235,8 @@ def test_curve_validation_and_from_result():
 
 
 def test_contraction_rate_and_theory_table():
+    from fedtune.tuning import contraction_rate, theory_table  # matplotlib: not at collection
+
     t = np.arange(0, 60)
     loss = 1.0 + 5.0 * 0.9 ** (2 * t)  # loss gap ∝ ‖x_t − x*‖², distance contracts by 0.9
     assert contraction_rate(t, loss, floor=1.0) == pytest.approx(0.9, rel=1e-9)
@@ -258,6 +257,8 @@ def test_contraction_rate_and_theory_table():
 
 
 def test_plots_are_written(tmp_path, curves):
+    from fedtune.tuning import plot_theory, theory_table, write_artifacts
+
     diverged = TrialCurve("boom", {"client_lr": 10.0}, [1, 2, 3], [5.0, 80.0, math.inf], "diverged")
     everything = [*curves, diverged]
     out = analyze_tradeoff(everything, smooth_window=3)

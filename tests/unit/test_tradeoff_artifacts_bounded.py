@@ -14,7 +14,6 @@ import json
 
 import pytest
 
-from fedtune.tuning.analysis import plots
 from fedtune.tuning.analysis.tradeoff import TOP_TRIALS, TradeOff
 from tests.benchmarks import load_benchmark
 from tests.images import assert_tuning_plot
@@ -30,6 +29,8 @@ def bench():
 @pytest.fixture(scope="module")
 def study(bench, tmp_path_factory: pytest.TempPathFactory):
     """A 300-trial study's result, the parent run's artifact folder, what the figures drew."""
+    from fedtune.tuning.analysis import plots  # matplotlib: not at collection
+
     drawn: dict[str, object] = {}
     mp = pytest.MonkeyPatch()
     mp.delenv("MLFLOW_TRACKING_URI", raising=False)

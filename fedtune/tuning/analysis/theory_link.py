@@ -48,7 +48,6 @@ from fedtune.trainers.theory.surrogate import (
 )
 
 from ..spec import StudySpec
-from .plots import plot_theory, theory_table
 
 __all__ = ["Prediction", "predict", "theory_report"]
 
@@ -119,6 +118,8 @@ def theory_report(spec: StudySpec, curves: list, directory: Path) -> dict[str, P
     optimum, so the loss gap is linear in the distance to it)."""
     if spec.task.name != "quadratic":
         return {}
+    from .plots import plot_theory, theory_table  # matplotlib: only for this report
+
     instance = build_task("quadratic", dict(spec.task.params), spec.task.seed).meta["instance"]
     predicted, forms = {}, {}
     for c in curves:
