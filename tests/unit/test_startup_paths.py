@@ -498,15 +498,6 @@ def test_a_study_in_the_drivers_process_never_imports_ray(tmp_path: Path, cache:
     assert "fedtune.tuning.packing.box" in packed
 
 
-def test_the_tracker_process_imports_mlflow_without_torch() -> None:
-    """The study's MLflow process (``TrackerProcess``) never trains: what it imports
-    (``fedtune.tuning.mlflow.tracking``) loads MLflow but not torch, whose import costs it
-    about 1.3 CPU-s more for two metric names (``fedtune.round_keys``)."""
-    (loaded,) = _imported_after("import fedtune.tuning.mlflow.tracking")
-    assert "mlflow" in loaded
-    assert "torch" not in loaded
-
-
 #: validate built-in studies as ``fedtune tune`` and the service do: the example study (digits,
 #: fedavgm, a shipped space), a synthetic task whose model is checked, an extension method with
 #: a cross-field check (MaSS) and a refusal that lists every registered model
@@ -560,15 +551,38 @@ _BUILD = textwrap.dedent(
 )
 
 
-def test_validating_a_spec_and_starting_the_service_leave_torch_out() -> None:
+#: what the study's MLflow process (``TrackerProcess``) imports
+_TRACKER = "import fedtune.tuning.mlflow.tracking"
+
+
+@pytest.fixture(scope="module")
+def torchless_probe() -> dict[str, set[str]]:
+    """One fresh interpreter, its top-level packages after each step: validating specs
+    (``validated``), the service's start (``started``), the MLflow process's imports
+    (``tracker``), then building a task (``built``, the first step that may import torch)."""
+    example = str(ROOT / "fedtune" / "examples" / "quickstart.yaml")
+    steps = (_VALIDATE_SPECS.format(example=example), _SERVICE_START, _TRACKER, _BUILD)
+    names = ("validated", "started", "tracker", "built")
+    return dict(zip(names, _imported_after(*steps), strict=True))
+
+
+def test_the_tracker_process_imports_mlflow_without_torch(torchless_probe) -> None:
+    """The study's MLflow process (``TrackerProcess``) never trains: what it imports
+    (``fedtune.tuning.mlflow.tracking``) loads MLflow but not torch, whose import costs it
+    about 1.3 CPU-s more for two metric names (``fedtune.round_keys``). (It runs after the
+    steps of :func:`test_validating_a_spec_and_starting_the_service_leave_torch_out`, which
+    import no torch either, in the same interpreter.)"""
+    loaded = torchless_probe["tracker"]
+    assert "mlflow" in loaded
+    assert "torch" not in loaded
+
+
+def test_validating_a_spec_and_starting_the_service_leave_torch_out(torchless_probe) -> None:
     """A process that only validates a study spec — ``fedtune serve`` (its warm-up and every
     submission), ``fedtune tune`` or ``fedtune train`` refusing a spec — reads the registries'
     metadata (names, parameters, defaults, checks) and never imports torch (about 1.2 CPU-s) or
     the engine; the implementations are imported when something is built."""
-    example = str(ROOT / "fedtune" / "examples" / "quickstart.yaml")
-    validated, started, built = _imported_after(
-        _VALIDATE_SPECS.format(example=example), _SERVICE_START, _BUILD
-    )
+    validated, started, built = (torchless_probe[k] for k in ("validated", "started", "built"))
     assert "pydantic" in validated and "fedtune" in validated
     for loaded in (validated, started):
         assert "torch" not in loaded
