@@ -93,6 +93,8 @@ def environment_reads(source: str) -> list[tuple[int, str]]:
         ``(line, function)`` of each read, the function qualified (``Class.method``; ``""``:
         module level).
     """
+    if "environ" not in source and "getenv" not in source:
+        return []  # every form read below spells one of them: most modules are not parsed
     tree = ast.parse(source)
     parents = _parents(tree)
     environ_names, getenv_names = set(), set()
