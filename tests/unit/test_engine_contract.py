@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import os
 
@@ -72,6 +73,21 @@ def run(cfg) -> Trainer:
     return trainer
 
 
+@functools.cache
+def base_run(name: str) -> Trainer:
+    """``run(config_for(name))`` once per process: the tests that compare against it only read
+    it (its records and parameters), so each algorithm's default run is trained once, not once
+    per test.
+
+    Args:
+        name: the algorithm.
+
+    Returns:
+        The finished trainer (not to be modified).
+    """
+    return run(config_for(name))
+
+
 def test_registry_has_every_required_method():
     required = {
         "minibatch_sgd",
@@ -93,7 +109,7 @@ def test_registry_has_every_required_method():
 
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_deterministic_under_seed(name):
-    a, b = run(config_for(name)), run(config_for(name))
+    a, b = base_run(name), run(config_for(name))  # two runs of one configuration
     assert curve(a) == curve(b)
     for k in a.state.params:
         assert torch.equal(a.state.params[k], b.state.params[k])
@@ -101,7 +117,7 @@ def test_deterministic_under_seed(name):
 
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_trial_seed_changes_batches(name):
-    a, b = run(config_for(name)), run(config_for(name, seed=8))
+    a, b = base_run(name), run(config_for(name, seed=8))
     assert curve(a) != curve(b)
 
 
@@ -260,7 +276,7 @@ def test_local_epochs_deterministic_and_seeded(name):
 @pytest.mark.parametrize("name", EPOCH_ALGORITHMS)
 def test_local_epochs_equal_sizes_equals_local_steps(name):
     """n_i = 8, B = 2, E = 0.75 ⇒ τ_i = 3 = K: the masked path is the fixed-K path, bit for bit."""
-    fixed = run(config_for(name))
+    fixed = base_run(name)
     cfg = config_for(name)
     cfg["train"] = {k: v for k, v in cfg["train"].items() if k != "local_steps"}
     cfg["train"]["local_epochs"] = 0.75
