@@ -74,4 +74,9 @@ def test_the_pack_profile_splits_a_round_into_its_phases(tmp_path):
         assert 0 < row["batches_ms"] < 2 * row["ms_per_round"]  # a part of a round (timed apart)
         ops = row["operators"]  # the quadratic's products are batched matrix products too
         assert ops["bmm_ms"] > 0 and ops["bmm_gflop_per_s"] > 0 and ops["other_ms"] > 0
-        assert ops["top_ms"]["bmm"] == ops["bmm_ms"] and len(ops["top_ms"]) <= 8
+        top = ops["top_ms"]
+        assert len(top) <= 8 and list(top.values()) == sorted(top.values(), reverse=True)
+        if "bmm" in top:
+            assert top["bmm"] == ops["bmm_ms"]
+        else:  # on a loaded machine a preempted operator can outlast the products
+            assert len(top) == 8 and ops["bmm_ms"] <= min(top.values())
