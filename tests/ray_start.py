@@ -48,6 +48,7 @@ __all__ = [
     "START_TIMEOUT_S",
     "init_ray",
     "lean_flags",
+    "lean_head",
     "lean_params",
 ]
 
@@ -101,7 +102,7 @@ def lean_params(*, head: bool) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _lean_head() -> Iterator[None]:
+def lean_head() -> Iterator[None]:
     """While it lasts, the head node an in-process ``ray.init`` starts is a lean one.
 
     ``ray.init`` builds its head node's ``RayParams`` itself and offers none of the fields
@@ -132,7 +133,7 @@ def init_ray(temp_dir: str | Path, *, lean: bool = False, **kwargs: Any) -> None
     import ray
 
     def init(**kw: Any) -> None:
-        with _lean_head() if lean else contextlib.nullcontext():
+        with lean_head() if lean else contextlib.nullcontext():
             ray.init(**kw)
 
     start_ray(POLICY, temp_dir=Path(temp_dir), init=init, **kwargs)

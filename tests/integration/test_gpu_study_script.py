@@ -2,9 +2,9 @@
 
 The script a GPU host runs (``benchmarks/gpu_study.sh``) must work before a GPU is lent: here
 Ray gets one logical GPU and the trials compute on the CPU. Real Ray, Optuna and MLflow, in a
-process of its own (the script starts and stops its Ray). Four trials per study (``--trials
-4``, the script's default is 8): one wave of four at once, the least that shows four trials
-sharing the GPU and a pack of four."""
+process of its own (the script starts and stops its Ray, a lean one: ``tests/lean_script.py``).
+Four trials per study (``--trials 4``, the script's default is 8): one wave of four at once, the
+least that shows four trials sharing the GPU and a pack of four."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ TRIALS = 4  # per study, all at once
 def test_the_gpu_study_runs_four_trials_on_one_gpu_and_packs_by_its_memory(tmp_path):
     out = tmp_path / "gpu_study.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "benchmarks/gpu_study.py", "--device", "cpu", "--trials", str(TRIALS)]
+    cmd = [sys.executable, "-m", "tests.lean_script", "benchmarks/gpu_study.py", "--device", "cpu"]
+    cmd += ["--trials", str(TRIALS)]
     proc = subprocess.run(
         [*cmd, "--out", str(out)],
         cwd=ROOT,
