@@ -6,7 +6,8 @@ test session's Ray because Ray Tune cleans up only after an ``Exception``: a
 ``KeyboardInterrupt`` leaves the trials' actors and placement groups on the Ray the driver is
 connected to until the driver process ends (``ray.tune.tune.run``), which would starve every
 later study of the session's shared ``ray_local``. A process of its own ends, and its embedded
-Ray with it, exactly as ``fedtune tune`` does after Ctrl-C.
+Ray with it, exactly as ``fedtune tune`` does after Ctrl-C. That Ray is a lean one
+(``tests/ray_start.py``: no log or autoscaler monitor; the study's driver takes no worker logs).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ray import tune
 
 from fedtune.tuning import StudySpec, run_study
 from fedtune.tuning.mlflow.round_log import RoundLog
+from tests.ray_start import lean_head
 
 
 def main(spec_json: str, tracking_uri: str, workdir: str, out: str) -> None:
@@ -34,7 +36,8 @@ def main(spec_json: str, tracking_uri: str, workdir: str, out: str) -> None:
 
     spec = StudySpec.from_dict(json.loads(Path(spec_json).read_text()))
     try:
-        run_study(spec, workdir, tracking_uri=tracking_uri, sinks=[Interrupt()])
+        with lean_head():
+            run_study(spec, workdir, tracking_uri=tracking_uri, sinks=[Interrupt()])
     except KeyboardInterrupt:
         Path(out).write_text(json.dumps({n: sorted(r) for n, r in seen.items()}))
         return
