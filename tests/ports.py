@@ -19,7 +19,7 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["free_port", "free_ports", "quiet_range"]
+__all__ = ["free_block", "free_port", "free_ports", "quiet_range"]
 
 #: the lowest port drawn (under it: well-known and registered services a machine may run)
 LOWEST = 20_000
@@ -87,3 +87,32 @@ def free_ports(n: int, exclude: Iterable[int] = ()) -> list[int]:
 def free_port() -> int:
     """One free port (:func:`free_ports`)."""
     return free_ports(1)[0]
+
+
+def free_block(n: int, exclude: Iterable[int] = ()) -> range:
+    """``n`` consecutive free ports, none of ``exclude``, from :func:`quiet_range`: a range a
+    server takes ports from later (Ray's ``--min-worker-port``/``--max-worker-port``), so that
+    no port drawn by :func:`free_ports` with it in ``exclude`` lands inside it.
+
+    Args:
+        n: how many ports.
+        exclude: ports the range must not hold.
+
+    Returns:
+        the ports, each free when this returns.
+
+    Raises:
+        RuntimeError: no such range was found in 200 tries.
+    """
+    taken, pool = set(exclude), quiet_range()
+    for _ in range(200):
+        if len(pool) <= n:
+            break
+        start = _RANDOM.choice(pool[: len(pool) - n])
+        block = range(start, start + n)
+        if taken.intersection(block):
+            continue
+        with contextlib.ExitStack() as stack:
+            if all(_bound(stack, port) == port for port in block):
+                return block
+    raise RuntimeError(f"no {n} consecutive free ports in {pool}")

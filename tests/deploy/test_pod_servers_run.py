@@ -28,7 +28,7 @@ import pytest
 from tests.deploy.conftest import RELEASE, one
 from tests.deploy.test_pod_commands_run import container_env, pod_process
 from tests.needs import need
-from tests.ports import free_port
+from tests.ports import free_block, free_port, free_ports
 from tests.service.helpers import pg_schema, pg_unreachable_reason
 
 pytestmark = [pytest.mark.integration, pytest.mark.image]
@@ -124,8 +124,10 @@ def _descendants(pid: int) -> list[str]:
     return [c.decode(errors="replace") for c in out]
 
 
-def _kuberay_start(params: dict[str, str], *, head: bool, ports: dict[str, int]) -> list[str]:
-    """The command KubeRay gives a Ray container (see the module docstring), ports translated."""
+def _kuberay_start(params: dict[str, str], *, head: bool, ports: dict[str, Any]) -> list[str]:
+    """The command KubeRay gives a Ray container (see the module docstring), ports translated:
+    ``ports`` holds the head's, the node's worker ports (``workers``, a range) and every port
+    the test chose (``taken``), which the node manager's and object manager's must avoid."""
     flags = [f"--{key}={value}" for key, value in params.items()]
     if head:
         flags += [
@@ -136,11 +138,13 @@ def _kuberay_start(params: dict[str, str], *, head: bool, ports: dict[str, int])
         start = ["ray", "start", "--head", "--block", *flags]
     else:
         start = ["ray", "start", f"--address=127.0.0.1:{ports['gcs']}", "--block", *flags]
+    workers: range = ports["workers"]
+    node_manager, object_manager = free_ports(2, exclude=ports["taken"])
     start += [
-        f"--node-manager-port={free_port()}",
-        f"--object-manager-port={free_port()}",
-        f"--min-worker-port={ports['min_worker']}",
-        f"--max-worker-port={ports['min_worker'] + 40}",
+        f"--node-manager-port={node_manager}",
+        f"--object-manager-port={object_manager}",
+        f"--min-worker-port={workers.start}",
+        f"--max-worker-port={workers.stop - 1}",
     ]
     return ["/bin/bash", "-lc", "--", "ulimit -n 65536 2>/dev/null || true; " + " ".join(start)]
 
@@ -151,24 +155,31 @@ def test_the_raycluster_head_and_worker_start_from_the_image(render, tmp_path, i
     head_pod = cluster["headGroupSpec"]["template"]["spec"]
     group = cluster["workerGroupSpecs"][0]
     worker_pod = group["template"]["spec"]
-    ports = {"gcs": free_port(), "dashboard": free_port(), "client": free_port()}
+    ports: dict[str, Any] = dict(zip(("gcs", "dashboard", "client"), free_ports(3), strict=True))
+    # each node's worker ports: a free block of 41, which no other port of the test lands in
+    # (fixed blocks at 20000 and 21000 once met a node manager's port drawn from the same range)
+    blocks = [free_block(41, exclude=ports.values())]
+    blocks.append(free_block(41, exclude=[*ports.values(), *blocks[0]]))
+    taken = [*ports.values(), *blocks[0], *blocks[1]]
     processes: list[subprocess.Popen] = []
     try:
         for name, pod, params, head, base in (
-            ("head", head_pod, cluster["headGroupSpec"]["rayStartParams"], True, 20000),
+            ("head", head_pod, cluster["headGroupSpec"]["rayStartParams"], True, blocks[0]),
             (
                 "worker",
                 worker_pod,
                 {"num-cpus": "1", **group.get("rayStartParams", {})},
                 False,
-                21000,
+                blocks[1],
             ),
         ):
             container = pod["containers"][0]
             assert "command" not in container  # KubeRay writes it (emulated here)
             env = container_env(container, manifests)
             sandbox, full_env, cwd = pod_process(tmp_path / name, pod, container, env, image_root)
-            argv = _kuberay_start(params, head=head, ports=ports | {"min_worker": base})
+            argv = _kuberay_start(
+                params, head=head, ports=ports | {"workers": base, "taken": taken}
+            )
             processes.append(
                 sandbox.popen(argv, env=full_env, cwd=cwd, log=tmp_path / f"{name}.log")
             )

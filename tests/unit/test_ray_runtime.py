@@ -234,6 +234,25 @@ def test_a_ray_node_the_tests_start_gets_distinct_ports() -> None:
     assert len(set(taken)) == 10 and not set(free_ports(30, taken)) & set(taken)
 
 
+def test_a_block_of_worker_ports_holds_no_port_the_test_drew() -> None:
+    """CI-form run at 2bf40ff: a Ray node's worker ports were a fixed block (21000-21040) and its
+    node manager's port, drawn from the same range, landed inside it (Ray refused to start). A
+    block is now drawn free, and the ports drawn after it avoid it."""
+    import socket
+
+    from tests.ports import free_block, free_ports, quiet_range
+
+    for _ in range(10):
+        first = free_ports(3)
+        block = free_block(41, exclude=first)
+        assert len(block) == 41 and block.step == 1 and block.start in quiet_range()
+        assert not set(block) & set(first)
+        later = free_ports(20, exclude=[*first, *block])
+        assert not set(later) & set(block)
+        with socket.socket() as sock:  # free when returned: its ports bind
+            sock.bind(("", block[len(block) // 2]))
+
+
 def test_the_tests_ports_are_none_an_outgoing_connection_can_take() -> None:
     """CI (stop 69) lost a run to ``ray start --head`` finding its dashboard port "already
     occupied": the port came from the kernel's ephemeral range, which every outgoing connection
