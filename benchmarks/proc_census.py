@@ -167,10 +167,13 @@ def kind_of(proc: dict) -> str:
     """A short name for what a process was, from its command line."""
     argv = proc.get("argv") or []
     head = " ".join(argv)
+    # pytest itself is its program (``pytest``, ``python -m pytest``), not any command whose
+    # arguments name a folder of pytest's (``/tmp/pytest-of-root/…``: a test's own processes)
+    if any(Path(a).name in ("pytest", "py.test") for a in argv[:3]):
+        return "pytest"
     for key, name in (
         ("xdist", "pytest worker"),
         ("exec(eval(sys.stdin.readline()))", "pytest worker"),  # execnet's bootstrap
-        ("pytest", "pytest"),
         ("default_worker.py", "ray worker"),
         # Ray's agents rename themselves a second or more after they start: a sample after that
         # sees only their new title (``ray::…``, as a worker's), not their script

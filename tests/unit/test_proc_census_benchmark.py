@@ -54,6 +54,11 @@ def test_kinds_come_from_the_command_line() -> None:
     env_agent = {"argv": ["ray::RuntimeEnvAgent"], "comm": "ray::RuntimeEn"}
     assert bench.kind_of(env_agent) == "ray runtime_env agent"
     assert bench.kind_of({"argv": ["/v/bin/fedtune", "tune", "s.yaml"]}) == "fedtune"
+    # a test's process is not pytest's because its arguments lie in pytest's folders
+    in_tmp = {"argv": ["/v/bin/fedtune", "tune", "/tmp/pytest-of-root/pytest-3/t0/s.yaml"]}
+    assert bench.kind_of(in_tmp) == "fedtune"
+    assert bench.kind_of({"argv": ["/v/bin/python", "-m", "pytest", "-n", "2"]}) == "pytest"
+    assert bench.kind_of({"argv": ["/v/bin/python", "/v/bin/pytest", "tests"]}) == "pytest"
     assert bench.kind_of({"argv": [], "comm": "kworker"}) == "kworker"
 
 
