@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import textwrap
 import threading
 import time
 import uuid
@@ -42,9 +41,10 @@ SECRETS = {
 }
 TIMEOUT_S = 20
 #: the code check's timeout (:func:`hostile_server`'s): the packages that never end on their own
-#: (a fork bomb, an endless loop) spin on both CPUs until the check's end, so the end comes
-#: sooner (the check reaches the package's code in about 2 s on a loaded CI machine; both tests
-#: assert it did); the others end at their package's import, a few seconds in
+#: (a fork bomb, an endless loop: one package, :data:`ENDLESS_CHECK`) spin on both CPUs until
+#: the check's end, so the end comes sooner (the check reaches the package's code in about 2 s on
+#: a loaded CI machine; both tests assert it did); the others end at their package's import, a
+#: few seconds in
 SHORT_TIMEOUT_S = 8
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -122,8 +122,9 @@ def _root(server: Server) -> Path:
 @pytest.fixture(scope="module")
 def hostile_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A service that checks code and runs no study (backend ``none``), shared by the module's
-    code-check tests: each only submits its own package (no study is ever made), looks for its
-    own uniquely marked processes, and the service must outlast every one of them. Its code
+    code-check tests: each submits its own package (no study is ever made; the fork bomb's and
+    the endless loop's tests read one, :func:`endless_check`), looks for its own uniquely
+    marked processes, and the service must outlast every one of them. Its code
     check ends after :data:`SHORT_TIMEOUT_S`, which only the packages that never end reach (one
     service for both kinds: a second one cost a start of ``fedtune serve``)."""
     server = _server(
@@ -158,17 +159,26 @@ def _submit(server: Server, root: Path, body: str, **spec: Any) -> httpx.Respons
     return httpx.post(f"{server.url}/v1/studies", json=doc, headers=ADMIN, timeout=TIMEOUT_S + 60)
 
 
-def _marked(marker: str) -> list[int]:
-    """PIDs of this machine whose command line holds ``marker``."""
-    pids = []
+def _marked_each(*markers: str) -> list[list[int]]:
+    """For each of ``markers``, the PIDs of this machine whose command line holds it (one pass
+    over ``/proc`` for all of them)."""
+    wanted = [marker.encode() for marker in markers]
+    pids: list[list[int]] = [[] for _ in wanted]
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
+                cmdline = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
+            for found, word in zip(pids, wanted, strict=True):
+                if word in cmdline:
+                    found.append(int(entry.name))
     return pids
+
+
+def _marked(marker: str) -> list[int]:
+    """PIDs of this machine whose command line holds ``marker``."""
+    return _marked_each(marker)[0]
 
 
 def test_the_code_check_finds_no_secret_file_or_connection(hostile_server, tmp_path) -> None:
@@ -208,16 +218,17 @@ def test_the_code_check_finds_no_secret_file_or_connection(hostile_server, tmp_p
 
 
 @contextlib.contextmanager
-def _watching(server: Server, marker: str) -> Iterator[dict]:
-    """While the block runs, twice a second: the most processes marked ``marker`` seen at once
-    (``peak``) and the service's ``/healthz`` answers (``answers``)."""
-    seen: dict = {"peak": 0, "answers": []}
+def _watching(server: Server, *markers: str) -> Iterator[dict]:
+    """While the block runs, twice a second: the most processes marked with each of ``markers``
+    seen at once (``peak[marker]``) and the service's ``/healthz`` answers (``answers``)."""
+    seen: dict = {"peak": dict.fromkeys(markers, 0), "answers": []}
     done = threading.Event()
 
     def watch() -> None:
         with httpx.Client(timeout=10) as http:  # one client: a new one costs ~25 ms of CPU
             while not done.is_set():
-                seen["peak"] = max(seen["peak"], len(_marked(marker)))
+                for marker, pids in zip(markers, _marked_each(*markers), strict=True):
+                    seen["peak"][marker] = max(seen["peak"][marker], len(pids))
                 seen["answers"].append(http.get(f"{server.url}/healthz").status_code)
                 time.sleep(0.5)
 
@@ -230,22 +241,63 @@ def _watching(server: Server, marker: str) -> Iterator[dict]:
         watcher.join()
 
 
-def test_a_fork_bomb_is_bounded_and_dies_with_the_check(hostile_server, tmp_path) -> None:
-    marker = f"hostile-bomb-{uuid.uuid4().hex}"
-    bomb = "import os\nwhile len(os.listdir('/proc')) < 3000:\n    try: os.fork()\n    except OSError: pass\n"
-    body = (
-        f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', {bomb!r}, {marker!r}])\n"
-    )
-    with _watching(hostile_server, marker) as seen:
-        r = _submit(hostile_server, tmp_path / "lab", body)
-    assert r.status_code == 422, r.text
-    assert r.json()["error"]["field"].startswith("code")
-    assert 0 < seen["peak"] <= 64  # FEDTUNE_CODE_SANDBOX_PROCESSES
-    assert seen["answers"] and set(seen["answers"]) == {200}  # the service kept answering
-    deadline = time.monotonic() + 2
+def _left_after(marker: str, deadline: float) -> list[int]:
+    """The processes marked ``marker`` still there at ``deadline`` (a ``time.monotonic()``), or
+    none as soon as there are none."""
     while _marked(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _marked(marker) == []  # nothing outlived the check (by more than 2 s)
+    return _marked(marker)
+
+
+#: the package of the code check that never ends: a child that escapes into a session of its own
+#: and spins (marked ``{loop}``), a child that becomes a fork bomb (marked ``{bomb}``), and the
+#: check's own process spinning. One check for both tests below: each spins on both CPUs until
+#: the check's end, :data:`SHORT_TIMEOUT_S`, so two checks cost twice that.
+ENDLESS_CHECK = """
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    os.execv(sys.executable, [sys.executable, "-c", "while True: pass", {loop!r}])
+if os.fork() == 0:
+    os.execv(sys.executable, [sys.executable, "-c", {bomb_code!r}, {bomb!r}])
+while True:
+    pass
+"""
+
+#: the bomb: each process forks on (stopping only where the sandbox's PID namespace is missing)
+CHECK_BOMB = "import os\nwhile len(os.listdir('/proc')) < 3000:\n    try: os.fork()\n    except OSError: pass\n"
+
+
+@pytest.fixture(scope="module")
+def endless_check(hostile_server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One submission to ``hostile_server`` whose code check never ends (:data:`ENDLESS_CHECK`),
+    watched while it runs; then how long each kind of marked process outlived the check (the
+    bomb's at most 2 s, the escaped loop's at most 10 s). Both tests below read its outcome."""
+    loop, bomb = f"hostile-loop-{uuid.uuid4().hex}", f"hostile-bomb-{uuid.uuid4().hex}"
+    body = ENDLESS_CHECK.format(loop=loop, bomb=bomb, bomb_code=CHECK_BOMB)
+    started = time.monotonic()
+    with _watching(hostile_server, loop, bomb) as seen:
+        r = _submit(hostile_server, tmp_path_factory.mktemp("lab"), body)
+    ended = time.monotonic()
+    return {
+        "response": r,
+        "took": ended - started,
+        "peak": seen["peak"][bomb],
+        "loop_peak": seen["peak"][loop],
+        "answers": seen["answers"],
+        "bomb_left": _left_after(bomb, ended + 2),
+        "loop_left": _left_after(loop, ended + 10),
+    }
+
+
+def test_a_fork_bomb_is_bounded_and_dies_with_the_check(endless_check) -> None:
+    r = endless_check["response"]
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"].startswith("code")
+    assert 0 < endless_check["peak"] <= 64  # FEDTUNE_CODE_SANDBOX_PROCESSES
+    answers = endless_check["answers"]
+    assert answers and set(answers) == {200}  # the service kept answering
+    assert endless_check["bomb_left"] == []  # nothing outlived the check (by more than 2 s)
 
 
 def test_ten_gigabytes_of_memory_are_refused(hostile_server, tmp_path) -> None:
@@ -255,29 +307,13 @@ def test_ten_gigabytes_of_memory_are_refused(hostile_server, tmp_path) -> None:
     assert error["field"] == "code.modules[0]" and "MemoryError" in error["message"]
 
 
-def test_an_endless_loop_that_escapes_is_killed_with_the_check(hostile_server, tmp_path) -> None:
-    marker = f"hostile-loop-{uuid.uuid4().hex}"
-    body = textwrap.dedent(
-        f"""
-        import os, sys
-        if os.fork() == 0:
-            os.setsid()
-            os.execv(sys.executable, [sys.executable, "-c", "while True: pass", {marker!r}])
-        while True:
-            pass
-        """
-    )
-    started = time.monotonic()
-    with _watching(hostile_server, marker) as seen:
-        r = _submit(hostile_server, tmp_path / "lab", body)
+def test_an_endless_loop_that_escapes_is_killed_with_the_check(hostile_server, endless_check):
+    r = endless_check["response"]
     assert r.status_code == 422, r.text
-    assert seen["peak"] >= 1  # the loop escaped before the check's end ...
+    assert endless_check["loop_peak"] >= 1  # the loop escaped before the check's end ...
     assert f"longer than {SHORT_TIMEOUT_S} s" in r.json()["error"]["message"]
-    assert time.monotonic() - started < SHORT_TIMEOUT_S + 30
-    deadline = time.monotonic() + 10
-    while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _marked(marker) == []  # ... and died with the sandbox
+    assert endless_check["took"] < SHORT_TIMEOUT_S + 30
+    assert endless_check["loop_left"] == []  # ... and died with the sandbox
     assert os.path.exists(hostile_server.log)
 
 
@@ -475,40 +511,77 @@ def test_ten_gigabytes_in_a_local_driver_and_its_children_are_refused(local_serv
     assert httpx.get(f"{local_server.url}/healthz", timeout=10).status_code == 200
 
 
-#: at import in the driver: a child in a session of its own that spins for ever, then the
-#: driver spins itself (marked so that the test can look for them on this machine)
-LOOP_PACKAGE = """
+#: at import in the driver: a child in a session of its own that spins for ever (marked
+#: ``{loop}``), a child that becomes a fork bomb (each child forks on, marked ``{bomb}``), then the
+#: driver spins itself. One study for both tests below: each spins on both CPUs until the
+#: study's deadline, so two studies cost twice that (and a second service's start).
+DEADLINE_PACKAGE = """
 import os, subprocess, sys
 
+BOMB = "import os\\nwhile True:\\n    try: os.fork()\\n    except OSError: pass\\n"
 if os.environ.get("FEDTUNE_DRIVER_URL"):
-    subprocess.Popen([sys.executable, "-c", "# {marker}\\nwhile True: pass"], start_new_session=True)
+    subprocess.Popen([sys.executable, "-c", "# {loop}\\nwhile True: pass"], start_new_session=True)
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", BOMB, "{bomb}"])
     while True:
         pass
 """
 
 
-def test_an_endless_loop_in_a_local_driver_ends_at_the_study_deadline(tmp_path):
-    marker = f"fedtune-endless-{os.getpid()}"
+@pytest.fixture(scope="module")
+def deadline_study(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A service of its own (its deadline would reach every study of a shared one) and one
+    study whose driver never ends (:data:`DEADLINE_PACKAGE`), watched until the study ended and
+    the stop reached its processes (at most 60 s); the service's ``/healthz`` then. Both tests
+    below read its outcome."""
+    root = tmp_path_factory.mktemp("deadline")
+    loop, bomb = f"fedtune-endless-{os.getpid()}", f"fedtune-bomb-{uuid.uuid4().hex}"
     server = _server(
-        tmp_path,
+        root,
         "local",
         FEDTUNE_SCHEDULER_INTERVAL_S="0.2",
         FEDTUNE_HEARTBEAT_S="1",
-        FEDTUNE_STUDY_DEADLINE_S="15",
+        FEDTUNE_STUDY_SANDBOX_PROCESSES="256",
+        FEDTUNE_STUDY_DEADLINE_S="20",
     )
     try:
-        r = _submit(server, tmp_path / "lab", LOOP_PACKAGE.format(marker=marker))
-        assert r.status_code == 201, r.text  # the check imports it without a driver URL
-        study = _study_error(server, r.json()["id"], timeout_s=180)
-        assert study["state"] == "failed", study
-        assert "ran past its deadline of 15 s (FEDTUNE_STUDY_DEADLINE_S)" in study["error"], study
-        deadline = time.monotonic() + 60  # the stop reaches the whole sandbox
-        while _marked(marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _marked(marker) == []
-        assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+        with _watching(server, bomb, loop) as seen:
+            r = _submit(server, root / "lab", DEADLINE_PACKAGE.format(loop=loop, bomb=bomb))
+            assert r.status_code == 201, r.text  # the check imports it without a driver URL
+            study = _study_error(server, r.json()["id"], timeout_s=180)
+            deadline = time.monotonic() + 60  # the stop reaches the whole sandbox
+            left = {marker: _left_after(marker, deadline) for marker in (bomb, loop)}
+        healthz = httpx.get(f"{server.url}/healthz", timeout=10).status_code
     finally:
         server.stop()
+    return {
+        "study": study,
+        "peak": seen["peak"][bomb],
+        "loop_peak": seen["peak"][loop],
+        "answers": seen["answers"],
+        "bomb_left": left[bomb],
+        "loop_left": left[loop],
+        "healthz": healthz,
+    }
+
+
+def test_an_endless_loop_in_a_local_driver_ends_at_the_study_deadline(deadline_study):
+    study = deadline_study["study"]
+    assert study["state"] == "failed", study
+    assert "ran past its deadline of 20 s (FEDTUNE_STUDY_DEADLINE_S)" in study["error"], study
+    assert deadline_study["loop_peak"] >= 1  # the loop ran (it escaped into its own session)
+    assert deadline_study["loop_left"] == []
+    assert deadline_study["healthz"] == 200
+
+
+def test_a_fork_bomb_in_a_local_driver_is_bounded_and_ends_with_the_study(deadline_study):
+    study = deadline_study["study"]
+    assert study["state"] == "failed" and "ran past its deadline of 20 s" in study["error"], study
+    peak = deadline_study["peak"]
+    assert 100 < peak <= 256, peak  # FEDTUNE_STUDY_SANDBOX_PROCESSES
+    answers = deadline_study["answers"]
+    assert answers and set(answers) == {200}  # the service kept answering
+    assert deadline_study["bomb_left"] == []  # the stop took the whole sandbox
 
 
 #: at import in the driver: 200 idle threads (as a study's Ray has hundreds), then a long sleep
@@ -578,39 +651,3 @@ def test_a_code_check_runs_beside_a_study_sandbox_full_of_threads(local_server, 
         with httpx.Client(headers=ADMIN, timeout=30) as http:
             for sid in studies:
                 http.post(f"{local_server.url}/v1/studies/{sid}/cancel")
-
-
-#: at import in the driver: the driver becomes a fork bomb (each child forks on), marked
-BOMB_PACKAGE = """
-import os, sys
-
-BOMB = "import os\\nwhile True:\\n    try: os.fork()\\n    except OSError: pass\\n"
-if os.environ.get("FEDTUNE_DRIVER_URL"):
-    os.execv(sys.executable, [sys.executable, "-c", BOMB, "{marker}"])
-"""
-
-
-def test_a_fork_bomb_in_a_local_driver_is_bounded_and_ends_with_the_study(tmp_path):
-    marker = f"fedtune-bomb-{uuid.uuid4().hex}"
-    server = _server(
-        tmp_path,
-        "local",
-        FEDTUNE_SCHEDULER_INTERVAL_S="0.2",
-        FEDTUNE_HEARTBEAT_S="1",
-        FEDTUNE_STUDY_SANDBOX_PROCESSES="256",
-        FEDTUNE_STUDY_DEADLINE_S="20",
-    )
-    try:
-        with _watching(server, marker) as seen:
-            r = _submit(server, tmp_path / "lab", BOMB_PACKAGE.format(marker=marker))
-            assert r.status_code == 201, r.text  # the check imports it without a driver URL
-            study = _study_error(server, r.json()["id"], timeout_s=180)
-            deadline = time.monotonic() + 60
-            while _marked(marker) and time.monotonic() < deadline:
-                time.sleep(0.1)
-    finally:
-        server.stop()
-    assert study["state"] == "failed" and "ran past its deadline of 20 s" in study["error"], study
-    assert 100 < seen["peak"] <= 256, seen["peak"]  # FEDTUNE_STUDY_SANDBOX_PROCESSES
-    assert seen["answers"] and set(seen["answers"]) == {200}  # the service kept answering
-    assert _marked(marker) == []  # the stop took the whole sandbox
