@@ -38,9 +38,13 @@ plugin here), and on the head ``--no-monitor`` where ``enableInTreeAutoscaling``
 autoscaler runs in KubeRay's sidecar instead of the head container; a ``"true"`` parameter
 becomes a bare flag, as KubeRay writes it); ``authOptions.mode: token`` becomes
 ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from the rendered Secret in the Ray containers,
-as KubeRay injects them. Not emulated: the
-autoscaler sidecar, probes, restarts, and RayJob status polling (the ``ray`` backend talks to the
-head's Jobs API itself). One restart is emulated, the kubelet's (``restartPolicy: Always``): a
+as KubeRay injects them. The box's own addition: each node is a lean one
+(``tests/ray_start.py``: no log monitor, dashboard agents sampling their pod's processes every
+60 s), since the studies' drivers take no worker logs and nothing reads node metrics; Ray
+started from the image exactly as KubeRay starts it, log monitor included, is
+``tests/deploy/test_pod_servers_run.py``'s. Not emulated: the autoscaler sidecar, probes,
+restarts, and RayJob status polling (the ``ray`` backend talks to the head's Jobs API itself).
+One restart is emulated, the kubelet's (``restartPolicy: Always``): a
 worker container whose ``ray start`` exits while the box starts (its raylet has a fixed 30 s to
 register with the head, which a loaded machine can exceed) is started again, until the head
 counts both workers ALIVE.
@@ -73,6 +77,7 @@ from tests.deploy.pod_sandbox import Sandbox
 from tests.deploy.test_netbox_policies import chart_pods
 from tests.deploy.test_pod_commands_run import container_argv, container_env, pod_process
 from tests.needs import REPO_ROOT, need
+from tests.ray_start import LEAN_ENV, lean_flags
 from tests.seccomp_profiles import install_profile, seccomp_missing
 
 pytestmark = [pytest.mark.box, pytest.mark.image, pytest.mark.integration]
@@ -232,16 +237,21 @@ class Box:
         self.procs[name] = proc
         return proc
 
-    def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
-        proc = self.procs.pop(name)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
+    def stop(self, *names: str, sig: int = signal.SIGTERM) -> None:
+        """Signal each process of ``names`` at once, then wait for each (SIGKILL after 60 s):
+        the box's teardown waits for its slowest server's shutdown, not for their sum."""
+        procs = [self.procs.pop(name) for name in names]
+        for proc in procs:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+                os.killpg(proc.pid, sig)
+        end = time.monotonic() + 60
+        for proc in procs:
+            try:
+                proc.wait(max(end - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
 
 
 def _container(
@@ -369,19 +379,23 @@ def _kuberay(
         params["no-monitor"] = "true"
     flags = [f"--{k}" if v.lower() == "true" else f"--{k}={v}" for k, v in params.items()]
     flags.append(f"--node-ip-address={ip}")
+    # the test's own: a lean node (tests/ray_start.py), which the head's `--no-monitor` may be
+    flags += [flag for flag in lean_flags(head=head) if flag not in flags]
     where = ["--head"] if head else [f"--address={RAY}-head-svc.ml.svc.cluster.local:6379"]
     start = ["ray", "start", *where, "--block", *flags, "--disable-usage-stats"]
     return ["/bin/bash", "-lc", "--", "ulimit -n 65536 2>/dev/null || true; " + " ".join(start)]
 
 
 def _ray_head(box: Box, image_root: Any) -> dict[str, str]:
-    """Start the RayCluster's head as KubeRay would (it needs no other pod); its Ray env."""
+    """Start the RayCluster's head as KubeRay would (it needs no other pod); its Ray env (the
+    token KubeRay injects, and :data:`tests.ray_start.LEAN_ENV`), the workers' too."""
     cluster = one(box.manifests, "RayCluster")["spec"]
     token = one(box.manifests, "Secret", f"{RAY}-auth")
 
     auth = {
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": base64.b64decode(token["data"]["auth_token"]).decode(),
+        **LEAN_ENV,
     }
     box.ray_token = auth["RAY_AUTH_TOKEN"]
     head = cluster["headGroupSpec"]
@@ -543,8 +557,7 @@ def box(render, image_root, tmp_path_factory) -> Iterator[Box]:
         print(f"box up in {time.monotonic() - started:.1f} s")
         yield made
     finally:
-        for name in list(made.procs):
-            made.stop(name)
+        made.stop(*made.procs)
         net.close()
         home = root / "pg-home"
         if home.exists():
@@ -729,7 +742,7 @@ def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:
     for then in before:
         assert then["state"] in ("queued", "running") and "completed" not in then["trials"], then
     assert now["trials"].count("running") == 2, (now, before[-5:])
-    box.stop("ray-worker-2", signal.SIGKILL)  # the node's pod dies, and its network with it
+    box.stop("ray-worker-2", sig=signal.SIGKILL)  # the node's pod dies, and its network with it
     box.net.remove_pod("ray-worker-2")
     result = _status(box, study_id, 900)
     assert result["state"] == "succeeded", (result, box.log("ray-head")[-2000:])
