@@ -29,13 +29,14 @@ import base64
 import json
 import re
 import shutil
+import subprocess
+import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import load_benchmark
 from tests.chromium import CHROMIUM
 from tests.needs import REPO_ROOT, need
 from tests.team_machines import (
@@ -69,7 +70,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     pytest.importorskip("websockets.sync.client")
     root = tmp_path_factory.mktemp("team-net")
     light = root / "light"
-    load_benchmark("light_install.py").build(light)  # from the package index, as a member would
+    light_install(light)
     tls = make_tls(root / "tls", BOX_NAMES)
     net = TeamNet(root)
     team = Team(net, root, tls, light)
@@ -78,6 +79,19 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     finally:
         team.close()  # the laptop's Chromium
         net.close()
+
+
+def light_install(venv: Path) -> None:
+    """The laptop's light install: the checkout ``pip install``ed from the package index into
+    a fresh venv, as a member would, with this Python's pip (``--python``) into a venv made
+    without one (``ensurepip`` cost ~5 CPU-s on a loaded machine; the laptop never runs pip)."""
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    install = ["install", "--quiet", "--disable-pip-version-check", str(REPO_ROOT)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), *install],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 # ---- MLflow's guards from the laptop ----------------------------------------------------------
@@ -113,7 +127,11 @@ def test_mlflow_takes_the_boxs_name_and_origin_only_from_its_public_url(team: Te
         assert any("/runs/search" in path for path in refused), shown(page)
         team.net.stop("mlflow-host")
     finally:
-        team.net.stop_all()
+        # the box's servers and whatever is left on the box; the laptop's Chromium stays for
+        # the module's next test (:meth:`Team.browser`: a launch fewer)
+        for name in list(team.net.procs):
+            team.net.stop(name)
+        team.net.end_namespace("box")
 
 
 def _public_url_guards(team: Team, admin: tuple[str, str]) -> None:
