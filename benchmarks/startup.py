@@ -67,6 +67,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,8 +186,15 @@ def _timed(
     return load, launch, end, rows, starts, ends
 
 
-def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str, Any]:
-    """One fresh process of ``kind`` (plain / fedtune) running ``n`` trials."""
+def run_once(
+    kind: str,
+    n: int,
+    scratch: Path,
+    env: dict[str, str],
+    wrap: Callable[[list[str]], list[str]] = list,
+) -> dict[str, Any]:
+    """One fresh process of ``kind`` (plain / fedtune) running ``n`` trials; ``wrap`` maps its
+    command to the one run (the tests': a lean Ray, ``tests/lean_script.py``)."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"{kind}-{n}-", dir=scratch))
     stamps = run_dir / "stamps"
     env = dict(env)
@@ -215,7 +223,7 @@ def run_once(kind: str, n: int, scratch: Path, env: dict[str, str]) -> dict[str,
             str(run_dir / "w"),
             "--json",
         ]
-    load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps)
+    load, launch, end, rows, starts, ends = _timed(kind, n, wrap(cmd), env, run_dir, stamps)
     out: dict[str, Any] = {
         "kind": kind,
         "trials": n,
@@ -462,10 +470,17 @@ def _fedtune_cmd(study: Path, workdir: Path) -> list[str]:
 
 
 def run_whole(
-    kind: str, n: int, rounds: int, scratch: Path, env: dict[str, str], concurrent: int = 1
+    kind: str,
+    n: int,
+    rounds: int,
+    scratch: Path,
+    env: dict[str, str],
+    concurrent: int = 1,
+    wrap: Callable[[list[str]], list[str]] = list,
 ) -> dict:
     """One fresh process of ``kind`` (plain_torch / fedtune), ``n`` trials of ``rounds``
-    rounds, ``concurrent`` at a time, timed from launch to exit, with its phases."""
+    rounds, ``concurrent`` at a time, timed from launch to exit, with its phases; ``wrap`` as
+    :func:`run_once`'s."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"whole-{kind}-{n}-", dir=scratch))
     stamps = run_dir / "stamps"
     env = dict(env)
@@ -489,7 +504,9 @@ def run_whole(
         )
         env["FEDTUNE_TIMELINE"] = str(stamps)
         cmd = _fedtune_cmd(study, run_dir / "w") + (["--ray"] if kind == "fedtune_ray" else [])
-    load, launch, end, rows, starts, ends = _timed(kind, n, cmd, env, run_dir, stamps, concurrent)
+    load, launch, end, rows, starts, ends = _timed(
+        kind, n, wrap(cmd), env, run_dir, stamps, concurrent
+    )
     out = {
         "kind": kind,
         "trials": n,

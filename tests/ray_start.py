@@ -102,19 +102,25 @@ def lean_params(*, head: bool) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def lean_head() -> Iterator[None]:
+def lean_head(*, dashboard: bool = True) -> Iterator[None]:
     """While it lasts, the head node an in-process ``ray.init`` starts is a lean one.
 
     ``ray.init`` builds its head node's ``RayParams`` itself and offers none of the fields
     :func:`lean_params` sets; they are set on the way into ``ray._private.node.Node``.
+
+    Args:
+        dashboard: ``False``: the head also starts as ``ray.init(include_dashboard=False)``
+            does (its dashboard process without the web UI's modules and their subprocesses),
+            for a script that starts Ray with its defaults and calls no dashboard API.
     """
     from ray._private.node import Node
 
     start = Node.__init__
+    extra = {} if dashboard else {"include_dashboard": False}
 
     def lean_start(self: Node, ray_params: Any, *args: Any, head: bool = False, **kw: Any) -> None:
         if head:
-            ray_params.update(**lean_params(head=True))
+            ray_params.update(**lean_params(head=True), **extra)
         start(self, ray_params, *args, head=head, **kw)
 
     with mock.patch.object(Node, "__init__", lean_start):

@@ -1,13 +1,40 @@
 """benchmarks/startup.py: one real run of each plain variant, and the goal and
-gap derived from runs. Nothing here asserts a timing."""
+gap derived from runs. Nothing here asserts a timing.
+
+Every run that starts a Ray starts a lean one (:func:`_lean`): what the checks read is the
+run's stamps and timeline, never Ray's logs, metrics or dashboard."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import load_benchmark
+from tests.benchmarks import BENCHMARKS, load_benchmark
+
+#: a run's Python under ``tests/lean_script.py``: its ``ray.init`` starts a head without log or
+#: autoscaler monitor, and without the dashboard's web UI modules (nothing here calls them)
+LEAN = [sys.executable, "-m", "tests.lean_script", "--no-dashboard"]
+
+
+def _lean(cmd: list[str]) -> list[str]:
+    """A run's command (``python -c PLAIN ...``, or ``fedtune tune ... --ray``) under LEAN."""
+    return [*LEAN, *(cmd[1:] if cmd[0] == sys.executable else cmd)]
+
+
+@pytest.fixture
+def env() -> dict[str, str]:
+    """The runs' environment: no outer Ray; ``tests`` importable (the runs' cwd is a scratch
+    folder); no idle Python workers prestarted by the plain scripts' Ray (its defaults start
+    one per CPU, which no trial uses: each trial gets a worker of its own)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    root = str(BENCHMARKS.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    env["RAY_enable_worker_prestart"] = "0"
+    env["RAY_prestart_worker_first_driver"] = "0"
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -16,10 +43,8 @@ def bench():
 
 
 @pytest.mark.parametrize("kind", ["plain", "plain_torch"])
-def test_a_plain_run_stamps_its_trial_process(bench, kind, tmp_path: Path) -> None:
-    env = {**__import__("os").environ}
-    env.pop("RAY_ADDRESS", None)
-    run = bench.run_once(kind, 2, tmp_path, env)
+def test_a_plain_run_stamps_its_trial_process(bench, kind, tmp_path: Path, env) -> None:
+    run = bench.run_once(kind, 2, tmp_path, env, wrap=_lean)
     assert run["kind"] == kind and run["trials"] == 2 and len(run["gaps_s"]) == 1
     ph = run["phases"]
     assert 0 < ph["imports"] < ph["trial_process_started_after_launch"] < run["fixed_s"]
@@ -58,10 +83,8 @@ def test_the_goal_and_the_same_work_comparison(bench) -> None:
 
 
 # -- the whole process ---------------------------------------------------------------------
-def test_whole_process_runs_time_each_kind_from_launch_to_exit(bench, tmp_path: Path) -> None:
-    env = {**__import__("os").environ}
-    env.pop("RAY_ADDRESS", None)
-    plain = bench.run_whole("plain_torch", 2, 2, tmp_path, env)
+def test_whole_process_runs_time_each_kind_from_launch_to_exit(bench, tmp_path: Path, env) -> None:
+    plain = bench.run_whole("plain_torch", 2, 2, tmp_path, env, wrap=_lean)
     assert plain["trials"] == 2 and len(plain["gaps_s"]) == 1
     ph = plain["phases"]
     assert 0 < ph["imports"] < ph["first_trial_entered_after_launch"] < plain["total_s"]
@@ -78,7 +101,9 @@ def test_whole_process_runs_time_each_kind_from_launch_to_exit(bench, tmp_path: 
         "exit_s",
     )
     for kind, ray_phases in (("fedtune", False), ("fedtune_ray", True)):
-        fed = bench.run_whole(kind, 1, 1, tmp_path, env)
+        # fedtune without Ray runs as a user runs it (importing Ray for the lean head would
+        # cost more than it saves)
+        fed = bench.run_whole(kind, 1, 1, tmp_path, env, wrap=_lean if ray_phases else list)
         ph = fed["phases"]
         for phase in common + (("ray_start_s", "ray_stop_s") if ray_phases else ()):
             assert phase in ph and ph[phase] >= 0, (kind, phase, ph)
