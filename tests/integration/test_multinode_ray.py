@@ -4,7 +4,8 @@ for real").
 The module starts one cluster (:class:`tests.service.ray_cluster.LocalRayCluster`): a head with
 no CPUs (as the Helm chart's head, ``num-cpus: 0``: no trial lands there) and two worker nodes
 ``a`` and ``b`` with one CPU and one *logical* GPU each, every node ``ray start``-ed in its own
-session, lean (``lean=True``: no log or autoscaler monitor, which nothing here reads); the last
+session, lean (``lean=True``: no log or autoscaler monitor, which nothing here reads; the head's
+dashboard serves only the Jobs and state APIs, :data:`DASHBOARD_MODULES`); the last
 test kills ``b`` mid-study. The user code is a copy of ``tests/unit/user_code/ft_user_lab`` in a
 temporary folder that is on no process's ``sys.path``: the driver imports it from the study's
 ``code.path``; the trials get it from Ray (``runtime_env`` ``py_modules``). Its task
@@ -38,6 +39,10 @@ pytestmark = pytest.mark.slow
 USER_CODE = Path(__file__).resolve().parents[1] / "unit" / "user_code" / "ft_user_lab"
 FEDTUNE = str(Path(sys.executable).parent / "fedtune")
 NO_CUDA_LINE = "CUDA is not available in this trial's process"
+#: what the head's dashboard serves: the Jobs API (the Ray backend), the state API (nodes,
+#: actors) and the node module, which records the head's node id (the Jobs API submits through
+#: the head's agent, found by it); none of the web UI's other modules, and no Ray Client server
+DASHBOARD_MODULES = ("JobHead", "StateHead", "NodeHead")
 
 
 class World:
@@ -147,7 +152,10 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     url = f"sqlite:///{root / 'fedtune.db'}"
     # every process of the cluster has the ray backend driver's settings (the chart: envFrom)
     cluster = LocalRayCluster(
-        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "svc")}, head_cpus=0, lean=True
+        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "svc")},
+        head_cpus=0,
+        lean=True,
+        dashboard_modules=DASHBOARD_MODULES,
     )
     sessions: list[int] = []
     try:

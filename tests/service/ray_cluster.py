@@ -29,6 +29,9 @@ worker logs (fedtune's drivers run with ``log_to_driver=False``) and nothing aut
 tests' in-process Ray does (``tests/ray_start.py``, which owns the settings): no log monitor on
 any node, no autoscaler monitor on the head, and dashboard agents that sample their node's
 processes every :data:`~tests.ray_start.LEAN_REPORT_MS` ms instead of every 5 s.
+``LocalRayCluster(..., dashboard_modules=("JobHead", ...))`` gives the head a dashboard of those
+modules only (the APIs its tests call; each other module is a process of its own) and no Ray Client
+server, which nothing of the tests' uses (``_HEAD_CLI``: ``ray start`` has no flag for either).
 """
 
 from __future__ import annotations
@@ -130,11 +133,39 @@ def _node_ports(exclude: tuple[int, ...] = ()) -> list[str]:
     return [f"--{name}={port}" for name, port in zip(names, ports, strict=True)]
 
 
-def _head_ports(dashboard: int, gcs: int) -> list[str]:
-    """The head's Ray Client port and node ports, distinct from its dashboard and GCS ports."""
-    (client,) = free_ports(1, (dashboard, gcs))
-    return [f"--ray-client-server-port={client}", *_node_ports((dashboard, gcs, client))]
+def _head_ports(dashboard: int, gcs: int, client: bool = True) -> list[str]:
+    """The head's Ray Client port (``client``) and node ports, distinct from its dashboard and
+    GCS ports."""
+    if not client:
+        return _node_ports((dashboard, gcs))
+    (port,) = free_ports(1, (dashboard, gcs))
+    return [f"--ray-client-server-port={port}", *_node_ports((dashboard, gcs, port))]
 
+
+#: ``ray`` (its CLI, as ``bin/ray`` runs it) for a head that serves only some APIs: its first
+#: argument, the dashboard modules to load (``JobHead,StateHead``: ``--modules-to-load`` of the
+#: dashboard process, which ``ray start`` has no flag for), is taken off; and no Ray Client
+#: server is started (``ray start --head`` starts one whenever its dependencies are installed)
+_HEAD_CLI = """
+import sys
+from ray._private import services
+from ray.scripts import scripts
+
+modules = sys.argv.pop(1)
+start = services.start_ray_process
+
+
+def start_ray_process(command, process_type, *args, **kwargs):
+    if process_type == "dashboard":
+        command = [*command, f"--modules-to-load={modules}"]
+    return start(command, process_type, *args, **kwargs)
+
+
+services.start_ray_process = start_ray_process
+scripts.get_ray_client_dependency_error = lambda: "not for this head"
+sys.argv[0] = "ray"
+sys.exit(scripts.main())
+"""
 
 #: the first process of a :class:`PidNamespace`: reaps what is reparented to it, for ever
 _REAPER = """
@@ -271,6 +302,7 @@ class LocalRayCluster(_Started):
         enter: Sequence[str] = (),
         *,
         lean: bool = False,
+        dashboard_modules: Sequence[str] | None = None,
     ) -> None:
         self.client_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
         full = {
@@ -285,6 +317,9 @@ class LocalRayCluster(_Started):
         #: ``ray start`` flags of every worker node (a lean cluster's: no log monitor)
         self.node_flags = lean_flags(head=False) if lean else []
         self.lean = lean
+        #: the head's dashboard modules (``JobHead``, ``StateHead``, ...: the APIs a test calls)
+        #: when not all, and then no Ray Client server (``_HEAD_CLI``)
+        self.dashboard_modules = dashboard_modules
         full.pop("RAY_ADDRESS", None)
         super().__init__(full, "ftray-", enter)
         self.head_cpus = head_cpus
@@ -304,8 +339,11 @@ class LocalRayCluster(_Started):
 
     def _head_argv(self) -> list[str]:
         self._choose_ports()
+        modules = self.dashboard_modules
+        cli = [str(BIN / "ray")] if modules is None else [sys.executable, "-c", _HEAD_CLI]
         return [
-            str(BIN / "ray"),
+            *cli,
+            *([] if modules is None else [",".join(modules)]),
             "start",
             "--head",
             f"--num-cpus={self.head_cpus}",
@@ -315,7 +353,7 @@ class LocalRayCluster(_Started):
             "--object-store-memory=100000000",
             f"--port={self.gcs_port}",
             f"--dashboard-port={self.dashboard_port}",
-            *_head_ports(self.dashboard_port, self.gcs_port),
+            *_head_ports(self.dashboard_port, self.gcs_port, client=modules is None),
             *(lean_flags(head=True) if self.lean else []),
         ]
 
