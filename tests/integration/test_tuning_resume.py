@@ -35,11 +35,12 @@ from fedtune.tuning.driver.ray_runtime import _start_ticks as _ticks  # live (no
 from fedtune.tuning.driver.ray_runtime import ray_temp_dir
 from tests.integration.conftest import make_quadratic_study
 
+REPO = Path(__file__).resolve().parents[2]
 N = 5
 _STUDY = make_quadratic_study(
     "resume-quad",
     train={
-        "rounds": 80,
+        "rounds": 40,
         "clients_per_round": 5,
         "local_steps": 3,
         "batch_size": 4,
@@ -86,7 +87,12 @@ def _snapshot(study: optuna.Study) -> dict[int, tuple]:
 
 
 def _tune(spec: Path, workdir: Path, uri: str, *extra: str) -> list[str]:
+    # the driver's Ray is a lean one (``tests/lean_script.py``): it takes no worker logs
+    # (``log_to_driver=False``) and nothing autoscales it, so no log or autoscaler monitor
     return [
+        sys.executable,
+        "-m",
+        "tests.lean_script",
         str(Path(sys.executable).parent / "fedtune"),
         "tune",
         str(spec),
@@ -103,7 +109,7 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
     root = tmp_path_factory.mktemp("resume")
     spec, workdir = root / "study.yaml", root / "w"
     spec.write_text(yaml.safe_dump(_STUDY))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}  # tests.lean_script
     env.pop("MLFLOW_TRACKING_URI", None)
     with (root / "first.log").open("w") as log:
         driver = subprocess.Popen(
