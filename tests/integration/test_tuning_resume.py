@@ -40,7 +40,7 @@ N = 5
 _STUDY = make_quadratic_study(
     "resume-quad",
     train={
-        "rounds": 40,
+        "rounds": 80,
         "clients_per_round": 5,
         "local_steps": 3,
         "batch_size": 4,
