@@ -38,7 +38,7 @@ from fedtune.code_package import pack
 from fedtune.service.states import StudyState, TrialState
 from tests.integration.conftest import mlflow_server_process
 from tests.service.helpers import Server, tiny_spec
-from tests.service.ray_cluster import LocalRayCluster, session_pids
+from tests.service.ray_cluster import BACKEND_MODULES, LocalRayCluster, session_pids
 
 from .test_service_e2e import FAST, TOKEN, _mlflow_runs
 
@@ -123,7 +123,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO), str(installed)]),
     }
-    cluster = LocalRayCluster(env, head_cpus=0, lean=True)
+    cluster = LocalRayCluster(env, head_cpus=0, lean=True, dashboard_modules=BACKEND_MODULES)
     server: Server | None = None
     try:
         cluster.start()

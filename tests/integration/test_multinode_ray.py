@@ -5,7 +5,7 @@ The module starts one cluster (:class:`tests.service.ray_cluster.LocalRayCluster
 no CPUs (as the Helm chart's head, ``num-cpus: 0``: no trial lands there) and two worker nodes
 ``a`` and ``b`` with one CPU and one *logical* GPU each, every node ``ray start``-ed in its own
 session, lean (``lean=True``: no log or autoscaler monitor, which nothing here reads; the head's
-dashboard serves only the Jobs and state APIs, :data:`DASHBOARD_MODULES`); the last
+dashboard serves only the Jobs and state APIs, :data:`~tests.service.ray_cluster.BACKEND_MODULES`); the last
 test kills ``b`` mid-study. The user code is a copy of ``tests/unit/user_code/ft_user_lab`` in a
 temporary folder that is on no process's ``sys.path``: the driver imports it from the study's
 ``code.path``; the trials get it from Ray (``runtime_env`` ``py_modules``). Its task
@@ -32,17 +32,13 @@ import torch
 import yaml
 
 from tests.service.helpers import tiny_spec, until
-from tests.service.ray_cluster import LocalRayCluster, session_pids
+from tests.service.ray_cluster import BACKEND_MODULES, LocalRayCluster, session_pids
 
 pytestmark = pytest.mark.slow
 
 USER_CODE = Path(__file__).resolve().parents[1] / "unit" / "user_code" / "ft_user_lab"
 FEDTUNE = str(Path(sys.executable).parent / "fedtune")
 NO_CUDA_LINE = "CUDA is not available in this trial's process"
-#: what the head's dashboard serves: the Jobs API (the Ray backend), the state API (nodes,
-#: actors) and the node module, which records the head's node id (the Jobs API submits through
-#: the head's agent, found by it); none of the web UI's other modules, and no Ray Client server
-DASHBOARD_MODULES = ("JobHead", "StateHead", "NodeHead")
 
 
 class World:
@@ -155,7 +151,7 @@ def world(tmp_path_factory: pytest.TempPathFactory):
         {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(root / "svc")},
         head_cpus=0,
         lean=True,
-        dashboard_modules=DASHBOARD_MODULES,
+        dashboard_modules=BACKEND_MODULES,
     )
     sessions: list[int] = []
     try:

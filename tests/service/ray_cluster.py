@@ -142,6 +142,12 @@ def _head_ports(dashboard: int, gcs: int, client: bool = True) -> list[str]:
     return [f"--ray-client-server-port={port}", *_node_ports((dashboard, gcs, port))]
 
 
+#: what a head's dashboard needs to serve fedtune's ``ray`` backend (``dashboard_modules``): the
+#: Jobs API (submit, status, logs, ``/api/version``), the state API (``/api/v0/nodes``) and the
+#: node module, which records the head's node id (the Jobs API submits through the head's agent,
+#: found by it); none of the web UI's other modules
+BACKEND_MODULES = ("JobHead", "StateHead", "NodeHead")
+
 #: ``ray`` (its CLI, as ``bin/ray`` runs it) for a head that serves only some APIs: its first
 #: argument, the dashboard modules to load (``JobHead,StateHead``: ``--modules-to-load`` of the
 #: dashboard process, which ``ray start`` has no flag for), is taken off; and no Ray Client

@@ -18,7 +18,7 @@ from fedtune.service.settings import load_settings
 from fedtune.service.states import StudyState, TrialState
 
 from .helpers import tiny_spec, until
-from .ray_cluster import LocalRayCluster, session_pids
+from .ray_cluster import BACKEND_MODULES, LocalRayCluster, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,7 +31,9 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     upgrade_database(db)
     # the cluster's processes carry the driver's settings (the Helm chart: envFrom the Secret)
     cluster = LocalRayCluster(
-        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(workdir)}, lean=True
+        {"FEDTUNE_DATABASE_URL": url, "FEDTUNE_WORKDIR": str(workdir)},
+        lean=True,
+        dashboard_modules=BACKEND_MODULES,
     )
     cluster.start()
     try:

@@ -41,7 +41,7 @@ from fedtune.service.states import StudyState
 from tests.ports import free_port
 
 from .helpers import tiny_spec, until
-from .ray_cluster import BIN, LocalRayCluster, session_pids
+from .ray_cluster import BACKEND_MODULES, BIN, LocalRayCluster, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,7 +53,9 @@ def world(tmp_path_factory: pytest.TempPathFactory):
     cwd.mkdir()
     db = Database(url)
     upgrade_database(db)
-    cluster = LocalRayCluster({"FEDTUNE_WORKDIR": str(workdir)}, lean=True)
+    cluster = LocalRayCluster(
+        {"FEDTUNE_WORKDIR": str(workdir)}, lean=True, dashboard_modules=BACKEND_MODULES
+    )
     cluster.env.pop("FEDTUNE_DATABASE_URL", None)  # the cluster's processes lack it ...
     cluster.env["PATH"] = "/usr/bin:/bin"  # ... and have no ``fedtune`` on their PATH
     here = os.getcwd()
