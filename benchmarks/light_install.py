@@ -64,20 +64,28 @@ print(json.dumps(out))
 """
 
 
-def build(venv: Path, python: str = "python3") -> float:
+def build(venv: Path, python: str = "python3", *, with_pip: bool = True) -> float:
     """Make a fresh venv at ``venv`` and install the repository into it without extras.
 
     Args:
         venv: the directory (must not exist).
         python: the interpreter that makes the venv.
+        with_pip: ``False``: the venv gets no pip of its own (``--without-pip``), and this
+            Python's pip installs into it (``pip --python``), for a venv that never runs pip.
 
     Returns:
         The seconds ``pip install`` took.
     """
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    subprocess.run([python, "-m", "venv", *([] if with_pip else ["--without-pip"]), str(venv)],
+                   check=True)  # fmt: skip
+    pip = (
+        [str(venv / "bin" / "pip")]
+        if with_pip
+        else [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
+    )
     start = time.perf_counter()
     subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", str(ROOT)],
+        [*pip, "install", "--quiet", "--disable-pip-version-check", str(ROOT)],
         check=True,
         stdout=subprocess.DEVNULL,
     )

@@ -29,14 +29,13 @@ import base64
 import json
 import re
 import shutil
-import subprocess
-import sys
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.benchmarks import load_benchmark
 from tests.chromium import CHROMIUM
 from tests.needs import REPO_ROOT, need
 from tests.team_machines import (
@@ -70,7 +69,9 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     pytest.importorskip("websockets.sync.client")
     root = tmp_path_factory.mktemp("team-net")
     light = root / "light"
-    light_install(light)
+    # a venv without pip of its own (``ensurepip`` cost ~5 CPU-s on a loaded machine; the
+    # laptop never runs pip), installed from the package index as a member would
+    load_benchmark("light_install.py").build(light, with_pip=False)
     tls = make_tls(root / "tls", BOX_NAMES)
     net = TeamNet(root)
     team = Team(net, root, tls, light)
@@ -79,19 +80,6 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     finally:
         team.close()  # the laptop's Chromium
         net.close()
-
-
-def light_install(venv: Path) -> None:
-    """The laptop's light install: the checkout ``pip install``ed from the package index into
-    a fresh venv, as a member would, with this Python's pip (``--python``) into a venv made
-    without one (``ensurepip`` cost ~5 CPU-s on a loaded machine; the laptop never runs pip)."""
-    subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True)
-    install = ["install", "--quiet", "--disable-pip-version-check", str(REPO_ROOT)]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), *install],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
 
 
 # ---- MLflow's guards from the laptop ----------------------------------------------------------
