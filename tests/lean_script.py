@@ -13,6 +13,21 @@ import types
 from tests.ray_start import lean_head
 
 
+def command(*argv: str, dashboard: bool = True) -> list[str]:
+    """The command that runs ``argv`` under this module, with this Python.
+
+    Args:
+        argv: A script's path and its arguments, or ``-c``, the code and its arguments.
+        dashboard: ``False``: the head without the dashboard's web UI modules.
+
+    Returns:
+        ``python -m tests.lean_script [--no-dashboard] ARGV...`` (the child needs the repository
+        root on its ``PYTHONPATH`` when its working folder is elsewhere).
+    """
+    flags = [] if dashboard else ["--no-dashboard"]
+    return [sys.executable, "-m", "tests.lean_script", *flags, *argv]
+
+
 def main(argv: list[str]) -> None:
     """Run ``argv[0]`` with ``argv`` as its ``sys.argv``, its Ray lean.
 

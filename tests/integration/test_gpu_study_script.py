@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.lean_script import command as lean_command
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 4  # per study, all at once
@@ -24,8 +25,7 @@ TRIALS = 4  # per study, all at once
 def test_the_gpu_study_runs_four_trials_on_one_gpu_and_packs_by_its_memory(tmp_path):
     out = tmp_path / "gpu_study.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "tests.lean_script", "benchmarks/gpu_study.py", "--device", "cpu"]
-    cmd += ["--trials", str(TRIALS)]
+    cmd = lean_command("benchmarks/gpu_study.py", "--device", "cpu", "--trials", str(TRIALS))
     proc = subprocess.run(
         [*cmd, "--out", str(out)],
         cwd=ROOT,

@@ -34,6 +34,7 @@ from mlflow import MlflowClient
 from fedtune.tuning.driver.ray_runtime import _start_ticks as _ticks  # live (not zombie) start time
 from fedtune.tuning.driver.ray_runtime import ray_temp_dir
 from tests.integration.conftest import make_quadratic_study
+from tests.lean_script import command as lean_command
 
 REPO = Path(__file__).resolve().parents[2]
 N = 5
@@ -89,10 +90,7 @@ def _snapshot(study: optuna.Study) -> dict[int, tuple]:
 def _tune(spec: Path, workdir: Path, uri: str, *extra: str) -> list[str]:
     # the driver's Ray is a lean one (``tests/lean_script.py``): it takes no worker logs
     # (``log_to_driver=False``) and nothing autoscales it, so no log or autoscaler monitor
-    return [
-        sys.executable,
-        "-m",
-        "tests.lean_script",
+    return lean_command(
         str(Path(sys.executable).parent / "fedtune"),
         "tune",
         str(spec),
@@ -101,7 +99,7 @@ def _tune(spec: Path, workdir: Path, uri: str, *extra: str) -> list[str]:
         "--tracking-uri",
         uri,
         *extra,
-    ]
+    )
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.benchmarks import BENCHMARKS, load_benchmark
-
-#: a run's Python under ``tests/lean_script.py``: its ``ray.init`` starts a head without log or
-#: autoscaler monitor, and without the dashboard's web UI modules (nothing here calls them)
-LEAN = [sys.executable, "-m", "tests.lean_script", "--no-dashboard"]
+from tests.lean_script import command as lean_command
 
 
 def _lean(cmd: list[str]) -> list[str]:
-    """A run's command (``python -c PLAIN ...``, or ``fedtune tune ... --ray``) under LEAN."""
-    return [*LEAN, *(cmd[1:] if cmd[0] == sys.executable else cmd)]
+    """A run's command (``python -c PLAIN ...``, or ``fedtune tune ... --ray``) under
+    ``tests/lean_script.py``: its ``ray.init`` starts a head without log or autoscaler monitor,
+    and without the dashboard's web UI modules (nothing here calls them)."""
+    return lean_command(*(cmd[1:] if cmd[0] == sys.executable else cmd), dashboard=False)
 
 
 @pytest.fixture
