@@ -59,7 +59,7 @@ from tests.needs import need
 from tests.ports import free_port
 from tests.service.code_fixtures import write_package
 from tests.service.helpers import Server, tiny_spec
-from tests.service.ray_cluster import LocalRayCluster, PidNamespace, session_pids
+from tests.service.ray_cluster import BACKEND_MODULES, LocalRayCluster, PidNamespace, session_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -306,7 +306,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         "OMP_NUM_THREADS": "1",
         "PYTHONPATH": str(REPO),
     }
-    cluster = LocalRayCluster(env, head_cpus=0, enter=namespace.enter, lean=True)
+    # the head's dashboard serves what the service and the hostile trial call — the Jobs API
+    # (``JobSubmissionClient``, ``GET /api/jobs/``) and the state API (``list_jobs``, the
+    # backend's ``/api/v0/nodes``) — and nothing else, and there is no Ray Client server
+    cluster = LocalRayCluster(
+        env, head_cpus=0, enter=namespace.enter, lean=True, dashboard_modules=BACKEND_MODULES
+    )
     server: Server | None = None
     sessions: list[int] = []
     try:
