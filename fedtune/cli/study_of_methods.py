@@ -52,6 +52,51 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
     Returns:
         The exit code: 0 when every study found a best configuration, else 1.
     """
+    tracking = _tracker_process(args, documents)
+    try:
+        return _run_methods(args, documents, tracking)
+    finally:
+        if tracking is not None:
+            tracking.close()
+
+
+def _tracker_process(args: argparse.Namespace, documents: list[dict[str, Any]]) -> Any:
+    """One MLflow store process for the studies whose trials will run in this process (each
+    opens its store in it in turn: MLflow is imported once, not once per algorithm), begun
+    before the engine's imports; None when no study will (a finished study's re-run reads its
+    summary only, a study on Ray keeps its tracker in a thread).
+
+    Args:
+        args: ``fedtune tune``'s arguments.
+        documents: The per-algorithm spec documents.
+
+    Returns:
+        The :class:`~fedtune.tuning.mlflow.process.TrackerProcess`, or None.
+    """
+    from fedtune.tuning.driver.placement import likely_in_process
+
+    if not any(likely_in_process(d, allowed=not args.ray) for d in documents):
+        return None
+    root = _root(args, documents)
+    if args.trials is None and all(
+        (root / d["algorithm"] / "optuna.db").exists() for d in documents
+    ):
+        return None  # stored studies: as fedtune tune's early start, nothing begun early
+    from fedtune.tuning.mlflow.process import TrackerProcess
+
+    try:
+        return TrackerProcess()
+    except OSError:
+        return None  # each study tries again, and says why if it cannot
+
+
+def _root(args: argparse.Namespace, documents: list[dict[str, Any]]) -> Path:
+    """The folder of the studies (``--workdir``, default ``runs/<group>``)."""
+    return Path(args.workdir or Path("runs") / documents[0]["tracking"]["experiment"])
+
+
+def _run_methods(args: argparse.Namespace, documents: list[dict[str, Any]], tracking: Any) -> int:
+    """:func:`run_methods` with the studies' MLflow process, or None (each study its own)."""
     from fedtune.tuning.analysis.compare import compare
     from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.mlflow.client import resolve_tracking_uri
@@ -62,7 +107,7 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
     from .compare import _text
 
     group = documents[0]["tracking"]["experiment"]
-    root = Path(args.workdir or Path("runs") / group)
+    root = _root(args, documents)
     specs = [
         StudySpec.from_dict(d, base_dir=Path(args.study_file).parent, source=args.study_file)
         for d in documents
@@ -81,6 +126,8 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
             trials=args.trials,
             progress=None if args.json else sys.stderr,
             in_process=not args.ray,
+            tracking_process=tracking,
+            keep_tracking_process=True,
         )
         results.append(result)
         workdirs.append(workdir)

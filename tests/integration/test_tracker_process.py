@@ -1,8 +1,9 @@
 """The MLflow store in a process of its own (``fedtune.tuning.mlflow.process``): the driver's
-calls reach a real ``StudyTracker`` in the child and their records are in the store; an error
-in the child is raised in the driver; Ctrl-C does not end the child, closing does; and a study
-whose trials run in its driver never imports MLflow there, and turns Python's cyclic collector
-back on (paused by ``fedtune tune`` for its start) when its tuner begins."""
+calls reach a real ``StudyTracker`` in the child and their records are in the store, a second
+study's in its own store through the same child; an error in the child is raised in the
+driver; Ctrl-C does not end the child, closing does; and a study whose trials run in its
+driver never imports MLflow there, and turns Python's cyclic collector back on (paused by
+``fedtune tune`` for its start) when its tuner begins."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from fedtune.tuning.spec import StudySpec
 
 def test_calls_reach_the_tracker_and_errors_come_back(tmp_path, quadratic_study) -> None:
     spec = StudySpec.from_dict(quadratic_study("in-a-process"))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri, other = (f"sqlite:///{tmp_path / name}" for name in ("mlflow.db", "next.db"))
     process = TrackerProcess()
     try:
         tracker = process.open(uri, "exp", (tmp_path / "artifacts").as_uri())
@@ -42,6 +43,13 @@ def test_calls_reach_the_tracker_and_errors_come_back(tmp_path, quadratic_study)
             tracker.end_trial("0" * 32, "FINISHED", {})
         with pytest.raises(AttributeError):
             tracker.client  # noqa: B018 — only the tracker's served methods reach the child
+        # the next study (a study of methods' next algorithm) opens its own store in the same
+        # process; what it queued is stored when the process closes
+        second = process.open(other, "exp2", None)
+        assert second.uri == other
+        next_parent = second.start_study(spec, {"parameters": []}, None)
+        next_run = second.start_trial(next_parent, 0, {"hparams.client_lr": 0.2}, {})
+        second.log_rounds(next_run, [{"round": r, "client_loss": 2.0 / r} for r in (1, 2)])
     finally:
         process.close()
     assert not process._process.is_alive()
@@ -54,6 +62,11 @@ def test_calls_reach_the_tracker_and_errors_come_back(tmp_path, quadratic_study)
     assert parent_run.info.status == "FINISHED" and parent_run.data.tags["study"] == spec.name
     assert parent_run.data.params["search.space"] == study_record(spec).space  # made in the driver
     assert parent_run.data.params["algorithm"] == "fedavg"
+    assert not client.search_runs(  # the second study's runs are in its own store only
+        [e.experiment_id for e in client.search_experiments()], "params.hparams.client_lr = '0.2'"
+    )
+    history = MlflowClient(other).get_metric_history(next_run, "client_loss")
+    assert [(m.step, m.value) for m in history] == [(1, 2.0), (2, 1.0)]
 
 
 def test_a_call_after_the_child_died_says_so(tmp_path) -> None:

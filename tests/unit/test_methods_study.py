@@ -60,3 +60,58 @@ def test_malformed_lists_name_the_field(algorithms: list, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         expand_methods({**BASE, "algorithm": algorithms})
     assert err.value.field == field
+
+
+class _Process:
+    """A stand-in :class:`~fedtune.tuning.mlflow.process.TrackerProcess` that counts closes."""
+
+    started = 0
+
+    def __init__(self) -> None:
+        type(self).started += 1
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_a_study_of_methods_begins_one_mlflow_process_for_its_studies(
+    tmp_path, monkeypatch
+) -> None:
+    import argparse
+
+    from fedtune.cli import study_of_methods
+    from fedtune.tuning.mlflow import process
+
+    monkeypatch.setattr(process, "TrackerProcess", _Process)
+    documents = expand_methods({**BASE, "algorithm": ["fedavg", "fedsgd"]})
+
+    def args(**given):
+        base = {"workdir": str(tmp_path), "trials": None, "ray": False}
+        return argparse.Namespace(**{**base, **given})
+
+    _Process.started = 0
+    assert isinstance(study_of_methods._tracker_process(args(), documents), _Process)
+    assert study_of_methods._tracker_process(args(ray=True), documents) is None  # Ray's trials
+    for d in documents:  # stored studies: a re-run of finished ones reads their summaries
+        (tmp_path / d["algorithm"]).mkdir()
+        (tmp_path / d["algorithm"] / "optuna.db").touch()
+    assert study_of_methods._tracker_process(args(), documents) is None
+    assert isinstance(study_of_methods._tracker_process(args(trials=9), documents), _Process)
+    assert _Process.started == 2  # one per run of the whole study of methods, not per study
+
+
+@pytest.mark.parametrize("in_process", [True, False])
+def test_a_study_given_a_kept_mlflow_process_leaves_it_to_its_caller(in_process: bool) -> None:
+    import types
+
+    from fedtune.tuning.driver.study import _tracker_process
+
+    plan = types.SimpleNamespace(in_process=in_process)
+    given = _Process()
+    with _tracker_process(plan, given, keep=True) as used:
+        assert used is (given if in_process else None)
+    assert given.closed == 0  # the next study of the study of methods opens its store in it
+    with _tracker_process(plan, given) as used:
+        pass
+    assert given.closed == 1  # not kept: closed, as fedtune tune's one study has it

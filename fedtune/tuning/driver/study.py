@@ -98,6 +98,7 @@ def run_study(
     early: EarlyRay | None = None,
     in_process: bool = False,
     tracking_process: TrackerProcess | None = None,
+    keep_tracking_process: bool = False,
     run_user: str | None = None,
 ) -> StudyResult:
     """Run (or resume, or extend to ``trials`` in total) the study ``spec`` under ``workdir``.
@@ -126,6 +127,8 @@ def run_study(
         tracking_process: The MLflow store's process, already starting (begun by ``fedtune
             tune`` before its imports, :mod:`..mlflow.process`); a study whose trials run in
             this process uses it (or starts its own), and closes it here.
+        keep_tracking_process: Leave ``tracking_process`` open: the caller closes it, after
+            giving it to the next study (a study of methods: one MLflow import for all).
         run_user: Whom the study's MLflow runs name as their user (the ``mlflow.user`` tag,
             MLflow's "Created by"): a service's driver gives the study's owner. None: no user
             is recorded.
@@ -147,10 +150,10 @@ def run_study(
         )
         ended = end_read(plan, opened)  # a finished study, run again: its summary only
         if ended is not None:
-            if tracking_process is not None:
+            if tracking_process is not None and not keep_tracking_process:
                 tracking_process.close()
             return ended
-        with _tracker_process(plan, tracking_process) as process:
+        with _tracker_process(plan, tracking_process, keep_tracking_process) as process:
             with _start_runtime(plan, early, process, opened) as runtime:
                 fitted = _fit(plan, runtime, progress, sinks)
             return finalize(plan, fitted)
@@ -170,19 +173,22 @@ def _fit(
 
 
 @contextlib.contextmanager
-def _tracker_process(plan: StudyPlan, given: TrackerProcess | None) -> Iterator[Any]:
+def _tracker_process(
+    plan: StudyPlan, given: TrackerProcess | None, keep: bool = False
+) -> Iterator[Any]:
     """The MLflow store's process of a study whose trials run in this process, closed after.
 
     Args:
         plan: The study's plan.
         given: The process the caller began (closed at once when the study's trials run
             elsewhere: such a driver keeps its tracker in a thread).
+        keep: Leave ``given`` open, whatever the study did (its caller closes it).
 
     Returns:
         A context that yields the process, or None.
     """
     if not plan.in_process:
-        if given is not None:
+        if given is not None and not keep:
             given.close()
         yield None
         return
@@ -197,7 +203,8 @@ def _tracker_process(plan: StudyPlan, given: TrackerProcess | None) -> Iterator[
     try:
         yield process
     finally:
-        process.close()
+        if not (keep and process is given):
+            process.close()
 
 
 @contextlib.contextmanager

@@ -55,7 +55,8 @@ _SERVED = (
 
 class TrackerProcess:
     """A child process that imports MLflow now and serves one study's tracker (module
-    docstring)."""
+    docstring); opened again, it serves the next study's (a study of methods runs its
+    studies one after another with one process, importing MLflow once)."""
 
     def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch, no threads
@@ -88,7 +89,8 @@ class TrackerProcess:
     def open(
         self, uri: str, experiment: str, artifact_root: str | None, user: str | None = None
     ) -> ProcessTracker:
-        """Open the study's MLflow store in the child (as :class:`~.tracking.StudyTracker`).
+        """Open the study's MLflow store in the child (as :class:`~.tracking.StudyTracker`);
+        the tracker of a study opened before in it stores what it queued and is dropped.
 
         Args:
             uri: The tracking URI.
@@ -207,6 +209,7 @@ def _serve(conn: Any) -> None:
         name, args, kwargs = message
         try:
             if name == _OPEN:
+                _close_rounds(tracker)  # the study before it, in a study of methods
                 tracker = StudyTracker(*args, **kwargs)
                 value: Any = (tracker.uri, tracker.experiment_id)
                 threading.Thread(target=_warm, daemon=True).start()
@@ -232,12 +235,18 @@ def _warm() -> None:
         start_gc.resume()
 
 
-def _end(tracker: StudyTracker | None) -> None:
-    """Store what is queued, then exit at once: everything is stored, and the interpreter's
-    teardown of MLflow's modules would take seconds the driver waits for."""
+def _close_rounds(tracker: StudyTracker | None) -> None:
+    """Store what the tracker's round log has queued and stop its thread (``finish_study``
+    did already, unless its study ended early); None: nothing to do."""
     if tracker is not None:
         with contextlib.suppress(Exception):
             tracker.rounds.close()
+
+
+def _end(tracker: StudyTracker | None) -> None:
+    """Store what is queued, then exit at once: everything is stored, and the interpreter's
+    teardown of MLflow's modules would take seconds the driver waits for."""
+    _close_rounds(tracker)
     os._exit(0)
 
 
