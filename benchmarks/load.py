@@ -2,10 +2,12 @@
 
 Several studies at once, each a separate driver process (``run_study``) connected to one local
 multi-node Ray cluster (a head without CPUs for trials + ``--nodes`` worker nodes with
-``--gpus-per-node`` *logical* GPUs, ``tests/service/ray_cluster.py``), every trial holding a
-fraction of a GPU and reporting every round of a quadratic task whose rounds cost next to
-nothing. MLflow is a real ``mlflow server`` (``--workers 2``, ``--serve-artifacts``, its
-backend migrated first with ``mlflow db upgrade``, as the Helm chart starts it) on a fresh
+``--gpus-per-node`` *logical* GPUs, ``tests/service/ray_cluster.py``; a lean one: no log
+monitors, no autoscaler, no Ray Client server, a dashboard of one module, none of which the
+benchmark measures), every trial holding a fraction of a GPU and reporting every round of a
+quadratic task whose rounds cost next to nothing. MLflow is a real ``mlflow server``
+(``--workers 2``, ``--mlflow-workers`` to change it; ``--serve-artifacts``, its backend
+migrated first with ``mlflow db upgrade``, as the Helm chart starts it) on a fresh
 PostgreSQL schema; Optuna is one fresh PostgreSQL schema shared by every study (fedtune keeps a
 study's Optuna storage in ``<workdir>/optuna.db``; the driver processes of this benchmark point
 ``storage_url`` at PostgreSQL instead, the team-cluster case the issue names).
@@ -75,6 +77,9 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
 from _env import environment, memory_mib  # noqa: E402
 
 BIN = Path(sys.executable).parent
+#: the head's dashboard modules: the node module only (it records the head's node); nothing the
+#: benchmark does calls the dashboard's APIs, and each other module is a process of its own
+RAY_DASHBOARD_MODULES = ("NodeHead",)
 PG_URL = os.environ.get("FEDTUNE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 TICK = os.sysconf("SC_CLK_TCK")
 GOAL = {"rounds_per_s": 500, "driver_cores": 1.0}
@@ -286,9 +291,9 @@ def with_app(url: str, name: str) -> str:
 
 
 @contextlib.contextmanager
-def start_mlflow(backend_uri: str, root: Path):
-    """``mlflow db upgrade`` + ``mlflow server`` as the chart runs them (2 workers, serving
-    artifacts): the process and its URL."""
+def start_mlflow(backend_uri: str, root: Path, workers: int = 2):
+    """``mlflow db upgrade`` + ``mlflow server`` as the chart runs them (``workers`` workers: the
+    chart's 2 by default, serving artifacts): the process and its URL."""
     from tests.integration.conftest import mlflow_server_process
 
     if backend_uri.startswith("postgresql"):
@@ -305,7 +310,7 @@ def start_mlflow(backend_uri: str, root: Path):
     with mlflow_server_process(
         backend_uri,
         root / "mlflow-server.log",
-        workers=2,
+        workers=workers,
         artifacts=(root / "artifacts").as_uri(),
         timeout=300,
         cwd=root,
@@ -914,8 +919,14 @@ def world(args: argparse.Namespace, root: Path):
         else:
             w.update(mlflow_db=f"sqlite:///{root / 'mlflow.db'}", optuna_url=None)
             backend = w["mlflow_db"]
-        w["mlflow_proc"], w["tracking"] = stack.enter_context(start_mlflow(backend, root))
-        cluster = LocalRayCluster({}, head_cpus=0).start()
+        w["mlflow_proc"], w["tracking"] = stack.enter_context(
+            start_mlflow(backend, root, args.mlflow_workers)
+        )
+        # lean: no log monitors (the drivers take no worker logs), no autoscaler, no Ray Client
+        # server and a dashboard of one module: none of it is measured, all of it costs CPU
+        cluster = LocalRayCluster(
+            {}, head_cpus=0, lean=True, dashboard_modules=RAY_DASHBOARD_MODULES
+        ).start()
         stack.callback(cluster.stop)
         for i in range(args.nodes):
             node = cluster.add_node(f"gpu{i}", num_cpus=16, num_gpus=args.gpus_per_node)
@@ -961,6 +972,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--window", type=float, default=60.0, help="measured seconds per step")
     p.add_argument("--start-timeout", type=float, default=900.0)
     p.add_argument("--backend", choices=["postgres", "sqlite"], default="postgres")
+    p.add_argument(
+        "--mlflow-workers",
+        type=int,
+        default=2,
+        help="workers of the MLflow server (the Helm chart's 2 by default; 1: one process less)",
+    )
     p.add_argument(
         "--profile",
         action=argparse.BooleanOptionalAction,

@@ -1,6 +1,6 @@
 """benchmarks/load.py: one tiny real run (one study of two configurations, one worker node,
-SQLite stores behind a real ``mlflow server``), unpacked then packed two to a process, and the
-figures derived from samples. Nothing here asserts a timing or a rate."""
+SQLite stores behind a real ``mlflow server`` of one worker), unpacked then packed two to a
+process, and the figures derived from samples. Nothing here asserts a timing or a rate."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ def test_a_tiny_run_records_every_round_it_received_packed_or_not(bench, tmp_pat
             "--window",
             "2",
             "--no-profile",
+            "--mlflow-workers",
+            "1",
             "--out",
             str(out),
         ]
