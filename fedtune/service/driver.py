@@ -325,6 +325,7 @@ def _drive(link, claimed, settings, spec, where, view, run_study) -> int | Excep
             )
         finally:
             heartbeat.stop()  # before any final write, and before the handlers are restored
+            sink.flush()  # the rounds it gathered, however the study ended
     except KeyboardInterrupt:
         log.warning("study %s: driver stopped", study_id)
         _sync(link, view)

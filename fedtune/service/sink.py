@@ -14,11 +14,18 @@ the three-method shape::
 
 Writes are keyed by (study, trial number) and (trial, round), so a resumed driver that reports a
 trial again updates it instead of duplicating it.
+
+A trial's rounds go out at most every :data:`ROUNDS_EVERY_S` seconds: its first report at once,
+later ones gathered into one write per interval (a trial of cheap rounds reports many a second,
+each a request to the service that costs it and the driver more than the rows it carries); what
+is gathered goes out before the trial's end is written, at the experiment's end and at
+:meth:`DbSink.flush` (the driver's, however the study ended).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -30,9 +37,12 @@ from fedtune.tuning.tune_hooks import Callback
 from .driver_link import DriverLink
 from .states import TrialState
 
-__all__ = ["DbSink", "TrialRecorder"]
+__all__ = ["ROUNDS_EVERY_S", "DbSink", "TrialRecorder"]
 
 log = logging.getLogger(__name__)
+
+#: the shortest time between two writes of a trial's rounds (the module docstring)
+ROUNDS_EVERY_S = 0.5
 
 
 class TrialRecorder:
@@ -63,16 +73,30 @@ class DbSink(Callback):
     """
 
     def __init__(
-        self, recorder: TrialRecorder, run_id_of: Callable[[int], str | None] | None = None
+        self,
+        recorder: TrialRecorder,
+        run_id_of: Callable[[int], str | None] | None = None,
+        rounds_every_s: float = ROUNDS_EVERY_S,
     ) -> None:
         self.recorder = recorder
         self._run_id_of = run_id_of
         self._seen: dict[str, int] = {}
+        self._every = rounds_every_s
+        #: per trial number: its rounds not written yet, and when its rounds were last written
+        self._pending: dict[int, list[Mapping[str, Any]]] = {}
+        self._written: dict[int, float] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its callbacks into the experiment state (for Tuner.restore, which the
         # driver never uses): a copy is inert instead of carrying a database engine.
-        return {"recorder": None, "_run_id_of": None, "_seen": {}}
+        return {
+            "recorder": None,
+            "_run_id_of": None,
+            "_seen": {},
+            "_every": self._every,
+            "_pending": {},
+            "_written": {},
+        }
 
     @staticmethod
     def _number(trial: TrialView) -> int:
@@ -103,11 +127,29 @@ class DbSink(Callback):
         if rows:
             self._seen[trial.trial_id] = int(rows[-1][ROUND])
             number = self._number(trial)
+            self._pending.setdefault(number, []).extend(rows)
+            if time.monotonic() - self._written.get(number, float("-inf")) >= self._every:
+                self._write(number)
+
+    def _write(self, number: int) -> None:
+        """Write trial ``number``'s gathered rounds, if any."""
+        rows = self._pending.pop(number, None)
+        if rows:
+            self._written[number] = time.monotonic()
             self._safe("rounds", lambda: self.recorder.on_trial_result(number, rows))
+
+    def flush(self) -> None:
+        """Write every trial's gathered rounds (the driver calls it however the study ended)."""
+        for number in list(self._pending):
+            self._write(number)
+
+    def on_experiment_end(self, trials, **info) -> None:
+        self.flush()
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         result = trial.last_result or {}
         self.on_trial_result(iteration, trials, trial, result)
+        self._write(self._number(trial))  # every round before the trial's end
         outcome = final_outcome(result.get(OUTCOME))
         state = service_state(outcome)
         value = result.get(OBJECTIVE)
@@ -116,6 +158,7 @@ class DbSink(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         number, failed = self._number(trial), TrialOutcome.FAILED
+        self._write(number)
         self._safe(
             "trial error",
             lambda: self.recorder.on_trial_end(number, service_state(failed), None, failed),
