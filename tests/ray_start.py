@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from fedtune.tuning.driver.ray_lean import LEAN_ENV, LEAN_REPORT_MS
 from fedtune.tuning.driver.ray_runtime import RayStartPolicy, start_ray
 
 __all__ = [
@@ -58,10 +59,9 @@ NODE_START_RETRIES = 4
 NODE_RETRY_BACKOFF_S = 10.0
 POLICY = RayStartPolicy(attempts=1 + START_RETRIES, backoff_s=5.0)
 
-#: a lean Ray's dashboard agents sample their node's processes this seldom (Ray: 5,000)
-LEAN_REPORT_MS = 60_000
-#: the environment of a lean Ray's processes
-LEAN_ENV = {"REPORTER_UPDATE_INTERVAL_MS": str(LEAN_REPORT_MS)}
+#: ``LEAN_REPORT_MS`` and ``LEAN_ENV`` are the product's own (``fedtune.tuning.driver.ray_lean``:
+#: every embedded Ray a study's driver starts is lean)
+
 #: what a lean node leaves out: ``(RayParams field, its value, head only)``; ``ray start`` has
 #: a flag of the field's name (``--include-log-monitor=false``, ``--no-monitor``) for each
 _LEAN = (

@@ -84,6 +84,39 @@ def test_an_embedded_ray_prestarts_no_idle_workers(tmp_path: Path) -> None:
     assert "_system_config" not in init.calls[-1]
 
 
+def test_an_embedded_ray_head_starts_no_log_or_autoscaler_monitor(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The head node of an embedded Ray (what ``ray.init`` builds in ``start_ray``) starts as
+    ``ray start --include-log-monitor=false --no-monitor`` does, its dashboard agent sampling
+    every LEAN_REPORT_MS ms: the driver takes no worker logs, nothing autoscales it and it has
+    no dashboard. A cluster's own nodes and any node started outside ``start_ray`` keep Ray's
+    defaults."""
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    from fedtune.tuning.driver.ray_lean import LEAN_ENV
+
+    seen: list[tuple[bool, object, object, bool]] = []
+
+    def node(self, ray_params, head=False, **kwargs) -> None:  # records, starts nothing
+        lean_env = (ray_params.env_vars or {}).items() >= LEAN_ENV.items()
+        seen.append((head, ray_params.include_log_monitor, ray_params.no_monitor, lean_env))
+
+    def init(**kwargs) -> None:  # as ray.init: a head node of its own, here with a worker's
+        Node(RayParams(), head=True)
+        Node(RayParams(), head=False)
+
+    monkeypatch.setattr(Node, "__init__", node)
+    start_ray(temp_dir=tmp_path, init=init, shutdown=lambda: None)
+    assert seen == [(True, False, True, True), (False, None, False, False)]
+    assert Node.__init__ is node  # put back
+    seen.clear()
+    start_ray(address="10.0.0.1:6379", init=init, shutdown=lambda: None)  # a cluster's own
+    init()  # outside start_ray
+    assert seen == [(True, None, False, False), (False, None, False, False)] * 2
+
+
 def test_when_every_attempt_fails_the_error_is_one_transient_line() -> None:
     init, sleeps = FlakyInit(99), []
     with pytest.raises(RayStartError) as err:

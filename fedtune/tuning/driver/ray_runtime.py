@@ -5,8 +5,9 @@
   processes it left in the study's temp dir are reaped, and it is tried again after a backoff
   (``backoff_s · 2^(attempt−1)``), up to :class:`RayStartPolicy` ``attempts``. Then it raises
   :class:`~fedtune.errors.RayStartError`, whose message is one line. An embedded cluster also
-  gets a generous worker-registration timeout (:data:`WORKER_REGISTER_TIMEOUT_S`) and no
-  prestarted idle workers (:data:`NO_PRESTART`).
+  gets a generous worker-registration timeout (:data:`WORKER_REGISTER_TIMEOUT_S`), no
+  prestarted idle workers (:data:`NO_PRESTART`) and a lean head: no log monitor and no
+  autoscaler monitor (:mod:`.ray_lean`).
 * :func:`make_ray_temp_dir` / :func:`ray_temp_dir` — where an embedded Ray keeps its session
   (sockets, logs): the workdir's ``ray/`` when short enough for unix socket paths, else a
   ``/tmp/fedtune-ray-<random>`` folder (:data:`TEMP_PREFIX`, ``mkdtemp``: a name no other user
@@ -46,6 +47,7 @@ from typing import Any
 from fedtune.errors import ConfigError, RayStartError
 
 from .. import env
+from .ray_lean import lean_head
 
 __all__ = [
     "NO_PRESTART",
@@ -136,7 +138,8 @@ def start_ray(
         _join_node(node)
     for attempt in range(1, policy.attempts + 1):
         try:
-            init(**kwargs)
+            with lean_head() if temp_dir is not None else contextlib.nullcontext():
+                init(**kwargs)
             return
         except (ValueError, TypeError):
             raise
