@@ -16,16 +16,17 @@ and one retry:
 * drivers the tests run as subprocesses (``fedtune tune``, the service's drivers) use the
   product's own retries (``FEDTUNE_RAY_START_ATTEMPTS``, default 3).
 
-A *lean* Ray — ``init_ray(..., lean=True)`` or ``LocalRayCluster(..., lean=True)``, whose
-drivers take no worker logs (``log_to_driver=False``) and which nothing autoscales — leaves out
-what only costs CPU there, one set of settings for both (:func:`lean_flags`, :func:`lean_params`,
-:data:`LEAN_ENV`): no log monitor on any node (it tails every log file of its node for the
+A *lean* Ray — every Ray ``start_ray`` embeds (the product's own,
+:mod:`fedtune.tuning.driver.ray_lean`, so :func:`init_ray`'s too), a script's own ``ray.init``
+under :func:`lean_head`, or ``LocalRayCluster(..., lean=True)``, whose drivers take no worker logs
+(``log_to_driver=False``) and which nothing autoscales — leaves out what only costs CPU there,
+one set of settings for all (the product's ``LEAN_FIELDS`` and :data:`LEAN_ENV`; :func:`lean_flags`): no log monitor on any node (it tails every log file of its node for the
 drivers, ten times a second), no autoscaler monitor on the head, and each node's dashboard agent
 samples its node's processes every :data:`LEAN_REPORT_MS` ms instead of every 5 s
 (``REPORTER_UPDATE_INTERVAL_MS``). ``ray start`` takes the first two as flags; an in-process
-``ray.init`` has no argument for them, so :func:`init_ray` sets the same fields of the
-``RayParams`` its head node starts from (and the raylet's environment, ``RayParams.env_vars``,
-which its agents inherit).
+``ray.init`` has no argument for them, so the same fields of the ``RayParams`` its head node
+starts from are set (and the raylet's environment, ``RayParams.env_vars``, which its agents
+inherit).
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
-from fedtune.tuning.driver.ray_lean import LEAN_ENV, LEAN_REPORT_MS
+from fedtune.tuning.driver import ray_lean
+from fedtune.tuning.driver.ray_lean import LEAN_ENV, LEAN_FIELDS, LEAN_REPORT_MS
 from fedtune.tuning.driver.ray_runtime import RayStartPolicy, start_ray
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
     "init_ray",
     "lean_flags",
     "lean_head",
-    "lean_params",
 ]
 
 START_TIMEOUT_S = 240
@@ -59,19 +59,13 @@ NODE_START_RETRIES = 4
 NODE_RETRY_BACKOFF_S = 10.0
 POLICY = RayStartPolicy(attempts=1 + START_RETRIES, backoff_s=5.0)
 
-#: ``LEAN_REPORT_MS`` and ``LEAN_ENV`` are the product's own (``fedtune.tuning.driver.ray_lean``:
-#: every embedded Ray a study's driver starts is lean)
-
-#: what a lean node leaves out: ``(RayParams field, its value, head only)``; ``ray start`` has
-#: a flag of the field's name (``--include-log-monitor=false``, ``--no-monitor``) for each
-_LEAN = (
-    ("include_log_monitor", False, False),
-    ("no_monitor", True, True),
-)
+#: the lean fields (``LEAN_FIELDS``, each a ``ray start`` flag of its name:
+#: ``--include-log-monitor=false``, ``--no-monitor``) that only a head node has a use for
+_HEAD_ONLY = ("no_monitor",)
 
 
 def _fields(head: bool) -> dict[str, bool]:
-    return {name: value for name, value, head_only in _LEAN if head or not head_only}
+    return {name: value for name, value in LEAN_FIELDS.items() if head or name not in _HEAD_ONLY}
 
 
 def lean_flags(*, head: bool) -> list[str]:
@@ -89,57 +83,27 @@ def lean_flags(*, head: bool) -> list[str]:
     ]
 
 
-def lean_params(*, head: bool) -> dict[str, Any]:
-    """The ``RayParams`` fields those flags set, and the raylet's environment (:data:`LEAN_ENV`).
-
-    Args:
-        head: Whether the node is the head.
-
-    Returns:
-        ``{field: value}`` for ``RayParams.update``.
-    """
-    return {**_fields(head), "env_vars": dict(LEAN_ENV)}
-
-
 @contextlib.contextmanager
 def lean_head(*, dashboard: bool = True) -> Iterator[None]:
-    """While it lasts, the head node an in-process ``ray.init`` starts is a lean one.
-
-    ``ray.init`` builds its head node's ``RayParams`` itself and offers none of the fields
-    :func:`lean_params` sets; they are set on the way into ``ray._private.node.Node``.
+    """While it lasts, the head node an in-process ``ray.init`` starts is a lean one (the
+    product's :func:`fedtune.tuning.driver.ray_lean.lean_head`), for a script that starts Ray
+    itself, not through ``start_ray``.
 
     Args:
         dashboard: ``False``: the head also starts as ``ray.init(include_dashboard=False)``
             does (its dashboard process without the web UI's modules and their subprocesses),
             for a script that starts Ray with its defaults and calls no dashboard API.
     """
-    from ray._private.node import Node
-
-    start = Node.__init__
-    extra = {} if dashboard else {"include_dashboard": False}
-
-    def lean_start(self: Node, ray_params: Any, *args: Any, head: bool = False, **kw: Any) -> None:
-        if head:
-            ray_params.update(**lean_params(head=True), **extra)
-        start(self, ray_params, *args, head=head, **kw)
-
-    with mock.patch.object(Node, "__init__", lean_start):
+    with ray_lean.lean_head(**({} if dashboard else {"include_dashboard": False})):
         yield
 
 
-def init_ray(temp_dir: str | Path, *, lean: bool = False, **kwargs: Any) -> None:
-    """``ray.init(_temp_dir=temp_dir, **kwargs)`` with :data:`POLICY` (one retry).
+def init_ray(temp_dir: str | Path, **kwargs: Any) -> None:
+    """``ray.init(_temp_dir=temp_dir, **kwargs)`` with :data:`POLICY` (one retry): a lean Ray,
+    as every Ray ``start_ray`` embeds.
 
     Args:
         temp_dir: Ray's temp dir (short: unix socket paths).
-        lean: Start a lean Ray (the module's docstring): for drivers with
-            ``log_to_driver=False`` that read no node metrics and need no autoscaler.
         **kwargs: ``ray.init``'s arguments.
     """
-    import ray
-
-    def init(**kw: Any) -> None:
-        with lean_head() if lean else contextlib.nullcontext():
-            ray.init(**kw)
-
-    start_ray(POLICY, temp_dir=Path(temp_dir), init=init, **kwargs)
+    start_ray(POLICY, temp_dir=Path(temp_dir), **kwargs)

@@ -147,7 +147,6 @@ def ray_local() -> Iterator[None]:
     try:
         init_ray(
             temp,
-            lean=True,
             num_cpus=2,
             include_dashboard=False,
             object_store_memory=256 * 1024**2,

@@ -20,7 +20,6 @@ from ray import tune
 
 from fedtune.tuning import StudySpec, run_study
 from fedtune.tuning.mlflow.round_log import RoundLog
-from tests.ray_start import lean_head
 
 
 def main(spec_json: str, tracking_uri: str, workdir: str, out: str) -> None:
@@ -36,8 +35,7 @@ def main(spec_json: str, tracking_uri: str, workdir: str, out: str) -> None:
 
     spec = StudySpec.from_dict(json.loads(Path(spec_json).read_text()))
     try:
-        with lean_head():
-            run_study(spec, workdir, tracking_uri=tracking_uri, sinks=[Interrupt()])
+        run_study(spec, workdir, tracking_uri=tracking_uri, sinks=[Interrupt()])
     except KeyboardInterrupt:
         Path(out).write_text(json.dumps({n: sorted(r) for n, r in seen.items()}))
         return

@@ -31,16 +31,21 @@ LEAN_REPORT_MS = 60_000
 #: the environment of a lean node's raylet (and so of its agents)
 LEAN_ENV = {"REPORTER_UPDATE_INTERVAL_MS": str(LEAN_REPORT_MS)}
 
-_patching = threading.Lock()  # one patch of ``Node.__init__`` at a time
+#: one patch of ``Node.__init__`` at a time; re-entrant: a lean head entered inside another
+#: (a script run under the tests' ``lean_head`` that starts its Ray through ``start_ray``)
+_patching = threading.RLock()
 
 
 @contextlib.contextmanager
-def lean_head() -> Iterator[None]:
+def lean_head(**fields: Any) -> Iterator[None]:
     """While it lasts, a head node started in this process (by ``ray.init``) is a lean one.
 
     Only a node started as a head changes; a ``ray.init(address=...)`` that joins a cluster
     starts none. Entered from one thread at a time (the others wait): the patch is the
     process's.
+
+    Args:
+        fields: More ``RayParams`` fields of the head (e.g. ``include_dashboard=False``).
     """
     from ray._private.node import Node
 
@@ -50,7 +55,7 @@ def lean_head() -> Iterator[None]:
         def lean_start(self: Node, ray_params: Any, *args: Any, head: bool = False, **kw: Any):
             if head:
                 ray_params.update(
-                    **LEAN_FIELDS, env_vars={**(ray_params.env_vars or {}), **LEAN_ENV}
+                    **LEAN_FIELDS, **fields, env_vars={**(ray_params.env_vars or {}), **LEAN_ENV}
                 )
             start(self, ray_params, *args, head=head, **kw)
 
