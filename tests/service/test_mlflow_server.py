@@ -315,6 +315,20 @@ def test_the_one_process_serves_what_mlflow_server_would_start(tmp_path):
     assert notice == mlflow_run.security_notice(options)
 
 
+def test_import_server_freezes_only_once_everything_imported(collector, monkeypatch):
+    """``mlflow_run.import_server``: MLflow's server imported, then every object alive frozen;
+    a module that fails to import freezes nothing (the step that needs it says why)."""
+    import gc
+
+    from fedtune.service import mlflow_run
+
+    gc.unfreeze()
+    monkeypatch.setattr(mlflow_run, "SERVER_MODULES", ("json", "fedtune_no_such_module"))
+    assert mlflow_run.import_server() is False and gc.get_freeze_count() == 0
+    monkeypatch.setattr(mlflow_run, "SERVER_MODULES", ("json",))
+    assert mlflow_run.import_server() is True and gc.get_freeze_count() > 1000
+
+
 def json_line(stdout: str) -> dict:
     """The last line of a process's output, parsed as JSON."""
     import json

@@ -18,7 +18,8 @@ MLflow and resumes once its store is open and its late imports are done
 resumes once its lifespan has started the runtime (``fedtune.service.api.app``). Whoever
 paused also resumes at its end, so an error before those points leaves the collector on. The
 MLflow server's start (``fedtune.service.mlflow_run``) is a block of its own: :func:`collected`
-pauses the collector through it, then runs one full collection instead of the freeze.
+pauses the collector through it, then runs one collection of what the block left (the server
+freezes MLflow's imports itself, before its steps, so that collection walks only the steps').
 """
 
 from __future__ import annotations
