@@ -36,12 +36,29 @@ def visible_users(
 def create_app(app: Any = None) -> Any:
     """MLflow's basic-auth app with the user list scoped (see the module docstring).
 
+    Called with no app (uvicorn's factory call, in a server's process or worker), it imports
+    MLflow's server with Python's cyclic collector paused and then freezes every object alive
+    (``fedtune.tuning.common.start_gc``), as fedtune's other processes do at their start.
+
     Args:
         app: the MLflow Flask app (default: MLflow's server app).
 
     Returns:
         The app.
     """
+    if app is not None:
+        return _create_app(app)
+    from fedtune.tuning.common import start_gc
+
+    start_gc.pause()
+    try:
+        return _create_app(None)
+    finally:
+        start_gc.resume()
+
+
+def _create_app(app: Any) -> Any:
+    """:func:`create_app`'s work, with the collector as the caller left it."""
     from flask import request
     from mlflow.server import app as mlflow_app
     from mlflow.server import auth

@@ -33,7 +33,11 @@ def test_the_login_store_and_its_admin_exist_before_any_worker_starts(tmp_path: 
     start = (
         "import gc, json, sys; from fedtune.service import mlflow_run as m; "
         "failed = m.start(m.parse_options(sys.argv[1:])); "
-        "print(json.dumps([failed, gc.get_freeze_count(), len(gc.get_objects())]))"
+        "seen = [failed, gc.get_freeze_count(), len(gc.get_objects())]; "
+        # then what uvicorn's factory call does in this process (one worker) or in a worker
+        "from fedtune.service.mlflow_app import create_app; app = create_app(); "
+        "seen += [gc.isenabled(), gc.get_freeze_count(), len(gc.get_objects())]; "
+        "print(json.dumps(seen))"
     )
     done = subprocess.run(
         [sys.executable, "-c", start, *server.options()],
@@ -43,7 +47,9 @@ def test_the_login_store_and_its_admin_exist_before_any_worker_starts(tmp_path: 
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    failed, frozen, walked = json.loads(done.stdout.strip().splitlines()[-1])
+    failed, frozen, walked, enabled, app_frozen, app_walked = json.loads(
+        done.stdout.strip().splitlines()[-1]
+    )
     assert failed is None, done.stderr[-2000:]
     with sqlite3.connect(store) as db:
         admins = db.execute("select username from users where is_admin").fetchall()
@@ -52,6 +58,9 @@ def test_the_login_store_and_its_admin_exist_before_any_worker_starts(tmp_path: 
     # start's closing collection, and the collector's later passes, walk only what they added
     # (~4,000 objects), not the imports' ~350,000 (0.2-0.35 CPU-s of the start)
     assert frozen > 200_000 and walked < 50_000, (frozen, walked)
+    # the app's factory (fedtune.service.mlflow_app.create_app) imports the rest of MLflow's app
+    # with the collector paused, then freezes it too: a worker's start is not walked either
+    assert enabled and app_frozen > frozen and app_walked < 1_000, (app_frozen, app_walked)
 
 
 def test_two_workers_on_a_new_postgresql_database_start_without_a_crash(tmp_path: Path) -> None:
