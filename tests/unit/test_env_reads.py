@@ -42,7 +42,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("fedtune/tuning/mlflow/client.py", "mlflow_variable"): (
         "sets one of MLflow's own switches for a block and restores it"
     ),
-    ("fedtune/service/mlflow_run.py", "main"): (
+    ("fedtune/service/mlflow_run.py", "start"): (
         "the MLflow server process's inputs from the command that exec'd it: MLflow's own"
         " MLFLOW_BACKEND_STORE_URI (which `mlflow server` read itself; never on a command line:"
         " it may hold a password) and the banner, removed as it is read"
