@@ -230,9 +230,6 @@ def run_driver(
     (default: the one the environment names, with the credentials its start ticket is
     exchanged for: ``driver_start``, ``driver_link.link_from_environment``) is how the driver
     reads and records its study."""
-    if run_study is None:
-        from fedtune.tuning.driver.study import run_study
-
     credentials: DriverCredentials | None = None
     if link is None:
         try:
@@ -283,6 +280,9 @@ def run_driver(
         _restart_if_storage_lost(link, view)
         login = credentials.mlflow if credentials is not None else None
         uri = tracking_uri_with_login(study_tracking_uri(settings, study_id), login)
+        if run_study is None:  # here, not above: a driver handing over to its head sandbox
+            from fedtune.tuning.driver.study import run_study  # never imports Optuna, NumPy
+
         code = _drive(link, claimed, settings, spec, (workdir, uri), view, run_study)
         if isinstance(code, BaseException):  # a transient error: back in the queue, or failed
             return _retry_later(link, claimed.attempts, settings, code, sleep)

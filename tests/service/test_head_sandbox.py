@@ -243,3 +243,22 @@ def test_the_sandboxed_driver_reads_its_credentials_on_stdin_not_in_its_environm
     ]
     assert out[1] == "False"
     assert "lab-password" not in repr(credentials) and "ftd_" not in repr(credentials)
+
+
+def test_a_driver_handing_over_to_its_sandbox_imports_no_tuner(ctx, monkeypatch) -> None:
+    """The outer driver of a study with code on a shared head only fetches the package and
+    starts the sandboxed one: it never imports the tuner (Optuna, NumPy: a third of a CPU
+    second per study), which the sandboxed driver imports again anyway."""
+    from fedtune.service import driver
+
+    from .helpers import running_study
+
+    sid = running_study(ctx)
+    handed: list[str] = []
+    monkeypatch.setattr(driver, "wants_head_sandbox", lambda settings, sha256: True)
+    monkeypatch.setattr(
+        driver, "run_in_head_sandbox", lambda settings, study_id, *a: handed.append(study_id) or 0
+    )
+    monkeypatch.setitem(sys.modules, "fedtune.tuning.driver.study", None)  # importing it fails
+    assert driver.run_driver(sid, ctx.settings, 1) == 0
+    assert handed == [sid]
