@@ -40,7 +40,7 @@ from fedtune.sandbox import Limits, Sandbox, SandboxMode, prepare_for_sandbox, s
 if TYPE_CHECKING:
     from .settings import Settings
 
-__all__ = ["SANDBOX_ROOT", "check_in_sandbox", "main"]
+__all__ = ["SANDBOX_ROOT", "accepted_answer", "check_in_sandbox", "main"]
 
 #: where the package, the request and the answer are inside the sandbox
 SANDBOX_ROOT = "/sandbox"
@@ -113,7 +113,7 @@ def check_in_sandbox(spec: Mapping[str, Any], package: bytes, settings: Settings
             str(answer.get("reason") or "refused"),
             answer.get("location") if isinstance(answer.get("location"), str) else None,
         )
-    return _accepted(spec, answer.get("document"), settings)
+    return accepted_answer(spec, answer.get("document"), settings)
 
 
 def _run(
@@ -168,9 +168,22 @@ def _read_answer(path: Path, proc: subprocess.CompletedProcess) -> dict[str, Any
     return answer
 
 
-def _accepted(spec: Mapping[str, Any], document: Any, settings: Settings) -> Any:
+def accepted_answer(spec: Mapping[str, Any], document: Any, settings: Settings) -> Any:
     """The child's document, checked again here: the service's rules, and the submission's
-    summary unchanged (the child ran user code, so its answer is a claim, not a fact)."""
+    summary unchanged (the child ran user code, so its answer is a claim, not a fact).
+
+    Args:
+        spec: the submitted spec, its ``code`` as ``{modules}``.
+        document: the document a check answered (fresh, or a passed one remembered:
+            :mod:`.code_check_cache`).
+        settings: the service's settings (its rules).
+
+    Returns:
+        The ``AcceptedSpec`` of ``document``, its summary the submission's.
+
+    Raises:
+        ConfigError: ``document`` breaks a rule, or is not the submitted study.
+    """
     from .specs import accepted_from, parse_spec, service_rules
 
     if not isinstance(document, dict):

@@ -6,7 +6,9 @@
 * :func:`accept_code_study`: a submitted spec whose ``code`` names an uploaded package
   (``code: {sha256, modules}``) is validated by a sandboxed child that imports it
   (:mod:`.code_check`, :mod:`fedtune.sandbox`); the stored document keeps ``code: {modules}`` and the study row the
-  digest (``studies.code_sha256``), next to the study in the same database;
+  digest (``studies.code_sha256``), next to the study in the same database; a check that
+  passed is remembered per project, package and spec (:mod:`.code_check_cache`), so the same
+  study submitted again is not checked again (a refused one is, every time);
 * :func:`study_code_zip` (``GET /v1/studies/{id}/code.zip?token=…``): the package of one study
   for its RayJob, authorised by the per-study credential of :mod:`.code_url`.
 
@@ -27,7 +29,7 @@ from fedtune.sandbox import SandboxMode, sandbox_missing
 from fedtune.suggest import unknown_key
 from fedtune.wire_models import CodeOut
 
-from .code_check import check_in_sandbox
+from .code_check import accepted_answer, check_in_sandbox
 from .code_url import code_url_key, verify_code_token
 from .errors import CodeUploadDisabledError, StudyNotFoundError
 from .models import DEFAULT_PROJECT
@@ -167,13 +169,26 @@ def accept_code_study(
         raise ConfigError(
             "code.sha256", "no uploaded package has this digest; upload it first (POST /v1/code)"
         )
+    passed = getattr(ctx, "passed_checks", None)
+    key = passed.key(project, digest, spec, ctx.settings) if passed is not None else ""
+    document = passed.get(key) if passed is not None else None
+    if document is not None:  # this code and spec passed here before: its answer, checked again
+        log.info(
+            "code check of package %s for a study of project %s: passed before",
+            digest[:12],
+            project,
+        )
+        return accepted_answer(spec, document, ctx.settings), digest
     log.info(
         "code check of package %s for a study of project %s: started (at most %g s)",
         digest[:12],
         project,
         ctx.settings.code_check_timeout_s,
     )
-    return check_in_sandbox(spec, package, ctx.settings), digest
+    accepted = check_in_sandbox(spec, package, ctx.settings)  # raises unless it passed
+    if passed is not None:
+        passed.put(key, accepted.document)
+    return accepted, digest
 
 
 def study_code_zip(ctx: Any, study_id: str, token: str) -> bytes:

@@ -11,13 +11,14 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fedtune.errors import ConflictError
 from fedtune.outcomes import RAN, TrialOutcome
 
 from .access import ANONYMOUS_ADMIN, Principal, default_project, require_study_access
+from .code_check_cache import PassedChecks
 from .code_services import accept_code_study
 from .db import Database
 from .errors import (
@@ -82,6 +83,9 @@ class ServiceContext:
     warmup: Warmup | None = None  # readiness waits for it (fedtune.service.warmup)
     #: MLflow's workspaces and roles kept in step with projects (``mlflow_sync.TenancyLoop``)
     tenancy: Any = None
+    #: passed code checks of this process (:mod:`.code_check_cache`): the same code and spec
+    #: are checked once
+    passed_checks: PassedChecks = field(default_factory=PassedChecks)
 
     def mlflow(self, study_id: str, project: str | None) -> AbstractContextManager[str]:
         """A study's MLflow store: yields its tracking URI, with the service's MLflow calls in

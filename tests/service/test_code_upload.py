@@ -328,3 +328,66 @@ def test_a_members_study_of_methods_with_code_goes_to_their_project(make_client,
     r = client.post("/v1/methods", json=spec, headers=mia)
     assert r.status_code == 201, r.text
     assert [s["project"] for s in r.json()["studies"]] == ["vision", "vision"]
+
+
+def test_a_passed_check_is_remembered_per_project_code_and_spec(
+    make_client, make_settings, tmp_path, monkeypatch
+) -> None:
+    """The same code and spec submitted again to the same project is not checked again; a
+    refused check is never remembered; a remembered answer is checked against the submission
+    again (``fedtune.service.code_check_cache``). The check itself is a stand-in here."""
+    from fedtune.errors import CodeError
+    from fedtune.service import code_services
+    from fedtune.service.code_check import accepted_answer
+    from fedtune.service.code_check_cache import PassedChecks
+
+    checked: list[str] = []
+
+    def check(spec, package, settings):
+        checked.append(spec["name"])
+        if spec["name"].startswith("bad"):  # a refusal, a crash or a timeout: all raise
+            raise CodeError("code.modules[0]", "refused", "user_lab/tasks.py:1")
+        return accepted_answer(
+            spec, {**spec, "task": {**spec["task"], "name": "quadratic"}}, settings
+        )
+
+    monkeypatch.setattr(code_services, "check_in_sandbox", check)
+    client = make_client()
+    package = pack(write_package(tmp_path / "lab"))
+    assert _upload(client, package.data).status_code == 201
+    spec = _code_spec(package.sha256, task="quadratic")
+    for body in (spec, spec, {**spec, "name": "other"}, spec):
+        r = client.post("/v1/studies", json=body)
+        assert r.status_code == 201, r.text
+        assert r.json()["code_sha256"] == package.sha256
+    assert checked == ["user-code", "other"]  # the same spec again: no second check
+    for _ in range(2):
+        r = client.post("/v1/studies", json={**spec, "name": "bad"})
+        assert r.status_code == 422 and r.json()["error"]["field"] == "code.modules[0]"
+    assert checked == ["user-code", "other", "bad", "bad"]  # refused: checked each time
+    passed: PassedChecks = client.app.state.runtime.ctx.passed_checks
+    key = passed.key(
+        "default",
+        package.sha256,
+        {**spec, "code": {"modules": ["user_lab.tasks"]}},
+        client.app.state.runtime.ctx.settings,
+    )
+    tampered = passed.get(key)
+    assert tampered is not None
+    passed.put(key, {**tampered, "budget": {"trials": 999, "max_concurrent": 1}})
+    r = client.post("/v1/studies", json=spec)
+    assert r.status_code == 422 and "not the submitted one" in r.json()["error"]["message"]
+    settings = make_settings()
+    base = PassedChecks.key("a", "0" * 64, spec, settings)
+    assert (
+        len(
+            {
+                base,
+                PassedChecks.key("b", "0" * 64, spec, settings),  # another project
+                PassedChecks.key("a", "1" * 64, spec, settings),  # other code
+                PassedChecks.key("a", "0" * 64, {**spec, "seed": 1}, settings),  # another spec
+                PassedChecks.key("a", "0" * 64, spec, make_settings(code_sandbox_memory_mib=1024)),
+            }
+        )
+        == 5
+    )
