@@ -17,13 +17,13 @@ What is kept is only the document of a check that passed, after the service chec
 answer itself; a refusal, a crash, a timeout or a killed sandbox is never kept, so bad code is
 checked again each time. A hit is checked again too: the service's rules and the submission's
 summary are applied to the kept document as to a fresh answer (``code_check.accepted_answer``).
-The memory is the process's (bounded, least recently used first out): a restarted or upgraded
-service, or another replica, checks again.
+The memory is the process's, bounded in entries and in bytes (each document kept as its JSON
+text; the least recently used goes first): a restarted or upgraded service, or another replica,
+checks again.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import threading
@@ -38,17 +38,20 @@ __all__ = ["PassedChecks"]
 
 #: how many passed checks one service process remembers
 DEFAULT_SIZE = 256
+#: how many bytes of their documents' JSON, at most (a spec is at most a request body, 1 MiB)
+DEFAULT_BYTES = 16 << 20
 
 
 class PassedChecks:
     """A bounded, thread-safe memory of passed code checks (see the module docstring)."""
 
-    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+    def __init__(self, size: int = DEFAULT_SIZE, max_bytes: int = DEFAULT_BYTES) -> None:
         """Args:
         size: the most checks remembered (the least recently used goes first).
+        max_bytes: the most bytes of document JSON remembered, all together.
         """
-        self._size = size
-        self._documents: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._size, self._max_bytes, self._bytes = size, max_bytes, 0
+        self._documents: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
@@ -84,11 +87,11 @@ class PassedChecks:
             The document, or None when no check of ``key`` passed here.
         """
         with self._lock:
-            document = self._documents.get(key)
-            if document is None:
+            text = self._documents.get(key)
+            if text is None:
                 return None
             self._documents.move_to_end(key)
-        return copy.deepcopy(document)
+        return json.loads(text)
 
     def put(self, key: str, document: Mapping[str, Any]) -> None:
         """Remember the document of a check that passed (call it for nothing else).
@@ -97,8 +100,12 @@ class PassedChecks:
             key: from :meth:`key`.
             document: the child's document, accepted by the service.
         """
+        text = json.dumps(dict(document), separators=(",", ":"))
+        if len(text) > self._max_bytes:
+            return
         with self._lock:
-            self._documents[key] = copy.deepcopy(dict(document))
-            self._documents.move_to_end(key)
-            while len(self._documents) > self._size:
-                self._documents.popitem(last=False)
+            old = self._documents.pop(key, None)
+            self._bytes += len(text) - (len(old) if old is not None else 0)
+            self._documents[key] = text
+            while len(self._documents) > self._size or self._bytes > self._max_bytes:
+                self._bytes -= len(self._documents.popitem(last=False)[1])

@@ -391,3 +391,21 @@ def test_a_passed_check_is_remembered_per_project_code_and_spec(
         )
         == 5
     )
+
+
+def test_the_passed_checks_kept_are_bounded_in_number_and_bytes() -> None:
+    from fedtune.service.code_check_cache import PassedChecks
+
+    passed = PassedChecks(size=2, max_bytes=100)
+    passed.put("a", {"x": 1})
+    passed.put("b", {"x": 2})
+    assert passed.get("a") == {"x": 1}  # now the most recently used
+    passed.put("c", {"x": 3})
+    assert passed.get("b") is None and passed.get("a") == {"x": 1}  # the least recent went
+    passed.put("d", {"x": "y" * 90})  # over the bytes: the older ones go first
+    assert passed.get("a") is None and passed.get("c") is None and passed.get("d") is not None
+    passed.put("e", {"x": "z" * 200})  # larger than all the bytes: not kept
+    assert passed.get("e") is None
+    got = passed.get("d")
+    got["x"] = "changed"
+    assert passed.get("d") == {"x": "y" * 90}  # a copy: the caller's changes stay its own
