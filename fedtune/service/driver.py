@@ -68,8 +68,8 @@ from fedtune.errors import (
 )
 
 from .child_env import DRIVER_SANDBOX
+from .driver_claim import Claim
 from .driver_link import DriverLink, link_from_environment
-from .driver_ops import Claim
 from .driver_start import DriverCredentials, driver_credentials, tracking_uri_with_login
 from .faults import is_database_outage, is_transient, retry_delay_s
 from .head_sandbox import check_sandboxed_tracking, run_in_head_sandbox, wants_head_sandbox

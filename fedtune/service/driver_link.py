@@ -31,11 +31,11 @@ import httpx
 
 from fedtune.errors import ConflictError, DatabaseUnavailableError, FedtuneError
 
-from . import driver_ops
-from .db import Database
+from .driver_claim import Claim
 from .states import StudyState, TrialState
 
 if TYPE_CHECKING:
+    from .db import Database
     from .driver_start import DriverCredentials
     from .settings import Settings
 
@@ -47,7 +47,7 @@ class DriverLink(Protocol):
 
     study_id: str
 
-    def claim(self) -> driver_ops.Claim: ...
+    def claim(self) -> Claim: ...
 
     def finish(self, state: StudyState, **values: Any) -> bool: ...
 
@@ -82,42 +82,45 @@ class DbLink:
     """The driver writes the service database itself (``FEDTUNE_DATABASE_URL``)."""
 
     def __init__(self, db: Database, study_id: str, max_attempts: int) -> None:
-        self.db, self.study_id, self.max_attempts = db, study_id, max_attempts
+        from . import driver_ops  # SQLAlchemy's models: a driver with an ApiLink never needs them
 
-    def claim(self) -> driver_ops.Claim:
-        return driver_ops.claim(self.db, self.study_id)
+        self.db, self.study_id, self.max_attempts = db, study_id, max_attempts
+        self._ops = driver_ops
+
+    def claim(self) -> Claim:
+        return self._ops.claim(self.db, self.study_id)
 
     def finish(self, state: StudyState, **values: Any) -> bool:
-        return driver_ops.finish(self.db, self.study_id, state, values)
+        return self._ops.finish(self.db, self.study_id, state, values)
 
     def heartbeat(self, attempt: int) -> bool:
-        return driver_ops.heartbeat(self.db, self.study_id, attempt)
+        return self._ops.heartbeat(self.db, self.study_id, attempt)
 
     def is_cancelled(self) -> bool:
-        return driver_ops.is_cancelled(self.db, self.study_id)
+        return self._ops.is_cancelled(self.db, self.study_id)
 
     def reset_trials(self) -> int:
-        return driver_ops.reset_trials(self.db, self.study_id)
+        return self._ops.reset_trials(self.db, self.study_id)
 
     def set_mlflow_ids(self, run_id: str, experiment_id: str | None) -> None:
-        driver_ops.set_mlflow_ids(self.db, self.study_id, run_id, experiment_id)
+        self._ops.set_mlflow_ids(self.db, self.study_id, run_id, experiment_id)
 
     def trial_started(self, number: int, params: Mapping[str, Any], run_id: str | None) -> None:
-        driver_ops.trial_started(self.db, self.study_id, number, params, run_id)
+        self._ops.trial_started(self.db, self.study_id, number, params, run_id)
 
     def record_rounds(self, number: int, rows: Iterable[Mapping[str, Any]]) -> None:
-        driver_ops.record_rounds(self.db, self.study_id, number, rows)
+        self._ops.record_rounds(self.db, self.study_id, number, rows)
 
     def trial_ended(
         self, number: int, state: TrialState, value: float | None, outcome: str | None
     ) -> None:
-        driver_ops.trial_ended(self.db, self.study_id, number, state, value, outcome)
+        self._ops.trial_ended(self.db, self.study_id, number, state, value, outcome)
 
     def apply_finished_trials(self, records: list[dict[str, Any]]) -> int:
-        return driver_ops.apply_finished_trials(self.db, self.study_id, records)
+        return self._ops.apply_finished_trials(self.db, self.study_id, records)
 
     def recover(self, attempt: int, reason: str, *, counts: bool) -> str:
-        return driver_ops.recover(
+        return self._ops.recover(
             self.db, self.study_id, attempt, reason, self.max_attempts, counts=counts
         )
 
@@ -125,7 +128,7 @@ class DbLink:
         self.db.ping()
 
     def package(self) -> bytes | None:
-        return driver_ops.study_package(self.db, self.study_id)
+        return self._ops.study_package(self.db, self.study_id)
 
     def close(self) -> None:
         self.db.dispose()
@@ -187,9 +190,9 @@ class ApiLink:
             )
         return answer
 
-    def claim(self) -> driver_ops.Claim:
+    def claim(self) -> Claim:
         data = self._call("GET").json()
-        return driver_ops.Claim(
+        return Claim(
             data["state"],
             int(data["attempts"]),
             data["spec"],
@@ -263,4 +266,6 @@ def link_from_environment(
     """
     if settings.driver_url and credentials is not None:
         return ApiLink(settings.driver_url, study_id, credentials.token)
+    from .db import Database
+
     return DbLink(Database(settings.database_url), study_id, settings.max_dispatch_attempts)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .db import Database
+from .driver_claim import Claim
 from .reconcile import recover_study
 from .repository import Repository
 from .states import StudyState, TrialState
@@ -40,26 +40,6 @@ __all__ = [
 FINAL_FIELDS = frozenset(
     {"error", "best_trial", "best_value", "mlflow_experiment_id", "mlflow_run_id"}
 )
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A running study as its driver receives it.
-
-    Attributes:
-        state: the study's state.
-        attempts: its current dispatch attempt.
-        spec: its stored document.
-        code_sha256: its code package's digest (None: no uploaded code).
-        owner: the user who submitted it, whom its MLflow runs name as their user (None: a
-            study from before owners were kept).
-    """
-
-    state: str
-    attempts: int
-    spec: dict[str, Any]
-    code_sha256: str | None
-    owner: str | None = None
 
 
 def claim(db: Database, study_id: str) -> Claim:

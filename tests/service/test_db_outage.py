@@ -59,7 +59,7 @@ def test_three_outages_never_fail_the_study_nor_use_up_its_attempts(ctx, monkeyp
         real_ping()
 
     monkeypatch.setattr(ctx.db, "ping", ping)
-    monkeypatch.setattr("fedtune.service.driver_link.Database", lambda url: ctx.db)
+    monkeypatch.setattr("fedtune.service.db.Database", lambda url: ctx.db)
     monkeypatch.setattr(ctx.db, "dispose", lambda: None)
     slept: list[float] = []
 

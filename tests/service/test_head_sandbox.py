@@ -262,3 +262,25 @@ def test_a_driver_handing_over_to_its_sandbox_imports_no_tuner(ctx, monkeypatch)
     monkeypatch.setitem(sys.modules, "fedtune.tuning.driver.study", None)  # importing it fails
     assert driver.run_driver(sid, ctx.settings, 1) == 0
     assert handed == [sid]
+
+
+def test_a_driver_on_the_api_imports_no_database_or_tuner_to_hand_over(make_settings) -> None:
+    """What the outer driver of a study with code imports before its sandbox starts: the CLI,
+    the driver and its link to the API (the sandboxed driver imports the rest itself)."""
+    settings = make_settings(driver_url="http://api:8000")
+    code = (
+        "import sys, fedtune.cli.worker, fedtune.service.driver, fedtune.service.head_sandbox\n"
+        "from fedtune.service.driver_link import ApiLink, link_from_environment\n"
+        "from fedtune.service.driver_start import DriverCredentials\n"
+        "from fedtune.service.settings import load_settings\n"
+        f"settings = load_settings(workdir={str(settings.workdir)!r}, driver_url='http://api:8000')\n"
+        "link = link_from_environment('0123456789ab', settings, DriverCredentials(1, 'ftd_x'))\n"
+        "assert isinstance(link, ApiLink)\n"
+        "link.close()\n"
+        "print(sorted(m for m in ('torch', 'optuna', 'numpy', 'mlflow', 'ray', 'sqlalchemy') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
