@@ -421,3 +421,36 @@ def test_a_symlinked_temp_dir_is_refused(tmp_path: Path, short_dir: Path) -> Non
     with pytest.raises(ConfigError, match="not a folder of this user"):
         make_ray_temp_dir(work)
     assert stat.S_IMODE(target.stat().st_mode) == 0o755  # left alone
+
+
+def test_a_lean_head_entered_in_another_thread_does_not_wait_for_the_first(monkeypatch) -> None:
+    """A script run under the tests' ``lean_head`` (its main thread, for the whole script) that
+    starts Ray through ``start_ray`` in a thread of its own (``fedtune tune --ray``'s
+    ``fedtune-ray``) enters a second one there: it neither waits for the first to end (that was
+    a hang) nor loses its fields; the patch goes when the last one ends."""
+    import threading
+
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    from fedtune.tuning.driver.ray_lean import lean_head
+
+    seen: list[tuple[object, object]] = []
+
+    def node(self, ray_params, head=False, **kwargs) -> None:  # records, starts nothing
+        seen.append((ray_params.include_dashboard, ray_params.no_monitor))
+
+    monkeypatch.setattr(Node, "__init__", node)
+    with lean_head(include_dashboard=False):
+
+        def start() -> None:
+            with lean_head():
+                Node(RayParams(), head=True)
+
+        inner = threading.Thread(target=start)
+        inner.start()
+        inner.join(timeout=30)
+        assert not inner.is_alive()
+        assert seen == [(False, True)]  # lean, and without the outer's dashboard
+        assert Node.__init__ is not node  # still the outer's
+    assert Node.__init__ is node  # put back

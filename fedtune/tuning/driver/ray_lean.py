@@ -31,9 +31,32 @@ LEAN_REPORT_MS = 60_000
 #: the environment of a lean node's raylet (and so of its agents)
 LEAN_ENV = {"REPORTER_UPDATE_INTERVAL_MS": str(LEAN_REPORT_MS)}
 
-#: one patch of ``Node.__init__`` at a time; re-entrant: a lean head entered inside another
-#: (a script run under the tests' ``lean_head`` that starts its Ray through ``start_ray``)
-_patching = threading.RLock()
+#: guards :data:`_entered` and the patch of ``Node.__init__`` (held only while they change, never
+#: while a lean head is entered: a script run under the tests' ``lean_head`` in its main thread
+#: starts its Ray through ``start_ray`` in another thread, which enters one too)
+_lock = threading.Lock()
+#: the fields of each :func:`lean_head` now entered, in any thread of the process
+_entered: list[dict[str, Any]] = []
+#: ``Node.__init__`` as it was before the first :func:`lean_head` entered patched it
+_original: Any = None
+
+
+def _patch(node: type) -> Any:
+    """Patch ``node.__init__`` so that a head node starts lean, with the fields of every
+    :func:`lean_head` entered when it starts; the ``__init__`` it replaced."""
+    start = node.__init__
+
+    def lean_start(self: Any, ray_params: Any, *args: Any, head: bool = False, **kw: Any):
+        if head:
+            with _lock:
+                fields = {name: v for entered in _entered for name, v in entered.items()}
+            ray_params.update(
+                **LEAN_FIELDS, **fields, env_vars={**(ray_params.env_vars or {}), **LEAN_ENV}
+            )
+        start(self, ray_params, *args, head=head, **kw)
+
+    node.__init__ = lean_start  # type: ignore[method-assign]
+    return start
 
 
 @contextlib.contextmanager
@@ -41,26 +64,26 @@ def lean_head(**fields: Any) -> Iterator[None]:
     """While it lasts, a head node started in this process (by ``ray.init``) is a lean one.
 
     Only a node started as a head changes; a ``ray.init(address=...)`` that joins a cluster
-    starts none. Entered from one thread at a time (the others wait): the patch is the
-    process's.
+    starts none. Re-entrant, from any thread: the patch is the process's, made by the first
+    entered and undone by the last to leave; a head started meanwhile gets the fields of all
+    that are entered (an inner ``lean_head()`` inside an outer ``lean_head(include_dashboard=
+    False)`` starts its head without the dashboard's web UI too).
 
     Args:
         fields: More ``RayParams`` fields of the head (e.g. ``include_dashboard=False``).
     """
     from ray._private.node import Node
 
-    with _patching:
-        start = Node.__init__
-
-        def lean_start(self: Node, ray_params: Any, *args: Any, head: bool = False, **kw: Any):
-            if head:
-                ray_params.update(
-                    **LEAN_FIELDS, **fields, env_vars={**(ray_params.env_vars or {}), **LEAN_ENV}
-                )
-            start(self, ray_params, *args, head=head, **kw)
-
-        Node.__init__ = lean_start  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            Node.__init__ = start  # type: ignore[method-assign]
+    global _original
+    with _lock:
+        if not _entered:
+            _original = _patch(Node)
+        _entered.append(fields)
+    try:
+        yield
+    finally:
+        with _lock:
+            _entered[:] = [entered for entered in _entered if entered is not fields]
+            if not _entered:
+                Node.__init__ = _original  # type: ignore[method-assign]
+                _original = None
