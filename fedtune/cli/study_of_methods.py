@@ -52,15 +52,26 @@ def run_methods(args: argparse.Namespace, documents: list[dict[str, Any]]) -> in
     Returns:
         The exit code: 0 when every study found a best configuration, else 1.
     """
-    tracking = _tracker_process(args, documents)
+    from fedtune.tuning.spec import StudySpec  # light: no torch, no Optuna
+
+    group = documents[0]["tracking"]["experiment"]
+    root = Path(args.workdir or Path("runs") / group)
+    specs = [
+        StudySpec.from_dict(d, base_dir=Path(args.study_file).parent, source=args.study_file)
+        for d in documents
+    ]  # every spec checked before the first study starts
+    workdirs = [root / spec.algorithm for spec in specs]
+    tracking = _tracker_process(args, documents, workdirs)
     try:
-        return _run_methods(args, documents, tracking)
+        return _run_methods(args, group, root, list(zip(specs, workdirs, strict=True)), tracking)
     finally:
         if tracking is not None:
             tracking.close()
 
 
-def _tracker_process(args: argparse.Namespace, documents: list[dict[str, Any]]) -> Any:
+def _tracker_process(
+    args: argparse.Namespace, documents: list[dict[str, Any]], workdirs: list[Path]
+) -> Any:
     """One MLflow store process for the studies whose trials will run in this process (each
     opens its store in it in turn: MLflow is imported once, not once per algorithm), begun
     before the engine's imports; None when no study will (a finished study's re-run reads its
@@ -69,6 +80,7 @@ def _tracker_process(args: argparse.Namespace, documents: list[dict[str, Any]]) 
     Args:
         args: ``fedtune tune``'s arguments.
         documents: The per-algorithm spec documents.
+        workdirs: Each study's folder.
 
     Returns:
         The :class:`~fedtune.tuning.mlflow.process.TrackerProcess`, or None.
@@ -77,10 +89,7 @@ def _tracker_process(args: argparse.Namespace, documents: list[dict[str, Any]]) 
 
     if not any(likely_in_process(d, allowed=not args.ray) for d in documents):
         return None
-    root = _root(args, documents)
-    if args.trials is None and all(
-        (root / d["algorithm"] / "optuna.db").exists() for d in documents
-    ):
+    if args.trials is None and all((w / "optuna.db").exists() for w in workdirs):
         return None  # stored studies: as fedtune tune's early start, nothing begun early
     from fedtune.tuning.mlflow.process import TrackerProcess
 
@@ -90,32 +99,22 @@ def _tracker_process(args: argparse.Namespace, documents: list[dict[str, Any]]) 
         return None  # each study tries again, and says why if it cannot
 
 
-def _root(args: argparse.Namespace, documents: list[dict[str, Any]]) -> Path:
-    """The folder of the studies (``--workdir``, default ``runs/<group>``)."""
-    return Path(args.workdir or Path("runs") / documents[0]["tracking"]["experiment"])
-
-
-def _run_methods(args: argparse.Namespace, documents: list[dict[str, Any]], tracking: Any) -> int:
-    """:func:`run_methods` with the studies' MLflow process, or None (each study its own)."""
+def _run_methods(
+    args: argparse.Namespace, group: str, root: Path, studies: list[tuple[Any, Path]], tracking: Any
+) -> int:
+    """:func:`run_methods` with its studies (each spec and its folder, under ``root``) and their
+    MLflow process, or None (each study its own)."""
     from fedtune.tuning.analysis.compare import compare
     from fedtune.tuning.driver.study import run_study
     from fedtune.tuning.mlflow.client import resolve_tracking_uri
     from fedtune.tuning.mlflow.comparisons import local_input, record_comparison
-    from fedtune.tuning.spec import StudySpec
 
     from .common import quiet_libraries
     from .compare import _text
 
-    group = documents[0]["tracking"]["experiment"]
-    root = _root(args, documents)
-    specs = [
-        StudySpec.from_dict(d, base_dir=Path(args.study_file).parent, source=args.study_file)
-        for d in documents
-    ]  # every spec checked before the first study starts
     quiet_libraries()
-    results, workdirs = [], []
-    for spec in specs:
-        workdir = root / spec.algorithm
+    results = []
+    for spec, workdir in studies:
         if not args.json:
             print(f"study {spec.name} -> {workdir.resolve()}", file=sys.stderr)
         result = run_study(
@@ -130,7 +129,7 @@ def _run_methods(args: argparse.Namespace, documents: list[dict[str, Any]], trac
             keep_tracking_process=True,
         )
         results.append(result)
-        workdirs.append(workdir)
+    workdirs = [workdir for _, workdir in studies]
     inputs = [local_input(w, args.tracking_uri) for w in workdirs]
     c = compare(inputs)
     uri = resolve_tracking_uri(workdirs[0], args.tracking_uri)

@@ -90,14 +90,19 @@ def test_a_study_of_methods_begins_one_mlflow_process_for_its_studies(
         base = {"workdir": str(tmp_path), "trials": None, "ray": False}
         return argparse.Namespace(**{**base, **given})
 
+    workdirs = [tmp_path / d["algorithm"] for d in documents]
+
+    def begun(given: argparse.Namespace):
+        return study_of_methods._tracker_process(given, documents, workdirs)
+
     _Process.started = 0
-    assert isinstance(study_of_methods._tracker_process(args(), documents), _Process)
-    assert study_of_methods._tracker_process(args(ray=True), documents) is None  # Ray's trials
-    for d in documents:  # stored studies: a re-run of finished ones reads their summaries
-        (tmp_path / d["algorithm"]).mkdir()
-        (tmp_path / d["algorithm"] / "optuna.db").touch()
-    assert study_of_methods._tracker_process(args(), documents) is None
-    assert isinstance(study_of_methods._tracker_process(args(trials=9), documents), _Process)
+    assert isinstance(begun(args()), _Process)
+    assert begun(args(ray=True)) is None  # Ray's trials
+    for workdir in workdirs:  # stored studies: a re-run of finished ones reads their summaries
+        workdir.mkdir()
+        (workdir / "optuna.db").touch()
+    assert begun(args()) is None
+    assert isinstance(begun(args(trials=9)), _Process)
     assert _Process.started == 2  # one per run of the whole study of methods, not per study
 
 
