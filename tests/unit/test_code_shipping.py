@@ -3,7 +3,10 @@ packages of ``code.modules`` under ``code.path`` — never the driver's path in 
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from fedtune.tuning.driver.code_shipping import code_runtime_env, worker_spec
 from fedtune.tuning.spec import StudySpec
 
 USER_CODE = Path(__file__).resolve().parent / "user_code"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _spec(code: dict) -> StudySpec:
@@ -42,14 +46,36 @@ def test_a_directory_ships_its_packages_and_trials_import_by_name(tmp_path: Path
 
 
 def test_a_zip_is_unpacked_under_the_workdir(tmp_path: Path) -> None:
+    """In a child process: the zip's copy of ``ft_user_lab``, imported here, would shadow
+    ``USER_CODE``'s for every later test of this pytest worker that loads it (``test_extend``,
+    ``test_hparams``: "another copy … shadows the study's code"), and a worker that had loaded
+    ``USER_CODE``'s first would refuse the zip's."""
     archive = tmp_path / "lab.zip"
     with zipfile.ZipFile(archive, "w") as z:
         for f in (USER_CODE / "ft_user_lab").glob("*.py"):
             z.write(f, f"ft_user_lab/{f.name}")
-    spec = _spec({"path": str(archive), "modules": ["ft_user_lab.methods"]})
-    [shipped] = code_runtime_env(spec, tmp_path / "w")["py_modules"]
-    assert Path(shipped).parent.parent == tmp_path / "w" / "code"
-    assert (Path(shipped) / "methods.py").is_file()
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from tests.unit.test_code_shipping import _spec\n"
+        "from fedtune.tuning.driver.code_shipping import code_runtime_env\n"
+        "spec = _spec({'path': sys.argv[1], 'modules': ['ft_user_lab.methods']})\n"
+        "[shipped] = code_runtime_env(spec, Path(sys.argv[2]))['py_modules']\n"
+        "print(shipped)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(archive), str(tmp_path / "w")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert out.returncode == 0, out.stderr
+    shipped = Path(out.stdout.strip().splitlines()[-1])
+    assert shipped.parent.parent == tmp_path / "w" / "code"
+    assert (shipped / "methods.py").is_file()
 
 
 def test_no_path_ships_nothing_and_a_module_outside_the_root_is_named(tmp_path: Path) -> None:
