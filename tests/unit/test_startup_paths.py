@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 import textwrap
 import time
@@ -19,6 +18,7 @@ import pytest
 from fedtune.tuning.common import timeline
 from fedtune.tuning.mlflow import sqlite_template
 from fedtune.tuning.mlflow.sqlite_template import seed_sqlite_store, template_path
+from tests.fresh_imports import imported_after
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,28 +112,6 @@ def test_cache_dir_precedence(tmp_path: Path) -> None:
     assert sqlite_template.cache_dir(env) == tmp_path
 
 
-def _imported_after(*codes: str, full: bool = False) -> list[set[str]]:
-    """Modules a fresh interpreter has loaded after running each of ``codes`` in turn (one
-    interpreter: a snapshot of ``sys.modules`` after each).
-
-    Args:
-        *codes: Python code, run one after the other.
-        full: Whole module names (default: their top-level packages only).
-
-    Returns:
-        One set of names per code.
-    """
-    names = "sys.modules" if full else "{m.split('.')[0] for m in sys.modules}"
-    snap = f"import json, sys\nprint(json.dumps(sorted({names})))"
-    probe = "\n".join(f"{code}\n{snap}" for code in codes)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
-    )
-    lines = out.stdout.strip().splitlines()[-len(codes) :]
-    return [set(json.loads(line)) for line in lines]
-
-
 #: the driver's and a trial's imports (what a trial process and the driver load at first)
 _DRIVER_IMPORTS = "import fedtune.tuning.driver.study, fedtune.tuning.trials.trainable"
 
@@ -195,7 +173,7 @@ def imports_probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str
     workdir = tmp_path_factory.mktemp("imports") / "w"
     steps = (_RAY_TUNE_WORKER, _trial_unpickle_code(), _DRIVER_IMPORTS, _open_stores_code(workdir))
     names = ("tune", "trial", "driver", "stores")
-    return dict(zip(names, _imported_after(*steps, full=True), strict=True))
+    return dict(zip(names, imported_after(*steps, full=True), strict=True))
 
 
 #: what a trial process never needs: the driver's stores and searcher, the figures, SciPy and
@@ -369,7 +347,7 @@ def test_a_finished_study_run_again_places_draws_and_logs_nothing(
         assert (result.ran, result.parent_run_id) == (0, {first.parent_run_id!r})
         """
     )
-    (loaded,) = _imported_after(run_again)
+    (loaded,) = imported_after(run_again)
     assert not {"torch", "matplotlib", "mlflow"} & loaded, loaded
     plan, opened = study._prepare(tiny_spec(), workdir.resolve(), None, time.perf_counter())
     assert ending.ended(plan, opened) is not None
@@ -481,7 +459,7 @@ def test_a_study_in_the_drivers_process_never_imports_ray(tmp_path: Path, cache:
     callbacks subclass Ray-free bases (``fedtune.tuning.tune_hooks``) and only the Ray path
     wraps them in Ray Tune's classes (docs/explanation/architecture.md, *Trials in the driver's
     process*). One configuration at a time, then a pack of two that ASHA stops members of."""
-    one, packed = _imported_after(
+    one, packed = imported_after(
         _tune_code(tmp_path / "one"),
         _tune_code(
             tmp_path / "packed",
@@ -563,7 +541,7 @@ def torchless_probe() -> dict[str, set[str]]:
     example = str(ROOT / "fedtune" / "examples" / "quickstart.yaml")
     steps = (_VALIDATE_SPECS.format(example=example), _SERVICE_START, _TRACKER, _BUILD)
     names = ("validated", "started", "tracker", "built")
-    return dict(zip(names, _imported_after(*steps), strict=True))
+    return dict(zip(names, imported_after(*steps), strict=True))
 
 
 def test_the_tracker_process_imports_mlflow_without_torch(torchless_probe) -> None:
