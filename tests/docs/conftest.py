@@ -6,8 +6,9 @@ docs/development/docs.md is built here:
 * ``local``: the development venv's ``bin`` first on ``PATH``;
 * ``service``: as ``local``, plus a real ``fedtune serve`` (SQLite, ``local`` backend), a
   project and a member of exactly that project, started once per session and shared by the
-  ``service`` and ``light`` pages (they read, or submit studies of their own); the page sees
-  ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's);
+  ``service`` and ``light`` pages (they read, or submit studies of their own), stopped after
+  the last of them (an idle server still ticks); the page sees ``FEDTUNE_URL`` and
+  ``FEDTUNE_TOKEN`` (the member's);
 * ``light``: as ``service``, but ``PATH`` starts with a venv holding only ``pip install .``
   (no extras), built once per session; the development venv is not on ``PATH``;
 * ``operator``: as ``local``, plus ``helm``: the binary when one is installed, else a
@@ -341,8 +342,87 @@ def started_service(tmp: Path) -> Iterator[dict[str, str]]:
         server.stop()
 
 
+#: the pytest-xdist group of the tests that use the session's shared server or light venv
+#: (test_snippets.py's ``SHARED``): ``--dist loadgroup`` runs them on one worker, one after another
+SHARED_GROUP = "docs-shared-service"
+_SERVICE = pytest.StashKey["SharedService"]()
+
+
+class SharedService:
+    """The one ``fedtune serve`` of the :data:`SHARED_GROUP` tests: started by the first that
+    asks, stopped as the group's last test ends (:func:`pytest_runtest_teardown`).
+
+    An idle server still ticks its scheduler (a few database reads a second): kept until the
+    session ended, the one started at the group's first test idled through the rest of the
+    worker's tests (13.6 CPU-s in a CI run, of which ~1 s was its start).
+
+    Args:
+        root: an empty directory for its database, work directory and log.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._stack: contextlib.ExitStack | None = None
+        self._service: dict[str, str] = {}
+        self._starts = 0
+
+    def get(self) -> dict[str, str]:
+        """``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's); the server starts if it is
+        not running (again, in a fresh directory, for a test after the group's last)."""
+        if self._stack is None:
+            self._starts += 1
+            stack = contextlib.ExitStack()
+            self._service = stack.enter_context(started_service(self._root / str(self._starts)))
+            self._stack = stack
+        return self._service
+
+    def stop(self) -> None:
+        """Stop the server, if it runs."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()
+
+
+def _shared(item: pytest.Item) -> bool:
+    """Whether a test is one of the :data:`SHARED_GROUP`."""
+    return any(
+        (m.args[0] if m.args else m.kwargs.get("name")) == SHARED_GROUP
+        for m in item.iter_markers("xdist_group")
+    )
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared server once the last :data:`SHARED_GROUP` test of the session (in
+    collection order, the order ``--dist loadgroup`` runs a group in) has run.
+
+    Args:
+        item: the test that ran.
+        nextitem: the next test (unused: under pytest-xdist it is only what the worker has
+            been sent so far).
+    """
+    service = item.config.stash.get(_SERVICE, None)
+    if service is None or not _shared(item):
+        return
+    if item is next((i for i in reversed(item.session.items) if _shared(i)), None):
+        service.stop()
+
+
 @pytest.fixture(scope="session")
-def shared_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def _shared_service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedService]:
+    """The session's :class:`SharedService`, stopped at the latest when the session ends."""
+    service = SharedService(tmp_path_factory.mktemp("service"))
+    request.config.stash[_SERVICE] = service
+    try:
+        yield service
+    finally:
+        service.stop()
+        del request.config.stash[_SERVICE]
+
+
+@pytest.fixture
+def shared_service(_shared_service: SharedService) -> dict[str, str]:
     """One ``fedtune serve`` for every ``service`` and ``light`` page of the session.
 
     Starting a server and making its project and member costs seconds per page; the pages only
@@ -350,10 +430,9 @@ def shared_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[st
     is the only one that submits, so one server serves them all.
 
     Returns:
-        ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's), for the whole session.
+        ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's).
     """
-    with started_service(tmp_path_factory.mktemp("service")) as service:
-        yield service
+    return _shared_service.get()
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import DEV_BIN, MEMBER, PROJECT, Environment, run_page
+from .conftest import DEV_BIN, MEMBER, PROJECT, SHARED_GROUP, Environment, run_page
 from .pages import REPO, bash_script, first_command, parse_page, python_script
 from .pages import pages as all_pages
 
@@ -33,8 +33,8 @@ NEWCOMER_PATHS = {
 SHARED_ENVS = ("service", "light", "team")
 #: keeps the tests that use those session fixtures on one pytest-xdist worker: split over two
 #: (``--dist loadgroup`` hands ungrouped tests to either), each worker built its own light venv
-#: and started its own server
-SHARED = pytest.mark.xdist_group("docs-shared-service")
+#: and started its own server; the server stops after the group's last test (conftest.py)
+SHARED = pytest.mark.xdist_group(SHARED_GROUP)
 #: keeps the pages that begin with the same command (README.md's ``make run`` and
 #: first-study.md's ``fedtune tune examples/quickstart.yaml``) on one worker, in collection
 #: order: the later one goes on in the earlier one's directory (conftest.py's ``first_runs``)
