@@ -13,7 +13,8 @@ postgresql     Debian's PostgreSQL server (the chart's ``postgres:17`` image can
                ``POSTGRES_PASSWORD`` (scram-sha-256 for TCP), then the rendered init ConfigMap's
                ``01-roles.sh`` with the container's rendered env
 db-upgrade     the migration Job's container, from the image, to completion
-mlflow         the MLflow Deployment's init container (``mlflow db upgrade``), then its server
+mlflow         the MLflow Deployment's init container (``mlflow db upgrade``), then its server, with
+               one worker process (``mlflow.workers: 1``; the chart's two: test_pod_servers_run.py)
 ray-head       the RayCluster's head container, started as KubeRay starts it (below)
 ray-worker-N   two pods of the worker group, started as KubeRay starts them
 api            the API Deployment's container (``fedtune serve``, backend ``ray``)
@@ -110,6 +111,10 @@ VALUES = {
     # the API and the Ray head start bubblewrap under the chart's seccomp profile, installed on
     # the "node" by the chart's installer (tests/seccomp_profiles.py)
     "codeUpload": {"enabled": True, "seccomp": {"install": True}},
+    # one MLflow server process (the chart's default is two uvicorn workers, each importing
+    # MLflow's server, ~3.5 CPU-s apiece): the box sends MLflow a few requests at a time; the
+    # chart's two-worker start runs from the image in tests/deploy/test_pod_servers_run.py
+    "mlflow": {"workers": 1},
     "rayCluster": {
         "enabled": True,
         "head": {"env": HEAD_ENV},
@@ -564,38 +569,25 @@ def box(render, image_root, tmp_path_factory) -> Iterator[Box]:
             shutil.rmtree(home.read_text(), ignore_errors=True)
 
 
-_SUBMIT = """
-import json, sys, yaml
+#: the laptop's SDK calls, the start of each script: ``report(study, wait_s)``, the study as the
+#: laptop sees it after waiting up to ``wait_s`` for its end (0: now), polling every second;
+#: ``until_busy(study, timeout)``, polling every second until two of its trials run, it ends, a
+#: trial completes or ``timeout`` s pass: every snapshot seen (the study's state, its trials'
+#: states), in order
+_CLIENT = """
+import json, sys, time, yaml
 from fedtune.client import Client
-url, token, spec, code = sys.argv[1:5]
-with Client(url, token=token, timeout=60) as sdk:
-    print(json.dumps(sdk.submit(yaml.safe_load(spec), code=None if code == "-" else code).id))
-"""
 
-_WAIT = """
-import json, sys
-from fedtune.client import Client
-url, token, study_id, timeout = sys.argv[1:5]
-with Client(url, token=token, timeout=60) as sdk:
-    study = sdk.study(study_id)
-    final = study.wait(progress=False, timeout=float(timeout), poll_s=1) if float(timeout) else (
-        study.status())
+def report(study, wait_s):
+    final = study.wait(progress=False, timeout=wait_s, poll_s=1) if wait_s else study.status()
     trials = [{"number": t.number, "state": str(t.state), "outcome": t.outcome}
               for t in study.trials()]
-    print(json.dumps({"id": study.id, "state": str(final.state), "error": final.error,
-                      "trials": trials, "mlflow": final.mlflow.to_json()}))
-"""
+    return {"id": study.id, "state": str(final.state), "error": final.error,
+            "trials": trials, "mlflow": final.mlflow.to_json()}
 
-#: poll a study every second until two of its trials run, it ends, a trial completes or
-#: ``timeout`` s pass; every snapshot seen (the study's state, its trials' states), in order
-_UNTIL_BUSY = """
-import json, sys, time
-from fedtune.client import Client
-url, token, study_id, timeout = sys.argv[1:5]
-end = time.monotonic() + float(timeout)
-seen = []
-with Client(url, token=token, timeout=60) as sdk:
-    study = sdk.study(study_id)
+def until_busy(study, timeout):
+    end = time.monotonic() + timeout
+    seen = []
     while True:
         state = str(study.status().state)
         trials = [str(t.state) for t in study.trials()]
@@ -607,8 +599,33 @@ with Client(url, token=token, timeout=60) as sdk:
         if time.monotonic() >= end:
             break
         time.sleep(1)
-print(json.dumps(seen))
+    return seen
 """
+
+#: ``url token spec code then wait_s``: submit ``spec`` (with the code at ``code``; ``-``: none),
+#: then in the same interpreter (one import of the SDK per study, not one per call) its
+#: ``report`` (``then``: ``wait``) or ``until_busy`` (``busy``) snapshots, with the study's id
+_SUBMIT = (
+    _CLIENT
+    + """
+url, token, spec, code, then, wait_s = sys.argv[1:7]
+with Client(url, token=token, timeout=60) as sdk:
+    study = sdk.submit(yaml.safe_load(spec), code=None if code == "-" else code)
+    wait_s = float(wait_s)
+    print(json.dumps(report(study, wait_s) if then == "wait" else
+                     {"id": study.id, "seen": until_busy(study, wait_s)}))
+"""
+)
+
+#: ``url token study_id wait_s``: the ``report`` of a submitted study
+_WAIT = (
+    _CLIENT
+    + """
+url, token, study_id, wait_s = sys.argv[1:5]
+with Client(url, token=token, timeout=60) as sdk:
+    print(json.dumps(report(sdk.study(study_id), float(wait_s))))
+"""
+)
 
 API_URL = f"http://{FULLNAME}.ml.svc.cluster.local:8000"
 
@@ -623,10 +640,15 @@ def _small(name: str, trials: int = 2, rounds: int = 4) -> str:
     return yaml.safe_dump(spec)
 
 
-def _submit(box: Box, spec: str, timeout: float = 600) -> dict[str, Any]:
-    """Submit ``spec`` with ``examples/byo`` from the laptop and wait for the end."""
-    study_id = box.python("laptop", _SUBMIT, API_URL, TOKEN, spec, str(EXAMPLE))
-    return _status(box, study_id, timeout)
+def _submit(
+    box: Box, spec: str, timeout: float = 600, code: str = str(EXAMPLE), then: str = "wait"
+) -> dict[str, Any]:
+    """Submit ``spec`` from the laptop (with ``code``, ``examples/byo`` unless ``-``), then
+    wait up to ``timeout`` s for the end (``then``: ``wait``; the study's ``report``) or for two
+    trials running (``busy``; its id and ``until_busy`` snapshots): 60 s for the submission
+    (the API checks the uploaded code), and ``timeout`` + 60 s for what follows."""
+    argv = [API_URL, TOKEN, spec, code, then, str(timeout)]
+    return box.python("laptop", _SUBMIT, *argv, timeout=timeout + 120)
 
 
 def _status(box: Box, study_id: str, wait_s: float = 0) -> dict[str, Any]:
@@ -720,8 +742,7 @@ def test_a_packed_study_runs_two_configurations_per_worker_and_lists_each(box: B
         "budget": {"trials": 4, "max_concurrent": 4},
         "resources": {"cpu": 1, "pack": 2},  # 4 configurations at once in the 2 workers' CPUs
     }
-    study_id = box.python("laptop", _SUBMIT, API_URL, TOKEN, yaml.safe_dump(spec), "-")
-    done = _status(box, study_id, 600)
+    done = _submit(box, yaml.safe_dump(spec), 600, code="-")
     assert done["state"] == "succeeded", (done, box.log("api"), box.log("ray-head"))
     # the laptop's SDK lists configurations, never packs
     assert sorted(t["number"] for t in done["trials"]) == [0, 1, 2, 3], done["trials"]
@@ -729,16 +750,11 @@ def test_a_packed_study_runs_two_configurations_per_worker_and_lists_each(box: B
 
 
 def test_a_worker_node_lost_mid_study_leaves_no_trial_running(box: Box) -> None:
-    study_id = box.python(
-        "laptop",
-        _SUBMIT,
-        API_URL,
-        TOKEN,
-        _small("box-node-lost", trials=3, rounds=150),
-        str(EXAMPLE),
-    )
-    # both workers busy: two trials running, none finished yet (one laptop process polls)
-    *before, now = box.python("laptop", _UNTIL_BUSY, API_URL, TOKEN, study_id, "300", timeout=400)
+    # both workers busy: two trials running, none finished yet (the laptop process that
+    # submitted polls)
+    busy = _submit(box, _small("box-node-lost", trials=3, rounds=150), 300, then="busy")
+    study_id = busy["id"]
+    *before, now = busy["seen"]
     for then in before:
         assert then["state"] in ("queued", "running") and "completed" not in then["trials"], then
     assert now["trials"].count("running") == 2, (now, before[-5:])
