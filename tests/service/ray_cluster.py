@@ -31,7 +31,9 @@ any node, no autoscaler monitor on the head, and dashboard agents that sample th
 processes every :data:`~tests.ray_start.LEAN_REPORT_MS` ms instead of every 5 s.
 ``LocalRayCluster(..., dashboard_modules=("JobHead", ...))`` gives the head a dashboard of those
 modules only (the APIs its tests call; each other module is a process of its own) and no Ray Client
-server, which nothing of the tests' uses (``_HEAD_CLI``: ``ray start`` has no flag for either).
+server, which nothing of the tests' uses (``ray start`` has no flag for either). Every node starts
+with a ``ray`` CLI (:func:`ray_cli`) that imports none of its command groups ``ray start`` never
+uses (:data:`CLI_GROUPS_UNUSED`).
 """
 
 from __future__ import annotations
@@ -148,12 +150,27 @@ def _head_ports(dashboard: int, gcs: int, client: bool = True) -> list[str]:
 #: found by it); none of the web UI's other modules
 BACKEND_MODULES = ("JobHead", "StateHead", "NodeHead")
 
-#: ``ray`` (its CLI, as ``bin/ray`` runs it) for a head that serves only some APIs: its first
-#: argument, the dashboard modules to load (``JobHead,StateHead``: ``--modules-to-load`` of the
-#: dashboard process, which ``ray start`` has no flag for), is taken off; and no Ray Client
-#: server is started (``ray start --head`` starts one whenever its dependencies are installed)
-_HEAD_CLI = """
+#: the ``ray`` CLI's command groups that ``ray start`` never uses (Serve's, the Jobs', the state
+#: API's), each imported by ``ray.scripts.scripts`` inside a ``try`` that leaves it out when it
+#: fails to import: blocked in :data:`_RAY_CLI` (Serve's alone imports FastAPI and pandas: a
+#: ``ray start`` costs 0.7 CPU-s instead of 2)
+CLI_GROUPS_UNUSED = (
+    "ray.serve.scripts",
+    "ray.dashboard.modules.job.cli",
+    "ray.util.state.state_cli",
+)
+
+#: ``ray`` (its CLI, as ``bin/ray`` runs it) without :data:`CLI_GROUPS_UNUSED`, for every node's
+#: ``ray start``. Its first argument, the dashboard modules to load (``JobHead,StateHead``:
+#: ``--modules-to-load`` of the dashboard process, which ``ray start`` has no flag for), is taken
+#: off; when it is not empty (a head that serves only some APIs) no Ray Client server is started
+#: either (``ray start --head`` starts one whenever its dependencies are installed)
+_RAY_CLI = """
 import sys
+
+for name in sys.argv.pop(1).split(","):
+    sys.modules[name] = None  # ``from`` it raises ImportError: ``ray`` leaves its group out
+
 from ray._private import services
 from ray.scripts import scripts
 
@@ -167,11 +184,25 @@ def start_ray_process(command, process_type, *args, **kwargs):
     return start(command, process_type, *args, **kwargs)
 
 
-services.start_ray_process = start_ray_process
-scripts.get_ray_client_dependency_error = lambda: "not for this head"
+if modules:
+    services.start_ray_process = start_ray_process
+    scripts.get_ray_client_dependency_error = lambda: "not for this head"
 sys.argv[0] = "ray"
 sys.exit(scripts.main())
 """
+
+
+def ray_cli(modules: Sequence[str] | None = None) -> list[str]:
+    """The command of the ``ray`` CLI that starts this cluster's nodes (:data:`_RAY_CLI`).
+
+    Args:
+        modules: A head's dashboard modules, when not all (then no Ray Client server either).
+
+    Returns:
+        ``python -c _RAY_CLI <blocked groups> <modules>``, to which ``ray``'s arguments are added.
+    """
+    return [sys.executable, "-c", _RAY_CLI, ",".join(CLI_GROUPS_UNUSED), ",".join(modules or ())]
+
 
 #: the first process of a :class:`PidNamespace`: reaps what is reparented to it, for ever
 _REAPER = """
@@ -324,7 +355,7 @@ class LocalRayCluster(_Started):
         self.node_flags = lean_flags(head=False) if lean else []
         self.lean = lean
         #: the head's dashboard modules (``JobHead``, ``StateHead``, ...: the APIs a test calls)
-        #: when not all, and then no Ray Client server (``_HEAD_CLI``)
+        #: when not all, and then no Ray Client server (:func:`ray_cli`)
         self.dashboard_modules = dashboard_modules
         full.pop("RAY_ADDRESS", None)
         super().__init__(full, "ftray-", enter)
@@ -346,10 +377,8 @@ class LocalRayCluster(_Started):
     def _head_argv(self) -> list[str]:
         self._choose_ports()
         modules = self.dashboard_modules
-        cli = [str(BIN / "ray")] if modules is None else [sys.executable, "-c", _HEAD_CLI]
         return [
-            *cli,
-            *([] if modules is None else [",".join(modules)]),
+            *ray_cli(modules),
             "start",
             "--head",
             f"--num-cpus={self.head_cpus}",
@@ -376,7 +405,7 @@ class LocalRayCluster(_Started):
 
         def argv() -> list[str]:  # each try its own ports
             return [
-                str(BIN / "ray"),
+                *ray_cli(),
                 "start",
                 f"--address={self.gcs_address}",
                 f"--num-cpus={num_cpus}",
