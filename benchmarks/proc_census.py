@@ -211,7 +211,9 @@ def _charged(processes: list[dict], tests: list[dict] | None = None) -> dict[tup
     A process that descends from a pytest worker is charged to the test that worker ran when
     the process started (the timeline's ``tests``): a session's Ray or MLflow server carries in
     its environment the test that started it, and so does every child it starts later, for
-    whichever test. Other processes: their own ``PYTEST_CURRENT_TEST``, else their nearest
+    whichever test. A pytest worker's own child is charged to the test in its environment, when
+    it has one: exact, where its start (``btime`` counts whole seconds) may also match the end of
+    the test before. Other processes: their own ``PYTEST_CURRENT_TEST``, else their nearest
     ancestor's.
 
     Args:
@@ -239,6 +241,10 @@ def _charged(processes: list[dict], tests: list[dict] | None = None) -> dict[tup
             return None
         for q in ancestors(p):
             if q["pid"] in runs:  # a pytest worker: the test it ran then
+                if q["pid"] == p["ppid"] and p["test"]:
+                    # its own child: the test in its environment is the one that started it,
+                    # where its start (whole seconds of btime) may match the test before too
+                    return p["test"].split("::", 1)[0]
                 return proc_acct.file_at(runs, q["pid"], when)
         return None
 

@@ -225,3 +225,27 @@ def test_a_daemons_later_child_is_charged_to_the_test_running_when_it_started() 
     }
     files = bench.report(raw, top=5)["test_files"]  # no timeline: the environment's test
     assert files["tests/unit/test_a.py"] == {"processes": 2, "cpu_s": 4.0}
+
+
+def test_a_workers_own_child_is_charged_to_the_test_in_its_environment() -> None:
+    """A pytest worker's child that starts within the second after a test's end (its start comes
+    from ``btime``, whole seconds) is charged to the test its environment names, not the one
+    before that the timeline also matches."""
+    bench = load_benchmark("proc_census.py")
+    worker = ["python", "-c", "import sys;exec(eval(sys.stdin.readline()))"]
+    later = "tests/unit/test_b.py::t (setup)"
+    raw = {
+        "wall_s": 10.0,
+        "processes": [
+            {"pid": 100, "ppid": 1, "start": 1, "start_at": 900.0, "test": "", "cpu_s": 1.0,
+             "argv": worker, "comm": "python"},
+            {"pid": 200, "ppid": 100, "start": 2, "start_at": 1009.5, "test": later,
+             "cpu_s": 2.0, "argv": ["fedtune", "serve"], "comm": "fedtune"},
+        ],
+    }  # fmt: skip
+    tests = [
+        {"test": "tests/unit/test_a.py::t", "pid": 100, "start": 995.0, "end": 1010.0},
+        {"test": "tests/unit/test_b.py::t", "pid": 100, "start": 1010.0, "end": 1020.0},
+    ]
+    files = bench.report(raw, top=5, tests=tests)["test_files"]
+    assert files == {"tests/unit/test_b.py": {"processes": 1, "cpu_s": 2.0}}
