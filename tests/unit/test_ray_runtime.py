@@ -454,3 +454,30 @@ def test_a_lean_head_entered_in_another_thread_does_not_wait_for_the_first(monke
         assert seen == [(False, True)]  # lean, and without the outer's dashboard
         assert Node.__init__ is not node  # still the outer's
     assert Node.__init__ is node  # put back
+
+
+def test_a_lean_head_without_dashboard_starts_no_dashboard_process(monkeypatch) -> None:
+    """A lean head started with ``include_dashboard=False`` (a study's driver's) skips Ray's API
+    server (the dashboard process, which would still serve the Jobs and state APIs); a lean head
+    with a dashboard and any head outside ``lean_head`` start theirs; both patches go after."""
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    from fedtune.tuning.driver.ray_lean import lean_head
+
+    served: list[object] = []
+
+    def node(self, ray_params, head=False, **kwargs) -> None:  # as Node's: asks for the server
+        self.start_api_server(include_dashboard=ray_params.include_dashboard, raise_on_failure=0)
+
+    def api_server(self, *, include_dashboard, raise_on_failure) -> None:  # starts nothing
+        served.append(include_dashboard)
+
+    monkeypatch.setattr(Node, "__init__", node)
+    monkeypatch.setattr(Node, "start_api_server", api_server)
+    with lean_head():
+        Node(RayParams(include_dashboard=False), head=True)
+        Node(RayParams(include_dashboard=None), head=True)
+    Node(RayParams(include_dashboard=False), head=True)
+    assert served == [None, False]
+    assert Node.__init__ is node and Node.start_api_server is api_server  # put back

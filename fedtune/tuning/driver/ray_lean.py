@@ -10,7 +10,9 @@ monitors out with ``--include-log-monitor=false --no-monitor``; ``ray.init`` has
 for either, so :func:`lean_head` sets the same fields (:data:`LEAN_FIELDS`) of the
 ``RayParams`` that the head node starts from, on the way into ``ray._private.node.Node``, and
 has the agent sample every :data:`LEAN_REPORT_MS` ms (:data:`LEAN_ENV`, in the raylet's
-environment, which the agent inherits).
+environment, which the agent inherits). A lean head started with ``include_dashboard=False``
+(a study's driver's) starts no dashboard process at all: Ray's would still start one that serves
+the APIs which are not the web UI's (Jobs, state, metrics), which no driver calls (~1 CPU-s).
 
 Light on purpose: Ray is imported only when :func:`lean_head` is entered.
 """
@@ -37,14 +39,23 @@ LEAN_ENV = {"REPORTER_UPDATE_INTERVAL_MS": str(LEAN_REPORT_MS)}
 _lock = threading.Lock()
 #: the fields of each :func:`lean_head` now entered, in any thread of the process
 _entered: list[dict[str, Any]] = []
-#: ``Node.__init__`` as it was before the first :func:`lean_head` entered patched it
-_original: Any = None
+#: ``Node.__init__`` and ``Node.start_api_server`` as they were before the first
+#: :func:`lean_head` entered patched them
+_original: tuple[Any, Any] | None = None
 
 
-def _patch(node: type) -> Any:
-    """Patch ``node.__init__`` so that a head node starts lean, with the fields of every
-    :func:`lean_head` entered when it starts; the ``__init__`` it replaced."""
-    start = node.__init__
+def _patch(node: type) -> tuple[Any, Any]:
+    """Patch ``node`` so that a head node starts lean, with the fields of every
+    :func:`lean_head` entered when it starts, and without a dashboard process when it starts
+    with ``include_dashboard=False``.
+
+    Args:
+        node: Ray's ``Node`` class.
+
+    Returns:
+        The ``__init__`` and ``start_api_server`` it replaced.
+    """
+    start, api_server = node.__init__, node.start_api_server
 
     def lean_start(self: Any, ray_params: Any, *args: Any, head: bool = False, **kw: Any):
         if head:
@@ -53,10 +64,17 @@ def _patch(node: type) -> Any:
             ray_params.update(
                 **LEAN_FIELDS, **fields, env_vars={**(ray_params.env_vars or {}), **LEAN_ENV}
             )
+            self._fedtune_lean = True
         start(self, ray_params, *args, head=head, **kw)
 
+    def lean_api_server(self: Any, *, include_dashboard: bool | None, **kw: Any) -> None:
+        if include_dashboard is False and getattr(self, "_fedtune_lean", False):
+            return  # a lean head without dashboard: none of its APIs either
+        api_server(self, include_dashboard=include_dashboard, **kw)
+
     node.__init__ = lean_start  # type: ignore[method-assign]
-    return start
+    node.start_api_server = lean_api_server  # type: ignore[attr-defined]
+    return start, api_server
 
 
 @contextlib.contextmanager
@@ -84,6 +102,6 @@ def lean_head(**fields: Any) -> Iterator[None]:
     finally:
         with _lock:
             _entered[:] = [entered for entered in _entered if entered is not fields]
-            if not _entered:
-                Node.__init__ = _original  # type: ignore[method-assign]
+            if not _entered and _original is not None:
+                Node.__init__, Node.start_api_server = _original  # type: ignore[method-assign]
                 _original = None
