@@ -229,13 +229,14 @@ def test_resume_after_kill_9(killed_and_resumed, mlflow_server):
 def test_trials_option_extends_a_finished_study(killed_and_resumed, mlflow_server):
     ctx = killed_and_resumed
     before = _snapshot(optuna.load_study(study_name=_STUDY["name"], storage=ctx["storage"]))
-    cmd = _tune(ctx["spec"], ctx["workdir"], mlflow_server, "--trials", str(N + 2), "--json")
+    # one more trial: one trial process is all an extension needs (each costs ~3 CPU-s)
+    cmd = _tune(ctx["spec"], ctx["workdir"], mlflow_server, "--trials", str(N + 1), "--json")
     run = subprocess.run(cmd, capture_output=True, text=True, env=ctx["env"], timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout)
-    assert (result["finished"], result["ran"], result["target_trials"]) == (N + 2, 2, N + 2)
+    assert (result["finished"], result["ran"], result["target_trials"]) == (N + 1, 1, N + 1)
     after = _snapshot(optuna.load_study(study_name=_STUDY["name"], storage=ctx["storage"]))
-    assert len(after) == N + 2
+    assert len(after) == N + 1
     assert {n: after[n] for n in before} == before
     parent, runs = _children(mlflow_server, _STUDY["name"])
     assert parent.info.run_id == result["parent_run_id"]
