@@ -23,12 +23,12 @@ import logging
 import os
 import secrets
 from pathlib import Path
-
-from pydantic import SecretStr
+from typing import TYPE_CHECKING
 
 from fedtune.errors import ConfigError
 
-from .settings import Settings
+if TYPE_CHECKING:  # annotations only: ``fedtune mlflow-server``'s secret file needs no pydantic
+    from .settings import Settings
 
 __all__ = ["OPEN", "admin_token_path", "auth_mode", "closed_by_default", "read_or_make_secret"]
 
@@ -89,6 +89,8 @@ def closed_by_default(settings: Settings, host: str) -> Settings:
         path,
         path,
     )
+    from pydantic import SecretStr
+
     return settings.model_copy(update={"api_token": SecretStr(token)})
 
 

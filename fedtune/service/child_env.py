@@ -30,11 +30,14 @@ import enum
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fedtune.tuning.env import VARIABLES as TUNING_VARIABLES
 
 from .mlflow_workspaces import driver_env_for
-from .settings import Settings
+
+if TYPE_CHECKING:  # only annotations: ``fedtune mlflow-server`` imports no settings model
+    from .settings import Settings
 
 __all__ = [
     "DRIVER_SANDBOX",
