@@ -1,7 +1,8 @@
 """Fixtures of the tuning integration tests: a real ``mlflow server``, one local Ray, small specs.
 
 * ``mlflow_server`` — ``mlflow server`` on a free port with a SQLite backend and an artifact
-  folder in tmp, started in its own process group and stopped by that group's id at teardown;
+  folder in tmp (in one process: ``tests/mlflow_plain.py``), started in its own process group
+  and stopped by that group's id at teardown;
 * ``ray_local`` — one in-process Ray for the whole session (run_study uses a Ray that is already
   running and leaves it up, so the in-process studies share one start-up), started with one
   retry and lean (``tests/ray_start.py``: no log or autoscaler monitor, dashboard agents
@@ -97,11 +98,16 @@ def mlflow_server_process(
     """A real ``mlflow server`` on ``backend_uri`` at a free port of 127.0.0.1, in a session of
     its own, without GenAI job workers (``artifacts``: where it stores the artifacts it
     serves): the process and its base URL once ``/health`` answers; its group is stopped on
-    exit. The tests' session server, the load and MLflow-UI benchmarks all start it so."""
+    exit. The tests' session server, the load and MLflow-UI benchmarks all start it so, as
+    one process that does what MLflow's command and its uvicorn worker do
+    (:mod:`tests.mlflow_plain`: one import of MLflow's server instead of two)."""
     port = free_port()
+    # MLflow's command and the uvicorn worker it starts, in one process (tests/mlflow_plain.py)
     cmd = [
-        str(BIN / "mlflow"),
-        "server",
+        sys.executable,
+        "-P",  # the working directory is not put on sys.path: the repository's is, below
+        "-m",
+        "tests.mlflow_plain",
         "--backend-store-uri",
         backend_uri,
         "--host",
@@ -113,7 +119,11 @@ def mlflow_server_process(
     ]
     if artifacts is not None:
         cmd += ["--serve-artifacts", "--artifacts-destination", artifacts]
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no GenAI job workers
+    env = {
+        **os.environ,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",  # no GenAI job workers
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
+    }
     with log.open("w") as fh:
         proc = subprocess.Popen(
             cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
