@@ -500,18 +500,29 @@ class Step:
         Compared per trial, round by round: ``lost`` (received, not stored: must be 0),
         ``duplicated`` (a round stored twice: must be 0) and ``stored_not_counted`` (stored
         by the tracking callback, which Tune runs before the benchmark's counter, when the
-        interrupt fell between the two: not a loss). Also how far Optuna's last intermediate
-        values (a sample, at most one per trial per ``FedtuneSearch.REPORT_INTERVAL_S``)
-        trail the rounds received.
+        interrupt fell between the two: not a loss). Also, trial by trial, how far Optuna's last
+        intermediate values (a sample, at most one per trial per
+        ``FedtuneSearch.REPORT_INTERVAL_S``) trail the rounds received
+        (``optuna_last_steps_behind``), and how far they lead them
+        (``optuna_ahead_not_counted``: Tune gives a result to the searcher before its callbacks,
+        so an interrupt between the two leaves one round in Optuna and not counted, as
+        ``stored_not_counted`` is for MLflow).
         """
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
         counts = self.counts()
         received = sum(c["received"] for c in counts)
+        lasts = [{int(k): v for k, v in c.get("last_round", {}).items()} for c in counts]
+        optuna = recorder.optuna_steps()
+        behind = ahead = 0
+        for name, last in zip(self.names, lasts, strict=True):
+            numbers = set(last) | {n for s, n in optuna if s == name}
+            for number in numbers:
+                gap = last.get(number, 0) - optuna.get((name, number), 0)
+                behind, ahead = behind + max(gap, 0), ahead + max(-gap, 0)
         stored = lost = duplicated = extra = 0
-        for name, count in zip(self.names, counts, strict=True):
-            last = {int(k): v for k, v in count.get("last_round", {}).items()}
+        for name, last in zip(self.names, [dict(last) for last in lasts], strict=True):
             exp = client.get_experiment_by_name(name)
             for run in client.search_runs([exp.experiment_id], f"tags.study = '{name}'"):
                 number = run.data.tags.get("optuna_trial_number")
@@ -524,14 +535,14 @@ class Step:
                 lost += len(want - have)
                 extra += len(have - want)
             lost += sum(last.values())  # a trial with rounds received and no run
-        optuna_last = sum(v for k, v in recorder.optuna_steps().items() if k[0] in self.names)
         return {
             "received": received,
             "in_mlflow": stored,
             "lost": lost,
             "duplicated": duplicated,
             "stored_not_counted": extra,
-            "optuna_last_steps_behind": received - optuna_last,
+            "optuna_last_steps_behind": behind,
+            "optuna_ahead_not_counted": ahead,
         }
 
 

@@ -57,6 +57,9 @@ def test_a_tiny_run_records_every_round_it_received_packed_or_not(bench, tmp_pat
         # not counted
         assert after["received"] > 0 and after["lost"] == 0 and after["duplicated"] == 0
         assert 0 <= after["stored_not_counted"] <= step["concurrent"]
+        # Optuna, which Tune gives a result before its callbacks, may hold one round more than
+        # was counted per configuration, for the same reason; otherwise it trails
+        assert 0 <= after["optuna_ahead_not_counted"] <= step["concurrent"]
         assert 0 <= after["optuna_last_steps_behind"] < after["received"]
         assert step["trial_processes"]["count"] >= 1 and step["driver_rss_mb"]["max"] > 0
     assert set(report["projection"]) == {"pack1", "pack2"}
