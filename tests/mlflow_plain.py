@@ -28,8 +28,9 @@ import gc
 import importlib
 import os
 import sys
-import uuid
 from collections.abc import Sequence
+
+from fedtune.service import mlflow_run
 
 #: the app ``mlflow server`` serves with uvicorn (no ``--app-name``)
 APP = "mlflow.server.fastapi_app:app"
@@ -44,15 +45,13 @@ SERVER_MODULES = (
     "mlflow.server.fastapi_app",
 )
 #: ``--serve-artifacts`` (on by default) without ``--default-artifact-root``
-DEFAULT_ARTIFACT_ROOT = "mlflow-artifacts:/"
+DEFAULT_ARTIFACT_ROOT = mlflow_run.DEFAULT_ARTIFACT_ROOT
 #: ``--artifacts-destination``'s default
 DEFAULT_ARTIFACTS_DESTINATION = "./mlartifacts"
 #: what ``mlflow server`` prints about its Host and origin checks (no --allowed-hosts, no
 #: --cors-allowed-origins)
-SECURITY_NOTICE = (
-    "[MLflow] Security middleware enabled with default settings (localhost-only). "
-    "To allow connections from other hosts, use --host 0.0.0.0 and configure "
-    "--allowed-hosts and --cors-allowed-origins."
+SECURITY_NOTICE = mlflow_run.security_notice(
+    argparse.Namespace(allowed_hosts=None, cors_allowed_origins=None)
 )
 
 
@@ -72,6 +71,8 @@ def parse_options(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--workers", type=int, required=True)
     p.add_argument("--serve-artifacts", action="store_true")
     p.add_argument("--artifacts-destination", default=DEFAULT_ARTIFACTS_DESTINATION)
+    # neither Host nor origin list: what ``mlflow_run.worker_env`` reads of them
+    p.set_defaults(allowed_hosts=None, cors_allowed_origins=None)
     return p.parse_args(argv)
 
 
@@ -85,23 +86,12 @@ def worker_env(options: argparse.Namespace) -> dict[str, str]:
     Returns:
         Variable -> value.
     """
-    store = options.backend_store_uri
-    return {
-        "MLFLOW_SERVER_X_FRAME_OPTIONS": "SAMEORIGIN",
-        "MLFLOW_ENABLE_WORKSPACES": "false",
-        "MLFLOW_TRACKING_URI": store,
-        "MLFLOW_REGISTRY_URI": store,
-        "_MLFLOW_SERVER_FILE_STORE": store,
-        "_MLFLOW_SERVER_REGISTRY_STORE": store,
-        "_MLFLOW_SERVER_ARTIFACT_ROOT": DEFAULT_ARTIFACT_ROOT,
-        "_MLFLOW_SERVER_SERVE_ARTIFACTS": "true",
-        "_MLFLOW_SERVER_ARTIFACT_DESTINATION": options.artifacts_destination,
-        "MLFLOW_SERVER_SECRETS_CACHE_TTL": "60",
-        "MLFLOW_SERVER_SECRETS_CACHE_MAX_SIZE": "1000",
-        "_MLFLOW_SERVER_BOOT_ID": uuid.uuid4().hex,
-        "_MLFLOW_IN_JOB_EXECUTOR": "false",
-        "_MLFLOW_SGI_NAME": "uvicorn",
-    }
+    # fedtune's server's worker (``mlflow_run.worker_env``) without its workspaces and
+    # login store: ``mlflow server`` with neither ``--enable-workspaces`` nor an auth app
+    env = mlflow_run.worker_env(options, options.backend_store_uri)
+    env["MLFLOW_ENABLE_WORKSPACES"] = "false"
+    del env["_MLFLOW_AUTH_ADMIN_BOOTSTRAPPED"]
+    return env
 
 
 def open_stores(store: str) -> None:
