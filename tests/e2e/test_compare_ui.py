@@ -83,8 +83,9 @@ def test_chromium_shows_the_page_and_the_mlflow_run(tmp_path):
 
 
 #: per panel of the page: each axis's scale, its tick labels with their boxes and its label's
-#: box, the plot frame, and every point's centre
-AXES = """JSON.stringify(Array.from(document.querySelectorAll('figure.panel svg'), (svg) => {
+#: box, the plot frame, and every point's centre; null until the page's script has run (its
+#: last line marks the body ready), so a page still being parsed is never measured
+AXES = """(document.body && document.body.dataset.ready === 'true') ? JSON.stringify(Array.from(document.querySelectorAll('figure.panel svg'), (svg) => {
     const box = (e) => { const r = e.getBoundingClientRect();
         return [r.left, r.top, r.right, r.bottom]; };
     const axes = {};
@@ -98,7 +99,7 @@ AXES = """JSON.stringify(Array.from(document.querySelectorAll('figure.panel svg'
     return {axes: axes, frame: box(svg.querySelector('rect.frame')),
             points: Array.from(svg.querySelectorAll('circle'), (c) => {
                 const b = box(c); return [(b[0] + b[2]) / 2, (b[1] + b[3]) / 2]; })};
-}))"""
+})) : null"""
 
 
 def _overlap(a: list[float], b: list[float]) -> bool:
