@@ -9,6 +9,8 @@ ConfigMap at ``/profile`` and a directory standing for the node's seccomp root a
 
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import subprocess
 import time
@@ -86,17 +88,43 @@ def install_profile(daemonset: dict, configmap: dict, node_root: Path) -> Path:
         *container["args"],
     ]
     target = node_root / env["PROFILE"]
-    proc = subprocess.Popen(
-        argv, env={"PATH": "/usr/bin:/bin", **env}, stdout=subprocess.PIPE, text=True
+    # the installer's own word that it is done: the file is renamed into place before the line
+    # is printed, so the file's existence alone comes before the line (a test that stopped the
+    # installer when the file appeared could find nothing printed yet)
+    said = (
+        f"installed the code sandbox's seccomp profile at {env['SECCOMP_ROOT']}/{env['PROFILE']}\n"
     )
+    proc = subprocess.Popen(argv, env={"PATH": "/usr/bin:/bin", **env}, stdout=subprocess.PIPE)
+    out = b""
     try:
-        deadline = time.monotonic() + 60
-        while not target.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        out = _until_printed(proc, said.encode(), 60)
         assert proc.poll() is None, f"the installer exited {proc.returncode}"  # it stays up
     finally:
         proc.kill()
-        out = proc.communicate(timeout=30)[0]
-    assert target.exists(), out
-    assert f"installed the code sandbox's seccomp profile at {env['SECCOMP_ROOT']}" in out, out
+        out += proc.communicate(timeout=30)[0]
+    text = out.decode(errors="replace")
+    assert said in text, text
+    assert target.exists(), text
     return target
+
+
+def _until_printed(proc: subprocess.Popen, line: bytes, timeout: float) -> bytes:
+    """What ``proc`` printed until it printed ``line``, ended its output, or ``timeout`` passed.
+
+    Args:
+        proc: a process whose standard output is a pipe (bytes).
+        line: the whole line to wait for (its newline included).
+        timeout: seconds to wait.
+
+    Returns:
+        Its output so far.
+    """
+    assert proc.stdout is not None
+    out, deadline = b"", time.monotonic() + timeout
+    while line not in out and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([proc.stdout], [], [], left)
+        chunk = os.read(proc.stdout.fileno(), 4096) if ready else b""
+        if not chunk:  # the end of its output, or the timeout
+            break
+        out += chunk
+    return out
