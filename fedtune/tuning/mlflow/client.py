@@ -169,6 +169,7 @@ def kill_study_runs(
     trial runs the driver recorded. A trial run changes only while ``RUNNING``/``SCHEDULED`` (a
     trial that failed before the cancel stays FAILED); the parent run ends ``KILLED`` unless it
     had ``FINISHED`` (a driver stopped by SIGTERM under Ray ends it as FAILED on its way out).
+    The parent is ended last, so once it reads ``KILLED`` every other run of the study is ended.
 
     Args:
         tracking_uri: The study's MLflow store (None: MLflow's default).
@@ -189,7 +190,9 @@ def kill_study_runs(
         )
         ids.update(run.info.run_id for run in children)
     killed = []
-    for run_id in sorted(ids):
+    # the parent last, as the driver ends them: a parent seen KILLED has no run left running
+    # (a reader that waits for the parent, as the service's clients and tests do, sees all)
+    for run_id in sorted(ids, key=lambda r: (r == parent_run_id, r)):
         live = (*_LIVE, "FAILED") if run_id == parent_run_id else _LIVE
         try:
             if client.get_run(run_id).info.status in live:
