@@ -17,15 +17,21 @@ test certificate's SPKI pin). Each line of standard input is a JSON object: ``{"
 password]}`` opens a new browser context with a blank page logged in as ``user`` (the last one
 is closed first) and prints ``{"context": id}``; ``{"end": true}`` closes the context and prints
 ``{"ended": id}``; any other line is a page to open in the context, a JSON object: ``url``,
-``screenshot`` (a PNG path or empty), ``until`` (texts that must all be shown), ``timeout``
-(seconds). Each page is a whole new document (the browser leaves the last one for
-``about:blank`` first), reported on its own. A page is settled when every ``until`` text
-is shown, nothing is drawn as loading (``aria-busy``), MLflow answered at least one of the UI's
-API requests, and none has been pending for :data:`QUIET_S`. For each page it prints one JSON
-line: ``text`` (``document.body.innerText`` then, or at the timeout), ``title``, ``href``,
-``settled``, ``errors`` (MLflow's error notices in the text) and ``api`` (``[method, path and
-query, status, the answer's first :data:`BODY_CHARS`]`` of each of the UI's API requests,
-status 0 for one that got no answer). End of input ends the browser.
+``screenshot`` (a PNG path or empty), ``until`` (texts that must all be shown), ``answered``
+(the API requests the test asks about: each a path fragment or a GraphQL operation name, e.g.
+``/runs/search`` or ``GetRun``, that an answered request must have), ``timeout`` (seconds). Each
+page is a whole new document (the browser leaves the last one for ``about:blank`` first),
+reported on its own. A page is settled when every ``until`` text is shown, nothing is drawn as
+loading (``aria-busy``), MLflow answered every ``answered`` request (and at least one of the UI's
+API requests), and none has been pending for :data:`QUIET_S`. The quiet time alone is no sign
+that the page asked all it will ask: the UI asks for the run, or the runs list, only once it has
+drawn what the first answers (server info, workspaces, the user) tell it, seconds later on a
+loaded machine (2.1–2.3 s of nothing pending measured here), so a test that reads an answer
+names it in ``answered``. For each page it prints one JSON line: ``text``
+(``document.body.innerText`` then, or at the timeout), ``title``, ``href``, ``settled``,
+``errors`` (MLflow's error notices in the text) and ``api`` (``[method, path and query, status,
+the answer's first :data:`BODY_CHARS`]`` of each of the UI's API requests, status 0 for one that
+got no answer). End of input ends the browser.
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ class Requests:
     def __init__(self) -> None:
         self.sent: dict[str, tuple[str, str]] = {}
         self.status: dict[str, int] = {}
+        self.operation: dict[str, str] = {}
         self.open: set[str] = set()
         self.last_change = time.monotonic()
 
@@ -75,6 +82,7 @@ class Requests:
                 url = urllib.parse.urlsplit(params["request"]["url"])
                 if url.path.startswith(API_PREFIXES) and rid not in self.sent:
                     self.sent[rid] = (params["request"]["method"], url.path + "?" + url.query)
+                    self.operation[rid] = _operation(params["request"].get("postData"))
                     self.open.add(rid)
                     self.last_change = time.monotonic()
             elif rid in self.sent and method == "Network.responseReceived":
@@ -93,6 +101,14 @@ class Requests:
             bool(self.status) and not self.open and time.monotonic() - self.last_change >= QUIET_S
         )
 
+    def answered(self, wanted: list[str]) -> bool:
+        """Whether each of ``wanted`` (a path fragment or a GraphQL operation name) is in the
+        path or the operation of a request whose answer is all in."""
+        done = [
+            (self.sent[rid][1], self.operation[rid]) for rid in self.status if rid not in self.open
+        ]
+        return all(any(w in path or w == op for path, op in done) for w in wanted)
+
     def answers(self, call) -> list[list]:
         """``[method, path?query, status, the answer (its first :data:`BODY_CHARS`)]`` of each."""
         out = []
@@ -103,6 +119,15 @@ class Requests:
                 text = base64.b64decode(text).decode(errors="replace")
             out.append([*sent, self.status.get(rid, 0), text[:BODY_CHARS]])
         return out
+
+
+def _operation(posted: str | None) -> str:
+    """The GraphQL ``operationName`` of a request's body, or ``""``."""
+    try:
+        found = json.loads(posted or "")
+    except ValueError:
+        return ""
+    return str(found.get("operationName") or "") if isinstance(found, dict) else ""
 
 
 def look(call, events: list[dict], page: dict) -> dict:
@@ -117,6 +142,7 @@ def look(call, events: list[dict], page: dict) -> dict:
         What the page showed and how its API requests were answered.
     """
     until = list(page.get("until", ()))
+    wanted = list(page.get("answered", ()))
     events.clear()
     requests = Requests()
     call("Page.navigate", url=page["url"])
@@ -129,7 +155,7 @@ def look(call, events: list[dict], page: dict) -> dict:
         requests.take(events)
         text = state.get("text", "")
         shown = text and not state.get("busy") and all(t in text for t in until)
-        if shown and requests.quiet():
+        if shown and requests.answered(wanted) and requests.quiet():
             settled = True
             break
         time.sleep(0.5)

@@ -227,13 +227,22 @@ class Browser:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def look(self, name: str, url: str, until: list[str], timeout: float = 90) -> dict:
-        """Open ``url``; what it showed, kept in ``<root>/<name>.json`` beside its screenshot
-        ``<root>/<name>.png``."""
+    def look(
+        self,
+        name: str,
+        url: str,
+        until: list[str],
+        timeout: float = 90,
+        answered: tuple[str, ...] = (),
+    ) -> dict:
+        """Open ``url`` and wait until it shows ``until`` and MLflow answered the page's
+        ``answered`` requests (tests/team_browser.py); what it showed, kept in
+        ``<root>/<name>.json`` beside its screenshot ``<root>/<name>.png``."""
         page = {
             "url": url,
             "screenshot": str(self.team.root / f"{name}.png"),
             "until": until,
+            "answered": list(answered),
             "timeout": timeout,
         }
         shown = self.chromium.ask(page, timeout + 120)
@@ -252,12 +261,13 @@ def browse(
     login: tuple[str, str],
     until: list[str],
     timeout: float = 90,
+    answered: tuple[str, ...] = (),
 ) -> dict:
     """Open ``url`` in a browser context of its own on the laptop, logged in as ``login``
-    (:class:`Browser`); what it showed, kept in ``<root>/<name>.json`` beside its screenshot
-    ``<root>/<name>.png``."""
+    (:class:`Browser`, :meth:`Browser.look`); what it showed, kept in ``<root>/<name>.json``
+    beside its screenshot ``<root>/<name>.png``."""
     with Browser(team, name, login) as browser:
-        return browser.look(name, url, until, timeout)
+        return browser.look(name, url, until, timeout, answered)
 
 
 def runs_list(link: str) -> str:
@@ -283,15 +293,21 @@ def shown(page: dict) -> str:
     )
 
 
+#: the runs search a page's runs (a run's children, an experiment's runs) come from
+SEARCH = ("/runs/search",)
+
+
 def member_sees_the_study(team: Team, name: str, link: str, login: tuple[str, str]) -> str:
     """The member opens ``link``: the run with its two trials under "Child runs", then the
     experiment's runs list with the run and its trials counted; MLflow answered every request of
     both pages (none refused: no "Request error"). Returns the run's (the study's) name."""
     trials = ["trial-0000", "trial-0001"]
     with Browser(team, name, login) as browser:
-        page = browser.look(f"{name}-run", link, ["Child runs", *trials])
+        page = browser.look(f"{name}-run", link, ["Child runs", *trials], answered=SEARCH)
         study = page["text"].split("\nOverview\n")[0].splitlines()[-1]  # the run's heading
-        listed = browser.look(f"{name}-runs", runs_list(link), [study, "3 matching runs"])
+        listed = browser.look(
+            f"{name}-runs", runs_list(link), [study, "3 matching runs"], answered=SEARCH
+        )
     for seen in (page, listed):
         assert seen["settled"] and not seen["errors"], shown(seen)
         assert all(status == 200 for _, _, status, _ in seen["api"]), shown(seen)
@@ -308,9 +324,12 @@ def other_member_sees_none(
     pages nor any answer holds the study, its trials or its run."""
     run_id = link.split("/runs/")[1].split("?")[0]
     with Browser(team, name, login) as browser:
-        pages = [
-            browser.look(f"{name}-{page_name}", url, [login[0]], timeout=60)
-            for page_name, url in (("run", link), ("runs", runs_list(link)))
+        pages = [  # each page once MLflow answered its question: the run, the runs list
+            browser.look(f"{name}-{page_name}", url, [login[0]], timeout=60, answered=asked)
+            for page_name, url, asked in (
+                ("run", link, ("GetRun",)),
+                ("runs", runs_list(link), SEARCH),
+            )
         ]
     for page in pages:
         assert page["settled"], shown(page)  # drawn, as the member, every answer in
