@@ -219,9 +219,25 @@ def test_harness_a_laptop_block_has_the_light_client_only_and_nothing_outlives_t
     left = int((work / "left-running.pid").read_text())
     stat = Path(f"/proc/{left}/stat")
     deadline = time.monotonic() + 10  # SIGKILL was sent as the page ended; it lands at once
-    while stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+    while _state(stat) not in (None, "Z"):
         assert time.monotonic() < deadline, f"{left} outlived its page"
         time.sleep(0.1)
+
+
+def _state(stat: Path) -> str | None:
+    """A process's state letter from its ``/proc/<pid>/stat``; None once it is gone (reaped
+    between any two looks: its file vanishes, or a read of it fails).
+
+    Args:
+        stat: The process's ``/proc/<pid>/stat``.
+
+    Returns:
+        Its state (``Z``: a zombie), or None.
+    """
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
 
 
 def test_harness_an_operator_page_renders_the_chart_offline(environment_for, tmp_path) -> None:
