@@ -22,7 +22,7 @@ def _state(pid: int) -> str | None:
     """The process state letter from /proc (None: no such process, i.e. reaped)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
         return None
 
 
