@@ -11,10 +11,11 @@ other request with that key wait for its outcome:
    between concurrent requests, so this holds across every API replica that shares the database;
 2. a request that finds a claim (it reads before it inserts: no failed insert per poll) reads it: another body → 409 ``idempotency_key_reused``;
    a refusal stored there → the same refusal (the first request's 4xx, e.g. the check's 422);
-   else it polls every :data:`POLL_S` for the first request's outcome — the study it created
-   (``replay``), a refusal, or the claim gone (the first request failed on a 5xx: it may claim
-   the key itself) — for as long as the check may take, :func:`wait_bound_s`, then answers 409
-   ``submission_in_progress`` with ``Retry-After`` (the SDK retries it);
+   else it logs once that it waits, and polls every :data:`POLL_S` for the first request's
+   outcome — the study it created (``replay``), a refusal, or the claim gone (the first request
+   failed on a 5xx: it may claim the key itself) — for as long as the check may take,
+   :func:`wait_bound_s`, then answers 409 ``submission_in_progress`` with ``Retry-After`` (the
+   SDK retries it);
 3. the first request, once answered, deletes its claim (a 4xx: keeps it with the answer for
    :data:`REFUSAL_KEPT_S`). An unanswered claim older than :data:`STALE_AFTER` bounds is stale
    (its replica died mid-check): the next request with the key takes it over. Rows older than
@@ -122,6 +123,7 @@ def once(
         return work()
     bound = wait_bound_s(settings)
     deadline = time.monotonic() + bound
+    waiting = False
     while True:
         done = replay()
         if done is not None:
@@ -142,6 +144,11 @@ def once(
             log.info("idempotency key %s: taking over a claim of %.0f s ago", key, age)
             _release(db, key, seen.claimed_at)
             continue
+        if not waiting:
+            log.info(
+                "idempotency key %s: waiting for the check of the request that claimed it", key
+            )
+            waiting = True
         if time.monotonic() >= deadline:
             raise SubmissionInProgressError(
                 f"a submission with this Idempotency-Key is still being checked after "

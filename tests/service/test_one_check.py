@@ -5,7 +5,10 @@ A retry with the same Idempotency-Key that arrives while that check runs waits f
 instead of starting a second sandboxed check (``fedtune.service.idempotency``); the SDK waits
 for a submission's answer longer than the service's check may take, so it sends no retry into
 a running check. Checks are counted by the line the service logs when it starts one (a real
-``fedtune serve``, a real bubblewrap sandbox, a package whose import sleeps).
+``fedtune serve``, a real bubblewrap sandbox). The retry tests' package holds its check at
+import until the retry is seen waiting (the line the service logs then), so every retry
+provably arrives during the check (a fixed sleep at import cost 4 s a test and only made that
+likely); the SDK's test's package sleeps longer than the SDK's own timeout.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,12 +37,37 @@ from .helpers import FakeBackend, Server, pg_schema, tiny_spec, until
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 #: what the service logs when it starts the sandboxed check of a submission's code
 CHECK_LINE = "code check of package"
-#: a package whose import takes this long: the check is still running when the retry comes
-SLOW_S = 4
+#: what the service logs when a request with a claimed key starts waiting for that key's check
+WAIT_LINE = "waiting for the check of the request that claimed it"
+#: the SDK's own timeout in the SDK's test, and how long its package sleeps at import: longer
+SDK_TIMEOUT_S, SDK_SLOW_S = 2.0, 2.5
+#: the longest a held check waits for :func:`_release` (the check's own bound is 60 s)
+HOLD_S = 50
+#: at import, the check waits for a file ``go`` beside its answer (its ``out`` folder, which the
+#: test can write into) before it goes on: :func:`_release` writes it once the retry waits
+HELD = f"""
+import os, sys, time
+_go = os.path.join(os.path.dirname(sys.argv[-1]), "go")
+_until = time.monotonic() + {HOLD_S}
+while not os.path.exists(_go) and time.monotonic() < _until:
+    time.sleep(0.05)
+"""
 
 
-def _slow_package(root: Path, seconds: float = SLOW_S) -> bytes:
-    return pack(write_package(root, f"import time\ntime.sleep({seconds})\n{GOOD_TASKS}")).data
+def _held_package(root: Path) -> bytes:
+    return pack(write_package(root, f"{HELD}{GOOD_TASKS}")).data
+
+
+def _release(workdir: Path) -> None:
+    """Let every check held at import (:data:`HELD`) under ``workdir`` go on."""
+    outs = until(lambda: list(workdir.rglob("code-check-*/out")), timeout=60, every=0.05)
+    assert outs, f"no running check under {workdir}"
+    for out in outs:
+        (out / "go").write_text("")
+
+
+def _workdir(server: Server) -> Path:
+    return Path(server.env["FEDTUNE_WORKDIR"])
 
 
 def _code_spec(sha: str) -> dict:
@@ -72,7 +101,8 @@ def servers() -> Iterator[list[Server]]:
 
 
 def _submit_twice(first: Server, second: Server, spec: dict, key: str) -> list[httpx.Response]:
-    """POST the same submission to ``first``, then, once its check has started, to ``second``."""
+    """POST the same submission to ``first``, then, once its check has started, to ``second``;
+    once ``second`` logs that the retry waits, release the check (:func:`_release`)."""
     answers: list[httpx.Response] = []
 
     def post(server: Server) -> None:
@@ -86,6 +116,9 @@ def _submit_twice(first: Server, second: Server, spec: dict, key: str) -> list[h
     assert until(lambda: _checks(first.log) == 1, timeout=60, every=0.1), "no check started"
     two = threading.Thread(target=post, args=(second,))
     two.start()
+    waited = until(lambda: WAIT_LINE in second.log.read_text(), timeout=HOLD_S - 10, every=0.05)
+    _release(_workdir(first))
+    assert waited, "the retry did not wait for the running check"
     one.join(200)
     two.join(200)
     return answers
@@ -98,7 +131,7 @@ def test_a_retry_during_the_check_waits_for_it_instead_of_checking_again(
     servers.append(server)
     sha = httpx.post(
         f"{server.url}/v1/code",
-        content=_slow_package(tmp_path / "lab"),
+        content=_held_package(tmp_path / "lab"),
         headers={**AUTH, "Content-Type": "application/zip"},
     ).json()["sha256"]
     answers = _submit_twice(server, server, _code_spec(sha), "retried-during-check")
@@ -119,7 +152,7 @@ def test_one_check_across_two_replicas_of_one_database(
         servers.append(second)
         sha = httpx.post(
             f"{first.url}/v1/code",
-            content=_slow_package(tmp_path / "lab"),
+            content=_held_package(tmp_path / "lab"),
             headers={**AUTH, "Content-Type": "application/zip"},
         ).json()["sha256"]
         answers = _submit_twice(first, second, _code_spec(sha), "retried-on-another-replica")
@@ -136,11 +169,14 @@ def test_the_sdk_waits_for_a_check_longer_than_its_own_timeout(
     server = _serve(tmp_path, "serve", f"sqlite:///{tmp_path / 'fedtune.db'}")
     servers.append(server)
     sleeps: list[float] = []
-    # each answer is awaited 2 s; the check takes longer (the package sleeps 4 s at import)
-    with Client(server.url, token=TOKEN, timeout=2.0, sleep=sleeps.append) as sdk:
-        lab = write_package(tmp_path / "lab", f"import time\ntime.sleep({SLOW_S})\n{GOOD_TASKS}")
+    # each answer is awaited 2 s; the check takes longer (the package sleeps 2.5 s at import)
+    with Client(server.url, token=TOKEN, timeout=SDK_TIMEOUT_S, sleep=sleeps.append) as sdk:
+        body = f"import time\ntime.sleep({SDK_SLOW_S})\n{GOOD_TASKS}"
+        lab = write_package(tmp_path / "lab", body)
         spec = {**_code_spec("0" * 64), "code": {"path": str(lab), "modules": ["user_lab.tasks"]}}
+        started = time.monotonic()
         study = sdk.submit(spec)
+        assert time.monotonic() - started > SDK_TIMEOUT_S  # the answer came after 2 s
         assert sdk.check_bound_s == 60.0  # the service's FEDTUNE_CODE_CHECK_TIMEOUT_S, as told
         assert sdk.submit_timeout().read == 60.0 + SUBMIT_MARGIN_S
         assert study.status().code_sha256
@@ -227,8 +263,8 @@ def test_concurrent_retries_of_a_refused_submission_share_its_one_check(
     make_app: Callable, tmp_path: Path, caplog
 ) -> None:
     tc = make_app()
-    # the import fails, after a while: its 422 is the answer of every request with the key
-    body = f"import time\ntime.sleep({SLOW_S})\nraise RuntimeError('the lab refuses')\n"
+    # the import fails once the retry waits: its 422 is the answer of every request with the key
+    body = f"{HELD}raise RuntimeError('the lab refuses')\n"
     with caplog.at_level(logging.INFO):
         spec = _code_spec(_uploaded(tc, tmp_path / "lab", body))
         answers: list[httpx.Response] = []
@@ -241,6 +277,9 @@ def test_concurrent_retries_of_a_refused_submission_share_its_one_check(
         threads[0].start()
         assert until(lambda: CHECK_LINE in caplog.text, timeout=60, every=0.1)
         threads[1].start()
+        waited = until(lambda: WAIT_LINE in caplog.text, timeout=HOLD_S - 10, every=0.05)
+        _release(tmp_path)
+        assert waited, "the retry did not wait for the running check"
         for thread in threads:
             thread.join(120)
         late = tc.post("/v1/studies", json=spec, headers={"Idempotency-Key": "refused-once"})
