@@ -20,10 +20,13 @@ A *lean* Ray — every Ray ``start_ray`` embeds (the product's own,
 :mod:`fedtune.tuning.driver.ray_lean`, so :func:`init_ray`'s too), a script's own ``ray.init``
 under :func:`lean_head`, or ``LocalRayCluster(..., lean=True)``, whose drivers take no worker logs
 (``log_to_driver=False``) and which nothing autoscales — leaves out what only costs CPU there,
-one set of settings for all (the product's ``LEAN_FIELDS`` and :data:`LEAN_ENV`; :func:`lean_flags`): no log monitor on any node (it tails every log file of its node for the
-drivers, ten times a second), no autoscaler monitor on the head, and each node's dashboard agent
-samples its node's processes every :data:`LEAN_REPORT_MS` ms instead of every 5 s
-(``REPORTER_UPDATE_INTERVAL_MS``). ``ray start`` takes the first two as flags; an in-process
+one set of settings for all (the product's ``LEAN_FIELDS``, :data:`LEAN_ENV` and ``NO_PRESTART``;
+:func:`lean_flags`, :data:`NO_PRESTART_ENV`): no log monitor on any node (it tails every log file
+of its node for the drivers, ten times a second), no autoscaler monitor on the head, each node's
+dashboard agent samples its node's processes every :data:`LEAN_REPORT_MS` ms instead of every
+5 s (``REPORTER_UPDATE_INTERVAL_MS``), and no raylet prestarts idle Python workers (one per
+CPU, for its node's first driver; ``start_ray`` sets ``NO_PRESTART`` as system config; ``ray start`` nodes get it as
+``RAY_*`` variables). ``ray start`` takes the first two as flags; an in-process
 ``ray.init`` has no argument for them, so the same fields of the ``RayParams`` its head node
 starts from are set (and the raylet's environment, ``RayParams.env_vars``, which its agents
 inherit).
@@ -38,13 +41,14 @@ from typing import Any
 
 from fedtune.tuning.driver import ray_lean
 from fedtune.tuning.driver.ray_lean import LEAN_ENV, LEAN_FIELDS, LEAN_REPORT_MS
-from fedtune.tuning.driver.ray_runtime import RayStartPolicy, start_ray
+from fedtune.tuning.driver.ray_runtime import NO_PRESTART, RayStartPolicy, start_ray
 
 __all__ = [
     "LEAN_ENV",
     "LEAN_REPORT_MS",
     "NODE_RETRY_BACKOFF_S",
     "NODE_START_RETRIES",
+    "NO_PRESTART_ENV",
     "POLICY",
     "START_RETRIES",
     "START_TIMEOUT_S",
@@ -58,6 +62,11 @@ START_RETRIES = 1
 NODE_START_RETRIES = 4
 NODE_RETRY_BACKOFF_S = 10.0
 POLICY = RayStartPolicy(attempts=1 + START_RETRIES, backoff_s=5.0)
+
+#: the product's :data:`~fedtune.tuning.driver.ray_runtime.NO_PRESTART` as the environment of a
+#: ``ray start`` node (Ray reads each system setting ``name`` from ``RAY_<name>`` too): its raylet
+#: starts no idle Python workers, neither at its start nor when its first driver registers
+NO_PRESTART_ENV = {f"RAY_{name}": str(int(value)) for name, value in NO_PRESTART.items()}
 
 #: the lean fields (``LEAN_FIELDS``, each a ``ray start`` flag of its name:
 #: ``--include-log-monitor=false``, ``--no-monitor``) that only a head node has a use for

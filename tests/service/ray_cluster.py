@@ -27,8 +27,11 @@ or the test. ``LocalRayCluster(..., enter=ns.enter)`` starts every ``ray start``
 ``LocalRayCluster(..., lean=True)`` leaves out what only costs CPU where the drivers take no
 worker logs (fedtune's drivers run with ``log_to_driver=False``) and nothing autoscales, as the
 tests' in-process Ray does (``tests/ray_start.py``, which owns the settings): no log monitor on
-any node, no autoscaler monitor on the head, and dashboard agents that sample their node's
-processes every :data:`~tests.ray_start.LEAN_REPORT_MS` ms instead of every 5 s.
+any node, no autoscaler monitor on the head, dashboard agents that sample their node's
+processes every :data:`~tests.ray_start.LEAN_REPORT_MS` ms instead of every 5 s, and no idle
+Python workers prestarted by a raylet for its node's first driver, one per CPU of the node
+(:data:`~tests.ray_start.NO_PRESTART_ENV`: the product's ``NO_PRESTART``); a task or actor
+still gets a worker when it needs one.
 ``LocalRayCluster(..., dashboard_modules=("JobHead", ...))`` gives the head a dashboard of those
 modules only (the APIs its tests call; each other module is a process of its own) and no Ray Client
 server, which nothing of the tests' uses (``ray start`` has no flag for either). Every node starts
@@ -55,6 +58,7 @@ from tests.ports import free_ports
 from tests.procs import live_name, wait_gone
 from tests.ray_start import (
     LEAN_ENV,
+    NO_PRESTART_ENV,
     NODE_RETRY_BACKOFF_S,
     NODE_START_RETRIES,
     START_RETRIES,
@@ -349,8 +353,8 @@ class LocalRayCluster(_Started):
             "RAY_USAGE_STATS_ENABLED": "0",
             "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
         }
-        if lean:
-            full.update(LEAN_ENV)
+        if lean:  # every node's: a worker node starts from the head's environment
+            full.update({**LEAN_ENV, **NO_PRESTART_ENV})
         #: ``ray start`` flags of every worker node (a lean cluster's: no log monitor)
         self.node_flags = lean_flags(head=False) if lean else []
         self.lean = lean

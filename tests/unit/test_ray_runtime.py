@@ -481,3 +481,25 @@ def test_a_lean_head_without_dashboard_starts_no_dashboard_process(monkeypatch) 
     Node(RayParams(include_dashboard=False), head=True)
     assert served == [None, False]
     assert Node.__init__ is node and Node.start_api_server is api_server  # put back
+
+
+def test_a_lean_test_cluster_starts_its_nodes_with_prestart_off() -> None:
+    """A lean ``LocalRayCluster``'s nodes (head and workers) start no idle Python workers, as the
+    product's embedded Ray (``NO_PRESTART``, one definition): a raylet reads each setting from
+    ``RAY_<name>``. A cluster that is not lean keeps Ray's defaults."""
+    from fedtune.tuning.driver.ray_runtime import NO_PRESTART
+    from tests.ray_start import NO_PRESTART_ENV
+    from tests.service import ray_cluster
+
+    off = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
+    assert off == NO_PRESTART_ENV
+    assert {f"RAY_{name}" for name in NO_PRESTART} == off.keys()  # the product's settings, all
+    lean = ray_cluster.LocalRayCluster({}, lean=True)
+    plain = ray_cluster.LocalRayCluster({})
+    node = ray_cluster.RayNode(lean, "w1", {})
+    try:
+        assert lean.env.items() >= off.items() and node.env.items() >= off.items()
+        assert not plain.env.keys() & off.keys()
+    finally:
+        for started in (node, lean, plain):
+            started.close()
