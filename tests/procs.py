@@ -3,11 +3,16 @@ group of them has exited."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["live_name", "wait_gone"]
+__all__ = ["dying", "live_name", "wait_gone", "wait_not_dying"]
+
+#: ``PF_EXITING`` of a thread's flags (``/proc/<pid>/task/<tid>/stat``, field 9): in ``do_exit``
+PF_EXITING = 0x4
 
 
 def live_name(pid: int) -> str | None:
@@ -43,3 +48,64 @@ def wait_gone(pids: Sequence[int], timeout_s: float) -> list[int]:
         time.sleep(0.05)
         alive = [p for p in alive if live_name(p) is not None]
     return alive
+
+
+def dying(pid: int) -> bool:
+    """Whether ``pid`` is being ended: one of its threads has SIGKILL pending or is exiting.
+
+    A process killed (a SIGKILL, or ``PR_SET_PDEATHSIG``'s when its parent died) shows this
+    from the moment the signal is sent until it is a zombie; a zombie, or a process gone, is
+    not dying.
+
+    Args:
+        pid: The process.
+
+    Returns:
+        True while the kernel is ending it.
+    """
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(") ")[2].split()
+        if fields[0] in ("Z", "X"):
+            continue
+        if int(fields[6]) & PF_EXITING:
+            return True
+        pending = 0
+        for line in status.splitlines():
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                pending |= int(line.split()[1], 16)
+        if pending >> (signal.SIGKILL - 1) & 1:
+            return True
+    return False
+
+
+def wait_not_dying(pids: Sequence[int], timeout_s: float, every_s: float = 0.05) -> list[int]:
+    """Poll until none of ``pids`` is :func:`dying` on two looks in a row, or ``timeout_s``.
+
+    Two looks ``every_s`` apart: a thread that has just taken its SIGKILL and not yet set
+    ``PF_EXITING`` (a few instructions of the kernel's) shows neither on one look.
+
+    Args:
+        pids: The processes.
+        timeout_s: The most seconds to wait.
+        every_s: Seconds between looks.
+
+    Returns:
+        Those still dying at the end (empty once they all have died or are not being killed).
+    """
+    deadline = time.monotonic() + timeout_s
+    calm = 0
+    while True:
+        still = [p for p in pids if dying(p)]
+        calm = 0 if still else calm + 1
+        if calm >= 2 or time.monotonic() >= deadline:
+            return still
+        time.sleep(every_s)

@@ -35,6 +35,7 @@ from fedtune.tuning.driver.ray_runtime import _start_ticks as _ticks  # live (no
 from fedtune.tuning.driver.ray_runtime import ray_temp_dir
 from tests.integration.conftest import make_quadratic_study
 from tests.lean_script import command as lean_command
+from tests.procs import wait_not_dying
 
 REPO = Path(__file__).resolve().parents[2]
 N = 5
@@ -131,7 +132,10 @@ def killed_and_resumed(tmp_path_factory, mlflow_server, proc_tools):
         children = proc_tools.descendants(driver.pid)
         driver.send_signal(signal.SIGKILL)
         driver.wait(30)
-        time.sleep(1)  # Ray's own children of the driver get their death signal
+        # Ray's own children of the driver (GCS, raylet) die of its death (PR_SET_PDEATHSIG:
+        # SIGKILL), theirs of theirs: only the processes that outlive it are to be frozen
+        dying = wait_not_dying(children, 60)
+        assert not dying, f"the killed driver's processes {dying} still dying after 60 s"
         orphans = _freeze(children)
         temp = ray_temp_dir(workdir.resolve())
         leftovers = {"orphans": sorted(orphans), "temp_dir_after_kill": temp.is_dir()}
