@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -120,21 +121,59 @@ def test_a_restarted_service_adopts_and_can_stop_its_drivers(backend, make_setti
     assert successor.poll(ref) == DriverStatus.GONE
 
 
-def test_processes_that_are_not_ours_are_never_signalled(make_settings) -> None:
-    stranger = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+#: a process of somebody else's: it blocks SIGINT and SIGTERM, so that one sent to it stays
+#: pending (read in /proc) rather than ending it at a moment the test would have to wait for
+STRANGER = (
+    "import signal, time\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+    "time.sleep(30)\n"
+)
+
+
+def _signal_masks(pid: int) -> dict[str, set[int]]:
+    """The signals ``pid`` blocks and those sent to it but not yet taken, from /proc.
+
+    Args:
+        pid: The process.
+
+    Returns:
+        ``{"blocked": ..., "pending": ...}``: signal numbers (pending: sent to the process
+        or to its main thread).
+    """
+    fields = dict(
+        line.split(":\t", 1)
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if ":\t" in line
     )
+
+    def numbers(*names: str) -> set[int]:
+        mask = 0
+        for name in names:
+            mask |= int(fields[name], 16)
+        return {n for n in range(1, 65) if mask >> (n - 1) & 1}
+
+    return {"blocked": numbers("SigBlk"), "pending": numbers("SigPnd", "ShdPnd")}
+
+
+def test_processes_that_are_not_ours_are_never_signalled(make_settings) -> None:
+    stranger = subprocess.Popen([sys.executable, "-c", STRANGER], start_new_session=True)
     try:
         b = LocalBackend(make_settings(backend="local"), grace_s=0.5)
         ticks = process_start_ticks(stranger.pid)
-        assert _wait_for(lambda: process_start_ticks(stranger.pid) is not None)
+        wanted = {signal.SIGINT, signal.SIGTERM}
+        assert _wait_for(lambda: _signal_masks(stranger.pid)["blocked"] >= wanted), (
+            "the stranger did not block SIGINT and SIGTERM"
+        )
         reused = {"pid": stranger.pid, "start_ticks": ticks - 1, "host": b._host}
         other_host = {"pid": stranger.pid, "start_ticks": ticks, "host": "another-node"}
+        threads = set(threading.enumerate())
         for ref in (reused, other_host):
             assert b.poll(ref) == DriverStatus.GONE
             b.stop(ref)
-        time.sleep(1.0)
-        assert stranger.poll() is None  # still running
+        for thread in set(threading.enumerate()) - threads:  # a stop under way: let it end
+            thread.join(30)
+        assert stranger.poll() is None  # still running (SIGKILL cannot be blocked) ...
+        assert _signal_masks(stranger.pid)["pending"] == set()  # ... and sent nothing
     finally:
         os.killpg(stranger.pid, signal.SIGKILL)
         stranger.wait()
