@@ -210,12 +210,18 @@ def test_a_second_build_waits_for_the_first_to_release_the_cache(
         with build_image.build_lock(tmp_path / "cache"):
             entered.append(time.monotonic())
 
+    err = ""
     with build_image.build_lock(tmp_path / "cache"):
         waiter = threading.Thread(target=second)
         waiter.start()
-        time.sleep(0.5)
-        assert not entered  # held by the first
+        deadline = time.monotonic() + 30
+        while "waiting for another build" not in err and time.monotonic() < deadline:
+            time.sleep(0.01)
+            err += capsys.readouterr().err
+        assert "waiting for another build" in err, (  # it found the lock taken ...
+            f"the second build said no wait for the lock in 30 s: {err!r}"
+        )
+        assert not entered  # ... held by the first
         released = time.monotonic()
     waiter.join(timeout=30)
     assert entered and entered[0] >= released
-    assert "waiting for another build" in capsys.readouterr().err
