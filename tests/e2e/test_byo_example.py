@@ -290,15 +290,21 @@ def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(
     first.env.pop("MLFLOW_TRACKING_URI", None)
     first.start(timeout=120)
     try:
-        # two trials, one at a time: the second is still running when the first has finished
-        # and the service is killed (40 rounds take seconds; the kill follows within a poll)
+        # two trials, one at a time: once the first has finished, the driver's process group
+        # (the driver and its embedded Ray) is stopped, so that the second cannot end before
+        # the service and the driver are killed (40 rounds take seconds)
         spec = _spec(train={"rounds": 40}, budget={"trials": 2, "max_concurrent": 1})
         with Client(first.url, token=TOKEN, timeout=30) as sdk:
             study = sdk.submit(spec)
             _until(lambda: study.status().progress.completed >= 1, 300, "a first finished trial")
-            sha = study.status().code_sha256
-        ref = _driver_ref(url, study.id)
-        assert _same_process(ref)
+            ref = _driver_ref(url, study.id)
+            assert _same_process(ref)
+            os.killpg(ref["pid"], signal.SIGSTOP)
+            mid = study.status()
+            kept = [t for t in study.trials() if t.state == TrialState.COMPLETED]
+        sha = mid.code_sha256
+        assert mid.state == StudyState.RUNNING, mid  # killed mid-study: one trial finished
+        assert (mid.progress.completed, mid.progress.finished, len(kept)) == (1, 1, 1), mid
         first.kill9()
         with contextlib.suppress(OSError):
             os.killpg(ref["pid"], signal.SIGKILL)  # the driver and its embedded Ray
@@ -325,6 +331,7 @@ def test_kill_9_mid_study_the_redispatched_driver_finds_the_code(
     assert len(numbers) == len(set(numbers))
     completed = [t for t in trials if t.state == TrialState.COMPLETED]
     assert len(completed) == 2 and final.progress.completed == 2
+    assert kept[0] in completed  # finished before the kill, kept as it was: the restart ran one
     assert all(t.state in (TrialState.COMPLETED, TrialState.KILLED) for t in trials)
 
 
