@@ -366,13 +366,25 @@ def _commands(pid: int) -> dict[int, tuple[str, dict[str, str]]]:
 def test_the_session_ray_is_lean(ray_local):
     """The in-process Ray runs no log monitor and no autoscaler monitor, and its raylet, whose
     environment its dashboard agent inherits, has the agent sample every LEAN_REPORT_MS ms (the
-    agent's own ``/proc/PID/environ`` is no witness: its process title overwrites it)."""
+    agent's own ``/proc/PID/environ`` is no witness: its process title overwrites it). Started
+    without a dashboard, its raylet runs a minimal dashboard agent (through the wrapper, before
+    Ray's script), which loads none of its modules (the metrics agent is one)."""
+    import ray
+
+    from fedtune.tuning.driver.ray_lean import MINIMAL_AGENT
     from tests.ray_start import LEAN_ENV
 
     procs = _commands(os.getpid())
     argvs = [argv for argv, _ in procs.values()]
-    raylets = [env for argv, env in procs.values() if "/raylet/raylet " in argv]
+    raylets = [(argv, env) for argv, env in procs.values() if "/raylet/raylet " in argv]
     assert len(raylets) == 1, argvs  # the Ray is this process's
-    assert raylets[0].items() >= LEAN_ENV.items()
+    assert raylets[0][1].items() >= LEAN_ENV.items()
+    assert f"{MINIMAL_AGENT} " in raylets[0][0].split("--dashboard_agent_command=")[1]
     assert [a for a in argvs if a.startswith("ray::DashboardAgent")], argvs
     assert not [a for a in argvs if "log_monitor.py" in a or "autoscaler/_private/monitor" in a]
+    log = Path(ray._private.worker.global_worker.node.get_logs_dir_path(), "dashboard_agent.log")
+    deadline, text = time.monotonic() + 120, ""
+    while "Loaded " not in text and time.monotonic() < deadline:  # the agent may still start
+        time.sleep(0.2)
+        text = log.read_text() if log.exists() else ""
+    assert "Loaded 0 modules." in text, text[-2000:]

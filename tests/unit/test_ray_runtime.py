@@ -4,6 +4,7 @@ processes; ``fedtune tune`` when Ray never starts."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import stat
@@ -503,3 +504,100 @@ def test_a_lean_test_cluster_starts_its_nodes_with_prestart_off() -> None:
     finally:
         for started in (node, lean, plain):
             started.close()
+
+
+def test_a_lean_head_without_dashboard_runs_a_minimal_dashboard_agent(monkeypatch) -> None:
+    """The raylet of a lean head started with ``include_dashboard=False`` runs its dashboard
+    agent through the minimal agent's wrapper (put before Ray's script, where Ray puts a memory
+    profiler); its runtime-env agent, a lean head with a dashboard, a node that is no head, a
+    command built meanwhile in another thread and any head outside ``lean_head`` keep Ray's
+    command; the builder is put back after."""
+    import threading
+
+    from ray._private import ray_constants, services
+    from ray._private.node import Node
+    from ray._private.parameter import RayParams
+
+    from fedtune.tuning.driver.ray_lean import MINIMAL_AGENT, lean_head
+
+    agent, env_agent = (
+        ray_constants.PROCESS_TYPE_DASHBOARD_AGENT,
+        ray_constants.PROCESS_TYPE_RUNTIME_ENV_AGENT,
+    )
+    build = services._build_python_executable_command_memory_profileable
+    plain = build(agent, "/tmp/session")
+    built: list[list[list[str]]] = []
+    elsewhere: list[list[str]] = []
+
+    def commands() -> list[list[str]]:  # as start_raylet builds its agents' commands
+        builder = services._build_python_executable_command_memory_profileable
+        return [builder(component, "/tmp/session") for component in (agent, env_agent)]
+
+    def node(self, ray_params, head=False, **kwargs) -> None:  # builds, starts nothing
+        other = threading.Thread(target=lambda: elsewhere.append(commands()[0]))
+        other.start()
+        other.join(timeout=30)
+        built.append(commands())
+
+    monkeypatch.setattr(Node, "__init__", node)
+    with lean_head():
+        Node(RayParams(include_dashboard=False), head=True)
+        Node(RayParams(include_dashboard=None), head=True)
+        Node(RayParams(include_dashboard=False), head=False)
+    Node(RayParams(include_dashboard=False), head=True)
+    assert built == [[[*plain, MINIMAL_AGENT], plain]] + [[plain, plain]] * 3
+    assert elsewhere == [plain] * 4
+    assert services._build_python_executable_command_memory_profileable is build  # put back
+
+
+#: a stand-in for Ray's dashboard/agent.py: writes what it was run with to ``--out``
+_AGENT_SCRIPT = """
+import json, sys
+import ray._private.utils
+import ray.dashboard.utils as dashboard_utils
+
+def imported():
+    return {name for name in sys.modules if name.startswith("ray.dashboard.modules.")}
+
+out = [a for a in sys.argv if a.startswith("--out=")][0][len("--out="):]
+before = imported()
+modules = dashboard_utils.get_all_modules(dashboard_utils.DashboardAgentModule)
+with open(out, "w") as fh:
+    json.dump({
+        "name": __name__,
+        "argv": sys.argv,
+        "path0": sys.path[0],
+        "minimal": ray._private.utils.get_dashboard_dependency_error() is not None,
+        "modules": [m.__name__ for m in modules],
+        "imported": sorted(imported() - before),
+    }, fh)
+"""
+
+
+@pytest.mark.parametrize("given", [[], ["--minimal"]])
+def test_the_minimal_agent_runs_rays_script_as_a_minimal_install_does(
+    tmp_path: Path, monkeypatch, given: list[str]
+) -> None:
+    """The wrapper runs the agent's script as ``__main__`` with its arguments and ``--minimal``
+    (once), from the script's folder, with Ray's check of the dashboard's dependencies failing
+    (as without ``ray[default]``): the agent loads none of its modules, nor imports any module of
+    Ray's dashboard to find that out (Ray's own search imports them all)."""
+    import ray.dashboard.utils
+
+    from fedtune.tuning.driver import ray_agent
+
+    script = tmp_path / "dashboard" / "agent.py"
+    script.parent.mkdir()
+    script.write_text(_AGENT_SCRIPT)
+    out = tmp_path / "seen.json"
+    # what main changes in this process, put back after
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    # as ``python ray_agent.py`` starts: the wrapper's folder first on the path
+    monkeypatch.setattr(sys, "path", [str(Path(ray_agent.__file__).parent), *sys.path])
+    monkeypatch.setitem(sys.modules, ray_agent.OPTIONAL_DEPS, None)
+    monkeypatch.setattr(ray.dashboard.utils, "get_all_modules", ray.dashboard.utils.get_all_modules)
+    ray_agent.main([str(script), "--node-id=abc", f"--out={out}", *given])
+    seen = json.loads(out.read_text())
+    assert seen["name"] == "__main__" and seen["path0"] == str(script.parent)
+    assert seen["argv"] == [str(script), "--node-id=abc", f"--out={out}", "--minimal"]
+    assert seen["minimal"] is True and seen["modules"] == [] and seen["imported"] == []

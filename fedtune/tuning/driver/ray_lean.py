@@ -13,6 +13,14 @@ has the agent sample every :data:`LEAN_REPORT_MS` ms (:data:`LEAN_ENV`, in the r
 environment, which the agent inherits). A lean head started with ``include_dashboard=False``
 (a study's driver's) starts no dashboard process at all: Ray's would still start one that serves
 the APIs which are not the web UI's (Jobs, state, metrics), which no driver calls (~1 CPU-s).
+Nor does its raylet run Ray's full dashboard agent, whose modules (the metrics agent and the
+node's sampling among them, events, logs, health check, Jobs) serve a dashboard, Jobs or a
+metrics scraper, none of which such a Ray has: it runs the agent as a node of a minimal Ray
+install (``pip install ray``) does, without modules (:mod:`.ray_agent`, put before Ray's agent
+script where Ray puts a memory profiler's command, :data:`MINIMAL_AGENT`). Ray then starts no
+metrics export on the node either, so ``ray.util.metrics`` that trial code records go nowhere.
+The node's runtime-env agent (a study's code, ``py_modules``/``working_dir``) is a process of its
+own and is unchanged.
 
 Light on purpose: Ray is imported only when :func:`lean_head` is entered.
 """
@@ -22,9 +30,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-__all__ = ["LEAN_ENV", "LEAN_FIELDS", "LEAN_REPORT_MS", "lean_head"]
+__all__ = ["LEAN_ENV", "LEAN_FIELDS", "LEAN_REPORT_MS", "MINIMAL_AGENT", "lean_head"]
 
 #: the ``RayParams`` fields of a lean head (each ``ray start`` flag of the same name)
 LEAN_FIELDS: dict[str, bool] = {"include_log_monitor": False, "no_monitor": True}
@@ -39,23 +48,32 @@ LEAN_ENV = {"REPORTER_UPDATE_INTERVAL_MS": str(LEAN_REPORT_MS)}
 _lock = threading.Lock()
 #: the fields of each :func:`lean_head` now entered, in any thread of the process
 _entered: list[dict[str, Any]] = []
-#: ``Node.__init__`` and ``Node.start_api_server`` as they were before the first
-#: :func:`lean_head` entered patched them
-_original: tuple[Any, Any] | None = None
+#: ``Node.__init__``, ``Node.start_api_server`` and Ray's builder of its agents' Python command
+#: as they were before the first :func:`lean_head` entered patched them
+_original: tuple[Any, Any, Any] | None = None
+#: ``minimal``: whether the head node this thread is starting has a minimal dashboard agent
+_thread = threading.local()
+#: the agent command's wrapper (:mod:`.ray_agent`), run by the Python that runs this one
+MINIMAL_AGENT = str(Path(__file__).with_name("ray_agent.py"))
 
 
-def _patch(node: type) -> tuple[Any, Any]:
+def _patch(node: type, services: Any) -> tuple[Any, Any, Any]:
     """Patch ``node`` so that a head node starts lean, with the fields of every
-    :func:`lean_head` entered when it starts, and without a dashboard process when it starts
-    with ``include_dashboard=False``.
+    :func:`lean_head` entered when it starts, and without a dashboard process and with a
+    minimal dashboard agent (:mod:`.ray_agent`) when it starts with ``include_dashboard=False``.
 
     Args:
         node: Ray's ``Node`` class.
+        services: ``ray._private.services``, whose builder of the Python command of an agent
+            (``_build_python_executable_command_memory_profileable``: where Ray puts a memory
+            profiler) gets :data:`MINIMAL_AGENT` added for such a head's dashboard agent.
 
     Returns:
-        The ``__init__`` and ``start_api_server`` it replaced.
+        The ``__init__``, ``start_api_server`` and command builder it replaced.
     """
     start, api_server = node.__init__, node.start_api_server
+    build = services._build_python_executable_command_memory_profileable
+    agent = services.ray_constants.PROCESS_TYPE_DASHBOARD_AGENT
 
     def lean_start(self: Any, ray_params: Any, *args: Any, head: bool = False, **kw: Any):
         if head:
@@ -65,7 +83,17 @@ def _patch(node: type) -> tuple[Any, Any]:
                 **LEAN_FIELDS, **fields, env_vars={**(ray_params.env_vars or {}), **LEAN_ENV}
             )
             self._fedtune_lean = True
-        start(self, ray_params, *args, head=head, **kw)
+        _thread.minimal = head and ray_params.include_dashboard is False
+        try:
+            start(self, ray_params, *args, head=head, **kw)
+        finally:
+            _thread.minimal = False
+
+    def lean_build(component: str, *args: Any, **kw: Any) -> list[str]:
+        command = build(component, *args, **kw)
+        if component == agent and getattr(_thread, "minimal", False):
+            command = [*command, MINIMAL_AGENT]  # before Ray's agent script: the wrapper's
+        return command
 
     def lean_api_server(self: Any, *, include_dashboard: bool | None, **kw: Any) -> None:
         if include_dashboard is False and getattr(self, "_fedtune_lean", False):
@@ -74,7 +102,8 @@ def _patch(node: type) -> tuple[Any, Any]:
 
     node.__init__ = lean_start  # type: ignore[method-assign]
     node.start_api_server = lean_api_server  # type: ignore[attr-defined]
-    return start, api_server
+    services._build_python_executable_command_memory_profileable = lean_build
+    return start, api_server, build
 
 
 @contextlib.contextmanager
@@ -90,12 +119,13 @@ def lean_head(**fields: Any) -> Iterator[None]:
     Args:
         fields: More ``RayParams`` fields of the head (e.g. ``include_dashboard=False``).
     """
+    from ray._private import services
     from ray._private.node import Node
 
     global _original
     with _lock:
         if not _entered:
-            _original = _patch(Node)
+            _original = _patch(Node, services)
         _entered.append(fields)
     try:
         yield
@@ -103,5 +133,6 @@ def lean_head(**fields: Any) -> Iterator[None]:
         with _lock:
             _entered[:] = [entered for entered in _entered if entered is not fields]
             if not _entered and _original is not None:
-                Node.__init__, Node.start_api_server = _original  # type: ignore[method-assign]
+                Node.__init__, Node.start_api_server = _original[:2]  # type: ignore[method-assign]
+                services._build_python_executable_command_memory_profileable = _original[2]
                 _original = None
