@@ -4,8 +4,9 @@ for real").
 The module starts one cluster (:class:`tests.service.ray_cluster.LocalRayCluster`): a head with
 no CPUs (as the Helm chart's head, ``num-cpus: 0``: no trial lands there) and two worker nodes
 ``a`` and ``b`` with one CPU and one *logical* GPU each, every node ``ray start``-ed in its own
-session, lean (``lean=True``: no log or autoscaler monitor, which nothing here reads; the head's
-dashboard serves only the Jobs and state APIs, :data:`~tests.service.ray_cluster.BACKEND_MODULES`); the last
+session, lean (``lean=True``: no log or autoscaler monitor, which nothing here reads, and minimal
+dashboard agents on the worker nodes; the head's dashboard serves only the Jobs and state APIs,
+:data:`~tests.service.ray_cluster.BACKEND_MODULES`); the last
 test kills ``b`` mid-study. The user code is a copy of ``tests/unit/user_code/ft_user_lab`` in a
 temporary folder that is on no process's ``sys.path``: the driver imports it from the study's
 ``code.path``; the trials get it from Ray (``runtime_env`` ``py_modules``). Its task
@@ -250,6 +251,9 @@ def test_trials_run_on_worker_nodes_with_code_from_the_runtime_env(
         assert r["module_file"].startswith(str(node.temp_dir)), r["module_file"]
         assert "runtime_resources" in r["module_file"]
         assert not any(str(world.lab) in p for p in r["sys_path"]), r["sys_path"]
+    for node in world.cluster.nodes:  # whose dashboard agent is a minimal one: no modules
+        log = node.temp_dir / "session_latest" / "logs" / "dashboard_agent.log"
+        assert "Loaded 0 modules." in log.read_text(), node.name
 
 
 def test_a_packed_study_holds_resources_per_process_and_records_each_configuration(

@@ -31,7 +31,12 @@ any node, no autoscaler monitor on the head, dashboard agents that sample their 
 processes every :data:`~tests.ray_start.LEAN_REPORT_MS` ms instead of every 5 s, and no idle
 Python workers prestarted by a raylet for its node's first driver, one per CPU of the node
 (:data:`~tests.ray_start.NO_PRESTART_ENV`: the product's ``NO_PRESTART``); a task or actor
-still gets a worker when it needs one.
+still gets a worker when it needs one. A worker node's dashboard agent is a minimal one
+(:mod:`fedtune.tuning.driver.ray_agent`: none of its modules, as on a node of ``pip install
+ray``, so no metrics are exported on that node, and no metrics ports are given to it), as an
+embedded head's without a dashboard is: the Jobs API reaches only the head's agent (a job's
+driver runs on the head), and a node's runtime-env agent, which unpacks a study's code, is a
+process of its own. The head keeps the full agent (its Jobs agent).
 ``LocalRayCluster(..., dashboard_modules=("JobHead", ...))`` gives the head a dashboard of those
 modules only (the APIs its tests call; each other module is a process of its own) and no Ray Client
 server, which nothing of the tests' uses (``ray start`` has no flag for either). Every node starts
@@ -54,6 +59,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from fedtune.tuning.driver.ray_lean import MINIMAL_AGENT
 from tests.ports import free_ports
 from tests.procs import live_name, wait_gone
 from tests.ray_start import (
@@ -125,14 +131,29 @@ def stop_sessions(sessions: Sequence[int], grace_s: float = STOP_GRACE_S) -> Non
         time.sleep(0.1)
 
 
-def _node_ports(exclude: tuple[int, ...] = ()) -> list[str]:
-    """A node's ports, distinct from each other and from ``exclude`` (:func:`free_ports`)."""
+#: the ports of a dashboard agent's metrics agent (its gRPC server) and of its metrics exporter
+_METRICS_PORTS = ("dashboard-agent-grpc-port", "metrics-export-port")
+
+
+def _node_ports(exclude: tuple[int, ...] = (), *, minimal_agent: bool = False) -> list[str]:
+    """A node's ports, distinct from each other and from ``exclude`` (:func:`free_ports`).
+
+    Args:
+        exclude: Ports already taken.
+        minimal_agent: The node's dashboard agent is minimal: none for its metrics
+            (:data:`_METRICS_PORTS`), which it does not serve. Ray then takes the port that the
+            agent records (none), and the raylet and workers know at once that there is no
+            metrics agent; given a port, the raylet tries to reach one there for about 30 s
+            (*Failed to establish connection to the metrics exporter agent* in ``raylet.err``).
+
+    Returns:
+        The ``ray start`` flags of the ports.
+    """
     names = (
         "node-manager-port",
         "object-manager-port",
         "dashboard-agent-listen-port",
-        "dashboard-agent-grpc-port",
-        "metrics-export-port",
+        *(() if minimal_agent else _METRICS_PORTS),
         "runtime-env-agent-port",
     )
     ports = free_ports(len(names), exclude)
@@ -168,18 +189,23 @@ CLI_GROUPS_UNUSED = (
 #: ``ray start``. Its first argument, the dashboard modules to load (``JobHead,StateHead``:
 #: ``--modules-to-load`` of the dashboard process, which ``ray start`` has no flag for), is taken
 #: off; when it is not empty (a head that serves only some APIs) no Ray Client server is started
-#: either (``ray start --head`` starts one whenever its dependencies are installed)
+#: either (``ray start --head`` starts one whenever its dependencies are installed). Its second,
+#: when not empty, is the wrapper (:data:`MINIMAL_AGENT`) to run the node's dashboard agent with,
+#: put where Ray puts a memory profiler's command, before the agent's script (as a lean
+#: embedded head does, :mod:`fedtune.tuning.driver.ray_lean`)
 _RAY_CLI = """
 import sys
 
 for name in sys.argv.pop(1).split(","):
     sys.modules[name] = None  # ``from`` it raises ImportError: ``ray`` leaves its group out
 
-from ray._private import services
+from ray._private import ray_constants, services
 from ray.scripts import scripts
 
 modules = sys.argv.pop(1)
+agent = sys.argv.pop(1)
 start = services.start_ray_process
+build = services._build_python_executable_command_memory_profileable
 
 
 def start_ray_process(command, process_type, *args, **kwargs):
@@ -188,24 +214,43 @@ def start_ray_process(command, process_type, *args, **kwargs):
     return start(command, process_type, *args, **kwargs)
 
 
+def build_agent(component, *args, **kwargs):
+    command = build(component, *args, **kwargs)
+    if component == ray_constants.PROCESS_TYPE_DASHBOARD_AGENT:
+        command = [*command, agent]
+    return command
+
+
 if modules:
     services.start_ray_process = start_ray_process
     scripts.get_ray_client_dependency_error = lambda: "not for this head"
+if agent:
+    services._build_python_executable_command_memory_profileable = build_agent
 sys.argv[0] = "ray"
 sys.exit(scripts.main())
 """
 
 
-def ray_cli(modules: Sequence[str] | None = None) -> list[str]:
+def ray_cli(modules: Sequence[str] | None = None, *, minimal_agent: bool = False) -> list[str]:
     """The command of the ``ray`` CLI that starts this cluster's nodes (:data:`_RAY_CLI`).
 
     Args:
         modules: A head's dashboard modules, when not all (then no Ray Client server either).
+        minimal_agent: Whether the node's dashboard agent is a minimal one (:data:`MINIMAL_AGENT`:
+            none of its modules, as on a node of ``pip install ray``).
 
     Returns:
-        ``python -c _RAY_CLI <blocked groups> <modules>``, to which ``ray``'s arguments are added.
+        ``python -c _RAY_CLI <blocked groups> <modules> <agent wrapper>``, to which ``ray``'s
+        arguments are added.
     """
-    return [sys.executable, "-c", _RAY_CLI, ",".join(CLI_GROUPS_UNUSED), ",".join(modules or ())]
+    return [
+        sys.executable,
+        "-c",
+        _RAY_CLI,
+        ",".join(CLI_GROUPS_UNUSED),
+        ",".join(modules or ()),
+        MINIMAL_AGENT if minimal_agent else "",
+    ]
 
 
 #: the first process of a :class:`PidNamespace`: reaps what is reparented to it, for ever
@@ -409,7 +454,7 @@ class LocalRayCluster(_Started):
 
         def argv() -> list[str]:  # each try its own ports
             return [
-                *ray_cli(),
+                *ray_cli(minimal_agent=self.lean),
                 "start",
                 f"--address={self.gcs_address}",
                 f"--num-cpus={num_cpus}",
@@ -417,7 +462,7 @@ class LocalRayCluster(_Started):
                 f"--resources={json.dumps({node.resource: 1})}",
                 "--disable-usage-stats",
                 "--object-store-memory=100000000",
-                *_node_ports(),
+                *_node_ports(minimal_agent=self.lean),
                 *self.node_flags,
             ]
 
