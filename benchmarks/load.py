@@ -4,10 +4,11 @@ Several studies at once, each a separate driver process (``run_study``) connecte
 multi-node Ray cluster (a head without CPUs for trials + ``--nodes`` worker nodes with
 ``--gpus-per-node`` *logical* GPUs, ``tests/service/ray_cluster.py``; a lean one: no log
 monitors, no autoscaler, no Ray Client server, minimal dashboard agents on the worker nodes, a
-dashboard of one module, none of which the benchmark measures), every trial holding a fraction of a GPU and reporting every round of a
-quadratic task whose rounds cost next to nothing. MLflow is a real ``mlflow server``
-(``--workers 2``, ``--mlflow-workers`` to change it; ``--serve-artifacts``, its backend
-migrated first with ``mlflow db upgrade``, as the Helm chart starts it) on a fresh
+dashboard of one module, none of which the benchmark measures), every trial holding a fraction
+of a GPU and reporting every round of a quadratic task whose rounds cost next to nothing.
+MLflow is a real ``mlflow server`` (``--workers 2``, ``--mlflow-workers`` to change it;
+``--serve-artifacts``, its backend migrated first with ``mlflow db upgrade``, as the Helm chart
+starts it) on a fresh
 PostgreSQL schema; Optuna is one fresh PostgreSQL schema shared by every study (fedtune keeps a
 study's Optuna storage in ``<workdir>/optuna.db``; the driver processes of this benchmark point
 ``storage_url`` at PostgreSQL instead, the team-cluster case the issue names).
