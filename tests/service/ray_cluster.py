@@ -59,7 +59,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from fedtune.tuning.driver.ray_lean import MINIMAL_AGENT
 from tests.ports import free_ports
 from tests.procs import live_name, wait_gone
 from tests.ray_start import (
@@ -190,22 +189,20 @@ CLI_GROUPS_UNUSED = (
 #: ``--modules-to-load`` of the dashboard process, which ``ray start`` has no flag for), is taken
 #: off; when it is not empty (a head that serves only some APIs) no Ray Client server is started
 #: either (``ray start --head`` starts one whenever its dependencies are installed). Its second,
-#: when not empty, is the wrapper (:data:`MINIMAL_AGENT`) to run the node's dashboard agent with,
-#: put where Ray puts a memory profiler's command, before the agent's script (as a lean
-#: embedded head does, :mod:`fedtune.tuning.driver.ray_lean`)
+#: when not empty, has the node run its dashboard agent as a minimal one, through the product's
+#: builder (``ray_lean.minimal_agent_builder``, as a lean embedded head without dashboard does)
 _RAY_CLI = """
 import sys
 
 for name in sys.argv.pop(1).split(","):
     sys.modules[name] = None  # ``from`` it raises ImportError: ``ray`` leaves its group out
 
-from ray._private import ray_constants, services
+from ray._private import services
 from ray.scripts import scripts
 
 modules = sys.argv.pop(1)
-agent = sys.argv.pop(1)
+minimal_agent = sys.argv.pop(1)
 start = services.start_ray_process
-build = services._build_python_executable_command_memory_profileable
 
 
 def start_ray_process(command, process_type, *args, **kwargs):
@@ -214,18 +211,13 @@ def start_ray_process(command, process_type, *args, **kwargs):
     return start(command, process_type, *args, **kwargs)
 
 
-def build_agent(component, *args, **kwargs):
-    command = build(component, *args, **kwargs)
-    if component == ray_constants.PROCESS_TYPE_DASHBOARD_AGENT:
-        command = [*command, agent]
-    return command
-
-
 if modules:
     services.start_ray_process = start_ray_process
     scripts.get_ray_client_dependency_error = lambda: "not for this head"
-if agent:
-    services._build_python_executable_command_memory_profileable = build_agent
+if minimal_agent:
+    from fedtune.tuning.driver.ray_lean import minimal_agent_builder
+
+    services._build_python_executable_command_memory_profileable = minimal_agent_builder(services)
 sys.argv[0] = "ray"
 sys.exit(scripts.main())
 """
@@ -236,12 +228,12 @@ def ray_cli(modules: Sequence[str] | None = None, *, minimal_agent: bool = False
 
     Args:
         modules: A head's dashboard modules, when not all (then no Ray Client server either).
-        minimal_agent: Whether the node's dashboard agent is a minimal one (:data:`MINIMAL_AGENT`:
-            none of its modules, as on a node of ``pip install ray``).
+        minimal_agent: Whether the node's dashboard agent is a minimal one
+            (``ray_lean.MINIMAL_AGENT``: none of its modules, as on a node of ``pip install ray``).
 
     Returns:
-        ``python -c _RAY_CLI <blocked groups> <modules> <agent wrapper>``, to which ``ray``'s
-        arguments are added.
+        ``python -c _RAY_CLI <blocked groups> <modules> <1 for a minimal agent, or empty>``, to
+        which ``ray``'s arguments are added.
     """
     return [
         sys.executable,
@@ -249,7 +241,7 @@ def ray_cli(modules: Sequence[str] | None = None, *, minimal_agent: bool = False
         _RAY_CLI,
         ",".join(CLI_GROUPS_UNUSED),
         ",".join(modules or ()),
-        MINIMAL_AGENT if minimal_agent else "",
+        "1" if minimal_agent else "",
     ]
 
 

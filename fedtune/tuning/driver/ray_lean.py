@@ -29,11 +29,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LEAN_ENV", "LEAN_FIELDS", "LEAN_REPORT_MS", "MINIMAL_AGENT", "lean_head"]
+__all__ = [
+    "LEAN_ENV",
+    "LEAN_FIELDS",
+    "LEAN_REPORT_MS",
+    "MINIMAL_AGENT",
+    "lean_head",
+    "minimal_agent_builder",
+]
 
 #: the ``RayParams`` fields of a lean head (each ``ray start`` flag of the same name)
 LEAN_FIELDS: dict[str, bool] = {"include_log_monitor": False, "no_monitor": True}
@@ -57,6 +64,31 @@ _thread = threading.local()
 MINIMAL_AGENT = str(Path(__file__).with_name("ray_agent.py"))
 
 
+def minimal_agent_builder(services: Any, when: Callable[[], bool] = lambda: True) -> Any:
+    """Ray's builder of an agent's Python command, running the dashboard agent through
+    :data:`MINIMAL_AGENT` whenever ``when()`` is true.
+
+    Args:
+        services: ``ray._private.services``, whose builder
+            (``_build_python_executable_command_memory_profileable``: where Ray puts a memory
+            profiler, before the agent's script) is wrapped, not replaced.
+        when: Asked at each command built: whether the agent is to be a minimal one.
+
+    Returns:
+        The builder to put in place of Ray's (which the caller keeps to put back).
+    """
+    build = services._build_python_executable_command_memory_profileable
+    agent = services.ray_constants.PROCESS_TYPE_DASHBOARD_AGENT
+
+    def lean_build(component: str, *args: Any, **kw: Any) -> list[str]:
+        command = build(component, *args, **kw)
+        if component == agent and when():
+            command = [*command, MINIMAL_AGENT]  # before Ray's agent script: the wrapper's
+        return command
+
+    return lean_build
+
+
 def _patch(node: type, services: Any) -> tuple[Any, Any, Any]:
     """Patch ``node`` so that a head node starts lean, with the fields of every
     :func:`lean_head` entered when it starts, and without a dashboard process and with a
@@ -73,7 +105,6 @@ def _patch(node: type, services: Any) -> tuple[Any, Any, Any]:
     """
     start, api_server = node.__init__, node.start_api_server
     build = services._build_python_executable_command_memory_profileable
-    agent = services.ray_constants.PROCESS_TYPE_DASHBOARD_AGENT
 
     def lean_start(self: Any, ray_params: Any, *args: Any, head: bool = False, **kw: Any):
         if head:
@@ -89,12 +120,6 @@ def _patch(node: type, services: Any) -> tuple[Any, Any, Any]:
         finally:
             _thread.minimal = False
 
-    def lean_build(component: str, *args: Any, **kw: Any) -> list[str]:
-        command = build(component, *args, **kw)
-        if component == agent and getattr(_thread, "minimal", False):
-            command = [*command, MINIMAL_AGENT]  # before Ray's agent script: the wrapper's
-        return command
-
     def lean_api_server(self: Any, *, include_dashboard: bool | None, **kw: Any) -> None:
         if include_dashboard is False and getattr(self, "_fedtune_lean", False):
             return  # a lean head without dashboard: none of its APIs either
@@ -102,7 +127,9 @@ def _patch(node: type, services: Any) -> tuple[Any, Any, Any]:
 
     node.__init__ = lean_start  # type: ignore[method-assign]
     node.start_api_server = lean_api_server  # type: ignore[attr-defined]
-    services._build_python_executable_command_memory_profileable = lean_build
+    services._build_python_executable_command_memory_profileable = minimal_agent_builder(
+        services, lambda: getattr(_thread, "minimal", False)
+    )
     return start, api_server, build
 
 
