@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["dying", "live_name", "wait_gone", "wait_not_dying"]
+__all__ = ["dying", "live_name", "signals", "wait_gone", "wait_not_dying"]
 
 #: ``PF_EXITING`` of a thread's flags (``/proc/<pid>/task/<tid>/stat``, field 9): in ``do_exit``
 PF_EXITING = 0x4
@@ -78,13 +78,27 @@ def dying(pid: int) -> bool:
             continue
         if int(fields[6]) & PF_EXITING:
             return True
-        pending = 0
-        for line in status.splitlines():
-            if line.startswith(("SigPnd:", "ShdPnd:")):
-                pending |= int(line.split()[1], 16)
-        if pending >> (signal.SIGKILL - 1) & 1:
+        if signal.SIGKILL in signals(status, "SigPnd", "ShdPnd"):
             return True
     return False
+
+
+def signals(status: str, *fields: str) -> set[int]:
+    """The signal numbers in masks of a ``/proc/<pid>[/task/<tid>]/status`` text.
+
+    Args:
+        status: The file's text.
+        fields: The masks to join (``SigPnd``, ``ShdPnd``: pending; ``SigBlk``: blocked).
+
+    Returns:
+        Every signal set in any of them.
+    """
+    mask = 0
+    for line in status.splitlines():
+        name, _, value = line.partition(":")
+        if name in fields:
+            mask |= int(value, 16)
+    return {n for n in range(1, 65) if mask >> (n - 1) & 1}
 
 
 def wait_not_dying(pids: Sequence[int], timeout_s: float, every_s: float = 0.05) -> list[int]:

@@ -158,24 +158,6 @@ def _same_process(ref: dict) -> bool:
     return process_start_ticks(ref["pid"]) == ref.get("start_ticks")
 
 
-def _group_gone(pgid: int) -> bool:
-    """Whether no process is left in process group ``pgid`` (a zombie not yet reaped counts).
-
-    Args:
-        pgid: The group: a local driver's pid (it leads a session of its own).
-
-    Returns:
-        True once every process of the group has exited and been reaped.
-    """
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # members of another user's (a sandbox's): still there
-        return False
-    return False
-
-
 def _sdk(server: Server, token: str | None = TOKEN) -> Client:
     return Client(server.url, token=token, timeout=30)
 
@@ -333,6 +315,8 @@ def test_a_study_end_to_end_on_postgresql(serve) -> None:
 
 
 def test_cancel_stops_the_driver_and_kills_mlflow_runs(local_server) -> None:
+    from fedtune.service.backends.local import group_members
+
     server = local_server
     url = server.env["FEDTUNE_DATABASE_URL"]
     with _sdk(server) as sdk:
@@ -354,7 +338,9 @@ def test_cancel_stops_the_driver_and_kills_mlflow_runs(local_server) -> None:
         _, children = _mlflow_runs(status, server)
         assert children and all(r.info.status != "RUNNING" for r in children)
         # nothing of the dying driver (its Ray, its tracker: its process group) can write now
-        _until(lambda: _group_gone(ref["pid"]), 60, "every process of the driver's group to exit")
+        _until(
+            lambda: not group_members(ref["pid"]), 60, "every process of the driver's group to exit"
+        )
         again = study.status()
         assert again.state == StudyState.CANCELLED  # the dying driver did not overwrite it
         assert all(t.state != TrialState.RUNNING for t in study.trials())

@@ -15,6 +15,7 @@ import pytest
 
 from fedtune.service.backends.base import DriverStatus, LaunchRequest, python_driver_argv
 from fedtune.service.backends.local import LocalBackend, process_start_ticks
+from tests.procs import signals
 
 SID = "0123456789ab"
 
@@ -140,19 +141,8 @@ def _signal_masks(pid: int) -> dict[str, set[int]]:
         ``{"blocked": ..., "pending": ...}``: signal numbers (pending: sent to the process
         or to its main thread).
     """
-    fields = dict(
-        line.split(":\t", 1)
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        if ":\t" in line
-    )
-
-    def numbers(*names: str) -> set[int]:
-        mask = 0
-        for name in names:
-            mask |= int(fields[name], 16)
-        return {n for n in range(1, 65) if mask >> (n - 1) & 1}
-
-    return {"blocked": numbers("SigBlk"), "pending": numbers("SigPnd", "ShdPnd")}
+    status = Path(f"/proc/{pid}/status").read_text()
+    return {"blocked": signals(status, "SigBlk"), "pending": signals(status, "SigPnd", "ShdPnd")}
 
 
 def test_processes_that_are_not_ours_are_never_signalled(make_settings) -> None:
