@@ -351,6 +351,12 @@ def build(params, seed):
 """
 
 
+#: :func:`local_server`'s scheduler tick and drivers' heartbeat: an idle service's 0.2 s tick
+#: cost ~2 % of a core (``tests/e2e/test_service_e2e.py``'s ``FAST``), and each beat is a
+#: request the service answers and a row it writes
+LOCAL_TICKS = {"FEDTUNE_SCHEDULER_INTERVAL_S": "0.5", "FEDTUNE_HEARTBEAT_S": "2"}
+
+
 @pytest.fixture(scope="module")
 def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A service whose studies' drivers are its children (backend ``local``), shared by the
@@ -358,9 +364,12 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     one, :func:`driver_study`) and reads only that study, its logs and the files its package
     could have planted. The one that cancels its study and fills a
     sandbox with threads (``test_a_code_check_runs_beside_a_study_sandbox_full_of_threads``) is
-    the last of them in the file: no other test's study runs beside it."""
+    the last of them in the file: no other test's study runs beside it. It lives from the first
+    driver test to the module's end (minutes, the deadline study's among them), so its scheduler
+    ticks every 0.5 s and its drivers beat every 2 s (:data:`LOCAL_TICKS`), not 0.2 and 1: no
+    check here depends on how soon a tick or a beat comes."""
     root = tmp_path_factory.mktemp("local")
-    server = _server(root, "local", FEDTUNE_SCHEDULER_INTERVAL_S="0.2", FEDTUNE_HEARTBEAT_S="1")
+    server = _server(root, "local", **LOCAL_TICKS)
     try:
         yield server
     finally:
