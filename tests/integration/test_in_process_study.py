@@ -6,6 +6,10 @@ budget end trials as Ray Tune's do.
 ``ray.init`` is made to fail for the in-process runs (a session fixture's Ray may run in this
 process, and ``ray.is_initialized`` is made to say it does not): a study that reached Ray would
 fail loudly.
+
+The in-process studies after the first share one MLflow store process (``tracking_process``,
+as a study of methods' studies share theirs: MLflow imported once, not once a study); the
+first starts its own, as a lone study does.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -27,12 +32,50 @@ from ray import tune
 from fedtune.tuning.driver.in_process import in_process_note
 from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.keys import TRIAL_KEY
+from fedtune.tuning.mlflow.process import TrackerProcess
 from fedtune.tuning.spec import StudySpec
 
 
 def _spec(quadratic_study, name: str, **overrides: Any) -> StudySpec:
     doc = quadratic_study(name, **{"budget": {"trials": 4, "max_concurrent": 1}, **overrides})
     return StudySpec.from_dict(doc)
+
+
+@pytest.fixture(scope="module")
+def tracking_process() -> Iterator[TrackerProcess]:
+    """One MLflow store process for the module's in-process studies after the first.
+
+    Returns:
+        The process (each study opens its own store in it in turn, as a study of methods'
+        studies do): MLflow is imported once, not once a study.
+    """
+    process = TrackerProcess()
+    try:
+        yield process
+    finally:
+        process.close()
+
+
+def _here(spec: StudySpec, workdir: Path, process: TrackerProcess, **kwargs: Any):
+    """``run_study`` of ``spec`` with its trials in this process.
+
+    Args:
+        spec: The study.
+        workdir: Its directory.
+        process: The MLflow store's process (:func:`tracking_process`), left open after.
+        **kwargs: More arguments of ``run_study``.
+
+    Returns:
+        The study's result.
+    """
+    return run_study(
+        spec,
+        workdir,
+        in_process=True,
+        tracking_process=process,
+        keep_tracking_process=True,
+        **kwargs,
+    )
 
 
 @contextlib.contextmanager
@@ -112,7 +155,7 @@ def test_it_records_what_ray_tune_records(tmp_path, ray_local, quadratic_study, 
 
 
 def test_a_pack_of_every_configuration_records_what_ray_tune_records(
-    tmp_path, ray_local, quadratic_study, monkeypatch
+    tmp_path, ray_local, quadratic_study, monkeypatch, tracking_process
 ):
     # 4 configurations at a time in one pack, 8 in all: members stopped by ASHA and refilled
     spec = _spec(
@@ -124,7 +167,7 @@ def test_a_pack_of_every_configuration_records_what_ray_tune_records(
     )
     where = _Where()
     with _without_ray(monkeypatch):
-        here = run_study(spec, tmp_path / "here", in_process=True, sinks=[where])
+        here = _here(spec, tmp_path / "here", tracking_process, sinks=[where])
     ray_tune = run_study(spec, tmp_path / "ray", in_process=False)
     assert here.packing == in_process_note(4) and "4 configurations per trial process" in str(
         ray_tune.packing
@@ -139,7 +182,9 @@ def test_a_pack_of_every_configuration_records_what_ray_tune_records(
     assert here.best == ray_tune.best and here.tradeoff == ray_tune.tradeoff
 
 
-def test_a_stopped_trial_ends_at_the_report_that_stopped_it(tmp_path, quadratic_study, monkeypatch):
+def test_a_stopped_trial_ends_at_the_report_that_stopped_it(
+    tmp_path, quadratic_study, monkeypatch, tracking_process
+):
     spec = _spec(
         quadratic_study,
         "here-stops",
@@ -155,7 +200,7 @@ def test_a_stopped_trial_ends_at_the_report_that_stopped_it(tmp_path, quadratic_
     )
     where = _Where()
     with _without_ray(monkeypatch):
-        result = run_study(spec, tmp_path / "w", in_process=True, sinks=[where])
+        result = _here(spec, tmp_path / "w", tracking_process, sinks=[where])
     records = _records(result)
     stopped = {n for n, r in records.items() if r["attrs"].get("outcome") == "stopped"}
     assert stopped and result.stop_reasons  # the study stopped some of its trials
@@ -171,7 +216,9 @@ def test_a_stopped_trial_ends_at_the_report_that_stopped_it(tmp_path, quadratic_
     assert result.configuration_rounds == sum(len(r) for r in where.rounds.values())
 
 
-def test_a_failed_trial_is_recorded_and_the_study_goes_on(tmp_path, quadratic_study, monkeypatch):
+def test_a_failed_trial_is_recorded_and_the_study_goes_on(
+    tmp_path, quadratic_study, monkeypatch, tracking_process
+):
     from fedtune.tuning.packing.runs import Single
 
     spec = _spec(quadratic_study, "here-fails", scheduler={"name": "none"})
@@ -184,7 +231,7 @@ def test_a_failed_trial_is_recorded_and_the_study_goes_on(tmp_path, quadratic_st
 
     monkeypatch.setattr(Single, "step", failing)
     with _without_ray(monkeypatch):
-        result = run_study(spec, tmp_path / "w", in_process=True)
+        result = _here(spec, tmp_path / "w", tracking_process)
     records = _records(result)
     assert result.counts["failed"] == 1 and result.finished == 4
     assert result.first_error == "trial 1: ValueError: boom in round 3"
@@ -200,14 +247,16 @@ def test_a_failed_trial_is_recorded_and_the_study_goes_on(tmp_path, quadratic_st
     assert all(records[n]["state"] == "COMPLETE" for n in (0, 2, 3))
 
 
-def test_a_callback_error_ends_the_study_not_the_trial(tmp_path, quadratic_study, monkeypatch):
+def test_a_callback_error_ends_the_study_not_the_trial(
+    tmp_path, quadratic_study, monkeypatch, tracking_process
+):
     class Broken(tune.Callback):
         def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
             raise RuntimeError("the sink is down")
 
     spec = _spec(quadratic_study, "here-sink", scheduler={"name": "none"})
     with _without_ray(monkeypatch), pytest.raises(RuntimeError, match="the sink is down"):
-        run_study(spec, tmp_path / "w", in_process=True, sinks=[Broken()])
+        _here(spec, tmp_path / "w", tracking_process, sinks=[Broken()])
     storage = f"sqlite:///{tmp_path / 'w' / 'optuna.db'}"
     trials = optuna.load_study(study_name=spec.name, storage=storage).trials
     # the trial in flight is re-run by the next invocation, as after Ray Tune's fit raised
@@ -216,7 +265,7 @@ def test_a_callback_error_ends_the_study_not_the_trial(tmp_path, quadratic_study
 
 
 def test_the_time_budget_leaves_the_trial_in_flight_to_the_next_run(
-    tmp_path, quadratic_study, monkeypatch
+    tmp_path, quadratic_study, monkeypatch, tracking_process
 ):
     slow = {"rounds": 200_000, "clients_per_round": 5, "local_steps": 3, "batch_size": 4}
     spec = _spec(
@@ -228,7 +277,7 @@ def test_the_time_budget_leaves_the_trial_in_flight_to_the_next_run(
         report_every=50,
     )
     with _without_ray(monkeypatch):
-        result = run_study(spec, tmp_path / "w", in_process=True)
+        result = _here(spec, tmp_path / "w", tracking_process)
     study = optuna.load_study(study_name=result.name, storage=result.storage_url)
     first = study.trials[0]
     assert result.finished == 0 and first.user_attrs["outcome"] == "interrupted"
