@@ -41,7 +41,11 @@ becomes a bare flag, as KubeRay writes it); ``authOptions.mode: token`` becomes
 ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` from the rendered Secret in the Ray containers,
 as KubeRay injects them. The box's own addition: each node is a lean one
 (``tests/ray_start.py``: no log monitor, dashboard agents sampling their pod's processes every
-60 s), since the studies' drivers take no worker logs and nothing reads node metrics; Ray
+60 s), since the studies' drivers take no worker logs and nothing reads node metrics, started
+by the image's ``ray`` CLI as the tests' lean clusters start theirs
+(``tests/service/ray_cluster.py``'s ``ray_cli``: none of the command groups ``ray start`` never
+uses; the head's dashboard with only the modules the ``ray`` backend and this test call,
+``BACKEND_MODULES``, and no Ray Client server; a worker's dashboard agent a minimal one); Ray
 started from the image exactly as KubeRay starts it, log monitor included, is
 ``tests/deploy/test_pod_servers_run.py``'s. Not emulated: the autoscaler sidecar, probes,
 restarts, and RayJob status polling (the ``ray`` backend talks to the head's Jobs API itself).
@@ -58,6 +62,7 @@ import contextlib
 import json
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import subprocess
@@ -80,6 +85,7 @@ from tests.deploy.test_pod_commands_run import container_argv, container_env, po
 from tests.needs import REPO_ROOT, need
 from tests.ray_start import LEAN_ENV, lean_flags
 from tests.seccomp_profiles import install_profile, seccomp_missing
+from tests.service.ray_cluster import BACKEND_MODULES, ray_cli
 
 pytestmark = [pytest.mark.box, pytest.mark.image, pytest.mark.integration]
 
@@ -387,8 +393,12 @@ def _kuberay(
     # the test's own: a lean node (tests/ray_start.py), which the head's `--no-monitor` may be
     flags += [flag for flag in lean_flags(head=head) if flag not in flags]
     where = ["--head"] if head else [f"--address={RAY}-head-svc.ml.svc.cluster.local:6379"]
-    start = ["ray", "start", *where, "--block", *flags, "--disable-usage-stats"]
-    return ["/bin/bash", "-lc", "--", "ulimit -n 65536 2>/dev/null || true; " + " ".join(start)]
+    # the image's `ray` CLI as the tests' lean clusters run it (tests/service/ray_cluster.py):
+    # the head's dashboard with the modules the `ray` backend and this test call and no Ray
+    # Client server, a worker's dashboard agent a minimal one
+    cli = ray_cli(BACKEND_MODULES) if head else ray_cli(minimal_agent=True)
+    start = ["python", *cli[1:], "start", *where, "--block", *flags, "--disable-usage-stats"]
+    return ["/bin/bash", "-lc", "--", "ulimit -n 65536 2>/dev/null || true; " + shlex.join(start)]
 
 
 def _ray_head(box: Box, image_root: Any) -> dict[str, str]:
