@@ -11,7 +11,9 @@ import sqlite3
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +21,9 @@ from fedtune.tuning.common import timeline
 from fedtune.tuning.mlflow import sqlite_template
 from fedtune.tuning.mlflow.sqlite_template import seed_sqlite_store, template_path
 from tests.fresh_imports import imported_after
+
+if TYPE_CHECKING:
+    from fedtune.tuning.mlflow.process import TrackerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,10 +45,30 @@ def _schema(db: Path) -> list[tuple]:
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty cache of fedtune's own (the tests of the MLflow store template build theirs)."""
     path = tmp_path / "cache"
     monkeypatch.setenv("FEDTUNE_CACHE_DIR", str(path))
     monkeypatch.chdir(tmp_path)
     return path
+
+
+@pytest.fixture(scope="module")
+def _built_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding the MLflow store template, built once for the module."""
+    path = tmp_path_factory.mktemp("built") / "cache"
+    assert seed_sqlite_store(f"sqlite:///{path.parent / 'mlflow.db'}", cache=path)
+    return path
+
+
+@pytest.fixture
+def warm_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _built_cache: Path) -> Path:
+    """The module's cache with the template built, as a user's cache holds it after their first
+    study: for the tests of a study's start, whose every new MLflow store would otherwise build
+    its own template (MLflow's migrations, about 1.1 CPU-s each), which the template's own tests
+    check with :func:`cache`."""
+    monkeypatch.setenv("FEDTUNE_CACHE_DIR", str(_built_cache))
+    monkeypatch.chdir(tmp_path)
+    return _built_cache
 
 
 def test_seeded_store_is_the_store_mlflow_creates(tmp_path: Path, cache: Path) -> None:
@@ -286,7 +311,7 @@ def tiny_spec(name: str = "tiny"):
 
 
 def test_a_new_study_opens_its_stores_while_ray_starts(
-    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, warm_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fedtune.tuning.driver.study import run_study
 
@@ -303,8 +328,19 @@ def test_a_new_study_opens_its_stores_while_ray_starts(
     assert calls == ["optuna:MainThread", "ray"]
 
 
+@pytest.fixture
+def mlflow_process() -> Iterator[TrackerProcess]:
+    """One study MLflow process for the runs of a test, closed after its last: a study of
+    methods gives each of its studies the same one (``keep_tracking_process``), so MLflow is
+    imported once, not once per run."""
+    from fedtune.tuning.mlflow.process import TrackerProcess
+
+    with contextlib.closing(TrackerProcess()) as process:
+        yield process
+
+
 def test_a_finished_study_run_again_places_draws_and_logs_nothing(
-    tmp_path: Path, cache: Path, monkeypatch
+    tmp_path: Path, warm_cache: Path, mlflow_process: TrackerProcess, monkeypatch
 ) -> None:
     """A re-run with no trial left weighs no placement (the cost's probe builds the task); one
     whose last end recorded what an end would record now draws and logs nothing (no figure
@@ -315,7 +351,8 @@ def test_a_finished_study_run_again_places_draws_and_logs_nothing(
     from fedtune.tuning.driver import ending, study
 
     workdir = tmp_path / "study"
-    first = study.run_study(tiny_spec(), workdir, in_process=True)
+    shared = {"tracking_process": mlflow_process, "keep_tracking_process": True}
+    first = study.run_study(tiny_spec(), workdir, in_process=True, **shared)
     assert first.finished == 2
     figures = sorted((workdir / "tradeoff").glob("*.png"))
     assert {"curves.png", "pareto.png", "envelope.png"} <= {p.name for p in figures}
@@ -354,7 +391,7 @@ def test_a_finished_study_run_again_places_draws_and_logs_nothing(
     (workdir / "mlflow.db").rename(tmp_path / "away.db")
     assert ending.ended(plan, opened) is None  # its MLflow store is gone: a full end
     (tmp_path / "away.db").rename(workdir / "mlflow.db")
-    more = study.run_study(tiny_spec(), workdir, trials=3, in_process=True)
+    more = study.run_study(tiny_spec(), workdir, trials=3, in_process=True, **shared)
     assert (more.finished, more.ran, placed) == (3, 1, [3])  # a trial left: placed once
     assert all(drawn[p.name] != p.stat().st_mtime_ns for p in figures)  # drawn again
     assert client.get_run(first.parent_run_id).data.metrics["n_trials"] == 3.0
@@ -374,7 +411,7 @@ def test_a_bad_budget_fails_before_ray_starts(
 
 
 def test_the_parent_run_opened_while_ray_started_ends_failed_when_ray_fails(
-    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, warm_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow import MlflowClient
 
@@ -394,7 +431,7 @@ def test_the_parent_run_opened_while_ray_started_ends_failed_when_ray_fails(
 
 
 def test_ctrl_c_while_ray_starts_kills_the_parent_run(
-    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, warm_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mlflow import MlflowClient
 
@@ -453,7 +490,7 @@ def _tune_code(workdir: Path, **top: object) -> str:
     )
 
 
-def test_a_study_in_the_drivers_process_never_imports_ray(tmp_path: Path, cache: Path) -> None:
+def test_a_study_in_the_drivers_process_never_imports_ray(tmp_path: Path, warm_cache: Path) -> None:
     """``fedtune tune`` of a study whose trials run in its own process imports no Ray at all
     (``import ray`` and Ray Tune: about 0.95 CPU-s a process): its searcher, scheduler and
     callbacks subclass Ray-free bases (``fedtune.tuning.tune_hooks``) and only the Ray path
