@@ -15,7 +15,9 @@ docs/development/docs.md is built here:
   ``helm`` command backed by ``helm-python-sdk`` (``helm_shim.py``).
 
 Every page runs in a fresh directory holding copies of ``examples/`` and ``helm/``, with
-``HOME`` there too, so a command cannot write into the checkout. A missing helm follows the
+``HOME`` there too, so a command cannot write into the checkout; the reader's cache
+(``XDG_CACHE_HOME``) is one for the session, as a reader's ``~/.cache`` outlives a page
+(``reader_cache``). A missing helm follows the
 repository's rule (``tests/needs.py``): a printed skip, a failure under
 ``FEDTUNE_REQUIRE_HELM=1``.
 """
@@ -77,15 +79,19 @@ class Environment:
     #: the working directory holds the checkout's ``examples/`` and ``helm/`` (False: a light
     #: client's laptop, which has only what ``pip install fedtune`` gave it)
     checkout: bool = True
+    #: the reader's cache (``XDG_CACHE_HOME``), kept from page to page as a reader's
+    #: ``~/.cache`` is (:func:`reader_cache`); None: one in the page's own home
+    cache: Path | None = None
 
 
-def base_environment(home: Path, path: list[Path]) -> dict[str, str]:
+def base_environment(home: Path, path: list[Path], cache: Path | None = None) -> dict[str, str]:
     """The variables a page runs with: the test process's, minus fedtune's and Ray's, plus a
     private ``HOME``, ``PATH`` starting with ``path`` and one OpenMP thread.
 
     Args:
         home: the page's home directory.
         path: directories put first on ``PATH``.
+        cache: the reader's cache directory (``XDG_CACHE_HOME``); None: ``.cache`` in ``home``.
 
     Returns:
         The environment.
@@ -96,7 +102,7 @@ def base_environment(home: Path, path: list[Path]) -> dict[str, str]:
     env.update(
         {
             "HOME": str(home),
-            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_CACHE_HOME": str(cache or home / ".cache"),
             "PYTHONDONTWRITEBYTECODE": "1",
             "MPLBACKEND": "Agg",
             "NO_COLOR": "1",
@@ -151,7 +157,7 @@ def run_page(
     else:
         home = tmp / "home"
         home.mkdir()
-    env = base_environment(home, environment.path) | environment.env
+    env = base_environment(home, environment.path, environment.cache) | environment.env
     marker = tmp / "block"
     outputs = tmp / "outputs"
     outputs.mkdir()
@@ -307,12 +313,13 @@ def helm_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextlib.contextmanager
-def started_service(tmp: Path) -> Iterator[dict[str, str]]:
+def started_service(tmp: Path, cache: Path | None = None) -> Iterator[dict[str, str]]:
     """A real ``fedtune serve`` (uvicorn, SQLite, ``local`` backend) with one project and one
     member of exactly that project, stopped on exit.
 
     Args:
         tmp: an empty directory for its database, work directory and log.
+        cache: the cache its studies' drivers use (``XDG_CACHE_HOME``; None: one in ``tmp``).
 
     Returns:
         A context manager giving ``FEDTUNE_URL`` and ``FEDTUNE_TOKEN`` (the member's).
@@ -322,7 +329,7 @@ def started_service(tmp: Path) -> Iterator[dict[str, str]]:
 
     tmp.mkdir(parents=True, exist_ok=True)
     database = f"sqlite:///{tmp / 'fedtune.db'}"
-    env = base_environment(tmp, [DEV_BIN]) | {
+    env = base_environment(tmp, [DEV_BIN], cache) | {
         "FEDTUNE_DATABASE_URL": database,
         "FEDTUNE_WORKDIR": str(tmp / "work"),
         "FEDTUNE_BACKEND": "local",
@@ -358,10 +365,12 @@ class SharedService:
 
     Args:
         root: an empty directory for its database, work directory and log.
+        cache: the cache its studies' drivers use (the pages', :func:`reader_cache`).
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cache: Path | None = None) -> None:
         self._root = root
+        self._cache = cache
         self._stack: contextlib.ExitStack | None = None
         self._service: dict[str, str] = {}
         self._starts = 0
@@ -372,7 +381,9 @@ class SharedService:
         if self._stack is None:
             self._starts += 1
             stack = contextlib.ExitStack()
-            self._service = stack.enter_context(started_service(self._root / str(self._starts)))
+            self._service = stack.enter_context(
+                started_service(self._root / str(self._starts), self._cache)
+            )
             self._stack = stack
         return self._service
 
@@ -408,11 +419,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.fixture(scope="session")
+def reader_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reader's cache (``XDG_CACHE_HOME``), one for the session's pages and shared server.
+
+    A reader's ``~/.cache`` outlives a page: what a first command caches there, the next finds
+    (fedtune's empty MLflow store, whose making runs MLflow's migrations, about 1.1 CPU-s, in
+    each new study's MLflow process; matplotlib's font list). With a cache per page, every
+    page that runs a study made both again.
+    """
+    return tmp_path_factory.mktemp("reader-cache")
+
+
+@pytest.fixture(scope="session")
 def _shared_service(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    reader_cache: Path,
 ) -> Iterator[SharedService]:
     """The session's :class:`SharedService`, stopped at the latest when the session ends."""
-    service = SharedService(tmp_path_factory.mktemp("service"))
+    service = SharedService(tmp_path_factory.mktemp("service"), reader_cache)
     request.config.stash[_SERVICE] = service
     try:
         yield service
@@ -449,23 +474,25 @@ def first_runs() -> dict[tuple[str, str], Path]:
 
 
 @pytest.fixture
-def environment_for(request: pytest.FixtureRequest, tmp_path: Path):
+def environment_for(request: pytest.FixtureRequest, tmp_path: Path, reader_cache: Path):
     """``environment_for(page) -> Environment`` of the page's ``docs_env`` (a ``service`` or
-    ``light`` page gets the session's shared server)."""
+    ``light`` page gets the session's shared server), with the session's reader cache."""
 
     def make(page: Page) -> Environment:
         if page.env == "local":
-            return Environment([DEV_BIN])
+            return Environment([DEV_BIN], cache=reader_cache)
         if page.env == "operator":
-            return Environment([DEV_BIN, request.getfixturevalue("helm_bin")])
+            return Environment([DEV_BIN, request.getfixturevalue("helm_bin")], cache=reader_cache)
         if page.env == "team":  # the page starts its service; its laptop blocks: the light client
             light = request.getfixturevalue("light_venv")
             laptop = base_environment(tmp_path, [light])["PATH"]
-            return Environment([DEV_BIN], {"DOCS_LAPTOP_PATH": laptop}, checkout=False)
+            return Environment(
+                [DEV_BIN], {"DOCS_LAPTOP_PATH": laptop}, checkout=False, cache=reader_cache
+            )
         service = request.getfixturevalue("shared_service")
         if page.env == "service":
-            return Environment([DEV_BIN], service)
+            return Environment([DEV_BIN], service, cache=reader_cache)
         light = request.getfixturevalue("light_venv")
-        return Environment([light], service, light / "python", checkout=False)
+        return Environment([light], service, light / "python", checkout=False, cache=reader_cache)
 
     return make
