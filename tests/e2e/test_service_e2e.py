@@ -172,13 +172,13 @@ def _watch(study, timeout: float) -> list[StudyStatus]:
     raise AssertionError(f"study not done after {timeout} s: {seen[-1]}")
 
 
-def _until(predicate, timeout: float, what: str):
+def _until(predicate, timeout: float, what: str, poll_s: float = POLL_S):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(POLL_S)
+        time.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 
