@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -478,21 +478,22 @@ def environment_for(request: pytest.FixtureRequest, tmp_path: Path, reader_cache
     """``environment_for(page) -> Environment`` of the page's ``docs_env`` (a ``service`` or
     ``light`` page gets the session's shared server), with the session's reader cache."""
 
-    def make(page: Page) -> Environment:
+    def pick(page: Page) -> Environment:
         if page.env == "local":
-            return Environment([DEV_BIN], cache=reader_cache)
+            return Environment([DEV_BIN])
         if page.env == "operator":
-            return Environment([DEV_BIN, request.getfixturevalue("helm_bin")], cache=reader_cache)
+            return Environment([DEV_BIN, request.getfixturevalue("helm_bin")])
         if page.env == "team":  # the page starts its service; its laptop blocks: the light client
             light = request.getfixturevalue("light_venv")
             laptop = base_environment(tmp_path, [light])["PATH"]
-            return Environment(
-                [DEV_BIN], {"DOCS_LAPTOP_PATH": laptop}, checkout=False, cache=reader_cache
-            )
+            return Environment([DEV_BIN], {"DOCS_LAPTOP_PATH": laptop}, checkout=False)
         service = request.getfixturevalue("shared_service")
         if page.env == "service":
-            return Environment([DEV_BIN], service, cache=reader_cache)
+            return Environment([DEV_BIN], service)
         light = request.getfixturevalue("light_venv")
-        return Environment([light], service, light / "python", checkout=False, cache=reader_cache)
+        return Environment([light], service, light / "python", checkout=False)
+
+    def make(page: Page) -> Environment:
+        return replace(pick(page), cache=reader_cache)
 
     return make

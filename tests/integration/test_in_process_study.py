@@ -32,8 +32,8 @@ from ray import tune
 from fedtune.tuning.driver.in_process import in_process_note
 from fedtune.tuning.driver.study import run_study
 from fedtune.tuning.keys import TRIAL_KEY
-from fedtune.tuning.mlflow.process import TrackerProcess
 from fedtune.tuning.spec import StudySpec
+from tests.shared_tracking import shared_tracking
 
 
 def _spec(quadratic_study, name: str, **overrides: Any) -> StudySpec:
@@ -42,40 +42,26 @@ def _spec(quadratic_study, name: str, **overrides: Any) -> StudySpec:
 
 
 @pytest.fixture(scope="module")
-def tracking_process() -> Iterator[TrackerProcess]:
-    """One MLflow store process for the module's in-process studies after the first.
-
-    Returns:
-        The process (each study opens its own store in it in turn, as a study of methods'
-        studies do): MLflow is imported once, not once a study.
-    """
-    process = TrackerProcess()
-    try:
-        yield process
-    finally:
-        process.close()
+def tracking_process() -> Iterator[dict[str, Any]]:
+    """``run_study``'s arguments for one MLflow store process that the module's in-process
+    studies after the first share (:func:`tests.shared_tracking.shared_tracking`)."""
+    with shared_tracking() as shared:
+        yield shared
 
 
-def _here(spec: StudySpec, workdir: Path, process: TrackerProcess, **kwargs: Any):
+def _here(spec: StudySpec, workdir: Path, shared: dict[str, Any], **kwargs: Any):
     """``run_study`` of ``spec`` with its trials in this process.
 
     Args:
         spec: The study.
         workdir: Its directory.
-        process: The MLflow store's process (:func:`tracking_process`), left open after.
+        shared: The shared MLflow store process's arguments (:func:`tracking_process`).
         **kwargs: More arguments of ``run_study``.
 
     Returns:
         The study's result.
     """
-    return run_study(
-        spec,
-        workdir,
-        in_process=True,
-        tracking_process=process,
-        keep_tracking_process=True,
-        **kwargs,
-    )
+    return run_study(spec, workdir, in_process=True, **shared, **kwargs)
 
 
 @contextlib.contextmanager

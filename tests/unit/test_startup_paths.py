@@ -13,7 +13,6 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,9 +20,7 @@ from fedtune.tuning.common import timeline
 from fedtune.tuning.mlflow import sqlite_template
 from fedtune.tuning.mlflow.sqlite_template import seed_sqlite_store, template_path
 from tests.fresh_imports import imported_after
-
-if TYPE_CHECKING:
-    from fedtune.tuning.mlflow.process import TrackerProcess
+from tests.shared_tracking import shared_tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -329,18 +326,15 @@ def test_a_new_study_opens_its_stores_while_ray_starts(
 
 
 @pytest.fixture
-def mlflow_process() -> Iterator[TrackerProcess]:
-    """One study MLflow process for the runs of a test, closed after its last: a study of
-    methods gives each of its studies the same one (``keep_tracking_process``), so MLflow is
-    imported once, not once per run."""
-    from fedtune.tuning.mlflow.process import TrackerProcess
-
-    with contextlib.closing(TrackerProcess()) as process:
-        yield process
+def mlflow_process() -> Iterator[dict]:
+    """``run_study``'s arguments for one study MLflow process the runs of a test share
+    (:func:`tests.shared_tracking.shared_tracking`)."""
+    with shared_tracking() as shared:
+        yield shared
 
 
 def test_a_finished_study_run_again_places_draws_and_logs_nothing(
-    tmp_path: Path, warm_cache: Path, mlflow_process: TrackerProcess, monkeypatch
+    tmp_path: Path, warm_cache: Path, mlflow_process: dict, monkeypatch
 ) -> None:
     """A re-run with no trial left weighs no placement (the cost's probe builds the task); one
     whose last end recorded what an end would record now draws and logs nothing (no figure
@@ -351,7 +345,7 @@ def test_a_finished_study_run_again_places_draws_and_logs_nothing(
     from fedtune.tuning.driver import ending, study
 
     workdir = tmp_path / "study"
-    shared = {"tracking_process": mlflow_process, "keep_tracking_process": True}
+    shared = mlflow_process
     first = study.run_study(tiny_spec(), workdir, in_process=True, **shared)
     assert first.finished == 2
     figures = sorted((workdir / "tradeoff").glob("*.png"))
