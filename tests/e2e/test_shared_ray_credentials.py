@@ -26,6 +26,9 @@ hostile: in its trial it
   name it found), in team-a's workspace;
 * reports all of it over loopback to a tiny HTTP listener this test runs.
 
+B is submitted right after A and starts with it; its trial looks only once the test has seen A
+running (a file the test then makes), as it did when B was submitted only then.
+
 It finds A's start ticket (and every credential-looking value of A's job's ``runtime_env``), and
 nothing live: every try fails. Redeeming A's spent ticket marks A's attempt compromised: A's
 driver is stopped and A re-dispatched with a new ticket, and A then succeeds with records that
@@ -102,9 +105,10 @@ def build(params, seed):
     return build_task("quadratic", params, seed)
 """
 
-#: project B's code: its trial looks around once, tries what it found, and reports
+#: project B's code: its trial waits until the file ``CONFIG["look"]`` exists (A's driver running,
+#: its ticket spent), then looks around once, tries what it found, and reports
 HOSTILE_TASKS = """
-import base64, glob, json, os, re, sys, urllib.error, urllib.request
+import base64, glob, json, os, re, sys, time, urllib.error, urllib.request
 from fedtune.trainers.tasks import build_task, register_task
 
 CONFIG = json.loads({config!r})
@@ -219,6 +223,9 @@ def build(params, seed):
             fd = None
         if fd is not None:
             os.close(fd)
+            deadline = time.monotonic() + 900
+            while not os.path.exists(CONFIG["look"]) and time.monotonic() < deadline:
+                time.sleep(0.2)
             try:
                 body = look()
             except Exception as exc:  # noqa: BLE001
@@ -412,14 +419,10 @@ class Outcome:
 @pytest.fixture(scope="module")
 def outcome(world: World) -> Outcome:
     go = world.root / "a-may-train"
+    may_look = world.root / "b-may-look"
     plain = write_package(world.root / "lab-a", PLAIN_TASKS.format(go=str(go)))
-    with world.sdk("alice") as alice:
+    with world.sdk("alice") as alice, world.sdk("bob") as bob:
         a = alice.submit(_spec("plain", trials=A_TRIALS), code=plain, project="team-a")
-        # A's driver has redeemed its ticket once its first trial is recorded
-        _wait(a, lambda s: s.progress.running >= 1 or s.done, 600, "study A never started")
-        a_job = world.jobs().get_job_info(f"fedtune-{a.id}-1")
-        env = (a_job.runtime_env or {}).get("env_vars", {})
-        a_env = {k: v for k, v in env.items() if SECRET_NAMES.search(k)}
         config = {
             "dashboard": world.cluster.address,
             "api": world.server.url,
@@ -428,22 +431,30 @@ def outcome(world: World) -> Outcome:
             "target": a.id,
             "report": world.listener.url,
             "once": str(world.root / "looked"),
+            "look": str(may_look),
         }
         hostile = write_package(
             world.root / "lab-b", HOSTILE_TASKS.format(config=json.dumps(config))
         )
-        with world.sdk("bob") as bob:
-            b = bob.submit(_spec("hostile", trials=1), code=hostile, project="team-b")
-            deadline = time.monotonic() + 600
-            while not world.listener.reports and time.monotonic() < deadline:
-                time.sleep(POLL_S)
-            assert world.listener.reports, (
-                f"the hostile trial never reported: {b.status().state} {b.status().error}"
-            )
-            go.touch()  # A's trials may train now
-            a_final = _wait(a, lambda s: s.done, 900, "study A did not end")
-            b_final = _wait(b, lambda s: s.done, 600, "study B did not end")
-            a_trials = a.trials()
+        # B starts while A does (its code check, driver and trial start: a minute and more of
+        # the whole stack's idle time saved), and its trial looks only once A is running
+        b = bob.submit(_spec("hostile", trials=1), code=hostile, project="team-b")
+        # A's driver has redeemed its ticket once its first trial is recorded
+        _wait(a, lambda s: s.progress.running >= 1 or s.done, 600, "study A never started")
+        a_job = world.jobs().get_job_info(f"fedtune-{a.id}-1")
+        env = (a_job.runtime_env or {}).get("env_vars", {})
+        a_env = {k: v for k, v in env.items() if SECRET_NAMES.search(k)}
+        may_look.touch()  # B's trial may look now
+        deadline = time.monotonic() + 600
+        while not world.listener.reports and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        assert world.listener.reports, (
+            f"the hostile trial never reported: {b.status().state} {b.status().error}"
+        )
+        go.touch()  # A's trials may train now
+        a_final = _wait(a, lambda s: s.done, 900, "study A did not end")
+        b_final = _wait(b, lambda s: s.done, 600, "study B did not end")
+        a_trials = a.trials()
     return Outcome(a.id, a_env, world.listener.reports[0], a_final, a_trials, b_final)
 
 
