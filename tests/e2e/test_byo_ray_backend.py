@@ -41,7 +41,7 @@ from tests.integration.conftest import mlflow_server_process
 from tests.service.helpers import Server, tiny_spec
 from tests.service.ray_cluster import BACKEND_MODULES, LocalRayCluster, session_pids
 
-from .test_service_e2e import FAST, TOKEN, _mlflow_runs
+from .test_service_e2e import TOKEN, _mlflow_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,6 +55,14 @@ INSTALLED_MARK = "installed_copy_ran"
 #: the example study's trials: one trial process on the worker node shows all that is asserted
 #: of them (the user's code from the runtime_env; the service, Optuna and MLflow agree)
 EXAMPLE_TRIALS = 1
+#: the service's scheduler tick and the test's status polls (seconds): the product's default tick,
+#: not ``FAST``'s 0.5 s (``tests/e2e/test_service_e2e.py``): a tick of the ``ray`` backend asks
+#: the head's dashboard for each running study's job status and each poll is an API call, for
+#: minutes with two studies running; nothing here waits on a tick's latency
+POLL_S = 1.0
+#: a driver's heartbeat (an API call, a row written): every 2 s, not ``FAST``'s 1 s; nothing here
+#: stops or re-dispatches a driver, which is what a heartbeat tells it
+HEARTBEAT_S = 2.0
 #: a database URL in the environment of the cluster's processes, which no driver may see
 HEAD_DATABASE_URL = "postgresql://fedtune:head-database-password@127.0.0.1:9/fedtune"
 
@@ -142,7 +150,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 "FEDTUNE_MAX_CONCURRENT_STUDIES": "2",
                 "MLFLOW_TRACKING_URI": mlflow,
                 "PYTHONPATH": os.pathsep.join([str(REPO), str(api_only)]),
-                **FAST,
+                "FEDTUNE_SCHEDULER_INTERVAL_S": str(POLL_S),
+                "FEDTUNE_HEARTBEAT_S": str(HEARTBEAT_S),
             },
             root / "serve.log",
         )
@@ -210,7 +219,7 @@ def studies(world: World) -> dict[str, Submitted]:
         }
         done = {}
         for key, study in handles.items():
-            final = study.wait(progress=False, timeout=400, poll_s=0.5)
+            final = study.wait(progress=False, timeout=400, poll_s=POLL_S)
             done[key] = Submitted(study.id, final, study.trials(), world.logs(study.id))
     return done
 
@@ -317,7 +326,7 @@ def test_a_hostile_driver_on_the_shared_head_finds_no_secret_or_file(world: Worl
     spec = tiny_spec(name="hostile-on-the-head", trials=1, code={"modules": ["user_lab.tasks"]})
     with Client(world.server.url, token=TOKEN, timeout=30) as sdk:
         study = sdk.submit(spec, code=lab)
-        final = study.wait(progress=False, timeout=400, poll_s=0.5)
+        final = study.wait(progress=False, timeout=400, poll_s=POLL_S)
     logs = world.logs(study.id)
     assert final.state == StudyState.FAILED, (final.state, logs[-3000:])
     assert "driver:" in final.error, final.error  # the driver imported it, and refused to go on
