@@ -38,7 +38,7 @@ from tests.lean_script import command as lean_command
 from tests.procs import wait_not_dying
 
 REPO = Path(__file__).resolve().parents[2]
-N = 5
+N = 3
 _STUDY = make_quadratic_study(
     "resume-quad",
     train={
