@@ -19,8 +19,15 @@ from tests.lean_script import command as lean_command
 def _lean(cmd: list[str]) -> list[str]:
     """A run's command (``python -c PLAIN ...``, or ``fedtune tune ... --ray``) under
     ``tests/lean_script.py``: its ``ray.init`` starts a head without log or autoscaler monitor,
-    and without the dashboard's web UI modules (nothing here calls them)."""
-    return lean_command(*(cmd[1:] if cmd[0] == sys.executable else cmd), dashboard=False)
+    and without the dashboard's web UI modules (nothing here calls them).
+
+    A plain script's trial actors also start without Ray Tune's default ``runtime_env`` (only
+    ``PL_DISABLE_FORK``, for PyTorch Lightning, which no trainable here uses), as fedtune's own
+    do: each trial process is then one Python start, not ``setup_worker.py`` importing Ray only
+    to exec the worker (~1 CPU-s for each of the six plain trials). The phases checked still
+    run from that process's start (its pid's start time either way)."""
+    plain = cmd[0] == sys.executable
+    return lean_command(*(cmd[1:] if plain else cmd), dashboard=False, plain_trial_actors=plain)
 
 
 @pytest.fixture
