@@ -30,8 +30,8 @@ def command(*argv: str, dashboard: bool = True, plain_trial_actors: bool = False
 
     Returns:
         ``python -m tests.lean_script [--no-dashboard] [--plain-trial-actors] ARGV...`` (the
-        child needs the repository
-        root on its ``PYTHONPATH`` when its working folder is elsewhere).
+        child needs the repository root on its ``PYTHONPATH`` when its working folder is
+        elsewhere).
     """
     flags = ([] if dashboard else ["--no-dashboard"]) + (
         ["--plain-trial-actors"] if plain_trial_actors else []
