@@ -119,8 +119,9 @@ def _cli(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Complet
 
 
 #: a child that runs several verbs of the CLI one after another, each as ``fedtune VERB ...``
-#: runs it (``fedtune.cli.main(argv)``, the console script's entry point), and prints each
-#: one's exit code, stdout and stderr as JSON
+#: runs it (``fedtune.cli.main(argv)``, the console script's entry point), and writes each
+#: one's exit code, stdout and stderr as JSON into a file (not its own stdout, which output
+#: that bypassed the redirection would spoil)
 _VERBS = """
 import contextlib, io, json, sys
 
@@ -135,7 +136,8 @@ for argv in json.loads(sys.argv[1]):
         except SystemExit as exc:
             code = exc.code
     done.append([code, out.getvalue(), err.getvalue()])
-json.dump(done, sys.stdout)
+with open(sys.argv[2], "w") as f:
+    json.dump(done, f)
 """
 
 
@@ -158,8 +160,9 @@ def _cli_verbs(
     """
     import json
 
+    results = cwd / "verbs.json"
     child = subprocess.run(
-        [sys.executable, "-c", _VERBS, json.dumps(verbs)],
+        [sys.executable, "-c", _VERBS, json.dumps(verbs), str(results)],
         cwd=cwd,
         env=env or _env(cwd),
         capture_output=True,
@@ -167,10 +170,10 @@ def _cli_verbs(
         timeout=300,
         check=False,
     )
-    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.returncode == 0, child.stdout[-2000:] + child.stderr[-3000:]
     return [
         subprocess.CompletedProcess(argv, code, out, err)
-        for argv, (code, out, err) in zip(verbs, json.loads(child.stdout), strict=True)
+        for argv, (code, out, err) in zip(verbs, json.loads(results.read_text()), strict=True)
     ]
 
 
