@@ -169,8 +169,6 @@ def _cli_verbs(
     Returns:
         One result per verb: its exit code, stdout and stderr.
     """
-    import json
-
     results = cwd / "verbs.json"
     child = subprocess.run(
         [sys.executable, "-c", _VERBS, json.dumps(verbs), str(results)],
