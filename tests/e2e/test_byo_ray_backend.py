@@ -38,6 +38,7 @@ from fedtune.client import Client
 from fedtune.code_package import pack
 from fedtune.service.states import StudyState, TrialState
 from tests.integration.conftest import mlflow_server_process
+from tests.mlflow_rest import child_runs, get_run, mlflow_api
 from tests.service.helpers import Server, tiny_spec
 from tests.service.ray_cluster import BACKEND_MODULES, LocalRayCluster, session_pids
 
@@ -85,46 +86,6 @@ class World:
         reply = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
         assert reply.status_code == 200, (reply.status_code, reply.text[:2000])
         return reply.json()["logs"]
-
-
-@dataclass
-class MlflowRun:
-    """A run as MLflow's REST API returns it (``runs/get``, ``runs/search``): its status, and its
-    metrics (latest values) and tags by name, as ``MlflowClient``'s ``Run`` has them."""
-
-    status: str
-    metrics: dict[str, float]
-    tags: dict[str, str]
-
-    @classmethod
-    def from_json(cls, run: dict[str, Any]) -> MlflowRun:
-        data = run.get("data", {})  # a reply leaves out what is empty
-        return cls(
-            run["info"]["status"],
-            {m["key"]: m["value"] for m in data.get("metrics", [])},
-            {t["key"]: t["value"] for t in data.get("tags", [])},
-        )
-
-
-def _mlflow_runs(uri: str, run_id: str) -> tuple[MlflowRun, list[MlflowRun]]:
-    """The study's MLflow parent run and its children (``tags.mlflow.parentRunId``), read from
-    the server's REST API as ``MlflowClient.get_run`` and ``search_runs`` read them, without
-    importing MLflow into this process (1.3 CPU-s)."""
-    with httpx.Client(base_url=f"{uri}/api/2.0/mlflow", timeout=30) as api:
-        reply = api.get("/runs/get", params={"run_id": run_id})
-        assert reply.status_code == 200, (reply.status_code, reply.text[:2000])
-        parent = reply.json()["run"]
-        found = api.post(
-            "/runs/search",
-            json={
-                "experiment_ids": [parent["info"]["experiment_id"]],
-                "filter": f"tags.`mlflow.parentRunId` = '{run_id}'",
-                "max_results": 1000,
-            },
-        )
-        assert found.status_code == 200, (found.status_code, found.text[:2000])
-    children = [MlflowRun.from_json(r) for r in found.json().get("runs", [])]
-    return MlflowRun.from_json(parent), children
 
 
 @pytest.fixture(autouse=True)
@@ -306,7 +267,9 @@ def test_the_uploaded_example_is_tuned_by_a_ray_job(
     searched = {"hparams.client_lr", "hparams.server_lr", "hparams.server_momentum"}
     assert all(set(t.params) == searched for t in done)  # the user's method's hyperparameters
     assert final.mlflow.tracking_uri == world.server.env["MLFLOW_TRACKING_URI"]
-    parent, children = _mlflow_runs(final.mlflow.tracking_uri, final.mlflow.run_id)
+    with mlflow_api(final.mlflow.tracking_uri) as api:
+        parent = get_run(api, final.mlflow.run_id)
+        children = child_runs(api, parent, final.mlflow.run_id)
     assert parent.status == "FINISHED" and len(children) == EXAMPLE_TRIALS
     for child in children:
         assert child.status == "FINISHED"

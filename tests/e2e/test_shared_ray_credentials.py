@@ -58,6 +58,7 @@ import pytest
 from fedtune.client import Client
 from tests.integration.conftest import stop_group
 from tests.integration.test_mlflow_tenancy import ADMIN_PASSWORD, start_server
+from tests.mlflow_rest import get_run, mlflow_api
 from tests.needs import need
 from tests.ports import free_port
 from tests.service.code_fixtures import write_package
@@ -285,20 +286,6 @@ class World:
         assert reply.status_code == 200, (reply.status_code, reply.text[:2000])
         return reply.json().get("runtime_env") or {}
 
-    def mlflow_run(self, run_id: str, workspace: str) -> dict[str, Any]:
-        """An MLflow run as the admin reads it in ``workspace`` (``GET runs/get``, what
-        ``MlflowClient.get_run`` calls, without importing MLflow into this process: 1.3 CPU-s):
-        its ``info`` and ``data`` (``metrics``: a list of ``{key, value, ...}``)."""
-        reply = httpx.get(
-            f"{self.mlflow}/api/2.0/mlflow/runs/get",
-            params={"run_id": run_id},
-            auth=("admin", ADMIN_PASSWORD),
-            headers={"X-MLFLOW-WORKSPACE": workspace},
-            timeout=60,
-        )
-        assert reply.status_code == 200, (reply.status_code, reply.text[:2000])
-        return reply.json()["run"]
-
     def sdk(self, user: str) -> Client:
         return Client(self.server.url, token=self.tokens[user], timeout=60)
 
@@ -525,13 +512,12 @@ def test_the_other_study_succeeds_with_records_that_agree(world: World, outcome:
         t.number for t in optuna_study.trials if t.state == optuna.trial.TrialState.COMPLETE
     )
     assert done == completed
-    parent = world.mlflow_run(final.mlflow.run_id, "team-a")
-    assert parent["info"]["status"] == "FINISHED"
-    for trial in outcome.a_trials:
-        if trial.state == "completed":
-            run = world.mlflow_run(trial.mlflow_run_id, "team-a")
-            metrics = run.get("data", {}).get("metrics")  # left out of the reply when none
-            assert run["info"]["status"] == "FINISHED" and metrics, trial.number
+    with mlflow_api(world.mlflow, auth=("admin", ADMIN_PASSWORD), workspace="team-a") as api:
+        assert get_run(api, final.mlflow.run_id).status == "FINISHED"
+        for trial in outcome.a_trials:
+            if trial.state == "completed":
+                run = get_run(api, trial.mlflow_run_id)
+                assert run.status == "FINISHED" and run.metrics, trial.number
     log = world.server.log.read_text()
     assert f"study {outcome.a_id}: attempt 1's start ticket was redeemed a second time" in log
     for secret in outcome.report["candidates"]:
